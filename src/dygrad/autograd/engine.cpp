@@ -1,0 +1,228 @@
+// The backward engine (see engine.h and docs/autograd.md). Single pass: count each node's dependants
+// below the roots, then run nodes whose gradients are complete, summing gradients that meet.
+#include "dygrad/autograd/engine.h"
+
+#include <deque>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dygrad/autograd/node.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
+#include "dygrad/ops/shape.h"
+#include "dygrad/runtime/allocator.h"
+#include "dygrad/runtime/error.h"
+
+namespace dg {
+
+namespace {
+struct GraphRun {
+  bool retain_graph = false;
+  bool create_graph = false;
+  bool accumulate = true;  // false for autograd.grad: gradients are captured, .grad untouched
+  // Captures for autograd.grad: leaves by impl, non-leaves by (node, output_nr).
+  std::unordered_map<TensorImpl*, size_t> leaf_capture;
+  std::unordered_map<const Node*, std::vector<std::pair<uint32_t, size_t>>> node_capture;
+  std::vector<Tensor> captured;
+  std::unordered_set<const Node*> needed;  // when capturing: only nodes that lead to an input
+};
+
+Tensor sum_grads(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+
+void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) {
+  Tensor leaf(leaf_impl);
+  AutogradMeta& meta = *leaf_impl->autograd;
+  for (TensorHook& hook : meta.leaf_hooks) {
+    Tensor replaced = hook(g);
+    if (replaced.defined()) g = replaced;
+  }
+  if (!run.accumulate) {
+    auto it = run.leaf_capture.find(leaf_impl.get());
+    if (it != run.leaf_capture.end()) run.captured[it->second] = sum_grads(run.captured[it->second], g);
+    return;
+  }
+  if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
+  if (!meta.grad.defined()) {
+    // Take the gradient as .grad when nothing else can see its memory; otherwise copy it.
+    bool exclusive = g.is_contiguous() && !g.is_view() && g.impl()->use_count() <= 2 &&
+                     g.storage().use_count() == 1 && !g.storage().is_external();
+    Tensor stored = run.create_graph ? g : (exclusive ? detach(g) : [&] {
+      MemoryCategoryScope scope(MemoryCategory::Gradient);
+      return clone(detach(g));
+    }());
+    if (!run.create_graph) stored.storage().set_category(MemoryCategory::Gradient);
+    meta.grad = stored;
+  } else if (run.create_graph || meta.grad.requires_grad()) {
+    meta.grad = add(meta.grad, g);
+  } else {
+    NoGradGuard no_grad;
+    add_(meta.grad, g);
+  }
+}
+
+// Marks the nodes from which a captured input is reachable (autograd.grad computes nothing else).
+bool mark_needed(const Node* node, GraphRun& run, std::unordered_map<const Node*, bool>& memo) {
+  auto it = memo.find(node);
+  if (it != memo.end()) return it->second;
+  memo[node] = false;
+  bool needed = run.node_capture.count(node) > 0;
+  for (const Edge& e : node->next) {
+    if (e.leaf && run.leaf_capture.count(e.leaf.get())) needed = true;
+    if (e.node && mark_needed(e.node.get(), run, memo)) needed = true;
+  }
+  memo[node] = needed;
+  if (needed) run.needed.insert(node);
+  return needed;
+}
+
+void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads) {
+  EnableGradGuard grad_mode(run.create_graph);
+  // 1. Dependencies: how many gradient contributions each node waits for.
+  std::unordered_map<const Node*, int> deps;
+  std::vector<Node*> stack;
+  std::unordered_set<const Node*> seen;
+  for (const Edge& e : root_edges)
+    if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++deps[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  if (!run.accumulate) {
+    std::unordered_map<const Node*, bool> memo;
+    for (const Edge& e : root_edges)
+      if (e.node) mark_needed(e.node.get(), run, memo);
+  }
+  // 2. Seed the roots.
+  std::unordered_map<const Node*, std::vector<Tensor>> buffers;
+  std::deque<Ref<Node>> ready;
+  for (size_t i = 0; i < root_edges.size(); ++i) {
+    const Edge& e = root_edges[i];
+    if (e.leaf) {
+      accumulate_leaf(run, e.leaf, root_grads[i]);
+      continue;
+    }
+    auto& buf = buffers[e.node.get()];
+    buf.resize(e.node->num_outputs);
+    buf[e.output_nr] = sum_grads(buf[e.output_nr], root_grads[i]);
+  }
+  for (const Edge& e : root_edges)
+    if (e.node && deps[e.node.get()] == 0 && std::find(ready.begin(), ready.end(), e.node) == ready.end())
+      ready.push_back(e.node);
+  // 3. Run nodes in dependency order.
+  while (!ready.empty()) {
+    Ref<Node> node = ready.front();
+    ready.pop_front();
+    std::vector<Tensor> grads = std::move(buffers[node.get()]);
+    buffers.erase(node.get());
+    grads.resize(node->num_outputs);
+    for (size_t k = 0; k < node->output_hooks.size() && k < grads.size(); ++k)
+      for (TensorHook& hook : node->output_hooks[k])
+        if (grads[k].defined()) {
+          Tensor replaced = hook(grads[k]);
+          if (replaced.defined()) grads[k] = replaced;
+        }
+    for (size_t k = 0; k < node->retained_outputs.size() && k < grads.size(); ++k)
+      if (node->retained_outputs[k] && grads[k].defined() && run.accumulate) {
+        AutogradMeta& meta = *node->retained_outputs[k]->autograd;
+        meta.grad = meta.grad.defined() ? add(meta.grad, grads[k]) : (run.create_graph ? grads[k] : detach(grads[k]));
+      }
+    if (auto cap = run.node_capture.find(node.get()); cap != run.node_capture.end())
+      for (auto [output_nr, slot] : cap->second) run.captured[slot] = sum_grads(run.captured[slot], grads[output_nr]);
+
+    bool skip = !run.accumulate && !run.needed.count(node.get());
+    bool any = false;
+    for (const Tensor& g : grads) any = any || g.defined();
+    std::vector<Tensor> grad_inputs(node->next.size());
+    // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
+    if (!skip && any) node->apply(grads, grad_inputs);
+    if (!run.retain_graph) node->release_saved();
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const Edge& e = node->next[i];
+      if (!e.valid()) continue;
+      Tensor& g = grad_inputs[i];
+      if (g.defined() && i < node->input_meta.size()) {
+        const InputMeta& meta = node->input_meta[i];
+        DG_CHECK(same_shape(g.shape(), meta.shape), Runtime, "[", node->name(), "] backward returned a gradient of shape ",
+                 g.shape(), " for an input of shape ", IntSpan(meta.shape));
+        if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
+      }
+      if (e.leaf) {
+        if (g.defined()) accumulate_leaf(run, e.leaf, g);
+        continue;
+      }
+      auto& buf = buffers[e.node.get()];
+      buf.resize(e.node->num_outputs);
+      if (g.defined()) buf[e.output_nr] = sum_grads(buf[e.output_nr], g);
+      if (--deps[e.node.get()] == 0) ready.push_back(e.node);
+    }
+  }
+}
+
+Tensor root_grad(const Tensor& root, const Tensor& given, size_t index) {
+  if (given.defined()) {
+    DG_CHECK(same_shape(given.shape(), root.shape()), Runtime, "[backward] Mismatch in shape: grad_output[", index,
+             "] has a shape of ", given.shape(), " and output[", index, "] has a shape of ", root.shape());
+    return given;
+  }
+  DG_CHECK(root.numel() == 1, Runtime, "[backward] grad can be implicitly created only for scalar outputs, got shape ",
+           root.shape());
+  return ones_like(root);
+}
+}  // namespace
+
+void backward(std::span<const Tensor> roots, std::span<const Tensor> grad_roots, bool retain_graph, bool create_graph) {
+  GraphRun run;
+  run.retain_graph = retain_graph || create_graph;
+  run.create_graph = create_graph;
+  std::vector<Edge> edges;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    DG_CHECK(roots[i].defined() && roots[i].requires_grad(), Runtime, "[backward] element ", i,
+             " of tensors does not require grad and does not have a grad_fn");
+    edges.push_back(gradient_edge(roots[i]));
+    grads.push_back(root_grad(roots[i], i < grad_roots.size() ? grad_roots[i] : Tensor(), i));
+  }
+  execute(run, edges, grads);
+}
+
+std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
+                         std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph, bool allow_unused) {
+  GraphRun run;
+  run.retain_graph = retain_graph || create_graph;
+  run.create_graph = create_graph;
+  run.accumulate = false;
+  run.captured.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    DG_CHECK(inputs[i].defined() && inputs[i].requires_grad(), Runtime, "[grad] One of the differentiated Tensors "
+             "does not require grad");
+    if (inputs[i].is_leaf()) run.leaf_capture[inputs[i].impl()] = i;
+    else run.node_capture[inputs[i].grad_fn().get()].push_back({inputs[i].impl()->autograd->output_nr, i});
+  }
+  std::vector<Edge> edges;
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    DG_CHECK(outputs[i].defined() && outputs[i].requires_grad(), Runtime, "[grad] element ", i,
+             " of tensors does not require grad and does not have a grad_fn");
+    edges.push_back(gradient_edge(outputs[i]));
+    grads.push_back(root_grad(outputs[i], i < grad_outputs.size() ? grad_outputs[i] : Tensor(), i));
+  }
+  execute(run, edges, grads);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    DG_CHECK(run.captured[i].defined() || allow_unused, Runtime, "[grad] One of the differentiated Tensors appears "
+             "to not have been used in the graph. Set allow_unused=True if this is the desired behavior.");
+    if (run.captured[i].defined() && !create_graph) run.captured[i] = detach(run.captured[i]);
+  }
+  return run.captured;
+}
+
+}  // namespace dg

@@ -1,0 +1,105 @@
+// Node bookkeeping, grad mode and the helpers ops use to record history.
+#include "dygrad/autograd/node.h"
+
+#include "dygrad/runtime/error.h"
+
+namespace dg {
+
+namespace {
+thread_local bool tls_grad_enabled = true;
+}
+bool grad_enabled() { return tls_grad_enabled; }
+void set_grad_enabled(bool on) { tls_grad_enabled = on; }
+
+Node::Node(const OpDef* op, size_t num_outputs_) : num_outputs(num_outputs_), op_(op), backward_(op->backward) {}
+Node::Node(std::string name, BackwardFn backward, size_t num_outputs_)
+    : num_outputs(num_outputs_), name_(std::move(name)), backward_(backward) {}
+
+void Node::save(const Tensor& t) {
+  saved_.push_back({t, t.defined() ? t.version() : 0u});
+}
+
+Tensor Node::saved(size_t i) const {
+  DG_CHECK(!released_, Runtime, "[", name(), "] Trying to backward through the graph a second time (or directly "
+           "access saved tensors after they have already been freed). Specify retain_graph=True if you need to "
+           "backward through the graph a second time");
+  const SavedTensor& s = saved_.at(i);
+  if (s.tensor.defined() && s.tensor.version() != s.version)
+    fail(ErrorKind::Runtime, "[", name(), "] one of the variables needed for gradient computation has been "
+         "modified by an inplace operation: a tensor of shape ", s.tensor.shape(), " is at version ",
+         s.tensor.version(), "; expected version ", s.version, " instead");
+  return s.tensor;
+}
+
+void Node::release_saved() {
+  saved_.clear();
+  saved_.shrink_to_fit();
+  released_ = true;
+}
+
+void Node::apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs) {
+  DG_CHECK(!released_ || (backward_ == nullptr && !closure), Runtime, "[", name(), "] Trying to backward through the "
+           "graph a second time (or directly access saved tensors after they have already been freed). Specify "
+           "retain_graph=True if you need to backward through the graph a second time");
+  if (backward_) backward_(*this, grad_outputs, grad_inputs);
+  else if (closure) closure(*this, grad_outputs, grad_inputs);
+  else fail(ErrorKind::Runtime, "[", name(), "] is not differentiable");
+}
+
+bool needs_grad_any(std::span<const Tensor> inputs) {
+  if (!tls_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  Edge e;
+  if (!t.defined() || !t.requires_grad()) return e;
+  AutogradMeta& meta = *t.impl()->autograd;
+  if (meta.grad_fn) {
+    e.node = meta.grad_fn;
+    e.output_nr = meta.output_nr;
+  } else {
+    e.leaf = t.impl_ref();
+  }
+  return e;
+}
+
+static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
+  TensorImpl* impl = t.impl();
+  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  impl->autograd->requires_grad = is_floating(t.dtype());
+  impl->autograd->grad_fn = impl->autograd->requires_grad ? node : Ref<Node>();
+  impl->autograd->output_nr = output_nr;
+  impl->autograd->retains_grad = false;
+}
+
+Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  node->next.reserve(inputs.size());
+  node->input_meta.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    node->next.push_back(gradient_edge(in));
+    node->input_meta.push_back({in.defined() ? Dims(in.shape()) : Dims(), in.defined() ? in.dtype() : DType::Float32});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].defined()) set_history(outputs[i], node, static_cast<uint32_t>(i));
+  return node;
+}
+
+Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  DG_CHECK(op->backward != nullptr, Runtime, "[", op->name, "] is not differentiable");
+  return record_node(make_ref<Node>(op, outputs.size()), inputs, outputs);
+}
+
+void rebase_history(const Tensor& t, Ref<Node> node) { set_history(t, node, 0); }
+
+void check_inplace(const char* op, const Tensor& t) {
+  if (!grad_enabled() || !t.requires_grad()) return;
+  DG_CHECK(!t.is_leaf(), Runtime, "[", op, "] a leaf Variable that requires grad is being used in an in-place "
+           "operation");
+  DG_CHECK(!t.is_view(), NotImplemented, "[", op, "] in-place operation on a view of a tensor that requires grad "
+           "is not supported; use the out-of-place op");
+}
+
+}  // namespace dg

@@ -1,0 +1,124 @@
+// Autograd graph: one Node per differentiable op call, holding what its backward needs (saved tensors
+// with their versions, attributes, input metadata) and an Edge to the producer of each input. The engine
+// (engine.h) walks it once and frees it unless retain_graph. See docs/autograd.md.
+#pragma once
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dygrad/core/tensor.h"
+#include "dygrad/ops/op_def.h"
+
+namespace dg {
+
+class Node;
+
+// Where an input's gradient goes: the node that produced it (and which of its outputs), or a leaf
+// tensor whose .grad accumulates it.
+struct Edge {
+  Ref<Node> node;
+  uint32_t output_nr = 0;
+  Ref<TensorImpl> leaf;
+  bool valid() const { return static_cast<bool>(node) || static_cast<bool>(leaf); }
+};
+
+struct SavedTensor {
+  Tensor tensor;
+  uint32_t version = 0;
+};
+
+struct InputMeta {
+  Dims shape;
+  DType dtype = DType::Float32;
+};
+
+class Node : public RefCounted {
+ public:
+  // For an op in the table; `name` defaults to the op's name.
+  explicit Node(const OpDef* op, size_t num_outputs = 1);
+  // For backward formulas that are not a single OpDef (custom functions, composite ops).
+  Node(std::string name, BackwardFn backward, size_t num_outputs = 1);
+
+  const char* name() const { return name_.empty() ? op_->name : name_.c_str(); }
+  const OpDef* op() const { return op_; }
+
+  // Graph structure.
+  std::vector<Edge> next;             // one per input
+  std::vector<InputMeta> input_meta;  // shape and dtype of each input, for reducing broadcast grads
+  size_t num_outputs;
+  bool needs_grad(size_t input) const { return input < next.size() && next[input].valid(); }
+
+  // Backward state.
+  Attrs attrs;
+  void save(const Tensor& t);                 // saved in order; read back with saved(i)
+  Tensor saved(size_t i) const;               // checks the version: raises if modified in place since
+  void release_saved();                       // after backward without retain_graph
+  bool released() const { return released_; }
+
+  // Hooks on this node's outputs' gradients (tensor.register_hook on a non-leaf), and retain_grad targets.
+  std::vector<std::vector<TensorHook>> output_hooks;
+  std::vector<Ref<TensorImpl>> retained_outputs;  // weakly meant: cleared with the graph
+
+  void apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
+  // A Python/C++ custom backward stored as a closure (Node(name, nullptr)), used when BackwardFn is null.
+  std::function<void(Node&, std::span<const Tensor>, std::span<Tensor>)> closure;
+
+ private:
+  const OpDef* op_ = nullptr;
+  std::string name_;
+  BackwardFn backward_ = nullptr;
+  std::vector<SavedTensor> saved_;
+  bool released_ = false;
+};
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  Ref<Node> grad_fn;   // null for leaves
+  uint32_t output_nr = 0;
+  bool retains_grad = false;
+  std::vector<TensorHook> leaf_hooks;
+};
+
+// Grad mode: a thread-local switch (no_grad in Python).
+bool grad_enabled();
+void set_grad_enabled(bool on);
+class NoGradGuard {
+ public:
+  NoGradGuard() : saved_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(saved_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+class EnableGradGuard {
+ public:
+  explicit EnableGradGuard(bool on = true) : saved_(grad_enabled()) { set_grad_enabled(on); }
+  ~EnableGradGuard() { set_grad_enabled(saved_); }
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// --- recording, for op implementations -----------------------------------------------------------------
+// True when grad mode is on and any input requires grad: the op must record a Node.
+bool needs_grad_any(std::span<const Tensor> inputs);
+inline bool needs_grad_any(std::initializer_list<Tensor> inputs) {
+  return needs_grad_any(std::span<const Tensor>(inputs.begin(), inputs.size()));
+}
+// Creates the node for `op` with edges to `inputs` and makes it the grad_fn of `outputs`.
+Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+// The edge that a gradient for `t` should follow.
+Edge gradient_edge(const Tensor& t);
+// In-place ops: the tensor now holds the result of `node` (its history is rebased onto it).
+void rebase_history(const Tensor& t, Ref<Node> node);
+// Raises if an in-place op on `t` would break autograd (a leaf that requires grad under grad mode).
+void check_inplace(const char* op, const Tensor& t);
+
+}  // namespace dg

@@ -1,0 +1,109 @@
+// CPU kernels: arithmetic, casts, copies and fills over strided, broadcast operands.
+#include "dygrad/backend/cpu/arithmetic.h"
+
+#include <cstring>
+
+#include "dygrad/backend/cpu/elementwise_kernels.h"
+
+namespace dg::cpu {
+
+namespace {
+template <typename T>
+using C = compute_t<T>;
+
+// Binary kernels over the output's dtype T (the op layer has cast the inputs to it).
+template <typename MakeFn>
+void binary_same_type(Task& task, MakeFn make) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() { binary_loop<decltype(make.template operator()<T>()), T, T>(task, make.template operator()<T>()); });
+}
+template <typename MakeFn>
+void unary_same_type(Task& task, MakeFn make) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() { unary_loop<decltype(make.template operator()<T>()), T, T>(task, make.template operator()<T>()); });
+}
+}  // namespace
+
+void add_kernel(Task& task) {
+  const Scalar alpha = task.attrs.scalars[0];
+  binary_same_type(task, [&]<typename T>() {
+    const C<T> al = alpha.to<C<T>>();
+    // alpha == 1 is exact: 1 * y == y, and no contraction into FMA happens under -std=c++20.
+    if constexpr (std::is_same_v<T, bool>) return [al](bool x, bool y) { return x || (al && y); };
+    else return [al](C<T> x, C<T> y) { return x + al * y; };
+  });
+}
+
+void mul_kernel(Task& task) {
+  binary_same_type(task, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) return [](bool x, bool y) { return x && y; };
+    else return [](C<T> x, C<T> y) { return x * y; };
+  });
+}
+
+void div_kernel(Task& task) {
+  binary_same_type(task, [&]<typename T>() { return [](C<T> x, C<T> y) { return x / y; }; });
+}
+
+void add_scalar_kernel(Task& task) {
+  const Scalar s = task.attrs.scalars[0];
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x + v; }; });
+}
+void mul_scalar_kernel(Task& task) {
+  const Scalar s = task.attrs.scalars[0];
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x * v; }; });
+}
+void div_scalar_kernel(Task& task) {
+  const Scalar s = task.attrs.scalars[0];
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x / v; }; });
+}
+void rsub_scalar_kernel(Task& task) {
+  const Scalar s = task.attrs.scalars[0];
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v - x; }; });
+}
+void rdiv_scalar_kernel(Task& task) {
+  const Scalar s = task.attrs.scalars[0];
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v / x; }; });
+}
+void neg_kernel(Task& task) {
+  unary_same_type(task, [&]<typename T>() { return [](C<T> x) { return -x; }; });
+}
+
+void copy_kernel(Task& task) {
+  const Tensor& out = task.outputs[0];
+  const Tensor& in = task.inputs[0];
+  // Same dtype and both contiguous with the same shape: a memcpy, split over the pool.
+  if (out.dtype() == in.dtype() && out.is_contiguous() && in.is_contiguous() && out.numel() == in.numel()) {
+    char* dst = static_cast<char*>(out.raw_data());
+    const char* src = static_cast<const char*>(in.raw_data());
+    const int64_t bytes = out.numel() * static_cast<int64_t>(out.itemsize());
+    parallel_for(0, bytes, int64_t{1} << 18, [&](int64_t b, int64_t e) { std::memcpy(dst + b, src + b, static_cast<size_t>(e - b)); });
+    return;
+  }
+  visit_dtype(out.dtype(), [&]<typename TOut>() {
+    visit_dtype(in.dtype(), [&]<typename TIn>() {
+      auto cast = [](C<TIn> x) {
+        if constexpr (std::is_same_v<TOut, bool>) return x != C<TIn>(0);
+        else if constexpr (std::is_same_v<TIn, bool>) return static_cast<C<TOut>>(x);
+        else return static_cast<C<TOut>>(x);
+      };
+      unary_loop<decltype(cast), TOut, TIn>(task, cast);
+    });
+  });
+}
+
+void fill_kernel(Task& task) {
+  const Tensor& out = task.outputs[0];
+  const Scalar s = task.attrs.scalars[0];
+  visit_dtype(out.dtype(), [&]<typename T>() {
+    const T v = s.to<T>();
+    const Tensor operands[1] = {out};
+    StridedIteration it(operands);
+    for_each_element(it, [&](char** p, const int64_t* st, int64_t n) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const int64_t step = st[0] / static_cast<int64_t>(sizeof(T));
+      if (step == 1) std::fill(o, o + n, v);
+      else for (int64_t i = 0; i < n; ++i) o[i * step] = v;
+    });
+  });
+}
+
+}  // namespace dg::cpu

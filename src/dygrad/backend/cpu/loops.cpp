@@ -1,0 +1,70 @@
+// Dim coalescing and broadcasting for the elementwise loops.
+#include "dygrad/backend/cpu/loops.h"
+
+#include "dygrad/runtime/error.h"
+
+namespace dg::cpu {
+
+Dims broadcast_shapes(const char* op, IntSpan a, IntSpan b) {
+  size_t nd = std::max(a.size(), b.size());
+  Dims out(nd, 1);
+  for (size_t i = 0; i < nd; ++i) {
+    int64_t da = i < nd - a.size() ? 1 : a[i - (nd - a.size())];
+    int64_t db = i < nd - b.size() ? 1 : b[i - (nd - b.size())];
+    DG_CHECK(da == db || da == 1 || db == 1, Value, "[", op, "] shapes ", a, " and ", b,
+             " cannot be broadcast: size ", da, " vs ", db, " at dimension ", static_cast<int64_t>(i));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+StridedIteration::StridedIteration(std::span<const Tensor> operands) {
+  num_operands = static_cast<int>(operands.size());
+  const Tensor& out = operands[0];
+  const size_t nd = static_cast<size_t>(out.dim());
+  Dims full_shape(out.shape());
+  SmallVector<int64_t, 6> full_strides[kMaxOperands];
+  for (int k = 0; k < num_operands; ++k) {
+    const Tensor& t = operands[k];
+    base[k] = static_cast<char*>(t.raw_data());
+    itemsize[k] = static_cast<int64_t>(t.itemsize());
+    full_strides[k].resize(nd, 0);
+    size_t lead = nd - static_cast<size_t>(t.dim());
+    for (size_t d = 0; d < static_cast<size_t>(t.dim()); ++d)
+      full_strides[k][lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+  }
+  for (int64_t s : full_shape) numel *= s;
+  // Drop size-1 dims, then merge neighbours d-1, d when stride[d-1] == stride[d] * size[d] for all operands.
+  for (size_t d = 0; d < nd; ++d) {
+    if (full_shape[d] == 1) continue;
+    if (!shape.empty()) {
+      bool mergeable = true;
+      for (int k = 0; k < num_operands; ++k)
+        if (strides[k].back() != full_strides[k][d] * full_shape[d]) { mergeable = false; break; }
+      if (mergeable) {
+        shape.back() *= full_shape[d];
+        for (int k = 0; k < num_operands; ++k) strides[k].back() = full_strides[k][d];
+        continue;
+      }
+    }
+    shape.push_back(full_shape[d]);
+    for (int k = 0; k < num_operands; ++k) strides[k].push_back(full_strides[k][d]);
+  }
+  if (numel == 0) {
+    shape = Dims{0};
+    for (int k = 0; k < num_operands; ++k) strides[k] = SmallVector<int64_t, 6>{1};
+  }
+  if (shape.empty() && numel == 1) {
+    shape.push_back(1);
+    for (int k = 0; k < num_operands; ++k) strides[k].push_back(0);
+  }
+}
+
+bool StridedIteration::is_flat() const {
+  if (shape.size() != 1) return false;
+  for (int k = 0; k < num_operands; ++k)
+    if (strides[k][0] != 1) return false;
+  return true;
+}
+
+}  // namespace dg::cpu

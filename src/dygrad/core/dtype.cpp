@@ -1,0 +1,114 @@
+// dtype tables, binary16 conversion and torch.result_type's promotion lattice.
+#include "dygrad/core/dtype.h"
+
+#include <cmath>
+#include <cstdio>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace dg {
+
+size_t itemsize(DType t) {
+  static constexpr size_t sizes[kNumDTypes] = {1, 1, 2, 4, 8, 2, 2, 4, 8};
+  return sizes[static_cast<int>(t)];
+}
+
+const char* dtype_name(DType t) {
+  static constexpr const char* names[kNumDTypes] = {"bool", "uint8", "uint16", "int32", "int64",
+                                                    "float16", "bfloat16", "float32", "float64"};
+  return names[static_cast<int>(t)];
+}
+
+uint16_t Half::from_float(float f) {
+#if defined(__F16C__)
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#else
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
+  if (absx < 0x38800000u) {                                               // subnormal or zero
+    float a;
+    std::memcpy(&a, &absx, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
+  }
+  uint32_t mant = absx + 0xc8000fffu + ((absx >> 13) & 1u);  // rebias exponent, round to nearest even
+  return static_cast<uint16_t>(sign | (mant >> 13));
+#endif
+}
+
+float Half::to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float out;
+  if (exp == 0) {
+    out = std::ldexp(static_cast<float>(mant), -24);
+    uint32_t u;
+    std::memcpy(&u, &out, 4);
+    u |= sign;
+    std::memcpy(&out, &u, 4);
+    return out;
+  }
+  uint32_t u = exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+  std::memcpy(&out, &u, 4);
+  return out;
+#endif
+}
+
+std::string Scalar::to_string() const {
+  char buf[64];
+  if (kind == Kind::Float) std::snprintf(buf, sizeof buf, "%g", v.f);
+  else if (kind == Kind::Int) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v.i));
+  else std::snprintf(buf, sizeof buf, "%s", v.b ? "True" : "False");
+  return buf;
+}
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::Bool) return b;
+  if (b == DType::Bool) return a;
+  bool fa = is_floating(a), fb = is_floating(b);
+  if (fa && !fb) return a;
+  if (fb && !fa) return b;
+  if (fa && fb) {
+    // float16 with bfloat16 has no common 16-bit type: float32.
+    if (is_reduced_float(a) && is_reduced_float(b)) return DType::Float32;
+    return itemsize(a) >= itemsize(b) ? a : b;
+  }
+  // Both integral. dygrad's signed types (int32, int64) are wider than its unsigned ones (uint8, uint16),
+  // so the wider type always holds both; torch refuses uint16 promotion, dygrad extends it this way.
+  return itemsize(a) >= itemsize(b) ? a : b;
+}
+
+namespace {
+int promote_opt(int acc, DType t) { return acc < 0 ? int(t) : int(promote_types(DType(acc), t)); }
+// torch's combine_categories: keep `higher` unless `lower` is of a higher category.
+int combine(int higher, int lower) {
+  if (higher < 0) return lower;
+  if (lower < 0) return higher;
+  DType h = DType(higher), l = DType(lower);
+  if (is_floating(h)) return higher;
+  if (h == DType::Bool || is_floating(l)) return int(promote_types(h, l));
+  return higher;
+}
+}  // namespace
+
+void ResultType::add_tensor(DType t, int64_t ndim) {
+  if (ndim > 0) dim_ = promote_opt(dim_, t);
+  else zero_ = promote_opt(zero_, t);
+}
+
+void ResultType::add_scalar(const Scalar& s) { wrapped_ = promote_opt(wrapped_, s.default_dtype()); }
+
+DType ResultType::result() const {
+  int r = combine(dim_, combine(zero_, wrapped_));
+  return r < 0 ? DType::Float32 : DType(r);
+}
+
+}  // namespace dg

@@ -1,0 +1,105 @@
+// Tensor printing in PyTorch's format: tensor([[1., 2.], [3., 4.]], dtype=torch.float64, requires_grad=True).
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "dygrad/autograd/node.h"
+#include "dygrad/core/tensor.h"
+#include "dygrad/runtime/error.h"
+
+namespace dg {
+
+namespace {
+constexpr int64_t kSummariseAbove = 1000;  // torch's threshold
+constexpr int64_t kEdgeItems = 3;
+
+struct Formatter {
+  bool floating = false, integral_valued = true, scientific = false;
+  int precision = 4;
+  size_t width = 1;
+
+  std::string format(double v) const {
+    char buf[64];
+    if (!floating) {
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+    } else if (std::isnan(v)) {
+      std::snprintf(buf, sizeof buf, "nan");
+    } else if (std::isinf(v)) {
+      std::snprintf(buf, sizeof buf, v > 0 ? "inf" : "-inf");
+    } else if (scientific) {
+      std::snprintf(buf, sizeof buf, "%.*e", precision, v);
+    } else if (integral_valued) {
+      std::snprintf(buf, sizeof buf, "%.0f.", v);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+    }
+    return buf;
+  }
+};
+}  // namespace
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::vector<double> values = to_vector<double>();
+  const bool is_bool = dtype() == DType::Bool;
+  Formatter f;
+  f.floating = is_floating(dtype());
+  double max_abs = 0, min_abs = INFINITY;
+  for (double v : values) {
+    if (!std::isfinite(v)) continue;
+    if (v != std::floor(v)) f.integral_valued = false;
+    max_abs = std::max(max_abs, std::fabs(v));
+    if (v != 0) min_abs = std::min(min_abs, std::fabs(v));
+  }
+  if (f.floating && !values.empty() && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY) ||
+                                        (min_abs != INFINITY && max_abs / min_abs > 1000 && !f.integral_valued)))
+    f.scientific = true;
+  for (double v : values) f.width = std::max(f.width, is_bool ? (v ? 4 : 5) : f.format(v).size());
+
+  const bool summarise = numel() > kSummariseAbove;
+  std::ostringstream os;
+  os << "tensor(";
+  const std::string indent = "       ";
+  Dims sizes(shape());
+  Dims strides = contiguous_strides(sizes);
+  // Recursive printer over the row-major values.
+  auto print = [&](auto& self, size_t d, int64_t base) -> void {
+    if (d == sizes.size()) {
+      double v = values[static_cast<size_t>(base)];
+      std::string s = is_bool ? (v ? "True" : "False") : f.format(v);
+      os << std::string(f.width - s.size(), ' ') << s;
+      return;
+    }
+    os << "[";
+    int64_t n = sizes[d];
+    for (int64_t i = 0; i < n; ++i) {
+      if (summarise && n > 2 * kEdgeItems && i == kEdgeItems) {
+        os << "...";
+        i = n - kEdgeItems - 1;
+        if (d + 1 == sizes.size()) os << ", ";
+        else os << ",\n" << indent << std::string(d + 1, ' ');
+        continue;
+      }
+      self(self, d + 1, base + i * strides[d]);
+      if (i + 1 < n) {
+        if (d + 1 == sizes.size()) os << ", ";
+        else os << "," << std::string(sizes.size() - d - 1, '\n') << indent << std::string(d + 1, ' ');
+      }
+    }
+    os << "]";
+  };
+  if (sizes.empty()) print(print, 0, 0);
+  else if (numel() == 0) os << "[]";
+  else print(print, 0, 0);
+  bool default_dtype = dtype() == DType::Float32 || dtype() == DType::Int64 || dtype() == DType::Bool;
+  if (numel() == 0 && sizes.size() > 1) os << ", size=" << shape_str(sizes);
+  if (!default_dtype) os << ", dtype=torch." << dtype_name(dtype());
+  if (requires_grad()) {
+    if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << "Backward>";
+    else os << ", requires_grad=True";
+  }
+  os << ")";
+  return os.str();
+}
+
+}  // namespace dg

@@ -1,0 +1,57 @@
+// Storage: a refcounted buffer shared by every view of it. It carries what all views share: the version
+// counter (bumped on the host at enqueue by in-place ops, docs/autograd.md), the sequence number of the
+// last Task that writes it (sync points wait for it, docs/stream.md), and the poison mark of a failed
+// producer (docs/async-errors.md).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "dygrad/core/device.h"
+#include "dygrad/core/ref.h"
+#include "dygrad/runtime/allocator.h"
+
+namespace dg {
+
+class Storage : public RefCounted {
+ public:
+  // A buffer from the caching allocator, tagged with the thread's current memory category.
+  static Ref<Storage> allocate(size_t nbytes, Device device = Device::cpu());
+  // Memory owned elsewhere (a NumPy array): never returned to the cache; `release(context)` runs when the
+  // last view is gone.
+  static Ref<Storage> wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context);
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  bool is_external() const { return external_release_ != nullptr; }
+  MemoryCategory category() const { return category_; }
+  void set_category(MemoryCategory c);
+
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Stream bookkeeping, written on the host at enqueue.
+  uint64_t last_write_seq() const { return last_write_seq_.load(std::memory_order_acquire); }
+  void set_last_write_seq(uint64_t s) { last_write_seq_.store(s, std::memory_order_release); }
+  // 0 when valid; otherwise the sequence number of the failed Task whose error invalidated this buffer.
+  uint64_t poisoned_by() const { return poisoned_by_.load(std::memory_order_acquire); }
+  void poison(uint64_t failed_seq) { poisoned_by_.store(failed_seq, std::memory_order_release); }
+
+  ~Storage() override;
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  CachingAllocator::Block block_;
+  void (*external_release_)(void*) = nullptr;
+  void* external_context_ = nullptr;
+  Device device_;
+  MemoryCategory category_ = MemoryCategory::Activation;
+  std::atomic<uint32_t> version_{0};
+  std::atomic<uint64_t> last_write_seq_{0};
+  std::atomic<uint64_t> poisoned_by_{0};
+};
+
+}  // namespace dg

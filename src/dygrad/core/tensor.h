@@ -1,0 +1,106 @@
+// Tensor: a handle to a TensorImpl, which is view metadata (sizes, strides, offset, dtype) over a shared
+// Storage, plus autograd metadata. Views share the storage and never copy. See docs/tensor.md.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "dygrad/core/device.h"
+#include "dygrad/core/dtype.h"
+#include "dygrad/core/ref.h"
+#include "dygrad/core/small_vector.h"
+#include "dygrad/core/storage.h"
+
+namespace dg {
+
+struct AutogradMeta;  // autograd/node.h
+class Node;
+class Tensor;
+
+class TensorImpl : public RefCounted {
+ public:
+  TensorImpl(Ref<Storage> storage, Dims sizes, Dims strides, int64_t offset, DType dtype);
+  ~TensorImpl() override;
+
+  Ref<Storage> storage;
+  Dims sizes;
+  Dims strides;           // in elements; 0 for broadcast dims
+  int64_t offset = 0;     // in elements
+  int64_t numel = 0;
+  DType dtype = DType::Float32;
+  bool is_view = false;   // shares its storage with the tensor it was made from
+  std::unique_ptr<AutogradMeta> autograd;  // null until autograd needs it
+  void* python_object = nullptr;           // borrowed back-pointer owned by the Python binding
+};
+
+using TensorHook = std::function<Tensor(const Tensor&)>;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A new contiguous tensor; its contents are undefined until an op writes them.
+  static Tensor empty(IntSpan shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  // A view of `base`'s storage with the given metadata (no copy; bounds checked by the caller).
+  static Tensor make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset);
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const Ref<TensorImpl>& impl_ref() const { return impl_; }
+  bool same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  IntSpan shape() const { return impl_->sizes; }
+  IntSpan strides() const { return impl_->strides; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
+  int64_t numel() const { return impl_->numel; }
+  int64_t size(int64_t d) const;    // negative d counts from the end
+  int64_t stride(int64_t d) const;
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->storage->device(); }
+  size_t itemsize() const { return dg::itemsize(impl_->dtype); }
+  int64_t storage_offset() const { return impl_->offset; }
+  Storage& storage() const { return *impl_->storage; }
+  bool is_contiguous() const;
+  bool is_view() const { return impl_->is_view; }
+  bool shares_storage(const Tensor& o) const { return impl_->storage.get() == o.impl_->storage.get(); }
+  uint32_t version() const { return impl_->storage->version(); }
+
+  // Raw data pointers for kernels (no synchronisation: only Tasks on the stream may use them).
+  void* raw_data() const {
+    return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(itemsize());
+  }
+  template <typename T> T* data() const { return static_cast<T*>(raw_data()); }
+
+  // Host access: waits for the Task that last writes this tensor's storage (a sync point: a deferred
+  // kernel error is raised here) and checks that the data is valid.
+  void wait_readable() const;
+  template <typename T> T item() const;        // one-element tensors; converts to T
+  Scalar item_scalar() const;
+  template <typename T> std::vector<T> to_vector() const;  // row-major copy, converted to T
+
+  // Autograd.
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool value);  // leaves only, floating dtypes only
+  bool is_leaf() const;
+  Tensor grad() const;
+  void set_grad(const Tensor& g);
+  Ref<Node> grad_fn() const;
+  void retain_grad();
+  void register_hook(TensorHook hook);
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+
+  std::string str() const;  // torch-like text: tensor([[1., 2.], ...], dtype=...)
+
+ private:
+  Ref<TensorImpl> impl_;
+};
+
+// Contiguous strides for a shape, in elements.
+Dims contiguous_strides(IntSpan shape);
+int64_t shape_numel(IntSpan shape);
+// Wraps a possibly negative dim into [0, ndim); raises IndexError naming `op` if out of range.
+int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim);
+
+}  // namespace dg

@@ -1,0 +1,42 @@
+// Task construction and enqueue.
+#include "dygrad/ops/dispatch.h"
+
+namespace dg {
+
+uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
+  Task task;
+  task.op = &op;
+  for (const Tensor& t : inputs) task.inputs.push_back(t);
+  for (const Tensor& t : outputs) task.outputs.push_back(t);
+  task.attrs = attrs;
+  task.site = current_call_site();
+  uint64_t seq = Stream::cpu().enqueue(std::move(task));
+  for (const Tensor& t : outputs)
+    if (t.defined() && t.storage().is_external()) finish_write_if_external(t, seq);
+  return seq;
+}
+
+uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
+                 const Attrs& attrs) {
+  return enqueue(op, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                 std::span<const Tensor>(outputs.begin(), outputs.size()), attrs);
+}
+
+void check_defined(const char* op, const Tensor& t, const char* argument) {
+  DG_CHECK(t.defined(), Value, "[", op, "] argument '", argument, "' is an undefined tensor");
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  DG_CHECK(a.device() == b.device(), Runtime, "[", op, "] expected all tensors to be on the same device, but found ",
+           a.device().str(), " and ", b.device().str());
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  DG_CHECK(is_floating(t.dtype()), Type, "[", op, "] expected a floating point tensor, got ", dtype_name(t.dtype()));
+}
+
+void finish_write_if_external(const Tensor& dst, uint64_t seq) {
+  if (dst.storage().is_external()) Stream::cpu().wait_for(seq);
+}
+
+}  // namespace dg

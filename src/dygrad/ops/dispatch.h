@@ -1,0 +1,31 @@
+// Helpers every op implementation uses: build a Task, enqueue it, and the common validation.
+#pragma once
+#include <initializer_list>
+
+#include "dygrad/autograd/node.h"
+#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/error.h"
+#include "dygrad/runtime/stream.h"
+
+namespace dg {
+
+// Enqueues `op` on the stream of the inputs' device. Outputs must already be allocated.
+uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
+                 const Attrs& attrs = Attrs());
+uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                 const Attrs& attrs = Attrs());
+
+// Raises unless every tensor is defined and on the same device.
+void check_defined(const char* op, const Tensor& t, const char* argument = "input");
+void check_same_device(const char* op, const Tensor& a, const Tensor& b);
+// Raises unless `dtype` is floating ("[op] expected a floating point tensor, got int64").
+void check_floating(const char* op, const Tensor& t);
+
+// Shape equality for spans.
+inline bool same_shape(IntSpan a, IntSpan b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+
+// For in-place ops and writes into existing tensors: the write happens after everything enqueued so far,
+// and when the destination aliases memory owned elsewhere (NumPy), it has finished when the call returns.
+void finish_write_if_external(const Tensor& dst, uint64_t seq);
+
+}  // namespace dg

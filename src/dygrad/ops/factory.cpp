@@ -1,0 +1,48 @@
+// Constant factories. (Random factories and arange live in ops/random.cpp.)
+#include "dygrad/ops/factory.h"
+
+#include <cstring>
+
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+
+namespace dg {
+
+namespace {
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+Tensor empty(IntSpan shape, TensorOptions options) { return finish(Tensor::empty(shape, options.dtype), options); }
+
+Tensor full(IntSpan shape, Scalar value, TensorOptions options) {
+  Tensor t = Tensor::empty(shape, options.dtype);
+  fill_(t, value);
+  return finish(t, options);
+}
+Tensor zeros(IntSpan shape, TensorOptions options) { return full(shape, 0, options); }
+Tensor ones(IntSpan shape, TensorOptions options) { return full(shape, 1, options); }
+Tensor empty_like(const Tensor& a) { return Tensor::empty(a.shape(), a.dtype()); }
+Tensor zeros_like(const Tensor& a) { return full(a.shape(), 0, {a.dtype()}); }
+Tensor ones_like(const Tensor& a) { return full(a.shape(), 1, {a.dtype()}); }
+Tensor full_like(const Tensor& a, Scalar value) { return full(a.shape(), value, {a.dtype()}); }
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype) {
+  DG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), Value, "[from_vector] ", values.size(),
+           " values do not fill shape ", shape);
+  Tensor staging = Tensor::empty(shape, dtype_of<T>::value);
+  // A fresh buffer no Task has touched: the host writes it directly.
+  if (!values.empty()) std::memcpy(staging.raw_data(), values.data(), values.size() * sizeof(T));
+  return dtype == staging.dtype() ? staging : to(staging, dtype);
+}
+template Tensor from_vector<float>(const std::vector<float>&, IntSpan, DType);
+template Tensor from_vector<double>(const std::vector<double>&, IntSpan, DType);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, IntSpan, DType);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, IntSpan, DType);
+template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, IntSpan, DType);
+template Tensor from_vector<uint16_t>(const std::vector<uint16_t>&, IntSpan, DType);
+
+}  // namespace dg

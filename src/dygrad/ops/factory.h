@@ -1,0 +1,35 @@
+// Factories: new tensors filled on the stream (zeros, ones, full, arange, random).
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+struct TensorOptions {
+  DType dtype = DType::Float32;
+  bool requires_grad = false;
+};
+
+Tensor empty(IntSpan shape, TensorOptions options = {});
+Tensor full(IntSpan shape, Scalar value, TensorOptions options = {});
+Tensor zeros(IntSpan shape, TensorOptions options = {});
+Tensor ones(IntSpan shape, TensorOptions options = {});
+Tensor empty_like(const Tensor& a);
+Tensor zeros_like(const Tensor& a);
+Tensor ones_like(const Tensor& a);
+Tensor full_like(const Tensor& a, Scalar value);
+// A tensor holding `values` (row-major) with the given shape; the copy happens on the host, now.
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype = dtype_of<T>::value);
+
+// [start, end) in steps; the dtype is int64 when all three are integers, else float32 (torch.arange).
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt);
+Tensor arange(Scalar end);
+// Uniform [0, 1) and standard normal, from the counter-based generator (runtime/context.h).
+Tensor rand(IntSpan shape, TensorOptions options = {});
+Tensor randn(IntSpan shape, TensorOptions options = {});
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64);
+
+}  // namespace dg

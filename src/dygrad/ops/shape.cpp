@@ -1,0 +1,200 @@
+// View ops: metadata only (no Task is enqueued), each with a backward that maps the gradient back.
+#include "dygrad/ops/shape.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+
+namespace dg {
+
+namespace {
+// Records `out` as a view of `a` with the given backward, when a requires grad.
+void record_view(const char* name, BackwardFn backward, const Tensor& a, const Tensor& out, const Attrs& attrs = Attrs()) {
+  if (!needs_grad_any({a})) return;
+  Ref<Node> node = make_ref<Node>(std::string(name), backward, 1);
+  node->attrs = attrs;
+  Tensor inputs[1] = {a}, outputs[1] = {out};
+  record_node(node, inputs, outputs);
+}
+
+// torch's computeStride: strides for viewing (old_shape, old_strides) as new_shape, if possible.
+std::optional<Dims> view_strides(IntSpan old_shape, IntSpan old_strides, IntSpan new_shape) {
+  Dims new_strides(new_shape.size(), 0);
+  if (old_shape.empty()) return Dims(new_shape.size(), 1);
+  if (shape_numel(old_shape) == 0) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+void reshape_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = reshape(g[0], n.input_meta[0].shape);
+}
+void expand_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = sum_to(g[0], n.input_meta[0].shape);
+}
+void permute_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Dims inverse(n.attrs.ints.size(), 0);
+  for (size_t i = 0; i < n.attrs.ints.size(); ++i) inverse[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
+  gi[0] = permute(g[0], inverse);
+}
+}  // namespace
+
+Dims infer_shape(const char* op, IntSpan shape, int64_t numel) {
+  Dims out(shape);
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      DG_CHECK(infer_at < 0, Runtime, "[", op, "] only one dimension can be inferred");
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      DG_CHECK(out[i] >= 0, Runtime, "[", op, "] invalid shape dimension ", out[i]);
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    DG_CHECK(known != 0 && numel % known == 0, Runtime, "[", op, "] shape '", shape_str(shape),
+             "' is invalid for input of size ", numel);
+    out[static_cast<size_t>(infer_at)] = numel / known;
+  } else {
+    DG_CHECK(known == numel, Runtime, "[", op, "] shape '", shape_str(shape), "' is invalid for input of size ", numel);
+  }
+  return out;
+}
+
+Tensor detach(const Tensor& a) {
+  check_defined("detach", a);
+  auto impl = make_ref<TensorImpl>(a.impl()->storage, a.impl()->sizes, a.impl()->strides, a.storage_offset(), a.dtype());
+  impl->is_view = a.is_view();
+  return Tensor(std::move(impl));
+}
+
+Tensor as_strided(const Tensor& a, IntSpan sizes, IntSpan strides, int64_t storage_offset) {
+  check_defined("as_strided", a);
+  DG_CHECK(sizes.size() == strides.size(), Value, "[as_strided] sizes ", sizes, " and strides ", strides,
+           " must have the same length");
+  int64_t max_index = storage_offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    DG_CHECK(sizes[i] >= 0 && strides[i] >= 0, Value, "[as_strided] negative size or stride in ", sizes, " / ", strides);
+    if (sizes[i] == 0) { max_index = -1; break; }
+    max_index += (sizes[i] - 1) * strides[i];
+  }
+  DG_CHECK(storage_offset >= 0 && (max_index < 0 || static_cast<size_t>(max_index + 1) * a.itemsize() <= a.storage().nbytes()),
+           Value, "[as_strided] sizes ", sizes, " strides ", strides, " offset ", storage_offset,
+           " reach outside the storage of ", a.storage().nbytes() / a.itemsize(), " elements");
+  Tensor out = Tensor::make_view(a, Dims(sizes), Dims(strides), storage_offset);
+  DG_CHECK(!needs_grad_any({a}), NotImplemented, "[as_strided] is for internal use and has no backward");
+  return out;
+}
+
+Tensor view(const Tensor& a, IntSpan shape) {
+  check_defined("view", a);
+  Dims target = infer_shape("view", shape, a.numel());
+  auto strides = view_strides(a.shape(), a.strides(), target);
+  DG_CHECK(strides.has_value(), Runtime, "[view] size is not compatible with input tensor's size and stride (at least "
+           "one dimension spans across two contiguous subspaces): input shape ", a.shape(), " strides ", a.strides(),
+           ", view shape ", IntSpan(target), ". Use .reshape(...) instead");
+  Tensor out = Tensor::make_view(a, std::move(target), std::move(*strides), a.storage_offset());
+  record_view("view", reshape_backward, a, out);
+  return out;
+}
+
+Tensor reshape(const Tensor& a, IntSpan shape) {
+  check_defined("reshape", a);
+  Dims target = infer_shape("reshape", shape, a.numel());
+  if (auto strides = view_strides(a.shape(), a.strides(), target)) {
+    Tensor out = Tensor::make_view(a, std::move(target), std::move(*strides), a.storage_offset());
+    record_view("reshape", reshape_backward, a, out);
+    return out;
+  }
+  return view(clone(a), target);
+}
+
+Tensor expand(const Tensor& a, IntSpan shape) {
+  check_defined("expand", a);
+  DG_CHECK(shape.size() >= static_cast<size_t>(a.dim()), Runtime, "[expand] the number of sizes provided (",
+           shape.size(), ") must be greater or equal to the number of dimensions in the tensor (", a.dim(), ")");
+  const size_t nd = shape.size(), lead = nd - static_cast<size_t>(a.dim());
+  Dims sizes(nd, 0), strides(nd, 0);
+  for (size_t i = 0; i < nd; ++i) {
+    if (i < lead) {
+      DG_CHECK(shape[i] >= 0, Runtime, "[expand] the expanded size ", shape[i], " is not allowed in a leading, "
+               "non-existing dimension ", static_cast<int64_t>(i));
+      sizes[i] = shape[i];
+      strides[i] = 0;
+      continue;
+    }
+    int64_t have = a.shape()[i - lead];
+    int64_t want = shape[i] == -1 ? have : shape[i];
+    DG_CHECK(have == want || have == 1, Runtime, "[expand] the expanded size of the tensor (", want,
+             ") must match the existing size (", have, ") at non-singleton dimension ", static_cast<int64_t>(i),
+             ". Target sizes: ", shape, ". Tensor sizes: ", a.shape());
+    sizes[i] = want;
+    strides[i] = have == want ? a.strides()[i - lead] : 0;
+  }
+  if (same_shape(sizes, a.shape())) return a;
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset());
+  record_view("expand", expand_backward, a, out);
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& a, IntSpan shape) { return expand(a, shape); }
+
+Tensor permute(const Tensor& a, IntSpan dims) {
+  check_defined("permute", a);
+  DG_CHECK(static_cast<int64_t>(dims.size()) == a.dim(), Runtime, "[permute] number of dims don't match: input has ",
+           a.dim(), " dims, permutation ", dims);
+  Dims sizes(dims.size(), 0), strides(dims.size(), 0), wrapped(dims.size(), 0);
+  SmallVector<bool, 8> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim("permute", dims[i], a.dim());
+    DG_CHECK(!seen[static_cast<size_t>(d)], Runtime, "[permute] repeated dim ", d, " in permutation ", dims);
+    seen[static_cast<size_t>(d)] = true;
+    wrapped[i] = d;
+    sizes[i] = a.shape()[d];
+    strides[i] = a.strides()[d];
+  }
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset());
+  Attrs attrs;
+  attrs.ints = wrapped;
+  record_view("permute", permute_backward, a, out, attrs);
+  return out;
+}
+
+Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
+  check_defined("transpose", a);
+  if (a.dim() == 0) return a;
+  Dims perm(static_cast<size_t>(a.dim()), 0);
+  for (int64_t i = 0; i < a.dim(); ++i) perm[static_cast<size_t>(i)] = i;
+  std::swap(perm[static_cast<size_t>(wrap_dim("transpose", dim0, a.dim()))],
+            perm[static_cast<size_t>(wrap_dim("transpose", dim1, a.dim()))]);
+  return permute(a, perm);
+}
+
+Tensor t(const Tensor& a) {
+  check_defined("t", a);
+  DG_CHECK(a.dim() <= 2, Runtime, "[t] expects a tensor with <= 2 dimensions, but self is ", a.dim(), "D");
+  return a.dim() < 2 ? a : transpose(a, 0, 1);
+}
+
+}  // namespace dg

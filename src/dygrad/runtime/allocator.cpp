@@ -1,0 +1,135 @@
+// Caching allocator implementation (see allocator.h and docs/memory.md).
+#include "dygrad/runtime/allocator.h"
+
+#include <bit>
+#include <cstdlib>
+
+#include "dygrad/runtime/error.h"
+
+namespace dg {
+
+const char* memory_category_name(MemoryCategory c) {
+  static constexpr const char* names[kNumMemoryCategories] = {"activation", "parameter", "gradient",
+                                                              "optimizer_state", "temporary", "other"};
+  return names[static_cast<int>(c)];
+}
+
+namespace {
+thread_local MemoryCategory tls_category = MemoryCategory::Activation;
+}
+MemoryCategory current_memory_category() { return tls_category; }
+MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
+MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
+
+CachingAllocator& CachingAllocator::cpu() {
+  // Never destroyed: tensors held in static objects may be freed after main returns.
+  static CachingAllocator* instance = new CachingAllocator();
+  return *instance;
+}
+
+CachingAllocator::~CachingAllocator() { release_cached_locked(); }
+
+// Bins: 64 bytes at least, then four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k): at most 25%
+// of a block is padding.
+size_t CachingAllocator::bin_size(size_t nbytes) {
+  if (nbytes <= kAlignment) return kAlignment;
+  size_t top = std::bit_floor(nbytes);
+  size_t quarter = top / 4;
+  return (nbytes + quarter - 1) / quarter * quarter;
+}
+
+int CachingAllocator::bin_index(size_t bin_bytes) {
+  int k = std::bit_width(bin_bytes) - 1;  // floor(log2)
+  size_t quarter = (size_t{1} << k) / 4;
+  int sub = quarter ? static_cast<int>((bin_bytes - (size_t{1} << k)) / quarter) : 0;
+  return k * 4 + sub;
+}
+
+CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category) {
+  Block block;
+  if (nbytes == 0) return block;
+  DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
+  block.bin_bytes = bin_size(nbytes);
+  int idx = bin_index(block.bin_bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& list = free_lists_[idx];
+    if (!list.empty()) {
+      block.ptr = list.back();
+      list.pop_back();
+      ++stats_.cache_hits;
+    }
+  }
+  bool fresh = !block.ptr;
+  if (fresh) {
+    block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
+    if (!block.ptr) {  // give the cache back and try once more
+      empty_cache();
+      block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
+    }
+    if (!block.ptr) fail(ErrorKind::Runtime, "[alloc] out of memory: could not allocate ", nbytes, " bytes");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (fresh) {
+    stats_.reserved += static_cast<int64_t>(block.bin_bytes);
+    if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+  }
+  ++stats_.num_allocs;
+  stats_.allocated += static_cast<int64_t>(nbytes);
+  auto c = static_cast<int>(category);
+  stats_.allocated_by_category[c] += static_cast<int64_t>(nbytes);
+  if (stats_.allocated_by_category[c] > stats_.peak_by_category[c])
+    stats_.peak_by_category[c] = stats_.allocated_by_category[c];
+  if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
+  return block;
+}
+
+void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category) {
+  if (!block.ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_lists_[bin_index(block.bin_bytes)].push_back(block.ptr);
+  ++stats_.num_frees;
+  stats_.allocated -= static_cast<int64_t>(nbytes);
+  stats_.allocated_by_category[static_cast<int>(category)] -= static_cast<int64_t>(nbytes);
+}
+
+void CachingAllocator::retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
+  if (from == to || nbytes == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.allocated_by_category[static_cast<int>(from)] -= static_cast<int64_t>(nbytes);
+  auto t = static_cast<int>(to);
+  stats_.allocated_by_category[t] += static_cast<int64_t>(nbytes);
+  if (stats_.allocated_by_category[t] > stats_.peak_by_category[t])
+    stats_.peak_by_category[t] = stats_.allocated_by_category[t];
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+  stats_.peak_by_category = stats_.allocated_by_category;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_locked();
+}
+
+void CachingAllocator::release_cached_locked() {
+  for (size_t idx = 0; idx < free_lists_.size(); ++idx) {
+    size_t k = idx / 4, sub = idx % 4;
+    size_t bytes = (size_t{1} << k) + sub * ((size_t{1} << k) / 4);
+    for (void* p : free_lists_[idx]) {
+      std::free(p);
+      stats_.reserved -= static_cast<int64_t>(bytes);
+    }
+    free_lists_[idx].clear();
+  }
+}
+
+}  // namespace dg

@@ -1,0 +1,73 @@
+// The CPU caching allocator: 64-byte aligned blocks in size bins (four per power of two), cached on free
+// and handed to any later Task of the same stream (in-order execution makes reuse safe). Statistics are
+// exact: `allocated` is the sum of the requested bytes of live blocks. See docs/memory.md.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace dg {
+
+// What a block holds, for the memory breakdown. The current category is a thread-local set by scopes
+// (MemoryCategoryScope); op outputs default to Activation.
+enum class MemoryCategory : uint8_t { Activation, Parameter, Gradient, OptimizerState, Temporary, Other };
+inline constexpr int kNumMemoryCategories = 6;
+const char* memory_category_name(MemoryCategory c);
+
+MemoryCategory current_memory_category();
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(MemoryCategory c);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  MemoryCategory saved_;
+};
+
+struct MemoryStats {
+  int64_t allocated = 0;       // requested bytes of live blocks
+  int64_t reserved = 0;        // bytes held from the system: live blocks plus the cache, in bin sizes
+  int64_t peak_allocated = 0;  // since the last reset_peak()
+  int64_t peak_reserved = 0;
+  int64_t num_allocs = 0;      // allocate() calls since start
+  int64_t num_frees = 0;
+  int64_t cache_hits = 0;
+  std::array<int64_t, kNumMemoryCategories> allocated_by_category{};
+  std::array<int64_t, kNumMemoryCategories> peak_by_category{};
+};
+
+class CachingAllocator {
+ public:
+  static CachingAllocator& cpu();
+
+  struct Block {
+    void* ptr = nullptr;
+    size_t bin_bytes = 0;  // the size class actually reserved
+  };
+  Block allocate(size_t nbytes, MemoryCategory category);
+  void free(Block block, size_t nbytes, MemoryCategory category);
+  // Moves live bytes between categories (a tensor becomes a parameter, a gradient...).
+  void retag(size_t nbytes, MemoryCategory from, MemoryCategory to);
+
+  MemoryStats stats() const;
+  void reset_peak();
+  void empty_cache();  // returns every cached block to the system
+  static size_t bin_size(size_t nbytes);
+  static constexpr size_t kAlignment = 64;
+
+ private:
+  CachingAllocator() = default;
+  ~CachingAllocator();
+  static int bin_index(size_t bin_bytes);
+  void release_cached_locked();
+
+  mutable std::mutex mutex_;
+  std::vector<std::vector<void*>> free_lists_ = std::vector<std::vector<void*>>(256);
+  MemoryStats stats_;
+};
+
+}  // namespace dg

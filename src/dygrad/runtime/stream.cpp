@@ -1,0 +1,196 @@
+// Stream implementation: a bounded single-consumer ring of Tasks. Producers take a mutex (uncontended on
+// the hot path), publish with a release store, and wake the worker only when it sleeps. See docs/stream.md.
+#include "dygrad/runtime/stream.h"
+
+#include <chrono>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "dygrad/runtime/context.h"
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg {
+
+namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+// The worker spins this long for the next Task before sleeping: the host enqueues small ops faster than
+// a futex wake-up (several microseconds) would allow.
+constexpr auto kWorkerSpin = std::chrono::microseconds(100);
+constexpr size_t kKeptFailures = 64;
+
+std::string format_site(const CallSite& site) {
+  if (!site.file) return "";
+  std::string s = " (issued at ";
+  s += site.file;
+  s += ":" + std::to_string(site.line);
+  if (site.function) {
+    s += " in ";
+    s += site.function;
+  }
+  return s + ")";
+}
+}  // namespace
+
+Stream& Stream::cpu() {
+  static Stream* stream = new Stream();  // never destroyed: Tensors in static objects outlive main
+  return *stream;
+}
+
+Stream::Stream() : slots_(kCapacity) {
+  ThreadPool::instance();  // the pool exists before the worker uses it
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+Stream::~Stream() {
+  stopping_.store(true, std::memory_order_seq_cst);
+  work_signal_.fetch_add(1, std::memory_order_seq_cst);
+  work_signal_.notify_all();
+  worker_.join();
+}
+
+uint64_t Stream::enqueue(Task&& task) {
+  if (synchronize_enabled()) {
+    // Debug mode: earlier async work first, then this Task inline, its error raised right here.
+    synchronize();
+    std::lock_guard<std::mutex> lock(producer_mutex_);
+    uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
+    task.seq = seq;
+    for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+    published_.store(seq, std::memory_order_release);
+    if (StreamObserver* obs = observer()) obs->on_enqueue(task);
+    run_task(task);
+    completed_.store(seq, std::memory_order_release);
+    if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
+    return seq;
+  }
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  uint64_t index = published_.load(std::memory_order_relaxed);
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  uint64_t seq = index + 1;
+  task.seq = seq;
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  slots_[index % kCapacity] = std::move(task);
+  if (StreamObserver* obs = observer()) obs->on_enqueue(slots_[index % kCapacity]);
+  published_.store(seq, std::memory_order_seq_cst);
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    work_signal_.fetch_add(1, std::memory_order_seq_cst);
+    work_signal_.notify_one();
+  }
+  return seq;
+}
+
+void Stream::worker_loop() {
+  for (;;) {
+    uint64_t done = completed_.load(std::memory_order_relaxed);
+    if (published_.load(std::memory_order_acquire) == done) {
+      auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+      int polls = 0;
+      while (published_.load(std::memory_order_acquire) == done) {
+        if (stopping_.load(std::memory_order_acquire)) return;
+        cpu_relax();
+        if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+          uint32_t signal = work_signal_.load(std::memory_order_seq_cst);
+          worker_sleeping_.store(true, std::memory_order_seq_cst);
+          if (published_.load(std::memory_order_seq_cst) == done && !stopping_.load()) work_signal_.wait(signal);
+          worker_sleeping_.store(false, std::memory_order_seq_cst);
+          spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+        }
+      }
+    }
+    Task& task = slots_[done % kCapacity];
+    run_task(task);
+    task = Task();  // drop the operands' references now, on the worker
+    completed_.store(done + 1, std::memory_order_seq_cst);
+    if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {
+      done_signal_.fetch_add(1, std::memory_order_seq_cst);
+      done_signal_.notify_all();
+    }
+  }
+}
+
+void Stream::run_task(Task& task) {
+  // A Task that reads a poisoned buffer does not run: its outputs inherit the poison.
+  for (const Tensor& in : task.inputs) {
+    if (uint64_t bad = in.storage().poisoned_by()) {
+      for (Tensor& out : task.outputs) out.storage().poison(bad);
+      return;
+    }
+  }
+  StreamObserver* obs = observer();
+  if (obs) obs->on_task_begin(task);
+  bool failed = false;
+  try {
+    if (!task.op->cpu) fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no kernel for the cpu backend");
+    task.op->cpu(task);
+  } catch (const Error& e) {
+    failed = true;
+    record_failure(task, e.kind(), e.message());
+  } catch (const std::exception& e) {
+    failed = true;
+    record_failure(task, ErrorKind::Runtime, std::string("[") + task.op->name + "] " + e.what());
+  }
+  if (obs) obs->on_task_end(task, failed);
+}
+
+void Stream::record_failure(Task& task, ErrorKind kind, const std::string& message) {
+  for (Tensor& out : task.outputs) out.storage().poison(task.seq);
+  Failure f{task.seq, kind, message + format_site(task.site)};
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (failures_.size() >= kKeptFailures) failures_.erase(failures_.begin());
+  failures_.push_back(f);
+  if (!has_pending_error_.load(std::memory_order_relaxed)) {
+    pending_error_ = f;
+    has_pending_error_.store(true, std::memory_order_release);
+  }
+}
+
+std::string Stream::failure_message(uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  for (const Failure& f : failures_)
+    if (f.seq == seq) return f.message;
+  return "an earlier op failed (task " + std::to_string(seq) + ")";
+}
+
+void Stream::raise_deferred_error() {
+  Failure f;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (!has_pending_error_.load(std::memory_order_relaxed)) return;
+    f = pending_error_;
+    has_pending_error_.store(false, std::memory_order_release);
+  }
+  throw Error(f.kind, f.message);
+}
+
+void Stream::wait_until_completed(uint64_t seq) {
+  // The host never spins: it sleeps on done_signal_ until the worker reaches the smallest target any
+  // waiter asked for. Waiters that remain after an earlier one leaves get extra wake-ups, never a lost one.
+  {
+    std::lock_guard<std::mutex> lock(waiter_mutex_);
+    ++waiting_hosts_;
+    if (seq < wait_target_.load(std::memory_order_relaxed)) wait_target_.store(seq, std::memory_order_seq_cst);
+  }
+  for (;;) {
+    uint32_t signal = done_signal_.load(std::memory_order_seq_cst);
+    if (completed_.load(std::memory_order_seq_cst) >= seq) break;
+    done_signal_.wait(signal, std::memory_order_seq_cst);
+  }
+  std::lock_guard<std::mutex> lock(waiter_mutex_);
+  if (--waiting_hosts_ == 0) wait_target_.store(UINT64_MAX, std::memory_order_seq_cst);
+}
+
+void Stream::wait_for(uint64_t seq) {
+  if (seq > 0 && completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
+  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
+}
+
+void Stream::synchronize() { wait_for(published_.load(std::memory_order_acquire)); }
+
+}  // namespace dg

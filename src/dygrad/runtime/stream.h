@@ -1,0 +1,80 @@
+// The CPU stream: Tasks run in enqueue order on one worker thread, which is thread 0 of the intra-op pool.
+// The host gets its outputs at once; sync points wait for producers. A kernel error is kept, poisons the
+// failed Task's outputs, and is raised once at the next sync point. See docs/stream.md and
+// docs/async-errors.md.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/error.h"
+
+namespace dg {
+
+// Hooks the profiler installs (null when off: one branch per Task).
+struct StreamObserver {
+  virtual ~StreamObserver() = default;
+  virtual void on_enqueue(const Task& task) = 0;            // host thread, after the Task is published
+  virtual void on_task_begin(const Task& task) = 0;         // the thread running the kernel
+  virtual void on_task_end(const Task& task, bool failed) = 0;
+};
+
+class Stream {
+ public:
+  static Stream& cpu();
+  static constexpr size_t kCapacity = 1024;  // queued Tasks; enqueue blocks (sleeps) when full
+
+  // Runs the Task (synchronize mode: inline, errors thrown here; async: queued). Returns its sequence number.
+  uint64_t enqueue(Task&& task);
+  // Waits until every Task enqueued so far has run; raises a deferred error.
+  void synchronize();
+  // Waits until Task `seq` has run; raises a deferred error.
+  void wait_for(uint64_t seq);
+  uint64_t enqueued() const { return published_.load(std::memory_order_acquire); }
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  // The message of the Task whose failure poisoned a buffer (for errors raised when reading it).
+  std::string failure_message(uint64_t seq) const;
+  void set_observer(StreamObserver* observer) { observer_.store(observer, std::memory_order_release); }
+  StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
+
+  ~Stream();
+
+ private:
+  Stream();
+  void worker_loop();
+  void run_task(Task& task);
+  void record_failure(Task& task, ErrorKind kind, const std::string& message);
+  void raise_deferred_error();
+  void wait_until_completed(uint64_t seq);
+
+  std::vector<Task> slots_;
+  std::mutex producer_mutex_;
+  alignas(64) std::atomic<uint64_t> published_{0};  // Tasks enqueued
+  alignas(64) std::atomic<uint64_t> completed_{0};  // Tasks run
+  alignas(64) std::atomic<uint32_t> work_signal_{0};   // bumped on enqueue when the worker sleeps
+  std::atomic<bool> worker_sleeping_{false};
+  alignas(64) std::atomic<uint32_t> done_signal_{0};   // bumped by the worker when a waiter's target is met
+  std::atomic<uint64_t> wait_target_{UINT64_MAX};      // smallest completion count a host thread waits for
+  std::mutex waiter_mutex_;
+  int waiting_hosts_ = 0;  // guarded by waiter_mutex_
+  std::atomic<bool> stopping_{false};
+  std::atomic<StreamObserver*> observer_{nullptr};
+
+  struct Failure {
+    uint64_t seq;
+    ErrorKind kind;
+    std::string message;  // "[op] what went wrong (issued at file:line)"
+  };
+  mutable std::mutex failure_mutex_;
+  std::vector<Failure> failures_;          // recent failures, for poisoned-buffer messages
+  std::atomic<bool> has_pending_error_{false};
+  Failure pending_error_{};                // the first failure not yet raised
+  std::thread worker_;
+};
+
+}  // namespace dg
