@@ -55,6 +55,38 @@ Stream::~Stream() {
   worker_.join();
 }
 
+void Stream::reclaim_completed_locked() {
+  const uint64_t done = completed_.load(std::memory_order_acquire);
+  for (; reclaimed_ < done; ++reclaimed_) {
+    Task& task = slots_[reclaimed_ % kCapacity];
+    task.inputs.clear();
+    task.outputs.clear();
+    task.attrs.ints.clear();
+    task.op = nullptr;
+  }
+}
+
+uint64_t Stream::acquire_slot_locked() {
+  const uint64_t index = published_.load(std::memory_order_relaxed);
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  reclaim_completed_locked();
+  return index;
+}
+
+uint64_t Stream::publish_locked(uint64_t index) {
+  Task& task = slots_[index % kCapacity];
+  const uint64_t seq = index + 1;
+  task.seq = seq;
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  if (StreamObserver* obs = observer()) obs->on_enqueue(task);
+  published_.store(seq, std::memory_order_seq_cst);
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    work_signal_.fetch_add(1, std::memory_order_seq_cst);
+    work_signal_.notify_one();
+  }
+  return seq;
+}
+
 uint64_t Stream::enqueue(Task&& task) {
   if (synchronize_enabled()) {
     // Debug mode: earlier async work first, then this Task inline, its error raised right here.
@@ -67,23 +99,36 @@ uint64_t Stream::enqueue(Task&& task) {
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
     completed_.store(seq, std::memory_order_release);
+    reclaimed_ = seq;
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
-  uint64_t index = published_.load(std::memory_order_relaxed);
-  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
-  uint64_t seq = index + 1;
-  task.seq = seq;
-  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  const uint64_t index = acquire_slot_locked();
   slots_[index % kCapacity] = std::move(task);
-  if (StreamObserver* obs = observer()) obs->on_enqueue(slots_[index % kCapacity]);
-  published_.store(seq, std::memory_order_seq_cst);
-  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
-    work_signal_.fetch_add(1, std::memory_order_seq_cst);
-    work_signal_.notify_one();
+  return publish_locked(index);
+}
+
+uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                        const Attrs& attrs, const CallSite& site) {
+  if (synchronize_enabled()) {
+    Task task;
+    task.op = &op;
+    for (const Tensor& t : inputs) task.inputs.push_back(t);
+    for (const Tensor& t : outputs) task.outputs.push_back(t);
+    task.attrs = attrs;
+    task.site = site;
+    return enqueue(std::move(task));
   }
-  return seq;
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  const uint64_t index = acquire_slot_locked();
+  Task& task = slots_[index % kCapacity];
+  task.op = &op;
+  for (const Tensor& t : inputs) task.inputs.push_back(t);
+  for (const Tensor& t : outputs) task.outputs.push_back(t);
+  task.attrs = attrs;
+  task.site = site;
+  return publish_locked(index);
 }
 
 void Stream::worker_loop() {
@@ -104,9 +149,7 @@ void Stream::worker_loop() {
         }
       }
     }
-    Task& task = slots_[done % kCapacity];
-    run_task(task);
-    task = Task();  // drop the operands' references now, on the worker
+    run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {
       done_signal_.fetch_add(1, std::memory_order_seq_cst);
@@ -188,6 +231,10 @@ void Stream::wait_until_completed(uint64_t seq) {
 
 void Stream::wait_for(uint64_t seq) {
   if (seq > 0 && completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
+  {
+    std::lock_guard<std::mutex> lock(producer_mutex_);
+    reclaim_completed_locked();
+  }
   if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
 }
 
