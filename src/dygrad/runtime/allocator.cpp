@@ -30,12 +30,14 @@ CachingAllocator& CachingAllocator::cpu() {
 CachingAllocator::~CachingAllocator() { release_cached_locked(); }
 
 // Bins: 64 bytes at least, then four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k): at most 25%
-// of a block is padding.
+// of a block is padding. Every bin is a multiple of the alignment, as aligned_alloc requires (below 256
+// bytes that merges some classes: 64, 128, 192, 256).
 size_t CachingAllocator::bin_size(size_t nbytes) {
   if (nbytes <= kAlignment) return kAlignment;
   size_t top = std::bit_floor(nbytes);
   size_t quarter = top / 4;
-  return (nbytes + quarter - 1) / quarter * quarter;
+  size_t bin = (nbytes + quarter - 1) / quarter * quarter;
+  return (bin + kAlignment - 1) / kAlignment * kAlignment;
 }
 
 int CachingAllocator::bin_index(size_t bin_bytes) {
