@@ -28,8 +28,8 @@ void bernoulli_kernel(Task& task); // attrs.scalars[0] = p: 1 with probability p
 // attrs.scalars[0] = start, attrs.scalars[1] = step; out[N] = start + i * step (no inputs)
 void arange_kernel(Task& task);
 
-// Counters a random Task with `numel` elements of `dtype` consumes (randint with a range above 2^32
-// counts as a 64-bit type).
+// Counters a random Task with `numel` elements consumes: 4 elements per counter, or 2 when `wide`
+// (float64 outputs, randint ranges above 2^32).
 uint64_t random_counters(int64_t numel, bool wide);
 
 }  // namespace dg::cpu
