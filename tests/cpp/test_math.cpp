@@ -407,8 +407,35 @@ TEST(Math, Errors) {
   expect_error([&] { maximum(f, random_tensor({4}, DType::Float32)); }, ErrorKind::Value, "[maximum]");
   expect_error([&] { pow(f, random_tensor({2, 2}, DType::Float32)); }, ErrorKind::Value, "[pow]");
   expect_error([&] { dg::exp(Tensor()); }, ErrorKind::Value, "[exp]");
-  // gelu has no double backward: asking for one names the op.
-  Tensor x = random_tensor({3}, DType::Float64, 51);
-  x.set_requires_grad(true);
-  expect_error([&] { sum(gelu(x)).backward(Tensor(), false, true); }, ErrorKind::Runtime, "[gelu_backward]");
+}
+
+// Double backward: the first derivative, computed with create_graph, is itself checked by finite differences.
+TEST(Math, SecondOrderGradients) {
+  using Op = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<const char*, Op>> ops = {
+      {"gelu", [](const Tensor& x) { return gelu(x); }},
+      {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }},
+      {"silu", [](const Tensor& x) { return silu(x); }},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"tanh", [](const Tensor& x) { return dg::tanh(x); }},
+      {"exp", [](const Tensor& x) { return dg::exp(x); }},
+      {"log", [](const Tensor& x) { return dg::log(add(dg::abs(x), 0.5)); }},
+      {"pow", [](const Tensor& x) { return pow(add(dg::abs(x), 0.5), 2.5); }},
+      {"sqrt", [](const Tensor& x) { return dg::sqrt(add(dg::abs(x), 0.5)); }},
+      {"rsqrt", [](const Tensor& x) { return rsqrt(add(dg::abs(x), 0.5)); }},
+      {"rpow", [](const Tensor& x) { return pow(1.7, x); }},
+      {"pow_tensor", [](const Tensor& x) { return pow(add(dg::abs(x), 0.5), mul(x, 0.3)); }},
+      {"exp_", [](const Tensor& x) { Tensor t = mul(x, 0.5); return exp_(t); }},
+      {"relu_chain", [](const Tensor& x) { return relu(mul(x, x)); }},
+  };
+  Tensor w = random_tensor({7}, DType::Float64, 60);
+  for (const auto& [name, op] : ops) {
+    auto first_derivative = [&](const std::vector<Tensor>& v) {
+      EnableGradGuard enable;  // gradcheck evaluates under no_grad; the inner grad needs a graph
+      Tensor y = sum(mul(op(v[0]), w));
+      const Tensor outputs[1] = {y}, inputs[1] = {v[0]};
+      return grad(outputs, inputs, {}, true, true)[0];
+    };
+    gradcheck(first_derivative, {random_tensor({7}, DType::Float64, 61, -3, 3)}, 1e-6, 1e-6, 1e-5, name);
+  }
 }

@@ -18,11 +18,33 @@ namespace {
 using Grads = std::span<const Tensor>;
 using GradInputs = std::span<Tensor>;
 
-void exp_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], n.saved(0)); }  // y
-void log_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.saved(0)); }  // x
-void sqrt_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], mul(n.saved(0), 2)); }  // y
-void rsqrt_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx x^(-1/2) = -y^3 / 2
+// The saved output y, made differentiable again when backward itself records a graph (create_graph).
+// y is saved detached (saving it with its own grad_fn would be a reference cycle), so for a double
+// backward it is re-attached to a twin of this node: the same op, input edges and saved tensors, which
+// is y = op(x) again without recomputing it. `saved` lists the node's saved tensors in order.
+Tensor differentiable_output(const Node& n, std::initializer_list<Tensor> saved, const Tensor& y) {
+  bool any_input = false;
+  for (size_t i = 0; i < n.next.size(); ++i) any_input = any_input || n.needs_grad(i);
+  if (!grad_enabled() || !any_input) return y;
+  Ref<Node> twin = make_ref<Node>(n.op(), 1);
+  twin->next = n.next;
+  twin->input_meta = n.input_meta;
+  twin->attrs = n.attrs;
+  for (const Tensor& t : saved) twin->save(t);
+  Tensor attached = detach(y);
+  rebase_history(attached, twin);
+  return attached;
+}
+Tensor saved_output(const Node& n) {  // unary ops that save only y
   Tensor y = n.saved(0);
+  return differentiable_output(n, {y}, y);
+}
+
+void exp_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], saved_output(n)); }  // y
+void log_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.saved(0)); }        // x
+void sqrt_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], mul(saved_output(n), 2)); }  // y
+void rsqrt_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx x^(-1/2) = -y^3 / 2
+  Tensor y = saved_output(n);
   gi[0] = mul(g[0], mul(mul(y, mul(y, y)), -0.5));
 }
 void abs_backward(Node& n, Grads g, GradInputs gi) {  // x: g * sign(x), 0 at 0
@@ -33,11 +55,11 @@ void abs_backward(Node& n, Grads g, GradInputs gi) {  // x: g * sign(x), 0 at 0
 void sin_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], cos(n.saved(0))); }       // x
 void cos_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], neg(sin(n.saved(0)))); }  // x
 void tanh_backward(Node& n, Grads g, GradInputs gi) {  // y: 1 - y^2
-  Tensor y = n.saved(0);
+  Tensor y = saved_output(n);
   gi[0] = mul(g[0], rsub(mul(y, y), 1));
 }
 void sigmoid_backward(Node& n, Grads g, GradInputs gi) {  // y: y (1 - y)
-  Tensor y = n.saved(0);
+  Tensor y = saved_output(n);
   gi[0] = mul(g[0], mul(y, rsub(y, 1)));
 }
 void silu_backward(Node& n, Grads g, GradInputs gi) {  // x: s (1 + x (1 - s)), s = sigmoid(x)
@@ -45,7 +67,8 @@ void silu_backward(Node& n, Grads g, GradInputs gi) {  // x: s (1 + x (1 - s)), 
   Tensor s = sigmoid(x);
   gi[0] = mul(g[0], mul(s, add(mul(x, rsub(s, 1)), 1)));
 }
-void relu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = where(gt(n.saved(0), 0), g[0], 0); }  // y
+// y: the mask is piecewise constant, so y needs no history even for a double backward.
+void relu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = where(gt(n.saved(0), 0), g[0], 0); }
 Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approximate);
 void gelu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = gelu_derivative_times(g[0], n.saved(0), n.attrs.i[0]); }
 
@@ -58,7 +81,7 @@ void pow_backward(Node& n, Grads g, GradInputs gi) {  // saved: base, exponent, 
   }
   if (n.needs_grad(1)) {
     // d/db a^b = a^b log(a); 0 where a == 0 and b >= 0 (the limit torch takes).
-    Tensor d = mul(n.saved(2), log(base));
+    Tensor d = mul(differentiable_output(n, {base, exponent, n.saved(2)}, n.saved(2)), log(base));
     d = where(logical_and(eq(base, 0), ge(exponent, 0)), 0, d);
     gi[1] = sum_to(mul(g[0], d), n.input_meta[1].shape);
   }
@@ -73,8 +96,9 @@ void pow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x; attrs.scalars
 }
 void rpow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x, y; attrs.scalars[0] = base s: y log(s)
   const double s = n.attrs.scalars[0].to_double();
-  Tensor d = mul(n.saved(1), std::log(s));
-  if (s == 0.0) d = where(ge(n.saved(0), 0), 0, d);
+  Tensor x = n.saved(0), y = n.saved(1);
+  Tensor d = mul(differentiable_output(n, {x, y}, y), std::log(s));
+  if (s == 0.0) d = where(ge(x, 0), 0, d);
   gi[0] = mul(g[0], d);
 }
 // maximum: the gradient goes to the larger operand, split evenly on ties (torch).
@@ -129,9 +153,34 @@ DG_UNARY_OP(rpow_scalar, transcendental_cost);
 DG_UNARY_OP(maximum, elementwise_cost);
 DG_UNARY_OP(minimum, elementwise_cost);
 #undef DG_UNARY_OP
-// inputs (grad, x): grad * gelu'(x). Not differentiable itself (no double backward through gelu).
-const OpDef op_gelu_backward("gelu_backward", FusionClass::Elementwise, cpu::gelu_backward_kernel, nullptr,
-                             transcendental_cost);
+namespace {
+// gelu_backward(g, x) = g * gelu'(x) is linear in g; in x its derivative is g * gelu''(x), composed from ops:
+//   "none": gelu''(x) = phi(x) (2 - x^2)
+//   "tanh": with s = sigmoid(2u), u = k (x + c x^3), u' = k (1 + 3 c x^2), u'' = 6 k c x:
+//           gelu''(x) = s (1 - s) (4 u' + 2 x u'' + 4 x u'^2 (1 - 2 s))
+Tensor gelu_second_derivative(const Tensor& x, int64_t approximate) {
+  if (approximate == 0) {
+    Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
+    return mul(pdf, rsub(mul(x, x), 2));
+  }
+  const double k = 0.79788456080286535588, c = 0.044715;
+  Tensor x2 = mul(x, x);
+  Tensor du = mul(add(mul(x2, 3 * c), 1), k);
+  Tensor ddu = mul(x, 6 * k * c);
+  Tensor s = sigmoid(mul(mul(add(mul(mul(x2, x), c), x), k), 2));
+  Tensor ds = mul(s, rsub(s, 1));
+  Tensor bracket = add(add(mul(du, 4), mul(mul(x, ddu), 2)), mul(mul(mul(x, mul(du, du)), 4), rsub(mul(s, 2), 1)));
+  return mul(ds, bracket);
+}
+void gelu_backward_backward(Node& n, Grads g, GradInputs gi) {  // inputs (grad, x); saved: grad, x
+  Tensor grad = n.saved(0), x = n.saved(1);
+  if (n.needs_grad(0)) gi[0] = gelu_derivative_times(g[0], x, n.attrs.i[0]);
+  if (n.needs_grad(1)) gi[1] = mul(mul(g[0], grad), gelu_second_derivative(x, n.attrs.i[0]));
+}
+}  // namespace
+// inputs (grad, x), attrs.i[0] as gelu: grad * gelu'(x).
+const OpDef op_gelu_backward("gelu_backward", FusionClass::Elementwise, cpu::gelu_backward_kernel,
+                             gelu_backward_backward, transcendental_cost);
 
 namespace {
 enum class Save { Input, Output };
@@ -187,11 +236,14 @@ Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approxima
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Attrs attrs;
   attrs.i[0] = approximate;
-  enqueue(op_gelu_backward, {to(g, x.dtype()), x}, {out}, attrs);
-  if (needs_grad_any({g, x})) {
-    // Recording raises "[gelu_backward] is not differentiable": a double backward through gelu.
-    Tensor inputs[2] = {g, x}, outputs[1] = {out};
-    record_node(&op_gelu_backward, inputs, outputs);
+  Tensor grad = to(g, x.dtype());
+  enqueue(op_gelu_backward, {grad, x}, {out}, attrs);
+  if (needs_grad_any({grad, x})) {
+    Tensor inputs[2] = {grad, x}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_gelu_backward, inputs, outputs);
+    node->attrs = attrs;
+    node->save(grad);
+    node->save(x);
   }
   return out;
 }
