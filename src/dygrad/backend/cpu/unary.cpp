@@ -10,6 +10,9 @@
 #include "dygrad/backend/cpu/elementwise_kernels.h"
 #include "dygrad/backend/cpu/vec_math.h"
 
+// Kernel lambdas carry the whole per-element computation; forcing them inline keeps the loops vectorisable.
+#define DG_VEC_INLINE_LAMBDA __attribute__((always_inline))
+
 namespace dg::cpu {
 
 namespace {
@@ -98,23 +101,23 @@ V power(V base, V exponent) {
 }
 }  // namespace
 
-void exp_kernel(Task& task) { floating_unary(task, [](auto x) { return vm::exp(x); }); }
-void log_kernel(Task& task) { floating_unary(task, [](auto x) { return vm::log(x); }); }
-void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) { return std::sqrt(x); }); }
-void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) { return decltype(x)(1) / std::sqrt(x); }); }
-void sin_kernel(Task& task) { floating_unary(task, [](auto x) { return std::sin(x); }); }
-void cos_kernel(Task& task) { floating_unary(task, [](auto x) { return std::cos(x); }); }
-void tanh_kernel(Task& task) { floating_unary(task, [](auto x) { return vm::tanh(x); }); }
-void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) { return vm::sigmoid(x); }); }
-void silu_kernel(Task& task) { floating_unary(task, [](auto x) { return vm::silu(x); }); }
+void exp_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::exp(x); }); }
+void log_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::log(x); }); }
+void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sqrt(x); }); }
+void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
+void sin_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sin(x); }); }
+void cos_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::cos(x); }); }
+void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::tanh(x); }); }
+void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::sigmoid(x); }); }
+void silu_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::silu(x); }); }
 
 void gelu_kernel(Task& task) {
-  if (task.attrs.i[0] == 0) floating_unary(task, [](auto x) { return vm::gelu_erf(x); });
-  else floating_unary(task, [](auto x) { return vm::gelu_tanh(x); });
+  if (task.attrs.i[0] == 0) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_erf(x); });
+  else floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_tanh(x); });
 }
 
 void abs_kernel(Task& task) {
-  numeric_unary(task, []<typename V>(V x) -> V {
+  numeric_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return std::fabs(x);
     else if constexpr (std::is_unsigned_v<V>) return x;
     else return x < 0 ? static_cast<V>(-x) : x;
@@ -123,7 +126,7 @@ void abs_kernel(Task& task) {
 
 // max(x, 0) with nan kept (torch.relu(nan) is nan).
 void relu_kernel(Task& task) {
-  numeric_unary(task, []<typename V>(V x) -> V {
+  numeric_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_unsigned_v<V>) return x;
     else return x < V(0) ? V(0) : x;
   });
@@ -133,9 +136,9 @@ void relu_kernel(Task& task) {
 // d/dx [x s] = s + 2 x s (1 - s) k (1 + 3 c x^2) (approximate="tanh").
 void gelu_backward_kernel(Task& task) {
   if (task.attrs.i[0] == 0) {
-    floating_binary(task, []<typename V>(V g, V x) -> V { return g * (vm::normal_cdf(x) + x * vm::normal_pdf(x)); });
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return g * (vm::normal_cdf(x) + x * vm::normal_pdf(x)); });
   } else {
-    floating_binary(task, []<typename V>(V g, V x) -> V {
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
       const V k = V(vm::kGeluTanhScale), c = V(vm::kGeluTanhCubic);
       const V u = k * (x + c * x * x * x);
       const V s = V(1) / (V(1) + vm::exp(V(-2) * u));
@@ -187,13 +190,13 @@ void rpow_scalar_kernel(Task& task) {
 
 // nan in either operand gives nan (torch.maximum), unlike std::max.
 void maximum_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V a, V b) -> V {
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
     else return a > b ? a : b;
   });
 }
 void minimum_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V a, V b) -> V {
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
     else return a < b ? a : b;
   });

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <limits>
 
+// Forced inline: the loops that call these only vectorise when the whole body is visible in them.
+#define DG_VEC_INLINE inline __attribute__((always_inline))
+
 namespace dg::cpu::vm {
 
 namespace detail {
@@ -20,13 +23,13 @@ inline constexpr float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
 inline constexpr float kRoundMagic = 12582912.0f;            // 1.5 * 2^23: (v + magic) - magic rounds v
 
 // 2^n for integral n in [-126, 127], built from the exponent bits.
-inline float pow2i(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
+DG_VEC_INLINE float pow2i(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
 
 // Round to the nearest integer (|v| < 2^22), exactly as rint does, in vectorisable arithmetic.
-inline float round_nearest(float v) { return (v + kRoundMagic) - kRoundMagic; }
+DG_VEC_INLINE float round_nearest(float v) { return (v + kRoundMagic) - kRoundMagic; }
 
 // exp(r) - 1 for |r| <= ln2/2: Taylor series to r^8 (truncation error below 2^-30 relative).
-inline float expm1_reduced(float r) {
+DG_VEC_INLINE float expm1_reduced(float r) {
   float p = 2.48015873e-5f;          // 1/8!
   p = std::fma(p, r, 1.98412698e-4f);  // 1/7!
   p = std::fma(p, r, 1.38888889e-3f);  // 1/6!
@@ -40,7 +43,7 @@ inline float expm1_reduced(float r) {
 
 // exp(x): n = round(x / ln2), r = x - n*ln2, exp(x) = 2^n * (1 + expm1(r)). 2^n is applied in two halves
 // so that subnormal results and overflow to inf round once, like libm.
-inline float exp(float x) {
+DG_VEC_INLINE float exp(float x) {
   using namespace detail;
   float clamped = x > 89.0f ? 89.0f : x;
   clamped = clamped < -104.0f ? -104.0f : clamped;  // nan passes both tests unchanged and is fixed below
@@ -53,10 +56,10 @@ inline float exp(float x) {
   const float result = (p * pow2i(half)) * pow2i(ni - half);
   return x != x ? x : result;
 }
-inline double exp(double x) { return std::exp(x); }
+DG_VEC_INLINE double exp(double x) { return std::exp(x); }
 
 // exp(x) - 1 for x <= 0 (tanh's building block): 2^n * expm1(r) + (2^n - 1), exact for n == 0.
-inline float expm1_nonpositive(float x) {
+DG_VEC_INLINE float expm1_nonpositive(float x) {
   using namespace detail;
   const float clamped = x < -20.0f ? -20.0f : x;  // expm1(-20) rounds to -1
   const float n = round_nearest(clamped * kLog2e);
@@ -67,7 +70,7 @@ inline float expm1_nonpositive(float x) {
 }
 
 // log(x): x = 2^e * m, f = m - 1, s = f / (2 + f), log(m) = 2*atanh(s) = f - s*(f - R(s^2)).
-inline float log(float x) {
+DG_VEC_INLINE float log(float x) {
   using namespace detail;
   const bool subnormal = x < std::numeric_limits<float>::min();
   const float scaled = subnormal ? x * 8388608.0f : x;  // * 2^23 makes subnormals normal
@@ -93,29 +96,29 @@ inline float log(float x) {
   result = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : result;
   return x != x ? x : result;
 }
-inline double log(double x) { return std::log(x); }
+DG_VEC_INLINE double log(double x) { return std::log(x); }
 
 // tanh(x) = sign(x) * -u / (2 + u) with u = expm1(-2|x|): no cancellation near 0, no overflow for large |x|.
-inline float tanh(float x) {
+DG_VEC_INLINE float tanh(float x) {
   const float u = expm1_nonpositive(-2.0f * std::fabs(x));
   const float result = std::copysign(-u / (2.0f + u), x);
   return x != x ? x : result;
 }
-inline double tanh(double x) { return std::tanh(x); }
+DG_VEC_INLINE double tanh(double x) { return std::tanh(x); }
 
 // sigmoid(x) = 1 / (1 + exp(-x)); exp(-x) = inf for x << 0 gives exactly 0.
-inline float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+DG_VEC_INLINE float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
+DG_VEC_INLINE double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // silu(x) = x * sigmoid(x) = x / (1 + exp(-x)).
-inline float silu(float x) { return x / (1.0f + exp(-x)); }
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
+DG_VEC_INLINE float silu(float x) { return x / (1.0f + exp(-x)); }
+DG_VEC_INLINE double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
 // The standard normal CDF, Phi(x) = erfc(-x / sqrt2) / 2. With a = |x| / sqrt2:
 //   a < 0.75:  erf(a) = a * P(a^2)            (P fitted for relative error 1.5e-9)
 //   a >= 0.75: erfc(a) = exp(-a^2) * Q(1/(1+a)) (Q fitted to erfcx on [0.75, 10], 1.8e-9)
 // a^2 = x^2/2 is carried with its rounding error (fma) so exp(-a^2) keeps full relative accuracy in the tail.
-inline float normal_cdf(float x) {
+DG_VEC_INLINE float normal_cdf(float x) {
   const float x2 = x * x;
   const float x2_error = std::fma(x, x, -x2);
   const float a = std::fabs(x) * 0.707106781f;
@@ -146,22 +149,22 @@ inline float normal_cdf(float x) {
   result = a > 20.0f ? (x > 0.0f ? 1.0f : 0.0f) : result;  // also keeps inf away from fma(inf, inf, -inf)
   return x != x ? x : result;
 }
-inline double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
+DG_VEC_INLINE double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
 
 // The standard normal density phi(x) = exp(-x^2/2) / sqrt(2 pi).
-inline float normal_pdf(float x) { return 0.398942280f * exp(-0.5f * x * x); }
-inline double normal_pdf(double x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
+DG_VEC_INLINE float normal_pdf(float x) { return 0.398942280f * exp(-0.5f * x * x); }
+DG_VEC_INLINE double normal_pdf(double x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
 
 // gelu(x) = x * Phi(x) (approximate="none").
 template <typename C>
-inline C gelu_erf(C x) { return x * normal_cdf(x); }
+DG_VEC_INLINE C gelu_erf(C x) { return x * normal_cdf(x); }
 
 // gelu(x) ~ x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3) (approximate="tanh"), evaluated as
 // x * sigmoid(2u), which avoids the cancellation in 1 + tanh(u) for negative x.
 inline constexpr double kGeluTanhScale = 0.79788456080286535588;  // sqrt(2/pi)
 inline constexpr double kGeluTanhCubic = 0.044715;
 template <typename C>
-inline C gelu_tanh(C x) {
+DG_VEC_INLINE C gelu_tanh(C x) {
   const C u = C(kGeluTanhScale) * (x + C(kGeluTanhCubic) * x * x * x);
   return x / (C(1) + exp(C(-2) * u));
 }
