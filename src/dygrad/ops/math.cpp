@@ -13,6 +13,8 @@
 
 namespace dg {
 
+extern const OpDef op_sigmoid_backward, op_tanh_backward, op_silu_backward, op_relu_backward;  // defined below
+
 // --- backward formulas (g = grad_outputs[0]; saved(0) is the input x or the output y, as noted) ---------
 namespace {
 using Grads = std::span<const Tensor>;
@@ -54,21 +56,31 @@ void abs_backward(Node& n, Grads g, GradInputs gi) {  // x: g * sign(x), 0 at 0
 }
 void sin_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], cos(n.saved(0))); }       // x
 void cos_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], neg(sin(n.saved(0)))); }  // x
+// Without a graph to record (the usual backward), one fused kernel; under create_graph, the composition
+// of differentiable ops.
+Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v);
+
 void tanh_backward(Node& n, Grads g, GradInputs gi) {  // y: 1 - y^2
+  if (!grad_enabled()) return void(gi[0] = fused_backward(op_tanh_backward, g[0], n.saved(0)));
   Tensor y = saved_output(n);
   gi[0] = mul(g[0], rsub(mul(y, y), 1));
 }
 void sigmoid_backward(Node& n, Grads g, GradInputs gi) {  // y: y (1 - y)
+  if (!grad_enabled()) return void(gi[0] = fused_backward(op_sigmoid_backward, g[0], n.saved(0)));
   Tensor y = saved_output(n);
   gi[0] = mul(g[0], mul(y, rsub(y, 1)));
 }
 void silu_backward(Node& n, Grads g, GradInputs gi) {  // x: s (1 + x (1 - s)), s = sigmoid(x)
   Tensor x = n.saved(0);
+  if (!grad_enabled()) return void(gi[0] = fused_backward(op_silu_backward, g[0], x));
   Tensor s = sigmoid(x);
   gi[0] = mul(g[0], mul(s, add(mul(x, rsub(s, 1)), 1)));
 }
 // y: the mask is piecewise constant, so y needs no history even for a double backward.
-void relu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = where(gt(n.saved(0), 0), g[0], 0); }
+void relu_backward(Node& n, Grads g, GradInputs gi) {
+  if (!grad_enabled()) return void(gi[0] = fused_backward(op_relu_backward, g[0], n.saved(0)));
+  gi[0] = where(gt(n.saved(0), 0), g[0], 0);
+}
 Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approximate);
 void gelu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = gelu_derivative_times(g[0], n.saved(0), n.attrs.i[0]); }
 
@@ -153,6 +165,12 @@ DG_UNARY_OP(rpow_scalar, transcendental_cost);
 DG_UNARY_OP(maximum, elementwise_cost);
 DG_UNARY_OP(minimum, elementwise_cost);
 #undef DG_UNARY_OP
+// Fused backward kernels: inputs (grad, y or x). Only run without grad mode, so they need no backward.
+const OpDef op_sigmoid_backward("sigmoid_backward", FusionClass::Elementwise, cpu::sigmoid_backward_kernel, nullptr, elementwise_cost);
+const OpDef op_tanh_backward("tanh_backward", FusionClass::Elementwise, cpu::tanh_backward_kernel, nullptr, elementwise_cost);
+const OpDef op_silu_backward("silu_backward", FusionClass::Elementwise, cpu::silu_backward_kernel, nullptr, transcendental_cost);
+const OpDef op_relu_backward("relu_backward", FusionClass::Elementwise, cpu::relu_backward_kernel, nullptr, elementwise_cost);
+
 namespace {
 // gelu_backward(g, x) = g * gelu'(x) is linear in g; in x its derivative is g * gelu''(x), composed from ops:
 //   "none": gelu''(x) = phi(x) (2 - x^2)
@@ -230,6 +248,12 @@ Tensor& unary_inplace(const OpDef& op, const char* name, Tensor& a) {
     rebase_history(a, node);
   }
   return a;
+}
+
+Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v) {
+  Tensor out = Tensor::empty(v.shape(), v.dtype());
+  enqueue(op, {to(g, v.dtype()), v}, {out});
+  return out;
 }
 
 Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approximate) {

@@ -147,6 +147,22 @@ void gelu_backward_kernel(Task& task) {
   }
 }
 
+void sigmoid_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (y * (V(1) - y)); });
+}
+void tanh_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (V(1) - y * y); });
+}
+void silu_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
+    const V s = vm::sigmoid(x);
+    return g * (s * (V(1) + x * (V(1) - s)));
+  });
+}
+void relu_backward_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return y > V(0) ? g : V(0); });
+}
+
 void pow_kernel(Task& task) {
   same_type_binary(task, []<typename V>(V base, V exponent) { return power(base, exponent); });
 }

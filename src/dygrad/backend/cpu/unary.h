@@ -20,6 +20,11 @@ void relu_kernel(Task& task);
 void gelu_kernel(Task& task);
 // inputs (grad, x), attrs.i[0] as gelu: out = grad * gelu'(x)
 void gelu_backward_kernel(Task& task);
+// Fused first-order backward kernels (used when backward records no graph): inputs (grad, v)
+void sigmoid_backward_kernel(Task& task);  // v = y = sigmoid(x): grad * y (1 - y)
+void tanh_backward_kernel(Task& task);     // v = y = tanh(x): grad * (1 - y^2)
+void silu_backward_kernel(Task& task);     // v = x: grad * s (1 + x (1 - s)), s = sigmoid(x)
+void relu_backward_kernel(Task& task);     // v = y = relu(x): y > 0 ? grad : 0
 // inputs (base, exponent): out = base ^ exponent
 void pow_kernel(Task& task);
 // input (base), attrs.scalars[0] = exponent (integral dtypes: a non-negative integer)
