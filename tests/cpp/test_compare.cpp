@@ -311,6 +311,9 @@ TEST(Compare, Errors) {
   expect_error([&] { clamp(m, 0, 1); }, ErrorKind::Type, "[clamp]");
   expect_error([&] { clamp_(i, 0.5, std::nullopt); }, ErrorKind::Type, "[clamp_]");
   expect_error([&] { clamp_(small, random_tensor({2, 3}, DType::Float32), Tensor()); }, ErrorKind::Value, "[clamp_]");
+  Tensor expanded = expand(random_tensor({3}, DType::Float32), Shape{2, 3});
+  expect_error([&] { clamp_(expanded, 0.0, 1.0); }, ErrorKind::Runtime, "[clamp_]");
+  expect_error([&] { masked_fill_(expanded, m, 0.0); }, ErrorKind::Runtime, "[masked_fill_]");
   Tensor leaf = random_tensor({3}, DType::Float64);
   leaf.set_requires_grad(true);
   expect_error([&] { clamp_(leaf, 0.0, 1.0); }, ErrorKind::Runtime, "[clamp_]");

@@ -160,6 +160,9 @@ TEST(Math, IntegerInputsPromote) {
   Tensor a = dg::abs(i);
   EXPECT_EQ(a.dtype(), DType::Int64);
   EXPECT_EQ(a.to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 3}));
+  // The most negative integer wraps to itself, as in torch.
+  EXPECT_EQ(dg::abs(from_vector<int64_t>({std::numeric_limits<int64_t>::min()}, Shape{1})).item<int64_t>(),
+            std::numeric_limits<int64_t>::min());
   Tensor r = relu(from_vector<int32_t>({-5, 7}, Shape{2}));
   EXPECT_EQ(r.dtype(), DType::Int32);
   EXPECT_EQ(r.to_vector<int64_t>(), (std::vector<int64_t>{0, 7}));
@@ -397,6 +400,18 @@ TEST(Math, InPlaceExpAndRelu) {
             1e-6, 1e-6, 1e-5, "relu_");
 }
 
+namespace {
+void expect_error_kind(const std::function<void()>& f, ErrorKind kind, const std::string& op) {
+  try {
+    f();
+    FAIL() << "expected an error from " << op;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
 TEST(Math, InPlaceErrors) {
   Tensor leaf = random_tensor({3}, DType::Float64, 40);
   leaf.set_requires_grad(true);
@@ -409,6 +424,10 @@ TEST(Math, InPlaceErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::Type);
     EXPECT_NE(std::string(e.what()).find("[exp_]"), std::string::npos) << e.what();
   }
+  // An expanded tensor (stride 0) cannot be written in place.
+  Tensor expanded = expand(random_tensor({1, 3}, DType::Float32, 42), Shape{4, 3});
+  expect_error_kind([&] { relu_(expanded); }, ErrorKind::Runtime, "[relu_]");
+  expect_error_kind([&] { exp_(expanded); }, ErrorKind::Runtime, "[exp_]");
   // A tensor saved for backward and then modified in place: backward raises.
   Tensor x = random_tensor({3}, DType::Float64, 41);
   x.set_requires_grad(true);

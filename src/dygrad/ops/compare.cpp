@@ -188,6 +188,7 @@ namespace {
 template <typename Save>
 Tensor& inplace(const OpDef& op, const char* name, Tensor& a, std::span<const Tensor> others, const Attrs& attrs,
                 Save save) {
+  detail::check_no_internal_overlap(name, a);
   check_inplace(name, a);
   SmallVector<Tensor, 4> inputs;
   inputs.push_back(a);

@@ -233,6 +233,7 @@ Tensor numeric_unary(const OpDef& op, const Tensor& a, Save save) {
 // In place: a = op(a) in a's dtype; the node saves the result (exp_, relu_ both differentiate through y).
 Tensor& unary_inplace(const OpDef& op, const char* name, Tensor& a) {
   check_defined(name, a, "self");
+  detail::check_no_internal_overlap(name, a);
   check_inplace(name, a);
   bool record = needs_grad_any({a});
   Ref<Node> node;
@@ -272,6 +273,13 @@ Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approxima
   return out;
 }
 }  // namespace
+
+void detail::check_no_internal_overlap(const char* op, const Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    DG_CHECK(t.shape()[d] <= 1 || t.strides()[d] != 0, Runtime, "[", op, "] unsupported operation: more than one "
+             "element of the written-to tensor (shape ", t.shape(), ", strides ", t.strides(), ") refers to a single "
+             "memory location; clone() the tensor first");
+}
 
 Tensor exp(const Tensor& a) { return floating_unary(op_exp, a, Save::Output); }
 Tensor log(const Tensor& a) { return floating_unary(op_log, a, Save::Input); }

@@ -74,4 +74,10 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max);
 Tensor& exp_(Tensor& a);
 Tensor& relu_(Tensor& a);
 
+namespace detail {
+// In-place writes need every element of `t` at its own address: raises for expanded (stride 0) tensors,
+// as torch does ("more than one element of the written-to tensor refers to a single memory location").
+void check_no_internal_overlap(const char* op, const Tensor& t);
+}  // namespace detail
+
 }  // namespace dg

@@ -120,7 +120,10 @@ void abs_kernel(Task& task) {
   numeric_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return std::fabs(x);
     else if constexpr (std::is_unsigned_v<V>) return x;
-    else return x < 0 ? static_cast<V>(-x) : x;
+    else {  // negation in unsigned arithmetic: the most negative value wraps to itself, as in torch
+      using U = std::make_unsigned_t<V>;
+      return x < 0 ? static_cast<V>(U(0) - static_cast<U>(x)) : x;
+    }
   });
 }
 
