@@ -89,6 +89,19 @@ TEST(Math, UnaryMatchesReferenceOnAllLayouts) {
   }
 }
 
+// float16 computes in float32 and rounds once; inputs in [-4, 4] keep every result in float16's range.
+TEST(Math, Float16MatchesReference) {
+  for (const UnaryCase& c : unary_cases()) {
+    const double lo = std::max(c.lo, -4.0), hi = std::min(c.hi, 4.0);
+    Tensor x = random_tensor({5, 13}, DType::Float16, 90, lo, hi);
+    const std::vector<double> expected = map_values(x.to_vector<double>(), c.reference);
+    Tensor y = c.op(x);
+    EXPECT_EQ(y.dtype(), DType::Float16);
+    expect_close(y, expected, 2e-3, 1e-4, std::string(c.name) + " float16");
+    expect_close(c.op(non_contiguous(x)), expected, 2e-3, 1e-4, std::string(c.name) + " float16 strided");
+  }
+}
+
 // Large contiguous float32 sweeps: the vectorised paths (and the threaded split) over the whole range.
 TEST(Math, VectorisedFloat32SweepsWithinTolerance) {
   struct Sweep {
