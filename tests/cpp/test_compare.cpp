@@ -278,10 +278,13 @@ TEST(Compare, Gradients) {
   const std::vector<std::tuple<const char*, Fn, std::vector<Tensor>>> cases = {
       {"where", [&](auto& v) { return where(cond, v[0], v[1]); }, {r({2, 3}, 1), r({3}, 2)}},
       {"where_scalar", [&](auto& v) { return where(cond, v[0], 0.5); }, {r({1, 3}, 3)}},
+      {"where_scalar_first", [&](auto& v) { return where(cond, -2, v[0]); }, {r({2, 1}, 17)}},
       {"masked_fill", [&](auto& v) { return masked_fill(v[0], mask, 4.0); }, {r({2, 3}, 4)}},
       {"clamp", [](auto& v) { return clamp(v[0], -0.5, 0.5); }, {r({3, 4}, 5)}},
       {"clamp_min", [](auto& v) { return clamp(v[0], -0.2, std::nullopt); }, {r({3, 4}, 6)}},
       {"clamp_tensor", [](auto& v) { return clamp(v[0], v[1], v[2]); }, {r({3, 4}, 7), r({4}, 8, -1, 0), r({3, 1}, 9, 0, 1)}},
+      {"clamp_tensor_max", [](auto& v) { return clamp(v[0], Tensor(), v[1]); }, {r({3, 4}, 18), r({3, 1}, 19)}},
+      {"clamp_tensor_min", [](auto& v) { return clamp(v[0], v[1], Tensor()); }, {r({3, 4}, 20), r({4}, 21)}},
       {"clamp_tensor_crossed", [](auto& v) { return clamp(v[0], v[1], v[2]); }, {r({6}, 10), r({6}, 11, 0.2, 0.6), r({6}, 12, -0.6, 0.1)}},
       {"clamp_", [](auto& v) { Tensor t = mul(v[0], 1.0); return clamp_(t, -0.3, 0.4); }, {r({5}, 13)}},
       {"clamp_tensor_", [](auto& v) { Tensor t = mul(v[0], 1.0); return clamp_(t, v[1], Tensor()); }, {r({2, 3}, 14), r({3}, 15)}},

@@ -1,12 +1,9 @@
 // Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_) and clamp(_):
 // validation, type promotion, Task creation and the backward formulas (written with dygrad ops).
-#include <limits>
-
 #include "dygrad/backend/cpu/compare.h"
 #include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
-#include "dygrad/ops/factory.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/shape.h"
 
@@ -22,6 +19,11 @@ void where_backward(Node& n, Grads g, GradInputs gi) {  // inputs (cond, a, b); 
   if (n.needs_grad(1)) gi[1] = sum_to(where(cond, g[0], 0), n.input_meta[1].shape);
   if (n.needs_grad(2)) gi[2] = sum_to(where(cond, 0, g[0]), n.input_meta[2].shape);
 }
+void where_scalar_backward(Node& n, Grads g, GradInputs gi) {  // inputs (cond, a); saved: cond
+  Tensor cond = n.saved(0);
+  if (!n.needs_grad(1)) return;
+  gi[1] = sum_to(n.attrs.i[0] == 1 ? where(cond, 0, g[0]) : where(cond, g[0], 0), n.input_meta[1].shape);
+}
 void masked_fill_backward(Node& n, Grads g, GradInputs gi) {  // inputs (a, mask); saved: mask
   if (n.needs_grad(0)) gi[0] = sum_to(masked_fill(g[0], n.saved(0), 0), n.input_meta[0].shape);
 }
@@ -34,12 +36,23 @@ void clamp_scalar_backward(Node& n, Grads g, GradInputs gi) {  // saved: x
   gi[0] = where(pass, g[0], 0);
 }
 // Tensor bounds: x gets the gradient where min <= x <= max; min where x < min (and min <= max); max where
-// x > max or min > max (the output is max there).
-void clamp_tensor_backward(Node& n, Grads g, GradInputs gi) {  // saved: x, min, max
-  Tensor x = n.saved(0), lo = n.saved(1), hi = n.saved(2);
-  if (n.needs_grad(0)) gi[0] = sum_to(where(logical_and(ge(x, lo), le(x, hi)), g[0], 0), n.input_meta[0].shape);
-  if (n.needs_grad(1)) gi[1] = sum_to(where(logical_and(lt(x, lo), le(lo, hi)), g[0], 0), n.input_meta[1].shape);
-  if (n.needs_grad(2)) gi[2] = sum_to(where(logical_or(gt(x, hi), gt(lo, hi)), g[0], 0), n.input_meta[2].shape);
+// x > max or min > max (the output is max there). Inputs (x, min, max), (x, min) or (x, max) by attrs.i[0].
+void clamp_tensor_backward(Node& n, Grads g, GradInputs gi) {  // saved: x and the bounds, as the inputs
+  const int64_t bounds = n.attrs.i[0];
+  Tensor x = n.saved(0);
+  Tensor lo = bounds & 1 ? n.saved(1) : Tensor(), hi = bounds & 2 ? n.saved(bounds == 3 ? 2 : 1) : Tensor();
+  auto grad_where = [&](const Tensor& pass, size_t input) { gi[input] = sum_to(where(pass, g[0], 0), n.input_meta[input].shape); };
+  if (bounds == 3) {
+    if (n.needs_grad(0)) grad_where(logical_and(ge(x, lo), le(x, hi)), 0);
+    if (n.needs_grad(1)) grad_where(logical_and(lt(x, lo), le(lo, hi)), 1);
+    if (n.needs_grad(2)) grad_where(logical_or(gt(x, hi), gt(lo, hi)), 2);
+  } else if (bounds == 1) {
+    if (n.needs_grad(0)) grad_where(ge(x, lo), 0);
+    if (n.needs_grad(1)) grad_where(lt(x, lo), 1);
+  } else {
+    if (n.needs_grad(0)) grad_where(le(x, hi), 0);
+    if (n.needs_grad(1)) grad_where(gt(x, hi), 1);
+  }
 }
 
 OpCost select_cost(const Task& t) {
@@ -65,6 +78,7 @@ const OpDef op_logical_not("logical_not", FusionClass::Elementwise, cpu::logical
 const OpDef op_logical_and("logical_and", FusionClass::Elementwise, cpu::logical_and_kernel, nullptr, select_cost);
 const OpDef op_logical_or("logical_or", FusionClass::Elementwise, cpu::logical_or_kernel, nullptr, select_cost);
 const OpDef op_where("where", FusionClass::Elementwise, cpu::where_kernel, where_backward, select_cost);
+const OpDef op_where_scalar("where_scalar", FusionClass::Elementwise, cpu::where_scalar_kernel, where_scalar_backward, select_cost);
 const OpDef op_masked_fill("masked_fill", FusionClass::Elementwise, cpu::masked_fill_kernel, masked_fill_backward, select_cost);
 const OpDef op_clamp_scalar("clamp_scalar", FusionClass::Elementwise, cpu::clamp_scalar_kernel, clamp_scalar_backward, select_cost);
 const OpDef op_clamp_tensor("clamp_tensor", FusionClass::Elementwise, cpu::clamp_tensor_kernel, clamp_tensor_backward, select_cost);
@@ -151,17 +165,32 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  check_defined("where", a, "input");
-  const DType dtype = result_type(a, b);
-  return where(cond, to(a, dtype), full({}, b, {dtype}));
+namespace {
+// where with one scalar operand (an attribute, never a tensor): cond ? t : s, or cond ? s : t.
+Tensor where_scalar(const Tensor& cond, const Tensor& t, Scalar s, bool scalar_when_true) {
+  check_defined("where", cond, "condition");
+  check_defined("where", t, scalar_when_true ? "other" : "input");
+  check_same_device("where", cond, t);
+  check_bool_mask("where", cond, "condition");
+  Tensor x = to(t, result_type(t, s));
+  Dims shape = cpu::broadcast_shapes("where", cond.shape(), x.shape());
+  Tensor out = Tensor::empty(shape, x.dtype());
+  Attrs attrs;
+  attrs.scalars[0] = s;
+  attrs.i[0] = scalar_when_true ? 1 : 0;
+  enqueue(op_where_scalar, {cond, x}, {out}, attrs);
+  if (needs_grad_any({x})) {
+    Tensor inputs[2] = {cond, x}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_where_scalar, inputs, outputs);
+    node->attrs = attrs;
+    node->save(cond);
+  }
+  return out;
 }
+}  // namespace
 
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
-  check_defined("where", b, "other");
-  const DType dtype = result_type(b, a);
-  return where(cond, full({}, a, {dtype}), to(b, dtype));
-}
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where_scalar(cond, a, b, false); }
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where_scalar(cond, b, a, true); }
 
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   check_defined("masked_fill", a, "input");
@@ -239,17 +268,14 @@ Attrs clamp_attrs(const char* op, std::optional<Scalar> min, std::optional<Scala
   return attrs;
 }
 
-// A 0-dim stand-in for an absent tensor bound: -inf / +inf, or the integer type's limits.
-Tensor unbounded(DType dtype, bool upper) {
-  Scalar value = visit_dtype(dtype, [&]<typename T>() -> Scalar {
-    if constexpr (std::is_floating_point_v<compute_t<T>>) {
-      return upper ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
-    } else {
-      return upper ? Scalar(static_cast<int64_t>(std::numeric_limits<T>::max()))
-                   : Scalar(static_cast<int64_t>(std::numeric_limits<T>::lowest()));
-    }
-  });
-  return full({}, value, {dtype});
+// The Task inputs (x, present bounds...) of a clamp with tensor bounds; attrs.i[0] says which are present.
+SmallVector<Tensor, 4> clamp_inputs(const Tensor& x, const Tensor& lo, const Tensor& hi, Attrs& attrs) {
+  SmallVector<Tensor, 4> inputs;
+  inputs.push_back(x);
+  if (lo.defined()) inputs.push_back(lo);
+  if (hi.defined()) inputs.push_back(hi);
+  attrs.i[0] = (lo.defined() ? 1 : 0) | (hi.defined() ? 2 : 0);
+  return inputs;
 }
 }  // namespace
 
@@ -287,17 +313,16 @@ Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max) {
     shape = cpu::broadcast_shapes("clamp", shape, bound->shape());
   }
   const DType dtype = r.result();
-  Tensor x = to(a, dtype);
-  Tensor lo = min.defined() ? to(min, dtype) : unbounded(dtype, false);
-  Tensor hi = max.defined() ? to(max, dtype) : unbounded(dtype, true);
+  Attrs attrs;
+  SmallVector<Tensor, 4> inputs = clamp_inputs(to(a, dtype), min.defined() ? to(min, dtype) : Tensor(),
+                                               max.defined() ? to(max, dtype) : Tensor(), attrs);
+  std::span<const Tensor> in(inputs.data(), inputs.size());
   Tensor out = Tensor::empty(shape, dtype);
-  enqueue(op_clamp_tensor, {x, lo, hi}, {out});
-  if (needs_grad_any({x, lo, hi})) {
-    Tensor inputs[3] = {x, lo, hi}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_clamp_tensor, inputs, outputs);
-    node->save(x);
-    node->save(lo);
-    node->save(hi);
+  enqueue(op_clamp_tensor, in, std::span<const Tensor>(&out, 1), attrs);
+  if (needs_grad_any(in)) {
+    Ref<Node> node = record_node(&op_clamp_tensor, in, std::span<const Tensor>(&out, 1));
+    node->attrs = attrs;
+    for (const Tensor& t : inputs) node->save(t);
   }
   return out;
 }
@@ -319,20 +344,19 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) {
   Tensor bounds[2];
   for (int k = 0; k < 2; ++k) {
     const Tensor& bound = k == 0 ? min : max;
-    if (!bound.defined()) {
-      bounds[k] = unbounded(a.dtype(), k == 1);
-      continue;
-    }
+    if (!bound.defined()) continue;
     check_same_device("clamp_", a, bound);
     check_broadcasts_to("clamp_", a, bound);
     DG_CHECK(is_floating(a.dtype()) || !is_floating(bound.dtype()), Type, "[clamp_] result type ",
              dtype_name(result_type(a, bound)), " can't be cast to the desired output type ", dtype_name(a.dtype()));
     bounds[k] = to(bound, a.dtype());
   }
-  return inplace(op_clamp_tensor, "clamp_", a, bounds, Attrs(), [&](Node& n) {
+  Attrs attrs;
+  SmallVector<Tensor, 4> inputs = clamp_inputs(a, bounds[0], bounds[1], attrs);
+  std::span<const Tensor> others(inputs.data() + 1, inputs.size() - 1);
+  return inplace(op_clamp_tensor, "clamp_", a, others, attrs, [&](Node& n) {
     n.save(clone(detach(a)));
-    n.save(bounds[0]);
-    n.save(bounds[1]);
+    for (const Tensor& t : others) n.save(t);
   });
 }
 

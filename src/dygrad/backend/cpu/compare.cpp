@@ -101,6 +101,16 @@ void where_kernel(Task& task) {
   });
 }
 
+void where_scalar_kernel(Task& task) {
+  const Scalar value = task.attrs.scalars[0];
+  const bool scalar_when_true = task.attrs.i[0] == 1;
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    const T s = value.to<T>();
+    if (scalar_when_true) map_elements<T, bool, T>(task, [s](bool c, T a) { return c ? s : a; });
+    else map_elements<T, bool, T>(task, [s](bool c, T a) { return c ? a : s; });
+  });
+}
+
 void masked_fill_kernel(Task& task) {
   const Scalar value = task.attrs.scalars[0];
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
@@ -120,10 +130,20 @@ void clamp_scalar_kernel(Task& task) {
 }
 
 void clamp_tensor_kernel(Task& task) {
+  const int64_t bounds = task.attrs.i[0];
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
-    map_elements<T, T, T, T>(task, [](T x, T lo, T hi) {
-      return static_cast<T>(clamp_value<C<T>>(static_cast<C<T>>(x), static_cast<C<T>>(lo), static_cast<C<T>>(hi), true, true));
-    });
+    using V = C<T>;
+    if (bounds == 3) {
+      map_elements<T, T, T, T>(task, [](T x, T lo, T hi) {
+        return static_cast<T>(clamp_value<V>(static_cast<V>(x), static_cast<V>(lo), static_cast<V>(hi), true, true));
+      });
+    } else {
+      const bool is_min = bounds == 1;
+      map_elements<T, T, T>(task, [is_min](T x, T bound) {
+        const V b = static_cast<V>(bound);
+        return static_cast<T>(clamp_value<V>(static_cast<V>(x), b, b, is_min, !is_min));
+      });
+    }
   });
 }
 
