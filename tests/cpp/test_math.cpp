@@ -194,6 +194,20 @@ TEST(Math, PowTensorScalarFastPathsAndGeneral) {
       expect_close(pow(non_contiguous(xd), p), expected, rtol, 0, "pow strided " + std::to_string(p));
     }
   }
+  // bfloat16 (computed in float32, rounded once), zero-size and 0-dim.
+  Tensor xb = to(x, DType::BFloat16);
+  for (double p : {2.0, 0.5, -1.0, 1.3}) {
+    std::vector<double> expected;
+    for (double v : xb.to_vector<double>()) expected.push_back(std::pow(v, p));
+    Tensor out = pow(xb, p);
+    EXPECT_EQ(out.dtype(), DType::BFloat16);
+    expect_close(out, expected, 1e-2, 1e-3, "pow bfloat16 " + std::to_string(p));
+  }
+  expect_shape(pow(random_tensor({0, 4}), 2.0), {0, 4});
+  expect_shape(pow(2.0, random_tensor({0})), {0});
+  expect_shape(pow(random_tensor({3, 0}), random_tensor({0})), {3, 0});
+  expect_shape(maximum(random_tensor({0, 2}), random_tensor({2})), {0, 2});
+  EXPECT_DOUBLE_EQ(pow(tensor_from({3.0}, {}), 2.0).item<double>(), 9.0);
   // Integer tensors keep their dtype for integer exponents (wrapping like torch); a float exponent promotes.
   Tensor i = from_vector<int64_t>({-3, 0, 2, 5}, Shape{4});
   EXPECT_EQ(pow(i, 2).dtype(), DType::Int64);
