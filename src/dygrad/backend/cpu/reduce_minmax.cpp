@@ -1,0 +1,140 @@
+// CPU extrema: amax/amin over any dims (values), max/min over one dim (values and indices) and
+// argmax/argmin. NaN wins over every number (torch propagates it); among equal values the first index
+// wins. Results do not depend on the thread count: extrema are exact, and ties resolve by index.
+#include <cmath>
+#include <type_traits>
+
+#include "dygrad/backend/cpu/reduce.h"
+
+namespace dg::cpu {
+
+namespace {
+// The type extrema are compared in: float for the 16-bit floats, the stored type otherwise.
+template <typename T> using compare_t = compute_t<T>;
+
+template <typename C>
+bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) return v != v;
+  else return false;
+}
+
+// True when `candidate` replaces `best`: it is strictly better, or a NaN replacing a number.
+template <bool IsMax, typename C>
+bool replaces(C best, C candidate) {
+  const bool better = IsMax ? candidate > best : candidate < best;
+  if constexpr (std::is_floating_point_v<C>) return better || (candidate != candidate && best == best);
+  else return better;
+}
+
+template <bool IsMax, typename C>
+C pick(C best, C candidate) { return replaces<IsMax>(best, candidate) ? candidate : best; }
+
+// Shapes: a[in...] -> out[kept...] = max (or min) over the reduced elements.
+template <bool IsMax>
+void extremum_values(Task& task) {
+  const Tensor& in = task.inputs[0];
+  const Tensor& out = task.outputs[0];
+  ReduceLayout L(in, task.attrs.ints);
+  if (L.num_outputs == 0 || L.num_reduced == 0) return;  // the op raised for empty reductions
+  visit_dtype(in.dtype(), [&]<typename T>() {
+    using C = compare_t<T>;
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    auto step = [](C best, C v) { return pick<IsMax>(best, v); };
+    const bool column = !L.reduced_is_contiguous_row() && L.out_strides.back() == 1 && L.out_sizes.back() >= 8 &&
+                        L.num_outputs > 1;
+    if (column) {
+      // Reduce rows into a contiguous run of outputs: best[j] = pick(best[j], x[r, j]), vectorised over j.
+      const int64_t inner = L.out_sizes.back();
+      const int64_t outer = L.num_outputs / inner;
+      constexpr int64_t kBlock = 256;
+      const int64_t blocks = (inner + kBlock - 1) / kBlock;
+      parallel_for(0, outer * blocks, 1, [&](int64_t lo, int64_t hi) {
+        C best[kBlock];
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t o = job / blocks, j0 = (job % blocks) * kBlock, jn = std::min(kBlock, inner - j0);
+          const T* base = x + L.output_offset(o * inner + j0);
+          for (int64_t j = 0; j < jn; ++j) best[j] = static_cast<C>(base[j]);
+          for (int64_t r = 1; r < L.num_reduced; ++r) {
+            const T* row = base + (L.reduced_is_single_stride() ? r * L.red_strides[0] : L.reduced_offset(r));
+            for (int64_t j = 0; j < jn; ++j) best[j] = step(best[j], static_cast<C>(row[j]));
+          }
+          T* dst = y + o * inner + j0;
+          for (int64_t j = 0; j < jn; ++j) dst[j] = static_cast<T>(best[j]);
+        }
+      });
+      return;
+    }
+    reduce_each_output<C>(
+        L,
+        [&](int64_t o, int64_t b, int64_t e) {
+          const T* base = x + L.output_offset(o);
+          const C first = static_cast<C>(base[L.reduced_is_contiguous_row() ? b : L.reduced_offset(b)]);
+          return lane_reduce<C>(base, L, b, e, first, step, step);
+        },
+        step, [&](int64_t o, C v) { y[o] = static_cast<T>(v); });
+  });
+}
+
+// The position of the first extremum among reduced elements [begin, end) of one output, and its value.
+template <bool IsMax, typename T, typename C>
+std::pair<C, int64_t> first_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end) {
+  if (L.reduced_is_contiguous_row()) {
+    // Two vectorisable passes: the extremum's value, then the first element equal to it (or NaN).
+    auto step = [](C best, C v) { return pick<IsMax>(best, v); };
+    const C value = lane_reduce<C>(base, L, begin, end, static_cast<C>(base[begin]), step, step);
+    int64_t r = begin;
+    if (is_nan(value)) {
+      while (!is_nan(static_cast<C>(base[r]))) ++r;
+    } else {
+      while (static_cast<C>(base[r]) != value) ++r;
+    }
+    return {static_cast<C>(base[r]), r};
+  }
+  C best = static_cast<C>(base[L.reduced_offset(begin)]);
+  int64_t index = begin;
+  const bool single = L.reduced_is_single_stride();
+  for (int64_t r = begin + 1; r < end; ++r) {
+    const C v = static_cast<C>(base[single ? r * L.red_strides[0] : L.reduced_offset(r)]);
+    if (replaces<IsMax>(best, v)) {
+      best = v;
+      index = r;
+    }
+  }
+  return {best, index};
+}
+
+// Shapes: a[in...] -> values[kept...] (when `with_values`), indices[kept...] int64: the first extremum
+// over the reduced elements, its index row-major over the reduced dims (the flat index for argmax
+// without a dim).
+template <bool IsMax>
+void extremum_with_index(Task& task, bool with_values) {
+  const Tensor& in = task.inputs[0];
+  ReduceLayout L(in, task.attrs.ints);
+  if (L.num_outputs == 0 || L.num_reduced == 0) return;  // the op raised for empty reductions
+  visit_dtype(in.dtype(), [&]<typename T>() {
+    using C = compare_t<T>;
+    using Best = std::pair<C, int64_t>;
+    const T* x = in.data<T>();
+    T* values = with_values ? task.outputs[0].data<T>() : nullptr;
+    int64_t* indices = task.outputs[with_values ? 1 : 0].data<int64_t>();
+    reduce_each_output<Best>(
+        L, [&](int64_t o, int64_t b, int64_t e) { return first_extremum<IsMax, T, C>(x + L.output_offset(o), L, b, e); },
+        // Partials arrive in index order: a later one wins only when strictly better.
+        [](const Best& earlier, const Best& later) { return replaces<IsMax>(earlier.first, later.first) ? later : earlier; },
+        [&](int64_t o, const Best& best) {
+          if (values) values[o] = static_cast<T>(best.first);
+          indices[o] = best.second;
+        });
+  });
+}
+}  // namespace
+
+void amax_kernel(Task& task) { extremum_values<true>(task); }
+void amin_kernel(Task& task) { extremum_values<false>(task); }
+void max_dim_kernel(Task& task) { extremum_with_index<true>(task, true); }
+void min_dim_kernel(Task& task) { extremum_with_index<false>(task, true); }
+void argmax_kernel(Task& task) { extremum_with_index<true>(task, false); }
+void argmin_kernel(Task& task) { extremum_with_index<false>(task, false); }
+
+}  // namespace dg::cpu
