@@ -209,6 +209,28 @@ TEST(Reduce, MaxMinDimValuesAndIndices) {
   }
 }
 
+TEST(Reduce, IntegerSumsAndHalf) {
+  const Shape shape = {3, 4, 5};
+  Values raw = random_values(60, 9, -20, 20);
+  for (double& v : raw) v = std::floor(v);
+  for (DType t : {DType::Int32, DType::Int64, DType::UInt8, DType::Bool}) {
+    Values x = tensor_from(raw, shape, t).to_vector<double>();  // as stored (uint8 wraps, bool is 0/1)
+    Tensor a = non_contiguous(tensor_from(x, shape, t));
+    for (const Shape& dims : kDimLists) {
+      Tensor s = sum(a, dims);
+      EXPECT_EQ(s.dtype(), DType::Int64);
+      expect_close(s, reference_reduce(x, shape, wrap_sorted(dims, 3), ref_sum), 0, 0, std::string("sum ") + dtype_name(t));
+    }
+  }
+  // float16 computes in float32 and rounds once.
+  Tensor h = random_tensor(shape, DType::Float16, 12, -2, 2);
+  const Values hv = h.to_vector<double>();
+  expect_close(amax(h, Shape{1}), reference_reduce(hv, shape, {1}, ref_max), 0, 0, "amax f16");
+  expect_close(logsumexp(h, Shape{2}), reference_reduce(hv, shape, {2}, ref_logsumexp), 2e-3, 2e-3, "logsumexp f16");
+  expect_close(var(h, Shape{0, 2}), reference_reduce(hv, shape, {0, 2}, ref_var(1, false)), 2e-3, 2e-3, "var f16");
+  expect_close(max(h, 2).indices, reference_reduce(hv, shape, {2}, [](const Values& v) { return double(ref_arg(v, true)); }), 0, 0);
+}
+
 TEST(Reduce, BoolExtrema) {
   Tensor b = tensor_from({0, 1, 0, 0, 0, 0}, {2, 3}, DType::Bool);
   expect_close(amax(b, Shape{1}), {1, 0}, 0, 0);
@@ -263,6 +285,12 @@ TEST(Reduce, ZeroDimAndEmpty) {
   EXPECT_NEAR(logsumexp(s, Shape{0}).item<double>(), 2.5, 1e-12);
   EXPECT_TRUE(std::isnan(var(s).item<double>()));  // one element, correction 1: 0 / 0
   EXPECT_EQ(var(s, {}, 0).item<double>(), 0.0);
+  for (bool keepdim : {false, true}) {
+    expect_shape(sum(s, Shape{0}, keepdim), {});
+    EXPECT_EQ(amin(s, Shape{-1}, keepdim).item<double>(), 2.5);
+    EXPECT_EQ(std_dev(s, Shape{0}, 0, keepdim).item<double>(), 0.0);
+    expect_shape(argmin(s, std::nullopt, keepdim), {});
+  }
 
   Tensor e = zeros(Shape{0, 3}, {DType::Float64});
   expect_shape(amax(e, Shape{1}), {0});
