@@ -251,13 +251,30 @@ TEST(Reduce, NaNPropagates) {
     EXPECT_TRUE(std::isnan(max(x).item<double>()));
     EXPECT_TRUE(std::isnan(logsumexp(x, Shape{1}).to_vector<double>()[0]));
   }
-  // A long contiguous row takes the vectorised path; NaN deep inside it still wins.
-  Values v = random_values(1000, 3);
-  v[777] = nan;
-  Tensor x = tensor_from(v, {1000}, DType::Float32);
-  EXPECT_EQ(argmax(x).item<int64_t>(), 777);
-  EXPECT_EQ(argmin(x).item<int64_t>(), 777);
-  EXPECT_TRUE(std::isnan(amax(x).item<double>()));
+  // A long contiguous row takes the SIMD path; NaN deep inside it still wins. So do the column paths.
+  for (DType t : {DType::Float32, DType::Float64}) {
+    Values v = random_values(1000, 3);
+    v[777] = nan;
+    v[900] = INFINITY;
+    Tensor x = tensor_from(v, {1000}, t);
+    EXPECT_EQ(argmax(x).item<int64_t>(), 777);
+    EXPECT_EQ(argmin(x).item<int64_t>(), 777);
+    EXPECT_TRUE(std::isnan(amax(x).item<double>()));
+    EXPECT_TRUE(std::isnan(amin(x).item<double>()));
+    v[777] = 0;
+    x = tensor_from(v, {1000}, t);
+    EXPECT_EQ(amax(x).item<double>(), INFINITY);
+    EXPECT_EQ(argmax(x).item<int64_t>(), 900);
+    Tensor columns = tensor_from(random_values(64, 4), {4, 16}, t);
+    Values cv = columns.to_vector<double>();
+    cv[2 * 16 + 5] = nan;
+    columns = tensor_from(cv, {4, 16}, t);
+    for (int is_lse = 0; is_lse < 2; ++is_lse) {
+      Tensor r = is_lse ? logsumexp(columns, Shape{0}) : amax(columns, Shape{0});
+      Values expected = reference_reduce(cv, {4, 16}, {0}, is_lse ? ReduceFn(ref_logsumexp) : ReduceFn(ref_max));
+      expect_close(r, expected, 1e-6, 1e-6, is_lse ? "logsumexp columns with NaN" : "amax columns with NaN");
+    }
+  }
 }
 
 TEST(Reduce, LogsumexpInfinities) {

@@ -179,12 +179,20 @@ void logsumexp_kernel(Task& task) {
       return;
     }
     std::vector<C> maxima(static_cast<size_t>(L.num_outputs));
+    auto store_max = [&](int64_t o, C m) { maxima[static_cast<size_t>(o)] = m; };
+    auto finish = [&](int64_t o, C s) {
+      const C m = maxima[static_cast<size_t>(o)];
+      y[o] = static_cast<T>(std::isfinite(m) ? m + std::log(s) : m);
+    };
+    if (is_column_layout(L)) {
+      reduce_columns<C>(x, L, C(-INFINITY), [](C best, C v, int64_t) { return max_propagating_nan(best, v); }, store_max);
+      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + std::exp(v - maxima[static_cast<size_t>(o)]); },
+                        finish);
+      return;
+    }
     reduce_each_output<C>(
-        L,
-        [&](int64_t o, int64_t b, int64_t e) {
-          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(-INFINITY), max_propagating_nan<C>, max_propagating_nan<C>);
-        },
-        max_propagating_nan<C>, [&](int64_t o, C m) { maxima[static_cast<size_t>(o)] = m; });
+        L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<true, C>(x + L.output_offset(o), L, b, e); },
+        max_propagating_nan<C>, store_max);
     reduce_each_output<C>(
         L,
         [&](int64_t o, int64_t b, int64_t e) {
@@ -192,11 +200,7 @@ void logsumexp_kernel(Task& task) {
           if (!std::isfinite(m)) return C(0);
           return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
         },
-        plus<C>,
-        [&](int64_t o, C s) {
-          const C m = maxima[static_cast<size_t>(o)];
-          y[o] = static_cast<T>(std::isfinite(m) ? m + std::log(s) : m);
-        });
+        plus<C>, finish);
   });
 }
 
@@ -215,9 +219,23 @@ void var_kernel(Task& task) {
     const double count = static_cast<double>(L.num_reduced);
     const double divisor = std::max(count - correction, 0.0);
     std::vector<double> means(static_cast<size_t>(L.num_outputs));
+    auto store_mean = [&](int64_t o, double s) { means[static_cast<size_t>(o)] = s / count; };
+    auto finish = [&](int64_t o, double squares) {
+      const double v = squares / divisor;
+      y[o] = static_cast<T>(standard_deviation ? std::sqrt(v) : v);
+    };
+    auto add_square = [&](double acc, double v, int64_t o) {
+      const double d = v - means[static_cast<size_t>(o)];
+      return acc + d * d;
+    };
+    if (is_column_layout(L)) {
+      reduce_columns<double>(x, L, 0.0, [](double acc, double v, int64_t) { return acc + v; }, store_mean);
+      reduce_columns<double>(x, L, 0.0, add_square, finish);
+      return;
+    }
     reduce_each_output<double>(
         L, [&](int64_t o, int64_t b, int64_t e) { return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0, plus<double>, plus<double>); },
-        plus<double>, [&](int64_t o, double s) { means[static_cast<size_t>(o)] = s / count; });
+        plus<double>, store_mean);
     reduce_each_output<double>(
         L,
         [&](int64_t o, int64_t b, int64_t e) {
@@ -225,11 +243,7 @@ void var_kernel(Task& task) {
           return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0,
                                      [m](double acc, double v) { return acc + (v - m) * (v - m); }, plus<double>);
         },
-        plus<double>,
-        [&](int64_t o, double squares) {
-          const double v = squares / divisor;
-          y[o] = static_cast<T>(standard_deviation ? std::sqrt(v) : v);
-        });
+        plus<double>, finish);
   });
 }
 

@@ -2,6 +2,9 @@
 // the backward kernels; reduce_minmax.cpp: max/min with and without indices).
 #pragma once
 #include <algorithm>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "dygrad/core/small_vector.h"
@@ -93,6 +96,81 @@ void reduce_each_output(const ReduceLayout& L, Partial&& partial, Merge&& merge,
   parallel_for(0, L.num_outputs, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; ++o) store(o, partial(o, int64_t{0}, L.num_reduced));
   });
+}
+
+// True when the reduced dims lie outside a contiguous run of outputs (a reduction over a leading dim of
+// contiguous data): reduce_columns then reduces blocks of adjacent outputs at once, vectorised across them.
+inline bool is_column_layout(const ReduceLayout& L) {
+  return !L.reduced_is_contiguous_row() && L.num_outputs > 1 && L.out_strides.back() == 1 && L.out_sizes.back() >= 8;
+}
+
+// Column layout: for blocks of adjacent outputs o, acc[o] = step(acc[o], x[o, r], o) over r in order, then
+// store(o, acc[o]). A is the accumulator type; the order per output is fixed, whatever the thread count.
+template <typename A, typename T, typename Step, typename Store>
+void reduce_columns(const T* x, const ReduceLayout& L, A init, Step&& step, Store&& store) {
+  constexpr int64_t kBlock = 256;
+  const int64_t inner = L.out_sizes.back(), outer = L.num_outputs / inner;
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(L.num_reduced * kBlock, 1));
+  parallel_for(0, outer * blocks, grain, [&](int64_t lo, int64_t hi) {
+    A acc[kBlock];
+    for (int64_t job = lo; job < hi; ++job) {
+      const int64_t j0 = (job % blocks) * kBlock, jn = std::min(kBlock, inner - j0);
+      const int64_t o0 = (job / blocks) * inner + j0;
+      const T* base = x + L.output_offset(o0);
+      for (int64_t j = 0; j < jn; ++j) acc[j] = init;
+      for (int64_t r = 0; r < L.num_reduced; ++r) {
+        const T* row = base + (L.reduced_is_single_stride() ? r * L.red_strides[0] : L.reduced_offset(r));
+        for (int64_t j = 0; j < jn; ++j) acc[j] = step(acc[j], static_cast<A>(row[j]), o0 + j);
+      }
+      for (int64_t j = 0; j < jn; ++j) store(o0 + j, acc[j]);
+    }
+  });
+}
+
+// The larger (IsMax) or smaller of a and b, NaN if either is NaN (torch.max propagates NaN).
+template <bool IsMax, typename C>
+C extremum_step(C best, C v) {
+  const bool better = IsMax ? v > best : v < best;
+  if constexpr (std::is_floating_point_v<C>) return (better || v != v) ? v : best;
+  else return better ? v : best;
+}
+
+// The extremum of elements [begin, end) (begin < end) of one output, NaN if any is NaN. Contiguous
+// float32/float64 rows run in explicit SIMD lanes (GCC/Clang vector extensions): the compiler does not
+// vectorise a NaN-propagating select by itself.
+template <bool IsMax, typename C, typename T>
+C row_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
+    if (L.reduced_is_contiguous_row()) {
+      constexpr int kWidth = 32 / sizeof(C);
+      typedef C Lanes __attribute__((vector_size(32)));
+      const C* x = base + begin;
+      const int64_t n = end - begin;
+      Lanes best, nan_lanes;
+      for (int k = 0; k < kWidth; ++k) {
+        best[k] = x[0];
+        nan_lanes[k] = C(0);
+      }
+      int64_t i = 0;
+      for (; i + kWidth <= n; i += kWidth) {
+        Lanes v;
+        std::memcpy(&v, x + i, sizeof(Lanes));
+        best = (IsMax ? v > best : v < best) ? v : best;
+        nan_lanes = (v != v) ? v : nan_lanes;  // remembers a NaN the comparisons drop
+      }
+      C result = best[0];
+      bool has_nan = false;
+      for (int k = 0; k < kWidth; ++k) {
+        result = extremum_step<IsMax>(result, static_cast<C>(best[k]));
+        has_nan |= nan_lanes[k] != nan_lanes[k];
+      }
+      for (; i < n; ++i) result = extremum_step<IsMax>(result, x[i]);
+      return has_nan ? std::numeric_limits<C>::quiet_NaN() : result;
+    }
+  }
+  const C first = static_cast<C>(base[L.reduced_is_contiguous_row() ? begin : L.reduced_offset(begin)]);
+  return lane_reduce<C>(base, L, begin, end, first, extremum_step<IsMax, C>, extremum_step<IsMax, C>);
 }
 
 // --- kernels. attrs.ints = reduced dims (sorted); outputs contiguous, of the reduced shape ---------------

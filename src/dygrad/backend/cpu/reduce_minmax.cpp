@@ -2,6 +2,7 @@
 // argmax/argmin. NaN wins over every number (torch propagates it); among equal values the first index
 // wins. Results do not depend on the thread count: extrema are exact, and ties resolve by index.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "dygrad/backend/cpu/reduce.h"
@@ -26,8 +27,13 @@ bool replaces(C best, C candidate) {
   else return better;
 }
 
+// The value every element beats or ties: -inf / lowest for max, +inf / highest for min.
 template <bool IsMax, typename C>
-C pick(C best, C candidate) { return replaces<IsMax>(best, candidate) ? candidate : best; }
+C extremum_identity() {
+  if constexpr (std::numeric_limits<C>::has_infinity)
+    return IsMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  else return IsMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+}
 
 // Shapes: a[in...] -> out[kept...] = max (or min) over the reduced elements.
 template <bool IsMax>
@@ -40,39 +46,15 @@ void extremum_values(Task& task) {
     using C = compare_t<T>;
     const T* x = in.data<T>();
     T* y = out.data<T>();
-    auto step = [](C best, C v) { return pick<IsMax>(best, v); };
-    const bool column = !L.reduced_is_contiguous_row() && L.out_strides.back() == 1 && L.out_sizes.back() >= 8 &&
-                        L.num_outputs > 1;
-    if (column) {
-      // Reduce rows into a contiguous run of outputs: best[j] = pick(best[j], x[r, j]), vectorised over j.
-      const int64_t inner = L.out_sizes.back();
-      const int64_t outer = L.num_outputs / inner;
-      constexpr int64_t kBlock = 256;
-      const int64_t blocks = (inner + kBlock - 1) / kBlock;
-      parallel_for(0, outer * blocks, 1, [&](int64_t lo, int64_t hi) {
-        C best[kBlock];
-        for (int64_t job = lo; job < hi; ++job) {
-          const int64_t o = job / blocks, j0 = (job % blocks) * kBlock, jn = std::min(kBlock, inner - j0);
-          const T* base = x + L.output_offset(o * inner + j0);
-          for (int64_t j = 0; j < jn; ++j) best[j] = static_cast<C>(base[j]);
-          for (int64_t r = 1; r < L.num_reduced; ++r) {
-            const T* row = base + (L.reduced_is_single_stride() ? r * L.red_strides[0] : L.reduced_offset(r));
-            for (int64_t j = 0; j < jn; ++j) best[j] = step(best[j], static_cast<C>(row[j]));
-          }
-          T* dst = y + o * inner + j0;
-          for (int64_t j = 0; j < jn; ++j) dst[j] = static_cast<T>(best[j]);
-        }
-      });
+    auto store = [&](int64_t o, C v) { y[o] = static_cast<T>(v); };
+    if (is_column_layout(L)) {
+      reduce_columns<C>(x, L, extremum_identity<IsMax, C>(), [](C best, C v, int64_t) { return extremum_step<IsMax>(best, v); },
+                        store);
       return;
     }
     reduce_each_output<C>(
-        L,
-        [&](int64_t o, int64_t b, int64_t e) {
-          const T* base = x + L.output_offset(o);
-          const C first = static_cast<C>(base[L.reduced_is_contiguous_row() ? b : L.reduced_offset(b)]);
-          return lane_reduce<C>(base, L, b, e, first, step, step);
-        },
-        step, [&](int64_t o, C v) { y[o] = static_cast<T>(v); });
+        L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<IsMax, C>(x + L.output_offset(o), L, b, e); },
+        extremum_step<IsMax, C>, store);
   });
 }
 
@@ -81,8 +63,7 @@ template <bool IsMax, typename T, typename C>
 std::pair<C, int64_t> first_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end) {
   if (L.reduced_is_contiguous_row()) {
     // Two vectorisable passes: the extremum's value, then the first element equal to it (or NaN).
-    auto step = [](C best, C v) { return pick<IsMax>(best, v); };
-    const C value = lane_reduce<C>(base, L, begin, end, static_cast<C>(base[begin]), step, step);
+    const C value = row_extremum<IsMax, C>(base, L, begin, end);
     int64_t r = begin;
     if (is_nan(value)) {
       while (!is_nan(static_cast<C>(base[r]))) ++r;

@@ -7,6 +7,7 @@
 #include "dygrad/backend/cpu/softmax.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "dygrad/backend/cpu/reduce.h"
@@ -70,6 +71,14 @@ void softmax_forward(Task& task) {
           for (int64_t j = 0; j < jn; ++j) { m[j] = C(-INFINITY); s[j] = C(0); }
           for (int64_t r = 0; r < D; ++r)
             for (int64_t j = 0; j < jn; ++j) m[j] = max_propagating_nan(m[j], static_cast<C>(xb[r * sx + j]));
+          if constexpr (!Log && std::is_same_v<T, C>) {  // keep exp(x - m) in y, then scale: one exp per element
+            for (int64_t r = 0; r < D; ++r)
+              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = std::exp(xb[r * sx + j] - m[j]));
+            for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
+            for (int64_t r = 0; r < D; ++r)
+              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] *= s[j];
+            continue;
+          }
           for (int64_t r = 0; r < D; ++r)
             for (int64_t j = 0; j < jn; ++j) s[j] += std::exp(static_cast<C>(xb[r * sx + j]) - m[j]);
           if constexpr (Log) {
@@ -89,7 +98,15 @@ void softmax_forward(Task& task) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* xr = x + Lx.output_offset(o);
         T* yr = y + Ly.output_offset(o);
-        const C m = lane_reduce<C>(xr, Lx, 0, D, C(-INFINITY), max_propagating_nan<C>, max_propagating_nan<C>);
+        const C m = row_extremum<true, C>(xr, Lx, 0, D);
+        if constexpr (!Log && std::is_same_v<T, C>) {
+          if (sx == 1 && sy == 1) {  // keep exp(x - m) in y, then scale: one exp per element
+            const C s = row_sum<C>(D, [&](int64_t r) { return yr[r] = std::exp(xr[r] - m); });
+            const C inv = C(1) / s;
+            for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
+            continue;
+          }
+        }
         const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
         if constexpr (Log) {
           const C log_s = std::log(s);
@@ -201,7 +218,7 @@ void cross_entropy_kernel(Task& task) {
         }
         check_target(t, num_classes);
         const T* row = x + L.output_offset(o);
-        const C m = lane_reduce<C>(row, L, 0, num_classes, C(-INFINITY), max_propagating_nan<C>, max_propagating_nan<C>);
+        const C m = num_classes > 0 ? row_extremum<true, C>(row, L, 0, num_classes) : C(-INFINITY);
         const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
         lse[o] = m + std::log(s);
         row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
