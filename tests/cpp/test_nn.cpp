@@ -130,6 +130,20 @@ TEST(NN, SoftmaxGradients) {
     gradcheck([&](const std::vector<Tensor>& in) { return transpose(log_softmax(transpose(in[0], 0, 2), dim), 1, 2); },
               {x}, 1e-6, 1e-6, 1e-4, "log_softmax strided");
   }
+  // A broadcast incoming gradient (stride 0, from sum): softmax rows sum to 1, so the gradient is 0;
+  // for log_softmax it is 1 - D * softmax.
+  for (int64_t dim : {0, 2}) {
+    Tensor a = clone(x);
+    a.set_requires_grad(true);
+    sum(softmax(a, dim)).backward();
+    expect_close(a.grad(), Values(60, 0.0), 0, 1e-12, "softmax broadcast gradient");
+    Tensor b = clone(x);
+    b.set_requires_grad(true);
+    sum(log_softmax(b, dim)).backward();
+    Values p = reference_softmax(x.to_vector<double>(), {3, 4, 5}, dim, false), expected;
+    for (double v : p) expected.push_back(1 - double(x.shape()[dim]) * v);
+    expect_close(b.grad(), expected, 1e-12, 1e-12, "log_softmax broadcast gradient");
+  }
   // Column path (inner >= 8) in the forward, then its backward.
   Tensor wide = random_tensor({3, 4, 9}, DType::Float64, 44);
   gradcheck([&](const std::vector<Tensor>& in) { return softmax(in[0], 1); }, {wide}, 1e-6, 1e-6, 1e-4, "softmax wide");

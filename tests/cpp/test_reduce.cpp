@@ -119,8 +119,7 @@ Tolerance tolerance(DType t) {
 
 // Runs op over every dim list and keepdim on contiguous and non-contiguous inputs of `dtype`.
 void check_all_dims(const char* name, const std::function<Tensor(const Tensor&, IntSpan, bool)>& op,
-                    const ReduceFn& ref, DType dtype, double lo = -2, double hi = 2) {
-  const Shape shape = {3, 4, 5};
+                    const ReduceFn& ref, DType dtype, double lo = -2, double hi = 2, const Shape& shape = {3, 4, 5}) {
   Tensor base = random_tensor(shape, dtype, 11, lo, hi);
   const Values x = base.to_vector<double>();
   Tolerance tol = tolerance(dtype);
@@ -206,6 +205,18 @@ TEST(Reduce, MaxMinDimValuesAndIndices) {
       EXPECT_EQ(max(input).item<double>(), ref_max(raw));
       EXPECT_EQ(min(input).item<double>(), ref_min(raw));
     }
+  }
+}
+
+TEST(Reduce, SizeZeroDimAllDims) {
+  // Sum gives 0, logsumexp -inf and var NaN over an empty reduction; other outputs are empty.
+  const Shape shape = {2, 0, 3};
+  for (DType t : {DType::Float32, DType::Float64}) {
+    check_all_dims("sum empty", [](const Tensor& a, IntSpan d, bool k) { return sum(a, d, k); }, ref_sum, t, -2, 2, shape);
+    check_all_dims("logsumexp empty", [](const Tensor& a, IntSpan d, bool k) { return logsumexp(a, d, k); }, ref_logsumexp,
+                   t, -2, 2, shape);
+    check_all_dims("var empty", [](const Tensor& a, IntSpan d, bool k) { return var(a, d, 1, k); }, ref_var(1, false), t, -2,
+                   2, shape);
   }
 }
 

@@ -144,6 +144,32 @@ void softmax_backward(Task& task) {
     const T* g = g_t.data<T>();
     T* gx = gx_t.data<T>();
     const int64_t D = Ly.num_reduced, sy = Ly.red_strides[0], sg = Lg.red_strides[0], sgx = Lgx.red_strides[0];
+    if (column_layout(Ly, Lgx) && Lg.out_strides.back() == 1 && Lg.out_sizes.back() == Ly.out_sizes.back()) {
+      // Blocks of up to kBlock contiguous columns j: the row sums accumulate over r, vectorised over j.
+      const int64_t inner = Ly.out_sizes.back(), outer = Ly.num_outputs / inner;
+      constexpr int64_t kBlock = 128;
+      const int64_t blocks = (inner + kBlock - 1) / kBlock;
+      parallel_for(0, outer * blocks, std::max<int64_t>(1, kReduceGrain / (D * kBlock)), [&](int64_t lo, int64_t hi) {
+        C total[kBlock];
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t o = (job / blocks) * inner + (job % blocks) * kBlock;
+          const int64_t jn = std::min(kBlock, inner - (job % blocks) * kBlock);
+          const T* yb = y + Ly.output_offset(o);
+          const T* gb = g + Lg.output_offset(o);
+          T* out = gx + Lgx.output_offset(o);
+          for (int64_t j = 0; j < jn; ++j) total[j] = C(0);
+          for (int64_t r = 0; r < D; ++r)
+            for (int64_t j = 0; j < jn; ++j)
+              total[j] += Log ? static_cast<C>(gb[r * sg + j]) : static_cast<C>(gb[r * sg + j]) * static_cast<C>(yb[r * sy + j]);
+          for (int64_t r = 0; r < D; ++r)
+            for (int64_t j = 0; j < jn; ++j) {
+              const C yv = static_cast<C>(yb[r * sy + j]), gv = static_cast<C>(gb[r * sg + j]);
+              out[r * sgx + j] = static_cast<T>(Log ? gv - std::exp(yv) * total[j] : yv * (gv - total[j]));
+            }
+        }
+      });
+      return;
+    }
     parallel_for(0, Ly.num_outputs, std::max<int64_t>(1, kReduceGrain / D), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* yr = y + Ly.output_offset(o);
