@@ -95,11 +95,18 @@ uint64_t Stream::enqueue(Task&& task) {
     uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
     task.seq = seq;
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-    published_.store(seq, std::memory_order_release);
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
-    completed_.store(seq, std::memory_order_release);
+    // completed_ moves before published_: the worker, which may still be spinning after the last async
+    // Task, runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so
+    // it never takes this inline Task for queued work (docs/stream.md, "Synchronize mode").
+    completed_.store(seq, std::memory_order_seq_cst);
+    published_.store(seq, std::memory_order_seq_cst);
     reclaimed_ = seq;
+    if (seq >= wait_target_.load(std::memory_order_seq_cst)) {  // another host thread may wait for it
+      done_signal_.fetch_add(1, std::memory_order_seq_cst);
+      done_signal_.notify_all();
+    }
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
   }
@@ -149,6 +156,8 @@ void Stream::worker_loop() {
         }
       }
     }
+    // An inline Task (synchronize mode) advanced both counters: there is nothing queued to run.
+    if (completed_.load(std::memory_order_acquire) != done) continue;
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {

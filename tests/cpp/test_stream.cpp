@@ -1,0 +1,378 @@
+// The stream executor: async and synchronize mode agree, back-pressure bounds the queue, deferred kernel
+// errors poison their outputs and are raised once at the next sync point (docs/stream.md,
+// docs/async-errors.md).
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dygrad/ops/dispatch.h"
+#include "harness.h"
+
+using namespace dg;
+using namespace dg::test;
+
+namespace {
+
+// --- a test-only op -----------------------------------------------------------------------------------
+// test_checked_copy: out[N] = in[N] (contiguous), but its kernel first checks a data-dependent condition
+// the way an indexing kernel checks an index range: attrs.i[0] != 0 is "index out of range" and throws
+// dg::Error inside the kernel. The kernel also waits on a gate, so a test can hold the worker and prove
+// that the call returned before the kernel ran.
+std::atomic<bool> g_gate_open{true};
+std::atomic<int> g_checked_copy_runs{0};
+
+void checked_copy_kernel(Task& task) {
+  while (!g_gate_open.load(std::memory_order_acquire)) std::this_thread::yield();
+  g_checked_copy_runs.fetch_add(1, std::memory_order_relaxed);
+  const Tensor& in = task.inputs[0];
+  const Tensor& out = task.outputs[0];
+  DG_CHECK(task.attrs.i[0] == 0, Index, "[test_checked_copy] index ", task.attrs.i[0],
+           " is out of bounds for dimension 0 with size ", in.numel());
+  std::memcpy(out.raw_data(), in.raw_data(), static_cast<size_t>(in.numel()) * in.itemsize());
+}
+const OpDef op_test_checked_copy("test_checked_copy", FusionClass::Opaque, checked_copy_kernel);
+
+Tensor checked_copy(const Tensor& a, int64_t bad_index = 0) {
+  DG_CHECK(a.is_contiguous(), Value, "[test_checked_copy] expects a contiguous input");
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Attrs attrs;
+  attrs.i[0] = bad_index;
+  enqueue(op_test_checked_copy, {a}, {out}, attrs);
+  return out;
+}
+
+// Closes the gate for its lifetime (opens it again even when an assertion returns early).
+struct GateClosed {
+  GateClosed() { g_gate_open.store(false, std::memory_order_release); }
+  ~GateClosed() { g_gate_open.store(true, std::memory_order_release); }
+};
+
+// Leaves the stream idle and without a pending error (a failed earlier test must not leak into this one).
+void drain() {
+  g_gate_open.store(true);
+  for (int i = 0; i < 2; ++i) {
+    try {
+      Stream::cpu().synchronize();
+    } catch (const Error&) {
+    }
+  }
+}
+
+struct SynchronizeMode {
+  explicit SynchronizeMode(bool on) : saved_(synchronize_enabled()) { set_synchronize(on); }
+  ~SynchronizeMode() { set_synchronize(saved_); }
+  bool saved_;
+};
+
+// Records what the worker runs and checks the queue bound at every enqueue.
+struct RecordingObserver : StreamObserver {
+  std::mutex mutex;
+  std::vector<std::string> begun;  // op names in the order their kernels began
+  std::vector<uint64_t> begun_seq;
+  std::atomic<uint64_t> max_in_flight{0};
+  std::atomic<uint64_t> enqueues{0};
+  std::atomic<int> failed{0};
+
+  void on_enqueue(const Task& task) override {
+    // The Task is in its slot but not yet published: it and every unfinished earlier Task are in flight.
+    uint64_t in_flight = task.seq - Stream::cpu().completed();
+    uint64_t m = max_in_flight.load();
+    while (in_flight > m && !max_in_flight.compare_exchange_weak(m, in_flight)) {
+    }
+    enqueues.fetch_add(1);
+  }
+  void on_task_begin(const Task& task) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    begun.push_back(task.op->name);
+    begun_seq.push_back(task.seq);
+  }
+  void on_task_end(const Task&, bool task_failed) override {
+    if (task_failed) failed.fetch_add(1);
+  }
+  int count(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex);
+    int n = 0;
+    for (const auto& b : begun) n += b == name;
+    return n;
+  }
+};
+
+// Installs an observer for its lifetime; the stream is drained before it is removed.
+struct ObserverScope {
+  explicit ObserverScope(StreamObserver* o) { Stream::cpu().set_observer(o); }
+  ~ObserverScope() {
+    drain();
+    Stream::cpu().set_observer(nullptr);
+  }
+};
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// A chain of ops covering binary, scalar, broadcast, strided-view, in-place and reduction paths.
+std::vector<std::vector<double>> op_chain(DType dtype) {
+  Tensor a = random_tensor({37, 53}, dtype, 11);
+  Tensor b = random_tensor({53}, dtype, 12);
+  Tensor c = random_tensor({53, 37}, dtype, 13);
+  Tensor x = mul(add(a, b), a);
+  Tensor y = sub(x, div(b, add(mul(a, a), 2.0)));
+  Tensor z = add(y, transpose(c, 0, 1), 0.5);  // a strided view operand
+  Tensor w = neg(rdiv(add(mul(z, z), 1.0), 3.0));
+  add_(w, b);
+  mul_(w, 1.25);
+  Tensor s0 = sum(w, Shape{0});
+  Tensor s1 = mean(w, Shape{1}, true);
+  Tensor total = sum(w);
+  return {w.to_vector<double>(), s0.to_vector<double>(), s1.to_vector<double>(), total.to_vector<double>()};
+}
+
+}  // namespace
+
+TEST(Stream, AsyncAndSynchronizeModeAgreeBitwise) {
+  drain();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    auto async_result = op_chain(dtype);
+    std::vector<std::vector<double>> sync_result;
+    {
+      SynchronizeMode mode(true);
+      sync_result = op_chain(dtype);
+    }
+    ASSERT_EQ(async_result.size(), sync_result.size());
+    for (size_t k = 0; k < async_result.size(); ++k) {
+      ASSERT_EQ(async_result[k].size(), sync_result[k].size());
+      EXPECT_EQ(0, std::memcmp(async_result[k].data(), sync_result[k].data(), async_result[k].size() * sizeof(double)))
+          << "output " << k << " differs between async and synchronize mode (" << dtype_name(dtype) << ")";
+    }
+  }
+}
+
+TEST(Stream, SynchronizeModeRunsEachTaskBeforeTheCallReturns) {
+  drain();
+  SynchronizeMode mode(true);
+  // Flip modes several times right after async work: the worker is still spinning when inline Tasks run.
+  for (int round = 0; round < 200; ++round) {
+    set_synchronize(false);
+    Tensor a = full(Shape{4}, round);
+    Tensor b = add(a, 1.0);
+    set_synchronize(true);
+    Tensor c = mul(b, 2.0);
+    EXPECT_EQ(Stream::cpu().completed(), Stream::cpu().enqueued());
+    EXPECT_EQ(c.storage().last_write_seq(), Stream::cpu().completed());
+    ASSERT_EQ(c.to_vector<float>(), std::vector<float>(4, 2.0f * (round + 1)));
+  }
+}
+
+TEST(Stream, CallReturnsBeforeTheKernelRunsAndSyncWaits) {
+  drain();
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  const int64_t allocated_before = CachingAllocator::cpu().stats().allocated;
+  Tensor out;
+  uint64_t seq = 0;
+  {
+    GateClosed gate;
+    out = checked_copy(a);
+    seq = out.storage().last_write_seq();
+    // The kernel is held at the gate: the call has returned, its output is allocated on the host already.
+    EXPECT_LT(Stream::cpu().completed(), seq);
+    EXPECT_EQ(CachingAllocator::cpu().stats().allocated, allocated_before + 3 * 4);
+  }
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1, 2, 3}));  // a sync point: waits for the producer
+  EXPECT_GE(Stream::cpu().completed(), seq);
+}
+
+TEST(Stream, TasksRunInEnqueueOrder) {
+  drain();
+  RecordingObserver observer;
+  {
+    ObserverScope scope(&observer);
+    Tensor x = zeros(Shape{8});
+    for (int i = 0; i < 500; ++i) x = add(x, 1.0);
+    EXPECT_EQ(x.to_vector<float>(), std::vector<float>(8, 500.0f));
+  }
+  std::lock_guard<std::mutex> lock(observer.mutex);
+  ASSERT_EQ(observer.begun_seq.size(), 501u);
+  for (size_t i = 1; i < observer.begun_seq.size(); ++i) EXPECT_EQ(observer.begun_seq[i], observer.begun_seq[i - 1] + 1);
+}
+
+TEST(Stream, ManyTinyOpsWithoutSyncStayWithinTheQueueBound) {
+  drain();
+  constexpr int kOps = 100000;
+  RecordingObserver observer;
+  std::vector<Tensor> kept;
+  Tensor x;
+  int64_t allocated_start = 0, peak_delta = 0;
+  {
+    ObserverScope scope(&observer);
+    x = zeros(Shape{1});
+    x.wait_readable();
+    allocated_start = CachingAllocator::cpu().stats().allocated;
+    CachingAllocator::cpu().reset_peak();
+    for (int i = 1; i <= kOps; ++i) {
+      x = add(x, 1.0);
+      if (i % 1000 == 0) kept.push_back(x);
+    }
+    Stream::cpu().synchronize();
+    peak_delta = CachingAllocator::cpu().stats().peak_allocated - allocated_start;
+  }
+  EXPECT_EQ(observer.enqueues.load(), static_cast<uint64_t>(kOps) + 1);  // and zeros()
+  EXPECT_LE(observer.max_in_flight.load(), Stream::kCapacity);
+  EXPECT_GE(observer.max_in_flight.load(), 1u);
+  EXPECT_EQ(x.item<float>(), static_cast<float>(kOps));
+  for (size_t k = 0; k < kept.size(); ++k) ASSERT_EQ(kept[k].item<float>(), 1000.0f * static_cast<float>(k + 1));
+  // Outputs are allocated at enqueue and freed when their Task and the host drop them: the queue bound
+  // also bounds memory (each value is 4 bytes; the kept ones, the queue and a few in hand).
+  EXPECT_LE(peak_delta, static_cast<int64_t>((Stream::kCapacity + kept.size() + 8) * 4));
+}
+
+TEST(Stream, WorkerWakesAfterSleeping) {
+  drain();
+  // The worker sleeps after ~100us without work; an enqueue must wake it (no lost wake-up), whatever the gap.
+  const int gaps_us[] = {0, 1, 20, 90, 110, 150, 400, 2000, 5000};
+  Tensor x = zeros(Shape{2});
+  float expected = 0;
+  for (int round = 0; round < 3; ++round)
+    for (int gap : gaps_us) {
+      std::this_thread::sleep_for(std::chrono::microseconds(gap));
+      x = add(x, 1.0);
+      expected += 1;
+      ASSERT_EQ(x.to_vector<float>(), std::vector<float>(2, expected)) << "gap " << gap << "us";
+    }
+}
+
+TEST(Stream, SeveralHostThreadsEnqueue) {
+  drain();
+  constexpr int kThreads = 3, kOps = 2000;
+  std::vector<float> results(kThreads, -1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &results] {
+      Tensor x = full(Shape{16}, t);
+      for (int i = 0; i < kOps; ++i) x = add(x, 1.0);
+      results[t] = sum(x).item<float>();
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(results[t], 16.0f * (t + kOps)) << "thread " << t;
+}
+
+TEST(Stream, DeferredErrorIsRaisedOnceAtTheNextSyncPoint) {
+  drain();
+  RecordingObserver observer;
+  ObserverScope scope(&observer);
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  const int runs_before = g_checked_copy_runs.load();
+  const uint32_t line = __LINE__ + 5;
+  Tensor bad, dependent, dependent_twice, independent;
+  {
+    GateClosed gate;  // the failing kernel cannot have run when the call returns
+    CallSiteScope site(CallSite{__FILE__, "DeferredErrorTest", line});
+    bad = checked_copy(a, 7);  // returns at once: the index is checked in the kernel
+    EXPECT_LT(Stream::cpu().completed(), bad.storage().last_write_seq());
+    dependent = add(bad, 1.0);                 // reads the poisoned buffer: skipped
+    dependent_twice = checked_copy(dependent);  // skipped too: the poison propagates
+    independent = mul(a, 2.0);                 // does not depend on the failure: runs
+  }
+  try {
+    Stream::cpu().synchronize();
+    FAIL() << "the deferred error was not raised at synchronize()";
+  } catch (const Error& e) {
+    std::string message = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::Index);
+    EXPECT_TRUE(contains(message, "[test_checked_copy] index 7 is out of bounds")) << message;
+    EXPECT_TRUE(contains(message, std::string(__FILE__) + ":" + std::to_string(line))) << message;
+    EXPECT_TRUE(contains(message, "DeferredErrorTest")) << message;
+  }
+  // Raised exactly once: later sync points are clean, and the stream is usable.
+  EXPECT_NO_THROW(Stream::cpu().synchronize());
+  EXPECT_EQ(independent.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  Tensor later = add(a, a);
+  EXPECT_EQ(later.to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  EXPECT_EQ(g_checked_copy_runs.load() - runs_before, 1);  // only the failing Task's kernel ran
+  EXPECT_EQ(observer.count("add_scalar"), 0);              // `dependent` was skipped
+  EXPECT_EQ(observer.count("add"), 1);                     // `later`
+  EXPECT_EQ(observer.failed.load(), 1);
+  // Reading a poisoned tensor later raises a clear error naming the failed op.
+  for (const Tensor* t : {&bad, &dependent, &dependent_twice}) {
+    try {
+      t->to_vector<float>();
+      FAIL() << "reading a poisoned tensor did not raise";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+      EXPECT_TRUE(contains(e.what(), "tensor data is invalid")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "[test_checked_copy] index 7")) << e.what();
+    }
+  }
+  // An op that reads the poisoned tensor now is skipped as well; it raises nothing new at sync.
+  Tensor again = add(dependent, 1.0);
+  EXPECT_NO_THROW(Stream::cpu().synchronize());
+  EXPECT_THROW(again.item_scalar(), Error);
+}
+
+TEST(Stream, DeferredErrorRaisedByReadingADependentTensor) {
+  drain();
+  Tensor a = from_vector<float>({1, 2}, Shape{2});
+  Tensor bad = checked_copy(a, 3);
+  Tensor dependent = mul(bad, bad);
+  // The first sync point is a read: it raises the kernel's own error ...
+  try {
+    dependent.to_vector<float>();
+    FAIL() << "expected the deferred error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Index);
+    EXPECT_TRUE(contains(e.what(), "[test_checked_copy] index 3")) << e.what();
+  }
+  // ... and later reads say the data is invalid; synchronize() has nothing left to raise.
+  EXPECT_THROW(dependent.to_vector<float>(), Error);
+  EXPECT_NO_THROW(Stream::cpu().synchronize());
+  EXPECT_EQ(add(a, 1.0).to_vector<float>(), (std::vector<float>{2, 3}));
+}
+
+TEST(Stream, OnlyTheFirstOfSeveralFailuresIsPending) {
+  drain();
+  Tensor a = from_vector<float>({1}, Shape{1});
+  Tensor first = checked_copy(a, 1);
+  Tensor second = checked_copy(a, 2);
+  try {
+    Stream::cpu().synchronize();
+    FAIL() << "expected the deferred error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "index 1 ")) << e.what();
+  }
+  EXPECT_NO_THROW(Stream::cpu().synchronize());
+  // Each poisoned tensor names its own failure.
+  try {
+    second.item<float>();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "index 2 ")) << e.what();
+  }
+}
+
+TEST(Stream, SynchronizeModeRaisesKernelErrorsAtTheCall) {
+  drain();
+  SynchronizeMode mode(true);
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  const uint32_t line = __LINE__ + 3;
+  try {
+    CallSiteScope site(CallSite{__FILE__, "SyncModeTest", line});
+    checked_copy(a, 5);
+    FAIL() << "synchronize mode did not raise at the call";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Index);
+    EXPECT_TRUE(contains(e.what(), "[test_checked_copy] index 5")) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::string(__FILE__) + ":" + std::to_string(line))) << e.what();
+  }
+  EXPECT_NO_THROW(Stream::cpu().synchronize());  // raised once, at the call
+  EXPECT_EQ(checked_copy(a).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(Stream, MetadataErrorsAreRaisedAtTheCallAndEnqueueNothing) {
+  drain();
+  Tensor a = zeros(Shape{2, 3});
+  Tensor b = zeros(Shape{4});
+  const uint64_t enqueued = Stream::cpu().enqueued();
+  EXPECT_THROW(add(a, b), Error);
+  EXPECT_EQ(Stream::cpu().enqueued(), enqueued);
+  EXPECT_NO_THROW(Stream::cpu().synchronize());
+}
