@@ -71,9 +71,16 @@ struct HostThreadState {
   std::vector<UserFrame> user;
 };
 
+// dygrad uses initial-exec TLS, whose static space is small when Python dlopens the library: the
+// profiler keeps three pointers there and its per-thread state on the heap.
 thread_local ThreadBuffer* tls_buffer = nullptr;
 thread_local uint64_t tls_buffer_session = 0;
-thread_local HostThreadState tls_host;
+thread_local std::unique_ptr<HostThreadState> tls_host;
+
+HostThreadState& host_state() {
+  if (!tls_host) tls_host = std::make_unique<HostThreadState>();
+  return *tls_host;
+}
 
 std::atomic<uint64_t> g_next_session_id{1};
 std::atomic<Profiler*> g_current{nullptr};
@@ -129,7 +136,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
   void on_enqueue(const Task& task) override {
     const int64_t t = now_ns();
     ThreadBuffer& b = buffer();
-    HostThreadState& h = tls_host;
+    HostThreadState& h = host_state();
     OpRecord& r = b.ops.emplace_back();
     r.seq = task.seq;
     r.op = task.op;
@@ -185,7 +192,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     mirror(stats);
     const int64_t t = now_ns();
     ThreadBuffer& b = buffer();
-    b.memory_events.push_back({t, kind, category, nbytes, b.index, tls_host.last_seq});
+    b.memory_events.push_back({t, kind, category, nbytes, b.index, tls_host ? tls_host->last_seq : 0});
     MemorySample m;
     m.ts_ns = t;
     m.allocated = stats.allocated;
@@ -208,7 +215,7 @@ std::atomic<Profiler::Session*> g_session{nullptr};
 namespace detail {
 
 void open_host_op(const char* name) {
-  HostThreadState& h = tls_host;
+  HostThreadState& h = host_state();
   const int64_t t = now_ns();
   Profiler::Session* s = g_session.load(std::memory_order_acquire);
   if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth) h.scopes[h.scope_depth - 1].has_children = true;
@@ -218,7 +225,7 @@ void open_host_op(const char* name) {
 }
 
 void close_host_op() {
-  HostThreadState& h = tls_host;
+  HostThreadState& h = host_state();
   if (h.scope_depth <= 0) return;
   --h.scope_depth;
   const int64_t t = now_ns();
@@ -232,7 +239,7 @@ void close_host_op() {
 }
 
 void open_user_range(std::string_view name) {
-  HostThreadState& h = tls_host;
+  HostThreadState& h = host_state();
   const int64_t t = now_ns();
   Profiler::Session* s = g_session.load(std::memory_order_acquire);
   h.user.push_back({std::string(name), s ? s->id : 0, t});
@@ -241,7 +248,7 @@ void open_user_range(std::string_view name) {
 }
 
 void close_user_range() {
-  HostThreadState& h = tls_host;
+  HostThreadState& h = host_state();
   if (h.user.empty()) return;
   const int64_t t = now_ns();
   h.last_mark_ns = t;

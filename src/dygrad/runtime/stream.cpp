@@ -95,10 +95,12 @@ uint64_t Stream::enqueue(Task&& task) {
     uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
     task.seq = seq;
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-    published_.store(seq, std::memory_order_release);
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
-    completed_.store(seq, std::memory_order_release);
+    // Completed before published: the worker, which may still be spinning, never sees a published Task
+    // that is not complete (it would run a stale slot).
+    completed_.store(seq, std::memory_order_seq_cst);
+    published_.store(seq, std::memory_order_seq_cst);
     reclaimed_ = seq;
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
@@ -133,21 +135,23 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
 
 void Stream::worker_loop() {
   for (;;) {
-    uint64_t done = completed_.load(std::memory_order_relaxed);
-    if (published_.load(std::memory_order_acquire) == done) {
+    // Synchronize mode advances both counters from the host: reload them after every wait.
+    uint64_t done = completed_.load(std::memory_order_seq_cst);
+    if (published_.load(std::memory_order_seq_cst) <= done) {
       auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
       int polls = 0;
-      while (published_.load(std::memory_order_acquire) == done) {
+      while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
         cpu_relax();
         if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
           uint32_t signal = work_signal_.load(std::memory_order_seq_cst);
           worker_sleeping_.store(true, std::memory_order_seq_cst);
-          if (published_.load(std::memory_order_seq_cst) == done && !stopping_.load()) work_signal_.wait(signal);
+          if (published_.load(std::memory_order_seq_cst) <= done && !stopping_.load()) work_signal_.wait(signal);
           worker_sleeping_.store(false, std::memory_order_seq_cst);
           spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
         }
       }
+      continue;  // `done` may be stale: synchronize-mode Tasks may have run meanwhile
     }
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     completed_.store(done + 1, std::memory_order_seq_cst);
