@@ -374,6 +374,12 @@ TEST(Profiler, OpStatsCountIssuedOps) {
     }
   }
   EXPECT_LT(ops[0].host_begin_ns, ops[0].enqueue_ns);  // the scope opened before the output was allocated
+  auto by_count = stats;
+  prof::sort_op_stats(by_count, prof::OpStatsOrder::Count);
+  EXPECT_EQ(by_count[0].name, "add");
+  EXPECT_EQ(by_count[1].name, "mul_scalar");
+  prof::sort_op_stats(by_count, prof::OpStatsOrder::Name);
+  EXPECT_EQ(by_count.back().name, "sum");
   const std::string table = prof::op_stats_table(stats);
   EXPECT_NE(table.find("add"), std::string::npos);
   EXPECT_NE(table.find("Total: 81 calls"), std::string::npos) << table;

@@ -42,6 +42,24 @@ std::vector<OpStat> op_stats(const ProfileData& data, bool group_by_input_shape)
   return out;
 }
 
+void sort_op_stats(std::vector<OpStat>& stats, OpStatsOrder order) {
+  auto key = [order](const OpStat& s) -> double {
+    switch (order) {
+      case OpStatsOrder::HostTotal: return double(s.host_total_ns);
+      case OpStatsOrder::Count: return double(s.count);
+      case OpStatsOrder::Flops: return s.flops;
+      default: return double(s.device_total_ns);
+    }
+  };
+  if (order == OpStatsOrder::Name) {
+    std::stable_sort(stats.begin(), stats.end(), [](const OpStat& a, const OpStat& b) {
+      return a.name != b.name ? a.name < b.name : a.input_shapes < b.input_shapes;
+    });
+  } else {
+    std::stable_sort(stats.begin(), stats.end(), [&](const OpStat& a, const OpStat& b) { return key(a) > key(b); });
+  }
+}
+
 std::string op_stats_table(const std::vector<OpStat>& stats, size_t row_limit) {
   const bool shapes = std::any_of(stats.begin(), stats.end(), [](const OpStat& s) { return !s.input_shapes.empty(); });
   std::string out;

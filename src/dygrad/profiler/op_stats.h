@@ -28,9 +28,13 @@ struct OpStat {
   double gbytes_per_second() const { return device_total_ns > 0 ? bytes / double(device_total_ns) : 0; }
 };
 
+enum class OpStatsOrder { DeviceTotal, HostTotal, Count, Flops, Name };
+
 // One row per op name (per name and input shapes when group_by_input_shape and shapes were recorded),
 // sorted by device time, largest first.
 std::vector<OpStat> op_stats(const ProfileData& data, bool group_by_input_shape = false);
+// Re-sorts rows: largest first (by name: alphabetical).
+void sort_op_stats(std::vector<OpStat>& stats, OpStatsOrder order);
 // A fixed-width table, at most row_limit rows (0: all), with a totals line.
 std::string op_stats_table(const std::vector<OpStat>& stats, size_t row_limit = 0);
 // name,input_shapes,count,ran,device_total_ns,...: one header line and one line per row.
