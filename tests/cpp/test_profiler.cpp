@@ -676,6 +676,36 @@ TEST(ProfilerBreakdown, PrecedenceAndHostBoundRule) {
   EXPECT_EQ(whole.steps[0].other_idle_ns, 200);
 }
 
+// Real ranges in a real session: exact bucket values follow from the recorded intervals.
+TEST(ProfilerBreakdown, DataWaitAndCommunication) {
+  const std::vector<int64_t> shape{1 << 20};
+  Tensor a = full(shape, 1.0), b = full(shape, 2.0);
+  Stream::cpu().synchronize();
+  prof::Profiler p;
+  p.start();
+  p.step();
+  const int64_t wait_begin = prof::now_ns();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const int64_t wait_end = prof::now_ns();
+  prof::record_data_wait(wait_begin, wait_end);
+  const int64_t comm_begin = prof::now_ns();
+  Tensor c = add(a, b);
+  Stream::cpu().synchronize();
+  const int64_t comm_end = prof::now_ns();
+  prof::record_comm("all_reduce", comm_begin, comm_end, /*async=*/true);  // covers the add's device span
+  p.step();
+  p.stop();
+  const prof::Breakdown breakdown = prof::compute_breakdown(p.data());
+  ASSERT_EQ(breakdown.steps.size(), 1u);
+  const auto& s = breakdown.steps[0];
+  EXPECT_EQ(s.data_wait_ns, double(wait_end - wait_begin));
+  EXPECT_GT(s.compute_ns, 0);
+  EXPECT_EQ(s.overlapped_comm_ns, s.compute_ns);
+  EXPECT_EQ(s.exposed_comm_ns, double(comm_end - comm_begin) - s.compute_ns);
+  EXPECT_EQ(s.partition_sum_ns(), s.step_ns());
+  EXPECT_EQ(s.num_ops, 1);
+}
+
 // Many tiny ops from a slow host loop: the device waits for the host.
 TEST(ProfilerBreakdown, HostBoundProgram) {
   Tensor x = vec({1}), y = vec({2});
