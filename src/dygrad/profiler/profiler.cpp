@@ -300,11 +300,11 @@ void Profiler::start() {
   Stream& stream = Stream::cpu();
   session_->first_seq = stream.enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
+  data_.start_ns = now_ns();
   if (options.profile_memory) {
     session_->mirror(data_.memory_at_start);
     CachingAllocator::cpu().set_observer(session_.get());
   }
-  data_.start_ns = now_ns();
   g_session.store(session_.get(), std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
   stream.set_observer(session_.get());
@@ -410,6 +410,19 @@ void Profiler::stop() {
     std::sort(data_.step_markers.begin(), data_.step_markers.end());
   }
   data_.memory_at_stop = CachingAllocator::cpu().stats();
+  if (data_.options.profile_memory) {
+    // The counters at both ends of the session, so the memory tracks span it.
+    auto sample = [](int64_t ts, const MemoryStats& stats) {
+      MemorySample m;
+      m.ts_ns = ts;
+      m.allocated = stats.allocated;
+      m.reserved = stats.reserved;
+      m.by_category = stats.allocated_by_category;
+      return m;
+    };
+    data_.memory.insert(data_.memory.begin(), sample(data_.start_ns, data_.memory_at_start));
+    data_.memory.push_back(sample(std::max(data_.stop_ns, data_.memory.back().ts_ns), data_.memory_at_stop));
+  }
   if (error) std::rethrow_exception(error);
 }
 
