@@ -491,6 +491,38 @@ TEST(Profiler, TasksQueuedBeforeStartKeepTheirDeviceSpans) {
   EXPECT_EQ(count_events(JsonReader(text).parse(), "s"), 1u);  // no flow for Tasks issued before start
 }
 
+TEST(Profiler, SeveralHostThreads) {
+  Tensor x = vec({1, 2}), y = vec({3, 4});
+  Stream::cpu().synchronize();
+  prof::Profiler p({.record_shapes = true});
+  p.start();
+  auto issue = [&] {
+    prof::RecordFunction range("worker loop");
+    for (int i = 0; i < 50; ++i) {
+      prof::HostOpScope scope("add");
+      Tensor z = add(x, y);
+    }
+  };
+  std::thread first(issue), second(issue);
+  first.join();
+  second.join();
+  p.stop();
+  const auto& data = p.data();
+  ASSERT_EQ(data.ops.size(), 100u);
+  for (size_t i = 1; i < data.ops.size(); ++i) EXPECT_LT(data.ops[i - 1].seq, data.ops[i].seq);
+  std::set<int> host_threads;
+  for (const auto& r : data.ops) {
+    EXPECT_TRUE(r.ran());
+    host_threads.insert(r.host_thread);
+  }
+  EXPECT_EQ(host_threads.size(), 2u);
+  const std::string text = prof::chrome_trace_json(data);
+  EXPECT_TRUE(validate_trace(text).empty()) << join(validate_trace(text));
+  const Json trace = JsonReader(text).parse();
+  EXPECT_EQ(count_events(trace, "s"), 100u);
+  EXPECT_EQ(count_events(trace, "X", "worker loop"), 2u);
+}
+
 // --- the exported trace -------------------------------------------------------------------------------------
 TEST(Profiler, ChromeTraceIsValid) {
   Tensor x = vec({1, 2, 3}), y = vec({4, 5, 6});
