@@ -23,8 +23,9 @@ int64_t by_category(const MemoryStats& s, MemoryCategory c) { return s.allocated
 TEST(Allocator, BinSizes) {
   EXPECT_EQ(CachingAllocator::bin_size(1), 64u);
   EXPECT_EQ(CachingAllocator::bin_size(64), 64u);
-  EXPECT_EQ(CachingAllocator::bin_size(65), 80u);     // 64 + 16: four classes between 64 and 128
-  EXPECT_EQ(CachingAllocator::bin_size(100), 112u);
+  EXPECT_EQ(CachingAllocator::bin_size(65), 128u);    // bins are multiples of the 64-byte alignment
+  EXPECT_EQ(CachingAllocator::bin_size(100), 128u);
+  EXPECT_EQ(CachingAllocator::bin_size(129), 192u);
   EXPECT_EQ(CachingAllocator::bin_size(128), 128u);
   EXPECT_EQ(CachingAllocator::bin_size(1000), 1024u);
   EXPECT_EQ(CachingAllocator::bin_size(1025), 1280u);
@@ -32,8 +33,8 @@ TEST(Allocator, BinSizes) {
   for (size_t n = 1; n < (size_t{1} << 22); n = n * 3 / 2 + 1) {
     size_t b = CachingAllocator::bin_size(n);
     EXPECT_GE(b, n);
-    EXPECT_EQ(b % 16, 0u) << n;
-    if (n > 64) {
+    EXPECT_EQ(b % 64, 0u) << n;  // aligned_alloc needs a multiple of the alignment
+    if (n > 256) {
       EXPECT_LE(b - n, n / 4) << "more than a quarter of padding for " << n;
     }
     EXPECT_EQ(CachingAllocator::bin_size(b), b) << "a bin size is its own bin";

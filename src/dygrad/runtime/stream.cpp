@@ -140,21 +140,23 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
 
 void Stream::worker_loop() {
   for (;;) {
-    uint64_t done = completed_.load(std::memory_order_relaxed);
-    if (published_.load(std::memory_order_acquire) == done) {
+    // Synchronize mode advances both counters from the host: reload them after every wait.
+    uint64_t done = completed_.load(std::memory_order_seq_cst);
+    if (published_.load(std::memory_order_seq_cst) <= done) {
       auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
       int polls = 0;
-      while (published_.load(std::memory_order_acquire) == done) {
+      while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
         cpu_relax();
         if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
           uint32_t signal = work_signal_.load(std::memory_order_seq_cst);
           worker_sleeping_.store(true, std::memory_order_seq_cst);
-          if (published_.load(std::memory_order_seq_cst) == done && !stopping_.load()) work_signal_.wait(signal);
+          if (published_.load(std::memory_order_seq_cst) <= done && !stopping_.load()) work_signal_.wait(signal);
           worker_sleeping_.store(false, std::memory_order_seq_cst);
           spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
         }
       }
+      continue;  // `done` may be stale: synchronize-mode Tasks may have run meanwhile
     }
     // An inline Task (synchronize mode) advanced both counters: there is nothing queued to run.
     if (completed_.load(std::memory_order_acquire) != done) continue;
