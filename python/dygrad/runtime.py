@@ -35,4 +35,5 @@ def set_context(context=None, *, deterministic=None, synchronize=None, num_threa
         raise TypeError(f"[set_context] num_threads must be int, not {type(n).__name__}")
     if n < 0:
         raise ValueError(f"[set_context] num_threads must be positive (got {n})")
-    _C._set_context(values["deterministic"], values["synchronize"], n)
+    # 0 keeps the pool as it is (resizing drains the stream and restarts the helper threads).
+    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n)

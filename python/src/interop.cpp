@@ -188,7 +188,7 @@ void gather(PyObject* o, size_t depth, Gathered& g) {
 // A contiguous copy of a NumPy array (made on the host, now: the array may change after the call).
 Tensor copy_array(PyObject* array) {
   nb::object numpy = nb::module_::import_("numpy");
-  nb::object contiguous = numpy.attr("ascontiguousarray")(nb::handle(array));
+  nb::object contiguous = numpy.attr("asarray")(nb::handle(array), nb::arg("order") = "C");  // keeps 0-d
   Buffer buffer;
   if (PyObject_GetBuffer(contiguous.ptr(), &buffer.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) throw nb::python_error();
   buffer.held = true;

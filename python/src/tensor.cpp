@@ -67,6 +67,12 @@ std::string tensor_repr(const Tensor& t) {
   // The C++ printer names dtypes as torch does; Python shows them as dygrad's objects print.
   const std::string from = "dtype=torch.", to = "dtype=dygrad.";
   if (size_t at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
+  // ... and grad_fn by its torch-style node name (AddBackward0).
+  const std::string grad_fn = "grad_fn=<";
+  if (size_t at = s.rfind(grad_fn); at != std::string::npos && t.grad_fn()) {
+    size_t begin = at + grad_fn.size(), end = s.find('>', begin);
+    if (end != std::string::npos) s.replace(begin, end - begin, node_display_name(*t.grad_fn()));
+  }
   return s;
 }
 }  // namespace
