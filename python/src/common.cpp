@@ -16,11 +16,10 @@ PyTypeObject* numpy_generic_type = nullptr;
 
 PyObject* wrap(Tensor t) {
   if (!t.defined()) Py_RETURN_NONE;
-  PyObject* o = nb::detail::nb_inst_alloc(tensor_type);
-  if (!o) return nullptr;
-  new (nb::detail::nb_inst_ptr(o)) Tensor(std::move(t));
-  nb::detail::nb_inst_set_state(o, /*ready=*/true, /*destruct=*/true);
-  return o;
+  nb::object o = nb::inst_alloc(nb::handle(reinterpret_cast<PyObject*>(tensor_type)));
+  new (nb::inst_ptr<Tensor>(o)) Tensor(std::move(t));
+  nb::inst_mark_ready(o);  // constructed: its destructor runs when the instance dies
+  return o.release().ptr();
 }
 
 // --- errors ----------------------------------------------------------------------------------------------------

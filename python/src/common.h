@@ -27,7 +27,7 @@ inline bool is_tensor(PyObject* o) {
   PyTypeObject* t = Py_TYPE(o);
   return t == tensor_type || PyType_IsSubtype(t, tensor_type);
 }
-inline Tensor& unwrap(PyObject* o) { return *static_cast<Tensor*>(nb::detail::nb_inst_ptr(o)); }
+inline Tensor& unwrap(PyObject* o) { return *nb::inst_ptr<Tensor>(nb::handle(o)); }
 // A new reference to a Python Tensor holding `t` (None when t is undefined); nullptr with an error set.
 PyObject* wrap(Tensor t);
 inline nb::object wrap_object(Tensor t) { return nb::steal(wrap(std::move(t))); }
