@@ -1,7 +1,7 @@
 """Per-op host cost of dygrad's Python entry points, side by side with PyTorch in the same run.
 
 Each row times a Python loop of calls (the loop's own cost is included for both libraries) and reports
-microseconds per op, the best of several repeats; the stream is synchronised between repeats, outside the
+microseconds per op, the best of many short repeats (robust to a loaded machine); the stream is synchronised between repeats, outside the
 timed region. Usage: python3 bench/dispatch.py [--calls N] [--repeats R]
 """
 import argparse
@@ -82,8 +82,8 @@ def make_cases(lib, synchronize):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--synchronize", action="store_true",
                         help="run dygrad's ops inline on the calling thread (no stream worker)")
     args = parser.parse_args()

@@ -372,3 +372,42 @@ def test_manual_seed_and_synchronize():
 def test_call_site_is_this_line():
     file, function, line = dg._C._current_call_site()
     assert file.endswith("test_tensor.py") and function == "test_call_site_is_this_line" and line > 0
+
+
+def test_python_subclass_for_parameters():
+    class Parameter(dg.Tensor):
+        pass
+
+    data = dg.ones(2, 3)
+    p = dg.Tensor._make_subclass(Parameter, data, True)
+    assert isinstance(p, Parameter) and isinstance(p, dg.Tensor) and dg.is_tensor(p)
+    assert p.requires_grad and p.is_leaf and p.data_ptr() == data.data_ptr()
+    out = p * 2.0 + p
+    assert type(out) is dg.Tensor and out.requires_grad
+    out.sum().backward()
+    assert p.grad.tolist() == [[3.0] * 3] * 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        p += 1  # in place on a leaf that requires grad is refused, as in torch
+    alias = p
+    with dg.no_grad():  # ... but allowed under no_grad (optimizer updates)
+        p -= 1.0
+    assert p is alias and type(p) is Parameter and p.tolist() == [[0.0] * 3] * 2
+
+
+def test_tensors_hash_by_identity():
+    a, b = dg.ones(1), dg.ones(1)
+    assert len({a, b, a}) == 2 and {a: 1}[a] == 1
+
+
+def test_leaving_synchronize_mode_keeps_the_stream_consistent():
+    # Regression: a Task run inline in synchronize mode was briefly visible to the stream worker as queued,
+    # which then ran the empty ring slot (a crash in a later op).
+    original = dg.get_context()
+    for _ in range(50):
+        dg.set_context(synchronize=True)
+        (dg.ones(3) * 2.0).tolist()
+        dg.set_context(synchronize=False)
+        p = dg.ones(2, 3, requires_grad=True)
+        (p * 2.0 + p).sum().backward()
+        assert p.grad.tolist() == [[3.0] * 3] * 2
+    dg.set_context(original)

@@ -63,10 +63,11 @@ uint64_t Stream::enqueue(Task&& task) {
     uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
     task.seq = seq;
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-    published_.store(seq, std::memory_order_release);
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
-    completed_.store(seq, std::memory_order_release);
+    // Completed before published: the worker must never see this Task as queued (its ring slot is empty).
+    completed_.store(seq, std::memory_order_seq_cst);
+    published_.store(seq, std::memory_order_seq_cst);
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
   }
@@ -104,6 +105,7 @@ void Stream::worker_loop() {
         }
       }
     }
+    if (completed_.load(std::memory_order_seq_cst) != done) continue;  // a synchronize-mode Task ran inline
     Task& task = slots_[done % kCapacity];
     run_task(task);
     task = Task();  // drop the operands' references now, on the worker
