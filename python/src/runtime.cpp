@@ -1,10 +1,28 @@
 // Runtime controls: context flags (deterministic, synchronize, num_threads), the generator seed, stream
 // synchronisation and the caching allocator's statistics.
 #include "common.h"
+#include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
+namespace {
+// A kernel that fails on the stream, for testing deferred errors and their call sites from Python.
+void failing_kernel(Task& task) {
+  fail(ErrorKind::Index, "[_deferred_failure] index ", task.attrs.i[0], " is out of range (a test failure)");
+}
+const OpDef op_deferred_failure("_deferred_failure", FusionClass::Opaque, failing_kernel);
+}  // namespace
+
 void init_runtime(nb::module_& m) {
+  m.def("_deferred_failure", [](const Tensor& input, int64_t index) {
+    // Enqueues an op whose kernel raises IndexError on the stream: the error surfaces at the next sync point.
+    PythonCallSite site;
+    Tensor out = Tensor::empty(input.shape(), input.dtype());
+    Attrs attrs;
+    attrs.i[0] = index;
+    enqueue(op_deferred_failure, {input}, {out}, attrs);
+    return out;
+  }, nb::arg("input"), nb::arg("index"));
   m.def("manual_seed", [](int64_t seed) { manual_seed(static_cast<uint64_t>(seed)); }, nb::arg("seed"),
         "Seeds the counter-based generator.");
   m.def("initial_seed", [] { return rng_state().seed; });

@@ -2,6 +2,7 @@
 types, wrong arity, huge and negative sizes, NaN and empty tensors never crashes the interpreter."""
 import math
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -117,3 +118,29 @@ def test_fuzz_bindings_never_crash():
                 pass
     assert calls > 3000
     dg.synchronize()
+
+
+def test_deferred_kernel_error_names_the_op_and_the_python_line():
+    x = dg.ones(3)
+    poisoned = dg._C._deferred_failure(x, 7); line = sys._getframe().f_lineno  # noqa: E702
+    with pytest.raises(IndexError) as info:
+        dg.synchronize()
+    message = str(info.value)
+    assert "[_deferred_failure] index 7 is out of range" in message
+    assert f"test_errors.py:{line}" in message and "test_deferred_kernel_error_names_the_op_and_the_python_line" in message
+    # The failed op's output is invalid; reading it raises again, naming the failure.
+    with pytest.raises(RuntimeError, match="produced after a failed op"):
+        poisoned.tolist()
+    with pytest.raises(RuntimeError, match="produced after a failed op"):
+        (poisoned + 1).tolist()
+    assert (x + 1).tolist() == [2.0, 2.0, 2.0]  # the stream goes on
+
+
+def test_deferred_error_in_synchronize_mode_is_raised_at_the_call():
+    original = dg.get_context()
+    dg.set_context(synchronize=True)
+    try:
+        with pytest.raises(IndexError, match=r"\[_deferred_failure\]"):
+            dg._C._deferred_failure(dg.ones(1), 3)
+    finally:
+        dg.set_context(original)
