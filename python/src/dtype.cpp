@@ -32,8 +32,6 @@ bool to_dtype(const char* op, PyObject* o, DType& out) {
   if (o == reinterpret_cast<PyObject*>(&PyBool_Type)) return out = DType::Bool, true;
   // NumPy dtypes and scalar types, by name.
   if (PyObject_HasAttrString(o, "itemsize") || PyType_Check(o)) {
-    nb::object dtype = nb::steal(PyObject_GetAttrString(o, "dtype"));  // np.float32 (a type) has no instance dtype
-    PyErr_Clear();
     nb::object name = nb::steal(PyObject_GetAttrString(o, "name"));
     if (!name.is_valid() || !PyUnicode_Check(name.ptr())) {
       PyErr_Clear();

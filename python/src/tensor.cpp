@@ -130,6 +130,11 @@ void init_tensor(nb::module_& m) {
       .def_prop_rw("data", [](const Tensor& t) { return detach(t); },
                    [](Tensor& t, const Tensor& value) {
                      // torch's `x.data = y`: x now shows y's storage and metadata, keeping its autograd identity.
+                     // Queued Tasks read x's metadata on the stream worker: let them finish first.
+                     {
+                       nb::gil_scoped_release release;
+                       Stream::cpu().synchronize();
+                     }
                      TensorImpl& dst = *t.impl();
                      const TensorImpl& src = *value.impl();
                      dst.storage = src.storage;

@@ -411,3 +411,11 @@ def test_leaving_synchronize_mode_keeps_the_stream_consistent():
         (p * 2.0 + p).sum().backward()
         assert p.grad.tolist() == [[3.0] * 3] * 2
     dg.set_context(original)
+
+
+def test_data_property():
+    w = dg.ones(2, 3, requires_grad=True)
+    d = w.data
+    assert not d.requires_grad and d.data_ptr() == w.data_ptr()
+    w.data = dg.zeros(3)
+    assert w.shape == (3,) and w.tolist() == [0.0, 0.0, 0.0] and w.requires_grad and w.is_leaf
