@@ -419,3 +419,16 @@ def test_data_property():
     assert not d.requires_grad and d.data_ptr() == w.data_ptr()
     w.data = dg.zeros(3)
     assert w.shape == (3,) and w.tolist() == [0.0, 0.0, 0.0] and w.requires_grad and w.is_leaf
+
+
+def test_changing_the_thread_count():
+    # Regression: a pool helper that started after stop_helpers() bumped the generation waited forever.
+    original = dg.get_context()
+    try:
+        for n in (1, 3, 2):
+            dg.set_context(num_threads=n)
+            assert dg.get_context().num_threads == n
+            assert (dg.ones(100_000) * 2.0).sum().item() == 200_000.0
+    finally:
+        dg.set_context(original)
+    assert dg.get_context().num_threads == original.num_threads
