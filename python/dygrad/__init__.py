@@ -15,15 +15,23 @@ for _name in dir(_C):
 del _name
 
 from ._size import Size  # noqa: E402
+from . import _tensor  # noqa: E402
 from . import autograd  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .runtime import Context, get_context, set_context  # noqa: E402,F401
 
 _C._set_size_type(Size)
+_tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)
 
 __version__ = "0.1.0"
+
+
+def _rebuild_tensor(array, dtype_name, requires_grad):
+    """Unpickles a Tensor (see dygrad/_tensor.py)."""
+    t = tensor(array, dtype=getattr(_C, dtype_name.split(".")[-1]))
+    return t.requires_grad_(True) if requires_grad else t
 
 
 def is_tensor(obj):

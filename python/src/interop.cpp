@@ -236,6 +236,13 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   if (a[1] && a[1] != Py_None && !to_dtype("tensor", a[1], dtype)) return nullptr;
   bool requires_grad;
   if (!to_bool_argument("tensor", "requires_grad", a[3], false, requires_grad)) return nullptr;
+  if (a[2] && a[2] != Py_None) {
+    const char* device = PyUnicode_Check(a[2]) ? PyUnicode_AsUTF8(a[2]) : nullptr;
+    if (!device || std::strncmp(device, "cpu", 3) != 0) {
+      PyErr_SetString(PyExc_RuntimeError, "[tensor] only the cpu device is available");
+      return nullptr;
+    }
+  }
   return guarded([&] {
     Tensor t = tensor_from_data(a[0], a[1] && a[1] != Py_None ? &dtype : nullptr);
     if (requires_grad) t.set_requires_grad(true);

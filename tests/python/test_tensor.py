@@ -432,3 +432,23 @@ def test_changing_the_thread_count():
     finally:
         dg.set_context(original)
     assert dg.get_context().num_threads == original.num_threads
+
+
+def test_deepcopy_and_pickle():
+    import copy
+    import pickle
+
+    class Parameter(dg.Tensor):
+        pass
+
+    p = dg.Tensor._make_subclass(Parameter, dg.tensor([1.0, 2.0]), True)
+    q = copy.deepcopy(p)
+    assert type(q) is Parameter and q.requires_grad and q.data_ptr() != p.data_ptr() and q.tolist() == [1.0, 2.0]
+    t = dg.tensor([[1, 2], [3, 4]]).t()
+    assert copy.deepcopy(t).tolist() == [[1, 3], [2, 4]]
+    for original in (t, dg.tensor([1.5, 2.5], dtype=dg.float64, requires_grad=True), dg.ones(2, dtype=dg.bfloat16)):
+        restored = pickle.loads(pickle.dumps(original))
+        assert restored.dtype is original.dtype and restored.tolist() == original.tolist()
+        assert restored.requires_grad == original.requires_grad
+    with pytest.raises(RuntimeError, match="cpu"):
+        dg.tensor([1.0], device="cuda")
