@@ -1,5 +1,6 @@
 // Autograd entry points: grad mode (no_grad/enable_grad are Python context managers over these),
 // dygrad.autograd.backward and dygrad.autograd.grad.
+#include <memory>
 #include <vector>
 
 #include "common.h"
@@ -7,6 +8,32 @@
 namespace dg::py {
 
 namespace {
+// A Python callable held by C++ (a gradient hook): called with the GIL, released where the GIL is held
+// (the graph may be freed on the stream worker; see release_python_object).
+struct PythonCallable {
+  PyObject* function;
+  explicit PythonCallable(PyObject* f) : function(f) { Py_INCREF(f); }
+  ~PythonCallable() { release_python_object(function); }
+  PythonCallable(const PythonCallable&) = delete;
+  PythonCallable& operator=(const PythonCallable&) = delete;
+};
+
+// Tensor.register_hook(hook): hook(grad) -> Tensor or None, run when the gradient of the tensor is computed.
+void register_python_hook(Tensor& t, nb::handle function) {
+  DG_CHECK(PyCallable_Check(function.ptr()), Type, "[register_hook] expected a callable, got ", type_name(function.ptr()));
+  auto callable = std::make_shared<PythonCallable>(function.ptr());
+  t.register_hook([callable](const Tensor& grad) -> Tensor {
+    nb::gil_scoped_acquire gil;
+    nb::object argument = wrap_object(grad);
+    nb::object result = nb::steal(PyObject_CallOneArg(callable->function, argument.ptr()));
+    if (!result.is_valid()) throw nb::python_error();
+    if (result.is_none()) return Tensor();
+    DG_CHECK(is_tensor(result.ptr()), Type, "[register_hook] the hook must return a Tensor or None, not ",
+             type_name(result.ptr()));
+    return unwrap(result.ptr());
+  });
+}
+
 std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle seq, bool allow_none) {
   std::vector<Tensor> out;
   if (seq.is_none()) return out;
@@ -28,6 +55,9 @@ std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle
 }  // namespace
 
 void init_autograd(nb::module_& m) {
+  nb::setattr(nb::handle(reinterpret_cast<PyObject*>(tensor_type)), "register_hook",
+              nb::cpp_function([](Tensor& t, nb::handle hook) { register_python_hook(t, hook); }, nb::is_method(),
+                               nb::name("register_hook"), nb::arg("hook")));
   m.def("is_grad_enabled", [] { return grad_enabled(); });
   m.def("_set_grad_enabled", [](bool on) { set_grad_enabled(on); }, nb::arg("mode"));
   m.def("_backward", [](nb::handle tensors, nb::handle grad_tensors, bool retain_graph, bool create_graph) {

@@ -179,3 +179,26 @@ def test_float32_values_match_torch():
     ours = ((dg.tensor(a) + dg.tensor(b)) * 0.5 - dg.tensor(a) / 3.0).numpy()
     theirs = ((torch.tensor(a) + torch.tensor(b)) * 0.5 - torch.tensor(a) / 3.0).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_gradient_hooks_match_torch():
+    seen = []
+
+    def hook(grad):
+        seen.append(grad.tolist())
+        return grad * 2.0
+
+    for lib in (dg, torch):
+        x = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+        y = x * 3.0
+        y.register_hook(hook)
+        x.register_hook(lambda g: None)
+        (y * y).sum().backward()
+        seen.append(x.grad.tolist())
+    assert seen[0:2] == seen[2:4] and seen[1] == [36.0, 72.0]
+    with pytest.raises(TypeError, match="register_hook"):
+        dg.ones(1, requires_grad=True).register_hook(3)
+    x = dg.ones(2, requires_grad=True)
+    x.register_hook(lambda g: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        (x * 2.0).sum().backward()
