@@ -90,6 +90,8 @@ void ThreadPool::helper_loop(int) {
   tls_in_parallel = true;
   uint32_t seen = generation_.load(std::memory_order_acquire);
   for (;;) {
+    // A helper that starts after stop_helpers() bumped the generation must not wait for the next bump.
+    if (stopping_.load(std::memory_order_acquire)) return;
     // Spin for a short while, then sleep until the generation changes.
     auto spin_until = std::chrono::steady_clock::now() + kHelperSpin;
     uint32_t g;
