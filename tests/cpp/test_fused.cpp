@@ -354,7 +354,8 @@ std::vector<double> full_mask(const std::vector<double>& m, int64_t B, int64_t H
 TEST(FusedAttention, MatchesComposedFormula) {
   struct Dims6 { int64_t B, H, T, S, D, Dv; };
   const Dims6 sizes[] = {{2, 3, 5, 7, 4, 6}, {2, 2, 6, 6, 8, 8}, {1, 2, 1, 9, 4, 4}, {1, 1, 70, 130, 16, 8},
-                         {1, 2, 130, 130, 16, 16}, {1, 1, 9, 3, 4, 4}, {1, 1, 3, 0, 4, 4}};
+                         {1, 2, 130, 130, 16, 16}, {1, 1, 300, 520, 8, 8}, {1, 1, 300, 300, 8, 4},
+                         {1, 1, 9, 3, 4, 4}, {1, 1, 3, 0, 4, 4}};
   for (DType dtype : {DType::Float32, DType::Float64}) {
     const double tol = dtype == DType::Float32 ? 2e-5 : 1e-11;
     for (const Dims6& s : sizes) {
@@ -395,7 +396,8 @@ TEST(FusedAttention, MatchesComposedFormula) {
 TEST(FusedAttention, BackwardMatchesComposedGradients) {
   struct Case { int64_t B, H, T, S, D, Dv; bool causal; int mask; };
   const Case cases[] = {{1, 2, 70, 130, 8, 4, false, 0}, {1, 1, 130, 130, 8, 8, true, 0}, {2, 1, 65, 65, 4, 4, true, 0},
-                        {1, 2, 33, 70, 4, 6, false, 1}, {1, 1, 1, 5, 4, 4, false, 2}};
+                        {1, 2, 33, 70, 4, 6, false, 1}, {1, 1, 1, 5, 4, 4, false, 2},
+                        {1, 1, 300, 300, 8, 8, true, 0}, {1, 1, 70, 520, 8, 4, false, 1}, {1, 1, 290, 600, 4, 4, true, 0}};
   for (DType dtype : {DType::Float64, DType::Float32}) {
     const double tol = dtype == DType::Float32 ? 2e-4 : 1e-10;
     for (const Case& s : cases) {
@@ -445,11 +447,11 @@ TEST(FusedAttention, Gradcheck) {
 
 TEST(FusedAttention, IndependentOfThreadCount) {
   auto run = [] {
-    AttentionInputs in = make_inputs(2, 3, 150, 150, 32, 32, DType::Float32, 70);
+    AttentionInputs in = make_inputs(2, 3, 300, 300, 32, 32, DType::Float32, 70);
     Tensor q = clone(in.q), k = clone(in.k), v = clone(in.v);
     for (Tensor* t : {&q, &k, &v}) t->set_requires_grad(true);
     Tensor out = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
-    sum(mul(out, random_tensor({2, 3, 150, 32}, DType::Float32, 71))).backward();
+    sum(mul(out, random_tensor({2, 3, 300, 32}, DType::Float32, 71))).backward();
     std::vector<float> all = out.to_vector<float>();
     for (Tensor* t : {&q, &k, &v}) {
       std::vector<float> g = t->grad().to_vector<float>();

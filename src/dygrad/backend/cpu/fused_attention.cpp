@@ -22,7 +22,9 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kQueryBlock = 64, kKeyBlock = 64;
+// Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
+// rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
+constexpr int64_t kQueryBlock = 64, kKeyBlock = 256;
 enum MaskKind : int64_t { kNoMask = 0, kBoolMask = 1, kAdditiveMask = 2 };
 
 // A batch of matrices [L..., rows, cols] with any strides; n indexes the flattened leading dims.
@@ -230,13 +232,15 @@ void attention_backward(Task& task, const Config& cfg) {
     std::vector<T> probs(static_cast<size_t>(kQueryBlock * kKeyBlock)), dprobs(static_cast<size_t>(kQueryBlock * kKeyBlock));
     int64_t ldq, ldk, ldv, lddo;
     for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
-      const int64_t nk = std::min(kKeyBlock, S_len - k0);
-      const T* kb = k.block(k_matrix, k0, nk, k_pack, ldk);
-      const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
+      const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
+      const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
+      const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
       // Causal: query rows i < k0 see no key of this block.
       const int64_t first_query = cfg.causal ? (k0 / kQueryBlock) * kQueryBlock : 0;
       for (int64_t q0 = first_query; q0 < T_len; q0 += kQueryBlock) {
         const int64_t nq = std::min(kQueryBlock, T_len - q0);
+        // Causal: keys past the block's last query row get P = 0; leave them out of the tile.
+        const int64_t nk = cfg.causal ? std::min(nk_block, q0 + nq - k0) : nk_block;
         const T* qb = q.block(q_matrix, q0, nq, q_pack, ldq);
         const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
         T* p = probs.data();
