@@ -99,7 +99,7 @@ struct Config {
   int64_t mask_kind;
 };
 
-template <typename T>
+// The mask [L..., T, S] (broadcast strides allowed), bool or in the compute type.
 struct MaskView {
   const char* base = nullptr;
   Dims lead_sizes, lead_strides;
@@ -131,7 +131,7 @@ template <typename T>
 void attention_forward(Task& task, const Config& cfg) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const Batched<T> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
-  const MaskView<T> mask(task, 3, cfg.mask_kind);
+  const MaskView mask(task, 3, cfg.mask_kind);
   T* out = task.outputs[0].data<T>();
   T* lse = task.outputs[1].data<T>();
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
@@ -159,8 +159,7 @@ void attention_forward(Task& task, const Config& cfg) {
       mask_scores(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
-        T block_max = kNegInf;
-        for (int64_t j = 0; j < nk; ++j) block_max = std::max(block_max, row[j]);
+        const T block_max = max_of(row, nk);
         const T m_old = row_max[static_cast<size_t>(i)], m_new = std::max(m_old, block_max);
         if (m_new == kNegInf) {  // nothing attended yet: P = 0 (avoids -inf - -inf)
           for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
@@ -177,10 +176,7 @@ void attention_forward(Task& task, const Config& cfg) {
       }
       exp_inplace(s, nq * nk);
       for (int64_t i = 0; i < nq; ++i) {
-        const T* row = s + i * nk;
-        T total = 0;
-        for (int64_t j = 0; j < nk; ++j) total += row[j];
-        row_sum[static_cast<size_t>(i)] += total;
+        row_sum[static_cast<size_t>(i)] += sum_of(s + i * nk, nk);
       }
       gemm(false, false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
     }
@@ -199,7 +195,7 @@ void attention_backward(Task& task, const Config& cfg) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const Batched<T> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
   const T* lse_all = task.inputs[5].data<T>();
-  const MaskView<T> mask(task, 6, cfg.mask_kind);
+  const MaskView mask(task, 6, cfg.mask_kind);
   T* grad_q = task.outputs[0].data<T>();
   T* grad_k = task.outputs[1].data<T>();
   T* grad_v = task.outputs[2].data<T>();
@@ -210,9 +206,8 @@ void attention_backward(Task& task, const Config& cfg) {
     T* dq = grad_q + n * T_len * D;
     T* dk = grad_k + n * S_len * D;
     T* dv = grad_v + n * S_len * Dv;
-    std::fill(dq, dq + T_len * D, T(0));
-    std::fill(dk, dk + S_len * D, T(0));
-    std::fill(dv, dv + S_len * Dv, T(0));
+    // dQ is written (beta 0) by the first key tile, which every query row sees; dK and dV per key tile.
+    if (S_len == 0) std::fill(dq, dq + T_len * D, T(0));
     const T* lse = lse_all + n * T_len;
     const T* q_matrix = q.matrix(n);
     const T* k_matrix = k.matrix(n);
@@ -235,6 +230,8 @@ void attention_backward(Task& task, const Config& cfg) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
       const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
+      std::fill(dk + k0 * D, dk + (k0 + nk_block) * D, T(0));
+      std::fill(dv + k0 * Dv, dv + (k0 + nk_block) * Dv, T(0));
       // Causal: query rows i < k0 see no key of this block.
       const int64_t first_query = cfg.causal ? (k0 / kQueryBlock) * kQueryBlock : 0;
       for (int64_t q0 = first_query; q0 < T_len; q0 += kQueryBlock) {
@@ -260,7 +257,7 @@ void attention_backward(Task& task, const Config& cfg) {
           const T r = row_dot[static_cast<size_t>(q0 + i)];
           for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - r);
         }
-        gemm(false, false, nq, D, nk, scale, dp, nk, kb, ldk, T(1), dq + q0 * D, D);
+        gemm(false, false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * D, D);
         gemm(true, false, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
       }
     }
