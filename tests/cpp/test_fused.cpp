@@ -561,3 +561,45 @@ TEST(FusedAdamW, Errors) {
   bad.lr = -1;
   expect_error([&] { adamw_step(p, g, m, v, 1, bad); }, ErrorKind::Value, op);
 }
+
+// --- gradients that arrive broadcast (sum's backward is an expand: every stride 0) -------------------------
+TEST(FusedOps, ExpandedGradientsMatchDenseOnes) {
+  auto grads_of = [](const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs, bool dense) {
+    for (Tensor& t : inputs) {
+      t = clone(t);
+      t.set_requires_grad(true);
+    }
+    Tensor out = f(inputs);
+    if (dense) sum(mul(out, ones(out.shape(), {out.dtype()}))).backward();
+    else sum(out).backward();
+    std::vector<double> all;
+    for (Tensor& t : inputs) {
+      std::vector<double> g = values(t.grad());
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  };
+  auto check = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                   const std::string& what) {
+    std::vector<double> dense = grads_of(f, inputs, true), expanded = grads_of(f, inputs, false);
+    ASSERT_EQ(dense.size(), expanded.size());
+    for (size_t i = 0; i < dense.size(); ++i) EXPECT_NEAR(dense[i], expanded[i], 1e-12) << what << " at " << i;
+  };
+  check([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); },
+        {random_tensor({3, 5}, DType::Float64, 110), random_tensor({5}, DType::Float64, 111)}, "rms_norm");
+  check([](const std::vector<Tensor>& in) { return swiglu(in[0], in[1]); },
+        {random_tensor({3, 5}, DType::Float64, 112), random_tensor({3, 5}, DType::Float64, 113)}, "swiglu");
+  Tensor cos = random_tensor({3, 2}, DType::Float64, 114), sin = random_tensor({3, 2}, DType::Float64, 115);
+  check([&](const std::vector<Tensor>& in) { return rotary_position_embedding(in[0], cos, sin); },
+        {random_tensor({1, 2, 3, 4}, DType::Float64, 116)}, "rope");
+  check([](const std::vector<Tensor>& in) { return scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), 0.0, true); },
+        {random_tensor({1, 2, 5, 4}, DType::Float64, 117), random_tensor({1, 2, 5, 4}, DType::Float64, 118),
+         random_tensor({1, 2, 5, 3}, DType::Float64, 119)}, "attention");
+}
+
+TEST(FusedOps, DoubleBackwardRaises) {
+  Tensor x = random_tensor({2, 3}, DType::Float64, 120);
+  x.set_requires_grad(true);
+  Tensor y = sum(rms_norm(x));
+  expect_error([&] { y.backward(Tensor(), false, true); }, ErrorKind::NotImplemented, "rms_norm");
+}
