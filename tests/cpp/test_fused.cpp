@@ -463,6 +463,14 @@ TEST(FusedAttention, IndependentOfThreadCount) {
   EXPECT_EQ(one, two);
 }
 
+TEST(FusedAttention, FourDimOutputIsStoredTokenMajor) {
+  AttentionInputs in = make_inputs(2, 3, 4, 4, 8, 8, DType::Float32, 75);
+  Tensor out = scaled_dot_product_attention(in.q, in.k, in.v);
+  expect_shape(out, {2, 3, 4, 8});
+  EXPECT_TRUE(transpose(out, 1, 2).is_contiguous());  // [B, T, H, Dv] storage: the merge of heads is free
+  EXPECT_FALSE(out.is_view());
+}
+
 TEST(FusedAttention, FullyMaskedRowGivesZeros) {
   Tensor q = random_tensor({1, 2, 4}, DType::Float64, 80), k = random_tensor({1, 3, 4}, DType::Float64, 81);
   Tensor v = random_tensor({1, 3, 4}, DType::Float64, 82);

@@ -111,7 +111,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   Dims out_shape(lead);
   out_shape.push_back(T);
   out_shape.push_back(Dv);
-  Tensor out = Tensor::empty(out_shape, query.dtype());
+  // 4-D: the output is stored as [B, T, H, Dv] and returned as its [B, H, T, Dv] view (as torch's CPU flash
+  // kernel does), so the usual out.transpose(1, 2).reshape(B, T, H * Dv) that follows is free.
+  Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype()), Dims{0, 2, 1, 3})
+                       : Tensor::empty(out_shape, query.dtype());
+  out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
   Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype());
   Attrs attrs;
   attrs.scalars[0] = scale_value;

@@ -132,7 +132,7 @@ void attention_forward(Task& task, const Config& cfg) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const Batched<T> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
   const MaskView mask(task, 3, cfg.mask_kind);
-  T* out = task.outputs[0].data<T>();
+  const Batched<T> out(task.outputs[0]);  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
   T* lse = task.outputs[1].data<T>();
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
@@ -180,11 +180,11 @@ void attention_forward(Task& task, const Config& cfg) {
       }
       gemm(false, false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
     }
-    T* o = out + (n * T_len + q0) * Dv;
+    T* o = const_cast<T*>(out.matrix(n)) + q0 * out.row_stride;
     for (int64_t i = 0; i < nq; ++i) {
       const T l = row_sum[static_cast<size_t>(i)];
       const T inv = l > T(0) ? T(1) / l : T(0);
-      for (int64_t c = 0; c < Dv; ++c) o[i * Dv + c] = acc[static_cast<size_t>(i * Dv + c)] * inv;
+      for (int64_t c = 0; c < Dv; ++c) o[i * out.row_stride + c] = acc[static_cast<size_t>(i * Dv + c)] * inv;
       lse[n * T_len + q0 + i] = l > T(0) ? row_max[static_cast<size_t>(i)] + std::log(l) : kNegInf;
     }
   });
