@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
@@ -24,7 +25,7 @@ namespace dg::cpu {
 namespace {
 // Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
 // rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
-constexpr int64_t kQueryBlock = 64, kKeyBlock = 256;
+constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
 enum MaskKind : int64_t { kNoMask = 0, kBoolMask = 1, kAdditiveMask = 2 };
 
 // A batch of matrices [L..., rows, cols] with any strides; n indexes the flattened leading dims.
@@ -142,7 +143,8 @@ void attention_forward(Task& task, const Config& cfg) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
     std::vector<T> q_pack, k_pack, v_pack;
-    std::vector<T> scores(static_cast<size_t>(nq * kKeyBlock)), acc(static_cast<size_t>(nq * Dv), T(0));
+    std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
+    std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
     std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
     int64_t ldq, ldk, ldv;
     const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
@@ -154,7 +156,7 @@ void attention_forward(Task& task, const Config& cfg) {
       const int64_t nk = std::min(kKeyBlock, key_end - k0);
       const T* kb = k.block(k_matrix, k0, nk, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
-      T* s = scores.data();
+      T* s = scores.get();
       gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), s, nk);
       mask_scores(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
@@ -224,7 +226,7 @@ void attention_backward(Task& task, const Config& cfg) {
       row_dot[static_cast<size_t>(i)] = total;
     }
     std::vector<T> q_pack, k_pack, v_pack, do_pack;
-    std::vector<T> probs(static_cast<size_t>(kQueryBlock * kKeyBlock)), dprobs(static_cast<size_t>(kQueryBlock * kKeyBlock));
+    std::unique_ptr<T[]> probs(new T[kQueryBlock * kKeyBlock]), dprobs(new T[kQueryBlock * kKeyBlock]);
     int64_t ldq, ldk, ldv, lddo;
     for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
@@ -240,8 +242,8 @@ void attention_backward(Task& task, const Config& cfg) {
         const int64_t nk = cfg.causal ? std::min(nk_block, q0 + nq - k0) : nk_block;
         const T* qb = q.block(q_matrix, q0, nq, q_pack, ldq);
         const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
-        T* p = probs.data();
-        T* dp = dprobs.data();
+        T* p = probs.get();
+        T* dp = dprobs.get();
         gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), p, nk);
         mask_scores(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
         for (int64_t i = 0; i < nq; ++i) {
