@@ -73,8 +73,6 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
            "] expected query, key and value to have the same dtype, got ", dtype_name(query.dtype()), ", ",
            dtype_name(key.dtype()), " and ", dtype_name(value.dtype()));
   check_floating(kName, query);
-  DG_CHECK(query.dtype() == DType::Float32 || query.dtype() == DType::Float64, NotImplemented, "[", kName,
-           "] the CPU kernel supports float32 and float64, got ", dtype_name(query.dtype()));
   const int64_t nd = query.dim();
   DG_CHECK(nd >= 2 && key.dim() == nd && value.dim() == nd, Value, "[", kName,
            "] expected query, key and value with the same number of dims (at least 2), got shapes ", query.shape(), ", ",
@@ -116,7 +114,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype()), Dims{0, 2, 1, 3})
                        : Tensor::empty(out_shape, query.dtype());
   out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
-  Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype());
+  Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
   Attrs attrs;
   attrs.scalars[0] = scale_value;
   attrs.i[0] = is_causal;

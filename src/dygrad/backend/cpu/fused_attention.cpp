@@ -15,6 +15,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
@@ -55,23 +56,28 @@ struct Batched {
     }
     return base + offset;
   }
-  // Rows [r0, r0 + count) of matrix n as a row-major block with leading dim `ld`: in place when the
-  // columns are unit-stride (what BLAS reads directly), else gathered into `pack`.
-  const T* block(const T* matrix_base, int64_t r0, int64_t count, std::vector<T>& pack, int64_t& ld) const {
-    if (col_stride == 1 && row_stride >= cols && cols > 0) {
-      ld = row_stride;
-      return matrix_base + r0 * row_stride;
+  // Rows [r0, r0 + count) of matrix n as a row-major block of the compute type C with leading dim `ld`: in
+  // place when the columns are unit-stride and no conversion is needed (what BLAS reads directly), else
+  // gathered (and converted, for 16-bit floats) into `pack`.
+  template <typename C>
+  const C* block(const T* matrix_base, int64_t r0, int64_t count, std::vector<C>& pack, int64_t& ld) const {
+    if constexpr (std::is_same_v<T, C>) {
+      if (col_stride == 1 && row_stride >= cols && cols > 0) {
+        ld = row_stride;
+        return matrix_base + r0 * row_stride;
+      }
     }
     pack.resize(static_cast<size_t>(std::max<int64_t>(count * cols, 1)));
     for (int64_t r = 0; r < count; ++r)
-      for (int64_t c = 0; c < cols; ++c) pack[static_cast<size_t>(r * cols + c)] = matrix_base[(r0 + r) * row_stride + c * col_stride];
+      for (int64_t c = 0; c < cols; ++c)
+        pack[static_cast<size_t>(r * cols + c)] = static_cast<C>(matrix_base[(r0 + r) * row_stride + c * col_stride]);
     ld = std::max<int64_t>(cols, 1);
     return pack.data();
   }
 };
 
 // Scores of block (q0.., k0..) [nq, nk] with leading dim nk: the mask and the causal cut applied in place.
-template <typename T>
+template <typename T, typename M>
 void mask_scores(T* scores, int64_t nq, int64_t nk, int64_t q0, int64_t k0, bool causal, int64_t mask_kind,
                  const void* mask_matrix, int64_t mask_row_stride, int64_t mask_col_stride) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -81,11 +87,11 @@ void mask_scores(T* scores, int64_t nq, int64_t nk, int64_t q0, int64_t k0, bool
       for (int64_t j = 0; j < nk; ++j)
         if (!mask[(q0 + i) * mask_row_stride + (k0 + j) * mask_col_stride]) scores[i * nk + j] = kNegInf;
   } else if (mask_kind == kAdditiveMask) {
-    const T* mask = static_cast<const T*>(mask_matrix);
+    const M* mask = static_cast<const M*>(mask_matrix);
     for (int64_t i = 0; i < nq; ++i) {
-      const T* row = mask + (q0 + i) * mask_row_stride + k0 * mask_col_stride;
-      if (mask_col_stride == 1) for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += row[j];
-      else for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += row[j * mask_col_stride];
+      const M* row = mask + (q0 + i) * mask_row_stride + k0 * mask_col_stride;
+      if (mask_col_stride == 1) for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += static_cast<T>(row[j]);
+      else for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += static_cast<T>(row[j * mask_col_stride]);
     }
   }
   if (causal && k0 + nk - 1 > q0) {
@@ -128,12 +134,14 @@ struct MaskView {
   }
 };
 
-template <typename T>
+// S: the stored dtype; T: the compute type (float for 16-bit floats).
+template <typename S>
 void attention_forward(Task& task, const Config& cfg) {
+  using T = compute_t<S>;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const Batched<T> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
+  const Batched<S> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
   const MaskView mask(task, 3, cfg.mask_kind);
-  const Batched<T> out(task.outputs[0]);  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
+  const Batched<S> out(task.outputs[0]);  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
   T* lse = task.outputs[1].data<T>();
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
@@ -148,8 +156,8 @@ void attention_forward(Task& task, const Config& cfg) {
     std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
     int64_t ldq, ldk, ldv;
     const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
-    const T* k_matrix = k.matrix(n);
-    const T* v_matrix = v.matrix(n);
+    const S* k_matrix = k.matrix(n);
+    const S* v_matrix = v.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     const int64_t key_end = cfg.causal ? std::min(S_len, q0 + nq) : S_len;
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyBlock) {
@@ -158,7 +166,7 @@ void attention_forward(Task& task, const Config& cfg) {
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
       T* s = scores.get();
       gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), s, nk);
-      mask_scores(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
+      mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
         const T block_max = max_of(row, nk);
@@ -182,47 +190,62 @@ void attention_forward(Task& task, const Config& cfg) {
       }
       gemm(false, false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
     }
-    T* o = const_cast<T*>(out.matrix(n)) + q0 * out.row_stride;
+    S* o = const_cast<S*>(out.matrix(n)) + q0 * out.row_stride;
     for (int64_t i = 0; i < nq; ++i) {
       const T l = row_sum[static_cast<size_t>(i)];
       const T inv = l > T(0) ? T(1) / l : T(0);
-      for (int64_t c = 0; c < Dv; ++c) o[i * out.row_stride + c] = acc[static_cast<size_t>(i * Dv + c)] * inv;
+      for (int64_t c = 0; c < Dv; ++c) o[i * out.row_stride + c] = static_cast<S>(acc[static_cast<size_t>(i * Dv + c)] * inv);
       lse[n * T_len + q0 + i] = l > T(0) ? row_max[static_cast<size_t>(i)] + std::log(l) : kNegInf;
     }
   });
 }
 
-template <typename T>
+template <typename S>
 void attention_backward(Task& task, const Config& cfg) {
+  using T = compute_t<S>;
+  constexpr bool kDirect = std::is_same_v<S, T>;  // gradients accumulate in the outputs themselves
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const Batched<T> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
+  const Batched<S> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
   const T* lse_all = task.inputs[5].data<T>();
   const MaskView mask(task, 6, cfg.mask_kind);
-  T* grad_q = task.outputs[0].data<T>();
-  T* grad_k = task.outputs[1].data<T>();
-  T* grad_v = task.outputs[2].data<T>();
+  S* grad_q = task.outputs[0].data<S>();
+  S* grad_k = task.outputs[1].data<S>();
+  S* grad_v = task.outputs[2].data<S>();
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
   const T scale = static_cast<T>(cfg.scale);
   parallel_chunks(batch, [&](int64_t n) {
-    T* dq = grad_q + n * T_len * D;
-    T* dk = grad_k + n * S_len * D;
-    T* dv = grad_v + n * S_len * Dv;
+    // 16-bit floats: accumulate in float buffers, rounded once at the end.
+    std::vector<T> dq_acc, dk_acc, dv_acc;
+    T *dq, *dk, *dv;
+    if constexpr (kDirect) {
+      dq = grad_q + n * T_len * D;
+      dk = grad_k + n * S_len * D;
+      dv = grad_v + n * S_len * Dv;
+    } else {
+      dq_acc.resize(static_cast<size_t>(T_len * D));
+      dk_acc.resize(static_cast<size_t>(S_len * D));
+      dv_acc.resize(static_cast<size_t>(S_len * Dv));
+      dq = dq_acc.data();
+      dk = dk_acc.data();
+      dv = dv_acc.data();
+    }
     // dQ is written (beta 0) by the first key tile, which every query row sees; dK and dV per key tile.
     if (S_len == 0) std::fill(dq, dq + T_len * D, T(0));
     const T* lse = lse_all + n * T_len;
-    const T* q_matrix = q.matrix(n);
-    const T* k_matrix = k.matrix(n);
-    const T* v_matrix = v.matrix(n);
-    const T* do_matrix = dout.matrix(n);
-    const T* o_matrix = o.matrix(n);
+    const S* q_matrix = q.matrix(n);
+    const S* k_matrix = k.matrix(n);
+    const S* v_matrix = v.matrix(n);
+    const S* do_matrix = dout.matrix(n);
+    const S* o_matrix = o.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     // Dr[i] = rowsum(dO * O).
     std::vector<T> row_dot(static_cast<size_t>(T_len));
     for (int64_t i = 0; i < T_len; ++i) {
       T total = 0;
       for (int64_t c = 0; c < Dv; ++c)
-        total += do_matrix[i * dout.row_stride + c * dout.col_stride] * o_matrix[i * o.row_stride + c * o.col_stride];
+        total += static_cast<T>(do_matrix[i * dout.row_stride + c * dout.col_stride]) *
+                 static_cast<T>(o_matrix[i * o.row_stride + c * o.col_stride]);
       row_dot[static_cast<size_t>(i)] = total;
     }
     std::vector<T> q_pack, k_pack, v_pack, do_pack;
@@ -245,7 +268,7 @@ void attention_backward(Task& task, const Config& cfg) {
         T* p = probs.get();
         T* dp = dprobs.get();
         gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), p, nk);
-        mask_scores(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
+        mask_scores<T, S>(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
         for (int64_t i = 0; i < nq; ++i) {
           T* row = p + i * nk;
           const T l = lse[q0 + i];
@@ -263,6 +286,11 @@ void attention_backward(Task& task, const Config& cfg) {
         gemm(true, false, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
       }
     }
+    if constexpr (!kDirect) {
+      for (int64_t i = 0; i < T_len * D; ++i) grad_q[n * T_len * D + i] = static_cast<S>(dq[i]);
+      for (int64_t i = 0; i < S_len * D; ++i) grad_k[n * S_len * D + i] = static_cast<S>(dk[i]);
+      for (int64_t i = 0; i < S_len * Dv; ++i) grad_v[n * S_len * Dv + i] = static_cast<S>(dv[i]);
+    }
   });
 }
 
@@ -273,14 +301,12 @@ Config config_of(const Task& task) {
 
 void attention_kernel(Task& task) {
   const Config cfg = config_of(task);
-  if (task.inputs[0].dtype() == DType::Float64) attention_forward<double>(task, cfg);
-  else attention_forward<float>(task, cfg);
+  visit_floating(task.inputs[0].dtype(), [&]<typename S>() { attention_forward<S>(task, cfg); });
 }
 
 void attention_backward_kernel(Task& task) {
   const Config cfg = config_of(task);
-  if (task.inputs[1].dtype() == DType::Float64) attention_backward<double>(task, cfg);
-  else attention_backward<float>(task, cfg);
+  visit_floating(task.inputs[1].dtype(), [&]<typename S>() { attention_backward<S>(task, cfg); });
 }
 
 }  // namespace dg::cpu
