@@ -630,3 +630,41 @@ TEST(FusedOps, DoubleBackwardRaises) {
   Tensor y = sum(rms_norm(x));
   expect_error([&] { y.backward(Tensor(), false, true); }, ErrorKind::NotImplemented, "rms_norm");
 }
+
+// --- 16-bit floats through forward and backward: float64 on the same (rounded) values as the reference ------
+TEST(FusedOps, BFloat16ForwardAndBackward) {
+  // Runs f on `inputs` converted to dtype and returns the output and the input gradients (as doubles).
+  auto run = [](const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs, DType dtype,
+                const Tensor& weights) {
+    std::vector<Tensor> xs;
+    for (const Tensor& t : inputs) {
+      xs.push_back(to(t, dtype, true));
+      xs.back().set_requires_grad(true);
+    }
+    Tensor out = f(xs);
+    sum(mul(out, to(weights, dtype))).backward();
+    std::vector<std::vector<double>> result = {values(out)};
+    for (Tensor& x : xs) result.push_back(values(x.grad()));
+    return result;
+  };
+  auto check = [&](const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> inputs,
+                   const Shape& out_shape, const std::string& what) {
+    for (Tensor& t : inputs) t = to(to(t, DType::BFloat16), DType::Float64);  // values representable in bf16
+    Tensor weights = to(to(random_tensor(out_shape, DType::Float64, 140), DType::BFloat16), DType::Float64);
+    auto expected = run(f, inputs, DType::Float64, weights);
+    auto actual = run(f, inputs, DType::BFloat16, weights);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      double scale = 0;
+      for (double e : expected[i]) scale = std::max(scale, std::fabs(e));
+      for (size_t j = 0; j < expected[i].size(); ++j)
+        EXPECT_NEAR(actual[i][j], expected[i][j], 2e-2 * std::max(scale, 1.0)) << what << " result " << i << " at " << j;
+    }
+  };
+  check([](const std::vector<Tensor>& in) { return rms_norm(in[0], in[1]); },
+        {random_tensor({6, 40}, DType::Float64, 141), random_tensor({40}, DType::Float64, 142)}, {6, 40}, "rms_norm");
+  check([](const std::vector<Tensor>& in) { return swiglu(in[0]); }, {random_tensor({5, 64}, DType::Float64, 143, -3, 3)},
+        {5, 32}, "swiglu");
+  Tensor cos = random_tensor({4, 4}, DType::Float64, 144), sin = random_tensor({4, 4}, DType::Float64, 145);
+  check([&](const std::vector<Tensor>& in) { return rotary_position_embedding(in[0], cos, sin, RopeMode::RotateHalf); },
+        {random_tensor({2, 3, 4, 8}, DType::Float64, 146)}, {2, 3, 4, 8}, "rope");
+}
