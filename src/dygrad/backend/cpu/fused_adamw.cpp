@@ -49,13 +49,16 @@ void adamw_kernel(Task& task) {
         T* p = task.outputs[t].data<T>();
         T* m = task.outputs[static_cast<size_t>(count) + t].data<T>();
         T* v = task.outputs[2 * static_cast<size_t>(count) + t].data<T>();
+        // Each torch op stores its result in T before the next reads it: round the same way (a no-op for
+        // float32 and float64).
+        auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
         for (int64_t i = piece.begin; i < piece.end; ++i) {
           const C gi = static_cast<C>(g[i]);
-          const C pi = static_cast<C>(static_cast<T>(static_cast<C>(p[i]) * c_decay));  // stored, as p.mul_
-          const C mi0 = static_cast<C>(m[i]);
-          const C mi = static_cast<C>(static_cast<T>(small_weight ? mi0 + weight * (gi - mi0) : gi - (gi - mi0) * (C(1) - weight)));
-          const C vi = static_cast<C>(static_cast<T>(static_cast<C>(static_cast<T>(static_cast<C>(v[i]) * c_beta2)) + one_minus_beta2 * gi * gi));
-          const C denom = std::sqrt(vi) / c_bias2 + c_eps;
+          const C pi = stored(static_cast<C>(p[i]) * c_decay);  // p.mul_(1 - lr wd)
+          const C m0 = static_cast<C>(m[i]);
+          const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
+          const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
+          const C denom = stored(stored(stored(std::sqrt(vi)) / c_bias2) + c_eps);  // sqrt, div_, add_
           p[i] = static_cast<T>(pi + neg_step * mi / denom);
           m[i] = static_cast<T>(mi);
           v[i] = static_cast<T>(vi);
