@@ -6,6 +6,7 @@
 #include "dygrad/core/tensor.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
+#include "dygrad/ops/fused.h"
 #include "dygrad/ops/index.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/nn.h"
