@@ -6,6 +6,7 @@
 #include "dygrad/core/tensor.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
+#include "dygrad/ops/linalg.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"

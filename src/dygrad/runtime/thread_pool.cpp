@@ -95,6 +95,9 @@ void ThreadPool::helper_loop(int) {
     uint32_t g;
     int polls = 0;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      // A helper that starts after stop_helpers() bumped the generation has that generation as `seen` and
+      // would wait forever (resize() then hangs in join): it must notice stopping_ instead.
+      if (stopping_.load(std::memory_order_acquire)) return;
       cpu_relax();
       if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         sleeping_helpers_.fetch_add(1, std::memory_order_seq_cst);

@@ -1,0 +1,249 @@
+// GEMM benchmark: dygrad's matmul (shape-tiled serial OpenBLAS on dygrad's pool) against the multithreaded
+// OpenBLAS called directly with the same number of threads, at 1024^3 and the model's shapes. Results go into
+// bench/RESULTS.md (section GEMM).
+//
+// Method. libdygrad links the serial OpenBLAS. The reference is the pthread OpenBLAS, loaded privately with
+// dlopen(RTLD_LOCAL | RTLD_DEEPBIND) so that its symbols and its internal calls stay apart from the serial
+// library's, and set to the same thread count (checked, and the process CPU time it uses is reported). The
+// serial library, called directly on one thread, is shown for context. Each benchmark runs `runs` iterations;
+// one iteration times dygrad (matmul + synchronize), the reference and the serial BLAS once each, in an order
+// that alternates between iterations, each after an idle gap that lets every pool go back to sleep (OpenBLAS's
+// threads spin for about 0.1 s after a call and would otherwise take a core from the next run; dygrad's spin
+// for 0.1 ms). Interleaving in one process means a load change on this shared machine hits all three alike.
+// Google Benchmark reports dygrad's time as manual time and the three medians as counters; a markdown table
+// of the medians and the ratio is printed at the end.
+//
+// Usage: bench_gemm [--threads=2] [--runs=21] [--gap_ms=120] [Google Benchmark flags]
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <dlfcn.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dygrad/dygrad.h"
+
+namespace {
+
+using SgemmFn = decltype(&cblas_sgemm);
+constexpr const char* kSerialPath = "/usr/lib/x86_64-linux-gnu/openblas-serial/libopenblas.so.0";
+constexpr const char* kPthreadPath = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0";
+
+struct Blas {
+  void* handle = nullptr;
+  SgemmFn sgemm = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+  int (*get_num_threads)() = nullptr;
+  char* (*get_config)() = nullptr;
+};
+
+Blas load_blas(const char* path, int flags) {
+  Blas b;
+  b.handle = dlopen(path, flags);
+  if (b.handle == nullptr) return b;
+  b.sgemm = reinterpret_cast<SgemmFn>(dlsym(b.handle, "cblas_sgemm"));
+  b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(b.handle, "openblas_set_num_threads"));
+  b.get_num_threads = reinterpret_cast<int (*)()>(dlsym(b.handle, "openblas_get_num_threads"));
+  b.get_config = reinterpret_cast<char* (*)()>(dlsym(b.handle, "openblas_get_config"));
+  return b;
+}
+
+struct Options {
+  int threads = 2;
+  int runs = 21;
+  int gap_ms = 120;
+};
+Options options;
+Blas serial_blas, threaded_blas;
+
+struct Shape {
+  const char* name;
+  int64_t batch, M, N, K;
+};
+const Shape kShapes[] = {
+    {"1024x1024 @ 1024x1024", 1, 1024, 1024, 1024},
+    {"2048x384 @ 384x1152", 1, 2048, 1152, 384},
+    {"2048x1024 @ 1024x384", 1, 2048, 384, 1024},
+    {"48 x (256x64 @ 64x256)", 48, 256, 256, 64},
+};
+
+struct Result {
+  std::string name;
+  double dygrad_gflops = 0, blas_gflops = 0, serial_gflops = 0;
+  double max_relative_error = 0;
+};
+std::vector<Result> results;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// C[b] = A[b] @ B[b] for every batch with a directly called BLAS (row-major, contiguous).
+void blas_batched(SgemmFn sgemm, const Shape& s, const float* A, const float* B, float* C) {
+  for (int64_t b = 0; b < s.batch; ++b)
+    sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(s.M), int(s.N), int(s.K), 1.0f, A + b * s.M * s.K, int(s.K),
+          B + b * s.K * s.N, int(s.N), 0.0f, C + b * s.M * s.N, int(s.N));
+}
+
+void bench_shape(benchmark::State& state, const Shape& s) {
+  using clock = std::chrono::steady_clock;
+  std::mt19937 gen(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> A(size_t(s.batch * s.M * s.K)), B(size_t(s.batch * s.K * s.N));
+  for (float& x : A) x = dist(gen);
+  for (float& x : B) x = dist(gen);
+  std::vector<float> C_blas(size_t(s.batch * s.M * s.N)), C_serial(C_blas.size());
+  std::vector<int64_t> a_shape = {s.M, s.K}, b_shape = {s.K, s.N};
+  if (s.batch > 1) {
+    a_shape.insert(a_shape.begin(), s.batch);
+    b_shape.insert(b_shape.begin(), s.batch);
+  }
+  dg::Tensor a = dg::from_vector<float>(A, a_shape), b = dg::from_vector<float>(B, b_shape);
+  const double flops = 2.0 * double(s.batch) * double(s.M) * double(s.N) * double(s.K);
+
+  auto run_dygrad = [&] {
+    dg::Tensor c = dg::matmul(a, b);
+    dg::Stream::cpu().synchronize();
+    return c;
+  };
+  // Warm up all three, and check that dygrad and both BLAS agree.
+  std::vector<float> c_dygrad = run_dygrad().to_vector<float>();
+  blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C_blas.data());
+  blas_batched(serial_blas.sgemm, s, A.data(), B.data(), C_serial.data());
+  double max_error = 0;
+  for (size_t i = 0; i < C_blas.size(); ++i) {
+    const double scale = std::max(1.0, double(std::fabs(C_blas[i])));
+    max_error = std::max({max_error, std::fabs(double(c_dygrad[i]) - C_blas[i]) / scale,
+                          std::fabs(double(C_serial[i]) - C_blas[i]) / scale});
+  }
+  if (max_error > 1e-3) state.SkipWithError("dygrad and the BLAS reference disagree");
+
+  std::vector<double> t_dygrad, t_blas, t_serial;
+  int iteration = 0;
+  for (auto _ : state) {
+    // Three runs per iteration; the order rotates so none always follows the same one.
+    double measured[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      const int which = (k + iteration) % 3;
+      std::this_thread::sleep_for(std::chrono::milliseconds(options.gap_ms));
+      const auto t0 = clock::now();
+      if (which == 0) {
+        dg::Tensor c = run_dygrad();
+        measured[0] = seconds_since(t0);
+      } else if (which == 1) {
+        blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C_blas.data());
+        measured[1] = seconds_since(t0);
+      } else {
+        blas_batched(serial_blas.sgemm, s, A.data(), B.data(), C_serial.data());
+        measured[2] = seconds_since(t0);
+      }
+    }
+    t_dygrad.push_back(measured[0]);
+    t_blas.push_back(measured[1]);
+    t_serial.push_back(measured[2]);
+    state.SetIterationTime(measured[0]);
+    ++iteration;
+  }
+  Result r;
+  r.name = s.name;
+  r.dygrad_gflops = flops / median(t_dygrad) / 1e9;
+  r.blas_gflops = flops / median(t_blas) / 1e9;
+  r.serial_gflops = flops / median(t_serial) / 1e9;
+  r.max_relative_error = max_error;
+  state.counters["dygrad_GFLOPs"] = r.dygrad_gflops;
+  state.counters["blas_GFLOPs"] = r.blas_gflops;
+  state.counters["serial1_GFLOPs"] = r.serial_gflops;
+  state.counters["ratio"] = r.dygrad_gflops / r.blas_gflops;
+  results.push_back(r);
+}
+
+// Process CPU seconds over wall seconds while the threaded BLAS runs: about the number of busy threads.
+double threaded_blas_parallelism() {
+  const Shape s = kShapes[0];
+  std::vector<float> A(size_t(s.M * s.K), 0.5f), B(size_t(s.K * s.N), 0.25f), C(size_t(s.M * s.N));
+  blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C.data());
+  rusage r0{}, r1{};
+  getrusage(RUSAGE_SELF, &r0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C.data());
+  const double wall = seconds_since(t0);
+  getrusage(RUSAGE_SELF, &r1);
+  auto cpu = [](const rusage& r) {
+    return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  };
+  return (cpu(r1) - cpu(r0)) / wall;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Our flags first; the rest go to Google Benchmark.
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--threads=", 0) == 0) options.threads = std::atoi(arg.c_str() + 10);
+    else if (arg.rfind("--runs=", 0) == 0) options.runs = std::atoi(arg.c_str() + 7);
+    else if (arg.rfind("--gap_ms=", 0) == 0) options.gap_ms = std::atoi(arg.c_str() + 9);
+    else rest.push_back(argv[i]);
+  }
+  int rest_count = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_count, rest.data());
+
+  dg::set_num_threads(options.threads);
+  // The serial library must be the one libdygrad already loaded (RTLD_NOLOAD finds it).
+  serial_blas = load_blas(kSerialPath, RTLD_NOW | RTLD_NOLOAD);
+  if (serial_blas.handle == nullptr) {
+    std::fprintf(stderr, "warning: libdygrad did not load %s; loading it privately for the serial column\n", kSerialPath);
+    serial_blas = load_blas(kSerialPath, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  }
+  threaded_blas = load_blas(kPthreadPath, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (serial_blas.sgemm == nullptr || threaded_blas.sgemm == nullptr || threaded_blas.set_num_threads == nullptr) {
+    std::fprintf(stderr, "cannot load the OpenBLAS libraries: %s\n", dlerror());
+    return 1;
+  }
+  threaded_blas.set_num_threads(options.threads);
+  std::printf("dygrad: %d threads; serial BLAS: %s\n", options.threads, serial_blas.get_config());
+  std::printf("reference BLAS: %s, openblas_get_num_threads() = %d, CPU/wall while running = %.2f\n",
+              threaded_blas.get_config(), threaded_blas.get_num_threads(), threaded_blas_parallelism());
+  std::printf("machine: %s, %u cores online; %d interleaved runs per shape, %d ms gap\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency(), options.runs, options.gap_ms);
+
+  for (const Shape& s : kShapes)
+    benchmark::RegisterBenchmark(s.name, [&s](benchmark::State& state) { bench_shape(state, s); })
+        ->Iterations(options.runs)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+
+  std::printf("\n| shape | dygrad GFLOP/s | BLAS-direct GFLOP/s (%d threads) | ratio | serial BLAS 1 thread GFLOP/s |\n",
+              options.threads);
+  std::printf("| --- | ---: | ---: | ---: | ---: |\n");
+  for (const Result& r : results)
+    std::printf("| %s | %.1f | %.1f | %.2f | %.1f |\n", r.name.c_str(), r.dygrad_gflops, r.blas_gflops,
+                r.dygrad_gflops / r.blas_gflops, r.serial_gflops);
+  return 0;
+}
