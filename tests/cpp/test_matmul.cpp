@@ -3,6 +3,8 @@
 // the tiled GEMM, and error messages.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstring>
 
 #include "dygrad/backend/cpu/matmul.h"
@@ -268,12 +270,24 @@ TEST(Matmul, ConcurrentSerialBlasCallsAreSafe) {
   std::vector<float> expected = with_threads(1, [&] { return matmul(a, b); });
   set_num_threads(2);
   int mismatches = 0;
-  for (int repeat = 0; repeat < 20; ++repeat) {
+  for (int repeat = 0; repeat < 50; ++repeat) {
     std::vector<float> got = matmul(a, b).to_vector<float>();
     mismatches += std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) != 0;
   }
   EXPECT_EQ(mismatches, 0);
   set_num_threads(saved);
+}
+
+TEST(Matmul, OpenBlasBufferAllocationIsSerialised) {
+  // The race above is rare on a loaded machine, so also check the mechanism: OpenBLAS's own calls to
+  // blas_memory_alloc/free must bind to libdygrad's serialising definitions.
+  for (const char* name : {"blas_memory_alloc", "blas_memory_free"}) {
+    void* symbol = dlsym(RTLD_DEFAULT, name);
+    ASSERT_NE(symbol, nullptr) << name;
+    Dl_info info{};
+    ASSERT_NE(dladdr(symbol, &info), 0) << name;
+    EXPECT_NE(std::string(info.dli_fname).find("libdygrad"), std::string::npos) << name << " binds to " << info.dli_fname;
+  }
 }
 
 TEST(Matmul, TilingDependsOnTheShapeOnly) {
