@@ -17,7 +17,6 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <dlfcn.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,7 +24,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -172,21 +174,40 @@ void bench_shape(benchmark::State& state, const Shape& s) {
   results.push_back(r);
 }
 
-// Process CPU seconds over wall seconds while the threaded BLAS runs: about the number of busy threads.
-double threaded_blas_parallelism() {
-  const Shape s = kShapes[0];
-  std::vector<float> A(size_t(s.M * s.K), 0.5f), B(size_t(s.K * s.N), 0.25f), C(size_t(s.M * s.N));
-  blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C.data());
-  rusage r0{}, r1{};
-  getrusage(RUSAGE_SELF, &r0);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 5; ++i) blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C.data());
-  const double wall = seconds_since(t0);
-  getrusage(RUSAGE_SELF, &r1);
-  auto cpu = [](const rusage& r) {
-    return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-  };
-  return (cpu(r1) - cpu(r0)) / wall;
+// CPU time (clock ticks) of every thread of this process, from /proc/self/task/<tid>/stat.
+std::map<int, long> thread_cpu_ticks() {
+  std::map<int, long> ticks;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (name) "
+    std::string field;
+    long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i == 14) utime = std::atol(field.c_str());
+      if (i == 15) stime = std::atol(field.c_str());
+    }
+    ticks[std::atoi(entry.path().filename().c_str())] = utime + stime;
+  }
+  return ticks;
+}
+
+// How many threads of this process do a share of the work while `run` runs (a thread counts when it used at
+// least a quarter of the busiest thread's CPU time).
+template <typename F>
+int busy_threads(F&& run) {
+  run();
+  std::map<int, long> before = thread_cpu_ticks();
+  for (int i = 0; i < 10; ++i) run();
+  std::map<int, long> after = thread_cpu_ticks();
+  long busiest = 0;
+  std::vector<long> used;
+  for (const auto& [tid, t] : after) {
+    const long delta = t - (before.count(tid) ? before[tid] : 0);
+    used.push_back(delta);
+    busiest = std::max(busiest, delta);
+  }
+  return static_cast<int>(std::count_if(used.begin(), used.end(), [&](long d) { return busiest > 0 && 4 * d >= busiest; }));
 }
 
 std::string cpu_model() {
@@ -226,8 +247,21 @@ int main(int argc, char** argv) {
   }
   threaded_blas.set_num_threads(options.threads);
   std::printf("dygrad: %d threads; serial BLAS: %s\n", options.threads, serial_blas.get_config());
-  std::printf("reference BLAS: %s, openblas_get_num_threads() = %d, CPU/wall while running = %.2f\n",
-              threaded_blas.get_config(), threaded_blas.get_num_threads(), threaded_blas_parallelism());
+  {
+    const Shape s = kShapes[0];  // 1024^3
+    std::vector<float> A(size_t(s.M * s.K), 0.5f), B(size_t(s.K * s.N), 0.25f), C(size_t(s.M * s.N));
+    dg::Tensor a = dg::from_vector<float>(A, std::vector<int64_t>{s.M, s.K});
+    dg::Tensor b = dg::from_vector<float>(B, std::vector<int64_t>{s.K, s.N});
+    const int busy_blas = busy_threads([&] { blas_batched(threaded_blas.sgemm, s, A.data(), B.data(), C.data()); });
+    const int busy_dygrad = busy_threads([&] {
+      dg::Tensor c = dg::matmul(a, b);
+      dg::Stream::cpu().synchronize();
+    });
+    std::printf("reference BLAS: %s, openblas_get_num_threads() = %d; threads busy at 1024^3: reference %d, dygrad %d\n",
+                threaded_blas.get_config(), threaded_blas.get_num_threads(), busy_blas, busy_dygrad);
+    if (threaded_blas.get_num_threads() != options.threads || busy_blas != options.threads || busy_dygrad != options.threads)
+      std::fprintf(stderr, "warning: the runs do not all use %d threads\n", options.threads);
+  }
   std::printf("machine: %s, %u cores online; %d interleaved runs per shape, %d ms gap\n", cpu_model().c_str(),
               std::thread::hardware_concurrency(), options.runs, options.gap_ms);
 
