@@ -115,6 +115,7 @@ const std::vector<std::pair<Shape, Shape>> kShapeCases = {
     {{4, 5}, {5, 0}},                // N = 0
     {{300, 64}, {64, 520}},          // several tiles
     {{3, 70, 64}, {64, 520}},        // folded into several tiles
+    {{2, 40}, {40, 1100}},           // one tile wider than a float16/bfloat16 conversion block
 };
 
 }  // namespace

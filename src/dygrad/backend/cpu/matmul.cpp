@@ -43,15 +43,16 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t multiple) { return ceil_div(a, multiple) * multiple; }
 
-// Tiling (measured in bench/bench_gemm.cpp, results in bench/RESULTS.md). Tiles are split until there are
-// kTargetTiles per GEMM call (enough for dynamic balancing over a few threads), halving the longer side, as
-// long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops: smaller tiles repack A and B too
-// often and lose to the multithreaded BLAS. Tiles never exceed kMaxTileN columns.
-constexpr int64_t kTargetTiles = 8;
-constexpr int64_t kMinTileM = 128;
-constexpr int64_t kMinTileN = 128;
-constexpr int64_t kMaxTileN = 1024;
-constexpr double kMinTileFlops = 4.0e6;  // about 20 microseconds of one core
+// Tiling (measured with bench/bench_gemm.cpp, results in bench/RESULTS.md). A tile is one BLAS call that packs
+// its own rows of A (tile_m x K) and columns of B (K x tile_n), so every split along M repacks all of B and
+// every split along N repacks all of A: on one core, 1024^3 cut into 8 tiles ran 10-15% slower than one call,
+// 4 tiles 5-10%, 2 tiles under 5%. Tiles are therefore few and large: split until there are kTargetTiles per
+// GEMM call (balanced for 2 and 4 threads; batches are tiles too), always halving the longer side (the
+// split that repacks less), as long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops.
+constexpr int64_t kTargetTiles = 4;
+constexpr int64_t kMinTileM = 256;
+constexpr int64_t kMinTileN = 256;
+constexpr double kMinTileFlops = 4.0e6;  // about 30 microseconds of one core
 constexpr int64_t kTileAlign = 16;       // the float32 micro-kernel's width under AVX-512
 
 // The batched GEMM a Task describes, with broadcasting resolved into per-batch offsets.
@@ -155,34 +156,43 @@ void gemm_blas(const GemmPlan& p, const T* A, const T* B, T* C) {
   });
 }
 
-// float16 / bfloat16: a tile's A rows [tm, K] and B columns [K, tn] are converted to float32, multiplied by
-// sgemm into a float32 tile [tm, tn] and rounded once into C.
+// float16 / bfloat16: a tile is computed in blocks of at most kConvertRows x kConvertColumns: the block's
+// columns of B [K, nb] and rows of A [mb, K] are converted to float32, multiplied by sgemm into a float32
+// block [mb, nb] and rounded once into C. Blocks are fixed by the tile, so results stay thread-independent.
+constexpr int64_t kConvertRows = 256, kConvertColumns = 1024;
+
+template <typename T>
+void convert_block(const T* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = src + r * row_stride;
+    float* out = dst + r * cols;
+    if (col_stride == 1) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(row[c]);
+    else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(row[c * col_stride]);
+  }
+}
+
 template <typename T>
 void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
   for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
-    const int64_t K = p.K;
-    std::unique_ptr<float[]> buffer(new float[static_cast<size_t>(tm * K + K * tn + tm * tn)]);
-    float* a_tile = buffer.get();
-    float* b_tile = a_tile + tm * K;
-    float* c_tile = b_tile + K * tn;
-    const T* a = A + p.a_offsets[static_cast<size_t>(batch)] + m0 * p.a_row_stride;
-    const T* b = B + p.b_offsets[static_cast<size_t>(batch)] + n0 * p.b_col_stride;
-    for (int64_t i = 0; i < tm; ++i) {
-      const T* row = a + i * p.a_row_stride;
-      float* dst = a_tile + i * K;
-      if (p.a_col_stride == 1) for (int64_t k = 0; k < K; ++k) dst[k] = static_cast<float>(row[k]);
-      else for (int64_t k = 0; k < K; ++k) dst[k] = static_cast<float>(row[k * p.a_col_stride]);
-    }
-    for (int64_t k = 0; k < K; ++k) {
-      const T* row = b + k * p.b_row_stride;
-      float* dst = b_tile + k * tn;
-      if (p.b_col_stride == 1) for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<float>(row[j]);
-      else for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<float>(row[j * p.b_col_stride]);
-    }
-    blas_gemm(false, false, tm, tn, K, a_tile, K, b_tile, tn, c_tile, tn);
-    for (int64_t i = 0; i < tm; ++i) {
-      T* dst = C + (batch * p.M + m0 + i) * p.N + n0;
-      for (int64_t j = 0; j < tn; ++j) dst[j] = T(c_tile[i * tn + j]);
+    const int64_t K = p.K, max_rows = std::min(tm, kConvertRows), max_cols = std::min(tn, kConvertColumns);
+    std::unique_ptr<float[]> buffer(new float[static_cast<size_t>(K * max_cols + max_rows * K + max_rows * max_cols)]);
+    float* b_block = buffer.get();
+    float* a_block = b_block + K * max_cols;
+    float* c_block = a_block + max_rows * K;
+    const T* a = A + p.a_offsets[static_cast<size_t>(batch)];
+    const T* b = B + p.b_offsets[static_cast<size_t>(batch)];
+    for (int64_t n = n0; n < n0 + tn; n += kConvertColumns) {
+      const int64_t nb = std::min(kConvertColumns, n0 + tn - n);
+      convert_block(b + n * p.b_col_stride, K, nb, p.b_row_stride, p.b_col_stride, b_block);
+      for (int64_t m = m0; m < m0 + tm; m += kConvertRows) {
+        const int64_t mb = std::min(kConvertRows, m0 + tm - m);
+        convert_block(a + m * p.a_row_stride, mb, K, p.a_row_stride, p.a_col_stride, a_block);
+        blas_gemm(false, false, mb, nb, K, a_block, K, b_block, nb, c_block, nb);
+        for (int64_t i = 0; i < mb; ++i) {
+          T* dst = C + (batch * p.M + m + i) * p.N + n;
+          for (int64_t j = 0; j < nb; ++j) dst[j] = T(c_block[i * nb + j]);
+        }
+      }
     }
   });
 }
@@ -225,7 +235,7 @@ BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t c
 GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
   M = std::max<int64_t>(M, 1);
   N = std::max<int64_t>(N, 1);
-  int64_t tiles_m = 1, tiles_n = ceil_div(N, kMaxTileN);
+  int64_t tiles_m = 1, tiles_n = 1;
   auto tile_flops = [&](int64_t tm, int64_t tn) { return 2.0 * double(ceil_div(M, tm)) * double(ceil_div(N, tn)) * double(K); };
   while (batch * tiles_m * tiles_n < kTargetTiles) {
     const int64_t tile_m = ceil_div(M, tiles_m), tile_n = ceil_div(N, tiles_n);
