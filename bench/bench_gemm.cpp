@@ -216,6 +216,13 @@ int busy_threads(F&& run) {
   return static_cast<int>(std::count_if(used.begin(), used.end(), [&](long d) { return busiest > 0 && 4 * d >= busiest; }));
 }
 
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -268,8 +275,9 @@ int main(int argc, char** argv) {
     if (threaded_blas.get_num_threads() != options.threads || busy_blas != options.threads || busy_dygrad != options.threads)
       std::fprintf(stderr, "warning: the runs do not all use %d threads\n", options.threads);
   }
-  std::printf("machine: %s, %u cores online; %d interleaved runs per shape, %d ms gap\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency(), options.runs, options.gap_ms);
+  std::printf("machine: %s, %u cores online; %d interleaved runs per shape, %d ms gap; load average %s\n",
+              cpu_model().c_str(), std::thread::hardware_concurrency(), options.runs, options.gap_ms,
+              load_average().c_str());
 
   for (const Shape& s : kShapes)
     benchmark::RegisterBenchmark(s.name, [&s](benchmark::State& state) { bench_shape(state, s); })
@@ -279,6 +287,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
 
+  std::printf("\nload average at the end: %s\n", load_average().c_str());
   std::printf("\n| shape | dygrad GFLOP/s | BLAS-direct GFLOP/s (%d threads) | ratio | paired ratio | serial BLAS "
               "1 thread GFLOP/s |\n", options.threads);
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
