@@ -15,7 +15,11 @@
 // of the medians, their ratio and the paired ratio (the median over iterations of reference time / dygrad
 // time within the same iteration, which cancels slow load drift) is printed at the end.
 //
-// Usage: bench_gemm [--threads=2] [--runs=21] [--gap_ms=120] [--calls=4] [Google Benchmark flags]
+// --tiles=2,4,8 interleaves dygrad with several tile targets (cpu::set_gemm_target_tiles; the first is the
+// "dygrad" column) and prints a second table: how the tiling was chosen.
+//
+// Usage: bench_gemm [--threads=2] [--runs=21] [--gap_ms=120] [--calls=4] [--tiles=T1,T2,...]
+//                   [Google Benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <dlfcn.h>
@@ -35,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "dygrad/backend/cpu/matmul.h"
 #include "dygrad/dygrad.h"
 
 namespace {
@@ -67,6 +72,7 @@ struct Options {
   int runs = 21;
   int gap_ms = 120;
   int calls = 4;  // GEMM calls per timed sample
+  std::vector<int64_t> tile_targets;  // dygrad variants: tiles per GEMM call (empty: the library's default)
 };
 Options options;
 Blas serial_blas, threaded_blas;
@@ -86,6 +92,7 @@ struct Result {
   std::string name;
   double dygrad_gflops = 0, blas_gflops = 0, serial_gflops = 0;
   double paired_ratio = 0;  // median over iterations of (reference time / dygrad time) within one iteration
+  std::vector<double> variant_gflops, variant_paired_ratio;  // per --tiles target
   double max_relative_error = 0;
 };
 std::vector<Result> results;
@@ -139,43 +146,49 @@ void bench_shape(benchmark::State& state, const Shape& s) {
   }
   if (max_error > 1e-3) state.SkipWithError("dygrad and the BLAS reference disagree");
 
-  std::vector<double> t_dygrad, t_blas, t_serial;
+  // Runners: dygrad with each tile target of --tiles (the first is reported as dygrad), the reference, the
+  // serial BLAS. One iteration runs each once; the order rotates so none always follows the same one.
+  const size_t variants = options.tile_targets.size(), runners = variants + 2;
+  std::vector<std::vector<double>> times(runners);
   int iteration = 0;
   for (auto _ : state) {
-    // Three runs per iteration; the order rotates so none always follows the same one.
-    double measured[3] = {0, 0, 0};
-    for (int k = 0; k < 3; ++k) {
-      const int which = (k + iteration) % 3;
+    for (size_t k = 0; k < runners; ++k) {
+      const size_t which = (k + size_t(iteration)) % runners;
       std::this_thread::sleep_for(std::chrono::milliseconds(options.gap_ms));
+      if (which < variants) dg::cpu::set_gemm_target_tiles(options.tile_targets[which]);
       const auto t0 = clock::now();
-      if (which == 0) {
+      if (which < variants) {
         // Enqueued back to back, then one synchronize: how a training step issues its GEMMs.
         std::vector<dg::Tensor> outputs;
         for (int call = 0; call < options.calls; ++call) outputs.push_back(dg::matmul(a, b));
         dg::Stream::cpu().synchronize();
-        measured[0] = seconds_since(t0) / options.calls;
       } else {
-        SgemmFn sgemm = which == 1 ? threaded_blas.sgemm : serial_blas.sgemm;
-        float* C = which == 1 ? C_blas.data() : C_serial.data();
+        SgemmFn sgemm = which == variants ? threaded_blas.sgemm : serial_blas.sgemm;
+        float* C = which == variants ? C_blas.data() : C_serial.data();
         for (int call = 0; call < options.calls; ++call) blas_batched(sgemm, s, A.data(), B.data(), C);
-        measured[which] = seconds_since(t0) / options.calls;
       }
+      times[which].push_back(seconds_since(t0) / options.calls);
     }
-    t_dygrad.push_back(measured[0]);
-    t_blas.push_back(measured[1]);
-    t_serial.push_back(measured[2]);
-    state.SetIterationTime(measured[0]);
+    state.SetIterationTime(times[0].back());
     ++iteration;
   }
+  dg::cpu::set_gemm_target_tiles(options.tile_targets[0]);
+  auto paired = [&](size_t variant) {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < times[variant].size(); ++i) ratios.push_back(times[variants][i] / times[variant][i]);
+    return median(ratios);
+  };
   Result r;
   r.name = s.name;
-  r.dygrad_gflops = flops / median(t_dygrad) / 1e9;
-  r.blas_gflops = flops / median(t_blas) / 1e9;
-  r.serial_gflops = flops / median(t_serial) / 1e9;
+  r.dygrad_gflops = flops / median(times[0]) / 1e9;
+  r.blas_gflops = flops / median(times[variants]) / 1e9;
+  r.serial_gflops = flops / median(times[variants + 1]) / 1e9;
   r.max_relative_error = max_error;
-  std::vector<double> ratios;
-  for (size_t i = 0; i < t_dygrad.size(); ++i) ratios.push_back(t_blas[i] / t_dygrad[i]);
-  r.paired_ratio = median(ratios);
+  r.paired_ratio = paired(0);
+  for (size_t v = 0; v < variants; ++v) {
+    r.variant_gflops.push_back(flops / median(times[v]) / 1e9);
+    r.variant_paired_ratio.push_back(paired(v));
+  }
   state.counters["dygrad_GFLOPs"] = r.dygrad_gflops;
   state.counters["blas_GFLOPs"] = r.blas_gflops;
   state.counters["serial1_GFLOPs"] = r.serial_gflops;
@@ -246,12 +259,17 @@ int main(int argc, char** argv) {
     else if (arg.rfind("--runs=", 0) == 0) options.runs = std::atoi(arg.c_str() + 7);
     else if (arg.rfind("--gap_ms=", 0) == 0) options.gap_ms = std::atoi(arg.c_str() + 9);
     else if (arg.rfind("--calls=", 0) == 0) options.calls = std::max(1, std::atoi(arg.c_str() + 8));
+    else if (arg.rfind("--tiles=", 0) == 0) {
+      std::istringstream list(arg.substr(8));
+      for (std::string item; std::getline(list, item, ',');) options.tile_targets.push_back(std::atoll(item.c_str()));
+    }
     else rest.push_back(argv[i]);
   }
   int rest_count = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_count, rest.data());
 
   dg::set_num_threads(options.threads);
+  if (options.tile_targets.empty()) options.tile_targets.push_back(dg::cpu::gemm_target_tiles());
   // The serial library must be the one libdygrad already loaded (RTLD_NOLOAD finds it).
   serial_blas = load_blas(kSerialPath, RTLD_NOW | RTLD_NOLOAD);
   if (serial_blas.handle == nullptr) {
@@ -299,5 +317,18 @@ int main(int argc, char** argv) {
   for (const Result& r : results)
     std::printf("| %s | %.1f | %.1f | %.2f | %.2f | %.1f |\n", r.name.c_str(), r.dygrad_gflops, r.blas_gflops,
                 r.dygrad_gflops / r.blas_gflops, r.paired_ratio, r.serial_gflops);
+  if (options.tile_targets.size() > 1) {
+    std::printf("\nTile targets (tiles per GEMM call), GFLOP/s and paired ratio to the reference:\n\n| shape |");
+    for (int64_t t : options.tile_targets) std::printf(" %lld tiles |", static_cast<long long>(t));
+    std::printf("\n| --- |");
+    for (size_t v = 0; v < options.tile_targets.size(); ++v) std::printf(" ---: |");
+    std::printf("\n");
+    for (const Result& r : results) {
+      std::printf("| %s |", r.name.c_str());
+      for (size_t v = 0; v < r.variant_gflops.size(); ++v)
+        std::printf(" %.1f (%.2f) |", r.variant_gflops[v], r.variant_paired_ratio[v]);
+      std::printf("\n");
+    }
+  }
   return 0;
 }

@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -43,13 +44,17 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t multiple) { return ceil_div(a, multiple) * multiple; }
 
-// Tiling (measured with bench/bench_gemm.cpp, results in bench/RESULTS.md). A tile is one BLAS call that packs
-// its own rows of A (tile_m x K) and columns of B (K x tile_n), so every split along M repacks all of B and
-// every split along N repacks all of A: on one core, 1024^3 cut into 8 tiles ran 10-15% slower than one call,
-// 4 tiles 5-10%, 2 tiles under 5%. Tiles are therefore few and large: split until there are kTargetTiles per
-// GEMM call (balanced for 2 and 4 threads; batches are tiles too), always halving the longer side (the
-// split that repacks less), as long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops.
-constexpr int64_t kTargetTiles = 4;
+// Tiling (measured with bench/bench_gemm.cpp --tiles=2,4,8,16; results in bench/RESULTS.md). A tile is one
+// BLAS call that packs its own rows of A (tile_m x K) and columns of B (K x tile_n), so every split along M
+// repacks all of B and every split along N all of A, where the multithreaded OpenBLAS packs each panel once
+// and shares it between its threads. Measured interleaved in one process on the 2-core machine, 2 tiles per
+// call reached 1.00-1.2x the multithreaded OpenBLAS on 2 threads, 4 tiles 0.93-1.1x, 16 tiles 0.86-1.2x. So
+// tiles are few and large: split until there are kTargetTiles per GEMM call, always halving the longer side
+// (the split that repacks less), as long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops.
+// Batches are tiles of their own. Machines with more cores want a larger target (set_gemm_target_tiles); it
+// must not follow the pool size, or results would change with the thread count.
+constexpr int64_t kTargetTiles = 2;
+std::atomic<int64_t> target_tiles{kTargetTiles};  // set_gemm_target_tiles
 constexpr int64_t kMinTileM = 256;
 constexpr int64_t kMinTileN = 256;
 constexpr double kMinTileFlops = 4.0e6;  // about 30 microseconds of one core
@@ -237,7 +242,8 @@ GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
   N = std::max<int64_t>(N, 1);
   int64_t tiles_m = 1, tiles_n = 1;
   auto tile_flops = [&](int64_t tm, int64_t tn) { return 2.0 * double(ceil_div(M, tm)) * double(ceil_div(N, tn)) * double(K); };
-  while (batch * tiles_m * tiles_n < kTargetTiles) {
+  const int64_t target = target_tiles.load(std::memory_order_relaxed);
+  while (batch * tiles_m * tiles_n < target) {
     const int64_t tile_m = ceil_div(M, tiles_m), tile_n = ceil_div(N, tiles_n);
     const bool can_split_m = ceil_div(M, 2 * tiles_m) >= kMinTileM && tile_flops(2 * tiles_m, tiles_n) >= kMinTileFlops;
     const bool can_split_n = ceil_div(N, 2 * tiles_n) >= kMinTileN && tile_flops(tiles_m, 2 * tiles_n) >= kMinTileFlops;
@@ -252,6 +258,9 @@ GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
   t.tiles_n = ceil_div(N, t.tile_n);
   return t;
 }
+
+void set_gemm_target_tiles(int64_t tiles) { target_tiles.store(std::max<int64_t>(1, tiles)); }
+int64_t gemm_target_tiles() { return target_tiles.load(); }
 
 void matmul_kernel(Task& task) {
   const Tensor& a = task.inputs[0];

@@ -28,4 +28,9 @@ struct GemmTiling {
 };
 GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K);
 
+// Tuning hook for bench/bench_gemm.cpp: how many tiles gemm_tiling aims at per GEMM call (the default is the
+// measured choice). Process-wide, set while no GEMM runs; any value keeps results thread-count independent.
+void set_gemm_target_tiles(int64_t tiles);
+int64_t gemm_target_tiles();
+
 }  // namespace dg::cpu
