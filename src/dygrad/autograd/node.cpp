@@ -38,9 +38,7 @@ void Node::release_saved() {
 }
 
 void Node::apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs) {
-  DG_CHECK(!released_ || (backward_ == nullptr && !closure), Runtime, "[", name(), "] Trying to backward through the "
-           "graph a second time (or directly access saved tensors after they have already been freed). Specify "
-           "retain_graph=True if you need to backward through the graph a second time");
+  // A released node can still run if its formula needs no saved tensor (as in torch); saved() raises otherwise.
   if (backward_) backward_(*this, grad_outputs, grad_inputs);
   else if (closure) closure(*this, grad_outputs, grad_inputs);
   else fail(ErrorKind::Runtime, "[", name(), "] is not differentiable");

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "dygrad/core/device.h"
+#include "dygrad/core/object_pool.h"
 #include "dygrad/core/ref.h"
 #include "dygrad/runtime/allocator.h"
 
@@ -39,6 +40,7 @@ class Storage : public RefCounted {
   void poison(uint64_t failed_seq) { poisoned_by_.store(failed_seq, std::memory_order_release); }
 
   ~Storage() override;
+  DG_POOLED_ALLOCATION(Storage)
 
  private:
   Storage() = default;

@@ -38,15 +38,20 @@ int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
 }
 
 Tensor Tensor::empty(IntSpan shape, DType dtype, Device device) {
-  for (int64_t s : shape)
-    DG_CHECK(s >= 0, Value, "[empty] negative dimension ", s, " in shape ", shape);
+  Dims sizes(shape);
+  Dims strides;
+  strides.resize(sizes.size(), 1);
   int64_t n = 1;
-  for (int64_t s : shape) {
+  for (size_t i = sizes.size(); i-- > 0;) {
+    const int64_t s = sizes[i];
+    DG_CHECK(s >= 0, Value, "[empty] negative dimension ", s, " in shape ", shape);
+    strides[i] = n == 0 ? 1 : n;
     DG_CHECK(s == 0 || n <= (int64_t{1} << 50) / s, Runtime, "[empty] shape ", shape, " is too large");
     n *= s;
   }
+  if (n == 0) strides = contiguous_strides(shape);
   auto storage = Storage::allocate(static_cast<size_t>(n) * dg::itemsize(dtype), device);
-  return Tensor(make_ref<TensorImpl>(std::move(storage), Dims(shape), contiguous_strides(shape), 0, dtype));
+  return Tensor(make_ref<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
 }
 
 Tensor Tensor::make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset) {

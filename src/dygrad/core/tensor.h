@@ -8,6 +8,7 @@
 
 #include "dygrad/core/device.h"
 #include "dygrad/core/dtype.h"
+#include "dygrad/core/object_pool.h"
 #include "dygrad/core/ref.h"
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/storage.h"
@@ -22,6 +23,7 @@ class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, Dims sizes, Dims strides, int64_t offset, DType dtype);
   ~TensorImpl() override;
+  DG_POOLED_ALLOCATION(TensorImpl)
 
   Ref<Storage> storage;
   Dims sizes;

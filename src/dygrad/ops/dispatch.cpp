@@ -4,13 +4,7 @@
 namespace dg {
 
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
-  Task task;
-  task.op = &op;
-  for (const Tensor& t : inputs) task.inputs.push_back(t);
-  for (const Tensor& t : outputs) task.outputs.push_back(t);
-  task.attrs = attrs;
-  task.site = current_call_site();
-  uint64_t seq = Stream::cpu().enqueue(std::move(task));
+  uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, current_call_site());
   for (const Tensor& t : outputs)
     if (t.defined() && t.storage().is_external()) finish_write_if_external(t, seq);
   return seq;

@@ -31,5 +31,7 @@ Tensor arange(Scalar end);
 Tensor rand(IntSpan shape, TensorOptions options = {});
 Tensor randn(IntSpan shape, TensorOptions options = {});
 Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64);
+// 1 with probability p, else 0 (dropout masks), from the same generator.
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool);
 
 }  // namespace dg

@@ -1,7 +1,9 @@
-// Reduction ops: validation, output shapes and backward formulas.
+// Reduction ops (sum, mean, extrema, logsumexp, var/std): validation, output shapes, Tasks and backward
+// formulas.
 #include "dygrad/ops/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/ops/dispatch.h"
@@ -19,6 +21,22 @@ Tensor expand_reduced_grad(const Tensor& g, const Node& n) {
 }
 void sum_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = expand_reduced_grad(g[0], n); }
 
+// A reduced tensor (output or its gradient) in the keepdim shape, contiguous, as backward kernels read it.
+Tensor keepdim_contiguous(const Tensor& t, const Node& n) {
+  return contiguous(reshape(t, reduced_shape(n.input_meta[0].shape, n.attrs.ints, true)));
+}
+// Runs a backward kernel: inputs (...) -> a gradient of the input's shape and dtype.
+Tensor run_backward_kernel(const OpDef& op, const Node& n, std::initializer_list<Tensor> inputs) {
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  enqueue(op, inputs, {grad}, n.attrs);
+  return grad;
+}
+void amax_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+void max_dim_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+void logsumexp_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+void var_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+void std_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+
 OpCost reduce_cost(const Task& t) {
   OpCost c;
   c.flops = double(t.inputs[0].numel());
@@ -29,6 +47,55 @@ OpCost reduce_cost(const Task& t) {
 }  // namespace
 
 const OpDef op_sum("sum", FusionClass::Reduction, cpu::sum_kernel, sum_backward, reduce_cost);
+const OpDef op_amax("amax", FusionClass::Reduction, cpu::amax_kernel, amax_backward, reduce_cost);
+const OpDef op_amin("amin", FusionClass::Reduction, cpu::amin_kernel, amax_backward, reduce_cost);
+const OpDef op_max_dim("max_dim", FusionClass::Reduction, cpu::max_dim_kernel, max_dim_backward, reduce_cost);
+const OpDef op_min_dim("min_dim", FusionClass::Reduction, cpu::min_dim_kernel, max_dim_backward, reduce_cost);
+const OpDef op_argmax("argmax", FusionClass::Reduction, cpu::argmax_kernel, nullptr, reduce_cost);
+const OpDef op_argmin("argmin", FusionClass::Reduction, cpu::argmin_kernel, nullptr, reduce_cost);
+const OpDef op_logsumexp("logsumexp", FusionClass::Reduction, cpu::logsumexp_kernel, logsumexp_backward, reduce_cost);
+const OpDef op_var("var", FusionClass::Reduction, cpu::var_kernel, var_backward, reduce_cost);
+const OpDef op_std("std", FusionClass::Reduction, cpu::var_kernel, std_backward, reduce_cost);
+// Backward kernels (their own gradients are not implemented: no double backward through them).
+const OpDef op_extremum_backward("extremum_backward", FusionClass::Opaque, cpu::extremum_backward_kernel);
+const OpDef op_extremum_index_backward("extremum_index_backward", FusionClass::Opaque, cpu::extremum_index_backward_kernel);
+const OpDef op_logsumexp_backward("logsumexp_backward", FusionClass::Opaque, cpu::logsumexp_backward_kernel);
+
+namespace {
+// amax/amin, max()/min(): g / (number of ties) to every element equal to the result.
+void amax_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = run_backward_kernel(op_extremum_backward, n,
+                              {n.saved(0), keepdim_contiguous(n.saved(1), n), keepdim_contiguous(g[0], n)});
+}
+// max/min over a dim: the gradient goes to the selected index only (torch's value-selecting backward).
+void max_dim_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = run_backward_kernel(op_extremum_index_backward, n, {keepdim_contiguous(g[0], n), keepdim_contiguous(n.saved(0), n)});
+}
+// d logsumexp / d a = exp(a - logsumexp).
+void logsumexp_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = run_backward_kernel(op_logsumexp_backward, n,
+                              {n.saved(0), keepdim_contiguous(n.saved(1), n), keepdim_contiguous(g[0], n)});
+}
+// The divisor max(N - correction, 0) of var/std over the node's dims.
+double var_divisor(const Node& n) {
+  double count = 1;
+  for (int64_t d : n.attrs.ints) count *= static_cast<double>(n.input_meta[0].shape[static_cast<size_t>(d)]);
+  return std::max(count - n.attrs.scalars[0].to_double(), 0.0);
+}
+// d var / d a = 2 (a - mean) / divisor; composed of dygrad ops, so it is differentiable again.
+void var_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor a = n.saved(0);
+  Tensor centered = sub(a, mean(a, n.attrs.ints, true));
+  gi[0] = mul(centered, mul(reshape(g[0], reduced_shape(a.shape(), n.attrs.ints, true)), 2.0 / var_divisor(n)));
+}
+// d std / d a = (a - mean) / (divisor * std).
+void std_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor a = n.saved(0);
+  Dims keep = reduced_shape(a.shape(), n.attrs.ints, true);
+  Tensor centered = sub(a, mean(a, n.attrs.ints, true));
+  gi[0] = mul(centered, div(reshape(g[0], keep), mul(reshape(n.saved(1), keep), var_divisor(n))));
+}
+}  // namespace
 
 Dims reduction_dims(const char* op, IntSpan dims, int64_t ndim) {
   Dims out;
@@ -80,6 +147,142 @@ Tensor mean(const Tensor& a, IntSpan dims, bool keepdim) {
   int64_t count = 1;
   for (int64_t d : rd) count *= a.shape()[d];
   return div(sum(a, rd, keepdim), Scalar(static_cast<double>(count)));
+}
+
+// --- extrema ------------------------------------------------------------------------------------------------
+namespace {
+// Raises, as torch does, when a reduction over dims `rd` of an empty tensor has no element to pick.
+void check_nonempty_reduction(const char* op, const Tensor& a, IntSpan rd) {
+  if (a.numel() != 0) return;
+  for (int64_t d : rd)
+    DG_CHECK(a.shape()[d] != 0, Index, "[", op, "] Expected reduction dim ", d, " to have non-zero size; input shape ",
+             a.shape());
+}
+void check_full_reduction_nonempty(const char* op, const Tensor& a) {
+  DG_CHECK(a.numel() != 0, Runtime, "[", op, "] Expected reduction dim to be specified for input.numel() == 0. "
+           "Specify the reduction dim with the 'dim' argument; input shape ", a.shape());
+}
+
+// amax/amin: values over any dims.
+Tensor extremum(const OpDef& op, const Tensor& a, IntSpan dims, bool keepdim) {
+  check_defined(op.name, a);
+  Attrs attrs;
+  attrs.ints = reduction_dims(op.name, dims, a.dim());
+  check_nonempty_reduction(op.name, a, attrs.ints);
+  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.ints, keepdim), a.dtype());
+  enqueue(op, {a}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    node->save(a);
+    node->save(detach(out));
+  }
+  return out;
+}
+
+// max/min over one dim: values and indices.
+ValuesIndices extremum_dim(const OpDef& op, const char* name, const Tensor& a, int64_t dim, bool keepdim) {
+  check_defined(name, a);
+  Attrs attrs;
+  const int64_t d = wrap_dim(name, dim, a.dim());
+  attrs.ints = reduction_dims(name, IntSpan(&d, 1), a.dim());
+  check_nonempty_reduction(name, a, attrs.ints);
+  Dims shape = reduced_shape(a.shape(), attrs.ints, keepdim);
+  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
+  enqueue(op, {a}, {out.values, out.indices}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out.values};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    node->save(out.indices);
+  }
+  return out;
+}
+
+Tensor arg_extremum(const OpDef& op, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
+  check_defined(op.name, a);
+  Attrs attrs;
+  Dims shape;
+  if (dim) {
+    const int64_t d = wrap_dim(op.name, *dim, a.dim());
+    attrs.ints = reduction_dims(op.name, IntSpan(&d, 1), a.dim());
+    check_nonempty_reduction(op.name, a, attrs.ints);
+    shape = reduced_shape(a.shape(), attrs.ints, keepdim);
+  } else {
+    check_full_reduction_nonempty(op.name, a);
+    attrs.ints = reduction_dims(op.name, {}, a.dim());
+    shape = keepdim ? Dims(static_cast<size_t>(a.dim()), 1) : Dims();
+  }
+  Tensor out = Tensor::empty(shape, DType::Int64);
+  enqueue(op, {a}, {out}, attrs);
+  return out;
+}
+}  // namespace
+
+ValuesIndices max(const Tensor& a, int64_t dim, bool keepdim) { return extremum_dim(op_max_dim, "max", a, dim, keepdim); }
+ValuesIndices min(const Tensor& a, int64_t dim, bool keepdim) { return extremum_dim(op_min_dim, "min", a, dim, keepdim); }
+Tensor max(const Tensor& a) {
+  check_defined("max", a);
+  check_full_reduction_nonempty("max", a);
+  return extremum(op_amax, a, {}, false);
+}
+Tensor min(const Tensor& a) {
+  check_defined("min", a);
+  check_full_reduction_nonempty("min", a);
+  return extremum(op_amin, a, {}, false);
+}
+Tensor amax(const Tensor& a, IntSpan dims, bool keepdim) { return extremum(op_amax, a, dims, keepdim); }
+Tensor amin(const Tensor& a, IntSpan dims, bool keepdim) { return extremum(op_amin, a, dims, keepdim); }
+Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_extremum(op_argmax, a, dim, keepdim); }
+Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_extremum(op_argmin, a, dim, keepdim); }
+
+// --- logsumexp, var, std -------------------------------------------------------------------------------------
+Tensor logsumexp(const Tensor& a, IntSpan dims, bool keepdim) {
+  check_defined("logsumexp", a);
+  Tensor x = is_floating(a.dtype()) ? a : to(a, DType::Float32);
+  Attrs attrs;
+  attrs.ints = reduction_dims("logsumexp", dims, x.dim());
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.ints, keepdim), x.dtype());
+  enqueue(op_logsumexp, {x}, {out}, attrs);
+  if (needs_grad_any({x})) {
+    Tensor inputs[1] = {x}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_logsumexp, inputs, outputs);
+    node->attrs = attrs;
+    node->save(x);
+    node->save(detach(out));
+  }
+  return out;
+}
+
+namespace {
+Tensor variance(const OpDef& op, const Tensor& a, IntSpan dims, double correction, bool keepdim, bool standard_deviation) {
+  check_defined(op.name, a);
+  DG_CHECK(is_floating(a.dtype()), Type, "[", op.name, "] std and var only support floating point dtypes, got ",
+           dtype_name(a.dtype()));
+  DG_CHECK(std::isfinite(correction), Value, "[", op.name, "] correction must be finite, got ", correction);
+  Attrs attrs;
+  attrs.ints = reduction_dims(op.name, dims, a.dim());
+  attrs.scalars[0] = correction;
+  attrs.i[0] = standard_deviation ? 1 : 0;
+  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.ints, keepdim), a.dtype());
+  enqueue(op, {a}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    node->save(a);
+    if (standard_deviation) node->save(detach(out));
+  }
+  return out;
+}
+}  // namespace
+
+Tensor var(const Tensor& a, IntSpan dims, double correction, bool keepdim) {
+  return variance(op_var, a, dims, correction, keepdim, false);
+}
+Tensor std_dev(const Tensor& a, IntSpan dims, double correction, bool keepdim) {
+  return variance(op_std, a, dims, correction, keepdim, true);
 }
 
 }  // namespace dg

@@ -1,4 +1,6 @@
 // View ops: metadata only (no Task is enqueued), each with a backward that maps the gradient back.
+// Slicing views (narrow, slice, select) send the gradient back as zeros of the input's shape with the
+// gradient copied into the same view; that placement is itself differentiable (its backward is the view).
 #include "dygrad/ops/shape.h"
 
 #include <algorithm>
@@ -6,6 +8,7 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
 
 namespace dg {
 
@@ -57,6 +60,55 @@ void permute_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) 
   Dims inverse(n.attrs.ints.size(), 0);
   for (size_t i = 0; i < n.attrs.ints.size(); ++i) inverse[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
   gi[0] = permute(g[0], inverse);
+}
+
+// --- slicing views and their gradient placement ----------------------------------------------------------
+// A slicing view as data: attrs.i = {dim, start, step, index}; step == 0 marks select(dim, index), otherwise
+// slice(dim, start, start + length * step, step) with length = the gradient's size along dim.
+Attrs slicing_attrs(int64_t dim, int64_t start, int64_t step, int64_t index) {
+  Attrs attrs;
+  attrs.i[0] = dim;
+  attrs.i[1] = start;
+  attrs.i[2] = step;
+  attrs.i[3] = index;
+  return attrs;
+}
+
+// The view of a tensor shaped like the slicing view's input that the attrs describe; `length` is the
+// view's size along dim (ignored for select).
+Tensor apply_slicing(const Tensor& t, const Attrs& attrs, int64_t length) {
+  const int64_t dim = attrs.i[0], start = attrs.i[1], step = attrs.i[2];
+  if (step == 0) return select(t, dim, attrs.i[3]);
+  return slice(t, dim, start, start + length * step, step);
+}
+
+void place_gradient_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+
+// zeros(shape) with `g` copied into the slicing view: the gradient of the view's input.
+Tensor place_gradient(const Tensor& g, IntSpan input_shape, const Attrs& attrs) {
+  Tensor out = zeros(input_shape, {g.dtype()});
+  {
+    NoGradGuard no_grad;
+    const int64_t length = attrs.i[2] == 0 ? 1 : g.size(attrs.i[0]);
+    Tensor target = apply_slicing(out, attrs, length);
+    copy_(target, g);
+  }
+  if (needs_grad_any({g})) {  // create_graph: the placement's own backward is the view again
+    Ref<Node> node = make_ref<Node>(std::string("slice_backward"), place_gradient_backward, 1);
+    node->attrs = attrs;
+    Tensor inputs[1] = {g}, outputs[1] = {out};
+    record_node(node, inputs, outputs);
+  }
+  return out;
+}
+
+void place_gradient_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const int64_t length = n.attrs.i[2] == 0 ? 1 : n.input_meta[0].shape[static_cast<size_t>(n.attrs.i[0])];
+  gi[0] = apply_slicing(g[0], n.attrs, length);
+}
+
+void slicing_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = place_gradient(g[0], n.input_meta[0].shape, n.attrs);
 }
 }  // namespace
 
@@ -195,6 +247,131 @@ Tensor t(const Tensor& a) {
   check_defined("t", a);
   DG_CHECK(a.dim() <= 2, Runtime, "[t] expects a tensor with <= 2 dimensions, but self is ", a.dim(), "D");
   return a.dim() < 2 ? a : transpose(a, 0, 1);
+}
+
+
+Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length) {
+  check_defined("narrow", a);
+  DG_CHECK(a.dim() > 0, Runtime, "[narrow] cannot be applied to a 0-dim tensor");
+  const int64_t d = wrap_dim("narrow", dim, a.dim());
+  const int64_t size = a.shape()[d];
+  DG_CHECK(start >= -size && start <= size, Index, "[narrow] start (", start, ") is out of range for dimension ", d,
+           " of size ", size, " (shape ", a.shape(), ")");
+  if (start < 0) start += size;
+  DG_CHECK(length >= 0, Runtime, "[narrow] length must be non-negative, got ", length);
+  DG_CHECK(start + length <= size, Runtime, "[narrow] start (", start, ") + length (", length,
+           ") exceeds dimension size (", size, ") of dimension ", d, " (shape ", a.shape(), ")");
+  return slice(a, d, start, start + length, 1);
+}
+
+Tensor slice(const Tensor& a, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  check_defined("slice", a);
+  DG_CHECK(a.dim() > 0, Runtime, "[slice] cannot be applied to a 0-dim tensor");
+  DG_CHECK(step > 0, Value, "[slice] step must be positive, got ", step);
+  const int64_t d = wrap_dim("slice", dim, a.dim());
+  const int64_t size = a.shape()[d];
+  // Python slicing: negative bounds count from the end, then both are clamped to [0, size].
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  const int64_t length = (end - start + step - 1) / step;
+  Dims sizes(a.shape()), strides(a.strides());
+  sizes[static_cast<size_t>(d)] = length;
+  strides[static_cast<size_t>(d)] = a.strides()[d] * step;
+  const int64_t offset = a.storage_offset() + (length > 0 ? start * a.strides()[d] : 0);
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), offset);
+  record_view("slice", slicing_backward, a, out, slicing_attrs(d, start, step, 0));
+  return out;
+}
+
+Tensor select(const Tensor& a, int64_t dim, int64_t index) {
+  check_defined("select", a);
+  DG_CHECK(a.dim() > 0, Index, "[select] cannot be applied to a 0-dim tensor");
+  const int64_t d = wrap_dim("select", dim, a.dim());
+  const int64_t size = a.shape()[d];
+  DG_CHECK(index >= -size && index < size, Index, "[select] index ", index, " is out of range for dimension ", d,
+           " with size ", size, " (shape ", a.shape(), ")");
+  if (index < 0) index += size;
+  Dims sizes, strides;
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    if (k == d) continue;
+    sizes.push_back(a.shape()[k]);
+    strides.push_back(a.strides()[k]);
+  }
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset() + index * a.strides()[d]);
+  record_view("select", slicing_backward, a, out, slicing_attrs(d, 0, 0, index));
+  return out;
+}
+
+namespace {
+// A view of `a` with the same elements in the given sizes/strides (dims of size 1 added or removed).
+Tensor reshaping_view(const char* name, const Tensor& a, Dims sizes, Dims strides) {
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset());
+  record_view(name, reshape_backward, a, out);
+  return out;
+}
+}  // namespace
+
+Tensor squeeze(const Tensor& a) {
+  check_defined("squeeze", a);
+  Dims sizes, strides;
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    if (a.shape()[k] == 1) continue;
+    sizes.push_back(a.shape()[k]);
+    strides.push_back(a.strides()[k]);
+  }
+  return reshaping_view("squeeze", a, std::move(sizes), std::move(strides));
+}
+
+Tensor squeeze(const Tensor& a, int64_t dim) {
+  check_defined("squeeze", a);
+  const int64_t d = wrap_dim("squeeze", dim, a.dim());
+  Dims sizes, strides;
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    if (k == d && a.shape()[k] == 1) continue;  // a dim that is not 1 stays, as in torch
+    sizes.push_back(a.shape()[k]);
+    strides.push_back(a.strides()[k]);
+  }
+  return reshaping_view("squeeze", a, std::move(sizes), std::move(strides));
+}
+
+Tensor unsqueeze(const Tensor& a, int64_t dim) {
+  check_defined("unsqueeze", a);
+  const int64_t d = wrap_dim("unsqueeze", dim, a.dim() + 1);
+  Dims sizes(a.shape()), strides(a.strides());
+  const int64_t stride = d < a.dim() ? a.shape()[d] * a.strides()[d] : 1;
+  sizes.insert(static_cast<size_t>(d), 1);
+  strides.insert(static_cast<size_t>(d), stride);
+  return reshaping_view("unsqueeze", a, std::move(sizes), std::move(strides));
+}
+
+Tensor flatten(const Tensor& a, int64_t start_dim, int64_t end_dim) {
+  check_defined("flatten", a);
+  if (a.dim() == 0) return reshape(a, Dims{1});
+  const int64_t s = wrap_dim("flatten", start_dim, a.dim()), e = wrap_dim("flatten", end_dim, a.dim());
+  DG_CHECK(s <= e, Runtime, "[flatten] start_dim (", s, ") cannot come after end_dim (", e, ")");
+  if (s == e) return a;
+  Dims shape;
+  for (int64_t k = 0; k < s; ++k) shape.push_back(a.shape()[k]);
+  int64_t merged = 1;
+  for (int64_t k = s; k <= e; ++k) merged *= a.shape()[k];
+  shape.push_back(merged);
+  for (int64_t k = e + 1; k < a.dim(); ++k) shape.push_back(a.shape()[k]);
+  return reshape(a, shape);
+}
+
+Tensor unflatten(const Tensor& a, int64_t dim, IntSpan sizes) {
+  check_defined("unflatten", a);
+  DG_CHECK(a.dim() > 0, Runtime, "[unflatten] cannot be applied to a 0-dim tensor");
+  DG_CHECK(!sizes.empty(), Runtime, "[unflatten] sizes must be non-empty");
+  const int64_t d = wrap_dim("unflatten", dim, a.dim());
+  Dims inner = infer_shape("unflatten", sizes, a.shape()[d]);
+  Dims shape;
+  for (int64_t k = 0; k < d; ++k) shape.push_back(a.shape()[k]);
+  for (int64_t s : inner) shape.push_back(s);
+  for (int64_t k = d + 1; k < a.dim(); ++k) shape.push_back(a.shape()[k]);
+  return view(a, shape);
 }
 
 }  // namespace dg

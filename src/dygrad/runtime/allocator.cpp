@@ -30,12 +30,14 @@ CachingAllocator& CachingAllocator::cpu() {
 CachingAllocator::~CachingAllocator() { release_cached_locked(); }
 
 // Bins: 64 bytes at least, then four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k): at most 25%
-// of a block is padding.
+// of a block is padding. Every bin is a multiple of the alignment, as aligned_alloc requires (below 256
+// bytes that merges some classes: 64, 128, 192, 256).
 size_t CachingAllocator::bin_size(size_t nbytes) {
   if (nbytes <= kAlignment) return kAlignment;
   size_t top = std::bit_floor(nbytes);
   size_t quarter = top / 4;
-  return (nbytes + quarter - 1) / quarter * quarter;
+  size_t bin = (nbytes + quarter - 1) / quarter * quarter;
+  return (bin + kAlignment - 1) / kAlignment * kAlignment;
 }
 
 int CachingAllocator::bin_index(size_t bin_bytes) {
@@ -50,33 +52,28 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   if (nbytes == 0) return block;
   DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
   block.bin_bytes = bin_size(nbytes);
-  int idx = bin_index(block.bin_bytes);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& list = free_lists_[idx];
-    if (!list.empty()) {
-      block.ptr = list.back();
-      list.pop_back();
-      ++stats_.cache_hits;
-    }
-  }
-  bool fresh = !block.ptr;
-  if (fresh) {
+  const int idx = bin_index(block.bin_bytes);
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto& list = free_lists_[idx];
+  if (!list.empty()) {
+    block.ptr = list.back();
+    list.pop_back();
+    ++stats_.cache_hits;
+  } else {
+    lock.unlock();  // the system allocator may be slow: not under our lock
     block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
     if (!block.ptr) {  // give the cache back and try once more
       empty_cache();
       block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
     }
     if (!block.ptr) fail(ErrorKind::Runtime, "[alloc] out of memory: could not allocate ", nbytes, " bytes");
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (fresh) {
+    lock.lock();
     stats_.reserved += static_cast<int64_t>(block.bin_bytes);
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   }
   ++stats_.num_allocs;
   stats_.allocated += static_cast<int64_t>(nbytes);
-  auto c = static_cast<int>(category);
+  const auto c = static_cast<int>(category);
   stats_.allocated_by_category[c] += static_cast<int64_t>(nbytes);
   if (stats_.allocated_by_category[c] > stats_.peak_by_category[c])
     stats_.peak_by_category[c] = stats_.allocated_by_category[c];

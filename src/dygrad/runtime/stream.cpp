@@ -55,6 +55,38 @@ Stream::~Stream() {
   worker_.join();
 }
 
+void Stream::reclaim_completed_locked() {
+  const uint64_t done = completed_.load(std::memory_order_acquire);
+  for (; reclaimed_ < done; ++reclaimed_) {
+    Task& task = slots_[reclaimed_ % kCapacity];
+    task.inputs.clear();
+    task.outputs.clear();
+    task.attrs.ints.clear();
+    task.op = nullptr;
+  }
+}
+
+uint64_t Stream::acquire_slot_locked() {
+  const uint64_t index = published_.load(std::memory_order_relaxed);
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  reclaim_completed_locked();
+  return index;
+}
+
+uint64_t Stream::publish_locked(uint64_t index) {
+  Task& task = slots_[index % kCapacity];
+  const uint64_t seq = index + 1;
+  task.seq = seq;
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  if (StreamObserver* obs = observer()) obs->on_enqueue(task);
+  published_.store(seq, std::memory_order_seq_cst);
+  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
+    work_signal_.fetch_add(1, std::memory_order_seq_cst);
+    work_signal_.notify_one();
+  }
+  return seq;
+}
+
 uint64_t Stream::enqueue(Task&& task) {
   if (synchronize_enabled()) {
     // Debug mode: earlier async work first, then this Task inline, its error raised right here.
@@ -65,32 +97,39 @@ uint64_t Stream::enqueue(Task&& task) {
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
-    // completed_ moves before published_: the worker, which may still be spinning after the last async
-    // Task, runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so
-    // it never takes this inline Task for queued work (docs/stream.md, "Synchronize mode").
+    // Completed before published: the worker must never see this Task as queued (its ring slot is empty).
     completed_.store(seq, std::memory_order_seq_cst);
     published_.store(seq, std::memory_order_seq_cst);
-    if (seq >= wait_target_.load(std::memory_order_seq_cst)) {  // another host thread may wait for it
-      done_signal_.fetch_add(1, std::memory_order_seq_cst);
-      done_signal_.notify_all();
-    }
+    reclaimed_ = seq;
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
-  uint64_t index = published_.load(std::memory_order_relaxed);
-  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
-  uint64_t seq = index + 1;
-  task.seq = seq;
-  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  const uint64_t index = acquire_slot_locked();
   slots_[index % kCapacity] = std::move(task);
-  if (StreamObserver* obs = observer()) obs->on_enqueue(slots_[index % kCapacity]);
-  published_.store(seq, std::memory_order_seq_cst);
-  if (worker_sleeping_.load(std::memory_order_seq_cst)) {
-    work_signal_.fetch_add(1, std::memory_order_seq_cst);
-    work_signal_.notify_one();
+  return publish_locked(index);
+}
+
+uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                        const Attrs& attrs, const CallSite& site) {
+  if (synchronize_enabled()) {
+    Task task;
+    task.op = &op;
+    for (const Tensor& t : inputs) task.inputs.push_back(t);
+    for (const Tensor& t : outputs) task.outputs.push_back(t);
+    task.attrs = attrs;
+    task.site = site;
+    return enqueue(std::move(task));
   }
-  return seq;
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  const uint64_t index = acquire_slot_locked();
+  Task& task = slots_[index % kCapacity];
+  task.op = &op;
+  for (const Tensor& t : inputs) task.inputs.push_back(t);
+  for (const Tensor& t : outputs) task.outputs.push_back(t);
+  task.attrs = attrs;
+  task.site = site;
+  return publish_locked(index);
 }
 
 void Stream::worker_loop() {
@@ -111,11 +150,8 @@ void Stream::worker_loop() {
         }
       }
     }
-    // An inline Task (synchronize mode) advanced both counters: there is nothing queued to run.
-    if (completed_.load(std::memory_order_acquire) != done) continue;
-    Task& task = slots_[done % kCapacity];
-    run_task(task);
-    task = Task();  // drop the operands' references now, on the worker
+    if (completed_.load(std::memory_order_seq_cst) != done) continue;  // a synchronize-mode Task ran inline
+    run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {
       done_signal_.fetch_add(1, std::memory_order_seq_cst);
@@ -197,6 +233,10 @@ void Stream::wait_until_completed(uint64_t seq) {
 
 void Stream::wait_for(uint64_t seq) {
   if (seq > 0 && completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
+  {
+    std::lock_guard<std::mutex> lock(producer_mutex_);
+    reclaim_completed_locked();
+  }
   if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
 }
 

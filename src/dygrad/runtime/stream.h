@@ -31,6 +31,9 @@ class Stream {
 
   // Runs the Task (synchronize mode: inline, errors thrown here; async: queued). Returns its sequence number.
   uint64_t enqueue(Task&& task);
+  // The same, building the Task in its queue slot (no intermediate Task to move): the op hot path.
+  uint64_t submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
+                  const CallSite& site);
   // Waits until every Task enqueued so far has run; raises a deferred error.
   void synchronize();
   // Waits until Task `seq` has run; raises a deferred error.
@@ -51,9 +54,18 @@ class Stream {
   void record_failure(Task& task, ErrorKind kind, const std::string& message);
   void raise_deferred_error();
   void wait_until_completed(uint64_t seq);
+  // Drops the operands of Tasks that have run, on the calling (host) thread; producer_mutex_ held.
+  void reclaim_completed_locked();
+  // Waits for queue space, reclaims finished slots and returns the index of the next free slot.
+  uint64_t acquire_slot_locked();
+  uint64_t publish_locked(uint64_t index);
 
   std::vector<Task> slots_;
   std::mutex producer_mutex_;
+  // Slots below this count have been cleared by the host. The worker never destroys operands: the host
+  // does, when it next enqueues or syncs, so tensors and buffers are freed on the thread that made them
+  // (no cross-thread frees in malloc or the allocator, no refcount traffic on the worker). docs/stream.md
+  uint64_t reclaimed_ = 0;
   alignas(64) std::atomic<uint64_t> published_{0};  // Tasks enqueued
   alignas(64) std::atomic<uint64_t> completed_{0};  // Tasks run
   alignas(64) std::atomic<uint32_t> work_signal_{0};   // bumped on enqueue when the worker sleeps

@@ -1,9 +1,10 @@
-// CPU reductions. Layout: the input is viewed as [outputs x reduced] over coalesced dims. Each output
+// CPU reductions: sum, logsumexp, var/std and the backward kernels of the reduce family. Layout: the input is viewed as [outputs x reduced] over coalesced dims. Each output
 // element is reduced by one thread in a fixed order; a reduction to a single element splits the reduced
 // range into chunks fixed by its length (not the thread count) and combines them in order. Both keep
 // results bitwise identical across thread counts (docs/threading.md).
 #include "dygrad/backend/cpu/reduce.h"
 
+#include <cmath>
 #include <vector>
 
 #include "dygrad/runtime/thread_pool.h"
@@ -36,8 +37,6 @@ int64_t offset_of(int64_t linear, const Dims& sizes, const Dims& strides) {
   }
   return off;
 }
-
-constexpr int64_t kFullReduceChunk = 16384;  // elements per partial sum of a full reduction
 
 template <typename T> struct SumAcc { using type = compute_t<T>; };
 template <> struct SumAcc<bool> { using type = int64_t; };
@@ -151,6 +150,192 @@ void sum_kernel(Task& task) {
       parallel_for(0, L.num_outputs, grain, [&](int64_t lo, int64_t hi) {
         for (int64_t o = lo; o < hi; ++o)
           y[o] = static_cast<TOut>(sum_strided<T, A>(x + L.output_offset(o), L, 0, L.num_reduced));
+      });
+    });
+  });
+}
+
+// --- logsumexp and var --------------------------------------------------------------------------------------
+namespace {
+// The larger of a and b, NaN if either is (torch.max propagates NaN).
+template <typename C>
+C max_propagating_nan(C a, C b) { return (b > a || b != b) ? b : a; }
+template <typename C>
+C plus(C a, C b) { return a + b; }
+}  // namespace
+
+// Shapes: a[in...] -> out[kept...]; m = max over the reduced elements, out = m + log(sum(exp(a - m))).
+// A reduction of only -inf gives -inf, one with +inf gives +inf and one with NaN gives NaN (torch).
+void logsumexp_kernel(Task& task) {
+  const Tensor& in = task.inputs[0];
+  const Tensor& out = task.outputs[0];
+  ReduceLayout L(in, task.attrs.ints);
+  visit_floating(in.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    if (L.num_reduced == 0) {
+      for (int64_t o = 0; o < L.num_outputs; ++o) y[o] = static_cast<T>(-INFINITY);
+      return;
+    }
+    std::vector<C> maxima(static_cast<size_t>(L.num_outputs));
+    auto store_max = [&](int64_t o, C m) { maxima[static_cast<size_t>(o)] = m; };
+    auto finish = [&](int64_t o, C s) {
+      const C m = maxima[static_cast<size_t>(o)];
+      y[o] = static_cast<T>(std::isfinite(m) ? m + std::log(s) : m);
+    };
+    if (is_column_layout(L)) {
+      reduce_columns<C>(x, L, C(-INFINITY), [](C best, C v, int64_t) { return max_propagating_nan(best, v); }, store_max);
+      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + std::exp(v - maxima[static_cast<size_t>(o)]); },
+                        finish);
+      return;
+    }
+    reduce_each_output<C>(
+        L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<true, C>(x + L.output_offset(o), L, b, e); },
+        max_propagating_nan<C>, store_max);
+    reduce_each_output<C>(
+        L,
+        [&](int64_t o, int64_t b, int64_t e) {
+          const C m = maxima[static_cast<size_t>(o)];
+          if (!std::isfinite(m)) return C(0);
+          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
+        },
+        plus<C>, finish);
+  });
+}
+
+// Shapes: a[in...] -> out[kept...] = sum((a - mean)^2) / max(N - correction, 0), N reduced elements;
+// the square root of that when attrs.i[0] == 1. Two passes (mean, then squared deviations) accumulated
+// in float64, so float32 inputs with a large mean keep their precision.
+void var_kernel(Task& task) {
+  const Tensor& in = task.inputs[0];
+  const Tensor& out = task.outputs[0];
+  const double correction = task.attrs.scalars[0].to_double();
+  const bool standard_deviation = task.attrs.i[0] == 1;
+  ReduceLayout L(in, task.attrs.ints);
+  visit_floating(in.dtype(), [&]<typename T>() {
+    const T* x = in.data<T>();
+    T* y = out.data<T>();
+    const double count = static_cast<double>(L.num_reduced);
+    const double divisor = std::max(count - correction, 0.0);
+    std::vector<double> means(static_cast<size_t>(L.num_outputs));
+    auto store_mean = [&](int64_t o, double s) { means[static_cast<size_t>(o)] = s / count; };
+    auto finish = [&](int64_t o, double squares) {
+      const double v = squares / divisor;
+      y[o] = static_cast<T>(standard_deviation ? std::sqrt(v) : v);
+    };
+    auto add_square = [&](double acc, double v, int64_t o) {
+      const double d = v - means[static_cast<size_t>(o)];
+      return acc + d * d;
+    };
+    if (is_column_layout(L)) {
+      reduce_columns<double>(x, L, 0.0, [](double acc, double v, int64_t) { return acc + v; }, store_mean);
+      reduce_columns<double>(x, L, 0.0, add_square, finish);
+      return;
+    }
+    reduce_each_output<double>(
+        L, [&](int64_t o, int64_t b, int64_t e) { return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0, plus<double>, plus<double>); },
+        plus<double>, store_mean);
+    reduce_each_output<double>(
+        L,
+        [&](int64_t o, int64_t b, int64_t e) {
+          const double m = means[static_cast<size_t>(o)];
+          return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0,
+                                     [m](double acc, double v) { return acc + (v - m) * (v - m); }, plus<double>);
+        },
+        plus<double>, finish);
+  });
+}
+
+// --- backward kernels ---------------------------------------------------------------------------------------
+namespace {
+// For every output o (in parallel): visit(o, a_row, grad_row, offsets) where the reduced element r of
+// `a` sits at a_row + a_offset(r) and of `grad` at grad_row + grad_offset(r). a and grad share a shape.
+template <typename F>
+void for_each_output_pair(const ReduceLayout& La, const ReduceLayout& Lg, F&& visit) {
+  const int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(La.num_reduced, 1));
+  parallel_for(0, La.num_outputs, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t o = lo; o < hi; ++o) visit(o, La.output_offset(o), Lg.output_offset(o));
+  });
+}
+
+// Calls f(a_offset, grad_offset) for each reduced element in order.
+template <typename F>
+void for_each_reduced_pair(const ReduceLayout& La, const ReduceLayout& Lg, F&& f) {
+  if (La.reduced_is_single_stride() && Lg.reduced_is_single_stride()) {
+    const int64_t sa = La.red_strides[0], sg = Lg.red_strides[0];
+    for (int64_t r = 0; r < La.num_reduced; ++r) f(r * sa, r * sg);
+    return;
+  }
+  for (int64_t r = 0; r < La.num_reduced; ++r) f(La.reduced_offset(r), Lg.reduced_offset(r));
+}
+
+template <typename C>
+bool same_value(C a, C b) { return a == b || (a != a && b != b); }
+}  // namespace
+
+// Shapes: g[kept], indices[kept] int64 -> grad[in...] zero except grad[..., indices[o], ...] = g[o] along
+// the reduced dim attrs.ints[0] (none for a 0-dim input).
+void extremum_index_backward_kernel(Task& task) {
+  const Tensor& g = task.inputs[0];
+  const Tensor& indices = task.inputs[1];
+  const Tensor& grad = task.outputs[0];
+  ReduceLayout L(grad, task.attrs.ints);
+  visit_floating(grad.dtype(), [&]<typename T>() {
+    const T* gv = g.data<T>();
+    const int64_t* index = indices.data<int64_t>();
+    T* out = grad.data<T>();
+    const int64_t stride = L.red_strides[0];
+    parallel_for(0, L.num_outputs, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(L.num_reduced, 1)), [&](int64_t lo, int64_t hi) {
+      for (int64_t o = lo; o < hi; ++o) {
+        T* row = out + L.output_offset(o);
+        for (int64_t r = 0; r < L.num_reduced; ++r) row[r * stride] = T(0.0f);
+        row[index[o] * stride] = gv[o];
+      }
+    });
+  });
+}
+
+// Shapes: a[in...], result[kept], g[kept] -> grad[in...] = g[o] / n where a == result[o] (n such
+// elements; NaN matches NaN), else 0: the gradient is split evenly among ties, as in torch.amax.
+void extremum_backward_kernel(Task& task) {
+  const Tensor& a = task.inputs[0];
+  const Tensor& grad = task.outputs[0];
+  ReduceLayout La(a, task.attrs.ints), Lg(grad, task.attrs.ints);
+  visit_floating(a.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const T* x = a.data<T>();
+    const T* result = task.inputs[1].data<T>();
+    const T* gv = task.inputs[2].data<T>();
+    T* out = grad.data<T>();
+    for_each_output_pair(La, Lg, [&](int64_t o, int64_t a_row, int64_t g_row) {
+      const C target = static_cast<C>(result[o]);
+      int64_t ties = 0;
+      for_each_reduced_pair(La, Lg, [&](int64_t ao, int64_t) { ties += same_value(static_cast<C>(x[a_row + ao]), target); });
+      const C share = static_cast<C>(gv[o]) / static_cast<C>(std::max<int64_t>(ties, 1));
+      for_each_reduced_pair(La, Lg, [&](int64_t ao, int64_t go) {
+        out[g_row + go] = static_cast<T>(same_value(static_cast<C>(x[a_row + ao]), target) ? share : C(0));
+      });
+    });
+  });
+}
+
+// Shapes: a[in...], result[kept], g[kept] -> grad[in...] = g[o] * exp(a - result[o]) (softmax over the
+// reduced elements, scaled by the incoming gradient).
+void logsumexp_backward_kernel(Task& task) {
+  const Tensor& a = task.inputs[0];
+  const Tensor& grad = task.outputs[0];
+  ReduceLayout La(a, task.attrs.ints), Lg(grad, task.attrs.ints);
+  visit_floating(a.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const T* x = a.data<T>();
+    const T* result = task.inputs[1].data<T>();
+    const T* gv = task.inputs[2].data<T>();
+    T* out = grad.data<T>();
+    for_each_output_pair(La, Lg, [&](int64_t o, int64_t a_row, int64_t g_row) {
+      const C lse = static_cast<C>(result[o]), scale = static_cast<C>(gv[o]);
+      for_each_reduced_pair(La, Lg, [&](int64_t ao, int64_t go) {
+        out[g_row + go] = static_cast<T>(scale * std::exp(static_cast<C>(x[a_row + ao]) - lse));
       });
     });
   });

@@ -1,0 +1,150 @@
+// CPU kernels: comparisons, logical ops, where, masked_fill and clamp over strided, broadcast operands.
+//
+// Shapes: out[N...] = f(in0[N...], in1[N...], ...), every input broadcast to the output (stride 0).
+#include "dygrad/backend/cpu/compare.h"
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "dygrad/backend/cpu/elementwise_kernels.h"
+
+namespace dg::cpu {
+
+namespace {
+template <typename T>
+using C = compute_t<T>;
+
+// out = fn(in0, in1, ...) with each operand of its own stored type (TOut, TIn...): fn sees stored values.
+// Contiguous operands run one flat loop; otherwise rows of the coalesced iteration.
+template <typename TOut, typename... TIn, typename Fn>
+void map_elements(Task& task, const Fn& fn) {
+  constexpr size_t num_inputs = sizeof...(TIn);
+  Tensor operands[num_inputs + 1];
+  operands[0] = task.outputs[0];
+  for (size_t k = 0; k < num_inputs; ++k) operands[k + 1] = task.inputs[k];
+  StridedIteration it(std::span<const Tensor>(operands, num_inputs + 1));
+  [&]<size_t... K>(std::index_sequence<K...>) {
+    if (it.is_flat()) {
+      TOut* out = operands[0].template data<TOut>();
+      const std::tuple<const TIn*...> in{operands[K + 1].template data<TIn>()...};
+      parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(fn(std::get<K>(in)[i]...));
+      });
+      return;
+    }
+    for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<TOut*>(p[0] + i * s[0]) =
+            static_cast<TOut>(fn(*reinterpret_cast<const TIn*>(p[K + 1] + i * s[K + 1])...));
+    });
+  }(std::index_sequence_for<TIn...>{});
+}
+
+template <typename Compare>
+void compare_tensors(Task& task, Compare cmp) {
+  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+    auto fn = [cmp](C<T> a, C<T> b) { return cmp(a, b); };
+    binary_loop<decltype(fn), bool, T>(task, fn);
+  });
+}
+
+template <typename Compare>
+void compare_scalar(Task& task, Compare cmp) {
+  const Scalar s = task.attrs.scalars[0];
+  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+    const C<T> v = s.to<C<T>>();
+    auto fn = [cmp, v](C<T> a) { return cmp(a, v); };
+    unary_loop<decltype(fn), bool, T>(task, fn);
+  });
+}
+
+// nan-propagating bounds: a nan bound gives nan, like torch.clamp.
+template <typename V>
+V clamp_value(V x, V lo, V hi, bool has_lo, bool has_hi) {
+  if constexpr (std::is_floating_point_v<V>) {
+    if (has_lo) x = (lo != lo || x < lo) ? lo : x;
+    if (has_hi) x = (hi != hi || x > hi) ? hi : x;
+  } else {
+    if (has_lo) x = x < lo ? lo : x;
+    if (has_hi) x = x > hi ? hi : x;
+  }
+  return x;
+}
+}  // namespace
+
+void eq_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a == b; }); }
+void ne_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a != b; }); }
+void lt_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a < b; }); }
+void le_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a <= b; }); }
+void gt_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a > b; }); }
+void ge_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a >= b; }); }
+void eq_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a == b; }); }
+void ne_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a != b; }); }
+void lt_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a < b; }); }
+void le_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a <= b; }); }
+void gt_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a > b; }); }
+void ge_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a >= b; }); }
+
+void logical_not_kernel(Task& task) {
+  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+    auto fn = [](C<T> a) { return !(a != C<T>(0)); };  // nan is true, so its negation is false
+    unary_loop<decltype(fn), bool, T>(task, fn);
+  });
+}
+void logical_and_kernel(Task& task) { map_elements<bool, bool, bool>(task, [](bool a, bool b) { return a && b; }); }
+void logical_or_kernel(Task& task) { map_elements<bool, bool, bool>(task, [](bool a, bool b) { return a || b; }); }
+
+void where_kernel(Task& task) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    map_elements<T, bool, T, T>(task, [](bool c, T a, T b) { return c ? a : b; });
+  });
+}
+
+void where_scalar_kernel(Task& task) {
+  const Scalar value = task.attrs.scalars[0];
+  const bool scalar_when_true = task.attrs.i[0] == 1;
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    const T s = value.to<T>();
+    if (scalar_when_true) map_elements<T, bool, T>(task, [s](bool c, T a) { return c ? s : a; });
+    else map_elements<T, bool, T>(task, [s](bool c, T a) { return c ? a : s; });
+  });
+}
+
+void masked_fill_kernel(Task& task) {
+  const Scalar value = task.attrs.scalars[0];
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    const T v = value.to<T>();
+    map_elements<T, T, bool>(task, [v](T a, bool m) { return m ? v : a; });
+  });
+}
+
+void clamp_scalar_kernel(Task& task) {
+  const bool has_lo = task.attrs.i[0] & 1, has_hi = task.attrs.i[0] & 2;
+  const Scalar lo_s = task.attrs.scalars[0], hi_s = task.attrs.scalars[1];
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    const C<T> lo = lo_s.to<C<T>>(), hi = hi_s.to<C<T>>();
+    auto fn = [=](C<T> x) { return clamp_value(x, lo, hi, has_lo, has_hi); };
+    unary_loop<decltype(fn), T, T>(task, fn);
+  });
+}
+
+void clamp_tensor_kernel(Task& task) {
+  const int64_t bounds = task.attrs.i[0];
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    using V = C<T>;
+    if (bounds == 3) {
+      map_elements<T, T, T, T>(task, [](T x, T lo, T hi) {
+        return static_cast<T>(clamp_value<V>(static_cast<V>(x), static_cast<V>(lo), static_cast<V>(hi), true, true));
+      });
+    } else {
+      const bool is_min = bounds == 1;
+      map_elements<T, T, T>(task, [is_min](T x, T bound) {
+        const V b = static_cast<V>(bound);
+        return static_cast<T>(clamp_value<V>(static_cast<V>(x), b, b, is_min, !is_min));
+      });
+    }
+  });
+}
+
+}  // namespace dg::cpu

@@ -1,0 +1,197 @@
+// CPU kernels of the random factories: Philox4x32-10 blocks mapped to uniform, normal, integer and
+// Bernoulli values, and arange. Every element depends only on (seed, offset, its index), so results are
+// identical for any thread count and a Task can be replayed from its attributes. See docs/rng.md.
+//
+// Notation: out[N] contiguous; c = offset + counter index; word(c, w) = word w of philox_block(seed, c).
+//   float/half/bf16 (4 elements per counter):  element i <- word(offset + i / 4, i % 4)
+//   double (2 elements per counter):           element i <- words 2 (i % 2), 2 (i % 2) + 1 of counter
+//                                              offset + i / 2, joined as (high << 32) | low
+#include "dygrad/backend/cpu/random.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg::cpu {
+
+namespace {
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxW0 = 0x9E3779B9u, kPhiloxW1 = 0xBB67AE85u;  // key bumps (golden ratio, sqrt(3) - 1)
+constexpr int64_t kCountersPerChunk = 4096;
+
+inline PhiloxCounter philox_round(const PhiloxCounter& c, const PhiloxKey& k) {
+  const uint64_t p0 = uint64_t{kPhiloxM0} * c[0], p1 = uint64_t{kPhiloxM1} * c[2];
+  const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+  const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+  return {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
+}
+
+inline PhiloxCounter philox(PhiloxCounter c, PhiloxKey k) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k[0] += kPhiloxW0;
+      k[1] += kPhiloxW1;
+    }
+    c = philox_round(c, k);
+  }
+  return c;
+}
+
+inline PhiloxCounter block(uint64_t seed, uint64_t counter) {
+  return philox({static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u},
+                {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+}
+
+// Uniform [0, 1) from the top `bits` bits of a word (bits <= 24 so that float holds it exactly).
+template <int Bits>
+inline float uniform_from_word(uint32_t w) {
+  return static_cast<float>(w >> (32 - Bits)) * (1.0f / static_cast<float>(1u << Bits));
+}
+// Uniform [0, 1) with 53 bits from two words.
+inline double uniform_from_words(uint32_t high, uint32_t low) {
+  const uint64_t u = (uint64_t{high} << 32 | low) >> 11;
+  return static_cast<double>(u) * (1.0 / 9007199254740992.0);  // 2^-53
+}
+// Bits of randomness per element for each float type: the mantissa width (plus the implicit bit) so
+// that rounding to the type never produces 1.0.
+template <typename T> constexpr int uniform_bits() {
+  if constexpr (std::is_same_v<T, Half>) return 11;
+  else if constexpr (std::is_same_v<T, BFloat16>) return 8;
+  else return 24;
+}
+
+// Calls fill(c, words, first, count) for every counter index c of the Task: `per_counter` elements
+// starting at element `first` (the last counter may fill fewer). Split over the pool by counters.
+template <typename Fill>
+void for_each_counter(const Task& task, int64_t per_counter, Fill&& fill) {
+  const int64_t n = task.outputs[0].numel();
+  const int64_t counters = (n + per_counter - 1) / per_counter;
+  const uint64_t seed = task.attrs.rng_seed, offset = task.attrs.rng_offset;
+  parallel_for(0, counters, kCountersPerChunk, [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; ++c) {
+      const PhiloxCounter words = block(seed, offset + static_cast<uint64_t>(c));
+      const int64_t first = c * per_counter;
+      fill(words, first, std::min(per_counter, n - first));
+    }
+  });
+}
+}  // namespace
+
+PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key) { return philox(counter, key); }
+PhiloxCounter philox_block(uint64_t seed, uint64_t counter) { return block(seed, counter); }
+
+uint64_t random_counters(int64_t numel, bool wide) {
+  const uint64_t per = wide ? 2 : 4;
+  return (static_cast<uint64_t>(numel) + per - 1) / per;
+}
+
+void rand_kernel(Task& task) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
+    T* out = task.outputs[0].data<T>();
+    if constexpr (std::is_same_v<T, double>) {
+      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        for (int64_t k = 0; k < count; ++k) out[first + k] = uniform_from_words(w[2 * k], w[2 * k + 1]);
+      });
+    } else {
+      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        for (int64_t k = 0; k < count; ++k) out[first + k] = static_cast<T>(uniform_from_word<uniform_bits<T>()>(w[k]));
+      });
+    }
+  });
+}
+
+// Box-Muller: a pair of elements (2j, 2j + 1) takes uniforms u1 in (0, 1] (as 1 - u) and u2 in [0, 1);
+// r = sqrt(-2 ln u1): element 2j = r cos(2 pi u2), element 2j + 1 = r sin(2 pi u2).
+// float/half/bf16: a counter's words (0, 1) and (2, 3) give u1, u2 of its two pairs (24 bits each);
+// double: a counter gives one pair, u1 from words (0, 1) and u2 from words (2, 3) (53 bits each).
+void randn_kernel(Task& task) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
+    T* out = task.outputs[0].data<T>();
+    if constexpr (std::is_same_v<T, double>) {
+      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        const double u1 = 1.0 - uniform_from_words(w[0], w[1]), u2 = uniform_from_words(w[2], w[3]);
+        const double r = std::sqrt(-2.0 * std::log(u1)), theta = 2.0 * std::numbers::pi * u2;
+        out[first] = r * std::cos(theta);
+        if (count > 1) out[first + 1] = r * std::sin(theta);
+      });
+    } else {
+      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        for (int64_t pair = 0; 2 * pair < count; ++pair) {
+          const float u1 = 1.0f - uniform_from_word<24>(w[2 * pair]), u2 = uniform_from_word<24>(w[2 * pair + 1]);
+          const float r = std::sqrt(-2.0f * std::log(u1)), theta = 2.0f * std::numbers::pi_v<float> * u2;
+          out[first + 2 * pair] = static_cast<T>(r * std::cos(theta));
+          if (2 * pair + 1 < count) out[first + 2 * pair + 1] = static_cast<T>(r * std::sin(theta));
+        }
+      });
+    }
+  });
+}
+
+// Integers in [low, high): range r = high - low. r <= 2^32: low + (word * r) >> 32 from one word per
+// element; larger ranges: low + (u64 * r) >> 64 from two words (the double layout). Multiply-shift keeps
+// the bias below r / 2^32 (resp. r / 2^64) without rejection loops, so the counter use stays fixed.
+void randint_kernel(Task& task) {
+  const int64_t low = task.attrs.i[0], high = task.attrs.i[1];
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    T* out = task.outputs[0].data<T>();
+    auto store = [&](int64_t i, uint64_t offset_in_range) {
+      const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(low) + offset_in_range);
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) out[i] = T(static_cast<float>(v));
+      else out[i] = static_cast<T>(v);
+    };
+    if (range <= (uint64_t{1} << 32)) {
+      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        for (int64_t k = 0; k < count; ++k) store(first + k, (uint64_t{w[k]} * range) >> 32);
+      });
+    } else {
+      __extension__ typedef unsigned __int128 uint128;
+      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+        for (int64_t k = 0; k < count; ++k) {
+          const uint64_t u = uint64_t{w[2 * k]} << 32 | w[2 * k + 1];
+          store(first + k, static_cast<uint64_t>((static_cast<uint128>(u) * range) >> 64));
+        }
+      });
+    }
+  });
+}
+
+// 1 where word < p * 2^32 (probability p, exact to 2^-32), else 0; one word per element.
+void bernoulli_kernel(Task& task) {
+  const double p = task.attrs.scalars[0].to_double();
+  const uint64_t threshold = p >= 1.0 ? (uint64_t{1} << 32) : static_cast<uint64_t>(p * 4294967296.0);
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    T* out = task.outputs[0].data<T>();
+    const T one = T(1), zero = T(0);
+    for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for (int64_t k = 0; k < count; ++k) out[first + k] = uint64_t{w[k]} < threshold ? one : zero;
+    });
+  });
+}
+
+// out[i] = start + i * step: integers exactly in int64, floating values computed in double and rounded
+// once (torch.arange's accumulate type on CPU).
+void arange_kernel(Task& task) {
+  const Scalar start = task.attrs.scalars[0], step = task.attrs.scalars[1];
+  const int64_t n = task.outputs[0].numel();
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    T* out = task.outputs[0].data<T>();
+    const bool exact_integers = !is_floating(dtype_of<T>::value) && start.is_integral() && step.is_integral();
+    parallel_for(0, n, kCountersPerChunk * 4, [&](int64_t lo, int64_t hi) {
+      if (exact_integers) {
+        const int64_t s = start.to_int(), d = step.to_int();
+        for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<T>(s + i * d);
+      } else {
+        const double s = start.to_double(), d = step.to_double();
+        for (int64_t i = lo; i < hi; ++i) {
+          const double v = s + static_cast<double>(i) * d;
+          if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) out[i] = T(static_cast<float>(v));
+          else out[i] = static_cast<T>(v);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace dg::cpu

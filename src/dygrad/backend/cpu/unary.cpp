@@ -1,0 +1,224 @@
+// CPU kernels: unary math functions, pow and maximum/minimum over strided, broadcast operands. Contiguous
+// float32 loops call the vectorisable functions of vec_math.h; float16/bfloat16 compute in float32.
+//
+// Shapes: out[N...] = f(x[N...]) and out[N...] = f(a[N...], b[N...]), inputs broadcast to the output.
+#include "dygrad/backend/cpu/unary.h"
+
+#include <cmath>
+#include <type_traits>
+
+#include "dygrad/backend/cpu/elementwise_kernels.h"
+#include "dygrad/backend/cpu/vec_math.h"
+
+// Kernel lambdas carry the whole per-element computation; forcing them inline keeps the loops vectorisable.
+#define DG_VEC_INLINE_LAMBDA __attribute__((always_inline))
+
+namespace dg::cpu {
+
+namespace {
+template <typename T>
+using C = compute_t<T>;
+
+// out = fn(in) for one dtype T. The contiguous loops carry no aliasing doubt (an in-place call gets its own
+// loop over one pointer), so the compiler vectorises them without runtime overlap checks.
+template <typename T, typename Fn>
+void unary_map(Task& task, const Fn& fn) {
+  const Tensor operands[2] = {task.outputs[0], task.inputs[0]};
+  StridedIteration it(operands);
+  auto contiguous = [&fn](T* out, const T* in, int64_t n) {
+    if (out == in) {
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(static_cast<C<T>>(out[i])));
+    } else {
+      T* __restrict o = out;
+      const T* __restrict x = in;
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(fn(static_cast<C<T>>(x[i])));
+    }
+  };
+  if (it.is_flat()) {
+    T* out = operands[0].data<T>();
+    const T* in = operands[1].data<T>();
+    parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) { contiguous(out + b, in + b, e - b); });
+    return;
+  }
+  for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
+    T* out = reinterpret_cast<T*>(p[0]);
+    const T* in = reinterpret_cast<const T*>(p[1]);
+    if (s[0] == sizeof(T) && s[1] == sizeof(T)) return contiguous(out, in, n);
+    const int64_t so = s[0] / static_cast<int64_t>(sizeof(T)), si = s[1] / static_cast<int64_t>(sizeof(T));
+    for (int64_t i = 0; i < n; ++i) out[i * so] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
+  });
+}
+
+// A function of floating dtypes only (the op layer has promoted integers to float32).
+template <typename Fn>
+void floating_unary(Task& task, const Fn& fn) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() { unary_map<T>(task, fn); });
+}
+
+// Any dtype but bool.
+template <typename Fn>
+void numeric_unary(Task& task, const Fn& fn) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) unary_map<T>(task, fn);
+  });
+}
+
+template <typename Fn>
+void floating_binary(Task& task, const Fn& fn) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() { binary_loop<Fn, T, T>(task, fn); });
+}
+
+template <typename Fn>
+void same_type_binary(Task& task, const Fn& fn) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() { binary_loop<Fn, T, T>(task, fn); });
+}
+
+// base^exponent in integers, wrapping on overflow as torch does. A negative exponent gives 0 unless
+// |base| == 1 (torch's integer pow).
+template <typename I>
+I integer_pow(I base, I exponent) {
+  if constexpr (std::is_signed_v<I>) {
+    if (exponent < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exponent & 1) ? I(-1) : I(1);
+      return 0;
+    }
+  }
+  using U = std::make_unsigned_t<decltype(base + base)>;
+  U result = 1, factor = static_cast<U>(base);
+  for (U e = static_cast<U>(exponent); e != 0; e >>= 1) {
+    if (e & 1) result *= factor;
+    factor *= factor;
+  }
+  return static_cast<I>(result);
+}
+
+template <typename V>
+V power(V base, V exponent) {
+  if constexpr (std::is_floating_point_v<V>) return std::pow(base, exponent);
+  else if constexpr (std::is_same_v<V, bool>) return base || !exponent;
+  else return integer_pow(base, exponent);
+}
+}  // namespace
+
+void exp_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::exp(x); }); }
+void log_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::log(x); }); }
+void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sqrt(x); }); }
+void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
+void sin_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sin(x); }); }
+void cos_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::cos(x); }); }
+void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::tanh(x); }); }
+void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::sigmoid(x); }); }
+void silu_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::silu(x); }); }
+
+void gelu_kernel(Task& task) {
+  if (task.attrs.i[0] == 0) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_erf(x); });
+  else floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_tanh(x); });
+}
+
+void abs_kernel(Task& task) {
+  numeric_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
+    if constexpr (std::is_floating_point_v<V>) return std::fabs(x);
+    else if constexpr (std::is_unsigned_v<V>) return x;
+    else {  // negation in unsigned arithmetic: the most negative value wraps to itself, as in torch
+      using U = std::make_unsigned_t<V>;
+      return x < 0 ? static_cast<V>(U(0) - static_cast<U>(x)) : x;
+    }
+  });
+}
+
+// max(x, 0) with nan kept (torch.relu(nan) is nan).
+void relu_kernel(Task& task) {
+  numeric_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
+    if constexpr (std::is_unsigned_v<V>) return x;
+    else return x < V(0) ? V(0) : x;
+  });
+}
+
+// gelu'(x) = Phi(x) + x * phi(x) (approximate="none"), or with s = sigmoid(2u), u = k (x + c x^3):
+// d/dx [x s] = s + 2 x s (1 - s) k (1 + 3 c x^2) (approximate="tanh").
+void gelu_backward_kernel(Task& task) {
+  if (task.attrs.i[0] == 0) {
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return g * (vm::normal_cdf(x) + x * vm::normal_pdf(x)); });
+  } else {
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
+      const V k = V(vm::kGeluTanhScale), c = V(vm::kGeluTanhCubic);
+      const V u = k * (x + c * x * x * x);
+      const V s = V(1) / (V(1) + vm::exp(V(-2) * u));
+      return g * (s + V(2) * x * s * (V(1) - s) * k * (V(1) + V(3) * c * x * x));
+    });
+  }
+}
+
+void sigmoid_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (y * (V(1) - y)); });
+}
+void tanh_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (V(1) - y * y); });
+}
+void silu_backward_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
+    const V s = vm::sigmoid(x);
+    return g * (s * (V(1) + x * (V(1) - s)));
+  });
+}
+void relu_backward_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return y > V(0) ? g : V(0); });
+}
+
+void pow_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V base, V exponent) { return power(base, exponent); });
+}
+
+// Exponents with a cheaper exact form get their own loop; the rest call std::pow.
+void pow_scalar_kernel(Task& task) {
+  const Scalar exponent = task.attrs.scalars[0];
+  const double p = exponent.to_double();
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    using V = C<T>;
+    if constexpr (std::is_same_v<T, bool>) {
+      unary_map<T>(task, [p](bool x) { return x || p == 0.0; });
+    } else {
+      if (p == 0.0) return unary_map<T>(task, [](V) { return V(1); });
+      if (p == 1.0) return unary_map<T>(task, [](V x) { return x; });
+      if (p == 2.0) return unary_map<T>(task, [](V x) { return V(x * x); });
+      if (p == 3.0) return unary_map<T>(task, [](V x) { return V(x * x * x); });
+      if constexpr (std::is_floating_point_v<V>) {
+        if (p == -1.0) return unary_map<T>(task, [](V x) { return V(1) / x; });
+        if (p == -2.0) return unary_map<T>(task, [](V x) { return V(1) / (x * x); });
+        if (p == 0.5) return unary_map<T>(task, [](V x) { return std::sqrt(x); });
+        if (p == -0.5) return unary_map<T>(task, [](V x) { return V(1) / std::sqrt(x); });
+        const V e = static_cast<V>(p);
+        unary_map<T>(task, [e](V x) { return std::pow(x, e); });
+      } else {
+        const V e = exponent.to<V>();
+        unary_map<T>(task, [e](V x) { return integer_pow(x, e); });
+      }
+    }
+  });
+}
+
+void rpow_scalar_kernel(Task& task) {
+  const Scalar base = task.attrs.scalars[0];
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    using V = C<T>;
+    const V b = base.to<V>();
+    unary_map<T>(task, [b](V x) { return power(b, x); });
+  });
+}
+
+// nan in either operand gives nan (torch.maximum), unlike std::max.
+void maximum_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
+    if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
+    else return a > b ? a : b;
+  });
+}
+void minimum_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
+    if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
+    else return a < b ? a : b;
+  });
+}
+
+}  // namespace dg::cpu

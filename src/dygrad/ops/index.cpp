@@ -1,0 +1,350 @@
+// Joining, splitting and indexing ops: validation, output shapes, Task creation and backward formulas.
+// cat's gradient is slices of g; gather and index_select send g back through scatter_add / index_add
+// (deterministic, backend/cpu/index.cpp); scatter_add's is g for self and gather(g) for src.
+#include "dygrad/ops/index.h"
+
+#include "dygrad/backend/cpu/index.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
+#include "dygrad/ops/shape.h"
+
+namespace dg {
+
+// --- backward formulas (grad_outputs[0] = g) -------------------------------------------------------------
+namespace {
+// attrs.i[0] = dim, attrs.ints = each input's size along dim.
+void cat_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  int64_t offset = 0;
+  for (size_t k = 0; k < n.attrs.ints.size(); ++k) {
+    if (n.needs_grad(k)) gi[k] = narrow(g[0], n.attrs.i[0], offset, n.attrs.ints[k]);
+    offset += n.attrs.ints[k];
+  }
+}
+// saved(0) = index.
+void gather_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = scatter_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.i[0], n.saved(0), g[0]);
+}
+void index_select_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  gi[0] = index_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.i[0], n.saved(0), g[0]);
+}
+// inputs (self, src); saved(0) = index.
+void scatter_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (n.needs_grad(0)) gi[0] = g[0];
+  if (!n.needs_grad(1)) return;
+  Tensor index = n.saved(0);
+  Tensor picked = gather(g[0], n.attrs.i[0], index);
+  IntSpan src_shape = n.input_meta[1].shape;
+  if (same_shape(picked.shape(), src_shape)) {
+    gi[1] = picked;
+    return;
+  }
+  // src larger than index: the elements scatter_add did not read get zero gradient.
+  Tensor full_grad = zeros(src_shape, {g[0].dtype()});
+  NoGradGuard no_grad;
+  Tensor corner = full_grad;
+  for (int64_t d = 0; d < index.dim(); ++d) corner = narrow(corner, d, 0, index.shape()[d]);
+  copy_(corner, picked);
+  gi[1] = full_grad;
+}
+// inputs (self, src); saved(0) = index (1-D).
+void index_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (n.needs_grad(0)) gi[0] = g[0];
+  if (n.needs_grad(1)) gi[1] = index_select(g[0], n.attrs.i[0], n.saved(0));
+}
+void tril_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = tril(g[0], n.attrs.i[0]); }
+void triu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = triu(g[0], n.attrs.i[0]); }
+
+OpCost copy_cost(const Task& t) {
+  OpCost c;
+  c.bytes = 2.0 * double(t.outputs[0].numel()) * double(t.outputs[0].itemsize());
+  return c;
+}
+}  // namespace
+
+const OpDef op_cat("cat", FusionClass::Opaque, cpu::cat_kernel, cat_backward, copy_cost);
+const OpDef op_gather("gather", FusionClass::Opaque, cpu::gather_kernel, gather_backward, copy_cost);
+const OpDef op_index_select("index_select", FusionClass::Opaque, cpu::gather_kernel, index_select_backward, copy_cost);
+const OpDef op_scatter_add("scatter_add", FusionClass::Opaque, cpu::scatter_add_kernel, scatter_add_backward, nullptr,
+                           kOpInplace);
+const OpDef op_index_add("index_add", FusionClass::Opaque, cpu::scatter_add_kernel, index_add_backward, nullptr,
+                         kOpInplace);
+const OpDef op_tril("tril", FusionClass::Opaque, cpu::triangle_kernel, tril_backward, copy_cost);
+const OpDef op_triu("triu", FusionClass::Opaque, cpu::triangle_kernel, triu_backward, copy_cost);
+
+// --- cat, stack, split, chunk --------------------------------------------------------------------------------
+Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
+  DG_CHECK(!tensors.empty(), Value, "[cat] expected a non-empty list of tensors");
+  DType dtype = tensors[0].defined() ? tensors[0].dtype() : DType::Float32;
+  int reference = -1;  // the first tensor that is not a 1-D empty one (torch skips those)
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    DG_CHECK(tensors[k].defined(), Value, "[cat] tensor ", k, " is undefined");
+    dtype = promote_types(dtype, tensors[k].dtype());
+    if (reference < 0 && !(tensors[k].dim() == 1 && tensors[k].numel() == 0)) reference = static_cast<int>(k);
+  }
+  if (reference < 0) return Tensor::empty(Dims{0}, dtype);
+  const Tensor& ref = tensors[static_cast<size_t>(reference)];
+  DG_CHECK(ref.dim() > 0, Value, "[cat] zero-dimensional tensor (at position ", reference, ") cannot be concatenated");
+  const int64_t d = wrap_dim("cat", dim, ref.dim());
+  Dims shape(ref.shape());
+  shape[static_cast<size_t>(d)] = 0;
+  SmallVector<Tensor, 4> inputs;
+  Attrs attrs;
+  attrs.i[0] = d;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    DG_CHECK(t.dim() == ref.dim(), Value, "[cat] tensors must have the same number of dimensions: tensor ", reference,
+             " has shape ", ref.shape(), " but tensor ", k, " has shape ", t.shape());
+    for (int64_t e = 0; e < ref.dim(); ++e)
+      DG_CHECK(e == d || t.shape()[e] == ref.shape()[e], Value, "[cat] sizes of tensors must match except in "
+               "dimension ", d, ": expected size ", ref.shape()[e], " but got size ", t.shape()[e], " for tensor ",
+               k, " (shape ", t.shape(), ") at dimension ", e);
+    check_same_device("cat", ref, t);
+    shape[static_cast<size_t>(d)] += t.shape()[d];
+    inputs.push_back(to(t, dtype));
+    attrs.ints.push_back(t.shape()[d]);
+  }
+  Tensor out = Tensor::empty(shape, dtype);
+  std::span<const Tensor> in_span(inputs.data(), inputs.size());
+  enqueue(op_cat, in_span, std::span<const Tensor>(&out, 1), attrs);
+  if (needs_grad_any(in_span)) record_node(&op_cat, in_span, std::span<const Tensor>(&out, 1))->attrs = attrs;
+  return out;
+}
+
+Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
+  DG_CHECK(!tensors.empty(), Value, "[stack] expects a non-empty list of tensors");
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    DG_CHECK(tensors[k].defined(), Value, "[stack] tensor ", k, " is undefined");
+    DG_CHECK(same_shape(tensors[k].shape(), tensors[0].shape()), Value, "[stack] expects each tensor to be equal "
+             "size, but got ", tensors[0].shape(), " at entry 0 and ", tensors[k].shape(), " at entry ", k);
+  }
+  const int64_t d = wrap_dim("stack", dim, tensors[0].dim() + 1);
+  std::vector<Tensor> expanded;
+  expanded.reserve(tensors.size());
+  for (const Tensor& t : tensors) expanded.push_back(unsqueeze(t, d));
+  return cat(expanded, d);
+}
+
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
+  check_defined("split", a);
+  DG_CHECK(a.dim() > 0, Runtime, "[split] expects at least a 1-dimensional tensor");
+  const int64_t d = wrap_dim("split", dim, a.dim());
+  const int64_t size = a.shape()[d];
+  DG_CHECK(split_size > 0 || (split_size == 0 && size == 0), Value, "[split] split_size can only be 0 if dimension "
+           "size is 0, but got split_size=", split_size, " for dimension ", d, " of size ", size);
+  std::vector<Tensor> pieces;
+  if (size == 0) {
+    pieces.push_back(narrow(a, d, 0, 0));
+    return pieces;
+  }
+  for (int64_t start = 0; start < size; start += split_size) pieces.push_back(narrow(a, d, start, std::min(split_size, size - start)));
+  return pieces;
+}
+
+std::vector<Tensor> split(const Tensor& a, IntSpan split_sizes, int64_t dim) {
+  check_defined("split", a);
+  DG_CHECK(a.dim() > 0, Runtime, "[split] expects at least a 1-dimensional tensor");
+  const int64_t d = wrap_dim("split", dim, a.dim());
+  int64_t total = 0;
+  for (int64_t s : split_sizes) {
+    DG_CHECK(s >= 0, Value, "[split] split_sizes must be non-negative, got ", split_sizes);
+    total += s;
+  }
+  DG_CHECK(total == a.shape()[d], Value, "[split] split_sizes ", split_sizes, " must sum exactly to ", a.shape()[d],
+           " (the input's size at dimension ", d, "), but sum to ", total);
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t s : split_sizes) {
+    pieces.push_back(narrow(a, d, start, s));
+    start += s;
+  }
+  return pieces;
+}
+
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
+  check_defined("chunk", a);
+  DG_CHECK(chunks > 0, Value, "[chunk] number of chunks must be positive, got ", chunks);
+  DG_CHECK(a.dim() > 0, Runtime, "[chunk] expects at least a 1-dimensional tensor");
+  const int64_t size = a.size(wrap_dim("chunk", dim, a.dim()));
+  return split(a, (size + chunks - 1) / chunks, dim);
+}
+
+// --- index_select, gather, scatter_add, index_add ------------------------------------------------------------
+namespace {
+void check_index(const char* op, const Tensor& index) {
+  check_defined(op, index, "index");
+  DG_CHECK(index.dtype() == DType::Int64 || index.dtype() == DType::Int32, Type, "[", op, "] index must be int64 "
+           "or int32, got ", dtype_name(index.dtype()));
+}
+
+// A 0-D tensor indexed along dim 0 behaves as a 1-element 1-D tensor.
+Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? reshape(t, Dims{1}) : t; }
+
+// gather/scatter shape rules: same number of dims; index.size(e) <= other.size(e) for e != dim (for all
+// e when `all_dims`).
+void check_index_shape(const char* op, const Tensor& index, const Tensor& other, const char* other_name, int64_t dim,
+                       bool all_dims) {
+  DG_CHECK(index.dim() == other.dim(), Runtime, "[", op, "] index ", index.shape(), " and ", other_name, " ",
+           other.shape(), " must have the same number of dimensions");
+  for (int64_t e = 0; e < index.dim(); ++e)
+    DG_CHECK((!all_dims && e == dim) || index.shape()[e] <= other.shape()[e], Runtime, "[", op, "] size of index ",
+             index.shape(), " exceeds the size of ", other_name, " ", other.shape(), " at dimension ", e);
+}
+
+// out[p, index[p, j]] += src[p, j] into `target` (accumulating in place); `index` as the kernel reads it.
+void enqueue_scatter_add(const OpDef& op, Tensor& target, int64_t dim, const Tensor& index, const Tensor& src) {
+  Attrs attrs;
+  attrs.i[0] = dim;
+  Tensor source = src.shares_storage(target) ? clone(src) : src;
+  target.storage().bump_version();
+  enqueue(op, {target, index, source}, {target}, attrs);
+}
+
+// The 1-D index of index_select/index_add expanded to `shape` (stride 0 off dim): the gather layout.
+Tensor expand_index(const Tensor& index, IntSpan shape, int64_t dim) {
+  Dims strides(shape.size(), 0);
+  strides[static_cast<size_t>(dim)] = index.dim() == 0 ? 0 : index.strides()[0];
+  return Tensor::make_view(index, Dims(shape), std::move(strides), index.storage_offset());
+}
+
+void check_index_vector(const char* op, const Tensor& index) {
+  check_index(op, index);
+  DG_CHECK(index.dim() <= 1, Index, "[", op, "] index must be 1-D or 0-D, got shape ", index.shape());
+}
+}  // namespace
+
+Tensor index_select(const Tensor& a_in, int64_t dim, const Tensor& index) {
+  check_defined("index_select", a_in);
+  check_index_vector("index_select", index);
+  const Tensor a = at_least_1d(a_in);
+  const int64_t d = wrap_dim("index_select", dim, a.dim());
+  Dims shape(a.shape());
+  shape[static_cast<size_t>(d)] = index.numel();
+  Tensor out = Tensor::empty(shape, a.dtype());
+  Attrs attrs;
+  attrs.i[0] = d;
+  enqueue(op_index_select, {a, expand_index(index, shape, d)}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_index_select, inputs, outputs);
+    node->attrs = attrs;
+    node->save(index);
+  }
+  return a_in.dim() == 0 && index.dim() == 0 ? reshape(out, Dims{}) : out;
+}
+
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined("index_add", a);
+  check_defined("index_add", src, "source");
+  check_index_vector("index_add", index);
+  DG_CHECK(a.dim() > 0, Index, "[index_add] self must have at least one dimension");
+  const int64_t d = wrap_dim("index_add", dim, a.dim());
+  DG_CHECK(a.dtype() == src.dtype(), Type, "[index_add] self (", dtype_name(a.dtype()), ") and source (",
+           dtype_name(src.dtype()), ") must have the same dtype");
+  Dims expected(a.shape());
+  expected[static_cast<size_t>(d)] = index.numel();
+  DG_CHECK(same_shape(src.shape(), expected), Runtime, "[index_add] source of shape ", src.shape(), " does not match "
+           "self ", a.shape(), " with dimension ", d, " of size ", index.numel(), " (the index length)");
+  Tensor out = clone(detach(a));
+  enqueue_scatter_add(op_index_add, out, d, expand_index(index, src.shape(), d), src);
+  if (needs_grad_any({a, src})) {
+    Tensor inputs[2] = {a, src}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_index_add, inputs, outputs);
+    node->attrs.i[0] = d;
+    node->save(index);
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& a_in, int64_t dim, const Tensor& index_in) {
+  check_defined("gather", a_in);
+  check_index("gather", index_in);
+  const Tensor a = at_least_1d(a_in), index = at_least_1d(index_in);
+  const int64_t d = wrap_dim("gather", dim, a.dim());
+  check_index_shape("gather", index, a, "input", d, false);
+  Tensor out = Tensor::empty(index.shape(), a.dtype());
+  Attrs attrs;
+  attrs.i[0] = d;
+  enqueue(op_gather, {a, index}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_gather, inputs, outputs);
+    node->attrs = attrs;
+    node->save(index);
+  }
+  return index_in.dim() == 0 ? reshape(out, Dims{}) : out;
+}
+
+namespace {
+void check_scatter(const char* op, const Tensor& a, int64_t d, const Tensor& index, const Tensor& src) {
+  check_index_shape(op, index, a, "self", d, false);
+  check_index_shape(op, index, src, "src", d, true);
+  DG_CHECK(a.dtype() == src.dtype(), Type, "[", op, "] self (", dtype_name(a.dtype()), ") and src (",
+           dtype_name(src.dtype()), ") must have the same dtype");
+}
+}  // namespace
+
+Tensor scatter_add(const Tensor& a_in, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  check_defined("scatter_add", a_in);
+  check_defined("scatter_add", src_in, "src");
+  check_index("scatter_add", index_in);
+  const Tensor a = at_least_1d(a_in), index = at_least_1d(index_in), src = at_least_1d(src_in);
+  const int64_t d = wrap_dim("scatter_add", dim, a.dim());
+  check_scatter("scatter_add", a, d, index, src);
+  Tensor out = clone(detach(a));
+  enqueue_scatter_add(op_scatter_add, out, d, index, src);
+  if (needs_grad_any({a, src})) {
+    Tensor inputs[2] = {a, src}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_scatter_add, inputs, outputs);
+    node->attrs.i[0] = d;
+    node->save(index);
+  }
+  return a_in.dim() == 0 ? reshape(out, Dims{}) : out;
+}
+
+Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  check_defined("scatter_add_", a, "self");
+  check_defined("scatter_add_", src_in, "src");
+  check_index("scatter_add_", index_in);
+  check_inplace("scatter_add_", a);
+  DG_CHECK(a.dim() > 0, Index, "[scatter_add_] self must have at least one dimension");
+  const Tensor index = at_least_1d(index_in), src = at_least_1d(src_in);
+  const int64_t d = wrap_dim("scatter_add_", dim, a.dim());
+  check_scatter("scatter_add_", a, d, index, src);
+  const bool record = needs_grad_any({a, src});
+  Ref<Node> node;
+  if (record) {
+    node = make_ref<Node>(&op_scatter_add, 1);
+    Tensor inputs[2] = {a, src};
+    record_node(node, inputs, {});
+    node->attrs.i[0] = d;
+    node->save(index);
+  }
+  enqueue_scatter_add(op_scatter_add, a, d, index, src);
+  if (record) rebase_history(a, node);
+  return a;
+}
+
+// --- tril, triu ------------------------------------------------------------------------------------------------
+namespace {
+Tensor triangle(const OpDef& op, const Tensor& a, int64_t diagonal, bool upper) {
+  check_defined(op.name, a);
+  DG_CHECK(a.dim() >= 2, Runtime, "[", op.name, "] input tensor must have at least 2 dimensions, got shape ", a.shape());
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Attrs attrs;
+  attrs.i[0] = diagonal;
+  attrs.i[1] = upper ? 1 : 0;
+  enqueue(op, {a}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    record_node(&op, inputs, outputs)->attrs = attrs;
+  }
+  return out;
+}
+}  // namespace
+
+Tensor tril(const Tensor& a, int64_t diagonal) { return triangle(op_tril, a, diagonal, false); }
+Tensor triu(const Tensor& a, int64_t diagonal) { return triangle(op_triu, a, diagonal, true); }
+
+}  // namespace dg

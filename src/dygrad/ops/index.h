@@ -1,0 +1,37 @@
+// Joining, splitting and indexing: cat, stack, split, chunk, index_select, gather, scatter_add, tril,
+// triu. Index tensors are int64 or int32; an index out of range is detected by the kernel and raised at
+// the next sync point (docs/async-errors.md). split and chunk return views.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+// Joins tensors along an existing dim (promoted as torch.cat; 1-D empty tensors are skipped as in torch).
+Tensor cat(std::span<const Tensor> tensors, int64_t dim = 0);
+// Joins equally shaped tensors along a new dim.
+Tensor stack(std::span<const Tensor> tensors, int64_t dim = 0);
+// Views of consecutive pieces along dim: of split_size each (the last may be smaller) or of the given sizes.
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& a, IntSpan split_sizes, int64_t dim = 0);
+// `chunks` views of ceil(size / chunks) elements along dim (fewer when the size runs out).
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+
+// out[..., j, ...] = a[..., index[j], ...] along dim; index is 1-D (or 0-D).
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+// out[i][j][k] = a[i][index[i][j][k]][k] (dim = 1); out has index's shape.
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
+// out = a with out[i][index[i][j][k]][k] += src[i][j][k] (dim = 1), summed in a fixed order.
+Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+// out = a with out[..., index[j], ...] += src[..., j, ...] along dim (the backward of index_select).
+Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+
+// The lower / upper triangle of the last two dims: kept where col - row <= diagonal (tril) or
+// col - row >= diagonal (triu); zero elsewhere.
+Tensor tril(const Tensor& a, int64_t diagonal = 0);
+Tensor triu(const Tensor& a, int64_t diagonal = 0);
+
+}  // namespace dg

@@ -1,0 +1,83 @@
+// Elementwise math beyond arithmetic: unary functions and activations, pow, maximum/minimum,
+// comparisons and logical ops, where, masked_fill and clamp. PyTorch semantics: integer inputs to
+// floating functions give float32, mixed operands promote (torch.result_type), comparisons give bool,
+// nan propagates. In-place variants end in '_' and return their target.
+#pragma once
+#include <optional>
+#include <string_view>
+
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+// Unary functions (integers promote to float32; abs and relu keep the dtype).
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);  // 1 / sqrt(a)
+Tensor abs(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor silu(const Tensor& a);  // a * sigmoid(a)
+// torch.nn.functional.gelu: approximate "none" (a * Phi(a), the erf form) or "tanh".
+Tensor gelu(const Tensor& a, std::string_view approximate = "none");
+Tensor relu(const Tensor& a);
+
+// torch.pow: tensor ^ tensor (broadcast), tensor ^ scalar, scalar ^ tensor. Integer tensors to negative
+// integer scalar powers are an error, as in torch.
+Tensor pow(const Tensor& base, const Tensor& exponent);
+Tensor pow(const Tensor& base, Scalar exponent);
+Tensor pow(Scalar base, const Tensor& exponent);
+
+// Elementwise max / min with broadcasting and promotion; nan in either operand gives nan.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+// Comparisons: operands promote to their common dtype, the result is bool.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
+// Logical ops on any dtype (nonzero is true); the result is bool.
+Tensor logical_not(const Tensor& a);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+
+// cond ? a : b, all three broadcast; a and b promote. Gradients flow to a and b.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+// a with `value` (cast to a's dtype) where mask is true. The out-of-place form broadcasts a and mask;
+// the in-place form needs mask to broadcast to a's shape.
+Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value);
+Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value);
+
+// min(max(a, min), max); either bound may be absent (not both). Scalar bounds promote like torch.clamp;
+// tensor bounds broadcast, and an undefined Tensor() is an absent bound. The gradient passes where
+// min <= a <= max.
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max);
+Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max);
+Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max);
+
+// In place (a must be floating for exp_).
+Tensor& exp_(Tensor& a);
+Tensor& relu_(Tensor& a);
+
+namespace detail {
+// In-place writes need every element of `t` at its own address: raises for expanded (stride 0) tensors,
+// as torch does ("more than one element of the written-to tensor refers to a single memory location").
+void check_no_internal_overlap(const char* op, const Tensor& t);
+}  // namespace detail
+
+}  // namespace dg

@@ -1,0 +1,150 @@
+// nn ops (softmax, log_softmax, embedding, cross_entropy): validation, shapes, Tasks and backward
+// formulas. Each backward is a kernel of its own (backend/cpu/softmax.cpp, embedding.cpp); those
+// backward kernels are not differentiable again (no double backward through these ops yet).
+#include "dygrad/ops/nn.h"
+
+#include "dygrad/backend/cpu/softmax.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/reduce.h"
+#include "dygrad/ops/shape.h"
+
+namespace dg {
+
+namespace {
+OpCost softmax_cost(const Task& t) {
+  OpCost c;
+  const double n = double(t.inputs[0].numel());
+  c.flops = 5 * n;  // max, subtract, exp, add, scale (an exp counted as one)
+  c.bytes = n * double(t.inputs[0].itemsize()) * 2;
+  return c;
+}
+}  // namespace
+
+const OpDef op_softmax_backward("softmax_backward", FusionClass::Opaque, cpu::softmax_backward_kernel);
+const OpDef op_log_softmax_backward("log_softmax_backward", FusionClass::Opaque, cpu::log_softmax_backward_kernel);
+const OpDef op_embedding_backward("embedding_backward", FusionClass::Opaque, cpu::embedding_backward_kernel);
+const OpDef op_cross_entropy_backward("cross_entropy_backward", FusionClass::Opaque, cpu::cross_entropy_backward_kernel);
+
+namespace {
+// softmax: grad_x = y * (g - sum(g * y)); log_softmax: grad_x = g - exp(y) * sum(g). Saved: y.
+template <const OpDef& BackwardOp>
+void softmax_family_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  enqueue(BackwardOp, {n.saved(0), g[0]}, {grad}, n.attrs);
+  gi[0] = grad;
+}
+// The incoming rows scatter-added into a zero [V, C] gradient. Saved: the indices.
+void embedding_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  enqueue(op_embedding_backward, {contiguous(g[0]), n.saved(0)}, {grad}, n.attrs);
+  gi[0] = grad;
+}
+// grad_logits = scale * (softmax(logits) - one_hot(target)), softmax recomputed from the saved
+// logsumexp per row. Saved: logits, target, lse.
+void cross_entropy_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor logits = n.saved(0);
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
+  enqueue(op_cross_entropy_backward, {logits, n.saved(1), n.saved(2), contiguous(g[0])}, {grad}, n.attrs);
+  gi[0] = grad;
+}
+}  // namespace
+
+const OpDef op_softmax("softmax", FusionClass::Reduction, cpu::softmax_kernel,
+                       softmax_family_backward<op_softmax_backward>, softmax_cost);
+const OpDef op_log_softmax("log_softmax", FusionClass::Reduction, cpu::log_softmax_kernel,
+                           softmax_family_backward<op_log_softmax_backward>, softmax_cost);
+const OpDef op_embedding("embedding", FusionClass::Opaque, cpu::embedding_kernel, embedding_backward);
+const OpDef op_cross_entropy("cross_entropy", FusionClass::Reduction, cpu::cross_entropy_kernel, cross_entropy_backward);
+
+namespace {
+Tensor softmax_family(const OpDef& op, const Tensor& a, int64_t dim) {
+  check_defined(op.name, a);
+  check_floating(op.name, a);
+  const int64_t d = wrap_dim(op.name, dim, a.dim());
+  Attrs attrs;
+  attrs.ints = reduction_dims(op.name, IntSpan(&d, 1), a.dim());
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  enqueue(op, {a}, {out}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    node->save(detach(out));
+  }
+  return out;
+}
+}  // namespace
+
+Tensor softmax(const Tensor& a, int64_t dim) { return softmax_family(op_softmax, a, dim); }
+Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_family(op_log_softmax, a, dim); }
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  check_defined("embedding", weight, "weight");
+  check_defined("embedding", indices, "indices");
+  check_same_device("embedding", weight, indices);
+  DG_CHECK(weight.dim() == 2, Value, "[embedding] weight must be 2-D (num_embeddings, embedding_dim), got shape ",
+           weight.shape());
+  DG_CHECK(indices.dtype() == DType::Int32 || indices.dtype() == DType::Int64, Type,
+           "[embedding] expected indices of dtype int32 or int64, got ", dtype_name(indices.dtype()));
+  Tensor index = contiguous(indices);
+  Dims shape(indices.shape().begin(), indices.shape().end());
+  shape.push_back(weight.shape()[1]);
+  Tensor out = Tensor::empty(shape, weight.dtype());
+  Attrs attrs;
+  attrs.i[0] = weight.shape()[0];
+  enqueue(op_embedding, {weight, index}, {out}, attrs);
+  if (needs_grad_any({weight})) {
+    Tensor inputs[1] = {weight}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_embedding, inputs, outputs);
+    node->attrs = attrs;
+    node->save(index);
+  }
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_view reduction, int64_t ignore_index) {
+  check_defined("cross_entropy", logits, "input");
+  check_defined("cross_entropy", target, "target");
+  check_same_device("cross_entropy", logits, target);
+  check_floating("cross_entropy", logits);
+  const int64_t mode = reduction == "mean" ? cpu::kReductionMean
+                       : reduction == "sum" ? cpu::kReductionSum
+                       : reduction == "none" ? cpu::kReductionNone
+                                             : -1;
+  DG_CHECK(mode >= 0, Value, "[cross_entropy] reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+  DG_CHECK(target.dtype() == DType::Int64, Type, "[cross_entropy] expected a target of class indices with dtype int64, "
+           "got ", dtype_name(target.dtype()), " (class probabilities are not supported)");
+  DG_CHECK(logits.dim() >= 1, Value, "[cross_entropy] expected logits with a class dim, got a 0-dim tensor");
+  if (logits.dim() == 1) {  // one unbatched sample: logits [C], target []
+    DG_CHECK(target.dim() == 0, Value, "[cross_entropy] logits of shape ", logits.shape(),
+             " (unbatched) expect a 0-dim target, got shape ", target.shape());
+    const int64_t batched_logits[2] = {1, logits.shape()[0]}, batched_target[1] = {1};
+    Tensor loss = cross_entropy(reshape(logits, batched_logits), reshape(target, batched_target), reduction, ignore_index);
+    return mode == cpu::kReductionNone ? reshape(loss, IntSpan()) : loss;
+  }
+  Dims target_shape;
+  for (int64_t d = 0; d < logits.dim(); ++d)
+    if (d != 1) target_shape.push_back(logits.shape()[d]);
+  DG_CHECK(same_shape(target.shape(), target_shape), Value, "[cross_entropy] logits of shape ", logits.shape(),
+           " expect a target of shape ", IntSpan(target_shape), ", got ", target.shape());
+  Tensor classes = contiguous(target);
+  Attrs attrs;
+  attrs.i[0] = ignore_index;
+  attrs.i[1] = mode;
+  Tensor loss = Tensor::empty(mode == cpu::kReductionNone ? IntSpan(target_shape) : IntSpan(), logits.dtype());
+  const int64_t rows = shape_numel(target_shape);
+  Tensor lse = Tensor::empty(IntSpan(&rows, 1), logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  enqueue(op_cross_entropy, {logits, classes}, {loss, lse}, attrs);
+  if (needs_grad_any({logits})) {
+    Tensor inputs[1] = {logits}, outputs[1] = {loss};
+    Ref<Node> node = record_node(&op_cross_entropy, inputs, outputs);
+    node->attrs = attrs;
+    node->save(logits);
+    node->save(classes);
+    node->save(lse);
+  }
+  return loss;
+}
+
+}  // namespace dg

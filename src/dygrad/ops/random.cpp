@@ -1,0 +1,95 @@
+// Random factories (rand, randn, randint, bernoulli_mask) and arange. Each random Task reserves its
+// Philox counters on the host at enqueue (runtime/context.h) and carries seed and offset as attributes,
+// so the values depend only on (seed, offset, index): any thread count, replayable. See docs/rng.md.
+#include <cmath>
+
+#include "dygrad/backend/cpu/random.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/factory.h"
+#include "dygrad/runtime/context.h"
+
+namespace dg {
+
+namespace {
+OpCost random_cost(const Task& t) {
+  OpCost c;
+  c.flops = double(t.outputs[0].numel());
+  c.bytes = double(t.outputs[0].numel()) * double(t.outputs[0].itemsize());
+  return c;
+}
+}  // namespace
+
+const OpDef op_rand("rand", FusionClass::Opaque, cpu::rand_kernel, nullptr, random_cost, kOpRandom);
+const OpDef op_randn("randn", FusionClass::Opaque, cpu::randn_kernel, nullptr, random_cost, kOpRandom);
+const OpDef op_randint("randint", FusionClass::Opaque, cpu::randint_kernel, nullptr, random_cost, kOpRandom);
+const OpDef op_bernoulli_mask("bernoulli_mask", FusionClass::Opaque, cpu::bernoulli_kernel, nullptr, random_cost, kOpRandom);
+const OpDef op_arange("arange", FusionClass::Opaque, cpu::arange_kernel, nullptr, random_cost);
+
+namespace {
+// Allocates the output, reserves its counters and enqueues the random op.
+Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, Attrs attrs, bool wide) {
+  Tensor out = Tensor::empty(shape, dtype);
+  const RngState rng = reserve_rng(cpu::random_counters(out.numel(), wide));
+  attrs.rng_seed = rng.seed;
+  attrs.rng_offset = rng.offset;
+  enqueue(op, {}, {out}, attrs);
+  return out;
+}
+
+Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& options) {
+  DG_CHECK(is_floating(options.dtype), Type, "[", op.name, "] expected a floating point dtype, got ",
+           dtype_name(options.dtype));
+  Tensor out = random_tensor(op, shape, options.dtype, Attrs(), options.dtype == DType::Float64);
+  if (options.requires_grad) out.set_requires_grad(true);
+  return out;
+}
+}  // namespace
+
+Tensor rand(IntSpan shape, TensorOptions options) { return random_floating(op_rand, shape, options); }
+Tensor randn(IntSpan shape, TensorOptions options) { return random_floating(op_randn, shape, options); }
+
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype) {
+  DG_CHECK(low < high, Value, "[randint] expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
+  DG_CHECK(dtype != DType::Bool || (low >= 0 && high <= 2), Value, "[randint] range [", low, ", ", high,
+           ") does not fit dtype bool");
+  Attrs attrs;
+  attrs.i[0] = low;
+  attrs.i[1] = high;
+  const bool wide = static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > (uint64_t{1} << 32);
+  return random_tensor(op_randint, shape, dtype, attrs, wide);
+}
+
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype) {
+  DG_CHECK(p >= 0.0 && p <= 1.0, Value, "[bernoulli_mask] probability p must be in [0, 1], got ", p);
+  Attrs attrs;
+  attrs.scalars[0] = p;
+  return random_tensor(op_bernoulli_mask, shape, dtype, attrs, false);
+}
+
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype) {
+  const bool integers = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  const DType out_dtype = dtype.value_or(integers ? DType::Int64 : DType::Float32);
+  const double s = start.to_double(), e = end.to_double(), d = step.to_double();
+  DG_CHECK(std::isfinite(s) && std::isfinite(e), Value, "[arange] unsupported range: ", s, " -> ", e);
+  DG_CHECK(d != 0.0, Value, "[arange] step must be nonzero");
+  DG_CHECK((d > 0 && e >= s) || (d < 0 && e <= s), Value, "[arange] upper bound and lower bound inconsistent with "
+           "step sign: start=", start.to_string(), ", end=", end.to_string(), ", step=", step.to_string());
+  int64_t size = 0;
+  if (integers) {  // exact: ceil((end - start) / step) in integers
+    const int64_t si = start.to_int(), ei = end.to_int(), di = step.to_int();
+    size = di > 0 ? (ei - si + di - 1) / di : (si - ei + (-di) - 1) / (-di);
+  } else {
+    size = static_cast<int64_t>(std::ceil((e - s) / d));
+  }
+  DG_CHECK(size >= 0, Value, "[arange] invalid size ", size);
+  Tensor out = Tensor::empty(Dims{size}, out_dtype);
+  Attrs attrs;
+  attrs.scalars[0] = start;
+  attrs.scalars[1] = step;
+  enqueue(op_arange, {}, {out}, attrs);
+  return out;
+}
+
+Tensor arange(Scalar end) { return arange(0, end, 1); }
+
+}  // namespace dg
