@@ -1,16 +1,19 @@
 // Host cost of one op call in C++: `add(a, b)` on 1-element float32 tensors (no grad, and with an input that
-// requires grad), the in-place `add_(a, b)` and the scalar-operand `add(a, 1.0)`. Each measurement is a loop
-// of kOpsPerRun calls without a sync, then one sync; the per-op figure is the loop's time divided by the
-// count (the final sync is timed apart). The variants run interleaved, one loop each per benchmark
-// iteration; counters report the median over the iterations. Results: bench/RESULTS.md, "Enqueue cost".
+// requires grad), the in-place `add_(a, b)` and the scalar-operand `add(a, 1.0)`. The variants run
+// interleaved, once each per benchmark iteration; counters report medians. Results: bench/RESULTS.md,
+// "Enqueue cost". Two figures per variant:
+//  * `<variant>_ns`, the host cost: bursts of kBurst = 1000 calls without a sync (fewer than the ring's 1024
+//    slots, and the ring is drained before each burst, so the host never waits for the worker), the burst's
+//    time divided by its count; kBurstsPerIteration bursts per iteration. This is the time the host spends
+//    in the call while the worker runs the kernels on the other core.
+//  * `<variant>_sustained_ns`: one loop of kSustained = 20000 calls, then one sync (timed apart): the steady
+//    rate, bounded by whichever of the host and the worker is slower (the host sleeps when the ring is
+//    full); `<variant>_full_ring` counts the iterations that ended with the ring full.
 //
-// What the loop time contains: validation, type promotion, output allocation (TensorImpl and Storage from
+// What the host time contains: validation, type promotion, output allocation (TensorImpl and Storage from
 // the object pools, the block from the caching allocator), Task construction in the ring, publishing it,
 // waking the worker if it sleeps, and reclaiming finished Tasks (dropping their operands, which frees the
-// previous iterations' outputs), plus autograd recording in the requires_grad variant. The worker runs the
-// kernels concurrently on the other core; the host never waits for it unless the ring (1024 Tasks) is full,
-// in which case the figure is the worker's throughput instead (the "waited" counter says how often the
-// sync at the end still had work to wait for).
+// previous calls' outputs), plus autograd recording in the requires_grad variant.
 //
 // `bench_enqueue --callgrind VARIANT N` runs N calls of one variant through a non-inlined wrapper for
 // bench/enqueue_callgrind.sh (instruction counts under valgrind; see that script).
@@ -38,7 +41,9 @@ __attribute__((noinline)) void callgrind_add_scalar(const Tensor* a, Tensor* out
 
 namespace {
 
-constexpr int kOpsPerRun = 20000;
+constexpr int kBurst = 1000;  // below Stream::kCapacity: a burst never waits for the worker
+constexpr int kBurstsPerIteration = 10;
+constexpr int kSustained = 20000;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -61,48 +66,56 @@ struct Operands {
   Tensor a = ones(Dims{1}), b = ones(Dims{1}), w = ones(Dims{1}, {DType::Float32, true}), acc = zeros(Dims{1});
 };
 
-// Runs kOpsPerRun calls of one variant; returns host ns per op (loop only) and whether the sync waited.
-std::pair<double, bool> run(Variant v, Operands& x) {
+// Runs `count` calls of one variant after draining the stream; returns host ns per call (the loop only) and
+// whether the ring was full when the loop ended.
+std::pair<double, bool> run(Variant v, Operands& x, int count) {
   Stream::cpu().synchronize();
   auto t0 = std::chrono::steady_clock::now();
   switch (v) {
     case Variant::Add:
-      for (int i = 0; i < kOpsPerRun; ++i) benchmark::DoNotOptimize(add(x.a, x.b));
+      for (int i = 0; i < count; ++i) benchmark::DoNotOptimize(add(x.a, x.b));
       break;
     case Variant::AddRequiresGrad:
-      for (int i = 0; i < kOpsPerRun; ++i) benchmark::DoNotOptimize(add(x.w, x.b));
+      for (int i = 0; i < count; ++i) benchmark::DoNotOptimize(add(x.w, x.b));
       break;
     case Variant::AddInplace:
-      for (int i = 0; i < kOpsPerRun; ++i) add_(x.acc, x.b);
+      for (int i = 0; i < count; ++i) add_(x.acc, x.b);
       break;
     case Variant::AddScalar:
-      for (int i = 0; i < kOpsPerRun; ++i) benchmark::DoNotOptimize(add(x.a, 1.0));
+      for (int i = 0; i < count; ++i) benchmark::DoNotOptimize(add(x.a, 1.0));
       break;
   }
   auto t1 = std::chrono::steady_clock::now();
-  const bool waited = Stream::cpu().completed() < Stream::cpu().enqueued();
+  const bool full = Stream::cpu().enqueued() - Stream::cpu().completed() >= Stream::kCapacity - 1;
   Stream::cpu().synchronize();
-  return {std::chrono::duration<double, std::nano>(t1 - t0).count() / kOpsPerRun, waited};
+  return {std::chrono::duration<double, std::nano>(t1 - t0).count() / count, full};
 }
 
 void BM_Enqueue(benchmark::State& state) {
   Operands x;
-  for (Variant v : kVariants) run(v, x);  // warm-up: pools, allocator cache, ring slots
-  std::vector<std::vector<double>> ns(std::size(kVariants));
-  std::vector<int> waited(std::size(kVariants), 0);
+  for (Variant v : kVariants) run(v, x, kSustained);  // warm-up: pools, allocator cache, ring slots
+  const size_t nv = std::size(kVariants);
+  std::vector<std::vector<double>> burst_ns(nv), sustained_ns(nv);
+  std::vector<int> full_ring(nv, 0);
   for (auto _ : state) {
     double total = 0;
-    for (size_t k = 0; k < std::size(kVariants); ++k) {
-      auto [per_op, w] = run(kVariants[k], x);
-      ns[k].push_back(per_op);
-      waited[k] += w;
-      total += per_op * 1e-9 * kOpsPerRun;
+    for (size_t k = 0; k < nv; ++k) {
+      for (int r = 0; r < kBurstsPerIteration; ++r) {
+        const double per_op = run(kVariants[k], x, kBurst).first;
+        burst_ns[k].push_back(per_op);
+        total += per_op * 1e-9 * kBurst;
+      }
+      auto [per_op, full] = run(kVariants[k], x, kSustained);
+      sustained_ns[k].push_back(per_op);
+      full_ring[k] += full;
     }
     state.SetIterationTime(total);
   }
-  for (size_t k = 0; k < std::size(kVariants); ++k) {
-    state.counters[std::string(variant_name(kVariants[k])) + "_ns"] = median(ns[k]);
-    state.counters[std::string(variant_name(kVariants[k])) + "_waited"] = waited[k];
+  for (size_t k = 0; k < nv; ++k) {
+    const std::string name = variant_name(kVariants[k]);
+    state.counters[name + "_ns"] = median(burst_ns[k]);
+    state.counters[name + "_sustained_ns"] = median(sustained_ns[k]);
+    state.counters[name + "_full_ring"] = full_ring[k];
   }
   if (x.acc.item<float>() <= 0) state.SkipWithError("add_ did not accumulate");
 }
