@@ -5,7 +5,7 @@
 namespace dg::py {
 
 namespace {
-PyObject* g_tensor_function = nullptr;  // dygrad._C.tensor: lists and NumPy arrays used as indices or values
+PyObject* g_tensor_function = nullptr;  // dygrad._C.tensor: lists and NumPy arrays used as indices
 PyTypeObject* g_ndarray = nullptr;      // numpy.ndarray (null without NumPy)
 
 using Indices = SmallVector<TensorIndex, 8>;
@@ -113,8 +113,12 @@ int tensor_setitem(PyObject* self, PyObject* key, PyObject* value) {
   Scalar scalar;
   Tensor source;
   const bool is_scalar = !is_tensor(value) && to_scalar(value, scalar);
-  if (is_tensor(value)) source = unwrap(value);
-  else if (!is_scalar && !tensor_from(value, source)) return -1;
+  if (is_tensor(value)) {
+    source = unwrap(value);
+  } else if (!is_scalar) {  // as torch: only Tensors and numbers are assigned
+    PyErr_Format(PyExc_TypeError, "[index_put_] can't assign a %s to a Tensor", type_name(value));
+    return -1;
+  }
   PyObject* result = guarded([&] {
     if (is_scalar) index_put_(target, span, scalar);
     else index_put_(target, span, source);

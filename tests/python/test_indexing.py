@@ -134,7 +134,7 @@ SETITEM = {
     "mask rows tensor": (lambda m: m.tensor([True, False, False, True]),
                          lambda m: m.full((6,), 4.0, dtype=m.float64)),
     "mask dim 1": (lambda m: (slice(None), m.tensor([True, False, True, False, False])), lambda m: 9),
-    "list value": (lambda m: (0, 0), lambda m: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+    "numpy scalar value": (lambda m: (0, 0), lambda m: np.float64(2.5)),
     "python bool": (lambda m: (True, 2), lambda m: 8.0),
     "ellipsis all": (lambda m: ..., lambda m: 1.5),
 }
@@ -231,11 +231,11 @@ ERRORS = {
     "dict": (lambda m: {1: 2}, IndexError),
     "str": (lambda m: "a", TypeError),
     "mask shape": (lambda m: m.tensor([True, False]), IndexError),
-    "two ellipses": (lambda m: (..., ...), IndexError),
     "unbroadcastable": (lambda m: (idx(m, [0, 1]), idx(m, [0, 1, 2])), IndexError),
 }
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch warns on x["a"] (a sequence index)
 @pytest.mark.parametrize("name", list(ERRORS))
 def test_getitem_errors(name):
     key, error = ERRORS[name]
@@ -244,6 +244,12 @@ def test_getitem_errors(name):
         tx[key(torch)]
     with pytest.raises(error):
         x[key(dg)].tolist()
+
+
+def test_two_ellipses_raise():
+    # NumPy's rule (torch accepts x[..., ...] and treats the second ellipsis as empty).
+    with pytest.raises(IndexError, match="single ellipsis"):
+        dg.zeros(2, 3)[..., 0, ...]
 
 
 def test_tensor_index_out_of_range_is_raised_at_the_sync_point():
@@ -263,3 +269,6 @@ def test_setitem_errors():
         del x[0]
     with pytest.raises(ValueError):
         x[::-1] = 1.0
+    for value in ([1.0, 2.0, 3.0], np.ones(3), None, "a"):  # as torch: only Tensors and numbers
+        with pytest.raises(TypeError):
+            x[0] = value
