@@ -268,3 +268,57 @@ TEST(Indexing, Errors) {
   }
   expect_close(leaf, {1, 0, 0}, 0, 0, "no_grad write");
 }
+
+TEST(Indexing, BroadcastInputsHalfAndEdgeSizes) {
+  // An expanded (stride 0) input: x[idx, 1:] on [4, 3] expanded from [1, 3].
+  Tensor row = tensor_from({1, 2, 3}, {1, 3});
+  Tensor x = expand(row, Shape{4, 3});
+  Tensor out = at(x, {TI::tensor_index(ints({3, 0}, {2})), TI::slice(1)});
+  expect_shape(out, {2, 2});
+  expect_close(out, {2, 3, 2, 3}, 0, 0, "expanded");
+  // Writing into an expanded tensor is refused (several elements share memory).
+  expect_error([&] {
+    Tensor e = expand(zeros(Shape{1, 3}), Shape{4, 3});
+    return index_put_(e, std::vector<TI>{TI::tensor_index(ints({0}, {1}))}, ones(Shape{3}));
+  }, "index_put_", ErrorKind::Runtime);
+  // Broadcast index tensors and value, float16 (exact: the values are small integers).
+  Tensor h = to(tensor_from({0, 1, 2, 3, 4, 5}, {2, 3}), DType::Float16);
+  Tensor picked = at(h, {TI::tensor_index(ints({1, 0}, {2, 1})), TI::tensor_index(ints({2, 0, 1}, {1, 3}))});
+  expect_shape(picked, {2, 3});
+  expect_close(picked, {5, 3, 4, 2, 0, 1}, 0, 0, "float16");
+  index_put_(h, std::vector<TI>{TI::tensor_index(ints({1}, {1})), TI::tensor_index(ints({0, 2}, {2}))},
+             to(tensor_from({7}, {1}), DType::Float16), true);
+  expect_close(h, {0, 1, 2, 10, 4, 12}, 0, 0, "float16 accumulate");
+  // Zero-size tensors and size-1 dims.
+  Tensor empty = zeros(Shape{0, 3});
+  expect_shape(at(empty, {TI::tensor_index(Tensor::empty(Shape{0}, DType::Int64))}), {0, 3});
+  expect_shape(at(empty, {TI::slice(), TI::tensor_index(ints({2, 2}, {2}))}), {0, 2});
+  expect_shape(at(zeros(Shape{1, 1}), {TI::tensor_index(ints({0, 0, 0}, {3})), TI::integer_index(-1)}), {3});
+  index_put_(empty, std::vector<TI>{TI::tensor_index(bools({}, {0}))}, Scalar(1));
+  Tensor zero_d = full(Shape{}, Scalar(4.0));
+  expect_shape(at(zero_d, {TI::none(), TI::ellipsis(), TI::none()}), {1, 1});
+  expect_error([&] { return at(zero_d, {TI::integer_index(0)}); }, "too many indices", ErrorKind::Index);
+}
+
+TEST(Indexing, NonzeroLargeAndThreadCountIndependent) {
+  const int threads = get_context().num_threads;
+  const Shape shape{300, 700};
+  std::vector<double> r = random_values(shape_numel(shape), 21, 0.0, 1.0);
+  std::vector<int64_t> mask, expected;
+  for (size_t i = 0; i < r.size(); ++i) {
+    mask.push_back(r[i] < 0.3);
+    if (r[i] < 0.3) {
+      expected.push_back(int64_t(i) / 700);
+      expected.push_back(int64_t(i) % 700);
+    }
+  }
+  Tensor m = bools(mask, shape);
+  for (int run = 1; run <= 2; ++run) {
+    set_num_threads(run);
+    EXPECT_EQ(nonzero(m).to_vector<int64_t>(), expected) << run << " threads";
+    EXPECT_EQ(nonzero(non_contiguous(to(m, DType::Float32))).to_vector<int64_t>(), expected) << "strided float";
+  }
+  set_num_threads(threads);
+  expect_shape(nonzero(zeros(Shape{3, 0})), {0, 2});
+  expect_shape(nonzero(full(Shape{}, Scalar(1.0))), {1, 0});
+}

@@ -15,7 +15,8 @@ struct TensorIndex {
   Kind kind = Kind::None;
   int64_t integer = 0;  // Integer; Boolean: 0 or 1
   int64_t start = 0, stop = std::numeric_limits<int64_t>::max(), step = 1;  // Slice (None start/stop: 0 / max)
-  Tensor tensor;        // Tensor: int64/int32 (integer index) or bool/uint8 (mask)
+  Tensor tensor;        // Tensor: int64/int32 (integer index) or bool/uint8 (mask); `integer` stays 0 (1 marks
+                        // an index on a new axis, internal to ops/indexing.cpp)
 
   static TensorIndex integer_index(int64_t i) {
     TensorIndex t;

@@ -6,7 +6,9 @@
 // every thread scans the positions b in increasing order, so each element sees its writes in b order.
 #include "dygrad/backend/cpu/indexing.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "dygrad/runtime/error.h"
@@ -239,28 +241,47 @@ void index_put_kernel(Task& task) {
   });
 }
 
+// Fixed chunks of the flat input (from its size alone): count per chunk, then each chunk writes from its
+// prefix offset, so the order is row-major whatever the thread count.
 void nonzero_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& out = task.outputs[0];
   const int64_t nd = a.dim(), n = a.numel();
+  if (out.shape()[0] == 0) return;
   int64_t* o = out.data<int64_t>();
-  const int64_t rows = out.shape()[0];
-  if (rows == 0) return;
+  const int64_t chunks = std::max<int64_t>(1, (n + kWorkGrain - 1) / kWorkGrain);
+  std::vector<int64_t> first(static_cast<size_t>(chunks) + 1, 0);
   visit_dtype(a.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* p = a.data<T>();
-    Dims index(static_cast<size_t>(nd), 0);
-    int64_t m = 0;
-    for (int64_t i = 0; i < n && m < rows; ++i) {
-      if (static_cast<C>(p[i]) != C(0)) {
-        for (int64_t d = 0; d < nd; ++d) o[m * nd + d] = index[static_cast<size_t>(d)];
-        ++m;
+    auto bounds = [&](int64_t c) { return std::pair<int64_t, int64_t>{n * c / chunks, n * (c + 1) / chunks}; };
+    parallel_chunks(chunks, [&](int64_t c) {
+      const auto [lo, hi] = bounds(c);
+      int64_t count = 0;
+      for (int64_t i = lo; i < hi; ++i) count += static_cast<C>(p[i]) != C(0);
+      first[static_cast<size_t>(c) + 1] = count;
+    });
+    for (int64_t c = 0; c < chunks; ++c) first[static_cast<size_t>(c) + 1] += first[static_cast<size_t>(c)];
+    const int64_t rows = out.shape()[0];
+    parallel_chunks(chunks, [&](int64_t c) {
+      const auto [lo, hi] = bounds(c);
+      int64_t m = first[static_cast<size_t>(c)];
+      Dims index(static_cast<size_t>(nd), 0);
+      for (int64_t d = nd - 1, rem = lo; d >= 0; --d) {
+        index[static_cast<size_t>(d)] = rem % a.shape()[d];
+        rem /= a.shape()[d];
       }
-      for (int64_t d = nd - 1; d >= 0; --d) {
-        if (++index[static_cast<size_t>(d)] < a.shape()[d]) break;
-        index[static_cast<size_t>(d)] = 0;
+      for (int64_t i = lo; i < hi && m < rows; ++i) {
+        if (static_cast<C>(p[i]) != C(0)) {
+          for (int64_t d = 0; d < nd; ++d) o[m * nd + d] = index[static_cast<size_t>(d)];
+          ++m;
+        }
+        for (int64_t d = nd - 1; d >= 0; --d) {
+          if (++index[static_cast<size_t>(d)] < a.shape()[d]) break;
+          index[static_cast<size_t>(d)] = 0;
+        }
       }
-    }
+    });
   });
 }
 
