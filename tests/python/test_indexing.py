@@ -272,3 +272,60 @@ def test_setitem_errors():
     for value in ([1.0, 2.0, 3.0], np.ones(3), None, "a"):  # as torch: only Tensors and numbers
         with pytest.raises(TypeError):
             x[0] = value
+
+
+def random_key(rng, shape, m):
+    """A random index expression for `shape` (ints, slices, None, Ellipsis, int/bool tensors), built in m."""
+    parts, dim, used_ellipsis = [], 0, False
+    while dim < len(shape) and rng.random() < 0.85:
+        size, kind = shape[dim], rng.integers(0, 7)
+        if kind == 0 and size:
+            parts.append(int(rng.integers(-size, size)))
+        elif kind == 1:
+            start, stop = (int(v) if rng.random() < 0.7 else None for v in rng.integers(-size - 2, size + 2, 2))
+            parts.append(slice(start, stop, int(rng.integers(1, 4))))
+        elif kind == 2:
+            parts.append(None)
+            continue
+        elif kind == 3 and not used_ellipsis:
+            parts.append(...)
+            used_ellipsis = True
+            dim = len(shape) - sum(1 for p in parts if p is not None and p is not ...)
+            dim = max(dim, len(shape) - 1)
+            continue
+        elif kind == 4 and size:
+            values = rng.integers(-size, size, tuple(rng.integers(1, 3, rng.integers(1, 3))))
+            parts.append(m.tensor(values.tolist()))
+        elif kind == 5:
+            parts.append(m.tensor((rng.random(size) < 0.5).tolist()))
+        else:
+            parts.append(slice(None))
+        dim += 1
+    return tuple(parts)
+
+
+def test_random_index_expressions_match_torch():
+    rng = np.random.default_rng(1234)
+    checked = 0
+    for case in range(300):
+        shape = tuple(int(s) for s in rng.integers(1, 5, rng.integers(1, 4)))
+        array = data(shape, case)
+        state = rng.bit_generator.state
+        key = random_key(rng, shape, dg)
+        rng.bit_generator.state = state
+        tkey = random_key(rng, shape, torch)
+        x, tx = both(array)
+        try:
+            expected = tx[tkey]
+        except (IndexError, RuntimeError):
+            continue
+        y = x[key]
+        assert tuple(y.shape) == tuple(expected.shape), (shape, tkey)
+        np.testing.assert_array_equal(as_numpy(y), as_numpy(expected), err_msg=str((shape, tkey)))
+        # The same expression assigned: a broadcast value of the indexed shape.
+        value = np.random.default_rng(case).uniform(-1, 1, tuple(expected.shape))
+        x[key] = dg.tensor(value)  # repeated targets: torch CPU writes them in order too (last wins)
+        tx[tkey] = torch.tensor(value)
+        np.testing.assert_array_equal(as_numpy(x), as_numpy(tx), err_msg=str((shape, tkey)))
+        checked += 1
+    assert checked > 150
