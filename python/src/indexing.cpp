@@ -64,13 +64,7 @@ bool parse_one(PyObject* o, Indices& out) {
   if (is_tensor(o)) return out.push_back(TensorIndex::tensor_index(unwrap(o))), true;
   if (PyLong_Check(o)) return push_integer(o, out);
   if (numpy_generic_type && PyObject_TypeCheck(o, numpy_generic_type)) {
-    if (PyIndex_Check(o)) return push_integer(o, out);
-    PyObject* item = PyObject_CallMethod(o, "item", nullptr);  // np.bool_ -> bool; np.float64 stays invalid
-    if (!item) return false;
-    const bool is_bool = PyBool_Check(item);
-    const bool value = item == Py_True;
-    Py_DECREF(item);
-    if (is_bool) return out.push_back(TensorIndex::boolean(value)), true;
+    if (PyIndex_Check(o)) return push_integer(o, out);  // NumPy integers; np.bool_ and floats are refused (torch)
   } else if (PyList_Check(o) || is_array(o)) {
     Tensor t;
     if (!tensor_from(o, t)) return false;

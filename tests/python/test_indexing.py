@@ -73,6 +73,8 @@ ADVANCED = {
     "python false": lambda m: (False, 1),
     "0-d mask": lambda m: (m.tensor(True), 0),
     "numpy array": lambda m: np.array([3, 1]),
+    "numpy mask": lambda m: data((4,), 3) > 0,
+    "numpy int32 array": lambda m: (slice(None), np.array([[1], [4]], dtype=np.int32)),
 }
 
 
@@ -230,6 +232,8 @@ ERRORS = {
     "object": (lambda m: object(), IndexError),
     "dict": (lambda m: {1: 2}, IndexError),
     "str": (lambda m: "a", TypeError),
+    "numpy bool scalar": (lambda m: np.True_, IndexError),
+    "numpy float scalar": (lambda m: np.float64(1.0), IndexError),
     "mask shape": (lambda m: m.tensor([True, False]), IndexError),
     "unbroadcastable": (lambda m: (idx(m, [0, 1]), idx(m, [0, 1, 2])), IndexError),
 }
