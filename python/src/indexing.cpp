@@ -1,5 +1,6 @@
 // Tensor.__getitem__ / __setitem__ (the type's mp_subscript / mp_ass_subscript slots): Python index
 // expressions are parsed here in C++ into dg::TensorIndex lists; dg::index / dg::index_put_ do the rest.
+// Also index_put_ / index_put (a tuple of index tensors, accumulate=) and nonzero.
 #include "common.h"
 
 namespace dg::py {
@@ -122,6 +123,70 @@ int tensor_setitem(PyObject* self, PyObject* key, PyObject* value) {
   Py_DECREF(result);
   return 0;
 }
+
+// index_put_(input, indices, values, accumulate=False): indices is a tuple/list of index tensors.
+bool index_tensors(const char* op, PyObject* o, Indices& out) {
+  if (!PyTuple_Check(o) && !PyList_Check(o)) {
+    type_error(op, "argument 'indices' must be a tuple of Tensors, not %s", type_name(o));
+    return false;
+  }
+  nb::object items = nb::steal(PySequence_Tuple(o));
+  if (!items) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items.ptr()); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
+    if (item == Py_None) out.push_back(TensorIndex::slice());  // torch: None keeps the dim whole
+    else if (const Tensor* t = to_tensor(op, "indices", item)) out.push_back(TensorIndex::tensor_index(*t));
+    else return false;
+  }
+  return true;
+}
+
+template <bool InPlace>
+PyObject* index_put_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(InPlace ? "index_put_" : "index_put", {"input", "indices", "values", "accumulate"}, 3, 3);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(sig.op(), "input", a[0]);
+  const Tensor* values = input ? to_tensor(sig.op(), "values", a[2]) : nullptr;
+  bool accumulate = false;
+  Indices indices;
+  if (!values || !to_bool_argument(sig.op(), "accumulate", a[3], false, accumulate) ||
+      !index_tensors(sig.op(), a[1], indices))
+    return nullptr;
+  return guarded([&] {
+    const std::span<const TensorIndex> span(indices.data(), indices.size());
+    if (InPlace) {
+      index_put_(unwrap(a[0]), span, *values, accumulate);
+      return Py_NewRef(a[0]);
+    }
+    Tensor out = clone(*input);
+    index_put_(out, span, *values, accumulate);
+    return wrap(std::move(out));
+  });
+}
+
+PyObject* nonzero_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("nonzero", {"input", "as_tuple"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("nonzero", "input", a[0]);
+  bool as_tuple = false;
+  if (!input || !to_bool_argument("nonzero", "as_tuple", a[1], false, as_tuple)) return nullptr;
+  return guarded([&]() -> PyObject* {
+    Tensor rows = nonzero(*input);
+    if (!as_tuple) return wrap(std::move(rows));
+    const int64_t columns = std::max<int64_t>(input->dim(), 1);
+    nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(columns)));
+    for (int64_t d = 0; d < columns; ++d) {
+      Tensor column = input->dim() == 0 ? Tensor::empty(Dims{rows.shape()[0]}, DType::Int64) : select(rows, 1, d);
+      if (input->dim() == 0) fill_(column, Scalar(0));
+      PyObject* item = wrap(std::move(column));
+      if (!item) return nullptr;
+      PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(d), item);
+    }
+    return tuple.release().ptr();
+  });
+}
 }  // namespace
 
 // Added to the Tensor type's slots by init_tensor (tensor.cpp).
@@ -135,6 +200,14 @@ const PyType_Slot* mapping_slots() {
 }
 
 void init_indexing(nb::module_& m) {
+  static const OpEntry entries[] = {
+      {"index_put_", index_put_entry<true>, "index_put_(input, indices, values, accumulate=False) -> Tensor\n\n"
+       "input[indices] = values (or += with accumulate) for a tuple of index tensors, in place.", false, true},
+      {"index_put", index_put_entry<false>, "index_put(input, indices, values, accumulate=False) -> Tensor", true, true},
+      {"nonzero", nonzero_entry, "nonzero(input, *, as_tuple=False) -> Tensor\n\nThe indices of the nonzero "
+       "elements, one row each (a sync point: the size depends on the values).", true, true},
+  };
+  register_ops(m, entries);
   g_tensor_function = m.attr("tensor").inc_ref().ptr();
   try {
     nb::object numpy = nb::module_::import_("numpy");

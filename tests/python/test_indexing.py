@@ -333,3 +333,23 @@ def test_random_index_expressions_match_torch():
         np.testing.assert_array_equal(as_numpy(x), as_numpy(tx), err_msg=str((shape, tkey)))
         checked += 1
     assert checked > 150
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_and_nonzero_functions(accumulate):
+    array, values = data((5, 3)), data((4, 3), 2)
+    x, tx = both(array)
+    rows = [4, 0, 4, 2]
+    y = x.index_put((dg.tensor(rows),), dg.tensor(values), accumulate=accumulate)
+    ty = tx.index_put((torch.tensor(rows),), torch.tensor(values), accumulate=accumulate)
+    np.testing.assert_allclose(as_numpy(y), as_numpy(ty), rtol=1e-15)
+    np.testing.assert_array_equal(as_numpy(x), array)  # out of place
+    assert x.index_put_([dg.tensor(rows), dg.tensor([1, 1, 0, 2])], dg.tensor(1.5), accumulate=accumulate) is x
+    tx.index_put_([torch.tensor(rows), torch.tensor([1, 1, 0, 2])], torch.tensor(1.5, dtype=torch.float64),
+                  accumulate=accumulate)
+    np.testing.assert_array_equal(as_numpy(x), as_numpy(tx))
+    mask = data((3, 4), 4) > 0
+    np.testing.assert_array_equal(as_numpy(dg.nonzero(dg.tensor(mask))), torch.nonzero(torch.tensor(mask)).numpy())
+    for ours, theirs in zip(dg.tensor(mask).nonzero(as_tuple=True), torch.tensor(mask).nonzero(as_tuple=True)):
+        np.testing.assert_array_equal(as_numpy(ours), theirs.numpy())
+    assert tuple(dg.nonzero(dg.tensor(3.0)).shape) == tuple(torch.nonzero(torch.tensor(3.0)).shape)
