@@ -1,6 +1,10 @@
 // dygrad._C: the extension module. Each family of bindings lives in its own file; this only calls them.
 #include "common.h"
 
+namespace dg::py {
+void init_indexing(nb::module_& m);  // indexing.cpp
+}
+
 NB_MODULE(_C, m) {
   using namespace dg::py;
   m.doc() = "dygrad's C++ core: tensors, ops, autograd and the runtime";
@@ -14,6 +18,7 @@ NB_MODULE(_C, m) {
   init_ops_shape(m);
   init_ops_reduce(m);
   init_factories(m);
+  init_indexing(m);
   init_autograd(m);
   init_runtime(m);
 }
