@@ -1,12 +1,29 @@
 # dygrad's entry points. `make test` installs what is missing (apt and pip), builds and runs every test.
+#   make test       deps, configure + build in $(BUILD), run the C++ suite (ctest) and the Python tests
+#   make sanitize   the C++ suite under ASan+UBSan (build-asan), the executor tests under TSan (build-tsan)
+#   make bench      build with the benchmarks and run them (results go into bench/RESULTS.md by hand)
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
                libbenchmark-dev valgrind
-PIP_PACKAGES = numpy pytest
+PIP_PACKAGES = numpy pytest scikit-build-core nanobind
+PIP_MODULES = numpy, pytest, scikit_build_core, nanobind
 
-.PHONY: all deps build test test-cpp sanitize bench clean
+# Sanitizer builds: -O1 keeps the instrumented code fast enough and compiles in about half the time of -O3.
+SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+                 -DDYGRAD_BUILD_BENCH=OFF -DDYGRAD_BUILD_EXAMPLES=OFF
+# TSan runs the executor and threading suites: every thread in them is dygrad's own (the stream worker, the
+# pool helpers, the tests' threads) and the BLAS is the serial one, so every thread is instrumented.
+TSAN_TESTS ?= Stream*:ThreadPool*:Allocator*:Context*
+# Report the first error and fail; nothing of dygrad's is suppressed.
+ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
+SANITIZE_IN_TEST ?= 1
+
+.PHONY: all deps build test test-cpp test-python sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -17,18 +34,48 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	@$(PYTHON) -c "import numpy, pytest" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
+	@$(PYTHON) -c "import $(PIP_MODULES)" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYGRAD_BUILD_BENCH=OFF
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 test-cpp: build
-	cd $(BUILD) && ctest --output-on-failure -j 1
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-test: test-cpp
+# The Python tests join once the package exists (pyproject.toml); the extension builds in $(BUILD) too.
+test-python: build
+	@if [ -f pyproject.toml ] && [ -d tests/python ]; then \
+	  $(PYTHON) -m pip install -q --no-build-isolation -e . && $(PYTHON) -m pytest -q tests/python; \
+	else echo "test-python: no Python package yet, skipped"; fi
+
+test: test-cpp test-python
+ifeq ($(SANITIZE_IN_TEST),1)
+test: sanitize
+endif
+
+sanitize: sanitize-asan sanitize-tsan
+
+sanitize-asan: deps
+	cmake -S . -B build-asan $(SANITIZE_CMAKE) -DDYGRAD_SANITIZE="address;undefined" >/dev/null
+	cmake --build build-asan -j $(JOBS) --target dygrad_tests
+	$(ASAN_ENV) build-asan/tests/cpp/dygrad_tests --gtest_brief=1
+
+sanitize-tsan: deps
+	cmake -S . -B build-tsan $(SANITIZE_CMAKE) -DDYGRAD_SANITIZE=thread >/dev/null
+	cmake --build build-tsan -j $(JOBS) --target dygrad_tests
+	$(TSAN_ENV) build-tsan/tests/cpp/dygrad_tests --gtest_brief=1 --gtest_filter='$(TSAN_TESTS)'
+
+# Benchmarks build in $(BUILD) with DYGRAD_BUILD_BENCH=ON; each bench_* prints its comparison and ratio.
+bench: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYGRAD_BUILD_BENCH=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	@for b in $(BUILD)/bench/bench_*; do \
+	  if [ -x "$$b" ] && [ -f "$$b" ]; then echo "== $$b"; "$$b" || exit 1; fi; \
+	done
+	BUILD=$(BUILD) bench/enqueue_callgrind.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan

@@ -45,3 +45,8 @@ def is_floating_point(input):
 
 def numel(input):
     return input.numel()
+
+
+# Subpackages in pure Python on top of the ops (imported last: they use the names above).
+from . import nn, optim  # noqa: E402,F401
+from . import data, models  # noqa: E402,F401

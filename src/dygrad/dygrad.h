@@ -8,6 +8,7 @@
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
 #include "dygrad/ops/index.h"
+#include "dygrad/ops/linalg.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/nn.h"
 #include "dygrad/ops/reduce.h"

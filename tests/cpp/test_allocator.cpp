@@ -1,5 +1,6 @@
 // The caching allocator: exact statistics, peaks, cache reuse, empty_cache, categories, alignment, external
 // storage, and stream-ordered reuse (docs/memory.md).
+#include <algorithm>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -23,20 +24,18 @@ int64_t by_category(const MemoryStats& s, MemoryCategory c) { return s.allocated
 TEST(Allocator, BinSizes) {
   EXPECT_EQ(CachingAllocator::bin_size(1), 64u);
   EXPECT_EQ(CachingAllocator::bin_size(64), 64u);
-  EXPECT_EQ(CachingAllocator::bin_size(65), 128u);    // bins are multiples of the 64-byte alignment
+  EXPECT_EQ(CachingAllocator::bin_size(65), 128u);    // every bin is a multiple of the 64-byte alignment
   EXPECT_EQ(CachingAllocator::bin_size(100), 128u);
   EXPECT_EQ(CachingAllocator::bin_size(129), 192u);
-  EXPECT_EQ(CachingAllocator::bin_size(128), 128u);
+  EXPECT_EQ(CachingAllocator::bin_size(300), 320u);    // 256 + 64: four classes per power of two above 256
   EXPECT_EQ(CachingAllocator::bin_size(1000), 1024u);
   EXPECT_EQ(CachingAllocator::bin_size(1025), 1280u);
   EXPECT_EQ(CachingAllocator::bin_size(3 << 20), size_t{3} << 20);
   for (size_t n = 1; n < (size_t{1} << 22); n = n * 3 / 2 + 1) {
     size_t b = CachingAllocator::bin_size(n);
     EXPECT_GE(b, n);
-    EXPECT_EQ(b % 64, 0u) << n;  // aligned_alloc needs a multiple of the alignment
-    if (n > 256) {
-      EXPECT_LE(b - n, n / 4) << "more than a quarter of padding for " << n;
-    }
+    EXPECT_EQ(b % CachingAllocator::kAlignment, 0u) << n;
+    EXPECT_LE(b - n, std::max<size_t>(n / 4, CachingAllocator::kAlignment - 1)) << "too much padding for " << n;
     EXPECT_EQ(CachingAllocator::bin_size(b), b) << "a bin size is its own bin";
   }
 }

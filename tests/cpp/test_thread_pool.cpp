@@ -160,6 +160,7 @@ TEST(ThreadPool, ResizeChangesTheThreadsUsed) {
     EXPECT_GE(ids.size(), 1u);
     expect_exact_cover(0, 77777, 10);
   }
+  PoolSize restore(ThreadPool::instance().num_threads());
   set_num_threads(0);  // below one means one
   EXPECT_EQ(ThreadPool::instance().num_threads(), 1);
 }
