@@ -160,8 +160,7 @@ PyObject* masked_fill_inplace_entry(PyObject* self, PyObject* const* args, Py_ss
   });
 }
 
-// clamp(input, min=None, max=None): bounds are numbers or Tensors. A number next to a Tensor bound becomes a
-// 0-dim tensor (float32 for a float, int64 for an int).
+// clamp(input, min=None, max=None): the bounds are both numbers or both Tensors (either may be None), as in torch.
 struct ClampBounds {
   bool tensors = false;
   std::optional<Scalar> min_scalar, max_scalar;
@@ -172,25 +171,23 @@ bool to_clamp_bounds(const char* op, PyObject* lo, PyObject* hi, ClampBounds& ou
   PyObject* given[2] = {lo && lo != Py_None ? lo : nullptr, hi && hi != Py_None ? hi : nullptr};
   const char* names[2] = {"min", "max"};
   Operand operands[2];
+  int num_tensors = 0;
   for (int k = 0; k < 2; ++k) {
     if (!given[k]) continue;
     if (!to_operand(op, names[k], given[k], operands[k])) return false;
-    if (operands[k].tensor) out.tensors = true;
+    num_tensors += operands[k].tensor != nullptr;
   }
   if (!given[0] && !given[1]) {
     PyErr_Format(PyExc_RuntimeError, "[%s] At least one of 'min' or 'max' must not be None", op);
     return false;
   }
+  out.tensors = num_tensors > 0;
+  if (out.tensors && num_tensors != (given[0] != nullptr) + (given[1] != nullptr))
+    return type_error(op, "min and max must both be Tensors or both be numbers, not a Tensor and a number"), false;
   for (int k = 0; k < 2; ++k) {
     if (!given[k]) continue;
-    if (out.tensors) {
-      Tensor t = operands[k].tensor ? *operands[k].tensor
-                                    : full({}, operands[k].scalar,
-                                           {operands[k].scalar.is_floating() ? DType::Float32 : DType::Int64});
-      (k == 0 ? out.min_tensor : out.max_tensor) = t;
-    } else {
-      (k == 0 ? out.min_scalar : out.max_scalar) = operands[k].scalar;
-    }
+    if (out.tensors) (k == 0 ? out.min_tensor : out.max_tensor) = *operands[k].tensor;
+    else (k == 0 ? out.min_scalar : out.max_scalar) = operands[k].scalar;
   }
   return true;
 }
