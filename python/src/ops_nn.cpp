@@ -26,15 +26,32 @@ PyObject* softmax_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   });
 }
 
-// embedding(weight, input): rows of weight picked by the integer tensor input (torch.embedding's order).
+// embedding(weight, input, padding_idx=None): rows of weight picked by the integer tensor input (torch's
+// argument order). padding_idx (in [-V, V), negative counts from the end, as nn.functional.embedding takes
+// it) gets no gradient: its row enters through a detached copy, so the values are unchanged.
 PyObject* embedding_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("embedding", {"weight", "input"}, 2, 2);
-  PyObject* a[2];
+  static const Signature sig("embedding", {"weight", "input", "padding_idx"}, 3, 2);
+  PyObject* a[3];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* weight = to_tensor("embedding", "weight", a[0]);
   const Tensor* indices = weight ? to_tensor("embedding", "input", a[1]) : nullptr;
   if (!indices) return nullptr;
-  return guarded([&] { return wrap(embedding(*weight, *indices)); });
+  bool padded = a[2] && a[2] != Py_None;
+  int64_t padding_idx = 0;
+  if (padded && !to_int_argument("embedding", "padding_idx", a[2], padding_idx)) return nullptr;
+  return guarded([&] {
+    if (!padded) return wrap(embedding(*weight, *indices));
+    DG_CHECK(weight->dim() == 2, Value, "[embedding] weight must be 2-D, got shape ", weight->shape());
+    const int64_t rows = weight->shape()[0];
+    DG_CHECK(padding_idx >= -rows && padding_idx < rows, Index, "[embedding] padding_idx ", padding_idx,
+             " is out of range for a weight of shape ", weight->shape());
+    if (padding_idx < 0) padding_idx += rows;
+    if (!weight->requires_grad() || !grad_enabled()) return wrap(embedding(*weight, *indices));
+    const int64_t column[2] = {rows, 1};
+    Tensor keep = reshape(to(ne(arange(rows), Scalar(padding_idx)), weight->dtype()), column);
+    Tensor masked = add(mul(*weight, keep), mul(detach(*weight), rsub(keep, 1)));
+    return wrap(embedding(masked, *indices));
+  });
 }
 
 // cross_entropy(input, target, ignore_index=-100, reduction='mean'): class-index targets.
@@ -61,7 +78,7 @@ void init_ops_nn(nb::module_& m) {
   static const OpEntry entries[] = {
       {"softmax", softmax_entry<false>, "softmax(input, dim, dtype=None) -> Tensor", true, true},
       {"log_softmax", softmax_entry<true>, "log_softmax(input, dim, dtype=None) -> Tensor", true, true},
-      {"embedding", embedding_entry, "embedding(weight, input) -> Tensor: weight[input]", true, false},
+      {"embedding", embedding_entry, "embedding(weight, input, padding_idx=None) -> Tensor: weight[input]", true, false},
       {"cross_entropy", cross_entropy_entry,
        "cross_entropy(input, target, ignore_index=-100, reduction='mean') -> Tensor: class-index targets", true, false},
   };

@@ -63,6 +63,21 @@ def test_embedding():
         dg.embedding(w_d, idx)
 
 
+@pytest.mark.parametrize("padding_idx", [2, -1])
+def test_embedding_padding_idx(padding_idx):
+    w_d, w_t = pair((6, 3), requires_grad=True)
+    idx = np.array([[0, 2, 5], [2, 1, 5]])
+    out_d = dg.embedding(w_d, dg.tensor(idx), padding_idx)
+    out_t = F.embedding(torch.tensor(idx), w_t, padding_idx=padding_idx)
+    close(out_d, out_t)
+    g = rng.standard_normal((2, 3, 3))
+    out_d.backward(dg.tensor(g))
+    out_t.backward(torch.tensor(g))
+    close(w_d.grad, w_t.grad)
+    with pytest.raises(IndexError, match=r"\[embedding\]"):
+        dg.embedding(w_d, dg.tensor(idx), 6)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy(reduction):
     x_d, x_t = pair((6, 5), requires_grad=True)
