@@ -230,6 +230,41 @@ PyObject* clamp_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t 
 }
 }  // namespace
 
+// The operators & | ~ for bool tensors (masks): logical_and / logical_or / logical_not, as torch's bitwise ops
+// give on bools. Integer bitwise ops do not exist yet: a TypeError naming the op.
+namespace {
+// A bool Tensor, or a Python bool as a 0-dim bool tensor; false (no error) for anything else.
+bool to_bool_operand(PyObject* o, Tensor& out) {
+  if (is_tensor(o)) return out = unwrap(o), true;
+  if (PyBool_Check(o)) return out = full({}, Scalar(o == Py_True), {DType::Bool}), true;
+  return false;
+}
+
+template <bool IsAnd>
+PyObject* logical_slot(PyObject* a, PyObject* b) {
+  static constexpr const char* name = IsAnd ? "bitwise_and" : "bitwise_or";
+  if (!is_tensor(a) && !is_tensor(b)) Py_RETURN_NOTIMPLEMENTED;
+  return guarded([&]() -> PyObject* {
+    Tensor x, y;
+    if (!to_bool_operand(a, x) || !to_bool_operand(b, y)) Py_RETURN_NOTIMPLEMENTED;
+    DG_CHECK(x.dtype() == DType::Bool && y.dtype() == DType::Bool, NotImplemented, "[", name,
+             "] is implemented for bool tensors only, got ", dtype_name(x.dtype()), " and ", dtype_name(y.dtype()));
+    return wrap(IsAnd ? logical_and(x, y) : logical_or(x, y));
+  });
+}
+}  // namespace
+
+PyObject* tensor_and(PyObject* a, PyObject* b) { return logical_slot<true>(a, b); }
+PyObject* tensor_or(PyObject* a, PyObject* b) { return logical_slot<false>(a, b); }
+PyObject* tensor_invert(PyObject* a) {
+  return guarded([&] {
+    const Tensor& x = unwrap(a);
+    DG_CHECK(x.dtype() == DType::Bool, NotImplemented, "[bitwise_not] is implemented for bool tensors only, got ",
+             dtype_name(x.dtype()));
+    return wrap(logical_not(x));
+  });
+}
+
 // tp_richcompare of Tensor: `a == b` etc. with a Tensor or a number on the right; NotImplemented otherwise
 // (so `t == None` is False, as in torch).
 PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op) {

@@ -159,13 +159,20 @@ PyObject* minimum_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
 }
 }  // namespace
 
-PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op);  // ops_compare.cpp
+// ops_compare.cpp: comparisons, and & | ~ on bool tensors
+PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op);
+PyObject* tensor_and(PyObject* a, PyObject* b);
+PyObject* tensor_or(PyObject* a, PyObject* b);
+PyObject* tensor_invert(PyObject* a);
 
 const PyType_Slot* math_operator_slots() {
   static PyType_Slot slots[] = {
       {Py_nb_power, reinterpret_cast<void*>(pow_slot)},
       {Py_nb_inplace_power, reinterpret_cast<void*>(pow_inplace_slot)},
       {Py_tp_richcompare, reinterpret_cast<void*>(tensor_richcompare)},
+      {Py_nb_and, reinterpret_cast<void*>(tensor_and)},
+      {Py_nb_or, reinterpret_cast<void*>(tensor_or)},
+      {Py_nb_invert, reinterpret_cast<void*>(tensor_invert)},
       {0, nullptr},
   };
   return slots;

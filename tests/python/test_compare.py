@@ -60,6 +60,24 @@ def test_logical():
     close(dg.logical_or(a_d, b_d), torch.logical_or(a_t, b_t))
 
 
+def test_bool_operators():
+    a_d, a_t = pair(rng.random((3, 4)) > 0.5)
+    b_d, b_t = pair(rng.random((4,)) > 0.5)
+    close(a_d & b_d, a_t & b_t)
+    close(a_d | b_d, a_t | b_t)
+    close(~a_d, ~a_t)
+    close(a_d & True, a_t & True)
+    close(False | b_d, False | b_t)
+    x_d = dg.tensor([1.0, -2.0, 3.0])
+    close((x_d > 0) & (x_d < 2), (torch.tensor([1.0, -2.0, 3.0]) > 0) & (torch.tensor([1.0, -2.0, 3.0]) < 2))
+    with pytest.raises(NotImplementedError, match=r"\[bitwise_and\]"):
+        dg.tensor([1, 2]) & dg.tensor([3, 4])
+    with pytest.raises(NotImplementedError, match=r"\[bitwise_not\]"):
+        ~dg.tensor([1, 2])
+    with pytest.raises(TypeError):
+        a_d & 1.5
+
+
 def test_where():
     c_d, c_t = pair(rng.random((3, 1)) > 0.5)
     x_d, x_t = pair(rng.standard_normal((3, 4)), requires_grad=True)
