@@ -182,6 +182,8 @@ PyObject* fill_random_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (a[3] && a[3] != Py_None) return type_error(name, "generators are not supported (use dygrad.manual_seed)");
   return guarded([&] {
     DG_CHECK(is_floating(input->dtype()), Type, "[", name, "] expects a floating point tensor, got ", dtype_name(input->dtype()));
+    DG_CHECK(!(grad_enabled() && input->requires_grad() && input->is_leaf()), Runtime, "[", name,
+             "] a leaf Variable that requires grad is being used in an in-place operation (use dygrad.no_grad())");
     NoGradGuard no_grad;
     const double a0 = p0.to_double(), a1 = p1.to_double();
     Tensor r = Normal ? randn(input->shape(), {input->dtype()}) : rand(input->shape(), {input->dtype()});

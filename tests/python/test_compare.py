@@ -141,3 +141,28 @@ def test_clamp():
         dg.clamp(x_d)
     with pytest.raises(TypeError, match=r"\[clamp\]"):
         dg.clamp(x_d, min="0")
+
+
+DTYPES = ["float32", "float64", "int64", "int32", "bool", "bfloat16", "float16"]
+
+
+@pytest.mark.parametrize("name", ["cat", "where", "maximum", "pow", "eq", "masked_fill"])
+def test_dtype_rules_match_torch(name):
+    ops = {
+        "cat": lambda lib, a, b: lib.cat([a, b]),
+        "where": lambda lib, a, b: lib.where(a > 0, a, b),
+        "maximum": lambda lib, a, b: lib.maximum(a, b),
+        "pow": lambda lib, a, b: lib.pow(a, b),
+        "eq": lambda lib, a, b: lib.eq(a, b),
+        "masked_fill": lambda lib, a, b: a.masked_fill(a > 0, 2.5 if b.dtype.is_floating_point else 2),
+    }
+    f = ops[name]
+
+    def result(lib, x, y):
+        try:
+            return str(f(lib, lib.ones(3, dtype=getattr(lib, x)), lib.ones(3, dtype=getattr(lib, y))).dtype).split(".")[-1]
+        except (TypeError, RuntimeError, ValueError, NotImplementedError):
+            return "error"
+    for x in DTYPES:
+        for y in DTYPES:
+            assert result(dg, x, y) == result(torch, x, y), (name, x, y)

@@ -88,6 +88,8 @@ def test_inplace_fills_and_bernoulli():
     x = dg.zeros(10000, dtype=dg.float64, requires_grad=True)
     with dg.no_grad():
         assert x.uniform_(-2, 3) is x
+    with pytest.raises(RuntimeError, match=r"\[uniform_\]"):
+        x.uniform_()
     v = x.detach().numpy()
     assert v.min() >= -2 and v.max() < 3 and abs(v.mean() - 0.5) < 0.1
     y = dg.zeros(10000)
