@@ -135,6 +135,13 @@ void init_ops_arithmetic(nb::module_& m);
 void init_ops_shape(nb::module_& m);
 void init_ops_reduce(nb::module_& m);
 void init_factories(nb::module_& m);
+void init_ops_math(nb::module_& m);
+void init_ops_compare(nb::module_& m);
+void init_ops_nn(nb::module_& m);
+void init_ops_index(nb::module_& m);
+void init_ops_fused(nb::module_& m);
+void init_ops_random(nb::module_& m);
+void init_ops_linalg(nb::module_& m);
 void init_autograd(nb::module_& m);
 void init_runtime(nb::module_& m);
 

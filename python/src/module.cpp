@@ -19,6 +19,13 @@ NB_MODULE(_C, m) {
   init_ops_reduce(m);
   init_factories(m);
   init_indexing(m);
+  init_ops_math(m);
+  init_ops_compare(m);
+  init_ops_nn(m);
+  init_ops_index(m);
+  init_ops_fused(m);
+  init_ops_random(m);
+  init_ops_linalg(m);
   init_autograd(m);
   init_runtime(m);
 }

@@ -1,4 +1,6 @@
-// Reduction entry points: sum and mean over all dims or a dim / list of dims, with keepdim and dtype.
+// Reduction entry points: sum and mean over all dims or a dim / list of dims, with keepdim and dtype; max/min
+// (all, along a dim as a (values, indices) struct sequence, or elementwise), amax/amin, argmax/argmin,
+// logsumexp, var and std.
 #include "common.h"
 
 namespace dg::py {
@@ -36,12 +38,160 @@ PyObject* reduce_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
     return wrap(Op::apply(x, dims, keepdim));
   });
 }
+
+// torch.return_types.max / min: a tuple with fields values and indices.
+PyTypeObject* values_indices_type(const char* name) {
+  static PyStructSequence_Field fields[] = {{"values", nullptr}, {"indices", nullptr}, {nullptr, nullptr}};
+  static PyTypeObject* max_type = nullptr;
+  static PyTypeObject* min_type = nullptr;
+  PyTypeObject*& type = name[1] == 'a' ? max_type : min_type;
+  if (!type) {
+    static PyStructSequence_Desc max_desc = {"dygrad.return_types.max", nullptr, fields, 2};
+    static PyStructSequence_Desc min_desc = {"dygrad.return_types.min", nullptr, fields, 2};
+    type = PyStructSequence_NewType(name[1] == 'a' ? &max_desc : &min_desc);
+  }
+  return type;
+}
+
+PyObject* wrap_values_indices(const char* name, ValuesIndices r) {
+  PyTypeObject* type = values_indices_type(name);
+  if (!type) return nullptr;
+  PyObject* out = PyStructSequence_New(type);
+  if (!out) return nullptr;
+  PyObject* values = wrap(std::move(r.values));
+  PyObject* indices = values ? wrap(std::move(r.indices)) : nullptr;
+  if (!indices) {
+    Py_XDECREF(values);
+    Py_DECREF(out);
+    return nullptr;
+  }
+  PyStructSequence_SetItem(out, 0, values);
+  PyStructSequence_SetItem(out, 1, indices);
+  return out;
+}
+
+// max(input) / max(input, dim, keepdim=False) -> (values, indices) / max(input, other) -> maximum.
+template <bool IsMax>
+PyObject* max_min_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsMax ? "max" : "min";
+  static const Signature sig(name, {"input", "dim", "keepdim", "other"}, 3, 1);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  if (!input) return nullptr;
+  PyObject* other = a[3] ? a[3] : (a[1] && is_tensor(a[1]) ? a[1] : nullptr);
+  if (other) {
+    if (a[2] || (a[3] && a[1])) return type_error(name, "takes (input, other) without dim or keepdim");
+    const Tensor* o = to_tensor(name, "other", other);
+    if (!o) return nullptr;
+    return guarded([&] { return wrap(IsMax ? maximum(*input, *o) : minimum(*input, *o)); });
+  }
+  if (!a[1]) {
+    if (a[2]) return type_error(name, "keepdim requires a dim");
+    return guarded([&] { return wrap(IsMax ? max(*input) : min(*input)); });
+  }
+  int64_t dim;
+  bool keepdim;
+  if (!to_int_argument(name, "dim", a[1], dim) || !to_bool_argument(name, "keepdim", a[2], false, keepdim)) return nullptr;
+  return guarded([&] { return wrap_values_indices(name, IsMax ? max(*input, dim, keepdim) : min(*input, dim, keepdim)); });
+}
+
+// amax/amin(input, dim=(), keepdim=False): an empty dim reduces all dims (torch).
+template <bool IsMax>
+PyObject* amax_amin_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsMax ? "amax" : "amin";
+  static const Signature sig(name, {"input", "dim", "keepdim"}, 3, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  Dims dims;
+  bool keepdim;
+  if (!input || (a[1] && a[1] != Py_None && !to_int_list(name, "dim", a[1], dims)) ||
+      !to_bool_argument(name, "keepdim", a[2], false, keepdim))
+    return nullptr;
+  return guarded([&] { return wrap(IsMax ? amax(*input, dims, keepdim) : amin(*input, dims, keepdim)); });
+}
+
+// argmax/argmin(input, dim=None, keepdim=False)
+template <bool IsMax>
+PyObject* arg_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsMax ? "argmax" : "argmin";
+  static const Signature sig(name, {"input", "dim", "keepdim"}, 3, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  std::optional<int64_t> dim;
+  bool keepdim;
+  if (!input || !to_bool_argument(name, "keepdim", a[2], false, keepdim)) return nullptr;
+  if (a[1] && a[1] != Py_None) {
+    int64_t d;
+    if (!to_int_argument(name, "dim", a[1], d)) return nullptr;
+    dim = d;
+  }
+  return guarded([&] { return wrap(IsMax ? argmax(*input, dim, keepdim) : argmin(*input, dim, keepdim)); });
+}
+
+// logsumexp(input, dim, keepdim=False)
+PyObject* logsumexp_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("logsumexp", {"input", "dim", "keepdim"}, 3, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("logsumexp", "input", a[0]);
+  Dims dims;
+  bool keepdim;
+  if (!input || !to_int_list("logsumexp", "dim", a[1], dims) || !to_bool_argument("logsumexp", "keepdim", a[2], false, keepdim))
+    return nullptr;
+  return guarded([&] { return wrap(logsumexp(*input, dims, keepdim)); });
+}
+
+// var/std(input, dim=None, unbiased=True, keepdim=False, *, correction=1); var(input, unbiased) too.
+template <bool IsStd>
+PyObject* var_std_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsStd ? "std" : "var";
+  static const Signature sig(name, {"input", "dim", "unbiased", "keepdim", "correction"}, 4, 1);
+  PyObject* a[5];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  if (!input) return nullptr;
+  PyObject* dim = a[1];
+  PyObject* unbiased = a[2];
+  if (dim && PyBool_Check(dim)) {  // var(input, unbiased)
+    if (unbiased) return type_error(name, "got multiple values for argument 'unbiased'");
+    unbiased = dim;
+    dim = nullptr;
+  }
+  Dims dims;
+  bool all = !dim || dim == Py_None, keepdim, unbiased_value;
+  if (!all && !to_int_list(name, "dim", dim, dims)) return nullptr;
+  if (!to_bool_argument(name, "keepdim", a[3], false, keepdim) ||
+      !to_bool_argument(name, "unbiased", unbiased, true, unbiased_value))
+    return nullptr;
+  double correction = unbiased_value ? 1 : 0;
+  if (a[4] && a[4] != Py_None) {
+    if (unbiased) return type_error(name, "takes either 'unbiased' or 'correction', not both");
+    Scalar c;
+    if (!to_scalar_argument(name, "correction", a[4], 1, c)) return nullptr;
+    correction = c.to_double();
+  }
+  return guarded([&] {
+    return wrap(IsStd ? std_dev(*input, dims, correction, keepdim) : var(*input, dims, correction, keepdim));
+  });
+}
 }  // namespace
 
 void init_ops_reduce(nb::module_& m) {
   static const OpEntry entries[] = {
       {"sum", reduce_entry<Sum>, "sum(input, dim=None, keepdim=False, *, dtype=None) -> Tensor", true, true},
       {"mean", reduce_entry<Mean>, "mean(input, dim=None, keepdim=False, *, dtype=None) -> Tensor", true, true},
+      {"max", max_min_entry<true>, "max(input) | max(input, dim, keepdim=False) -> (values, indices) | max(input, other)", true, true},
+      {"min", max_min_entry<false>, "min(input) | min(input, dim, keepdim=False) -> (values, indices) | min(input, other)", true, true},
+      {"amax", amax_amin_entry<true>, "amax(input, dim=(), keepdim=False) -> Tensor", true, true},
+      {"amin", amax_amin_entry<false>, "amin(input, dim=(), keepdim=False) -> Tensor", true, true},
+      {"argmax", arg_entry<true>, "argmax(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},
+      {"argmin", arg_entry<false>, "argmin(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},
+      {"logsumexp", logsumexp_entry, "logsumexp(input, dim, keepdim=False) -> Tensor", true, true},
+      {"var", var_std_entry<false>, "var(input, dim=None, unbiased=True, keepdim=False, *, correction=1) -> Tensor", true, true},
+      {"std", var_std_entry<true>, "std(input, dim=None, unbiased=True, keepdim=False, *, correction=1) -> Tensor", true, true},
   };
   register_ops(m, entries);
 }

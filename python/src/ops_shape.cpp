@@ -1,5 +1,7 @@
 // Shape and view entry points: view, reshape, expand, permute (shape given as ints or one sequence, as
-// torch takes them), transpose, t, detach. Views share storage; nothing is copied here.
+// torch takes them), transpose, t, detach, narrow, select, squeeze, unsqueeze, flatten, unflatten. Views share storage; nothing is copied here.
+#include <algorithm>
+
 #include "common.h"
 
 namespace dg::py {
@@ -84,6 +86,88 @@ PyObject* t_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObj
 PyObject* detach_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return unary_entry_impl<detach>("detach", self, args, nargs, kwnames);
 }
+
+PyObject* narrow_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("narrow", {"input", "dim", "start", "length"}, 4, 4);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("narrow", "input", a[0]);
+  int64_t dim, start, length;
+  if (!input || !to_int_argument("narrow", "dim", a[1], dim) || !to_int_argument("narrow", "start", a[2], start) ||
+      !to_int_argument("narrow", "length", a[3], length))
+    return nullptr;
+  return guarded([&] { return wrap(narrow(*input, dim, start, length)); });
+}
+
+PyObject* select_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("select", {"input", "dim", "index"}, 3, 3);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("select", "input", a[0]);
+  int64_t dim, index;
+  if (!input || !to_int_argument("select", "dim", a[1], dim) || !to_int_argument("select", "index", a[2], index))
+    return nullptr;
+  return guarded([&] { return wrap(select(*input, dim, index)); });
+}
+
+// squeeze(input, dim=None): dim is an int or a tuple of ints (torch 2); only size-1 dims are removed.
+PyObject* squeeze_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("squeeze", {"input", "dim"}, 2, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("squeeze", "input", a[0]);
+  if (!input) return nullptr;
+  if (!a[1] || a[1] == Py_None) return guarded([&] { return wrap(squeeze(*input)); });
+  Dims dims;
+  if (!to_int_list("squeeze", "dim", a[1], dims)) return nullptr;
+  return guarded([&] {
+    const int64_t ndim = input->dim();
+    for (int64_t& d : dims) {
+      DG_CHECK(d >= -std::max<int64_t>(ndim, 1) && d < std::max<int64_t>(ndim, 1), Index, "[squeeze] dim ", d,
+               " is out of range for a tensor of ", ndim, " dims");
+      if (d < 0) d += std::max<int64_t>(ndim, 1);
+    }
+    std::sort(dims.begin(), dims.end());
+    Tensor out = *input;
+    for (size_t i = dims.size(); i-- > 0;)
+      if (i + 1 == dims.size() || dims[i] != dims[i + 1]) out = squeeze(out, dims[i]);
+    return wrap(out);
+  });
+}
+
+PyObject* unsqueeze_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("unsqueeze", {"input", "dim"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("unsqueeze", "input", a[0]);
+  int64_t dim;
+  if (!input || !to_int_argument("unsqueeze", "dim", a[1], dim)) return nullptr;
+  return guarded([&] { return wrap(unsqueeze(*input, dim)); });
+}
+
+PyObject* flatten_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("flatten", {"input", "start_dim", "end_dim"}, 3, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("flatten", "input", a[0]);
+  int64_t start = 0, end = -1;
+  if (!input || (a[1] && !to_int_argument("flatten", "start_dim", a[1], start)) ||
+      (a[2] && !to_int_argument("flatten", "end_dim", a[2], end)))
+    return nullptr;
+  return guarded([&] { return wrap(flatten(*input, start, end)); });
+}
+
+PyObject* unflatten_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("unflatten", {"input", "dim", "sizes"}, 3, 3);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("unflatten", "input", a[0]);
+  int64_t dim;
+  Dims sizes;
+  if (!input || !to_int_argument("unflatten", "dim", a[1], dim) || !to_int_list("unflatten", "sizes", a[2], sizes))
+    return nullptr;
+  return guarded([&] { return wrap(unflatten(*input, dim, sizes)); });
+}
 }  // namespace
 
 void init_ops_shape(nb::module_& m) {
@@ -97,6 +181,12 @@ void init_ops_shape(nb::module_& m) {
       {"swapaxes", transpose_entry, "swapaxes(input, dim0, dim1) -> Tensor: alias of transpose", true, true},
       {"t", t_entry, "t(input) -> Tensor: 2-D transpose (0-D and 1-D returned as is)", true, true},
       {"detach", detach_entry, "detach(input) -> Tensor: same data, no autograd history", true, true},
+      {"narrow", narrow_entry, "narrow(input, dim, start, length) -> Tensor: a view", true, true},
+      {"select", select_entry, "select(input, dim, index) -> Tensor: a view without dim", true, true},
+      {"squeeze", squeeze_entry, "squeeze(input, dim=None) -> Tensor: size-1 dims removed (all, one or a tuple)", true, true},
+      {"unsqueeze", unsqueeze_entry, "unsqueeze(input, dim) -> Tensor: a size-1 dim inserted", true, true},
+      {"flatten", flatten_entry, "flatten(input, start_dim=0, end_dim=-1) -> Tensor", true, true},
+      {"unflatten", unflatten_entry, "unflatten(input, dim, sizes) -> Tensor", true, true},
   };
   register_ops(m, entries);
 }

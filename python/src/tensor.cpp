@@ -9,6 +9,8 @@ namespace dg::py {
 
 const PyType_Slot* number_slots();  // ops_arithmetic.cpp: operators + - * / and their in-place forms
 const PyType_Slot* mapping_slots();  // indexing.cpp: x[...] and x[...] = v
+const PyType_Slot* math_operator_slots();  // ops_math.cpp: ** and the comparisons (tp_richcompare)
+const PyType_Slot* linalg_operator_slots();  // ops_linalg.cpp: @ and @=
 
 namespace {
 PyObject* g_size_type = nullptr;  // dygrad.Size, set from Python (dygrad/__init__.py); a tuple until then
@@ -90,6 +92,8 @@ void init_tensor(nb::module_& m) {
     int n = 0;
     for (const PyType_Slot* s = number_slots(); s->slot; ++s) slots[n++] = *s;
     for (const PyType_Slot* s = mapping_slots(); s->slot; ++s) slots[n++] = *s;
+    for (const PyType_Slot* s = math_operator_slots(); s->slot; ++s) slots[n++] = *s;
+    for (const PyType_Slot* s = linalg_operator_slots(); s->slot; ++s) slots[n++] = *s;
     slots[n] = {0, nullptr};
   }
   nb::class_<Tensor> cls(m, "Tensor", nb::type_slots(slots));

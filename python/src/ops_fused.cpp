@@ -1,0 +1,172 @@
+// Fused-op entry points: rms_norm, rotary_position_embedding, swiglu, scaled_dot_product_attention and the
+// multi-tensor adamw_step; and dygrad._C._set_memory_category (nn.Module and the optimizers tag storages).
+#include <string_view>
+#include <vector>
+
+#include "common.h"
+
+namespace dg::py {
+
+namespace {
+bool to_optional_tensor(const char* op, const char* argument, PyObject* o, Tensor& out) {
+  if (!o || o == Py_None) return true;
+  const Tensor* t = to_tensor(op, argument, o);
+  if (!t) return false;
+  out = *t;
+  return true;
+}
+
+bool to_double_argument(const char* op, const char* argument, PyObject* o, double fallback, double& out) {
+  Scalar s;
+  if (!to_scalar_argument(op, argument, o, fallback, s)) return false;
+  out = s.to_double();
+  return true;
+}
+
+bool to_string_argument(const char* op, const char* argument, PyObject* o, std::string_view& out) {
+  if (!o) return true;
+  if (!PyUnicode_Check(o)) return type_error(op, "argument '%s' must be str, not %s", argument, type_name(o)), false;
+  out = PyUnicode_AsUTF8(o);
+  return true;
+}
+
+// rms_norm(input, weight=None, eps=1e-5): over the last dim.
+PyObject* rms_norm_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("rms_norm", {"input", "weight", "eps"}, 3, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("rms_norm", "input", a[0]);
+  Tensor weight;
+  double eps;
+  if (!input || !to_optional_tensor("rms_norm", "weight", a[1], weight) ||
+      !to_double_argument("rms_norm", "eps", a[2] == Py_None ? nullptr : a[2], 1e-5, eps))
+    return nullptr;
+  return guarded([&] { return wrap(rms_norm(*input, weight, eps)); });
+}
+
+// rotary_position_embedding(x, cos, sin, mode='interleaved', layout='BHTD')
+PyObject* rope_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* name = "rotary_position_embedding";
+  static const Signature sig(name, {"x", "cos", "sin", "mode", "layout"}, 5, 3);
+  PyObject* a[5];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* x = to_tensor(name, "x", a[0]);
+  const Tensor* cos = x ? to_tensor(name, "cos", a[1]) : nullptr;
+  const Tensor* sin = cos ? to_tensor(name, "sin", a[2]) : nullptr;
+  std::string_view mode = "interleaved", layout = "BHTD";
+  if (!sin || !to_string_argument(name, "mode", a[3], mode) || !to_string_argument(name, "layout", a[4], layout))
+    return nullptr;
+  if (mode != "interleaved" && mode != "rotate_half") {
+    PyErr_Format(PyExc_ValueError, "[%s] mode must be 'interleaved' or 'rotate_half', got '%s'", name, std::string(mode).c_str());
+    return nullptr;
+  }
+  if (layout != "BHTD" && layout != "BTHD") {
+    PyErr_Format(PyExc_ValueError, "[%s] layout must be 'BHTD' or 'BTHD', got '%s'", name, std::string(layout).c_str());
+    return nullptr;
+  }
+  return guarded([&] {
+    return wrap(rotary_position_embedding(*x, *cos, *sin, mode == "interleaved" ? RopeMode::Interleaved : RopeMode::RotateHalf,
+                                          layout == "BHTD" ? RopeLayout::BHTD : RopeLayout::BTHD));
+  });
+}
+
+// swiglu(gate, up=None): silu(gate) * up, or one tensor [..., 2F] split into gate and up.
+PyObject* swiglu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("swiglu", {"gate", "up"}, 2, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* gate = to_tensor("swiglu", "gate", a[0]);
+  Tensor up;
+  if (!gate || !to_optional_tensor("swiglu", "up", a[1], up)) return nullptr;
+  return guarded([&] { return wrap(up.defined() ? swiglu(*gate, up) : swiglu(*gate)); });
+}
+
+// scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None)
+PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* name = "scaled_dot_product_attention";
+  static const Signature sig(name, {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"}, 6, 3);
+  PyObject* a[7];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* q = to_tensor(name, "query", a[0]);
+  const Tensor* k = q ? to_tensor(name, "key", a[1]) : nullptr;
+  const Tensor* v = k ? to_tensor(name, "value", a[2]) : nullptr;
+  Tensor mask;
+  double dropout_p;
+  bool is_causal;
+  if (!v || !to_optional_tensor(name, "attn_mask", a[3], mask) || !to_double_argument(name, "dropout_p", a[4], 0.0, dropout_p) ||
+      !to_bool_argument(name, "is_causal", a[5], false, is_causal))
+    return nullptr;
+  std::optional<double> scale;
+  if (a[6] && a[6] != Py_None) {
+    double s;
+    if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
+    scale = s;
+  }
+  return guarded([&] { return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale)); });
+}
+
+bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::vector<Tensor>& out) {
+  if (!PyTuple_Check(o) && !PyList_Check(o))
+    return type_error(op, "argument '%s' must be a list of Tensors, not %s", argument, type_name(o)), false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+  PyObject** items = PySequence_Fast_ITEMS(o);
+  out.clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!is_tensor(items[i]))
+      return type_error(op, "argument '%s' item %zd must be Tensor, not %s", argument, i, type_name(items[i])), false;
+    out.push_back(unwrap(items[i]));
+  }
+  return true;
+}
+
+// adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+// weight_decay=1e-2): updates params, exp_avgs and exp_avg_sqs in place; returns None.
+PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("adamw_step", {"params", "grads", "exp_avgs", "exp_avg_sqs", "step", "lr", "beta1", "beta2",
+                                            "eps", "weight_decay"}, 10, 5);
+  PyObject* a[10];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  int64_t step;
+  AdamWOptions o;
+  if (!to_tensor_vector("adamw_step", "params", a[0], params) || !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
+      !to_tensor_vector("adamw_step", "exp_avgs", a[2], exp_avgs) ||
+      !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) || !to_int_argument("adamw_step", "step", a[4], step) ||
+      !to_double_argument("adamw_step", "lr", a[5], o.lr, o.lr) || !to_double_argument("adamw_step", "beta1", a[6], o.beta1, o.beta1) ||
+      !to_double_argument("adamw_step", "beta2", a[7], o.beta2, o.beta2) || !to_double_argument("adamw_step", "eps", a[8], o.eps, o.eps) ||
+      !to_double_argument("adamw_step", "weight_decay", a[9], o.weight_decay, o.weight_decay))
+    return nullptr;
+  return guarded([&] {
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, o);
+    Py_RETURN_NONE;
+  });
+}
+}  // namespace
+
+void init_ops_fused(nb::module_& m) {
+  static const OpEntry entries[] = {
+      {"rms_norm", rms_norm_entry, "rms_norm(input, weight=None, eps=1e-5) -> Tensor: over the last dim", true, false},
+      {"rotary_position_embedding", rope_entry,
+       "rotary_position_embedding(x, cos, sin, mode='interleaved'|'rotate_half', layout='BHTD'|'BTHD') -> Tensor", true, false},
+      {"swiglu", swiglu_entry, "swiglu(gate, up=None) -> Tensor: silu(gate) * up", true, false},
+      {"scaled_dot_product_attention", sdpa_entry,
+       "scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None)", true, false},
+      {"adamw_step", adamw_step_entry,
+       "adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
+       "weight_decay=1e-2) -> None: in place",
+       true, false},
+  };
+  register_ops(m, entries);
+  m.def("_set_memory_category", [](const Tensor& tensor, const std::string& name) {
+    static constexpr std::pair<std::string_view, MemoryCategory> names[] = {
+        {"parameter", MemoryCategory::Parameter},   {"gradient", MemoryCategory::Gradient},
+        {"optimizer_state", MemoryCategory::OptimizerState}, {"activation", MemoryCategory::Activation},
+        {"temporary", MemoryCategory::Temporary},   {"other", MemoryCategory::Other}};
+    for (const auto& [n, c] : names)
+      if (n == name) return tensor.storage().set_category(c);
+    throw nb::value_error(("[_set_memory_category] unknown category '" + name +
+                           "' (parameter, gradient, optimizer_state, activation, temporary, other)").c_str());
+  }, nb::arg("tensor"), nb::arg("name"));
+}
+
+}  // namespace dg::py

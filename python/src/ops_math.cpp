@@ -1,0 +1,205 @@
+// Math entry points: unary functions (exp, log, sqrt, ..., silu, gelu, relu) with their Tensor methods and
+// in-place forms, pow with the `**` operator (reversed with a number base), maximum and minimum.
+#include <string_view>
+
+#include "common.h"
+
+namespace dg::py {
+
+namespace {
+// dygrad.<op>(input) and Tensor.<op>(): one Tensor, no options.
+template <Tensor (*Fn)(const Tensor&)>
+PyObject* unary_impl(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) {
+    // input= by keyword is the only keyword torch accepts.
+    if (self || nargs != 0 || PyTuple_GET_SIZE(kwnames) != 1 ||
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "input") != 0)
+      return type_error(name, "got an unexpected keyword argument");
+    const Tensor* t = to_tensor(name, "input", args[0]);
+    if (!t) return nullptr;
+    return guarded([&] { return wrap(Fn(*t)); });
+  }
+  if (nargs != (self ? 0 : 1)) return type_error(name, "takes 1 argument (%zd given)", nargs + (self ? 1 : 0));
+  const Tensor* t = to_tensor(name, "input", self ? self : args[0]);
+  if (!t) return nullptr;
+  return guarded([&] { return wrap(Fn(*t)); });
+}
+
+#define DG_UNARY_ENTRY(op)                                                                            \
+  PyObject* op##_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) { \
+    return unary_impl<static_cast<Tensor (*)(const Tensor&)>(op)>(#op, self, args, nargs, kwnames);  \
+  }
+DG_UNARY_ENTRY(exp)
+DG_UNARY_ENTRY(log)
+DG_UNARY_ENTRY(sqrt)
+DG_UNARY_ENTRY(rsqrt)
+DG_UNARY_ENTRY(abs)
+DG_UNARY_ENTRY(sin)
+DG_UNARY_ENTRY(cos)
+DG_UNARY_ENTRY(tanh)
+DG_UNARY_ENTRY(sigmoid)
+DG_UNARY_ENTRY(silu)
+DG_UNARY_ENTRY(relu)
+#undef DG_UNARY_ENTRY
+
+// Tensor.<op>_() and dygrad.<op>_(input): in place, returns self.
+template <Tensor& (*Fn)(Tensor&)>
+PyObject* unary_inplace_impl(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0) return type_error(name, "takes no keyword arguments");
+  if (nargs != (self ? 0 : 1)) return type_error(name, "takes 1 argument (%zd given)", nargs + (self ? 1 : 0));
+  PyObject* o = self ? self : args[0];
+  if (!to_tensor(name, "input", o)) return nullptr;
+  return guarded([&] {
+    Fn(unwrap(o));
+    Py_INCREF(o);
+    return o;
+  });
+}
+PyObject* exp_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return unary_inplace_impl<exp_>("exp_", self, args, nargs, kwnames);
+}
+PyObject* relu_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return unary_inplace_impl<relu_>("relu_", self, args, nargs, kwnames);
+}
+
+// gelu(input, approximate='none')
+PyObject* gelu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("gelu", {"input", "approximate"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("gelu", "input", a[0]);
+  if (!input) return nullptr;
+  std::string_view approximate = "none";
+  if (a[1]) {
+    if (!PyUnicode_Check(a[1])) return type_error("gelu", "argument 'approximate' must be str, not %s", type_name(a[1]));
+    approximate = PyUnicode_AsUTF8(a[1]);
+  }
+  return guarded([&] { return wrap(gelu(*input, approximate)); });
+}
+
+// pow(input, exponent): Tensor ** Tensor-or-number; pow(self: Number, exponent: Tensor) as torch allows.
+PyObject* pow_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("pow", {"input", "exponent"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  Operand base, exponent;
+  if (!to_operand("pow", "input", a[0], base) || !to_operand("pow", "exponent", a[1], exponent)) return nullptr;
+  if (!base.tensor && !exponent.tensor)
+    return type_error("pow", "argument 'input' or 'exponent' must be Tensor, not two numbers");
+  return guarded([&] {
+    if (base.tensor && exponent.tensor) return wrap(pow(*base.tensor, *exponent.tensor));
+    if (base.tensor) return wrap(pow(*base.tensor, exponent.scalar));
+    return wrap(pow(base.scalar, *exponent.tensor));
+  });
+}
+
+// Tensor.pow_(exponent): computed out of place and copied back (torch's dtype rule for in-place results).
+PyObject* pow_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("pow_", {"self", "exponent"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("pow_", "self", a[0]);
+  Operand exponent;
+  if (!input || !to_operand("pow_", "exponent", a[1], exponent)) return nullptr;
+  return guarded([&] {
+    Tensor r = exponent.tensor ? pow(*input, *exponent.tensor) : pow(*input, exponent.scalar);
+    DG_CHECK(!is_floating(r.dtype()) || is_floating(input->dtype()), Type, "[pow_] result type ", dtype_name(r.dtype()),
+             " can't be cast to the desired output type ", dtype_name(input->dtype()));
+    copy_(unwrap(a[0]), r);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* pow_slot(PyObject* a, PyObject* b, PyObject* modulo) {
+  if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
+  Scalar s;
+  if (is_tensor(a)) {
+    if (is_tensor(b)) return guarded([&] { return wrap(pow(unwrap(a), unwrap(b))); });
+    if (to_scalar(b, s)) return guarded([&] { return wrap(pow(unwrap(a), s)); });
+  } else if (is_tensor(b) && to_scalar(a, s)) {
+    return guarded([&] { return wrap(pow(s, unwrap(b))); });
+  }
+  Py_RETURN_NOTIMPLEMENTED;
+}
+
+PyObject* pow_inplace_slot(PyObject* a, PyObject* b, PyObject* modulo) {
+  if (modulo != Py_None || !is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
+  Scalar s;
+  if (!is_tensor(b) && !to_scalar(b, s)) Py_RETURN_NOTIMPLEMENTED;
+  return guarded([&] {
+    Tensor& target = unwrap(a);
+    Tensor r = is_tensor(b) ? pow(target, unwrap(b)) : pow(target, s);
+    DG_CHECK(!is_floating(r.dtype()) || is_floating(target.dtype()), Type, "[pow_] result type ", dtype_name(r.dtype()),
+             " can't be cast to the desired output type ", dtype_name(target.dtype()));
+    copy_(target, r);
+    Py_INCREF(a);
+    return a;
+  });
+}
+
+// maximum(input, other) / minimum(input, other): elementwise, broadcast, both tensors (torch).
+template <Tensor (*Fn)(const Tensor&, const Tensor&)>
+PyObject* binary_tensor_impl(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                             const Signature& sig) {
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  const Tensor* other = input ? to_tensor(name, "other", a[1]) : nullptr;
+  if (!other) return nullptr;
+  return guarded([&] { return wrap(Fn(*input, *other)); });
+}
+PyObject* maximum_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("maximum", {"input", "other"}, 2, 2);
+  return binary_tensor_impl<maximum>("maximum", self, args, nargs, kwnames, sig);
+}
+PyObject* minimum_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("minimum", {"input", "other"}, 2, 2);
+  return binary_tensor_impl<minimum>("minimum", self, args, nargs, kwnames, sig);
+}
+}  // namespace
+
+// ops_compare.cpp: comparisons, and & | ~ on bool tensors
+PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op);
+PyObject* tensor_and(PyObject* a, PyObject* b);
+PyObject* tensor_or(PyObject* a, PyObject* b);
+PyObject* tensor_invert(PyObject* a);
+
+const PyType_Slot* math_operator_slots() {
+  static PyType_Slot slots[] = {
+      {Py_nb_power, reinterpret_cast<void*>(pow_slot)},
+      {Py_nb_inplace_power, reinterpret_cast<void*>(pow_inplace_slot)},
+      {Py_tp_richcompare, reinterpret_cast<void*>(tensor_richcompare)},
+      {Py_nb_and, reinterpret_cast<void*>(tensor_and)},
+      {Py_nb_or, reinterpret_cast<void*>(tensor_or)},
+      {Py_nb_invert, reinterpret_cast<void*>(tensor_invert)},
+      {0, nullptr},
+  };
+  return slots;
+}
+
+void init_ops_math(nb::module_& m) {
+  static const OpEntry entries[] = {
+      {"exp", exp_entry, "exp(input) -> Tensor", true, true},
+      {"log", log_entry, "log(input) -> Tensor: natural logarithm", true, true},
+      {"sqrt", sqrt_entry, "sqrt(input) -> Tensor", true, true},
+      {"rsqrt", rsqrt_entry, "rsqrt(input) -> Tensor: 1 / sqrt(input)", true, true},
+      {"abs", abs_entry, "abs(input) -> Tensor", true, true},
+      {"sin", sin_entry, "sin(input) -> Tensor", true, true},
+      {"cos", cos_entry, "cos(input) -> Tensor", true, true},
+      {"tanh", tanh_entry, "tanh(input) -> Tensor", true, true},
+      {"sigmoid", sigmoid_entry, "sigmoid(input) -> Tensor", true, true},
+      {"silu", silu_entry, "silu(input) -> Tensor: input * sigmoid(input)", true, false},
+      {"relu", relu_entry, "relu(input) -> Tensor", true, true},
+      {"gelu", gelu_entry, "gelu(input, approximate='none') -> Tensor ('none' or 'tanh')", true, false},
+      {"exp_", exp_inplace_entry, "exp_(input) -> Tensor: in place, returns input", true, true},
+      {"relu_", relu_inplace_entry, "relu_(input) -> Tensor: in place, returns input", true, true},
+      {"pow", pow_entry, "pow(input, exponent) -> Tensor: Tensor or number base and exponent", true, true},
+      {"pow_", pow_inplace_entry, "pow_(exponent) -> Tensor: in place, returns self", false, true},
+      {"maximum", maximum_entry, "maximum(input, other) -> Tensor: elementwise max", true, true},
+      {"minimum", minimum_entry, "minimum(input, other) -> Tensor: elementwise min", true, true},
+  };
+  register_ops(m, entries);
+}
+
+}  // namespace dg::py

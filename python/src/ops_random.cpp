@@ -1,0 +1,228 @@
+// Random and range factories: rand, randn (*size, dtype=None, requires_grad=False), randint, rand_like,
+// randn_like, arange, bernoulli_mask; the in-place fills uniform_/normal_; get_rng_state/set_rng_state.
+#include <string_view>
+
+#include "common.h"
+
+namespace dg::py {
+
+namespace {
+// The keyword options of the random factories.
+struct RandomOptions {
+  PyObject* dtype = nullptr;
+  PyObject* requires_grad = nullptr;
+  PyObject* size = nullptr;
+};
+
+bool parse_keywords(const char* op, PyObject* const* kwvalues, PyObject* kwnames, RandomOptions& o,
+                    std::initializer_list<std::string_view> extra_names = {}, PyObject** extra_values = nullptr) {
+  if (!kwnames) return true;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+    const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+    std::string_view name = key ? key : "";
+    PyObject* value = kwvalues[k];
+    if (name == "dtype") {
+      o.dtype = value;
+      continue;
+    }
+    if (name == "requires_grad") {
+      o.requires_grad = value;
+      continue;
+    }
+    if (name == "size") {
+      o.size = value;
+      continue;
+    }
+    if (name == "device" && (value == Py_None || (PyUnicode_Check(value) &&
+                                                  std::string_view(PyUnicode_AsUTF8(value)).starts_with("cpu"))))
+      continue;
+    if (name == "generator" && value == Py_None) continue;
+    if (name == "layout" || name == "pin_memory" || name == "memory_format") continue;
+    int i = 0;
+    bool found = false;
+    for (std::string_view e : extra_names) {
+      if (e == name) {
+        extra_values[i] = value;
+        found = true;
+      }
+      ++i;
+    }
+    if (!found) return type_error(op, "got an unexpected keyword argument '%s'", key), false;
+  }
+  return true;
+}
+
+bool resolve(const char* op, const RandomOptions& o, DType fallback, TensorOptions& out) {
+  out.dtype = fallback;
+  if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
+  return to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad);
+}
+
+// rand/randn(*size, *, dtype=None, requires_grad=False): floating dtypes only (torch).
+template <bool Normal>
+PyObject* random_factory(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* op = Normal ? "randn" : "rand";
+  RandomOptions o;
+  if (!parse_keywords(op, args + nargs, kwnames, o)) return nullptr;
+  Dims shape;
+  if (o.size) {
+    if (nargs > 0) return type_error(op, "got multiple values for argument 'size'");
+    if (!to_int_list(op, "size", o.size, shape)) return nullptr;
+  } else if (!to_shape(op, args, nargs, shape)) {
+    return nullptr;
+  }
+  TensorOptions options;
+  if (!resolve(op, o, DType::Float32, options)) return nullptr;
+  return guarded([&] { return wrap(Normal ? randn(shape, options) : rand(shape, options)); });
+}
+
+// rand_like/randn_like(input, *, dtype=None, requires_grad=False)
+template <bool Normal>
+PyObject* random_like(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* op = Normal ? "randn_like" : "rand_like";
+  RandomOptions o;
+  PyObject* input_kw = nullptr;
+  if (!parse_keywords(op, args + nargs, kwnames, o, {"input"}, &input_kw)) return nullptr;
+  if (nargs > 1) return type_error(op, "takes 1 positional argument but %zd were given", nargs);
+  const Tensor* input = to_tensor(op, "input", nargs == 1 ? args[0] : input_kw);
+  TensorOptions options;
+  if (!input || !resolve(op, o, input->dtype(), options)) return nullptr;
+  return guarded([&] { return wrap(Normal ? randn(input->shape(), options) : rand(input->shape(), options)); });
+}
+
+// randint(high, size) / randint(low, high, size), *, dtype=int64, requires_grad=False.
+PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  RandomOptions o;
+  PyObject* kw[2] = {nullptr, nullptr};  // low, high
+  if (!parse_keywords("randint", args + nargs, kwnames, o, {"low", "high"}, kw)) return nullptr;
+  PyObject* low = kw[0];
+  PyObject* high = kw[1];
+  PyObject* size = o.size;
+  if (nargs == 3) low = args[0], high = args[1], size = args[2];
+  else if (nargs == 2 && size) low = args[0], high = args[1];
+  else if (nargs == 2) high = args[0], size = args[1];
+  else if (nargs == 1 && high) low = args[0];
+  else if (nargs == 1) high = args[0];
+  else if (nargs > 3) return type_error("randint", "takes at most 3 positional arguments but %zd were given", nargs);
+  if (!high || !size) return type_error("randint", "missing required argument '%s'", high ? "size" : "high");
+  int64_t lo = 0, hi;
+  Dims shape;
+  if ((low && !to_int_argument("randint", "low", low, lo)) || !to_int_argument("randint", "high", high, hi) ||
+      !to_int_list("randint", "size", size, shape))
+    return nullptr;
+  TensorOptions options;
+  if (!resolve("randint", o, DType::Int64, options)) return nullptr;
+  return guarded([&] {
+    Tensor out = randint(lo, hi, shape, options.dtype);
+    if (options.requires_grad) out.set_requires_grad(true);
+    return wrap(out);
+  });
+}
+
+// arange(end) / arange(start, end, step=1), *, dtype=None, requires_grad=False: the dtype follows the
+// numbers (int64 for ints, float32 when one is a float) unless given.
+PyObject* arange_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  RandomOptions o;
+  PyObject* kw[3] = {nullptr, nullptr, nullptr};  // start, end, step
+  if (!parse_keywords("arange", args + nargs, kwnames, o, {"start", "end", "step"}, kw)) return nullptr;
+  if (nargs > 3) return type_error("arange", "takes at most 3 positional arguments but %zd were given", nargs);
+  PyObject* start = kw[0];
+  PyObject* end = kw[1];
+  PyObject* step = kw[2];
+  if (nargs == 1 && !end) end = args[0];
+  else if (nargs == 1) start = args[0];
+  if (nargs >= 2) start = args[0], end = args[1];
+  if (nargs == 3) step = args[2];
+  if (!end) return type_error("arange", "missing required argument 'end'");
+  Scalar s = 0, e, st = 1;
+  if (!to_scalar_argument("arange", "start", start, 0, s) || !to_scalar_argument("arange", "end", end, 0, e) ||
+      !to_scalar_argument("arange", "step", step, 1, st))
+    return nullptr;
+  std::optional<DType> dtype;
+  if (o.dtype && o.dtype != Py_None) {
+    DType t;
+    if (!to_dtype("arange", o.dtype, t)) return nullptr;
+    dtype = t;
+  }
+  bool requires_grad;
+  if (!to_bool_argument("arange", "requires_grad", o.requires_grad, false, requires_grad)) return nullptr;
+  return guarded([&] {
+    Tensor out = arange(s, e, st, dtype);
+    if (requires_grad) out.set_requires_grad(true);
+    return wrap(out);
+  });
+}
+
+// bernoulli_mask(size, p, *, dtype=bool): 1 with probability p (dygrad-specific; dropout builds on it).
+PyObject* bernoulli_mask_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("bernoulli_mask", {"size", "p", "dtype"}, 2, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  Dims shape;
+  Scalar p;
+  DType dtype = DType::Bool;
+  if (!to_int_list("bernoulli_mask", "size", a[0], shape) || !to_scalar_argument("bernoulli_mask", "p", a[1], 0, p) ||
+      (a[2] && a[2] != Py_None && !to_dtype("bernoulli_mask", a[2], dtype)))
+    return nullptr;
+  return guarded([&] { return wrap(bernoulli_mask(shape, p.to_double(), dtype)); });
+}
+
+// Tensor.uniform_(from=0, to=1) / normal_(mean=0, std=1): in place, without autograd history (torch).
+template <bool Normal>
+PyObject* fill_random_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = Normal ? "normal_" : "uniform_";
+  static const Signature sig(name, {"self", Normal ? "mean" : "from", Normal ? "std" : "to", "generator"}, 3, 1);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "self", a[0]);
+  Scalar p0, p1;
+  if (!input || !to_scalar_argument(name, Normal ? "mean" : "from", a[1], 0, p0) ||
+      !to_scalar_argument(name, Normal ? "std" : "to", a[2], 1, p1))
+    return nullptr;
+  if (a[3] && a[3] != Py_None) return type_error(name, "generators are not supported (use dygrad.manual_seed)");
+  return guarded([&] {
+    DG_CHECK(is_floating(input->dtype()), Type, "[", name, "] expects a floating point tensor, got ", dtype_name(input->dtype()));
+    DG_CHECK(!(grad_enabled() && input->requires_grad() && input->is_leaf()), Runtime, "[", name,
+             "] a leaf Variable that requires grad is being used in an in-place operation (use dygrad.no_grad())");
+    NoGradGuard no_grad;
+    const double a0 = p0.to_double(), a1 = p1.to_double();
+    Tensor r = Normal ? randn(input->shape(), {input->dtype()}) : rand(input->shape(), {input->dtype()});
+    // uniform: from + (to - from) * u; normal: mean + std * z.
+    const double scale = Normal ? a1 : a1 - a0;
+    if (scale != 1.0) r = mul(r, scale);
+    if (a0 != 0.0) r = add(r, a0);
+    copy_(unwrap(a[0]), r);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+}  // namespace
+
+void init_ops_random(nb::module_& m) {
+  static const OpEntry entries[] = {
+      {"rand", random_factory<false>, "rand(*size, dtype=None, requires_grad=False) -> Tensor: uniform on [0, 1)", true, false},
+      {"randn", random_factory<true>, "randn(*size, dtype=None, requires_grad=False) -> Tensor: standard normal", true, false},
+      {"rand_like", random_like<false>, "rand_like(input, *, dtype=None, requires_grad=False) -> Tensor", true, false},
+      {"randn_like", random_like<true>, "randn_like(input, *, dtype=None, requires_grad=False) -> Tensor", true, false},
+      {"randint", randint_entry, "randint(low=0, high, size, *, dtype=int64, requires_grad=False) -> Tensor", true, false},
+      {"arange", arange_entry, "arange(start=0, end, step=1, *, dtype=None, requires_grad=False) -> Tensor", true, false},
+      {"bernoulli_mask", bernoulli_mask_entry, "bernoulli_mask(size, p, dtype=bool) -> Tensor: 1 with probability p", true, false},
+      {"uniform_", fill_random_entry<false>, "uniform_(from=0, to=1) -> Tensor: in place, returns self", false, true},
+      {"normal_", fill_random_entry<true>, "normal_(mean=0, std=1) -> Tensor: in place, returns self", false, true},
+  };
+  register_ops(m, entries);
+  m.def("get_rng_state", [] {
+    RngState s = rng_state();
+    nb::dict d;
+    d["seed"] = s.seed;
+    d["offset"] = s.offset;
+    return d;
+  }, "The generator state as a dict {'seed', 'offset'}; set_rng_state(state) restores it.");
+  m.def("set_rng_state", [](nb::dict state) {
+    if (!state.contains("seed") || !state.contains("offset"))
+      throw nb::type_error("[set_rng_state] expects the dict returned by get_rng_state ({'seed', 'offset'})");
+    set_rng_state(RngState{nb::cast<uint64_t>(state["seed"]), nb::cast<uint64_t>(state["offset"])});
+  }, nb::arg("new_state"));
+}
+
+}  // namespace dg::py

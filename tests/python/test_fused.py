@@ -1,0 +1,156 @@
+"""Fused-op bindings against torch compositions: rms_norm, rotary_position_embedding, swiglu,
+scaled_dot_product_attention, adamw_step (against torch.optim.AdamW); _set_memory_category."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dygrad as dg
+
+rng = np.random.default_rng(5)
+
+
+def pair(shape, requires_grad=False, dtype=np.float64):
+    a = rng.standard_normal(shape).astype(dtype)
+    d, t = dg.tensor(a), torch.tensor(a)
+    if requires_grad:
+        d.requires_grad_(True)
+        t.requires_grad_(True)
+    return d, t
+
+
+def close(d, t, rtol=1e-7, atol=1e-10):
+    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
+    assert tuple(d.shape) == tuple(t.shape)
+    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
+                               rtol=rtol, atol=atol)
+
+
+def backward_both(out_d, out_t):
+    w = rng.standard_normal(tuple(out_t.shape))
+    out_d.backward(dg.tensor(w))
+    out_t.backward(torch.tensor(w))
+
+
+def test_rms_norm():
+    x_d, x_t = pair((3, 4, 8), requires_grad=True)
+    w_d, w_t = pair((8,), requires_grad=True)
+    out_d = dg.rms_norm(x_d, w_d, eps=1e-6)
+    out_t = x_t * torch.rsqrt(x_t.pow(2).mean(-1, keepdim=True) + 1e-6) * w_t
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    close(w_d.grad, w_t.grad)
+    close(dg.rms_norm(x_d), x_t * torch.rsqrt(x_t.pow(2).mean(-1, keepdim=True) + 1e-5))
+    with pytest.raises(TypeError, match=r"\[rms_norm\]"):
+        dg.rms_norm(x_d, weight=1.0)
+
+
+def rope_reference(x, cos, sin, mode):
+    if mode == "interleaved":
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+        return out.flatten(-2)
+    half = x.shape[-1] // 2
+    x0, x1 = x[..., :half], x[..., half:]
+    return torch.cat([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1)
+
+
+@pytest.mark.parametrize("mode", ["interleaved", "rotate_half"])
+def test_rotary_position_embedding(mode):
+    B, H, T, D = 2, 3, 5, 8
+    x_d, x_t = pair((B, H, T, D), requires_grad=True)
+    angles = rng.uniform(0, 6, size=(T, D // 2))
+    cos_d, sin_d = dg.tensor(np.cos(angles)), dg.tensor(np.sin(angles))
+    cos_t, sin_t = torch.tensor(np.cos(angles)), torch.tensor(np.sin(angles))
+    out_d = dg.rotary_position_embedding(x_d, cos_d, sin_d, mode=mode)
+    out_t = rope_reference(x_t, cos_t, sin_t, mode)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    y_d = dg.rotary_position_embedding(x_d.detach().transpose(1, 2), cos_d, sin_d, mode, layout="BTHD")
+    close(y_d.transpose(1, 2), out_t)
+    with pytest.raises(ValueError, match=r"\[rotary_position_embedding\]"):
+        dg.rotary_position_embedding(x_d, cos_d, sin_d, mode="half")
+
+
+def test_swiglu():
+    g_d, g_t = pair((4, 6), requires_grad=True)
+    u_d, u_t = pair((4, 6), requires_grad=True)
+    out_d, out_t = dg.swiglu(g_d, u_d), F.silu(g_t) * u_t
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(g_d.grad, g_t.grad)
+    close(u_d.grad, u_t.grad)
+    x_d, x_t = pair((3, 8))
+    close(dg.swiglu(x_d), F.silu(x_t[:, :4]) * x_t[:, 4:])
+    with pytest.raises(TypeError, match=r"\[swiglu\]"):
+        dg.swiglu(g_d, up=2)
+
+
+@pytest.mark.parametrize("variant", ["plain", "causal", "bool_mask", "float_mask", "scale"])
+def test_scaled_dot_product_attention(variant):
+    q_d, q_t = pair((2, 3, 5, 4), requires_grad=True)
+    k_d, k_t = pair((2, 3, 6, 4), requires_grad=True)
+    v_d, v_t = pair((2, 3, 6, 4), requires_grad=True)
+    kwargs_d, kwargs_t = {}, {}
+    if variant == "causal":
+        kwargs_d = kwargs_t = {"is_causal": True}
+    elif variant == "bool_mask":
+        m = rng.random((5, 6)) > 0.3
+        m[:, 0] = True
+        kwargs_d, kwargs_t = {"attn_mask": dg.tensor(m)}, {"attn_mask": torch.tensor(m)}
+    elif variant == "float_mask":
+        m = rng.standard_normal((3, 1, 6))
+        kwargs_d, kwargs_t = {"attn_mask": dg.tensor(m)}, {"attn_mask": torch.tensor(m)}
+    elif variant == "scale":
+        kwargs_d = kwargs_t = {"scale": 0.3}
+    out_d = dg.scaled_dot_product_attention(q_d, k_d, v_d, **kwargs_d)
+    out_t = F.scaled_dot_product_attention(q_t, k_t, v_t, **kwargs_t)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    for a, b in [(q_d, q_t), (k_d, k_t), (v_d, v_t)]:
+        close(a.grad, b.grad)
+
+
+def test_sdpa_errors():
+    q = dg.ones(1, 2, 3, 4)
+    with pytest.raises(TypeError, match=r"\[scaled_dot_product_attention\]"):
+        dg.scaled_dot_product_attention(q, q, "v")
+    with pytest.raises(NotImplementedError, match=r"\[scaled_dot_product_attention\]"):
+        dg.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+
+
+def test_adamw_step_matches_torch():
+    shapes = [(4, 3), (5,)]
+    params_t = [torch.tensor(rng.standard_normal(s)) for s in shapes]
+    params_d = [dg.tensor(p.numpy().copy()) for p in params_t]
+    exp_avgs = [dg.zeros(*s, dtype=dg.float64) for s in shapes]
+    exp_avg_sqs = [dg.zeros(*s, dtype=dg.float64) for s in shapes]
+    params_t = [torch.nn.Parameter(p) for p in params_t]
+    opt = torch.optim.AdamW(params_t, lr=1e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, foreach=False)
+    for step in (1, 2, 3):
+        grads = [rng.standard_normal(s) for s in shapes]
+        for p, g in zip(params_t, grads):
+            p.grad = torch.tensor(g)
+        opt.step()
+        assert dg.adamw_step(params_d, [dg.tensor(g) for g in grads], exp_avgs, exp_avg_sqs, step, lr=1e-2,
+                             beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1) is None
+    for d, t in zip(params_d, params_t):
+        close(d, t, rtol=1e-10)
+    for d, t in zip(exp_avgs, params_t):
+        close(d, opt.state[t]["exp_avg"], rtol=1e-10)
+    with pytest.raises(TypeError, match=r"\[adamw_step\]"):
+        dg.adamw_step(params_d[0], [], [], [], 1)
+    with pytest.raises(TypeError, match=r"\[adamw_step\]"):
+        dg.adamw_step([1.0], [], [], [], 1)
+
+
+def test_set_memory_category():
+    before = dg.memory_stats()
+    t = dg.zeros(1024)
+    dg._C._set_memory_category(t, "parameter")
+    dg._C._set_memory_category(t, "optimizer_state")
+    with pytest.raises(ValueError, match="_set_memory_category"):
+        dg._C._set_memory_category(t, "weights")
+    assert isinstance(before, dict)

@@ -1,0 +1,85 @@
+"""Linear-algebra bindings against torch: matmul (and @, @=), mm, bmm, outer, linear; grads and errors."""
+import numpy as np
+import pytest
+import torch
+
+import dygrad as dg
+
+rng = np.random.default_rng(4)
+
+
+def pair(shape, requires_grad=False, transposed=False, dtype=np.float64):
+    a = rng.standard_normal(shape[::-1] if transposed else shape).astype(dtype)
+    d, t = dg.tensor(a), torch.tensor(a)
+    if transposed:
+        d, t = d.t(), t.t()
+    if requires_grad:
+        d.requires_grad_(True)
+        t.requires_grad_(True)
+    return d, t
+
+
+def close(d, t, rtol=1e-10, atol=1e-12):
+    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
+    assert tuple(d.shape) == tuple(t.shape)
+    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
+                               rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+                                    ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2))])
+def test_matmul_broadcasting(shapes):
+    a_d, a_t = pair(shapes[0], requires_grad=True)
+    b_d, b_t = pair(shapes[1], requires_grad=True)
+    out_d, out_t = a_d @ b_d, a_t @ b_t
+    close(out_d, out_t)
+    close(dg.matmul(a_d, b_d), torch.matmul(a_t, b_t))
+    close(a_d.matmul(b_d), out_t)
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(a_d.grad, a_t.grad)
+    close(b_d.grad, b_t.grad)
+
+
+def test_mm_bmm_outer_linear():
+    a_d, a_t = pair((3, 4), transposed=True, requires_grad=True)
+    b_d, b_t = pair((4, 2), requires_grad=True)
+    close(dg.mm(a_d, b_d), torch.mm(a_t, b_t))
+    close(a_d.mm(b_d), a_t.mm(b_t))
+    x_d, x_t = pair((2, 3, 4))
+    y_d, y_t = pair((2, 4, 5))
+    close(dg.bmm(x_d, y_d), torch.bmm(x_t, y_t))
+    u_d, u_t = pair((3,))
+    v_d, v_t = pair((4,))
+    close(dg.outer(u_d, v_d), torch.outer(u_t, v_t))
+    close(u_d.outer(v_d), u_t.outer(v_t))
+    w_d, w_t = pair((6, 4), requires_grad=True)
+    bias_d, bias_t = pair((6,), requires_grad=True)
+    out_d = dg.linear(x_d, w_d, bias_d) + dg.linear(x_d, w_d, bias=None)
+    out_t = torch.nn.functional.linear(x_t, w_t, bias_t) + torch.nn.functional.linear(x_t, w_t, bias=None)
+    close(out_d, out_t)
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(w_d.grad, w_t.grad)
+    close(bias_d.grad, bias_t.grad)
+    f_d, f_t = pair((5, 7), dtype=np.float32)
+    g_d, g_t = pair((7, 3), dtype=np.float32)
+    close(f_d @ g_d, f_t @ g_t, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_inplace_and_errors():
+    a_d, a_t = pair((3, 3))
+    b_d, b_t = pair((3, 3))
+    keep = a_d
+    a_d @= b_d
+    a_t @= b_t
+    assert a_d is keep
+    close(a_d, a_t)
+    with pytest.raises(TypeError):
+        a_d @ 2
+    with pytest.raises(TypeError, match=r"\[matmul\]"):
+        dg.matmul(a_d, [[1.0]])
+    with pytest.raises(ValueError, match=r"\[matmul\]|\[mm\]"):
+        dg.matmul(dg.ones(2, 3), dg.ones(2, 3))
+    with pytest.raises(TypeError, match=r"\[mm\]"):
+        dg.mm(dg.ones(2, 3), dg.ones(3, 2, dtype=dg.float64))

@@ -1,0 +1,246 @@
+"""Math, reduction and shape bindings against torch: values, gradients, dtype rules, methods and errors."""
+import numpy as np
+import pytest
+import torch
+
+import dygrad as dg
+
+rng = np.random.default_rng(0)
+
+
+def pair(shape, dtype=np.float64, low=-2.0, high=2.0, transposed=False, requires_grad=False):
+    """The same random values as a dygrad and a torch tensor (transposed: a non-contiguous view)."""
+    a = rng.uniform(low, high, size=shape[::-1] if transposed else shape).astype(dtype)
+    d, t = dg.tensor(a), torch.tensor(a)
+    if transposed:
+        d, t = d.t(), t.t()
+    if requires_grad:
+        d.requires_grad_(True)
+        t.requires_grad_(True)
+    return d, t
+
+
+def close(d, t, rtol=1e-6, atol=1e-7):
+    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
+    assert tuple(d.shape) == tuple(t.shape)
+    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
+                               rtol=rtol, atol=atol)
+
+
+UNARY = {
+    "exp": (-2, 2), "log": (0.1, 3), "sqrt": (0.1, 3), "rsqrt": (0.1, 3), "abs": (-2, 2), "sin": (-3, 3),
+    "cos": (-3, 3), "tanh": (-3, 3), "sigmoid": (-4, 4), "relu": (-2, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("transposed", [False, True])
+def test_unary_values_and_grads(name, transposed):
+    low, high = UNARY[name]
+    d, t = pair((5, 3), low=low, high=high, transposed=transposed, requires_grad=True)
+    out_d, out_t = getattr(dg, name)(d), getattr(torch, name)(t)
+    close(out_d, out_t)
+    close(getattr(d, name)(), out_t)  # the Tensor method
+    w = rng.standard_normal((5, 3) if not transposed else (3, 5)).T if transposed else rng.standard_normal((5, 3))
+    out_d.backward(dg.tensor(np.ascontiguousarray(w)))
+    out_t.backward(torch.tensor(np.ascontiguousarray(w)))
+    close(d.grad, t.grad)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_silu(approximate):
+    d, t = pair((4, 6), requires_grad=True)
+    out_d = dg.gelu(d, approximate=approximate) + dg.silu(d)
+    out_t = torch.nn.functional.gelu(t, approximate=approximate) + torch.nn.functional.silu(t)
+    close(out_d, out_t)
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(d.grad, t.grad)
+
+
+def test_unary_dtype_rules():
+    i = dg.tensor([1, 4, 9])
+    assert dg.sqrt(i).dtype == dg.float32  # integers promote to the default float
+    assert dg.abs(i).dtype == dg.int64
+    assert dg.relu(dg.tensor([1.0, -1.0], dtype=dg.bfloat16)).dtype == dg.bfloat16
+    close(dg.exp(dg.tensor([0.5, 1.0], dtype=dg.float32)), torch.exp(torch.tensor([0.5, 1.0])))
+
+
+def test_inplace_exp_relu():
+    d, t = pair((3, 4))
+    assert d.exp_() is d
+    close(d, t.exp_())
+    d2, t2 = pair((3, 4))
+    r = dg.relu_(d2)
+    assert r is d2
+    close(d2, torch.relu_(t2))
+
+
+def test_pow_forms_and_operator():
+    d, t = pair((3, 4), low=0.5, high=2, requires_grad=True)
+    e_d, e_t = pair((4,), low=-1, high=2, requires_grad=True)
+    close(d ** 2, t ** 2)
+    close(d.pow(0.5), t.pow(0.5))
+    close(2 ** d, 2 ** t)
+    close(2.5 ** d, 2.5 ** t)
+    close(dg.pow(d, e_d), torch.pow(t, e_t))
+    close(dg.pow(3, e_d), torch.pow(3, e_t))
+    out_d, out_t = d ** e_d + 1.5 ** d, t ** e_t + 1.5 ** t
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(d.grad, t.grad)
+    close(e_d.grad, e_t.grad)
+    # dtype rules
+    i = dg.tensor([1, 2, 3])
+    assert (i ** 2).dtype == dg.int64 and (i ** 2.0).dtype == dg.float32 and (2.0 ** i).dtype == dg.float32
+    assert (dg.tensor([1.0], dtype=dg.float32) ** dg.tensor([2.0])).dtype == dg.float32
+    # in place
+    x = dg.tensor([1.0, 2.0, 3.0])
+    y = x
+    x **= 2
+    assert x is y and x.tolist() == [1.0, 4.0, 9.0]
+    assert x.pow_(0.5) is x and x.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(TypeError, match=r"\[pow_\]"):
+        dg.tensor([1, 2]).pow_(0.5)
+    with pytest.raises(TypeError):
+        d ** "x"
+
+
+def test_maximum_minimum_broadcast():
+    a_d, a_t = pair((3, 1, 4), requires_grad=True)
+    b_d, b_t = pair((5, 4), transposed=False, requires_grad=True)
+    out_d = dg.maximum(a_d, b_d) * 2 + a_d.minimum(b_d)
+    out_t = torch.maximum(a_t, b_t) * 2 + a_t.minimum(b_t)
+    close(out_d, out_t)
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(a_d.grad, a_t.grad)
+    close(b_d.grad, b_t.grad)
+    with pytest.raises(TypeError, match=r"\[maximum\]"):
+        dg.maximum(a_d, 1.0)
+
+
+def test_unary_errors():
+    with pytest.raises(TypeError, match=r"\[exp\]"):
+        dg.exp([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"\[exp\]"):
+        dg.exp(dg.ones(2), dg.ones(2))
+    with pytest.raises(TypeError, match=r"\[gelu\]"):
+        dg.gelu(dg.ones(2), approximate=1)
+    close(dg.exp(input=dg.zeros(2)), torch.exp(torch.zeros(2)))
+
+
+# --- reductions -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_dim(name, keepdim):
+    d, t = pair((4, 5), transposed=True, requires_grad=True)
+    r_d, r_t = getattr(dg, name)(d, 1, keepdim=keepdim), getattr(torch, name)(t, 1, keepdim=keepdim)
+    close(r_d.values, r_t.values)
+    close(r_d.indices, r_t.indices)
+    values, indices = r_d  # a tuple
+    assert isinstance(r_d, tuple) and values is r_d[0] and indices is r_d[1]
+    assert type(r_d).__name__ == name
+    r_d.values.sum().backward()
+    r_t.values.sum().backward()
+    close(d.grad, t.grad)
+    close(getattr(d, name)(), getattr(t, name)())                         # all elements
+    close(getattr(d, name)(dim=0).values, getattr(t, name)(dim=0).values)
+    e_d, e_t = pair((5,))
+    close(getattr(dg, name)(d, e_d), getattr(torch, name)(t, e_t))        # elementwise form
+
+
+def test_amax_argmax_logsumexp():
+    d, t = pair((3, 4, 5), requires_grad=True)
+    close(dg.amax(d, (0, 2)), torch.amax(t, (0, 2)))
+    close(d.amin(1, keepdim=True), t.amin(1, keepdim=True))
+    close(dg.amax(d), torch.amax(t))
+    close(dg.argmax(d), torch.argmax(t))
+    close(d.argmax(dim=1), t.argmax(dim=1))
+    close(dg.argmin(d, 2, keepdim=True), torch.argmin(t, 2, keepdim=True))
+    out_d, out_t = dg.logsumexp(d, 1), torch.logsumexp(t, 1)
+    close(out_d, out_t)
+    close(d.logsumexp((0, 2), keepdim=True), t.logsumexp((0, 2), keepdim=True))
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(d.grad, t.grad)
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_std(name):
+    d, t = pair((4, 6), transposed=True, requires_grad=True)
+    f_d, f_t = getattr(dg, name), getattr(torch, name)
+    close(f_d(d), f_t(t))
+    close(f_d(d, 1), f_t(t, 1))
+    close(f_d(d, dim=0, keepdim=True), f_t(t, dim=0, keepdim=True))
+    close(f_d(d, False), f_t(t, False))                                # var(input, unbiased)
+    close(f_d(d, 1, unbiased=False), f_t(t, 1, unbiased=False))
+    close(getattr(d, name)(dim=(0, 1), correction=0), getattr(t, name)(dim=(0, 1), correction=0))
+    out_d, out_t = f_d(d, 1, correction=2), f_t(t, 1, correction=2)
+    out_d.sum().backward()
+    out_t.sum().backward()
+    close(d.grad, t.grad)
+
+
+def test_reduction_errors():
+    with pytest.raises(TypeError, match=r"\[argmax\]"):
+        dg.argmax(dg.ones(3), dim="0")
+    with pytest.raises(IndexError, match=r"\[amax\]"):
+        dg.amax(dg.ones(3), 2)
+    with pytest.raises(TypeError, match=r"\[logsumexp\]"):
+        dg.logsumexp(dg.ones(3))
+
+
+# --- shapes ---------------------------------------------------------------------------------------------------------
+def test_shape_views():
+    d, t = pair((2, 1, 3, 1), requires_grad=True)
+    close(d.squeeze(), t.squeeze())
+    close(dg.squeeze(d, 1), torch.squeeze(t, 1))
+    close(d.squeeze((1, -1)), t.squeeze((1, -1)))
+    close(d.squeeze(0), t.squeeze(0))  # not size 1: unchanged
+    close(d.unsqueeze(-1), t.unsqueeze(-1))
+    close(dg.flatten(d), torch.flatten(t))
+    close(d.flatten(1, 2), t.flatten(1, 2))
+    close(d.flatten(start_dim=2), t.flatten(start_dim=2))
+    close(dg.unflatten(d, 2, (3, 1)), torch.unflatten(t, 2, (3, 1)))
+    close(d.narrow(2, 1, 2), t.narrow(2, 1, 2))
+    close(dg.select(d, 2, -1), torch.select(t, 2, -1))
+    out_d = d.narrow(2, 1, 2).sum() + d.select(0, 1).sum() * 2
+    out_t = t.narrow(2, 1, 2).sum() + t.select(0, 1).sum() * 2
+    out_d.backward()
+    out_t.backward()
+    close(d.grad, t.grad)
+    with pytest.raises(IndexError, match=r"\[squeeze\]"):
+        d.squeeze(7)
+    with pytest.raises(TypeError, match=r"\[unsqueeze\]"):
+        d.unsqueeze(1.0)
+
+
+# --- fuzz: wrong types, arity, huge/negative sizes, NaN and empty tensors raise, never crash ------------------------
+FUZZ_FUNCTIONS = [
+    "exp", "log", "gelu", "pow", "maximum", "max", "min", "amax", "argmax", "logsumexp", "var", "std", "squeeze",
+    "unsqueeze", "flatten", "unflatten", "narrow", "select", "eq", "lt", "where", "masked_fill", "clamp",
+    "logical_and", "softmax", "log_softmax", "embedding", "cross_entropy", "cat", "stack", "split", "chunk",
+    "index_select", "gather", "scatter_add", "index_add", "tril", "rms_norm", "swiglu", "rotary_position_embedding",
+    "scaled_dot_product_attention", "adamw_step", "rand", "randn", "randint", "arange", "bernoulli_mask", "matmul",
+    "mm", "bmm", "outer", "linear",
+]
+
+
+def test_fuzz_bindings_raise_cleanly():
+    fuzz_rng = np.random.default_rng(11)
+    pool = [None, 0, -1, 3, 2 ** 70, -(2 ** 40), 1.5, float("nan"), "x", [], [1, -2], (2, 3), True,
+            dg.ones(2, 3), dg.zeros(0), dg.tensor([1, 0]), dg.tensor([True, False]), dg.tensor(float("nan")),
+            [dg.ones(2)], object()]
+    for name in FUZZ_FUNCTIONS:
+        f = getattr(dg, name)
+        for _ in range(40):
+            args = [pool[i] for i in fuzz_rng.integers(0, len(pool), size=fuzz_rng.integers(0, 5))]
+            try:
+                f(*args)
+            except (TypeError, ValueError, IndexError, RuntimeError, NotImplementedError, OverflowError, MemoryError):
+                pass
+    try:
+        dg.synchronize()
+    except Exception:  # a deferred kernel error from an index out of range is expected here
+        pass
