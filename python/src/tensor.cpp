@@ -3,6 +3,8 @@
 #include <cctype>
 #include <string>
 
+#include <stdexcept>
+
 #include "common.h"
 
 namespace dg::py {
@@ -87,13 +89,15 @@ nb::object item_object(const Tensor& t) {
 }
 
 void init_tensor(nb::module_& m) {
-  static PyType_Slot slots[32];
+  // The type's slots come from each operator family and are fixed when the type is created.
+  static PyType_Slot slots[64];
   {
-    int n = 0;
-    for (const PyType_Slot* s = number_slots(); s->slot; ++s) slots[n++] = *s;
-    for (const PyType_Slot* s = mapping_slots(); s->slot; ++s) slots[n++] = *s;
-    for (const PyType_Slot* s = math_operator_slots(); s->slot; ++s) slots[n++] = *s;
-    for (const PyType_Slot* s = linalg_operator_slots(); s->slot; ++s) slots[n++] = *s;
+    size_t n = 0;
+    for (const PyType_Slot* family : {number_slots(), mapping_slots(), math_operator_slots(), linalg_operator_slots()})
+      for (const PyType_Slot* s = family; s->slot; ++s) {
+        if (n + 1 >= std::size(slots)) throw std::logic_error("dygrad: too many Tensor type slots");
+        slots[n++] = *s;
+      }
     slots[n] = {0, nullptr};
   }
   nb::class_<Tensor> cls(m, "Tensor", nb::type_slots(slots));
