@@ -17,8 +17,9 @@ class Linear(Module):
         self.in_features = in_features
         self.out_features = out_features
         self.weight = Parameter(_C.empty((out_features, in_features), dtype=dtype))
-        self.bias = Parameter(_C.empty((out_features,), dtype=dtype)) if bias else None
-        if not bias:
+        if bias:
+            self.bias = Parameter(_C.empty((out_features,), dtype=dtype))
+        else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 
@@ -72,8 +73,9 @@ class LayerNorm(Module):
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
             self.weight = Parameter(_C.ones(self.normalized_shape, dtype=dtype))
-            self.bias = Parameter(_C.zeros(self.normalized_shape, dtype=dtype)) if bias else None
-            if not bias:
+            if bias:
+                self.bias = Parameter(_C.zeros(self.normalized_shape, dtype=dtype))
+            else:
                 self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)

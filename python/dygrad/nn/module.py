@@ -203,6 +203,46 @@ class Module:
     def eval(self):
         return self.train(False)
 
+    def _apply_to_tensors(self, fn):
+        """Replaces every parameter's and buffer's data with fn(data) (the Parameter objects stay the same)."""
+        with no_grad():
+            for module in self.modules():
+                for p in module._parameters.values():
+                    if p is not None:
+                        p.data = fn(p.data)
+                        if p.grad is not None:
+                            p.grad = fn(p.grad)
+                for name, b in module._buffers.items():
+                    if b is not None:
+                        module._buffers[name] = fn(b)
+        return self
+
+    def to(self, *args, dtype=None, **kwargs):
+        """module.to(dtype) casts floating parameters and buffers, as torch; devices other than cpu raise."""
+        for a in args:
+            if isinstance(a, _C.dtype):
+                dtype = a
+            elif str(a) != "cpu":
+                raise NotImplementedError(f"Module.to: device {a!r} is not available")
+        device = kwargs.pop("device", None)
+        if device is not None and str(device) != "cpu":
+            raise NotImplementedError(f"Module.to: device {device!r} is not available")
+        if dtype is None:
+            return self
+        return self._apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def double(self):
+        return self.to(_C.float64)
+
+    def float(self):
+        return self.to(_C.float32)
+
+    def half(self):
+        return self.to(_C.float16)
+
+    def bfloat16(self):
+        return self.to(_C.bfloat16)
+
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
             p.requires_grad_(requires_grad)
