@@ -25,6 +25,20 @@ def _reduce_ex(self, protocol):
                               else self.detach().float().numpy(), str(self.dtype), self.requires_grad))
 
 
+def _iter(self):
+    # Iterating a tensor walks its first dimension, as torch does (views, via select).
+    if self.dim() == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    return (self.select(0, i) for i in range(self.shape[0]))
+
+
+def _unbind(self, dim=0):
+    return tuple(self.select(dim, i) for i in range(self.shape[dim]))
+
+
 def install():
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
+    _C.Tensor.__iter__ = _iter
+    _C.Tensor.unbind = _unbind
+    _C.unbind = _unbind

@@ -181,7 +181,8 @@ def main(argv=None):
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            last_loss = loss.item()  # the one sync point of the step
+            dg.synchronize()  # the step's device work (backward and update included) ends here
+            last_loss = loss.item()
             dt = time.perf_counter() - t0
             if profiler_session is not None:
                 profiler_session.step()
