@@ -44,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--prompt", default="The ")
     p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--halt-after", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop as a crash would
     return p.parse_args(argv)
 
 
@@ -205,6 +206,8 @@ def main(argv=None):
             metrics.flush()
             if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
                 save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
+            if args.halt_after is not None and step + 1 - start >= args.halt_after:
+                break
     finally:
         loader.close()
         metrics.close()
