@@ -752,8 +752,10 @@ TEST(ProfilerBreakdown, HostBoundProgram) {
       prof::HostOpScope scope("add");
       x = add(x, y);
       // The host is slow between ops (Python-side work). A sleep rather than a busy loop leaves the CPU to
-      // the stream worker, which on a loaded machine would otherwise be the one starved.
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      // the stream worker, which on a loaded machine would otherwise be the one starved; and a sleep shorter
+      // than the worker's spin window (runtime/stream.cpp), so that each Task starts without a futex wake-up
+      // whose latency on a loaded machine would fall outside the host-bound tolerance.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     Stream::cpu().synchronize();
     measured.push_back((std::chrono::steady_clock::now() - t0).count());
