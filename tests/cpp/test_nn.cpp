@@ -249,6 +249,12 @@ TEST(NN, CrossEntropy) {
   const double expected = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 2.0;
   EXPECT_NEAR(cross_entropy(logits, int64_tensor({1}, {})).item<double>(), expected, 1e-12);
   expect_shape(cross_entropy(logits, int64_tensor({1}, {}), "none"), {});
+  // No rows: the mean is NaN, the sum 0, none is empty.
+  Tensor no_rows = zeros(Shape{0, 3}, {DType::Float64});
+  Tensor no_targets = int64_tensor({}, {0});
+  EXPECT_TRUE(std::isnan(cross_entropy(no_rows, no_targets).item<double>()));
+  EXPECT_EQ(cross_entropy(no_rows, no_targets, "sum").item<double>(), 0.0);
+  expect_shape(cross_entropy(no_rows, no_targets, "none"), {0});
   // Every target ignored: the mean is NaN (0 / 0), the sum 0, and the gradient 0 (not NaN) for sum.
   Tensor all_ignored = int64_tensor({-100, -100}, {2});
   EXPECT_TRUE(std::isnan(cross_entropy(zeros(Shape{2, 3}), all_ignored).item<double>()));

@@ -285,6 +285,12 @@ TEST(Reduce, NaNPropagates) {
       Values expected = reference_reduce(cv, {4, 16}, {0}, is_lse ? ReduceFn(ref_logsumexp) : ReduceFn(ref_max));
       expect_close(r, expected, 1e-6, 1e-6, is_lse ? "logsumexp columns with NaN" : "amax columns with NaN");
     }
+    for (bool is_max : {true, false}) {
+      ValuesIndices r = is_max ? max(columns, 0) : min(columns, 0);
+      expect_close(r.values, reference_reduce(cv, {4, 16}, {0}, is_max ? ReduceFn(ref_max) : ReduceFn(ref_min)), 0, 0);
+      expect_close(r.indices, reference_reduce(cv, {4, 16}, {0}, [&](const Values& group) { return double(ref_arg(group, is_max)); }),
+                   0, 0, "column indices with NaN");
+    }
   }
 }
 

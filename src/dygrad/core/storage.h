@@ -26,6 +26,10 @@ class Storage : public RefCounted {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool is_external() const { return external_release_ != nullptr; }
+  // Memory a NumPy array also sees (external, or exported by Tensor.numpy()): dygrad's writes into it
+  // finish before the op call returns (ops/dispatch.cpp).
+  bool shared_with_host() const { return external_release_ != nullptr || exported_.load(std::memory_order_relaxed); }
+  void mark_shared_with_host() { exported_.store(true, std::memory_order_relaxed); }
   MemoryCategory category() const { return category_; }
   void set_category(MemoryCategory c);
 
@@ -54,6 +58,7 @@ class Storage : public RefCounted {
   std::atomic<uint32_t> version_{0};
   std::atomic<uint64_t> last_write_seq_{0};
   std::atomic<uint64_t> poisoned_by_{0};
+  std::atomic<bool> exported_{false};
 };
 
 }  // namespace dg

@@ -6,7 +6,7 @@ namespace dg {
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
   uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, current_call_site());
   for (const Tensor& t : outputs)
-    if (t.defined() && t.storage().is_external()) finish_write_if_external(t, seq);
+    if (t.defined() && t.storage().shared_with_host()) finish_write_if_external(t, seq);
   return seq;
 }
 
@@ -30,7 +30,7 @@ void check_floating(const char* op, const Tensor& t) {
 }
 
 void finish_write_if_external(const Tensor& dst, uint64_t seq) {
-  if (dst.storage().is_external()) Stream::cpu().wait_for(seq);
+  if (dst.storage().shared_with_host()) Stream::cpu().wait_for(seq);
 }
 
 }  // namespace dg

@@ -78,6 +78,8 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   if (stats_.allocated_by_category[c] > stats_.peak_by_category[c])
     stats_.peak_by_category[c] = stats_.allocated_by_category[c];
   if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
+  if (AllocatorObserver* obs = observer())
+    obs->on_memory_event(MemoryEventKind::Allocate, static_cast<int64_t>(nbytes), category, stats_);
   return block;
 }
 
@@ -88,6 +90,8 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
   ++stats_.num_frees;
   stats_.allocated -= static_cast<int64_t>(nbytes);
   stats_.allocated_by_category[static_cast<int>(category)] -= static_cast<int64_t>(nbytes);
+  if (AllocatorObserver* obs = observer())
+    obs->on_memory_event(MemoryEventKind::Free, static_cast<int64_t>(nbytes), category, stats_);
 }
 
 void CachingAllocator::retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
@@ -98,6 +102,13 @@ void CachingAllocator::retag(size_t nbytes, MemoryCategory from, MemoryCategory 
   stats_.allocated_by_category[t] += static_cast<int64_t>(nbytes);
   if (stats_.allocated_by_category[t] > stats_.peak_by_category[t])
     stats_.peak_by_category[t] = stats_.allocated_by_category[t];
+  if (AllocatorObserver* obs = observer())
+    obs->on_memory_event(MemoryEventKind::Retag, static_cast<int64_t>(nbytes), to, stats_);
+}
+
+void CachingAllocator::set_observer(AllocatorObserver* observer) {
+  std::lock_guard<std::mutex> lock(mutex_);  // calls happen under this lock: none is in flight after this
+  observer_.store(observer, std::memory_order_release);
 }
 
 MemoryStats CachingAllocator::stats() const {
@@ -127,6 +138,8 @@ void CachingAllocator::release_cached_locked() {
     }
     free_lists_[idx].clear();
   }
+  if (AllocatorObserver* obs = observer())
+    obs->on_memory_event(MemoryEventKind::ReleaseCache, 0, MemoryCategory::Other, stats_);
 }
 
 }  // namespace dg

@@ -3,6 +3,7 @@
 // exact: `allocated` is the sum of the requested bytes of live blocks. See docs/memory.md.
 #pragma once
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -40,6 +41,18 @@ struct MemoryStats {
   std::array<int64_t, kNumMemoryCategories> peak_by_category{};
 };
 
+// What changed the statistics, for an AllocatorObserver.
+enum class MemoryEventKind : uint8_t { Allocate, Free, Retag, ReleaseCache };
+
+// The profiler's hook (null when off: one branch per allocation). Called on the thread that changed the
+// statistics, under the allocator's lock, after the change: it must not call back into the allocator.
+// For Retag, `category` is the new category and `nbytes` the bytes moved; for ReleaseCache, nbytes is 0.
+struct AllocatorObserver {
+  virtual ~AllocatorObserver() = default;
+  virtual void on_memory_event(MemoryEventKind kind, int64_t nbytes, MemoryCategory category,
+                               const MemoryStats& stats) = 0;
+};
+
 class CachingAllocator {
  public:
   static CachingAllocator& cpu();
@@ -58,6 +71,9 @@ class CachingAllocator {
   void empty_cache();  // returns every cached block to the system
   static size_t bin_size(size_t nbytes);
   static constexpr size_t kAlignment = 64;
+  // Installs the hook; once this returns, no call to the previous observer is in flight.
+  void set_observer(AllocatorObserver* observer);
+  AllocatorObserver* observer() const { return observer_.load(std::memory_order_acquire); }
 
  private:
   CachingAllocator() = default;
@@ -68,6 +84,7 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::vector<std::vector<void*>> free_lists_ = std::vector<std::vector<void*>>(256);
   MemoryStats stats_;
+  std::atomic<AllocatorObserver*> observer_{nullptr};
 };
 
 }  // namespace dg

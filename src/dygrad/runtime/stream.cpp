@@ -97,10 +97,16 @@ uint64_t Stream::enqueue(Task&& task) {
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
     if (StreamObserver* obs = observer()) obs->on_enqueue(task);
     run_task(task);
-    // Completed before published: the worker must never see this Task as queued (its ring slot is empty).
+    // completed_ moves before published_: the worker, which may still be spinning after the last async
+    // Task, runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so
+    // it never takes this inline Task for queued work (docs/stream.md, "Synchronize mode").
     completed_.store(seq, std::memory_order_seq_cst);
     published_.store(seq, std::memory_order_seq_cst);
     reclaimed_ = seq;
+    if (seq >= wait_target_.load(std::memory_order_seq_cst)) {  // another host thread may wait for it
+      done_signal_.fetch_add(1, std::memory_order_seq_cst);
+      done_signal_.notify_all();
+    }
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return seq;
   }
@@ -134,23 +140,26 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
 
 void Stream::worker_loop() {
   for (;;) {
-    uint64_t done = completed_.load(std::memory_order_relaxed);
-    if (published_.load(std::memory_order_acquire) == done) {
+    // Synchronize mode advances both counters from the host: reload them after every wait.
+    uint64_t done = completed_.load(std::memory_order_seq_cst);
+    if (published_.load(std::memory_order_seq_cst) <= done) {
       auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
       int polls = 0;
-      while (published_.load(std::memory_order_acquire) == done) {
+      while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
         cpu_relax();
         if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
           uint32_t signal = work_signal_.load(std::memory_order_seq_cst);
           worker_sleeping_.store(true, std::memory_order_seq_cst);
-          if (published_.load(std::memory_order_seq_cst) == done && !stopping_.load()) work_signal_.wait(signal);
+          if (published_.load(std::memory_order_seq_cst) <= done && !stopping_.load()) work_signal_.wait(signal);
           worker_sleeping_.store(false, std::memory_order_seq_cst);
           spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
         }
       }
+      continue;  // `done` may be stale: synchronize-mode Tasks may have run meanwhile
     }
-    if (completed_.load(std::memory_order_seq_cst) != done) continue;  // a synchronize-mode Task ran inline
+    // An inline Task (synchronize mode) advanced both counters: there is nothing queued to run.
+    if (completed_.load(std::memory_order_acquire) != done) continue;
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {

@@ -51,7 +51,11 @@ void ThreadPool::resize(int num_threads) {
 
 void ThreadPool::start_helpers(int count) {
   stopping_.store(false);
-  for (int i = 0; i < count; ++i) helpers_.emplace_back([this, i] { helper_loop(i + 1); });
+  // The generation is read here, before the thread exists: a helper whose thread starts late still sees
+  // every later bump (stop_helpers' included) as a change.
+  const uint32_t start_generation = generation_.load(std::memory_order_seq_cst);
+  for (int i = 0; i < count; ++i)
+    helpers_.emplace_back([this, i, start_generation] { helper_loop(i + 1, start_generation); });
 }
 
 void ThreadPool::stop_helpers() {
@@ -86,18 +90,14 @@ void ThreadPool::work_on_job(Job& job) {
   }
 }
 
-void ThreadPool::helper_loop(int) {
+void ThreadPool::helper_loop(int, uint32_t seen) {
   tls_in_parallel = true;
-  uint32_t seen = generation_.load(std::memory_order_acquire);
   for (;;) {
     // Spin for a short while, then sleep until the generation changes.
     auto spin_until = std::chrono::steady_clock::now() + kHelperSpin;
     uint32_t g;
     int polls = 0;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-      // A helper whose thread starts only after stop_helpers() bumped the generation took that bump as its
-      // starting point and would sleep through it: it reads the flag instead.
-      if (stopping_.load(std::memory_order_acquire)) return;
       cpu_relax();
       if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
         sleeping_helpers_.fetch_add(1, std::memory_order_seq_cst);
@@ -139,7 +139,12 @@ void ThreadPool::run(int64_t num_chunks, FunctionRef<void(int64_t)> body) {
   tls_in_parallel = false;
   // The caller is the device thread: it spins until the helpers finish their chunks, then retires the job.
   // A helper that loaded job_ before the store below is counted in active_helpers_, so we wait for it.
-  while (job.chunks_done.load(std::memory_order_acquire) < num_chunks) cpu_relax();
+  // Spin, but yield the core now and then: when the machine is oversubscribed the helper we wait for may be
+  // waiting for this very core (measured with bench/bench_gemm.cpp on a loaded 2-core machine).
+  for (int polls = 1; job.chunks_done.load(std::memory_order_acquire) < num_chunks; ++polls) {
+    cpu_relax();
+    if (polls % 256 == 0) std::this_thread::yield();
+  }
   job_.store(nullptr, std::memory_order_seq_cst);
   while (active_helpers_.load(std::memory_order_seq_cst) != 0) cpu_relax();
   if (job.error) std::rethrow_exception(job.error);

@@ -44,7 +44,7 @@ class ThreadPool {
   void start_helpers(int count);
   void stop_helpers();
   struct Job;
-  void helper_loop(int index);
+  void helper_loop(int index, uint32_t start_generation);
   static void work_on_job(Job& job);
 
   int num_threads_ = 1;

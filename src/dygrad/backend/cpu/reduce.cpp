@@ -3,6 +3,7 @@
 // range into chunks fixed by its length (not the thread count) and combines them in order. Both keep
 // results bitwise identical across thread counts (docs/threading.md).
 #include "dygrad/backend/cpu/reduce.h"
+#include "dygrad/backend/cpu/vec_math.h"
 
 #include <cmath>
 #include <vector>
@@ -186,7 +187,7 @@ void logsumexp_kernel(Task& task) {
     };
     if (is_column_layout(L)) {
       reduce_columns<C>(x, L, C(-INFINITY), [](C best, C v, int64_t) { return max_propagating_nan(best, v); }, store_max);
-      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + std::exp(v - maxima[static_cast<size_t>(o)]); },
+      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + vm::exp(v - maxima[static_cast<size_t>(o)]); },
                         finish);
       return;
     }
@@ -198,7 +199,7 @@ void logsumexp_kernel(Task& task) {
         [&](int64_t o, int64_t b, int64_t e) {
           const C m = maxima[static_cast<size_t>(o)];
           if (!std::isfinite(m)) return C(0);
-          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
+          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
         },
         plus<C>, finish);
   });
@@ -335,7 +336,7 @@ void logsumexp_backward_kernel(Task& task) {
     for_each_output_pair(La, Lg, [&](int64_t o, int64_t a_row, int64_t g_row) {
       const C lse = static_cast<C>(result[o]), scale = static_cast<C>(gv[o]);
       for_each_reduced_pair(La, Lg, [&](int64_t ao, int64_t go) {
-        out[g_row + go] = static_cast<T>(scale * std::exp(static_cast<C>(x[a_row + ao]) - lse));
+        out[g_row + go] = static_cast<T>(scale * vm::exp(static_cast<C>(x[a_row + ao]) - lse));
       });
     });
   });

@@ -99,6 +99,40 @@ void extremum_with_index(Task& task, bool with_values) {
     const T* x = in.data<T>();
     T* values = with_values ? task.outputs[0].data<T>() : nullptr;
     int64_t* indices = task.outputs[with_values ? 1 : 0].data<int64_t>();
+    if (is_column_layout(L)) {
+      // Blocks of adjacent outputs j: best[j] and its index over r in order, a later element winning only
+      // when it replaces the best (the first extremum, or the first NaN).
+      constexpr int64_t kBlock = 256;
+      const int64_t inner = L.out_sizes.back(), outer = L.num_outputs / inner;
+      const int64_t blocks = (inner + kBlock - 1) / kBlock;
+      parallel_for(0, outer * blocks, std::max<int64_t>(1, kReduceGrain / (L.num_reduced * kBlock)), [&](int64_t lo, int64_t hi) {
+        C best[kBlock];
+        int64_t where[kBlock];
+        for (int64_t job = lo; job < hi; ++job) {
+          const int64_t j0 = (job % blocks) * kBlock, jn = std::min(kBlock, inner - j0);
+          const int64_t o0 = (job / blocks) * inner + j0;
+          const T* base = x + L.output_offset(o0);
+          for (int64_t j = 0; j < jn; ++j) {
+            best[j] = static_cast<C>(base[j]);
+            where[j] = 0;
+          }
+          for (int64_t r = 1; r < L.num_reduced; ++r) {
+            const T* row = base + (L.reduced_is_single_stride() ? r * L.red_strides[0] : L.reduced_offset(r));
+            for (int64_t j = 0; j < jn; ++j) {
+              const C v = static_cast<C>(row[j]);
+              const bool take = replaces<IsMax>(best[j], v);
+              best[j] = take ? v : best[j];
+              where[j] = take ? r : where[j];
+            }
+          }
+          for (int64_t j = 0; j < jn; ++j) {
+            if (values) values[o0 + j] = static_cast<T>(best[j]);
+            indices[o0 + j] = where[j];
+          }
+        }
+      });
+      return;
+    }
     reduce_each_output<Best>(
         L, [&](int64_t o, int64_t b, int64_t e) { return first_extremum<IsMax, T, C>(x + L.output_offset(o), L, b, e); },
         // Partials arrive in index order: a later one wins only when strictly better.

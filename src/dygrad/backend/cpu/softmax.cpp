@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/reduce.h"
+#include "dygrad/backend/cpu/vec_math.h"
 #include "dygrad/runtime/error.h"
 
 namespace dg::cpu {
@@ -73,14 +74,14 @@ void softmax_forward(Task& task) {
             for (int64_t j = 0; j < jn; ++j) m[j] = max_propagating_nan(m[j], static_cast<C>(xb[r * sx + j]));
           if constexpr (!Log && std::is_same_v<T, C>) {  // keep exp(x - m) in y, then scale: one exp per element
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = std::exp(xb[r * sx + j] - m[j]));
+              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = vm::exp(xb[r * sx + j] - m[j]));
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
               for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] *= s[j];
             continue;
           }
           for (int64_t r = 0; r < D; ++r)
-            for (int64_t j = 0; j < jn; ++j) s[j] += std::exp(static_cast<C>(xb[r * sx + j]) - m[j]);
+            for (int64_t j = 0; j < jn; ++j) s[j] += vm::exp(static_cast<C>(xb[r * sx + j]) - m[j]);
           if constexpr (Log) {
             for (int64_t j = 0; j < jn; ++j) s[j] = std::log(s[j]);
             for (int64_t r = 0; r < D; ++r)
@@ -88,7 +89,7 @@ void softmax_forward(Task& task) {
           } else {
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(std::exp(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
+              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(vm::exp(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
           }
         }
       });
@@ -101,13 +102,13 @@ void softmax_forward(Task& task) {
         const C m = row_extremum<true, C>(xr, Lx, 0, D);
         if constexpr (!Log && std::is_same_v<T, C>) {
           if (sx == 1 && sy == 1) {  // keep exp(x - m) in y, then scale: one exp per element
-            const C s = row_sum<C>(D, [&](int64_t r) { return yr[r] = std::exp(xr[r] - m); });
+            const C s = row_sum<C>(D, [&](int64_t r) { return yr[r] = vm::exp(xr[r] - m); });
             const C inv = C(1) / s;
             for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
             continue;
           }
         }
-        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
+        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
         if constexpr (Log) {
           const C log_s = std::log(s);
           if (sx == 1 && sy == 1) {
@@ -118,9 +119,9 @@ void softmax_forward(Task& task) {
         } else {
           const C inv = C(1) / s;
           if (sx == 1 && sy == 1) {
-            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(std::exp(static_cast<C>(xr[r]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(vm::exp(static_cast<C>(xr[r]) - m) * inv);
           } else {
-            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(std::exp(static_cast<C>(xr[r * sx]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(vm::exp(static_cast<C>(xr[r * sx]) - m) * inv);
           }
         }
       }
@@ -164,7 +165,7 @@ void softmax_backward(Task& task) {
           for (int64_t r = 0; r < D; ++r)
             for (int64_t j = 0; j < jn; ++j) {
               const C yv = static_cast<C>(yb[r * sy + j]), gv = static_cast<C>(gb[r * sg + j]);
-              out[r * sgx + j] = static_cast<T>(Log ? gv - std::exp(yv) * total[j] : yv * (gv - total[j]));
+              out[r * sgx + j] = static_cast<T>(Log ? gv - vm::exp(yv) * total[j] : yv * (gv - total[j]));
             }
         }
       });
@@ -181,10 +182,10 @@ void softmax_backward(Task& task) {
                                : row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
           if (unit) {
             for (int64_t r = 0; r < D; ++r)
-              out[r] = static_cast<T>(static_cast<C>(gr[r]) - std::exp(static_cast<C>(yr[r])) * total);
+              out[r] = static_cast<T>(static_cast<C>(gr[r]) - vm::exp(static_cast<C>(yr[r])) * total);
           } else {
             for (int64_t r = 0; r < D; ++r)
-              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - std::exp(static_cast<C>(yr[r * sy])) * total);
+              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - vm::exp(static_cast<C>(yr[r * sy])) * total);
           }
         } else {
           const C dot = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]) * static_cast<C>(yr[r]); })
@@ -245,7 +246,7 @@ void cross_entropy_kernel(Task& task) {
         check_target(t, num_classes);
         const T* row = x + L.output_offset(o);
         const C m = num_classes > 0 ? row_extremum<true, C>(row, L, 0, num_classes) : C(-INFINITY);
-        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + std::exp(v - m); }, plus<C>);
+        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
         lse[o] = m + std::log(s);
         row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
       }
@@ -297,12 +298,12 @@ void cross_entropy_backward_kernel(Task& task) {
         const T* row = x + L.output_offset(o);
         const C scale = static_cast<C>(g[reduction == kReductionNone ? o : 0]) / divisor, shift = lse[o];
         if (sx == 1 && sg == 1) {
-          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * std::exp(static_cast<C>(row[c]) - shift));
+          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * vm::exp(static_cast<C>(row[c]) - shift));
         } else {
           for (int64_t c = 0; c < num_classes; ++c)
-            dst[c * sg] = static_cast<T>(scale * std::exp(static_cast<C>(row[c * sx]) - shift));
+            dst[c * sg] = static_cast<T>(scale * vm::exp(static_cast<C>(row[c * sx]) - shift));
         }
-        dst[t * sg] = static_cast<T>(scale * (std::exp(static_cast<C>(row[t * sx]) - shift) - C(1)));
+        dst[t * sg] = static_cast<T>(scale * (vm::exp(static_cast<C>(row[t * sx]) - shift) - C(1)));
       }
     });
   });

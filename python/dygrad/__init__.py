@@ -1,0 +1,52 @@
+"""dygrad: eager-mode deep learning with an async stream executor and a PyTorch-aligned API.
+
+`import dygrad as dg`, then use it as you would use torch: dg.tensor, dg.zeros, dg.add, x + y, x.backward(),
+dg.no_grad(). Ops are bound straight to the C++ core (dygrad._C); this package adds the Python-only pieces.
+"""
+import atexit as _atexit
+
+from . import _C
+from ._C import Tensor, dtype  # noqa: F401
+
+# Every public name of the extension (ops, factories, dtypes, runtime functions) is dygrad.<name>.
+for _name in dir(_C):
+    if not _name.startswith("_"):
+        globals()[_name] = getattr(_C, _name)
+del _name
+
+from ._size import Size  # noqa: E402
+from . import _tensor  # noqa: E402
+from . import autograd  # noqa: E402
+from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .runtime import Context, get_context, set_context  # noqa: E402,F401
+
+_C._set_size_type(Size)
+_tensor.install()
+# Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
+_atexit.register(_C._interpreter_exiting)
+
+__version__ = "0.1.0"
+
+
+def _rebuild_tensor(array, dtype_name, requires_grad):
+    """Unpickles a Tensor (see dygrad/_tensor.py)."""
+    t = tensor(array, dtype=getattr(_C, dtype_name.split(".")[-1]))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def is_tensor(obj):
+    """True when obj is a dygrad Tensor (or a subclass such as nn.Parameter)."""
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
+
+
+def numel(input):
+    return input.numel()
+
+
+# Subpackages in pure Python on top of the ops (imported last: they use the names above).
+from . import nn, optim  # noqa: E402,F401
+from . import data, models  # noqa: E402,F401

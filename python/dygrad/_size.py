@@ -1,0 +1,23 @@
+"""dygrad.Size: the type of Tensor.shape, a tuple of ints printed as torch.Size is."""
+
+
+class Size(tuple):
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"dygrad.Size({list(self)})"
+
+    __str__ = __repr__
+
+    def __getitem__(self, key):
+        item = tuple.__getitem__(self, key)
+        return Size(item) if isinstance(key, slice) else item
+
+    def __add__(self, other):
+        return Size(tuple.__add__(self, tuple(other)))
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n

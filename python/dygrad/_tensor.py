@@ -1,0 +1,30 @@
+"""Tensor methods written in Python: the ones no hot path calls (copying, pickling support)."""
+from . import _C
+
+
+def _deepcopy(self, memo):
+    if id(self) in memo:
+        return memo[id(self)]
+    data = self.detach().clone()
+    if type(self) is _C.Tensor:
+        copy = data.requires_grad_(self.requires_grad) if self.is_floating_point() else data
+    else:  # a subclass such as nn.Parameter keeps its class
+        copy = _C.Tensor._make_subclass(type(self), data, self.requires_grad)
+        copy.__dict__.update({k: v for k, v in getattr(self, "__dict__", {}).items()})
+    if self.grad is not None:
+        copy.grad = self.grad.detach().clone()
+    memo[id(self)] = copy
+    return copy
+
+
+def _reduce_ex(self, protocol):
+    # Pickled through NumPy (a copy of the data); autograd history is not kept, requires_grad is.
+    from . import _rebuild_tensor
+
+    return (_rebuild_tensor, (self.detach().contiguous().numpy().copy() if self.dtype is not _C.bfloat16
+                              else self.detach().float().numpy(), str(self.dtype), self.requires_grad))
+
+
+def install():
+    _C.Tensor.__deepcopy__ = _deepcopy
+    _C.Tensor.__reduce_ex__ = _reduce_ex

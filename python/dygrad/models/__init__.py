@@ -1,0 +1,2 @@
+"""dygrad.models: reference model implementations."""
+from . import llama  # noqa: F401

@@ -1,0 +1,192 @@
+"""LLaMA-style decoder (the model of ../shared/docs/BENCHMARKS.md): byte-level vocabulary, pre-RMSNorm, fused
+QKV projection, rotary embedding on q and k (interleaved pairs, theta 10000), causal attention, SwiGLU MLP
+w2(silu(w1 x) * w3 x), final RMSNorm, untied head, mean cross-entropy. No biases.
+
+Notation: B batch, T sequence, C model dim, H heads, D head dim (C = H * D), F ffn dim, V vocabulary.
+
+`fused=True` (default) uses dygrad's fused kernels (rms_norm, rotary_position_embedding, swiglu,
+scaled_dot_product_attention, cross_entropy); `fused=False` composes them from basic ops exactly as a PyTorch
+user writes them (../shared/bench/torch_ref.py with SDPA=0), for the unfused-path benchmark and parity checks.
+"""
+import math
+from dataclasses import dataclass
+
+from .. import _C
+from .. import nn
+from ..nn import functional as F
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    n_layers: int
+    dim: int
+    n_heads: int
+    ffn_dim: int
+    vocab_size: int = 256
+    seq_len: int = 256
+    batch_size: int = 8
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self):
+        return self.dim // self.n_heads
+
+    def num_params(self):
+        per_layer = 2 * self.dim + 4 * self.dim * self.dim + 3 * self.dim * self.ffn_dim
+        return self.n_layers * per_layer + 2 * self.vocab_size * self.dim + self.dim
+
+    def flops_per_token(self):
+        """The PaLM/nanoGPT estimate 6N + 12 L d T (the MFU numerator)."""
+        return 6 * self.num_params() + 12 * self.n_layers * self.dim * self.seq_len
+
+
+CONFIGS = {
+    "tiny": LlamaConfig(n_layers=4, dim=256, n_heads=4, ffn_dim=688, seq_len=256, batch_size=8),
+    "bench": LlamaConfig(n_layers=6, dim=384, n_heads=6, ffn_dim=1024, seq_len=256, batch_size=8),
+    "small": LlamaConfig(n_layers=12, dim=768, n_heads=12, ffn_dim=2048, seq_len=512, batch_size=4),
+}
+
+
+def rope_tables(head_dim, seq_len, theta=10000.0, dtype=None):
+    """cos, sin [T, D/2] for the interleaved rotary embedding."""
+    inv = [1.0 / (theta ** (2 * i / head_dim)) for i in range(head_dim // 2)]
+    ang = [[t * f for f in inv] for t in range(seq_len)]
+    cos = _C.tensor([[math.cos(a) for a in row] for row in ang], dtype=dtype or _C.float32)
+    sin = _C.tensor([[math.sin(a) for a in row] for row in ang], dtype=dtype or _C.float32)
+    return cos, sin
+
+
+def rope_composed(x, cos, sin):
+    """x [B, H, T, D]: rotate interleaved pairs (2i, 2i+1), written with basic ops as torch_ref.py does."""
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return _C.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps, fused):
+        super().__init__()
+        self.eps, self.fused = eps, fused
+        self.weight = nn.Parameter(_C.ones((dim,)))
+
+    def forward(self, x):
+        if self.fused:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return x * _C.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, fused):
+        super().__init__()
+        self.n_heads, self.fused = cfg.n_heads, fused
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, fused)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps, fused)
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.o = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, C = x.shape
+        H = self.n_heads
+        # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
+        q, k, v = self.qkv(self.attn_norm(x)).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        if self.fused:
+            q = F.rotary_position_embedding(q, cos, sin, "interleaved")
+            k = F.rotary_position_embedding(k, cos, sin, "interleaved")
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            q, k = rope_composed(q, cos, sin), rope_composed(k, cos, sin)
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
+        x = x + self.o(y)
+        h = self.mlp_norm(x)
+        if self.fused:
+            return x + self.w2(F.swiglu(self.w1(h), self.w3(h)))
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg, fused=True):
+        super().__init__()
+        self.cfg, self.fused = cfg, fused
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg, fused) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, fused)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg.head_dim, cfg.seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("causal_mask", _C.triu(_C.ones((cfg.seq_len, cfg.seq_len), dtype=_C.bool), 1),
+                             persistent=False)
+
+    def forward(self, idx, targets=None):
+        """idx [B, T] int64 token ids; returns logits [B, T, V], or the mean loss when targets are given."""
+        B, T = idx.shape
+        if T > self.cfg.seq_len:
+            raise ValueError(f"[llama] sequence length {T} exceeds the model's {self.cfg.seq_len}")
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        mask = self.causal_mask[:T, :T]
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)
+        logits = self.head(self.norm(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Samples continuations of idx [B, T0] (no KV cache: recomputes the window each step)."""
+        from ..autograd import no_grad
+        with no_grad():
+            for _ in range(max_new_tokens):
+                window = idx[:, -self.cfg.seq_len:]
+                logits = self.forward(window)[:, -1, :] / max(temperature, 1e-6)
+                if top_k is not None:
+                    kth = logits.topk(top_k, -1)[0][:, -1:] if hasattr(logits, "topk") else None
+                    if kth is not None:
+                        logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                nxt = _C.multinomial(probs, 1) if hasattr(_C, "multinomial") else _sample(probs)
+                idx = _C.cat((idx, nxt), 1)
+        return idx
+
+
+def _sample(probs):
+    """Inverse-CDF sampling of one id per row of probs [B, V] with dygrad's RNG."""
+    cdf = probs.cumsum(-1) if hasattr(probs, "cumsum") else None
+    u = _C.rand((probs.shape[0], 1), dtype=probs.dtype)
+    if cdf is not None:
+        return (cdf < u).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1).long()
+    # Without cumsum: the host draws from the (small, V=256) distribution.
+    import random
+    rows = probs.tolist()
+    out = []
+    for r, uu in zip(rows, u.tolist()):
+        acc, pick = 0.0, len(r) - 1
+        for i, p in enumerate(r):
+            acc += p
+            if uu[0] < acc:
+                pick = i
+                break
+        out.append([pick])
+    del random
+    return _C.tensor(out, dtype=_C.int64)
+
+
+# torch_ref.py's parameter names -> this model's (the reference's RMSNorm weight is called `w`).
+def reference_key(name):
+    name = name.replace("emb.", "embed.", 1) if name.startswith("emb.") else name
+    name = name.replace(".n1.w", ".attn_norm.weight").replace(".n2.w", ".mlp_norm.weight")
+    if name == "norm.w":
+        name = "norm.weight"
+    return name
+
+
+def load_reference_state_dict(model, arrays):
+    """Loads the weights of ../shared/bench/torch_ref.py's LLaMA given as {name: numpy array}."""
+    state = {reference_key(k): _C.from_numpy(v.copy()) for k, v in arrays.items() if not k.startswith(("cos", "sin", "mask"))}
+    return model.load_state_dict(state, strict=True)

@@ -1,0 +1,44 @@
+"""SGD with momentum, dampening, weight decay and Nesterov, as torch.optim.SGD."""
+from ..autograd import no_grad
+from .optimizer import Optimizer, required
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *, maximize=False):
+        if lr is not required and lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize))
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from ..autograd import enable_grad
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    d_p = p.grad if not group["maximize"] else -p.grad
+                    if group["weight_decay"] != 0:
+                        d_p = d_p.add(p, alpha=group["weight_decay"])
+                    if momentum != 0:
+                        state = self.state[p]
+                        buf = state.get("momentum_buffer")
+                        if buf is None:
+                            buf = d_p.clone().detach()
+                            state["momentum_buffer"] = buf
+                        else:
+                            buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
+                        d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+                    p.add_(d_p, alpha=-lr)
+        return loss

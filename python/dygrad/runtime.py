@@ -1,0 +1,39 @@
+"""Runtime flags: dygrad.set_context / get_context (deterministic, synchronize, num_threads)."""
+from dataclasses import dataclass
+
+from . import _C
+
+
+@dataclass(frozen=True)
+class Context:
+    deterministic: bool = False  # bitwise-identical results across runs and thread counts
+    synchronize: bool = False  # run each op inline on the calling thread (errors raised at the call)
+    num_threads: int = 0  # intra-op pool size, the stream worker included
+
+
+def get_context():
+    """The current flags, as a Context."""
+    deterministic, synchronize, num_threads = _C._get_context()
+    return Context(deterministic, synchronize, num_threads)
+
+
+def set_context(context=None, *, deterministic=None, synchronize=None, num_threads=None):
+    """Changes the flags given (a Context, or keywords); the others keep their values."""
+    current = get_context() if context is None else context
+    if not isinstance(current, Context):
+        raise TypeError(f"[set_context] expected a dygrad.Context, got {type(current).__name__}")
+    values = {
+        "deterministic": current.deterministic if deterministic is None else deterministic,
+        "synchronize": current.synchronize if synchronize is None else synchronize,
+        "num_threads": current.num_threads if num_threads is None else num_threads,
+    }
+    for name in ("deterministic", "synchronize"):
+        if not isinstance(values[name], bool):
+            raise TypeError(f"[set_context] {name} must be bool, not {type(values[name]).__name__}")
+    n = values["num_threads"]
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"[set_context] num_threads must be int, not {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"[set_context] num_threads must be positive (got {n})")
+    # 0 keeps the pool as it is (resizing drains the stream and restarts the helper threads).
+    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n)

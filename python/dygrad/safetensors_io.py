@@ -1,0 +1,59 @@
+"""Reading and writing the safetensors format (a little-endian u64 header length, a JSON header mapping names
+to dtype/shape/data_offsets plus optional string __metadata__, then the raw tensor bytes), with atomic saves:
+the file is written under a temporary name, fsynced, then renamed over the old one, so a crash mid-save never
+loses the previous checkpoint."""
+import json
+import os
+import struct
+
+import numpy as np
+
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+           "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+_NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
+
+
+def save_file(arrays, path, metadata=None):
+    """arrays: {name: numpy array}; metadata: {str: str}."""
+    header, offset, blobs = {}, 0, []
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        if a.dtype not in _NAMES:
+            raise TypeError(f"[safetensors] unsupported dtype {a.dtype} for {name}")
+        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for b in blobs:
+            fh.write(b)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_file(path):
+    """Returns ({name: numpy array}, metadata dict)."""
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n).decode("utf-8"))
+        data = fh.read()
+    metadata = header.pop("__metadata__", {})
+    arrays = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
+        arrays[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(info["shape"]).copy()
+    return arrays, metadata

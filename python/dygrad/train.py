@@ -1,0 +1,226 @@
+"""The main job: train a LLaMA-style model on a text corpus with live metrics, periodic validation, atomic
+checkpoints that resume exactly, metrics.jsonl, and a generated sample at the end.
+
+    python3 -m dygrad.train --config tiny --steps 300 --out runs/tiny
+    python3 -m dygrad.train --data my.txt --resume --out runs/tiny
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import dygrad as dg
+from dygrad import data as dgdata
+from dygrad.models import llama
+from dygrad.safetensors_io import load_file, save_file
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m dygrad.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", default="tiny", choices=sorted(llama.CONFIGS), help="model size (BENCHMARKS.md)")
+    p.add_argument("--steps", type=int, default=300, help="training steps (total, counting resumed ones)")
+    p.add_argument("--data", default=None, help="a text file or a uint16 token file (*.bin); default: the "
+                   "offline default corpus (Debian's fortunes)")
+    p.add_argument("--out", default="runs/tiny", help="directory for checkpoints, metrics.jsonl and reports")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.safetensors")
+    p.add_argument("--batch-size", type=int, default=None, help="default: the config's")
+    p.add_argument("--seq-len", type=int, default=None, help="default: the config's")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min-lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=int, default=20, help="linear warm-up steps, then cosine decay to --min-lr")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--eval-interval", type=int, default=100)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--save-interval", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
+    p.add_argument("--unfused", action="store_true", help="compose the LLM ops from basic ops")
+    p.add_argument("--sample-tokens", type=int, default=200, help="length of the text generated at the end")
+    p.add_argument("--prompt", default="The ")
+    p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def lr_at(step, args):
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def measure_gemm_peak(dtype=None, n=1024, repeats=5):
+    """The machine's GEMM FLOP/s in this dtype, measured now with dygrad's own matmul (the MFU denominator)."""
+    a = dg.randn((n, n), dtype=dtype or dg.float32)
+    b = dg.randn((n, n), dtype=dtype or dg.float32)
+    (a @ b).sum().item()
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        c = a @ b
+        dg.synchronize()
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
+    del c
+    return best
+
+
+def checkpoint_path(out):
+    return os.path.join(out, "checkpoint.safetensors")
+
+
+def save_checkpoint(path, model, optimizer, step, args):
+    arrays = {"model." + k: v.numpy() for k, v in model.state_dict().items()}
+    for i, (p, state) in enumerate((p, optimizer.state[p]) for g in optimizer.param_groups for p in g["params"]):
+        if state:
+            arrays[f"optim.{i}.exp_avg"] = state["exp_avg"].numpy()
+            arrays[f"optim.{i}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
+    rng = dg.get_rng_state() if hasattr(dg, "get_rng_state") else None
+    meta = {"step": step, "config": args.config,
+            "optim_steps": json.dumps([optimizer.state[p].get("step", 0) for g in optimizer.param_groups
+                                       for p in g["params"]]),
+            "rng": json.dumps(rng) if rng is not None else ""}
+    save_file(arrays, path, meta)
+
+
+def load_checkpoint(path, model, optimizer):
+    arrays, meta = load_file(path)
+    model.load_state_dict({k[6:]: dg.from_numpy(v) for k, v in arrays.items() if k.startswith("model.")})
+    steps = json.loads(meta["optim_steps"])
+    for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
+        if f"optim.{i}.exp_avg" in arrays:
+            optimizer.state[p] = {"step": steps[i], "exp_avg": dg.tensor(arrays[f"optim.{i}.exp_avg"]),
+                                  "exp_avg_sq": dg.tensor(arrays[f"optim.{i}.exp_avg_sq"])}
+    if meta.get("rng") and hasattr(dg, "set_rng_state"):
+        dg.set_rng_state(json.loads(meta["rng"]))
+    return int(meta["step"])
+
+
+def evaluate(model, dataset, batches, batch_size, seed):
+    losses = []
+    with dg.no_grad():
+        for i in range(batches):
+            x, y = dataset.sample(batch_size, np.random.default_rng([seed, 1_000_000_007, i]))
+            losses.append(model(dg.from_numpy(x), dg.from_numpy(y)).item())
+    return float(np.mean(losses))
+
+
+class Progress:
+    """A one-line live progress bar on a terminal, plain log lines otherwise."""
+
+    def __init__(self, total, quiet):
+        self.total, self.quiet = total, quiet
+        self.tty = sys.stdout.isatty()
+
+    def update(self, step, fields, force_line=False):
+        if self.quiet:
+            return
+        width = 24
+        done = int(width * (step + 1) / self.total)
+        bar = "#" * done + "." * (width - done)
+        text = f"[{bar}] {step + 1}/{self.total} " + " ".join(fields)
+        if self.tty and not force_line:
+            print("\r" + text, end="", flush=True)
+        else:
+            print(text, flush=True)
+
+    def newline(self):
+        if self.tty and not self.quiet:
+            print()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = llama.CONFIGS[args.config]
+    batch = args.batch_size or cfg.batch_size
+    seq = args.seq_len or cfg.seq_len
+    if seq != cfg.seq_len:
+        from dataclasses import replace
+        cfg = replace(cfg, seq_len=seq)
+    os.makedirs(args.out, exist_ok=True)
+    if args.threads:
+        dg.set_context(num_threads=args.threads)
+    dg.manual_seed(args.seed)
+
+    train_path, val_path, source = dgdata.build_corpus(os.path.join(args.out, "data"), path=args.data)
+    train_set, val_set = dgdata.TokenDataset(train_path, seq), dgdata.TokenDataset(val_path, seq)
+    print(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
+
+    model = llama.Llama(cfg, fused=not args.unfused)
+    optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    start = 0
+    if args.resume and os.path.exists(checkpoint_path(args.out)):
+        start = load_checkpoint(checkpoint_path(args.out), model, optimizer)
+        print(f"resumed from {checkpoint_path(args.out)} at step {start}")
+    n_params = sum(p.numel() for p in model.parameters())
+    peak = measure_gemm_peak()
+    flops_per_token = cfg.flops_per_token()
+    print(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
+          f"batch {batch} x {seq}, threads {dg.get_context().num_threads}, measured GEMM peak "
+          f"{peak / 1e9:.1f} GFLOP/s")
+
+    loader = dgdata.DataLoader(train_set, batch, seed=args.seed, start_step=start)
+    progress = Progress(args.steps, args.quiet)
+    metrics = open(os.path.join(args.out, "metrics.jsonl"), "a")
+    first_loss = last_loss = None
+    step_times = []
+    profiler_session = None
+    try:
+        for step in range(start, args.steps):
+            if args.profile and profiler_session is None and hasattr(dg, "profiler"):
+                profiler_session = dg.profiler.training_session(args.out, warmup_steps=3, active_steps=3, step=step)
+            t0 = time.perf_counter()
+            x, y = next(loader)
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(step, args)
+            loss = model(x, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            last_loss = loss.item()  # the one sync point of the step
+            dt = time.perf_counter() - t0
+            if profiler_session is not None:
+                profiler_session.step()
+            if first_loss is None:
+                first_loss = last_loss
+            step_times.append(dt)
+            tok_s = batch * seq / dt
+            mfu = tok_s * flops_per_token / peak
+            record = {"step": step + 1, "loss": last_loss, "lr": lr_at(step, args), "step_time_s": dt,
+                      "tokens_per_s": tok_s, "samples_per_s": batch / dt, "mfu": mfu,
+                      "data_wait_s": loader.last_wait}
+            fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
+            if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
+                record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
+                fields.append(f"val {record['val_loss']:.4f}")
+                progress.update(step, fields, force_line=True)
+            else:
+                progress.update(step, fields)
+            metrics.write(json.dumps(record) + "\n")
+            metrics.flush()
+            if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
+                save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
+    finally:
+        loader.close()
+        metrics.close()
+        progress.newline()
+    if profiler_session is not None:
+        profiler_session.finish()
+    if step_times:
+        med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
+        print(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
+              f"{batch * seq / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%}")
+    if args.sample_tokens > 0:
+        tok = dgdata.ByteTokenizer()
+        idx = dg.tensor(tok.encode(args.prompt).astype(np.int64)).view(1, -1)
+        out = model.generate(idx, args.sample_tokens, temperature=0.8)
+        print("sample:", tok.decode(out[0].tolist()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

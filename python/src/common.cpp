@@ -1,0 +1,343 @@
+// The bindings' shared machinery: Tensor wrapping, error translation, call-site capture, FASTCALL argument
+// parsing and registration of op entry points as module functions and Tensor methods.
+#include "common.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <unordered_set>
+
+namespace dg::py {
+
+PyTypeObject* tensor_type = nullptr;
+PyTypeObject* numpy_generic_type = nullptr;
+
+PyObject* wrap(Tensor t) {
+  if (!t.defined()) Py_RETURN_NONE;
+  nb::object o = nb::inst_alloc(nb::handle(reinterpret_cast<PyObject*>(tensor_type)));
+  new (nb::inst_ptr<Tensor>(o)) Tensor(std::move(t));
+  nb::inst_mark_ready(o);  // constructed: its destructor runs when the instance dies
+  return o.release().ptr();
+}
+
+// --- errors ----------------------------------------------------------------------------------------------------
+namespace {
+PyObject* python_exception_for(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::Type: return PyExc_TypeError;
+    case ErrorKind::Value: return PyExc_ValueError;
+    case ErrorKind::Index: return PyExc_IndexError;
+    case ErrorKind::NotImplemented: return PyExc_NotImplementedError;
+    case ErrorKind::Runtime: break;
+  }
+  return PyExc_RuntimeError;
+}
+
+PyObject* python_exception_for(nb::exception_type kind) {
+  switch (kind) {
+    case nb::exception_type::stop_iteration: return PyExc_StopIteration;
+    case nb::exception_type::index_error: return PyExc_IndexError;
+    case nb::exception_type::key_error: return PyExc_KeyError;
+    case nb::exception_type::value_error: return PyExc_ValueError;
+    case nb::exception_type::type_error: return PyExc_TypeError;
+    case nb::exception_type::buffer_error: return PyExc_BufferError;
+    case nb::exception_type::import_error: return PyExc_ImportError;
+    case nb::exception_type::attribute_error: return PyExc_AttributeError;
+    default: return PyExc_RuntimeError;
+  }
+}
+}  // namespace
+
+void set_error_from_current_exception() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    PyErr_SetString(python_exception_for(e.kind()), e.what());
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {
+    PyErr_SetString(python_exception_for(e.type()), e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_SetString(PyExc_MemoryError, "out of memory");
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+}
+
+PyObject* type_error(const char* op, const char* format, ...) {
+  char message[512];
+  int n = std::snprintf(message, sizeof message, "[%s] ", op);
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message + n, sizeof message - static_cast<size_t>(n), format, args);
+  va_end(args);
+  PyErr_SetString(PyExc_TypeError, message);
+  return nullptr;
+}
+
+const char* type_name(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+void init_errors(nb::module_&) {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(python_exception_for(e.kind()), e.what());
+    }
+  });
+}
+
+// --- call sites ------------------------------------------------------------------------------------------------
+// The line of the calling frame is cached by (code object, instruction offset): a training loop issues the
+// same call sites over and over, and PyFrame_GetLineNumber walks the line table (linear in the offset).
+// File and function names are kept alive for the process, so the const char* in CallSite stay valid.
+namespace {
+bool g_track_call_sites = true;
+
+struct SiteCacheEntry {
+  PyObject* code = nullptr;  // strong reference
+  int lasti = -1;
+  CallSite site;
+};
+constexpr size_t kSiteCacheSize = 1024;
+SiteCacheEntry g_site_cache[kSiteCacheSize];
+
+const char* keep_utf8(PyObject* text) {
+  static std::unordered_set<PyObject*>* kept = new std::unordered_set<PyObject*>();
+  if (!text || !PyUnicode_Check(text)) return "?";
+  if (kept->insert(text).second) Py_INCREF(text);
+  const char* s = PyUnicode_AsUTF8(text);
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return s;
+}
+}  // namespace
+
+void set_call_site_tracking(bool on) { g_track_call_sites = on; }
+bool call_site_tracking() { return g_track_call_sites; }
+
+CallSite python_call_site() {
+  if (!g_track_call_sites) return {};
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed; the caller of the builtin
+  if (!frame) return {};
+  PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+  int lasti = PyFrame_GetLasti(frame);
+  size_t slot = ((reinterpret_cast<uintptr_t>(code) >> 4) ^ static_cast<uintptr_t>(lasti) * 0x9E3779B1u) % kSiteCacheSize;
+  SiteCacheEntry& entry = g_site_cache[slot];
+  if (entry.code == reinterpret_cast<PyObject*>(code) && entry.lasti == lasti) {
+    Py_DECREF(code);
+    return entry.site;
+  }
+  CallSite site;
+  site.file = keep_utf8(code->co_filename);
+  site.function = keep_utf8(code->co_name);
+  site.line = static_cast<uint32_t>(PyFrame_GetLineNumber(frame));
+  PyObject* old = entry.code;
+  entry.code = reinterpret_cast<PyObject*>(code);  // takes the reference
+  entry.lasti = lasti;
+  entry.site = site;
+  Py_XDECREF(old);
+  return site;
+}
+
+PythonCallSite::PythonCallSite() : scope_(python_call_site()) {}
+
+// --- argument parsing ------------------------------------------------------------------------------------------
+Signature::Signature(const char* op, std::initializer_list<const char*> names, int num_positional, int num_required)
+    : op_(op), num_names_(static_cast<int>(names.size())), num_positional_(num_positional), num_required_(num_required) {
+  int i = 0;
+  for (const char* n : names) names_[i++] = n;
+}
+
+bool Signature::parse(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) const {
+  for (int i = 0; i < num_names_; ++i) out[i] = nullptr;
+  int next = 0;
+  if (self) out[next++] = self;
+  if (nargs > num_positional_ - next) {
+    type_error(op_, "takes %d positional argument%s but %zd %s given", num_positional_, num_positional_ == 1 ? "" : "s",
+               nargs + next, nargs + next == 1 ? "was" : "were");
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) out[next++] = args[i];
+  if (kwnames) {
+    if (!interned_[0])
+      for (int i = 0; i < num_names_; ++i) interned_[i] = PyUnicode_InternFromString(names_[i]);
+    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; ++k) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+      int found = -1;
+      for (int i = 0; i < num_names_ && found < 0; ++i)
+        if (key == interned_[i]) found = i;
+      for (int i = 0; i < num_names_ && found < 0; ++i)
+        if (PyUnicode_Compare(key, interned_[i]) == 0) found = i;
+      if (found < 0) {
+        type_error(op_, "got an unexpected keyword argument '%s'", PyUnicode_AsUTF8(key));
+        return false;
+      }
+      if (out[found]) {
+        type_error(op_, "got multiple values for argument '%s'", names_[found]);
+        return false;
+      }
+      out[found] = args[nargs + k];
+    }
+  }
+  for (int i = 0; i < num_required_; ++i)
+    if (!out[i]) {
+      type_error(op_, "missing required argument '%s'", names_[i]);
+      return false;
+    }
+  return true;
+}
+
+bool to_scalar(PyObject* o, Scalar& out) {
+  if (PyFloat_Check(o)) {
+    out = Scalar(PyFloat_AS_DOUBLE(o));
+    return true;
+  }
+  if (PyBool_Check(o)) {
+    out = Scalar(o == Py_True);
+    return true;
+  }
+  if (PyLong_Check(o)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) {
+      // Out of int64: torch takes such a number as a float.
+      double d = PyLong_AsDouble(o);
+      if (d == -1.0 && PyErr_Occurred()) PyErr_Clear();
+      out = Scalar(d);
+      return true;
+    }
+    out = Scalar(static_cast<int64_t>(v));
+    return true;
+  }
+  // NumPy scalars (np.float64 and np.bool_ aside, they are not int/float subclasses): through .item().
+  if (numpy_generic_type && PyObject_TypeCheck(o, numpy_generic_type)) {
+    PyObject* item = PyObject_CallMethod(o, "item", nullptr);
+    if (!item) return PyErr_Clear(), false;
+    bool ok = (PyFloat_Check(item) || PyLong_Check(item)) && to_scalar(item, out);
+    Py_DECREF(item);
+    return ok;
+  }
+  return false;
+}
+
+bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out) {
+  if (is_tensor(o)) {
+    out.tensor = &unwrap(o);
+    return true;
+  }
+  out.tensor = nullptr;
+  if (to_scalar(o, out.scalar)) return true;
+  type_error(op, "argument '%s' must be Tensor or Number, not %s", argument, type_name(o));
+  return false;
+}
+
+const Tensor* to_tensor(const char* op, const char* argument, PyObject* o) {
+  if (o && is_tensor(o)) return &unwrap(o);
+  type_error(op, "argument '%s' must be Tensor, not %s", argument, o ? type_name(o) : "nothing");
+  return nullptr;
+}
+
+bool to_scalar_argument(const char* op, const char* argument, PyObject* o, Scalar fallback, Scalar& out) {
+  if (!o) {
+    out = fallback;
+    return true;
+  }
+  if (!is_tensor(o) && to_scalar(o, out)) return true;
+  type_error(op, "argument '%s' must be Number, not %s", argument, type_name(o));
+  return false;
+}
+
+bool to_bool_argument(const char* op, const char* argument, PyObject* o, bool fallback, bool& out) {
+  if (!o || o == Py_None) {
+    out = fallback;
+    return true;
+  }
+  if (PyBool_Check(o)) {
+    out = o == Py_True;
+    return true;
+  }
+  type_error(op, "argument '%s' must be bool, not %s", argument, type_name(o));
+  return false;
+}
+
+bool to_int_argument(const char* op, const char* argument, PyObject* o, int64_t& out) {
+  if (o && !PyBool_Check(o) && !PyFloat_Check(o) && (PyLong_Check(o) || (!is_tensor(o) && PyIndex_Check(o)))) {
+    PyObject* i = PyNumber_Index(o);
+    if (!i) return false;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow) {
+      PyErr_Format(PyExc_OverflowError, "[%s] argument '%s' does not fit in int64", op, argument);
+      return false;
+    }
+    out = v;
+    return true;
+  }
+  type_error(op, "argument '%s' must be int, not %s", argument, o ? type_name(o) : "nothing");
+  return false;
+}
+
+bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out) {
+  out.clear();
+  if (PyLong_Check(o) && !PyBool_Check(o)) {
+    int64_t v;
+    if (!to_int_argument(op, argument, o, v)) return false;
+    out.push_back(v);
+    return true;
+  }
+  if (!PyTuple_Check(o) && !PyList_Check(o)) {
+    type_error(op, "argument '%s' must be tuple of ints, not %s", argument, type_name(o));
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+  PyObject** items = PySequence_Fast_ITEMS(o);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    int64_t v;
+    if (!to_int_argument(op, argument, items[i], v)) return false;
+    out.push_back(v);
+  }
+  return true;
+}
+
+bool to_shape(const char* op, PyObject* const* args, Py_ssize_t count, Dims& out) {
+  out.clear();
+  if (count == 1 && (PyTuple_Check(args[0]) || PyList_Check(args[0]))) return to_int_list(op, "size", args[0], out);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    int64_t v;
+    if (!to_int_argument(op, "size", args[i], v)) return false;
+    out.push_back(v);
+  }
+  return true;
+}
+
+// --- registration ----------------------------------------------------------------------------------------------
+void register_ops(nb::module_& m, std::span<const OpEntry> entries) {
+  // PyMethodDefs must outlive the functions made from them: they live as long as the process.
+  static std::deque<PyMethodDef>* defs = new std::deque<PyMethodDef>();
+  for (const OpEntry& e : entries) {
+    defs->push_back(PyMethodDef{e.name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(e.function)),
+                                METH_FASTCALL | METH_KEYWORDS, e.doc});
+    PyMethodDef* def = &defs->back();
+    if (e.as_function) {
+      nb::object f = nb::steal(PyCFunction_NewEx(def, nullptr, nb::str("dygrad").ptr()));
+      if (!f.is_valid()) throw nb::python_error();
+      m.attr(e.name) = f;
+    }
+    if (e.as_method) {
+      nb::object descr = nb::steal(PyDescr_NewMethod(tensor_type, def));
+      if (!descr.is_valid() || PyObject_SetAttrString(reinterpret_cast<PyObject*>(tensor_type), e.name, descr.ptr()) != 0)
+        throw nb::python_error();
+    }
+  }
+}
+
+}  // namespace dg::py

@@ -1,0 +1,145 @@
+// Shared machinery of the bindings: the Tensor type and its fast wrap/unwrap, argument parsing for the
+// FASTCALL entry points (ops), Python scalars/dtypes/shapes, error translation and call-site capture.
+// See python/README.md for how an op is bound.
+#pragma once
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <initializer_list>
+#include <span>
+
+#include "dygrad/dygrad.h"
+
+namespace nb = nanobind;
+
+namespace dg::py {
+
+// --- the Tensor type -----------------------------------------------------------------------------------------
+// dygrad._C.Tensor is a nanobind class whose instances hold a dg::Tensor (one Ref<TensorImpl>) inline.
+// Hot paths skip nanobind's type lookup: they test Py_TYPE against the cached type and place the Tensor
+// into a freshly allocated instance directly.
+extern PyTypeObject* tensor_type;
+extern PyTypeObject* numpy_generic_type;  // numpy.generic, set by init_interop (null without NumPy)
+
+inline bool is_tensor(PyObject* o) {
+  PyTypeObject* t = Py_TYPE(o);
+  return t == tensor_type || PyType_IsSubtype(t, tensor_type);
+}
+inline Tensor& unwrap(PyObject* o) { return *nb::inst_ptr<Tensor>(nb::handle(o)); }
+// A new reference to a Python Tensor holding `t` (None when t is undefined); nullptr with an error set.
+PyObject* wrap(Tensor t);
+inline nb::object wrap_object(Tensor t) { return nb::steal(wrap(std::move(t))); }
+
+// --- errors --------------------------------------------------------------------------------------------------
+// Sets the Python exception for the exception being handled (call inside a catch block).
+void set_error_from_current_exception();
+// TypeError "[op] message" and nullptr, for argument checks in FASTCALL entry points.
+PyObject* type_error(const char* op, const char* format, ...);
+// The Python name of an object's type, for messages ("str", "NoneType").
+const char* type_name(PyObject* o);
+
+// Records the Python caller's file, function and line as the call site of the ops issued in this scope,
+// so a deferred kernel error names the Python line (docs: python/README.md, "call sites").
+class PythonCallSite {
+ public:
+  PythonCallSite();
+  PythonCallSite(const PythonCallSite&) = delete;
+  PythonCallSite& operator=(const PythonCallSite&) = delete;
+
+ private:
+  CallSiteScope scope_;
+};
+CallSite python_call_site();
+void set_call_site_tracking(bool on);
+bool call_site_tracking();
+
+// Runs `body` (returning a new reference) with the call site recorded and C++ errors translated.
+template <typename F>
+PyObject* guarded(F&& body) noexcept {
+  try {
+    PythonCallSite site;
+    return body();
+  } catch (...) {
+    set_error_from_current_exception();
+    return nullptr;
+  }
+}
+
+// --- argument parsing for FASTCALL entry points -----------------------------------------------------------------
+using FastcallFunction = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+
+// A Python signature: `names` are the parameters in order; the first `num_positional` may be passed by
+// position, the rest only by keyword; the first `num_required` must be given. When the entry point is
+// called as a Tensor method, `self` fills parameter 0.
+class Signature {
+ public:
+  Signature(const char* op, std::initializer_list<const char*> names, int num_positional, int num_required);
+  // Fills out[0..size()) with borrowed references (nullptr: not given). False with a TypeError set.
+  bool parse(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) const;
+  const char* op() const { return op_; }
+  int size() const { return num_names_; }
+
+ private:
+  static constexpr int kMaxNames = 12;
+  const char* op_;
+  const char* names_[kMaxNames];
+  mutable PyObject* interned_[kMaxNames] = {};
+  int num_names_, num_positional_, num_required_;
+};
+
+// A Tensor-or-number operand.
+struct Operand {
+  const Tensor* tensor = nullptr;
+  Scalar scalar;
+};
+// Python bool/int/float (and NumPy scalars) as a Scalar. False (no error set) when `o` is not a number.
+bool to_scalar(PyObject* o, Scalar& out);
+// A Tensor or a number; false with a TypeError naming the op and the argument.
+bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out);
+// A Tensor argument; nullptr with a TypeError.
+const Tensor* to_tensor(const char* op, const char* argument, PyObject* o);
+// A number argument (alpha=...); `fallback` when o is null. False with a TypeError.
+bool to_scalar_argument(const char* op, const char* argument, PyObject* o, Scalar fallback, Scalar& out);
+bool to_bool_argument(const char* op, const char* argument, PyObject* o, bool fallback, bool& out);
+bool to_int_argument(const char* op, const char* argument, PyObject* o, int64_t& out);
+// A shape given as ints (`*size`, in args[first..nargs)) or as one sequence: zeros(2, 3), zeros((2, 3)).
+bool to_shape(const char* op, PyObject* const* args, Py_ssize_t count, Dims& out);
+bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out);
+
+// --- dtypes --------------------------------------------------------------------------------------------------
+// dygrad.float32 etc. are instances of dygrad._C.dtype; the `dtype` property returns these singletons.
+PyObject* dtype_object(DType t);  // borrowed
+// A dtype argument: a dygrad dtype, a NumPy dtype or type, or float/int/bool. False with a TypeError.
+bool to_dtype(const char* op, PyObject* o, DType& out);
+// NumPy's type for a DType ("float32"); nullptr for bfloat16.
+const char* numpy_dtype_name(DType t);
+
+// --- module registration ---------------------------------------------------------------------------------------
+struct OpEntry {
+  const char* name;
+  FastcallFunction function;
+  const char* doc;
+  bool as_function;  // dygrad.<name>(...)
+  bool as_method;    // Tensor.<name>(...)
+};
+// Adds the entries as module functions and/or Tensor methods (FASTCALL: argument parsing only).
+void register_ops(nb::module_& m, std::span<const OpEntry> entries);
+
+void init_errors(nb::module_& m);
+void init_dtype(nb::module_& m);
+void init_tensor(nb::module_& m);
+void init_interop(nb::module_& m);
+void init_ops_arithmetic(nb::module_& m);
+void init_ops_shape(nb::module_& m);
+void init_ops_reduce(nb::module_& m);
+void init_factories(nb::module_& m);
+void init_autograd(nb::module_& m);
+void init_runtime(nb::module_& m);
+
+// Defers a Py_DECREF to a thread that holds the GIL when called without it (the stream worker frees
+// Storages whose memory a NumPy array owns). See interop.cpp.
+void release_python_object(PyObject* o);
+
+}  // namespace dg::py

@@ -1,0 +1,376 @@
+// NumPy and Python data interop: dygrad.tensor (copies, dtype inferred as torch.tensor infers it),
+// dygrad.from_numpy and Tensor.numpy() (zero-copy both ways), Tensor.tolist(), and the deferred release of
+// Python objects whose memory a Storage borrows (the stream worker may drop the last reference without
+// the GIL).
+#include <nanobind/ndarray.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "common.h"
+
+namespace dg::py {
+
+nb::object item_object(const Tensor& t);  // tensor.cpp
+
+// --- deferred release ------------------------------------------------------------------------------------------
+namespace {
+std::mutex g_release_mutex;
+std::vector<PyObject*>* g_pending_release = new std::vector<PyObject*>();  // guarded by g_release_mutex
+std::atomic<bool> g_release_scheduled{false};
+std::atomic<bool> g_interpreter_exiting{false};
+
+int drain_pending_releases(void*) {
+  std::vector<PyObject*> objects;
+  {
+    std::lock_guard<std::mutex> lock(g_release_mutex);
+    objects.swap(*g_pending_release);
+    g_release_scheduled.store(false);
+  }
+  for (PyObject* o : objects) Py_DECREF(o);
+  return 0;
+}
+
+PyTypeObject* g_ndarray_type = nullptr;  // numpy.ndarray
+}  // namespace
+
+void release_python_object(PyObject* o) {
+  if (g_interpreter_exiting.load()) return;  // after Python's atexit: the process is going away
+  if (PyGILState_Check()) {
+    Py_DECREF(o);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_release_mutex);
+  g_pending_release->push_back(o);
+  // The main thread runs the release at its next bytecode boundary (a sync point also drains the list).
+  if (!g_release_scheduled.exchange(true) && Py_AddPendingCall(drain_pending_releases, nullptr) != 0)
+    g_release_scheduled.store(false);
+}
+
+namespace {
+// --- NumPy buffers -> dtype --------------------------------------------------------------------------------------
+constexpr const char* kSupportedNumpyTypes =
+    "The only supported types are: float64, float32, float16, int64, int32, uint16, uint8, and bool.";
+
+bool dtype_from_format(const Py_buffer& view, DType& out) {
+  const char* f = view.format ? view.format : "B";
+  if (*f == '@' || *f == '=' || *f == '<') ++f;
+  if (*f == '>' || *f == '!' || f[0] == '\0' || f[1] != '\0') return false;
+  switch (*f) {
+    case '?': out = DType::Bool; return view.itemsize == 1;
+    case 'B': out = DType::UInt8; return view.itemsize == 1;
+    case 'H': out = DType::UInt16; return view.itemsize == 2;
+    case 'i': case 'l': case 'q':
+      if (view.itemsize == 4) return out = DType::Int32, true;
+      if (view.itemsize == 8) return out = DType::Int64, true;
+      return false;
+    case 'e': out = DType::Float16; return view.itemsize == 2;
+    case 'f': out = DType::Float32; return view.itemsize == 4;
+    case 'd': out = DType::Float64; return view.itemsize == 8;
+    default: return false;
+  }
+}
+
+std::string numpy_type_name(PyObject* array) {
+  nb::object dtype = nb::steal(PyObject_GetAttrString(array, "dtype"));
+  if (!dtype.is_valid()) return PyErr_Clear(), "unknown";
+  return nb::cast<std::string>(nb::str(dtype));
+}
+
+bool is_ndarray(PyObject* o) { return g_ndarray_type && PyObject_TypeCheck(o, g_ndarray_type); }
+
+// A Py_buffer that is released when it goes out of scope.
+struct Buffer {
+  Py_buffer view{};
+  bool held = false;
+  ~Buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+};
+
+// from_numpy: a Tensor over the array's memory; the Storage holds a reference to the array.
+Tensor tensor_from_array(PyObject* array) {
+  DG_CHECK(is_ndarray(array), Type, "[from_numpy] expected np.ndarray (got ", type_name(array), ")");
+  Buffer buffer;
+  bool writable = true;
+  if (PyObject_GetBuffer(array, &buffer.view, PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE) != 0) {
+    PyErr_Clear();
+    writable = false;
+    if (PyObject_GetBuffer(array, &buffer.view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) throw nb::python_error();
+  }
+  buffer.held = true;
+  DType dtype;
+  DG_CHECK(dtype_from_format(buffer.view, dtype), Type, "[from_numpy] can't convert np.ndarray of type ",
+           numpy_type_name(array), ". ", kSupportedNumpyTypes);
+  if (!writable &&
+      PyErr_WarnEx(PyExc_UserWarning, "[from_numpy] The given NumPy array is not writable; writing to the tensor "
+                   "is undefined behaviour.", 1) != 0)
+    throw nb::python_error();
+  const int ndim = buffer.view.ndim;
+  DG_CHECK(ndim <= 64, Value, "[from_numpy] arrays of more than 64 dimensions are not supported (got ", ndim, ")");
+  Dims sizes, strides;
+  int64_t max_offset = 0;
+  bool empty = false;
+  for (int d = 0; d < ndim; ++d) {
+    int64_t size = buffer.view.shape[d];
+    int64_t stride_bytes = buffer.view.strides ? buffer.view.strides[d] : 0;
+    DG_CHECK(stride_bytes >= 0, Value, "[from_numpy] At least one stride in the given numpy array is negative, and "
+             "tensors with negative strides are not currently supported. (You can probably work around this by making "
+             "a copy of your array with array.copy().)");
+    DG_CHECK(stride_bytes % buffer.view.itemsize == 0, Value, "[from_numpy] given numpy array strides not a multiple "
+             "of the element byte size. Copy the numpy array to reallocate the memory.");
+    sizes.push_back(size);
+    strides.push_back(stride_bytes / buffer.view.itemsize);
+    if (size == 0) empty = true;
+    else max_offset += (size - 1) * strides.back();
+  }
+  if (!buffer.view.strides) strides = contiguous_strides(sizes);
+  size_t nbytes = empty ? 0 : static_cast<size_t>(max_offset + 1) * static_cast<size_t>(buffer.view.itemsize);
+  Py_INCREF(array);
+  Ref<Storage> storage = Storage::wrap_external(buffer.view.buf, nbytes,
+                                                [](void* o) { release_python_object(static_cast<PyObject*>(o)); },
+                                                array);
+  return Tensor(make_ref<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
+}
+
+// --- dygrad.tensor from Python data -------------------------------------------------------------------------------
+enum class ValueKind { Bool, Int, Float };
+
+struct Gathered {
+  Dims shape;
+  std::vector<Scalar> values;
+  ValueKind kind = ValueKind::Bool;
+  bool any = false;
+  DType array_dtype = DType::Float32;  // for NumPy arrays (kept as they are)
+};
+
+void note_kind(Gathered& g, const Scalar& s) {
+  ValueKind k = s.is_floating() ? ValueKind::Float : s.is_integral() ? ValueKind::Int : ValueKind::Bool;
+  if (!g.any || k > g.kind) g.kind = k;
+  g.any = true;
+}
+
+void gather(PyObject* o, size_t depth, Gathered& g) {
+  DG_CHECK(depth <= 32, Value, "[tensor] too many dimensions (more than 32)");
+  Scalar s;
+  if (is_tensor(o)) {
+    const Tensor& t = unwrap(o);
+    DG_CHECK(t.numel() == 1 && t.dim() == 0, Value, "[tensor] only one element tensors can be converted to Python "
+             "scalars (got a tensor of shape ", t.shape(), ")");
+    nb::object item = item_object(t);
+    gather(item.ptr(), depth, g);
+    return;
+  }
+  if (to_scalar(o, s)) {
+    DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
+    note_kind(g, s);
+    g.values.push_back(s);
+    return;
+  }
+  DG_CHECK(!PyUnicode_Check(o) && !PyBytes_Check(o) && PySequence_Check(o), Type,
+           "[tensor] new(): invalid data type '", type_name(o), "'");
+  nb::object seq = nb::steal(PySequence_Fast(o, "[tensor] expected a sequence"));
+  if (!seq.is_valid()) throw nb::python_error();
+  const int64_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  if (depth == g.shape.size()) {
+    DG_CHECK(g.values.empty(), Value, "[tensor] expected a number at dim ", depth, " (got a sequence)");
+    g.shape.push_back(n);
+  } else {
+    DG_CHECK(depth < g.shape.size() && g.shape[depth] == n, Value, "[tensor] expected sequence of length ",
+             depth < g.shape.size() ? g.shape[depth] : 0, " at dim ", depth, " (got ", n, ")");
+  }
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  for (int64_t i = 0; i < n; ++i) gather(items[i], depth + 1, g);
+}
+
+// A contiguous copy of a NumPy array (made on the host, now: the array may change after the call).
+Tensor copy_array(PyObject* array) {
+  nb::object numpy = nb::module_::import_("numpy");
+  nb::object contiguous = numpy.attr("asarray")(nb::handle(array), nb::arg("order") = "C");  // keeps 0-d
+  Buffer buffer;
+  if (PyObject_GetBuffer(contiguous.ptr(), &buffer.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) throw nb::python_error();
+  buffer.held = true;
+  DType dtype;
+  DG_CHECK(dtype_from_format(buffer.view, dtype), Type, "[tensor] can't convert np.ndarray of type ",
+           numpy_type_name(array), ". ", kSupportedNumpyTypes);
+  Dims sizes;
+  for (int d = 0; d < buffer.view.ndim; ++d) sizes.push_back(buffer.view.shape[d]);
+  Tensor out = Tensor::empty(sizes, dtype);
+  // A fresh buffer no Task has touched: the host writes it directly.
+  if (buffer.view.len > 0) std::memcpy(out.raw_data(), buffer.view.buf, static_cast<size_t>(buffer.view.len));
+  return out;
+}
+
+Tensor tensor_from_data(PyObject* data, const DType* dtype) {
+  if (is_tensor(data)) {
+    Tensor src = detach(unwrap(data));
+    return dtype ? to(src, *dtype, true) : clone(src);
+  }
+  if (is_ndarray(data) || (numpy_generic_type && PyObject_TypeCheck(data, numpy_generic_type))) {
+    nb::object array = nb::module_::import_("numpy").attr("asarray")(nb::handle(data));
+    Tensor t = copy_array(array.ptr());
+    return dtype && *dtype != t.dtype() ? to(t, *dtype) : t;
+  }
+  Gathered g;
+  gather(data, 0, g);
+  DType inferred = g.kind == ValueKind::Float ? DType::Float32 : g.kind == ValueKind::Int ? DType::Int64 : DType::Bool;
+  if (!g.any && g.shape.size() > 0) inferred = DType::Float32;  // [] -> float32, as torch
+  DType target = dtype ? *dtype : inferred;
+  if (g.kind == ValueKind::Float || is_floating(target)) {
+    std::vector<double> values(g.values.size());
+    for (size_t i = 0; i < values.size(); ++i) values[i] = g.values[i].to_double();
+    return from_vector<double>(values, g.shape, target);
+  }
+  std::vector<int64_t> values(g.values.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = g.values[i].to_int();
+  return from_vector<int64_t>(values, g.shape, target);
+}
+
+PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("tensor", {"data", "dtype", "device", "requires_grad", "pin_memory"}, 1, 1);
+  PyObject* a[5];
+  if (!sig.parse(nullptr, args, nargs, kwnames, a)) return nullptr;
+  DType dtype;
+  if (a[1] && a[1] != Py_None && !to_dtype("tensor", a[1], dtype)) return nullptr;
+  bool requires_grad;
+  if (!to_bool_argument("tensor", "requires_grad", a[3], false, requires_grad)) return nullptr;
+  if (a[2] && a[2] != Py_None) {
+    const char* device = PyUnicode_Check(a[2]) ? PyUnicode_AsUTF8(a[2]) : nullptr;
+    if (!device || std::strncmp(device, "cpu", 3) != 0) {
+      PyErr_SetString(PyExc_RuntimeError, "[tensor] only the cpu device is available");
+      return nullptr;
+    }
+  }
+  return guarded([&] {
+    Tensor t = tensor_from_data(a[0], a[1] && a[1] != Py_None ? &dtype : nullptr);
+    if (requires_grad) t.set_requires_grad(true);
+    return wrap(std::move(t));
+  });
+}
+
+PyObject* from_numpy_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("from_numpy", {"ndarray"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(nullptr, args, nargs, kwnames, a)) return nullptr;
+  return guarded([&] { return wrap(tensor_from_array(a[0])); });
+}
+
+// --- Tensor -> NumPy / Python ----------------------------------------------------------------------------------------
+nb::dlpack::dtype dlpack_dtype(DType t) {
+  using nb::dlpack::dtype_code;
+  auto make = [](dtype_code code, int bits) {
+    nb::dlpack::dtype d;
+    d.code = static_cast<uint8_t>(code);
+    d.bits = static_cast<uint8_t>(bits);
+    d.lanes = 1;
+    return d;
+  };
+  switch (t) {
+    case DType::Bool: return make(dtype_code::Bool, 8);
+    case DType::UInt8: return make(dtype_code::UInt, 8);
+    case DType::UInt16: return make(dtype_code::UInt, 16);
+    case DType::Int32: return make(dtype_code::Int, 32);
+    case DType::Int64: return make(dtype_code::Int, 64);
+    case DType::Float16: return make(dtype_code::Float, 16);
+    case DType::BFloat16: return make(dtype_code::Bfloat, 16);
+    case DType::Float32: return make(dtype_code::Float, 32);
+    case DType::Float64: return make(dtype_code::Float, 64);
+  }
+  return make(dtype_code::Float, 32);
+}
+
+nb::object tensor_to_numpy(const Tensor& t) {
+  DG_CHECK(!t.requires_grad(), Runtime, "[numpy] Can't call numpy() on Tensor that requires grad. Use "
+           "tensor.detach().numpy() instead.");
+  DG_CHECK(t.dtype() != DType::BFloat16, Type, "[numpy] Got unsupported ScalarType BFloat16");
+  {
+    nb::gil_scoped_release release;
+    t.wait_readable();
+  }
+  drain_pending_releases(nullptr);
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  if (t.numel() == 0) {
+    nb::object numpy = nb::module_::import_("numpy");
+    return numpy.attr("empty")(nb::tuple(nb::cast(shape)), numpy_dtype_name(t.dtype()));
+  }
+  // NumPy now sees this memory: later dygrad writes into it finish before their call returns.
+  t.storage().mark_shared_with_host();
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  nb::ndarray<nb::numpy> array(t.raw_data(), shape.size(), shape.data(), owner, strides.data(), dlpack_dtype(t.dtype()));
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+nb::object list_of(const Tensor& t, IntSpan shape, size_t depth, const auto& values, int64_t& next) {
+  if (depth == shape.size()) {
+    auto v = values[static_cast<size_t>(next++)];
+    if (t.dtype() == DType::Bool) return nb::bool_(static_cast<bool>(v));
+    if (is_floating(t.dtype())) return nb::float_(static_cast<double>(v));
+    return nb::int_(static_cast<int64_t>(v));
+  }
+  nb::object list = nb::steal(PyList_New(shape[depth]));
+  for (int64_t i = 0; i < shape[depth]; ++i)
+    PyList_SET_ITEM(list.ptr(), i, list_of(t, shape, depth + 1, values, next).release().ptr());
+  return list;
+}
+
+nb::object tensor_to_list(const Tensor& t) {
+  {
+    nb::gil_scoped_release release;
+    t.wait_readable();
+  }
+  int64_t next = 0;
+  if (is_floating(t.dtype())) return list_of(t, t.shape(), 0, t.to_vector<double>(), next);
+  return list_of(t, t.shape(), 0, t.to_vector<int64_t>(), next);
+}
+}  // namespace
+
+void init_interop(nb::module_& m) {
+  try {
+    nb::module_ numpy = nb::module_::import_("numpy");
+    g_ndarray_type = reinterpret_cast<PyTypeObject*>(numpy.attr("ndarray").ptr());
+    numpy_generic_type = reinterpret_cast<PyTypeObject*>(numpy.attr("generic").ptr());
+    Py_INCREF(g_ndarray_type);
+    Py_INCREF(numpy_generic_type);
+  } catch (const nb::python_error&) {
+    // NumPy is optional for the core; from_numpy/numpy() raise without it.
+  }
+  static const OpEntry entries[] = {
+      {"tensor", tensor_entry, "tensor(data, *, dtype=None, device=None, requires_grad=False) -> Tensor\n\n"
+       "A new tensor holding a copy of `data` (nested sequences, numbers, NumPy arrays or tensors). The dtype "
+       "is inferred as torch.tensor infers it: Python floats give float32, ints int64, bools bool; NumPy "
+       "arrays keep theirs.", true, false},
+      {"from_numpy", from_numpy_entry, "from_numpy(ndarray) -> Tensor\n\nA tensor sharing the array's memory: "
+       "writes on either side are seen by the other. dygrad's writes into it finish before the call returns.",
+       true, false},
+  };
+  register_ops(m, entries);
+  nb::handle tensor_class(reinterpret_cast<PyObject*>(tensor_type));
+  nb::setattr(tensor_class, "numpy", nb::cpp_function([](const Tensor& t) { return tensor_to_numpy(t); },
+                                                      nb::is_method(), nb::name("numpy")));
+  nb::setattr(tensor_class, "tolist", nb::cpp_function([](const Tensor& t) { return tensor_to_list(t); },
+                                                       nb::is_method(), nb::name("tolist")));
+  nb::setattr(tensor_class, "__array__",
+              nb::cpp_function([](const Tensor& t, nb::handle dtype, nb::handle) {
+                nb::object array = tensor_to_numpy(t);
+                return dtype.is_none() ? array : array.attr("astype")(dtype);
+              }, nb::is_method(), nb::name("__array__"), nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none()));
+  m.def("_drain_pending_releases", [] { drain_pending_releases(nullptr); });
+  m.def("_interpreter_exiting", [] {
+    // Registered with atexit by dygrad/__init__.py: finish queued work while Python can still release
+    // objects, then let releases that come later leak instead of touching a finalising interpreter.
+    {
+      nb::gil_scoped_release release;
+      try {
+        Stream::cpu().synchronize();
+      } catch (const Error&) {
+      }
+    }
+    drain_pending_releases(nullptr);
+    g_interpreter_exiting.store(true);
+  });
+}
+
+}  // namespace dg::py

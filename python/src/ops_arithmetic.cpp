@@ -1,0 +1,308 @@
+// Arithmetic entry points: dygrad.add/sub/mul/div/neg, their Tensor methods and in-place forms, the
+// operators (+ - * / unary -, reversed forms with a Python scalar on the left, += -= *= /=) as C type
+// slots, and the casts (to, float, double, ...). Argument parsing only: each calls the C++ op directly.
+#include <string_view>
+
+#include "common.h"
+
+namespace dg::py {
+
+namespace {
+// One struct per binary op: the tensor-tensor, tensor-scalar and scalar-tensor (reversed operator)
+// forms, and the in-place forms. `has_alpha` adds the keyword-only `alpha` (torch's add and sub).
+struct Add {
+  static constexpr const char* name = "add";
+  static constexpr const char* inplace_name = "add_";
+  static constexpr bool has_alpha = true;
+  static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar alpha) { return add(a, b, alpha); }
+  static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar alpha) { return add(a, b, alpha); }
+  static Tensor scalar_tensor(Scalar a, const Tensor& b) { return add(b, a); }
+  static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar alpha) { return add_(a, b, alpha); }
+  static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar alpha) { return add_(a, b, alpha); }
+};
+struct Sub {
+  static constexpr const char* name = "sub";
+  static constexpr const char* inplace_name = "sub_";
+  static constexpr bool has_alpha = true;
+  static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar alpha) { return sub(a, b, alpha); }
+  static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar alpha) { return sub(a, b, alpha); }
+  static Tensor scalar_tensor(Scalar a, const Tensor& b) { return rsub(b, a); }
+  static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar alpha) { return sub_(a, b, alpha); }
+  static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar alpha) { return sub_(a, b, alpha); }
+};
+struct Mul {
+  static constexpr const char* name = "mul";
+  static constexpr const char* inplace_name = "mul_";
+  static constexpr bool has_alpha = false;
+  static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar) { return mul(a, b); }
+  static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar) { return mul(a, b); }
+  static Tensor scalar_tensor(Scalar a, const Tensor& b) { return mul(b, a); }
+  static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar) { return mul_(a, b); }
+  static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar) { return mul_(a, b); }
+};
+struct Div {
+  static constexpr const char* name = "div";
+  static constexpr const char* inplace_name = "div_";
+  static constexpr bool has_alpha = false;
+  static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar) { return div(a, b); }
+  static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar) { return div(a, b); }
+  static Tensor scalar_tensor(Scalar a, const Tensor& b) { return rdiv(b, a); }
+  static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar) { return div_(a, b); }
+  static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar) { return div_(a, b); }
+};
+
+// dygrad.<op>(input, other, *, alpha=1) and Tensor.<op>(other, *, alpha=1).
+template <class Op>
+PyObject* binary_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(Op::name, {"input", "other", "alpha"}, 2, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  if (!Op::has_alpha && a[2]) return type_error(Op::name, "got an unexpected keyword argument 'alpha'");
+  const Tensor* input = to_tensor(Op::name, "input", a[0]);
+  Operand other;
+  Scalar alpha;
+  if (!input || !to_operand(Op::name, "other", a[1], other) || !to_scalar_argument(Op::name, "alpha", a[2], 1, alpha))
+    return nullptr;
+  return guarded([&] {
+    return wrap(other.tensor ? Op::tensor_tensor(*input, *other.tensor, alpha)
+                             : Op::tensor_scalar(*input, other.scalar, alpha));
+  });
+}
+
+// Tensor.<op>_(other, *, alpha=1): returns self.
+template <class Op>
+PyObject* inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(Op::inplace_name, {"self", "other", "alpha"}, 2, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  if (!Op::has_alpha && a[2]) return type_error(Op::inplace_name, "got an unexpected keyword argument 'alpha'");
+  const Tensor* input = to_tensor(Op::inplace_name, "self", a[0]);
+  Operand other;
+  Scalar alpha;
+  if (!input || !to_operand(Op::inplace_name, "other", a[1], other) ||
+      !to_scalar_argument(Op::inplace_name, "alpha", a[2], 1, alpha))
+    return nullptr;
+  return guarded([&] {
+    Tensor& target = unwrap(a[0]);
+    if (other.tensor) Op::inplace_tensor(target, *other.tensor, alpha);
+    else Op::inplace_scalar(target, other.scalar, alpha);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+// The operator slots: `a op b` with a Tensor on either side; NotImplemented for other operand types.
+template <class Op>
+PyObject* binary_slot(PyObject* a, PyObject* b) {
+  Scalar s;
+  if (is_tensor(a)) {
+    if (is_tensor(b)) return guarded([&] { return wrap(Op::tensor_tensor(unwrap(a), unwrap(b), 1)); });
+    if (to_scalar(b, s)) return guarded([&] { return wrap(Op::tensor_scalar(unwrap(a), s, 1)); });
+  } else if (is_tensor(b) && to_scalar(a, s)) {
+    return guarded([&] { return wrap(Op::scalar_tensor(s, unwrap(b))); });
+  }
+  Py_RETURN_NOTIMPLEMENTED;
+}
+
+template <class Op>
+PyObject* inplace_slot(PyObject* a, PyObject* b) {
+  Scalar s;
+  if (!is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
+  if (is_tensor(b)) {
+    return guarded([&] {
+      Op::inplace_tensor(unwrap(a), unwrap(b), 1);
+      Py_INCREF(a);
+      return a;
+    });
+  }
+  if (to_scalar(b, s)) {
+    return guarded([&] {
+      Op::inplace_scalar(unwrap(a), s, 1);
+      Py_INCREF(a);
+      return a;
+    });
+  }
+  Py_RETURN_NOTIMPLEMENTED;
+}
+
+PyObject* neg_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("neg", {"input"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("neg", "input", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] { return wrap(neg(*input)); });
+}
+
+PyObject* negative_slot(PyObject* a) { return guarded([&] { return wrap(neg(unwrap(a))); }); }
+PyObject* positive_slot(PyObject* a) {
+  Py_INCREF(a);
+  return a;
+}
+
+// --- casts -----------------------------------------------------------------------------------------------------------
+// Tensor.to(dtype) / to(other) / to(device) / to(device, dtype), with copy=False.
+PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("to", {"self", "a", "b", "dtype", "device", "copy", "non_blocking"}, 3, 1);
+  PyObject* a[7];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("to", "self", a[0]);
+  if (!input) return nullptr;
+  DType dtype = input->dtype();
+  auto take = [&](PyObject* o) -> bool {
+    if (!o || o == Py_None) return true;
+    if (is_tensor(o)) return dtype = unwrap(o).dtype(), true;
+    if (PyUnicode_Check(o)) {  // a device: only the CPU exists today
+      const char* device = PyUnicode_AsUTF8(o);
+      if (device && std::string_view(device).starts_with("cpu")) return true;
+      PyErr_Format(PyExc_RuntimeError, "[to] device '%s' is not available (dygrad has the cpu backend only)", device);
+      return false;
+    }
+    return to_dtype("to", o, dtype);
+  };
+  if (!take(a[1]) || !take(a[2]) || !take(a[3]) || !take(a[4])) return nullptr;
+  bool copy;
+  if (!to_bool_argument("to", "copy", a[5], false, copy)) return nullptr;
+  return guarded([&] { return wrap(to(*input, dtype, copy)); });
+}
+
+template <DType Target>
+PyObject* cast_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(dtype_name(Target), {"self"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(dtype_name(Target), "self", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] { return wrap(to(*input, Target)); });
+}
+
+PyObject* clone_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("clone", {"input", "memory_format"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("clone", "input", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] { return wrap(clone(*input)); });
+}
+
+PyObject* contiguous_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("contiguous", {"self", "memory_format"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("contiguous", "self", a[0]);
+  if (!input) return nullptr;
+  if (input->is_contiguous()) {  // torch returns self itself
+    Py_INCREF(a[0]);
+    return a[0];
+  }
+  return guarded([&] { return wrap(contiguous(*input)); });
+}
+
+PyObject* copy_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("copy_", {"self", "src", "non_blocking"}, 2, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("copy_", "self", a[0]);
+  const Tensor* src = input ? to_tensor("copy_", "src", a[1]) : nullptr;
+  if (!src) return nullptr;
+  return guarded([&] {
+    copy_(unwrap(a[0]), *src);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* fill_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("fill_", {"self", "value"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("fill_", "self", a[0]);
+  Scalar value;
+  if (!input || !to_scalar_argument("fill_", "value", a[1], 0, value)) return nullptr;
+  return guarded([&] {
+    fill_(unwrap(a[0]), value);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* zero_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("zero_", {"self"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  if (!to_tensor("zero_", "self", a[0])) return nullptr;
+  return guarded([&] {
+    fill_(unwrap(a[0]), 0);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* result_type_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("result_type", {"tensor", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("result_type", "tensor", a[0]);
+  Operand other;
+  if (!input || !to_operand("result_type", "other", a[1], other)) return nullptr;
+  return guarded([&] {
+    DType t = other.tensor ? result_type(*input, *other.tensor) : result_type(*input, other.scalar);
+    PyObject* o = dtype_object(t);
+    Py_INCREF(o);
+    return o;
+  });
+}
+
+PyType_Slot g_number_slots[] = {
+    {Py_nb_add, reinterpret_cast<void*>(binary_slot<Add>)},
+    {Py_nb_subtract, reinterpret_cast<void*>(binary_slot<Sub>)},
+    {Py_nb_multiply, reinterpret_cast<void*>(binary_slot<Mul>)},
+    {Py_nb_true_divide, reinterpret_cast<void*>(binary_slot<Div>)},
+    {Py_nb_inplace_add, reinterpret_cast<void*>(inplace_slot<Add>)},
+    {Py_nb_inplace_subtract, reinterpret_cast<void*>(inplace_slot<Sub>)},
+    {Py_nb_inplace_multiply, reinterpret_cast<void*>(inplace_slot<Mul>)},
+    {Py_nb_inplace_true_divide, reinterpret_cast<void*>(inplace_slot<Div>)},
+    {Py_nb_negative, reinterpret_cast<void*>(negative_slot)},
+    {Py_nb_positive, reinterpret_cast<void*>(positive_slot)},
+    {0, nullptr},
+};
+}  // namespace
+
+const PyType_Slot* number_slots() { return g_number_slots; }
+
+void init_ops_arithmetic(nb::module_& m) {
+  static const OpEntry entries[] = {
+      {"add", binary_entry<Add>, "add(input, other, *, alpha=1) -> Tensor: input + alpha * other", true, true},
+      {"sub", binary_entry<Sub>, "sub(input, other, *, alpha=1) -> Tensor: input - alpha * other", true, true},
+      {"subtract", binary_entry<Sub>, "subtract(input, other, *, alpha=1) -> Tensor: alias of sub", true, true},
+      {"mul", binary_entry<Mul>, "mul(input, other) -> Tensor", true, true},
+      {"multiply", binary_entry<Mul>, "multiply(input, other) -> Tensor: alias of mul", true, true},
+      {"div", binary_entry<Div>, "div(input, other) -> Tensor: true division", true, true},
+      {"divide", binary_entry<Div>, "divide(input, other) -> Tensor: alias of div", true, true},
+      {"true_divide", binary_entry<Div>, "true_divide(input, other) -> Tensor: alias of div", true, true},
+      {"neg", neg_entry, "neg(input) -> Tensor", true, true},
+      {"negative", neg_entry, "negative(input) -> Tensor: alias of neg", true, true},
+      {"add_", inplace_entry<Add>, "add_(other, *, alpha=1) -> Tensor: in place, returns self", false, true},
+      {"sub_", inplace_entry<Sub>, "sub_(other, *, alpha=1) -> Tensor: in place, returns self", false, true},
+      {"mul_", inplace_entry<Mul>, "mul_(other) -> Tensor: in place, returns self", false, true},
+      {"div_", inplace_entry<Div>, "div_(other) -> Tensor: in place, returns self", false, true},
+      {"to", to_entry, "to(dtype | other | device, *, copy=False) -> Tensor", false, true},
+      {"float", cast_entry<DType::Float32>, "float() -> Tensor: to(float32)", false, true},
+      {"double", cast_entry<DType::Float64>, "double() -> Tensor: to(float64)", false, true},
+      {"half", cast_entry<DType::Float16>, "half() -> Tensor: to(float16)", false, true},
+      {"bfloat16", cast_entry<DType::BFloat16>, "bfloat16() -> Tensor: to(bfloat16)", false, true},
+      {"long", cast_entry<DType::Int64>, "long() -> Tensor: to(int64)", false, true},
+      {"int", cast_entry<DType::Int32>, "int() -> Tensor: to(int32)", false, true},
+      {"bool", cast_entry<DType::Bool>, "bool() -> Tensor: to(bool)", false, true},
+      {"byte", cast_entry<DType::UInt8>, "byte() -> Tensor: to(uint8)", false, true},
+      {"clone", clone_entry, "clone(input) -> Tensor: a contiguous copy", true, true},
+      {"contiguous", contiguous_entry, "contiguous() -> Tensor: self when already contiguous, else a copy", false, true},
+      {"copy_", copy_entry, "copy_(src) -> Tensor: src broadcast and cast into self", false, true},
+      {"fill_", fill_entry, "fill_(value) -> Tensor", false, true},
+      {"zero_", zero_entry, "zero_() -> Tensor", false, true},
+      {"result_type", result_type_entry, "result_type(tensor, other) -> dtype", true, false},
+  };
+  register_ops(m, entries);
+}
+
+}  // namespace dg::py

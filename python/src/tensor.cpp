@@ -1,0 +1,233 @@
+// The Tensor class: metadata properties, autograd accessors, host access (item, tolist; numpy() lives in
+// interop.cpp) and Python protocol methods. Ops are added as FASTCALL methods by the ops_*.cpp files.
+#include <cctype>
+#include <string>
+
+#include "common.h"
+
+namespace dg::py {
+
+const PyType_Slot* number_slots();  // ops_arithmetic.cpp: operators + - * / and their in-place forms
+
+namespace {
+PyObject* g_size_type = nullptr;  // dygrad.Size, set from Python (dygrad/__init__.py); a tuple until then
+
+nb::object shape_object(IntSpan shape) {
+  nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
+  for (size_t i = 0; i < shape.size(); ++i)
+    PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(shape[i]));
+  if (!g_size_type) return tuple;
+  return nb::steal(PyObject_CallOneArg(g_size_type, tuple.ptr()));
+}
+
+// torch's node names: "add_scalar" -> "AddScalarBackward0".
+std::string node_display_name(const Node& node) {
+  std::string out;
+  bool upper = true;
+  for (const char* c = node.name(); *c; ++c) {
+    if (*c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*c))) : *c;
+    upper = false;
+  }
+  return out + "Backward0";
+}
+
+struct GradFn {
+  Ref<Node> node;
+};
+
+nb::object grad_fn_object(const Ref<Node>& node) {
+  if (!node) return nb::none();
+  return nb::cast(GradFn{node});
+}
+
+// Waits for the tensor's producer without holding the GIL (other Python threads keep running).
+void wait_readable_released(const Tensor& t) {
+  nb::gil_scoped_release release;
+  t.wait_readable();
+}
+
+nb::object scalar_object(const Scalar& s) {
+  if (s.is_bool()) return nb::bool_(s.v.b);
+  if (s.is_integral()) return nb::int_(s.v.i);
+  return nb::float_(s.v.f);
+}
+
+int64_t only_element_check(const Tensor& t, const char* what) {
+  DG_CHECK(t.numel() == 1, Runtime, "[", what, "] a Tensor with ", t.numel(), " elements cannot be converted to Scalar");
+  return 0;
+}
+
+std::string tensor_repr(const Tensor& t) {
+  wait_readable_released(t);
+  std::string s = t.str();
+  // The C++ printer names dtypes as torch does; Python shows them as dygrad's objects print.
+  const std::string from = "dtype=torch.", to = "dtype=dygrad.";
+  if (size_t at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
+  // ... and grad_fn by its torch-style node name (AddBackward0).
+  const std::string grad_fn = "grad_fn=<";
+  if (size_t at = s.rfind(grad_fn); at != std::string::npos && t.grad_fn()) {
+    size_t begin = at + grad_fn.size(), end = s.find('>', begin);
+    if (end != std::string::npos) s.replace(begin, end - begin, node_display_name(*t.grad_fn()));
+  }
+  return s;
+}
+}  // namespace
+
+nb::object item_object(const Tensor& t) {
+  only_element_check(t, "item");
+  wait_readable_released(t);
+  return scalar_object(t.item_scalar());
+}
+
+void init_tensor(nb::module_& m) {
+  static PyType_Slot slots[32];
+  {
+    int n = 0;
+    for (const PyType_Slot* s = number_slots(); s->slot; ++s) slots[n++] = *s;
+    slots[n] = {0, nullptr};
+  }
+  nb::class_<Tensor> cls(m, "Tensor", nb::type_slots(slots));
+  tensor_type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+
+  nb::class_<GradFn>(m, "Node")
+      .def("name", [](const GradFn& f) { return node_display_name(*f.node); })
+      .def_prop_ro("next_functions", [](const GradFn& f) {
+        nb::list out;
+        for (const Edge& e : f.node->next) {
+          if (e.node) out.append(nb::make_tuple(grad_fn_object(e.node), e.output_nr));
+          else if (e.leaf) out.append(nb::make_tuple(nb::str("AccumulateGrad"), 0));
+          else out.append(nb::make_tuple(nb::none(), 0));
+        }
+        return nb::tuple(out);
+      })
+      .def("__repr__", [](const GradFn& f) { return "<" + node_display_name(*f.node) + " object>"; });
+
+  m.def("_set_size_type", [](nb::handle type) {
+    Py_XINCREF(type.ptr());
+    g_size_type = type.ptr();
+  });
+
+  cls.def_prop_ro("shape", [](const Tensor& t) { return shape_object(t.shape()); })
+      .def_prop_ro("dtype", [](const Tensor& t) { return nb::borrow(dtype_object(t.dtype())); })
+      .def_prop_ro("ndim", [](const Tensor& t) { return t.dim(); })
+      .def_prop_ro("device", [](const Tensor& t) { return t.device().str(); })
+      .def_prop_ro("is_cuda", [](const Tensor&) { return false; })
+      .def_prop_rw("requires_grad", [](const Tensor& t) { return t.requires_grad(); },
+                   [](Tensor& t, bool value) { t.set_requires_grad(value); })
+      .def_prop_rw("grad", [](const Tensor& t) { return wrap_object(t.grad()); },
+                   [](Tensor& t, nb::handle g) {
+                     if (g.is_none()) return t.set_grad(Tensor());
+                     const Tensor* gt = to_tensor("grad", "grad", g.ptr());
+                     if (!gt) throw nb::python_error();
+                     t.set_grad(*gt);
+                   }, nb::arg("grad").none())
+      .def_prop_ro("grad_fn", [](const Tensor& t) { return grad_fn_object(t.grad_fn()); })
+      .def_prop_ro("is_leaf", [](const Tensor& t) { return t.is_leaf(); })
+      .def_prop_rw("data", [](const Tensor& t) { return detach(t); },
+                   [](Tensor& t, const Tensor& value) {
+                     // torch's `x.data = y`: x now shows y's storage and metadata, keeping its autograd identity.
+                     // Queued Tasks read x's metadata on the stream worker: let them finish first.
+                     {
+                       nb::gil_scoped_release release;
+                       Stream::cpu().synchronize();
+                     }
+                     TensorImpl& dst = *t.impl();
+                     const TensorImpl& src = *value.impl();
+                     dst.storage = src.storage;
+                     dst.sizes = src.sizes;
+                     dst.strides = src.strides;
+                     dst.offset = src.offset;
+                     dst.numel = src.numel;
+                     dst.dtype = src.dtype;
+                   })
+      .def_prop_ro("T", [](const Tensor& t) {
+        Dims perm;
+        for (int64_t d = t.dim() - 1; d >= 0; --d) perm.push_back(d);
+        return permute(t, perm);
+      })
+      .def("numel", [](const Tensor& t) { return t.numel(); })
+      .def("nelement", [](const Tensor& t) { return t.numel(); })
+      .def("dim", [](const Tensor& t) { return t.dim(); })
+      .def("ndimension", [](const Tensor& t) { return t.dim(); })
+      .def("size", [](const Tensor& t, nb::handle dim) -> nb::object {
+             if (dim.is_none()) return shape_object(t.shape());
+             return nb::int_(t.size(nb::cast<int64_t>(dim)));
+           }, nb::arg("dim") = nb::none())
+      .def("stride", [](const Tensor& t, nb::handle dim) -> nb::object {
+             if (dim.is_none()) {
+               nb::list out;
+               for (int64_t s : t.strides()) out.append(s);
+               return nb::tuple(out);
+             }
+             return nb::int_(t.stride(nb::cast<int64_t>(dim)));
+           }, nb::arg("dim") = nb::none())
+      .def("is_contiguous", [](const Tensor& t) { return t.is_contiguous(); })
+      .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
+      .def("element_size", [](const Tensor& t) { return t.itemsize(); })
+      .def("storage_offset", [](const Tensor& t) { return t.storage_offset(); })
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
+      .def("requires_grad_", [](nb::handle self, bool value) {
+             unwrap(self.ptr()).set_requires_grad(value);
+             return nb::borrow(self);
+           }, nb::arg("requires_grad") = true)
+      .def("retain_grad", [](Tensor& t) { t.retain_grad(); })
+      .def("backward", [](const Tensor& t, nb::handle gradient, nb::handle retain_graph, bool create_graph) {
+             Tensor g;
+             if (!gradient.is_none()) {
+               const Tensor* gt = to_tensor("backward", "gradient", gradient.ptr());
+               if (!gt) throw nb::python_error();
+               g = *gt;
+             }
+             bool retain = retain_graph.is_none() ? create_graph : nb::cast<bool>(retain_graph);
+             PythonCallSite site;
+             t.backward(g, retain, create_graph);
+           }, nb::arg("gradient") = nb::none(), nb::arg("retain_graph") = nb::none(), nb::arg("create_graph") = false)
+      .def("item", [](const Tensor& t) { return item_object(t); })
+      .def("__repr__", [](const Tensor& t) { return tensor_repr(t); })
+      .def("__str__", [](const Tensor& t) { return tensor_repr(t); })
+      .def("__len__", [](const Tensor& t) {
+        DG_CHECK(t.dim() > 0, Type, "[len] len() of a 0-d tensor");
+        return t.shape()[0];
+      })
+      .def("__bool__", [](const Tensor& t) {
+        DG_CHECK(t.numel() == 1, Runtime, "[bool] Boolean value of Tensor with ",
+                 t.numel() == 0 ? "no values" : "more than one value", " is ambiguous");
+        wait_readable_released(t);
+        return t.item_scalar().to_double() != 0.0;
+      })
+      .def("__float__", [](const Tensor& t) {
+        only_element_check(t, "float");
+        wait_readable_released(t);
+        return t.item_scalar().to_double();
+      })
+      .def("__int__", [](const Tensor& t) {
+        only_element_check(t, "int");
+        wait_readable_released(t);
+        return t.item_scalar().to_int();
+      })
+      .def("__index__", [](const Tensor& t) {
+        DG_CHECK(t.numel() == 1 && is_integral(t.dtype(), false), Type,
+                 "[index] only integer tensors of a single element can be converted to an index");
+        wait_readable_released(t);
+        return t.item_scalar().to_int();
+      })
+      .def_static("_make_subclass", [](nb::handle cls_handle, const Tensor& data, bool requires_grad) {
+             // nn.Parameter: an instance of a Python subclass sharing data's storage, a fresh leaf.
+             DG_CHECK(PyType_Check(cls_handle.ptr()) &&
+                          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls_handle.ptr()), tensor_type),
+                      Type, "[_make_subclass] cls must be a subclass of Tensor");
+             nb::object o = nb::inst_alloc(cls_handle);
+             new (nb::inst_ptr<Tensor>(o)) Tensor(detach(data));
+             nb::inst_mark_ready(o);
+             if (requires_grad) unwrap(o.ptr()).set_requires_grad(true);
+             return o;
+           }, nb::arg("cls"), nb::arg("data"), nb::arg("requires_grad") = false);
+  cls.attr("__array_priority__") = 1000;  // NumPy defers `ndarray op tensor` to the Tensor's operators
+  cls.attr("__hash__") = nb::borrow(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__hash__");
+}
+
+}  // namespace dg::py

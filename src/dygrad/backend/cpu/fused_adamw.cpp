@@ -1,0 +1,71 @@
+// AdamW over many tensors in one Task (multi-tensor apply): every tensor is cut into fixed pieces and the
+// pieces of all tensors are spread over the pool. The update is torch.optim.AdamW's (single-tensor path),
+// operation for operation, with the scalars computed in double as Python does:
+//   p *= 1 - lr wd;  m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
+//   denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p += -(lr / (1 - b1^t)) * m / denom.
+#include "dygrad/backend/cpu/fused_adamw.h"
+
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg::cpu {
+
+namespace {
+constexpr int64_t kPiece = 16384;  // elements per unit of work
+
+struct Piece {
+  int64_t tensor, begin, end;
+};
+}  // namespace
+
+void adamw_kernel(Task& task) {
+  const int64_t count = static_cast<int64_t>(task.inputs.size());
+  const double lr = task.attrs.scalars[0].to_double(), beta1 = task.attrs.scalars[1].to_double();
+  const double beta2 = task.attrs.scalars[2].to_double(), eps = task.attrs.scalars[3].to_double();
+  const double step = static_cast<double>(task.attrs.i[0]);
+  const double weight_decay = std::bit_cast<double>(task.attrs.i[1]);
+  const double decay = 1.0 - lr * weight_decay;
+  const double bias_correction1 = 1.0 - std::pow(beta1, step);
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
+  const double step_size = lr / bias_correction1;
+  std::vector<Piece> pieces;
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t b = 0, n = task.inputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
+      pieces.push_back({t, b, std::min(n, b + kPiece)});
+  parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const Piece& piece = pieces[static_cast<size_t>(k)];
+      const size_t t = static_cast<size_t>(piece.tensor);
+      visit_floating(task.inputs[t].dtype(), [&]<typename T>() {
+        using C = compute_t<T>;
+        const C c_decay = static_cast<C>(decay), weight = static_cast<C>(1.0 - beta1), c_beta2 = static_cast<C>(beta2);
+        const C one_minus_beta2 = static_cast<C>(1.0 - beta2), c_eps = static_cast<C>(eps);
+        const C c_bias2 = static_cast<C>(bias_correction2_sqrt), neg_step = static_cast<C>(-step_size);
+        const bool small_weight = std::fabs(1.0 - beta1) < 0.5;  // torch's lerp picks its formula by this
+        const T* g = task.inputs[t].data<T>();
+        T* p = task.outputs[t].data<T>();
+        T* m = task.outputs[static_cast<size_t>(count) + t].data<T>();
+        T* v = task.outputs[2 * static_cast<size_t>(count) + t].data<T>();
+        // Each torch op stores its result in T before the next reads it: round the same way (a no-op for
+        // float32 and float64).
+        auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
+        for (int64_t i = piece.begin; i < piece.end; ++i) {
+          const C gi = static_cast<C>(g[i]);
+          const C pi = stored(static_cast<C>(p[i]) * c_decay);  // p.mul_(1 - lr wd)
+          const C m0 = static_cast<C>(m[i]);
+          const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
+          const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
+          const C denom = stored(stored(stored(std::sqrt(vi)) / c_bias2) + c_eps);  // sqrt, div_, add_
+          p[i] = static_cast<T>(pi + neg_step * mi / denom);
+          m[i] = static_cast<T>(mi);
+          v[i] = static_cast<T>(vi);
+        }
+      });
+    }
+  });
+}
+
+}  // namespace dg::cpu

@@ -1,0 +1,312 @@
+// Scaled dot-product attention, flash-style: tiled over query and key blocks with an online softmax, so no
+// [T, S] matrix is ever stored; backward recomputes the probabilities from the saved log-sum-exp.
+//
+// Notation: per batch-head n, Q[T, D], K[S, D], V[S, Dv], O[T, Dv], scale s, L[T] = log-sum-exp of each
+// score row, blocks of Bq query rows and Bk key rows. Forward, for each (n, query block), over key blocks:
+//   S_blk = s Q_blk K_blk^T (+ mask)   m_new = max(m, rowmax S_blk)   P = exp(S_blk - m_new)
+//   l = l exp(m - m_new) + rowsum P    O_blk = O_blk exp(m - m_new) + P V_blk
+// then O = O_blk / l and L = m + log l. Causal key blocks wholly above the diagonal are skipped.
+// Backward, for each n (one task, fixed block order, so results do not depend on the thread count):
+//   Dr = rowsum(dO * O); per key block, per query block: P = exp(s Q K^T (+ mask) - L),
+//   dV += P^T dO,  dP = dO V^T,  dS = P (dP - Dr),  dQ += s dS K,  dK += s dS^T Q.
+// A row that attends to no key (all masked) gives O = 0, L = -inf and zero gradients.
+#include "dygrad/backend/cpu/fused_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg::cpu {
+
+namespace {
+// Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
+// rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
+constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
+enum MaskKind : int64_t { kNoMask = 0, kBoolMask = 1, kAdditiveMask = 2 };
+
+// A batch of matrices [L..., rows, cols] with any strides; n indexes the flattened leading dims.
+template <typename T>
+struct Batched {
+  const T* base = nullptr;
+  Dims lead_sizes, lead_strides;
+  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 0;
+
+  Batched() = default;
+  explicit Batched(const Tensor& t) : base(static_cast<const T*>(t.raw_data())) {
+    const int64_t nd = t.dim();
+    for (int64_t d = 0; d < nd - 2; ++d) {
+      lead_sizes.push_back(t.shape()[d]);
+      lead_strides.push_back(t.strides()[d]);
+    }
+    rows = t.shape()[nd - 2];
+    cols = t.shape()[nd - 1];
+    row_stride = t.strides()[nd - 2];
+    col_stride = t.strides()[nd - 1];
+  }
+  const T* matrix(int64_t n) const {
+    int64_t offset = 0;
+    for (size_t d = lead_sizes.size(); d-- > 0;) {
+      offset += (n % lead_sizes[d]) * lead_strides[d];
+      n /= lead_sizes[d];
+    }
+    return base + offset;
+  }
+  // Rows [r0, r0 + count) of matrix n as a row-major block of the compute type C with leading dim `ld`: in
+  // place when the columns are unit-stride and no conversion is needed (what BLAS reads directly), else
+  // gathered (and converted, for 16-bit floats) into `pack`.
+  template <typename C>
+  const C* block(const T* matrix_base, int64_t r0, int64_t count, std::vector<C>& pack, int64_t& ld) const {
+    if constexpr (std::is_same_v<T, C>) {
+      if (col_stride == 1 && row_stride >= cols && cols > 0) {
+        ld = row_stride;
+        return matrix_base + r0 * row_stride;
+      }
+    }
+    pack.resize(static_cast<size_t>(std::max<int64_t>(count * cols, 1)));
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        pack[static_cast<size_t>(r * cols + c)] = static_cast<C>(matrix_base[(r0 + r) * row_stride + c * col_stride]);
+    ld = std::max<int64_t>(cols, 1);
+    return pack.data();
+  }
+};
+
+// Scores of block (q0.., k0..) [nq, nk] with leading dim nk: the mask and the causal cut applied in place.
+template <typename T, typename M>
+void mask_scores(T* scores, int64_t nq, int64_t nk, int64_t q0, int64_t k0, bool causal, int64_t mask_kind,
+                 const void* mask_matrix, int64_t mask_row_stride, int64_t mask_col_stride) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  if (mask_kind == kBoolMask) {
+    const bool* mask = static_cast<const bool*>(mask_matrix);
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = 0; j < nk; ++j)
+        if (!mask[(q0 + i) * mask_row_stride + (k0 + j) * mask_col_stride]) scores[i * nk + j] = kNegInf;
+  } else if (mask_kind == kAdditiveMask) {
+    const M* mask = static_cast<const M*>(mask_matrix);
+    for (int64_t i = 0; i < nq; ++i) {
+      const M* row = mask + (q0 + i) * mask_row_stride + k0 * mask_col_stride;
+      if (mask_col_stride == 1) for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += static_cast<T>(row[j]);
+      else for (int64_t j = 0; j < nk; ++j) scores[i * nk + j] += static_cast<T>(row[j * mask_col_stride]);
+    }
+  }
+  if (causal && k0 + nk - 1 > q0) {
+    for (int64_t i = 0; i < nq; ++i)
+      for (int64_t j = std::max<int64_t>(0, q0 + i + 1 - k0); j < nk; ++j) scores[i * nk + j] = kNegInf;
+  }
+}
+
+struct Config {
+  double scale;
+  bool causal;
+  int64_t mask_kind;
+};
+
+// The mask [L..., T, S] (broadcast strides allowed), bool or in the compute type.
+struct MaskView {
+  const char* base = nullptr;
+  Dims lead_sizes, lead_strides;
+  int64_t row_stride = 0, col_stride = 0, itemsize = 1;
+  MaskView(const Task& task, size_t input, int64_t kind) {
+    if (kind == kNoMask) return;
+    const Tensor& m = task.inputs[input];
+    base = static_cast<const char*>(m.raw_data());
+    itemsize = static_cast<int64_t>(m.itemsize());
+    for (int64_t d = 0; d < m.dim() - 2; ++d) {
+      lead_sizes.push_back(m.shape()[d]);
+      lead_strides.push_back(m.strides()[d]);
+    }
+    row_stride = m.strides()[m.dim() - 2];
+    col_stride = m.strides()[m.dim() - 1];
+  }
+  const void* matrix(int64_t n) const {
+    if (!base) return nullptr;
+    int64_t offset = 0;
+    for (size_t d = lead_sizes.size(); d-- > 0;) {
+      offset += (n % lead_sizes[d]) * lead_strides[d];
+      n /= lead_sizes[d];
+    }
+    return base + offset * itemsize;
+  }
+};
+
+// S: the stored dtype; T: the compute type (float for 16-bit floats).
+template <typename S>
+void attention_forward(Task& task, const Config& cfg) {
+  using T = compute_t<S>;
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const Batched<S> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
+  const MaskView mask(task, 3, cfg.mask_kind);
+  const Batched<S> out(task.outputs[0]);  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
+  T* lse = task.outputs[1].data<T>();
+  const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
+  const int64_t batch = shape_numel(q.lead_sizes);
+  const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
+  const T scale = static_cast<T>(cfg.scale);
+  parallel_chunks(batch * query_blocks, [&](int64_t job) {
+    const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
+    const int64_t nq = std::min(kQueryBlock, T_len - q0);
+    std::vector<T> q_pack, k_pack, v_pack;
+    std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
+    std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
+    std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
+    int64_t ldq, ldk, ldv;
+    const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
+    const S* k_matrix = k.matrix(n);
+    const S* v_matrix = v.matrix(n);
+    const void* mask_matrix = mask.matrix(n);
+    const int64_t key_end = cfg.causal ? std::min(S_len, q0 + nq) : S_len;
+    for (int64_t k0 = 0; k0 < key_end; k0 += kKeyBlock) {
+      const int64_t nk = std::min(kKeyBlock, key_end - k0);
+      const T* kb = k.block(k_matrix, k0, nk, k_pack, ldk);
+      const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
+      T* s = scores.get();
+      gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), s, nk);
+      mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
+      for (int64_t i = 0; i < nq; ++i) {
+        T* row = s + i * nk;
+        const T block_max = max_of(row, nk);
+        const T m_old = row_max[static_cast<size_t>(i)], m_new = std::max(m_old, block_max);
+        if (m_new == kNegInf) {  // nothing attended yet: P = 0 (avoids -inf - -inf)
+          for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
+          continue;
+        }
+        for (int64_t j = 0; j < nk; ++j) row[j] -= m_new;
+        if (m_old != m_new) {
+          const T correction = std::exp(m_old - m_new);  // 0 when m_old = -inf
+          row_sum[static_cast<size_t>(i)] *= correction;
+          T* o = acc.data() + i * Dv;
+          for (int64_t c = 0; c < Dv; ++c) o[c] *= correction;
+          row_max[static_cast<size_t>(i)] = m_new;
+        }
+      }
+      exp_inplace(s, nq * nk);
+      for (int64_t i = 0; i < nq; ++i) {
+        row_sum[static_cast<size_t>(i)] += sum_of(s + i * nk, nk);
+      }
+      gemm(false, false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
+    }
+    S* o = const_cast<S*>(out.matrix(n)) + q0 * out.row_stride;
+    for (int64_t i = 0; i < nq; ++i) {
+      const T l = row_sum[static_cast<size_t>(i)];
+      const T inv = l > T(0) ? T(1) / l : T(0);
+      for (int64_t c = 0; c < Dv; ++c) o[i * out.row_stride + c] = static_cast<S>(acc[static_cast<size_t>(i * Dv + c)] * inv);
+      lse[n * T_len + q0 + i] = l > T(0) ? row_max[static_cast<size_t>(i)] + std::log(l) : kNegInf;
+    }
+  });
+}
+
+template <typename S>
+void attention_backward(Task& task, const Config& cfg) {
+  using T = compute_t<S>;
+  constexpr bool kDirect = std::is_same_v<S, T>;  // gradients accumulate in the outputs themselves
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const Batched<S> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
+  const T* lse_all = task.inputs[5].data<T>();
+  const MaskView mask(task, 6, cfg.mask_kind);
+  S* grad_q = task.outputs[0].data<S>();
+  S* grad_k = task.outputs[1].data<S>();
+  S* grad_v = task.outputs[2].data<S>();
+  const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
+  const int64_t batch = shape_numel(q.lead_sizes);
+  const T scale = static_cast<T>(cfg.scale);
+  parallel_chunks(batch, [&](int64_t n) {
+    // 16-bit floats: accumulate in float buffers, rounded once at the end.
+    std::vector<T> dq_acc, dk_acc, dv_acc;
+    T *dq, *dk, *dv;
+    if constexpr (kDirect) {
+      dq = grad_q + n * T_len * D;
+      dk = grad_k + n * S_len * D;
+      dv = grad_v + n * S_len * Dv;
+    } else {
+      dq_acc.resize(static_cast<size_t>(T_len * D));
+      dk_acc.resize(static_cast<size_t>(S_len * D));
+      dv_acc.resize(static_cast<size_t>(S_len * Dv));
+      dq = dq_acc.data();
+      dk = dk_acc.data();
+      dv = dv_acc.data();
+    }
+    // dQ is written (beta 0) by the first key tile, which every query row sees; dK and dV per key tile.
+    if (S_len == 0) std::fill(dq, dq + T_len * D, T(0));
+    const T* lse = lse_all + n * T_len;
+    const S* q_matrix = q.matrix(n);
+    const S* k_matrix = k.matrix(n);
+    const S* v_matrix = v.matrix(n);
+    const S* do_matrix = dout.matrix(n);
+    const S* o_matrix = o.matrix(n);
+    const void* mask_matrix = mask.matrix(n);
+    // Dr[i] = rowsum(dO * O).
+    std::vector<T> row_dot(static_cast<size_t>(T_len));
+    for (int64_t i = 0; i < T_len; ++i) {
+      T total = 0;
+      for (int64_t c = 0; c < Dv; ++c)
+        total += static_cast<T>(do_matrix[i * dout.row_stride + c * dout.col_stride]) *
+                 static_cast<T>(o_matrix[i * o.row_stride + c * o.col_stride]);
+      row_dot[static_cast<size_t>(i)] = total;
+    }
+    std::vector<T> q_pack, k_pack, v_pack, do_pack;
+    std::unique_ptr<T[]> probs(new T[kQueryBlock * kKeyBlock]), dprobs(new T[kQueryBlock * kKeyBlock]);
+    int64_t ldq, ldk, ldv, lddo;
+    for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
+      const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
+      const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
+      const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
+      std::fill(dk + k0 * D, dk + (k0 + nk_block) * D, T(0));
+      std::fill(dv + k0 * Dv, dv + (k0 + nk_block) * Dv, T(0));
+      // Causal: query rows i < k0 see no key of this block.
+      const int64_t first_query = cfg.causal ? (k0 / kQueryBlock) * kQueryBlock : 0;
+      for (int64_t q0 = first_query; q0 < T_len; q0 += kQueryBlock) {
+        const int64_t nq = std::min(kQueryBlock, T_len - q0);
+        // Causal: keys past the block's last query row get P = 0; leave them out of the tile.
+        const int64_t nk = cfg.causal ? std::min(nk_block, q0 + nq - k0) : nk_block;
+        const T* qb = q.block(q_matrix, q0, nq, q_pack, ldq);
+        const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
+        T* p = probs.get();
+        T* dp = dprobs.get();
+        gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), p, nk);
+        mask_scores<T, S>(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
+        for (int64_t i = 0; i < nq; ++i) {
+          T* row = p + i * nk;
+          const T l = lse[q0 + i];
+          if (l == kNegInf) for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
+          else for (int64_t j = 0; j < nk; ++j) row[j] -= l;
+        }
+        exp_inplace(p, nq * nk);
+        gemm(true, false, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * Dv, Dv);
+        gemm(false, true, nq, nk, Dv, T(1), dob, lddo, vb, ldv, T(0), dp, nk);
+        for (int64_t i = 0; i < nq; ++i) {
+          const T r = row_dot[static_cast<size_t>(q0 + i)];
+          for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - r);
+        }
+        gemm(false, false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * D, D);
+        gemm(true, false, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
+      }
+    }
+    if constexpr (!kDirect) {
+      for (int64_t i = 0; i < T_len * D; ++i) grad_q[n * T_len * D + i] = static_cast<S>(dq[i]);
+      for (int64_t i = 0; i < S_len * D; ++i) grad_k[n * S_len * D + i] = static_cast<S>(dk[i]);
+      for (int64_t i = 0; i < S_len * Dv; ++i) grad_v[n * S_len * Dv + i] = static_cast<S>(dv[i]);
+    }
+  });
+}
+
+Config config_of(const Task& task) {
+  return {task.attrs.scalars[0].to_double(), task.attrs.i[0] != 0, task.attrs.i[1]};
+}
+}  // namespace
+
+void attention_kernel(Task& task) {
+  const Config cfg = config_of(task);
+  visit_floating(task.inputs[0].dtype(), [&]<typename S>() { attention_forward<S>(task, cfg); });
+}
+
+void attention_backward_kernel(Task& task) {
+  const Config cfg = config_of(task);
+  visit_floating(task.inputs[1].dtype(), [&]<typename S>() { attention_backward<S>(task, cfg); });
+}
+
+}  // namespace dg::cpu

@@ -1,0 +1,117 @@
+// RMSNorm forward and backward over the last dim, fused: one pass per row, nothing saved but x and rstd.
+//
+// Notation: x[R, C] (R rows = all leading dims, C channels), w[C] the optional weight, r[R] = rstd,
+// xhat = x * r, g = grad_y. Forward y = xhat * w. Backward, with gw = g * w:
+//   grad_x = r * (gw - xhat * mean(gw * xhat, -1)),   grad_w = sum over rows of g * xhat.
+// grad_w is reduced deterministically: rows are cut into chunks fixed by the shape (never by the thread
+// count), each chunk writes its own partial row, and the partials are summed in chunk order.
+#include "dygrad/backend/cpu/fused_norm.h"
+
+#include <vector>
+
+#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg::cpu {
+
+namespace {
+constexpr int64_t kElementsPerChunk = 32768;  // rows per task: this many elements, at least one row
+
+int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
+
+// Sum of a[i] * b[i] with 8 independent accumulators (vectorised), combined in a fixed order.
+template <typename C>
+C dot(const C* a, const C* b, int64_t n) {
+  C acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+}  // namespace
+
+void rms_norm_kernel(Task& task) {
+  const Tensor& x = task.inputs[0];
+  const bool has_weight = task.attrs.i[0] != 0;
+  const double eps = task.attrs.scalars[0].to_double();
+  visit_floating(x.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const RowView xv(x);
+    const int64_t cols = xv.columns;
+    T* y = task.outputs[0].data<T>();
+    C* rstd = task.outputs[1].data<C>();
+    const T* xp = x.data<T>();
+    std::vector<C> weight;
+    if (has_weight) {
+      const Tensor& w = task.inputs[1];
+      weight.resize(static_cast<size_t>(cols));
+      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
+    }
+    parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
+      std::vector<C> row(static_cast<size_t>(cols));
+      for (int64_t r = lo; r < hi; ++r) {
+        load_row(row.data(), xp + xv.row_offset(r), cols, xv.column_stride);
+        const C mean_square = dot(row.data(), row.data(), cols) / static_cast<C>(cols);
+        const C inv = static_cast<C>(1) / std::sqrt(mean_square + static_cast<C>(eps));
+        rstd[r] = inv;
+        T* out = y + r * cols;
+        if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv * weight[c]);
+        else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv);
+      }
+    });
+  });
+}
+
+void rms_norm_backward_kernel(Task& task) {
+  const Tensor& grad = task.inputs[0];
+  const Tensor& x = task.inputs[1];
+  const bool has_weight = task.attrs.i[0] != 0, need_x = task.attrs.i[1] != 0, need_weight = task.attrs.i[2] != 0;
+  visit_floating(x.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const RowView xv(x), gv(grad);
+    const int64_t rows = xv.rows, cols = xv.columns;
+    const T* xp = x.data<T>();
+    const T* gp = grad.data<T>();
+    const C* rstd = task.inputs[2].data<C>();
+    std::vector<C> weight;
+    if (has_weight) {
+      const Tensor& w = task.inputs[3];
+      weight.resize(static_cast<size_t>(cols));
+      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
+    }
+    T* grad_x = need_x ? task.outputs[0].data<T>() : nullptr;
+    const int64_t chunk_rows = rows_per_chunk(cols);
+    const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+    // partial[k, c]: chunk k's share of grad_w.
+    std::vector<C> partial(need_weight ? static_cast<size_t>(chunks * cols) : 0, C(0));
+    parallel_chunks(chunks, [&](int64_t k) {
+      std::vector<C> xhat(static_cast<size_t>(cols)), g(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols));
+      C* acc = need_weight ? partial.data() + k * cols : nullptr;
+      for (int64_t r = k * chunk_rows, end = std::min(rows, r + chunk_rows); r < end; ++r) {
+        const C inv = rstd[r];
+        load_row(xhat.data(), xp + xv.row_offset(r), cols, xv.column_stride);
+        load_row(g.data(), gp + gv.row_offset(r), cols, gv.column_stride);
+        for (int64_t c = 0; c < cols; ++c) xhat[c] *= inv;
+        if (acc) for (int64_t c = 0; c < cols; ++c) acc[c] += g[c] * xhat[c];
+        if (!grad_x) continue;
+        if (has_weight) for (int64_t c = 0; c < cols; ++c) gw[c] = g[c] * weight[c];
+        else for (int64_t c = 0; c < cols; ++c) gw[c] = g[c];
+        const C mean_dot = dot(gw.data(), xhat.data(), cols) / static_cast<C>(cols);
+        T* out = grad_x + r * cols;
+        for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(inv * (gw[c] - xhat[c] * mean_dot));
+      }
+    });
+    if (!need_weight) return;
+    T* grad_w = task.outputs[need_x ? 1 : 0].data<T>();
+    parallel_for(0, cols, 1024, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        C total = 0;
+        for (int64_t k = 0; k < chunks; ++k) total += partial[static_cast<size_t>(k * cols + c)];
+        grad_w[c] = static_cast<T>(total);
+      }
+    });
+  });
+}
+
+}  // namespace dg::cpu

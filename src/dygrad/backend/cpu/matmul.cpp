@@ -1,0 +1,339 @@
+// CPU GEMM for matmul: batched, broadcast, strided C = A @ B through the serial OpenBLAS, tiled over dygrad's
+// intra-op pool.
+//
+// Design (docs/threading.md):
+//  * Each output matrix C[M, N] is cut into tiles whose size is a function of (batch, M, N, K) alone, never of
+//    the thread count (gemm_tiling). Each tile is one serial cblas_?gemm call over the full K (no split-K), so
+//    every output element is computed by the same operations in the same order however many threads run:
+//    results are bitwise identical for any thread count. The (batch, tile) pairs are the chunks of
+//    parallel_chunks, which the pool hands out dynamically; batches are natural tiles.
+//  * Operands are read in place when their matrix dims are row-major (strides (ld, 1), passed as NoTrans) or
+//    column-major ((1, ld), passed as Trans); batch dims may have any strides, 0 for broadcast. The op layer
+//    copies a float32/float64 operand only when neither layout holds (blas_layout).
+//  * Batch folding: when B is the same matrix for every batch and A's batches stack onto its rows (a linear
+//    layer, [B, T, C] @ [C, N]), the whole batch is one GEMM with batch * M rows, which tiles better.
+//  * float16/bfloat16: each tile's rows of A and columns of B are converted to float32, multiplied by sgemm
+//    (float32 accumulation) and rounded once to the output dtype. A native bf16 GEMM can come later.
+//  * Integers: a plain loop kernel over the same tiles, exact, wrapping on overflow like torch.
+//  * Debian builds the serial OpenBLAS without USE_LOCKING, which makes concurrent calls unsafe; the
+//    interposed blas_memory_alloc at the end of this file fixes that.
+//
+// Legend: batch = the broadcast batch dims flattened, M = rows of A and C, K = the inner dim, N = columns of
+// B and C; a tile is C[m0 : m0 + tile_m, n0 : n0 + tile_n] of one batch, computed over all of K.
+#include "dygrad/backend/cpu/matmul.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "dygrad/runtime/error.h"
+#include "dygrad/runtime/thread_pool.h"
+
+namespace dg::cpu {
+
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t multiple) { return ceil_div(a, multiple) * multiple; }
+
+// Tiling (measured with bench/bench_gemm.cpp --tiles=2,4,8,16; results in bench/RESULTS.md). A tile is one
+// BLAS call that packs its own rows of A (tile_m x K) and columns of B (K x tile_n), so every split along M
+// repacks all of B and every split along N all of A, where the multithreaded OpenBLAS packs each panel once
+// and shares it between its threads. Measured interleaved in one process on the 2-core machine, 2 tiles per
+// call reached 1.00-1.2x the multithreaded OpenBLAS on 2 threads, 4 tiles 0.93-1.1x, 16 tiles 0.86-1.2x. So
+// tiles are few and large: split until there are kTargetTiles per GEMM call, always halving the longer side
+// (the split that repacks less), as long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops.
+// Batches are tiles of their own. Machines with more cores want a larger target (set_gemm_target_tiles); it
+// must not follow the pool size, or results would change with the thread count.
+constexpr int64_t kTargetTiles = 2;
+std::atomic<int64_t> target_tiles{kTargetTiles};  // set_gemm_target_tiles
+constexpr int64_t kMinTileM = 256;
+constexpr int64_t kMinTileN = 256;
+constexpr double kMinTileFlops = 4.0e6;  // about 30 microseconds of one core
+constexpr int64_t kTileAlign = 16;       // the float32 micro-kernel's width under AVX-512
+
+// The batched GEMM a Task describes, with broadcasting resolved into per-batch offsets.
+struct GemmPlan {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  std::vector<int64_t> a_offsets, b_offsets;  // element offset of batch i's A and B; C is contiguous
+  int64_t a_row_stride = 0, a_col_stride = 0, b_row_stride = 0, b_col_stride = 0;
+};
+
+// Batch offsets of `t` (a [..., R, C] operand) for every index of the output batch shape, broadcasting
+// its missing and size-1 batch dims.
+void batch_offsets(const Tensor& t, IntSpan out_batch, std::vector<int64_t>& offsets) {
+  const int64_t nb = static_cast<int64_t>(out_batch.size()), lead = nb - (t.dim() - 2);
+  Dims strides(static_cast<size_t>(nb), 0);
+  for (int64_t d = lead < 0 ? 0 : lead; d < nb; ++d)
+    strides[static_cast<size_t>(d)] = t.shape()[d - lead] == 1 ? 0 : t.strides()[d - lead];
+  int64_t count = 1;
+  for (int64_t s : out_batch) count *= s;
+  offsets.assign(static_cast<size_t>(count), 0);
+  Dims index(static_cast<size_t>(nb), 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offsets[static_cast<size_t>(i)] = offset;
+    for (int64_t d = nb - 1; d >= 0; --d) {  // odometer step, keeping the running offset
+      const size_t k = static_cast<size_t>(d);
+      offset += strides[k];
+      if (++index[k] < out_batch[k]) break;
+      offset -= strides[k] * index[k];
+      index[k] = 0;
+    }
+  }
+}
+
+GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool blas) {
+  GemmPlan p;
+  p.M = out.size(-2);
+  p.N = out.size(-1);
+  p.K = a.size(-1);
+  IntSpan out_batch = out.shape().subspan(0, static_cast<size_t>(out.dim() - 2));
+  batch_offsets(a, out_batch, p.a_offsets);
+  batch_offsets(b, out_batch, p.b_offsets);
+  p.batch = static_cast<int64_t>(p.a_offsets.size());
+  p.a_row_stride = a.stride(-2);
+  p.a_col_stride = a.stride(-1);
+  p.b_row_stride = b.stride(-2);
+  p.b_col_stride = b.stride(-1);
+  // Fold the batch into M when B is shared and A's batches stack: batch i's rows start at i * M * row stride.
+  if (p.batch > 1 && p.batch * p.M <= INT_MAX &&
+      std::all_of(p.b_offsets.begin(), p.b_offsets.end(), [](int64_t o) { return o == 0; })) {
+    const int64_t row_stride = p.M == 1 ? p.a_offsets[1] : p.a_row_stride;
+    bool stacked = true;
+    for (int64_t i = 0; i < p.batch && stacked; ++i) stacked = p.a_offsets[static_cast<size_t>(i)] == i * p.M * row_stride;
+    if (stacked && (!blas || blas_layout(p.batch * p.M, p.K, row_stride, p.a_col_stride).ok)) {
+      p.M *= p.batch;
+      p.batch = 1;
+      p.a_row_stride = row_stride;
+      p.a_offsets.assign(1, 0);
+      p.b_offsets.assign(1, 0);
+    }
+  }
+  return p;
+}
+
+// Runs body(batch, m0, tile_m, n0, tile_n) for every tile of the plan, across the pool.
+template <typename Body>
+void for_each_tile(const GemmPlan& p, Body&& body) {
+  const GemmTiling t = gemm_tiling(p.batch, p.M, p.N, p.K);
+  const int64_t per_batch = t.tiles_m * t.tiles_n;
+  parallel_chunks(p.batch * per_batch, [&](int64_t chunk) {
+    const int64_t batch = chunk / per_batch, r = chunk % per_batch;
+    const int64_t m0 = (r / t.tiles_n) * t.tile_m, n0 = (r % t.tiles_n) * t.tile_n;
+    body(batch, m0, std::min(t.tile_m, p.M - m0), n0, std::min(t.tile_n, p.N - n0));
+  });
+}
+
+CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasNoTrans; }
+
+// C[m, n] = A[m, K] @ B[K, n], row-major C with leading dim ldc; one serial BLAS call.
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0f, A, int(lda), B, int(ldb), 0.0f, C,
+              int(ldc));
+}
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B,
+               int64_t ldb, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0, A, int(lda), B, int(ldb), 0.0, C,
+              int(ldc));
+}
+
+// float32 / float64: every tile is one BLAS call on the operands in place.
+// A [batch][M, K], B [batch][K, N] strided; C [batch, M, N] contiguous.
+template <typename T>
+void gemm_blas(const GemmPlan& p, const T* A, const T* B, T* C) {
+  const BlasLayout la = blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride);
+  const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
+  DG_CHECK(la.ok && lb.ok, Runtime, "[matmul] internal error: operand layout not readable by BLAS");
+  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+    const size_t i = static_cast<size_t>(batch);
+    blas_gemm(la.transposed, lb.transposed, tm, tn, p.K, A + p.a_offsets[i] + m0 * p.a_row_stride, la.ld,
+              B + p.b_offsets[i] + n0 * p.b_col_stride, lb.ld, C + (batch * p.M + m0) * p.N + n0, p.N);
+  });
+}
+
+// float16 / bfloat16: a tile is computed in blocks of at most kConvertRows x kConvertColumns: the block's
+// columns of B [K, nb] and rows of A [mb, K] are converted to float32, multiplied by sgemm into a float32
+// block [mb, nb] and rounded once into C. Blocks are fixed by the tile, so results stay thread-independent.
+constexpr int64_t kConvertRows = 256, kConvertColumns = 1024;
+
+template <typename T>
+void convert_block(const T* src, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = src + r * row_stride;
+    float* out = dst + r * cols;
+    if (col_stride == 1) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(row[c]);
+    else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(row[c * col_stride]);
+  }
+}
+
+template <typename T>
+void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
+  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+    const int64_t K = p.K, max_rows = std::min(tm, kConvertRows), max_cols = std::min(tn, kConvertColumns);
+    std::unique_ptr<float[]> buffer(new float[static_cast<size_t>(K * max_cols + max_rows * K + max_rows * max_cols)]);
+    float* b_block = buffer.get();
+    float* a_block = b_block + K * max_cols;
+    float* c_block = a_block + max_rows * K;
+    const T* a = A + p.a_offsets[static_cast<size_t>(batch)];
+    const T* b = B + p.b_offsets[static_cast<size_t>(batch)];
+    for (int64_t n = n0; n < n0 + tn; n += kConvertColumns) {
+      const int64_t nb = std::min(kConvertColumns, n0 + tn - n);
+      convert_block(b + n * p.b_col_stride, K, nb, p.b_row_stride, p.b_col_stride, b_block);
+      for (int64_t m = m0; m < m0 + tm; m += kConvertRows) {
+        const int64_t mb = std::min(kConvertRows, m0 + tm - m);
+        convert_block(a + m * p.a_row_stride, mb, K, p.a_row_stride, p.a_col_stride, a_block);
+        blas_gemm(false, false, mb, nb, K, a_block, K, b_block, nb, c_block, nb);
+        for (int64_t i = 0; i < mb; ++i) {
+          T* dst = C + (batch * p.M + m + i) * p.N + n;
+          for (int64_t j = 0; j < nb; ++j) dst[j] = T(c_block[i * nb + j]);
+        }
+      }
+    }
+  });
+}
+
+// Integers: c[i, j] = sum_k a[i, k] * b[k, j] in wrapping 64-bit arithmetic, stored modulo the dtype.
+template <typename T>
+void gemm_integer(const GemmPlan& p, const T* A, const T* B, T* C) {
+  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+    std::vector<uint64_t> acc(static_cast<size_t>(tn));
+    const T* a = A + p.a_offsets[static_cast<size_t>(batch)] + m0 * p.a_row_stride;
+    const T* b = B + p.b_offsets[static_cast<size_t>(batch)] + n0 * p.b_col_stride;
+    for (int64_t i = 0; i < tm; ++i) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t k = 0; k < p.K; ++k) {
+        const uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(a[i * p.a_row_stride + k * p.a_col_stride]));
+        const T* row = b + k * p.b_row_stride;
+        for (int64_t j = 0; j < tn; ++j)
+          acc[static_cast<size_t>(j)] += x * static_cast<uint64_t>(static_cast<int64_t>(row[j * p.b_col_stride]));
+      }
+      T* dst = C + (batch * p.M + m0 + i) * p.N + n0;
+      for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j)]);
+    }
+  });
+}
+}  // namespace
+
+BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  const int64_t min_row_ld = std::max<int64_t>(1, cols), min_col_ld = std::max<int64_t>(1, rows);
+  if (cols == 1 || col_stride == 1) {  // row-major: element (r, c) at r * ld + c
+    const int64_t ld = rows == 1 ? min_row_ld : row_stride;
+    if (ld >= min_row_ld && ld <= INT_MAX) return {true, false, ld};
+  }
+  if (rows == 1 || row_stride == 1) {  // column-major: element (r, c) at r + c * ld
+    const int64_t ld = cols == 1 ? min_col_ld : col_stride;
+    if (ld >= min_col_ld && ld <= INT_MAX) return {true, true, ld};
+  }
+  return {};
+}
+
+GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  M = std::max<int64_t>(M, 1);
+  N = std::max<int64_t>(N, 1);
+  int64_t tiles_m = 1, tiles_n = 1;
+  auto tile_flops = [&](int64_t tm, int64_t tn) { return 2.0 * double(ceil_div(M, tm)) * double(ceil_div(N, tn)) * double(K); };
+  const int64_t target = target_tiles.load(std::memory_order_relaxed);
+  while (batch * tiles_m * tiles_n < target) {
+    const int64_t tile_m = ceil_div(M, tiles_m), tile_n = ceil_div(N, tiles_n);
+    const bool can_split_m = ceil_div(M, 2 * tiles_m) >= kMinTileM && tile_flops(2 * tiles_m, tiles_n) >= kMinTileFlops;
+    const bool can_split_n = ceil_div(N, 2 * tiles_n) >= kMinTileN && tile_flops(tiles_m, 2 * tiles_n) >= kMinTileFlops;
+    if (can_split_m && (tile_m >= tile_n || !can_split_n)) tiles_m *= 2;
+    else if (can_split_n) tiles_n *= 2;
+    else break;
+  }
+  GemmTiling t;
+  t.tile_m = std::min(M, round_up(ceil_div(M, tiles_m), kTileAlign));
+  t.tile_n = std::min(N, round_up(ceil_div(N, tiles_n), kTileAlign));
+  t.tiles_m = ceil_div(M, t.tile_m);
+  t.tiles_n = ceil_div(N, t.tile_n);
+  return t;
+}
+
+void set_gemm_target_tiles(int64_t tiles) { target_tiles.store(std::max<int64_t>(1, tiles)); }
+int64_t gemm_target_tiles() { return target_tiles.load(); }
+
+void matmul_kernel(Task& task) {
+  const Tensor& a = task.inputs[0];
+  const Tensor& b = task.inputs[1];
+  const Tensor& out = task.outputs[0];
+  if (out.numel() == 0) return;
+  if (a.size(-1) == 0) {  // K = 0: an empty sum
+    std::memset(out.raw_data(), 0, static_cast<size_t>(out.numel()) * out.itemsize());
+    return;
+  }
+  const DType dtype = out.dtype();
+  const GemmPlan plan = make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64);
+  visit_dtype(dtype, [&]<typename T>() {
+    const T* A = a.data<T>();
+    const T* B = b.data<T>();
+    T* C = out.data<T>();
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[matmul] not implemented for dtype bool");
+    else gemm_integer<T>(plan, A, B, C);
+  });
+}
+
+}  // namespace dg::cpu
+
+// --- thread safety of the serial OpenBLAS --------------------------------------------------------------------
+// Debian's openblas-serial (0.3.21) is built without USE_LOCKING: blas_memory_alloc claims a packing buffer
+// with an unlocked test-then-set on a shared table, so two threads calling ?gemm at once can be handed the
+// same buffer and silently compute wrong results (measured: 2.7% of 200,000 concurrent 128^3 sgemm calls on
+// two threads). OpenBLAS calls blas_memory_alloc/free through its PLT, so these definitions, which the
+// dynamic linker finds in libdygrad before libopenblas, interpose them and serialise only the claim and the
+// release under one mutex (nanoseconds per call); the GEMM work itself stays parallel. A build of OpenBLAS
+// that locks by itself is unaffected (its lock is then taken under ours).
+namespace {
+struct OpenBlasMemory {
+  void* (*alloc)(int) = nullptr;
+  void (*release)(void*) = nullptr;
+  std::mutex mutex;
+  OpenBlasMemory() {
+    // The library that provides libdygrad's cblas_sgemm, looked up by address (robust to load order).
+    Dl_info info{};
+    void* library = nullptr;
+    if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) != 0 && info.dli_fname != nullptr)
+      library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);  // kept open: the library outlives us
+    if (library != nullptr) {
+      alloc = reinterpret_cast<void* (*)(int)>(dlsym(library, "blas_memory_alloc"));
+      release = reinterpret_cast<void (*)(void*)>(dlsym(library, "blas_memory_free"));
+    }
+    if (alloc == nullptr || release == nullptr) {
+      alloc = reinterpret_cast<void* (*)(int)>(dlsym(RTLD_NEXT, "blas_memory_alloc"));
+      release = reinterpret_cast<void (*)(void*)>(dlsym(RTLD_NEXT, "blas_memory_free"));
+    }
+    if (alloc == nullptr || release == nullptr) {
+      // Only OpenBLAS calls these, so it must be loaded; reaching this means a broken installation.
+      std::fputs("dygrad: cannot find OpenBLAS's blas_memory_alloc/blas_memory_free\n", stderr);
+      std::abort();
+    }
+  }
+  static OpenBlasMemory& instance() {
+    static OpenBlasMemory memory;
+    return memory;
+  }
+};
+}  // namespace
+
+extern "C" void* blas_memory_alloc(int procpos) {
+  OpenBlasMemory& memory = OpenBlasMemory::instance();
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  return memory.alloc(procpos);
+}
+
+extern "C" void blas_memory_free(void* buffer) {
+  OpenBlasMemory& memory = OpenBlasMemory::instance();
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  memory.release(buffer);
+}

@@ -1,0 +1,307 @@
+// Fused LLM ops (RMSNorm, rotary embedding, SwiGLU, multi-tensor AdamW): validation, Tasks and backward
+// formulas. Attention lives in fused_attention.cpp. Kernels: backend/cpu/fused_*.cpp.
+#include "dygrad/ops/fused.h"
+
+#include <bit>
+#include <cmath>
+
+#include "dygrad/backend/cpu/fused_adamw.h"
+#include "dygrad/backend/cpu/fused_norm.h"
+#include "dygrad/backend/cpu/fused_rope.h"
+#include "dygrad/backend/cpu/fused_swiglu.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/shape.h"
+
+namespace dg {
+
+namespace {
+// The fused backward kernels have no backward of their own: a graph built through them (create_graph)
+// would silently miss second-order terms, so that raises instead.
+void check_first_order(const char* op, std::initializer_list<Tensor> tensors) {
+  DG_CHECK(!needs_grad_any(tensors), NotImplemented, "[", op, "] double backward (create_graph=True) is not supported "
+           "by the fused kernel; use the composed ops");
+}
+DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+// --- rms_norm ------------------------------------------------------------------------------------------
+// saved: x, rstd, weight (or undefined).
+void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+OpCost rms_norm_cost(const Task& t) {
+  const double elements = double(t.inputs[0].numel()), size = double(t.inputs[0].itemsize());
+  return {4 * elements, 2 * elements * size};
+}
+OpCost rms_norm_backward_cost(const Task& t) {
+  const double elements = double(t.inputs[1].numel()), size = double(t.inputs[1].itemsize());
+  return {8 * elements, 3 * elements * size};
+}
+}  // namespace
+
+const OpDef op_rms_norm("rms_norm", FusionClass::Opaque, cpu::rms_norm_kernel, rms_norm_backward, rms_norm_cost);
+const OpDef op_rms_norm_backward("rms_norm_backward", FusionClass::Opaque, cpu::rms_norm_backward_kernel, nullptr,
+                                 rms_norm_backward_cost);
+
+namespace {
+void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
+  check_first_order("rms_norm", {g[0], x, weight});
+  const bool need_x = n.needs_grad(0), need_weight = n.needs_grad(1);
+  if (!need_x && !need_weight) return;
+  Attrs attrs;
+  attrs.i[0] = weight.defined();
+  attrs.i[1] = need_x;
+  attrs.i[2] = need_weight;
+  Tensor grad = to(g[0], x.dtype());
+  Tensor grad_x = need_x ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
+  Tensor grad_weight = need_weight ? Tensor::empty(weight.shape(), weight.dtype()) : Tensor();
+  SmallVector<Tensor, 4> inputs{grad, x, rstd};
+  if (weight.defined()) inputs.push_back(weight);
+  SmallVector<Tensor, 2> outputs;
+  if (need_x) outputs.push_back(grad_x);
+  if (need_weight) outputs.push_back(grad_weight);
+  enqueue(op_rms_norm_backward, std::span<const Tensor>(inputs.data(), inputs.size()),
+          std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
+  if (need_x) gi[0] = grad_x;
+  if (need_weight) gi[1] = grad_weight;
+}
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  check_defined("rms_norm", x);
+  check_floating("rms_norm", x);
+  DG_CHECK(x.dim() >= 1, Value, "[rms_norm] expected an input with at least 1 dim, got shape ", x.shape());
+  const int64_t channels = x.shape()[x.dim() - 1];
+  if (weight.defined()) {
+    check_same_device("rms_norm", x, weight);
+    DG_CHECK(weight.dim() == 1 && weight.shape()[0] == channels, Value, "[rms_norm] weight of shape ", weight.shape(),
+             " does not match the last dim of the input of shape ", x.shape());
+    DG_CHECK(weight.dtype() == x.dtype(), Type, "[rms_norm] weight dtype ", dtype_name(weight.dtype()),
+             " differs from the input dtype ", dtype_name(x.dtype()));
+  }
+  DG_CHECK(eps >= 0, Value, "[rms_norm] eps must be non-negative, got ", eps);
+  const int64_t rows = channels == 0 ? shape_numel(x.shape().first(x.shape().size() - 1)) : x.numel() / channels;
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Tensor rstd = Tensor::empty(Dims{rows}, compute_dtype(x.dtype()));
+  Attrs attrs;
+  attrs.scalars[0] = eps;
+  attrs.i[0] = weight.defined();
+  if (weight.defined()) enqueue(op_rms_norm, {x, weight}, {y, rstd}, attrs);
+  else enqueue(op_rms_norm, {x}, {y, rstd}, attrs);
+  if (needs_grad_any({x, weight})) {
+    Tensor inputs[2] = {x, weight}, outputs[1] = {y};
+    Ref<Node> node = record_node(&op_rms_norm, inputs, outputs);
+    node->attrs = attrs;
+    node->save(x);
+    node->save(rstd);
+    node->save(weight);
+  }
+  return y;
+}
+
+// --- rotary_position_embedding -------------------------------------------------------------------------
+namespace {
+// saved: cos, sin (cast to x's dtype).
+void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+}  // namespace
+
+const OpDef op_rope("rotary_position_embedding", FusionClass::Opaque, cpu::rope_kernel, rope_backward);
+const OpDef op_rope_backward("rotary_position_embedding_backward", FusionClass::Opaque, cpu::rope_kernel);
+
+namespace {
+void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor cos = n.saved(0), sin = n.saved(1);
+  check_first_order("rotary_position_embedding", {g[0]});
+  Attrs attrs = n.attrs;
+  attrs.i[2] = 1;  // the inverse rotation
+  Tensor grad = to(g[0], cos.dtype());
+  Tensor grad_x = Tensor::empty(grad.shape(), grad.dtype());
+  enqueue(op_rope_backward, {grad, cos, sin}, {grad_x}, attrs);
+  gi[0] = grad_x;
+}
+}  // namespace
+
+Tensor rotary_position_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin, RopeMode mode, RopeLayout layout) {
+  const char* name = "rotary_position_embedding";
+  check_defined(name, x);
+  check_defined(name, cos, "cos");
+  check_defined(name, sin, "sin");
+  check_same_device(name, x, cos);
+  check_same_device(name, x, sin);
+  check_floating(name, x);
+  DG_CHECK(x.dim() == 4, Value, "[", name, "] expected x of 4 dims (", layout == RopeLayout::BHTD ? "B, H, T, D" : "B, T, H, D",
+           "), got shape ", x.shape());
+  const int64_t dim = x.shape()[3], time_dim = layout == RopeLayout::BHTD ? 2 : 1, positions = x.shape()[time_dim];
+  DG_CHECK(dim % 2 == 0, Value, "[", name, "] the head dim D must be even, got shape ", x.shape());
+  const int64_t want[2] = {positions, dim / 2};
+  DG_CHECK(same_shape(cos.shape(), want) && same_shape(sin.shape(), want), Value, "[", name, "] cos and sin must have shape ",
+           IntSpan(want), " (T, D/2) for x of shape ", x.shape(), ", got ", cos.shape(), " and ", sin.shape());
+  DG_CHECK(is_floating(cos.dtype()) && is_floating(sin.dtype()), Type, "[", name, "] cos and sin must be floating, got ",
+           dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
+  Tensor c = to(detach(cos), x.dtype()), s = to(detach(sin), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Attrs attrs;
+  attrs.i[0] = mode == RopeMode::RotateHalf ? 1 : 0;
+  attrs.i[1] = time_dim;
+  enqueue(op_rope, {x, c, s}, {y}, attrs);
+  if (needs_grad_any({x})) {
+    Tensor inputs[1] = {x}, outputs[1] = {y};
+    Ref<Node> node = record_node(&op_rope, inputs, outputs);
+    node->attrs = attrs;
+    node->save(c);
+    node->save(s);
+  }
+  return y;
+}
+
+// --- swiglu --------------------------------------------------------------------------------------------
+namespace {
+// Two inputs; saved: gate, up.
+void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+// One input [..., 2F]; saved: x.
+void swiglu_packed_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+OpCost swiglu_cost(const Task& t) {
+  const double elements = double(t.outputs[0].numel()), size = double(t.outputs[0].itemsize());
+  return {6 * elements, 3 * elements * size};
+}
+
+// The gate and up halves of x [..., 2F] as views (no autograd: the packed node covers them).
+std::pair<Tensor, Tensor> halves(const Tensor& x) {
+  const int64_t last = x.dim() - 1, half = x.shape()[last] / 2;
+  Dims sizes(x.shape());
+  sizes[static_cast<size_t>(last)] = half;
+  Dims strides(x.strides());
+  return {Tensor::make_view(x, sizes, strides, x.storage_offset()),
+          Tensor::make_view(x, sizes, strides, x.storage_offset() + half * x.strides()[last])};
+}
+}  // namespace
+
+const OpDef op_swiglu("swiglu", FusionClass::Elementwise, cpu::swiglu_kernel, swiglu_backward, swiglu_cost);
+const OpDef op_swiglu_packed("swiglu_packed", FusionClass::Elementwise, cpu::swiglu_kernel, swiglu_packed_backward,
+                             swiglu_cost);
+const OpDef op_swiglu_backward("swiglu_backward", FusionClass::Elementwise, cpu::swiglu_backward_kernel);
+
+namespace {
+void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor gate = n.saved(0), up = n.saved(1);
+  check_first_order("swiglu", {g[0], gate, up});
+  Tensor grad = to(g[0], gate.dtype());
+  Tensor grad_gate = Tensor::empty(gate.shape(), gate.dtype()), grad_up = Tensor::empty(up.shape(), up.dtype());
+  enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
+  if (n.needs_grad(0)) gi[0] = grad_gate;
+  if (n.needs_grad(1)) gi[1] = grad_up;
+}
+void swiglu_packed_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  Tensor x = n.saved(0);
+  check_first_order("swiglu", {g[0], x});
+  Tensor grad = to(g[0], x.dtype());
+  auto [gate, up] = halves(x);
+  Tensor grad_x = Tensor::empty(x.shape(), x.dtype());
+  auto [grad_gate, grad_up] = halves(grad_x);
+  enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
+  gi[0] = grad_x;
+}
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  check_defined("swiglu", gate, "gate");
+  check_defined("swiglu", up, "up");
+  check_same_device("swiglu", gate, up);
+  check_floating("swiglu", gate);
+  DG_CHECK(same_shape(gate.shape(), up.shape()), Value, "[swiglu] gate of shape ", gate.shape(),
+           " and up of shape ", up.shape(), " must have the same shape");
+  DG_CHECK(gate.dtype() == up.dtype(), Type, "[swiglu] gate dtype ", dtype_name(gate.dtype()), " differs from up dtype ",
+           dtype_name(up.dtype()));
+  DG_CHECK(gate.dim() >= 1, Value, "[swiglu] expected inputs with at least 1 dim, got shape ", gate.shape());
+  Tensor y = Tensor::empty(gate.shape(), gate.dtype());
+  enqueue(op_swiglu, {gate, up}, {y});
+  if (needs_grad_any({gate, up})) {
+    Tensor inputs[2] = {gate, up}, outputs[1] = {y};
+    Ref<Node> node = record_node(&op_swiglu, inputs, outputs);
+    node->save(gate);
+    node->save(up);
+  }
+  return y;
+}
+
+Tensor swiglu(const Tensor& x) {
+  check_defined("swiglu", x);
+  check_floating("swiglu", x);
+  DG_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] % 2 == 0, Value,
+           "[swiglu] the single-input form needs a last dim of even size (gate, up), got shape ", x.shape());
+  auto [gate, up] = halves(x);
+  Tensor y = Tensor::empty(gate.shape(), x.dtype());
+  enqueue(op_swiglu_packed, {gate, up}, {y});
+  if (needs_grad_any({x})) {
+    Tensor inputs[1] = {x}, outputs[1] = {y};
+    Ref<Node> node = record_node(&op_swiglu_packed, inputs, outputs);
+    node->save(x);
+  }
+  return y;
+}
+
+// --- adamw_step ----------------------------------------------------------------------------------------
+namespace {
+OpCost adamw_cost(const Task& t) {
+  double elements = 0, bytes = 0;
+  for (const Tensor& g : t.inputs) {
+    elements += double(g.numel());
+    bytes += 7 * double(g.numel()) * double(g.itemsize());  // read g, p, m, v; write p, m, v
+  }
+  return {12 * elements, bytes};
+}
+}  // namespace
+
+const OpDef op_adamw("adamw_step", FusionClass::Opaque, cpu::adamw_kernel, nullptr, adamw_cost, kOpInplace);
+
+void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+                std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& o) {
+  const char* name = "adamw_step";
+  DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size(),
+           Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
+           exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs");
+  DG_CHECK(step >= 1, Value, "[", name, "] step counts from 1, got ", step);
+  DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
+  DG_CHECK(o.eps >= 0, Value, "[", name, "] Invalid epsilon value: ", o.eps);
+  DG_CHECK(o.beta1 >= 0 && o.beta1 < 1, Value, "[", name, "] Invalid beta parameter at index 0: ", o.beta1);
+  DG_CHECK(o.beta2 >= 0 && o.beta2 < 1, Value, "[", name, "] Invalid beta parameter at index 1: ", o.beta2);
+  DG_CHECK(o.weight_decay >= 0, Value, "[", name, "] Invalid weight_decay value: ", o.weight_decay);
+  if (params.empty()) return;
+  NoGradGuard no_grad;
+  SmallVector<Tensor, 4> inputs;
+  SmallVector<Tensor, 2> outputs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    check_defined(name, p, "params");
+    check_defined(name, grads[i], "grads");
+    check_defined(name, exp_avgs[i], "exp_avgs");
+    check_defined(name, exp_avg_sqs[i], "exp_avg_sqs");
+    check_floating(name, p);
+    DG_CHECK(p.is_leaf(), Runtime, "[", name, "] param ", i, " of shape ", p.shape(), " is not a leaf tensor");
+    const Tensor* related[3] = {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]};
+    for (const Tensor* t : related) {
+      check_same_device(name, p, *t);
+      DG_CHECK(t->dtype() == p.dtype(), Type, "[", name, "] param ", i, " is ", dtype_name(p.dtype()),
+               " but its grad or state is ", dtype_name(t->dtype()));
+      DG_CHECK(same_shape(t->shape(), p.shape()), Value, "[", name, "] param ", i, " has shape ", p.shape(),
+               " but its grad or state has shape ", t->shape());
+    }
+    DG_CHECK(p.is_contiguous() && exp_avgs[i].is_contiguous() && exp_avg_sqs[i].is_contiguous(), Value, "[", name,
+             "] param ", i, " of shape ", p.shape(), " or its state is not contiguous");
+    inputs.push_back(contiguous(grads[i]));
+  }
+  for (Tensor& p : params) outputs.push_back(p);
+  for (Tensor& m : exp_avgs) outputs.push_back(m);
+  for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
+  for (Tensor& t : outputs) t.storage().bump_version();
+  Attrs attrs;
+  attrs.scalars[0] = o.lr;
+  attrs.scalars[1] = o.beta1;
+  attrs.scalars[2] = o.beta2;
+  attrs.scalars[3] = o.eps;
+  attrs.i[0] = step;
+  attrs.i[1] = std::bit_cast<int64_t>(o.weight_decay);
+  enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
+          std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
+}
+
+}  // namespace dg

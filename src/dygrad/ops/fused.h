@@ -1,0 +1,58 @@
+// Fused LLM ops: each is one CPU kernel forward and one backward, instead of the chain of small ops a
+// model would otherwise issue. Results match the composed formulas (tests/cpp/test_fused.cpp) and do not
+// depend on the thread count.
+#pragma once
+#include <optional>
+#include <span>
+
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+// RMSNorm over the last dim: x * rsqrt(mean(x^2, -1) + eps) * weight. x [..., C]; weight [C] or undefined
+// (no scale). Floating dtypes (16-bit floats compute in float32). Saves x and one rstd per row.
+Tensor rms_norm(const Tensor& x, const Tensor& weight = Tensor(), double eps = 1e-5);
+
+// Rotary position embedding. Layout contract: x is 4-D, [B, H, T, D] (RopeLayout::BHTD, the default, as
+// after the head permute) or [B, T, H, D] (RopeLayout::BTHD, straight from the QKV projection), any
+// strides; cos and sin are [T, D/2] (position t, pair p: the angle's cosine and sine), D even. The output
+// has x's shape, contiguous. Modes: Interleaved rotates pairs (2p, 2p+1), as shared/bench/torch_ref.py;
+// RotateHalf rotates pairs (p, p + D/2), the HF LLaMA layout. cos and sin are constants (no gradient).
+enum class RopeMode : uint8_t { Interleaved, RotateHalf };
+enum class RopeLayout : uint8_t { BHTD, BTHD };
+Tensor rotary_position_embedding(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                 RopeMode mode = RopeMode::Interleaved, RopeLayout layout = RopeLayout::BHTD);
+
+// SwiGLU: silu(gate) * up for two tensors of one shape (any strides), or for one tensor [..., 2F] whose
+// last dim holds gate then up (the output is [..., F]).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+Tensor swiglu(const Tensor& x);
+
+// torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale + mask) value.
+// query [..., T, D], key [..., S, D], value [..., S, Dv] with the same leading dims, any strides.
+// attn_mask: undefined, bool (true = attend) or additive in the query's dtype, broadcastable to
+// [..., T, S]; it gets no gradient. is_causal: query i attends keys j <= i (top-left aligned, as torch);
+// not combined with attn_mask. scale: 1/sqrt(D) by default. Flash-style: output and log-sum-exp saved only.
+// Floating dtypes (16-bit floats compute in float32); dropout_p > 0 raises NotImplemented. A row that
+// attends to no key gives zeros (torch's math path gives NaN). 4-D outputs are stored [B, T, H, Dv] and
+// returned as the [B, H, T, Dv] view, so out.transpose(1, 2).reshape(B, T, H * Dv) is free (as in torch).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+// One AdamW step over lists of tensors, in place, as torch.optim.AdamW (amsgrad=False, maximize=False):
+//   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).
+// `step` counts from 1 (the value after this step's increment). Params must be leaves; each param, grad,
+// exp_avg and exp_avg_sq share shape and dtype, and params and states are contiguous. One Task for all.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+                std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& options = {});
+
+}  // namespace dg

@@ -1,0 +1,162 @@
+// Linear algebra ops: one primitive, matmul over >= 2-D operands with broadcast batch dims (its OpDef, cost
+// and backward are here; the kernel is backend/cpu/matmul.cpp), and the compositions built on it (1-D
+// promotion, mm, bmm, outer, linear).
+#include "dygrad/ops/linalg.h"
+
+#include <climits>
+
+#include "dygrad/backend/cpu/loops.h"
+#include "dygrad/backend/cpu/matmul.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/shape.h"
+
+namespace dg {
+
+namespace {
+int64_t batch_numel(IntSpan shape) {
+  int64_t n = 1;
+  for (size_t d = 0; d + 2 < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+// out [..., M, N] = a [..., M, K] @ b [..., K, N], g = d loss / d out:
+//   grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch dims its operand was broadcast along.
+void matmul_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const Tensor& grad = g[0];
+  if (n.needs_grad(0)) gi[0] = sum_to(matmul(grad, transpose(n.saved(1), -1, -2)), n.input_meta[0].shape);
+  if (n.needs_grad(1)) {
+    const Tensor a = n.saved(0);
+    IntSpan b_shape = n.input_meta[1].shape;
+    if (batch_numel(b_shape) == 1 && grad.dim() > 2) {
+      // b is shared by every batch (a linear layer): one GEMM over the stacked rows,
+      // [K, batch * M] @ [batch * M, N], instead of a batched product summed afterwards.
+      const int64_t K = a.size(-1), N = grad.size(-1);
+      const int64_t a_rows[2] = {-1, K}, g_rows[2] = {-1, N};
+      gi[1] = reshape(matmul(transpose(reshape(a, a_rows), 0, 1), reshape(grad, g_rows)), b_shape);
+    } else {
+      gi[1] = sum_to(matmul(transpose(a, -1, -2), grad), b_shape);
+    }
+  }
+}
+
+OpCost matmul_cost(const Task& t) {
+  const Tensor& a = t.inputs[0];
+  const Tensor& b = t.inputs[1];
+  const Tensor& out = t.outputs[0];
+  OpCost c;
+  const double M = double(out.size(-2)), N = double(out.size(-1)), K = double(a.size(-1));
+  c.flops = 2.0 * M * N * K * double(batch_numel(out.shape()));
+  c.bytes = double(a.numel()) * double(a.itemsize()) + double(b.numel()) * double(b.itemsize()) +
+            double(out.numel()) * double(out.itemsize());
+  return c;
+}
+}  // namespace
+
+const OpDef op_matmul("matmul", FusionClass::Matmul, cpu::matmul_kernel, matmul_backward, matmul_cost);
+
+namespace {
+bool blas_readable(const Tensor& t) {
+  return cpu::blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1)).ok;
+}
+
+// The primitive: a [..., M, K] @ b [..., K, N] with a.dim(), b.dim() >= 2, shapes and dtypes already checked.
+Tensor matmul_nd(const char* name, const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  DG_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, NotImplemented, "[", name, "] shapes ", a.shape(), " and ",
+           b.shape(), ": matrix dims above 2^31 - 1 are not supported by the BLAS interface");
+  Dims shape = cpu::broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
+                                     b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
+  shape.push_back(M);
+  shape.push_back(N);
+  // BLAS reads row- or column-major matrices in place; anything else (zero or general strides) is copied.
+  Tensor x = a, y = b;
+  if (a.dtype() == DType::Float32 || a.dtype() == DType::Float64) {
+    NoGradGuard no_grad;  // the node below differentiates with respect to a and b themselves
+    if (!blas_readable(x)) x = clone(x);
+    if (!blas_readable(y)) y = clone(y);
+  }
+  Tensor out = Tensor::empty(shape, a.dtype());
+  enqueue(op_matmul, {x, y}, {out});
+  if (needs_grad_any({a, b})) {
+    Tensor inputs[2] = {a, b}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_matmul, inputs, outputs);
+    node->save(node->needs_grad(1) ? a : Tensor());
+    node->save(node->needs_grad(0) ? b : Tensor());
+  }
+  return out;
+}
+
+// torch.matmul's rules, with errors naming `name` (the op the user called).
+Tensor matmul_impl(const char* name, const Tensor& a, const Tensor& b) {
+  check_defined(name, a, "input");
+  check_defined(name, b, "other");
+  check_same_device(name, a, b);
+  DG_CHECK(a.dim() >= 1 && b.dim() >= 1, Value, "[", name, "] both arguments need to be at least 1-D, got shapes ",
+           a.shape(), " and ", b.shape());
+  DG_CHECK(a.dtype() == b.dtype(), Type, "[", name, "] expected both operands to have the same dtype, got ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  DG_CHECK(a.dtype() != DType::Bool, NotImplemented, "[", name, "] not implemented for dtype bool");
+  const int64_t k_a = a.size(-1), k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
+  DG_CHECK(k_a == k_b, Value, "[", name, "] shapes ", a.shape(), " and ", b.shape(), ": inner dimensions ", k_a,
+           " and ", k_b, " differ");
+  // A 1-D operand becomes a matrix (a row on the left, a column on the right) and its dim is removed after.
+  const int64_t row[2] = {1, k_a}, column[2] = {k_b, 1};
+  Tensor out = matmul_nd(name, a.dim() == 1 ? reshape(a, row) : a, b.dim() == 1 ? reshape(b, column) : b);
+  if (a.dim() == 1 || b.dim() == 1) {
+    Dims shape(out.shape());
+    if (b.dim() == 1) shape.pop_back();
+    if (a.dim() == 1) shape.erase(shape.size() - (b.dim() == 1 ? 1 : 2));
+    out = reshape(out, shape);
+  }
+  return out;
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul_impl("matmul", a, b); }
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  check_defined("mm", a, "input");
+  check_defined("mm", b, "mat2");
+  DG_CHECK(a.dim() == 2 && b.dim() == 2, Value, "[mm] expected 2-D tensors, got shapes ", a.shape(), " and ",
+           b.shape());
+  return matmul_impl("mm", a, b);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_defined("bmm", a, "input");
+  check_defined("bmm", b, "mat2");
+  DG_CHECK(a.dim() == 3 && b.dim() == 3, Value, "[bmm] expected 3-D tensors, got shapes ", a.shape(), " and ",
+           b.shape());
+  DG_CHECK(a.size(0) == b.size(0), Value, "[bmm] shapes ", a.shape(), " and ", b.shape(), ": batch sizes ",
+           a.size(0), " and ", b.size(0), " differ");
+  return matmul_impl("bmm", a, b);
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  check_defined("outer", a, "input");
+  check_defined("outer", b, "vec2");
+  DG_CHECK(a.dim() == 1 && b.dim() == 1, Value, "[outer] expected 1-D tensors, got shapes ", a.shape(), " and ",
+           b.shape());
+  // An elementwise product of a column and a row: exact, and differentiable through mul.
+  const int64_t column[2] = {a.size(0), 1}, row[2] = {1, b.size(0)};
+  return mul(reshape(a, column), reshape(b, row));
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_defined("linear", x, "input");
+  check_defined("linear", weight, "weight");
+  DG_CHECK(weight.dim() == 1 || weight.dim() == 2, Value, "[linear] weight must be 1-D or 2-D, got shape ",
+           weight.shape());
+  DG_CHECK(x.dim() >= 1, Value, "[linear] input must be at least 1-D, got shape ", x.shape());
+  DG_CHECK(x.size(-1) == weight.size(-1), Value, "[linear] input of shape ", x.shape(), " and weight of shape ",
+           weight.shape(), ": in_features ", x.size(-1), " and ", weight.size(-1), " differ");
+  Tensor out = matmul_impl("linear", x, t(weight));  // weight^T is a view: BLAS reads it transposed in place
+  if (!bias.defined()) return out;
+  const int64_t out_features = weight.dim() == 2 ? weight.size(0) : 1;
+  DG_CHECK(bias.numel() == out_features && bias.dim() <= 1, Value, "[linear] bias of shape ", bias.shape(),
+           " does not match out_features ", out_features, " of weight ", weight.shape());
+  return add(out, weight.dim() == 2 ? bias : reshape(bias, IntSpan()));
+}
+
+}  // namespace dg

@@ -1,0 +1,19 @@
+// Linear algebra: matmul with torch.matmul's semantics (1-D promotion, batched with broadcasting), mm, bmm,
+// outer and linear. GEMMs run tiled over the intra-op pool; results do not depend on the thread count.
+#pragma once
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+// torch.matmul: 1-D @ 1-D is a dot product (0-D result); a 1-D left operand is a row vector and a 1-D right
+// operand a column vector, their dim removed from the result; >= 2-D operands multiply their last two dims
+// and broadcast the leading (batch) dims: [B, H, T, D] @ [B, H, D, T] -> [B, H, T, T],
+// [B, T, C] @ [C, N] -> [B, T, N]. Both operands must have the same dtype (not bool).
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);      // [M, K] @ [K, N] -> [M, N]
+Tensor bmm(const Tensor& a, const Tensor& b);     // [B, M, K] @ [B, K, N] -> [B, M, N], no broadcasting
+Tensor outer(const Tensor& a, const Tensor& b);   // [M] x [N] -> [M, N]
+// torch.nn.functional.linear: x @ weight^T + bias, weight [out_features, in_features], bias [out_features].
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace dg
