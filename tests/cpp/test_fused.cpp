@@ -98,7 +98,7 @@ std::vector<double> attention_probs(const AttentionCase& c, const std::vector<do
   std::vector<double> p(static_cast<size_t>(c.N * c.T * c.S));
   for (int64_t n = 0; n < c.N; ++n)
     for (int64_t i = 0; i < c.T; ++i) {
-      double* row = &p[(n * c.T + i) * c.S];
+      double* row = p.data() + (n * c.T + i) * c.S;
       double mx = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < c.S; ++j) {
         double s = 0;
@@ -138,8 +138,8 @@ void attention_reference_grads(const AttentionCase& c, const std::vector<double>
   std::vector<double> ds(static_cast<size_t>(c.S));
   for (int64_t n = 0; n < c.N; ++n)
     for (int64_t i = 0; i < c.T; ++i) {
-      const double* prow = &p[(n * c.T + i) * c.S];
-      const double* go = &dout[(n * c.T + i) * c.Dv];
+      const double* prow = p.data() + (n * c.T + i) * c.S;
+      const double* go = dout.data() + (n * c.T + i) * c.Dv;
       double rowdot = 0;
       for (int64_t j = 0; j < c.S; ++j) {
         double dp = 0;

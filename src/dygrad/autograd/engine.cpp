@@ -145,7 +145,12 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     std::vector<Tensor> grad_inputs(node->next.size());
     // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
     if (!skip && any) node->apply(grads, grad_inputs);
-    if (!run.retain_graph) node->release_saved();
+    if (!run.retain_graph) {
+      node->release_saved();
+      // retain_grad() targets hold the node (grad_fn) and the node holds them: freeing the graph breaks
+      // that cycle, which otherwise leaks both (LeakSanitizer, Autograd.RetainGradOnNonLeaf).
+      node->retained_outputs.clear();
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.valid()) continue;
