@@ -186,3 +186,19 @@ TEST(Autograd, ArithmeticGradcheckWithBroadcastAndScalars) {
   gradcheck([](const std::vector<Tensor>& v) { return mean(v[0], std::vector<int64_t>{1}, true); },
             {random_tensor({3, 4})}, 1e-6, 1e-7, 1e-6, "mean");
 }
+
+TEST(Autograd, OverwritingANonLeafWithAConstantStopsItsGradient) {
+  Tensor a = leaf({1, 2, 3}, {3});
+  Tensor x = mul(a, 2.0);
+  fill_(x, 5.0);
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_FALSE(x.is_leaf());
+  sum(mul(x, x)).backward();
+  EXPECT_FALSE(a.grad().defined());  // torch gives zeros; nothing flows back to a
+  Tensor b = leaf({1, 2}, {2});
+  Tensor y = mul(b, 3.0);
+  Tensor c = zeros(std::vector<int64_t>{2}, {DType::Float64});
+  copy_(y, c);
+  sum(mul(y, b)).backward();
+  expect_close(b.grad(), {0, 0}, 0, 0);  // only the direct use of b contributes (y is 0)
+}

@@ -120,6 +120,14 @@ Tensor binary_scalar(const OpDef& op, const Tensor& a, Scalar s, bool floating, 
   return out;
 }
 
+// A non-leaf overwritten by a constant keeps requiring grad (as in torch) but its new grad_fn has no
+// edges: no gradient reaches the history it no longer depends on.
+void no_gradient(Node&, std::span<const Tensor>, std::span<Tensor>) {}
+void cut_history_if_overwritten(const Tensor& dst) {
+  if (!grad_enabled() || !dst.requires_grad() || dst.is_leaf()) return;
+  rebase_history(dst, make_ref<Node>(std::string("fill_"), no_gradient, 1));
+}
+
 // In place: dst = op(dst, ...) computed in dst's dtype.
 Tensor& inplace(const OpDef& op, Tensor& dst, std::initializer_list<Tensor> others, const Attrs& attrs,
                 bool save_others) {
@@ -285,9 +293,8 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
     Tensor inputs[1] = {source};
     record_node(node, inputs, {});
     rebase_history(dst, node);
-  } else if (dst.requires_grad() && !dst.is_leaf() && grad_enabled()) {
-    // dst is overwritten by a constant: its history no longer reaches anything.
-    rebase_history(dst, Ref<Node>());
+  } else {
+    cut_history_if_overwritten(dst);
   }
   return dst;
 }
@@ -299,6 +306,7 @@ Tensor& fill_(Tensor& dst, Scalar value) {
   Attrs attrs;
   attrs.scalars[0] = value;
   enqueue(op_fill, {}, {dst}, attrs);
+  cut_history_if_overwritten(dst);
   return dst;
 }
 
