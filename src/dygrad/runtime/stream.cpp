@@ -68,13 +68,8 @@ void Stream::reclaim_completed_locked() {
 
 uint64_t Stream::acquire_slot_locked() {
   const uint64_t index = published_.load(std::memory_order_relaxed);
-  // Reclaim in batches: reading completed_ (a line the worker writes after every Task) on every enqueue
-  // costs a cross-core cache miss per op. Finished operands are dropped at most kReclaimBatch Tasks late,
-  // and at every sync point.
-  if (index - reclaimed_ >= kReclaimBatch) {
-    if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
-    reclaim_completed_locked();
-  }
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  reclaim_completed_locked();
   return index;
 }
 

@@ -28,7 +28,6 @@ class Stream {
  public:
   static Stream& cpu();
   static constexpr size_t kCapacity = 1024;  // queued Tasks; enqueue blocks (sleeps) when full
-  static constexpr size_t kReclaimBatch = 64;  // finished Tasks the host reclaims at once (docs/stream.md)
 
   // Runs the Task (synchronize mode: inline, errors thrown here; async: queued). Returns its sequence number.
   uint64_t enqueue(Task&& task);
