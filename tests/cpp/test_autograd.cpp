@@ -202,3 +202,19 @@ TEST(Autograd, OverwritingANonLeafWithAConstantStopsItsGradient) {
   sum(mul(y, b)).backward();
   expect_close(b.grad(), {0, 0}, 0, 0);  // only the direct use of b contributes (y is 0)
 }
+
+TEST(Autograd, TakenGradientBuffersAreNotModifiedWhileStillRead) {
+  // add passes the same gradient to several edges: a takes it as .grad, and more gradient for a arrives
+  // while mul(a, v)'s formula, which runs later, still reads that buffer.
+  Tensor a = leaf({1, 2, 3}, {3});
+  Tensor w = tensor_from({10, 20, 30}, {3});
+  Tensor v = tensor_from({100, 200, 300}, {3});
+  Tensor z = add(add(a, mul(a, w)), mul(a, v));
+  Tensor g = tensor_from({1, 2, 3}, {3});
+  z.backward(g, /*retain_graph=*/true);
+  expect_close(a.grad(), {1 * 111, 2 * 221, 3 * 331}, 0, 0);
+  expect_close(g, {1, 2, 3}, 0, 0);  // the caller's gradient is untouched
+  z.backward(g);                      // accumulates into the taken buffer in place now
+  expect_close(a.grad(), {2 * 111, 4 * 221, 6 * 331}, 0, 0);
+  expect_close(g, {1, 2, 3}, 0, 0);
+}

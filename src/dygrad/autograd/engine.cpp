@@ -26,6 +26,11 @@ struct GraphRun {
   std::unordered_map<const Node*, std::vector<std::pair<uint32_t, size_t>>> node_capture;
   std::vector<Tensor> captured;
   std::unordered_set<const Node*> needed;  // when capturing: only nodes that lead to an input
+  // A gradient buffer taken as a leaf's .grad may still be read by formulas that run later in this pass
+  // (a pass-through gradient such as add's feeds several edges): such leaves accumulate out of place for
+  // the rest of the pass. Hooks could keep a gradient too, so with hooks in the graph nothing is taken.
+  bool graph_has_hooks = false;
+  std::unordered_set<TensorImpl*> taken;
 };
 
 Tensor sum_grads(const Tensor& a, const Tensor& b) {
@@ -48,16 +53,19 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
   }
   if (g.dtype() != leaf.dtype()) g = to(g, leaf.dtype());
   if (!meta.grad.defined()) {
-    // Take the gradient as .grad when nothing else can see its memory; otherwise copy it.
-    bool exclusive = g.is_contiguous() && !g.is_view() && g.impl()->use_count() <= 2 &&
-                     g.storage().use_count() == 1 && !g.storage().is_external();
-    Tensor stored = run.create_graph ? g : (exclusive ? detach(g) : [&] {
+    // Take the gradient's buffer as .grad when no other tensor views its memory (no copy: this is every
+    // parameter's gradient, every step); otherwise copy it. The Task that produced it may still hold the
+    // gradient's TensorImpl, so its reference count cannot decide this (docs/autograd.md, "Gradient buffers").
+    const bool take = !run.create_graph && !run.graph_has_hooks && g.is_contiguous() && !g.is_view() &&
+                      g.storage().use_count() == 1 && !g.storage().shared_with_host();
+    Tensor stored = run.create_graph ? g : (take ? detach(g) : [&] {
       MemoryCategoryScope scope(MemoryCategory::Gradient);
       return clone(detach(g));
     }());
+    if (take) run.taken.insert(leaf_impl.get());
     if (!run.create_graph) stored.storage().set_category(MemoryCategory::Gradient);
     meta.grad = stored;
-  } else if (run.create_graph || meta.grad.requires_grad()) {
+  } else if (run.create_graph || meta.grad.requires_grad() || run.taken.count(leaf_impl.get())) {
     meta.grad = add(meta.grad, g);
   } else {
     NoGradGuard no_grad;
@@ -86,12 +94,19 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
   std::unordered_map<const Node*, int> deps;
   std::vector<Node*> stack;
   std::unordered_set<const Node*> seen;
-  for (const Edge& e : root_edges)
+  auto leaf_has_hooks = [](const Edge& e) { return e.leaf && e.leaf->autograd && !e.leaf->autograd->leaf_hooks.empty(); };
+  for (const Edge& e : root_edges) {
+    if (leaf_has_hooks(e)) run.graph_has_hooks = true;
     if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+  }
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
+    for (const auto& hooks : n->output_hooks)
+      if (!hooks.empty()) run.graph_has_hooks = true;
+    if (!n->retained_outputs.empty()) run.graph_has_hooks = true;
     for (const Edge& e : n->next) {
+      if (leaf_has_hooks(e)) run.graph_has_hooks = true;
       if (!e.node) continue;
       ++deps[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -177,7 +192,7 @@ Tensor root_grad(const Tensor& root, const Tensor& given, size_t index) {
   if (given.defined()) {
     DG_CHECK(same_shape(given.shape(), root.shape()), Runtime, "[backward] Mismatch in shape: grad_output[", index,
              "] has a shape of ", given.shape(), " and output[", index, "] has a shape of ", root.shape());
-    return given;
+    return clone(detach(given));  // private: the engine may take it as a leaf's .grad
   }
   DG_CHECK(root.numel() == 1, Runtime, "[backward] grad can be implicitly created only for scalar outputs, got shape ",
            root.shape());
