@@ -138,43 +138,21 @@ class Llama(nn.Module):
             return logits
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
-        """Samples continuations of idx [B, T0] (no KV cache: recomputes the window each step)."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, seed=0):
+        """Samples continuations of idx [B, T0] (int64). No KV cache: each step recomputes the last window.
+        The next token is drawn on the host from the softmax of the last position (V = 256 values a row)."""
+        import numpy as np
+
         from ..autograd import no_grad
+        rng = np.random.default_rng(seed)
         with no_grad():
             for _ in range(max_new_tokens):
                 window = idx[:, -self.cfg.seq_len:]
                 logits = self.forward(window)[:, -1, :] / max(temperature, 1e-6)
-                if top_k is not None:
-                    kth = logits.topk(top_k, -1)[0][:, -1:] if hasattr(logits, "topk") else None
-                    if kth is not None:
-                        logits = logits.masked_fill(logits < kth, float("-inf"))
-                probs = F.softmax(logits, dim=-1)
-                nxt = _C.multinomial(probs, 1) if hasattr(_C, "multinomial") else _sample(probs)
-                idx = _C.cat((idx, nxt), 1)
+                probs = F.softmax(logits.double(), dim=-1).numpy()
+                picks = [[min(int(np.searchsorted(np.cumsum(row), rng.random())), len(row) - 1)] for row in probs]
+                idx = _C.cat((idx, _C.tensor(picks, dtype=_C.int64)), 1)
         return idx
-
-
-def _sample(probs):
-    """Inverse-CDF sampling of one id per row of probs [B, V] with dygrad's RNG."""
-    cdf = probs.cumsum(-1) if hasattr(probs, "cumsum") else None
-    u = _C.rand((probs.shape[0], 1), dtype=probs.dtype)
-    if cdf is not None:
-        return (cdf < u).sum(-1, keepdim=True).clamp(max=probs.shape[-1] - 1).long()
-    # Without cumsum: the host draws from the (small, V=256) distribution.
-    import random
-    rows = probs.tolist()
-    out = []
-    for r, uu in zip(rows, u.tolist()):
-        acc, pick = 0.0, len(r) - 1
-        for i, p in enumerate(r):
-            acc += p
-            if uu[0] < acc:
-                pick = i
-                break
-        out.append([pick])
-    del random
-    return _C.tensor(out, dtype=_C.int64)
 
 
 # torch_ref.py's parameter names -> this model's (the reference's RMSNorm weight is called `w`).
