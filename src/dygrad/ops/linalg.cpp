@@ -143,6 +143,20 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   return mul(reshape(a, column), reshape(b, row));
 }
 
+namespace {
+// out [..., N] = x [..., K] @ weight [N, K]^T, g = d loss / d out [..., N]:
+//   grad_x = g @ weight [..., K];  grad_weight = g^T @ x over the stacked rows [N, K].
+void linear_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const Tensor& grad = g[0];
+  if (n.needs_grad(0)) gi[0] = matmul(grad, n.saved(1));
+  if (n.needs_grad(1)) {
+    const Tensor x = n.saved(0);
+    const int64_t x_rows[2] = {-1, x.size(-1)}, g_rows[2] = {-1, grad.size(-1)};
+    gi[1] = matmul(transpose(reshape(grad, g_rows), 0, 1), reshape(x, x_rows));
+  }
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_defined("linear", x, "input");
   check_defined("linear", weight, "weight");
@@ -151,6 +165,25 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DG_CHECK(x.dim() >= 1, Value, "[linear] input must be at least 1-D, got shape ", x.shape());
   DG_CHECK(x.size(-1) == weight.size(-1), Value, "[linear] input of shape ", x.shape(), " and weight of shape ",
            weight.shape(), ": in_features ", x.size(-1), " and ", weight.size(-1), " differ");
+  if (weight.dim() == 2 && x.dim() >= 2 && needs_grad_any({weight})) {
+    // Its own backward, so that the weight's gradient is one GEMM g^T @ x written in the weight's layout
+    // [out, in]: a fresh contiguous buffer the engine can take as .grad without a copy (docs/autograd.md).
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = matmul_impl("linear", x, t(weight));
+    }
+    Ref<Node> node = make_ref<Node>(std::string("linear"), linear_backward, 1);
+    Tensor inputs[2] = {x, weight}, outputs[1] = {out};
+    record_node(node, inputs, outputs);
+    node->save(node->needs_grad(1) ? x : Tensor());
+    node->save(node->needs_grad(0) ? weight : Tensor());
+    if (!bias.defined()) return out;
+    const int64_t out_features = weight.size(0);
+    DG_CHECK(bias.numel() == out_features && bias.dim() <= 1, Value, "[linear] bias of shape ", bias.shape(),
+             " does not match out_features ", out_features, " of weight ", weight.shape());
+    return add(out, bias);
+  }
   Tensor out = matmul_impl("linear", x, t(weight));  // weight^T is a view: BLAS reads it transposed in place
   if (!bias.defined()) return out;
   const int64_t out_features = weight.dim() == 2 ? weight.size(0) : 1;
