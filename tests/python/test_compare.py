@@ -4,22 +4,17 @@ import pytest
 import torch
 
 import dygrad as dg
+from peer import assert_matches, tensors_from
 
 rng = np.random.default_rng(1)
 
 
 def pair(a, requires_grad=False):
-    d, t = dg.tensor(a), torch.tensor(a)
-    if requires_grad:
-        d.requires_grad_(True)
-        t.requires_grad_(True)
-    return d, t
+    return tensors_from(a, requires_grad)
 
 
 def close(d, t):
-    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
-    assert tuple(d.shape) == tuple(t.shape)
-    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64), rtol=1e-6)
+    assert_matches(d, t, rtol=1e-6)
 
 
 def ints(shape):

@@ -6,24 +6,17 @@ import torch
 import torch.nn.functional as F
 
 import dygrad as dg
+from peer import assert_matches, tensors_from
 
 rng = np.random.default_rng(5)
 
 
 def pair(shape, requires_grad=False, dtype=np.float64):
-    a = rng.standard_normal(shape).astype(dtype)
-    d, t = dg.tensor(a), torch.tensor(a)
-    if requires_grad:
-        d.requires_grad_(True)
-        t.requires_grad_(True)
-    return d, t
+    return tensors_from(rng.standard_normal(shape).astype(dtype), requires_grad)
 
 
 def close(d, t, rtol=1e-7, atol=1e-10):
-    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
-    assert tuple(d.shape) == tuple(t.shape)
-    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
-                               rtol=rtol, atol=atol)
+    assert_matches(d, t, rtol, atol)
 
 
 def backward_both(out_d, out_t):

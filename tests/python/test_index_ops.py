@@ -5,25 +5,17 @@ import pytest
 import torch
 
 import dygrad as dg
+from peer import assert_matches, tensors_from
 
 rng = np.random.default_rng(2)
 
 
 def pair(shape, requires_grad=False, transposed=False):
-    a = rng.standard_normal(shape[::-1] if transposed else shape)
-    d, t = dg.tensor(a), torch.tensor(a)
-    if transposed:
-        d, t = d.t(), t.t()
-    if requires_grad:
-        d.requires_grad_(True)
-        t.requires_grad_(True)
-    return d, t
+    return tensors_from(rng.standard_normal(shape[::-1] if transposed else shape), requires_grad, transposed)
 
 
 def close(d, t):
-    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
-    assert tuple(d.shape) == tuple(t.shape)
-    np.testing.assert_allclose(d.detach().numpy(), t.detach().numpy(), rtol=1e-7, atol=1e-12)
+    assert_matches(d, t, rtol=1e-7, atol=1e-12)
 
 
 def backward_both(out_d, out_t):

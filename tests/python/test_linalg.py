@@ -4,26 +4,18 @@ import pytest
 import torch
 
 import dygrad as dg
+from peer import assert_matches, tensors_from
 
 rng = np.random.default_rng(4)
 
 
 def pair(shape, requires_grad=False, transposed=False, dtype=np.float64):
     a = rng.standard_normal(shape[::-1] if transposed else shape).astype(dtype)
-    d, t = dg.tensor(a), torch.tensor(a)
-    if transposed:
-        d, t = d.t(), t.t()
-    if requires_grad:
-        d.requires_grad_(True)
-        t.requires_grad_(True)
-    return d, t
+    return tensors_from(a, requires_grad, transposed)
 
 
 def close(d, t, rtol=1e-10, atol=1e-12):
-    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
-    assert tuple(d.shape) == tuple(t.shape)
-    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
-                               rtol=rtol, atol=atol)
+    assert_matches(d, t, rtol, atol)
 
 
 @pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import dygrad as dg
+from peer import assert_matches, tensors_from
 
 rng = np.random.default_rng(0)
 
@@ -11,20 +12,11 @@ rng = np.random.default_rng(0)
 def pair(shape, dtype=np.float64, low=-2.0, high=2.0, transposed=False, requires_grad=False):
     """The same random values as a dygrad and a torch tensor (transposed: a non-contiguous view)."""
     a = rng.uniform(low, high, size=shape[::-1] if transposed else shape).astype(dtype)
-    d, t = dg.tensor(a), torch.tensor(a)
-    if transposed:
-        d, t = d.t(), t.t()
-    if requires_grad:
-        d.requires_grad_(True)
-        t.requires_grad_(True)
-    return d, t
+    return tensors_from(a, requires_grad, transposed)
 
 
 def close(d, t, rtol=1e-6, atol=1e-7):
-    assert str(d.dtype).split(".")[-1] == str(t.dtype).split(".")[-1], (d.dtype, t.dtype)
-    assert tuple(d.shape) == tuple(t.shape)
-    np.testing.assert_allclose(d.detach().numpy().astype(np.float64), t.detach().numpy().astype(np.float64),
-                               rtol=rtol, atol=atol)
+    assert_matches(d, t, rtol, atol)
 
 
 UNARY = {
