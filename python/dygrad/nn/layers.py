@@ -123,7 +123,21 @@ class Dropout(Module):
         return f"p={self.p}, inplace={self.inplace}"
 
 
-class ModuleList(Module):
+class _ModuleSequence(Module):
+    """What ModuleList and Sequential share: children numbered in order."""
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class ModuleList(_ModuleSequence):
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
@@ -143,16 +157,6 @@ class ModuleList(Module):
     def __setitem__(self, idx, module):
         self.add_module(self._index(idx), module)
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
     def extend(self, modules):
         for m in modules:
             self.append(m)
@@ -162,7 +166,7 @@ class ModuleList(Module):
         raise NotImplementedError("ModuleList is a container and has no forward")
 
 
-class Sequential(Module):
+class Sequential(_ModuleSequence):
     def __init__(self, *args):
         super().__init__()
         if len(args) == 1 and isinstance(args[0], OrderedDict):
@@ -177,16 +181,6 @@ class Sequential(Module):
         if isinstance(idx, slice):
             return Sequential(OrderedDict(list(self._modules.items())[idx]))
         return modules[idx]
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
 
     def forward(self, input):
         for module in self._modules.values():
