@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <new>
+#include <string_view>
 #include <unordered_set>
 
 namespace dg::py {
@@ -338,6 +339,58 @@ void register_ops(nb::module_& m, std::span<const OpEntry> entries) {
         throw nb::python_error();
     }
   }
+}
+
+bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* kwnames, FactoryOptions& o,
+                           bool accepts_generator, std::initializer_list<const char*> extra_names,
+                           PyObject** extra_values) {
+  if (!kwnames) return true;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+    const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+    std::string_view name = key ? key : "";
+    PyObject* value = kwvalues[k];
+    if (name == "dtype") o.dtype = value;
+    else if (name == "requires_grad") o.requires_grad = value;
+    else if (name == "device") o.device = value;
+    else if (name == "size") o.size = value;
+    else if (name == "layout" || name == "pin_memory" || name == "memory_format") continue;
+    else if (name == "generator" && accepts_generator && value == Py_None) continue;
+    else {
+      int i = 0;
+      bool found = false;
+      for (const char* extra : extra_names) {
+        if (name == extra) {
+          extra_values[i] = value;
+          found = true;
+        }
+        ++i;
+      }
+      if (!found) return type_error(op, "got an unexpected keyword argument '%s'", key), false;
+    }
+  }
+  return true;
+}
+
+bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out) {
+  out.dtype = fallback;
+  if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
+  if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
+  if (o.device && o.device != Py_None) {
+    const char* device = PyUnicode_Check(o.device) ? PyUnicode_AsUTF8(o.device) : nullptr;
+    if (!device || !std::string_view(device).starts_with("cpu")) {
+      PyErr_Format(PyExc_RuntimeError, "[%s] only the cpu device is available", op);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool factory_shape(const char* op, PyObject* const* args, Py_ssize_t nargs, const FactoryOptions& o, Dims& shape) {
+  if (o.size) {
+    if (nargs > 0) return type_error(op, "got multiple values for argument 'size'"), false;
+    return to_int_list(op, "size", o.size, shape);
+  }
+  return to_shape(op, args, nargs, shape);
 }
 
 }  // namespace dg::py

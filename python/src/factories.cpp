@@ -7,61 +7,16 @@
 namespace dg::py {
 
 namespace {
-// The keyword options every factory accepts. `device` may only name the CPU today.
-struct FactoryOptions {
-  PyObject* dtype = nullptr;
-  PyObject* requires_grad = nullptr;
-  PyObject* device = nullptr;
-  PyObject* size = nullptr;
-  PyObject* fill_value = nullptr;
-};
-
-bool parse_factory_keywords(const char* op, PyObject* const* kwvalues, PyObject* kwnames, FactoryOptions& o) {
-  if (!kwnames) return true;
-  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
-    const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-    std::string_view name = key ? key : "";
-    PyObject* value = kwvalues[k];
-    if (name == "dtype") o.dtype = value;
-    else if (name == "requires_grad") o.requires_grad = value;
-    else if (name == "device") o.device = value;
-    else if (name == "size") o.size = value;
-    else if (name == "fill_value") o.fill_value = value;
-    else if (name == "layout" || name == "pin_memory" || name == "memory_format") continue;
-    else return type_error(op, "got an unexpected keyword argument '%s'", key), false;
-  }
-  return true;
-}
-
-bool resolve_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out) {
-  out.dtype = fallback;
-  if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
-  if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
-  if (o.device && o.device != Py_None) {
-    const char* device = PyUnicode_Check(o.device) ? PyUnicode_AsUTF8(o.device) : nullptr;
-    if (!device || !std::string_view(device).starts_with("cpu")) {
-      PyErr_Format(PyExc_RuntimeError, "[%s] only the cpu device is available", op);
-      return false;
-    }
-  }
-  return true;
-}
-
 enum class Fill { Empty, Zeros, Ones };
 
 template <Fill kind>
 PyObject* sized_factory(const char* op, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   FactoryOptions o;
-  if (!parse_factory_keywords(op, args + nargs, kwnames, o)) return nullptr;
+  if (!parse_factory_options(op, args + nargs, kwnames, o)) return nullptr;
   Dims shape;
-  if (o.size) {
-    if (nargs > 0) return type_error(op, "got multiple values for argument 'size'");
-    if (!to_int_list(op, "size", o.size, shape)) return nullptr;
-  } else if (!to_shape(op, args, nargs, shape)) {
-    return nullptr;
-  }
+  if (!factory_shape(op, args, nargs, o, shape)) return nullptr;
   TensorOptions options;
-  if (!resolve_options(op, o, DType::Float32, options)) return nullptr;
+  if (!resolve_factory_options(op, o, DType::Float32, options)) return nullptr;
   return guarded([&] {
     if constexpr (kind == Fill::Empty) return wrap(empty(shape, options));
     else if constexpr (kind == Fill::Zeros) return wrap(zeros(shape, options));
@@ -75,18 +30,19 @@ PyObject* ones_entry(PyObject*, PyObject* const* a, Py_ssize_t n, PyObject* k) {
 // full(size, fill_value, *, dtype=None): the dtype follows fill_value (float32, int64 or bool) as in torch.
 PyObject* full_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   FactoryOptions o;
-  if (!parse_factory_keywords("full", args + nargs, kwnames, o)) return nullptr;
+  PyObject* fill_value = nullptr;
+  if (!parse_factory_options("full", args + nargs, kwnames, o, false, {"fill_value"}, &fill_value)) return nullptr;
   if (nargs > 2) return type_error("full", "takes 2 positional arguments but %zd were given", nargs);
   if (nargs >= 1) o.size = args[0];
-  if (nargs == 2) o.fill_value = args[1];
+  if (nargs == 2) fill_value = args[1];
   if (!o.size) return type_error("full", "missing required argument 'size'");
-  if (!o.fill_value) return type_error("full", "missing required argument 'fill_value'");
+  if (!fill_value) return type_error("full", "missing required argument 'fill_value'");
   Dims shape;
   Scalar value;
-  if (!to_int_list("full", "size", o.size, shape) || !to_scalar_argument("full", "fill_value", o.fill_value, 0, value))
+  if (!to_int_list("full", "size", o.size, shape) || !to_scalar_argument("full", "fill_value", fill_value, 0, value))
     return nullptr;
   TensorOptions options;
-  if (!resolve_options("full", o, value.default_dtype(), options)) return nullptr;
+  if (!resolve_factory_options("full", o, value.default_dtype(), options)) return nullptr;
   return guarded([&] { return wrap(full(shape, value, options)); });
 }
 
@@ -94,18 +50,20 @@ PyObject* full_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
 template <Fill kind, bool with_value>
 PyObject* like_factory(const char* op, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   FactoryOptions o;
-  if (!parse_factory_keywords(op, args + nargs, kwnames, o)) return nullptr;
+  PyObject* fill_value = nullptr;
+  if (!parse_factory_options(op, args + nargs, kwnames, o, false, {"fill_value"}, &fill_value)) return nullptr;
+  if (!with_value && fill_value) return type_error(op, "got an unexpected keyword argument 'fill_value'");
   const Py_ssize_t expected = with_value ? 2 : 1;
-  if (nargs == expected - 1 && with_value && o.fill_value) {
+  if (nargs == expected - 1 && with_value && fill_value) {
   } else if (nargs != expected) {
     return type_error(op, "takes %zd positional argument%s but %zd were given", expected, expected == 1 ? "" : "s", nargs);
   }
   const Tensor* input = to_tensor(op, "input", nargs > 0 ? args[0] : nullptr);
   if (!input) return nullptr;
   Scalar value = kind == Fill::Ones ? Scalar(1) : Scalar(0);
-  if (with_value && !to_scalar_argument(op, "fill_value", nargs > 1 ? args[1] : o.fill_value, 0, value)) return nullptr;
+  if (with_value && !to_scalar_argument(op, "fill_value", nargs > 1 ? args[1] : fill_value, 0, value)) return nullptr;
   TensorOptions options;
-  if (!resolve_options(op, o, input->dtype(), options)) return nullptr;
+  if (!resolve_factory_options(op, o, input->dtype(), options)) return nullptr;
   return guarded([&] {
     if (kind == Fill::Empty && !with_value) return wrap(empty(input->shape(), options));
     return wrap(full(input->shape(), value, options));

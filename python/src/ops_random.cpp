@@ -7,72 +7,16 @@
 namespace dg::py {
 
 namespace {
-// The keyword options of the random factories.
-struct RandomOptions {
-  PyObject* dtype = nullptr;
-  PyObject* requires_grad = nullptr;
-  PyObject* size = nullptr;
-};
-
-bool parse_keywords(const char* op, PyObject* const* kwvalues, PyObject* kwnames, RandomOptions& o,
-                    std::initializer_list<std::string_view> extra_names = {}, PyObject** extra_values = nullptr) {
-  if (!kwnames) return true;
-  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
-    const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-    std::string_view name = key ? key : "";
-    PyObject* value = kwvalues[k];
-    if (name == "dtype") {
-      o.dtype = value;
-      continue;
-    }
-    if (name == "requires_grad") {
-      o.requires_grad = value;
-      continue;
-    }
-    if (name == "size") {
-      o.size = value;
-      continue;
-    }
-    if (name == "device" && (value == Py_None || (PyUnicode_Check(value) &&
-                                                  std::string_view(PyUnicode_AsUTF8(value)).starts_with("cpu"))))
-      continue;
-    if (name == "generator" && value == Py_None) continue;
-    if (name == "layout" || name == "pin_memory" || name == "memory_format") continue;
-    int i = 0;
-    bool found = false;
-    for (std::string_view e : extra_names) {
-      if (e == name) {
-        extra_values[i] = value;
-        found = true;
-      }
-      ++i;
-    }
-    if (!found) return type_error(op, "got an unexpected keyword argument '%s'", key), false;
-  }
-  return true;
-}
-
-bool resolve(const char* op, const RandomOptions& o, DType fallback, TensorOptions& out) {
-  out.dtype = fallback;
-  if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
-  return to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad);
-}
-
 // rand/randn(*size, *, dtype=None, requires_grad=False): floating dtypes only (torch).
 template <bool Normal>
 PyObject* random_factory(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static constexpr const char* op = Normal ? "randn" : "rand";
-  RandomOptions o;
-  if (!parse_keywords(op, args + nargs, kwnames, o)) return nullptr;
+  FactoryOptions o;
+  if (!parse_factory_options(op, args + nargs, kwnames, o, true)) return nullptr;
   Dims shape;
-  if (o.size) {
-    if (nargs > 0) return type_error(op, "got multiple values for argument 'size'");
-    if (!to_int_list(op, "size", o.size, shape)) return nullptr;
-  } else if (!to_shape(op, args, nargs, shape)) {
-    return nullptr;
-  }
+  if (!factory_shape(op, args, nargs, o, shape)) return nullptr;
   TensorOptions options;
-  if (!resolve(op, o, DType::Float32, options)) return nullptr;
+  if (!resolve_factory_options(op, o, DType::Float32, options)) return nullptr;
   return guarded([&] { return wrap(Normal ? randn(shape, options) : rand(shape, options)); });
 }
 
@@ -80,21 +24,21 @@ PyObject* random_factory(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
 template <bool Normal>
 PyObject* random_like(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static constexpr const char* op = Normal ? "randn_like" : "rand_like";
-  RandomOptions o;
+  FactoryOptions o;
   PyObject* input_kw = nullptr;
-  if (!parse_keywords(op, args + nargs, kwnames, o, {"input"}, &input_kw)) return nullptr;
+  if (!parse_factory_options(op, args + nargs, kwnames, o, true, {"input"}, &input_kw)) return nullptr;
   if (nargs > 1) return type_error(op, "takes 1 positional argument but %zd were given", nargs);
   const Tensor* input = to_tensor(op, "input", nargs == 1 ? args[0] : input_kw);
   TensorOptions options;
-  if (!input || !resolve(op, o, input->dtype(), options)) return nullptr;
+  if (!input || !resolve_factory_options(op, o, input->dtype(), options)) return nullptr;
   return guarded([&] { return wrap(Normal ? randn(input->shape(), options) : rand(input->shape(), options)); });
 }
 
 // randint(high, size) / randint(low, high, size), *, dtype=int64, requires_grad=False.
 PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  RandomOptions o;
+  FactoryOptions o;
   PyObject* kw[2] = {nullptr, nullptr};  // low, high
-  if (!parse_keywords("randint", args + nargs, kwnames, o, {"low", "high"}, kw)) return nullptr;
+  if (!parse_factory_options("randint", args + nargs, kwnames, o, true, {"low", "high"}, kw)) return nullptr;
   PyObject* low = kw[0];
   PyObject* high = kw[1];
   PyObject* size = o.size;
@@ -111,7 +55,7 @@ PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
       !to_int_list("randint", "size", size, shape))
     return nullptr;
   TensorOptions options;
-  if (!resolve("randint", o, DType::Int64, options)) return nullptr;
+  if (!resolve_factory_options("randint", o, DType::Int64, options)) return nullptr;
   return guarded([&] {
     Tensor out = randint(lo, hi, shape, options.dtype);
     if (options.requires_grad) out.set_requires_grad(true);
@@ -122,9 +66,9 @@ PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
 // arange(end) / arange(start, end, step=1), *, dtype=None, requires_grad=False: the dtype follows the
 // numbers (int64 for ints, float32 when one is a float) unless given.
 PyObject* arange_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  RandomOptions o;
+  FactoryOptions o;
   PyObject* kw[3] = {nullptr, nullptr, nullptr};  // start, end, step
-  if (!parse_keywords("arange", args + nargs, kwnames, o, {"start", "end", "step"}, kw)) return nullptr;
+  if (!parse_factory_options("arange", args + nargs, kwnames, o, true, {"start", "end", "step"}, kw)) return nullptr;
   if (nargs > 3) return type_error("arange", "takes at most 3 positional arguments but %zd were given", nargs);
   PyObject* start = kw[0];
   PyObject* end = kw[1];
@@ -138,6 +82,8 @@ PyObject* arange_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   if (!to_scalar_argument("arange", "start", start, 0, s) || !to_scalar_argument("arange", "end", end, 0, e) ||
       !to_scalar_argument("arange", "step", step, 1, st))
     return nullptr;
+  TensorOptions checked;  // validates dtype, requires_grad and device; the dtype itself is inferred below
+  if (!resolve_factory_options("arange", o, DType::Float32, checked)) return nullptr;
   std::optional<DType> dtype;
   if (o.dtype && o.dtype != Py_None) {
     DType t;

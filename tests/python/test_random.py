@@ -105,3 +105,17 @@ def test_inplace_fills_and_bernoulli():
     assert z.fill_(2.0).zero_() is z and z.tolist() == [0.0, 0.0, 0.0]
     assert dg.ones(2).long().dtype == dg.int64 and dg.ones(2).int().dtype == dg.int32
     assert dg.ones(2).bool().dtype == dg.bool and dg.ones(2).half().dtype == dg.float16
+
+
+def test_factory_keywords_are_checked_alike():
+    # zeros/ones/full/rand/arange share one keyword parser: the cpu device is accepted, others raise,
+    # and keywords torch does not take raise TypeError naming the op.
+    assert tuple(dg.rand(2, device="cpu", generator=None).shape) == (2,)
+    for make in (lambda: dg.zeros(2, device="cuda"), lambda: dg.rand(2, device="cuda"),
+                 lambda: dg.arange(3, device="cuda")):
+        with pytest.raises(RuntimeError, match="only the cpu device"):
+            make()
+    with pytest.raises(TypeError, match=r"\[zeros\].*fill_value"):
+        dg.zeros(2, fill_value=1)
+    with pytest.raises(TypeError, match=r"\[ones\].*generator"):
+        dg.ones(2, generator=None)
