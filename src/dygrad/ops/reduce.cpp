@@ -125,18 +125,31 @@ Dims reduced_shape(IntSpan shape, IntSpan dims, bool keepdim) {
   return out;
 }
 
+namespace {
+// Enqueues `op` reducing x over attrs.ints into a new tensor of `dtype` and records its node; the node saves
+// the input and the output when its backward formula needs them.
+Tensor reduce_to_new(const OpDef& op, const Tensor& x, const Attrs& attrs, bool keepdim, DType dtype,
+                     bool save_input_and_output) {
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.ints, keepdim), dtype);
+  enqueue(op, {x}, {out}, attrs);
+  if (needs_grad_any({x})) {
+    Tensor inputs[1] = {x}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    if (save_input_and_output) {
+      node->save(x);
+      node->save(detach(out));
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("sum", a);
   Attrs attrs;
   attrs.ints = reduction_dims("sum", dims, a.dim());
-  DType out_dtype = is_floating(a.dtype()) ? a.dtype() : DType::Int64;
-  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.ints, keepdim), out_dtype);
-  enqueue(op_sum, {a}, {out}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[1] = {a}, outputs[1] = {out};
-    record_node(&op_sum, inputs, outputs)->attrs = attrs;
-  }
-  return out;
+  return reduce_to_new(op_sum, a, attrs, keepdim, is_floating(a.dtype()) ? a.dtype() : DType::Int64, false);
 }
 
 Tensor mean(const Tensor& a, IntSpan dims, bool keepdim) {
@@ -169,16 +182,7 @@ Tensor extremum(const OpDef& op, const Tensor& a, IntSpan dims, bool keepdim) {
   Attrs attrs;
   attrs.ints = reduction_dims(op.name, dims, a.dim());
   check_nonempty_reduction(op.name, a, attrs.ints);
-  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.ints, keepdim), a.dtype());
-  enqueue(op, {a}, {out}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[1] = {a}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->attrs = attrs;
-    node->save(a);
-    node->save(detach(out));
-  }
-  return out;
+  return reduce_to_new(op, a, attrs, keepdim, a.dtype(), true);
 }
 
 // max/min over one dim: values and indices.
@@ -243,16 +247,7 @@ Tensor logsumexp(const Tensor& a, IntSpan dims, bool keepdim) {
   Tensor x = is_floating(a.dtype()) ? a : to(a, DType::Float32);
   Attrs attrs;
   attrs.ints = reduction_dims("logsumexp", dims, x.dim());
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.ints, keepdim), x.dtype());
-  enqueue(op_logsumexp, {x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[1] = {x}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_logsumexp, inputs, outputs);
-    node->attrs = attrs;
-    node->save(x);
-    node->save(detach(out));
-  }
-  return out;
+  return reduce_to_new(op_logsumexp, x, attrs, keepdim, x.dtype(), true);
 }
 
 namespace {
