@@ -86,16 +86,22 @@ def main():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--synchronize", action="store_true",
                         help="run dygrad's ops inline on the calling thread (no stream worker)")
+    parser.add_argument("--no-inline", action="store_true",
+                        help="queue every op on the stream worker, even tiny ones on an idle stream "
+                             "(inline_small_ops=False, docs/stream.md)")
     args = parser.parse_args()
     if args.synchronize:
         dg.set_context(synchronize=True)
+    if args.no_inline:
+        dg.set_context(inline_small_ops=False)
 
     torch.set_grad_enabled(True)
     dg_rows = make_cases(dg, dg.synchronize)
     torch_rows = make_cases(torch, lambda: None)
     print(f"dygrad dispatch benchmark: python {platform.python_version()}, torch {torch.__version__}, "
           f"{platform.machine()}, dygrad threads {dg.get_context().num_threads}, torch threads {torch.get_num_threads()}, "
-          f"dygrad {'synchronous' if args.synchronize else 'async'}")
+          f"dygrad {'synchronous' if args.synchronize else 'async'}, "
+          f"inline small ops {'on' if dg.get_context().inline_small_ops else 'off'}")
     print(f"{'case':58s} {'dygrad us':>10s} {'torch us':>10s} {'ratio':>7s}")
     ratios = []
     for (name, dg_loop, ops), (_, torch_loop, _) in zip(dg_rows, torch_rows):

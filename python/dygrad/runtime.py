@@ -1,4 +1,4 @@
-"""Runtime flags: dygrad.set_context / get_context (deterministic, synchronize, num_threads)."""
+"""Runtime flags: dygrad.set_context / get_context (deterministic, synchronize, num_threads, inline_small_ops)."""
 from dataclasses import dataclass
 
 from . import _C
@@ -9,15 +9,16 @@ class Context:
     deterministic: bool = False  # bitwise-identical results across runs and thread counts
     synchronize: bool = False  # run each op inline on the calling thread (errors raised at the call)
     num_threads: int = 0  # intra-op pool size, the stream worker included
+    inline_small_ops: bool = True  # tiny ops run on the calling thread when the stream is idle (docs/stream.md)
 
 
 def get_context():
     """The current flags, as a Context."""
-    deterministic, synchronize, num_threads = _C._get_context()
-    return Context(deterministic, synchronize, num_threads)
+    deterministic, synchronize, num_threads, inline_small_ops = _C._get_context()
+    return Context(deterministic, synchronize, num_threads, inline_small_ops)
 
 
-def set_context(context=None, *, deterministic=None, synchronize=None, num_threads=None):
+def set_context(context=None, *, deterministic=None, synchronize=None, num_threads=None, inline_small_ops=None):
     """Changes the flags given (a Context, or keywords); the others keep their values."""
     current = get_context() if context is None else context
     if not isinstance(current, Context):
@@ -26,8 +27,9 @@ def set_context(context=None, *, deterministic=None, synchronize=None, num_threa
         "deterministic": current.deterministic if deterministic is None else deterministic,
         "synchronize": current.synchronize if synchronize is None else synchronize,
         "num_threads": current.num_threads if num_threads is None else num_threads,
+        "inline_small_ops": current.inline_small_ops if inline_small_ops is None else inline_small_ops,
     }
-    for name in ("deterministic", "synchronize"):
+    for name in ("deterministic", "synchronize", "inline_small_ops"):
         if not isinstance(values[name], bool):
             raise TypeError(f"[set_context] {name} must be bool, not {type(values[name]).__name__}")
     n = values["num_threads"]
@@ -36,4 +38,5 @@ def set_context(context=None, *, deterministic=None, synchronize=None, num_threa
     if n < 0:
         raise ValueError(f"[set_context] num_threads must be positive (got {n})")
     # 0 keeps the pool as it is (resizing drains the stream and restarts the helper threads).
-    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n)
+    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n,
+                    values["inline_small_ops"])

@@ -28,13 +28,13 @@ void init_runtime(nb::module_& m) {
   m.def("initial_seed", [] { return rng_state().seed; });
   m.def("_get_context", [] {
     Context c = get_context();
-    return nb::make_tuple(c.deterministic, c.synchronize, c.num_threads);
+    return nb::make_tuple(c.deterministic, c.synchronize, c.num_threads, c.inline_small_ops);
   });
-  m.def("_set_context", [](bool deterministic, bool synchronize, int num_threads) {
+  m.def("_set_context", [](bool deterministic, bool synchronize, int num_threads, bool inline_small_ops) {
     DG_CHECK(num_threads >= 0 && num_threads <= 4096, Value, "[set_context] num_threads must be in [1, 4096] (got ",
              num_threads, ")");
     nb::gil_scoped_release release;  // set_num_threads drains the stream
-    set_context(Context{deterministic, synchronize, num_threads});
+    set_context(Context{deterministic, synchronize, num_threads, inline_small_ops});
   });
   m.def("synchronize", [] {
     {

@@ -1,6 +1,7 @@
 // The stream executor: async and synchronize mode agree, back-pressure bounds the queue, deferred kernel
-// errors poison their outputs and are raised once at the next sync point (docs/stream.md,
-// docs/async-errors.md).
+// errors poison their outputs and are raised once at the next sync point, small Tasks run inline on an idle
+// stream with the same results (docs/stream.md, docs/async-errors.md). The async tests run twice, with
+// inline execution of small Tasks on ("Stream/StreamModes.*/inline") and off (".../queued").
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -19,9 +20,11 @@ namespace {
 // test_checked_copy: out[N] = in[N] (contiguous), but its kernel first checks a data-dependent condition
 // the way an indexing kernel checks an index range: attrs.i[0] != 0 is "index out of range" and throws
 // dg::Error inside the kernel. The kernel also waits on a gate, so a test can hold the worker and prove
-// that the call returned before the kernel ran.
+// that the call returned before the kernel ran. attrs.i[1] != 0 declares the Task expensive (its cost model
+// says 1 Gflop), so it is always queued: a gated Task must never run inline on the host.
 std::atomic<bool> g_gate_open{true};
 std::atomic<int> g_checked_copy_runs{0};
+constexpr bool kQueued = true;
 
 void checked_copy_kernel(Task& task) {
   while (!g_gate_open.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -32,15 +35,46 @@ void checked_copy_kernel(Task& task) {
            " is out of bounds for dimension 0 with size ", in.numel());
   std::memcpy(out.raw_data(), in.raw_data(), static_cast<size_t>(in.numel()) * in.itemsize());
 }
-const OpDef op_test_checked_copy("test_checked_copy", FusionClass::Opaque, checked_copy_kernel);
+OpCost checked_copy_cost(const Task& task) {
+  const double bytes = 2.0 * double(task.inputs[0].numel()) * double(task.inputs[0].itemsize());
+  return {task.attrs.i[1] ? 1e9 : 0.0, bytes};
+}
+const OpDef op_test_checked_copy("test_checked_copy", FusionClass::Opaque, checked_copy_kernel, nullptr,
+                                 checked_copy_cost);
 
-Tensor checked_copy(const Tensor& a, int64_t bad_index = 0) {
+Tensor checked_copy(const Tensor& a, int64_t bad_index = 0, bool queued = false) {
   DG_CHECK(a.is_contiguous(), Value, "[test_checked_copy] expects a contiguous input");
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   Attrs attrs;
   attrs.i[0] = bad_index;
+  attrs.i[1] = queued;
   enqueue(op_test_checked_copy, {a}, {out}, attrs);
   return out;
+}
+
+// test_probe: out[N] = in[N] + 1 (float32, contiguous), a cheap Task that records the thread running it.
+std::mutex g_probe_mutex;
+std::thread::id g_probe_thread;
+
+void probe_kernel(Task& task) {
+  {
+    std::lock_guard<std::mutex> lock(g_probe_mutex);
+    g_probe_thread = std::this_thread::get_id();
+  }
+  const float* in = task.inputs[0].data<float>();
+  float* out = task.outputs[0].data<float>();
+  for (int64_t i = 0; i < task.inputs[0].numel(); ++i) out[i] = in[i] + 1.0f;
+}
+const OpDef op_test_probe("test_probe", FusionClass::Elementwise, probe_kernel);
+
+Tensor probe(const Tensor& a) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  enqueue(op_test_probe, {a}, {out});
+  return out;
+}
+std::thread::id probe_thread() {
+  std::lock_guard<std::mutex> lock(g_probe_mutex);
+  return g_probe_thread;
 }
 
 // Closes the gate for its lifetime (opens it again even when an assertion returns early).
@@ -64,6 +98,19 @@ struct SynchronizeMode {
   explicit SynchronizeMode(bool on) : saved_(synchronize_enabled()) { set_synchronize(on); }
   ~SynchronizeMode() { set_synchronize(saved_); }
   bool saved_;
+};
+
+struct InlineSmallOps {
+  explicit InlineSmallOps(bool on) : saved_(inline_small_ops_enabled()) { set_inline_small_ops(on); }
+  ~InlineSmallOps() { set_inline_small_ops(saved_); }
+  bool saved_;
+};
+
+// The async tests, with inline execution of small Tasks on (param true) and off.
+class StreamModes : public ::testing::TestWithParam<bool> {
+ protected:
+  StreamModes() : mode_(GetParam()) {}
+  InlineSmallOps mode_;
 };
 
 // Records what the worker runs and checks the queue bound at every enqueue.
@@ -129,7 +176,7 @@ std::vector<std::vector<double>> op_chain(DType dtype) {
 
 }  // namespace
 
-TEST(Stream, AsyncAndSynchronizeModeAgreeBitwise) {
+TEST_P(StreamModes, AsyncAndSynchronizeModeAgreeBitwise) {
   drain();
   for (DType dtype : {DType::Float32, DType::Float64}) {
     auto async_result = op_chain(dtype);
@@ -163,7 +210,7 @@ TEST(Stream, SynchronizeModeRunsEachTaskBeforeTheCallReturns) {
   }
 }
 
-TEST(Stream, CallReturnsBeforeTheKernelRunsAndSyncWaits) {
+TEST_P(StreamModes, CallReturnsBeforeTheKernelRunsAndSyncWaits) {
   drain();
   Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
   a.wait_readable();
@@ -172,7 +219,7 @@ TEST(Stream, CallReturnsBeforeTheKernelRunsAndSyncWaits) {
   uint64_t seq = 0;
   {
     GateClosed gate;
-    out = checked_copy(a);
+    out = checked_copy(a, 0, kQueued);
     seq = out.storage().last_write_seq();
     // The kernel is held at the gate: the call has returned, its output is allocated on the host already.
     EXPECT_LT(Stream::cpu().completed(), seq);
@@ -182,7 +229,7 @@ TEST(Stream, CallReturnsBeforeTheKernelRunsAndSyncWaits) {
   EXPECT_GE(Stream::cpu().completed(), seq);
 }
 
-TEST(Stream, TasksRunInEnqueueOrder) {
+TEST_P(StreamModes, TasksRunInEnqueueOrder) {
   drain();
   RecordingObserver observer;
   {
@@ -196,7 +243,7 @@ TEST(Stream, TasksRunInEnqueueOrder) {
   for (size_t i = 1; i < observer.begun_seq.size(); ++i) EXPECT_EQ(observer.begun_seq[i], observer.begun_seq[i - 1] + 1);
 }
 
-TEST(Stream, ManyTinyOpsWithoutSyncStayWithinTheQueueBound) {
+TEST_P(StreamModes, ManyTinyOpsWithoutSyncStayWithinTheQueueBound) {
   drain();
   constexpr int kOps = 100000;
   RecordingObserver observer;
@@ -226,22 +273,26 @@ TEST(Stream, ManyTinyOpsWithoutSyncStayWithinTheQueueBound) {
   EXPECT_LE(peak_delta, static_cast<int64_t>((Stream::kCapacity + kept.size() + 8) * 4));
 }
 
-TEST(Stream, WorkerWakesAfterSleeping) {
+TEST_P(StreamModes, WorkerWakesAfterSleeping) {
   drain();
   // The worker sleeps after ~100us without work; an enqueue must wake it (no lost wake-up), whatever the gap.
+  // x is too large to run inline; the small ops before it may run inline (the worker sleeps meanwhile).
   const int gaps_us[] = {0, 1, 20, 90, 110, 150, 400, 2000, 5000};
-  Tensor x = zeros(Shape{2});
+  Tensor x = zeros(Shape{4096});
+  Tensor small = zeros(Shape{2});
   float expected = 0;
   for (int round = 0; round < 3; ++round)
     for (int gap : gaps_us) {
       std::this_thread::sleep_for(std::chrono::microseconds(gap));
+      for (int i = 0; i < 50; ++i) small = add(small, 1.0);
       x = add(x, 1.0);
       expected += 1;
-      ASSERT_EQ(x.to_vector<float>(), std::vector<float>(2, expected)) << "gap " << gap << "us";
+      ASSERT_EQ(x.to_vector<float>(), std::vector<float>(4096, expected)) << "gap " << gap << "us";
+      ASSERT_EQ(small.to_vector<float>(), std::vector<float>(2, 50 * expected)) << "gap " << gap << "us";
     }
 }
 
-TEST(Stream, SeveralHostThreadsEnqueue) {
+TEST_P(StreamModes, SeveralHostThreadsEnqueue) {
   drain();
   constexpr int kThreads = 3, kOps = 2000;
   std::vector<float> results(kThreads, -1);
@@ -256,7 +307,7 @@ TEST(Stream, SeveralHostThreadsEnqueue) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(results[t], 16.0f * (t + kOps)) << "thread " << t;
 }
 
-TEST(Stream, DeferredErrorIsRaisedOnceAtTheNextSyncPoint) {
+TEST_P(StreamModes, DeferredErrorIsRaisedOnceAtTheNextSyncPoint) {
   drain();
   RecordingObserver observer;
   ObserverScope scope(&observer);
@@ -267,7 +318,7 @@ TEST(Stream, DeferredErrorIsRaisedOnceAtTheNextSyncPoint) {
   {
     GateClosed gate;  // the failing kernel cannot have run when the call returns
     CallSiteScope site(CallSite{__FILE__, "DeferredErrorTest", line});
-    bad = checked_copy(a, 7);  // returns at once: the index is checked in the kernel
+    bad = checked_copy(a, 7, kQueued);  // returns at once: the index is checked in the kernel
     EXPECT_LT(Stream::cpu().completed(), bad.storage().last_write_seq());
     dependent = add(bad, 1.0);                 // reads the poisoned buffer: skipped
     dependent_twice = checked_copy(dependent);  // skipped too: the poison propagates
@@ -309,7 +360,7 @@ TEST(Stream, DeferredErrorIsRaisedOnceAtTheNextSyncPoint) {
   EXPECT_THROW(again.item_scalar(), Error);
 }
 
-TEST(Stream, DeferredErrorRaisedByReadingADependentTensor) {
+TEST_P(StreamModes, DeferredErrorRaisedByReadingADependentTensor) {
   drain();
   Tensor a = from_vector<float>({1, 2}, Shape{2});
   Tensor bad = checked_copy(a, 3);
@@ -328,7 +379,7 @@ TEST(Stream, DeferredErrorRaisedByReadingADependentTensor) {
   EXPECT_EQ(add(a, 1.0).to_vector<float>(), (std::vector<float>{2, 3}));
 }
 
-TEST(Stream, OnlyTheFirstOfSeveralFailuresIsPending) {
+TEST_P(StreamModes, OnlyTheFirstOfSeveralFailuresIsPending) {
   drain();
   Tensor a = from_vector<float>({1}, Shape{1});
   Tensor first = checked_copy(a, 1);
@@ -367,7 +418,7 @@ TEST(Stream, SynchronizeModeRaisesKernelErrorsAtTheCall) {
   EXPECT_EQ(checked_copy(a).to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
-TEST(Stream, MetadataErrorsAreRaisedAtTheCallAndEnqueueNothing) {
+TEST_P(StreamModes, MetadataErrorsAreRaisedAtTheCallAndEnqueueNothing) {
   drain();
   Tensor a = zeros(Shape{2, 3});
   Tensor b = zeros(Shape{4});
@@ -375,4 +426,135 @@ TEST(Stream, MetadataErrorsAreRaisedAtTheCallAndEnqueueNothing) {
   EXPECT_THROW(add(a, b), Error);
   EXPECT_EQ(Stream::cpu().enqueued(), enqueued);
   EXPECT_NO_THROW(Stream::cpu().synchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(Stream, StreamModes, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "inline" : "queued"; });
+
+// --- inline execution of small Tasks (docs/stream.md, "Inline execution") ---------------------------------
+
+TEST(StreamInline, SmallTaskOnAnIdleStreamRunsOnTheCallingThread) {
+  drain();
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  {
+    InlineSmallOps mode(true);
+    const uint64_t before = Stream::cpu().enqueued();
+    Tensor out = probe(a);
+    // Ran before the call returned, on this thread, and counted as published and completed.
+    EXPECT_EQ(probe_thread(), std::this_thread::get_id());
+    EXPECT_EQ(Stream::cpu().enqueued(), before + 1);
+    EXPECT_EQ(Stream::cpu().completed(), before + 1);
+    EXPECT_EQ(out.storage().last_write_seq(), before + 1);
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+  }
+  {
+    InlineSmallOps mode(false);
+    Tensor out = probe(a);
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+    EXPECT_NE(probe_thread(), std::this_thread::get_id());  // the worker ran it
+  }
+}
+
+TEST(StreamInline, ExpensiveTaskOnAnIdleStreamIsQueued) {
+  drain();
+  InlineSmallOps mode(true);
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  GateClosed gate;
+  Tensor out = checked_copy(a, 0, kQueued);
+  EXPECT_LT(Stream::cpu().completed(), out.storage().last_write_seq());  // held at the gate on the worker
+  g_gate_open.store(true, std::memory_order_release);
+  EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(StreamInline, SmallTaskBehindQueuedWorkIsQueuedAndSeesItsResult) {
+  drain();
+  InlineSmallOps mode(true);
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  Tensor copied, probed;
+  {
+    GateClosed gate;
+    copied = checked_copy(a, 0, kQueued);  // held at the gate on the worker
+    probed = probe(copied);                // cheap, but the stream is busy: queued behind it
+    EXPECT_LT(Stream::cpu().completed(), probed.storage().last_write_seq());
+  }
+  EXPECT_EQ(probed.to_vector<float>(), (std::vector<float>{2, 3, 4}));  // read the copy, after it was written
+  EXPECT_NE(probe_thread(), std::this_thread::get_id());
+}
+
+TEST(StreamInline, KernelErrorInAnInlineTaskIsDeferred) {
+  drain();
+  InlineSmallOps mode(true);
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  const int runs_before = g_checked_copy_runs.load();
+  const uint32_t line = __LINE__ + 4;
+  Tensor bad;
+  {
+    CallSiteScope site(CallSite{__FILE__, "InlineErrorTest", line});
+    EXPECT_NO_THROW(bad = checked_copy(a, 9));  // not raised at the call, as in async mode
+  }
+  EXPECT_EQ(g_checked_copy_runs.load() - runs_before, 1);  // it ran inline, before the call returned
+  EXPECT_EQ(Stream::cpu().completed(), bad.storage().last_write_seq());
+  EXPECT_EQ(bad.storage().poisoned_by(), bad.storage().last_write_seq());
+  Tensor dependent = probe(bad);  // skipped: reads a poisoned buffer
+  try {
+    Stream::cpu().synchronize();
+    FAIL() << "the deferred error was not raised at synchronize()";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Index);
+    EXPECT_TRUE(contains(e.what(), "[test_checked_copy] index 9 is out of bounds")) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::string(__FILE__) + ":" + std::to_string(line))) << e.what();
+    EXPECT_TRUE(contains(e.what(), "InlineErrorTest")) << e.what();
+  }
+  EXPECT_NO_THROW(Stream::cpu().synchronize());  // raised once
+  EXPECT_THROW(dependent.to_vector<float>(), Error);
+  EXPECT_EQ(probe(a).to_vector<float>(), (std::vector<float>{2, 3, 4}));  // the stream goes on
+}
+
+TEST(StreamInline, SeveralHostThreadsMixCheapAndExpensiveOps) {
+  drain();
+  InlineSmallOps mode(true);
+  // Each thread chains small ops (inline whenever the stream happens to be idle) on the results of large
+  // ones (always queued: 16 KiB and more), with reads in between that leave the stream idle now and then.
+  constexpr int kThreads = 4, kRounds = 300;
+  std::vector<std::vector<float>> small_results(kThreads), big_results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &small_results, &big_results] {
+      Tensor small = full(Shape{16}, t);
+      Tensor big = full(Shape{4096}, t);
+      for (int i = 0; i < kRounds; ++i) {
+        big = add(big, 1.0);          // queued
+        Tensor m = mean(big);         // queued: reads 16 KiB; its output is one element
+        small = add(small, m);        // small: inline when nothing is queued
+        small = sub(small, m);
+        small = add(small, 1.0);
+        if (i % 25 == 0) EXPECT_EQ(small.to_vector<float>(), std::vector<float>(16, float(t + i + 1))) << t;
+      }
+      small_results[t] = small.to_vector<float>();
+      big_results[t] = big.to_vector<float>();
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(small_results[t], std::vector<float>(16, float(t + kRounds))) << "thread " << t;
+    EXPECT_EQ(big_results[t], std::vector<float>(4096, float(t + kRounds))) << "thread " << t;
+  }
+}
+
+TEST(StreamInline, OffWhileAnObserverIsInstalled) {
+  drain();
+  InlineSmallOps mode(true);
+  RecordingObserver observer;
+  Tensor a = from_vector<float>({1, 2, 3}, Shape{3});
+  a.wait_readable();
+  {
+    ObserverScope scope(&observer);
+    Tensor out = probe(a);
+    EXPECT_EQ(out.to_vector<float>(), (std::vector<float>{2, 3, 4}));
+    EXPECT_NE(probe_thread(), std::this_thread::get_id());  // the profiler sees the worker run it
+  }
+  EXPECT_EQ(observer.count("test_probe"), 1);
 }

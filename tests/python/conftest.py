@@ -8,6 +8,10 @@ import dygrad as dg
 # DYGRAD_SYNCHRONIZE=1 runs every op inline (errors and crashes surface at the op that caused them).
 if os.environ.get("DYGRAD_SYNCHRONIZE") == "1":
     dg.set_context(synchronize=True)
+# DYGRAD_INLINE_SMALL_OPS=0 sends every op to the stream worker, even tiny ones on an idle stream
+# (docs/stream.md, "Inline execution"): the suite then covers the queued path only.
+if os.environ.get("DYGRAD_INLINE_SMALL_OPS") == "0":
+    dg.set_context(inline_small_ops=False)
 
 
 @pytest.fixture(autouse=True)

@@ -120,8 +120,18 @@ def test_fuzz_bindings_never_crash():
     dg.synchronize()
 
 
-def test_deferred_kernel_error_names_the_op_and_the_python_line():
+@pytest.fixture(params=[True, False], ids=["inline", "queued"])
+def inline_small_ops(request):
+    """Runs a test with small ops run inline on an idle stream, then with every op queued (docs/stream.md)."""
+    original = dg.get_context()
+    dg.set_context(inline_small_ops=request.param)
+    yield request.param
+    dg.set_context(original)
+
+
+def test_deferred_kernel_error_names_the_op_and_the_python_line(inline_small_ops):
     x = dg.ones(3)
+    dg.synchronize()  # an idle stream: with inline_small_ops the failing op runs on this thread, deferred still
     poisoned = dg._C._deferred_failure(x, 7); line = sys._getframe().f_lineno  # noqa: E702
     with pytest.raises(IndexError) as info:
         dg.synchronize()

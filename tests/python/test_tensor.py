@@ -340,11 +340,16 @@ def test_context_round_trip():
         dg.set_context(synchronize=True)
         assert dg.get_context().synchronize
         assert (dg.ones(3) * 2.0).tolist() == [2.0, 2.0, 2.0]
+        dg.set_context(synchronize=False, inline_small_ops=not original.inline_small_ops)
+        assert dg.get_context().inline_small_ops == (not original.inline_small_ops)
+        assert (dg.ones(3) * 2.0).tolist() == [2.0, 2.0, 2.0]
     finally:
         dg.set_context(original)
     assert dg.get_context() == original
     with pytest.raises(TypeError):
         dg.set_context(deterministic="yes")
+    with pytest.raises(TypeError):
+        dg.set_context(inline_small_ops=1)
 
 
 def test_memory_statistics():

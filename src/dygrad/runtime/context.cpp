@@ -12,17 +12,19 @@ namespace dg {
 namespace {
 std::atomic<bool> g_deterministic{false};
 std::atomic<bool> g_synchronize{false};
+std::atomic<bool> g_inline_small_ops{true};
 std::mutex g_rng_mutex;
 RngState g_rng{};
 }  // namespace
 
 Context get_context() {
-  return {g_deterministic.load(), g_synchronize.load(), ThreadPool::instance().num_threads()};
+  return {g_deterministic.load(), g_synchronize.load(), ThreadPool::instance().num_threads(), g_inline_small_ops.load()};
 }
 
 void set_context(const Context& context) {
   set_deterministic(context.deterministic);
   set_synchronize(context.synchronize);
+  set_inline_small_ops(context.inline_small_ops);
   if (context.num_threads > 0) set_num_threads(context.num_threads);
 }
 
@@ -35,8 +37,11 @@ void set_num_threads(int n) {
   Stream::cpu().synchronize();
   ThreadPool::instance().resize(n);
 }
+// No drain needed either way: a Task runs inline only when nothing is queued (docs/stream.md).
+void set_inline_small_ops(bool on) { g_inline_small_ops.store(on); }
 bool deterministic_enabled() { return g_deterministic.load(std::memory_order_relaxed); }
 bool synchronize_enabled() { return g_synchronize.load(std::memory_order_relaxed); }
+bool inline_small_ops_enabled() { return g_inline_small_ops.load(std::memory_order_relaxed); }
 
 void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(g_rng_mutex);

@@ -1,4 +1,4 @@
-// Process-wide execution flags (deterministic, synchronize, thread count) and the counter-based RNG's
+// Process-wide execution flags (deterministic, synchronize, inline small ops, thread count) and the counter-based RNG's
 // generator state. See docs/threading.md and docs/rng.md.
 #pragma once
 #include <cstdint>
@@ -9,6 +9,7 @@ struct Context {
   bool deterministic = false;  // bitwise-identical results across runs and thread counts
   bool synchronize = false;    // run each Task inline on the calling thread (debugging)
   int num_threads = 0;         // intra-op pool size, the stream worker included
+  bool inline_small_ops = true;  // run tiny Tasks on the host when the stream is idle (docs/stream.md)
 };
 
 Context get_context();
@@ -17,8 +18,10 @@ void set_context(const Context& context);
 void set_deterministic(bool on);
 void set_synchronize(bool on);
 void set_num_threads(int n);
+void set_inline_small_ops(bool on);
 bool deterministic_enabled();
 bool synchronize_enabled();
+bool inline_small_ops_enabled();
 
 // The RNG: Philox4x32-10 keyed by the seed; every random op reserves a range of counters on the host at
 // enqueue, so results do not depend on the thread count and can be replayed (recompute, JIT).

@@ -24,6 +24,11 @@ inline void cpu_relax() {
 // a futex wake-up (several microseconds) would allow.
 constexpr auto kWorkerSpin = std::chrono::microseconds(100);
 constexpr size_t kKeptFailures = 64;
+// A Task at most this cheap runs on the host when the stream is idle (docs/stream.md, "Inline execution"):
+// 4096 flops and 2 KiB of operands take ~0.1-0.2 us, well under the ~0.5-1 us the host<->worker hand-off
+// costs. A 64-element float32 exp (1280 flops, 512 bytes) is inside; a 1024-element add (12 KiB) is not.
+constexpr double kInlineMaxFlops = 4096;
+constexpr double kInlineMaxBytes = 2048;
 
 std::string format_site(const CallSite& site) {
   if (!site.file) return "";
@@ -87,30 +92,53 @@ uint64_t Stream::publish_locked(uint64_t index) {
   return seq;
 }
 
+bool Stream::runs_inline(const Task& task) {
+  const OpCost cost = task.cost();
+  return cost.flops <= kInlineMaxFlops && cost.bytes <= kInlineMaxBytes;
+}
+
+bool Stream::idle_for_inline_locked() const {
+  // The observer is off: a profile then shows the stream's true asynchronous behaviour. Every published
+  // Task has completed (acquire: its writes are visible here), and while the producer mutex is held nothing
+  // new can be published, so the worker stays idle until this Task has run.
+  return inline_small_ops_enabled() && observer() == nullptr &&
+         completed_.load(std::memory_order_acquire) == published_.load(std::memory_order_relaxed);
+}
+
+uint64_t Stream::run_inline_locked(Task& task) {
+  reclaim_completed_locked();  // as an enqueue does: drops the operands of Tasks that have run
+  const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
+  task.seq = seq;
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  if (StreamObserver* obs = observer()) obs->on_enqueue(task);  // synchronize mode with a profiler
+  run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
+  // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
+  // runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so it never
+  // takes this Task for queued work (its ring slot is empty). The worker is not woken: nothing is queued.
+  // completed_ is seq_cst against wait_target_ below (the waiters' protocol, docs/stream.md).
+  completed_.store(seq, std::memory_order_seq_cst);
+  published_.store(seq, std::memory_order_release);
+  reclaimed_ = seq;
+  if (seq >= wait_target_.load(std::memory_order_seq_cst)) {  // another host thread may wait for it
+    done_signal_.fetch_add(1, std::memory_order_seq_cst);
+    done_signal_.notify_all();
+  }
+  return seq;
+}
+
 uint64_t Stream::enqueue(Task&& task) {
   if (synchronize_enabled()) {
     // Debug mode: earlier async work first, then this Task inline, its error raised right here.
     synchronize();
-    std::lock_guard<std::mutex> lock(producer_mutex_);
-    uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
-    task.seq = seq;
-    for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-    if (StreamObserver* obs = observer()) obs->on_enqueue(task);
-    run_task(task);
-    // completed_ moves before published_: the worker, which may still be spinning after the last async
-    // Task, runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so
-    // it never takes this inline Task for queued work (docs/stream.md, "Synchronize mode").
-    completed_.store(seq, std::memory_order_seq_cst);
-    published_.store(seq, std::memory_order_seq_cst);
-    reclaimed_ = seq;
-    if (seq >= wait_target_.load(std::memory_order_seq_cst)) {  // another host thread may wait for it
-      done_signal_.fetch_add(1, std::memory_order_seq_cst);
-      done_signal_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(producer_mutex_);
+      run_inline_locked(task);
     }
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
-    return seq;
+    return task.seq;
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
+  if (idle_for_inline_locked() && runs_inline(task)) return run_inline_locked(task);
   const uint64_t index = acquire_slot_locked();
   slots_[index % kCapacity] = std::move(task);
   return publish_locked(index);
@@ -118,32 +146,47 @@ uint64_t Stream::enqueue(Task&& task) {
 
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
-  if (synchronize_enabled()) {
-    Task task;
+  auto fill = [&](Task& task) {
     task.op = &op;
     for (const Tensor& t : inputs) task.inputs.push_back(t);
     for (const Tensor& t : outputs) task.outputs.push_back(t);
     task.attrs = attrs;
     task.site = site;
+  };
+  if (synchronize_enabled()) {
+    Task task;
+    fill(task);
     return enqueue(std::move(task));
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
+  if (idle_for_inline_locked()) {
+    // Built on the host's stack: an inline Task never touches the ring (docs/stream.md, "Inline execution").
+    Task task;
+    fill(task);
+    if (runs_inline(task)) return run_inline_locked(task);
+    const uint64_t index = acquire_slot_locked();
+    slots_[index % kCapacity] = std::move(task);
+    return publish_locked(index);
+  }
   const uint64_t index = acquire_slot_locked();
-  Task& task = slots_[index % kCapacity];
-  task.op = &op;
-  for (const Tensor& t : inputs) task.inputs.push_back(t);
-  for (const Tensor& t : outputs) task.outputs.push_back(t);
-  task.attrs = attrs;
-  task.site = site;
+  fill(slots_[index % kCapacity]);
   return publish_locked(index);
 }
 
 void Stream::worker_loop() {
+  // The spin deadline starts when the worker runs out of queued work, not when inline Tasks (run by the
+  // host) move the counters: a host running small ops inline lets the worker go to sleep after kWorkerSpin
+  // instead of keeping it polling the counters it writes.
+  bool ran_since_spin = true;
+  auto spin_until = std::chrono::steady_clock::time_point{};
   for (;;) {
-    // Synchronize mode advances both counters from the host: reload them after every wait.
+    // Inline Tasks (synchronize mode, small ops) advance both counters from the host: reload them.
     uint64_t done = completed_.load(std::memory_order_seq_cst);
     if (published_.load(std::memory_order_seq_cst) <= done) {
-      auto spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+      if (ran_since_spin) {
+        spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
+        ran_since_spin = false;
+      }
       int polls = 0;
       while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
@@ -156,11 +199,12 @@ void Stream::worker_loop() {
           spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
         }
       }
-      continue;  // `done` may be stale: synchronize-mode Tasks may have run meanwhile
+      continue;  // `done` may be stale: inline Tasks may have run meanwhile
     }
-    // An inline Task (synchronize mode) advanced both counters: there is nothing queued to run.
+    // An inline Task advanced both counters: there is nothing queued to run.
     if (completed_.load(std::memory_order_acquire) != done) continue;
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
+    ran_since_spin = true;
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {
       done_signal_.fetch_add(1, std::memory_order_seq_cst);

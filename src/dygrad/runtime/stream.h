@@ -29,7 +29,8 @@ class Stream {
   static Stream& cpu();
   static constexpr size_t kCapacity = 1024;  // queued Tasks; enqueue blocks (sleeps) when full
 
-  // Runs the Task (synchronize mode: inline, errors thrown here; async: queued). Returns its sequence number.
+  // Runs the Task (synchronize mode: inline, errors thrown here; async: queued, or run inline on the calling
+  // thread when it is tiny and nothing is queued, errors still deferred). Returns its sequence number.
   uint64_t enqueue(Task&& task);
   // The same, building the Task in its queue slot (no intermediate Task to move): the op hot path.
   uint64_t submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
@@ -54,6 +55,10 @@ class Stream {
   void record_failure(Task& task, ErrorKind kind, const std::string& message);
   void raise_deferred_error();
   void wait_until_completed(uint64_t seq);
+  // Inline execution of small Tasks on an idle stream (docs/stream.md, "Inline execution").
+  static bool runs_inline(const Task& task);       // cheap enough by its cost model
+  bool idle_for_inline_locked() const;             // the flag is on, no observer, nothing in flight
+  uint64_t run_inline_locked(Task& task);          // runs it on this thread in stream order; its seq
   // Drops the operands of Tasks that have run, on the calling (host) thread; producer_mutex_ held.
   void reclaim_completed_locked();
   // Waits for queue space, reclaims finished slots and returns the index of the next free slot.
