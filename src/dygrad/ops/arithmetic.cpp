@@ -86,18 +86,18 @@ Tensor binary(const OpDef& op, const Tensor& a, const Tensor& b, Scalar alpha, b
   if (floating && !is_floating(dtype)) dtype = DType::Float32;
   DG_CHECK(dtype != DType::Bool || &op != &op_div, Type, "[", op.name, "] not supported for bool tensors");
   Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
-  Tensor x = to(a, dtype), y = to(b, dtype);
-  Tensor out = Tensor::empty(shape, dtype);
+  // Operands live in arrays handed on as spans: no temporary copies (each an atomic refcount pair) per call.
+  Tensor inputs[2] = {to(a, dtype), to(b, dtype)};
+  Tensor outputs[1] = {Tensor::empty(shape, dtype)};
   Attrs attrs;
   attrs.scalars[0] = alpha;
-  enqueue(op, {x, y}, {out}, attrs);
-  if (needs_grad_any({x, y})) {
-    Tensor inputs[2] = {x, y}, outputs[1] = {out};
+  enqueue(op, inputs, outputs, attrs);
+  if (needs_grad_any(inputs)) {
     Ref<Node> node = record_node(&op, inputs, outputs);
     node->attrs = attrs;
-    if (save) save(*node, x, y);
+    if (save) save(*node, inputs[0], inputs[1]);
   }
-  return out;
+  return std::move(outputs[0]);
 }
 
 // out = op(a, s): the scalar is an attribute. `floating` forces a floating result.
@@ -105,19 +105,18 @@ Tensor binary_scalar(const OpDef& op, const Tensor& a, Scalar s, bool floating, 
   check_defined(op.name, a, "input");
   DType dtype = result_type(a, s);
   if (floating && !is_floating(dtype)) dtype = DType::Float32;
-  Tensor x = to(a, dtype);
-  Tensor out = Tensor::empty(x.shape(), dtype);
+  Tensor inputs[1] = {to(a, dtype)};  // arrays handed on as spans, as in binary()
+  Tensor outputs[1] = {Tensor::empty(inputs[0].shape(), dtype)};
   Attrs attrs;
   attrs.scalars[0] = s;
-  enqueue(op, {x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[1] = {x}, outputs[1] = {out};
+  enqueue(op, inputs, outputs, attrs);
+  if (needs_grad_any(inputs)) {
     Ref<Node> node = record_node(&op, inputs, outputs);
     node->attrs = attrs;
-    if (save_input) node->save(x);
-    if (save_output) node->save(detach(out));
+    if (save_input) node->save(inputs[0]);
+    if (save_output) node->save(detach(outputs[0]));
   }
-  return out;
+  return std::move(outputs[0]);
 }
 
 // A non-leaf overwritten by a constant keeps requiring grad (as in torch) but its new grad_fn has no

@@ -4,25 +4,43 @@
 // Shapes: out[N...] = f(a[N...] broadcast, b[N...] broadcast). All operands share one dtype T except where
 // a template says otherwise (comparisons write bool).
 #pragma once
+#include <algorithm>
+#include <initializer_list>
+
 #include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/op_def.h"
 
 namespace dg::cpu {
 
+// True when the output and every input are contiguous with the same shape (no broadcast, no view
+// strides): a flat loop over numel elements. Checked on the Task's own tensors, before building an
+// iteration plan or copying any operand, so a tiny op pays neither (docs/stream.md, "Inline execution").
+inline bool flat_operands(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  if (!out.is_contiguous()) return false;
+  for (const Tensor* t : inputs)
+    if (!t->is_contiguous() || !std::ranges::equal(t->shape(), out.shape())) return false;
+  return true;
+}
+
+// out[i] = f(a[i]) over n contiguous elements (the flat path of unary_loop).
+template <typename Fn, typename TOut, typename TIn>
+void unary_flat(TOut* out, const TIn* in, int64_t n, const Fn& fn) {
+  using C = compute_t<TIn>;
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(in[i])));
+  });
+}
+
 // out = f(a): Fn is a functor template instantiated per compute type: Fn::template apply<C>(C x, attrs).
 template <typename Fn, typename TOut, typename TIn>
 void unary_loop(Task& task, const Fn& fn) {
   using C = compute_t<TIn>;
-  const Tensor operands[2] = {task.outputs[0], task.inputs[0]};
+  const Tensor& out = task.outputs[0];
+  const Tensor& in = task.inputs[0];
+  if (flat_operands(out, {&in})) return unary_flat<Fn, TOut, TIn>(out.data<TOut>(), in.data<TIn>(), out.numel(), fn);
+  const Tensor operands[2] = {out, in};
   StridedIteration it(operands);
-  if (it.is_flat()) {
-    TOut* out = operands[0].data<TOut>();
-    const TIn* in = operands[1].data<TIn>();
-    parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(in[i])));
-    });
-    return;
-  }
+  if (it.is_flat()) return unary_flat<Fn, TOut, TIn>(out.data<TOut>(), in.data<TIn>(), it.numel, fn);
   for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
     char* o = p[0];
     const char* x = p[1];
@@ -31,21 +49,28 @@ void unary_loop(Task& task, const Fn& fn) {
   });
 }
 
+// out[i] = f(a[i], b[i]) over n contiguous elements (the flat path of binary_loop).
+template <typename Fn, typename TOut, typename TIn>
+void binary_flat(TOut* __restrict out, const TIn* a, const TIn* b, int64_t n, const Fn& fn) {
+  using C = compute_t<TIn>;
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
+  });
+}
+
 // out = f(a, b), a and b of type TIn, out of type TOut.
 template <typename Fn, typename TOut, typename TIn>
 void binary_loop(Task& task, const Fn& fn) {
   using C = compute_t<TIn>;
-  const Tensor operands[3] = {task.outputs[0], task.inputs[0], task.inputs[1]};
+  const Tensor& out = task.outputs[0];
+  const Tensor& lhs = task.inputs[0];
+  const Tensor& rhs = task.inputs[1];
+  if (flat_operands(out, {&lhs, &rhs}))
+    return binary_flat<Fn, TOut, TIn>(out.data<TOut>(), lhs.data<TIn>(), rhs.data<TIn>(), out.numel(), fn);
+  const Tensor operands[3] = {out, lhs, rhs};
   StridedIteration it(operands);
-  if (it.is_flat()) {
-    TOut* __restrict out = operands[0].data<TOut>();
-    const TIn* a = operands[1].data<TIn>();
-    const TIn* b = operands[2].data<TIn>();
-    parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
-    });
-    return;
-  }
+  if (it.is_flat())
+    return binary_flat<Fn, TOut, TIn>(out.data<TOut>(), lhs.data<TIn>(), rhs.data<TIn>(), it.numel, fn);
   for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
     TOut* o = reinterpret_cast<TOut*>(p[0]);
     const TIn* a = reinterpret_cast<const TIn*>(p[1]);
