@@ -429,7 +429,7 @@ TEST_P(StreamModes, MetadataErrorsAreRaisedAtTheCallAndEnqueueNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stream, StreamModes, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "inline" : "queued"; });
+                         [](const ::testing::TestParamInfo<bool>& mode) { return mode.param ? "inline" : "queued"; });
 
 // --- inline execution of small Tasks (docs/stream.md, "Inline execution") ---------------------------------
 
@@ -532,7 +532,9 @@ TEST(StreamInline, SeveralHostThreadsMixCheapAndExpensiveOps) {
         small = add(small, m);        // small: inline when nothing is queued
         small = sub(small, m);
         small = add(small, 1.0);
-        if (i % 25 == 0) EXPECT_EQ(small.to_vector<float>(), std::vector<float>(16, float(t + i + 1))) << t;
+        if (i % 25 == 0) {
+          EXPECT_EQ(small.to_vector<float>(), std::vector<float>(16, float(t + i + 1))) << "thread " << t;
+        }
       }
       small_results[t] = small.to_vector<float>();
       big_results[t] = big.to_vector<float>();

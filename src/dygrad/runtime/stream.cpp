@@ -92,6 +92,28 @@ uint64_t Stream::publish_locked(uint64_t index) {
   return seq;
 }
 
+namespace {
+// A Task whose operands are borrowed (Tensor::borrow) from spans the caller holds for the whole call;
+// the borrow ends when it goes out of scope, whatever the kernel did.
+struct BorrowedTask {
+  Task task;
+  BorrowedTask(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
+               const CallSite& site) {
+    task.op = &op;
+    for (const Tensor& t : inputs) task.inputs.push_back(Tensor::borrow(t));
+    for (const Tensor& t : outputs) task.outputs.push_back(Tensor::borrow(t));
+    task.attrs = attrs;
+    task.site = site;
+  }
+  ~BorrowedTask() {
+    for (Tensor& t : task.inputs) t.forget_borrowed();
+    for (Tensor& t : task.outputs) t.forget_borrowed();
+  }
+  BorrowedTask(const BorrowedTask&) = delete;
+  BorrowedTask& operator=(const BorrowedTask&) = delete;
+};
+}  // namespace
+
 bool Stream::runs_inline(const Task& task) {
   const OpCost cost = task.cost();
   return cost.flops <= kInlineMaxFlops && cost.bytes <= kInlineMaxBytes;
@@ -160,13 +182,10 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
   if (idle_for_inline_locked()) {
-    // Built on the host's stack: an inline Task never touches the ring (docs/stream.md, "Inline execution").
-    Task task;
-    fill(task);
-    if (runs_inline(task)) return run_inline_locked(task);
-    const uint64_t index = acquire_slot_locked();
-    slots_[index % kCapacity] = std::move(task);
-    return publish_locked(index);
+    // Built on the host's stack, never in the ring, and borrowing its operands from the caller, whose
+    // spans outlive the call: no refcount traffic (docs/stream.md, "Inline execution").
+    BorrowedTask borrowed(op, inputs, outputs, attrs, site);
+    if (runs_inline(borrowed.task)) return run_inline_locked(borrowed.task);
   }
   const uint64_t index = acquire_slot_locked();
   fill(slots_[index % kCapacity]);
