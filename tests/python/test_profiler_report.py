@@ -206,7 +206,7 @@ def test_summary_prints_the_runs_numbers(run_a):
     # Top ops: the two matmul rows merged in summary.ops, first by device time.
     ops = text.split("ops by device time")[1]
     assert re.search(r"^matmul\s+96\s+96\.000\s+1,000\.0\s+82\.8%", ops.splitlines()[3])
-    assert "Host syncs per step: 2 (item 8)" in text
+    assert "Host syncs per step: 2 (by API over the run: item 8)" in text
     assert "1. [high] The input pipeline stalls the device" in text
     assert "   fix: DataLoader(num_workers=2, prefetch_factor=2)" in text
     assert "numbers: data_wait_fraction=0.176, workers=0" in text
@@ -244,8 +244,10 @@ def test_diff_compares_ops_per_step_and_marks_one_sided_ops(run_a, run_b):
 def test_diff_compares_buckets_step_time_and_throughput(run_a, run_b):
     text = diff(run_a, run_b)
     # B's step: 29 + 1.5 + 2 + 5 + 1.5 = 39 ms.
-    assert re.search(r"^data wait\s+8\.500\s+17\.6%\s+2\.000\s+5\.1%\s+-6\.500\s+-12\.5 pt$", line_with(text, "data wait"))
-    assert re.search(r"^compute\s+30\.750\s+63\.7%\s+29\.000\s+74\.4%\s+-1\.750\s+\+10\.6 pt$", line_with(text, "compute"))
+    assert re.search(r"^data wait\s+8\.500\s+17\.6%\s+2\.000\s+5\.1%\s+-6\.500\s+-12\.5 pt$",
+                     line_with(text, "data wait"))
+    assert re.search(r"^compute\s+30\.750\s+63\.7%\s+29\.000\s+74\.4%\s+-1\.750\s+\+10\.6 pt$",
+                     line_with(text, "compute"))
     assert re.search(r"^step\s+48\.250\s+100\.0%\s+39\.000\s+100\.0%\s+-9\.250$", line_with(text, "step  "))
     assert re.search(r"^step time \(mean\)\s+48\.250 ms\s+39\.000 ms\s+-9\.250 ms\s+0\.81x$",
                      line_with(text, "step time"))

@@ -33,8 +33,8 @@ def _label(run):
 
 def _breakdown_rows(step):
     total = step_ns(step)
-    rows = [[BUCKET_LABELS[b], f"{bucket_ns(step, b) / 1e6:.3f}", fmt_pct(bucket_ns(step, b) / total if total else None)]
-            for b in BUCKETS]
+    rows = [[BUCKET_LABELS[b], f"{bucket_ns(step, b) / 1e6:.3f}",
+             fmt_pct(bucket_ns(step, b) / total if total else None)] for b in BUCKETS]
     return rows + [["step", f"{total / 1e6:.3f}", "100.0%"]]
 
 
@@ -58,14 +58,17 @@ def summarize(run_dir, top=10):
     out += ["", f"Step breakdown (mean step; dominant: {BUCKET_LABELS.get(dominant, dominant or NOT_RECORDED)})",
             _table(["bucket", "ms", "% of step"], _breakdown_rows(mean), right=(1, 2)),
             f"overlapped comm {fmt_ms(mean.get('overlapped_comm_ns'))}, host dispatch "
-            f"{fmt_ms(mean.get('host_dispatch_ns'))}, achieved {fmt_si(mean.get('achieved_flops_per_second'), 'FLOP/s')}"]
+            f"{fmt_ms(mean.get('host_dispatch_ns'))}, "
+            f"achieved {fmt_si(mean.get('achieved_flops_per_second'), 'FLOP/s')}"]
 
     throughput, flops = summary.get("throughput") or {}, summary.get("flops") or {}
-    shape = ", ".join(f"{k}={throughput[k]}" for k in ("batch_size", "seq_len", "ranks") if throughput.get(k) is not None)
+    shape = ", ".join(f"{k}={throughput[k]}" for k in ("batch_size", "seq_len", "ranks")
+                      if throughput.get(k) is not None)
     out += ["", f"Throughput: {fmt_rate(throughput.get('tokens_per_s'), 'tokens/s')}, "
                 f"{fmt_rate(throughput.get('samples_per_s'), 'samples/s')}" + (f" ({shape})" if shape else ""),
             f"FLOPs per step: executed {fmt_si(flops.get('executed_per_step'), 'FLOP')}, "
-            f"model {fmt_si(flops.get('model_per_step'), 'FLOP')}; peak {fmt_si(flops.get('peak_flops_per_s'), 'FLOP/s')}"
+            f"model {fmt_si(flops.get('model_per_step'), 'FLOP')}; "
+            f"peak {fmt_si(flops.get('peak_flops_per_s'), 'FLOP/s')}"
             f" (source: {flops.get('peak_source') or NOT_RECORDED})",
             f"MFU {fmt_pct(flops.get('mfu'))}" + ("" if flops.get("mfu") is not None else " (no model config)")
             + f", HFU {fmt_pct(flops.get('hfu'))}"]
@@ -97,7 +100,8 @@ def summarize(run_dir, top=10):
     syncs, copies = summary.get("syncs") or {}, summary.get("copies") or {}
     if syncs or copies:
         names = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted((syncs.get("by_name") or {}).items()))
-        out += ["", f"Host syncs per step: {fmt_value(syncs.get('per_step'))}" + (f" ({names})" if names else ""),
+        out += ["", f"Host syncs per step: {fmt_value(syncs.get('per_step'))}"
+                + (f" (by API over the run: {names})" if names else ""),
                 f"Copies per step: {fmt_value(copies.get('count_per_step'))}, "
                 f"{fmt_bytes(copies.get('bytes_per_step'))}"]
 
@@ -182,12 +186,13 @@ def diff(run_a, run_b, top=20):
     table = []
     for _, name, ea, eb, ms_a, ms_b, delta in shown:
         note = "only in A" if eb is None else "only in B" if ea is None else ""
-        table.append([name, _num(ea and ea["count"] / steps_a, "{:,.1f}"), _num(eb and eb["count"] / steps_b, "{:,.1f}"),
+        table.append([name, _num(ea and ea["count"] / steps_a, "{:,.1f}"),
+                      _num(eb and eb["count"] / steps_b, "{:,.1f}"),
                       _num(ms_a, "{:,.3f}"), _num(ms_b, "{:,.3f}"), _num(mean_us(ea), "{:,.1f}"),
                       _num(mean_us(eb), "{:,.1f}"), f"{delta:+,.3f}", _ratio(ms_a, ms_b) if note == "" else "-", note])
     out += [f"Ops per step (A: {steps_a} steps, B: {steps_b} steps; device time, sorted by |delta|)",
-            _table(["op", "A calls", "B calls", "A ms", "B ms", "A mean us", "B mean us", "delta ms", "ratio", ""],
-                   table, right=range(1, 9)) if table else NOT_RECORDED]
+            _table(["op", "A calls", "B calls", "A ms", "B ms", "A mean us", "B mean us", "delta ms", "ratio",
+                    "note"], table, right=range(1, 9)) if table else NOT_RECORDED]
     hidden = rows[len(shown):]
     if hidden:
         out.append(f"({len(hidden)} more ops with a smaller delta; --top to show them)")
