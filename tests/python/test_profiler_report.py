@@ -225,6 +225,30 @@ def test_summary_of_a_bare_run_says_not_recorded(bare_run):
     assert "fused_gelu" in text  # the ops come from summary.ops without op_stats.csv
 
 
+def test_ops_come_from_op_stats_csv_without_summary_ops(tmp_path):
+    run = _build(RUN_A)
+    del run["summary"]["ops"]
+    path = write_run_dir(tmp_path / "csv", run)
+    assert re.search(r"^matmul\s+96\s+96\.000\s+1,000\.0\s+82\.8%", line_with(summarize(path), "matmul"))
+    page = report.render_html(path)
+    assert page.count('<td class="op">') == 5 and '<td class="op">matmul</td>' in page
+
+
+def test_empty_pieces_read_not_recorded(tmp_path):
+    run = _build(RUN_B, model_flops=False)
+    run["breakdown"]["steps"] = []
+    run["summary"]["memory"]["timeline"] = []
+    run["summary"]["ops"] = []
+    run["summary"]["throughput"]["tokens_per_s"] = None
+    path = write_run_dir(tmp_path / "empty", run)
+    os.remove(os.path.join(path, "op_stats.csv"))
+    text = summarize(path)
+    assert "Throughput: tokens/s not recorded, 205.1 samples/s" in text and "Top 0 ops by device time\nnot recorded" in text
+    page = report.render_html(path)
+    assert "Memory timeline not recorded" in page and "Op statistics not recorded" in page
+    assert 'id="memory-chart"' not in page and "0 steps from step markers" in page
+
+
 # --- diff -----------------------------------------------------------------------------------------------------
 
 def test_diff_compares_ops_per_step_and_marks_one_sided_ops(run_a, run_b):

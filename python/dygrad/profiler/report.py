@@ -113,9 +113,8 @@ def ops_by_name(run):
 
 def top_ops(run, limit):
     """The ops table: summary.ops when present, else built from op_stats.csv; sorted by device time."""
-    ops = run["summary"].get("ops")
+    ops = [op for op in run["summary"].get("ops") or [] if isinstance(op, dict)]
     if not ops:
-        ops = []
         for name, e in ops_by_name(run).items():
             ran = e["ran"] or e["count"]
             ops.append({"name": name, "count": e["count"], "device_total_ms": e["device_total_ns"] / 1e6,
@@ -188,11 +187,15 @@ def fmt_pct(fraction, digits=1):
 
 def fmt_rate(value, unit):
     value = _number(value)
-    return NOT_RECORDED if value is None else f"{value:,.1f} {unit}"
+    if value is None:
+        return f"{unit} {NOT_RECORDED}" if unit else NOT_RECORDED
+    return f"{value:,.1f} {unit}".rstrip()
 
 
 def fmt_value(value):
     """A number from an advice's "numbers": 4 significant digits, thousands separators for large ones."""
+    if value is None:
+        return NOT_RECORDED
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, int):
@@ -365,10 +368,10 @@ def _memory_split(memory):
         bars = f'<span class="bar measured" style="width:{100 * (measured or 0) / widest:.1f}%"></span>'
         if expected is not None:
             bars += f'<span class="bar theoretical" style="width:{100 * expected / widest:.1f}%"></span>'
-        excess = fmt_bytes(measured - expected) if measured is not None and expected is not None else "&ndash;"
+        excess = _e(fmt_bytes(measured - expected)) if measured is not None and expected is not None else "&ndash;"
         rows.append(f'<tr><td>{_e(c.replace("_", " "))}</td><td class="num">{_e(fmt_bytes(measured))}</td>'
                     f'<td class="num">{_e(fmt_bytes(expected)) if expected is not None else "&ndash;"}</td>'
-                    f'<td class="num">{_e(excess) if excess != "&ndash;" else excess}</td>'
+                    f'<td class="num">{excess}</td>'
                     f'<td class="bars">{bars}</td></tr>')
     theory_note = "" if theoretical else f'<p class="note">Theoretical sizes {NOT_RECORDED} (no model config).</p>'
     return (f'<table id="memory-split" class="grid"><thead><tr><th>category at peak</th><th class="num">measured</th>'
@@ -384,7 +387,7 @@ def _memory_section(run):
                 f'(record with profile_memory=True).</p></section>')
     figures = (_figure("peak allocated", fmt_bytes(memory.get("peak_allocated")))
                + _figure("peak reserved", fmt_bytes(memory.get("peak_reserved"))))
-    if memory.get("timeline"):
+    if _timeline(run["summary"]):
         chart = ('<div class="chart" id="memory-chart" data-drawn="false"></div>'
                  + _legend((("allocated", "#2f6fd0"), ("reserved", "#e8912d"))))
     else:
@@ -416,15 +419,21 @@ def _host_section(summary):
     syncs, copies = summary.get("syncs"), summary.get("copies")
     if not isinstance(syncs, dict) and not isinstance(copies, dict):
         return ""
-    by_name = (syncs or {}).get("by_name") or {}
+    syncs, copies = syncs or {}, copies or {}
+    by_name = syncs.get("by_name") or {}
     names = ", ".join(f"{k} {fmt_value(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -(kv[1] or 0)))
-    figures = (_figure("host syncs per step", fmt_value(_number((syncs or {}).get("per_step")))
-                       if _number((syncs or {}).get("per_step")) is not None else NOT_RECORDED,
+    figures = (_figure("host syncs per step", fmt_value(_number(syncs.get("per_step"))),
                        f"by API over the run: {names}" if names else "")
-               + _figure("copies per step", fmt_value(_number((copies or {}).get("count_per_step")))
-                         if _number((copies or {}).get("count_per_step")) is not None else NOT_RECORDED,
-                         f"{fmt_bytes((copies or {}).get('bytes_per_step'))} per step"))
+               + _figure("copies per step", fmt_value(_number(copies.get("count_per_step"))),
+                         f"{fmt_bytes(copies.get('bytes_per_step'))} per step"))
     return f'<section id="host"><h2>Host synchronisation and copies</h2><div class="figures">{figures}</div></section>'
+
+
+def _timeline(summary):
+    """summary.memory.timeline as [t_s, allocated, reserved] rows of numbers (anything else dropped)."""
+    points = get(summary, "memory", "timeline") or []
+    return [list(p[:3]) for p in points
+            if isinstance(p, (list, tuple)) and len(p) >= 3 and all(_number(v) is not None for v in p[:3])]
 
 
 def _chart_data(run):
@@ -432,11 +441,10 @@ def _chart_data(run):
               "buckets_ns": {b: bucket_ns(s, b) for b in BUCKETS}}
              for i, s in enumerate(run["breakdown"].get("steps") or []) if isinstance(s, dict)]
     mean = mean_step(run)
-    timeline = get(run["summary"], "memory", "timeline") or []
     return {"buckets": list(BUCKETS), "labels": BUCKET_LABELS, "colors": BUCKET_COLORS,
             "steps": steps, "mean": {"label": "mean", "step_ns": step_ns(mean),
                                      "buckets_ns": {b: bucket_ns(mean, b) for b in BUCKETS}},
-            "memory": [p[:3] for p in timeline if isinstance(p, (list, tuple)) and len(p) >= 3]}
+            "memory": _timeline(run["summary"])}
 
 
 def render_html(run_dir, top=30):
@@ -589,7 +597,7 @@ _SCRIPT = r"""
   }
 
   function drawBreakdown(host) {
-    var bars = data.steps.map(function (s) { return s; }).concat([data.mean]);
+    var bars = data.steps.concat([data.mean]);
     var W = Math.max(480, host.clientWidth || 860), H = 340, m = {left: 58, right: 8, top: 24, bottom: 44};
     var svg = svgFor(host, W, H), plotW = W - m.left - m.right, plotH = H - m.top - m.bottom;
     var maxNs = Math.max.apply(null, bars.map(function (b) { return b.step_ns; }).concat([0]));
