@@ -264,6 +264,11 @@ def _overview(run):
     flops = summary.get("flops") or {}
     throughput = summary.get("throughput") or {}
     shape = [f"{k} {throughput[k]}" for k in ("batch_size", "seq_len", "ranks") if throughput.get(k) is not None]
+    spread = [_number(times.get(k)) for k in ("median", "min", "max")]
+    if all(v is not None and v < 1 for v in spread):  # one unit for the three: "median 49.34 · ... ms"
+        spread = "median {:.2f} · min {:.2f} · max {:.2f} ms".format(*(v * 1e3 for v in spread))
+    else:
+        spread = " · ".join(f"{k} {fmt_duration_s(v)}" for k, v in zip(("median", "min", "max"), spread))
     mfu_note = "model FLOPs / peak" if _number(flops.get("mfu")) is not None else "no model config"
     dominant = mean.get("dominant")
     step_total = step_ns(mean)
@@ -271,10 +276,9 @@ def _overview(run):
                      if dominant in BUCKETS and step_total else "")
     figures = [
         _figure("step time (mean)", fmt_duration_s(times.get("mean")),
-                f"{count if count is not None else '?'} steps · median {fmt_duration_s(times.get('median'))} · "
-                f"min {fmt_duration_s(times.get('min'))} · max {fmt_duration_s(times.get('max'))}"),
+                f"{count if count is not None else '?'} steps · {spread}"),
         _figure("tokens/s", fmt_rate(throughput.get("tokens_per_s"), ""),
-                f"{fmt_rate(throughput.get('samples_per_s'), 'samples/s')}; {', '.join(shape)}"),
+                " · ".join([fmt_rate(throughput.get("samples_per_s"), "samples/s")] + shape)),
         _figure("MFU", fmt_pct(flops.get("mfu")), mfu_note),
         _figure("HFU", fmt_pct(flops.get("hfu")), "executed FLOPs / peak"),
         _figure("peak FLOP/s", fmt_si(flops.get("peak_flops_per_s"), "FLOP/s"),
