@@ -265,8 +265,8 @@ def _overview(run):
     throughput = summary.get("throughput") or {}
     shape = [f"{k} {throughput[k]}" for k in ("batch_size", "seq_len", "ranks") if throughput.get(k) is not None]
     spread = [_number(times.get(k)) for k in ("median", "min", "max")]
-    if all(v is not None and v < 1 for v in spread):  # one unit for the three: "median 49.34 · ... ms"
-        spread = "median {:.2f} · min {:.2f} · max {:.2f} ms".format(*(v * 1e3 for v in spread))
+    if all(v is not None and v < 1 for v in spread):  # one unit for the three: "median 49.3 · ... ms"
+        spread = "median {:.3g} · min {:.3g} · max {:.3g} ms".format(*(v * 1e3 for v in spread))
     else:
         spread = " · ".join(f"{k} {fmt_duration_s(v)}" for k, v in zip(("median", "min", "max"), spread))
     mfu_note = "model FLOPs / peak" if _number(flops.get("mfu")) is not None else "no model config"
@@ -505,7 +505,7 @@ section.figures { background: transparent; border: 0; padding: 0; }
 .figure { background: var(--panel); border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
 section#memory .figure, section#host .figure { background: #f8f9fb; }
 .figure .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.figure .value { font-size: 22px; font-weight: 650; margin: 2px 0; }
+.figure .value { font-size: 20px; white-space: nowrap; font-weight: 650; margin: 2px 0; }
 .figure .value.missing { font-size: 15px; color: #8a94a6; font-weight: 500; font-style: italic; }
 .figure .note, p.note { color: var(--muted); font-size: 12px; }
 p.note { margin: 0 0 8px; }
