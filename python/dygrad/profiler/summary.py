@@ -1,0 +1,142 @@
+"""summary.json (docs/profiler-python.md): one profiling session's figures of merit, memory, top ops, syncs,
+copies and the advisor's findings; and `write_run_dir`, which writes the whole run directory."""
+import datetime
+import json
+import os
+import statistics
+
+import dygrad as dg
+
+from . import metrics
+
+SUMMARY_VERSION = 1
+TOP_OPS = 30
+# Ops that only move bytes: `.contiguous()`, `.clone()`, `copy_`, dtype conversions.
+COPY_OPS = frozenset({"copy"})
+
+
+def step_windows(result):
+    """[(begin_ns, end_ns)] of the steps: consecutive step markers, or the whole session with fewer than two."""
+    markers = list(result.step_markers)
+    if len(markers) < 2:
+        return [(result.start_ns, result.stop_ns)]
+    return list(zip(markers[:-1], markers[1:]))
+
+
+def in_steps(windows, t):
+    """Whether instant t lies in [first step begin, last step end)."""
+    return windows[0][0] <= t < windows[-1][1]
+
+
+def sync_ranges(result):
+    """The "sync" ranges (the host blocked on the stream) that began inside the steps."""
+    windows = step_windows(result)
+    return [r for r in result.ranges if r.kind == "sync" and in_steps(windows, r.begin_ns)]
+
+
+def step_ops(result):
+    """The ops enqueued inside the steps, in issue order."""
+    windows = step_windows(result)
+    return [op for op in result.ops if op.host_thread >= 0 and in_steps(windows, op.enqueue_ns)]
+
+
+def _syncs(result, num_steps):
+    by_name = {}
+    for r in sync_ranges(result):
+        by_name[r.name] = by_name.get(r.name, 0) + 1
+    return {"per_step": sum(by_name.values()) / num_steps, "by_name": by_name}
+
+
+def _copies(result, num_steps):
+    copies = [op for op in step_ops(result) if op.name in COPY_OPS]
+    return {"bytes_per_step": sum(op.bytes for op in copies) / num_steps, "count_per_step": len(copies) / num_steps}
+
+
+def _top_ops(result):
+    rows = sorted(result.key_averages(), key=lambda row: row.device_total_ns, reverse=True)[:TOP_OPS]
+    return [{"name": row.name, "count": row.count, "device_total_ms": row.device_total_ns / 1e6,
+             "device_mean_us": row.device_mean_ns / 1e3, "host_total_ms": row.host_total_ns / 1e6,
+             "gflops_per_s": row.flops / row.device_total_ns if row.device_total_ns else 0.0,
+             "device_percent": row.device_percent} for row in rows]
+
+
+def _model_dtype(model):
+    for p in (model.parameters() if model is not None else ()):
+        return p.dtype
+    return None
+
+
+def build_summary(result, *, label="", command="", batch_size=None, seq_len=None, ranks=1, model_config=None,
+                  model=None, optimizer=None, peak=None, dtype=None, advice=True):
+    """The summary.json dict of one session. batch_size is per rank; seq_len defaults to the config's;
+    model_config (a LlamaConfig, or the model's `.cfg`) gives the model-formula FLOPs for MFU; peak (FLOP/s)
+    overrides the calibration GEMM of `dtype` (default: the model's parameter dtype, else float32).
+    advice=False leaves the advisor out (the advisor itself uses that)."""
+    steps = result.breakdown.get("steps") or []
+    step_s = [s["step_ns"] / 1e9 for s in steps] or [(result.stop_ns - result.start_ns) / 1e9]
+    num_steps = max(1, len(steps))
+    mean_s = statistics.fmean(step_s)
+    breakdown = result.breakdown.get("mean") or {}
+
+    config = model_config if model_config is not None else getattr(model, "cfg", None)
+    if seq_len is None and config is not None:
+        seq_len = getattr(config, "seq_len", None)
+    samples_per_s, tokens_per_s = metrics.throughput(batch_size, seq_len, mean_s, ranks)
+
+    peak_value, peak_source = metrics.peak_flops(dtype or _model_dtype(model) or dg.float32, given=peak)
+    executed = float(breakdown.get("flops", 0.0))
+    model_flops = None
+    if config is not None and batch_size is not None and seq_len is not None:
+        model_flops = float(metrics.llama_flops_per_token(config, seq_len) * batch_size * seq_len)
+
+    summary = {
+        "version": SUMMARY_VERSION,
+        "meta": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "label": label, "command": command, "dygrad_version": dg.__version__,
+                 "context": dict(result.context)},
+        "steps": {"count": len(steps), "step_time_s": {"mean": mean_s, "median": statistics.median(step_s),
+                                                       "min": min(step_s), "max": max(step_s)}},
+        "breakdown": breakdown,
+        "throughput": {"batch_size": batch_size, "seq_len": seq_len, "ranks": ranks,
+                       "samples_per_s": samples_per_s, "tokens_per_s": tokens_per_s},
+        "flops": {"executed_per_step": executed, "model_per_step": model_flops, "peak_flops_per_s": peak_value,
+                  "peak_source": peak_source, "mfu": metrics.mfu(model_flops, mean_s, peak_value),
+                  "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0},
+        "memory": metrics.memory_report(result, model, optimizer, batch_size, seq_len),
+        "ops": _top_ops(result),
+        "syncs": _syncs(result, num_steps),
+        "copies": _copies(result, num_steps),
+        "advice": [],
+    }
+    if advice:
+        from .advisor import advise
+        summary["advice"] = advise(result, summary)
+    return summary
+
+
+def write_run_dir(result, run_dir, **summary_args):
+    """Writes trace.json, op_stats.csv, breakdown.json, summary.json and (when dygrad.profiler.report exists)
+    report.html into run_dir; returns the summary."""
+    os.makedirs(run_dir, exist_ok=True)
+    result.export_chrome_trace(os.path.join(run_dir, "trace.json"))
+    result.export_op_stats_csv(os.path.join(run_dir, "op_stats.csv"))
+    result.export_breakdown_json(os.path.join(run_dir, "breakdown.json"))
+    summary = build_summary(result, **summary_args)
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    _write_report(run_dir)
+    return summary
+
+
+def _write_report(run_dir):
+    try:
+        from . import report
+    except ModuleNotFoundError as e:
+        if e.name == __package__ + ".report":
+            return  # the HTML report is not part of this build
+        raise
+    if hasattr(report, "write_html"):
+        report.write_html(run_dir)
+    else:
+        with open(os.path.join(run_dir, "report.html"), "w") as f:
+            f.write(report.render_html(run_dir))
