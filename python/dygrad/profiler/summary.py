@@ -1,6 +1,8 @@
 """summary.json (docs/profiler-python.md): one profiling session's figures of merit, memory, top ops, syncs,
 copies and the advisor's findings; and `write_run_dir`, which writes the whole run directory."""
 import datetime
+import importlib
+import importlib.util
 import json
 import os
 import statistics
@@ -129,12 +131,9 @@ def write_run_dir(result, run_dir, **summary_args):
 
 
 def _write_report(run_dir):
-    try:
-        from . import report
-    except ModuleNotFoundError as e:
-        if e.name == __package__ + ".report":
-            return  # the HTML report is not part of this build
-        raise
+    if importlib.util.find_spec(__package__ + ".report") is None:
+        return  # the HTML report is not part of this build
+    report = importlib.import_module(__package__ + ".report")
     if hasattr(report, "write_html"):
         report.write_html(run_dir)
     else:

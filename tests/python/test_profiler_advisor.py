@@ -1,0 +1,116 @@
+"""dygrad.profiler.advisor: every rule fires on a real small program that has its problem and stays silent on
+the same program without it; synthetic results cover the edges (thresholds, deduplication, missing data).
+No test depends on a timing threshold except through an effect made overwhelming (see each program)."""
+import time
+
+import pytest
+
+import dygrad as dg
+from dygrad import nn
+from dygrad.models import llama
+from dygrad.nn import functional as F
+from dygrad.profiler import advisor
+from dygrad.profiler.summary import build_summary
+
+from profiler_fakes import FakeResult, ops_from_names, sample, sync
+
+PEAK = 1e11  # a given peak: these tests never need the calibration GEMM
+
+
+def rules(result, **summary_args):
+    summary = build_summary(result, peak=PEAK, **summary_args)
+    return {a["rule"]: a for a in summary["advice"]}
+
+
+# --- synthetic results: thresholds and edges --------------------------------------------------------------------
+
+def test_context_rules_fire_on_the_flags_only():
+    assert {"synchronize_mode", "deterministic_mode"} <= set(
+        rules(FakeResult(context={"synchronize": True, "deterministic": True})))
+    assert not {"synchronize_mode", "deterministic_mode"} & set(rules(FakeResult()))
+
+
+@pytest.mark.parametrize("bucket,rule", [("host_bound", "host_bound"), ("data_wait", "data_wait")])
+def test_time_fraction_rules_and_their_gain(bucket, rule):
+    found = rules(FakeResult(buckets={bucket: 0.5}))[rule]
+    assert found["severity"] == "high" and "2.00x" in found["expected_gain"] and "50%" in found["evidence"]
+    low = {"host_bound": advisor.HOST_BOUND_FRACTION, "data_wait": advisor.DATA_WAIT_FRACTION}[bucket] * 0.9
+    assert rule not in rules(FakeResult(buckets={bucket: low}))
+
+
+COMPOSED = {
+    "rms_norm": ["pow_scalar", "sum", "div_scalar", "add_scalar", "rsqrt", "mul", "mul"],
+    "rope": ["mul", "mul", "sub", "mul", "mul", "add", "cat"],
+    "swiglu": ["matmul", "silu", "matmul", "mul"],
+    "attention": ["matmul", "div_scalar", "masked_fill", "softmax", "matmul"],
+    "cross_entropy": ["log_softmax", "gather", "neg", "sum"],
+}
+FUSED = {"rms_norm": ["rms_norm"], "rope": ["rotary_position_embedding"], "swiglu": ["matmul", "matmul", "swiglu"],
+         "attention": ["scaled_dot_product_attention"], "cross_entropy": ["cross_entropy"]}
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSED))
+def test_composed_patterns_are_found_by_name_sequence(name):
+    found = rules(FakeResult(ops=ops_from_names(["matmul"] + COMPOSED[name] + ["matmul"])))
+    assert f"unfused_{name}" in found and found[f"unfused_{name}"]["numbers"]["per_step"] == 1
+    assert not [r for r in rules(FakeResult(ops=ops_from_names(FUSED[name]))) if r.startswith("unfused")]
+
+
+def test_patterns_do_not_span_host_threads():
+    half = COMPOSED["attention"]
+    ops = ops_from_names(half[:3], thread=0) + ops_from_names(half[3:], begin=5000, thread=1)
+    assert "unfused_attention" not in rules(FakeResult(ops=ops))
+
+
+def test_copies_need_a_share_of_the_bytes():
+    mib = float(1 << 20)
+    heavy = ops_from_names(["copy", "matmul"], nbytes=4 * mib)
+    assert rules(FakeResult(ops=heavy))["copies"]["numbers"]["copy_fraction_of_bytes"] == pytest.approx(0.5)
+    light = ops_from_names(["copy"] + ["matmul"] * 20, nbytes=4 * mib)
+    assert "copies" not in rules(FakeResult(ops=light))
+    tiny = ops_from_names(["copy", "matmul"], nbytes=100.0)  # a share, but no volume
+    assert "copies" not in rules(FakeResult(ops=tiny))
+
+
+def test_syncs_per_step_and_the_idle_they_cause():
+    ops = ops_from_names(["matmul"] * 10, gap=10_000, length=50_000)
+    syncs = [sync("synchronize", 60_000 * i + 1000, 60_000 * i + 2000) for i in range(5)]
+    found = rules(FakeResult(ops=ops, ranges=syncs))["syncs_in_step"]
+    assert found["numbers"]["syncs_per_step"] == 5 and "synchronize x5" in found["evidence"]
+    assert "syncs_in_step" not in rules(FakeResult(ops=ops, ranges=syncs[:advisor.MAX_SYNCS_PER_STEP]))
+
+
+def test_many_scalar_reads_are_python_reductions_not_syncs():
+    reads = [sync("item", 1000 * i, 1000 * i + 100) for i in range(advisor.SCALAR_READS_PER_STEP)]
+    found = rules(FakeResult(ranges=reads))
+    assert "python_reductions" in found and "syncs_in_step" not in found
+    assert "python_reductions" not in rules(FakeResult(ranges=reads[:advisor.SCALAR_READS_PER_STEP // 2]))
+
+
+def test_many_tiny_ops_are_python_reductions():
+    tiny = ops_from_names(["add"] * advisor.TINY_OPS_PER_STEP, gap=1000, length=100, nbytes=12.0)
+    assert "python_reductions" in rules(FakeResult(ops=tiny))
+    big = ops_from_names(["add"] * advisor.TINY_OPS_PER_STEP, gap=1000, length=100, nbytes=4096.0)
+    assert "python_reductions" not in rules(FakeResult(ops=big))
+
+
+def test_memory_rules_need_samples_and_size():
+    mib = 1 << 20
+    activations = [sample(10, 64 * mib, 64 * mib, activation=48 * mib, parameter=16 * mib)]
+    assert "activation_memory" in rules(FakeResult(memory=activations))
+    small = [sample(10, mib, mib, activation=mib)]  # dominated, but below ACTIVATION_MIN_BYTES
+    assert "activation_memory" not in rules(FakeResult(memory=small))
+    fragmented = [sample(10, 32 * mib, 64 * mib, parameter=32 * mib)]
+    assert rules(FakeResult(memory=fragmented))["fragmentation"]["numbers"]["fragmentation_share"] == 0.5
+    assert not {"activation_memory", "fragmentation"} & set(rules(FakeResult()))
+
+
+def test_advice_entries_have_the_contract_fields_and_are_sorted():
+    found = build_summary(FakeResult(context={"synchronize": True, "deterministic": True},
+                                     buckets={"host_bound": 0.1}), peak=PEAK)["advice"]
+    assert [a["severity"] for a in found] == sorted((a["severity"] for a in found),
+                                                    key=advisor.SEVERITY_ORDER.get)
+    for a in found:
+        assert set(a) == {"rule", "title", "severity", "evidence", "numbers", "expected_gain", "fix"}
+        assert a["severity"] in ("high", "medium", "low") and a["fix"] and a["expected_gain"]
+    assert advisor.advise(FakeResult(context={"synchronize": True}))[0]["rule"] == "synchronize_mode"
