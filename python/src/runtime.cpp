@@ -37,6 +37,7 @@ void init_runtime(nb::module_& m) {
     set_context(Context{deterministic, synchronize, num_threads});
   });
   m.def("synchronize", [] {
+    profiler::HostOpScope scope("synchronize");
     {
       nb::gil_scoped_release release;
       Stream::cpu().synchronize();

@@ -241,6 +241,16 @@ void Stream::wait_until_completed(uint64_t seq) {
 }
 
 void Stream::wait_for(uint64_t seq) {
+  // The profiler sees every sync point (a host stall inside a training step is one of its findings).
+  struct SyncNotice {
+    StreamObserver* observer;
+    explicit SyncNotice(StreamObserver* o) : observer(o) {
+      if (observer) observer->on_sync_begin();
+    }
+    ~SyncNotice() {
+      if (observer) observer->on_sync_end();
+    }
+  } notice(observer());
   if (seq > 0 && completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
   {
     std::lock_guard<std::mutex> lock(producer_mutex_);

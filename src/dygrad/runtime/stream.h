@@ -22,6 +22,9 @@ struct StreamObserver {
   virtual void on_enqueue(const Task& task) = 0;            // host thread, after the Task is published
   virtual void on_task_begin(const Task& task) = 0;         // the thread running the kernel
   virtual void on_task_end(const Task& task, bool failed) = 0;
+  // The host thread blocks at a sync point (synchronize, wait_for) from begin to end, raising or not.
+  virtual void on_sync_begin() {}
+  virtual void on_sync_end() {}
 };
 
 class Stream {
