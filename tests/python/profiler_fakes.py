@@ -4,7 +4,7 @@ import itertools
 from collections import namedtuple
 
 OpEvent = namedtuple("OpEvent", "seq name host_thread host_begin_ns enqueue_ns device_thread device_begin_ns "
-                                "device_end_ns flops bytes failed file line input_shapes output_shapes")
+                                "device_end_ns flops bytes failed file line input_shapes output_shapes stack")
 Range = namedtuple("Range", "kind name thread begin_ns end_ns async_")
 MemorySample = namedtuple("MemorySample", "ts_ns allocated reserved by_category")
 Row = namedtuple("Row", "name input_shapes count ran device_total_ns device_mean_ns host_total_ns flops bytes "
@@ -15,7 +15,7 @@ BUCKETS = ("compute", "exposed_comm", "data_wait", "host_bound", "other_idle")
 
 def op(name, host_begin, enqueue, device_begin, device_end, flops=0.0, nbytes=0.0, thread=0):
     return OpEvent(next(_seq), name, thread, host_begin, enqueue, 1, device_begin, device_end, flops, nbytes, False, "",
-                   0, None, None)
+                   0, None, None, None)
 
 
 def sync(name, begin, end):

@@ -12,7 +12,7 @@ from dygrad.nn import functional as F
 from dygrad.profiler import advisor
 from dygrad.profiler.summary import build_summary
 
-from profiler_fakes import FakeResult, ops_from_names, sample, sync
+from profiler_fakes import FakeResult, Range, ops_from_names, sample, sync
 
 PEAK = 1e11  # a given peak: these tests never need the calibration GEMM
 
@@ -87,11 +87,26 @@ def test_many_scalar_reads_are_python_reductions_not_syncs():
     assert "python_reductions" not in rules(FakeResult(ranges=reads[:advisor.SCALAR_READS_PER_STEP // 2]))
 
 
-def test_many_tiny_ops_are_python_reductions():
-    tiny = ops_from_names(["add"] * advisor.TINY_OPS_PER_STEP, gap=1000, length=100, nbytes=12.0)
-    assert "python_reductions" in rules(FakeResult(ops=tiny))
-    big = ops_from_names(["add"] * advisor.TINY_OPS_PER_STEP, gap=1000, length=100, nbytes=4096.0)
-    assert "python_reductions" not in rules(FakeResult(ops=big))
+def test_element_selections_feeding_tiny_ops_are_python_reductions():
+    n = advisor.ELEMENT_OPS_PER_STEP
+    tiny = ops_from_names(["add"] * n, gap=1000, length=100, nbytes=12.0)
+    selections = [Range("host_op", "select", 0, 1100 * i, 1100 * i + 5, False) for i in range(n)]
+    assert "python_reductions" in rules(FakeResult(ops=tiny, ranges=selections))
+    assert "python_reductions" not in rules(FakeResult(ops=tiny))  # tiny ops alone: host-bound, not this
+    big = ops_from_names(["add"] * n, gap=1000, length=100, nbytes=4096.0)
+    assert "python_reductions" not in rules(FakeResult(ops=big, ranges=selections))
+
+
+def test_sync_ranges_of_one_call_count_once():
+    api = Range("host_op", "item", 0, 100, 900, False)
+    found = build_summary(FakeResult(ranges=[api, sync("item", 110, 800), sync("item", 850, 860)]),
+                          peak=PEAK)["syncs"]
+    assert found == {"per_step": 1.0, "by_name": {"item": 1}}
+
+
+def test_layer_norm_is_not_a_composed_rms_norm():
+    layer_norm = ["sum", "div_scalar", "add", "mul", "sum", "div_scalar", "add_scalar", "rsqrt", "mul"]
+    assert "unfused_rms_norm" not in rules(FakeResult(ops=ops_from_names(layer_norm)))
 
 
 def test_memory_rules_need_samples_and_size():

@@ -25,11 +25,10 @@ COPY_MIN_BYTES_PER_STEP = 1 << 20
 MAX_SYNCS_PER_STEP = 2
 # Scalar reads (item, tolist, __bool__, __float__, ...) per step that mean a reduction done in Python.
 SCALAR_READS_PER_STEP = 32
-# Per-element indexing feeding Python: tiny ops (at most TINY_OP_BYTES moved) per step that also make up most
-# (TINY_OP_SHARE) of the step's ops.
-TINY_OPS_PER_STEP = 256
+# Per-element indexing feeding Python arithmetic (Python's sum() over a tensor): per step, at least this many
+# element selections (t[i]: "select" host-op ranges) and as many tiny ops (at most TINY_OP_BYTES moved).
+ELEMENT_OPS_PER_STEP = 128
 TINY_OP_BYTES = 64
-TINY_OP_SHARE = 0.5
 # Activations at the peak allocated instant as a share of it, and the least peak worth a finding.
 ACTIVATION_SHARE = 0.50
 ACTIVATION_MIN_BYTES = 4 << 20
@@ -40,6 +39,7 @@ FRAGMENTATION_MIN_BYTES = 8 << 20
 HIGH_GAIN, MEDIUM_GAIN = 0.25, 0.08
 
 SCALAR_READS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__", "__index__"})
+ELEMENT_SELECTIONS = frozenset({"select"})
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 MIB = 1 << 20
 
@@ -133,7 +133,9 @@ def rule_data_wait(result, summary):
 # Composed forms of the fused ops, as regular expressions over the step's op names joined by spaces (one host
 # thread, issue order). Views (slicing, transpose) issue no op and do not appear.
 FUSION_PATTERNS = {
-    "rms_norm": ("F.rms_norm (or nn.RMSNorm)", r"(?:pow_scalar|mul) sum (?:div_scalar |mul_scalar )?add_scalar rsqrt mul"),
+    # RMSNorm: mean of squares, + eps, rsqrt, scale (LayerNorm, which subtracts the mean first, is not one).
+    "rms_norm": ("F.rms_norm (or nn.RMSNorm)",
+                 r"(?<!sum div_scalar add )(?:pow_scalar|mul) sum (?:div_scalar |mul_scalar )?add_scalar rsqrt mul"),
     "rope": ("F.rotary_position_embedding", r"mul mul (?:add|sub|rsub_scalar|neg) (?:\S+ ){0,1}mul mul add cat"),
     "swiglu": ("F.swiglu", r"silu (?:matmul )?mul"),
     "attention": ("F.scaled_dot_product_attention",
@@ -244,26 +246,29 @@ def _scalar_reads(result, summary):
 def rule_python_reductions(result, summary):
     num_steps = max(1, summary["steps"]["count"])
     reads_per_step = _scalar_reads(result, summary) / num_steps
-    ops = step_ops(result)
-    tiny = [op for op in ops if op.bytes <= TINY_OP_BYTES]
+    windows = step_windows(result)
+    selections = sum(1 for r in result.ranges if r.kind == "host_op" and r.name in ELEMENT_SELECTIONS
+                     and windows[0][0] <= r.begin_ns < windows[-1][1]) / num_steps
+    tiny = [op for op in step_ops(result) if op.bytes <= TINY_OP_BYTES]
     tiny_per_step = len(tiny) / num_steps
     many_reads = reads_per_step >= SCALAR_READS_PER_STEP
-    many_tiny = tiny_per_step >= TINY_OPS_PER_STEP and ops and len(tiny) / len(ops) >= TINY_OP_SHARE
-    if not (many_reads or many_tiny):
+    element_wise = selections >= ELEMENT_OPS_PER_STEP and tiny_per_step >= ELEMENT_OPS_PER_STEP
+    if not (many_reads or element_wise):
         return None
     step_ns = _total_step_ns(result)
     reads = [r for r in sync_ranges(result) if r.name in SCALAR_READS]
     cost = sum(r.end_ns - r.begin_ns for r in reads) + _idle_after_syncs(result, reads) + \
-        sum(_op_cost_ns(op) for op in tiny)
+        (sum(_op_cost_ns(op) for op in tiny) if element_wise else 0)
     saved = min(cost / step_ns, 0.99) if step_ns else 0.0
     return _advice(
         "python_reductions", "A reduction is done in Python, element by element", _severity(saved),
-        f"{reads_per_step:g} scalar reads (item/tolist/bool) and {tiny_per_step:g} tiny ops "
-        f"(<= {TINY_OP_BYTES} bytes) per step; with their waits they take {saved:.0%} of the step",
-        {"scalar_reads_per_step": reads_per_step, "tiny_ops_per_step": tiny_per_step, "share_of_step": saved},
+        f"per step: {reads_per_step:g} scalar reads (item/tolist/bool/float), {selections:g} element selections "
+        f"t[i] and {tiny_per_step:g} tiny ops (<= {TINY_OP_BYTES} bytes); with their waits {saved:.0%} of the step",
+        {"scalar_reads_per_step": reads_per_step, "element_selections_per_step": selections,
+         "tiny_ops_per_step": tiny_per_step, "share_of_step": saved},
         _speedup(saved),
         "reduce with tensor ops (t.sum(), t.amax(), dg.where) and read one scalar at the end, not Python's "
-        "sum()/max() or a loop of .item()")
+        "sum()/max() over a tensor or a loop of .item()")
 
 
 def rule_syncs(result, summary):

@@ -1,5 +1,6 @@
 """summary.json (docs/profiler-python.md): one profiling session's figures of merit, memory, top ops, syncs,
 copies and the advisor's findings; and `write_run_dir`, which writes the whole run directory."""
+import bisect
 import datetime
 import importlib
 import importlib.util
@@ -10,6 +11,7 @@ import statistics
 import dygrad as dg
 
 from . import metrics
+from ._result import Range
 
 SUMMARY_VERSION = 1
 TOP_OPS = 30
@@ -31,9 +33,35 @@ def in_steps(windows, t):
 
 
 def sync_ranges(result):
-    """The "sync" ranges (the host blocked on the stream) that began inside the steps."""
+    """The host's blocking calls (item, numpy, tolist, synchronize, __bool__, ...) that began inside the steps,
+    one Range per call: the "sync" ranges one API call recorded (it may wait on the stream more than once) are
+    merged into one spanning them, found by the "host_op" range of the same name that contains them."""
     windows = step_windows(result)
-    return [r for r in result.ranges if r.kind == "sync" and in_steps(windows, r.begin_ns)]
+    calls = {}  # (thread, name, begin of the enclosing API call) -> [begin, end]
+    api = {}  # (thread, name) -> the host_op ranges of that API, by begin
+    for r in result.ranges:
+        if r.kind == "host_op":
+            api.setdefault((r.thread, r.name), []).append(r)
+    begins = {key: [r.begin_ns for r in ranges] for key, ranges in api.items()}
+    for r in result.ranges:
+        if r.kind != "sync" or not in_steps(windows, r.begin_ns):
+            continue
+        key = (r.thread, r.name)
+        enclosing = _innermost_containing(api.get(key, []), begins.get(key, []), r)
+        key = (r.thread, r.name, enclosing.begin_ns if enclosing else r.begin_ns)
+        span = calls.setdefault(key, [r.begin_ns, r.end_ns])
+        span[0], span[1] = min(span[0], r.begin_ns), max(span[1], r.end_ns)
+    return sorted((Range("sync", name, thread, begin, end, False)
+                   for (thread, name, _), (begin, end) in calls.items()), key=lambda r: r.begin_ns)
+
+
+def _innermost_containing(ranges, begins, inner):
+    """The latest-beginning of `ranges` (sorted by begin, `begins` their begins) that contains `inner`."""
+    i = bisect.bisect_right(begins, inner.begin_ns)
+    for r in reversed(ranges[max(0, i - 4):i]):
+        if r.end_ns >= inner.end_ns:
+            return r
+    return None
 
 
 def step_ops(result):
