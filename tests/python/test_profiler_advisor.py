@@ -129,3 +129,199 @@ def test_advice_entries_have_the_contract_fields_and_are_sorted():
         assert set(a) == {"rule", "title", "severity", "evidence", "numbers", "expected_gain", "fix"}
         assert a["severity"] in ("high", "medium", "low") and a["fix"] and a["expected_gain"]
     assert advisor.advise(FakeResult(context={"synchronize": True}))[0]["rule"] == "synchronize_mode"
+
+
+# --- real programs: each rule fires on the program with the problem and not on the one without -----------------
+
+@pytest.fixture
+def context():
+    """dg.set_context(...) for one test, restored afterwards."""
+    saved = dg.get_context()
+    yield dg.set_context
+    dg.synchronize()
+    dg.set_context(saved)
+
+
+def profiled(step, steps=3, profile_memory=False):
+    """Runs step() `steps` times under dg.profiler.profile, a marker after each; returns the ProfileResult."""
+    with dg.profiler.profile(profile_memory=profile_memory) as prof:
+        for _ in range(steps):
+            step()
+            prof.step()
+    return prof.result
+
+
+def fired(result, **summary_args):
+    return set(rules(result, **summary_args))
+
+
+def mlp_training_step():
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.Linear(64, 8))
+    opt = dg.optim.AdamW(model.parameters())
+    x = dg.randn((16, 32))
+
+    def step():
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+    return step
+
+
+def test_synchronize_mode_program(context):
+    step = mlp_training_step()
+    context(synchronize=True)
+    problem = profiled(step)
+    context(synchronize=False)
+    assert "synchronize_mode" in fired(problem) and "synchronize_mode" not in fired(profiled(step))
+
+
+def test_deterministic_mode_program(context):
+    step = mlp_training_step()
+    context(deterministic=True)
+    problem = profiled(step)
+    context(deterministic=False)
+    assert "deterministic_mode" in fired(problem) and "deterministic_mode" not in fired(profiled(step))
+
+
+def test_host_bound_program():
+    # The host is slow between small ops, so the device idles waiting for each one. The host's work is a sleep:
+    # busy Python would also keep the stream worker off a loaded machine's cores, and that lag counts as
+    # "other idle" (the Task was queued before the gap), not host-bound (docs/profiler.md, host-bound rule).
+    def slow_host():
+        a = dg.ones((1,))
+        for _ in range(20):
+            a = a + 1.0
+            time.sleep(0.001)
+        a.item()
+    # a few large GEMMs: the queue never empties while the host waits at the step's end
+    x, y = dg.randn((384, 384)), dg.randn((384, 384))
+
+    def gemms():
+        c = x @ y
+        for _ in range(3):
+            c = c @ y
+        c.sum().item()
+    problem = profiled(slow_host)
+    assert problem.breakdown["mean"]["fractions"]["host_bound"] > 0.5
+    assert "host_bound" in fired(problem) and "host_bound" not in fired(profiled(gemms))
+
+
+def test_data_wait_program():
+    x, y = dg.randn((256, 256)), dg.randn((256, 256))
+
+    def step(wait_s):
+        with dg.profiler.data_wait():  # as DataLoader does around each batch
+            if wait_s:
+                time.sleep(wait_s)  # the loader had nothing ready
+        c = x @ y
+        for _ in range(3):
+            c = c @ y
+        c.sum().item()
+    assert "data_wait" in fired(profiled(lambda: step(0.02)))
+    assert "data_wait" not in fired(profiled(lambda: step(0.0)))
+
+
+def llama_step(fused):
+    cfg = llama.LlamaConfig(n_layers=1, dim=32, n_heads=2, ffn_dim=64, vocab_size=64, seq_len=16, batch_size=2)
+    dg.manual_seed(0)
+    model = llama.Llama(cfg, fused=fused)
+    opt = dg.optim.AdamW(model.parameters())
+    x, y = dg.randint(0, 64, (2, 16)), dg.randint(0, 64, (2, 16))
+
+    def step():
+        loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss.item()
+    return step
+
+
+def test_unfused_llama_program():
+    unfused = {r for r in fired(profiled(llama_step(False), steps=2)) if r.startswith("unfused_")}
+    assert unfused == {"unfused_rms_norm", "unfused_rope", "unfused_swiglu", "unfused_attention"}
+    assert not [r for r in fired(profiled(llama_step(True), steps=2)) if r.startswith("unfused_")]
+
+
+def test_unfused_cross_entropy_program():
+    logits, target = dg.randn((32, 64), requires_grad=True), dg.randint(0, 64, (32, 1))
+
+    def composed():
+        (-F.log_softmax(logits, -1).gather(1, target).mean()).backward()
+
+    def fused():
+        F.cross_entropy(logits, target.view(-1)).backward()
+    assert "unfused_cross_entropy" in fired(profiled(composed))
+    assert "unfused_cross_entropy" not in fired(profiled(fused))
+
+
+def test_copies_program():
+    a, b = dg.randn((512, 512)), dg.randn((512, 512))
+
+    def step(contiguous):
+        t = a.t()
+        (t.contiguous() if contiguous else t) @ b
+        dg.synchronize()
+    assert "copies" in fired(profiled(lambda: step(True)))
+    assert "copies" not in fired(profiled(lambda: step(False)))
+
+
+def test_syncs_in_step_program():
+    x = dg.randn((64, 64))
+
+    def step(syncs):
+        y = x
+        for _ in range(8):
+            y = y @ x
+            if syncs:
+                dg.synchronize()  # e.g. a timing or a debug read inside the step
+        y.sum().item()
+    assert "syncs_in_step" in fired(profiled(lambda: step(True)))
+    assert "syncs_in_step" not in fired(profiled(lambda: step(False)))
+
+
+def test_python_reduction_programs():
+    t = dg.randn((256,))
+    assert "python_reductions" in fired(profiled(lambda: float(sum(t))))  # Python's sum over elements
+    assert "python_reductions" in fired(profiled(lambda: [t[i].item() for i in range(40)]))
+    assert "python_reductions" not in fired(profiled(lambda: t.sum().item()))
+
+
+def test_activation_memory_program():
+    def step(batch, width, depth):
+        dg.manual_seed(0)
+        model = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+        opt = dg.optim.AdamW(model.parameters())
+
+        def run():
+            model(dg.randn((batch, width))).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            dg.synchronize()
+        return run
+    # a big batch through a narrow MLP: the saved activations dwarf the weights
+    assert "activation_memory" in fired(profiled(step(4096, 256, 4), steps=2, profile_memory=True))
+    # wide weights, a tiny batch: parameters, gradients and AdamW states dominate
+    assert "activation_memory" not in fired(profiled(step(8, 1024, 2), steps=2, profile_memory=True))
+
+
+def test_fragmentation_program():
+    def step(release):
+        small = [dg.zeros((256 * 1024,)) for _ in range(32)]  # 32 x 1 MiB, freed into the cache
+        del small
+        dg.synchronize()
+        if release:
+            dg.empty_cache()
+        big = dg.zeros((16 * 1024 * 1024,))  # 64 MiB: no cached block fits it
+        dg.synchronize()
+        del big
+    dg.synchronize()
+    dg.empty_cache()
+    problem = profiled(lambda: step(False), steps=2, profile_memory=True)
+    dg.empty_cache()
+    clean = profiled(lambda: step(True), steps=2, profile_memory=True)
+    dg.empty_cache()
+    assert "fragmentation" in fired(problem) and "fragmentation" not in fired(clean)

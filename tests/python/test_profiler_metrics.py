@@ -9,6 +9,7 @@ import pytest
 import dygrad as dg
 from dygrad import nn
 from dygrad.models import llama
+import dygrad.profiler
 from dygrad.profiler import metrics, summary as summary_mod
 
 from profiler_fakes import FakeResult, ops_from_names, sample
@@ -116,6 +117,34 @@ def test_theoretical_memory_of_a_llama():
     model(dg.randint(0, 64, (2, 16)), dg.randint(0, 64, (2, 16))).backward()
     opt.step()  # now the optimizer's own state is counted
     assert metrics.theoretical_memory(model, opt)["optimizer_state"] == 2 * params
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_activation_estimate_matches_a_synchronous_step(fused):
+    # In synchronize mode nothing is queued: the activations at the peak are what autograd saved.
+    cfg = llama.LlamaConfig(n_layers=2, dim=64, n_heads=2, ffn_dim=176, vocab_size=256, seq_len=64, batch_size=4)
+    saved = dg.get_context()
+    dg.set_context(synchronize=True)
+    try:
+        dg.manual_seed(0)
+        model = llama.Llama(cfg, fused=fused)
+        opt = dg.optim.AdamW(model.parameters())
+        x, y = dg.randint(0, 256, (4, 64)), dg.randint(0, 256, (4, 64))
+
+        def step():
+            loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        step()
+        before = dg.memory_stats()["allocated_bytes.activation"]
+        with dg.profiler.profile(profile_memory=True) as prof:
+            step()
+        report = metrics.memory_report(prof.result, model, opt, batch_size=4)
+    finally:
+        dg.set_context(saved)
+    measured = report["at_peak"]["activation"] - before
+    assert 0.8 < report["theoretical"]["activation"] / measured < 1.25
 
 
 def _category_bytes():
