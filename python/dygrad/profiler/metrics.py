@@ -38,17 +38,20 @@ def measure_peak_flops(dtype=None, n=CALIBRATION_N, repeats=CALIBRATION_REPEATS)
 
 
 def peak_flops(dtype=None, given=None):
-    """(peak FLOP/s, where it came from): `given` (the user's figure) wins over a calibration GEMM."""
+    """(peak FLOP/s, where it came from): `given` (the user's figure) wins over a calibration GEMM. A given figure
+    that is this process's calibration of that dtype (dygrad.train passes its own) is reported as measured."""
+    dtype = dtype or dg.float32
+    threads = dg.get_context().num_threads
+    name = str(dtype).replace("dygrad.", "")
+    measured = (f"measured: {CALIBRATION_N}^3 {name} GEMM with dygrad's matmul, best of {CALIBRATION_REPEATS}, "
+                f"{threads} threads")
     if given is not None:
         if given <= 0:
             raise ValueError(f"[peak_flops] a peak must be positive (got {given})")
+        if _peak_cache.get((str(dtype), threads, CALIBRATION_N)) == given:
+            return float(given), measured
         return float(given), "given by the user"
-    dtype = dtype or dg.float32
-    value = measure_peak_flops(dtype)
-    threads = dg.get_context().num_threads
-    name = str(dtype).replace("dygrad.", "")
-    return value, (f"measured: {CALIBRATION_N}^3 {name} GEMM with dygrad's matmul, best of {CALIBRATION_REPEATS}, "
-                   f"{threads} threads")
+    return measure_peak_flops(dtype), measured
 
 
 def llama_num_params(config):
