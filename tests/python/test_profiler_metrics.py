@@ -176,6 +176,18 @@ def test_allocator_tags_parameters_gradients_and_optimizer_states(optimizer):
     assert _category_bytes()["optimizer_state"] - before["optimizer_state"] == grown["optimizer_state"]
 
 
+def test_a_cast_module_keeps_its_categories():
+    gc.collect()
+    dg.synchronize()
+    before = _category_bytes()
+    model = nn.Linear(64, 32)
+    model(dg.randn((4, 64))).sum().backward()
+    model.double()
+    dg.synchronize()
+    grown = {c: v - before[c] for c, v in _category_bytes().items()}
+    assert grown["parameter"] == grown["gradient"] == (64 * 32 + 32) * 8
+
+
 # --- summary.json -----------------------------------------------------------------------------------------------
 
 def _fake_run():
