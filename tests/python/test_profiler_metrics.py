@@ -176,6 +176,17 @@ def test_allocator_tags_parameters_gradients_and_optimizer_states(optimizer):
     assert _category_bytes()["optimizer_state"] - before["optimizer_state"] == grown["optimizer_state"]
 
 
+def test_a_parameter_used_twice_has_its_gradient_tagged():
+    gc.collect()
+    dg.synchronize()
+    before = _category_bytes()
+    layer = nn.Linear(64, 64)
+    layer(layer(dg.randn((4, 64)))).sum().backward()  # two contributions: the second adds to the first
+    dg.synchronize()
+    grown = {c: v - before[c] for c, v in _category_bytes().items()}
+    assert grown["gradient"] == grown["parameter"] == (64 * 64 + 64) * 4
+
+
 def test_a_cast_module_keeps_its_categories():
     gc.collect()
     dg.synchronize()
