@@ -5,6 +5,7 @@ stating its numbers, an expected gain estimated from the measurement, and the fi
 advise(result, summary) -> [{"rule", "title", "severity", "evidence", "numbers", "expected_gain", "fix"}],
 most severe first. `summary` is build_summary's dict (its breakdown, syncs, copies and memory sections).
 """
+import bisect
 import re
 
 from .summary import step_ops, step_windows, sync_ranges
@@ -18,7 +19,8 @@ DATA_WAIT_FRACTION = 0.10
 FUSION_MIN_PER_STEP = 1
 # The patterns are matched in the forward; when the step runs a backward, the composed ops' backward costs about
 # twice their forward (as 6N vs 2N FLOPs), and the fused op's backward is fused too. On the tiny LLaMA the
-# four unfused-path findings then add up to ~22% of the step, against fused/unfused = 1.27x in bench/RESULTS.md.
+# four unfused-path findings then add up to 10-25% of the step (a noisy 2-core machine), the order of
+# fused/unfused = 1.27x on the bench config in bench/RESULTS.md.
 BACKWARD_FACTOR = 3.0
 # Bytes moved by copy ops (.contiguous(), clone, copy_) as a fraction of all bytes the step's ops move, and the
 # least copy volume per step worth a finding.
@@ -56,7 +58,7 @@ def _severity(gain_fraction):
 
 def _speedup(saved_fraction):
     saved_fraction = min(saved_fraction, 0.99)
-    return f"up to {1 / (1 - saved_fraction):.2f}x faster step ({saved_fraction:.1%} of step time) if removed"
+    return f"up to {1 / (1 - saved_fraction):.2f}x faster step ({saved_fraction:.1%} of step time)"
 
 
 def _advice(rule, title, severity, evidence, numbers, expected_gain, fix):
@@ -166,18 +168,10 @@ def _find_composed(ops, pattern):
             offset += len(op.name) + 1
         joined = " ".join(text)
         for m in re.finditer(r"(?:^| )(" + pattern + r")(?= |$)", joined):
-            first = _index_at(starts, m.start(1))
+            first = bisect.bisect_right(starts, m.start(1)) - 1
             count = len(m.group(1).split(" "))
             found.append(thread_ops[first:first + count])
     return found
-
-
-def _index_at(starts, offset):
-    lo, hi = 0, len(starts)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if starts[mid] <= offset else (lo, mid)
-    return lo
 
 
 def rule_unfused(result, summary):
@@ -202,7 +196,7 @@ def rule_unfused(result, summary):
         saved = min(0.99, factor * reducible * (1 - 1 / passes_each) / step_ns) if step_ns else 0.0
         found.append(_advice(
             f"unfused_{name}", f"{name} composed from {ops_each:.0f} ops: use {fused}", _severity(saved),
-            f"{per_step:g} composed {name} per step ({ops_each:.0f} ops each: "
+            f"{per_step:.3g} composed {name} per step ({ops_each:.0f} ops each: "
             f"{' '.join(op.name for op in matches[0])}) take {share:.1%} of the step",
             {"per_step": per_step, "ops_each": ops_each, "share_of_step": share, "ms_per_step": cost / 1e6 / num_steps,
              "saved_fraction": saved},
@@ -226,7 +220,7 @@ def rule_copies(result, summary):
     return _advice(
         "copies", "Copies move a large share of the bytes", _severity(copy_cost),
         f"copy ops move {copies['bytes_per_step'] / MIB:.1f} MiB per step ({fraction:.0%} of all bytes the ops "
-        f"move) in {copies['count_per_step']:g} copies, {copy_cost:.1%} of the step",
+        f"move) in {copies['count_per_step']:.3g} copies, {copy_cost:.1%} of the step",
         {"copy_bytes_per_step": copies["bytes_per_step"], "copy_fraction_of_bytes": fraction,
          "copies_per_step": copies["count_per_step"], "copy_share_of_step": copy_cost},
         _speedup(copy_cost),
@@ -235,22 +229,18 @@ def rule_copies(result, summary):
 
 
 def _idle_after_syncs(result, syncs):
-    """Device idle from each sync's end to the next device span's begin: the refill of the drained queue."""
+    """Device idle from each sync's end to the next device span's begin (at most to its step's end): the refill of
+    the queue the sync drained."""
     begins = sorted(op.device_begin_ns for op in result.ops if op.device_thread >= 0)
+    step_ends = [end for _, end in step_windows(result)]
     idle = 0
     for r in syncs:
-        i = _first_at_or_after(begins, r.end_ns)
+        i = bisect.bisect_left(begins, r.end_ns)
+        step = bisect.bisect_right(step_ends, r.end_ns)
+        limit = step_ends[step] if step < len(step_ends) else r.end_ns
         if i < len(begins):
-            idle += begins[i] - r.end_ns
+            idle += max(0, min(begins[i], limit) - r.end_ns)
     return idle
-
-
-def _first_at_or_after(values, t):
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if values[mid] < t else (lo, mid)
-    return lo
 
 
 def _scalar_reads(result, summary):
@@ -276,8 +266,8 @@ def rule_python_reductions(result, summary):
     saved = min(cost / step_ns, 0.99) if step_ns else 0.0
     return _advice(
         "python_reductions", "A reduction is done in Python, element by element", _severity(saved),
-        f"per step: {reads_per_step:g} scalar reads (item/tolist/bool/float), {selections:g} element selections "
-        f"t[i] and {tiny_per_step:g} tiny ops (<= {TINY_OP_BYTES} bytes); with their waits {saved:.0%} of the step",
+        f"per step: {reads_per_step:.3g} scalar reads (item/tolist/bool/float), {selections:.3g} element selections "
+        f"t[i] and {tiny_per_step:.3g} tiny ops (<= {TINY_OP_BYTES} bytes); with their waits {saved:.0%} of the step",
         {"scalar_reads_per_step": reads_per_step, "element_selections_per_step": selections,
          "tiny_ops_per_step": tiny_per_step, "share_of_step": saved},
         _speedup(saved),
@@ -299,11 +289,11 @@ def rule_syncs(result, summary):
     idle = _idle_after_syncs(result, sync_ranges(result))
     step_ns = _total_step_ns(result)
     fraction = idle / step_ns if step_ns else 0.0
-    names = ", ".join(f"{name} x{n / num_steps:g}" for name, n in sorted(syncs["by_name"].items(),
+    names = ", ".join(f"{name} x{n / num_steps:.3g}" for name, n in sorted(syncs["by_name"].items(),
                                                                         key=lambda kv: -kv[1]))
     return _advice(
         "syncs_in_step", "The host blocks on the device inside the step", _severity(fraction),
-        f"{syncs['per_step']:g} syncs per step ({names}); each drains the queue, and the device then idles "
+        f"{syncs['per_step']:.3g} syncs per step ({names}); each drains the queue, and the device then idles "
         f"until the host refills it: {fraction:.1%} of the step",
         {"syncs_per_step": syncs["per_step"], "by_name_per_step": {k: v / num_steps for k, v in
                                                                    syncs["by_name"].items()},
