@@ -48,7 +48,8 @@ class FakeResult:
         self.start_ns = self.step_markers[0] if self.step_markers else 0
         self.stop_ns = self.step_markers[-1] if self.step_markers else 1_000_000
         self.context = {"synchronize": False, "deterministic": False, "num_threads": 2, **(context or {})}
-        self.memory_at_start = self.memory_at_stop = {"peak_allocated_bytes": 0, "peak_reserved_bytes": 0}
+        self.memory_at_start = self.memory_at_stop = {"allocated": 0, "reserved": 0, "peak_allocated": 0,
+                                                      "peak_reserved": 0, "allocated_by_category": {}}
         steps = [step_record(i, b, e - b, {k: v * (e - b) for k, v in (buckets or {}).items()},
                              flops_per_step, num_ops=len(self.ops), host_dispatch_ns=host_dispatch_ns)
                  for i, (b, e) in enumerate(zip(self.step_markers[:-1], self.step_markers[1:]))]

@@ -99,6 +99,14 @@ def test_memory_report_splits_the_peak_sample():
     assert report["timeline"][1] == [pytest.approx(20e-9), 300, 500]
 
 
+def test_memory_report_without_samples_uses_the_counters_at_stop():
+    with dg.profiler.profile() as prof:  # profile_memory off
+        dg.ones((1024,)).sum().item()
+    report = metrics.memory_report(prof.result)
+    assert report["peak_allocated"] == prof.result.memory_at_stop["peak_allocated"] > 0
+    assert report["timeline"] == [] and set(report["at_peak"].values()) == {0}
+
+
 def test_memory_timeline_is_downsampled_keeping_the_peak():
     memory = [sample(i, 7 if i != 4321 else 10_000, 20_000) for i in range(10_000)]
     timeline = metrics.memory_timeline(FakeResult(memory=memory))

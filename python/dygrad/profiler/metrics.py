@@ -168,8 +168,8 @@ def theoretical_memory(model=None, optimizer=None, batch_size=None, seq_len=None
 def memory_report(result, model=None, optimizer=None, batch_size=None, seq_len=None):
     """The memory section of summary.json: peak allocated/reserved over the session, the split by category at the
     sample with the most allocated bytes plus the fragmentation there (reserved - allocated), and the theoretical
-    figures. Without memory samples (profile_memory off) the peaks come from the allocator's counters at stop
-    and the split is empty."""
+    figures. Without memory samples (profile_memory off) the peaks are the allocator's at stop (since the last
+    dg.reset_peak_memory_stats()) and the split is zeros."""
     samples = result.memory
     if samples:
         peak = max(samples, key=lambda s: s.allocated)
@@ -178,11 +178,11 @@ def memory_report(result, model=None, optimizer=None, batch_size=None, seq_len=N
         peak_allocated = int(peak.allocated)
         peak_reserved = int(max(s.reserved for s in samples))
     else:
-        stop = result.memory_at_stop or {}
+        stop = result.memory_at_stop or {}  # peaks since the last dg.reset_peak_memory_stats()
         at_peak = {c: 0 for c in MEMORY_CATEGORIES}
         at_peak["fragmentation"] = 0
-        peak_allocated = int(stop.get("peak_allocated_bytes", 0))
-        peak_reserved = int(stop.get("peak_reserved_bytes", 0))
+        peak_allocated = int(stop.get("peak_allocated", 0))
+        peak_reserved = int(stop.get("peak_reserved", 0))
     return {"peak_allocated": peak_allocated, "peak_reserved": peak_reserved, "at_peak": at_peak,
             "theoretical": theoretical_memory(model, optimizer, batch_size, seq_len),
             "timeline": memory_timeline(result)}
