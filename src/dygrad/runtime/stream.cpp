@@ -43,7 +43,7 @@ Stream& Stream::cpu() {
   return *stream;
 }
 
-Stream::Stream() : slots_(kCapacity) {
+Stream::Stream() : slots_(kCapacity), alloc_marks_(kCapacity, 0) {
   ThreadPool::instance();  // the pool exists before the worker uses it
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -69,6 +69,18 @@ void Stream::reclaim_completed_locked() {
 uint64_t Stream::acquire_slot_locked() {
   const uint64_t index = published_.load(std::memory_order_relaxed);
   if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  // The in-flight allocation window: find the oldest queued Task after which the host has allocated at most
+  // `limit` bytes and wait for every Task before it. Only allocation-heavy programs that run ahead of the
+  // device ever wait here; the device keeps up to `limit` bytes of work queued meanwhile.
+  if (const uint64_t limit = inflight_limit_.load(std::memory_order_relaxed)) {
+    const uint64_t done = completed_.load(std::memory_order_acquire);
+    const uint64_t total = CachingAllocator::cpu().bytes_allocated_total();
+    if (done < index && total - alloc_marks_[done % kCapacity] > limit) {
+      uint64_t oldest = done + 1;
+      while (oldest < index && total - alloc_marks_[oldest % kCapacity] > limit) ++oldest;
+      wait_until_completed(oldest);
+    }
+  }
   reclaim_completed_locked();
   return index;
 }
@@ -77,6 +89,7 @@ uint64_t Stream::publish_locked(uint64_t index) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
+  alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);

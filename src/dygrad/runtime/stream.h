@@ -46,6 +46,12 @@ class Stream {
   // The message of the Task whose failure poisoned a buffer (for errors raised when reading it).
   std::string failure_message(uint64_t seq) const;
   void set_observer(StreamObserver* observer) { observer_.store(observer, std::memory_order_release); }
+  // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
+  // many bytes since the oldest Task still queued was enqueued (0: no limit). Bounds the memory a host
+  // running ahead of the device keeps alive; docs/memory.md, "In-flight allocation window".
+  static constexpr uint64_t kDefaultInflightLimit = uint64_t{128} << 20;
+  void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
+  uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
 
   ~Stream();
@@ -64,6 +70,8 @@ class Stream {
   uint64_t publish_locked(uint64_t index);
 
   std::vector<Task> slots_;
+  std::vector<uint64_t> alloc_marks_;  // per slot: the allocator's bytes_allocated_total() at its enqueue
+  std::atomic<uint64_t> inflight_limit_{kDefaultInflightLimit};
   std::mutex producer_mutex_;
   // Slots below this count have been cleared by the host. The worker never destroys operands: the host
   // does, when it next enqueues or syncs, so tensors and buffers are freed on the thread that made them
