@@ -333,7 +333,8 @@ def rule_activations(result, summary):
         if activation > RUN_AHEAD_FACTOR * theoretical and queued:
             evidence += (f"; {queued} ops were issued but not yet run at the peak: the host ran ahead and their "
                          f"outputs hold the other {(activation - theoretical) / MIB:.0f} MiB")
-            fix += "; a sync point after the forward (e.g. reading the loss) bounds the host's run-ahead"
+            fix += ("; the host's run-ahead is bounded by dg.set_inflight_allocation_limit(bytes) (docs/memory.md) "
+                    "or a sync point after the forward")
     saved = min(activation, theoretical) if theoretical else activation
     return _advice(
         "activation_memory", "Activations dominate peak memory", _severity(share / 2), evidence, numbers,
