@@ -235,7 +235,8 @@ def main(argv=None):
             step_times.append(dt)
             pending = (step, loss, lr, loader.last_wait, dt)
             if prof is not None:
-                prof.step()
+                prof.step()  # may stop a profiling cycle and write its report: not part of the next step
+                t_prev = time.perf_counter()
             done = step + 1
             if done == args.steps or done % args.save_interval == 0 or done % args.eval_interval == 0:
                 # A checkpoint or an evaluation follows this step: report it now (both sync anyway, and

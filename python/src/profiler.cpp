@@ -49,6 +49,7 @@ const char* range_kind_name(profiler::RangeKind k) {
     case profiler::RangeKind::HostOp: return "host_op";
     case profiler::RangeKind::DataWait: return "data_wait";
     case profiler::RangeKind::Comm: return "comm";
+    case profiler::RangeKind::Backpressure: return "backpressure";
     case profiler::RangeKind::Sync: return "sync";
   }
   return "user";

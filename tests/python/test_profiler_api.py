@@ -113,6 +113,26 @@ def test_sync_points_are_named_by_the_api_that_blocked():
         assert r.end_ns >= r.begin_ns
 
 
+def test_backpressure_is_a_range_outside_the_host_spans():
+    saved = dg.get_inflight_allocation_limit()
+    big = dg.randn(256, 256)
+    try:
+        dg.set_inflight_allocation_limit(1 << 20)  # 1 MiB: four 256x256 float32 outputs
+        with P.profile() as prof:
+            for _ in range(20):
+                big = (big @ big) * (1.0 / 256)
+        dg.synchronize()
+    finally:
+        dg.set_inflight_allocation_limit(saved)
+    waits = prof.result.ranges_of("backpressure")
+    assert waits and all(w.name == "allocation window" for w in waits)
+    for o in prof.result.ops:
+        if o.host_thread < 0:
+            continue  # queued before the session: no host span
+        for w in waits:
+            assert o.enqueue_ns <= w.begin_ns or o.host_begin_ns >= w.end_ns, (o, w)
+
+
 def test_data_loader_wait_is_recorded(tmp_path):
     tokens = np.arange(5000, dtype=np.uint16) % 256
     path = tmp_path / "t.bin"

@@ -212,6 +212,14 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     add_range(RangeKind::Sync, name, h.sync_begin_ns, t, false);
   }
 
+  // Host thread, inside enqueue: the wait ends a host event, so the op's host span starts after it.
+  void on_backpressure(const char* reason, int64_t begin_ns, int64_t end_ns) override {
+    HostThreadState& h = host_state();
+    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth) h.scopes[h.scope_depth - 1].has_children = true;
+    h.last_mark_ns = std::max(h.last_mark_ns, end_ns);
+    add_range(RangeKind::Backpressure, reason, begin_ns, end_ns, false);
+  }
+
   // Under the allocator's lock, on the thread that allocated or freed.
   void on_memory_event(MemoryEventKind kind, int64_t nbytes, MemoryCategory category,
                        const MemoryStats& stats) override {

@@ -175,6 +175,9 @@ std::string chrome_trace_json(const ProfileData& data) {
         (r.async ? comm_stream : comm_blocking)
             .slices.push_back({r.name, "comm", r.begin_ns, r.end_ns, r.async ? "{\"async\": true}" : "{\"async\": false}", 0, 0});
         break;
+      case RangeKind::Backpressure:
+        host_tracks[r.thread].slices.push_back({"wait (" + r.name + ")", "backpressure", r.begin_ns, r.end_ns, "", 0, 0});
+        break;
       case RangeKind::Sync:
         host_tracks[r.thread].slices.push_back({"sync (" + r.name + ")", "sync", r.begin_ns, r.end_ns, "", 0, 0});
         break;

@@ -66,9 +66,23 @@ void Stream::reclaim_completed_locked() {
   }
 }
 
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 uint64_t Stream::acquire_slot_locked() {
   const uint64_t index = published_.load(std::memory_order_relaxed);
-  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  // A wait below is back-pressure: the profiler records it apart from the op's host span.
+  auto wait_noted = [this](const char* reason, uint64_t seq) {
+    StreamObserver* obs = observer();
+    const int64_t begin = obs ? steady_ns() : 0;
+    wait_until_completed(seq);
+    if (obs) obs->on_backpressure(reason, begin, steady_ns());
+  };
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_noted("queue full", index + 1 - kCapacity);
   // The in-flight allocation window: find the oldest queued Task after which the host has allocated at most
   // `limit` bytes and wait for every Task before it. Only allocation-heavy programs that run ahead of the
   // device ever wait here; the device keeps up to `limit` bytes of work queued meanwhile.
@@ -78,7 +92,7 @@ uint64_t Stream::acquire_slot_locked() {
     if (done < index && total - alloc_marks_[done % kCapacity] > limit) {
       uint64_t oldest = done + 1;
       while (oldest < index && total - alloc_marks_[oldest % kCapacity] > limit) ++oldest;
-      wait_until_completed(oldest);
+      wait_noted("allocation window", oldest);
     }
   }
   reclaim_completed_locked();

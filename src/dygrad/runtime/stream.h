@@ -25,6 +25,11 @@ struct StreamObserver {
   // The host thread blocks at a sync point (synchronize, wait_for) from begin to end, raising or not.
   virtual void on_sync_begin() {}
   virtual void on_sync_end() {}
+  // The host waited at enqueue for the device to catch up (back-pressure): `reason` is "queue full" or
+  // "allocation window"; begin/end on profiler::now_ns()'s clock (steady_clock).
+  virtual void on_backpressure(const char* reason, int64_t begin_ns, int64_t end_ns) {
+    (void)reason, (void)begin_ns, (void)end_ns;
+  }
 };
 
 class Stream {
