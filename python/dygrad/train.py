@@ -16,6 +16,7 @@ import numpy as np
 import dygrad as dg
 from dygrad import data as dgdata
 from dygrad.models import llama
+from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
 
@@ -56,21 +57,6 @@ def lr_at(step, args):
         return args.lr * (step + 1) / args.warmup
     progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * progress))
-
-
-def measure_gemm_peak(dtype=None, n=1024, repeats=5):
-    """The machine's GEMM FLOP/s in this dtype, measured now with dygrad's own matmul (the MFU denominator)."""
-    a = dg.randn((n, n), dtype=dtype or dg.float32)
-    b = dg.randn((n, n), dtype=dtype or dg.float32)
-    (a @ b).sum().item()
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        c = a @ b
-        dg.synchronize()
-        best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
-    del c
-    return best
 
 
 def checkpoint_path(out):
