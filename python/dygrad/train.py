@@ -16,6 +16,7 @@ import numpy as np
 import dygrad as dg
 from dygrad import data as dgdata
 from dygrad.models import llama
+from dygrad.optim.optimizer import state_tensor
 from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
@@ -83,8 +84,8 @@ def load_checkpoint(path, model, optimizer):
     steps = json.loads(meta["optim_steps"])
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if f"optim.{i}.exp_avg" in arrays:
-            optimizer.state[p] = {"step": steps[i], "exp_avg": dg.tensor(arrays[f"optim.{i}.exp_avg"]),
-                                  "exp_avg_sq": dg.tensor(arrays[f"optim.{i}.exp_avg_sq"])}
+            optimizer.state[p] = {"step": steps[i], "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
+                                  "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))
     return int(meta["step"])

@@ -70,6 +70,11 @@ struct HostThreadState {
   uint64_t last_seq = 0;
   int64_t sync_begin_ns = 0;
   int sync_depth = 0;  // sync points do not nest today; only the outermost is recorded
+  // One blocking call may wait several times (item() waits for the value, then for pending releases):
+  // consecutive syncs inside one op scope are one range. The scope of the last sync range and its index.
+  int64_t last_sync_scope_begin = -1;
+  uint64_t last_sync_session = 0;
+  size_t last_sync_index = 0;
   std::vector<UserFrame> user;
 };
 
@@ -206,10 +211,22 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     const int64_t t = now_ns();
     h.last_mark_ns = t;
     const char* name = "synchronize";
-    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth && h.scopes[h.scope_depth - 1].session == id &&
-        h.scopes[h.scope_depth - 1].name)
-      name = h.scopes[h.scope_depth - 1].name;
+    int64_t scope_begin = -1;
+    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth && h.scopes[h.scope_depth - 1].session == id) {
+      const ScopeFrame& f = h.scopes[h.scope_depth - 1];
+      if (f.name) name = f.name;
+      scope_begin = f.begin_ns;
+    }
+    ThreadBuffer& b = buffer();
+    if (scope_begin >= 0 && scope_begin == h.last_sync_scope_begin && h.last_sync_session == id &&
+        h.last_sync_index + 1 == b.ranges.size() && b.ranges.back().kind == RangeKind::Sync) {
+      b.ranges.back().end_ns = t;  // the same call waiting again
+      return;
+    }
     add_range(RangeKind::Sync, name, h.sync_begin_ns, t, false);
+    h.last_sync_scope_begin = scope_begin;
+    h.last_sync_session = id;
+    h.last_sync_index = b.ranges.size() - 1;
   }
 
   // Host thread, inside enqueue: the wait ends a host event, so the op's host span starts after it.
@@ -427,11 +444,13 @@ void Profiler::stop() {
   std::exception_ptr error;
   // Drain first so every Task of the session has its device span, then remove the hooks, then drain again
   // so no kernel still holds the observer.
+  ++host_state().sync_depth;  // the profiler's own drain is not one of the program's sync points
   try {
     stream.synchronize();
   } catch (...) {
     error = std::current_exception();
   }
+  --host_state().sync_depth;
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
   stream.set_observer(nullptr);
