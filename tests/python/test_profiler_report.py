@@ -473,3 +473,30 @@ def test_browser_screenshot(tmp_path, run_a):
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1280, 2000)
     assert len(data) > 50_000  # a blank or error page compresses to a few KB
+
+
+# --- linearity ------------------------------------------------------------------------------------------------
+
+def _with_ranks(path, ranks, samples_per_s):
+    summary_path = os.path.join(path, "summary.json")
+    with open(summary_path) as fh:
+        summary = json.load(fh)
+    summary["throughput"]["ranks"] = ranks
+    summary["throughput"]["samples_per_s"] = samples_per_s
+    with open(summary_path, "w") as fh:
+        json.dump(summary, fh)
+    return path
+
+
+def test_linearity_over_runs_at_several_rank_counts(tmp_path):
+    one = _with_ranks(write_run_dir(tmp_path / "r1", _build(RUN_A)), 1, 100.0)
+    two = _with_ranks(write_run_dir(tmp_path / "r2", _build(RUN_A)), 2, 180.0)
+    four = _with_ranks(write_run_dir(tmp_path / "r4", _build(RUN_A)), 4, 300.0)
+    out = cli("linearity", one, two, four)
+    assert out.returncode == 0, out.stderr
+    assert line_with(out.stdout, str(two)).split()[-1] == "0.900"
+    assert line_with(out.stdout, str(four)).split()[-1] == "0.750"
+    assert line_with(out.stdout, str(one)).split()[-1] == "1.000"
+    # Without a 1-rank run there is no baseline: a clear error, exit 2.
+    bad = cli("linearity", two, four)
+    assert bad.returncode == 2 and "1-rank" in bad.stderr

@@ -3,6 +3,7 @@
     python3 -m dygrad.profiler summary RUN_DIR [--top N]
     python3 -m dygrad.profiler diff RUN_A RUN_B [--top N]
     python3 -m dygrad.profiler report RUN_DIR [--output PATH]
+    python3 -m dygrad.profiler linearity RUN_DIR [RUN_DIR ...]
 """
 import argparse
 import os
@@ -203,6 +204,28 @@ def diff(run_a, run_b, top=20):
     return "\n".join(out) + "\n"
 
 
+def linearity_report(run_dirs):
+    """Scaling efficiency over runs of one job at several rank counts: each run's total throughput over the
+    1-rank run's throughput times its ranks (metrics.linearity), from the runs' summary.json."""
+    from .metrics import linearity
+
+    runs = []
+    for d in run_dirs:
+        summary = load_run(d)["summary"]
+        ranks = get(summary, "throughput", "ranks") or 1
+        rate = get(summary, "throughput", "samples_per_s")
+        if not rate:
+            raise RunDirError(f"{d}: summary.json has no throughput.samples_per_s (profile with batch_size=)")
+        runs.append((d, int(ranks), float(rate)))
+    try:
+        values = linearity([(r, t) for _, r, t in runs])
+    except ValueError as e:
+        raise RunDirError(str(e)) from None
+    rows = [[d, r, f"{t:,.2f}", f"{lin:.3f}"] for (d, r, t), (_, lin) in zip(runs, values)]
+    return ("Linearity: total throughput / (1-rank throughput x ranks)\n" +
+            _table(["run", "ranks", "samples/s (total)", "linearity"], rows, right=(1, 2, 3)) + "\n")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m dygrad.profiler",
                                      description="Read dygrad profiler run directories (summary.json, "
@@ -219,6 +242,9 @@ def main(argv=None):
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--output", "-o", metavar="PATH", help="where to write it (default RUN_DIR/report.html)")
     p.add_argument("--top", type=int, default=30, metavar="N", help="ops to list (default 30)")
+    p = commands.add_parser("linearity", help="scaling efficiency over runs at several rank counts")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    p.set_defaults(top=0)
     args = parser.parse_args(argv)
     if args.top < 0:
         parser.error("--top must be >= 0")
@@ -227,6 +253,8 @@ def main(argv=None):
             sys.stdout.write(summarize(args.run_dir, top=args.top))
         elif args.command == "diff":
             sys.stdout.write(diff(args.run_a, args.run_b, top=args.top))
+        elif args.command == "linearity":
+            sys.stdout.write(linearity_report(args.run_dirs))
         else:
             print(f"wrote {write_html(args.run_dir, args.output, top=args.top)}")
     except RunDirError as e:
