@@ -85,6 +85,13 @@ def main():
     }
     if args.compile:
         variants["torch compile"] = ([sys.executable, TORCH_REF, "train", args.config], {**env_torch_base, "COMPILE": "1"})
+    # Post-import baselines: a process that imported only the framework (and NumPy); the memory criterion is
+    # the peak RSS above it.
+    baseline_code = ("import resource, numpy, {mod}; "
+                     "print('cfg baseline tokens_per_s 0 peak_rss_mb %.0f' % (resource.getrusage(resource.RUSAGE_SELF)"
+                     ".ru_maxrss / 1024))")
+    base = {"dygrad": run([sys.executable, "-c", baseline_code.format(mod="dygrad")])[1],
+            "torch": run([sys.executable, "-c", baseline_code.format(mod="torch")])[1]}
     results = {k: [] for k in variants}
     for r in range(args.rounds):
         for name, (cmd, env) in variants.items():
@@ -93,9 +100,13 @@ def main():
     med = {k: (statistics.median(t for t, _, _ in v), statistics.median(m for _, m, _ in v)) for k, v in results.items()}
     best_torch = max((v[0], k) for k, v in med.items() if k.startswith("torch") and "SDPA=0" not in k)
     print(f"\nconfig {args.config}, {args.rounds} rounds x {args.steps} steps, median tokens/s and peak RSS")
-    print(f"{'variant':28s} {'tok/s':>9s} {'peak MB':>9s} {'vs best torch':>14s}")
+    print(f"post-import baseline RSS: dygrad {base['dygrad']:.0f} MB, torch {base['torch']:.0f} MB")
+    print(f"{'variant':28s} {'tok/s':>9s} {'peak MB':>9s} {'above base':>11s} {'vs best torch':>14s}")
+    above = {k: rss - base["dygrad" if k.startswith("dygrad") else "torch"] for k, (tok, rss) in med.items()}
     for k, (tok, rss) in med.items():
-        print(f"{k:28s} {tok:9.0f} {rss:9.0f} {tok / best_torch[0]:14.2f}")
+        print(f"{k:28s} {tok:9.0f} {rss:9.0f} {above[k]:11.0f} {tok / best_torch[0]:14.2f}")
+    print(f"peak RSS above baseline: dygrad fused / {best_torch[1]} = {above['dygrad fused'] / above[best_torch[1]]:.2f}; "
+          f"dygrad unfused / torch SDPA=0 = {above['dygrad unfused'] / above['torch SDPA=0 (unfused)']:.2f}")
     print(f"best torch: {best_torch[1]}; dygrad fused / best torch = {med['dygrad fused'][0] / best_torch[0]:.2f}; "
           f"dygrad unfused / torch SDPA=0 = {med['dygrad unfused'][0] / med['torch SDPA=0 (unfused)'][0]:.2f}")
 

@@ -49,4 +49,4 @@ def numel(input):
 
 # Subpackages in pure Python on top of the ops (imported last: they use the names above).
 from . import nn, optim  # noqa: E402,F401
-from . import data, models  # noqa: E402,F401
+from . import data, models, profiler  # noqa: E402,F401

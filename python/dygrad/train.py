@@ -16,6 +16,8 @@ import numpy as np
 import dygrad as dg
 from dygrad import data as dgdata
 from dygrad.models import llama
+from dygrad.optim.optimizer import state_tensor
+from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
 
@@ -42,7 +44,10 @@ def parse_args(argv=None):
     p.add_argument("--unfused", action="store_true", help="compose the LLM ops from basic ops")
     p.add_argument("--sample-tokens", type=int, default=200, help="length of the text generated at the end")
     p.add_argument("--prompt", default="The ")
-    p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report")
+    p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report "
+                   "to OUT/profile (trace.json, op_stats.csv, breakdown.json, summary.json, report.html)")
+    p.add_argument("--profile-wait", type=int, default=5, help="steps before the profiled window")
+    p.add_argument("--profile-steps", type=int, default=5, help="steps profiled")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--halt-after", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop as a crash would
     return p.parse_args(argv)
@@ -53,21 +58,6 @@ def lr_at(step, args):
         return args.lr * (step + 1) / args.warmup
     progress = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1 + math.cos(math.pi * progress))
-
-
-def measure_gemm_peak(dtype=None, n=1024, repeats=5):
-    """The machine's GEMM FLOP/s in this dtype, measured now with dygrad's own matmul (the MFU denominator)."""
-    a = dg.randn((n, n), dtype=dtype or dg.float32)
-    b = dg.randn((n, n), dtype=dtype or dg.float32)
-    (a @ b).sum().item()
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        c = a @ b
-        dg.synchronize()
-        best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
-    del c
-    return best
 
 
 def checkpoint_path(out):
@@ -94,8 +84,8 @@ def load_checkpoint(path, model, optimizer):
     steps = json.loads(meta["optim_steps"])
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if f"optim.{i}.exp_avg" in arrays:
-            optimizer.state[p] = {"step": steps[i], "exp_avg": dg.tensor(arrays[f"optim.{i}.exp_avg"]),
-                                  "exp_avg_sq": dg.tensor(arrays[f"optim.{i}.exp_avg_sq"])}
+            optimizer.state[p] = {"step": steps[i], "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
+                                  "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))
     return int(meta["step"])
@@ -134,6 +124,38 @@ class Progress:
             print()
 
 
+def profile_window(args, start):
+    """(wait, active): profile `active` steps after `wait` warm-up steps of this run."""
+    remaining = args.steps - start
+    wait = max(0, min(args.profile_wait, remaining - 2))
+    active = max(1, min(args.profile_steps, remaining - wait - 1))
+    return wait, active
+
+
+def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
+    """A dg.profiler session over a few steps after warm-up that writes OUT/profile (report.html etc.)."""
+    wait, active = profile_window(args, start)
+    handler = dg.profiler.trace_handler(
+        os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
+        command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
+        model_config=cfg, model=model, optimizer=optimizer, peak=peak)
+    prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
+                                                             repeat=1, skip_first=0),
+                               on_trace_ready=handler, profile_memory=True)
+    return prof.start()
+
+
+def finish_profiler(prof, args):
+    """Prints the profiled steps' breakdown and the advice (the report is in OUT/profile)."""
+    run_dir = os.path.join(args.out, "profile")
+    if not prof.results:
+        print("profile: no step was profiled (the run was too short)")
+        return
+    from dygrad.profiler.__main__ import summarize
+    print(summarize(run_dir))
+    print(f"profile: {run_dir}/report.html, trace {run_dir}/trace.json (open in https://ui.perfetto.dev)")
+
+
 def main(argv=None):
     args = parse_args(argv)
     cfg = llama.CONFIGS[args.config]
@@ -169,51 +191,73 @@ def main(argv=None):
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "a")
     first_loss = last_loss = None
     step_times = []
-    profiler_session = None
+    prof = start_profiler(args, start, cfg, batch, seq, model, optimizer, peak) if args.profile else None
+    # The loop never waits for the step it just issued: step i's loss is read after step i+1 has been
+    # enqueued, so the host runs ahead of the stream and the device never idles while Python logs. A step's
+    # time is the wall time between consecutive loop iterations (the throughput the run achieves).
+    pending = None  # (step, loss tensor, lr, data wait) of the step issued last, not yet reported
+    t_prev = time.perf_counter()
+
+    def report(step, loss, lr, data_wait, dt):
+        nonlocal first_loss, last_loss
+        last_loss = loss.item()
+        if first_loss is None:
+            first_loss = last_loss
+        tok_s = batch * seq / dt
+        mfu = tok_s * flops_per_token / peak
+        record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
+                  "samples_per_s": batch / dt, "mfu": mfu, "data_wait_s": data_wait}
+        fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
+        if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
+            record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
+            fields.append(f"val {record['val_loss']:.4f}")
+            progress.update(step, fields, force_line=True)
+        else:
+            progress.update(step, fields)
+        metrics.write(json.dumps(record) + "\n")
+        metrics.flush()
+        if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
+            save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
+
     try:
         for step in range(start, args.steps):
-            if args.profile and profiler_session is None and hasattr(dg, "profiler"):
-                profiler_session = dg.profiler.training_session(args.out, warmup_steps=3, active_steps=3, step=step)
-            t0 = time.perf_counter()
             x, y = next(loader)
+            lr = lr_at(step, args)
             for g in optimizer.param_groups:
-                g["lr"] = lr_at(step, args)
+                g["lr"] = lr
             loss = model(x, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            dg.synchronize()  # the step's device work (backward and update included) ends here
-            last_loss = loss.item()
-            dt = time.perf_counter() - t0
-            if profiler_session is not None:
-                profiler_session.step()
-            if first_loss is None:
-                first_loss = last_loss
+            if pending is not None:
+                report(*pending)
+            now = time.perf_counter()
+            dt, t_prev = now - t_prev, now
             step_times.append(dt)
-            tok_s = batch * seq / dt
-            mfu = tok_s * flops_per_token / peak
-            record = {"step": step + 1, "loss": last_loss, "lr": lr_at(step, args), "step_time_s": dt,
-                      "tokens_per_s": tok_s, "samples_per_s": batch / dt, "mfu": mfu,
-                      "data_wait_s": loader.last_wait}
-            fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
-            if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
-                record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
-                fields.append(f"val {record['val_loss']:.4f}")
-                progress.update(step, fields, force_line=True)
-            else:
-                progress.update(step, fields)
-            metrics.write(json.dumps(record) + "\n")
-            metrics.flush()
-            if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
-                save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
-            if args.halt_after is not None and step + 1 - start >= args.halt_after:
+            pending = (step, loss, lr, loader.last_wait, dt)
+            if prof is not None:
+                prof.step()  # may stop a profiling cycle and write its report: not part of the next step
+                t_prev = time.perf_counter()
+            done = step + 1
+            if done == args.steps or done % args.save_interval == 0 or done % args.eval_interval == 0:
+                # A checkpoint or an evaluation follows this step: report it now (both sync anyway, and
+                # neither may see the next step's update).
+                report(*pending)
+                pending = None
+                t_prev = time.perf_counter()
+            if args.halt_after is not None and done - start >= args.halt_after:
+                pending = None  # stop as a crash would: the unreported step is lost
                 break
+        if pending is not None:
+            report(*pending)
     finally:
+        if prof is not None:
+            prof.stop()
         loader.close()
         metrics.close()
         progress.newline()
-    if profiler_session is not None:
-        profiler_session.finish()
+    if prof is not None:
+        finish_profiler(prof, args)
     if step_times:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         print(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "

@@ -69,7 +69,19 @@ void set_error_from_current_exception() {
   }
 }
 
+thread_local PendingEntry pending_entry;
+
+void EntryScope::open() {
+  const PendingEntry entry = pending_entry;
+  pending_entry.name = nullptr;
+  if (entry.name)
+    profiler::detail::open_host_op(entry.name, entry.ns);
+  else
+    profiler::detail::open_host_op("operator");
+}
+
 PyObject* type_error(const char* op, const char* format, ...) {
+  pending_entry.name = nullptr;  // the call ends here: its entry must not begin the next op's span
   char message[512];
   int n = std::snprintf(message, sizeof message, "[%s] ", op);
   va_list args;
@@ -157,6 +169,7 @@ Signature::Signature(const char* op, std::initializer_list<const char*> names, i
 }
 
 bool Signature::parse(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** out) const {
+  if (profiler::detail::recording()) pending_entry = {op_, profiler::now_ns()};
   for (int i = 0; i < num_names_; ++i) out[i] = nullptr;
   int next = 0;
   if (self) out[next++] = self;

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "dygrad/dygrad.h"
+#include "dygrad/profiler/profiler.h"
 
 namespace nb = nanobind;
 
@@ -55,11 +56,37 @@ CallSite python_call_site();
 void set_call_site_tracking(bool on);
 bool call_site_tracking();
 
-// Runs `body` (returning a new reference) with the call site recorded and C++ errors translated.
+// The profiler's host span of an op begins at its Python entry point: Signature::parse notes the entry
+// (only while a profiler records) and guarded() opens the op's HostOpScope from that instant. An entry
+// point without a Signature (an operator slot) opens it at guarded() under the name "operator".
+struct PendingEntry {
+  const char* name = nullptr;
+  int64_t ns = 0;
+};
+extern thread_local PendingEntry pending_entry;
+class EntryScope {
+ public:
+  EntryScope() : engaged_(profiler::detail::recording()) {
+    if (engaged_) open();
+  }
+  ~EntryScope() {
+    if (engaged_) profiler::detail::close_host_op();
+  }
+  EntryScope(const EntryScope&) = delete;
+  EntryScope& operator=(const EntryScope&) = delete;
+
+ private:
+  static void open();
+  bool engaged_;
+};
+
+// Runs `body` (returning a new reference) with the call site recorded, the profiler's op scope open and
+// C++ errors translated.
 template <typename F>
 PyObject* guarded(F&& body) noexcept {
   try {
     PythonCallSite site;
+    EntryScope entry;
     return body();
   } catch (...) {
     set_error_from_current_exception();
@@ -162,6 +189,7 @@ void init_ops_random(nb::module_& m);
 void init_ops_linalg(nb::module_& m);
 void init_autograd(nb::module_& m);
 void init_runtime(nb::module_& m);
+void init_profiler(nb::module_& m);
 
 // Defers a Py_DECREF to a thread that holds the GIL when called without it (the stream worker frees
 // Storages whose memory a NumPy array owns). See interop.cpp.

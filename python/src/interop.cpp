@@ -348,9 +348,15 @@ void init_interop(nb::module_& m) {
   };
   register_ops(m, entries);
   nb::handle tensor_class(reinterpret_cast<PyObject*>(tensor_type));
-  nb::setattr(tensor_class, "numpy", nb::cpp_function([](const Tensor& t) { return tensor_to_numpy(t); },
+  nb::setattr(tensor_class, "numpy", nb::cpp_function([](const Tensor& t) {
+                                      profiler::HostOpScope scope("numpy");
+                                      return tensor_to_numpy(t);
+                                    },
                                                       nb::is_method(), nb::name("numpy")));
-  nb::setattr(tensor_class, "tolist", nb::cpp_function([](const Tensor& t) { return tensor_to_list(t); },
+  nb::setattr(tensor_class, "tolist", nb::cpp_function([](const Tensor& t) {
+                                      profiler::HostOpScope scope("tolist");
+                                      return tensor_to_list(t);
+                                    },
                                                        nb::is_method(), nb::name("tolist")));
   nb::setattr(tensor_class, "__array__",
               nb::cpp_function([](const Tensor& t, nb::handle dtype, nb::handle) {

@@ -28,4 +28,5 @@ NB_MODULE(_C, m) {
   init_ops_linalg(m);
   init_autograd(m);
   init_runtime(m);
+  init_profiler(m);
 }

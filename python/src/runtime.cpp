@@ -37,12 +37,19 @@ void init_runtime(nb::module_& m) {
     set_context(Context{deterministic, synchronize, num_threads, inline_small_ops});
   });
   m.def("synchronize", [] {
+    profiler::HostOpScope scope("synchronize");
     {
       nb::gil_scoped_release release;
       Stream::cpu().synchronize();
     }
     nb::module_::import_("dygrad._C").attr("_drain_pending_releases")();
   }, "Waits until every queued op has run; raises a deferred kernel error.");
+  m.def("set_inflight_allocation_limit", [](int64_t bytes) {
+    DG_CHECK(bytes >= 0, Value, "[set_inflight_allocation_limit] expected a byte count >= 0 (0: no limit), got ", bytes);
+    Stream::cpu().set_inflight_allocation_limit(static_cast<uint64_t>(bytes));
+  }, nb::arg("bytes"), "At each enqueue the host waits while it has allocated more than `bytes` since the oldest "
+     "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
+  m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {
     DG_CHECK(n >= 1 && n <= 4096, Value, "[set_num_threads] expected a thread count in [1, 4096], got ", n);

@@ -83,6 +83,7 @@ std::string tensor_repr(const Tensor& t) {
 }  // namespace
 
 nb::object item_object(const Tensor& t) {
+  profiler::HostOpScope scope("item");
   only_element_check(t, "item");
   wait_readable_released(t);
   return scalar_object(t.item_scalar());
@@ -197,29 +198,39 @@ void init_tensor(nb::module_& m) {
              t.backward(g, retain, create_graph);
            }, nb::arg("gradient") = nb::none(), nb::arg("retain_graph") = nb::none(), nb::arg("create_graph") = false)
       .def("item", [](const Tensor& t) { return item_object(t); })
-      .def("__repr__", [](const Tensor& t) { return tensor_repr(t); })
-      .def("__str__", [](const Tensor& t) { return tensor_repr(t); })
+      .def("__repr__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__repr__");
+        return tensor_repr(t);
+      })
+      .def("__str__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__str__");
+        return tensor_repr(t);
+      })
       .def("__len__", [](const Tensor& t) {
         DG_CHECK(t.dim() > 0, Type, "[len] len() of a 0-d tensor");
         return t.shape()[0];
       })
       .def("__bool__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__bool__");
         DG_CHECK(t.numel() == 1, Runtime, "[bool] Boolean value of Tensor with ",
                  t.numel() == 0 ? "no values" : "more than one value", " is ambiguous");
         wait_readable_released(t);
         return t.item_scalar().to_double() != 0.0;
       })
       .def("__float__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__float__");
         only_element_check(t, "float");
         wait_readable_released(t);
         return t.item_scalar().to_double();
       })
       .def("__int__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__int__");
         only_element_check(t, "int");
         wait_readable_released(t);
         return t.item_scalar().to_int();
       })
       .def("__index__", [](const Tensor& t) {
+        profiler::HostOpScope scope("__index__");
         DG_CHECK(t.numel() == 1 && is_integral(t.dtype(), false), Type,
                  "[index] only integer tensors of a single element can be converted to an index");
         wait_readable_released(t);

@@ -409,6 +409,52 @@ TEST(Profiler, RecordsShapesAndCallSites) {
   EXPECT_NE(trace.find("\"input_shapes\": \"[[2, 3], [3]]\""), std::string::npos);
 }
 
+TEST(Profiler, SyncPointsAreRangesNamedByTheirScope) {
+  Tensor a = zeros(std::vector<int64_t>{64});
+  Stream::cpu().synchronize();
+  prof::Profiler p;
+  p.start();
+  Tensor b = add(a, a);
+  {
+    prof::HostOpScope scope("item");
+    Stream::cpu().wait_for(Stream::cpu().enqueued());
+  }
+  Stream::cpu().synchronize();
+  p.stop();
+  std::vector<std::string> syncs;
+  for (const prof::RangeRecord& r : p.data().ranges)
+    if (r.kind == prof::RangeKind::Sync) {
+      syncs.push_back(r.name);
+      EXPECT_LE(r.begin_ns, r.end_ns);
+    }
+  // stop()'s own drain is not one of the program's sync points.
+  ASSERT_EQ(syncs.size(), 2u);
+  EXPECT_EQ(syncs[0], "item");
+  EXPECT_EQ(syncs[1], "synchronize");
+  const std::string trace = prof::chrome_trace_json(p.data());
+  EXPECT_NE(trace.find("sync (item)"), std::string::npos);
+}
+
+TEST(Profiler, StacksFromTheProviderWhenAsked) {
+  prof::set_stack_provider([] { return std::string("main.py:1(<module>)\nmodel.py:7(forward)"); });
+  Tensor a = zeros(std::vector<int64_t>{4});
+  Stream::cpu().synchronize();
+  prof::Profiler with({.with_stack = true});
+  with.start();
+  Tensor b = add(a, a);
+  with.stop();
+  prof::Profiler without;
+  without.start();
+  Tensor c = add(a, a);
+  without.stop();
+  prof::set_stack_provider(nullptr);
+  ASSERT_EQ(with.data().ops.size(), 1u);
+  EXPECT_EQ(with.data().ops[0].stack, "main.py:1(<module>)\nmodel.py:7(forward)");
+  EXPECT_NE(prof::chrome_trace_json(with.data()).find("model.py:7(forward)"), std::string::npos);
+  ASSERT_EQ(without.data().ops.size(), 1u);
+  EXPECT_TRUE(without.data().ops[0].stack.empty());
+}
+
 TEST(Profiler, MemoryCountersWhenAsked) {
   prof::Profiler off;
   off.start();

@@ -2,6 +2,8 @@
 // errors poison their outputs and are raised once at the next sync point, small Tasks run inline on an idle
 // stream with the same results (docs/stream.md, docs/async-errors.md). The async tests run twice, with
 // inline execution of small Tasks on ("Stream/StreamModes.*/inline") and off (".../queued").
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -271,6 +273,48 @@ TEST_P(StreamModes, ManyTinyOpsWithoutSyncStayWithinTheQueueBound) {
   // Outputs are allocated at enqueue and freed when their Task and the host drop them: the queue bound
   // also bounds memory (each value is 4 bytes; the kept ones, the queue and a few in hand).
   EXPECT_LE(peak_delta, static_cast<int64_t>((Stream::kCapacity + kept.size() + 8) * 4));
+}
+
+// The in-flight allocation window: with a limit, a host that allocates faster than the (held) worker runs
+// waits at enqueue; without one it runs ahead up to the queue bound. Results are the same either way.
+TEST_P(StreamModes, InflightAllocationWindowMakesTheHostWait) {
+  drain();
+  Stream& stream = Stream::cpu();
+  const uint64_t saved = stream.inflight_allocation_limit();
+  const Tensor src = zeros(Shape{256 * 1024});  // 1 MiB
+  stream.synchronize();
+  constexpr int kCopies = 6;
+  // No limit: every copy is enqueued while the worker is held.
+  {
+    stream.set_inflight_allocation_limit(0);
+    std::vector<Tensor> outs;
+    GateClosed gate;
+    const uint64_t done_before = stream.completed();
+    for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
+    EXPECT_EQ(stream.completed(), done_before);
+  }
+  stream.synchronize();
+  // A 2.5 MiB window: the host cannot enqueue the fourth copy before the first ones ran, so the gate
+  // (opened by another thread after a while) must have opened before the loop ends.
+  {
+    stream.set_inflight_allocation_limit(5 * (uint64_t{1} << 19));
+    std::atomic<bool> opened{false};
+    g_gate_open.store(false);
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      opened.store(true);
+      g_gate_open.store(true);
+    });
+    std::vector<Tensor> outs;
+    for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
+    const bool waited = opened.load();
+    opener.join();
+    EXPECT_TRUE(waited);
+    stream.synchronize();
+    for (const Tensor& t : outs) EXPECT_EQ(sum(t).item<float>(), 0.0f);
+  }
+  stream.set_inflight_allocation_limit(saved);
+  drain();
 }
 
 TEST_P(StreamModes, WorkerWakesAfterSleeping) {

@@ -45,3 +45,31 @@ def test_help_lists_the_options(capsys):
     text = capsys.readouterr().out
     for opt in ("--config", "--steps", "--data", "--out", "--resume", "--profile"):
         assert opt in text
+
+
+def test_profile_writes_the_report_and_its_steps_match_the_run(tmp_path, capsys):
+    out = str(tmp_path / "prof")
+    args = ["--config", "tiny", "--seq-len", "64", "--batch-size", "4", "--warmup", "1", "--eval-interval", "100",
+            "--save-interval", "100", "--sample-tokens", "0", "--quiet", "--steps", "9", "--out", out,
+            "--profile", "--profile-wait", "3", "--profile-steps", "4"]
+    assert train.main(args) == 0
+    text = capsys.readouterr().out
+    run_dir = os.path.join(out, "profile")
+    for name in ("trace.json", "op_stats.csv", "breakdown.json", "summary.json", "report.html"):
+        assert os.path.getsize(os.path.join(run_dir, name)) > 0, name
+    with open(os.path.join(run_dir, "breakdown.json")) as fh:
+        bd = json.load(fh)
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        summary = json.load(fh)
+    assert len(bd["steps"]) == 4 and summary["steps"]["count"] == 4
+    # The profiled steps are steps 4..7 (after --profile-wait 3 and one warm-up step): their wall time in the
+    # profile matches the loop's own measurement (metrics.jsonl) within 5%, and the buckets sum to it.
+    with open(os.path.join(out, "metrics.jsonl")) as fh:
+        measured = {r["step"]: r["step_time_s"] for r in map(json.loads, fh)}
+    for k, s in enumerate(bd["steps"]):
+        assert abs(sum(s["buckets_ns"].values()) - s["step_ns"]) <= 1e-6 * s["step_ns"]
+        loop = measured[5 + k]
+        assert abs(s["step_ns"] * 1e-9 - loop) <= 0.05 * loop, (k, s["step_ns"], loop)
+    assert summary["throughput"]["tokens_per_s"] > 0 and summary["flops"]["mfu"] > 0
+    assert "advice" in summary
+    assert "compute" in text and "report.html" in text  # the breakdown and where the report is

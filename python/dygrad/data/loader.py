@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from .. import _C
+from ..profiler import data_wait
 
 
 class DataLoader:
@@ -49,7 +50,8 @@ class DataLoader:
 
     def __next__(self):
         start = time.perf_counter()
-        batch = self.queue.get()
+        with data_wait():  # the profiler's data-loading bucket
+            batch = self.queue.get()
         self.last_wait = time.perf_counter() - start
         self.wait_seconds += self.last_wait
         if batch is None:

@@ -210,8 +210,10 @@ class Module:
                 for p in module._parameters.values():
                     if p is not None:
                         p.data = fn(p.data)
+                        _C._set_memory_category(p, "parameter")  # new storage: an op output until tagged
                         if p.grad is not None:
                             p.grad = fn(p.grad)
+                            _C._set_memory_category(p.grad, "gradient")
                 for name, b in module._buffers.items():
                     if b is not None:
                         module._buffers[name] = fn(b)

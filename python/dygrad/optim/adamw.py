@@ -4,7 +4,7 @@ import math
 
 from .. import _C
 from ..autograd import no_grad
-from .optimizer import Optimizer
+from .optimizer import Optimizer, state_tensor
 
 
 class AdamW(Optimizer):
@@ -40,8 +40,8 @@ class AdamW(Optimizer):
                     state = self.state[p]
                     if not state:
                         state["step"] = 0
-                        state["exp_avg"] = _C.zeros_like(p)
-                        state["exp_avg_sq"] = _C.zeros_like(p)
+                        state["exp_avg"] = state_tensor(_C.zeros_like(p))
+                        state["exp_avg_sq"] = state_tensor(_C.zeros_like(p))
                     state["step"] += 1
                     step = state["step"]
                     params.append(p)

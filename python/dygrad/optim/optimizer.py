@@ -1,8 +1,16 @@
 """The Optimizer base class: parameter groups, per-parameter state, zero_grad and state_dict, as torch.optim."""
 from collections import defaultdict
 
+from .. import _C
 from .._C import Tensor
 from ..autograd import no_grad
+
+
+def state_tensor(tensor):
+    """Tags an optimizer state tensor (moments, momentum buffers) for the allocator's memory breakdown and
+    returns it (op outputs are counted as activations otherwise)."""
+    _C._set_memory_category(tensor, "optimizer_state")
+    return tensor
 
 
 class _RequiredParameter:
@@ -97,7 +105,7 @@ class Optimizer:
             p = params[int(i)]
             restored = {}
             for k, v in s.items():
-                restored[k] = v.clone() if isinstance(v, Tensor) else v
+                restored[k] = state_tensor(v.clone()) if isinstance(v, Tensor) else v
             self.state[p] = restored
 
     def __repr__(self):

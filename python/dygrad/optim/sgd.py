@@ -1,6 +1,6 @@
 """SGD with momentum, dampening, weight decay and Nesterov, as torch.optim.SGD."""
 from ..autograd import no_grad
-from .optimizer import Optimizer, required
+from .optimizer import Optimizer, required, state_tensor
 
 
 class SGD(Optimizer):
@@ -35,7 +35,7 @@ class SGD(Optimizer):
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
                         if buf is None:
-                            buf = d_p.clone().detach()
+                            buf = state_tensor(d_p.clone().detach())
                             state["momentum_buffer"] = buf
                         else:
                             buf.mul_(momentum).add_(d_p, alpha=1 - dampening)

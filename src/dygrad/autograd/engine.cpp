@@ -67,6 +67,7 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
     meta.grad = stored;
   } else if (run.create_graph || meta.grad.requires_grad() || run.taken.count(leaf_impl.get())) {
     meta.grad = add(meta.grad, g);
+    if (!run.create_graph) meta.grad.storage().set_category(MemoryCategory::Gradient);  // a new buffer
   } else {
     NoGradGuard no_grad;
     add_(meta.grad, g);

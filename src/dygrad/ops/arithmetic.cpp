@@ -188,6 +188,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 static Scalar times(Scalar a, Scalar b) {
+  // alpha = 1 (the default) leaves the operand's kind alone: bool_tensor + True stays bool, as in torch.
+  if (!b.is_floating() && b.to_int() == 1) return a;
   if (a.is_floating() || b.is_floating()) return Scalar(a.to_double() * b.to_double());
   return Scalar(a.to_int() * b.to_int());
 }

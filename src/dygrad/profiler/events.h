@@ -18,6 +18,7 @@ int64_t now_ns();
 struct ProfilerOptions {
   bool record_shapes = false;   // input/output shapes and dtypes of every op
   bool profile_memory = false;  // allocator events and counters sampled at every task begin/end
+  bool with_stack = false;      // the issuing call stack of every op, from the installed stack provider
   // Device idle that ends within this long after the next task was enqueued counts wholly as host-bound
   // (docs/profiler.md, "host-bound rule"): the wake-up and launch latency of a task issued late.
   int64_t host_bound_tolerance_ns = 50'000;
@@ -46,6 +47,7 @@ struct OpRecord {
   double flops = 0;              // Task::cost()
   double bytes = 0;
   CallSite site;
+  std::string stack;             // with_stack: "file:line(function)" frames, outermost first, joined by "\n"
   std::vector<Dims> input_shapes, output_shapes;  // record_shapes only
   std::vector<DType> input_dtypes;                // record_shapes only
 
@@ -60,6 +62,8 @@ enum class RangeKind : uint8_t {
   HostOp,    // a HostOpScope that issued no Task or several (a view op, a composite op)
   DataWait,  // record_data_wait: the training loop waited for the data loader
   Comm,      // record_comm: a collective or transfer
+  Backpressure,  // the host waited at enqueue for the device ("queue full", "allocation window")
+  Sync,      // the host blocked at a sync point (named by the innermost open op scope: "item", "numpy", ...)
 };
 struct RangeRecord {
   RangeKind kind = RangeKind::User;

@@ -68,6 +68,13 @@ struct HostThreadState {
   int scope_depth = 0;    // may exceed kMaxScopeDepth: deeper frames are not kept
   int64_t last_mark_ns = 0;
   uint64_t last_seq = 0;
+  int64_t sync_begin_ns = 0;
+  int sync_depth = 0;  // sync points do not nest today; only the outermost is recorded
+  // One blocking call may wait several times (item() waits for the value, then for pending releases):
+  // consecutive syncs inside one op scope are one range. The scope of the last sync range and its index.
+  int64_t last_sync_scope_begin = -1;
+  uint64_t last_sync_session = 0;
+  size_t last_sync_index = 0;
   std::vector<UserFrame> user;
 };
 
@@ -83,6 +90,7 @@ HostThreadState& host_state() {
 }
 
 std::atomic<uint64_t> g_next_session_id{1};
+std::atomic<StackProvider> g_stack_provider{nullptr};
 std::atomic<Profiler*> g_current{nullptr};
 
 }  // namespace
@@ -157,6 +165,8 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     r.flops = cost.flops;
     r.bytes = cost.bytes;
     r.site = task.site;
+    if (options.with_stack)
+      if (StackProvider provider = g_stack_provider.load(std::memory_order_acquire)) r.stack = provider();
     if (options.record_shapes) {
       for (const Tensor& in : task.inputs) {
         r.input_shapes.emplace_back(in.defined() ? Dims(in.shape()) : Dims());
@@ -184,6 +194,47 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     }
     b.device.push_back(d);
     if (options.profile_memory) sample_memory(b, t);
+  }
+
+  // Host thread: a sync point. Recorded as a Sync range named after the innermost open op scope (the API
+  // that blocked: "item", "numpy", ...), else "synchronize". Both ends are host events, so the range nests.
+  void on_sync_begin() override {
+    HostThreadState& h = host_state();
+    if (h.sync_depth++ > 0) return;
+    h.sync_begin_ns = now_ns();
+    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth) h.scopes[h.scope_depth - 1].has_children = true;
+    h.last_mark_ns = h.sync_begin_ns;
+  }
+  void on_sync_end() override {
+    HostThreadState& h = host_state();
+    if (h.sync_depth == 0 || --h.sync_depth > 0) return;
+    const int64_t t = now_ns();
+    h.last_mark_ns = t;
+    const char* name = "synchronize";
+    int64_t scope_begin = -1;
+    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth && h.scopes[h.scope_depth - 1].session == id) {
+      const ScopeFrame& f = h.scopes[h.scope_depth - 1];
+      if (f.name) name = f.name;
+      scope_begin = f.begin_ns;
+    }
+    ThreadBuffer& b = buffer();
+    if (scope_begin >= 0 && scope_begin == h.last_sync_scope_begin && h.last_sync_session == id &&
+        h.last_sync_index + 1 == b.ranges.size() && b.ranges.back().kind == RangeKind::Sync) {
+      b.ranges.back().end_ns = t;  // the same call waiting again
+      return;
+    }
+    add_range(RangeKind::Sync, name, h.sync_begin_ns, t, false);
+    h.last_sync_scope_begin = scope_begin;
+    h.last_sync_session = id;
+    h.last_sync_index = b.ranges.size() - 1;
+  }
+
+  // Host thread, inside enqueue: the wait ends a host event, so the op's host span starts after it.
+  void on_backpressure(const char* reason, int64_t begin_ns, int64_t end_ns) override {
+    HostThreadState& h = host_state();
+    if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth) h.scopes[h.scope_depth - 1].has_children = true;
+    h.last_mark_ns = std::max(h.last_mark_ns, end_ns);
+    add_range(RangeKind::Backpressure, reason, begin_ns, end_ns, false);
   }
 
   // Under the allocator's lock, on the thread that allocated or freed.
@@ -214,9 +265,9 @@ std::atomic<Profiler::Session*> g_session{nullptr};
 // --- host scopes and ranges -------------------------------------------------------------------------------
 namespace detail {
 
-void open_host_op(const char* name) {
+void open_host_op(const char* name, int64_t begin_ns) {
   HostThreadState& h = host_state();
-  const int64_t t = now_ns();
+  const int64_t t = begin_ns >= 0 ? std::max(begin_ns, h.last_mark_ns) : now_ns();
   Profiler::Session* s = g_session.load(std::memory_order_acquire);
   if (h.scope_depth > 0 && h.scope_depth <= kMaxScopeDepth) h.scopes[h.scope_depth - 1].has_children = true;
   if (h.scope_depth < kMaxScopeDepth) h.scopes[h.scope_depth] = {name, s ? s->id : 0, t, 0, false};
@@ -277,6 +328,8 @@ void record_comm(std::string_view name, int64_t begin_ns, int64_t end_ns, bool a
 void step() {
   if (Profiler* p = Profiler::current()) p->step();
 }
+
+void set_stack_provider(StackProvider provider) { g_stack_provider.store(provider, std::memory_order_release); }
 
 // --- the session ------------------------------------------------------------------------------------------
 Profiler::Profiler(ProfilerOptions options) { data_.options = options; }
@@ -391,11 +444,13 @@ void Profiler::stop() {
   std::exception_ptr error;
   // Drain first so every Task of the session has its device span, then remove the hooks, then drain again
   // so no kernel still holds the observer.
+  ++host_state().sync_depth;  // the profiler's own drain is not one of the program's sync points
   try {
     stream.synchronize();
   } catch (...) {
     error = std::current_exception();
   }
+  --host_state().sync_depth;
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
   stream.set_observer(nullptr);

@@ -16,7 +16,8 @@ namespace detail {
 // True while a Profiler is active: the one flag the host-side scopes read when profiling is off.
 extern std::atomic<bool> g_recording;
 inline bool recording() { return g_recording.load(std::memory_order_relaxed); }
-void open_host_op(const char* name);
+// begin_ns < 0: now. A binding passes the instant its Python entry point was entered.
+void open_host_op(const char* name, int64_t begin_ns = -1);
 void close_host_op();
 void open_user_range(std::string_view name);
 void close_user_range();
@@ -96,5 +97,10 @@ void record_data_wait(int64_t begin_ns, int64_t end_ns);
 void record_comm(std::string_view name, int64_t begin_ns, int64_t end_ns, bool async);
 // Marks a step boundary on the active Profiler.
 void step();
+
+// The call stack of the calling host thread, for with_stack (the Python bindings install one that walks the
+// interpreter's frames). Called on the host thread at every enqueue while a with_stack session records.
+using StackProvider = std::string (*)();
+void set_stack_provider(StackProvider provider);
 
 }  // namespace dg::profiler

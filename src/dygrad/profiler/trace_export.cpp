@@ -103,6 +103,7 @@ std::string op_args(const OpRecord& r, bool device) {
     a += ", \"input_dtypes\": " + json_quote(dtypes + "]");
   }
   if (r.site.file) a += ", \"call_site\": " + json_quote(site_string(r.site));
+  if (!device && !r.stack.empty()) a += ", \"stack\": " + json_quote(r.stack);
   return a + "}";
 }
 
@@ -173,6 +174,12 @@ std::string chrome_trace_json(const ProfileData& data) {
       case RangeKind::Comm:
         (r.async ? comm_stream : comm_blocking)
             .slices.push_back({r.name, "comm", r.begin_ns, r.end_ns, r.async ? "{\"async\": true}" : "{\"async\": false}", 0, 0});
+        break;
+      case RangeKind::Backpressure:
+        host_tracks[r.thread].slices.push_back({"wait (" + r.name + ")", "backpressure", r.begin_ns, r.end_ns, "", 0, 0});
+        break;
+      case RangeKind::Sync:
+        host_tracks[r.thread].slices.push_back({"sync (" + r.name + ")", "sync", r.begin_ns, r.end_ns, "", 0, 0});
         break;
     }
   }

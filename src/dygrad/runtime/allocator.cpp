@@ -72,6 +72,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   }
   ++stats_.num_allocs;
+  total_allocated_.fetch_add(nbytes, std::memory_order_relaxed);
   stats_.allocated += static_cast<int64_t>(nbytes);
   const auto c = static_cast<int>(category);
   stats_.allocated_by_category[c] += static_cast<int64_t>(nbytes);

@@ -67,6 +67,9 @@ class CachingAllocator {
   void retag(size_t nbytes, MemoryCategory from, MemoryCategory to);
 
   MemoryStats stats() const;
+  // Bytes handed out by allocate() since start (never decreases): the stream bounds how many of them the
+  // host may allocate while the device lags (docs/memory.md, "In-flight allocation window").
+  uint64_t bytes_allocated_total() const { return total_allocated_.load(std::memory_order_relaxed); }
   void reset_peak();
   void empty_cache();  // returns every cached block to the system
   static size_t bin_size(size_t nbytes);
@@ -84,6 +87,7 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::vector<std::vector<void*>> free_lists_ = std::vector<std::vector<void*>>(256);
   MemoryStats stats_;
+  std::atomic<uint64_t> total_allocated_{0};
   std::atomic<AllocatorObserver*> observer_{nullptr};
 };
 

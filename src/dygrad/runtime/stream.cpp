@@ -48,7 +48,7 @@ Stream& Stream::cpu() {
   return *stream;
 }
 
-Stream::Stream() : slots_(kCapacity) {
+Stream::Stream() : slots_(kCapacity), alloc_marks_(kCapacity, 0) {
   ThreadPool::instance();  // the pool exists before the worker uses it
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -71,9 +71,35 @@ void Stream::reclaim_completed_locked() {
   }
 }
 
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 uint64_t Stream::acquire_slot_locked() {
   const uint64_t index = published_.load(std::memory_order_relaxed);
-  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_until_completed(index + 1 - kCapacity);
+  // A wait below is back-pressure: the profiler records it apart from the op's host span.
+  auto wait_noted = [this](const char* reason, uint64_t seq) {
+    StreamObserver* obs = observer();
+    const int64_t begin = obs ? steady_ns() : 0;
+    wait_until_completed(seq);
+    if (obs) obs->on_backpressure(reason, begin, steady_ns());
+  };
+  if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_noted("queue full", index + 1 - kCapacity);
+  // The in-flight allocation window: find the oldest queued Task after which the host has allocated at most
+  // `limit` bytes and wait for every Task before it. Only allocation-heavy programs that run ahead of the
+  // device ever wait here; the device keeps up to `limit` bytes of work queued meanwhile.
+  if (const uint64_t limit = inflight_limit_.load(std::memory_order_relaxed)) {
+    const uint64_t done = completed_.load(std::memory_order_acquire);
+    const uint64_t total = CachingAllocator::cpu().bytes_allocated_total();
+    if (done < index && total - alloc_marks_[done % kCapacity] > limit) {
+      uint64_t oldest = done + 1;
+      while (oldest < index && total - alloc_marks_[oldest % kCapacity] > limit) ++oldest;
+      wait_noted("allocation window", oldest);
+    }
+  }
   reclaim_completed_locked();
   return index;
 }
@@ -82,6 +108,7 @@ uint64_t Stream::publish_locked(uint64_t index) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
+  alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);
@@ -304,6 +331,16 @@ void Stream::wait_until_completed(uint64_t seq) {
 }
 
 void Stream::wait_for(uint64_t seq) {
+  // The profiler sees every sync point (a host stall inside a training step is one of its findings).
+  struct SyncNotice {
+    StreamObserver* observer;
+    explicit SyncNotice(StreamObserver* o) : observer(o) {
+      if (observer) observer->on_sync_begin();
+    }
+    ~SyncNotice() {
+      if (observer) observer->on_sync_end();
+    }
+  } notice(observer());
   if (seq > 0 && completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
   {
     std::lock_guard<std::mutex> lock(producer_mutex_);

@@ -22,6 +22,14 @@ struct StreamObserver {
   virtual void on_enqueue(const Task& task) = 0;            // host thread, after the Task is published
   virtual void on_task_begin(const Task& task) = 0;         // the thread running the kernel
   virtual void on_task_end(const Task& task, bool failed) = 0;
+  // The host thread blocks at a sync point (synchronize, wait_for) from begin to end, raising or not.
+  virtual void on_sync_begin() {}
+  virtual void on_sync_end() {}
+  // The host waited at enqueue for the device to catch up (back-pressure): `reason` is "queue full" or
+  // "allocation window"; begin/end on profiler::now_ns()'s clock (steady_clock).
+  virtual void on_backpressure(const char* reason, int64_t begin_ns, int64_t end_ns) {
+    (void)reason, (void)begin_ns, (void)end_ns;
+  }
 };
 
 class Stream {
@@ -44,6 +52,12 @@ class Stream {
   // The message of the Task whose failure poisoned a buffer (for errors raised when reading it).
   std::string failure_message(uint64_t seq) const;
   void set_observer(StreamObserver* observer) { observer_.store(observer, std::memory_order_release); }
+  // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
+  // many bytes since the oldest Task still queued was enqueued (0: no limit). Bounds the memory a host
+  // running ahead of the device keeps alive; docs/memory.md, "In-flight allocation window".
+  static constexpr uint64_t kDefaultInflightLimit = uint64_t{64} << 20;
+  void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
+  uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
 
   ~Stream();
@@ -66,6 +80,8 @@ class Stream {
   uint64_t publish_locked(uint64_t index);
 
   std::vector<Task> slots_;
+  std::vector<uint64_t> alloc_marks_;  // per slot: the allocator's bytes_allocated_total() at its enqueue
+  std::atomic<uint64_t> inflight_limit_{kDefaultInflightLimit};
   std::mutex producer_mutex_;
   // Slots below this count have been cleared by the host. The worker never destroys operands: the host
   // does, when it next enqueues or syncs, so tensors and buffers are freed on the thread that made them

@@ -1,0 +1,376 @@
+"""The advisor: rules from the seed's tuning checklist, each firing only on evidence in one profiling session and
+stating its numbers, an expected gain estimated from the measurement, and the fix
+(docs/profiler-python.md, "Metrics and advisor").
+
+advise(result, summary) -> [{"rule", "title", "severity", "evidence", "numbers", "expected_gain", "fix"}],
+most severe first. `summary` is build_summary's dict (its breakdown, syncs, copies and memory sections).
+"""
+import bisect
+import re
+
+from .summary import step_ops, step_windows, sync_ranges
+
+# --- thresholds -------------------------------------------------------------------------------------------------
+# Host-bound idle (the device waited for the host to enqueue) as a fraction of the mean step.
+HOST_BOUND_FRACTION = 0.20
+# Waiting for the data loader as a fraction of the mean step.
+DATA_WAIT_FRACTION = 0.10
+# Composed-op patterns a fused kernel replaces: occurrences per step needed to fire (any is evidence).
+FUSION_MIN_PER_STEP = 1
+# The patterns are matched in the forward; when the step runs a backward, the composed ops' backward costs about
+# twice their forward (as 6N vs 2N FLOPs), and the fused op's backward is fused too. On the tiny LLaMA the
+# four unfused-path findings then add up to 10-25% of the step (a noisy 2-core machine), the order of
+# fused/unfused = 1.27x on the bench config in bench/RESULTS.md.
+BACKWARD_FACTOR = 3.0
+# Bytes moved by copy ops (.contiguous(), clone, copy_) as a fraction of all bytes the step's ops move, and the
+# least copy volume per step worth a finding.
+COPY_BYTES_FRACTION = 0.10
+COPY_MIN_BYTES_PER_STEP = 1 << 20
+# Host syncs (item, numpy, tolist, synchronize, ...) per step above which the pipeline drain is worth a finding
+# (one loss.item() per step for logging is common and cheap).
+MAX_SYNCS_PER_STEP = 2
+# Scalar reads (item, tolist, __bool__, __float__, ...) per step that mean a reduction done in Python.
+SCALAR_READS_PER_STEP = 32
+# Per-element indexing feeding Python arithmetic (Python's sum() over a tensor): per step, at least this many
+# element selections (t[i]: "select" host-op ranges) and as many tiny ops (at most TINY_OP_BYTES moved).
+ELEMENT_OPS_PER_STEP = 128
+TINY_OP_BYTES = 64
+# Activations at the peak allocated instant as a share of it, and the least peak worth a finding.
+ACTIVATION_SHARE = 0.50
+ACTIVATION_MIN_BYTES = 4 << 20
+# Activations above this multiple of the model's estimate, with ops queued at the peak: the host's run-ahead.
+RUN_AHEAD_FACTOR = 2.0
+# Fragmentation (reserved - allocated at the peak) as a share of reserved, and the least amount worth a finding.
+FRAGMENTATION_SHARE = 0.25
+FRAGMENTATION_MIN_BYTES = 8 << 20
+# Severity from the expected saving (fraction of step time or of memory).
+HIGH_GAIN, MEDIUM_GAIN = 0.25, 0.08
+
+SCALAR_READS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__", "__index__"})
+ELEMENT_SELECTIONS = frozenset({"select"})
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+MIB = 1 << 20
+
+
+def _severity(gain_fraction):
+    return "high" if gain_fraction >= HIGH_GAIN else "medium" if gain_fraction >= MEDIUM_GAIN else "low"
+
+
+def _speedup(saved_fraction):
+    saved_fraction = min(saved_fraction, 0.99)
+    return f"up to {1 / (1 - saved_fraction):.2f}x faster step ({saved_fraction:.1%} of step time)"
+
+
+def _advice(rule, title, severity, evidence, numbers, expected_gain, fix):
+    return {"rule": rule, "title": title, "severity": severity, "evidence": evidence, "numbers": numbers,
+            "expected_gain": expected_gain, "fix": fix}
+
+
+def _total_step_ns(result):
+    return sum(end - begin for begin, end in step_windows(result))
+
+
+def _op_cost_ns(op):
+    """An op's share of the step: its device span or its host span, whichever is longer (the bottleneck)."""
+    device = op.device_end_ns - op.device_begin_ns if op.device_thread >= 0 else 0
+    return max(device, op.enqueue_ns - op.host_begin_ns)
+
+
+# --- context rules ----------------------------------------------------------------------------------------------
+
+def rule_synchronize(result, summary):
+    if not result.context.get("synchronize"):
+        return None
+    bd = summary["breakdown"]
+    step, compute = bd.get("step_ns", 0), bd.get("buckets_ns", {}).get("compute", 0)
+    # Inline, the step is host work + kernels in series; async overlaps them: the step nears the larger one.
+    saved = min(compute, step - compute) / step if step else 0.0
+    return _advice(
+        "synchronize_mode", "Per-op synchronisation is on", "high" if saved >= HIGH_GAIN else "medium",
+        "recorded with dg.set_context(synchronize=True): every op runs inline on the host thread, so the host's "
+        f"own work ({(step - compute) / 1e6:.2f} ms a step) and the kernels ({compute / 1e6:.2f} ms) never overlap",
+        {"step_ms": step / 1e6, "compute_ms": compute / 1e6, "host_only_ms": (step - compute) / 1e6},
+        "async execution overlaps them: " + _speedup(saved),
+        "dg.set_context(synchronize=False) outside debugging (it is for locating errors at their call)")
+
+
+def rule_deterministic(result, summary):
+    if not result.context.get("deterministic"):
+        return None
+    return _advice(
+        "deterministic_mode", "Deterministic mode is on", "low",
+        "recorded with dg.set_context(deterministic=True)",
+        {"deterministic": True},
+        "no op in this build has a faster non-reproducible path yet (docs/threading.md), so ~0% today; ops "
+        "flagged kOpNondeterministic will be slower under it",
+        "dg.set_context(deterministic=False) unless bitwise reproducibility is required")
+
+
+# --- time rules -------------------------------------------------------------------------------------------------
+
+def rule_host_bound(result, summary):
+    fraction = summary["breakdown"].get("fractions", {}).get("host_bound", 0.0)
+    if fraction < HOST_BOUND_FRACTION:
+        return None
+    bd = summary["breakdown"]
+    return _advice(
+        "host_bound", "The device waits for the host", _severity(fraction),
+        f"host-bound idle is {fraction:.0%} of the step: the device finished its queue and waited for Python to "
+        f"enqueue the next op",
+        {"host_bound_fraction": fraction, "host_dispatch_ms": bd.get("host_dispatch_ns", 0) / 1e6,
+         "ops_per_step": bd.get("num_ops", 0), "step_ms": bd.get("step_ns", 0) / 1e6},
+        _speedup(fraction),
+        "issue fewer, larger ops: batch work into tensors instead of Python loops, use the fused ops "
+        "(F.rms_norm, F.swiglu, F.scaled_dot_product_attention, F.cross_entropy), avoid syncs that drain the queue")
+
+
+def rule_data_wait(result, summary):
+    fraction = summary["breakdown"].get("fractions", {}).get("data_wait", 0.0)
+    if fraction < DATA_WAIT_FRACTION:
+        return None
+    return _advice(
+        "data_wait", "The step waits for the data loader", _severity(fraction),
+        f"data wait is {fraction:.0%} of the step", {"data_wait_fraction": fraction,
+                                                    "data_wait_ms": summary["breakdown"].get("buckets_ns", {})
+                                                    .get("data_wait", 0) / 1e6},
+        _speedup(fraction),
+        "prefetch batches (DataLoader num_workers / prefetch), pre-tokenise the corpus, and build batches with "
+        "from_numpy (shares memory) instead of Python lists")
+
+
+# Composed forms of the fused ops, as regular expressions over the step's op names joined by spaces (one host
+# thread, issue order). Views (slicing, transpose) issue no op and do not appear.
+FUSION_PATTERNS = {
+    # RMSNorm: mean of squares, + eps, rsqrt, scale (LayerNorm, which subtracts the mean first, is not one).
+    "rms_norm": ("F.rms_norm (or nn.RMSNorm)",
+                 r"(?<!sum div_scalar add )(?:pow_scalar|mul) sum (?:div_scalar |mul_scalar )?add_scalar rsqrt mul"),
+    "rope": ("F.rotary_position_embedding", r"mul mul (?:add|sub|rsub_scalar|neg) (?:\S+ ){0,1}mul mul add cat"),
+    "swiglu": ("F.swiglu", r"silu (?:matmul )?mul"),
+    "attention": ("F.scaled_dot_product_attention",
+                  r"matmul (?:div_scalar |mul_scalar )?(?:masked_fill |add |where )?softmax (?:\S+ ){0,1}matmul"),
+    "cross_entropy": ("F.cross_entropy", r"log_softmax (?:\S+ ){0,2}(?:gather|index|index_select)"),
+}
+
+
+def _find_composed(ops, pattern):
+    """Matches of `pattern` in each host thread's op-name sequence: a list of op lists."""
+    by_thread = {}
+    for op in ops:
+        by_thread.setdefault(op.host_thread, []).append(op)
+    found = []
+    for thread_ops in by_thread.values():
+        thread_ops.sort(key=lambda op: op.seq)
+        starts, text = [], []
+        offset = 0
+        for op in thread_ops:
+            starts.append(offset)
+            text.append(op.name)
+            offset += len(op.name) + 1
+        joined = " ".join(text)
+        for m in re.finditer(r"(?:^| )(" + pattern + r")(?= |$)", joined):
+            first = bisect.bisect_right(starts, m.start(1)) - 1
+            count = len(m.group(1).split(" "))
+            found.append(thread_ops[first:first + count])
+    return found
+
+
+def rule_unfused(result, summary):
+    ops = step_ops(result)
+    num_steps = max(1, summary["steps"]["count"])
+    step_ns = _total_step_ns(result)
+    with_backward = any(op.name.endswith("_backward") for op in ops)
+    factor = BACKWARD_FACTOR if with_backward else 1.0
+    found = []
+    for name, (fused, pattern) in FUSION_PATTERNS.items():
+        matches = _find_composed(ops, pattern)
+        per_step = len(matches) / num_steps
+        if per_step < FUSION_MIN_PER_STEP:
+            continue
+        # The fused op still does the GEMMs; it saves the other ops' passes over memory (k of them become one).
+        passes = [[op for op in match if op.name != "matmul"] for match in matches]
+        cost = sum(_op_cost_ns(op) for match in matches for op in match)
+        reducible = sum(_op_cost_ns(op) for ops_of in passes for op in ops_of)
+        passes_each = sum(len(p) for p in passes) / len(passes)
+        ops_each = sum(len(m) for m in matches) / len(matches)
+        share = cost / step_ns if step_ns else 0.0
+        saved = min(0.99, factor * reducible * (1 - 1 / passes_each) / step_ns) if step_ns else 0.0
+        found.append(_advice(
+            f"unfused_{name}", f"{name} composed from {ops_each:.0f} ops: use {fused}", _severity(saved),
+            f"{per_step:.3g} composed {name} per step ({ops_each:.0f} ops each: "
+            f"{' '.join(op.name for op in matches[0])}) take {share:.1%} of the step",
+            {"per_step": per_step, "ops_each": ops_each, "share_of_step": share, "ms_per_step": cost / 1e6 / num_steps,
+             "saved_fraction": saved},
+            f"one pass over memory instead of {passes_each:.0f} (GEMMs unchanged)"
+            + (", backward included" if with_backward else "") + ": " + _speedup(saved),
+            f"call {fused}" + (" (dygrad.models.llama: fused=True)" if name != "cross_entropy" else "")))
+    return found
+
+
+def rule_copies(result, summary):
+    copies = summary["copies"]
+    num_steps = max(1, summary["steps"]["count"])
+    ops = step_ops(result)
+    total_bytes = sum(op.bytes for op in ops) / num_steps
+    if not total_bytes or copies["bytes_per_step"] < COPY_MIN_BYTES_PER_STEP:
+        return None
+    fraction = copies["bytes_per_step"] / total_bytes
+    if fraction < COPY_BYTES_FRACTION:
+        return None
+    copy_cost = sum(_op_cost_ns(op) for op in ops if op.name == "copy") / _total_step_ns(result)
+    return _advice(
+        "copies", "Copies move a large share of the bytes", _severity(copy_cost),
+        f"copy ops move {copies['bytes_per_step'] / MIB:.1f} MiB per step ({fraction:.0%} of all bytes the ops "
+        f"move) in {copies['count_per_step']:.3g} copies, {copy_cost:.1%} of the step",
+        {"copy_bytes_per_step": copies["bytes_per_step"], "copy_fraction_of_bytes": fraction,
+         "copies_per_step": copies["count_per_step"], "copy_share_of_step": copy_cost},
+        _speedup(copy_cost),
+        "drop needless .contiguous() (dygrad kernels take strided inputs; check is_contiguous() first), update in "
+        "place (add_, mul_), build tensors with from_numpy (no copy)")
+
+
+def _idle_after_syncs(result, syncs):
+    """Device idle from each sync's end to the next device span's begin (at most to its step's end): the refill of
+    the queue the sync drained."""
+    begins = sorted(op.device_begin_ns for op in result.ops if op.device_thread >= 0)
+    step_ends = [end for _, end in step_windows(result)]
+    idle = 0
+    for r in syncs:
+        i = bisect.bisect_left(begins, r.end_ns)
+        step = bisect.bisect_right(step_ends, r.end_ns)
+        limit = step_ends[step] if step < len(step_ends) else r.end_ns
+        if i < len(begins):
+            idle += max(0, min(begins[i], limit) - r.end_ns)
+    return idle
+
+
+def _scalar_reads(result, summary):
+    return sum(n for name, n in summary["syncs"]["by_name"].items() if name in SCALAR_READS)
+
+
+def rule_python_reductions(result, summary):
+    num_steps = max(1, summary["steps"]["count"])
+    reads_per_step = _scalar_reads(result, summary) / num_steps
+    windows = step_windows(result)
+    selections = sum(1 for r in result.ranges if r.kind == "host_op" and r.name in ELEMENT_SELECTIONS
+                     and windows[0][0] <= r.begin_ns < windows[-1][1]) / num_steps
+    tiny = [op for op in step_ops(result) if op.bytes <= TINY_OP_BYTES]
+    tiny_per_step = len(tiny) / num_steps
+    many_reads = reads_per_step >= SCALAR_READS_PER_STEP
+    element_wise = selections >= ELEMENT_OPS_PER_STEP and tiny_per_step >= ELEMENT_OPS_PER_STEP
+    if not (many_reads or element_wise):
+        return None
+    step_ns = _total_step_ns(result)
+    reads = [r for r in sync_ranges(result) if r.name in SCALAR_READS]
+    cost = sum(r.end_ns - r.begin_ns for r in reads) + _idle_after_syncs(result, reads) + \
+        (sum(_op_cost_ns(op) for op in tiny) if element_wise else 0)
+    saved = min(cost / step_ns, 0.99) if step_ns else 0.0
+    return _advice(
+        "python_reductions", "A reduction is done in Python, element by element", _severity(saved),
+        f"per step: {reads_per_step:.3g} scalar reads (item/tolist/bool/float), {selections:.3g} element selections "
+        f"t[i] and {tiny_per_step:.3g} tiny ops (<= {TINY_OP_BYTES} bytes); with their waits {saved:.0%} of the step",
+        {"scalar_reads_per_step": reads_per_step, "element_selections_per_step": selections,
+         "tiny_ops_per_step": tiny_per_step, "share_of_step": saved},
+        _speedup(saved),
+        "reduce with tensor ops (t.sum(), t.amax(), dg.where) and read one scalar at the end, not Python's "
+        "sum()/max() over a tensor or a loop of .item()")
+
+
+def rule_syncs(result, summary):
+    syncs = summary["syncs"]
+    num_steps = max(1, summary["steps"]["count"])
+    non_scalar = syncs["per_step"] - _scalar_reads(result, summary) / num_steps
+    # Many scalar reads are the python_reductions finding, and in synchronize mode every op syncs (that finding
+    # is synchronize_mode's); this one is about the other syncs, or a few reads.
+    if result.context.get("synchronize"):
+        return None
+    if syncs["per_step"] <= MAX_SYNCS_PER_STEP or (non_scalar <= MAX_SYNCS_PER_STEP and
+                                                   rule_python_reductions(result, summary)):
+        return None
+    idle = _idle_after_syncs(result, sync_ranges(result))
+    step_ns = _total_step_ns(result)
+    fraction = idle / step_ns if step_ns else 0.0
+    names = ", ".join(f"{name} x{n / num_steps:.3g}" for name, n in sorted(syncs["by_name"].items(),
+                                                                        key=lambda kv: -kv[1]))
+    return _advice(
+        "syncs_in_step", "The host blocks on the device inside the step", _severity(fraction),
+        f"{syncs['per_step']:.3g} syncs per step ({names}); each drains the queue, and the device then idles "
+        f"until the host refills it: {fraction:.1%} of the step",
+        {"syncs_per_step": syncs["per_step"], "by_name_per_step": {k: v / num_steps for k, v in
+                                                                   syncs["by_name"].items()},
+         "idle_after_syncs_fraction": fraction},
+        _speedup(fraction),
+        "keep values on the device until the step ends (accumulate the loss as a tensor, log every N steps), "
+        "and remove dg.synchronize() / .item() / .numpy() / if tensor: from the step")
+
+
+# --- memory rules -----------------------------------------------------------------------------------------------
+
+def _queued_at_peak(result):
+    """Ops issued but not yet started on the device at the peak-allocated sample: their outputs (and scratch) are
+    allocated when issued, so a host running far ahead raises the peak."""
+    if not result.memory:
+        return 0
+    ts = max(result.memory, key=lambda s: s.allocated).ts_ns
+    return sum(1 for op in result.ops if op.enqueue_ns <= ts and (op.device_thread < 0 or op.device_begin_ns > ts))
+
+
+def rule_activations(result, summary):
+    memory = summary["memory"]
+    peak, activation = memory["peak_allocated"], memory["at_peak"].get("activation", 0)
+    if peak < ACTIVATION_MIN_BYTES or activation / peak < ACTIVATION_SHARE:
+        return None
+    share = activation / peak
+    queued = _queued_at_peak(result)
+    numbers = {"peak_allocated": peak, "activation_at_peak": activation, "activation_share": share,
+               "queued_ops_at_peak": queued}
+    evidence = f"activations are {activation / MIB:.1f} MiB, {share:.0%} of the {peak / MIB:.1f} MiB peak"
+    fix = ("activation checkpointing (recompute) of the transformer blocks, a smaller micro-batch with gradient "
+           "accumulation, or the fused ops (they save fewer intermediates)")
+    theoretical = (memory.get("theoretical") or {}).get("activation")
+    if theoretical:
+        numbers["activation_theoretical"] = theoretical
+        evidence += f" (the model's saved-for-backward estimate: {theoretical / MIB:.1f} MiB)"
+        if activation > RUN_AHEAD_FACTOR * theoretical and queued:
+            evidence += (f"; {queued} ops were issued but not yet run at the peak: the host ran ahead and their "
+                         f"outputs hold the other {(activation - theoretical) / MIB:.0f} MiB")
+            fix += ("; the host's run-ahead is bounded by dg.set_inflight_allocation_limit(bytes) (docs/memory.md) "
+                    "or a sync point after the forward")
+    saved = min(activation, theoretical) if theoretical else activation
+    return _advice(
+        "activation_memory", "Activations dominate peak memory", _severity(share / 2), evidence, numbers,
+        f"recomputing each block in backward keeps only block inputs: up to ~{saved / MIB:.0f} MiB "
+        f"({saved / peak:.0%} of the peak) less, for about one extra forward (HFU rises, MFU falls ~25%)", fix)
+
+
+def rule_fragmentation(result, summary):
+    at_peak = summary["memory"]["at_peak"]
+    fragmentation = at_peak.get("fragmentation", 0)
+    reserved = summary["memory"]["peak_allocated"] + fragmentation
+    if fragmentation < FRAGMENTATION_MIN_BYTES or not reserved or fragmentation / reserved < FRAGMENTATION_SHARE:
+        return None
+    share = fragmentation / reserved
+    return _advice(
+        "fragmentation", "The allocator holds much more than is in use", _severity(share),
+        f"at the peak {fragmentation / MIB:.1f} MiB of the {reserved / MIB:.1f} MiB reserved ({share:.0%}) are "
+        f"cached blocks no live tensor uses",
+        {"fragmentation_bytes": fragmentation, "reserved_at_peak": reserved, "fragmentation_share": share},
+        f"reserved memory could shrink by up to {fragmentation / MIB:.0f} MiB ({share:.0%})",
+        "keep tensor shapes constant across steps (pad variable lengths to buckets), release large temporaries "
+        "before the peak, or dg.empty_cache() after a phase with different shapes (e.g. evaluation)")
+
+
+RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_unfused, rule_copies,
+         rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation)
+
+
+def advise(result, summary=None):
+    """The findings for one session, most severe first. Without a summary it is built (no model information)."""
+    if summary is None:
+        from .summary import build_summary
+        summary = build_summary(result, advice=False, peak=1.0)
+    advice = []
+    for rule in RULES:
+        found = rule(result, summary)
+        advice.extend(found if isinstance(found, list) else [found] if found else [])
+    advice.sort(key=lambda a: SEVERITY_ORDER[a["severity"]])
+    return advice

@@ -1,0 +1,169 @@
+"""summary.json (docs/profiler-python.md): one profiling session's figures of merit, memory, top ops, syncs,
+copies and the advisor's findings; and `write_run_dir`, which writes the whole run directory."""
+import bisect
+import datetime
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+
+import dygrad as dg
+
+from . import metrics
+from ._result import Range
+
+SUMMARY_VERSION = 1
+TOP_OPS = 30
+# Ops that only move bytes: `.contiguous()`, `.clone()`, `copy_`, dtype conversions.
+COPY_OPS = frozenset({"copy"})
+
+
+def step_windows(result):
+    """[(begin_ns, end_ns)] of the steps: consecutive step markers, or the whole session with fewer than two."""
+    markers = list(result.step_markers)
+    if len(markers) < 2:
+        return [(result.start_ns, result.stop_ns)]
+    return list(zip(markers[:-1], markers[1:]))
+
+
+def in_steps(windows, t):
+    """Whether instant t lies in [first step begin, last step end)."""
+    return windows[0][0] <= t < windows[-1][1]
+
+
+def sync_ranges(result):
+    """The host's blocking calls (item, numpy, tolist, synchronize, __bool__, ...) that began inside the steps,
+    one Range per call: the "sync" ranges one API call recorded (it may wait on the stream more than once) are
+    merged into one spanning them, found by the "host_op" range of the same name that contains them."""
+    windows = step_windows(result)
+    calls = {}  # (thread, name, begin of the enclosing API call) -> [begin, end]
+    api = {}  # (thread, name) -> the host_op ranges of that API, by begin
+    for r in result.ranges:
+        if r.kind == "host_op":
+            api.setdefault((r.thread, r.name), []).append(r)
+    begins = {key: [r.begin_ns for r in ranges] for key, ranges in api.items()}
+    for r in result.ranges:
+        if r.kind != "sync" or not in_steps(windows, r.begin_ns):
+            continue
+        key = (r.thread, r.name)
+        enclosing = _innermost_containing(api.get(key, []), begins.get(key, []), r)
+        key = (r.thread, r.name, enclosing.begin_ns if enclosing else r.begin_ns)
+        span = calls.setdefault(key, [r.begin_ns, r.end_ns])
+        span[0], span[1] = min(span[0], r.begin_ns), max(span[1], r.end_ns)
+    return sorted((Range("sync", name, thread, begin, end, False)
+                   for (thread, name, _), (begin, end) in calls.items()), key=lambda r: r.begin_ns)
+
+
+def _innermost_containing(ranges, begins, inner):
+    """The latest-beginning of `ranges` (sorted by begin, `begins` their begins) that contains `inner`."""
+    i = bisect.bisect_right(begins, inner.begin_ns)
+    for r in reversed(ranges[max(0, i - 4):i]):
+        if r.end_ns >= inner.end_ns:
+            return r
+    return None
+
+
+def step_ops(result):
+    """The ops enqueued inside the steps, in issue order."""
+    windows = step_windows(result)
+    return [op for op in result.ops if op.host_thread >= 0 and in_steps(windows, op.enqueue_ns)]
+
+
+def _syncs(result, num_steps):
+    by_name = {}
+    for r in sync_ranges(result):
+        by_name[r.name] = by_name.get(r.name, 0) + 1
+    return {"per_step": sum(by_name.values()) / num_steps, "by_name": by_name}
+
+
+def _copies(result, num_steps):
+    copies = [op for op in step_ops(result) if op.name in COPY_OPS]
+    return {"bytes_per_step": sum(op.bytes for op in copies) / num_steps, "count_per_step": len(copies) / num_steps}
+
+
+def _top_ops(result):
+    rows = sorted(result.key_averages(), key=lambda row: row.device_total_ns, reverse=True)[:TOP_OPS]
+    return [{"name": row.name, "count": row.count, "device_total_ms": row.device_total_ns / 1e6,
+             "device_mean_us": row.device_mean_ns / 1e3, "host_total_ms": row.host_total_ns / 1e6,
+             "gflops_per_s": row.flops / row.device_total_ns if row.device_total_ns else 0.0,
+             "device_percent": row.device_percent} for row in rows]
+
+
+def _model_dtype(model):
+    for p in (model.parameters() if model is not None else ()):
+        return p.dtype
+    return None
+
+
+def build_summary(result, *, label="", command="", batch_size=None, seq_len=None, ranks=1, model_config=None,
+                  model=None, optimizer=None, peak=None, dtype=None, advice=True):
+    """The summary.json dict of one session. batch_size is per rank; seq_len defaults to the config's;
+    model_config (a LlamaConfig, or the model's `.cfg`) gives the model-formula FLOPs for MFU; peak (FLOP/s)
+    overrides the calibration GEMM of `dtype` (default: the model's parameter dtype, else float32).
+    advice=False leaves the advisor out (the advisor itself uses that)."""
+    steps = result.breakdown.get("steps") or []
+    step_s = [s["step_ns"] / 1e9 for s in steps] or [(result.stop_ns - result.start_ns) / 1e9]
+    num_steps = max(1, len(steps))
+    mean_s = statistics.fmean(step_s)
+    breakdown = result.breakdown.get("mean") or {}
+
+    config = model_config if model_config is not None else getattr(model, "cfg", None)
+    if seq_len is None and config is not None:
+        seq_len = getattr(config, "seq_len", None)
+    samples_per_s, tokens_per_s = metrics.throughput(batch_size, seq_len, mean_s, ranks)
+
+    peak_value, peak_source = metrics.peak_flops(dtype or _model_dtype(model) or dg.float32, given=peak)
+    executed = float(breakdown.get("flops", 0.0))
+    model_flops = None
+    if config is not None and batch_size is not None and seq_len is not None:
+        model_flops = float(metrics.llama_flops_per_token(config, seq_len) * batch_size * seq_len)
+
+    summary = {
+        "version": SUMMARY_VERSION,
+        "meta": {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                 "label": label, "command": command, "dygrad_version": dg.__version__,
+                 "context": dict(result.context)},
+        "steps": {"count": len(steps), "step_time_s": {"mean": mean_s, "median": statistics.median(step_s),
+                                                       "min": min(step_s), "max": max(step_s)}},
+        "breakdown": breakdown,
+        "throughput": {"batch_size": batch_size, "seq_len": seq_len, "ranks": ranks,
+                       "samples_per_s": samples_per_s, "tokens_per_s": tokens_per_s},
+        "flops": {"executed_per_step": executed, "model_per_step": model_flops, "peak_flops_per_s": peak_value,
+                  "peak_source": peak_source, "mfu": metrics.mfu(model_flops, mean_s, peak_value),
+                  "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0},
+        "memory": metrics.memory_report(result, model, optimizer, batch_size, seq_len),
+        "ops": _top_ops(result),
+        "syncs": _syncs(result, num_steps),
+        "copies": _copies(result, num_steps),
+        "advice": [],
+    }
+    if advice:
+        from .advisor import advise
+        summary["advice"] = advise(result, summary)
+    return summary
+
+
+def write_run_dir(result, run_dir, **summary_args):
+    """Writes trace.json, op_stats.csv, breakdown.json, summary.json and (when dygrad.profiler.report exists)
+    report.html into run_dir; returns the summary."""
+    os.makedirs(run_dir, exist_ok=True)
+    result.export_chrome_trace(os.path.join(run_dir, "trace.json"))
+    result.export_op_stats_csv(os.path.join(run_dir, "op_stats.csv"))
+    result.export_breakdown_json(os.path.join(run_dir, "breakdown.json"))
+    summary = build_summary(result, **summary_args)
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    _write_report(run_dir)
+    return summary
+
+
+def _write_report(run_dir):
+    if importlib.util.find_spec(__package__ + ".report") is None:
+        return  # the HTML report is not part of this build
+    report = importlib.import_module(__package__ + ".report")
+    if hasattr(report, "write_html"):
+        report.write_html(run_dir)
+    else:
+        with open(os.path.join(run_dir, "report.html"), "w") as f:
+            f.write(report.render_html(run_dir))
