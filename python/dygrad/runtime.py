@@ -14,8 +14,8 @@ class Context:
 
 def get_context():
     """The current flags, as a Context."""
-    deterministic, synchronize, num_threads, inline_small_ops = _C._get_context()
-    return Context(deterministic, synchronize, num_threads, inline_small_ops)
+    deterministic, synchronize, num_threads = _C._get_context()
+    return Context(deterministic, synchronize, num_threads, _C._inline_small_ops())
 
 
 def set_context(context=None, *, deterministic=None, synchronize=None, num_threads=None, inline_small_ops=None):
@@ -38,5 +38,5 @@ def set_context(context=None, *, deterministic=None, synchronize=None, num_threa
     if n < 0:
         raise ValueError(f"[set_context] num_threads must be positive (got {n})")
     # 0 keeps the pool as it is (resizing drains the stream and restarts the helper threads).
-    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n,
-                    values["inline_small_ops"])
+    _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n)
+    _C._set_inline_small_ops(values["inline_small_ops"])

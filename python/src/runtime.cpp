@@ -28,13 +28,16 @@ void init_runtime(nb::module_& m) {
   m.def("initial_seed", [] { return rng_state().seed; });
   m.def("_get_context", [] {
     Context c = get_context();
-    return nb::make_tuple(c.deterministic, c.synchronize, c.num_threads, c.inline_small_ops);
+    return nb::make_tuple(c.deterministic, c.synchronize, c.num_threads);
   });
-  m.def("_set_context", [](bool deterministic, bool synchronize, int num_threads, bool inline_small_ops) {
+  // A flag of its own (not in the _get_context tuple, which the profiler unpacks): docs/stream.md.
+  m.def("_inline_small_ops", [] { return inline_small_ops_enabled(); });
+  m.def("_set_inline_small_ops", [](bool on) { set_inline_small_ops(on); }, nb::arg("on"));
+  m.def("_set_context", [](bool deterministic, bool synchronize, int num_threads) {
     DG_CHECK(num_threads >= 0 && num_threads <= 4096, Value, "[set_context] num_threads must be in [1, 4096] (got ",
              num_threads, ")");
     nb::gil_scoped_release release;  // set_num_threads drains the stream
-    set_context(Context{deterministic, synchronize, num_threads, inline_small_ops});
+    set_context(Context{deterministic, synchronize, num_threads, inline_small_ops_enabled()});
   });
   m.def("synchronize", [] {
     profiler::HostOpScope scope("synchronize");
