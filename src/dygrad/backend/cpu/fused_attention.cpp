@@ -13,7 +13,7 @@
 // The tile products run on the register-blocked tile_gemm (backend/cpu/tile_gemm.h) rather than the serial
 // BLAS: at these sizes a BLAS call packs and dispatches about as long as it computes, and its packing-buffer
 // claim is serialised between threads (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed
-// (K^T for S, V^T for dP) are packed once per key block.
+// (K^T for S, V^T for dP) are packed once per batch-head (forward) or per key block (backward).
 #include "dygrad/backend/cpu/fused_attention.h"
 
 #include <cmath>
@@ -152,26 +152,32 @@ void attention_forward(Task& task, const Config& cfg) {
   const int64_t batch = shape_numel(q.lead_sizes);
   const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
   const T scale = static_cast<T>(cfg.scale);
+  // K^T [D, S] of every batch-head, packed once (in the compute type) for all of its query blocks.
+  std::vector<T> keys_t(static_cast<size_t>(batch * D * S_len));
+  parallel_chunks(batch, [&](int64_t n) {
+    std::vector<T> k_pack;
+    int64_t ldk;
+    const T* kb = k.block(k.matrix(n), 0, S_len, k_pack, ldk);
+    transpose_into(kb, S_len, D, ldk, keys_t.data() + n * D * S_len, S_len);
+  });
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
-    std::vector<T> q_pack, k_pack, v_pack, kt_pack(static_cast<size_t>(D * kKeyBlock));
+    const T* k_transposed = keys_t.data() + n * D * S_len;
+    std::vector<T> q_pack, v_pack;
     std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
     std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
     std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
-    int64_t ldq, ldk, ldv;
+    int64_t ldq, ldv;
     const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
-    const S* k_matrix = k.matrix(n);
     const S* v_matrix = v.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     const int64_t key_end = cfg.causal ? std::min(S_len, q0 + nq) : S_len;
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, key_end - k0);
-      const T* kb = k.block(k_matrix, k0, nk, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
       T* s = scores.get();
-      transpose_into(kb, nk, D, ldk, kt_pack.data());  // K_blk^T [D, nk]
-      tile_gemm(false, nq, nk, D, scale, qb, ldq, kt_pack.data(), nk, T(0), s, nk);
+      tile_gemm(false, nq, nk, D, scale, qb, ldq, k_transposed + k0, S_len, T(0), s, nk);
       mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
@@ -262,8 +268,8 @@ void attention_backward(Task& task, const Config& cfg) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
       const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
-      transpose_into(kb, nk_block, D, ldk, kt_pack.data());   // K_blk^T [D, nk_block]
-      transpose_into(vb, nk_block, Dv, ldv, vt_pack.data());  // V_blk^T [Dv, nk_block]
+      transpose_into(kb, nk_block, D, ldk, kt_pack.data(), nk_block);   // K_blk^T [D, nk_block]
+      transpose_into(vb, nk_block, Dv, ldv, vt_pack.data(), nk_block);  // V_blk^T [Dv, nk_block]
       std::fill(dk + k0 * D, dk + (k0 + nk_block) * D, T(0));
       std::fill(dv + k0 * Dv, dv + (k0 + nk_block) * Dv, T(0));
       // Causal: query rows i < k0 see no key of this block.

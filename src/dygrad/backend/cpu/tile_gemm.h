@@ -106,11 +106,15 @@ inline void tile_gemm(bool trans_a, int64_t m, int64_t n, int64_t k, double alph
   gemm(trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// dst[cols, rows] = src[rows, cols]^T (src row-major with leading dim ld): the B operand of S = Q K^T.
+// dst[c * ldd + r] = src[r * ld + c] for a [rows, cols] source: the transposed B operand of S = Q K^T. Sixteen
+// source rows at a time, so that each destination run is contiguous and the source lines stay in cache.
 template <typename T>
-inline void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld + c];
+inline void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld, T* dst, int64_t ldd) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t nr = rows - r0 < 16 ? rows - r0 : 16;
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < nr; ++r) dst[c * ldd + r0 + r] = src[(r0 + r) * ld + c];
+  }
 }
 
 }  // namespace dg::cpu
