@@ -11,8 +11,8 @@
 //   dV += P^T dO,  dP = dO V^T,  dS = P (dP - Dr),  dQ += s dS K,  dK += s dS^T Q.
 // A row that attends to no key (all masked) gives O = 0, L = -inf and zero gradients.
 // The tile products run on the register-blocked tile_gemm (backend/cpu/tile_gemm.h) rather than the serial
-// BLAS: at these sizes a BLAS call packs and dispatches about as long as it computes, and its packing-buffer
-// claim is serialised between threads (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed
+// BLAS, whose every call repacks its operands and claims a packing buffer under a lock shared by all threads
+// (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed
 // (K^T for S, V^T for dP) are packed once per batch-head (forward) or per key block (backward).
 #include "dygrad/backend/cpu/fused_attention.h"
 
