@@ -1,7 +1,8 @@
 // Register-blocked GEMM for the small tiles of the fused attention kernels (64 x 64 x 128 and the like). A
 // serial BLAS call repacks both operands on every call and claims its packing buffer under a process-wide
-// lock (backend/cpu/matmul.cpp); this reads the operands in place. Measured per core on Zen 4 (CPU time, so
-// robust to load): 120-135 GFLOP/s on the attention tile shapes, about on par with serial OpenBLAS calls.
+// lock (backend/cpu/matmul.cpp); this reads the operands in place. Measured per core on the 2-core AVX-512
+// Xeon VM (CPU time, so robust to load): 120-135 GFLOP/s on the attention tile shapes, about on par with
+// serial OpenBLAS calls.
 // Single-threaded: the caller owns the tile, so results do not depend on the thread count.
 //
 // Notation: C[M, N] = alpha * op(A)[M, K] B[K, N] + beta C. B is row-major with unit column stride and
