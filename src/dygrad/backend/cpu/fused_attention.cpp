@@ -12,8 +12,8 @@
 // A row that attends to no key (all masked) gives O = 0, L = -inf and zero gradients.
 // The tile products run on the register-blocked tile_gemm (backend/cpu/tile_gemm.h) rather than the serial
 // BLAS, whose every call repacks its operands and claims a packing buffer under a lock shared by all threads
-// (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed
-// (K^T for S, V^T for dP) are packed once per batch-head (forward) or per key block (backward).
+// (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed (K^T for S, V^T for dP) are packed once
+// per batch-head (forward) or per key block (backward).
 #include "dygrad/backend/cpu/fused_attention.h"
 
 #include <cmath>
@@ -153,17 +153,17 @@ void attention_forward(Task& task, const Config& cfg) {
   const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
   const T scale = static_cast<T>(cfg.scale);
   // K^T [D, S] of every batch-head, packed once (in the compute type) for all of its query blocks.
-  std::vector<T> keys_t(static_cast<size_t>(batch * D * S_len));
+  std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * S_len, 1))]);
   parallel_chunks(batch, [&](int64_t n) {
     std::vector<T> k_pack;
     int64_t ldk;
     const T* kb = k.block(k.matrix(n), 0, S_len, k_pack, ldk);
-    transpose_into(kb, S_len, D, ldk, keys_t.data() + n * D * S_len, S_len);
+    transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * S_len, S_len);
   });
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
-    const T* k_transposed = keys_t.data() + n * D * S_len;
+    const T* k_transposed = keys_t.get() + n * D * S_len;
     std::vector<T> q_pack, v_pack;
     std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
     std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
