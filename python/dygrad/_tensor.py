@@ -26,19 +26,14 @@ def _reduce_ex(self, protocol):
 
 
 def _iter(self):
-    # Iterating a tensor walks its first dimension, as torch does (views, via select).
+    # Iterating a tensor walks its first dimension, as torch does: views from one unbind node, so that
+    # `q, k, v = qkv` has one backward (a single stack) rather than one select backward per piece.
     if self.dim() == 0:
         raise TypeError("iteration over a 0-d tensor")
-    return (self.select(0, i) for i in range(self.shape[0]))
-
-
-def _unbind(self, dim=0):
-    return tuple(self.select(dim, i) for i in range(self.shape[dim]))
+    return iter(_C.unbind(self, 0))
 
 
 def install():
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
     _C.Tensor.__iter__ = _iter
-    _C.Tensor.unbind = _unbind
-    _C.unbind = _unbind

@@ -1,4 +1,4 @@
-// Joining, splitting and index entry points: cat/concat, stack, split, chunk, index_select, gather,
+// Joining, splitting and index entry points: cat/concat, stack, split, chunk, unbind, index_select, gather,
 // scatter_add(_), index_add, tril, triu. (Python indexing, t[...], lives elsewhere.)
 #include <vector>
 
@@ -94,6 +94,17 @@ PyObject* chunk_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
   return guarded([&] { return tuple_of(chunk(*input, chunks, dim)); });
 }
 
+// unbind(input, dim=0) -> tuple of views; Tensor.unbind(dim=0).
+PyObject* unbind_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("unbind", {"input", "dim"}, 2, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("unbind", "input", a[0]);
+  int64_t dim = 0;
+  if (!input || (a[1] && !to_int_argument("unbind", "dim", a[1], dim))) return nullptr;
+  return guarded([&] { return tuple_of(unbind(*input, dim)); });
+}
+
 // index_select/gather(input, dim, index)
 template <Tensor (*Fn)(const Tensor&, int64_t, const Tensor&)>
 PyObject* dim_index_impl(const Signature& sig, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -180,6 +191,7 @@ void init_ops_index(nb::module_& m) {
       {"stack", stack_entry, "stack(tensors, dim=0) -> Tensor: joined along a new dim", true, false},
       {"split", split_entry, "split(tensor, split_size_or_sections, dim=0) -> tuple of views", true, true},
       {"chunk", chunk_entry, "chunk(input, chunks, dim=0) -> tuple of views", true, true},
+      {"unbind", unbind_entry, "unbind(input, dim=0) -> tuple of views (one autograd node)", true, true},
       {"index_select", index_select_entry, "index_select(input, dim, index) -> Tensor", true, true},
       {"gather", gather_entry, "gather(input, dim, index) -> Tensor", true, true},
       {"scatter_add", scatter_add_entry, "scatter_add(input, dim, index, src) -> Tensor", true, true},

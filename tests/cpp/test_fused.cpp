@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dygrad/backend/cpu/tile_gemm.h"
 #include "harness.h"
 
 using namespace dg;
@@ -355,7 +356,9 @@ TEST(FusedAttention, MatchesComposedFormula) {
   struct Dims6 { int64_t B, H, T, S, D, Dv; };
   const Dims6 sizes[] = {{2, 3, 5, 7, 4, 6}, {2, 2, 6, 6, 8, 8}, {1, 2, 1, 9, 4, 4}, {1, 1, 70, 130, 16, 8},
                          {1, 2, 130, 130, 16, 16}, {1, 1, 300, 520, 8, 8}, {1, 1, 300, 300, 8, 4},
-                         {1, 1, 9, 3, 4, 4}, {1, 1, 3, 0, 4, 4}};
+                         {1, 1, 9, 3, 4, 4}, {1, 1, 3, 0, 4, 4},
+                         // head dims that fill whole 64-column panels of tile_gemm, 48 + 3 columns, odd rows
+                         {1, 2, 200, 200, 64, 64}, {1, 1, 77, 90, 80, 51}};
   for (DType dtype : {DType::Float32, DType::Float64}) {
     const double tol = dtype == DType::Float32 ? 2e-5 : 1e-11;
     for (const Dims6& s : sizes) {
@@ -397,7 +400,8 @@ TEST(FusedAttention, BackwardMatchesComposedGradients) {
   struct Case { int64_t B, H, T, S, D, Dv; bool causal; int mask; };
   const Case cases[] = {{1, 2, 70, 130, 8, 4, false, 0}, {1, 1, 130, 130, 8, 8, true, 0}, {2, 1, 65, 65, 4, 4, true, 0},
                         {1, 2, 33, 70, 4, 6, false, 1}, {1, 1, 1, 5, 4, 4, false, 2},
-                        {1, 1, 300, 300, 8, 8, true, 0}, {1, 1, 70, 520, 8, 4, false, 1}, {1, 1, 290, 600, 4, 4, true, 0}};
+                        {1, 1, 300, 300, 8, 8, true, 0}, {1, 1, 70, 520, 8, 4, false, 1}, {1, 1, 290, 600, 4, 4, true, 0},
+                        {1, 2, 256, 256, 64, 64, true, 0}, {1, 1, 77, 90, 80, 51, false, 1}, {1, 1, 1, 1, 64, 64, true, 0}};
   for (DType dtype : {DType::Float64, DType::Float32}) {
     const double tol = dtype == DType::Float32 ? 2e-4 : 1e-10;
     for (const Case& s : cases) {
@@ -443,6 +447,33 @@ TEST(FusedAttention, Gradcheck) {
   gradcheck([&](const std::vector<Tensor>& in) { return scaled_dot_product_attention(in[0], in[1], in[2], mask); },
             {random_tensor({2, 2, 3}, DType::Float64, 63), random_tensor({2, 4, 3}, DType::Float64, 64),
              random_tensor({2, 4, 3}, DType::Float64, 65)}, 1e-6, 1e-6, 1e-5, "bool mask, 3-D");
+}
+
+TEST(FusedAttention, TileGemmMatchesReference) {
+  // C = alpha op(A) B + beta C on every path of tile_gemm: 64-column panels, 48/32/16-column panels, single
+  // columns, row blocks of 6 and the remaining rows; A plain and transposed; beta 0 (C not read) and 1.
+  for (bool trans_a : {false, true})
+    for (float beta : {0.0f, 1.0f})
+      for (int64_t m : {1, 6, 13})
+        for (int64_t n : {1, 16, 37, 64, 115})
+          for (int64_t k : {1, 9}) {
+            const int64_t lda = (trans_a ? m : k) + 3, ldb = n + 5, ldc = n + 2;
+            std::vector<double> a = random_values((trans_a ? k : m) * lda, 80), b = random_values(k * ldb, 81),
+                                c = random_values(m * ldc, 82);
+            std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(c.begin(), c.end());
+            if (beta == 0.0f)
+              for (float& x : cf) x = std::numeric_limits<float>::quiet_NaN();  // must not be read
+            cpu::tile_gemm(trans_a, m, n, k, 0.5f, af.data(), lda, bf.data(), ldb, beta, cf.data(), ldc);
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                double total = 0;
+                for (int64_t p = 0; p < k; ++p)
+                  total += double(af[trans_a ? p * lda + i : i * lda + p]) * double(bf[p * ldb + j]);
+                const double expected = 0.5 * total + (beta != 0.0f ? double(float(c[i * ldc + j])) : 0.0);
+                ASSERT_NEAR(cf[i * ldc + j], expected, 1e-5) << "trans_a " << trans_a << " beta " << beta << " m " << m
+                                                             << " n " << n << " k " << k << " at " << i << "," << j;
+              }
+          }
 }
 
 TEST(FusedAttention, IndependentOfThreadCount) {

@@ -318,6 +318,25 @@ TEST(Index, Gradcheck) {
     std::vector<Tensor> p = split(t[0], 3, 1);
     return mul(p[0], p[1]);  // (3, 3) * (3, 1)
   }, {x}, 1e-6, 1e-6, 1e-5, "split");
+  // split/chunk/unbind: one node for all the views; pieces that are not used get zero gradient; through a
+  // transposed view (non-contiguous pieces) and with negative dims.
+  gradcheck([](const std::vector<Tensor>& t) {
+    std::vector<Tensor> p = split(transpose(t[0], 0, 1), Dims{1, 2, 1}, -2);  // (1, 3), (2, 3), (1, 3)
+    return mul(p[0], p[2]);
+  }, {x}, 1e-6, 1e-6, 1e-5, "split sizes, a piece unused");
+  gradcheck([](const std::vector<Tensor>& t) {
+    std::vector<Tensor> p = chunk(t[0], 2, -1);
+    return add(p[0], mul(p[1], p[1]));
+  }, {x}, 1e-6, 1e-6, 1e-5, "chunk");
+  Tensor cube = random_tensor({3, 2, 4}, DType::Float64, 17);
+  for (int64_t dim : {0, 1, -1}) {
+    gradcheck([dim](const std::vector<Tensor>& t) {
+      std::vector<Tensor> p = unbind(permute(t[0], Dims{2, 0, 1}), dim);
+      return p.size() > 2 ? mul(p[0], p[2]) : mul(p[0], p[1]);
+    }, {cube}, 1e-6, 1e-6, 1e-5, "unbind dim " + std::to_string(dim));
+  }
+  gradcheck([](const std::vector<Tensor>& t) { return unbind(t[0], 1)[1]; }, {cube}, 1e-6, 1e-6, 1e-5,
+            "unbind, one piece used");
   Tensor idx = index_tensor({2, 0, 2, 2, 1}, {5});
   gradcheck([&](const std::vector<Tensor>& t) { return index_select(t[0], 0, idx); }, {x}, 1e-6, 1e-6, 1e-5, "index_select");
   gradcheck([&](const std::vector<Tensor>& t) { return index_select(t[0], 1, idx); }, {x}, 1e-6, 1e-6, 1e-5, "index_select 1");
@@ -380,4 +399,29 @@ TEST(Index, Errors) {
   expect_error([&] { index_add(a, 0, index_tensor({0}, {1}), ones(Shape{2, 3})); }, "index_add", ErrorKind::Runtime);
   expect_error([&] { tril(zeros(Shape{3})); }, "tril", ErrorKind::Runtime);
   expect_error([&] { triu(zeros(Shape{})); }, "triu", ErrorKind::Runtime);
+}
+
+TEST(Index, UnbindBackwardIsOneTask) {
+  // N pieces, one node: the engine runs one formula, which enqueues one cat (no fill, no add), and the
+  // gradient comes back laid out like the (permuted) input.
+  Tensor base = random_tensor({4, 3, 5}, DType::Float64, 18);
+  base.set_requires_grad(true);
+  Tensor permuted = permute(base, Dims{1, 0, 2});
+  std::vector<Tensor> pieces = unbind(permuted, 0);
+  ASSERT_EQ(pieces.size(), 3u);
+  std::vector<Tensor> grads;
+  for (uint32_t k = 0; k < 3; ++k) grads.push_back(random_tensor({4, 5}, DType::Float64, 20 + k));
+  Tensor inputs[1] = {permuted};
+  Stream::cpu().synchronize();
+  const uint64_t before = Stream::cpu().enqueued();
+  std::vector<Tensor> result = grad(pieces, inputs, grads);
+  const uint64_t tasks = Stream::cpu().enqueued() - before;
+  EXPECT_EQ(tasks, 3u + 1u);  // the engine copies each given root gradient, then one cat
+  EXPECT_EQ(result[0].strides()[1], 15);  // [3, 4, 5] viewing base's [4, 3, 5] memory: dim 1 outermost
+  std::vector<double> expected;
+  for (int64_t k = 0; k < 3; ++k) {
+    std::vector<double> g = grads[static_cast<size_t>(k)].to_vector<double>();
+    expected.insert(expected.end(), g.begin(), g.end());
+  }
+  expect_close(result[0], expected, 0, 0, "unbind gradient");
 }

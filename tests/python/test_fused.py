@@ -106,6 +106,28 @@ def test_scaled_dot_product_attention(variant):
         close(a.grad, b.grad)
 
 
+@pytest.mark.parametrize("T,D,causal", [(130, 64, True), (1, 64, True), (77, 40, False), (200, 96, True)])
+def test_scaled_dot_product_attention_float32_qkv_views(T, D, causal):
+    # float32 runs the register-blocked tile kernels: q, k, v as strided views of one projection (the LLaMA
+    # layout), T not a multiple of the 64-row blocks, head dims that fill whole and partial 64-column panels.
+    B, H = 2, 3
+    qkv = rng.standard_normal((B, T, 3 * H * D)).astype(np.float32)
+    grad = rng.standard_normal((B, H, T, D)).astype(np.float32)
+    kwargs = {"is_causal": True} if causal else {"attn_mask": dg.tensor(rng.random((T, T)) > 0.3)}
+    results = []
+    for lib in (dg, torch):
+        base = lib.tensor(qkv).requires_grad_(True)
+        q, k, v = base.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+        mask = {} if causal else {"attn_mask": lib.tensor(kwargs["attn_mask"].numpy())}
+        out = (dg.scaled_dot_product_attention if lib is dg else F.scaled_dot_product_attention)(
+            q, k, v, is_causal=causal, **mask)
+        out.backward(lib.tensor(grad))
+        results.append((out.detach().numpy(), base.grad.numpy()))
+    (out_d, grad_d), (out_t, grad_t) = results
+    np.testing.assert_allclose(out_d, out_t, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(grad_d, grad_t, rtol=1e-3, atol=1e-4)
+
+
 def test_sdpa_errors():
     q = dg.ones(1, 2, 3, 4)
     with pytest.raises(TypeError, match=r"\[scaled_dot_product_attention\]"):

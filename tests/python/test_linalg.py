@@ -1,4 +1,6 @@
 """Linear-algebra bindings against torch: matmul (and @, @=), mm, bmm, outer, linear; grads and errors."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -75,3 +77,13 @@ def test_matmul_inplace_and_errors():
         dg.matmul(dg.ones(2, 3), dg.ones(2, 3))
     with pytest.raises(TypeError, match=r"\[mm\]"):
         dg.mm(dg.ones(2, 3), dg.ones(3, 2, dtype=dg.float64))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mapped libraries")
+def test_links_the_serial_openblas():
+    # dygrad tiles GEMMs over its own pool and needs the serial OpenBLAS; Debian's pthread build shares its
+    # SONAME, so a wrong RUNPATH would load it silently (its threads then oversubscribe the cores).
+    dg.ones(2, 2) @ dg.ones(2, 2)
+    with open("/proc/self/maps") as maps:
+        libraries = {line.split()[-1] for line in maps if "libopenblas" in line}
+    assert not any("openblas-pthread" in path for path in libraries), libraries

@@ -32,7 +32,8 @@ MAX_SYNCS_PER_STEP = 2
 # Scalar reads (item, tolist, __bool__, __float__, ...) per step that mean a reduction done in Python.
 SCALAR_READS_PER_STEP = 32
 # Per-element indexing feeding Python arithmetic (Python's sum() over a tensor): per step, at least this many
-# element selections (t[i]: "select" host-op ranges) and as many tiny ops (at most TINY_OP_BYTES moved).
+# tiny ops (at most TINY_OP_BYTES moved) and as many element selections (t[i]: "select" host-op ranges) or an
+# iteration over a tensor (`for x in t`, `sum(t)`: one "unbind" host-op range).
 ELEMENT_OPS_PER_STEP = 128
 TINY_OP_BYTES = 64
 # Activations at the peak allocated instant as a share of it, and the least peak worth a finding.
@@ -48,6 +49,8 @@ HIGH_GAIN, MEDIUM_GAIN = 0.25, 0.08
 
 SCALAR_READS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__", "__index__"})
 ELEMENT_SELECTIONS = frozenset({"select"})
+# Python iteration over a tensor (`for x in t`, `sum(t)`): one host op that yields every element as a view.
+ITERATIONS = frozenset({"unbind"})
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 MIB = 1 << 20
 
@@ -253,10 +256,12 @@ def rule_python_reductions(result, summary):
     windows = step_windows(result)
     selections = sum(1 for r in result.ranges if r.kind == "host_op" and r.name in ELEMENT_SELECTIONS
                      and windows[0][0] <= r.begin_ns < windows[-1][1]) / num_steps
+    iterations = sum(1 for r in result.ranges if r.kind == "host_op" and r.name in ITERATIONS
+                     and windows[0][0] <= r.begin_ns < windows[-1][1])
     tiny = [op for op in step_ops(result) if op.bytes <= TINY_OP_BYTES]
     tiny_per_step = len(tiny) / num_steps
     many_reads = reads_per_step >= SCALAR_READS_PER_STEP
-    element_wise = selections >= ELEMENT_OPS_PER_STEP and tiny_per_step >= ELEMENT_OPS_PER_STEP
+    element_wise = tiny_per_step >= ELEMENT_OPS_PER_STEP and (selections >= ELEMENT_OPS_PER_STEP or iterations > 0)
     if not (many_reads or element_wise):
         return None
     step_ns = _total_step_ns(result)

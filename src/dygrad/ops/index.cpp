@@ -1,7 +1,9 @@
 // Joining, splitting and indexing ops: validation, output shapes, Task creation and backward formulas.
-// cat's gradient is slices of g; gather and index_select send g back through scatter_add / index_add
+// cat's gradient is slices of g; split/chunk/unbind record one node whose gradient is one cat; gather and index_select send g back through scatter_add / index_add
 // (deterministic, backend/cpu/index.cpp); scatter_add's is g for self and gather(g) for src.
 #include "dygrad/ops/index.h"
+
+#include <algorithm>
 
 #include "dygrad/backend/cpu/index.h"
 #include "dygrad/ops/dispatch.h"
@@ -72,8 +74,27 @@ const OpDef op_index_add("index_add", FusionClass::Opaque, cpu::scatter_add_kern
 const OpDef op_tril("tril", FusionClass::Opaque, cpu::triangle_kernel, tril_backward, copy_cost);
 const OpDef op_triu("triu", FusionClass::Opaque, cpu::triangle_kernel, triu_backward, copy_cost);
 
-// --- cat, stack, split, chunk --------------------------------------------------------------------------------
-Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
+// --- cat, stack ------------------------------------------------------------------------------------------------
+namespace {
+// Strides for a new tensor of `shape` laid out in memory like a tensor with `like_strides` (dims ordered by
+// stride, outermost first), when those describe a dense layout; contiguous strides otherwise.
+Dims strides_like(IntSpan shape, IntSpan like_strides) {
+  std::vector<size_t> order(shape.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return like_strides[x] > like_strides[y]; });
+  Dims strides(shape.size(), 0);
+  int64_t expected = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const size_t d = order[k];
+    if (shape[d] != 1 && like_strides[d] != expected) return contiguous_strides(shape);
+    strides[d] = expected;
+    expected *= shape[d];
+  }
+  return strides;
+}
+
+// cat with validated inputs; the output gets `out_strides` (dense) when given, else contiguous strides.
+Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
   DG_CHECK(!tensors.empty(), Value, "[cat] expected a non-empty list of tensors");
   DType dtype = tensors[0].defined() ? tensors[0].dtype() : DType::Float32;
   int reference = -1;  // the first tensor that is not a 1-D empty one (torch skips those)
@@ -106,11 +127,20 @@ Tensor cat(std::span<const Tensor> tensors, int64_t dim) {
     attrs.ints.push_back(t.shape()[d]);
   }
   Tensor out = Tensor::empty(shape, dtype);
+  if (!out_strides.empty() && static_cast<int64_t>(out_strides.size()) == out.dim()) {
+    // The same storage seen with the requested dense strides: a fresh tensor, not a view of another.
+    Tensor strided = Tensor::make_view(out, shape, Dims(out_strides), 0);
+    strided.impl()->is_view = false;
+    out = strided;
+  }
   std::span<const Tensor> in_span(inputs.data(), inputs.size());
   enqueue(op_cat, in_span, std::span<const Tensor>(&out, 1), attrs);
   if (needs_grad_any(in_span)) record_node(&op_cat, in_span, std::span<const Tensor>(&out, 1))->attrs = attrs;
   return out;
 }
+}  // namespace
+
+Tensor cat(std::span<const Tensor> tensors, int64_t dim) { return join(tensors, dim, IntSpan()); }
 
 Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   DG_CHECK(!tensors.empty(), Value, "[stack] expects a non-empty list of tensors");
@@ -126,6 +156,68 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   return cat(expanded, d);
 }
 
+// --- split, chunk, unbind: views of consecutive pieces, recorded as ONE node with a piece per output ----------
+// The backward joins the pieces' gradients with a single cat Task (a stack for unbind) into a gradient laid out
+// like the input, so that views the input was made from (qkv.view(...).permute(...)) map it back without a
+// copy; a piece that got no gradient contributes broadcast zeros. N select/narrow nodes would each fill a
+// zero tensor of the input's shape and the engine would add them up.
+namespace {
+// attrs.i[0] = dim, attrs.i[1] = 1 when the pieces dropped dim (unbind), attrs.ints = each piece's size along
+// dim, then the input's strides.
+void pieces_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const IntSpan shape = n.input_meta[0].shape;
+  const int64_t dim = n.attrs.i[0];
+  const bool dropped_dim = n.attrs.i[1] != 0;
+  const size_t count = g.size();
+  const IntSpan sizes(n.attrs.ints.data(), count), input_strides(n.attrs.ints.data() + count, shape.size());
+  DType dtype = n.input_meta[0].dtype;
+  for (const Tensor& grad : g)
+    if (grad.defined()) dtype = grad.dtype();
+  std::vector<Tensor> parts;
+  parts.reserve(count);
+  Tensor zero;
+  for (size_t k = 0; k < count; ++k) {
+    if (g[k].defined()) {
+      parts.push_back(dropped_dim ? unsqueeze(g[k], dim) : g[k]);
+      continue;
+    }
+    if (!zero.defined()) zero = zeros(Dims{}, {dtype});
+    Dims piece_shape(shape);
+    piece_shape[static_cast<size_t>(dim)] = sizes[k];
+    parts.push_back(expand(zero, piece_shape));
+  }
+  gi[0] = join(parts, dim, strides_like(shape, input_strides));
+}
+
+std::vector<Tensor> record_pieces(const char* name, const Tensor& a, std::vector<Tensor> pieces, int64_t dim,
+                                  bool dropped_dim, IntSpan sizes) {
+  if (pieces.empty() || !needs_grad_any({a})) return pieces;
+  Ref<Node> node = make_ref<Node>(std::string(name), pieces_backward, pieces.size());
+  node->attrs.i[0] = dim;
+  node->attrs.i[1] = dropped_dim;
+  for (int64_t size : sizes) node->attrs.ints.push_back(size);
+  for (int64_t stride : a.strides()) node->attrs.ints.push_back(stride);
+  Tensor inputs[1] = {a};
+  record_node(node, inputs, pieces);
+  return pieces;
+}
+
+// Views a[..., start : start + size, ...] along dim for consecutive sizes, as one node.
+std::vector<Tensor> split_views(const char* name, const Tensor& a, int64_t d, IntSpan sizes) {
+  std::vector<Tensor> pieces;
+  pieces.reserve(sizes.size());
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    Dims shape(a.shape());
+    shape[static_cast<size_t>(d)] = size;
+    const int64_t offset = a.storage_offset() + (size > 0 ? start * a.strides()[d] : 0);
+    pieces.push_back(Tensor::make_view(a, std::move(shape), Dims(a.strides()), offset));
+    start += size;
+  }
+  return record_pieces(name, a, std::move(pieces), d, false, sizes);
+}
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   check_defined("split", a);
   DG_CHECK(a.dim() > 0, Runtime, "[split] expects at least a 1-dimensional tensor");
@@ -133,13 +225,10 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   const int64_t size = a.shape()[d];
   DG_CHECK(split_size > 0 || (split_size == 0 && size == 0), Value, "[split] split_size can only be 0 if dimension "
            "size is 0, but got split_size=", split_size, " for dimension ", d, " of size ", size);
-  std::vector<Tensor> pieces;
-  if (size == 0) {
-    pieces.push_back(narrow(a, d, 0, 0));
-    return pieces;
-  }
-  for (int64_t start = 0; start < size; start += split_size) pieces.push_back(narrow(a, d, start, std::min(split_size, size - start)));
-  return pieces;
+  Dims sizes;
+  if (size == 0) sizes.push_back(0);
+  for (int64_t start = 0; start < size; start += split_size) sizes.push_back(std::min(split_size, size - start));
+  return split_views("split", a, d, sizes);
 }
 
 std::vector<Tensor> split(const Tensor& a, IntSpan split_sizes, int64_t dim) {
@@ -153,13 +242,7 @@ std::vector<Tensor> split(const Tensor& a, IntSpan split_sizes, int64_t dim) {
   }
   DG_CHECK(total == a.shape()[d], Value, "[split] split_sizes ", split_sizes, " must sum exactly to ", a.shape()[d],
            " (the input's size at dimension ", d, "), but sum to ", total);
-  std::vector<Tensor> pieces;
-  int64_t start = 0;
-  for (int64_t s : split_sizes) {
-    pieces.push_back(narrow(a, d, start, s));
-    start += s;
-  }
-  return pieces;
+  return split_views("split", a, d, split_sizes);
 }
 
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
@@ -168,6 +251,23 @@ std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim) {
   DG_CHECK(a.dim() > 0, Runtime, "[chunk] expects at least a 1-dimensional tensor");
   const int64_t size = a.size(wrap_dim("chunk", dim, a.dim()));
   return split(a, (size + chunks - 1) / chunks, dim);
+}
+
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim) {
+  check_defined("unbind", a);
+  DG_CHECK(a.dim() > 0, Index, "[unbind] dimension specified as ", dim, " but tensor has no dimensions");
+  const int64_t d = wrap_dim("unbind", dim, a.dim());
+  Dims sizes, strides;
+  for (int64_t k = 0; k < a.dim(); ++k) {
+    if (k == d) continue;
+    sizes.push_back(a.shape()[k]);
+    strides.push_back(a.strides()[k]);
+  }
+  std::vector<Tensor> pieces;
+  pieces.reserve(static_cast<size_t>(a.shape()[d]));
+  for (int64_t i = 0; i < a.shape()[d]; ++i)
+    pieces.push_back(Tensor::make_view(a, sizes, strides, a.storage_offset() + i * a.strides()[d]));
+  return record_pieces("unbind", a, std::move(pieces), d, true, Dims(static_cast<size_t>(a.shape()[d]), 1));
 }
 
 // --- index_select, gather, scatter_add, index_add ------------------------------------------------------------

@@ -1,6 +1,6 @@
-// Joining, splitting and indexing: cat, stack, split, chunk, index_select, gather, scatter_add, tril,
+// Joining, splitting and indexing: cat, stack, split, chunk, unbind, index_select, gather, scatter_add, tril,
 // triu. Index tensors are int64 or int32; an index out of range is detected by the kernel and raised at
-// the next sync point (docs/async-errors.md). split and chunk return views.
+// the next sync point (docs/async-errors.md). split, chunk and unbind return views.
 #pragma once
 #include <span>
 #include <vector>
@@ -18,6 +18,9 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& a, IntSpan split_sizes, int64_t dim = 0);
 // `chunks` views of ceil(size / chunks) elements along dim (fewer when the size runs out).
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+// The size(dim) views a.select(dim, i). split, chunk and unbind record ONE autograd node for all their views,
+// whose backward joins the gradients with a single cat (zeros for views that got none).
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim = 0);
 
 // out[..., j, ...] = a[..., index[j], ...] along dim; index is 1-D (or 0-D).
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);

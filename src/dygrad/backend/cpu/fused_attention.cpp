@@ -10,6 +10,10 @@
 //   Dr = rowsum(dO * O); per key block, per query block: P = exp(s Q K^T (+ mask) - L),
 //   dV += P^T dO,  dP = dO V^T,  dS = P (dP - Dr),  dQ += s dS K,  dK += s dS^T Q.
 // A row that attends to no key (all masked) gives O = 0, L = -inf and zero gradients.
+// The tile products run on the register-blocked tile_gemm (backend/cpu/tile_gemm.h) rather than the serial
+// BLAS, whose every call repacks its operands and claims a packing buffer under a lock shared by all threads
+// (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed (K^T for S, V^T for dP) are packed once
+// per batch-head (forward) or per key block (backward).
 #include "dygrad/backend/cpu/fused_attention.h"
 
 #include <cmath>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -147,25 +152,32 @@ void attention_forward(Task& task, const Config& cfg) {
   const int64_t batch = shape_numel(q.lead_sizes);
   const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
   const T scale = static_cast<T>(cfg.scale);
+  // K^T [D, S] of every batch-head, packed once (in the compute type) for all of its query blocks.
+  std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * S_len, 1))]);
+  parallel_chunks(batch, [&](int64_t n) {
+    std::vector<T> k_pack;
+    int64_t ldk;
+    const T* kb = k.block(k.matrix(n), 0, S_len, k_pack, ldk);
+    transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * S_len, S_len);
+  });
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
-    std::vector<T> q_pack, k_pack, v_pack;
+    const T* k_transposed = keys_t.get() + n * D * S_len;
+    std::vector<T> q_pack, v_pack;
     std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
     std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
     std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
-    int64_t ldq, ldk, ldv;
+    int64_t ldq, ldv;
     const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
-    const S* k_matrix = k.matrix(n);
     const S* v_matrix = v.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     const int64_t key_end = cfg.causal ? std::min(S_len, q0 + nq) : S_len;
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, key_end - k0);
-      const T* kb = k.block(k_matrix, k0, nk, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
       T* s = scores.get();
-      gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), s, nk);
+      tile_gemm(false, nq, nk, D, scale, qb, ldq, k_transposed + k0, S_len, T(0), s, nk);
       mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
@@ -188,7 +200,7 @@ void attention_forward(Task& task, const Config& cfg) {
       for (int64_t i = 0; i < nq; ++i) {
         row_sum[static_cast<size_t>(i)] += sum_of(s + i * nk, nk);
       }
-      gemm(false, false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
+      tile_gemm(false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
     }
     S* o = const_cast<S*>(out.matrix(n)) + q0 * out.row_stride;
     for (int64_t i = 0; i < nq; ++i) {
@@ -249,12 +261,15 @@ void attention_backward(Task& task, const Config& cfg) {
       row_dot[static_cast<size_t>(i)] = total;
     }
     std::vector<T> q_pack, k_pack, v_pack, do_pack;
+    std::vector<T> kt_pack(static_cast<size_t>(D * kKeyBlock)), vt_pack(static_cast<size_t>(Dv * kKeyBlock));
     std::unique_ptr<T[]> probs(new T[kQueryBlock * kKeyBlock]), dprobs(new T[kQueryBlock * kKeyBlock]);
     int64_t ldq, ldk, ldv, lddo;
     for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
       const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
+      transpose_into(kb, nk_block, D, ldk, kt_pack.data(), nk_block);   // K_blk^T [D, nk_block]
+      transpose_into(vb, nk_block, Dv, ldv, vt_pack.data(), nk_block);  // V_blk^T [Dv, nk_block]
       std::fill(dk + k0 * D, dk + (k0 + nk_block) * D, T(0));
       std::fill(dv + k0 * Dv, dv + (k0 + nk_block) * Dv, T(0));
       // Causal: query rows i < k0 see no key of this block.
@@ -267,7 +282,8 @@ void attention_backward(Task& task, const Config& cfg) {
         const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
         T* p = probs.get();
         T* dp = dprobs.get();
-        gemm(false, true, nq, nk, D, scale, qb, ldq, kb, ldk, T(0), p, nk);
+        // Column j of K^T / V^T is key k0 + j: the first nk columns of the packs, leading dim nk_block.
+        tile_gemm(false, nq, nk, D, scale, qb, ldq, kt_pack.data(), nk_block, T(0), p, nk);
         mask_scores<T, S>(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
         for (int64_t i = 0; i < nq; ++i) {
           T* row = p + i * nk;
@@ -276,14 +292,14 @@ void attention_backward(Task& task, const Config& cfg) {
           else for (int64_t j = 0; j < nk; ++j) row[j] -= l;
         }
         exp_inplace(p, nq * nk);
-        gemm(true, false, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * Dv, Dv);
-        gemm(false, true, nq, nk, Dv, T(1), dob, lddo, vb, ldv, T(0), dp, nk);
+        tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * Dv, Dv);
+        tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack.data(), nk_block, T(0), dp, nk);
         for (int64_t i = 0; i < nq; ++i) {
           const T r = row_dot[static_cast<size_t>(q0 + i)];
           for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - r);
         }
-        gemm(false, false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * D, D);
-        gemm(true, false, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
+        tile_gemm(false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * D, D);
+        tile_gemm(true, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
       }
     }
     if constexpr (!kDirect) {

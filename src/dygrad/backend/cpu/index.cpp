@@ -9,6 +9,8 @@
 // element's sum is added in the order j = 0, 1, ..., L-1 whatever the number of threads.
 #include "dygrad/backend/cpu/index.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "dygrad/backend/cpu/loops.h"
@@ -83,15 +85,30 @@ void visit_width(size_t itemsize, F&& f) {
 }
 }  // namespace
 
+// `t`'s dims reordered as `order` lists them (a view of the same elements).
+Tensor reorder_dims(const Tensor& t, const std::vector<size_t>& order) {
+  Dims sizes, strides;
+  for (size_t d : order) {
+    sizes.push_back(t.shape()[d]);
+    strides.push_back(t.strides()[d]);
+  }
+  return Tensor::make_view(t, std::move(sizes), std::move(strides), t.storage_offset());
+}
+
 void cat_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const int64_t dim = task.attrs.i[0];
+  // The copies walk the output in memory order (its dims sorted by stride), so a permuted output (the
+  // gradient of unbind, laid out like its input) is written in sequential runs rather than strided ones.
+  std::vector<size_t> order(static_cast<size_t>(out.dim()));
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out.strides()[x] > out.strides()[y]; });
   int64_t offset = 0;
   for (const Tensor& in : task.inputs) {
     // out[..., offset : offset + n, ...] as a view, then a strided copy into it.
     Tensor target = Tensor::make_view(out, Dims(in.shape()), Dims(out.strides()),
                                       out.storage_offset() + offset * out.strides()[dim]);
-    visit_width(out.itemsize(), [&]<typename U>() { copy_elements<U>(target, in); });
+    visit_width(out.itemsize(), [&]<typename U>() { copy_elements<U>(reorder_dims(target, order), reorder_dims(in, order)); });
     offset += in.shape()[dim];
   }
 }
