@@ -52,11 +52,13 @@ int64_t round_up(int64_t a, int64_t multiple) { return ceil_div(a, multiple) * m
 // tiles are few and large: split until there are kTargetTiles per GEMM call, always halving the longer side
 // (the split that repacks less), as long as tiles stay at least kMinTileM x kMinTileN and kMinTileFlops.
 // Batches are tiles of their own. Machines with more cores want a larger target (set_gemm_target_tiles); it
-// must not follow the pool size, or results would change with the thread count.
+// must not follow the pool size, or results would change with the thread count. The minimum tile side is 128:
+// with 256, a 384 x 384 weight gradient over K = 2048 (the attention output projection's, in backward) was one
+// tile on one core (147 GFLOP/s; split in two, 248).
 constexpr int64_t kTargetTiles = 2;
 std::atomic<int64_t> target_tiles{kTargetTiles};  // set_gemm_target_tiles
-constexpr int64_t kMinTileM = 256;
-constexpr int64_t kMinTileN = 256;
+constexpr int64_t kMinTileM = 128;
+constexpr int64_t kMinTileN = 128;
 constexpr double kMinTileFlops = 4.0e6;  // about 30 microseconds of one core
 constexpr int64_t kTileAlign = 16;       // the float32 micro-kernel's width under AVX-512
 
