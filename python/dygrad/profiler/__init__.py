@@ -15,8 +15,10 @@ by flows, user ranges, data-loader waits, sync points, allocator counters. Off, 
 """
 import enum
 import functools
+import os
 
 from .. import _C
+from ..runtime import get_context
 from ._result import MEMORY_CATEGORIES, MemorySample, OpEvent, OpStat, OpStatsTable, ProfileResult, Range  # noqa: F401
 
 __all__ = ["profile", "schedule", "ProfilerAction", "ProfilerActivity", "record_function", "record_data_wait",
@@ -124,11 +126,6 @@ class record_function:
         return wrapped
 
 
-def _context_now():
-    deterministic, synchronize, num_threads = _C._get_context()
-    return {"synchronize": synchronize, "deterministic": deterministic, "num_threads": num_threads}
-
-
 class profile:
     """torch.profiler.profile for dygrad.
 
@@ -165,7 +162,8 @@ class profile:
     def _begin_recording(self):
         self._recorder = _C._Profiler(self.record_shapes, self.profile_memory, self.with_stack,
                                       self.host_bound_tolerance_ns)
-        self._context = _context_now()
+        c = get_context()
+        self._context = {"synchronize": c.synchronize, "deterministic": c.deterministic, "num_threads": c.num_threads}
         self._recorder.start()
         self._recorder.step()  # the first step begins now
 
@@ -247,7 +245,6 @@ def trace_handler(dir_name, **summary_options):
     """on_trace_ready that writes a run directory (trace.json, op_stats.csv, breakdown.json, summary.json,
     report.html) per finished cycle into dir_name (cycle k > 0 into dir_name/cycle_k). summary_options go to
     dygrad.profiler.summary.write_run_dir (batch_size=, seq_len=, model_config=, label=, ...)."""
-    import os
 
     def handler(prof):
         index = len(prof.results) - 1

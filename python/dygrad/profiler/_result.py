@@ -125,14 +125,6 @@ class ProfileResult:
 
     # --- views -------------------------------------------------------------------------------------------------
     @property
-    def steps(self):
-        """The step intervals [(begin_ns, end_ns)] between consecutive markers (the session without markers)."""
-        m = self.step_markers
-        if len(m) < 2:
-            return [(self.start_ns, self.stop_ns)]
-        return list(zip(m[:-1], m[1:]))
-
-    @property
     def num_steps(self):
         return len(self.breakdown["steps"])
 
