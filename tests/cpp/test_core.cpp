@@ -37,3 +37,31 @@ TEST(Core, ErrorsNameTheOp) {
     EXPECT_NE(std::string(e.what()).find("[add]"), std::string::npos) << e.what();
   }
 }
+
+// Elementwise outputs are laid out like their inputs (ops/layout.h): values are those of the logical result,
+// strides those torch gives (dims ordered by the first input's strides; broadcast dims decide nothing).
+TEST(Core, ElementwiseOutputFollowsInputLayout) {
+  std::vector<float> values(2 * 3 * 4);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  Tensor x = from_vector<float>(values, std::vector<int64_t>{2, 3, 4});
+  Tensor p = permute(x, std::vector<int64_t>{2, 0, 1});  // [4, 2, 3], strides (1, 12, 4)
+  Tensor y = mul(p, 2.0);
+  EXPECT_EQ(std::vector<int64_t>(y.strides().begin(), y.strides().end()), (std::vector<int64_t>{1, 12, 4}));
+  Tensor row = from_vector<float>({1, 2, 3}, std::vector<int64_t>{3});  // broadcast: decides nothing
+  Tensor z = add(row, p);
+  EXPECT_EQ(std::vector<int64_t>(z.strides().begin(), z.strides().end()), (std::vector<int64_t>{1, 12, 4}));
+  std::vector<float> expected_y, expected_z;
+  for (int64_t c = 0; c < 4; ++c)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t b = 0; b < 3; ++b) {
+        const float v = values[static_cast<size_t>(a * 12 + b * 4 + c)];
+        expected_y.push_back(2 * v);
+        expected_z.push_back(v + static_cast<float>(b + 1));
+      }
+  EXPECT_EQ(y.to_vector<float>(), expected_y);
+  EXPECT_EQ(z.to_vector<float>(), expected_z);
+  // Contiguous inputs give a contiguous output; so does a contiguous first input with a permuted second one.
+  EXPECT_TRUE(mul(x, x).is_contiguous());
+  EXPECT_TRUE(add(contiguous(p), p).is_contiguous());
+  EXPECT_EQ(add(contiguous(p), p).to_vector<float>(), add(p, p).to_vector<float>());
+}

@@ -54,6 +54,12 @@ Tensor Tensor::empty(IntSpan shape, DType dtype, Device device) {
   return Tensor(make_ref<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
 }
 
+Tensor Tensor::empty_strided(IntSpan shape, Dims strides, DType dtype, Device device) {
+  Tensor out = empty(shape, dtype, device);
+  if (out.numel() > 0) out.impl_->strides = std::move(strides);
+  return out;
+}
+
 Tensor Tensor::make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset) {
   auto impl = make_ref<TensorImpl>(base.impl_->storage, std::move(sizes), std::move(strides), offset, base.dtype());
   impl->is_view = true;

@@ -45,6 +45,9 @@ class Tensor {
 
   // A new contiguous tensor; its contents are undefined until an op writes them.
   static Tensor empty(IntSpan shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  // A new tensor with the given dense strides (a permutation of the contiguous ones, as dense_strides
+  // returns): the output of an op laid out like its inputs. Not a view.
+  static Tensor empty_strided(IntSpan shape, Dims strides, DType dtype = DType::Float32, Device device = Device::cpu());
   // A view of `base`'s storage with the given metadata (no copy; bounds checked by the caller).
   static Tensor make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset);
 

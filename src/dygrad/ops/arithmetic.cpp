@@ -4,6 +4,7 @@
 #include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/layout.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 
@@ -88,7 +89,7 @@ Tensor binary(const OpDef& op, const Tensor& a, const Tensor& b, Scalar alpha, b
   Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
   // Operands live in arrays handed on as spans: no temporary copies (each an atomic refcount pair) per call.
   Tensor inputs[2] = {to(a, dtype), to(b, dtype)};
-  Tensor outputs[1] = {Tensor::empty(shape, dtype)};
+  Tensor outputs[1] = {empty_elementwise(shape, dtype, inputs)};
   Attrs attrs;
   attrs.scalars[0] = alpha;
   enqueue(op, inputs, outputs, attrs);
@@ -106,7 +107,7 @@ Tensor binary_scalar(const OpDef& op, const Tensor& a, Scalar s, bool floating, 
   DType dtype = result_type(a, s);
   if (floating && !is_floating(dtype)) dtype = DType::Float32;
   Tensor inputs[1] = {to(a, dtype)};  // arrays handed on as spans, as in binary()
-  Tensor outputs[1] = {Tensor::empty(inputs[0].shape(), dtype)};
+  Tensor outputs[1] = {empty_elementwise(inputs[0].shape(), dtype, inputs)};
   Attrs attrs;
   attrs.scalars[0] = s;
   enqueue(op, inputs, outputs, attrs);

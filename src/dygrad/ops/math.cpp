@@ -9,6 +9,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
+#include "dygrad/ops/layout.h"
 #include "dygrad/ops/shape.h"
 
 namespace dg {
@@ -206,7 +207,7 @@ enum class Save { Input, Output };
 // out = op(a) with the result dtype `dtype` (a is cast to it); records the node saving x or y.
 Tensor unary(const OpDef& op, const Tensor& a, DType dtype, Save save, const Attrs& attrs = Attrs()) {
   Tensor x = to(a, dtype);
-  Tensor out = Tensor::empty(x.shape(), dtype);
+  Tensor out = empty_elementwise(x.shape(), dtype, std::span<const Tensor>(&x, 1));
   enqueue(op, {x}, {out}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {out};
@@ -252,7 +253,7 @@ Tensor& unary_inplace(const OpDef& op, const char* name, Tensor& a) {
 }
 
 Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v) {
-  Tensor out = Tensor::empty(v.shape(), v.dtype());
+  Tensor out = empty_elementwise(v.shape(), v.dtype(), std::span<const Tensor>(&v, 1));
   enqueue(op, {to(g, v.dtype()), v}, {out});
   return out;
 }

@@ -42,10 +42,14 @@ void unary_loop(Task& task, const Fn& fn) {
   StridedIteration it(operands);
   if (it.is_flat()) return unary_flat<Fn, TOut, TIn>(out.data<TOut>(), in.data<TIn>(), it.numel, fn);
   for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
-    char* o = p[0];
-    const char* x = p[1];
-    for (int64_t i = 0; i < n; ++i, o += s[0], x += s[1])
-      *reinterpret_cast<TOut*>(o) = static_cast<TOut>(fn(static_cast<C>(*reinterpret_cast<const TIn*>(x))));
+    TOut* o = reinterpret_cast<TOut*>(p[0]);
+    const TIn* x = reinterpret_cast<const TIn*>(p[1]);
+    const int64_t so = s[0] / static_cast<int64_t>(sizeof(TOut)), sx = s[1] / static_cast<int64_t>(sizeof(TIn));
+    // One loop per common stride pattern, each vectorised (a strided copy reads or writes with permutes).
+    if (so == 1 && sx == 1) for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(x[i])));
+    else if (so == 1) for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(x[i * sx])));
+    else if (sx == 1) for (int64_t i = 0; i < n; ++i) o[i * so] = static_cast<TOut>(fn(static_cast<C>(x[i])));
+    else for (int64_t i = 0; i < n; ++i) o[i * so] = static_cast<TOut>(fn(static_cast<C>(x[i * sx])));
   });
 }
 
@@ -56,6 +60,39 @@ void binary_flat(TOut* __restrict out, const TIn* a, const TIn* b, int64_t n, co
   parallel_for(0, n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
   });
+}
+
+// One row of out[i] = f(a[i * sa], b[i * sb]) with a contiguous output: one loop per stride class of each
+// input (SA, SB: 1 contiguous, 0 broadcast, 2 every other element, -1 any stride, known at run time), so
+// the compiler vectorises each (strided loads become permutes or element inserts). Views such as x[..., ::2]
+// (the composed rotary embedding) or a transposed operand take these loops instead of a scalar one.
+template <int SA, int SB, typename Fn, typename TOut, typename TIn>
+void binary_row(TOut* o, const TIn* a, const TIn* b, int64_t n, int64_t sa, int64_t sb, const Fn& fn) {
+  using C = compute_t<TIn>;
+  const int64_t step_a = SA >= 0 ? SA : sa, step_b = SB >= 0 ? SB : sb;
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(a[i * step_a]), static_cast<C>(b[i * step_b])));
+}
+
+// The row loop for input strides sa, sb (in elements) and a contiguous output.
+template <typename Fn, typename TOut, typename TIn>
+void binary_contiguous_out(TOut* o, const TIn* a, const TIn* b, int64_t n, int64_t sa, int64_t sb, const Fn& fn) {
+  auto stride_class = [](int64_t s) { return s == 0 || s == 1 || s == 2 ? int(s) : -1; };
+  switch (stride_class(sa) * 4 + stride_class(sb)) {  // sa's class * 4 + sb's class, classes -1..2
+    case 1 * 4 + 1: return binary_row<1, 1>(o, a, b, n, sa, sb, fn);
+    case 1 * 4 + 0: return binary_row<1, 0>(o, a, b, n, sa, sb, fn);
+    case 0 * 4 + 1: return binary_row<0, 1>(o, a, b, n, sa, sb, fn);
+    case 2 * 4 + 1: return binary_row<2, 1>(o, a, b, n, sa, sb, fn);
+    case 1 * 4 + 2: return binary_row<1, 2>(o, a, b, n, sa, sb, fn);
+    case 2 * 4 + 0: return binary_row<2, 0>(o, a, b, n, sa, sb, fn);
+    case 0 * 4 + 2: return binary_row<0, 2>(o, a, b, n, sa, sb, fn);
+    case 2 * 4 + 2: return binary_row<2, 2>(o, a, b, n, sa, sb, fn);
+    default:
+      if (sb == 1) return binary_row<-1, 1>(o, a, b, n, sa, sb, fn);
+      if (sa == 1) return binary_row<1, -1>(o, a, b, n, sa, sb, fn);
+      if (sb == 0) return binary_row<-1, 0>(o, a, b, n, sa, sb, fn);
+      if (sa == 0) return binary_row<0, -1>(o, a, b, n, sa, sb, fn);
+      return binary_row<-1, -1>(o, a, b, n, sa, sb, fn);
+  }
 }
 
 // out = f(a, b), a and b of type TIn, out of type TOut.
@@ -75,20 +112,11 @@ void binary_loop(Task& task, const Fn& fn) {
     TOut* o = reinterpret_cast<TOut*>(p[0]);
     const TIn* a = reinterpret_cast<const TIn*>(p[1]);
     const TIn* b = reinterpret_cast<const TIn*>(p[2]);
-    if (s[0] == sizeof(TOut) && s[1] == sizeof(TIn) && s[2] == sizeof(TIn)) {
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(a[i]), static_cast<C>(b[i])));
-    } else if (s[0] == sizeof(TOut) && s[1] == sizeof(TIn) && s[2] == 0) {
-      const C bv = static_cast<C>(*b);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(a[i]), bv));
-    } else if (s[0] == sizeof(TOut) && s[1] == 0 && s[2] == sizeof(TIn)) {
-      const C av = static_cast<C>(*a);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(av, static_cast<C>(b[i])));
-    } else {
-      const int64_t so = s[0] / static_cast<int64_t>(sizeof(TOut)), sa = s[1] / static_cast<int64_t>(sizeof(TIn)),
-                    sb = s[2] / static_cast<int64_t>(sizeof(TIn));
-      for (int64_t i = 0; i < n; ++i)
-        o[i * so] = static_cast<TOut>(fn(static_cast<C>(a[i * sa]), static_cast<C>(b[i * sb])));
-    }
+    const int64_t so = s[0] / static_cast<int64_t>(sizeof(TOut)), sa = s[1] / static_cast<int64_t>(sizeof(TIn)),
+                  sb = s[2] / static_cast<int64_t>(sizeof(TIn));
+    if (so == 1) return binary_contiguous_out(o, a, b, n, sa, sb, fn);
+    for (int64_t i = 0; i < n; ++i)
+      o[i * so] = static_cast<TOut>(fn(static_cast<C>(a[i * sa]), static_cast<C>(b[i * sb])));
   });
 }
 

@@ -1,6 +1,8 @@
 // Dim coalescing and broadcasting for the elementwise loops.
 #include "dygrad/backend/cpu/loops.h"
 
+#include <algorithm>
+
 #include "dygrad/runtime/error.h"
 
 namespace dg::cpu {
@@ -34,9 +36,17 @@ StridedIteration::StridedIteration(std::span<const Tensor> operands) {
       full_strides[k][lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
   }
   for (int64_t s : full_shape) numel *= s;
-  // Drop size-1 dims, then merge neighbours d-1, d when stride[d-1] == stride[d] * size[d] for all operands.
-  for (size_t d = 0; d < nd; ++d) {
-    if (full_shape[d] == 1) continue;
+  // Iteration order: the output's memory order (its dims by decreasing stride; stable, so a contiguous output
+  // keeps the logical order). A permuted output, such as an elementwise result laid out like its permuted
+  // inputs (ops/layout.h), is then written sequentially and its inputs read in the same order.
+  SmallVector<size_t, 6> order;
+  for (size_t d = 0; d < nd; ++d)
+    if (full_shape[d] != 1) order.push_back(d);
+  const auto& out_strides = full_strides[0];
+  if (!std::is_sorted(order.begin(), order.end(), [&](size_t x, size_t y) { return out_strides[x] > out_strides[y]; }))
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out_strides[x] > out_strides[y]; });
+  // Then merge neighbours d-1, d when stride[d-1] == stride[d] * size[d] for all operands.
+  for (size_t d : order) {
     if (!shape.empty()) {
       bool mergeable = true;
       for (int k = 0; k < num_operands; ++k)

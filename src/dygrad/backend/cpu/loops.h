@@ -47,26 +47,28 @@ struct StridedIteration {
     const int64_t inner_size = shape[nd - 1];
     int64_t inner_stride[kMaxOperands];
     for (int k = 0; k < num_operands; ++k) inner_stride[k] = strides[k][nd - 1] * itemsize[k];
-    // Multi-index of `begin` over the outer dims.
+    // Multi-index of `begin` over the outer dims, and each operand's element offset there (kept up to date
+    // as the rows advance, not recomputed per row).
     Dims index(static_cast<size_t>(nd), 0);
     int64_t rem = begin;
     for (int d = nd - 1; d >= 0; --d) {
       index[d] = rem % shape[d];
       rem /= shape[d];
     }
+    int64_t offset[kMaxOperands] = {};
+    for (int k = 0; k < num_operands; ++k)
+      for (int d = 0; d < nd; ++d) offset[k] += index[d] * strides[k][d];
     int64_t pos = begin;
     while (pos < end) {
-      char* ptrs[kMaxOperands];
-      for (int k = 0; k < num_operands; ++k) {
-        int64_t off = 0;
-        for (int d = 0; d < nd; ++d) off += index[d] * strides[k][d];
-        ptrs[k] = base[k] + off * itemsize[k];
-      }
-      int64_t count = std::min(inner_size - index[nd - 1], end - pos);
+      char* ptrs[kMaxOperands] = {};
+      for (int k = 0; k < num_operands; ++k) ptrs[k] = base[k] + offset[k] * itemsize[k];
+      const int64_t count = std::min(inner_size - index[nd - 1], end - pos);
       inner(ptrs, inner_stride, count);
       pos += count;
       index[nd - 1] += count;
-      for (int d = nd - 1; d > 0 && index[d] >= shape[d]; --d) {
+      for (int k = 0; k < num_operands; ++k) offset[k] += count * strides[k][nd - 1];
+      for (int d = nd - 1; d > 0 && index[d] >= shape[d]; --d) {  // carry: back to 0 along d, one step along d-1
+        for (int k = 0; k < num_operands; ++k) offset[k] += strides[k][d - 1] - index[d] * strides[k][d];
         index[d] = 0;
         ++index[d - 1];
       }

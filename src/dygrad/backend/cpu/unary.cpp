@@ -45,7 +45,8 @@ void unary_map(Task& task, const Fn& fn) {
     const T* in = reinterpret_cast<const T*>(p[1]);
     if (s[0] == sizeof(T) && s[1] == sizeof(T)) return contiguous(out, in, n);
     const int64_t so = s[0] / static_cast<int64_t>(sizeof(T)), si = s[1] / static_cast<int64_t>(sizeof(T));
-    for (int64_t i = 0; i < n; ++i) out[i * so] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
+    if (so == 1) for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
+    else for (int64_t i = 0; i < n; ++i) out[i * so] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
   });
 }
 
