@@ -6,7 +6,7 @@ PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
 # fortunes: the default training corpus (python/dygrad/data/corpus.py says why).
-APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
+APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libdnnl-dev libgtest-dev libgmock-dev \
                libbenchmark-dev valgrind fortunes chromium
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
 PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0

@@ -1,6 +1,7 @@
 // Runtime controls: context flags (deterministic, synchronize, num_threads), the generator seed, stream
 // synchronisation and the caching allocator's statistics.
 #include "common.h"
+#include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
@@ -53,6 +54,7 @@ void init_runtime(nb::module_& m) {
   }, nb::arg("bytes"), "At each enqueue the host waits while it has allocated more than `bytes` since the oldest "
      "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
+  m.def("_sgemm_library", [] { return std::string(cpu::sgemm_library()); });  // "onednn" or "openblas"
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {
     DG_CHECK(n >= 1 && n <= 4096, Value, "[set_num_threads] expected a thread count in [1, 4096], got ", n);

@@ -87,3 +87,20 @@ def test_links_the_serial_openblas():
     with open("/proc/self/maps") as maps:
         libraries = {line.split()[-1] for line in maps if "libopenblas" in line}
     assert not any("openblas-pthread" in path for path in libraries), libraries
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="counts the process's threads")
+def test_float32_gemm_library_and_no_extra_threads():
+    # float32 GEMM goes through oneDNN when the build found libdnnl-dev (make deps installs it), unless
+    # DYGRAD_SGEMM=openblas; either way each tile is one serial call: no OpenMP or BLAS threads appear.
+    expected = "openblas" if os.environ.get("DYGRAD_SGEMM") == "openblas" else (
+        "onednn" if os.path.exists("/usr/include/oneapi/dnnl/dnnl.h") else "openblas")
+    assert dg._C._sgemm_library() == expected
+    a = dg.randn((300, 500))
+    b = dg.randn((500, 200))
+    (a @ b).numpy()
+    before = len(os.listdir("/proc/self/task"))
+    for _ in range(3):
+        c = (a @ b).numpy()
+    assert len(os.listdir("/proc/self/task")) == before
+    np.testing.assert_allclose(c, a.numpy().astype(np.float64) @ b.numpy().astype(np.float64), rtol=1e-4, atol=1e-3)

@@ -1,14 +1,66 @@
-// Typed GEMM calls on the serial OpenBLAS for the fused kernels, which call it from several pool threads
-// at once (see the interposer at the end of backend/cpu/matmul.cpp for why that is safe).
+// Typed serial GEMM calls: the one place that picks the BLAS. float32 goes to oneDNN's dnnl_sgemm when the
+// build found it (CMakeLists.txt: DYGRAD_ONEDNN), else to the serial OpenBLAS; float64 always to OpenBLAS.
+// Callers (matmul tiles, fused kernels) call these from several pool threads at once: each call is serial
+// (oneDNN's OpenMP team is one thread on every calling thread) and thread safe (OpenBLAS: see the
+// interposer at the end of backend/cpu/matmul.cpp).
 #include <cblas.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/runtime/error.h"
+
+#if DYGRAD_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#endif
 
 namespace dg::cpu {
+
+namespace {
+#if DYGRAD_HAVE_ONEDNN
+// DYGRAD_SGEMM=openblas selects OpenBLAS at run time (side-by-side benchmarks); read once.
+bool use_onednn() {
+  static const bool onednn = [] {
+    const char* choice = std::getenv("DYGRAD_SGEMM");
+    return choice == nullptr || std::strcmp(choice, "openblas") != 0;
+  }();
+  return onednn;
+}
+
+// oneDNN parallelises a call over omp_get_max_threads() threads of the calling thread: one here, since dygrad's
+// pool already runs one GEMM tile per thread. Set once per thread (the OpenMP setting is per thread).
+void make_onednn_serial() {
+  thread_local bool serial = false;
+  if (!serial) {
+    omp_set_num_threads(1);
+    serial = true;
+  }
+}
+#endif
+}  // namespace
+
+const char* sgemm_library() {
+#if DYGRAD_HAVE_ONEDNN
+  if (use_onednn()) return "onednn";
+#endif
+  return "openblas";
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+#if DYGRAD_HAVE_ONEDNN
+  if (use_onednn()) {
+    make_onednn_serial();
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
+                                            beta, c, ldc);
+    DG_CHECK(status == dnnl_success, Runtime, "[matmul] oneDNN sgemm failed (status ", static_cast<int>(status),
+             ") for m=", m, " n=", n, " k=", k);
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
@@ -23,5 +75,3 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 }
 
 }  // namespace dg::cpu
-
-// Concurrent calls from pool threads are safe: backend/cpu/matmul.cpp serialises OpenBLAS's buffer claims.

@@ -78,7 +78,9 @@ inline void load_row(C* dst, const T* src, int64_t n, int64_t step) {
   else for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<C>(src[i * step]);
 }
 
-// Row-major GEMM on the serial BLAS: C[M,N] = alpha * op(A) op(B) + beta * C, leading dims in elements.
+// Row-major serial GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, leading dims in elements. float32 through
+// oneDNN or OpenBLAS (sgemm_library() says which), float64 through OpenBLAS (backend/cpu/fused_blas.cpp).
+const char* sgemm_library();
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

@@ -35,6 +35,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/runtime/error.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -137,11 +138,11 @@ void for_each_tile(const GemmPlan& p, Body&& body) {
 
 CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasNoTrans; }
 
-// C[m, n] = A[m, K] @ B[K, n], row-major C with leading dim ldc; one serial BLAS call.
+// C[m, n] = A[m, K] @ B[K, n], row-major C with leading dim ldc; one serial call (float32: oneDNN or OpenBLAS,
+// backend/cpu/fused_blas.cpp).
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
                int64_t ldb, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0f, A, int(lda), B, int(ldb), 0.0f, C,
-              int(ldc));
+  gemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 }
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B,
                int64_t ldb, double* C, int64_t ldc) {
