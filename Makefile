@@ -6,9 +6,12 @@ PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
 # fortunes: the default training corpus (python/dygrad/data/corpus.py says why).
-APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libdnnl-dev libgtest-dev libgmock-dev \
+APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
                libbenchmark-dev valgrind fortunes chromium
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
+# oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
+# build falls back to OpenBLAS with a warning.
+APT_OPTIONAL = libdnnl-dev
 PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0
 PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch
 
@@ -32,9 +35,13 @@ all: build
 # Installs system and Python packages only when something is missing (no network use otherwise).
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	optional=""; for p in $(APT_OPTIONAL); do dpkg -s $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+	if [ -n "$$missing$$optional" ]; then \
+	  echo "installing:$$missing$$optional"; \
+	  apt-get update -qq; \
+	  for p in $$optional; do apt-cache show $$p >/dev/null 2>&1 && missing="$$missing $$p" \
+	    || echo "note: $$p is not packaged here; continuing without it"; done; \
+	  if [ -n "$$missing" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi
 	@$(PYTHON) -c "import $(PIP_MODULES)" 2>/dev/null || $(PYTHON) -m pip install -q $(PIP_PACKAGES)
 
