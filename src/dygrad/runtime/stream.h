@@ -55,7 +55,7 @@ class Stream {
   // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
   // many bytes since the oldest Task still queued was enqueued (0: no limit). Bounds the memory a host
   // running ahead of the device keeps alive; docs/memory.md, "In-flight allocation window".
-  static constexpr uint64_t kDefaultInflightLimit = uint64_t{64} << 20;
+  static constexpr uint64_t kDefaultInflightLimit = uint64_t{32} << 20;
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
