@@ -122,12 +122,14 @@ TEST(NN, SoftmaxEdgeCases) {
 TEST(NN, SoftmaxLastDimMaskedRows) {
   // The contiguous last-dim path (lanes of 16 floats / 8 doubles plus a tail) on causally masked rows
   // (-inf beyond the diagonal, as attention does), rows whose exps underflow (a spread of 200: results
-  // below 1.6e-38 are flushed to 0, within atol), and a fully masked row (NaN, as torch). Forward and
+  // below 1.6e-38 are flushed to 0, within atol), a fully masked row and a row with a NaN (NaN rows, as
+  // torch). Forward and
   // backward against float64 references, for row lengths below, at and above the lane width.
   const double inf = INFINITY;
   for (int64_t D : {5, 16, 37, 300}) {
-    const int64_t R = D + 2;  // rows: D causal ones, one with a large spread, one fully masked
+    const int64_t R = D + 3;  // rows: D causal ones, one with a large spread, one fully masked, one with a NaN
     Values x = random_values(R * D, 61 + static_cast<uint32_t>(D), -4, 4);
+    x[static_cast<size_t>((D + 2) * D + D / 2)] = NAN;  // NaN propagates to the whole row
     for (int64_t r = 0; r < D; ++r)
       for (int64_t c = r + 1; c < D; ++c) x[static_cast<size_t>(r * D + c)] = -inf;
     for (int64_t c = 0; c < D; ++c) x[static_cast<size_t>(D * D + c)] = -200.0 * double(c) / double(D);

@@ -86,6 +86,34 @@ C lanes_dot(const C* x, const C* y, int64_t n) {
   return total;
 }
 
+// The maximum of the non-NaN elements of a contiguous row (-inf if none): four independent vector lanes (no
+// dependency chain through one register), merged, then the tail. A NaN need not be tracked here: exp(NaN
+// - m) makes the row sum, hence the whole softmax / log_softmax row, NaN.
+template <typename C>
+C lanes_max(const C* x, int64_t n) {
+  constexpr int64_t kWidth = 64 / sizeof(C);
+  using L = Lanes<C>;
+  L best[4];
+  for (L& b : best) b = L{} - C(INFINITY);
+  int64_t r = 0;
+  for (; r + 4 * kWidth <= n; r += 4 * kWidth)
+    for (int k = 0; k < 4; ++k) {
+      L v;
+      std::memcpy(&v, x + r + k * kWidth, sizeof(v));
+      best[k] = v > best[k] ? v : best[k];
+    }
+  for (; r + kWidth <= n; r += kWidth) {
+    L v;
+    std::memcpy(&v, x + r, sizeof(v));
+    best[0] = v > best[0] ? v : best[0];
+  }
+  for (int k = 1; k < 4; ++k) best[0] = best[k] > best[0] ? best[k] : best[0];
+  C m = C(-INFINITY);
+  for (int64_t k = 0; k < kWidth; ++k) m = best[0][k] > m ? best[0][k] : m;
+  for (; r < n; ++r) m = x[r] > m ? x[r] : m;
+  return m;
+}
+
 // sum over r of exp(x[r] - m) for a contiguous row, exps computed a chunk at a time into a buffer (a
 // vectorised loop) and added into lanes; the order depends on n alone.
 template <typename C>
@@ -181,10 +209,10 @@ void softmax_forward(Task& task) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* xr = x + Lx.output_offset(o);
         T* yr = y + Ly.output_offset(o);
-        const C m = row_extremum<true, C>(xr, Lx, 0, D);
         if constexpr (std::is_same_v<T, C>) {
           if (sx == 1 && sy == 1) {
             if (o + 1 < hi) prefetch_row(x + Lx.output_offset(o + 1), D);  // loads overlap this row's exps
+            const C m = lanes_max(xr, D);
             if constexpr (Log) {
               const C log_s = std::log(sum_exp_shifted(xr, D, m));
               for (int64_t r = 0; r < D; ++r) yr[r] = (xr[r] - m) - log_s;
@@ -196,6 +224,7 @@ void softmax_forward(Task& task) {
             continue;
           }
         }
+        const C m = row_extremum<true, C>(xr, Lx, 0, D);
         const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
         if constexpr (Log) {
           const C log_s = std::log(s);
@@ -267,10 +296,6 @@ void softmax_backward(Task& task) {
         const bool unit = sy == 1 && sg == 1 && sgx == 1;
         if constexpr (std::is_same_v<T, C>) {
           if (unit) {
-            if (o + 1 < hi) {  // loads overlap this row's work
-              prefetch_row(y + Ly.output_offset(o + 1), D);
-              prefetch_row(g + Lg.output_offset(o + 1), D);
-            }
             if constexpr (Log) {
               const C total = lanes_sum(gr, D);
               for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - vm::exp_nonpositive(yr[r]) * total;
