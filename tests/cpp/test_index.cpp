@@ -489,4 +489,21 @@ TEST(Index, CatLongRowsAndPermutedInputs) {
   for (int64_t i = 0; i < 5; ++i) for (int64_t j = 0; j < 6; ++j) e.push_back(vm[size_t(j * 5 + i)]);
   for (int64_t i = 0; i < 7; ++i) for (int64_t j = 0; j < 6; ++j) e.push_back(vn[size_t(j * 7 + i)]);
   expect_close(cat(both, 0), e, 0, 0, "cat transposed inputs");
+  // A stack of two along a new last dim (the interleaving pass when both are contiguous), every width.
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {
+    Tensor p = to(random_tensor({3, 5, 700}, DType::Float64, 39, -50, 50), dtype);
+    Tensor q = to(random_tensor({3, 5, 700}, DType::Float64, 40, -50, 50), dtype);
+    const std::vector<double> vp = p.to_vector<double>(), vq = q.to_vector<double>();
+    std::vector<double> interleaved;
+    for (size_t i = 0; i < vp.size(); ++i) {
+      interleaved.push_back(vp[i]);
+      interleaved.push_back(vq[i]);
+    }
+    for (bool strided : {false, true}) {
+      Tensor pair2[2] = {strided ? non_contiguous(p) : p, q};
+      Tensor st = stack(pair2, -1);
+      expect_shape(st, {3, 5, 700, 2});
+      expect_close(st, interleaved, 0, 0, std::string("stack last dim ") + dtype_name(dtype) + (strided ? " strided" : ""));
+    }
+  }
 }

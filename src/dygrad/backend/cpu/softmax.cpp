@@ -19,7 +19,9 @@
 #include "dygrad/backend/cpu/vec_math.h"
 #include "dygrad/runtime/error.h"
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC target("prefer-vector-width=512")
+#endif
 
 namespace dg::cpu {
 
