@@ -481,6 +481,14 @@ TEST(Index, CatLongRowsAndPermutedInputs) {
   std::vector<double> stacked = va, vc = c.to_vector<double>();
   stacked.insert(stacked.end(), vc.begin(), vc.end());
   expect_close(cat(rows, 0), stacked, 0, 0, "cat long rows dim 0");
+  // Equal pieces (copied block by block, piece after piece) with long rows and a broadcast one.
+  Tensor d = random_tensor({2, 20000}, DType::Float32, 41);
+  Tensor equal[3] = {a, d, expand(random_tensor({1, 20000}, DType::Float32, 42), Dims{2, 20000})};
+  std::vector<double> three = va, vd = d.to_vector<double>(), ve = equal[2].to_vector<double>();
+  three.insert(three.end(), vd.begin(), vd.end());
+  three.insert(three.end(), ve.begin(), ve.end());
+  expect_close(stack(equal, 0), three, 0, 0, "stack long rows");
+  expect_close(cat(equal, 0), three, 0, 0, "cat equal long rows");
   // Inputs whose innermost dim is strided (transposed) and an output of the usual contiguous layout.
   Tensor m = random_tensor({6, 5}, DType::Float64, 37), n = random_tensor({6, 7}, DType::Float64, 38);
   Tensor mt = transpose(m, 0, 1), nt = transpose(n, 0, 1);  // [5, 6], [7, 6], strided
