@@ -138,12 +138,11 @@ C sum_exp_shifted(const C* x, int64_t n, C m) {
   return merge_lanes<C>(acc) + tail;
 }
 
-// Rows per block of the contiguous last-dim paths: `arrays` input rows of the block fit in about 32 KiB
-// (L1), at most kMaxRowBlock. Rows are computed alike whatever the block, so results do not depend on it.
-constexpr int64_t kMaxRowBlock = 16;
-template <typename C>
-int64_t rows_per_block(int64_t D, int64_t arrays) {
-  return std::clamp<int64_t>(32768 / (arrays * D * int64_t(sizeof(C))), 1, kMaxRowBlock);
+// Asks for the cache lines of a contiguous row of n elements (the next row, while this one computes).
+template <typename T>
+void prefetch_row(const T* row, int64_t n) {
+  const char* begin = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(begin + b);
 }
 
 // The reduced dims of a softmax: its one dim, or none for a 0-dim tensor.
@@ -209,36 +208,24 @@ void softmax_forward(Task& task) {
       return;
     }
     parallel_for(0, Lx.num_outputs, std::max<int64_t>(1, kReduceGrain / D), [&](int64_t lo, int64_t hi) {
-      if constexpr (std::is_same_v<T, C>) {
-        if (sx == 1 && sy == 1) {
-          // Blocks of rows: the maxima of the block's rows first (a read-only stream of x), then per row the
-          // exps, sum and scaling with x in cache, so the reads do not alternate with the output's writes
-          // row by row (2x on a row pass that streams from DRAM).
-          const int64_t block = rows_per_block<C>(D, 1);
-          C maxima[kMaxRowBlock];
-          for (int64_t o0 = lo; o0 < hi; o0 += block) {
-            const int64_t n = std::min(block, hi - o0);
-            for (int64_t j = 0; j < n; ++j) maxima[j] = lanes_max(x + Lx.output_offset(o0 + j), D);
-            for (int64_t j = 0; j < n; ++j) {
-              const T* xr = x + Lx.output_offset(o0 + j);
-              T* yr = y + Ly.output_offset(o0 + j);
-              const C m = maxima[j];
-              if constexpr (Log) {
-                const C log_s = std::log(sum_exp_shifted(xr, D, m));
-                for (int64_t r = 0; r < D; ++r) yr[r] = (xr[r] - m) - log_s;
-              } else {  // keep exp(x - m) in y, then scale: one exp per element
-                for (int64_t r = 0; r < D; ++r) yr[r] = vm::exp_nonpositive(xr[r] - m);
-                const C inv = C(1) / lanes_sum(yr, D);
-                for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
-              }
-            }
-          }
-          return;
-        }
-      }
       for (int64_t o = lo; o < hi; ++o) {
         const T* xr = x + Lx.output_offset(o);
         T* yr = y + Ly.output_offset(o);
+        if constexpr (std::is_same_v<T, C>) {
+          if (sx == 1 && sy == 1) {
+            if (o + 1 < hi) prefetch_row(x + Lx.output_offset(o + 1), D);  // loads overlap this row's exps
+            const C m = lanes_max(xr, D);
+            if constexpr (Log) {
+              const C log_s = std::log(sum_exp_shifted(xr, D, m));
+              for (int64_t r = 0; r < D; ++r) yr[r] = (xr[r] - m) - log_s;
+            } else {  // keep exp(x - m) in y, then scale: one exp per element
+              for (int64_t r = 0; r < D; ++r) yr[r] = vm::exp_nonpositive(xr[r] - m);
+              const C inv = C(1) / lanes_sum(yr, D);
+              for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
+            }
+            continue;
+          }
+        }
         const C m = row_extremum<true, C>(xr, Lx, 0, D);
         const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
         if constexpr (Log) {
@@ -303,38 +290,24 @@ void softmax_backward(Task& task) {
       });
       return;
     }
-    const bool unit = sy == 1 && sg == 1 && sgx == 1;
     parallel_for(0, Ly.num_outputs, std::max<int64_t>(1, kReduceGrain / D), [&](int64_t lo, int64_t hi) {
-      if constexpr (std::is_same_v<T, C>) {
-        if (unit) {
-          // Blocks of rows: the row sums of the block first (reads only), then its outputs (see the forward).
-          const int64_t block = rows_per_block<C>(D, 2);
-          C totals[kMaxRowBlock];
-          for (int64_t o0 = lo; o0 < hi; o0 += block) {
-            const int64_t n = std::min(block, hi - o0);
-            for (int64_t j = 0; j < n; ++j) {
-              const T* gr = g + Lg.output_offset(o0 + j);
-              totals[j] = Log ? lanes_sum(gr, D) : lanes_dot(gr, y + Ly.output_offset(o0 + j), D);
-            }
-            for (int64_t j = 0; j < n; ++j) {
-              const T* yr = y + Ly.output_offset(o0 + j);
-              const T* gr = g + Lg.output_offset(o0 + j);
-              T* out = gx + Lgx.output_offset(o0 + j);
-              const C total = totals[j];
-              if constexpr (Log) {
-                for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - vm::exp_nonpositive(yr[r]) * total;
-              } else {
-                for (int64_t r = 0; r < D; ++r) out[r] = yr[r] * (gr[r] - total);
-              }
-            }
-          }
-          return;
-        }
-      }
       for (int64_t o = lo; o < hi; ++o) {
         const T* yr = y + Ly.output_offset(o);
         const T* gr = g + Lg.output_offset(o);
         T* out = gx + Lgx.output_offset(o);
+        const bool unit = sy == 1 && sg == 1 && sgx == 1;
+        if constexpr (std::is_same_v<T, C>) {
+          if (unit) {
+            if constexpr (Log) {
+              const C total = lanes_sum(gr, D);
+              for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - vm::exp_nonpositive(yr[r]) * total;
+            } else {
+              const C dot = lanes_dot(gr, yr, D);
+              for (int64_t r = 0; r < D; ++r) out[r] = yr[r] * (gr[r] - dot);
+            }
+            continue;
+          }
+        }
         if constexpr (Log) {
           const C total = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]); })
                                : row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
