@@ -193,6 +193,31 @@ TEST(Compare, MaskedFill) {
   expect_close(masked_fill(tensor_from({1.0}, {}, DType::Float32), bool_tensor({1}, {}), -kInf), {-kInf}, 0, 0);
 }
 
+TEST(Compare, MaskedFillBroadcastMaskOverLeadingDims) {
+  // The attention mask: a [T, T] causal mask over [B, H, T, T] scores (rows contiguous in every operand,
+  // the mask repeated along the leading dims), contiguous and strided masks, several dtypes, in place too.
+  const int64_t B = 2, H = 3, T = 37;
+  std::vector<double> mask_values;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) mask_values.push_back(j > i ? 1 : 0);
+  Tensor mask = to(tensor_from(mask_values, {T, T}), DType::Bool);
+  Tensor a = random_tensor({B, H, T, T}, DType::Float64, 9, -3, 3);
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64}) {
+    Tensor x = to(dtype == DType::Int64 ? mul(a, 100.0) : a, dtype);
+    const double fill = dtype == DType::Int64 ? -7 : -kInf;
+    std::vector<double> e = x.to_vector<double>();
+    for (size_t i = 0; i < e.size(); ++i)
+      if (mask_values[i % size_t(T * T)] != 0) e[i] = fill;
+    const std::string what = std::string("masked_fill broadcast ") + dtype_name(dtype);
+    expect_close(masked_fill(x, mask, fill), e, 0, 0, what);
+    expect_close(masked_fill(x, non_contiguous(mask), fill), e, 0, 0, what + " strided mask");
+    expect_close(masked_fill(non_contiguous(x), mask, fill), e, 0, 0, what + " strided input");
+    Tensor y = clone(x);
+    masked_fill_(y, mask, fill);
+    expect_close(y, e, 0, 0, what + " in place");
+  }
+}
+
 TEST(Compare, ClampScalarBounds) {
   Tensor a = random_tensor({5, 7}, DType::Float64, 6, -2, 2);
   auto reference = [](const std::vector<double>& v, std::optional<double> lo, std::optional<double> hi) {

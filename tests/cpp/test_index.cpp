@@ -425,3 +425,93 @@ TEST(Index, UnbindBackwardIsOneTask) {
   }
   expect_close(result[0], expected, 0, 0, "unbind gradient");
 }
+
+TEST(Index, CatIntoPermutedOutputFromStridedGradients) {
+  // The attention layout: qkv [B, T, 3 H D] viewed [B, T, 3, H, D], permuted to [3, B, H, T, D] and
+  // unbound; the backward cats the three gradients into a [3, B, H, T, D] tensor laid out like the view
+  // (dims written in memory order). Gradients contiguous, transposed (as from a matmul of k^T) and
+  // broadcast (stride 0); results exact, and the same for 1 and 2 threads.
+  const int64_t B = 2, T = 5, H = 3, D = 4;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    auto run = [&] {
+      Tensor qkv = to(random_tensor({B, T, 3 * H * D}, DType::Float64, 30), dtype);
+      qkv.set_requires_grad(true);
+      std::vector<Tensor> pieces = unbind(permute(view(qkv, Dims{B, T, 3, H, D}), Dims{2, 0, 3, 1, 4}), 0);
+      std::vector<Tensor> grads = {to(random_tensor({B, H, T, D}, DType::Float64, 31), dtype),
+                                   transpose(to(random_tensor({B, H, D, T}, DType::Float64, 32), dtype), 2, 3),
+                                   expand(to(random_tensor({1, 1, T, D}, DType::Float64, 33), dtype), Dims{B, H, T, D})};
+      Tensor inputs[1] = {qkv};
+      std::vector<Tensor> result = grad(pieces, inputs, grads);
+      // expected[b, t, k, h, d] = grads[k][b, h, t, d]
+      std::vector<std::vector<double>> g;
+      for (const Tensor& t : grads) g.push_back(t.to_vector<double>());
+      std::vector<double> expected;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t k = 0; k < 3; ++k)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t d = 0; d < D; ++d) expected.push_back(g[size_t(k)][size_t(offset({B, H, T, D}, {b, h, t, d}))]);
+      expect_shape(result[0], {B, T, 3 * H * D});
+      expect_close(result[0], expected, 0, 0, std::string("unbind gradient ") + dtype_name(dtype));
+      return result[0].to_vector<double>();
+    };
+    const int saved = get_context().num_threads;
+    set_num_threads(1);
+    auto one = run();
+    set_num_threads(2);
+    auto two = run();
+    set_num_threads(saved > 0 ? saved : 2);
+    EXPECT_TRUE(one == two) << "differs across thread counts";
+  }
+}
+
+TEST(Index, CatLongRowsAndPermutedInputs) {
+  // Rows longer than one copy segment (16384 elements) are split; along dim 0 the pieces are flat.
+  Tensor a = random_tensor({2, 20000}, DType::Float32, 34), b = random_tensor({2, 20001}, DType::Float32, 35);
+  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  Tensor pair[2] = {a, b};
+  std::vector<double> expected;
+  for (int64_t r = 0; r < 2; ++r) {
+    expected.insert(expected.end(), va.begin() + r * 20000, va.begin() + (r + 1) * 20000);
+    expected.insert(expected.end(), vb.begin() + r * 20001, vb.begin() + (r + 1) * 20001);
+  }
+  expect_close(cat(pair, 1), expected, 0, 0, "cat long rows dim 1");
+  Tensor c = random_tensor({3, 20000}, DType::Float32, 36);
+  Tensor rows[2] = {a, c};
+  std::vector<double> stacked = va, vc = c.to_vector<double>();
+  stacked.insert(stacked.end(), vc.begin(), vc.end());
+  expect_close(cat(rows, 0), stacked, 0, 0, "cat long rows dim 0");
+  // Equal pieces (copied block by block, piece after piece) with long rows and a broadcast one.
+  Tensor d = random_tensor({2, 20000}, DType::Float32, 41);
+  Tensor equal[3] = {a, d, expand(random_tensor({1, 20000}, DType::Float32, 42), Dims{2, 20000})};
+  std::vector<double> three = va, vd = d.to_vector<double>(), ve = equal[2].to_vector<double>();
+  three.insert(three.end(), vd.begin(), vd.end());
+  three.insert(three.end(), ve.begin(), ve.end());
+  expect_close(stack(equal, 0), three, 0, 0, "stack long rows");
+  expect_close(cat(equal, 0), three, 0, 0, "cat equal long rows");
+  // Inputs whose innermost dim is strided (transposed) and an output of the usual contiguous layout.
+  Tensor m = random_tensor({6, 5}, DType::Float64, 37), n = random_tensor({6, 7}, DType::Float64, 38);
+  Tensor mt = transpose(m, 0, 1), nt = transpose(n, 0, 1);  // [5, 6], [7, 6], strided
+  Tensor both[2] = {mt, nt};
+  std::vector<double> vm = m.to_vector<double>(), vn = n.to_vector<double>(), e;
+  for (int64_t i = 0; i < 5; ++i) for (int64_t j = 0; j < 6; ++j) e.push_back(vm[size_t(j * 5 + i)]);
+  for (int64_t i = 0; i < 7; ++i) for (int64_t j = 0; j < 6; ++j) e.push_back(vn[size_t(j * 7 + i)]);
+  expect_close(cat(both, 0), e, 0, 0, "cat transposed inputs");
+  // A stack of two along a new last dim (the interleaving pass when both are contiguous), every width.
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64, DType::Bool}) {
+    Tensor p = to(random_tensor({3, 5, 700}, DType::Float64, 39, -50, 50), dtype);
+    Tensor q = to(random_tensor({3, 5, 700}, DType::Float64, 40, -50, 50), dtype);
+    const std::vector<double> vp = p.to_vector<double>(), vq = q.to_vector<double>();
+    std::vector<double> interleaved;
+    for (size_t i = 0; i < vp.size(); ++i) {
+      interleaved.push_back(vp[i]);
+      interleaved.push_back(vq[i]);
+    }
+    for (bool strided : {false, true}) {
+      Tensor pair2[2] = {strided ? non_contiguous(p) : p, q};
+      Tensor st = stack(pair2, -1);
+      expect_shape(st, {3, 5, 700, 2});
+      expect_close(st, interleaved, 0, 0, std::string("stack last dim ") + dtype_name(dtype) + (strided ? " strided" : ""));
+    }
+  }
+}

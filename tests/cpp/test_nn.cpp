@@ -119,6 +119,80 @@ TEST(NN, SoftmaxEdgeCases) {
   expect_close(softmax(row, -1), reference_softmax(row.to_vector<double>(), {2, 1003}, 1, false), 1e-5, 1e-8);
 }
 
+TEST(NN, SoftmaxLastDimMaskedRows) {
+  // The contiguous last-dim path (lanes of 16 floats / 8 doubles plus a tail) on causally masked rows
+  // (-inf beyond the diagonal, as attention does), rows whose exps underflow (a spread of 200: results
+  // below 1.6e-38 are flushed to 0, within atol), a fully masked row and a row with a NaN (NaN rows, as
+  // torch). Forward and
+  // backward against float64 references, for row lengths below, at and above the lane width.
+  const double inf = INFINITY;
+  for (int64_t D : {5, 16, 37, 300}) {
+    const int64_t R = D + 3;  // rows: D causal ones, one with a large spread, one fully masked, one with a NaN
+    Values x = random_values(R * D, 61 + static_cast<uint32_t>(D), -4, 4);
+    x[static_cast<size_t>((D + 2) * D + D / 2)] = NAN;  // NaN propagates to the whole row
+    for (int64_t r = 0; r < D; ++r)
+      for (int64_t c = r + 1; c < D; ++c) x[static_cast<size_t>(r * D + c)] = -inf;
+    for (int64_t c = 0; c < D; ++c) x[static_cast<size_t>(D * D + c)] = -200.0 * double(c) / double(D);
+    for (int64_t c = 0; c < D; ++c) x[static_cast<size_t>((D + 1) * D + c)] = -inf;
+    const Values g = random_values(R * D, 71 + static_cast<uint32_t>(D));
+    for (DType t : {DType::Float32, DType::Float64, DType::BFloat16}) {
+      Tensor input = tensor_from(x, {R, D}, t);
+      const Values stored = input.to_vector<double>();
+      const double tol = tol_for(t);
+      for (bool log : {false, true}) {
+        const std::string what = std::string(log ? "log_softmax " : "softmax ") + dtype_name(t) + " D " + std::to_string(D);
+        Tensor a = clone(input);
+        a.set_requires_grad(true);
+        Tensor y = log ? log_softmax(a, -1) : softmax(a, -1);
+        const Values expected = reference_softmax(stored, {R, D}, 1, log);
+        expect_close(y, expected, tol, log ? tol : std::max(tol, 1e-30), what);
+        // Backward with a given gradient: softmax y * (g - sum(g y)), log_softmax g - exp(y) sum(g); the
+        // reference uses the stored forward output, as the kernel does.
+        Tensor gt = tensor_from(g, {R, D}, t);
+        sum(mul(y, gt)).backward();
+        const Values yv = y.to_vector<double>(), gv = gt.to_vector<double>();
+        Values expected_grad(static_cast<size_t>(R * D));
+        for (int64_t r = 0; r < R; ++r) {
+          double total = 0;
+          for (int64_t c = 0; c < D; ++c) {
+            const size_t i = static_cast<size_t>(r * D + c);
+            total += log ? gv[i] : gv[i] * yv[i];
+          }
+          for (int64_t c = 0; c < D; ++c) {
+            const size_t i = static_cast<size_t>(r * D + c);
+            expected_grad[i] = log ? gv[i] - std::exp(yv[i]) * total : yv[i] * (gv[i] - total);
+          }
+        }
+        expect_close(a.grad(), expected_grad, 4 * tol, 4 * tol, what + " backward");
+      }
+    }
+  }
+}
+
+TEST(NN, SoftmaxLastDimSameForAnyThreadCount) {
+  Tensor x = random_tensor({64, 300}, DType::Float32, 81, -30, 30);
+  Tensor g = random_tensor({64, 300}, DType::Float32, 82);
+  auto run = [&] {
+    std::vector<Values> r;
+    for (bool log : {false, true}) {
+      Tensor a = clone(x);
+      a.set_requires_grad(true);
+      Tensor y = log ? log_softmax(a, 1) : softmax(a, 1);
+      sum(mul(y, g)).backward();
+      r.push_back(y.to_vector<double>());
+      r.push_back(a.grad().to_vector<double>());
+    }
+    return r;
+  };
+  const int saved = get_context().num_threads;
+  set_num_threads(1);
+  auto one = run();
+  set_num_threads(2);
+  auto two = run();
+  set_num_threads(saved > 0 ? saved : 2);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i] == two[i]) << "result " << i << " differs across thread counts";
+}
+
 TEST(NN, SoftmaxGradients) {
   Tensor x = random_tensor({3, 4, 5}, DType::Float64, 43);
   for (int64_t dim : {0, 1, 2, -1}) {

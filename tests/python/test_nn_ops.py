@@ -98,3 +98,30 @@ def test_cross_entropy_spatial_and_ignore_index():
         dg.cross_entropy(x_d, dg.tensor(target), reduction=1)
     with pytest.raises(TypeError, match=r"\[cross_entropy\]"):
         dg.cross_entropy(x_d, dg.tensor(target.astype(np.int32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("T", [5, 37])
+def test_composed_causal_attention_matches_torch(dtype, T):
+    # The unfused LLaMA attention: q, k, v unbound from a permuted view of one qkv tensor, scores masked with
+    # a broadcast [T, T] causal mask (-inf), softmax over the last dim, a row fully masked by an extra mask
+    # (NaN, as torch); values and the qkv gradient (cat of the three gradients into the permuted layout).
+    B, H, D = 2, 3, 4
+    qkv_np = rng.standard_normal((B, T, 3 * H * D)).astype(dtype)
+    mask_np = np.triu(np.ones((T, T), dtype=bool), 1)
+    w_np = rng.standard_normal((B, H, T, D)).astype(dtype)
+    outs = []
+    for lib, qkv in ((dg, dg.tensor(qkv_np)), (torch, torch.tensor(qkv_np))):
+        qkv.requires_grad_(True)
+        q, k, v = qkv.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-1, -2)) / np.sqrt(D)
+        att = att.masked_fill(lib.tensor(mask_np), float("-inf")).softmax(-1)
+        log_att = (q @ k.transpose(-1, -2)).masked_fill(lib.tensor(mask_np), float("-inf")).log_softmax(-1)
+        y = att @ v
+        (y * lib.tensor(w_np)).sum().backward()
+        full = lib.tensor(np.ones((T, T), dtype=bool))
+        nan_rows = (q @ k.transpose(-1, -2)).masked_fill(full, float("-inf")).softmax(-1)
+        outs.append((att, log_att, y, qkv.grad, nan_rows))
+    rtol, atol = (2e-5, 2e-6) if dtype == np.float32 else (1e-10, 1e-12)
+    for d, t in zip(outs[0], outs[1]):
+        close(d, t, rtol, atol)

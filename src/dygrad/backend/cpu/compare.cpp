@@ -3,6 +3,7 @@
 // Shapes: out[N...] = f(in0[N...], in1[N...], ...), every input broadcast to the output (stride 0).
 #include "dygrad/backend/cpu/compare.h"
 
+#include <cstdint>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -14,6 +15,13 @@ namespace dg::cpu {
 namespace {
 template <typename T>
 using C = compute_t<T>;
+
+// x[i]; a bool is read as its byte compared with 0, which GCC vectorises (a bool load it does not).
+template <typename T>
+inline T load_value(const T* x, int64_t i) {
+  if constexpr (std::is_same_v<T, bool>) return reinterpret_cast<const uint8_t*>(x)[i] != 0;
+  else return x[i];
+}
 
 // out = fn(in0, in1, ...) with each operand of its own stored type (TOut, TIn...): fn sees stored values.
 // Contiguous operands run one flat loop; otherwise rows of the coalesced iteration.
@@ -29,11 +37,21 @@ void map_elements(Task& task, const Fn& fn) {
       TOut* out = operands[0].template data<TOut>();
       const std::tuple<const TIn*...> in{operands[K + 1].template data<TIn>()...};
       parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(fn(std::get<K>(in)[i]...));
+        const Fn local = fn;  // a local copy: its captures cannot alias out, so they stay in registers
+        for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(local(load_value(std::get<K>(in), i)...));
       });
       return;
     }
     for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
+      // Rows contiguous in every operand (e.g. a mask broadcast over leading dims): typed pointers, so the
+      // loop vectorises; otherwise byte strides.
+      if (s[0] == int64_t(sizeof(TOut)) && ((s[K + 1] == int64_t(sizeof(TIn))) && ...)) {
+        TOut* out = reinterpret_cast<TOut*>(p[0]);
+        const std::tuple<const TIn*...> in{reinterpret_cast<const TIn*>(p[K + 1])...};
+        const Fn local = fn;  // a local copy: its captures cannot alias out, so they stay in registers
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<TOut>(local(load_value(std::get<K>(in), i)...));
+        return;
+      }
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<TOut*>(p[0] + i * s[0]) =
             static_cast<TOut>(fn(*reinterpret_cast<const TIn*>(p[K + 1] + i * s[K + 1])...));

@@ -51,29 +51,6 @@ template <> struct Bits<2> { using type = uint16_t; };
 template <> struct Bits<4> { using type = uint32_t; };
 template <> struct Bits<8> { using type = uint64_t; };
 
-// dst = src, same dtype and shape, any strides.
-template <typename U>
-void copy_elements(const Tensor& dst, const Tensor& src) {
-  const Tensor operands[2] = {dst, src};
-  StridedIteration it(operands);
-  if (it.numel == 0) return;
-  if (it.is_flat()) {
-    char* d = static_cast<char*>(dst.raw_data());
-    const char* s = static_cast<const char*>(src.raw_data());
-    parallel_for(0, it.numel, kWorkGrain, [&](int64_t b, int64_t e) {
-      std::memcpy(d + b * int64_t(sizeof(U)), s + b * int64_t(sizeof(U)), static_cast<size_t>(e - b) * sizeof(U));
-    });
-    return;
-  }
-  for_each_element(it, [&](char** p, const int64_t* st, int64_t n) {
-    U* d = reinterpret_cast<U*>(p[0]);
-    const U* s = reinterpret_cast<const U*>(p[1]);
-    const int64_t sd = st[0] / int64_t(sizeof(U)), ss = st[1] / int64_t(sizeof(U));
-    if (sd == 1 && ss == 1) std::memcpy(d, s, static_cast<size_t>(n) * sizeof(U));
-    else for (int64_t k = 0; k < n; ++k) d[k * sd] = s[k * ss];
-  });
-}
-
 template <typename F>
 void visit_width(size_t itemsize, F&& f) {
   switch (itemsize) {
@@ -95,22 +72,136 @@ Tensor reorder_dims(const Tensor& t, const std::vector<size_t>& order) {
   return Tensor::make_view(t, std::move(sizes), std::move(strides), t.storage_offset());
 }
 
+namespace {
+constexpr int64_t kCopySegment = 16384;  // elements: a long contiguous row is split into segments (jobs)
+
+// One copy dst = src of the same shape (a cat input into its part of the output), coalesced: rows of
+// the innermost dim (`inner` elements, strides sd / ss) over the outer dims, each row cut into `segments`
+// pieces of at most kCopySegment elements. Job r = (outer row r / segments, segment r % segments).
+struct CopyPiece {
+  StridedIteration it;
+  int64_t inner = 1, segments = 1, jobs = 0;
+  explicit CopyPiece(const Tensor operands[2]) : it(std::span<const Tensor>(operands, 2)) {
+    if (it.numel == 0) return;
+    inner = it.shape.back();
+    segments = (inner + kCopySegment - 1) / kCopySegment;
+    jobs = it.numel / inner * segments;
+  }
+};
+
+// Jobs [begin, end) of `piece`: the multi-index of the first outer row is found once, then an odometer
+// steps the two pointers (no index arithmetic per element or per row). Contiguous rows are memcpy'd;
+// otherwise a strided element loop.
+template <typename U>
+void copy_jobs(const CopyPiece& piece, int64_t begin, int64_t end) {
+  const StridedIteration& it = piece.it;
+  const int outer_dims = static_cast<int>(it.shape.size()) - 1;
+  const int64_t sd = it.strides[0][outer_dims], ss = it.strides[1][outer_dims];
+  Dims index(static_cast<size_t>(std::max(outer_dims, 0)), 0);
+  int64_t row = begin / piece.segments, segment = begin % piece.segments;
+  U* dst = reinterpret_cast<U*>(it.base[0]);
+  const U* src = reinterpret_cast<const U*>(it.base[1]);
+  for (int d = outer_dims - 1; d >= 0; --d) {
+    index[d] = row % it.shape[d];
+    row /= it.shape[d];
+    dst += index[d] * it.strides[0][d];
+    src += index[d] * it.strides[1][d];
+  }
+  for (int64_t job = begin; job < end; ++job) {
+    const int64_t first = segment * kCopySegment, n = std::min(kCopySegment, piece.inner - first);
+    U* d = dst + first * sd;
+    const U* s = src + first * ss;
+    if (sd == 1 && ss == 1) std::memcpy(d, s, static_cast<size_t>(n) * sizeof(U));
+    else for (int64_t k = 0; k < n; ++k) d[k * sd] = s[k * ss];
+    if (++segment < piece.segments) continue;
+    segment = 0;
+    for (int dim = outer_dims - 1; dim >= 0; --dim) {  // next outer row
+      dst += it.strides[0][dim];
+      src += it.strides[1][dim];
+      if (++index[dim] < it.shape[dim]) break;
+      index[dim] = 0;
+      dst -= it.shape[dim] * it.strides[0][dim];
+      src -= it.shape[dim] * it.strides[1][dim];
+    }
+  }
+}
+}  // namespace
+
+// All inputs in one parallel loop over their jobs (rows or row segments, numbered input after input),
+// split by elements: every output element is written once, from its input alone, so the split does not
+// change the result. The copies walk the output in memory order (its dims sorted by stride), so a
+// permuted output (the gradient of unbind, laid out like its input) is written in sequential runs rather
+// than strided ones.
 void cat_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const int64_t dim = task.attrs.i[0];
-  // The copies walk the output in memory order (its dims sorted by stride), so a permuted output (the
-  // gradient of unbind, laid out like its input) is written in sequential runs rather than strided ones.
+  if (task.inputs.size() == 2 && dim == out.dim() - 1 && task.inputs[0].shape()[dim] == 1 &&
+      task.inputs[1].shape()[dim] == 1 && out.is_contiguous() && task.inputs[0].is_contiguous() &&
+      task.inputs[1].is_contiguous()) {
+    // A stack of two contiguous tensors along a new last dim (rotary embeddings): out[2 i + k] = in_k[i],
+    // one interleaving pass that the compiler vectorises.
+    visit_width(out.itemsize(), [&]<typename U>() {
+      U* o = out.data<U>();
+      const U* a = task.inputs[0].data<U>();
+      const U* b = task.inputs[1].data<U>();
+      parallel_for(0, out.numel() / 2, kWorkGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          o[2 * i] = a[i];
+          o[2 * i + 1] = b[i];
+        }
+      });
+    });
+    return;
+  }
   std::vector<size_t> order(static_cast<size_t>(out.dim()));
   for (size_t d = 0; d < order.size(); ++d) order[d] = d;
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out.strides()[x] > out.strides()[y]; });
-  int64_t offset = 0;
+  std::vector<CopyPiece> pieces;
+  std::vector<int64_t> first_job{0};  // first_job[k]: the global number of piece k's job 0
+  pieces.reserve(task.inputs.size());
+  int64_t offset = 0, numel = 0;
   for (const Tensor& in : task.inputs) {
     // out[..., offset : offset + n, ...] as a view, then a strided copy into it.
     Tensor target = Tensor::make_view(out, Dims(in.shape()), Dims(out.strides()),
                                       out.storage_offset() + offset * out.strides()[dim]);
-    visit_width(out.itemsize(), [&]<typename U>() { copy_elements<U>(reorder_dims(target, order), reorder_dims(in, order)); });
     offset += in.shape()[dim];
+    const Tensor operands[2] = {reorder_dims(target, order), reorder_dims(in, order)};
+    pieces.emplace_back(operands);
+    first_job.push_back(first_job.back() + pieces.back().jobs);
+    numel += pieces.back().it.numel;
   }
+  const int64_t jobs = first_job.back();
+  if (jobs == 0) return;
+  const int64_t grain = std::max<int64_t>(1, kWorkGrain * jobs / numel);  // about kWorkGrain elements
+  bool same_jobs = pieces.size() > 1;
+  for (const CopyPiece& piece : pieces) same_jobs = same_jobs && piece.jobs == pieces[0].jobs;
+  if (same_jobs) {
+    // Equal pieces (stack, the gradient of unbind): blocks of kBlockJobs jobs of every piece in turn, so
+    // the writes of a block stay in a small window of the output (for unbind's permuted layout, one
+    // sequential stretch) instead of K passes over all of it.
+    // A block: up to 32 jobs, about 4096 elements per piece.
+    const int64_t per_piece = pieces[0].jobs, job_elements = std::max<int64_t>(1, numel / jobs);
+    const int64_t kBlockJobs = std::clamp<int64_t>(4096 / job_elements, 1, 32);
+    const int64_t blocks = (per_piece + kBlockJobs - 1) / kBlockJobs;
+    const int64_t block_elements = kBlockJobs * job_elements * static_cast<int64_t>(pieces.size());
+    visit_width(out.itemsize(), [&]<typename U>() {
+      parallel_for(0, blocks, std::max<int64_t>(1, kWorkGrain / block_elements), [&](int64_t lo, int64_t hi) {
+        for (int64_t block = lo; block < hi; ++block)
+          for (const CopyPiece& piece : pieces)
+            copy_jobs<U>(piece, block * kBlockJobs, std::min(per_piece, (block + 1) * kBlockJobs));
+      });
+    });
+    return;
+  }
+  visit_width(out.itemsize(), [&]<typename U>() {
+    parallel_for(0, jobs, grain, [&](int64_t lo, int64_t hi) {
+      size_t k = static_cast<size_t>(std::upper_bound(first_job.begin(), first_job.end(), lo) - first_job.begin() - 1);
+      for (; k < pieces.size() && first_job[k] < hi; ++k) {
+        const int64_t b = std::max(lo, first_job[k]), e = std::min(hi, first_job[k + 1]);
+        if (b < e) copy_jobs<U>(pieces[k], b - first_job[k], e - first_job[k]);
+      }
+    });
+  });
 }
 
 // out[p, j] = a[p, index[p, j]]: parallel over (j, position) pairs, j outermost, so the innermost loop

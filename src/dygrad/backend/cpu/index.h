@@ -4,7 +4,8 @@
 
 namespace dg::cpu {
 
-// inputs t_0..t_{k-1} (output dtype, same dims except attrs.i[0] = dim); output out contiguous:
+// inputs t_0..t_{k-1} (output dtype, same dims except attrs.i[0] = dim, any strides); output out (dense, any
+// dim order: contiguous, or the strides the op layer gave it):
 // out[..., off_k + j, ...] = t_k[..., j, ...] with off_k = the sizes of t_0..t_{k-1} along dim.
 void cat_kernel(Task& task);
 

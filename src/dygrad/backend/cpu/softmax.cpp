@@ -1,18 +1,27 @@
 // CPU softmax, log_softmax and cross-entropy kernels, forward and backward. Every row (the elements
 // along the softmax / class dim for one index of the other dims) is handled by one thread in a fixed
 // order, so results do not depend on the thread count. Rows in contiguous memory take vectorisable
-// loops; a softmax over a leading dim processes blocks of contiguous columns at once.
+// loops; a softmax over a leading dim processes blocks of contiguous columns at once. Every exp here has
+// an argument <= 0 (x - max, or a log-probability), so it uses vm::exp_nonpositive: masked -inf logits
+// then cost no underflow assist. Loops here may use 512-bit vectors (the pragma below; exp is
+// compute-bound on AVX-512 machines, and a no-op elsewhere).
 //
 // Notation: D = size of the softmax dim, m = row maximum, s = sum over the row of exp(x - m).
 #include "dygrad/backend/cpu/softmax.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/backend/cpu/vec_math.h"
 #include "dygrad/runtime/error.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC target("prefer-vector-width=512")
+#endif
 
 namespace dg::cpu {
 
@@ -31,6 +40,109 @@ C row_sum(int64_t n, Term&& term) {
     for (int k = 0; k < 8; ++k) acc[k] += term(r + k);
   for (; r < n; ++r) acc[0] += term(r);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of vector lanes, merged in a fixed tree, then the
+// tail: contiguous rows of float/double, vectorised without reassociation by the compiler.
+template <typename C> struct LanesOf;
+template <> struct LanesOf<float> { typedef float type __attribute__((vector_size(64))); };
+template <> struct LanesOf<double> { typedef double type __attribute__((vector_size(64))); };
+template <typename C>
+using Lanes = typename LanesOf<C>::type;
+template <typename C>
+C merge_lanes(Lanes<C> acc) {
+  constexpr int kWidth = 64 / sizeof(C);
+  C v[kWidth];
+  std::memcpy(v, &acc, sizeof(acc));
+  for (int w = kWidth / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) v[k] += v[k + w];
+  return v[0];
+}
+template <typename C>
+C lanes_sum(const C* x, int64_t n) {
+  constexpr int64_t kWidth = 64 / sizeof(C);
+  Lanes<C> acc = {};
+  int64_t r = 0;
+  for (; r + kWidth <= n; r += kWidth) {
+    Lanes<C> v;
+    std::memcpy(&v, x + r, sizeof(v));
+    acc += v;
+  }
+  C total = merge_lanes<C>(acc);
+  for (; r < n; ++r) total += x[r];
+  return total;
+}
+template <typename C>
+C lanes_dot(const C* x, const C* y, int64_t n) {
+  constexpr int64_t kWidth = 64 / sizeof(C);
+  Lanes<C> acc = {};
+  int64_t r = 0;
+  for (; r + kWidth <= n; r += kWidth) {
+    Lanes<C> u, v;
+    std::memcpy(&u, x + r, sizeof(u));
+    std::memcpy(&v, y + r, sizeof(v));
+    acc += u * v;
+  }
+  C total = merge_lanes<C>(acc);
+  for (; r < n; ++r) total += x[r] * y[r];
+  return total;
+}
+
+// The maximum of the non-NaN elements of a contiguous row (-inf if none): four independent vector lanes (no
+// dependency chain through one register), merged, then the tail. A NaN need not be tracked here: exp(NaN
+// - m) makes the row sum, hence the whole softmax / log_softmax row, NaN.
+template <typename C>
+C lanes_max(const C* x, int64_t n) {
+  constexpr int64_t kWidth = 64 / sizeof(C);
+  using L = Lanes<C>;
+  L best[4];
+  for (L& b : best) b = L{} - C(INFINITY);
+  int64_t r = 0;
+  for (; r + 4 * kWidth <= n; r += 4 * kWidth)
+    for (int k = 0; k < 4; ++k) {
+      L v;
+      std::memcpy(&v, x + r + k * kWidth, sizeof(v));
+      best[k] = v > best[k] ? v : best[k];
+    }
+  for (; r + kWidth <= n; r += kWidth) {
+    L v;
+    std::memcpy(&v, x + r, sizeof(v));
+    best[0] = v > best[0] ? v : best[0];
+  }
+  for (int k = 1; k < 4; ++k) best[0] = best[k] > best[0] ? best[k] : best[0];
+  C m = C(-INFINITY);
+  for (int64_t k = 0; k < kWidth; ++k) m = best[0][k] > m ? best[0][k] : m;
+  for (; r < n; ++r) m = x[r] > m ? x[r] : m;
+  return m;
+}
+
+// sum over r of exp(x[r] - m) for a contiguous row, exps computed a chunk at a time into a buffer (a
+// vectorised loop) and added into lanes; the order depends on n alone.
+template <typename C>
+C sum_exp_shifted(const C* x, int64_t n, C m) {
+  constexpr int64_t kWidth = 64 / sizeof(C), kChunk = 256;
+  C buffer[kChunk];
+  Lanes<C> acc = {};
+  C tail = C(0);
+  for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
+    const int64_t len = std::min(kChunk, n - r0);
+    for (int64_t j = 0; j < len; ++j) buffer[j] = vm::exp_nonpositive(x[r0 + j] - m);
+    int64_t j = 0;
+    for (; j + kWidth <= len; j += kWidth) {
+      Lanes<C> v;
+      std::memcpy(&v, buffer + j, sizeof(v));
+      acc += v;
+    }
+    for (; j < len; ++j) tail += buffer[j];
+  }
+  return merge_lanes<C>(acc) + tail;
+}
+
+// Asks for the cache lines of a contiguous row of n elements (the next row, while this one computes).
+template <typename T>
+void prefetch_row(const T* row, int64_t n) {
+  const char* begin = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) __builtin_prefetch(begin + b);
 }
 
 // The reduced dims of a softmax: its one dim, or none for a 0-dim tensor.
@@ -74,14 +186,14 @@ void softmax_forward(Task& task) {
             for (int64_t j = 0; j < jn; ++j) m[j] = max_propagating_nan(m[j], static_cast<C>(xb[r * sx + j]));
           if constexpr (!Log && std::is_same_v<T, C>) {  // keep exp(x - m) in y, then scale: one exp per element
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = vm::exp(xb[r * sx + j] - m[j]));
+              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = vm::exp_nonpositive(xb[r * sx + j] - m[j]));
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
               for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] *= s[j];
             continue;
           }
           for (int64_t r = 0; r < D; ++r)
-            for (int64_t j = 0; j < jn; ++j) s[j] += vm::exp(static_cast<C>(xb[r * sx + j]) - m[j]);
+            for (int64_t j = 0; j < jn; ++j) s[j] += vm::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]);
           if constexpr (Log) {
             for (int64_t j = 0; j < jn; ++j) s[j] = std::log(s[j]);
             for (int64_t r = 0; r < D; ++r)
@@ -89,7 +201,7 @@ void softmax_forward(Task& task) {
           } else {
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(vm::exp(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
+              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
           }
         }
       });
@@ -99,16 +211,23 @@ void softmax_forward(Task& task) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* xr = x + Lx.output_offset(o);
         T* yr = y + Ly.output_offset(o);
-        const C m = row_extremum<true, C>(xr, Lx, 0, D);
-        if constexpr (!Log && std::is_same_v<T, C>) {
-          if (sx == 1 && sy == 1) {  // keep exp(x - m) in y, then scale: one exp per element
-            const C s = row_sum<C>(D, [&](int64_t r) { return yr[r] = vm::exp(xr[r] - m); });
-            const C inv = C(1) / s;
-            for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
+        if constexpr (std::is_same_v<T, C>) {
+          if (sx == 1 && sy == 1) {
+            if (o + 1 < hi) prefetch_row(x + Lx.output_offset(o + 1), D);  // loads overlap this row's exps
+            const C m = lanes_max(xr, D);
+            if constexpr (Log) {
+              const C log_s = std::log(sum_exp_shifted(xr, D, m));
+              for (int64_t r = 0; r < D; ++r) yr[r] = (xr[r] - m) - log_s;
+            } else {  // keep exp(x - m) in y, then scale: one exp per element
+              for (int64_t r = 0; r < D; ++r) yr[r] = vm::exp_nonpositive(xr[r] - m);
+              const C inv = C(1) / lanes_sum(yr, D);
+              for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
+            }
             continue;
           }
         }
-        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
+        const C m = row_extremum<true, C>(xr, Lx, 0, D);
+        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
         if constexpr (Log) {
           const C log_s = std::log(s);
           if (sx == 1 && sy == 1) {
@@ -119,9 +238,9 @@ void softmax_forward(Task& task) {
         } else {
           const C inv = C(1) / s;
           if (sx == 1 && sy == 1) {
-            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(vm::exp(static_cast<C>(xr[r]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xr[r]) - m) * inv);
           } else {
-            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(vm::exp(static_cast<C>(xr[r * sx]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xr[r * sx]) - m) * inv);
           }
         }
       }
@@ -165,7 +284,7 @@ void softmax_backward(Task& task) {
           for (int64_t r = 0; r < D; ++r)
             for (int64_t j = 0; j < jn; ++j) {
               const C yv = static_cast<C>(yb[r * sy + j]), gv = static_cast<C>(gb[r * sg + j]);
-              out[r * sgx + j] = static_cast<T>(Log ? gv - vm::exp(yv) * total[j] : yv * (gv - total[j]));
+              out[r * sgx + j] = static_cast<T>(Log ? gv - vm::exp_nonpositive(yv) * total[j] : yv * (gv - total[j]));
             }
         }
       });
@@ -177,15 +296,27 @@ void softmax_backward(Task& task) {
         const T* gr = g + Lg.output_offset(o);
         T* out = gx + Lgx.output_offset(o);
         const bool unit = sy == 1 && sg == 1 && sgx == 1;
+        if constexpr (std::is_same_v<T, C>) {
+          if (unit) {
+            if constexpr (Log) {
+              const C total = lanes_sum(gr, D);
+              for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - vm::exp_nonpositive(yr[r]) * total;
+            } else {
+              const C dot = lanes_dot(gr, yr, D);
+              for (int64_t r = 0; r < D; ++r) out[r] = yr[r] * (gr[r] - dot);
+            }
+            continue;
+          }
+        }
         if constexpr (Log) {
           const C total = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]); })
                                : row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
           if (unit) {
             for (int64_t r = 0; r < D; ++r)
-              out[r] = static_cast<T>(static_cast<C>(gr[r]) - vm::exp(static_cast<C>(yr[r])) * total);
+              out[r] = static_cast<T>(static_cast<C>(gr[r]) - vm::exp_nonpositive(static_cast<C>(yr[r])) * total);
           } else {
             for (int64_t r = 0; r < D; ++r)
-              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - vm::exp(static_cast<C>(yr[r * sy])) * total);
+              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - vm::exp_nonpositive(static_cast<C>(yr[r * sy])) * total);
           }
         } else {
           const C dot = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]) * static_cast<C>(yr[r]); })
@@ -246,7 +377,7 @@ void cross_entropy_kernel(Task& task) {
         check_target(t, num_classes);
         const T* row = x + L.output_offset(o);
         const C m = num_classes > 0 ? row_extremum<true, C>(row, L, 0, num_classes) : C(-INFINITY);
-        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
+        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
         lse[o] = m + std::log(s);
         row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
       }
@@ -298,12 +429,12 @@ void cross_entropy_backward_kernel(Task& task) {
         const T* row = x + L.output_offset(o);
         const C scale = static_cast<C>(g[reduction == kReductionNone ? o : 0]) / divisor, shift = lse[o];
         if (sx == 1 && sg == 1) {
-          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * vm::exp(static_cast<C>(row[c]) - shift));
+          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * vm::exp_nonpositive(static_cast<C>(row[c]) - shift));
         } else {
           for (int64_t c = 0; c < num_classes; ++c)
-            dst[c * sg] = static_cast<T>(scale * vm::exp(static_cast<C>(row[c * sx]) - shift));
+            dst[c * sg] = static_cast<T>(scale * vm::exp_nonpositive(static_cast<C>(row[c * sx]) - shift));
         }
-        dst[t * sg] = static_cast<T>(scale * (vm::exp(static_cast<C>(row[t * sx]) - shift) - C(1)));
+        dst[t * sg] = static_cast<T>(scale * (vm::exp_nonpositive(static_cast<C>(row[t * sx]) - shift) - C(1)));
       }
     });
   });
