@@ -115,19 +115,20 @@ def _tensor_bytes(t):
 def llama_activation_bytes(config, batch_size, seq_len=None, itemsize=4, fused=True):
     """Estimated bytes of the activations a LLaMA training step holds at its peak (the tensors autograd saves for
     backward), per token and layer with the fused kernels:
-        RMSNorm inputs 2 d, their outputs (the linears' inputs) 2 d, QKV output 3 d, rotated q, k 2 d,
-        attention output d, its [B, T, C] copy feeding the output projection d, w1 and w3 outputs 2 F,
-        SwiGLU output F                                                        = 11 d + 3 F
-    composed (fused=False) adds the attention probabilities (H N per token), the composed RMSNorm and RoPE
+        RMSNorm inputs 2 d, their outputs (the linears' inputs) 2 d, rotated q, k 2 d, v's own copy d (the QKV
+        projection itself is freed once they are made), attention output d (laid out [B, T, H, D], so it is also
+        the output projection's input), w1 and w3 outputs 2 F, SwiGLU output F  = 8 d + 3 F
+    composed (fused=False) adds the attention probabilities (H N per token), the rest of the QKV output that v's
+    view keeps alive (2 d), the [B, T, C] copy feeding the output projection (d), the composed RMSNorm and RoPE
     intermediates (~4 d) and SiLU's output (F). Outside the layers: embedding output d, final norm 2 d, logits
     and the loss' softmax 2 V. Checked against the allocator's activation bytes at the peak of a synchronous step
     (tests/python/test_profiler_metrics.py): within 20% for both paths. In async mode the host runs ahead and
     the outputs of queued ops add to this (the advisor reports it)."""
     n = config.seq_len if seq_len is None else seq_len
     d, f = config.dim, config.ffn_dim
-    per_token_layer = 11 * d + 3 * f
+    per_token_layer = 8 * d + 3 * f
     if not fused:
-        per_token_layer += config.n_heads * n + 4 * d + f
+        per_token_layer += config.n_heads * n + 7 * d + f
     per_token = config.n_layers * per_token_layer + 3 * d + 2 * config.vocab_size
     return batch_size * n * per_token * itemsize
 
