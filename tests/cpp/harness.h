@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dygrad/dygrad.h"
@@ -126,6 +127,19 @@ inline void gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     }
     expect_close(analytic, numeric, rtol, atol, what + " gradient of input " + std::to_string(k));
   }
+}
+
+// Runs `run` with 1 and then 2 intra-op threads, restores the thread count, and returns both results: for
+// checks that a kernel's result does not depend on the thread count (docs/threading.md).
+template <typename F>
+auto run_with_1_and_2_threads(F&& run) {
+  const int saved = get_context().num_threads;
+  set_num_threads(1);
+  auto one = run();
+  set_num_threads(2);
+  auto two = run();
+  set_num_threads(saved > 0 ? saved : 2);
+  return std::make_pair(std::move(one), std::move(two));
 }
 
 }  // namespace dg::test

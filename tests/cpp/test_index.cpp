@@ -455,12 +455,7 @@ TEST(Index, CatIntoPermutedOutputFromStridedGradients) {
       expect_close(result[0], expected, 0, 0, std::string("unbind gradient ") + dtype_name(dtype));
       return result[0].to_vector<double>();
     };
-    const int saved = get_context().num_threads;
-    set_num_threads(1);
-    auto one = run();
-    set_num_threads(2);
-    auto two = run();
-    set_num_threads(saved > 0 ? saved : 2);
+    auto [one, two] = run_with_1_and_2_threads(run);
     EXPECT_TRUE(one == two) << "differs across thread counts";
   }
 }

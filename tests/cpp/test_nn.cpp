@@ -184,12 +184,7 @@ TEST(NN, SoftmaxLastDimSameForAnyThreadCount) {
     }
     return r;
   };
-  const int saved = get_context().num_threads;
-  set_num_threads(1);
-  auto one = run();
-  set_num_threads(2);
-  auto two = run();
-  set_num_threads(saved > 0 ? saved : 2);
+  auto [one, two] = run_with_1_and_2_threads(run);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i] == two[i]) << "result " << i << " differs across thread counts";
 }
 
@@ -384,12 +379,7 @@ TEST(NN, DeterministicAcrossThreadCounts) {
     r.push_back(w.grad().to_vector<double>());
     return r;
   };
-  const int saved = get_context().num_threads;
-  set_num_threads(1);
-  auto one = run();
-  set_num_threads(2);
-  auto two = run();
-  set_num_threads(saved > 0 ? saved : 2);
+  auto [one, two] = run_with_1_and_2_threads(run);
   ASSERT_EQ(one.size(), two.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i] == two[i]) << "result " << i << " differs across thread counts";
   // And correct: the mean loss against the float64 reference.

@@ -395,12 +395,7 @@ TEST(Reduce, LargeAndDeterministicAcrossThreadCounts) {
     }
     return r;
   };
-  const int saved = get_context().num_threads;
-  set_num_threads(1);
-  auto one = run();
-  set_num_threads(2);
-  auto two = run();
-  set_num_threads(saved > 0 ? saved : 2);
+  auto [one, two] = run_with_1_and_2_threads(run);
   ASSERT_EQ(one.size(), two.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "result " << i;  // bitwise (as doubles)
   // And correct.
