@@ -11,7 +11,10 @@ import dygrad as dg
 # Keys of the allocator's per-category counters (src/dygrad/runtime/allocator.h, MemoryCategory), in order.
 MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other")
 
-CALIBRATION_N = 1024  # the calibration GEMM is n x n @ n x n: 2 n^3 flops
+# The calibration GEMM is n x n @ n x n (2 n^3 flops), n = 2048 as in the peer's `torch_ref.py gemm` (the MFU
+# denominator of ../shared/docs/BENCHMARKS.md). 1024^3 under-measured the peak with oneDNN's GEMM tiles (226-240
+# GFLOP/s against 305 at 2048^3 and 311-319 on the model's own 2048x384x1024 shapes), inflating MFU.
+CALIBRATION_N = 2048
 CALIBRATION_REPEATS = 5
 
 _peak_cache = {}  # (dtype name, num_threads, n) -> FLOP/s
@@ -33,6 +36,8 @@ def measure_peak_flops(dtype=None, n=CALIBRATION_N, repeats=CALIBRATION_REPEATS)
             dg.synchronize()
             best = max(best, 2 * n ** 3 / (time.perf_counter() - begin))
         _peak_cache[key] = best
+        del a, b
+        dg.empty_cache()  # the calibration's three n x n buffers are not the program's memory
     return _peak_cache[key]
 
 
