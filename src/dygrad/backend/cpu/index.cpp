@@ -60,19 +60,7 @@ void visit_width(size_t itemsize, F&& f) {
     default: f.template operator()<Bits<8>::type>(); break;
   }
 }
-}  // namespace
 
-// `t`'s dims reordered as `order` lists them (a view of the same elements).
-Tensor reorder_dims(const Tensor& t, const std::vector<size_t>& order) {
-  Dims sizes, strides;
-  for (size_t d : order) {
-    sizes.push_back(t.shape()[d]);
-    strides.push_back(t.strides()[d]);
-  }
-  return Tensor::make_view(t, std::move(sizes), std::move(strides), t.storage_offset());
-}
-
-namespace {
 constexpr int64_t kCopySegment = 16384;  // elements: a long contiguous row is split into segments (jobs)
 
 // One copy dst = src of the same shape (a cat input into its part of the output), coalesced: rows of
@@ -153,9 +141,6 @@ void cat_kernel(Task& task) {
     });
     return;
   }
-  std::vector<size_t> order(static_cast<size_t>(out.dim()));
-  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out.strides()[x] > out.strides()[y]; });
   std::vector<CopyPiece> pieces;
   std::vector<int64_t> first_job{0};  // first_job[k]: the global number of piece k's job 0
   pieces.reserve(task.inputs.size());
@@ -165,7 +150,7 @@ void cat_kernel(Task& task) {
     Tensor target = Tensor::make_view(out, Dims(in.shape()), Dims(out.strides()),
                                       out.storage_offset() + offset * out.strides()[dim]);
     offset += in.shape()[dim];
-    const Tensor operands[2] = {reorder_dims(target, order), reorder_dims(in, order)};
+    const Tensor operands[2] = {target, in};  // StridedIteration walks the output in its memory order
     pieces.emplace_back(operands);
     first_job.push_back(first_job.back() + pieces.back().jobs);
     numel += pieces.back().it.numel;
