@@ -104,3 +104,17 @@ def test_float32_gemm_library_and_no_extra_threads():
         c = (a @ b).numpy()
     assert len(os.listdir("/proc/self/task")) == before
     np.testing.assert_allclose(c, a.numpy().astype(np.float64) @ b.numpy().astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((300, 1024), (300, 50)), ((2, 256, 2048), (2, 256, 37)),
+                                              ((512, 1024), (512, 384))])
+def test_transposed_a_with_a_4kib_leading_dimension(shape_a, shape_b):
+    # op(A) = A^T with A's rows 1024 or 2048 floats apart (a weight gradient dY^T X): the kernel computes C^T
+    # and transposes it (backend/cpu/matmul.cpp, aliased_transposed_a); values against float64 NumPy.
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    got = (dg.tensor(a).transpose(-1, -2) @ dg.tensor(b)).numpy()
+    want = np.swapaxes(a.astype(np.float64), -1, -2) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert got.flags["C_CONTIGUOUS"]
