@@ -1,17 +1,22 @@
 // Runtime controls: context flags (deterministic, synchronize, num_threads), the generator seed, stream
 // synchronisation and the caching allocator's statistics.
 #include "common.h"
-#include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
 namespace {
 // A kernel that fails on the stream, for testing deferred errors and their call sites from Python.
+struct FailureAttrs {
+  static constexpr const char* kName = "FailureAttrs";
+  int64_t index = 0;
+};
 void failing_kernel(Task& task) {
-  fail(ErrorKind::Index, "[_deferred_failure] index ", task.attrs.i[0], " is out of range (a test failure)");
+  fail(ErrorKind::Index, "[_deferred_failure] index ", task.attrs.get<FailureAttrs>().index,
+       " is out of range (a test failure)");
 }
-const OpDef op_deferred_failure("_deferred_failure", FusionClass::Opaque, failing_kernel);
+const OpDef op_deferred_failure("_deferred_failure", attrs_type<FailureAttrs>());
+DG_REGISTER_KERNEL(_deferred_failure, Device::Type::CPU, failing_kernel);
 }  // namespace
 
 void init_runtime(nb::module_& m) {
@@ -19,9 +24,7 @@ void init_runtime(nb::module_& m) {
     // Enqueues an op whose kernel raises IndexError on the stream: the error surfaces at the next sync point.
     PythonCallSite site;
     Tensor out = Tensor::empty(input.shape(), input.dtype());
-    Attrs attrs;
-    attrs.i[0] = index;
-    enqueue(op_deferred_failure, {input}, {out}, attrs);
+    enqueue(op_deferred_failure, {input}, {out}, FailureAttrs{index});
     return out;
   }, nb::arg("input"), nb::arg("index"));
   m.def("manual_seed", [](int64_t seed) { manual_seed(static_cast<uint64_t>(seed)); }, nb::arg("seed"),
@@ -54,7 +57,7 @@ void init_runtime(nb::module_& m) {
   }, nb::arg("bytes"), "At each enqueue the host waits while it has allocated more than `bytes` since the oldest "
      "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
-  m.def("_sgemm_library", [] { return std::string(cpu::sgemm_library()); });  // "onednn" or "openblas"
+  m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {
     DG_CHECK(n >= 1 && n <= 4096, Value, "[set_num_threads] expected a thread count in [1, 4096], got ", n);

@@ -3,6 +3,7 @@
 #include "dygrad/autograd/engine.h"
 #include "dygrad/autograd/node.h"
 #include "dygrad/core/dtype.h"
+#include "dygrad/core/error.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -16,5 +17,4 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/runtime/context.h"
-#include "dygrad/runtime/error.h"
 #include "dygrad/runtime/stream.h"

@@ -20,10 +20,15 @@ namespace {
 
 // --- a test-only op -----------------------------------------------------------------------------------
 // test_checked_copy: out[N] = in[N] (contiguous), but its kernel first checks a data-dependent condition
-// the way an indexing kernel checks an index range: attrs.i[0] != 0 is "index out of range" and throws
+// the way an indexing kernel checks an index range: bad_index != 0 is "index out of range" and throws
 // dg::Error inside the kernel. The kernel also waits on a gate, so a test can hold the worker and prove
-// that the call returned before the kernel ran. attrs.i[1] != 0 declares the Task expensive (its cost model
+// that the call returned before the kernel ran. `queued` declares the Task expensive (its cost model
 // says 1 Gflop), so it is always queued: a gated Task must never run inline on the host.
+struct CheckedCopyAttrs {
+  static constexpr const char* kName = "CheckedCopyAttrs";
+  int64_t bad_index = 0;
+  bool queued = false;
+};
 std::atomic<bool> g_gate_open{true};
 std::atomic<int> g_checked_copy_runs{0};
 constexpr bool kQueued = true;
@@ -33,24 +38,22 @@ void checked_copy_kernel(Task& task) {
   g_checked_copy_runs.fetch_add(1, std::memory_order_relaxed);
   const Tensor& in = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  DG_CHECK(task.attrs.i[0] == 0, Index, "[test_checked_copy] index ", task.attrs.i[0],
+  const int64_t bad_index = task.attrs.get<CheckedCopyAttrs>().bad_index;
+  DG_CHECK(bad_index == 0, Index, "[test_checked_copy] index ", bad_index,
            " is out of bounds for dimension 0 with size ", in.numel());
   std::memcpy(out.raw_data(), in.raw_data(), static_cast<size_t>(in.numel()) * in.itemsize());
 }
 OpCost checked_copy_cost(const Task& task) {
   const double bytes = 2.0 * double(task.inputs[0].numel()) * double(task.inputs[0].itemsize());
-  return {task.attrs.i[1] ? 1e9 : 0.0, bytes};
+  return {task.attrs.get<CheckedCopyAttrs>().queued ? 1e9 : 0.0, bytes};
 }
-const OpDef op_test_checked_copy("test_checked_copy", FusionClass::Opaque, checked_copy_kernel, nullptr,
-                                 checked_copy_cost);
+const OpDef op_test_checked_copy("test_checked_copy", attrs_type<CheckedCopyAttrs>(), {.cost = checked_copy_cost});
+DG_REGISTER_KERNEL(test_checked_copy, Device::Type::CPU, checked_copy_kernel);
 
 Tensor checked_copy(const Tensor& a, int64_t bad_index = 0, bool queued = false) {
   DG_CHECK(a.is_contiguous(), Value, "[test_checked_copy] expects a contiguous input");
   Tensor out = Tensor::empty(a.shape(), a.dtype());
-  Attrs attrs;
-  attrs.i[0] = bad_index;
-  attrs.i[1] = queued;
-  enqueue(op_test_checked_copy, {a}, {out}, attrs);
+  enqueue(op_test_checked_copy, {a}, {out}, CheckedCopyAttrs{bad_index, queued});
   return out;
 }
 
@@ -67,7 +70,8 @@ void probe_kernel(Task& task) {
   float* out = task.outputs[0].data<float>();
   for (int64_t i = 0; i < task.inputs[0].numel(); ++i) out[i] = in[i] + 1.0f;
 }
-const OpDef op_test_probe("test_probe", FusionClass::Elementwise, probe_kernel);
+const OpDef op_test_probe("test_probe", nullptr, {.fusion = FusionClass::Elementwise});
+DG_REGISTER_KERNEL(test_probe, Device::Type::CPU, probe_kernel);
 
 Tensor probe(const Tensor& a) {
   Tensor out = Tensor::empty(a.shape(), a.dtype());

@@ -12,7 +12,7 @@
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 

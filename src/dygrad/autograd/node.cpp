@@ -1,7 +1,7 @@
 // Node bookkeeping, grad mode and the helpers ops use to record history.
 #include "dygrad/autograd/node.h"
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 
@@ -66,7 +66,7 @@ Edge gradient_edge(const Tensor& t) {
 
 static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
-  if (!impl->autograd) impl->autograd = std::make_unique<AutogradMeta>();
+  if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
   impl->autograd->requires_grad = is_floating(t.dtype());
   impl->autograd->grad_fn = impl->autograd->requires_grad ? node : Ref<Node>();
   impl->autograd->output_nr = output_nr;

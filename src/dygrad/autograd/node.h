@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "dygrad/core/tensor.h"
-#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/op_def.h"
 
 namespace dg {
 

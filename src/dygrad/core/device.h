@@ -1,4 +1,4 @@
-// Devices: the CPU today; CUDA devices plug in with their own stream and allocator (ARCHITECTURE.md).
+// Devices: the CPU today; CUDA devices plug in with their own stream, allocator and kernels (ARCHITECTURE.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,5 +14,9 @@ struct Device {
   std::string str() const { return type == Type::CPU ? "cpu" : "cuda:" + std::to_string(index); }
   static Device cpu() { return {}; }
 };
+
+// Device types index per-device tables (kernels, allocators).
+inline constexpr int kNumDeviceTypes = 2;
+inline const char* device_type_name(Device::Type type) { return type == Device::Type::CPU ? "cpu" : "cuda"; }
 
 }  // namespace dg

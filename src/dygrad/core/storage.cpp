@@ -6,7 +6,7 @@ namespace dg {
 Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
-  s->block_ = CachingAllocator::cpu().allocate(nbytes, s->category_);
+  s->block_ = allocator_for(device).allocate(nbytes, s->category_);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
@@ -24,13 +24,13 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
 }
 
 void Storage::set_category(MemoryCategory c) {
-  if (!is_external()) CachingAllocator::cpu().retag(nbytes_, category_, c);
+  if (!is_external()) allocator_for(device_).retag(nbytes_, category_, c);
   category_ = c;
 }
 
 Storage::~Storage() {
   if (external_release_) external_release_(external_context_);
-  else CachingAllocator::cpu().free(block_, nbytes_, category_);
+  else allocator_for(device_).free(block_, nbytes_, category_);
 }
 
 }  // namespace dg

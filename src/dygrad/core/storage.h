@@ -10,7 +10,7 @@
 #include "dygrad/core/device.h"
 #include "dygrad/core/object_pool.h"
 #include "dygrad/core/ref.h"
-#include "dygrad/runtime/allocator.h"
+#include "dygrad/core/allocator.h"
 
 namespace dg {
 
@@ -50,7 +50,7 @@ class Storage : public RefCounted {
   Storage() = default;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
-  CachingAllocator::Block block_;
+  MemoryBlock block_;
   void (*external_release_)(void*) = nullptr;
   void* external_context_ = nullptr;
   Device device_;

@@ -16,6 +16,10 @@
 namespace dg {
 
 struct AutogradMeta;  // autograd/node.h
+// Frees an AutogradMeta (defined in autograd/, where the type is complete): core needs no autograd header.
+struct AutogradMetaDeleter {
+  void operator()(AutogradMeta* meta) const;
+};
 class Node;
 class Tensor;
 
@@ -32,7 +36,7 @@ class TensorImpl : public RefCounted {
   int64_t numel = 0;
   DType dtype = DType::Float32;
   bool is_view = false;   // shares its storage with the tensor it was made from
-  std::unique_ptr<AutogradMeta> autograd;  // null until autograd needs it
+  std::unique_ptr<AutogradMeta, AutogradMetaDeleter> autograd;  // null until autograd needs it
   void* python_object = nullptr;           // borrowed back-pointer owned by the Python binding
 };
 

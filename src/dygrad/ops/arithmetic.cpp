@@ -1,19 +1,19 @@
 // Arithmetic ops (add, sub, mul, div, neg and their scalar and in-place forms), casts and copies:
 // validation, type promotion, Task creation and the backward formulas.
-#include "dygrad/backend/cpu/arithmetic.h"
-#include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
 // --- backward formulas (grad_outputs[0] = g) -------------------------------------------------------------
 namespace {
 void add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  const Scalar alpha = n.attrs.scalars[0];
+  const Scalar alpha = n.attrs.get<AddAttrs>().alpha;
   if (n.needs_grad(0)) gi[0] = sum_to(g[0], n.input_meta[0].shape);
   if (n.needs_grad(1)) gi[1] = sum_to(alpha.to_double() == 1.0 ? g[0] : mul(g[0], alpha), n.input_meta[1].shape);
 }
@@ -27,8 +27,8 @@ void div_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   if (n.needs_grad(1)) gi[1] = sum_to(neg(div(mul(g[0], n.saved(0)), mul(b, b))), n.input_meta[1].shape);
 }
 void add_scalar_backward(Node&, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = g[0]; }
-void mul_scalar_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = mul(g[0], n.attrs.scalars[0]); }
-void div_scalar_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = div(g[0], n.attrs.scalars[0]); }
+void mul_scalar_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = mul(g[0], n.attrs.get<ScalarAttrs>().value); }
+void div_scalar_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = div(g[0], n.attrs.get<ScalarAttrs>().value); }
 void rsub_scalar_backward(Node&, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = neg(g[0]); }
 void rdiv_scalar_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   // out = s / a: d out / d a = -s / a^2 = -out / a
@@ -50,17 +50,17 @@ OpCost arithmetic_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_add("add", FusionClass::Elementwise, cpu::add_kernel, add_backward, arithmetic_cost);
-const OpDef op_mul("mul", FusionClass::Elementwise, cpu::mul_kernel, mul_backward, arithmetic_cost);
-const OpDef op_div("div", FusionClass::Elementwise, cpu::div_kernel, div_backward, arithmetic_cost);
-const OpDef op_add_scalar("add_scalar", FusionClass::Elementwise, cpu::add_scalar_kernel, add_scalar_backward, arithmetic_cost);
-const OpDef op_mul_scalar("mul_scalar", FusionClass::Elementwise, cpu::mul_scalar_kernel, mul_scalar_backward, arithmetic_cost);
-const OpDef op_div_scalar("div_scalar", FusionClass::Elementwise, cpu::div_scalar_kernel, div_scalar_backward, arithmetic_cost);
-const OpDef op_rsub_scalar("rsub_scalar", FusionClass::Elementwise, cpu::rsub_scalar_kernel, rsub_scalar_backward, arithmetic_cost);
-const OpDef op_rdiv_scalar("rdiv_scalar", FusionClass::Elementwise, cpu::rdiv_scalar_kernel, rdiv_scalar_backward, arithmetic_cost);
-const OpDef op_neg("neg", FusionClass::Elementwise, cpu::neg_kernel, neg_backward, arithmetic_cost);
-const OpDef op_copy("copy", FusionClass::Elementwise, cpu::copy_kernel, copy_backward, arithmetic_cost);
-const OpDef op_fill("fill", FusionClass::Elementwise, cpu::fill_kernel, nullptr, arithmetic_cost);
+const OpDef op_add("add", attrs_type<AddAttrs>(), {.fusion = FusionClass::Elementwise, .backward = add_backward, .cost = arithmetic_cost});
+const OpDef op_mul("mul", nullptr, {.fusion = FusionClass::Elementwise, .backward = mul_backward, .cost = arithmetic_cost});
+const OpDef op_div("div", nullptr, {.fusion = FusionClass::Elementwise, .backward = div_backward, .cost = arithmetic_cost});
+const OpDef op_add_scalar("add_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = add_scalar_backward, .cost = arithmetic_cost});
+const OpDef op_mul_scalar("mul_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = mul_scalar_backward, .cost = arithmetic_cost});
+const OpDef op_div_scalar("div_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = div_scalar_backward, .cost = arithmetic_cost});
+const OpDef op_rsub_scalar("rsub_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = rsub_scalar_backward, .cost = arithmetic_cost});
+const OpDef op_rdiv_scalar("rdiv_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = rdiv_scalar_backward, .cost = arithmetic_cost});
+const OpDef op_neg("neg", nullptr, {.fusion = FusionClass::Elementwise, .backward = neg_backward, .cost = arithmetic_cost});
+const OpDef op_copy("copy", nullptr, {.fusion = FusionClass::Elementwise, .backward = copy_backward, .cost = arithmetic_cost});
+const OpDef op_fill("fill", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = arithmetic_cost});
 
 DType result_type(const Tensor& a, const Tensor& b) {
   ResultType r;
@@ -86,12 +86,11 @@ Tensor binary(const OpDef& op, const Tensor& a, const Tensor& b, Scalar alpha, b
   DType dtype = result_type(a, b);
   if (floating && !is_floating(dtype)) dtype = DType::Float32;
   DG_CHECK(dtype != DType::Bool || &op != &op_div, Type, "[", op.name, "] not supported for bool tensors");
-  Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
+  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
   // Operands live in arrays handed on as spans: no temporary copies (each an atomic refcount pair) per call.
   Tensor inputs[2] = {to(a, dtype), to(b, dtype)};
   Tensor outputs[1] = {empty_elementwise(shape, dtype, inputs)};
-  Attrs attrs;
-  attrs.scalars[0] = alpha;
+  const Attrs attrs = &op == &op_add ? Attrs(AddAttrs{alpha}) : Attrs();
   enqueue(op, inputs, outputs, attrs);
   if (needs_grad_any(inputs)) {
     Ref<Node> node = record_node(&op, inputs, outputs);
@@ -108,8 +107,7 @@ Tensor binary_scalar(const OpDef& op, const Tensor& a, Scalar s, bool floating, 
   if (floating && !is_floating(dtype)) dtype = DType::Float32;
   Tensor inputs[1] = {to(a, dtype)};  // arrays handed on as spans, as in binary()
   Tensor outputs[1] = {empty_elementwise(inputs[0].shape(), dtype, inputs)};
-  Attrs attrs;
-  attrs.scalars[0] = s;
+  const Attrs attrs = ScalarAttrs{s};
   enqueue(op, inputs, outputs, attrs);
   if (needs_grad_any(inputs)) {
     Ref<Node> node = record_node(&op, inputs, outputs);
@@ -137,7 +135,7 @@ Tensor& inplace(const OpDef& op, Tensor& dst, std::initializer_list<Tensor> othe
   inputs.push_back(dst);
   for (const Tensor& o : others) {
     check_defined(op.name, o, "other");
-    Dims shape = cpu::broadcast_shapes(op.name, dst.shape(), o.shape());
+    Dims shape = broadcast_shapes(op.name, dst.shape(), o.shape());
     DG_CHECK(same_shape(shape, dst.shape()), Value, "[", op.name, "_] output with shape ", dst.shape(),
              " doesn't match the broadcast shape ", IntSpan(shape));
     inputs.push_back(to(o, dst.dtype()));
@@ -219,9 +217,7 @@ Tensor neg(const Tensor& a) {
 
 // In-place forms. Their backward uses the same formulas with the old value of dst where needed.
 Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) {
-  Attrs attrs;
-  attrs.scalars[0] = alpha;
-  return inplace(op_add, a, {b}, attrs, false);
+  return inplace(op_add, a, {b}, AddAttrs{alpha}, false);
 }
 Tensor& sub_(Tensor& a, const Tensor& b, Scalar alpha) {
   return add_(a, b, alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int()));
@@ -233,29 +229,24 @@ Tensor& div_(Tensor& a, const Tensor& b) {
   return inplace(op_div, a, {b}, Attrs(), needs_grad_any({a, b}));
 }
 Tensor& add_(Tensor& a, Scalar b, Scalar alpha) {
-  Attrs attrs;
-  attrs.scalars[0] = times(b, alpha);
-  DG_CHECK(!(attrs.scalars[0].is_floating() && !is_floating(a.dtype())), Type, "[add_] result type Float can't be "
+  const Scalar s = times(b, alpha);
+  DG_CHECK(!(s.is_floating() && !is_floating(a.dtype())), Type, "[add_] result type Float can't be "
            "cast to the desired output type ", dtype_name(a.dtype()));
-  return inplace(op_add_scalar, a, {}, attrs, false);
+  return inplace(op_add_scalar, a, {}, ScalarAttrs{s}, false);
 }
 Tensor& sub_(Tensor& a, Scalar b, Scalar alpha) {
   Scalar s = times(b, alpha);
   return add_(a, s.is_floating() ? Scalar(-s.to_double()) : Scalar(-s.to_int()));
 }
 Tensor& mul_(Tensor& a, Scalar b) {
-  Attrs attrs;
-  attrs.scalars[0] = b;
   DG_CHECK(!(b.is_floating() && !is_floating(a.dtype())), Type, "[mul_] result type Float can't be cast to the "
            "desired output type ", dtype_name(a.dtype()));
-  return inplace(op_mul_scalar, a, {}, attrs, false);
+  return inplace(op_mul_scalar, a, {}, ScalarAttrs{b}, false);
 }
 Tensor& div_(Tensor& a, Scalar b) {
-  Attrs attrs;
-  attrs.scalars[0] = b;
   DG_CHECK(is_floating(a.dtype()), Type, "[div_] result type Float can't be cast to the desired output type ",
            dtype_name(a.dtype()));
-  return inplace(op_div_scalar, a, {}, attrs, false);
+  return inplace(op_div_scalar, a, {}, ScalarAttrs{b}, false);
 }
 
 // --- casts and copies --------------------------------------------------------------------------------------
@@ -281,7 +272,7 @@ Tensor contiguous(const Tensor& a) {
 Tensor& copy_(Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "self");
   check_defined("copy_", src, "src");
-  Dims shape = cpu::broadcast_shapes("copy_", dst.shape(), src.shape());
+  Dims shape = broadcast_shapes("copy_", dst.shape(), src.shape());
   DG_CHECK(same_shape(shape, dst.shape()), Value, "[copy_] source of shape ", src.shape(),
            " cannot be broadcast to the destination shape ", dst.shape());
   check_inplace("copy_", dst);
@@ -305,9 +296,7 @@ Tensor& fill_(Tensor& dst, Scalar value) {
   check_defined("fill_", dst, "self");
   check_inplace("fill_", dst);
   dst.storage().bump_version();
-  Attrs attrs;
-  attrs.scalars[0] = value;
-  enqueue(op_fill, {}, {dst}, attrs);
+  enqueue(op_fill, {}, {dst}, ScalarAttrs{value});
   cut_history_if_overwritten(dst);
   return dst;
 }

@@ -1,11 +1,11 @@
 // Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_) and clamp(_):
 // validation, type promotion, Task creation and the backward formulas (written with dygrad ops).
-#include "dygrad/backend/cpu/compare.h"
-#include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -22,7 +22,7 @@ void where_backward(Node& n, Grads g, GradInputs gi) {  // inputs (cond, a, b); 
 void where_scalar_backward(Node& n, Grads g, GradInputs gi) {  // inputs (cond, a); saved: cond
   Tensor cond = n.saved(0);
   if (!n.needs_grad(1)) return;
-  gi[1] = sum_to(n.attrs.i[0] == 1 ? where(cond, 0, g[0]) : where(cond, g[0], 0), n.input_meta[1].shape);
+  gi[1] = sum_to(n.attrs.get<WhereScalarAttrs>().scalar_when_true ? where(cond, 0, g[0]) : where(cond, g[0], 0), n.input_meta[1].shape);
 }
 void masked_fill_backward(Node& n, Grads g, GradInputs gi) {  // inputs (a, mask); saved: mask
   if (n.needs_grad(0)) gi[0] = sum_to(masked_fill(g[0], n.saved(0), 0), n.input_meta[0].shape);
@@ -30,15 +30,17 @@ void masked_fill_backward(Node& n, Grads g, GradInputs gi) {  // inputs (a, mask
 // Scalar bounds: the gradient passes where min <= x <= max (ties included, as torch).
 void clamp_scalar_backward(Node& n, Grads g, GradInputs gi) {  // saved: x
   Tensor x = n.saved(0);
+  const ClampAttrs& attrs = n.attrs.get<ClampAttrs>();
   Tensor pass;
-  if (n.attrs.i[0] & 1) pass = ge(x, n.attrs.scalars[0]);
-  if (n.attrs.i[0] & 2) pass = pass.defined() ? logical_and(pass, le(x, n.attrs.scalars[1])) : le(x, n.attrs.scalars[1]);
+  if (attrs.has_min) pass = ge(x, attrs.min);
+  if (attrs.has_max) pass = pass.defined() ? logical_and(pass, le(x, attrs.max)) : le(x, attrs.max);
   gi[0] = where(pass, g[0], 0);
 }
 // Tensor bounds: x gets the gradient where min <= x <= max; min where x < min (and min <= max); max where
-// x > max or min > max (the output is max there). Inputs (x, min, max), (x, min) or (x, max) by attrs.i[0].
+// x > max or min > max (the output is max there). Inputs (x, min, max), (x, min) or (x, max) by ClampAttrs.
 void clamp_tensor_backward(Node& n, Grads g, GradInputs gi) {  // saved: x and the bounds, as the inputs
-  const int64_t bounds = n.attrs.i[0];
+  const ClampAttrs& attrs = n.attrs.get<ClampAttrs>();
+  const int64_t bounds = (attrs.has_min ? 1 : 0) | (attrs.has_max ? 2 : 0);
   Tensor x = n.saved(0);
   Tensor lo = bounds & 1 ? n.saved(1) : Tensor(), hi = bounds & 2 ? n.saved(bounds == 3 ? 2 : 1) : Tensor();
   auto grad_where = [&](const Tensor& pass, size_t input) { gi[input] = sum_to(where(pass, g[0], 0), n.input_meta[input].shape); };
@@ -64,9 +66,10 @@ OpCost select_cost(const Task& t) {
 }
 }  // namespace
 
-#define DG_COMPARE_OP(name)                                                                               \
-  const OpDef op_##name(#name, FusionClass::Elementwise, cpu::name##_kernel, nullptr, select_cost); \
-  const OpDef op_##name##_scalar(#name "_scalar", FusionClass::Elementwise, cpu::name##_scalar_kernel, nullptr, select_cost)
+#define DG_COMPARE_OP(name)                                                                                    \
+  const OpDef op_##name(#name, nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});                \
+  const OpDef op_##name##_scalar(#name "_scalar", attrs_type<ScalarAttrs>(),                                        \
+                                 {.fusion = FusionClass::Elementwise, .cost = select_cost})
 DG_COMPARE_OP(eq);
 DG_COMPARE_OP(ne);
 DG_COMPARE_OP(lt);
@@ -74,14 +77,14 @@ DG_COMPARE_OP(le);
 DG_COMPARE_OP(gt);
 DG_COMPARE_OP(ge);
 #undef DG_COMPARE_OP
-const OpDef op_logical_not("logical_not", FusionClass::Elementwise, cpu::logical_not_kernel, nullptr, select_cost);
-const OpDef op_logical_and("logical_and", FusionClass::Elementwise, cpu::logical_and_kernel, nullptr, select_cost);
-const OpDef op_logical_or("logical_or", FusionClass::Elementwise, cpu::logical_or_kernel, nullptr, select_cost);
-const OpDef op_where("where", FusionClass::Elementwise, cpu::where_kernel, where_backward, select_cost);
-const OpDef op_where_scalar("where_scalar", FusionClass::Elementwise, cpu::where_scalar_kernel, where_scalar_backward, select_cost);
-const OpDef op_masked_fill("masked_fill", FusionClass::Elementwise, cpu::masked_fill_kernel, masked_fill_backward, select_cost);
-const OpDef op_clamp_scalar("clamp_scalar", FusionClass::Elementwise, cpu::clamp_scalar_kernel, clamp_scalar_backward, select_cost);
-const OpDef op_clamp_tensor("clamp_tensor", FusionClass::Elementwise, cpu::clamp_tensor_kernel, clamp_tensor_backward, select_cost);
+const OpDef op_logical_not("logical_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_logical_and("logical_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_logical_or("logical_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_where("where", nullptr, {.fusion = FusionClass::Elementwise, .backward = where_backward, .cost = select_cost});
+const OpDef op_where_scalar("where_scalar", attrs_type<WhereScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = where_scalar_backward, .cost = select_cost});
+const OpDef op_masked_fill("masked_fill", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = masked_fill_backward, .cost = select_cost});
+const OpDef op_clamp_scalar("clamp_scalar", attrs_type<ClampAttrs>(), {.fusion = FusionClass::Elementwise, .backward = clamp_scalar_backward, .cost = select_cost});
+const OpDef op_clamp_tensor("clamp_tensor", attrs_type<ClampAttrs>(), {.fusion = FusionClass::Elementwise, .backward = clamp_tensor_backward, .cost = select_cost});
 
 // --- comparisons and logical ops -------------------------------------------------------------------------
 namespace {
@@ -90,7 +93,7 @@ Tensor compare(const OpDef& op, const Tensor& a, const Tensor& b) {
   check_defined(op.name, b, "other");
   check_same_device(op.name, a, b);
   const DType dtype = result_type(a, b);
-  Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
+  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, DType::Bool);
   enqueue(op, {to(a, dtype), to(b, dtype)}, {out});
   return out;
@@ -100,9 +103,7 @@ Tensor compare(const OpDef& op, const Tensor& a, Scalar b) {
   check_defined(op.name, a, "input");
   Tensor x = to(a, result_type(a, b));
   Tensor out = Tensor::empty(x.shape(), DType::Bool);
-  Attrs attrs;
-  attrs.scalars[0] = b;
-  enqueue(op, {x}, {out}, attrs);
+  enqueue(op, {x}, {out}, ScalarAttrs{b});
   return out;
 }
 
@@ -110,7 +111,7 @@ Tensor logical_binary(const OpDef& op, const Tensor& a, const Tensor& b) {
   check_defined(op.name, a, "input");
   check_defined(op.name, b, "other");
   check_same_device(op.name, a, b);
-  Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
+  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, DType::Bool);
   enqueue(op, {to(a, DType::Bool), to(b, DType::Bool)}, {out});
   return out;
@@ -153,7 +154,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same_device("where", a, b);
   check_bool_mask("where", cond, "condition");
   const DType dtype = result_type(a, b);
-  Dims shape = cpu::broadcast_shapes("where", cpu::broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
+  Dims shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
   Tensor x = to(a, dtype), y = to(b, dtype);
   Tensor out = Tensor::empty(shape, dtype);
   enqueue(op_where, {cond, x, y}, {out});
@@ -173,11 +174,9 @@ Tensor where_scalar(const Tensor& cond, const Tensor& t, Scalar s, bool scalar_w
   check_same_device("where", cond, t);
   check_bool_mask("where", cond, "condition");
   Tensor x = to(t, result_type(t, s));
-  Dims shape = cpu::broadcast_shapes("where", cond.shape(), x.shape());
+  Dims shape = broadcast_shapes("where", cond.shape(), x.shape());
   Tensor out = Tensor::empty(shape, x.dtype());
-  Attrs attrs;
-  attrs.scalars[0] = s;
-  attrs.i[0] = scalar_when_true ? 1 : 0;
+  const Attrs attrs = WhereScalarAttrs{s, scalar_when_true};
   enqueue(op_where_scalar, {cond, x}, {out}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[2] = {cond, x}, outputs[1] = {out};
@@ -197,10 +196,9 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   check_defined("masked_fill", mask, "mask");
   check_same_device("masked_fill", a, mask);
   check_bool_mask("masked_fill", mask, "mask");
-  Dims shape = cpu::broadcast_shapes("masked_fill", a.shape(), mask.shape());
+  Dims shape = broadcast_shapes("masked_fill", a.shape(), mask.shape());
   Tensor out = Tensor::empty(shape, a.dtype());
-  Attrs attrs;
-  attrs.scalars[0] = value;
+  const Attrs attrs = ScalarAttrs{value};
   enqueue(op_masked_fill, {a, mask}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[2] = {a, mask}, outputs[1] = {out};
@@ -239,7 +237,7 @@ Tensor& inplace(const OpDef& op, const char* name, Tensor& a, std::span<const Te
 
 // The broadcast of `other` must keep a's shape (torch: "output with shape ... doesn't match ...").
 void check_broadcasts_to(const char* op, const Tensor& a, const Tensor& other) {
-  Dims shape = cpu::broadcast_shapes(op, a.shape(), other.shape());
+  Dims shape = broadcast_shapes(op, a.shape(), other.shape());
   DG_CHECK(same_shape(shape, a.shape()), Value, "[", op, "] output with shape ", a.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape));
 }
@@ -251,8 +249,7 @@ Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
   check_same_device("masked_fill_", a, mask);
   check_bool_mask("masked_fill_", mask, "mask");
   check_broadcasts_to("masked_fill_", a, mask);
-  Attrs attrs;
-  attrs.scalars[0] = value;
+  const Attrs attrs = ScalarAttrs{value};
   const Tensor others[1] = {mask};
   return inplace(op_masked_fill, "masked_fill_", a, others, attrs, [&](Node& n) { n.save(mask); });
 }
@@ -261,20 +258,24 @@ Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
 namespace {
 Attrs clamp_attrs(const char* op, std::optional<Scalar> min, std::optional<Scalar> max) {
   DG_CHECK(min || max, Value, "[", op, "] at least one of 'min' or 'max' must not be None");
-  Attrs attrs;
-  if (min) attrs.scalars[0] = *min;
-  if (max) attrs.scalars[1] = *max;
-  attrs.i[0] = (min ? 1 : 0) | (max ? 2 : 0);
+  ClampAttrs attrs;
+  if (min) attrs.min = *min;
+  if (max) attrs.max = *max;
+  attrs.has_min = min.has_value();
+  attrs.has_max = max.has_value();
   return attrs;
 }
 
-// The Task inputs (x, present bounds...) of a clamp with tensor bounds; attrs.i[0] says which are present.
+// The Task inputs (x, present bounds...) of a clamp with tensor bounds; the attributes say which are present.
 SmallVector<Tensor, 4> clamp_inputs(const Tensor& x, const Tensor& lo, const Tensor& hi, Attrs& attrs) {
   SmallVector<Tensor, 4> inputs;
   inputs.push_back(x);
   if (lo.defined()) inputs.push_back(lo);
   if (hi.defined()) inputs.push_back(hi);
-  attrs.i[0] = (lo.defined() ? 1 : 0) | (hi.defined() ? 2 : 0);
+  ClampAttrs present;
+  present.has_min = lo.defined();
+  present.has_max = hi.defined();
+  attrs = present;
   return inputs;
 }
 }  // namespace
@@ -310,7 +311,7 @@ Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max) {
     if (!bound->defined()) continue;
     check_same_device("clamp", a, *bound);
     r.add_tensor(bound->dtype(), bound->dim());
-    shape = cpu::broadcast_shapes("clamp", shape, bound->shape());
+    shape = broadcast_shapes("clamp", shape, bound->shape());
   }
   const DType dtype = r.result();
   Attrs attrs;

@@ -1,5 +1,7 @@
 // Task construction and enqueue.
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 

@@ -3,8 +3,8 @@
 #include <initializer_list>
 
 #include "dygrad/autograd/node.h"
-#include "dygrad/ops/op_def.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/runtime/op_def.h"
+#include "dygrad/core/error.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg {

@@ -5,13 +5,11 @@
 #include <bit>
 #include <cmath>
 
-#include "dygrad/backend/cpu/fused_adamw.h"
-#include "dygrad/backend/cpu/fused_norm.h"
-#include "dygrad/backend/cpu/fused_rope.h"
-#include "dygrad/backend/cpu/fused_swiglu.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -37,9 +35,8 @@ OpCost rms_norm_backward_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_rms_norm("rms_norm", FusionClass::Opaque, cpu::rms_norm_kernel, rms_norm_backward, rms_norm_cost);
-const OpDef op_rms_norm_backward("rms_norm_backward", FusionClass::Opaque, cpu::rms_norm_backward_kernel, nullptr,
-                                 rms_norm_backward_cost);
+const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms_norm_backward, .cost = rms_norm_cost});
+const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost});
 
 namespace {
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -47,10 +44,9 @@ void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi)
   check_first_order("rms_norm", {g[0], x, weight});
   const bool need_x = n.needs_grad(0), need_weight = n.needs_grad(1);
   if (!need_x && !need_weight) return;
-  Attrs attrs;
-  attrs.i[0] = weight.defined();
-  attrs.i[1] = need_x;
-  attrs.i[2] = need_weight;
+  RmsNormAttrs attrs = n.attrs.get<RmsNormAttrs>();
+  attrs.need_grad_input = need_x;
+  attrs.need_grad_weight = need_weight;
   Tensor grad = to(g[0], x.dtype());
   Tensor grad_x = need_x ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
   Tensor grad_weight = need_weight ? Tensor::empty(weight.shape(), weight.dtype()) : Tensor();
@@ -82,9 +78,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   const int64_t rows = channels == 0 ? shape_numel(x.shape().first(x.shape().size() - 1)) : x.numel() / channels;
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   Tensor rstd = Tensor::empty(Dims{rows}, compute_dtype(x.dtype()));
-  Attrs attrs;
-  attrs.scalars[0] = eps;
-  attrs.i[0] = weight.defined();
+  const Attrs attrs = RmsNormAttrs{eps, weight.defined()};
   if (weight.defined()) enqueue(op_rms_norm, {x, weight}, {y, rstd}, attrs);
   else enqueue(op_rms_norm, {x}, {y, rstd}, attrs);
   if (needs_grad_any({x, weight})) {
@@ -104,15 +98,15 @@ namespace {
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
 }  // namespace
 
-const OpDef op_rope("rotary_position_embedding", FusionClass::Opaque, cpu::rope_kernel, rope_backward);
-const OpDef op_rope_backward("rotary_position_embedding_backward", FusionClass::Opaque, cpu::rope_kernel);
+const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.backward = rope_backward});
+const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>());
 
 namespace {
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor cos = n.saved(0), sin = n.saved(1);
   check_first_order("rotary_position_embedding", {g[0]});
-  Attrs attrs = n.attrs;
-  attrs.i[2] = 1;  // the inverse rotation
+  RopeAttrs attrs = n.attrs.get<RopeAttrs>();
+  attrs.inverse = true;
   Tensor grad = to(g[0], cos.dtype());
   Tensor grad_x = Tensor::empty(grad.shape(), grad.dtype());
   enqueue(op_rope_backward, {grad, cos, sin}, {grad_x}, attrs);
@@ -139,9 +133,7 @@ Tensor rotary_position_embedding(const Tensor& x, const Tensor& cos, const Tenso
            dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
   Tensor c = to(detach(cos), x.dtype()), s = to(detach(sin), x.dtype());
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  Attrs attrs;
-  attrs.i[0] = mode == RopeMode::RotateHalf ? 1 : 0;
-  attrs.i[1] = time_dim;
+  const Attrs attrs = RopeAttrs{mode == RopeMode::RotateHalf, time_dim};
   enqueue(op_rope, {x, c, s}, {y}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {y};
@@ -175,10 +167,9 @@ std::pair<Tensor, Tensor> halves(const Tensor& x) {
 }
 }  // namespace
 
-const OpDef op_swiglu("swiglu", FusionClass::Elementwise, cpu::swiglu_kernel, swiglu_backward, swiglu_cost);
-const OpDef op_swiglu_packed("swiglu_packed", FusionClass::Elementwise, cpu::swiglu_kernel, swiglu_packed_backward,
-                             swiglu_cost);
-const OpDef op_swiglu_backward("swiglu_backward", FusionClass::Elementwise, cpu::swiglu_backward_kernel);
+const OpDef op_swiglu("swiglu", nullptr, {.fusion = FusionClass::Elementwise, .backward = swiglu_backward, .cost = swiglu_cost});
+const OpDef op_swiglu_packed("swiglu_packed", nullptr, {.fusion = FusionClass::Elementwise, .backward = swiglu_packed_backward, .cost = swiglu_cost});
+const OpDef op_swiglu_backward("swiglu_backward", nullptr, {.fusion = FusionClass::Elementwise});
 
 namespace {
 void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -251,7 +242,7 @@ OpCost adamw_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_adamw("adamw_step", FusionClass::Opaque, cpu::adamw_kernel, nullptr, adamw_cost, kOpInplace);
+const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace});
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                 std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& o) {
@@ -287,19 +278,15 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
     }
     DG_CHECK(p.is_contiguous() && exp_avgs[i].is_contiguous() && exp_avg_sqs[i].is_contiguous(), Value, "[", name,
              "] param ", i, " of shape ", p.shape(), " or its state is not contiguous");
-    inputs.push_back(contiguous(grads[i]));
   }
+  // Updated in place: outputs, and inputs too (kOpInplace: input i is output i), then the gradients.
   for (Tensor& p : params) outputs.push_back(p);
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
+  for (const Tensor& t : outputs) inputs.push_back(t);
+  for (const Tensor& g : grads) inputs.push_back(contiguous(g));
   for (Tensor& t : outputs) t.storage().bump_version();
-  Attrs attrs;
-  attrs.scalars[0] = o.lr;
-  attrs.scalars[1] = o.beta1;
-  attrs.scalars[2] = o.beta2;
-  attrs.scalars[3] = o.eps;
-  attrs.i[0] = step;
-  attrs.i[1] = std::bit_cast<int64_t>(o.weight_decay);
+  const AdamWAttrs attrs{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step};
   enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
           std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
 }

@@ -2,12 +2,12 @@
 // that recomputes probabilities from the saved log-sum-exp. Kernels: backend/cpu/fused_attention.cpp.
 #include <cmath>
 
-#include "dygrad/backend/cpu/fused_attention.h"
-#include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/fused.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -24,7 +24,7 @@ double attention_flops(const Task& t, int gemms) {
   const double rows = double(q.numel()) / double(std::max<int64_t>(q.shape()[q.dim() - 1], 1));
   const double keys = double(v.shape()[v.dim() - 2]);
   const double flops = 2.0 * rows * keys * double(q.shape()[q.dim() - 1]) * gemms;
-  return t.attrs.i[0] ? flops / 2 : flops;
+  return t.attrs.get<AttentionAttrs>().is_causal ? flops / 2 : flops;
 }
 OpCost attention_cost(const Task& t) {
   double bytes = 0;
@@ -40,9 +40,8 @@ OpCost attention_backward_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_attention(kName, FusionClass::Opaque, cpu::attention_kernel, attention_backward, attention_cost);
-const OpDef op_attention_backward("scaled_dot_product_attention_backward", FusionClass::Opaque,
-                                  cpu::attention_backward_kernel, nullptr, attention_backward_cost);
+const OpDef op_attention(kName, attrs_type<AttentionAttrs>(), {.backward = attention_backward, .cost = attention_cost});
+const OpDef op_attention_backward("scaled_dot_product_attention_backward", attrs_type<AttentionAttrs>(), {.cost = attention_backward_cost});
 
 namespace {
 void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -90,7 +89,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   score_shape.push_back(T);
   score_shape.push_back(S);
   Tensor mask;
-  int64_t mask_kind = 0;
+  AttentionMask mask_kind = AttentionMask::None;
   if (attn_mask.defined()) {
     check_same_device(kName, query, attn_mask);
     DG_CHECK(!is_causal, Value, "[", kName, "] explicit attn_mask should not be set when is_causal=True");
@@ -99,11 +98,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
              dtype_name(attn_mask.dtype()));
     DG_CHECK(!needs_grad_any({attn_mask}), NotImplemented, "[", kName, "] the gradient of attn_mask is not supported; "
              "detach the mask");
-    Dims shape = cpu::broadcast_shapes(kName, attn_mask.shape(), score_shape);
+    Dims shape = broadcast_shapes(kName, attn_mask.shape(), score_shape);
     DG_CHECK(same_shape(shape, score_shape), Value, "[", kName, "] attn_mask of shape ", attn_mask.shape(),
              " cannot be broadcast to the scores' shape ", IntSpan(score_shape));
     mask = expand(detach(attn_mask), score_shape);
-    mask_kind = attn_mask.dtype() == DType::Bool ? 1 : 2;
+    mask_kind = attn_mask.dtype() == DType::Bool ? AttentionMask::Bool : AttentionMask::Additive;
   }
   const double scale_value = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
   Dims out_shape(lead);
@@ -115,10 +114,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                        : Tensor::empty(out_shape, query.dtype());
   out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
   Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
-  Attrs attrs;
-  attrs.scalars[0] = scale_value;
-  attrs.i[0] = is_causal;
-  attrs.i[1] = mask_kind;
+  const Attrs attrs = AttentionAttrs{scale_value, is_causal, mask_kind};
   if (mask.defined()) enqueue(op_attention, {query, key, value, mask}, {out, lse}, attrs);
   else enqueue(op_attention, {query, key, value}, {out, lse}, attrs);
   if (needs_grad_any({query, key, value})) {

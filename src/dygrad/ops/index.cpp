@@ -5,37 +5,44 @@
 
 #include <algorithm>
 
-#include "dygrad/backend/cpu/index.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
 // --- backward formulas (grad_outputs[0] = g) -------------------------------------------------------------
 namespace {
-// attrs.i[0] = dim, attrs.ints = each input's size along dim.
+// The cat node's attributes: the dim and each input's size along it (the Task carries DimAttrs).
+struct CatNodeAttrs {
+  static constexpr const char* kName = "CatNodeAttrs";
+  int64_t dim = 0;
+  Dims sizes;
+};
 void cat_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   int64_t offset = 0;
-  for (size_t k = 0; k < n.attrs.ints.size(); ++k) {
-    if (n.needs_grad(k)) gi[k] = narrow(g[0], n.attrs.i[0], offset, n.attrs.ints[k]);
-    offset += n.attrs.ints[k];
+  const CatNodeAttrs& attrs = n.attrs.get<CatNodeAttrs>();
+  for (size_t k = 0; k < attrs.sizes.size(); ++k) {
+    if (n.needs_grad(k)) gi[k] = narrow(g[0], attrs.dim, offset, attrs.sizes[k]);
+    offset += attrs.sizes[k];
   }
 }
 // saved(0) = index.
 void gather_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = scatter_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.i[0], n.saved(0), g[0]);
+  gi[0] = scatter_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
 }
 void index_select_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = index_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.i[0], n.saved(0), g[0]);
+  gi[0] = index_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
 }
 // inputs (self, src); saved(0) = index.
 void scatter_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   if (n.needs_grad(0)) gi[0] = g[0];
   if (!n.needs_grad(1)) return;
   Tensor index = n.saved(0);
-  Tensor picked = gather(g[0], n.attrs.i[0], index);
+  Tensor picked = gather(g[0], n.attrs.get<DimAttrs>().dim, index);
   IntSpan src_shape = n.input_meta[1].shape;
   if (same_shape(picked.shape(), src_shape)) {
     gi[1] = picked;
@@ -52,10 +59,10 @@ void scatter_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> 
 // inputs (self, src); saved(0) = index (1-D).
 void index_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   if (n.needs_grad(0)) gi[0] = g[0];
-  if (n.needs_grad(1)) gi[1] = index_select(g[0], n.attrs.i[0], n.saved(0));
+  if (n.needs_grad(1)) gi[1] = index_select(g[0], n.attrs.get<DimAttrs>().dim, n.saved(0));
 }
-void tril_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = tril(g[0], n.attrs.i[0]); }
-void triu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = triu(g[0], n.attrs.i[0]); }
+void tril_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = tril(g[0], n.attrs.get<TriangleAttrs>().diagonal); }
+void triu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = triu(g[0], n.attrs.get<TriangleAttrs>().diagonal); }
 
 OpCost copy_cost(const Task& t) {
   OpCost c;
@@ -64,15 +71,13 @@ OpCost copy_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_cat("cat", FusionClass::Opaque, cpu::cat_kernel, cat_backward, copy_cost);
-const OpDef op_gather("gather", FusionClass::Opaque, cpu::gather_kernel, gather_backward, copy_cost);
-const OpDef op_index_select("index_select", FusionClass::Opaque, cpu::gather_kernel, index_select_backward, copy_cost);
-const OpDef op_scatter_add("scatter_add", FusionClass::Opaque, cpu::scatter_add_kernel, scatter_add_backward, nullptr,
-                           kOpInplace);
-const OpDef op_index_add("index_add", FusionClass::Opaque, cpu::scatter_add_kernel, index_add_backward, nullptr,
-                         kOpInplace);
-const OpDef op_tril("tril", FusionClass::Opaque, cpu::triangle_kernel, tril_backward, copy_cost);
-const OpDef op_triu("triu", FusionClass::Opaque, cpu::triangle_kernel, triu_backward, copy_cost);
+const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost});
+const OpDef op_gather("gather", attrs_type<DimAttrs>(), {.backward = gather_backward, .cost = copy_cost});
+const OpDef op_index_select("index_select", attrs_type<DimAttrs>(), {.backward = index_select_backward, .cost = copy_cost});
+const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(), {.backward = scatter_add_backward, .flags = kOpInplace});
+const OpDef op_index_add("index_add", attrs_type<DimAttrs>(), {.backward = index_add_backward, .flags = kOpInplace});
+const OpDef op_tril("tril", attrs_type<TriangleAttrs>(), {.backward = tril_backward, .cost = copy_cost});
+const OpDef op_triu("triu", attrs_type<TriangleAttrs>(), {.backward = triu_backward, .cost = copy_cost});
 
 // --- cat, stack ------------------------------------------------------------------------------------------------
 namespace {
@@ -110,8 +115,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
   Dims shape(ref.shape());
   shape[static_cast<size_t>(d)] = 0;
   SmallVector<Tensor, 4> inputs;
-  Attrs attrs;
-  attrs.i[0] = d;
+  CatNodeAttrs node_attrs{d, {}};
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = tensors[k];
     if (t.dim() == 1 && t.numel() == 0) continue;
@@ -124,7 +128,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
     check_same_device("cat", ref, t);
     shape[static_cast<size_t>(d)] += t.shape()[d];
     inputs.push_back(to(t, dtype));
-    attrs.ints.push_back(t.shape()[d]);
+    node_attrs.sizes.push_back(t.shape()[d]);
   }
   Tensor out = Tensor::empty(shape, dtype);
   if (!out_strides.empty() && static_cast<int64_t>(out_strides.size()) == out.dim()) {
@@ -134,8 +138,8 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
     out = strided;
   }
   std::span<const Tensor> in_span(inputs.data(), inputs.size());
-  enqueue(op_cat, in_span, std::span<const Tensor>(&out, 1), attrs);
-  if (needs_grad_any(in_span)) record_node(&op_cat, in_span, std::span<const Tensor>(&out, 1))->attrs = attrs;
+  enqueue(op_cat, in_span, std::span<const Tensor>(&out, 1), DimAttrs{d});
+  if (needs_grad_any(in_span)) record_node(&op_cat, in_span, std::span<const Tensor>(&out, 1))->attrs = node_attrs;
   return out;
 }
 }  // namespace
@@ -162,14 +166,21 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
 // copy; a piece that got no gradient contributes broadcast zeros. N select/narrow nodes would each fill a
 // zero tensor of the input's shape and the engine would add them up.
 namespace {
-// attrs.i[0] = dim, attrs.i[1] = 1 when the pieces dropped dim (unbind), attrs.ints = each piece's size along
-// dim, then the input's strides.
+// The pieces node's attributes: the dim, whether the pieces dropped it (unbind), each piece's size along it and
+// the input's strides.
+struct PiecesAttrs {
+  static constexpr const char* kName = "PiecesAttrs";
+  int64_t dim = 0;
+  bool dropped_dim = false;
+  Dims sizes, input_strides;
+};
 void pieces_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const IntSpan shape = n.input_meta[0].shape;
-  const int64_t dim = n.attrs.i[0];
-  const bool dropped_dim = n.attrs.i[1] != 0;
+  const PiecesAttrs& attrs = n.attrs.get<PiecesAttrs>();
+  const int64_t dim = attrs.dim;
+  const bool dropped_dim = attrs.dropped_dim;
   const size_t count = g.size();
-  const IntSpan sizes(n.attrs.ints.data(), count), input_strides(n.attrs.ints.data() + count, shape.size());
+  const IntSpan sizes = attrs.sizes, input_strides = attrs.input_strides;
   DType dtype = n.input_meta[0].dtype;
   for (const Tensor& grad : g)
     if (grad.defined()) dtype = grad.dtype();
@@ -193,10 +204,7 @@ std::vector<Tensor> record_pieces(const char* name, const Tensor& a, std::vector
                                   bool dropped_dim, IntSpan sizes) {
   if (pieces.empty() || !needs_grad_any({a})) return pieces;
   Ref<Node> node = make_ref<Node>(std::string(name), pieces_backward, pieces.size());
-  node->attrs.i[0] = dim;
-  node->attrs.i[1] = dropped_dim;
-  for (int64_t size : sizes) node->attrs.ints.push_back(size);
-  for (int64_t stride : a.strides()) node->attrs.ints.push_back(stride);
+  node->attrs = PiecesAttrs{dim, dropped_dim, Dims(sizes), Dims(a.strides())};
   Tensor inputs[1] = {a};
   record_node(node, inputs, pieces);
   return pieces;
@@ -294,11 +302,9 @@ void check_index_shape(const char* op, const Tensor& index, const Tensor& other,
 
 // out[p, index[p, j]] += src[p, j] into `target` (accumulating in place); `index` as the kernel reads it.
 void enqueue_scatter_add(const OpDef& op, Tensor& target, int64_t dim, const Tensor& index, const Tensor& src) {
-  Attrs attrs;
-  attrs.i[0] = dim;
   Tensor source = src.shares_storage(target) ? clone(src) : src;
   target.storage().bump_version();
-  enqueue(op, {target, index, source}, {target}, attrs);
+  enqueue(op, {target, index, source}, {target}, DimAttrs{dim});
 }
 
 // The 1-D index of index_select/index_add expanded to `shape` (stride 0 off dim): the gather layout.
@@ -322,8 +328,7 @@ Tensor index_select(const Tensor& a_in, int64_t dim, const Tensor& index) {
   Dims shape(a.shape());
   shape[static_cast<size_t>(d)] = index.numel();
   Tensor out = Tensor::empty(shape, a.dtype());
-  Attrs attrs;
-  attrs.i[0] = d;
+  const Attrs attrs = DimAttrs{d};
   enqueue(op_index_select, {a, expand_index(index, shape, d)}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
@@ -351,7 +356,7 @@ Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor
   if (needs_grad_any({a, src})) {
     Tensor inputs[2] = {a, src}, outputs[1] = {out};
     Ref<Node> node = record_node(&op_index_add, inputs, outputs);
-    node->attrs.i[0] = d;
+    node->attrs = DimAttrs{d};
     node->save(index);
   }
   return out;
@@ -364,8 +369,7 @@ Tensor gather(const Tensor& a_in, int64_t dim, const Tensor& index_in) {
   const int64_t d = wrap_dim("gather", dim, a.dim());
   check_index_shape("gather", index, a, "input", d, false);
   Tensor out = Tensor::empty(index.shape(), a.dtype());
-  Attrs attrs;
-  attrs.i[0] = d;
+  const Attrs attrs = DimAttrs{d};
   enqueue(op_gather, {a, index}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
@@ -397,7 +401,7 @@ Tensor scatter_add(const Tensor& a_in, int64_t dim, const Tensor& index_in, cons
   if (needs_grad_any({a, src})) {
     Tensor inputs[2] = {a, src}, outputs[1] = {out};
     Ref<Node> node = record_node(&op_scatter_add, inputs, outputs);
-    node->attrs.i[0] = d;
+    node->attrs = DimAttrs{d};
     node->save(index);
   }
   return a_in.dim() == 0 ? reshape(out, Dims{}) : out;
@@ -418,7 +422,7 @@ Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index_in, const Tenso
     node = make_ref<Node>(&op_scatter_add, 1);
     Tensor inputs[2] = {a, src};
     record_node(node, inputs, {});
-    node->attrs.i[0] = d;
+    node->attrs = DimAttrs{d};
     node->save(index);
   }
   enqueue_scatter_add(op_scatter_add, a, d, index, src);
@@ -432,9 +436,7 @@ Tensor triangle(const OpDef& op, const Tensor& a, int64_t diagonal, bool upper) 
   check_defined(op.name, a);
   DG_CHECK(a.dim() >= 2, Runtime, "[", op.name, "] input tensor must have at least 2 dimensions, got shape ", a.shape());
   Tensor out = Tensor::empty(a.shape(), a.dtype());
-  Attrs attrs;
-  attrs.i[0] = diagonal;
-  attrs.i[1] = upper ? 1 : 0;
+  const Attrs attrs = TriangleAttrs{diagonal, upper};
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <vector>
 
-#include "dygrad/backend/cpu/indexing.h"
-#include "dygrad/backend/cpu/loops.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -31,11 +31,9 @@ OpCost copy_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_index("index", FusionClass::Opaque, cpu::index_kernel, index_backward, copy_cost);
-const OpDef op_index_put("index_put", FusionClass::Opaque, cpu::index_put_kernel, index_put_backward, nullptr,
-                         kOpInplace);
-const OpDef op_nonzero("nonzero", FusionClass::Opaque, cpu::nonzero_kernel, nullptr, nullptr,
-                       kOpSyncs | kOpDataDependentShape);
+const OpDef op_index("index", attrs_type<AdvancedIndexAttrs>(), {.backward = index_backward, .cost = copy_cost});
+const OpDef op_index_put("index_put", attrs_type<AdvancedIndexAttrs>(), {.backward = index_put_backward, .flags = kOpInplace});
+const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpSyncs | kOpDataDependentShape});
 
 namespace {
 bool is_mask(const Tensor& t) { return t.dtype() == DType::Bool || t.dtype() == DType::UInt8; }
@@ -232,11 +230,7 @@ Plan make_plan(const char* op, const Tensor& x, IntSpan dims, std::span<const Te
 }
 
 Attrs plan_attrs(IntSpan dims, bool accumulate) {
-  Attrs attrs;
-  attrs.i[0] = static_cast<int64_t>(dims.size());
-  attrs.i[1] = accumulate ? 1 : 0;
-  attrs.ints = Dims(dims);
-  return attrs;
+  return AdvancedIndexAttrs{Dims(dims), accumulate};
 }
 
 // x[..., idx_0, ..., idx_k, ...] for the integer index tensors at `dims` of x. Differentiable in x.
@@ -289,16 +283,16 @@ Tensor accumulate_into_zeros(IntSpan shape, IntSpan dims, std::span<const Tensor
 
 std::vector<Tensor> saved_indices(Node& n) {
   std::vector<Tensor> out;
-  for (int64_t j = 0; j < n.attrs.i[0]; ++j) out.push_back(n.saved(static_cast<size_t>(j)));
+  for (size_t j = 0; j < n.attrs.get<AdvancedIndexAttrs>().dims.size(); ++j) out.push_back(n.saved(j));
   return out;
 }
 
 void index_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = accumulate_into_zeros(n.input_meta[0].shape, n.attrs.ints, saved_indices(n), g[0]);
+  gi[0] = accumulate_into_zeros(n.input_meta[0].shape, n.attrs.get<AdvancedIndexAttrs>().dims, saved_indices(n), g[0]);
 }
 // The node of accumulate_into_zeros: input g (the values), output zeros + put.
 void index_put_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = gather_advanced(g[0], n.attrs.ints, saved_indices(n));
+  gi[0] = gather_advanced(g[0], n.attrs.get<AdvancedIndexAttrs>().dims, saved_indices(n));
 }
 
 // The gradient of an assigned value: the indexed gradient summed back to the value's shape.

@@ -5,11 +5,11 @@
 
 #include <climits>
 
-#include "dygrad/backend/cpu/loops.h"
-#include "dygrad/backend/cpu/matmul.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -53,11 +53,11 @@ OpCost matmul_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_matmul("matmul", FusionClass::Matmul, cpu::matmul_kernel, matmul_backward, matmul_cost);
+const OpDef op_matmul("matmul", nullptr, {.fusion = FusionClass::Matmul, .backward = matmul_backward, .cost = matmul_cost});
 
 namespace {
 bool blas_readable(const Tensor& t) {
-  return cpu::blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1)).ok;
+  return blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1)).ok;
 }
 
 // The primitive: a [..., M, K] @ b [..., K, N] with a.dim(), b.dim() >= 2, shapes and dtypes already checked.
@@ -65,7 +65,7 @@ Tensor matmul_nd(const char* name, const Tensor& a, const Tensor& b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   DG_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, NotImplemented, "[", name, "] shapes ", a.shape(), " and ",
            b.shape(), ": matrix dims above 2^31 - 1 are not supported by the BLAS interface");
-  Dims shape = cpu::broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
+  Dims shape = broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
                                      b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
   shape.push_back(M);
   shape.push_back(N);

@@ -4,13 +4,13 @@
 
 #include <cmath>
 
-#include "dygrad/backend/cpu/loops.h"
-#include "dygrad/backend/cpu/unary.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -82,8 +82,8 @@ void relu_backward(Node& n, Grads g, GradInputs gi) {
   if (!grad_enabled()) return void(gi[0] = fused_backward(op_relu_backward, g[0], n.saved(0)));
   gi[0] = where(gt(n.saved(0), 0), g[0], 0);
 }
-Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approximate);
-void gelu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = gelu_derivative_times(g[0], n.saved(0), n.attrs.i[0]); }
+Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, bool tanh_approximation);
+void gelu_backward(Node& n, Grads g, GradInputs gi) { gi[0] = gelu_derivative_times(g[0], n.saved(0), n.attrs.get<GeluAttrs>().tanh_approximation); }
 
 void pow_backward(Node& n, Grads g, GradInputs gi) {  // saved: base, exponent, output
   Tensor base = n.saved(0), exponent = n.saved(1);
@@ -100,7 +100,7 @@ void pow_backward(Node& n, Grads g, GradInputs gi) {  // saved: base, exponent, 
   }
 }
 void pow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x; attrs.scalars[0] = p
-  const Scalar p = n.attrs.scalars[0];
+  const Scalar p = n.attrs.get<ScalarAttrs>().value;
   const double pd = p.to_double();
   if (pd == 0.0) gi[0] = zeros_like(g[0]);
   else if (pd == 1.0) gi[0] = g[0];
@@ -108,7 +108,7 @@ void pow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x; attrs.scalars
   else gi[0] = mul(g[0], mul(pow(n.saved(0), p.is_floating() ? Scalar(pd - 1.0) : Scalar(p.to_int() - 1)), p));
 }
 void rpow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x, y; attrs.scalars[0] = base s: y log(s)
-  const double s = n.attrs.scalars[0].to_double();
+  const double s = n.attrs.get<ScalarAttrs>().value.to_double();
   Tensor x = n.saved(0), y = n.saved(1);
   Tensor d = mul(differentiable_output(n, {x, y}, y), std::log(s));
   if (s == 0.0) d = where(ge(x, 0), 0, d);
@@ -146,39 +146,39 @@ OpCost transcendental_cost(const Task& t) {
 }
 }  // namespace
 
-#define DG_UNARY_OP(name, cost) \
-  const OpDef op_##name(#name, FusionClass::Elementwise, cpu::name##_kernel, name##_backward, cost)
-DG_UNARY_OP(exp, transcendental_cost);
-DG_UNARY_OP(log, transcendental_cost);
-DG_UNARY_OP(sqrt, elementwise_cost);
-DG_UNARY_OP(rsqrt, elementwise_cost);
-DG_UNARY_OP(abs, elementwise_cost);
-DG_UNARY_OP(sin, transcendental_cost);
-DG_UNARY_OP(cos, transcendental_cost);
-DG_UNARY_OP(tanh, transcendental_cost);
-DG_UNARY_OP(sigmoid, transcendental_cost);
-DG_UNARY_OP(silu, transcendental_cost);
-DG_UNARY_OP(gelu, transcendental_cost);
-DG_UNARY_OP(relu, elementwise_cost);
-DG_UNARY_OP(pow, transcendental_cost);
-DG_UNARY_OP(pow_scalar, transcendental_cost);
-DG_UNARY_OP(rpow_scalar, transcendental_cost);
-DG_UNARY_OP(maximum, elementwise_cost);
-DG_UNARY_OP(minimum, elementwise_cost);
+#define DG_UNARY_OP(name, attrs, cost_fn) \
+  const OpDef op_##name(#name, attrs, {.fusion = FusionClass::Elementwise, .backward = name##_backward, .cost = cost_fn})
+DG_UNARY_OP(exp, nullptr, transcendental_cost);
+DG_UNARY_OP(log, nullptr, transcendental_cost);
+DG_UNARY_OP(sqrt, nullptr, elementwise_cost);
+DG_UNARY_OP(rsqrt, nullptr, elementwise_cost);
+DG_UNARY_OP(abs, nullptr, elementwise_cost);
+DG_UNARY_OP(sin, nullptr, transcendental_cost);
+DG_UNARY_OP(cos, nullptr, transcendental_cost);
+DG_UNARY_OP(tanh, nullptr, transcendental_cost);
+DG_UNARY_OP(sigmoid, nullptr, transcendental_cost);
+DG_UNARY_OP(silu, nullptr, transcendental_cost);
+DG_UNARY_OP(gelu, attrs_type<GeluAttrs>(), transcendental_cost);
+DG_UNARY_OP(relu, nullptr, elementwise_cost);
+DG_UNARY_OP(pow, nullptr, transcendental_cost);
+DG_UNARY_OP(pow_scalar, attrs_type<ScalarAttrs>(), transcendental_cost);
+DG_UNARY_OP(rpow_scalar, attrs_type<ScalarAttrs>(), transcendental_cost);
+DG_UNARY_OP(maximum, nullptr, elementwise_cost);
+DG_UNARY_OP(minimum, nullptr, elementwise_cost);
 #undef DG_UNARY_OP
 // Fused backward kernels: inputs (grad, y or x). Only run without grad mode, so they need no backward.
-const OpDef op_sigmoid_backward("sigmoid_backward", FusionClass::Elementwise, cpu::sigmoid_backward_kernel, nullptr, elementwise_cost);
-const OpDef op_tanh_backward("tanh_backward", FusionClass::Elementwise, cpu::tanh_backward_kernel, nullptr, elementwise_cost);
-const OpDef op_silu_backward("silu_backward", FusionClass::Elementwise, cpu::silu_backward_kernel, nullptr, transcendental_cost);
-const OpDef op_relu_backward("relu_backward", FusionClass::Elementwise, cpu::relu_backward_kernel, nullptr, elementwise_cost);
+const OpDef op_sigmoid_backward("sigmoid_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
+const OpDef op_tanh_backward("tanh_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
+const OpDef op_silu_backward("silu_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = transcendental_cost});
+const OpDef op_relu_backward("relu_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
 
 namespace {
 // gelu_backward(g, x) = g * gelu'(x) is linear in g; in x its derivative is g * gelu''(x), composed from ops:
 //   "none": gelu''(x) = phi(x) (2 - x^2)
 //   "tanh": with s = sigmoid(2u), u = k (x + c x^3), u' = k (1 + 3 c x^2), u'' = 6 k c x:
 //           gelu''(x) = s (1 - s) (4 u' + 2 x u'' + 4 x u'^2 (1 - 2 s))
-Tensor gelu_second_derivative(const Tensor& x, int64_t approximate) {
-  if (approximate == 0) {
+Tensor gelu_second_derivative(const Tensor& x, bool tanh_approximation) {
+  if (!tanh_approximation) {
     Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
     return mul(pdf, rsub(mul(x, x), 2));
   }
@@ -193,13 +193,12 @@ Tensor gelu_second_derivative(const Tensor& x, int64_t approximate) {
 }
 void gelu_backward_backward(Node& n, Grads g, GradInputs gi) {  // inputs (grad, x); saved: grad, x
   Tensor grad = n.saved(0), x = n.saved(1);
-  if (n.needs_grad(0)) gi[0] = gelu_derivative_times(g[0], x, n.attrs.i[0]);
-  if (n.needs_grad(1)) gi[1] = mul(mul(g[0], grad), gelu_second_derivative(x, n.attrs.i[0]));
+  if (n.needs_grad(0)) gi[0] = gelu_derivative_times(g[0], x, n.attrs.get<GeluAttrs>().tanh_approximation);
+  if (n.needs_grad(1)) gi[1] = mul(mul(g[0], grad), gelu_second_derivative(x, n.attrs.get<GeluAttrs>().tanh_approximation));
 }
 }  // namespace
 // inputs (grad, x), attrs.i[0] as gelu: grad * gelu'(x).
-const OpDef op_gelu_backward("gelu_backward", FusionClass::Elementwise, cpu::gelu_backward_kernel,
-                             gelu_backward_backward, transcendental_cost);
+const OpDef op_gelu_backward("gelu_backward", attrs_type<GeluAttrs>(), {.fusion = FusionClass::Elementwise, .backward = gelu_backward_backward, .cost = transcendental_cost});
 
 namespace {
 enum class Save { Input, Output };
@@ -258,10 +257,9 @@ Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v) {
   return out;
 }
 
-Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, int64_t approximate) {
+Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, bool tanh_approximation) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Attrs attrs;
-  attrs.i[0] = approximate;
+  const Attrs attrs = GeluAttrs{tanh_approximation};
   Tensor grad = to(g, x.dtype());
   enqueue(op_gelu_backward, {grad, x}, {out}, attrs);
   if (needs_grad_any({grad, x})) {
@@ -297,8 +295,7 @@ Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, Save::Output); }
 Tensor gelu(const Tensor& a, std::string_view approximate) {
   DG_CHECK(approximate == "none" || approximate == "tanh", Value, "[gelu] approximate must be 'none' or 'tanh', got '",
            approximate, "'");
-  Attrs attrs;
-  attrs.i[0] = approximate == "tanh" ? 1 : 0;
+  const Attrs attrs = GeluAttrs{approximate == "tanh"};
   return floating_unary(op_gelu, a, Save::Input, attrs);
 }
 
@@ -319,7 +316,7 @@ Tensor& relu_(Tensor& a) {
 namespace {
 Tensor binary_op(const OpDef& op, const Tensor& a, const Tensor& b, DType dtype, bool save_output) {
   check_same_device(op.name, a, b);
-  Dims shape = cpu::broadcast_shapes(op.name, a.shape(), b.shape());
+  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
   Tensor x = to(a, dtype), y = to(b, dtype);
   Tensor out = Tensor::empty(shape, dtype);
   enqueue(op, {x, y}, {out});
@@ -349,8 +346,7 @@ Tensor pow(const Tensor& base, Scalar exponent) {
     DG_CHECK(exponent.to_int() >= 0, Value, "[pow] Integers to negative integer powers are not allowed (",
              dtype_name(dtype), " tensor to the power ", exponent.to_int(), ")");
   DG_CHECK(dtype != DType::Bool || exponent.is_bool(), Type, "[pow] not supported for bool tensors");
-  Attrs attrs;
-  attrs.scalars[0] = exponent;
+  const Attrs attrs = ScalarAttrs{exponent};
   return unary(op_pow_scalar, base, dtype, Save::Input, attrs);
 }
 
@@ -360,8 +356,7 @@ Tensor pow(Scalar base, const Tensor& exponent) {
   DG_CHECK(dtype != DType::Bool, Type, "[pow] not supported for bool tensors");
   Tensor x = to(exponent, dtype);
   Tensor out = Tensor::empty(x.shape(), dtype);
-  Attrs attrs;
-  attrs.scalars[0] = base;
+  const Attrs attrs = ScalarAttrs{base};
   enqueue(op_rpow_scalar, {x}, {out}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {out};

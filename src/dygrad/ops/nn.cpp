@@ -3,11 +3,12 @@
 // backward kernels are not differentiable again (no double backward through these ops yet).
 #include "dygrad/ops/nn.h"
 
-#include "dygrad/backend/cpu/softmax.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -21,10 +22,10 @@ OpCost softmax_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_softmax_backward("softmax_backward", FusionClass::Opaque, cpu::softmax_backward_kernel);
-const OpDef op_log_softmax_backward("log_softmax_backward", FusionClass::Opaque, cpu::log_softmax_backward_kernel);
-const OpDef op_embedding_backward("embedding_backward", FusionClass::Opaque, cpu::embedding_backward_kernel);
-const OpDef op_cross_entropy_backward("cross_entropy_backward", FusionClass::Opaque, cpu::cross_entropy_backward_kernel);
+const OpDef op_softmax_backward("softmax_backward", attrs_type<ReduceAttrs>());
+const OpDef op_log_softmax_backward("log_softmax_backward", attrs_type<ReduceAttrs>());
+const OpDef op_embedding_backward("embedding_backward", attrs_type<EmbeddingBackwardAttrs>());
+const OpDef op_cross_entropy_backward("cross_entropy_backward", attrs_type<CrossEntropyAttrs>());
 
 namespace {
 // softmax: grad_x = y * (g - sum(g * y)); log_softmax: grad_x = g - exp(y) * sum(g). Saved: y.
@@ -50,20 +51,17 @@ void cross_entropy_backward(Node& n, std::span<const Tensor> g, std::span<Tensor
 }
 }  // namespace
 
-const OpDef op_softmax("softmax", FusionClass::Reduction, cpu::softmax_kernel,
-                       softmax_family_backward<op_softmax_backward>, softmax_cost);
-const OpDef op_log_softmax("log_softmax", FusionClass::Reduction, cpu::log_softmax_kernel,
-                           softmax_family_backward<op_log_softmax_backward>, softmax_cost);
-const OpDef op_embedding("embedding", FusionClass::Opaque, cpu::embedding_kernel, embedding_backward);
-const OpDef op_cross_entropy("cross_entropy", FusionClass::Reduction, cpu::cross_entropy_kernel, cross_entropy_backward);
+const OpDef op_softmax("softmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = softmax_family_backward<op_softmax_backward>, .cost = softmax_cost});
+const OpDef op_log_softmax("log_softmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = softmax_family_backward<op_log_softmax_backward>, .cost = softmax_cost});
+const OpDef op_embedding("embedding", nullptr, {.backward = embedding_backward});
+const OpDef op_cross_entropy("cross_entropy", attrs_type<CrossEntropyAttrs>(), {.fusion = FusionClass::Reduction, .backward = cross_entropy_backward});
 
 namespace {
 Tensor softmax_family(const OpDef& op, const Tensor& a, int64_t dim) {
   check_defined(op.name, a);
   check_floating(op.name, a);
   const int64_t d = wrap_dim(op.name, dim, a.dim());
-  Attrs attrs;
-  attrs.ints = reduction_dims(op.name, IntSpan(&d, 1), a.dim());
+  const Attrs attrs = ReduceAttrs{reduction_dims(op.name, IntSpan(&d, 1), a.dim())};
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
@@ -91,13 +89,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Dims shape(indices.shape().begin(), indices.shape().end());
   shape.push_back(weight.shape()[1]);
   Tensor out = Tensor::empty(shape, weight.dtype());
-  Attrs attrs;
-  attrs.i[0] = weight.shape()[0];
-  enqueue(op_embedding, {weight, index}, {out}, attrs);
+  enqueue(op_embedding, {weight, index}, {out});
   if (needs_grad_any({weight})) {
     Tensor inputs[1] = {weight}, outputs[1] = {out};
     Ref<Node> node = record_node(&op_embedding, inputs, outputs);
-    node->attrs = attrs;
+    node->attrs = EmbeddingBackwardAttrs{weight.shape()[0]};
     node->save(index);
   }
   return out;
@@ -108,11 +104,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_vie
   check_defined("cross_entropy", target, "target");
   check_same_device("cross_entropy", logits, target);
   check_floating("cross_entropy", logits);
-  const int64_t mode = reduction == "mean" ? cpu::kReductionMean
-                       : reduction == "sum" ? cpu::kReductionSum
-                       : reduction == "none" ? cpu::kReductionNone
-                                             : -1;
-  DG_CHECK(mode >= 0, Value, "[cross_entropy] reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+  DG_CHECK(reduction == "mean" || reduction == "sum" || reduction == "none", Value, "[cross_entropy] reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+  const LossReduction mode = reduction == "mean" ? LossReduction::Mean
+                            : reduction == "sum" ? LossReduction::Sum
+                                                 : LossReduction::None;
   DG_CHECK(target.dtype() == DType::Int64, Type, "[cross_entropy] expected a target of class indices with dtype int64, "
            "got ", dtype_name(target.dtype()), " (class probabilities are not supported)");
   DG_CHECK(logits.dim() >= 1, Value, "[cross_entropy] expected logits with a class dim, got a 0-dim tensor");
@@ -121,7 +116,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_vie
              " (unbatched) expect a 0-dim target, got shape ", target.shape());
     const int64_t batched_logits[2] = {1, logits.shape()[0]}, batched_target[1] = {1};
     Tensor loss = cross_entropy(reshape(logits, batched_logits), reshape(target, batched_target), reduction, ignore_index);
-    return mode == cpu::kReductionNone ? reshape(loss, IntSpan()) : loss;
+    return mode == LossReduction::None ? reshape(loss, IntSpan()) : loss;
   }
   Dims target_shape;
   for (int64_t d = 0; d < logits.dim(); ++d)
@@ -129,10 +124,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_vie
   DG_CHECK(same_shape(target.shape(), target_shape), Value, "[cross_entropy] logits of shape ", logits.shape(),
            " expect a target of shape ", IntSpan(target_shape), ", got ", target.shape());
   Tensor classes = contiguous(target);
-  Attrs attrs;
-  attrs.i[0] = ignore_index;
-  attrs.i[1] = mode;
-  Tensor loss = Tensor::empty(mode == cpu::kReductionNone ? IntSpan(target_shape) : IntSpan(), logits.dtype());
+  const Attrs attrs = CrossEntropyAttrs{ignore_index, mode};
+  Tensor loss = Tensor::empty(mode == LossReduction::None ? IntSpan(target_shape) : IntSpan(), logits.dtype());
   const int64_t rows = shape_numel(target_shape);
   Tensor lse = Tensor::empty(IntSpan(&rows, 1), logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
   enqueue(op_cross_entropy, {logits, classes}, {loss, lse}, attrs);

@@ -3,10 +3,11 @@
 // so the values depend only on (seed, offset, index): any thread count, replayable. See docs/rng.md.
 #include <cmath>
 
-#include "dygrad/backend/cpu/random.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -19,19 +20,19 @@ OpCost random_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_rand("rand", FusionClass::Opaque, cpu::rand_kernel, nullptr, random_cost, kOpRandom);
-const OpDef op_randn("randn", FusionClass::Opaque, cpu::randn_kernel, nullptr, random_cost, kOpRandom);
-const OpDef op_randint("randint", FusionClass::Opaque, cpu::randint_kernel, nullptr, random_cost, kOpRandom);
-const OpDef op_bernoulli_mask("bernoulli_mask", FusionClass::Opaque, cpu::bernoulli_kernel, nullptr, random_cost, kOpRandom);
-const OpDef op_arange("arange", FusionClass::Opaque, cpu::arange_kernel, nullptr, random_cost);
+const OpDef op_rand("rand", attrs_type<RandomAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_randn("randn", attrs_type<RandomAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_randint("randint", attrs_type<RandintAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_bernoulli_mask("bernoulli_mask", attrs_type<BernoulliAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_arange("arange", attrs_type<ArangeAttrs>(), {.cost = random_cost});
 
 namespace {
 // Allocates the output, reserves its counters and enqueues the random op.
-Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, Attrs attrs, bool wide) {
+template <typename A>
+Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, A attrs, bool wide) {
   Tensor out = Tensor::empty(shape, dtype);
-  const RngState rng = reserve_rng(cpu::random_counters(out.numel(), wide));
-  attrs.rng_seed = rng.seed;
-  attrs.rng_offset = rng.offset;
+  const RngState rng = reserve_rng(philox_counters(out.numel(), wide));
+  attrs.rng = RngCounter{rng.seed, rng.offset};
   enqueue(op, {}, {out}, attrs);
   return out;
 }
@@ -39,7 +40,7 @@ Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, Attrs attrs, b
 Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& options) {
   DG_CHECK(is_floating(options.dtype), Type, "[", op.name, "] expected a floating point dtype, got ",
            dtype_name(options.dtype));
-  Tensor out = random_tensor(op, shape, options.dtype, Attrs(), options.dtype == DType::Float64);
+  Tensor out = random_tensor(op, shape, options.dtype, RandomAttrs{}, options.dtype == DType::Float64);
   if (options.requires_grad) out.set_requires_grad(true);
   return out;
 }
@@ -52,17 +53,17 @@ Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype) {
   DG_CHECK(low < high, Value, "[randint] expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
   DG_CHECK(dtype != DType::Bool || (low >= 0 && high <= 2), Value, "[randint] range [", low, ", ", high,
            ") does not fit dtype bool");
-  Attrs attrs;
-  attrs.i[0] = low;
-  attrs.i[1] = high;
+  RandintAttrs attrs;
+  attrs.low = low;
+  attrs.high = high;
   const bool wide = static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > (uint64_t{1} << 32);
   return random_tensor(op_randint, shape, dtype, attrs, wide);
 }
 
 Tensor bernoulli_mask(IntSpan shape, double p, DType dtype) {
   DG_CHECK(p >= 0.0 && p <= 1.0, Value, "[bernoulli_mask] probability p must be in [0, 1], got ", p);
-  Attrs attrs;
-  attrs.scalars[0] = p;
+  BernoulliAttrs attrs;
+  attrs.p = p;
   return random_tensor(op_bernoulli_mask, shape, dtype, attrs, false);
 }
 
@@ -83,9 +84,7 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype)
   }
   DG_CHECK(size >= 0, Value, "[arange] invalid size ", size);
   Tensor out = Tensor::empty(Dims{size}, out_dtype);
-  Attrs attrs;
-  attrs.scalars[0] = start;
-  attrs.scalars[1] = step;
+  const Attrs attrs = ArangeAttrs{start, step};
   enqueue(op_arange, {}, {out}, attrs);
   return out;
 }

@@ -5,25 +5,31 @@
 #include <algorithm>
 #include <cmath>
 
-#include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
 namespace {
+// The reduced dims a reduction's node recorded (ReduceAttrs, or VarianceAttrs for var and std).
+const Dims& reduce_dims(const Node& n) {
+  if (n.attrs.type() == attrs_type<VarianceAttrs>()) return n.attrs.get<VarianceAttrs>().dims;
+  return n.attrs.get<ReduceAttrs>().dims;
+}
 // The gradient of a reduction, broadcast back to the input shape.
 Tensor expand_reduced_grad(const Tensor& g, const Node& n) {
   IntSpan in_shape = n.input_meta[0].shape;
-  Dims keep_shape = reduced_shape(in_shape, n.attrs.ints, true);
+  Dims keep_shape = reduced_shape(in_shape, reduce_dims(n), true);
   return expand(reshape(g, keep_shape), in_shape);
 }
 void sum_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) { gi[0] = expand_reduced_grad(g[0], n); }
 
 // A reduced tensor (output or its gradient) in the keepdim shape, contiguous, as backward kernels read it.
 Tensor keepdim_contiguous(const Tensor& t, const Node& n) {
-  return contiguous(reshape(t, reduced_shape(n.input_meta[0].shape, n.attrs.ints, true)));
+  return contiguous(reshape(t, reduced_shape(n.input_meta[0].shape, reduce_dims(n), true)));
 }
 // Runs a backward kernel: inputs (...) -> a gradient of the input's shape and dtype.
 Tensor run_backward_kernel(const OpDef& op, const Node& n, std::initializer_list<Tensor> inputs) {
@@ -46,20 +52,20 @@ OpCost reduce_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_sum("sum", FusionClass::Reduction, cpu::sum_kernel, sum_backward, reduce_cost);
-const OpDef op_amax("amax", FusionClass::Reduction, cpu::amax_kernel, amax_backward, reduce_cost);
-const OpDef op_amin("amin", FusionClass::Reduction, cpu::amin_kernel, amax_backward, reduce_cost);
-const OpDef op_max_dim("max_dim", FusionClass::Reduction, cpu::max_dim_kernel, max_dim_backward, reduce_cost);
-const OpDef op_min_dim("min_dim", FusionClass::Reduction, cpu::min_dim_kernel, max_dim_backward, reduce_cost);
-const OpDef op_argmax("argmax", FusionClass::Reduction, cpu::argmax_kernel, nullptr, reduce_cost);
-const OpDef op_argmin("argmin", FusionClass::Reduction, cpu::argmin_kernel, nullptr, reduce_cost);
-const OpDef op_logsumexp("logsumexp", FusionClass::Reduction, cpu::logsumexp_kernel, logsumexp_backward, reduce_cost);
-const OpDef op_var("var", FusionClass::Reduction, cpu::var_kernel, var_backward, reduce_cost);
-const OpDef op_std("std", FusionClass::Reduction, cpu::var_kernel, std_backward, reduce_cost);
+const OpDef op_sum("sum", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = sum_backward, .cost = reduce_cost});
+const OpDef op_amax("amax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost});
+const OpDef op_amin("amin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost});
+const OpDef op_max_dim("max_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost});
+const OpDef op_min_dim("min_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost});
+const OpDef op_argmax("argmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost});
+const OpDef op_argmin("argmin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost});
+const OpDef op_logsumexp("logsumexp", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = logsumexp_backward, .cost = reduce_cost});
+const OpDef op_var("var", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = var_backward, .cost = reduce_cost});
+const OpDef op_std("std", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = std_backward, .cost = reduce_cost});
 // Backward kernels (their own gradients are not implemented: no double backward through them).
-const OpDef op_extremum_backward("extremum_backward", FusionClass::Opaque, cpu::extremum_backward_kernel);
-const OpDef op_extremum_index_backward("extremum_index_backward", FusionClass::Opaque, cpu::extremum_index_backward_kernel);
-const OpDef op_logsumexp_backward("logsumexp_backward", FusionClass::Opaque, cpu::logsumexp_backward_kernel);
+const OpDef op_extremum_backward("extremum_backward", attrs_type<ReduceAttrs>());
+const OpDef op_extremum_index_backward("extremum_index_backward", attrs_type<ReduceAttrs>());
+const OpDef op_logsumexp_backward("logsumexp_backward", attrs_type<ReduceAttrs>());
 
 namespace {
 // amax/amin, max()/min(): g / (number of ties) to every element equal to the result.
@@ -79,20 +85,20 @@ void logsumexp_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi
 // The divisor max(N - correction, 0) of var/std over the node's dims.
 double var_divisor(const Node& n) {
   double count = 1;
-  for (int64_t d : n.attrs.ints) count *= static_cast<double>(n.input_meta[0].shape[static_cast<size_t>(d)]);
-  return std::max(count - n.attrs.scalars[0].to_double(), 0.0);
+  for (int64_t d : reduce_dims(n)) count *= static_cast<double>(n.input_meta[0].shape[static_cast<size_t>(d)]);
+  return std::max(count - n.attrs.get<VarianceAttrs>().correction, 0.0);
 }
 // d var / d a = 2 (a - mean) / divisor; composed of dygrad ops, so it is differentiable again.
 void var_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor a = n.saved(0);
-  Tensor centered = sub(a, mean(a, n.attrs.ints, true));
-  gi[0] = mul(centered, mul(reshape(g[0], reduced_shape(a.shape(), n.attrs.ints, true)), 2.0 / var_divisor(n)));
+  Tensor centered = sub(a, mean(a, reduce_dims(n), true));
+  gi[0] = mul(centered, mul(reshape(g[0], reduced_shape(a.shape(), reduce_dims(n), true)), 2.0 / var_divisor(n)));
 }
 // d std / d a = (a - mean) / (divisor * std).
 void std_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor a = n.saved(0);
-  Dims keep = reduced_shape(a.shape(), n.attrs.ints, true);
-  Tensor centered = sub(a, mean(a, n.attrs.ints, true));
+  Dims keep = reduced_shape(a.shape(), reduce_dims(n), true);
+  Tensor centered = sub(a, mean(a, reduce_dims(n), true));
   gi[0] = mul(centered, div(reshape(g[0], keep), mul(reshape(n.saved(1), keep), var_divisor(n))));
 }
 }  // namespace
@@ -126,11 +132,11 @@ Dims reduced_shape(IntSpan shape, IntSpan dims, bool keepdim) {
 }
 
 namespace {
-// Enqueues `op` reducing x over attrs.ints into a new tensor of `dtype` and records its node; the node saves
+// Enqueues `op` reducing x over attrs.dims into a new tensor of `dtype` and records its node; the node saves
 // the input and the output when its backward formula needs them.
-Tensor reduce_to_new(const OpDef& op, const Tensor& x, const Attrs& attrs, bool keepdim, DType dtype,
+Tensor reduce_to_new(const OpDef& op, const Tensor& x, const ReduceAttrs& attrs, bool keepdim, DType dtype,
                      bool save_input_and_output) {
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.ints, keepdim), dtype);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.dims, keepdim), dtype);
   enqueue(op, {x}, {out}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {out};
@@ -147,8 +153,8 @@ Tensor reduce_to_new(const OpDef& op, const Tensor& x, const Attrs& attrs, bool 
 
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("sum", a);
-  Attrs attrs;
-  attrs.ints = reduction_dims("sum", dims, a.dim());
+  ReduceAttrs attrs;
+  attrs.dims = reduction_dims("sum", dims, a.dim());
   return reduce_to_new(op_sum, a, attrs, keepdim, is_floating(a.dtype()) ? a.dtype() : DType::Int64, false);
 }
 
@@ -179,20 +185,20 @@ void check_full_reduction_nonempty(const char* op, const Tensor& a) {
 // amax/amin: values over any dims.
 Tensor extremum(const OpDef& op, const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined(op.name, a);
-  Attrs attrs;
-  attrs.ints = reduction_dims(op.name, dims, a.dim());
-  check_nonempty_reduction(op.name, a, attrs.ints);
+  ReduceAttrs attrs;
+  attrs.dims = reduction_dims(op.name, dims, a.dim());
+  check_nonempty_reduction(op.name, a, attrs.dims);
   return reduce_to_new(op, a, attrs, keepdim, a.dtype(), true);
 }
 
 // max/min over one dim: values and indices.
 ValuesIndices extremum_dim(const OpDef& op, const char* name, const Tensor& a, int64_t dim, bool keepdim) {
   check_defined(name, a);
-  Attrs attrs;
+  ReduceAttrs attrs;
   const int64_t d = wrap_dim(name, dim, a.dim());
-  attrs.ints = reduction_dims(name, IntSpan(&d, 1), a.dim());
-  check_nonempty_reduction(name, a, attrs.ints);
-  Dims shape = reduced_shape(a.shape(), attrs.ints, keepdim);
+  attrs.dims = reduction_dims(name, IntSpan(&d, 1), a.dim());
+  check_nonempty_reduction(name, a, attrs.dims);
+  Dims shape = reduced_shape(a.shape(), attrs.dims, keepdim);
   ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
   enqueue(op, {a}, {out.values, out.indices}, attrs);
   if (needs_grad_any({a})) {
@@ -206,16 +212,16 @@ ValuesIndices extremum_dim(const OpDef& op, const char* name, const Tensor& a, i
 
 Tensor arg_extremum(const OpDef& op, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   check_defined(op.name, a);
-  Attrs attrs;
+  ReduceAttrs attrs;
   Dims shape;
   if (dim) {
     const int64_t d = wrap_dim(op.name, *dim, a.dim());
-    attrs.ints = reduction_dims(op.name, IntSpan(&d, 1), a.dim());
-    check_nonempty_reduction(op.name, a, attrs.ints);
-    shape = reduced_shape(a.shape(), attrs.ints, keepdim);
+    attrs.dims = reduction_dims(op.name, IntSpan(&d, 1), a.dim());
+    check_nonempty_reduction(op.name, a, attrs.dims);
+    shape = reduced_shape(a.shape(), attrs.dims, keepdim);
   } else {
     check_full_reduction_nonempty(op.name, a);
-    attrs.ints = reduction_dims(op.name, {}, a.dim());
+    attrs.dims = reduction_dims(op.name, {}, a.dim());
     shape = keepdim ? Dims(static_cast<size_t>(a.dim()), 1) : Dims();
   }
   Tensor out = Tensor::empty(shape, DType::Int64);
@@ -245,8 +251,8 @@ Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { retur
 Tensor logsumexp(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("logsumexp", a);
   Tensor x = is_floating(a.dtype()) ? a : to(a, DType::Float32);
-  Attrs attrs;
-  attrs.ints = reduction_dims("logsumexp", dims, x.dim());
+  ReduceAttrs attrs;
+  attrs.dims = reduction_dims("logsumexp", dims, x.dim());
   return reduce_to_new(op_logsumexp, x, attrs, keepdim, x.dtype(), true);
 }
 
@@ -256,11 +262,8 @@ Tensor variance(const OpDef& op, const Tensor& a, IntSpan dims, double correctio
   DG_CHECK(is_floating(a.dtype()), Type, "[", op.name, "] std and var only support floating point dtypes, got ",
            dtype_name(a.dtype()));
   DG_CHECK(std::isfinite(correction), Value, "[", op.name, "] correction must be finite, got ", correction);
-  Attrs attrs;
-  attrs.ints = reduction_dims(op.name, dims, a.dim());
-  attrs.scalars[0] = correction;
-  attrs.i[0] = standard_deviation ? 1 : 0;
-  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.ints, keepdim), a.dtype());
+  VarianceAttrs attrs{reduction_dims(op.name, dims, a.dim()), correction, standard_deviation};
+  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.dims, keepdim), a.dtype());
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};

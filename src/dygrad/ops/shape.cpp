@@ -9,6 +9,8 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -56,29 +58,35 @@ void reshape_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) 
 void expand_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   gi[0] = sum_to(g[0], n.input_meta[0].shape);
 }
+// The permute node's attributes: the permutation.
+struct PermuteAttrs {
+  static constexpr const char* kName = "PermuteAttrs";
+  Dims dims;
+};
 void permute_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  Dims inverse(n.attrs.ints.size(), 0);
-  for (size_t i = 0; i < n.attrs.ints.size(); ++i) inverse[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int64_t>(i);
+  const Dims& dims = n.attrs.get<PermuteAttrs>().dims;
+  Dims inverse(dims.size(), 0);
+  for (size_t i = 0; i < dims.size(); ++i) inverse[static_cast<size_t>(dims[i])] = static_cast<int64_t>(i);
   gi[0] = permute(g[0], inverse);
 }
 
 // --- slicing views and their gradient placement ----------------------------------------------------------
-// A slicing view as data: attrs.i = {dim, start, step, index}; step == 0 marks select(dim, index), otherwise
-// slice(dim, start, start + length * step, step) with length = the gradient's size along dim.
+// A slicing view as data: step == 0 marks select(dim, index), otherwise slice(dim, start, start + length * step,
+// step) with length = the gradient's size along dim.
+struct SlicingAttrs {
+  static constexpr const char* kName = "SlicingAttrs";
+  int64_t dim = 0, start = 0, step = 0, index = 0;
+};
 Attrs slicing_attrs(int64_t dim, int64_t start, int64_t step, int64_t index) {
-  Attrs attrs;
-  attrs.i[0] = dim;
-  attrs.i[1] = start;
-  attrs.i[2] = step;
-  attrs.i[3] = index;
-  return attrs;
+  return SlicingAttrs{dim, start, step, index};
 }
 
 // The view of a tensor shaped like the slicing view's input that the attrs describe; `length` is the
 // view's size along dim (ignored for select).
 Tensor apply_slicing(const Tensor& t, const Attrs& attrs, int64_t length) {
-  const int64_t dim = attrs.i[0], start = attrs.i[1], step = attrs.i[2];
-  if (step == 0) return select(t, dim, attrs.i[3]);
+  const SlicingAttrs& s = attrs.get<SlicingAttrs>();
+  const int64_t dim = s.dim, start = s.start, step = s.step;
+  if (step == 0) return select(t, dim, s.index);
   return slice(t, dim, start, start + length * step, step);
 }
 
@@ -89,7 +97,8 @@ Tensor place_gradient(const Tensor& g, IntSpan input_shape, const Attrs& attrs) 
   Tensor out = zeros(input_shape, {g.dtype()});
   {
     NoGradGuard no_grad;
-    const int64_t length = attrs.i[2] == 0 ? 1 : g.size(attrs.i[0]);
+    const SlicingAttrs& s = attrs.get<SlicingAttrs>();
+    const int64_t length = s.step == 0 ? 1 : g.size(s.dim);
     Tensor target = apply_slicing(out, attrs, length);
     copy_(target, g);
   }
@@ -103,7 +112,8 @@ Tensor place_gradient(const Tensor& g, IntSpan input_shape, const Attrs& attrs) 
 }
 
 void place_gradient_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  const int64_t length = n.attrs.i[2] == 0 ? 1 : n.input_meta[0].shape[static_cast<size_t>(n.attrs.i[0])];
+  const SlicingAttrs& s = n.attrs.get<SlicingAttrs>();
+  const int64_t length = s.step == 0 ? 1 : n.input_meta[0].shape[static_cast<size_t>(s.dim)];
   gi[0] = apply_slicing(g[0], n.attrs, length);
 }
 
@@ -227,9 +237,7 @@ Tensor permute(const Tensor& a, IntSpan dims) {
     strides[i] = a.strides()[d];
   }
   Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset());
-  Attrs attrs;
-  attrs.ints = wrapped;
-  record_view("permute", permute_backward, a, out, attrs);
+  record_view("permute", permute_backward, a, out, PermuteAttrs{wrapped});
   return out;
 }
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "dygrad/core/small_vector.h"
-#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/op_def.h"
 #include "dygrad/runtime/allocator.h"
 
 namespace dg::profiler {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg::profiler {
 

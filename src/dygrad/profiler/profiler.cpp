@@ -9,7 +9,7 @@
 #include <exception>
 #include <mutex>
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg::profiler {

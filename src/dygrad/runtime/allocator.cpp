@@ -4,28 +4,23 @@
 #include <bit>
 #include <cstdlib>
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 
-const char* memory_category_name(MemoryCategory c) {
-  static constexpr const char* names[kNumMemoryCategories] = {"activation", "parameter", "gradient",
-                                                              "optimizer_state", "temporary", "other"};
-  return names[static_cast<int>(c)];
-}
-
-namespace {
-thread_local MemoryCategory tls_category = MemoryCategory::Activation;
-}
-MemoryCategory current_memory_category() { return tls_category; }
-MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
-MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
-
 CachingAllocator& CachingAllocator::cpu() {
   // Never destroyed: tensors held in static objects may be freed after main returns.
-  static CachingAllocator* instance = new CachingAllocator();
+  static CachingAllocator* instance = [] {
+    auto* allocator = new CachingAllocator();
+    register_allocator(Device::Type::CPU, allocator);
+    return allocator;
+  }();
   return *instance;
 }
+namespace {
+// Registers the CPU allocator when the library loads, before any Storage is made.
+[[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
+}  // namespace
 
 CachingAllocator::~CachingAllocator() { release_cached_locked(); }
 

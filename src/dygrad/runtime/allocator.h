@@ -9,25 +9,9 @@
 #include <mutex>
 #include <vector>
 
+#include "dygrad/core/allocator.h"
+
 namespace dg {
-
-// What a block holds, for the memory breakdown. The current category is a thread-local set by scopes
-// (MemoryCategoryScope); op outputs default to Activation.
-enum class MemoryCategory : uint8_t { Activation, Parameter, Gradient, OptimizerState, Temporary, Other };
-inline constexpr int kNumMemoryCategories = 6;
-const char* memory_category_name(MemoryCategory c);
-
-MemoryCategory current_memory_category();
-class MemoryCategoryScope {
- public:
-  explicit MemoryCategoryScope(MemoryCategory c);
-  ~MemoryCategoryScope();
-  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
-  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
-
- private:
-  MemoryCategory saved_;
-};
 
 struct MemoryStats {
   int64_t allocated = 0;       // requested bytes of live blocks
@@ -53,18 +37,15 @@ struct AllocatorObserver {
                                const MemoryStats& stats) = 0;
 };
 
-class CachingAllocator {
+class CachingAllocator final : public Allocator {
  public:
+  // The CPU's; registered as Device::Type::CPU's allocator (core/allocator.h) when the library loads.
   static CachingAllocator& cpu();
 
-  struct Block {
-    void* ptr = nullptr;
-    size_t bin_bytes = 0;  // the size class actually reserved
-  };
-  Block allocate(size_t nbytes, MemoryCategory category);
-  void free(Block block, size_t nbytes, MemoryCategory category);
-  // Moves live bytes between categories (a tensor becomes a parameter, a gradient...).
-  void retag(size_t nbytes, MemoryCategory from, MemoryCategory to);
+  using Block = MemoryBlock;
+  Block allocate(size_t nbytes, MemoryCategory category) override;
+  void free(Block block, size_t nbytes, MemoryCategory category) override;
+  void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) override;
 
   MemoryStats stats() const;
   // Bytes handed out by allocate() since start (never decreases): the stream bounds how many of them the

@@ -2,6 +2,10 @@
 // the hot path), publish with a release store, and wake the worker only when it sleeps. See docs/stream.md.
 #include "dygrad/runtime/stream.h"
 
+#include "dygrad/runtime/allocator.h"
+
+#include <cstring>
+
 #include <chrono>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -66,8 +70,9 @@ void Stream::reclaim_completed_locked() {
     Task& task = slots_[reclaimed_ % kCapacity];
     task.inputs.clear();
     task.outputs.clear();
-    task.attrs.ints.clear();
+    task.attrs.reset();
     task.op = nullptr;
+    task.kernel = nullptr;
   }
 }
 
@@ -120,13 +125,26 @@ uint64_t Stream::publish_locked(uint64_t index) {
 }
 
 namespace {
+void check_attrs(const OpDef& op, const Attrs& attrs) {
+  if (attrs.type() && op.attrs_type && std::strcmp(attrs.type()->name, op.attrs_type->name) == 0) return;
+  fail(ErrorKind::Runtime, "[", op.name, "] internal error: the op's Tasks carry ",
+       op.attrs_type ? op.attrs_type->name : "no attributes", ", this one ", attrs.type() ? attrs.type()->name : "none");
+}
+// kOpInplace: every output i is input i, the same tensor (docs/ops.md).
+void check_inplace_operands(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  bool same = !outputs.empty() && inputs.size() >= outputs.size();
+  for (size_t i = 0; same && i < outputs.size(); ++i) same = inputs[i].same(outputs[i]);
+  DG_CHECK(same, Runtime, "[", op.name, "] internal error: an in-place op's output i must be its input i");
+}
+
 // A Task whose operands are borrowed (Tensor::borrow) from spans the caller holds for the whole call;
 // the borrow ends when it goes out of scope, whatever the kernel did.
 struct BorrowedTask {
   Task task;
-  BorrowedTask(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
-               const CallSite& site) {
+  BorrowedTask(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+               const Attrs& attrs, const CallSite& site) {
     task.op = &op;
+    task.kernel = kernel;
     for (const Tensor& t : inputs) task.inputs.push_back(Tensor::borrow(t));
     for (const Tensor& t : outputs) task.outputs.push_back(Tensor::borrow(t));
     task.attrs = attrs;
@@ -195,8 +213,13 @@ uint64_t Stream::enqueue(Task&& task) {
 
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
+  // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
+  const Kernel kernel = resolve_kernel(op, task_device(op, inputs, outputs));
+  if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
+  if (op.flags & kOpInplace) [[unlikely]] check_inplace_operands(op, inputs, outputs);
   auto fill = [&](Task& task) {
     task.op = &op;
+    task.kernel = kernel;
     for (const Tensor& t : inputs) task.inputs.push_back(t);
     for (const Tensor& t : outputs) task.outputs.push_back(t);
     task.attrs = attrs;
@@ -211,7 +234,7 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   if (idle_for_inline_locked()) {
     // Built on the host's stack, never in the ring, and borrowing its operands from the caller, whose
     // spans outlive the call: no refcount traffic (docs/stream.md, "Inline execution").
-    BorrowedTask borrowed(op, inputs, outputs, attrs, site);
+    BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
     if (runs_inline(borrowed.task)) return run_inline_locked(borrowed.task);
   }
   const uint64_t index = acquire_slot_locked();
@@ -271,8 +294,7 @@ void Stream::run_task(Task& task) {
   if (obs) obs->on_task_begin(task);
   bool failed = false;
   try {
-    if (!task.op->cpu) fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no kernel for the cpu backend");
-    task.op->cpu(task);
+    task.kernel(task);
   } catch (const Error& e) {
     failed = true;
     record_failure(task, e.kind(), e.message());

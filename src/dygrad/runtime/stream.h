@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "dygrad/ops/op_def.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/runtime/op_def.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 

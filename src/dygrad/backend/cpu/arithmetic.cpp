@@ -1,9 +1,27 @@
 // CPU kernels: arithmetic, casts, copies and fills over strided, broadcast operands.
-#include "dygrad/backend/cpu/arithmetic.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <cstring>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
+
+// The kernels of this file and their operands:
+// inputs (a, b) same dtype as output; AddAttrs: out = a + alpha * b: out = a + alpha * b
+//   void add_kernel(Task& task);
+//   void mul_kernel(Task& task);
+//   void div_kernel(Task& task);
+// input (a); ScalarAttrs value = s
+//   void add_scalar_kernel(Task& task);   // a + s
+//   void mul_scalar_kernel(Task& task);   // a * s
+//   void div_scalar_kernel(Task& task);   // a / s
+//   void rsub_scalar_kernel(Task& task);  // s - a
+//   void rdiv_scalar_kernel(Task& task);  // s / a
+//   void neg_kernel(Task& task);
+// input (src) of any dtype, output of any dtype and shape src broadcasts to: out = cast(src)
+//   void copy_kernel(Task& task);
+// no inputs; ScalarAttrs value
+//   void fill_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -23,7 +41,7 @@ void unary_same_type(Task& task, MakeFn make) {
 }  // namespace
 
 void add_kernel(Task& task) {
-  const Scalar alpha = task.attrs.scalars[0];
+  const Scalar alpha = task.attrs.get<AddAttrs>().alpha;
   binary_same_type(task, [&]<typename T>() {
     const C<T> al = alpha.to<C<T>>();
     // alpha == 1 is exact: 1 * y == y, and no contraction into FMA happens under -std=c++20.
@@ -44,23 +62,23 @@ void div_kernel(Task& task) {
 }
 
 void add_scalar_kernel(Task& task) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x + v; }; });
 }
 void mul_scalar_kernel(Task& task) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x * v; }; });
 }
 void div_scalar_kernel(Task& task) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return x / v; }; });
 }
 void rsub_scalar_kernel(Task& task) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v - x; }; });
 }
 void rdiv_scalar_kernel(Task& task) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v / x; }; });
 }
 void neg_kernel(Task& task) {
@@ -92,7 +110,7 @@ void copy_kernel(Task& task) {
 
 void fill_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   visit_dtype(out.dtype(), [&]<typename T>() {
     const T v = s.to<T>();
     const Tensor operands[1] = {out};
@@ -105,5 +123,18 @@ void fill_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(add, Device::Type::CPU, add_kernel);
+DG_REGISTER_KERNEL(mul, Device::Type::CPU, mul_kernel);
+DG_REGISTER_KERNEL(div, Device::Type::CPU, div_kernel);
+DG_REGISTER_KERNEL(add_scalar, Device::Type::CPU, add_scalar_kernel);
+DG_REGISTER_KERNEL(mul_scalar, Device::Type::CPU, mul_scalar_kernel);
+DG_REGISTER_KERNEL(div_scalar, Device::Type::CPU, div_scalar_kernel);
+DG_REGISTER_KERNEL(rsub_scalar, Device::Type::CPU, rsub_scalar_kernel);
+DG_REGISTER_KERNEL(rdiv_scalar, Device::Type::CPU, rdiv_scalar_kernel);
+DG_REGISTER_KERNEL(neg, Device::Type::CPU, neg_kernel);
+DG_REGISTER_KERNEL(copy, Device::Type::CPU, copy_kernel);
+DG_REGISTER_KERNEL(fill, Device::Type::CPU, fill_kernel);
 
 }  // namespace dg::cpu

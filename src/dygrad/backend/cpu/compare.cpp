@@ -1,7 +1,8 @@
 // CPU kernels: comparisons, logical ops, where, masked_fill and clamp over strided, broadcast operands.
 //
 // Shapes: out[N...] = f(in0[N...], in1[N...], ...), every input broadcast to the output (stride 0).
-#include "dygrad/backend/cpu/compare.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <cstdint>
 #include <tuple>
@@ -9,6 +10,38 @@
 #include <utility>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
+
+// The kernels of this file and their operands:
+// inputs (a, b) of one dtype, output bool: out = a <op> b
+//   void eq_kernel(Task& task);
+//   void ne_kernel(Task& task);
+//   void lt_kernel(Task& task);
+//   void le_kernel(Task& task);
+//   void gt_kernel(Task& task);
+//   void ge_kernel(Task& task);
+// input (a), ScalarAttrs value = s, output bool: out = a <op> s
+//   void eq_scalar_kernel(Task& task);
+//   void ne_scalar_kernel(Task& task);
+//   void lt_scalar_kernel(Task& task);
+//   void le_scalar_kernel(Task& task);
+//   void gt_scalar_kernel(Task& task);
+//   void ge_scalar_kernel(Task& task);
+// input (a) of any dtype, output bool: out = (a == 0)
+//   void logical_not_kernel(Task& task);
+// inputs (a, b) bool, output bool
+//   void logical_and_kernel(Task& task);
+//   void logical_or_kernel(Task& task);
+// inputs (cond bool, a, b), a and b of the output's dtype: out = cond ? a : b
+//   void where_kernel(Task& task);
+// inputs (cond bool, a), WhereScalarAttrs: out = cond ? a : value, or cond ? value : a when scalar_when_true
+//   void where_scalar_kernel(Task& task);
+// inputs (a, mask bool), ScalarAttrs value: out = mask ? value : a
+//   void masked_fill_kernel(Task& task);
+// input (x), ClampAttrs: min when has_min, max when has_max
+//   void clamp_scalar_kernel(Task& task);
+// inputs (x, bounds...) of the output's dtype, ClampAttrs has_min / has_max say which bounds are present
+// (inputs (x, min, max), (x, min) or (x, max)): out = min(max(x, min), max), nan in any operand gives nan
+//   void clamp_tensor_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -69,7 +102,7 @@ void compare_tensors(Task& task, Compare cmp) {
 
 template <typename Compare>
 void compare_scalar(Task& task, Compare cmp) {
-  const Scalar s = task.attrs.scalars[0];
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
   visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
     const C<T> v = s.to<C<T>>();
     auto fn = [cmp, v](C<T> a) { return cmp(a, v); };
@@ -120,8 +153,9 @@ void where_kernel(Task& task) {
 }
 
 void where_scalar_kernel(Task& task) {
-  const Scalar value = task.attrs.scalars[0];
-  const bool scalar_when_true = task.attrs.i[0] == 1;
+  const WhereScalarAttrs& attrs = task.attrs.get<WhereScalarAttrs>();
+  const Scalar value = attrs.value;
+  const bool scalar_when_true = attrs.scalar_when_true;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     const T s = value.to<T>();
     if (scalar_when_true) map_elements<T, bool, T>(task, [s](bool c, T a) { return c ? s : a; });
@@ -130,7 +164,7 @@ void where_scalar_kernel(Task& task) {
 }
 
 void masked_fill_kernel(Task& task) {
-  const Scalar value = task.attrs.scalars[0];
+  const Scalar value = task.attrs.get<ScalarAttrs>().value;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     const T v = value.to<T>();
     map_elements<T, T, bool>(task, [v](T a, bool m) { return m ? v : a; });
@@ -138,8 +172,9 @@ void masked_fill_kernel(Task& task) {
 }
 
 void clamp_scalar_kernel(Task& task) {
-  const bool has_lo = task.attrs.i[0] & 1, has_hi = task.attrs.i[0] & 2;
-  const Scalar lo_s = task.attrs.scalars[0], hi_s = task.attrs.scalars[1];
+  const ClampAttrs& attrs = task.attrs.get<ClampAttrs>();
+  const bool has_lo = attrs.has_min, has_hi = attrs.has_max;
+  const Scalar lo_s = attrs.min, hi_s = attrs.max;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     const C<T> lo = lo_s.to<C<T>>(), hi = hi_s.to<C<T>>();
     auto fn = [=](C<T> x) { return clamp_value(x, lo, hi, has_lo, has_hi); };
@@ -148,7 +183,8 @@ void clamp_scalar_kernel(Task& task) {
 }
 
 void clamp_tensor_kernel(Task& task) {
-  const int64_t bounds = task.attrs.i[0];
+  const ClampAttrs& attrs = task.attrs.get<ClampAttrs>();
+  const int64_t bounds = (attrs.has_min ? 1 : 0) | (attrs.has_max ? 2 : 0);
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     using V = C<T>;
     if (bounds == 3) {
@@ -164,5 +200,27 @@ void clamp_tensor_kernel(Task& task) {
     }
   });
 }
+
+
+DG_REGISTER_KERNEL(eq, Device::Type::CPU, eq_kernel);
+DG_REGISTER_KERNEL(ne, Device::Type::CPU, ne_kernel);
+DG_REGISTER_KERNEL(lt, Device::Type::CPU, lt_kernel);
+DG_REGISTER_KERNEL(le, Device::Type::CPU, le_kernel);
+DG_REGISTER_KERNEL(gt, Device::Type::CPU, gt_kernel);
+DG_REGISTER_KERNEL(ge, Device::Type::CPU, ge_kernel);
+DG_REGISTER_KERNEL(eq_scalar, Device::Type::CPU, eq_scalar_kernel);
+DG_REGISTER_KERNEL(ne_scalar, Device::Type::CPU, ne_scalar_kernel);
+DG_REGISTER_KERNEL(lt_scalar, Device::Type::CPU, lt_scalar_kernel);
+DG_REGISTER_KERNEL(le_scalar, Device::Type::CPU, le_scalar_kernel);
+DG_REGISTER_KERNEL(gt_scalar, Device::Type::CPU, gt_scalar_kernel);
+DG_REGISTER_KERNEL(ge_scalar, Device::Type::CPU, ge_scalar_kernel);
+DG_REGISTER_KERNEL(logical_not, Device::Type::CPU, logical_not_kernel);
+DG_REGISTER_KERNEL(logical_and, Device::Type::CPU, logical_and_kernel);
+DG_REGISTER_KERNEL(logical_or, Device::Type::CPU, logical_or_kernel);
+DG_REGISTER_KERNEL(where, Device::Type::CPU, where_kernel);
+DG_REGISTER_KERNEL(where_scalar, Device::Type::CPU, where_scalar_kernel);
+DG_REGISTER_KERNEL(masked_fill, Device::Type::CPU, masked_fill_kernel);
+DG_REGISTER_KERNEL(clamp_scalar, Device::Type::CPU, clamp_scalar_kernel);
+DG_REGISTER_KERNEL(clamp_tensor, Device::Type::CPU, clamp_tensor_kernel);
 
 }  // namespace dg::cpu

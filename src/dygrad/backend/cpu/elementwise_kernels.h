@@ -8,7 +8,7 @@
 #include <initializer_list>
 
 #include "dygrad/backend/cpu/loops.h"
-#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/op_def.h"
 
 namespace dg::cpu {
 

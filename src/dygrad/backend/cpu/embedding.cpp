@@ -3,12 +3,16 @@
 // in index order: results do not depend on the thread count.
 //
 // Notation: V rows in the table, C columns (embedding size), I looked-up indices (any shape, flattened).
+//   embedding_kernel: inputs (weight[V, C], indices[...] int32/int64 contiguous), output [..., C]: rows of weight.
+//   embedding_backward_kernel: inputs (g[..., C] contiguous, indices[...] contiguous), EmbeddingBackwardAttrs
+//   num_embeddings = V, output grad_weight[V, C] (contiguous): the sum of g's rows per index, in index order.
 #include <cstring>
 #include <vector>
 
 #include "dygrad/backend/cpu/loops.h"
-#include "dygrad/backend/cpu/softmax.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 namespace dg::cpu {
 
@@ -62,7 +66,7 @@ void embedding_backward_kernel(Task& task) {
   const Tensor& g = task.inputs[0];
   const Tensor& indices = task.inputs[1];
   const Tensor& grad = task.outputs[0];
-  const int64_t V = task.attrs.i[0], C = grad.shape()[1], I = indices.numel();
+  const int64_t V = task.attrs.get<EmbeddingBackwardAttrs>().num_embeddings, C = grad.shape()[1], I = indices.numel();
   std::vector<int64_t> row_start(static_cast<size_t>(V + 1), 0), positions(static_cast<size_t>(I));
   visit_index_type(indices.dtype(), [&]<typename Index>() {
     const Index* index = indices.data<Index>();
@@ -90,5 +94,9 @@ void embedding_backward_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(embedding, Device::Type::CPU, embedding_kernel);
+DG_REGISTER_KERNEL(embedding_backward, Device::Type::CPU, embedding_backward_kernel);
 
 }  // namespace dg::cpu

@@ -3,13 +3,19 @@
 // operation for operation, with the scalars computed in double as Python does:
 //   p *= 1 - lr wd;  m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
 //   denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p += -(lr / (1 - b1^t)) * m / denom.
-#include "dygrad/backend/cpu/fused_adamw.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <bit>
 #include <cmath>
 #include <vector>
 
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// outputs (param_0 .. param_{P-1}, exp_avg_0 .., exp_avg_sq_0 ..), all contiguous, updated in place, and inputs
+// (the same 3P tensors, then grad_0 .. grad_{P-1}): an in-place op lists what it updates as inputs too
+// (kOpInplace). AdamWAttrs: lr, betas, eps, weight_decay, the 1-based step.
 
 namespace dg::cpu {
 
@@ -22,30 +28,31 @@ struct Piece {
 }  // namespace
 
 void adamw_kernel(Task& task) {
-  const int64_t count = static_cast<int64_t>(task.inputs.size());
-  const double lr = task.attrs.scalars[0].to_double(), beta1 = task.attrs.scalars[1].to_double();
-  const double beta2 = task.attrs.scalars[2].to_double(), eps = task.attrs.scalars[3].to_double();
-  const double step = static_cast<double>(task.attrs.i[0]);
-  const double weight_decay = std::bit_cast<double>(task.attrs.i[1]);
+  const int64_t count = static_cast<int64_t>(task.outputs.size()) / 3;
+  const size_t first_grad = 3 * static_cast<size_t>(count);
+  const AdamWAttrs& attrs = task.attrs.get<AdamWAttrs>();
+  const double lr = attrs.lr, beta1 = attrs.beta1, beta2 = attrs.beta2, eps = attrs.eps;
+  const double step = static_cast<double>(attrs.step);
+  const double weight_decay = attrs.weight_decay;
   const double decay = 1.0 - lr * weight_decay;
   const double bias_correction1 = 1.0 - std::pow(beta1, step);
   const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
   const double step_size = lr / bias_correction1;
   std::vector<Piece> pieces;
   for (int64_t t = 0; t < count; ++t)
-    for (int64_t b = 0, n = task.inputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
+    for (int64_t b = 0, n = task.outputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
       pieces.push_back({t, b, std::min(n, b + kPiece)});
   parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       const Piece& piece = pieces[static_cast<size_t>(k)];
       const size_t t = static_cast<size_t>(piece.tensor);
-      visit_floating(task.inputs[t].dtype(), [&]<typename T>() {
+      visit_floating(task.outputs[t].dtype(), [&]<typename T>() {
         using C = compute_t<T>;
         const C c_decay = static_cast<C>(decay), weight = static_cast<C>(1.0 - beta1), c_beta2 = static_cast<C>(beta2);
         const C one_minus_beta2 = static_cast<C>(1.0 - beta2), c_eps = static_cast<C>(eps);
         const C c_bias2 = static_cast<C>(bias_correction2_sqrt), neg_step = static_cast<C>(-step_size);
         const bool small_weight = std::fabs(1.0 - beta1) < 0.5;  // torch's lerp picks its formula by this
-        const T* g = task.inputs[t].data<T>();
+        const T* g = task.inputs[first_grad + t].data<T>();
         T* p = task.outputs[t].data<T>();
         T* m = task.outputs[static_cast<size_t>(count) + t].data<T>();
         T* v = task.outputs[2 * static_cast<size_t>(count) + t].data<T>();
@@ -67,5 +74,8 @@ void adamw_kernel(Task& task) {
     }
   });
 }
+
+
+DG_REGISTER_KERNEL(adamw_step, Device::Type::CPU, adamw_kernel);
 
 }  // namespace dg::cpu

@@ -14,7 +14,8 @@
 // BLAS, whose every call repacks its operands and claims a packing buffer under a lock shared by all threads
 // (backend/cpu/matmul.cpp). Operands that tile_gemm needs transposed (K^T for S, V^T for dP) are packed once
 // per batch-head (forward) or per key block (backward).
-#include "dygrad/backend/cpu/fused_attention.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <cmath>
 #include <limits>
@@ -25,6 +26,18 @@
 #include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// inputs (query[L..., T, D], key[L..., S, D], value[L..., S, Dv] any strides, then mask[L..., T, S] when
+// AttentionAttrs mask: Bool (true = attend) or Additive in the query's dtype; broadcast strides allowed).
+// Floating dtypes; float16/bfloat16 compute in float32 (tiles converted on load, results rounded once).
+// AttentionAttrs scale and is_causal (query i sees keys j <= i).
+// outputs (out[L..., T, Dv] with unit column stride (any row and batch strides), lse[N, T] in the compute
+// dtype: the log-sum-exp of each row, N = prod(L)).
+//   void attention_kernel(Task& task);
+// inputs (grad_out[L..., T, Dv], query, key, value, out, lse, then mask as above), same attributes;
+// outputs (grad_query, grad_key, grad_value), contiguous.
+//   void attention_backward_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -311,7 +324,8 @@ void attention_backward(Task& task, const Config& cfg) {
 }
 
 Config config_of(const Task& task) {
-  return {task.attrs.scalars[0].to_double(), task.attrs.i[0] != 0, task.attrs.i[1]};
+  const AttentionAttrs& attrs = task.attrs.get<AttentionAttrs>();
+  return {attrs.scale, attrs.is_causal, static_cast<int64_t>(attrs.mask)};
 }
 }  // namespace
 
@@ -324,5 +338,9 @@ void attention_backward_kernel(Task& task) {
   const Config cfg = config_of(task);
   visit_floating(task.inputs[1].dtype(), [&]<typename S>() { attention_backward<S>(task, cfg); });
 }
+
+
+DG_REGISTER_KERNEL(scaled_dot_product_attention, Device::Type::CPU, attention_kernel);
+DG_REGISTER_KERNEL(scaled_dot_product_attention_backward, Device::Type::CPU, attention_backward_kernel);
 
 }  // namespace dg::cpu

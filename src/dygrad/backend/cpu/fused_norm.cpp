@@ -5,12 +5,22 @@
 //   grad_x = r * (gw - xhat * mean(gw * xhat, -1)),   grad_w = sum over rows of g * xhat.
 // grad_w is reduced deterministically: rows are cut into chunks fixed by the shape (never by the thread
 // count), each chunk writes its own partial row, and the partials are summed in chunk order.
-#include "dygrad/backend/cpu/fused_norm.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// inputs (x[R..., C], weight[C] when has_weight); RmsNormAttrs eps.
+// outputs (y[R..., C] contiguous, rstd[R] in the compute dtype): y = x * rstd * weight,
+// rstd = 1 / sqrt(mean(x^2, -1) + eps).
+//   void rms_norm_kernel(Task& task);
+// inputs (grad_y[R..., C], x[R..., C], rstd[R], weight[C] when has_weight);
+// outputs (grad_x[R..., C] when need_grad_input, then grad_weight[C] when need_grad_weight).
+//   void rms_norm_backward_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -33,8 +43,9 @@ C dot(const C* a, const C* b, int64_t n) {
 
 void rms_norm_kernel(Task& task) {
   const Tensor& x = task.inputs[0];
-  const bool has_weight = task.attrs.i[0] != 0;
-  const double eps = task.attrs.scalars[0].to_double();
+  const RmsNormAttrs& attrs = task.attrs.get<RmsNormAttrs>();
+  const bool has_weight = attrs.has_weight;
+  const double eps = attrs.eps;
   visit_floating(x.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const RowView xv(x);
@@ -66,7 +77,8 @@ void rms_norm_kernel(Task& task) {
 void rms_norm_backward_kernel(Task& task) {
   const Tensor& grad = task.inputs[0];
   const Tensor& x = task.inputs[1];
-  const bool has_weight = task.attrs.i[0] != 0, need_x = task.attrs.i[1] != 0, need_weight = task.attrs.i[2] != 0;
+  const RmsNormAttrs& attrs = task.attrs.get<RmsNormAttrs>();
+  const bool has_weight = attrs.has_weight, need_x = attrs.need_grad_input, need_weight = attrs.need_grad_weight;
   visit_floating(x.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const RowView xv(x), gv(grad);
@@ -113,5 +125,9 @@ void rms_norm_backward_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(rms_norm, Device::Type::CPU, rms_norm_kernel);
+DG_REGISTER_KERNEL(rms_norm_backward, Device::Type::CPU, rms_norm_backward_kernel);
 
 }  // namespace dg::cpu

@@ -4,12 +4,19 @@
 // c = cos[t, p], s = sin[t, p]. A pair (a, b) = (x[2p], x[2p+1]) (interleaved, as in torch_ref.py) or
 // (x[p], x[p+P]) (rotate-half, the HF LLaMA layout) becomes (a c - b s, a s + b c). The backward applies
 // the inverse rotation (s -> -s) to the gradient; cos and sin are constants.
-#include "dygrad/backend/cpu/fused_rope.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// inputs (x[A0, A1, A2, D] any strides, cos[T, D/2], sin[T, D/2]), output y[A0, A1, A2, D] contiguous.
+// RopeAttrs: rotate_half (pairs (i, i + D/2), else interleaved (2i, 2i+1)),
+// time_dim (the dim of x holding the position t: 1 or 2), inverse (rotate by -angle: the backward).
+//   void rope_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -17,8 +24,9 @@ void rope_kernel(Task& task) {
   const Tensor& x = task.inputs[0];
   const Tensor& cos_t = task.inputs[1];
   const Tensor& sin_t = task.inputs[2];
-  const bool rotate_half = task.attrs.i[0] == 1, inverse = task.attrs.i[2] == 1;
-  const int64_t time_dim = task.attrs.i[1];
+  const RopeAttrs& attrs = task.attrs.get<RopeAttrs>();
+  const bool rotate_half = attrs.rotate_half, inverse = attrs.inverse;
+  const int64_t time_dim = attrs.time_dim;
   visit_floating(x.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const int64_t a0 = x.shape()[0], a1 = x.shape()[1], a2 = x.shape()[2], dim = x.shape()[3], pairs = dim / 2;
@@ -59,5 +67,9 @@ void rope_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(rotary_position_embedding, Device::Type::CPU, rope_kernel);
+DG_REGISTER_KERNEL(rotary_position_embedding_backward, Device::Type::CPU, rope_kernel);
 
 }  // namespace dg::cpu

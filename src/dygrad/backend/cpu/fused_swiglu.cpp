@@ -4,12 +4,19 @@
 //   grad_up = g * gate * sg,   grad_gate = g * up * sg * (1 + gate * (1 - sg)).
 // Rows are processed in blocks of kBlock elements gathered into compute-type buffers, so strided
 // operands cost one gather and the arithmetic (with the vectorised exp) runs on contiguous data.
-#include "dygrad/backend/cpu/fused_swiglu.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <vector>
 
 #include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// inputs (gate[N..., F], up[N..., F]) any strides, same shape; output y[N..., F]: y = silu(gate) * up.
+//   void swiglu_kernel(Task& task);
+// inputs (grad_y, gate, up); outputs (grad_gate, grad_up), any strides (views of one buffer are fine).
+//   void swiglu_backward_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -95,5 +102,10 @@ void swiglu_backward_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(swiglu, Device::Type::CPU, swiglu_kernel);
+DG_REGISTER_KERNEL(swiglu_packed, Device::Type::CPU, swiglu_kernel);
+DG_REGISTER_KERNEL(swiglu_backward, Device::Type::CPU, swiglu_backward_kernel);
 
 }  // namespace dg::cpu

@@ -7,14 +7,35 @@
 // Determinism of scatter_add: threads split the positions, never a line. Every destination element
 // out[p, v] is reached only from position p, and a position's line is walked in increasing j, so each
 // element's sum is added in the order j = 0, 1, ..., L-1 whatever the number of threads.
-#include "dygrad/backend/cpu/index.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
 
 #include <cstring>
 
 #include "dygrad/backend/cpu/loops.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
+
+// The kernels of this file and their operands:
+// inputs t_0..t_{k-1} (output dtype, same dims except DimAttrs dim, any strides); output out (dense, any
+// dim order: contiguous, or the strides the op layer gave it):
+// out[..., off_k + j, ...] = t_k[..., j, ...] with off_k = the sizes of t_0..t_{k-1} along dim.
+//   void cat_kernel(Task& task);
+//
+// inputs (a, index); output out of index's shape; DimAttrs dim:
+//   out[p, j] = a[p, index[p, j]]   (p: position over the dims other than dim, j: along dim)
+// index_select passes index expanded to out's shape (stride 0 off dim). Raises IndexError naming the op
+// for an index outside [0, a.size(dim)).
+//   void gather_kernel(Task& task);
+//
+// inputs (out, index, src), output out (the same tensor: accumulates in place); DimAttrs dim:
+//   out[p, index[p, j]] += src[p, j]
+//   void scatter_add_kernel(Task& task);
+//
+// input a (ndim >= 2), output out contiguous of a's shape; TriangleAttrs diagonal, upper for triu:
+//   out[..., r, c] = a[..., r, c] where c - r <= diagonal (tril) / c - r >= diagonal (triu), else 0
+//   void triangle_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -122,7 +143,7 @@ void copy_jobs(const CopyPiece& piece, int64_t begin, int64_t end) {
 // than strided ones.
 void cat_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
-  const int64_t dim = task.attrs.i[0];
+  const int64_t dim = task.attrs.get<DimAttrs>().dim;
   if (task.inputs.size() == 2 && dim == out.dim() - 1 && task.inputs[0].shape()[dim] == 1 &&
       task.inputs[1].shape()[dim] == 1 && out.is_contiguous() && task.inputs[0].is_contiguous() &&
       task.inputs[1].is_contiguous()) {
@@ -195,7 +216,7 @@ void gather_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& index = task.inputs[1];
   const Tensor& out = task.outputs[0];
-  const int64_t dim = task.attrs.i[0];
+  const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = a.shape()[dim], lines = index.shape()[dim];
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(a, index.shape(), dim),
                            positions_view(index, index.shape(), dim)};
@@ -244,7 +265,7 @@ void scatter_add_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const Tensor& index = task.inputs[1];
   const Tensor& src = task.inputs[2];
-  const int64_t dim = task.attrs.i[0];
+  const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
                            positions_view(src, index.shape(), dim)};
@@ -281,8 +302,9 @@ void scatter_add_kernel(Task& task) {
 void triangle_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  const int64_t diagonal = task.attrs.i[0];
-  const bool upper = task.attrs.i[1] != 0;
+  const TriangleAttrs& attrs = task.attrs.get<TriangleAttrs>();
+  const int64_t diagonal = attrs.diagonal;
+  const bool upper = attrs.upper;
   const int64_t nd = a.dim(), R = a.shape()[nd - 2], C = a.shape()[nd - 1];
   const int64_t sr = a.strides()[nd - 2], sc = a.strides()[nd - 1];
   const int64_t rows = out.numel() / std::max<int64_t>(C, 1);
@@ -311,5 +333,14 @@ void triangle_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(cat, Device::Type::CPU, cat_kernel);
+DG_REGISTER_KERNEL(gather, Device::Type::CPU, gather_kernel);
+DG_REGISTER_KERNEL(index_select, Device::Type::CPU, gather_kernel);
+DG_REGISTER_KERNEL(scatter_add, Device::Type::CPU, scatter_add_kernel);
+DG_REGISTER_KERNEL(index_add, Device::Type::CPU, scatter_add_kernel);
+DG_REGISTER_KERNEL(tril, Device::Type::CPU, triangle_kernel);
+DG_REGISTER_KERNEL(triu, Device::Type::CPU, triangle_kernel);
 
 }  // namespace dg::cpu

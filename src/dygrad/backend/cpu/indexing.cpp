@@ -4,15 +4,36 @@
 // A "row" is the run over R at one index position b: rows are copied with a walker over R's coalesced
 // dims. index_put is deterministic: threads own disjoint ranges of destination rows (A positions) and
 // every thread scans the positions b in increasing order, so each element sees its writes in b order.
-#include "dygrad/backend/cpu/indexing.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 #include "dygrad/runtime/thread_pool.h"
+
+// The kernels of this file and their operands:
+// Legend: k = number of index tensors (AdvancedIndexAttrs dims.size()); A = the k indexed sizes; B = the broadcast index shape
+// (every idx_j is expanded to B, int64); R = the remaining dims. AdvancedIndexAttrs dims = the original dim of each
+// index (for messages).
+//
+// inputs (x [A..., R...], idx_0 .. idx_{k-1} [B...]); output out [B..., R...] (any strides):
+//   out[b, r] = x[idx_0[b], ..., idx_{k-1}[b], r]     (negative indices count from the end)
+//   void index_kernel(Task& task);
+//
+// inputs (x [A..., R...], idx_0 .. idx_{k-1} [B...], values [B..., R...]); output x (the same tensor);
+// AdvancedIndexAttrs accumulate:
+//   x[idx_0[b], ..., idx_{k-1}[b], r] = values[b, r]    (or +=), for b in row-major order
+// Threads split the destination rows (the A positions); each scans b in order, so repeated indices give
+// the last write (or add in b order) whatever the thread count.
+//   void index_put_kernel(Task& task);
+//
+// input a [N...] contiguous; output out [n, a.dim()] int64 (n = the number of nonzero elements):
+//   out[m] = the multi-index of the m-th nonzero element of a in row-major order
+//   void nonzero_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -122,7 +143,7 @@ struct Layout {
 
 Layout make_layout(const Task& task, const Tensor& x, const Tensor& other) {
   Layout l;
-  l.k = task.attrs.i[0];
+  l.k = static_cast<int64_t>(task.attrs.get<AdvancedIndexAttrs>().dims.size());
   const int64_t nb = other.dim() - (x.dim() - l.k);
   for (int64_t d = 0; d < nb; ++d) {
     l.counter.sizes.push_back(other.shape()[d]);
@@ -139,7 +160,8 @@ Layout make_layout(const Task& task, const Tensor& x, const Tensor& other) {
 }
 
 [[noreturn]] void out_of_bounds(const Task& task, int64_t value, int64_t j, int64_t size) {
-  const int64_t dim = j < static_cast<int64_t>(task.attrs.ints.size()) ? task.attrs.ints[j] : j;
+  const Dims& dims = task.attrs.get<AdvancedIndexAttrs>().dims;
+    const int64_t dim = j < static_cast<int64_t>(dims.size()) ? dims[j] : j;
   fail(ErrorKind::Index, "[", task.op->name, "] index ", value, " is out of bounds for dimension ", dim,
        " with size ", size);
 }
@@ -193,7 +215,7 @@ void index_kernel(Task& task) {
 void index_put_kernel(Task& task) {
   const Tensor& x = task.outputs[0];
   const Tensor& values = task.inputs[task.inputs.size() - 1];
-  const bool accumulate = task.attrs.i[1] != 0;
+  const bool accumulate = task.attrs.get<AdvancedIndexAttrs>().accumulate;
   Layout l = make_layout(task, x, values);
   const int64_t nb = static_cast<int64_t>(l.counter.sizes.size());
   const RowWalker rows(x.shape().subspan(static_cast<size_t>(l.k)), x.strides().subspan(static_cast<size_t>(l.k)),
@@ -284,5 +306,10 @@ void nonzero_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(index, Device::Type::CPU, index_kernel);
+DG_REGISTER_KERNEL(index_put, Device::Type::CPU, index_put_kernel);
+DG_REGISTER_KERNEL(nonzero, Device::Type::CPU, nonzero_kernel);
 
 }  // namespace dg::cpu

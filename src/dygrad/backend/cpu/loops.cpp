@@ -3,22 +3,9 @@
 
 #include <algorithm>
 
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg::cpu {
-
-Dims broadcast_shapes(const char* op, IntSpan a, IntSpan b) {
-  size_t nd = std::max(a.size(), b.size());
-  Dims out(nd, 1);
-  for (size_t i = 0; i < nd; ++i) {
-    int64_t da = i < nd - a.size() ? 1 : a[i - (nd - a.size())];
-    int64_t db = i < nd - b.size() ? 1 : b[i - (nd - b.size())];
-    DG_CHECK(da == db || da == 1 || db == 1, Value, "[", op, "] shapes ", a, " and ", b,
-             " cannot be broadcast: size ", da, " vs ", db, " at dimension ", static_cast<int64_t>(i));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
 
 StridedIteration::StridedIteration(std::span<const Tensor> operands) {
   num_operands = static_cast<int>(operands.size());

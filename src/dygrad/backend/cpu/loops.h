@@ -83,7 +83,4 @@ void for_each_element(const StridedIteration& it, F&& inner) {
   parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) { it.for_range(b, e, inner); });
 }
 
-// Broadcast shape of two shapes, or raises "[op] shapes (..) and (..) cannot be broadcast".
-Dims broadcast_shapes(const char* op, IntSpan a, IntSpan b);
-
 }  // namespace dg::cpu

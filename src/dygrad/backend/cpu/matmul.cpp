@@ -15,15 +15,20 @@
 //  * float16/bfloat16: each tile's rows of A and columns of B are converted to float32, multiplied by sgemm
 //    (float32 accumulation) and rounded once to the output dtype. A native bf16 GEMM can come later.
 //  * Integers: a plain loop kernel over the same tiles, exact, wrapping on overflow like torch.
-//  * Debian builds the serial OpenBLAS without USE_LOCKING, which makes concurrent calls unsafe; the
-//    interposed blas_memory_alloc at the end of this file fixes that.
+//  * Debian builds the serial OpenBLAS without USE_LOCKING, which makes concurrent calls unsafe: every call
+//    goes through backend/cpu/fused_blas.cpp, which serialises the OpenBLAS ones.
+//
+// The kernel: inputs (a [..., M, K], b [..., K, N]) of one dtype (not bool), batch dims broadcast against each
+// other; output [batch..., M, N], contiguous. Any strides; float32/float64 operands must satisfy blas_layout
+// (core/shape.h; the op layer copies them otherwise).
 //
 // Legend: batch = the broadcast batch dims flattened, M = rows of A and C, K = the inner dim, N = columns of
 // B and C; a tile is C[m0 : m0 + tile_m, n0 : n0 + tile_n] of one batch, computed over all of K.
 #include "dygrad/backend/cpu/matmul.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <cblas.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,7 +42,7 @@
 
 #include "dygrad/backend/cpu/fused_math.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -137,8 +142,6 @@ void for_each_tile(const GemmPlan& p, Body&& body) {
   });
 }
 
-CBLAS_TRANSPOSE trans(bool transposed) { return transposed ? CblasTrans : CblasNoTrans; }
-
 // C[m, n] = A[m, K] @ B[K, n], row-major C with leading dim ldc; one serial call (float32: oneDNN or OpenBLAS,
 // backend/cpu/fused_blas.cpp).
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda, const float* B,
@@ -147,8 +150,7 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A
 }
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* A, int64_t lda, const double* B,
                int64_t ldb, double* C, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0, A, int(lda), B, int(ldb), 0.0, C,
-              int(ldc));
+  gemm(ta, tb, m, n, k, 1.0, A, lda, B, ldb, 0.0, C, ldc);
 }
 
 // A float32 A read transposed whose leading dimension is a multiple of 4 KiB (the weight gradient dY^T X of a
@@ -248,18 +250,6 @@ void gemm_integer(const GemmPlan& p, const T* A, const T* B, T* C) {
 }
 }  // namespace
 
-BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  const int64_t min_row_ld = std::max<int64_t>(1, cols), min_col_ld = std::max<int64_t>(1, rows);
-  if (cols == 1 || col_stride == 1) {  // row-major: element (r, c) at r * ld + c
-    const int64_t ld = rows == 1 ? min_row_ld : row_stride;
-    if (ld >= min_row_ld && ld <= INT_MAX) return {true, false, ld};
-  }
-  if (rows == 1 || row_stride == 1) {  // column-major: element (r, c) at r + c * ld
-    const int64_t ld = cols == 1 ? min_col_ld : col_stride;
-    if (ld >= min_col_ld && ld <= INT_MAX) return {true, true, ld};
-  }
-  return {};
-}
 
 GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
   M = std::max<int64_t>(M, 1);
@@ -308,56 +298,6 @@ void matmul_kernel(Task& task) {
   });
 }
 
+DG_REGISTER_KERNEL(matmul, Device::Type::CPU, matmul_kernel);
+
 }  // namespace dg::cpu
-
-// --- thread safety of the serial OpenBLAS --------------------------------------------------------------------
-// Debian's openblas-serial (0.3.21) is built without USE_LOCKING: blas_memory_alloc claims a packing buffer
-// with an unlocked test-then-set on a shared table, so two threads calling ?gemm at once can be handed the
-// same buffer and silently compute wrong results (measured: 2.7% of 200,000 concurrent 128^3 sgemm calls on
-// two threads). OpenBLAS calls blas_memory_alloc/free through its PLT, so these definitions, which the
-// dynamic linker finds in libdygrad before libopenblas, interpose them and serialise only the claim and the
-// release under one mutex (nanoseconds per call); the GEMM work itself stays parallel. A build of OpenBLAS
-// that locks by itself is unaffected (its lock is then taken under ours).
-namespace {
-struct OpenBlasMemory {
-  void* (*alloc)(int) = nullptr;
-  void (*release)(void*) = nullptr;
-  std::mutex mutex;
-  OpenBlasMemory() {
-    // The library that provides libdygrad's cblas_sgemm, looked up by address (robust to load order).
-    Dl_info info{};
-    void* library = nullptr;
-    if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) != 0 && info.dli_fname != nullptr)
-      library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);  // kept open: the library outlives us
-    if (library != nullptr) {
-      alloc = reinterpret_cast<void* (*)(int)>(dlsym(library, "blas_memory_alloc"));
-      release = reinterpret_cast<void (*)(void*)>(dlsym(library, "blas_memory_free"));
-    }
-    if (alloc == nullptr || release == nullptr) {
-      alloc = reinterpret_cast<void* (*)(int)>(dlsym(RTLD_NEXT, "blas_memory_alloc"));
-      release = reinterpret_cast<void (*)(void*)>(dlsym(RTLD_NEXT, "blas_memory_free"));
-    }
-    if (alloc == nullptr || release == nullptr) {
-      // Only OpenBLAS calls these, so it must be loaded; reaching this means a broken installation.
-      std::fputs("dygrad: cannot find OpenBLAS's blas_memory_alloc/blas_memory_free\n", stderr);
-      std::abort();
-    }
-  }
-  static OpenBlasMemory& instance() {
-    static OpenBlasMemory memory;
-    return memory;
-  }
-};
-}  // namespace
-
-extern "C" void* blas_memory_alloc(int procpos) {
-  OpenBlasMemory& memory = OpenBlasMemory::instance();
-  std::lock_guard<std::mutex> lock(memory.mutex);
-  return memory.alloc(procpos);
-}
-
-extern "C" void blas_memory_free(void* buffer) {
-  OpenBlasMemory& memory = OpenBlasMemory::instance();
-  std::lock_guard<std::mutex> lock(memory.mutex);
-  memory.release(buffer);
-}

@@ -1,24 +1,8 @@
-// CPU kernel of the matmul op (ops/linalg.cpp declares its OpDef) and the operand-layout rule the op layer
-// uses to decide whether an operand can be handed to BLAS without a copy.
+// The CPU GEMM's tiling rule (backend/cpu/matmul.cpp), exposed for tests and the benchmark.
 #pragma once
-#include "dygrad/ops/op_def.h"
+#include <cstdint>
 
 namespace dg::cpu {
-
-// inputs (a [..., M, K], b [..., K, N]) of one dtype (not bool), batch dims broadcast against each other;
-// output [batch..., M, N], contiguous. Any strides; float32/float64 operands must satisfy blas_layout (the
-// op layer copies them otherwise).
-void matmul_kernel(Task& task);
-
-// How BLAS reads a [rows, cols] matrix with element strides (row_stride, col_stride) in place: row-major
-// (strides (ld, 1), passed as NoTrans) or column-major (strides (1, ld), passed as Trans). The stride of a
-// size-1 dim does not matter. ok is false when neither holds (zero or general strides) or ld overflows int.
-struct BlasLayout {
-  bool ok = false;
-  bool transposed = false;  // column-major: BLAS sees the transpose of a row-major [cols, rows] matrix
-  int64_t ld = 0;           // leading dimension
-};
-BlasLayout blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride);
 
 // The output tiling of one GEMM: a function of the shape alone (never the thread count), so that results
 // are bitwise identical for any number of threads. Exposed for tests and the benchmark.

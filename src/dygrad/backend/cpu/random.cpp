@@ -7,12 +7,18 @@
 //   double (2 elements per counter):           element i <- words 2 (i % 2), 2 (i % 2) + 1 of counter
 //                                              offset + i / 2, joined as (high << 32) | low
 #include "dygrad/backend/cpu/random.h"
+#include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/op_attrs.h"
 
 #include <cmath>
 #include <numbers>
 
 #include "dygrad/runtime/thread_pool.h"
 
+// The kernels: one contiguous output out[N], no inputs; the Philox counter in the attributes (RngCounter).
+//   rand_kernel (RandomAttrs): uniform [0, 1);  randn_kernel (RandomAttrs): standard normal (Box-Muller);
+//   randint_kernel (RandintAttrs): uniform integers in [low, high);  bernoulli_kernel (BernoulliAttrs): 1 with
+//   probability p, else 0;  arange_kernel (ArangeAttrs): out[i] = start + i * step.
 namespace dg::cpu {
 
 namespace {
@@ -64,10 +70,10 @@ template <typename T> constexpr int uniform_bits() {
 // Calls fill(c, words, first, count) for every counter index c of the Task: `per_counter` elements
 // starting at element `first` (the last counter may fill fewer). Split over the pool by counters.
 template <typename Fill>
-void for_each_counter(const Task& task, int64_t per_counter, Fill&& fill) {
+void for_each_counter(const Task& task, RngCounter rng, int64_t per_counter, Fill&& fill) {
   const int64_t n = task.outputs[0].numel();
   const int64_t counters = (n + per_counter - 1) / per_counter;
-  const uint64_t seed = task.attrs.rng_seed, offset = task.attrs.rng_offset;
+  const uint64_t seed = rng.seed, offset = rng.offset;
   parallel_for(0, counters, kCountersPerChunk, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const PhiloxCounter words = block(seed, offset + static_cast<uint64_t>(c));
@@ -81,20 +87,15 @@ void for_each_counter(const Task& task, int64_t per_counter, Fill&& fill) {
 PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key) { return philox(counter, key); }
 PhiloxCounter philox_block(uint64_t seed, uint64_t counter) { return block(seed, counter); }
 
-uint64_t random_counters(int64_t numel, bool wide) {
-  const uint64_t per = wide ? 2 : 4;
-  return (static_cast<uint64_t>(numel) + per - 1) / per;
-}
-
 void rand_kernel(Task& task) {
   visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
     T* out = task.outputs[0].data<T>();
     if constexpr (std::is_same_v<T, double>) {
-      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, task.attrs.get<RandomAttrs>().rng, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         for (int64_t k = 0; k < count; ++k) out[first + k] = uniform_from_words(w[2 * k], w[2 * k + 1]);
       });
     } else {
-      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, task.attrs.get<RandomAttrs>().rng, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         for (int64_t k = 0; k < count; ++k) out[first + k] = static_cast<T>(uniform_from_word<uniform_bits<T>()>(w[k]));
       });
     }
@@ -109,14 +110,14 @@ void randn_kernel(Task& task) {
   visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
     T* out = task.outputs[0].data<T>();
     if constexpr (std::is_same_v<T, double>) {
-      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, task.attrs.get<RandomAttrs>().rng, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         const double u1 = 1.0 - uniform_from_words(w[0], w[1]), u2 = uniform_from_words(w[2], w[3]);
         const double r = std::sqrt(-2.0 * std::log(u1)), theta = 2.0 * std::numbers::pi * u2;
         out[first] = r * std::cos(theta);
         if (count > 1) out[first + 1] = r * std::sin(theta);
       });
     } else {
-      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, task.attrs.get<RandomAttrs>().rng, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         for (int64_t pair = 0; 2 * pair < count; ++pair) {
           const float u1 = 1.0f - uniform_from_word<24>(w[2 * pair]), u2 = uniform_from_word<24>(w[2 * pair + 1]);
           const float r = std::sqrt(-2.0f * std::log(u1)), theta = 2.0f * std::numbers::pi_v<float> * u2;
@@ -132,7 +133,8 @@ void randn_kernel(Task& task) {
 // element; larger ranges: low + (u64 * r) >> 64 from two words (the double layout). Multiply-shift keeps
 // the bias below r / 2^32 (resp. r / 2^64) without rejection loops, so the counter use stays fixed.
 void randint_kernel(Task& task) {
-  const int64_t low = task.attrs.i[0], high = task.attrs.i[1];
+  const RandintAttrs& attrs = task.attrs.get<RandintAttrs>();
+  const int64_t low = attrs.low, high = attrs.high;
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     T* out = task.outputs[0].data<T>();
@@ -142,12 +144,12 @@ void randint_kernel(Task& task) {
       else out[i] = static_cast<T>(v);
     };
     if (range <= (uint64_t{1} << 32)) {
-      for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, attrs.rng, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         for (int64_t k = 0; k < count; ++k) store(first + k, (uint64_t{w[k]} * range) >> 32);
       });
     } else {
       __extension__ typedef unsigned __int128 uint128;
-      for_each_counter(task, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for_each_counter(task, attrs.rng, 2, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
         for (int64_t k = 0; k < count; ++k) {
           const uint64_t u = uint64_t{w[2 * k]} << 32 | w[2 * k + 1];
           store(first + k, static_cast<uint64_t>((static_cast<uint128>(u) * range) >> 64));
@@ -159,12 +161,13 @@ void randint_kernel(Task& task) {
 
 // 1 where word < p * 2^32 (probability p, exact to 2^-32), else 0; one word per element.
 void bernoulli_kernel(Task& task) {
-  const double p = task.attrs.scalars[0].to_double();
+  const BernoulliAttrs& attrs = task.attrs.get<BernoulliAttrs>();
+  const double p = attrs.p;
   const uint64_t threshold = p >= 1.0 ? (uint64_t{1} << 32) : static_cast<uint64_t>(p * 4294967296.0);
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     T* out = task.outputs[0].data<T>();
     const T one = T(1), zero = T(0);
-    for_each_counter(task, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+    for_each_counter(task, attrs.rng, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
       for (int64_t k = 0; k < count; ++k) out[first + k] = uint64_t{w[k]} < threshold ? one : zero;
     });
   });
@@ -173,7 +176,8 @@ void bernoulli_kernel(Task& task) {
 // out[i] = start + i * step: integers exactly in int64, floating values computed in double and rounded
 // once (torch.arange's accumulate type on CPU).
 void arange_kernel(Task& task) {
-  const Scalar start = task.attrs.scalars[0], step = task.attrs.scalars[1];
+  const ArangeAttrs& attrs = task.attrs.get<ArangeAttrs>();
+  const Scalar start = attrs.start, step = attrs.step;
   const int64_t n = task.outputs[0].numel();
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     T* out = task.outputs[0].data<T>();
@@ -193,5 +197,12 @@ void arange_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(rand, Device::Type::CPU, rand_kernel);
+DG_REGISTER_KERNEL(randn, Device::Type::CPU, randn_kernel);
+DG_REGISTER_KERNEL(randint, Device::Type::CPU, randint_kernel);
+DG_REGISTER_KERNEL(bernoulli_mask, Device::Type::CPU, bernoulli_kernel);
+DG_REGISTER_KERNEL(arange, Device::Type::CPU, arange_kernel);
 
 }  // namespace dg::cpu

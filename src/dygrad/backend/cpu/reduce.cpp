@@ -3,6 +3,7 @@
 // range into chunks fixed by its length (not the thread count) and combines them in order. Both keep
 // results bitwise identical across thread counts (docs/threading.md).
 #include "dygrad/backend/cpu/reduce.h"
+#include "dygrad/runtime/op_attrs.h"
 #include "dygrad/backend/cpu/vec_math.h"
 
 #include <cmath>
@@ -99,7 +100,7 @@ int64_t ReduceLayout::reduced_offset(int64_t r) const { return offset_of(r, red_
 void sum_kernel(Task& task) {
   const Tensor& in = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  ReduceLayout L(in, task.attrs.ints);
+  ReduceLayout L(in, task.attrs.get<ReduceAttrs>().dims);
   visit_dtype(in.dtype(), [&]<typename T>() {
     using A = typename SumAcc<T>::type;
     visit_dtype(out.dtype(), [&]<typename TOut>() {
@@ -170,7 +171,7 @@ C plus(C a, C b) { return a + b; }
 void logsumexp_kernel(Task& task) {
   const Tensor& in = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  ReduceLayout L(in, task.attrs.ints);
+  ReduceLayout L(in, task.attrs.get<ReduceAttrs>().dims);
   visit_floating(in.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* x = in.data<T>();
@@ -206,14 +207,15 @@ void logsumexp_kernel(Task& task) {
 }
 
 // Shapes: a[in...] -> out[kept...] = sum((a - mean)^2) / max(N - correction, 0), N reduced elements;
-// the square root of that when attrs.i[0] == 1. Two passes (mean, then squared deviations) accumulated
+// the square root of that for std (VarianceAttrs). Two passes (mean, then squared deviations) accumulated
 // in float64, so float32 inputs with a large mean keep their precision.
 void var_kernel(Task& task) {
   const Tensor& in = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  const double correction = task.attrs.scalars[0].to_double();
-  const bool standard_deviation = task.attrs.i[0] == 1;
-  ReduceLayout L(in, task.attrs.ints);
+  const VarianceAttrs& attrs = task.attrs.get<VarianceAttrs>();
+  const double correction = attrs.correction;
+  const bool standard_deviation = attrs.standard_deviation;
+  ReduceLayout L(in, attrs.dims);
   visit_floating(in.dtype(), [&]<typename T>() {
     const T* x = in.data<T>();
     T* y = out.data<T>();
@@ -276,12 +278,12 @@ bool same_value(C a, C b) { return a == b || (a != a && b != b); }
 }  // namespace
 
 // Shapes: g[kept], indices[kept] int64 -> grad[in...] zero except grad[..., indices[o], ...] = g[o] along
-// the reduced dim attrs.ints[0] (none for a 0-dim input).
+// the reduced dim ReduceAttrs dims[0] (none for a 0-dim input).
 void extremum_index_backward_kernel(Task& task) {
   const Tensor& g = task.inputs[0];
   const Tensor& indices = task.inputs[1];
   const Tensor& grad = task.outputs[0];
-  ReduceLayout L(grad, task.attrs.ints);
+  ReduceLayout L(grad, task.attrs.get<ReduceAttrs>().dims);
   visit_floating(grad.dtype(), [&]<typename T>() {
     const T* gv = g.data<T>();
     const int64_t* index = indices.data<int64_t>();
@@ -302,7 +304,8 @@ void extremum_index_backward_kernel(Task& task) {
 void extremum_backward_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& grad = task.outputs[0];
-  ReduceLayout La(a, task.attrs.ints), Lg(grad, task.attrs.ints);
+  const Dims& dims = task.attrs.get<ReduceAttrs>().dims;
+  ReduceLayout La(a, dims), Lg(grad, dims);
   visit_floating(a.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* x = a.data<T>();
@@ -326,7 +329,8 @@ void extremum_backward_kernel(Task& task) {
 void logsumexp_backward_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& grad = task.outputs[0];
-  ReduceLayout La(a, task.attrs.ints), Lg(grad, task.attrs.ints);
+  const Dims& dims = task.attrs.get<ReduceAttrs>().dims;
+  ReduceLayout La(a, dims), Lg(grad, dims);
   visit_floating(a.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* x = a.data<T>();
@@ -341,5 +345,14 @@ void logsumexp_backward_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(sum, Device::Type::CPU, sum_kernel);
+DG_REGISTER_KERNEL(logsumexp, Device::Type::CPU, logsumexp_kernel);
+DG_REGISTER_KERNEL(var, Device::Type::CPU, var_kernel);
+DG_REGISTER_KERNEL(std, Device::Type::CPU, var_kernel);
+DG_REGISTER_KERNEL(extremum_index_backward, Device::Type::CPU, extremum_index_backward_kernel);
+DG_REGISTER_KERNEL(extremum_backward, Device::Type::CPU, extremum_backward_kernel);
+DG_REGISTER_KERNEL(logsumexp_backward, Device::Type::CPU, logsumexp_backward_kernel);
 
 }  // namespace dg::cpu

@@ -9,7 +9,7 @@
 
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/tensor.h"
-#include "dygrad/ops/op_def.h"
+#include "dygrad/runtime/op_def.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -173,7 +173,8 @@ C row_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end)
   return lane_reduce<C>(base, L, begin, end, first, extremum_step<IsMax, C>, extremum_step<IsMax, C>);
 }
 
-// --- kernels. attrs.ints = reduced dims (sorted); outputs contiguous, of the reduced shape ---------------
+// --- kernels (reduce.cpp, reduce_minmax.cpp). ReduceAttrs dims = reduced dims (sorted); outputs contiguous, of
+// the reduced shape.
 // Sum and the NaN-propagating extrema: in a[...] -> out[kept...].
 void sum_kernel(Task& task);
 void amax_kernel(Task& task);
@@ -186,11 +187,11 @@ void argmax_kernel(Task& task);
 void argmin_kernel(Task& task);
 // log(sum(exp(a))) computed as m + log(sum(exp(a - m))), m the maximum.
 void logsumexp_kernel(Task& task);
-// Variance (attrs.scalars[0] = correction, attrs.i[0] = 1 for the standard deviation), two-pass.
+// Variance (VarianceAttrs: correction, standard_deviation), two-pass.
 void var_kernel(Task& task);
 
 // --- backward kernels. inputs of the reduced (keepdim) shape are contiguous; outputs contiguous ---------
-// inputs (g[kept], indices[kept]) -> grad[in]: g scattered to the selected index along attrs.ints[0].
+// inputs (g[kept], indices[kept]) -> grad[in]: g scattered to the selected index along ReduceAttrs dims[0].
 void extremum_index_backward_kernel(Task& task);
 // inputs (a[in], result[kept], g[kept]) -> grad[in] = g / count where a == result, else 0 (ties share).
 void extremum_backward_kernel(Task& task);

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "dygrad/backend/cpu/reduce.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg::cpu {
 
@@ -40,7 +41,7 @@ template <bool IsMax>
 void extremum_values(Task& task) {
   const Tensor& in = task.inputs[0];
   const Tensor& out = task.outputs[0];
-  ReduceLayout L(in, task.attrs.ints);
+  ReduceLayout L(in, task.attrs.get<ReduceAttrs>().dims);
   if (L.num_outputs == 0 || L.num_reduced == 0) return;  // the op raised for empty reductions
   visit_dtype(in.dtype(), [&]<typename T>() {
     using C = compare_t<T>;
@@ -91,7 +92,7 @@ std::pair<C, int64_t> first_extremum(const T* base, const ReduceLayout& L, int64
 template <bool IsMax>
 void extremum_with_index(Task& task, bool with_values) {
   const Tensor& in = task.inputs[0];
-  ReduceLayout L(in, task.attrs.ints);
+  ReduceLayout L(in, task.attrs.get<ReduceAttrs>().dims);
   if (L.num_outputs == 0 || L.num_reduced == 0) return;  // the op raised for empty reductions
   visit_dtype(in.dtype(), [&]<typename T>() {
     using C = compare_t<T>;
@@ -151,5 +152,13 @@ void max_dim_kernel(Task& task) { extremum_with_index<true>(task, true); }
 void min_dim_kernel(Task& task) { extremum_with_index<false>(task, true); }
 void argmax_kernel(Task& task) { extremum_with_index<true>(task, false); }
 void argmin_kernel(Task& task) { extremum_with_index<false>(task, false); }
+
+
+DG_REGISTER_KERNEL(amax, Device::Type::CPU, amax_kernel);
+DG_REGISTER_KERNEL(amin, Device::Type::CPU, amin_kernel);
+DG_REGISTER_KERNEL(max_dim, Device::Type::CPU, max_dim_kernel);
+DG_REGISTER_KERNEL(min_dim, Device::Type::CPU, min_dim_kernel);
+DG_REGISTER_KERNEL(argmax, Device::Type::CPU, argmax_kernel);
+DG_REGISTER_KERNEL(argmin, Device::Type::CPU, argmin_kernel);
 
 }  // namespace dg::cpu

@@ -7,7 +7,8 @@
 // compute-bound on AVX-512 machines, and a no-op elsewhere).
 //
 // Notation: D = size of the softmax dim, m = row maximum, s = sum over the row of exp(x - m).
-#include "dygrad/backend/cpu/softmax.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,11 +18,21 @@
 
 #include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/backend/cpu/vec_math.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC target("prefer-vector-width=512")
 #endif
+
+// The kernels of this file and their operands:
+// ReduceAttrs dims = {dim} (empty for a 0-dim input). input x, output y (contiguous, x's shape).
+//   softmax_kernel: y = exp(x - max) / sum(exp(x - max)); log_softmax_kernel: y = x - max - log(sum(exp(x - max)))
+// inputs (y, g) of the forward output's shape, output grad_x (contiguous).
+//   softmax_backward_kernel: grad_x = y * (g - sum(g * y)); log_softmax_backward_kernel: grad_x = g - exp(y) * sum(g)
+// Cross-entropy over class dim 1, CrossEntropyAttrs (ignore_index, reduction). inputs (logits[N, C, d...],
+// target[N, d...] int64 contiguous); outputs (loss: [] or [N, d...] in the logits' dtype, lse[N * d...]
+// contiguous in the compute type).  cross_entropy_backward_kernel: inputs (logits, target, lse, g: [] or
+// [N, d...] contiguous), output grad_logits (contiguous).
 
 namespace dg::cpu {
 
@@ -146,7 +157,7 @@ void prefetch_row(const T* row, int64_t n) {
 }
 
 // The reduced dims of a softmax: its one dim, or none for a 0-dim tensor.
-Dims softmax_dims(const Task& task) { return task.attrs.ints; }
+const Dims& softmax_dims(const Task& task) { return task.attrs.get<ReduceAttrs>().dims; }
 
 // True when x and y reduce over a leading dim with their innermost kept dim contiguous and equal in
 // both: the column-block path applies.
@@ -356,7 +367,9 @@ inline void check_target(int64_t t, int64_t num_classes) {
 void cross_entropy_kernel(Task& task) {
   const Tensor& logits = task.inputs[0];
   const int64_t* target = task.inputs[1].data<int64_t>();
-  const int64_t ignore_index = task.attrs.i[0], reduction = task.attrs.i[1];
+  const CrossEntropyAttrs& attrs = task.attrs.get<CrossEntropyAttrs>();
+  const int64_t ignore_index = attrs.ignore_index;
+  const LossReduction reduction = attrs.reduction;
   ReduceLayout L(logits, kClassDim);
   const int64_t rows = L.num_outputs, num_classes = L.num_reduced;
   visit_floating(logits.dtype(), [&]<typename T>() {
@@ -382,12 +395,12 @@ void cross_entropy_kernel(Task& task) {
         row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
       }
     });
-    if (reduction == kReductionNone) {
+    if (reduction == LossReduction::None) {
       for (int64_t o = 0; o < rows; ++o) loss[o] = static_cast<T>(row_loss[static_cast<size_t>(o)]);
       return;
     }
     const C total = row_sum<C>(rows, [&](int64_t o) { return row_loss[static_cast<size_t>(o)]; });
-    if (reduction == kReductionSum) {
+    if (reduction == LossReduction::Sum) {
       loss[0] = static_cast<T>(total);
       return;
     }
@@ -404,7 +417,9 @@ void cross_entropy_backward_kernel(Task& task) {
   const Tensor& logits = task.inputs[0];
   const int64_t* target = task.inputs[1].data<int64_t>();
   const Tensor& grad = task.outputs[0];
-  const int64_t ignore_index = task.attrs.i[0], reduction = task.attrs.i[1];
+  const CrossEntropyAttrs& attrs = task.attrs.get<CrossEntropyAttrs>();
+  const int64_t ignore_index = attrs.ignore_index;
+  const LossReduction reduction = attrs.reduction;
   ReduceLayout L(logits, kClassDim), Lg(grad, kClassDim);
   const int64_t rows = L.num_outputs, num_classes = L.num_reduced;
   int64_t counted = 0;
@@ -416,7 +431,7 @@ void cross_entropy_backward_kernel(Task& task) {
     const T* g = task.inputs[3].data<T>();
     T* out = grad.data<T>();
     const int64_t sx = L.red_strides[0], sg = Lg.red_strides[0];
-    const C divisor = reduction == kReductionMean ? static_cast<C>(counted) : C(1);
+    const C divisor = reduction == LossReduction::Mean ? static_cast<C>(counted) : C(1);
     parallel_for(0, rows, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(num_classes, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         T* dst = out + Lg.output_offset(o);
@@ -427,7 +442,7 @@ void cross_entropy_backward_kernel(Task& task) {
         }
         check_target(t, num_classes);
         const T* row = x + L.output_offset(o);
-        const C scale = static_cast<C>(g[reduction == kReductionNone ? o : 0]) / divisor, shift = lse[o];
+        const C scale = static_cast<C>(g[reduction == LossReduction::None ? o : 0]) / divisor, shift = lse[o];
         if (sx == 1 && sg == 1) {
           for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * vm::exp_nonpositive(static_cast<C>(row[c]) - shift));
         } else {
@@ -439,5 +454,13 @@ void cross_entropy_backward_kernel(Task& task) {
     });
   });
 }
+
+
+DG_REGISTER_KERNEL(softmax, Device::Type::CPU, softmax_kernel);
+DG_REGISTER_KERNEL(log_softmax, Device::Type::CPU, log_softmax_kernel);
+DG_REGISTER_KERNEL(softmax_backward, Device::Type::CPU, softmax_backward_kernel);
+DG_REGISTER_KERNEL(log_softmax_backward, Device::Type::CPU, log_softmax_backward_kernel);
+DG_REGISTER_KERNEL(cross_entropy, Device::Type::CPU, cross_entropy_kernel);
+DG_REGISTER_KERNEL(cross_entropy_backward, Device::Type::CPU, cross_entropy_backward_kernel);
 
 }  // namespace dg::cpu

@@ -2,7 +2,8 @@
 // float32 loops call the vectorisable functions of vec_math.h; float16/bfloat16 compute in float32.
 //
 // Shapes: out[N...] = f(x[N...]) and out[N...] = f(a[N...], b[N...]), inputs broadcast to the output.
-#include "dygrad/backend/cpu/unary.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
 
 #include <cmath>
 #include <type_traits>
@@ -12,6 +13,38 @@
 
 // Kernel lambdas carry the whole per-element computation; forcing them inline keeps the loops vectorisable.
 #define DG_VEC_INLINE_LAMBDA __attribute__((always_inline))
+
+// The kernels of this file and their operands:
+// input (x), output out of x's floating dtype (abs and relu also take integers): out = f(x)
+//   void exp_kernel(Task& task);
+//   void log_kernel(Task& task);
+//   void sqrt_kernel(Task& task);
+//   void rsqrt_kernel(Task& task);
+//   void abs_kernel(Task& task);
+//   void sin_kernel(Task& task);
+//   void cos_kernel(Task& task);
+//   void tanh_kernel(Task& task);
+//   void sigmoid_kernel(Task& task);
+//   void silu_kernel(Task& task);
+//   void relu_kernel(Task& task);
+// GeluAttrs: x * Phi(x) (approximate="none") or the tanh approximation
+//   void gelu_kernel(Task& task);
+// inputs (grad, x), GeluAttrs as gelu: out = grad * gelu'(x)
+//   void gelu_backward_kernel(Task& task);
+// Fused first-order backward kernels (used when backward records no graph): inputs (grad, v)
+//   void sigmoid_backward_kernel(Task& task);  // v = y = sigmoid(x): grad * y (1 - y)
+//   void tanh_backward_kernel(Task& task);     // v = y = tanh(x): grad * (1 - y^2)
+//   void silu_backward_kernel(Task& task);     // v = x: grad * s (1 + x (1 - s)), s = sigmoid(x)
+//   void relu_backward_kernel(Task& task);     // v = y = relu(x): y > 0 ? grad : 0
+// inputs (base, exponent): out = base ^ exponent
+//   void pow_kernel(Task& task);
+// input (base), ScalarAttrs value = exponent (integral dtypes: a non-negative integer)
+//   void pow_scalar_kernel(Task& task);
+// input (exponent), ScalarAttrs value = base: out = base ^ exponent
+//   void rpow_scalar_kernel(Task& task);
+// inputs (a, b): nan-propagating elementwise max / min
+//   void maximum_kernel(Task& task);
+//   void minimum_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -113,7 +146,7 @@ void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_
 void silu_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::silu(x); }); }
 
 void gelu_kernel(Task& task) {
-  if (task.attrs.i[0] == 0) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_erf(x); });
+  if (!task.attrs.get<GeluAttrs>().tanh_approximation) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_erf(x); });
   else floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_tanh(x); });
 }
 
@@ -139,7 +172,7 @@ void relu_kernel(Task& task) {
 // gelu'(x) = Phi(x) + x * phi(x) (approximate="none"), or with s = sigmoid(2u), u = k (x + c x^3):
 // d/dx [x s] = s + 2 x s (1 - s) k (1 + 3 c x^2) (approximate="tanh").
 void gelu_backward_kernel(Task& task) {
-  if (task.attrs.i[0] == 0) {
+  if (!task.attrs.get<GeluAttrs>().tanh_approximation) {
     floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return g * (vm::normal_cdf(x) + x * vm::normal_pdf(x)); });
   } else {
     floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
@@ -173,7 +206,7 @@ void pow_kernel(Task& task) {
 
 // Exponents with a cheaper exact form get their own loop; the rest call std::pow.
 void pow_scalar_kernel(Task& task) {
-  const Scalar exponent = task.attrs.scalars[0];
+  const Scalar exponent = task.attrs.get<ScalarAttrs>().value;
   const double p = exponent.to_double();
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     using V = C<T>;
@@ -200,7 +233,7 @@ void pow_scalar_kernel(Task& task) {
 }
 
 void rpow_scalar_kernel(Task& task) {
-  const Scalar base = task.attrs.scalars[0];
+  const Scalar base = task.attrs.get<ScalarAttrs>().value;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     using V = C<T>;
     const V b = base.to<V>();
@@ -221,5 +254,29 @@ void minimum_kernel(Task& task) {
     else return a < b ? a : b;
   });
 }
+
+
+DG_REGISTER_KERNEL(exp, Device::Type::CPU, exp_kernel);
+DG_REGISTER_KERNEL(log, Device::Type::CPU, log_kernel);
+DG_REGISTER_KERNEL(sqrt, Device::Type::CPU, sqrt_kernel);
+DG_REGISTER_KERNEL(rsqrt, Device::Type::CPU, rsqrt_kernel);
+DG_REGISTER_KERNEL(abs, Device::Type::CPU, abs_kernel);
+DG_REGISTER_KERNEL(sin, Device::Type::CPU, sin_kernel);
+DG_REGISTER_KERNEL(cos, Device::Type::CPU, cos_kernel);
+DG_REGISTER_KERNEL(tanh, Device::Type::CPU, tanh_kernel);
+DG_REGISTER_KERNEL(sigmoid, Device::Type::CPU, sigmoid_kernel);
+DG_REGISTER_KERNEL(silu, Device::Type::CPU, silu_kernel);
+DG_REGISTER_KERNEL(relu, Device::Type::CPU, relu_kernel);
+DG_REGISTER_KERNEL(gelu, Device::Type::CPU, gelu_kernel);
+DG_REGISTER_KERNEL(gelu_backward, Device::Type::CPU, gelu_backward_kernel);
+DG_REGISTER_KERNEL(sigmoid_backward, Device::Type::CPU, sigmoid_backward_kernel);
+DG_REGISTER_KERNEL(tanh_backward, Device::Type::CPU, tanh_backward_kernel);
+DG_REGISTER_KERNEL(silu_backward, Device::Type::CPU, silu_backward_kernel);
+DG_REGISTER_KERNEL(relu_backward, Device::Type::CPU, relu_backward_kernel);
+DG_REGISTER_KERNEL(pow, Device::Type::CPU, pow_kernel);
+DG_REGISTER_KERNEL(pow_scalar, Device::Type::CPU, pow_scalar_kernel);
+DG_REGISTER_KERNEL(rpow_scalar, Device::Type::CPU, rpow_scalar_kernel);
+DG_REGISTER_KERNEL(maximum, Device::Type::CPU, maximum_kernel);
+DG_REGISTER_KERNEL(minimum, Device::Type::CPU, minimum_kernel);
 
 }  // namespace dg::cpu

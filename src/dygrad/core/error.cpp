@@ -1,5 +1,5 @@
 // Formatting helpers for error messages.
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 

@@ -5,7 +5,7 @@
 
 #include "dygrad/autograd/node.h"
 #include "dygrad/core/tensor.h"
-#include "dygrad/runtime/error.h"
+#include "dygrad/core/error.h"
 
 namespace dg {
 

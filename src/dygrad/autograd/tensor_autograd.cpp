@@ -1,0 +1,70 @@
+// Tensor's autograd accessors (declared in core/tensor.h; defined here, in the layer that owns AutogradMeta
+// and Node). See docs/autograd.md.
+#include "dygrad/autograd/engine.h"
+#include "dygrad/autograd/node.h"
+#include "dygrad/core/error.h"
+#include "dygrad/core/tensor.h"
+
+namespace dg {
+
+void AutogradMetaDeleter::operator()(AutogradMeta* meta) const { delete meta; }
+
+bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool value) {
+  DG_CHECK(!value || is_floating(dtype()), Runtime,
+           "[requires_grad_] only Tensors of floating point dtype can require gradients, got ", dtype_name(dtype()));
+  DG_CHECK(is_leaf() || value, Runtime,
+           "[requires_grad_] you can only change requires_grad flags of leaf variables");
+  if (!impl_->autograd) {
+    if (!value) return *this;
+    impl_->autograd.reset(new AutogradMeta());
+  }
+  impl_->autograd->requires_grad = value;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+
+Tensor Tensor::grad() const { return impl_->autograd ? impl_->autograd->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& g) {
+  if (!impl_->autograd) impl_->autograd.reset(new AutogradMeta());
+  if (g.defined()) {
+    DG_CHECK(std::equal(g.shape().begin(), g.shape().end(), shape().begin(), shape().end()), Runtime,
+             "[grad] assigned grad has shape ", g.shape(), " but the tensor has shape ", shape());
+  }
+  impl_->autograd->grad = g;
+}
+
+Ref<Node> Tensor::grad_fn() const { return impl_->autograd ? impl_->autograd->grad_fn : Ref<Node>(); }
+
+void Tensor::retain_grad() {
+  DG_CHECK(requires_grad(), Runtime, "[retain_grad] can't retain_grad on Tensor that has requires_grad=False");
+  if (is_leaf()) return;
+  if (impl_->autograd->retains_grad) return;
+  impl_->autograd->retains_grad = true;
+  Node& node = *impl_->autograd->grad_fn;
+  if (node.retained_outputs.size() < node.num_outputs) node.retained_outputs.resize(node.num_outputs);
+  node.retained_outputs[impl_->autograd->output_nr] = impl_;
+}
+
+void Tensor::register_hook(TensorHook hook) {
+  DG_CHECK(requires_grad(), Runtime,
+           "[register_hook] cannot register a hook on a tensor that doesn't require gradient");
+  if (is_leaf()) {
+    impl_->autograd->leaf_hooks.push_back(std::move(hook));
+    return;
+  }
+  Node& node = *impl_->autograd->grad_fn;
+  if (node.output_hooks.size() < node.num_outputs) node.output_hooks.resize(node.num_outputs);
+  node.output_hooks[impl_->autograd->output_nr].push_back(std::move(hook));
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  Tensor roots[1] = {*this};
+  Tensor grads[1] = {gradient};
+  dg::backward(roots, grads, retain_graph, create_graph);
+}
+
+}  // namespace dg

@@ -1,0 +1,31 @@
+// Memory categories and the per-device allocator slots (core/allocator.h).
+#include "dygrad/core/allocator.h"
+
+#include "dygrad/core/error.h"
+
+namespace dg {
+
+const char* memory_category_name(MemoryCategory c) {
+  static constexpr const char* names[kNumMemoryCategories] = {"activation", "parameter", "gradient",
+                                                              "optimizer_state", "temporary", "other"};
+  return names[static_cast<int>(c)];
+}
+
+namespace {
+thread_local MemoryCategory tls_category = MemoryCategory::Activation;
+Allocator* allocators[kNumDeviceTypes] = {};
+}  // namespace
+MemoryCategory current_memory_category() { return tls_category; }
+MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
+MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
+
+void register_allocator(Device::Type type, Allocator* allocator) { allocators[static_cast<int>(type)] = allocator; }
+
+Allocator& allocator_for(Device device) {
+  Allocator* a = allocators[static_cast<int>(device.type)];
+  DG_CHECK(a != nullptr, NotImplemented, "[alloc] no allocator for device ", device.str(), ": dygrad was built "
+           "without the ", device_type_name(device.type), " backend");
+  return *a;
+}
+
+}  // namespace dg

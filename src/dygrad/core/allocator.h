@@ -1,0 +1,52 @@
+// The allocator interface of a device and the memory categories every buffer is tagged with. core/ owns the
+// interface so that Storage depends on nothing above it; the runtime's caching allocator implements it and
+// registers itself for the CPU (runtime/allocator.h), a backend registers its device's (docs/memory.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "dygrad/core/device.h"
+
+namespace dg {
+
+// What a block holds, for the memory breakdown. The current category is a thread-local set by scopes
+// (MemoryCategoryScope); op outputs default to Activation.
+enum class MemoryCategory : uint8_t { Activation, Parameter, Gradient, OptimizerState, Temporary, Other };
+inline constexpr int kNumMemoryCategories = 6;
+const char* memory_category_name(MemoryCategory c);
+
+MemoryCategory current_memory_category();
+class MemoryCategoryScope {
+ public:
+  explicit MemoryCategoryScope(MemoryCategory c);
+  ~MemoryCategoryScope();
+  MemoryCategoryScope(const MemoryCategoryScope&) = delete;
+  MemoryCategoryScope& operator=(const MemoryCategoryScope&) = delete;
+
+ private:
+  MemoryCategory saved_;
+};
+
+// A buffer handed out by a device allocator.
+struct MemoryBlock {
+  void* ptr = nullptr;
+  size_t bin_bytes = 0;  // the size class actually reserved
+};
+
+class Allocator {
+ public:
+  virtual MemoryBlock allocate(size_t nbytes, MemoryCategory category) = 0;
+  virtual void free(MemoryBlock block, size_t nbytes, MemoryCategory category) = 0;
+  // Moves live bytes between categories (a tensor becomes a parameter, a gradient...).
+  virtual void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) = 0;
+
+ protected:
+  ~Allocator() = default;  // allocators live for the whole process
+};
+
+// The allocator of a device type: set once by its backend at load time. `allocator_for` raises when the
+// device's backend is not built ("[alloc] no allocator for device cuda: ...").
+void register_allocator(Device::Type type, Allocator* allocator);
+Allocator& allocator_for(Device device);
+
+}  // namespace dg

@@ -1,0 +1,162 @@
+// The attribute structs of the op table: the contract between an op's declaration (ops/) and its kernels
+// (backend/<device>/), which both read them. One struct per kind of attribute, each naming the ops that
+// carry it; a struct is plain data copied into the Task at enqueue (docs/ops.md, "Attributes").
+#pragma once
+#include <cstdint>
+
+#include "dygrad/core/dtype.h"
+#include "dygrad/core/small_vector.h"
+
+namespace dg {
+
+// add: out = a + alpha * b.
+struct AddAttrs {
+  static constexpr const char* kName = "AddAttrs";
+  Scalar alpha = 1;
+};
+
+// One scalar operand: add_scalar, mul_scalar, div_scalar, rsub_scalar, rdiv_scalar (a <op> value); fill
+// (the value); pow_scalar (the exponent); rpow_scalar (the base); the comparisons with a scalar (a <op> value);
+// masked_fill (the fill value).
+struct ScalarAttrs {
+  static constexpr const char* kName = "ScalarAttrs";
+  Scalar value;
+};
+
+// where_scalar: out = cond ? a : value, or cond ? value : a when scalar_when_true.
+struct WhereScalarAttrs {
+  static constexpr const char* kName = "WhereScalarAttrs";
+  Scalar value;
+  bool scalar_when_true = false;
+};
+
+// clamp_scalar: scalar bounds (each optional). clamp_tensor: which of the inputs (x, min?, max?) are present.
+struct ClampAttrs {
+  static constexpr const char* kName = "ClampAttrs";
+  Scalar min, max;
+  bool has_min = false, has_max = false;
+};
+
+// gelu, gelu_backward: the approximation.
+struct GeluAttrs {
+  static constexpr const char* kName = "GeluAttrs";
+  bool tanh_approximation = false;  // false: x * Phi(x) (approximate="none")
+};
+
+// Reductions over dims (sum, amax, amin, max_dim, min_dim, argmax, argmin, logsumexp and their backward
+// kernels; softmax and log_softmax with their backward over one dim): the reduced dims, sorted, wrapped.
+// Empty for a 0-dim input.
+struct ReduceAttrs {
+  static constexpr const char* kName = "ReduceAttrs";
+  Dims dims;
+};
+
+// var, std: reduced dims (as ReduceAttrs), the correction (1: Bessel's) and which of the two.
+struct VarianceAttrs {
+  static constexpr const char* kName = "VarianceAttrs";
+  Dims dims;
+  double correction = 1;
+  bool standard_deviation = false;
+};
+
+// One dim: cat (the concatenation dim), gather, index_select, scatter_add, index_add.
+struct DimAttrs {
+  static constexpr const char* kName = "DimAttrs";
+  int64_t dim = 0;
+};
+
+// tril, triu: keep the elements on and below (tril) / above (triu) the diagonal `diagonal`.
+struct TriangleAttrs {
+  static constexpr const char* kName = "TriangleAttrs";
+  int64_t diagonal = 0;
+  bool upper = false;
+};
+
+// index, index_put (advanced indexing): the dim of the input each index tensor indexes, in order; and for
+// index_put whether values accumulate.
+struct AdvancedIndexAttrs {
+  static constexpr const char* kName = "AdvancedIndexAttrs";
+  Dims dims;
+  bool accumulate = false;
+};
+
+// Random kernels: the seed and the first Philox counter reserved for the Task (docs/rng.md).
+struct RngCounter {
+  uint64_t seed = 0, offset = 0;
+};
+// Counters a random Task of `numel` elements reserves: every backend maps 4 elements to one Philox counter, or 2
+// for 64-bit values (`wide`), so a seed gives the same numbers on every backend and thread count.
+inline uint64_t philox_counters(int64_t numel, bool wide) {
+  const uint64_t per = wide ? 2 : 4;
+  return (static_cast<uint64_t>(numel) + per - 1) / per;
+}
+// rand, randn.
+struct RandomAttrs {
+  static constexpr const char* kName = "RandomAttrs";
+  RngCounter rng;
+};
+// randint: uniform integers in [low, high).
+struct RandintAttrs {
+  static constexpr const char* kName = "RandintAttrs";
+  RngCounter rng;
+  int64_t low = 0, high = 0;
+};
+// bernoulli_mask: 1 with probability p, else 0.
+struct BernoulliAttrs {
+  static constexpr const char* kName = "BernoulliAttrs";
+  RngCounter rng;
+  double p = 0.5;
+};
+// arange: out[i] = start + i * step.
+struct ArangeAttrs {
+  static constexpr const char* kName = "ArangeAttrs";
+  Scalar start, step;
+};
+
+// cross_entropy and its backward: the ignored class and the reduction.
+enum class LossReduction : uint8_t { None, Mean, Sum };
+struct CrossEntropyAttrs {
+  static constexpr const char* kName = "CrossEntropyAttrs";
+  int64_t ignore_index = -100;
+  LossReduction reduction = LossReduction::Mean;
+};
+
+// embedding_backward: the number of rows of the weight (V).
+struct EmbeddingBackwardAttrs {
+  static constexpr const char* kName = "EmbeddingBackwardAttrs";
+  int64_t num_embeddings = 0;
+};
+
+// rms_norm (eps, has_weight) and rms_norm_backward (has_weight and which gradients to compute).
+struct RmsNormAttrs {
+  static constexpr const char* kName = "RmsNormAttrs";
+  double eps = 1e-6;
+  bool has_weight = false;
+  bool need_grad_input = false, need_grad_weight = false;  // backward only
+};
+
+// rotary_position_embedding and its backward.
+struct RopeAttrs {
+  static constexpr const char* kName = "RopeAttrs";
+  bool rotate_half = false;  // false: interleaved pairs (2i, 2i+1); true: pairs (i, i + D/2)
+  int64_t time_dim = 1;      // the dim of x holding the position t (1 or 2)
+  bool inverse = false;      // rotate by -angle (the backward: the inverse rotation)
+};
+
+// scaled_dot_product_attention and its backward.
+enum class AttentionMask : uint8_t { None, Bool, Additive };  // Bool: true = attend
+struct AttentionAttrs {
+  static constexpr const char* kName = "AttentionAttrs";
+  double scale = 1;
+  bool is_causal = false;  // query i sees keys j <= i
+  AttentionMask mask = AttentionMask::None;
+};
+
+// adamw_step: the hyper-parameters and the 1-based step count.
+struct AdamWAttrs {
+  static constexpr const char* kName = "AdamWAttrs";
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  int64_t step = 1;
+};
+
+}  // namespace dg

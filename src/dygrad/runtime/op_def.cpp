@@ -1,0 +1,166 @@
+// The op registry, kernel registration and the default cost model.
+#include "dygrad/runtime/op_def.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "dygrad/core/error.h"
+
+namespace dg {
+
+namespace {
+// Built at static initialisation (one thread), read-only afterwards. Heap-allocated and never freed, so
+// OpDefs and registrations in any translation unit may use them whatever the initialisation order.
+std::vector<OpDef*>& registry() {
+  static auto* ops = new std::vector<OpDef*>();
+  return *ops;
+}
+struct KernelRegistration {
+  const char* op_name;
+  Device::Type type;
+  Kernel kernel;
+};
+std::vector<KernelRegistration>& registrations() {
+  static auto* r = new std::vector<KernelRegistration>();
+  return *r;
+}
+std::vector<std::string>& problems() {
+  static auto* p = new std::vector<std::string>();
+  return *p;
+}
+bool backends[kNumDeviceTypes] = {};
+thread_local CallSite tls_call_site{};
+
+void attach(OpDef& op, Device::Type type, Kernel kernel, Kernel& slot) {
+  if (slot && slot != kernel)
+    problems().push_back(std::string(op.name) + ": a second " + device_type_name(type) + " kernel was registered");
+  slot = kernel;
+}
+}  // namespace
+
+const char* fusion_class_name(FusionClass f) {
+  switch (f) {
+    case FusionClass::Elementwise: return "elementwise";
+    case FusionClass::Reduction: return "reduction";
+    case FusionClass::Matmul: return "matmul";
+    case FusionClass::Opaque: return "opaque";
+  }
+  return "?";
+}
+
+const char* op_flag_name(OpFlag flag) {
+  switch (flag) {
+    case kOpSyncs: return "syncs";
+    case kOpDataDependentShape: return "data_dependent_shape";
+    case kOpRandom: return "random";
+    case kOpInplace: return "inplace";
+  }
+  return "?";
+}
+
+void attach_registered_kernels(OpDef& op) {
+  for (const KernelRegistration& r : registrations())
+    if (std::strcmp(r.op_name, op.name) == 0) attach(op, r.type, r.kernel, op.kernels_[static_cast<int>(r.type)]);
+}
+
+OpDef::OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits)
+    : name(name_), attrs_type(attrs_type_), fusion(traits.fusion), backward(traits.backward), cost(traits.cost),
+      flags(traits.flags), scratch(traits.scratch) {
+  for (const OpDef* op : registry())
+    if (std::strcmp(op->name, name) == 0) problems().push_back(std::string(name) + ": declared twice");
+  registry().push_back(this);
+  attach_registered_kernels(*this);
+}
+
+const std::vector<const OpDef*>& all_ops() {
+  return reinterpret_cast<const std::vector<const OpDef*>&>(registry());
+}
+
+const OpDef* find_op(const char* name) {
+  for (const OpDef* op : registry())
+    if (std::strcmp(op->name, name) == 0) return op;
+  return nullptr;
+}
+
+void register_kernel(const char* op_name, Device::Type type, Kernel kernel) {
+  registrations().push_back({op_name, type, kernel});
+  for (OpDef* op : registry())
+    if (std::strcmp(op->name, op_name) == 0) attach(*op, type, kernel, op->kernels_[static_cast<int>(type)]);
+}
+
+std::vector<std::string> kernel_registry_problems() {
+  std::vector<std::string> out = problems();
+  for (const KernelRegistration& r : registrations())
+    if (!find_op(r.op_name))
+      out.push_back(std::string(r.op_name) + ": a " + device_type_name(r.type) + " kernel is registered for an op "
+                    "that is not in the table");
+  return out;
+}
+
+void register_backend(Device::Type type) { backends[static_cast<int>(type)] = true; }
+bool backend_built(Device::Type type) { return backends[static_cast<int>(type)]; }
+
+namespace {
+std::mutex info_mutex;
+std::map<std::string, std::string>& info_table() {
+  static auto* table = new std::map<std::string, std::string>();
+  return *table;
+}
+}  // namespace
+void set_backend_info(Device::Type type, const char* key, std::string value) {
+  std::lock_guard<std::mutex> lock(info_mutex);
+  info_table()[std::string(device_type_name(type)) + "." + key] = std::move(value);
+}
+std::string backend_info(Device::Type type, const char* key) {
+  std::lock_guard<std::mutex> lock(info_mutex);
+  auto it = info_table().find(std::string(device_type_name(type)) + "." + key);
+  return it == info_table().end() ? std::string() : it->second;
+}
+
+Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  const Tensor* first = nullptr;
+  auto check = [&](const Tensor& t) {
+    if (!t.defined()) return;
+    if (!first) first = &t;
+    else if (t.device() != first->device()) [[unlikely]]
+      fail(ErrorKind::Runtime, "[", op.name, "] expected all tensors to be on the same device, but found ",
+           first->device().str(), " and ", t.device().str());
+  };
+  for (const Tensor& t : inputs) check(t);
+  for (const Tensor& t : outputs) check(t);
+  return first ? first->device() : Device::cpu();
+}
+
+Kernel resolve_kernel(const OpDef& op, Device device) {
+  Kernel k = op.kernel(device.type);
+  if (k) [[likely]] return k;
+  if (!backend_built(device.type))
+    fail(ErrorKind::NotImplemented, "[", op.name, "] no kernel for device ", device.str(), ": dygrad was built "
+         "without the ", device_type_name(device.type), " backend");
+  fail(ErrorKind::NotImplemented, "[", op.name, "] has no kernel for device ", device.str(), " (the ",
+       device_type_name(device.type), " backend does not implement it)");
+}
+
+CallSite current_call_site() { return tls_call_site; }
+CallSiteScope::CallSiteScope(CallSite site) : saved_(tls_call_site) { tls_call_site = site; }
+CallSiteScope::~CallSiteScope() { tls_call_site = saved_; }
+
+OpCost Task::cost() const {
+  if (op && op->cost) return op->cost(*this);
+  OpCost c;
+  for (const Tensor& t : inputs) c.bytes += double(t.numel()) * double(t.itemsize());
+  for (const Tensor& t : outputs) {
+    c.bytes += double(t.numel()) * double(t.itemsize());
+    c.flops += double(t.numel());
+  }
+  return c;
+}
+
+void Attrs::check_same_type(const AttrsType* requested) const {
+  if (type_ && requested && std::strcmp(type_->name, requested->name) == 0) return;
+  fail(ErrorKind::Runtime, "internal error: attributes read as ", requested ? requested->name : "none",
+       " but the Task carries ", type_ ? type_->name : "none");
+}
+
+}  // namespace dg

@@ -1,0 +1,144 @@
+// The op table's record (OpDef) and the unit of work (Task). Every op is data: one OpDef per op, declared with
+// its backward formula, cost model and traits in ops/; each backend registers its kernels for it by name
+// (DG_REGISTER_KERNEL in backend/<device>/), and the stream resolves the kernel for the operands' device at
+// enqueue. The same Task is what the stream runs, the profiler names and the JIT records. See docs/ops.md.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dygrad/core/device.h"
+#include "dygrad/core/dtype.h"
+#include "dygrad/core/small_vector.h"
+#include "dygrad/core/tensor.h"
+#include "dygrad/runtime/attrs.h"
+
+namespace dg {
+
+struct Task;
+class Node;
+
+// What a fusing JIT may do with an op: Elementwise (outputs depend on the same index of broadcast inputs),
+// Reduction (over dims), Matmul, Opaque (anything else: the JIT keeps it a Task of its own).
+enum class FusionClass : uint8_t { Elementwise, Reduction, Matmul, Opaque };
+const char* fusion_class_name(FusionClass f);
+
+// Op traits the executor, profiler and JIT read (docs/ops.md, "What makes a Task traceable").
+enum OpFlag : uint32_t {
+  kOpSyncs = 1u << 0,                 // the host waits for the Task's result (a JIT graph must end before it)
+  kOpDataDependentShape = 1u << 1,    // the output's shape depends on input values (the host reads them)
+  kOpRandom = 1u << 2,                // consumes RNG counters (seed and offset are attributes)
+  kOpInplace = 1u << 3,               // every output i is input i: the Task updates them in place, reading their
+                                      // old values (accumulations, optimizer steps); checked at enqueue
+};
+const char* op_flag_name(OpFlag flag);
+
+struct OpCost {
+  double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
+  double bytes = 0;  // bytes read and written
+};
+
+// Where an op was issued: set by the caller (the Python binding records its frame; C++ users may set
+// a scope), reported with a deferred kernel error.
+struct CallSite {
+  const char* file = nullptr;
+  const char* function = nullptr;
+  uint32_t line = 0;
+};
+CallSite current_call_site();
+class CallSiteScope {
+ public:
+  explicit CallSiteScope(CallSite site);
+  ~CallSiteScope();
+  CallSiteScope(const CallSiteScope&) = delete;
+  CallSiteScope& operator=(const CallSiteScope&) = delete;
+
+ private:
+  CallSite saved_;
+};
+
+// A kernel reads task.inputs and task.attrs and writes task.outputs (docs/ops.md).
+using Kernel = void (*)(Task& task);
+// Computes the gradients of a node's inputs from the gradients of its outputs, with dygrad ops (so
+// backward is async and traceable too). grad_inputs has one slot per input; fill those node.needs_grad(i).
+using BackwardFn = void (*)(Node& node, std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
+using CostFn = OpCost (*)(const Task& task);
+// Bytes of temporary memory a kernel takes for itself while it runs (partial sums, packed panels), at most.
+using ScratchFn = size_t (*)(const Task& task);
+
+// The optional parts of an op's declaration, by name: `{.fusion = FusionClass::Elementwise, .backward = f}`.
+struct OpTraits {
+  FusionClass fusion = FusionClass::Opaque;
+  BackwardFn backward = nullptr;  // null: not differentiable (recording a Node for it raises)
+  CostFn cost = nullptr;          // null: flops = output elements, bytes = inputs + outputs
+  uint32_t flags = 0;
+  ScratchFn scratch = nullptr;    // null: the kernel needs no memory beyond its outputs
+};
+
+struct OpDef {
+  const char* name;
+  const AttrsType* attrs_type;  // the attribute struct its Tasks carry (null: none); checked at enqueue
+  FusionClass fusion;
+  BackwardFn backward;
+  CostFn cost;
+  uint32_t flags;
+  ScratchFn scratch;
+
+  OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits = {});
+  OpDef(const OpDef&) = delete;
+  OpDef& operator=(const OpDef&) = delete;
+
+  // The kernel for a device type; null when no backend registered one.
+  Kernel kernel(Device::Type type) const { return kernels_[static_cast<int>(type)]; }
+
+ private:
+  friend void register_kernel(const char* op_name, Device::Type type, Kernel kernel);
+  friend void attach_registered_kernels(OpDef& op);
+  Kernel kernels_[kNumDeviceTypes] = {};
+};
+
+// Every OpDef registers itself here at static initialisation: the one table.
+const std::vector<const OpDef*>& all_ops();
+const OpDef* find_op(const char* name);
+
+// Kernel registration, at load time (before main or when the library is loaded): the kernel of op `op_name`
+// for device `type`. Order-independent: an OpDef made later picks up the kernels registered for its name.
+void register_kernel(const char* op_name, Device::Type type, Kernel kernel);
+// Registrations whose op name matches no OpDef, or that registered a second kernel for the same (op, device):
+// mistakes the op-table test reports ("name: reason").
+std::vector<std::string> kernel_registry_problems();
+// Backends mark themselves built when they load; an op without a kernel then says which is the case.
+void register_backend(Device::Type type);
+bool backend_built(Device::Type type);
+// Facts a backend reports about itself (the CPU's "sgemm": "onednn" or "openblas"), for diagnostics and tests.
+void set_backend_info(Device::Type type, const char* key, std::string value);
+std::string backend_info(Device::Type type, const char* key);  // "" when unset
+
+// In a backend's source file: DG_REGISTER_KERNEL(add, Device::Type::CPU, add_kernel).
+#define DG_REGISTER_KERNEL(op, device, kernel) \
+  DG_REGISTER_KERNEL_AT_(op, device, kernel, __COUNTER__)
+#define DG_REGISTER_KERNEL_AT_(op, device, kernel, n) DG_REGISTER_KERNEL_AT2_(op, device, kernel, n)
+#define DG_REGISTER_KERNEL_AT2_(op, device, kernel, n)                                              \
+  [[maybe_unused]] static const bool dg_kernel_registered_##n =                                       \
+      (::dg::register_kernel(#op, ::dg::device, kernel), true)
+
+struct Task {
+  const OpDef* op = nullptr;
+  Kernel kernel = nullptr;  // op->kernel(device), resolved at enqueue
+  SmallVector<Tensor, 4> inputs;
+  SmallVector<Tensor, 2> outputs;
+  Attrs attrs;
+  uint64_t seq = 0;  // position on the stream, 1-based
+  CallSite site;
+
+  OpCost cost() const;
+};
+
+// The device whose kernel runs a Task with these operands; raises unless they are all on one device.
+Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+// The kernel of `op` for `device`, or raises (NotImplemented) naming the op and the device, and whether that
+// device's backend is built at all. Called at enqueue, so a missing kernel is reported where the op is issued.
+Kernel resolve_kernel(const OpDef& op, Device device);
+
+}  // namespace dg

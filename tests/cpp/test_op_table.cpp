@@ -1,0 +1,130 @@
+// The op table itself: every op is declared once with a kernel for each built backend, kernels resolve per
+// device at enqueue (a missing one raises there, naming the op and the device), and attributes are typed.
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "harness.h"
+
+namespace dg::test {
+namespace {
+
+// A CUDA "device" whose memory is host memory: lets a test make tensors of a device that has no backend.
+struct HostMemoryAsCuda final : Allocator {
+  MemoryBlock allocate(size_t nbytes, MemoryCategory) override { return {std::malloc(nbytes ? nbytes : 1), nbytes}; }
+  void free(MemoryBlock block, size_t, MemoryCategory) override { std::free(block.ptr); }
+  void retag(size_t, MemoryCategory, MemoryCategory) override {}
+};
+Device fake_cuda() {
+  static HostMemoryAsCuda allocator;
+  register_allocator(Device::Type::CUDA, &allocator);
+  return Device{Device::Type::CUDA, 0};
+}
+
+struct ProbeAttrs {
+  static constexpr const char* kName = "ProbeAttrs";
+  int64_t value = 0;
+};
+void probe_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] = task.attrs.get<ProbeAttrs>().value; }
+const OpDef op_test_attrs_probe("test_attrs_probe", attrs_type<ProbeAttrs>());
+DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CPU, probe_kernel);
+// Declared with kOpInplace: its Task must list output 0 as input 0.
+void accumulate_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] += 1; }
+const OpDef op_test_inplace("test_inplace", nullptr, {.flags = kOpInplace});
+DG_REGISTER_KERNEL(test_inplace, Device::Type::CPU, accumulate_kernel);
+// No kernel on any device.
+const OpDef op_test_no_kernel("test_no_kernel", nullptr);
+
+}  // namespace
+
+TEST(OpTable, EveryOpIsDeclaredOnceAndHasACpuKernel) {
+  std::set<std::string> names;
+  for (const OpDef* op : all_ops()) {
+    EXPECT_TRUE(names.insert(op->name).second) << op->name << " is declared twice";
+    if (op != &op_test_no_kernel) {
+      EXPECT_NE(op->kernel(Device::Type::CPU), nullptr) << op->name;
+    }
+  }
+  EXPECT_GT(names.size(), size_t{90});
+  EXPECT_TRUE(backend_built(Device::Type::CPU));
+  EXPECT_FALSE(backend_built(Device::Type::CUDA));
+}
+
+TEST(OpTable, EveryRegisteredKernelMatchesAnOp) {
+  for (const std::string& problem : kernel_registry_problems()) ADD_FAILURE() << problem;
+}
+
+TEST(OpTable, MissingKernelRaisesAtTheCallNamingOpAndDevice) {
+  Tensor a = Tensor::empty(Shape{2}, DType::Float32, fake_cuda()), b = Tensor::empty(Shape{2}, DType::Float32, fake_cuda());
+  try {
+    (void)add(a, b);  // the op allocates its output on the CPU: refused as a mix of devices, or as no kernel
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[add]"), std::string::npos) << e.what();
+  }
+  try {
+    Tensor out = Tensor::empty(Shape{2}, DType::Float32, fake_cuda());
+    enqueue(*find_op("add"), {a, b}, {out}, AddAttrs{});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
+    EXPECT_NE(std::string(e.what()).find("[add] no kernel for device cuda:0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("without the cuda backend"), std::string::npos) << e.what();
+  }
+  Tensor out = Tensor::empty(Shape{1}, DType::Int64);
+  try {
+    enqueue(op_test_no_kernel, {}, {out});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
+    EXPECT_NE(std::string(e.what()).find("[test_no_kernel] has no kernel for device cpu"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpTable, NoAllocatorForABackendThatIsNotBuilt) {
+  register_allocator(Device::Type::CUDA, nullptr);  // as in a build without the CUDA backend
+  try {
+    (void)Tensor::empty(Shape{1}, DType::Float32, Device{Device::Type::CUDA, 0});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
+    EXPECT_NE(std::string(e.what()).find("[alloc] no allocator for device cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpTable, AttributesAreReadBackByTheirType) {
+  Tensor out = Tensor::empty(Shape{1}, DType::Int64);
+  enqueue(op_test_attrs_probe, {}, {out}, ProbeAttrs{42});
+  EXPECT_EQ(out.item<int64_t>(), 42);
+  // An enqueue with another attribute type is refused at the call.
+  EXPECT_THROW(enqueue(op_test_attrs_probe, {}, {out}, DimAttrs{1}), Error);
+  EXPECT_THROW(enqueue(op_test_attrs_probe, {}, {out}), Error);
+  // Reading an Attrs as the wrong type raises instead of reinterpreting bytes.
+  const Attrs attrs = ReduceAttrs{Dims{0, 2}};
+  EXPECT_EQ(attrs.get<ReduceAttrs>().dims.size(), size_t{2});
+  EXPECT_THROW((void)attrs.get<DimAttrs>(), Error);
+  // Copies own their Dims (no shared heap buffer).
+  Attrs copy = attrs;
+  copy.get<ReduceAttrs>().dims.push_back(5);
+  EXPECT_EQ(attrs.get<ReduceAttrs>().dims.size(), size_t{2});
+  EXPECT_EQ(copy.get<ReduceAttrs>().dims.size(), size_t{3});
+}
+
+TEST(OpTable, InplaceOpsMustUpdateTheirInputs) {
+  Tensor acc = zeros(Shape{1}, {DType::Int64});
+  enqueue(op_test_inplace, {acc}, {acc});
+  EXPECT_EQ(acc.item<int64_t>(), 1);
+  Tensor other = zeros(Shape{1}, {DType::Int64});
+  EXPECT_THROW(enqueue(op_test_inplace, {other}, {acc}), Error);
+  EXPECT_THROW(enqueue(op_test_inplace, {}, {acc}), Error);
+  // The table's own in-place ops: scatter_add_ and index_put_ accumulate into input 0.
+  for (const OpDef* op : all_ops())
+    if (op->flags & kOpInplace) {
+      EXPECT_NE(std::string(op->name), "add") << "elementwise in-place forms are not flagged";
+    }
+}
+
+}  // namespace dg::test
