@@ -54,6 +54,24 @@ def xfail(request, entry, check, dtype=None):
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
 
 
+class expected_failure:
+    """A strict xfail of one case inside a test (the entry's xfail key `check:dtype:caseN`): the block must fail
+    with AssertionError, and the other cases of the test are still checked."""
+
+    def __init__(self, entry, check, dtype, case):
+        self.reason = entry.xfail.get(f"{check}:{dtype}:case{case}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if self.reason is None:
+            return False
+        if kind is None:
+            pytest.fail(f"[XPASS(strict)] expected to fail: {self.reason}")
+        return issubclass(kind, AssertionError)
+
+
 class Operands:
     """One case of an entry in one dtype: the values (NumPy), and dygrad/torch tensors holding them."""
 
@@ -82,20 +100,33 @@ class Operands:
         return out
 
 
-def assert_close(got, want, dtype, tolerance, what):
-    if dtype in tolerance:
-        rtol, atol = tolerance[dtype]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
-    else:
+def assert_close(got, want, dtype, tolerance, what, peer=None):
+    """got within rtol * |want| + atol of the float64 reference `want`, widened by twice torch's own error in the
+    same dtype (`peer`) where given: an op that accumulates in its storage dtype (a 16-bit scatter_add, a bf16
+    gradient summed over a broadcast) may be off as far as torch is, never much further. Integers and bools: exact."""
+    if dtype not in tolerance:
         np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    rtol, atol = tolerance[dtype]
+    bound = atol + rtol * np.abs(want)
+    if peer is not None:
+        bound = bound + 2.0 * np.nan_to_num(np.abs(peer - want), nan=0.0, posinf=0.0)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    bad = ~same & ~(np.abs(got - want) <= bound)
+    if bad.any():
+        k = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} values out of tolerance (rtol {rtol}, atol {atol}"
+                             f"{', + 2x torch error' if peer is not None else ''}); first at {k}: got {got[k]!r}, "
+                             f"reference {want[k]!r}" + (f", torch in {dtype} {peer[k]!r}" if peer is not None else ""))
 
 
-def check_outputs(entry, got, want, what):
+def check_outputs(entry, got, want, what, peer=None):
     assert len(got) == len(want), f"{what}: {len(got)} outputs, torch gives {len(want)}"
     tolerance = {**TOLERANCE, **entry.tolerance}
     for k, (d, t) in enumerate(zip(got, want)):
         assert tuple(d.shape) == tuple(t.shape), f"{what} output {k}: shape {tuple(d.shape)}, torch {tuple(t.shape)}"
-        assert_close(read(d), read(t), name_of(d.dtype), tolerance, f"{what} output {k}")
+        p = read(peer[k]) if peer is not None and peer[k].shape == t.shape else None
+        assert_close(read(d), read(t), name_of(d.dtype), tolerance, f"{what} output {k}", p)
 
 
 def recorded_ops(fn):
@@ -162,13 +193,18 @@ def test_entry_runs_its_ops(entry, _):
 def test_values(entry, dtype, request):
     xfail(request, entry, "values", dtype)
     for c, case in enumerate(entry.fast_cases()):
-        ops = Operands(case, dtype, seed=c)
-        got = run(dg, entry, ops.dygrad)
-        want = run(torch, entry, ops.torch(float64=True))
-        same_dtype = run(torch, entry, ops.torch(float64=False))
-        for k, (d, t) in enumerate(zip(got, same_dtype)):
-            assert name_of(d.dtype) == name_of(t.dtype), f"case {c} output {k}: dtype {d.dtype}, torch {t.dtype}"
-        check_outputs(entry, got, want, f"[{entry_id(entry)}] {dtype} case {c} {[s.shape for s in case]}")
+        with expected_failure(entry, "values", dtype, c):
+            check_values(entry, case, dtype, c)
+
+
+def check_values(entry, case, dtype, c):
+    ops = Operands(case, dtype, seed=c)
+    got = run(dg, entry, ops.dygrad)
+    want = run(torch, entry, ops.torch(float64=True))
+    same_dtype = run(torch, entry, ops.torch(float64=False))
+    for k, (d, t) in enumerate(zip(got, same_dtype)):
+        assert name_of(d.dtype) == name_of(t.dtype), f"case {c} output {k}: dtype {d.dtype}, torch {t.dtype}"
+    check_outputs(entry, got, want, f"[{entry_id(entry)}] {dtype} case {c} {[s.shape for s in case]}", same_dtype)
 
 
 @pytest.mark.parametrize("entry,dtype", params(REFERENCE, with_dtypes=True))
@@ -176,15 +212,20 @@ def test_non_contiguous(entry, dtype, request):
     """Transposed, strided and expanded (broadcast) operands give torch's values and the contiguous ones'."""
     xfail(request, entry, "layouts", dtype)
     for c, case in enumerate(entry.fast_cases()):
-        for layout in layouts_for(case):
-            ops = Operands(case, dtype, seed=c, layout=layout)
-            got = run(dg, entry, ops.dygrad)
-            what = f"[{entry_id(entry)}] {dtype} case {c} {layout}"
-            check_outputs(entry, got, run(torch, entry, ops.torch()), what + " vs torch")
-            check_outputs(entry, got, run(dg, entry, ops.fresh(dg)), what + " vs contiguous")
+        with expected_failure(entry, "layouts", dtype, c):  # an expected failure: in at least one layout
+            for layout in layouts_for(case):
+                ops = Operands(case, dtype, seed=c, layout=layout)
+                got = run(dg, entry, ops.dygrad)
+                what = f"[{entry_id(entry)}] {dtype} case {c} {layout}"
+                check_outputs(entry, got, run(torch, entry, ops.torch()), what + " vs torch",
+                              run(torch, entry, ops.torch(float64=False)))
+                check_outputs(entry, got, run(dg, entry, ops.fresh(dg)), what + " vs contiguous")
 
 
 # --- gradients -----------------------------------------------------------------------------------------------------
+FD_MAX_ELEMENTS = 512  # finite differences cost two calls per element
+
+
 def weights(outs, dtype):
     """Fixed random cotangents for the float outputs, representable in `dtype` (the case's)."""
     rng = np.random.default_rng(99)
@@ -218,6 +259,8 @@ def test_gradients(entry, _, request):
         analytic = loss_and_grads(dg, entry, ops, wrt, "float64")
         h = entry.fd_step
         for i, g in zip(wrt, analytic):
+            if ops.values[i].size > FD_MAX_ELEMENTS:
+                continue  # the big case: backward against torch only (below)
             numeric = np.zeros(ops.values[i].shape)
             for j in np.ndindex(*ops.values[i].shape):
                 values = [v.copy() for v in ops.values]
@@ -234,10 +277,11 @@ def test_gradients(entry, _, request):
             got = loss_and_grads(dg, entry, typed, wrt, dtype)
             # torch in float64 on the values the dtype holds, with the same (rounded) cotangents
             want = loss_and_grads(torch, entry, typed, wrt, dtype, float64=True)
-            for i, d, t in zip(wrt, got, want):
+            peer = loss_and_grads(torch, entry, typed, wrt, dtype) if dtype != "float64" else want
+            for i, d, t, p in zip(wrt, got, want, peer):
                 assert name_of(d.dtype) == dtype, f"input {i}: gradient dtype {d.dtype}, expected {dtype}"
                 assert_close(read(d), read(t), dtype, tolerance,
-                             f"[{entry_id(entry)}] {dtype} case {c} input {i}: backward vs torch")
+                             f"[{entry_id(entry)}] {dtype} case {c} input {i}: backward vs torch", read(p))
 
 
 # --- threads -------------------------------------------------------------------------------------------------------

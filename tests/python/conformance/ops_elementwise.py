@@ -2,6 +2,9 @@
 (ops/compare.cpp). Each lambda runs unchanged on dygrad and on torch."""
 from .spec import FLOATS, INTEGERS, Entry, Input
 
+# Full mode adds, to every elementwise entry, an odd-sized case (vector loops' tails) and an empty one.
+ODD, EMPTY = (17, 31), (0, 5)
+
 ALL = FLOATS + INTEGERS
 BIG = (Input((256, 320)),)           # 81920 elements: more than 2 elementwise grains (32768)
 BIG2 = (Input((256, 320)), Input((320,)))
@@ -10,8 +13,7 @@ POSITIVE = dict(low=0.25, high=3.0)
 
 def unary(op, low=-2.0, high=2.0, dtypes=FLOATS, also=(), call=None, **kw):
     call = call or (lambda m, x: getattr(m, op)(x))
-    return Entry(op, call, cases=((Input((4, 5), low=low, high=high),), (Input((2, 3, 7), low=low, high=high),),
-                                  (Input((), low=low, high=high),)),
+    return Entry(op, call, cases=tuple((Input(shape, low=low, high=high),) for shape in ((4, 5), (2, 3, 7), (), ODD, EMPTY)),
                  dtypes=dtypes, big=(Input((256, 320), low=low, high=high),), also_runs=also, **kw)
 
 
@@ -20,14 +22,17 @@ def binary(op, call, dtypes=ALL, low=-2.0, high=2.0, rhs=None, kind="uniform", *
     return Entry(op, call, cases=(
         (Input((4, 5), low=low, high=high, kind=kind), Input((4, 5), **{"low": low, "high": high, **rhs})),
         (Input((3, 1, 5), low=low, high=high, kind=kind), Input((4, 1), **{"low": low, "high": high, **rhs})),  # broadcast
-        (Input((6,), low=low, high=high, kind=kind), Input((), **{"low": low, "high": high, **rhs}))),
+        (Input((6,), low=low, high=high, kind=kind), Input((), **{"low": low, "high": high, **rhs})),
+        (Input(ODD, low=low, high=high, kind=kind), Input((ODD[1],), **{"low": low, "high": high, **rhs})),
+        (Input(EMPTY, low=low, high=high, kind=kind), Input((5,), **{"low": low, "high": high, **rhs}))),
         dtypes=dtypes, big=(Input((256, 320), low=low, high=high, kind=kind), Input((320,), **{"low": low, "high": high, **rhs})),
         **kw)
 
 
 def scalar(op, call, dtypes=ALL, low=-2.0, high=2.0, kind="uniform", **kw):
     return Entry(op, call, cases=((Input((4, 5), low=low, high=high, kind=kind),),
-                                  (Input((2, 3, 4), low=low, high=high, kind=kind),)),
+                                  (Input((2, 3, 4), low=low, high=high, kind=kind),),
+                                  (Input(ODD, low=low, high=high, kind=kind),), (Input(EMPTY, low=low, high=high, kind=kind),)),
                  dtypes=dtypes, big=(Input((256, 320), low=low, high=high, kind=kind),), **kw)
 
 
@@ -91,9 +96,9 @@ COMPARE += [
           dtypes=FLOATS + ("int64",), big=(Input((256, 320)), Input((256, 320), kind="mask", high=0.5))),
     scalar("clamp_scalar", lambda m, a: m.clamp(a, -0.5, 1.0), dtypes=FLOATS + ("int64",)),
     # torch 2.13's clamp backward fails when `a` broadcasts ("output with shape [3, 1, 5] doesn't match the
-    # broadcast shape"): its reference is the equivalent maximum/minimum
+    # broadcast shape"): the reference clamps `a` expanded to the result's shape
     Entry("clamp_tensor", lambda m, a, lo, hi: m.clamp(a, lo, hi),
-          ref=lambda torch, a, lo, hi: torch.minimum(torch.maximum(a, lo), hi),
+          ref=lambda torch, a, lo, hi: torch.clamp(a.expand(torch.broadcast_shapes(a.shape, lo.shape, hi.shape)), lo, hi),
           cases=((Input((4, 5)), Input((4, 5), low=-2, high=-0.25), Input((5,), low=0.25, high=2)),
                  (Input((3, 1, 5)), Input((4, 1), low=-2, high=-0.25), Input((), low=0.25, high=2))),
           dtypes=FLOATS + ("int64",),

@@ -6,6 +6,10 @@ ALL = FLOATS + INTEGERS
 WRITABLE = ("transposed", "strided")
 
 
+SCATTER_ADD_ROUNDING = ("dygrad bug: 16-bit scatter_add rounds after every accumulated addition where torch "
+                        "accumulates in float32 and rounds once")
+
+
 def index(n, shape, dtype="int64", kind="integers"):
     return Input(shape, dtype, 0, n, kind, grad=False)
 
@@ -20,7 +24,12 @@ ENTRIES = [
     Entry("index_select", lambda m, x, i: (m.index_select(x, 0, i), m.index_select(x, 1, i)), dtypes=ALL,
           cases=((Input((4, 5)), index(4, (6,))), (Input((3, 3, 2)), index(3, (2,)))),
           big=(Input((400, 400)), index(400, (300,)))),
+    # 16-bit scatter_add rounds after each accumulated addition, torch once (docs/dtypes.md: "rounded once"):
+    # dg.scatter_add(bf16 [1.], 0, [0, 0, 0], bf16 [1., 0.005859375, 0.005859375]) is 2.0, torch 2.015625
+    # (the sum 2.01171875 rounded once). Visible in the big case, where indices repeat.
     Entry("scatter_add", lambda m, x, i, s: m.scatter_add(x, 1, i, s), dtypes=FLOATS + ("int64",),
+          xfail={f"{check}:{dtype}:case1": SCATTER_ADD_ROUNDING for check in ("values", "layouts")
+                 for dtype in ("bfloat16", "float16")},
           inplace_call=lambda m, x, i, s: x.scatter_add_(1, i, s),
           cases=((Input((3, 5), layout=WRITABLE), index(5, (3, 4)), Input((3, 4))),),
           big=(Input((256, 400)), index(400, (256, 320)), Input((256, 320)))),

@@ -74,7 +74,8 @@ class Entry:
     note: str = ""
 
     def fast_cases(self):
-        return self.cases if FULL else self.cases[:1]
+        """fast: the first case; full: every case, then the big one (vectorised loops, tails, split work)."""
+        return self.cases + ((self.big,) if self.big else ()) if FULL else self.cases[:1]
 
     def fast_dtypes(self):
         return self.dtypes if FULL else tuple(d for d in self.dtypes if d != "float16") or self.dtypes[:1]
@@ -143,22 +144,31 @@ def layouts_for(specs):
     return out
 
 
-def build(lib, values, dtype, layout="contiguous"):
+def build(lib, values, dtype, layout="contiguous", requires_grad=False):
     """`values` (NumPy) as a tensor of lib (dygrad or torch) in `dtype`, laid out as `layout`.
 
     transposed: the last two dims of a contiguous tensor swapped back; strided: every other element of a tensor
     twice as long in the last dim; expanded: row 0 broadcast along dim 0 (stride 0; the values repeat, and
-    the caller reads the values back from the tensor it got).
+    the caller reads the values back from the tensor it got). requires_grad: returns (view, the leaf it views).
     """
     dt = getattr(lib, dtype)
     shape = values.shape
+
+    def leaf(array):
+        t = lib.tensor(np.ascontiguousarray(array), dtype=dt)
+        return t.requires_grad_(True) if requires_grad else t
+
     if layout == "transposed" and len(shape) >= 2:
-        base = lib.tensor(np.ascontiguousarray(np.swapaxes(values, -1, -2)), dtype=dt)
-        return base.transpose(-1, -2)
-    if layout == "strided" and len(shape) >= 1:
+        base = leaf(np.swapaxes(values, -1, -2))
+        view = base.transpose(-1, -2)
+    elif layout == "strided" and len(shape) >= 1:
         wide = np.zeros(shape[:-1] + (2 * shape[-1],), dtype=values.dtype)
         wide[..., ::2] = values
-        return lib.tensor(wide, dtype=dt)[..., ::2]
-    if layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
-        return lib.tensor(np.ascontiguousarray(values[:1]), dtype=dt).expand(*shape)
-    return lib.tensor(np.ascontiguousarray(values), dtype=dt)
+        base = leaf(wide)
+        view = base[..., ::2]
+    elif layout == "expanded" and len(shape) >= 1 and shape[0] > 1:
+        base = leaf(values[:1])
+        view = base.expand(*shape)
+    else:
+        base = view = leaf(values)
+    return (view, base) if requires_grad else view
