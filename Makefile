@@ -2,6 +2,7 @@
 #   make test       deps, configure + build in $(BUILD), run the C++ suite (ctest) and the Python tests
 #   make sanitize   the C++ suite under ASan+UBSan (build-asan), the executor tests under TSan (build-tsan)
 #   make bench      build with the benchmarks and run them (results go into bench/RESULTS.md by hand)
+#   make sweep      the exhaustive conformance sweep (every op, case, layout, dtype); `make test` runs the fast one
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -28,7 +29,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python sweep sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -66,6 +67,10 @@ test-cpp: build
 # The Python tests join once the package exists (pyproject.toml); the extension builds in $(BUILD) too.
 test-python: install
 	$(PYTHON) -m pytest -q tests/python
+
+# tests/python/conformance/README.md; its perf mode is `python3 bench/sweep_perf.py` (not a test).
+sweep: install
+	DYGRAD_SWEEP=full $(PYTHON) -m pytest -q tests/python/test_conformance.py
 
 test: test-cpp test-python
 ifeq ($(SANITIZE_IN_TEST),1)

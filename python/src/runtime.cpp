@@ -27,6 +27,28 @@ void init_runtime(nb::module_& m) {
     enqueue(op_deferred_failure, {input}, {out}, FailureAttrs{index});
     return out;
   }, nb::arg("input"), nb::arg("index"));
+  m.def("_op_table", [] {
+    // One dict per OpDef in all_ops(): what the conformance sweep (tests/python/conformance) iterates.
+    static const char* const kFusion[] = {"elementwise", "reduction", "matmul", "shape", "opaque"};
+    static const std::pair<uint32_t, const char*> kFlags[] = {{kOpSyncs, "syncs"},
+        {kOpDataDependentShape, "data_dependent_shape"}, {kOpRandom, "random"}, {kOpInplace, "inplace"},
+        {kOpNondeterministic, "nondeterministic"}};
+    nb::list table;
+    for (const OpDef* op : all_ops()) {
+      nb::dict d;
+      nb::list flags, devices;
+      for (auto [bit, name] : kFlags)
+        if (op->flags & bit) flags.append(name);
+      if (op->cpu) devices.append("cpu");
+      d["name"] = op->name;
+      d["fusion"] = kFusion[static_cast<int>(op->fusion)];
+      d["flags"] = flags;
+      d["differentiable"] = op->backward != nullptr;
+      d["devices"] = devices;
+      table.append(d);
+    }
+    return table;
+  });
   m.def("manual_seed", [](int64_t seed) { manual_seed(static_cast<uint64_t>(seed)); }, nb::arg("seed"),
         "Seeds the counter-based generator.");
   m.def("initial_seed", [] { return rng_state().seed; });

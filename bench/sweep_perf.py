@@ -1,0 +1,104 @@
+"""Perf mode of the conformance sweep: every entry of tests/python/conformance, forward only, dygrad and torch side by
+side on the same inputs, timed interleaved (median of repeats, each dygrad timing ends with dg.synchronize()).
+Prints GB/s or GFLOP/s per op and shape from the op table's cost model (the FLOPs and bytes the profiler records
+for the Tasks one call runs) and the ratio to torch, so weak kernels show at a glance. Never a test.
+
+    python3 bench/sweep_perf.py [--dtype float32] [--filter REGEX] [--repeats 7] [--all-shapes]
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import dygrad as dg  # noqa: E402
+from conformance import ENTRIES, entry_id  # noqa: E402
+from conformance.spec import FLOATS, build, draw, dtype_of  # noqa: E402
+
+# Above this many FLOPs per byte an op is reported in GFLOP/s (compute-bound), else in GB/s.
+FLOPS_PER_BYTE = 4.0
+
+
+def operands(case, dtype):
+    rng = np.random.default_rng(0)
+    dtypes = [dtype_of(s, dtype) for s in case]
+    values = [draw(s, dt, rng) for s, dt in zip(case, dtypes)]
+    return ([build(dg, v, dt) for v, dt in zip(values, dtypes)],
+            [torch.tensor(v, dtype=getattr(torch, dt)) for v, dt in zip(values, dtypes)])
+
+
+def call(lib, entry, tensors):
+    fn = entry.ref if (lib is torch and entry.ref is not None) else entry.call
+    return fn(lib, *tensors)
+
+
+def cost_of_one_call(entry, tensors):
+    """FLOPs and bytes of the Tasks one call runs (the op table's cost functions, as the profiler records them)."""
+    dg.synchronize()
+    with dg.profiler.profile() as prof:
+        call(dg, entry, tensors)
+        dg.synchronize()
+    ops = prof.result.ops
+    return sum(e.flops for e in ops), sum(e.bytes for e in ops), sorted({e.name for e in ops})
+
+
+def seconds_per_call(fn, iterations):
+    begin = time.perf_counter()
+    for _ in range(iterations):
+        fn()
+    return (time.perf_counter() - begin) / iterations
+
+
+def measure(entry, case, dtype, repeats):
+    d, t = operands(case, dtype)
+    inplace = entry.inplace_call is not None or entry.op == "adamw_step"  # writes its operands: time on copies
+    run_d = (lambda: (call(dg, entry, [x.clone() for x in d]), dg.synchronize())) if inplace else \
+        (lambda: (call(dg, entry, d), dg.synchronize()))
+    run_t = (lambda: call(torch, entry, [x.clone() for x in t])) if inplace else (lambda: call(torch, entry, t))
+    with torch.no_grad(), dg.no_grad():
+        flops, nbytes, names = cost_of_one_call(entry, d)
+        run_d(), run_t()  # warm-up
+        once = max(seconds_per_call(run_d, 1), seconds_per_call(run_t, 1), 1e-6)
+        iterations = max(1, min(1000, int(0.005 / once)))  # about 5 ms per timing
+        times_d, times_t = [], []
+        for _ in range(repeats):  # interleaved: both see the same machine state
+            times_d.append(seconds_per_call(run_d, iterations))
+            times_t.append(seconds_per_call(run_t, iterations))
+    return flops, nbytes, names, statistics.median(times_d), statistics.median(times_t)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtype", default="float32", help="float dtype of the operands (default float32)")
+    parser.add_argument("--filter", default="", help="only entries whose id matches this regex")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--all-shapes", action="store_true", help="every case too, not only the large one")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, dg.get_context().num_threads))
+    print(f"dygrad {dg.__version__} vs torch {torch.__version__}, {dg.get_context().num_threads} threads, "
+          f"{args.dtype}, forward only, median of {args.repeats}")
+    print(f"{'op':42} {'shapes':34} {'dygrad':>12} {'torch':>12} {'unit':6} {'dg us':>9} {'torch us':>9} {'ratio':>6}")
+    for entry in ENTRIES:
+        if entry.check == "error" or not re.search(args.filter, entry_id(entry)):
+            continue
+        dtype = args.dtype if args.dtype in entry.dtypes else entry.dtypes[0]
+        cases = ([entry.big] if entry.big else []) + (list(entry.cases) if args.all_shapes or not entry.big else [])
+        for case in cases:
+            flops, nbytes, names, t_d, t_t = measure(entry, case, dtype, args.repeats)
+            compute = nbytes == 0 or flops / nbytes > FLOPS_PER_BYTE
+            work, unit = (flops, "GFLOP/s") if compute else (nbytes, "GB/s")
+            shapes = " ".join("x".join(map(str, s.shape)) or "()" for s in case)
+            print(f"{entry_id(entry) + ('' if dtype == args.dtype else f' ({dtype})'):42} {shapes:34} "
+                  f"{work / t_d / 1e9:12.2f} {work / t_t / 1e9:12.2f} {unit:6} {t_d * 1e6:9.1f} {t_t * 1e6:9.1f} "
+                  f"{t_t / t_d:6.2f}")
+    print("ratio = torch time / dygrad time (above 1: dygrad is faster). Rates: the op table's cost of the Tasks "
+          "one dygrad call runs, over each library's time per call.")
+
+
+if __name__ == "__main__":
+    main()

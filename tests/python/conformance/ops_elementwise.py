@@ -1,0 +1,108 @@
+"""Entries of the elementwise families: arithmetic (ops/arithmetic.cpp), math (ops/math.cpp) and compare
+(ops/compare.cpp). Each lambda runs unchanged on dygrad and on torch."""
+from .spec import FLOATS, INTEGERS, Entry, Input
+
+# Full mode adds, to every elementwise entry, an odd-sized case (vector loops' tails) and an empty one.
+ODD, EMPTY = (17, 31), (0, 5)
+
+ALL = FLOATS + INTEGERS
+BIG = (Input((256, 320)),)           # 81920 elements: more than 2 elementwise grains (32768)
+BIG2 = (Input((256, 320)), Input((320,)))
+POSITIVE = dict(low=0.25, high=3.0)
+
+
+def unary(op, low=-2.0, high=2.0, dtypes=FLOATS, also=(), call=None, **kw):
+    call = call or (lambda m, x: getattr(m, op)(x))
+    return Entry(op, call, cases=tuple((Input(shape, low=low, high=high),) for shape in ((4, 5), (2, 3, 7), (), ODD, EMPTY)),
+                 dtypes=dtypes, big=(Input((256, 320), low=low, high=high),), also_runs=also, **kw)
+
+
+def binary(op, call, dtypes=ALL, low=-2.0, high=2.0, rhs=None, kind="uniform", **kw):
+    rhs = {"kind": kind, **(rhs or {})}
+    return Entry(op, call, cases=(
+        (Input((4, 5), low=low, high=high, kind=kind), Input((4, 5), **{"low": low, "high": high, **rhs})),
+        (Input((3, 1, 5), low=low, high=high, kind=kind), Input((4, 1), **{"low": low, "high": high, **rhs})),  # broadcast
+        (Input((6,), low=low, high=high, kind=kind), Input((), **{"low": low, "high": high, **rhs})),
+        (Input(ODD, low=low, high=high, kind=kind), Input((ODD[1],), **{"low": low, "high": high, **rhs})),
+        (Input(EMPTY, low=low, high=high, kind=kind), Input((5,), **{"low": low, "high": high, **rhs}))),
+        dtypes=dtypes, big=(Input((256, 320), low=low, high=high, kind=kind), Input((320,), **{"low": low, "high": high, **rhs})),
+        **kw)
+
+
+def scalar(op, call, dtypes=ALL, low=-2.0, high=2.0, kind="uniform", **kw):
+    return Entry(op, call, cases=((Input((4, 5), low=low, high=high, kind=kind),),
+                                  (Input((2, 3, 4), low=low, high=high, kind=kind),),
+                                  (Input(ODD, low=low, high=high, kind=kind),), (Input(EMPTY, low=low, high=high, kind=kind),)),
+                 dtypes=dtypes, big=(Input((256, 320), low=low, high=high, kind=kind),), **kw)
+
+
+NONZERO = dict(low=0.5, high=3.0)  # divisors (sign-symmetric draws would cross zero)
+
+ARITHMETIC = [
+    binary("add", lambda m, a, b: m.add(a, b, alpha=2)),
+    binary("mul", lambda m, a, b: a * b),
+    binary("div", lambda m, a, b: a / b, dtypes=FLOATS, rhs=NONZERO),
+    scalar("add_scalar", lambda m, a: a + 1.5, dtypes=FLOATS + ("int64", "int32")),
+    scalar("mul_scalar", lambda m, a: a * -3),
+    scalar("div_scalar", lambda m, a: a / 4.0, dtypes=FLOATS + ("int64",)),
+    scalar("rsub_scalar", lambda m, a: 2 - a, dtypes=FLOATS + ("int64", "int32")),
+    scalar("rdiv_scalar", lambda m, a: 3.0 / a, dtypes=FLOATS, **NONZERO),
+    scalar("neg", lambda m, a: -a, dtypes=FLOATS + ("int64", "int32")),
+    scalar("copy", lambda m, a: a.clone(), dtypes=ALL + ("bool",)),
+    Entry("fill", lambda m, a: m.full_like(a, 2.5), cases=((Input((4, 5), grad=False),), (Input((7,), grad=False),)),
+          differentiable=False, dtypes=ALL, big=(Input((256, 320)),)),
+]
+
+MATH = [
+    unary("exp"), unary("log", **POSITIVE), unary("sqrt", **POSITIVE), unary("rsqrt", **POSITIVE),
+    unary("abs", dtypes=FLOATS + ("int64", "int32")),
+    unary("sin", -3, 3), unary("cos", -3, 3),
+    unary("tanh", -3, 3, also=("tanh_backward",)),
+    unary("sigmoid", -4, 4, also=("sigmoid_backward",)),
+    unary("silu", -4, 4, also=("silu_backward",), call=lambda m, x: m.nn.functional.silu(x)),
+    unary("relu", also=("relu_backward",), dtypes=FLOATS + ("int64",)),
+    unary("gelu", -3, 3, also=("gelu_backward",), call=lambda m, x: m.nn.functional.gelu(x)),
+    unary("gelu", -3, 3, also=("gelu_backward",), variant="tanh",
+          call=lambda m, x: m.nn.functional.gelu(x, approximate="tanh")),
+    binary("pow", lambda m, a, b: m.pow(a, b), dtypes=FLOATS, low=0.25, high=2.5, rhs=dict(low=-1.5, high=2.0)),
+    scalar("pow_scalar", lambda m, a: a ** 2.5, dtypes=FLOATS, **POSITIVE),
+    scalar("rpow_scalar", lambda m, a: 1.5 ** a, dtypes=FLOATS),
+    binary("maximum", lambda m, a, b: m.maximum(a, b)),
+    binary("minimum", lambda m, a, b: m.minimum(a, b)),
+]
+
+COMPARE = [binary(op, (lambda name: lambda m, a, b: getattr(m, name)(a, b))(op), dtypes=ALL, differentiable=False,
+                  low=-2, high=3, kind="integers") for op in ("eq", "ne", "lt", "le", "gt", "ge")]
+COMPARE += [scalar(op + "_scalar", (lambda name: lambda m, a: getattr(m, name)(a, 1))(op), differentiable=False,
+                  kind="integers", low=-2, high=3)
+            for op in ("eq", "ne", "lt", "le", "gt", "ge")]
+COMPARE += [
+    scalar("logical_not", lambda m, a: m.logical_not(a), dtypes=ALL + ("bool",), differentiable=False,
+           kind="integers", low=-1, high=2),
+    binary("logical_and", lambda m, a, b: m.logical_and(a, b), dtypes=ALL + ("bool",), differentiable=False,
+           kind="integers", low=-1, high=2),
+    binary("logical_or", lambda m, a, b: m.logical_or(a, b), dtypes=ALL + ("bool",), differentiable=False,
+           kind="integers", low=-1, high=2),
+    Entry("where", lambda m, c, a, b: m.where(c, a, b),
+          cases=((Input((4, 5), kind="mask", high=0.5), Input((4, 5)), Input((4, 5))),
+                 (Input((4, 1), kind="mask", high=0.5), Input((3, 1, 5)), Input((5,)))),
+          dtypes=ALL, big=(Input((256, 320), kind="mask", high=0.5), Input((256, 320)), Input((320,)))),
+    Entry("where_scalar", lambda m, c, a: m.where(c, a, 0.5),
+          cases=((Input((4, 5), kind="mask", high=0.5), Input((4, 5))),
+                 (Input((4, 1), kind="mask", high=0.5), Input((3, 1, 5)))),
+          dtypes=FLOATS + ("int64",), big=(Input((256, 320), kind="mask", high=0.5), Input((256, 320)))),
+    Entry("masked_fill", lambda m, a, c: a.masked_fill(c, -1.5),
+          cases=((Input((4, 5)), Input((4, 5), kind="mask", high=0.5)), (Input((3, 4, 5)), Input((4, 1), kind="mask", high=0.5))),
+          dtypes=FLOATS + ("int64",), big=(Input((256, 320)), Input((256, 320), kind="mask", high=0.5))),
+    scalar("clamp_scalar", lambda m, a: m.clamp(a, -0.5, 1.0), dtypes=FLOATS + ("int64",)),
+    # torch 2.13's clamp backward fails when `a` broadcasts ("output with shape [3, 1, 5] doesn't match the
+    # broadcast shape"): the reference clamps `a` expanded to the result's shape
+    Entry("clamp_tensor", lambda m, a, lo, hi: m.clamp(a, lo, hi),
+          ref=lambda torch, a, lo, hi: torch.clamp(a.expand(torch.broadcast_shapes(a.shape, lo.shape, hi.shape)), lo, hi),
+          cases=((Input((4, 5)), Input((4, 5), low=-2, high=-0.25), Input((5,), low=0.25, high=2)),
+                 (Input((3, 1, 5)), Input((4, 1), low=-2, high=-0.25), Input((), low=0.25, high=2))),
+          dtypes=FLOATS + ("int64",),
+          big=(Input((256, 320)), Input((256, 320), low=-2, high=-0.25), Input((320,), low=0.25, high=2))),
+]
+
+ENTRIES = ARITHMETIC + MATH + COMPARE

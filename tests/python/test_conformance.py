@@ -1,0 +1,379 @@
+"""The conformance sweep (tests/python/conformance/README.md): every OpDef in dygrad._C._op_table() has an entry,
+and each entry's op, run on every built backend and supported dtype, matches torch on float64 copies of the same
+inputs, on contiguous and non-contiguous operands, with float64 finite-difference gradients, bitwise the same on
+1 and 2 threads. DYGRAD_SWEEP=full (make sweep) runs every case, layout and dtype."""
+import numpy as np
+import pytest
+import torch
+
+import dygrad as dg
+from conformance import ENTRIES, FULL, GRAD_TOLERANCE, TOLERANCE, entry_id
+from conformance.spec import FLOATS, applies, build, draw, dtype_of, layouts_for, rounded
+
+TABLE = {op["name"]: op for op in dg._C._op_table()}
+REFERENCE = [e for e in ENTRIES if e.check == "reference"]
+DIFFERENTIABLE = [e for e in REFERENCE if e.differentiable]
+# The backends built into this dygrad: every device type some OpDef has a kernel for.
+BACKENDS = sorted({d for op in TABLE.values() for d in op["devices"]})
+
+
+def params(entries, with_dtypes=False):
+    out = []
+    for e in entries:
+        for dtype in (e.fast_dtypes() if with_dtypes else (None,)):
+            out.append(pytest.param(e, dtype, id=entry_id(e) + (f"-{dtype}" if dtype else "")))
+    return out
+
+
+def name_of(dtype):
+    return str(dtype).split(".")[-1]
+
+
+def read(t):
+    """A tensor's values as NumPy: floats in float64, integers and bools as they are."""
+    t = t.detach()
+    if t.is_floating_point():
+        t = t.to(dg.float64 if isinstance(t, dg.Tensor) else torch.float64)
+    return np.array(t.numpy(), copy=True)  # a copy: numpy() may share the tensor's memory
+
+
+def outputs(result):
+    if result is None:
+        return []
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def run(lib, entry, tensors):
+    fn = entry.ref if (lib is torch and entry.ref is not None) else entry.call
+    return outputs(fn(lib, *tensors))
+
+
+def xfail(request, entry, check, dtype=None):
+    reason = entry.xfail.get(f"{check}:{dtype}") or entry.xfail.get(check)
+    if reason:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+
+
+class expected_failure:
+    """A strict xfail of one case inside a test (the entry's xfail key `check:dtype:caseN`): the block must fail
+    with AssertionError, and the other cases of the test are still checked."""
+
+    def __init__(self, entry, check, dtype, case):
+        self.reason = entry.xfail.get(f"{check}:{dtype}:case{case}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if self.reason is None:
+            return False
+        if kind is None:
+            pytest.fail(f"[XPASS(strict)] expected to fail: {self.reason}")
+        return issubclass(kind, AssertionError)
+
+
+class Operands:
+    """One case of an entry in one dtype: the values (NumPy), and dygrad/torch tensors holding them."""
+
+    def __init__(self, case, dtype, seed=0, layout="contiguous"):
+        rng = np.random.default_rng(seed)
+        self.specs, self.dtypes = case, [dtype_of(s, dtype) for s in case]
+        arrays = [draw(s, dt, rng) for s, dt in zip(case, self.dtypes)]
+        self.dygrad = [build(dg, a, dt, layout if applies(s, layout) else "contiguous")
+                       for s, a, dt in zip(case, arrays, self.dtypes)]
+        self.values = [read(t) for t in self.dygrad]  # what the operands hold (an expanded view repeats row 0)
+
+    def torch(self, float64=True):
+        """torch copies: float operands in float64 (the reference) or in their own dtype."""
+        return [torch.tensor(v, dtype=getattr(torch, "float64" if float64 and dt in FLOATS else dt))
+                for v, dt in zip(self.values, self.dtypes)]
+
+    def fresh(self, lib, values=None, requires_grad=(), float64=False):
+        """New contiguous tensors of lib holding `values` (default: self.values), leaves where requires_grad;
+        float64: float operands in float64."""
+        values = self.values if values is None else values
+        out = []
+        for i, (v, dt) in enumerate(zip(values, self.dtypes)):
+            dt = "float64" if float64 and dt in FLOATS else dt
+            t = lib.tensor(np.ascontiguousarray(v), dtype=getattr(lib, dt))
+            out.append(t.requires_grad_(True) if i in requires_grad else t)
+        return out
+
+
+def assert_close(got, want, dtype, tolerance, what, peer=None):
+    """got within rtol * |want| + atol of the float64 reference `want`, widened by twice torch's own error in the
+    same dtype (`peer`) where given: an op that accumulates in its storage dtype (a 16-bit scatter_add, a bf16
+    gradient summed over a broadcast) may be off as far as torch is, never much further. Integers and bools: exact."""
+    if dtype not in tolerance:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    rtol, atol = tolerance[dtype]
+    bound = atol + rtol * np.abs(want)
+    if peer is not None:
+        bound = bound + 2.0 * np.nan_to_num(np.abs(peer - want), nan=0.0, posinf=0.0)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    bad = ~same & ~(np.abs(got - want) <= bound)
+    if bad.any():
+        k = tuple(np.argwhere(bad)[0])
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} values out of tolerance (rtol {rtol}, atol {atol}"
+                             f"{', + 2x torch error' if peer is not None else ''}); first at {k}: got {got[k]!r}, "
+                             f"reference {want[k]!r}" + (f", torch in {dtype} {peer[k]!r}" if peer is not None else ""))
+
+
+def check_outputs(entry, got, want, what, peer=None):
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, torch gives {len(want)}"
+    tolerance = {**TOLERANCE, **entry.tolerance}
+    for k, (d, t) in enumerate(zip(got, want)):
+        assert tuple(d.shape) == tuple(t.shape), f"{what} output {k}: shape {tuple(d.shape)}, torch {tuple(t.shape)}"
+        p = read(peer[k]) if peer is not None and peer[k].shape == t.shape else None
+        assert_close(read(d), read(t), name_of(d.dtype), tolerance, f"{what} output {k}", p)
+
+
+def recorded_ops(fn):
+    """The names of the Tasks that ran while fn() ran (dygrad's profiler records every Task by its OpDef)."""
+    dg.synchronize()
+    with dg.profiler.profile() as prof:
+        fn()
+        dg.synchronize()
+    return {e.name for e in prof.result.ops}
+
+
+# --- the table and the entries ------------------------------------------------------------------------------------
+def test_every_op_has_an_entry():
+    covered = {e.op for e in ENTRIES} | {name for e in ENTRIES for name in e.also_runs}
+    missing = sorted(set(TABLE) - covered)
+    unknown = sorted(covered - set(TABLE))
+    print(f"\nconformance: {len(TABLE)} ops, {len(set(TABLE) & covered)} covered, {len(ENTRIES)} entries, "
+          f"backends {BACKENDS}, mode {'full' if FULL else 'fast'}")
+    assert not missing, f"OpDefs with no conformance entry (add one to tests/python/conformance): {missing}"
+    assert not unknown, f"entries name ops that are not in the op table (renamed or removed?): {unknown}"
+    ids = [entry_id(e) for e in ENTRIES]
+    assert len(ids) == len(set(ids)), "two entries share an op and variant"
+
+
+@pytest.mark.parametrize("entry,_", params(ENTRIES))
+def test_entry_agrees_with_the_table(entry, _):
+    op = TABLE.get(entry.op)
+    assert op is not None, f"[{entry.op}] is not in the op table"
+    assert entry.differentiable == op["differentiable"], (
+        f"[{entry.op}] the table says differentiable={op['differentiable']}, the entry {entry.differentiable}")
+    assert ("random" in op["flags"]) == (entry.check == "random"), f"[{entry.op}] random flag {op['flags']}"
+    if "inplace" in op["flags"]:
+        assert entry.inplace_call or entry.inplace_unchecked, f"[{entry.op}] is kOpInplace: give an inplace_call"
+    for name in entry.also_runs:
+        assert name in TABLE, f"[{entry_id(entry)}] also_runs names {name}, which is not in the op table"
+    assert "cpu" in op["devices"], f"[{entry.op}] has no CPU kernel"
+
+
+@pytest.mark.parametrize("entry,_", params(ENTRIES))
+def test_entry_runs_its_ops(entry, _):
+    """Coverage is real: running the entry (forward, and backward when differentiable) executes a Task of its op
+    and of every op it claims in also_runs."""
+    ops = Operands(entry.cases[0], entry.dtypes[0])
+
+    def body():
+        if entry.check == "error":
+            with pytest.raises(entry.raises):
+                entry.call(dg, *ops.dygrad)
+                dg.synchronize()
+            return
+        grads = [i for i, s in enumerate(ops.specs) if entry.differentiable and s.grad and ops.dtypes[i] in FLOATS]
+        tensors = ops.fresh(dg, requires_grad=grads)
+        outs = [o for o in run(dg, entry, tensors) if o.requires_grad]
+        if outs:
+            sum(o.sum() for o in outs).backward()
+
+    ran = recorded_ops(body)
+    claimed = {entry.op, *entry.also_runs}
+    assert claimed <= ran, f"[{entry_id(entry)}] claims {sorted(claimed)} but only these Tasks ran: {sorted(ran)}"
+
+
+# --- values against torch ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("entry,dtype", params(REFERENCE, with_dtypes=True))
+def test_values(entry, dtype, request):
+    xfail(request, entry, "values", dtype)
+    for c, case in enumerate(entry.fast_cases()):
+        with expected_failure(entry, "values", dtype, c):
+            check_values(entry, case, dtype, c)
+
+
+def check_values(entry, case, dtype, c):
+    ops = Operands(case, dtype, seed=c)
+    got = run(dg, entry, ops.dygrad)
+    want = run(torch, entry, ops.torch(float64=True))
+    same_dtype = run(torch, entry, ops.torch(float64=False))
+    for k, (d, t) in enumerate(zip(got, same_dtype)):
+        assert name_of(d.dtype) == name_of(t.dtype), f"case {c} output {k}: dtype {d.dtype}, torch {t.dtype}"
+    check_outputs(entry, got, want, f"[{entry_id(entry)}] {dtype} case {c} {[s.shape for s in case]}", same_dtype)
+
+
+@pytest.mark.parametrize("entry,dtype", params(REFERENCE, with_dtypes=True))
+def test_non_contiguous(entry, dtype, request):
+    """Transposed, strided and expanded (broadcast) operands give torch's values and the contiguous ones'."""
+    xfail(request, entry, "layouts", dtype)
+    for c, case in enumerate(entry.fast_cases()):
+        with expected_failure(entry, "layouts", dtype, c):  # an expected failure: in at least one layout
+            for layout in layouts_for(case):
+                ops = Operands(case, dtype, seed=c, layout=layout)
+                got = run(dg, entry, ops.dygrad)
+                what = f"[{entry_id(entry)}] {dtype} case {c} {layout}"
+                check_outputs(entry, got, run(torch, entry, ops.torch()), what + " vs torch",
+                              run(torch, entry, ops.torch(float64=False)))
+                check_outputs(entry, got, run(dg, entry, ops.fresh(dg)), what + " vs contiguous")
+
+
+# --- gradients -----------------------------------------------------------------------------------------------------
+FD_MAX_ELEMENTS = 512  # finite differences cost two calls per element
+
+
+def weights(outs, dtype):
+    """Fixed random cotangents for the float outputs, representable in `dtype` (the case's)."""
+    rng = np.random.default_rng(99)
+    return [rounded(rng.standard_normal(tuple(o.shape)), dtype) for o in outs]
+
+
+def loss_and_grads(lib, entry, ops, wrt, dtype, float64=False):
+    """Gradients of sum(out * w) over the float outputs, with respect to the operands `wrt`."""
+    tensors = ops.fresh(lib, requires_grad=wrt, float64=float64)
+    outs = [o for o in run(lib, entry, tensors) if o.is_floating_point() and o.requires_grad]
+    ws = weights(outs, dtype)
+    loss = sum((o * lib.tensor(w, dtype=o.dtype)).sum() for o, w in zip(outs, ws))
+    loss.backward()
+    return [tensors[i].grad for i in wrt]
+
+
+def loss_value(entry, ops, values):
+    with dg.no_grad():
+        outs = [o for o in run(dg, entry, ops.fresh(dg, values=values)) if o.is_floating_point()]
+    return sum(float((read(o) * w).sum()) for o, w in zip(outs, weights(outs, "float64")))
+
+
+@pytest.mark.parametrize("entry,_", params(DIFFERENTIABLE))
+def test_gradients(entry, _, request):
+    """float64 central differences of dygrad's own op against its backward; its backward against torch's in every
+    float dtype."""
+    xfail(request, entry, "gradients")
+    for c, case in enumerate(entry.fast_cases()):
+        ops = Operands(case, "float64", seed=c)
+        wrt = [i for i, s in enumerate(case) if s.grad and ops.dtypes[i] in FLOATS]
+        analytic = loss_and_grads(dg, entry, ops, wrt, "float64")
+        h = entry.fd_step
+        for i, g in zip(wrt, analytic):
+            if ops.values[i].size > FD_MAX_ELEMENTS:
+                continue  # the big case: backward against torch only (below)
+            numeric = np.zeros(ops.values[i].shape)
+            for j in np.ndindex(*ops.values[i].shape):
+                values = [v.copy() for v in ops.values]
+                values[i][j] += h
+                up = loss_value(entry, ops, values)
+                values[i][j] -= 2 * h
+                numeric[j] = (up - loss_value(entry, ops, values)) / (2 * h)
+            assert g is not None, f"[{entry_id(entry)}] no gradient for input {i}"
+            np.testing.assert_allclose(read(g), numeric, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"[{entry_id(entry)}] case {c} input {i}: backward vs finite differences")
+        tolerance = {**GRAD_TOLERANCE, **entry.grad_tolerance}
+        for dtype in [d for d in entry.fast_dtypes() if d in FLOATS]:
+            typed = Operands(case, dtype, seed=c)
+            got = loss_and_grads(dg, entry, typed, wrt, dtype)
+            # torch in float64 on the values the dtype holds, with the same (rounded) cotangents
+            want = loss_and_grads(torch, entry, typed, wrt, dtype, float64=True)
+            peer = loss_and_grads(torch, entry, typed, wrt, dtype) if dtype != "float64" else want
+            for i, d, t, p in zip(wrt, got, want, peer):
+                assert name_of(d.dtype) == dtype, f"input {i}: gradient dtype {d.dtype}, expected {dtype}"
+                assert_close(read(d), read(t), dtype, tolerance,
+                             f"[{entry_id(entry)}] {dtype} case {c} input {i}: backward vs torch", read(p))
+
+
+# --- threads -------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def restore_context():
+    original = dg.get_context()
+    yield
+    dg.set_context(original)
+
+
+def bits(t):
+    t = t.detach()
+    if name_of(t.dtype) in ("bfloat16", "float16"):
+        t = t.to(dg.float32)  # exact: the bits of a 16-bit float survive the widening
+    return t.numpy().tobytes()
+
+
+def thread_dtypes(entry):
+    floats = [d for d in entry.dtypes if d in ("float32", "bfloat16")]
+    return (floats if FULL else floats[:1]) or list(entry.dtypes[:1])
+
+
+def run_with_grads(entry, ops, seed_random=None):
+    if seed_random is not None:
+        dg.manual_seed(seed_random)
+    wrt = [i for i, s in enumerate(ops.specs) if entry.differentiable and s.grad and ops.dtypes[i] in FLOATS]
+    tensors = ops.fresh(dg, requires_grad=wrt)
+    outs = run(dg, entry, tensors)
+    diff = [o for o in outs if o.requires_grad]
+    if diff:
+        sum((o * 1.5).sum() for o in diff).backward()
+    return [bits(o) for o in outs] + [bits(tensors[i].grad) for i in wrt if tensors[i].grad is not None]
+
+
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check != "error"]))
+def test_one_and_two_threads_bitwise(entry, _, request, restore_context):
+    """A case big enough to split over threads gives the same bits (outputs and gradients) on 1 and 2 threads."""
+    xfail(request, entry, "threads")
+    case = entry.big or entry.cases[0]
+    for dtype in thread_dtypes(entry):
+        ops = Operands(case, dtype, seed=7)
+        seed = 5 if entry.check == "random" else None
+        results = []
+        for n in (1, 2):
+            dg.set_context(num_threads=n)
+            results.append(run_with_grads(entry, ops, seed))
+        one, two = results
+        assert len(one) == len(two)
+        for k, (a, b) in enumerate(zip(one, two)):
+            assert a == b, f"[{entry_id(entry)}] {dtype} {[s.shape for s in case]}: result {k} differs, 1 vs 2 threads"
+
+
+# --- flags: in place, random, errors --------------------------------------------------------------------------------
+@pytest.mark.parametrize("entry,dtype", params([e for e in ENTRIES if e.inplace_call], with_dtypes=True))
+def test_inplace_writes_input_0(entry, dtype):
+    """kOpInplace: output 0 aliases input 0. The in-place form returns its target, writes it, and matches torch."""
+    for layout in ["contiguous"] + [l for l in layouts_for(entry.cases[0]) if l != "expanded"]:
+        ops = Operands(entry.cases[0], dtype, seed=3, layout=layout)
+        target = ops.dygrad[0]
+        address, before = target.data_ptr(), read(target).copy()
+        result = []
+        ran = recorded_ops(lambda: result.extend(outputs(entry.inplace_call(dg, *ops.dygrad))))
+        assert entry.op in ran, f"[{entry_id(entry)}] the in-place form ran {sorted(ran)}"
+        assert result[0].data_ptr() == address, f"[{entry_id(entry)}] {layout}: result 0 does not alias input 0"
+        assert not np.array_equal(read(target), before), f"[{entry_id(entry)}] {layout}: input 0 is unchanged"
+        want = ops.torch()
+        outputs(entry.inplace_call(torch, *want))
+        check_outputs(entry, [target], [want[0]], f"[{entry_id(entry)}] {dtype} {layout} in place vs torch")
+
+
+@pytest.mark.parametrize("entry,dtype", params([e for e in ENTRIES if e.check == "random"], with_dtypes=True))
+def test_random(entry, dtype, restore_context):
+    """kOpRandom: a call consumes generator state (a second call differs), reseeding reproduces it, the result has
+    torch's dtype and shape, and a large sample's moments are within 6 standard errors."""
+    ops = Operands(entry.cases[0], dtype)
+    dg.manual_seed(1234)
+    first, second = run(dg, entry, ops.dygrad), run(dg, entry, ops.dygrad)
+    dg.manual_seed(1234)
+    again = run(dg, entry, ops.dygrad)
+    assert [bits(t) for t in first] == [bits(t) for t in again], f"[{entry.op}] same seed, different values"
+    assert [bits(t) for t in first] != [bits(t) for t in second], f"[{entry.op}] two calls gave the same values"
+    for d, t in zip(first, run(torch, entry, ops.torch(float64=False))):
+        assert name_of(d.dtype) == name_of(t.dtype) and tuple(d.shape) == tuple(t.shape), (d.dtype, t.dtype, d.shape)
+    big = Operands(entry.big, dtype)
+    sample = read(run(dg, entry, big.dygrad)[0]).astype(np.float64)
+    for name, got, expected, tolerance in entry.moments(sample):
+        assert abs(got - expected) <= tolerance, f"[{entry.op}] {dtype}: {name} = {got}, expected {expected} ± {tolerance}"
+
+
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check == "error"]))
+def test_error(entry, _):
+    ops = Operands(entry.cases[0], entry.dtypes[0])
+    with pytest.raises(entry.raises, match=rf"\[{entry.op}\]"):
+        entry.call(dg, *ops.dygrad)
+        dg.synchronize()
