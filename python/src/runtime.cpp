@@ -29,19 +29,19 @@ void init_runtime(nb::module_& m) {
   }, nb::arg("input"), nb::arg("index"));
   m.def("_op_table", [] {
     // One dict per OpDef in all_ops(): what the conformance sweep (tests/python/conformance) iterates.
-    static const char* const kFusion[] = {"elementwise", "reduction", "matmul", "shape", "opaque"};
-    static const std::pair<uint32_t, const char*> kFlags[] = {{kOpSyncs, "syncs"},
-        {kOpDataDependentShape, "data_dependent_shape"}, {kOpRandom, "random"}, {kOpInplace, "inplace"},
-        {kOpNondeterministic, "nondeterministic"}};
+    static constexpr OpFlag kFlags[] = {kOpSyncs, kOpDataDependentShape, kOpRandom, kOpInplace};
+    static constexpr Device::Type kDevices[] = {Device::Type::CPU, Device::Type::CUDA};
     nb::list table;
     for (const OpDef* op : all_ops()) {
       nb::dict d;
       nb::list flags, devices;
-      for (auto [bit, name] : kFlags)
-        if (op->flags & bit) flags.append(name);
-      if (op->cpu) devices.append("cpu");
+      for (OpFlag bit : kFlags)
+        if (op->flags & bit) flags.append(op_flag_name(bit));
+      for (Device::Type type : kDevices)
+        if (op->kernel(type)) devices.append(device_type_name(type));
+      d["attrs"] = op->attrs_type ? op->attrs_type->name : "";
       d["name"] = op->name;
-      d["fusion"] = kFusion[static_cast<int>(op->fusion)];
+      d["fusion"] = fusion_class_name(op->fusion);
       d["flags"] = flags;
       d["differentiable"] = op->backward != nullptr;
       d["devices"] = devices;
