@@ -18,6 +18,13 @@ uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::ini
                  std::span<const Tensor>(outputs.begin(), outputs.size()), attrs);
 }
 
+namespace {
+thread_local const char* tls_api_name = nullptr;
+}
+const char* api_name(const char* own_name) { return tls_api_name ? tls_api_name : own_name; }
+ApiNameScope::ApiNameScope(const char* name) : saved_(tls_api_name) { tls_api_name = name; }
+ApiNameScope::~ApiNameScope() { tls_api_name = saved_; }
+
 void check_defined(const char* op, const Tensor& t, const char* argument) {
   DG_CHECK(t.defined(), Value, "[", op, "] argument '", argument, "' is an undefined tensor");
 }

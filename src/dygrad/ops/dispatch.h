@@ -24,6 +24,21 @@ void check_floating(const char* op, const Tensor& t);
 // Shape equality for spans.
 inline bool same_shape(IntSpan a, IntSpan b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
 
+// The name errors give the op the user called. The C++ op functions pass their own ("sub", "add_"); a binding
+// whose Python name differs (`x += 1` calls add_ as Tensor.__iadd__) sets a scope for the call, and ops that
+// validate with api_name() then say "[Tensor.__iadd__] ..." (docs/async-errors.md, "Error messages").
+const char* api_name(const char* own_name);
+class ApiNameScope {
+ public:
+  explicit ApiNameScope(const char* name);
+  ~ApiNameScope();
+  ApiNameScope(const ApiNameScope&) = delete;
+  ApiNameScope& operator=(const ApiNameScope&) = delete;
+
+ private:
+  const char* saved_;
+};
+
 // For in-place ops and writes into existing tensors: the write happens after everything enqueued so far,
 // and when the destination aliases memory owned elsewhere (NumPy), it has finished when the call returns.
 void finish_write_if_external(const Tensor& dst, uint64_t seq);

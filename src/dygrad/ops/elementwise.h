@@ -28,6 +28,12 @@ Tensor& mul_(Tensor& a, Scalar b);
 Tensor& div_(Tensor& a, const Tensor& b);
 Tensor& div_(Tensor& a, Scalar b);
 
+// out= forms: out must have the broadcast shape and a dtype the result casts to; no autograd (as torch).
+Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b);
+
 // Casts and copies.
 Tensor to(const Tensor& a, DType dtype, bool copy = false);  // no copy when the dtype already matches
 Tensor clone(const Tensor& a);                               // a contiguous copy

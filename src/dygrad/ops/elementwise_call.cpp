@@ -1,0 +1,189 @@
+// The elementwise builder (ops/elementwise_call.h; docs/ops.md, "The elementwise builder").
+#include "dygrad/ops/elementwise_call.h"
+
+#include "dygrad/core/shape.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/layout.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/shape.h"
+
+namespace dg {
+
+bool can_cast_result(DType from, DType to) {
+  if (is_floating(from) && !is_floating(to)) return false;
+  if (from != DType::Bool && to == DType::Bool) return false;
+  return true;
+}
+
+ElementwiseCall::ElementwiseCall(const OpDef& op, const char* name) : op_(op), name_(name) {}
+
+const char* ElementwiseCall::name() const { return api_name(name_); }
+
+ElementwiseCall& ElementwiseCall::input(const Tensor& t, const char* argument, bool promotes) {
+  check_defined(name(), t, argument);
+  if (!operands_.empty()) check_same_device(name(), operands_[0], t);
+  if (promotes) {
+    promoting_ |= 1u << operands_.size();
+    promotion_types_.add_tensor(t.dtype(), t.dim());
+  } else {
+    DG_CHECK(t.dtype() == DType::Bool, Type, "[", name(), "] expected ", argument, " to be a bool tensor, got ",
+             dtype_name(t.dtype()));
+  }
+  operands_.push_back(t);
+  arguments_.push_back(argument);
+  return *this;
+}
+
+ElementwiseCall& ElementwiseCall::scalar(Scalar s) {
+  promotion_types_.add_scalar(s);
+  return *this;
+}
+
+ElementwiseCall& ElementwiseCall::promotion(Promotion p) {
+  promotion_ = p;
+  return *this;
+}
+
+ElementwiseCall& ElementwiseCall::attrs(Attrs a) {
+  attrs_ = std::move(a);
+  return *this;
+}
+
+ElementwiseCall& ElementwiseCall::save(SaveFn fn, bool reads_old_self) {
+  save_ = fn;
+  reads_old_self_ = reads_old_self;
+  return *this;
+}
+
+ElementwiseCall& ElementwiseCall::refuse_bool(const char* message) {
+  bool_refusal_ = message;
+  return *this;
+}
+
+DType ElementwiseCall::compute_dtype() const {
+  switch (promotion_) {
+    case Promotion::Logical: return DType::Bool;
+    case Promotion::PromoteFloat: {
+      const DType t = promotion_types_.result();
+      return is_floating(t) ? t : DType::Float32;
+    }
+    case Promotion::Promote:
+    case Promotion::Compare: return promotion_types_.result();
+  }
+  return promotion_types_.result();
+}
+
+DType ElementwiseCall::result_dtype() const {
+  return promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? DType::Bool : compute_dtype();
+}
+
+void ElementwiseCall::check_bool_rule(DType compute) const {
+  DG_CHECK(!(bool_refusal_ && compute == DType::Bool), Type, "[", name(), "] ", bool_refusal_);
+}
+
+Dims ElementwiseCall::broadcast_shape() const {
+  Dims shape(operands_[0].shape());
+  for (size_t k = 1; k < operands_.size(); ++k) shape = broadcast_shapes(name(), shape, operands_[k].shape());
+  return shape;
+}
+
+namespace {
+// The operands as the Task reads them: promoting ones cast to `dtype` (no copy when it already matches).
+SmallVector<Tensor, 4> cast_operands(std::span<const Tensor> operands, uint32_t promoting, DType dtype) {
+  SmallVector<Tensor, 4> cast;
+  for (size_t k = 0; k < operands.size(); ++k)
+    cast.push_back(promoting >> k & 1u ? to(operands[k], dtype) : operands[k]);
+  return cast;
+}
+}  // namespace
+
+Tensor ElementwiseCall::run() {
+  const DType compute = compute_dtype();
+  check_bool_rule(compute);
+  const Dims shape = broadcast_shape();
+  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  const std::span<const Tensor> in(inputs.data(), inputs.size());
+  Tensor outputs[1] = {empty_elementwise(shape, result_dtype(), in)};
+  enqueue(op_, in, outputs, attrs_);
+  if (op_.backward && needs_grad_any(in)) {
+    Ref<Node> node = record_node(&op_, in, outputs);
+    node->attrs = attrs_;
+    if (save_) save_(*node, in, detach(outputs[0]));
+  }
+  return std::move(outputs[0]);
+}
+
+Tensor& ElementwiseCall::run_inplace(Tensor& self) {
+  const char* api = name();
+  DG_CHECK(!operands_.empty() && operands_[0].same(self), Runtime, "[", api, "] internal error: operand 0 must be self");
+  const DType result = result_dtype();
+  DG_CHECK(can_cast_result(result, self.dtype()), Type, "[", api, "] result type ", dtype_name(result),
+           " can't be cast to the desired output type ", dtype_name(self.dtype()));
+  // Computed in self's dtype (comparisons in the promoted one, written into self's).
+  const DType compute = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? compute_dtype()
+                                                                                              : self.dtype();
+  check_bool_rule(compute_dtype());
+  const Dims shape = broadcast_shape();
+  DG_CHECK(same_shape(shape, self.shape()), Value, "[", api, "] output with shape ", self.shape(),
+           " doesn't match the broadcast shape ", IntSpan(shape));
+  detail::check_no_internal_overlap(api, self);
+  check_inplace(api, self);
+  DG_CHECK(compute == self.dtype(), NotImplemented, "[", api, "] in-place comparison into a ", dtype_name(self.dtype()),
+           " tensor is not supported");
+  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  inputs[0] = self;
+  for (size_t k = 1; k < inputs.size(); ++k)  // reading self's own storage while writing it: copy the source
+    if (inputs[k].shares_storage(self) && !inputs[k].same(self)) inputs[k] = clone(inputs[k]);
+  const std::span<const Tensor> in(inputs.data(), inputs.size());
+  const bool record = op_.backward && needs_grad_any(in);
+  Ref<Node> node;
+  SmallVector<Tensor, 4> saved_inputs;
+  if (record) {
+    node = make_ref<Node>(&op_, 1);
+    record_node(node, in, {});
+    node->attrs = attrs_;
+    if (save_) {
+      saved_inputs = inputs;
+      if (reads_old_self_) saved_inputs[0] = clone(self);  // the old value, which the op overwrites
+    }
+  }
+  self.storage().bump_version();
+  enqueue(op_, in, std::span<const Tensor>(&self, 1), attrs_);
+  if (record) {
+    if (save_) save_(*node, std::span<const Tensor>(saved_inputs.data(), saved_inputs.size()), detach(self));
+    rebase_history(self, node);
+  }
+  return self;
+}
+
+Tensor& ElementwiseCall::run_out(Tensor& out) {
+  const char* api = name();
+  check_defined(api, out, "out");
+  check_same_device(api, operands_[0], out);
+  DG_CHECK(!(grad_enabled() && needs_grad_any(std::span<const Tensor>(operands_.data(), operands_.size()))), Runtime,
+           "[", api, "] functions with out=... arguments don't support automatic differentiation, but one of the "
+           "arguments requires grad");
+  const DType result = result_dtype();
+  DG_CHECK(can_cast_result(result, out.dtype()), Type, "[", api, "] result type ", dtype_name(result),
+           " can't be cast to the desired output type ", dtype_name(out.dtype()));
+  const Dims shape = broadcast_shape();
+  DG_CHECK(same_shape(shape, out.shape()), Value, "[", api, "] out= of shape ", out.shape(),
+           " doesn't match the broadcast shape ", IntSpan(shape), " (dygrad does not resize out=)");
+  detail::check_no_internal_overlap(api, out);
+  check_inplace(api, out);
+  const DType compute = compute_dtype();
+  check_bool_rule(compute);
+  if (result != out.dtype()) {  // computed in the result dtype, then cast into out (as torch)
+    Tensor value = run();
+    return copy_(out, value);
+  }
+  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  for (Tensor& t : inputs)
+    if (t.shares_storage(out) && !t.same(out)) t = clone(t);
+  out.storage().bump_version();
+  enqueue(op_, std::span<const Tensor>(inputs.data(), inputs.size()), std::span<const Tensor>(&out, 1), attrs_);
+  return out;
+}
+
+}  // namespace dg
