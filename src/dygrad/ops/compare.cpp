@@ -1,6 +1,7 @@
 // Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_) and clamp(_):
 // validation, type promotion, Task creation and the backward formulas (written with dygrad ops).
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/shape.h"
@@ -89,37 +90,18 @@ const OpDef op_clamp_tensor("clamp_tensor", attrs_type<ClampAttrs>(), {.fusion =
 // --- comparisons and logical ops -------------------------------------------------------------------------
 namespace {
 Tensor compare(const OpDef& op, const Tensor& a, const Tensor& b) {
-  check_defined(op.name, a, "input");
-  check_defined(op.name, b, "other");
-  check_same_device(op.name, a, b);
-  const DType dtype = result_type(a, b);
-  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
-  Tensor out = Tensor::empty(shape, DType::Bool);
-  enqueue(op, {to(a, dtype), to(b, dtype)}, {out});
-  return out;
+  return ElementwiseCall(op, op.name).input(a).input(b, "other").promotion(Promotion::Compare).run();
 }
-
 Tensor compare(const OpDef& op, const Tensor& a, Scalar b) {
-  check_defined(op.name, a, "input");
-  Tensor x = to(a, result_type(a, b));
-  Tensor out = Tensor::empty(x.shape(), DType::Bool);
-  enqueue(op, {x}, {out}, ScalarAttrs{b});
-  return out;
+  return ElementwiseCall(op, op.name).input(a).scalar(b).attrs(ScalarAttrs{b}).promotion(Promotion::Compare).run();
 }
-
-Tensor logical_binary(const OpDef& op, const Tensor& a, const Tensor& b) {
-  check_defined(op.name, a, "input");
-  check_defined(op.name, b, "other");
-  check_same_device(op.name, a, b);
-  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
-  Tensor out = Tensor::empty(shape, DType::Bool);
-  enqueue(op, {to(a, DType::Bool), to(b, DType::Bool)}, {out});
-  return out;
+Tensor logical(const OpDef& op, const Tensor& a, const Tensor& b) {
+  return ElementwiseCall(op, op.name).input(a).input(b, "other").promotion(Promotion::Logical).run();
 }
-
-void check_bool_mask(const char* op, const Tensor& mask, const char* what) {
-  DG_CHECK(mask.dtype() == DType::Bool, Type, "[", op, "] expected ", what, " to be a bool tensor, got ",
-           dtype_name(mask.dtype()));
+void save_condition(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[0]); }
+void save_mask(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[1]); }
+void save_operands(Node& n, std::span<const Tensor> in, const Tensor&) {
+  for (const Tensor& t : in) n.save(t);
 }
 }  // namespace
 
@@ -137,127 +119,39 @@ Tensor gt(const Tensor& a, Scalar b) { return compare(op_gt_scalar, a, b); }
 Tensor ge(const Tensor& a, Scalar b) { return compare(op_ge_scalar, a, b); }
 
 Tensor logical_not(const Tensor& a) {
-  check_defined("logical_not", a);
-  Tensor out = Tensor::empty(a.shape(), DType::Bool);
-  enqueue(op_logical_not, {a}, {out});
-  return out;
+  return ElementwiseCall(op_logical_not, "logical_not").input(a).promotion(Promotion::Logical).run();
 }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return logical_binary(op_logical_and, a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return logical_binary(op_logical_or, a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return logical(op_logical_and, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return logical(op_logical_or, a, b); }
 
 // --- where, masked_fill ----------------------------------------------------------------------------------
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  check_defined("where", cond, "condition");
-  check_defined("where", a, "input");
-  check_defined("where", b, "other");
-  check_same_device("where", cond, a);
-  check_same_device("where", a, b);
-  check_bool_mask("where", cond, "condition");
-  const DType dtype = result_type(a, b);
-  Dims shape = broadcast_shapes("where", broadcast_shapes("where", cond.shape(), a.shape()), b.shape());
-  Tensor x = to(a, dtype), y = to(b, dtype);
-  Tensor out = Tensor::empty(shape, dtype);
-  enqueue(op_where, {cond, x, y}, {out});
-  if (needs_grad_any({x, y})) {
-    Tensor inputs[3] = {cond, x, y}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_where, inputs, outputs);
-    node->save(cond);
-  }
-  return out;
+  return ElementwiseCall(op_where, "where").mask(cond, "condition").input(a).input(b, "other").save(save_condition).run();
 }
-
-namespace {
 // where with one scalar operand (an attribute, never a tensor): cond ? t : s, or cond ? s : t.
-Tensor where_scalar(const Tensor& cond, const Tensor& t, Scalar s, bool scalar_when_true) {
-  check_defined("where", cond, "condition");
-  check_defined("where", t, scalar_when_true ? "other" : "input");
-  check_same_device("where", cond, t);
-  check_bool_mask("where", cond, "condition");
-  Tensor x = to(t, result_type(t, s));
-  Dims shape = broadcast_shapes("where", cond.shape(), x.shape());
-  Tensor out = Tensor::empty(shape, x.dtype());
-  const Attrs attrs = WhereScalarAttrs{s, scalar_when_true};
-  enqueue(op_where_scalar, {cond, x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[2] = {cond, x}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_where_scalar, inputs, outputs);
-    node->attrs = attrs;
-    node->save(cond);
-  }
-  return out;
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  return ElementwiseCall(op_where_scalar, "where").mask(cond, "condition").input(a).scalar(b)
+      .attrs(WhereScalarAttrs{b, false}).save(save_condition).run();
 }
-}  // namespace
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  return ElementwiseCall(op_where_scalar, "where").mask(cond, "condition").input(b, "other").scalar(a)
+      .attrs(WhereScalarAttrs{a, true}).save(save_condition).run();
+}
 
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where_scalar(cond, a, b, false); }
-Tensor where(const Tensor& cond, Scalar a, const Tensor& b) { return where_scalar(cond, b, a, true); }
-
+// masked_fill keeps the input's dtype: the value is cast to it (torch), it does not promote.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
-  check_defined("masked_fill", a, "input");
-  check_defined("masked_fill", mask, "mask");
-  check_same_device("masked_fill", a, mask);
-  check_bool_mask("masked_fill", mask, "mask");
-  Dims shape = broadcast_shapes("masked_fill", a.shape(), mask.shape());
-  Tensor out = Tensor::empty(shape, a.dtype());
-  const Attrs attrs = ScalarAttrs{value};
-  enqueue(op_masked_fill, {a, mask}, {out}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[2] = {a, mask}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_masked_fill, inputs, outputs);
-    node->save(mask);
-  }
-  return out;
+  return ElementwiseCall(op_masked_fill, "masked_fill").input(a).mask(mask, "mask").attrs(ScalarAttrs{value})
+      .save(save_mask).run();
 }
-
-// --- in place --------------------------------------------------------------------------------------------
-namespace {
-// a = op(a, others...) in a's dtype: the node is recorded against a's old history, `save` stores what the
-// backward needs (before the write), then a's history is rebased onto the node.
-template <typename Save>
-Tensor& inplace(const OpDef& op, const char* name, Tensor& a, std::span<const Tensor> others, const Attrs& attrs,
-                Save save) {
-  detail::check_no_internal_overlap(name, a);
-  check_inplace(name, a);
-  SmallVector<Tensor, 4> inputs;
-  inputs.push_back(a);
-  for (const Tensor& o : others) inputs.push_back(o);
-  std::span<const Tensor> all(inputs.data(), inputs.size());
-  const bool record = needs_grad_any(all);
-  Ref<Node> node;
-  if (record) {
-    node = make_ref<Node>(&op, 1);
-    record_node(node, all, {});
-    node->attrs = attrs;
-    save(*node);
-  }
-  a.storage().bump_version();
-  enqueue(op, all, std::span<const Tensor>(&a, 1), attrs);
-  if (record) rebase_history(a, node);
-  return a;
-}
-
-// The broadcast of `other` must keep a's shape (torch: "output with shape ... doesn't match ...").
-void check_broadcasts_to(const char* op, const Tensor& a, const Tensor& other) {
-  Dims shape = broadcast_shapes(op, a.shape(), other.shape());
-  DG_CHECK(same_shape(shape, a.shape()), Value, "[", op, "] output with shape ", a.shape(),
-           " doesn't match the broadcast shape ", IntSpan(shape));
-}
-}  // namespace
-
 Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
-  check_defined("masked_fill_", a, "self");
-  check_defined("masked_fill_", mask, "mask");
-  check_same_device("masked_fill_", a, mask);
-  check_bool_mask("masked_fill_", mask, "mask");
-  check_broadcasts_to("masked_fill_", a, mask);
-  const Attrs attrs = ScalarAttrs{value};
-  const Tensor others[1] = {mask};
-  return inplace(op_masked_fill, "masked_fill_", a, others, attrs, [&](Node& n) { n.save(mask); });
+  return ElementwiseCall(op_masked_fill, "masked_fill_").input(a, "self").mask(mask, "mask").attrs(ScalarAttrs{value})
+      .save(save_mask).run_inplace(a);
 }
 
 // --- clamp -----------------------------------------------------------------------------------------------
 namespace {
-Attrs clamp_attrs(const char* op, std::optional<Scalar> min, std::optional<Scalar> max) {
-  DG_CHECK(min || max, Value, "[", op, "] at least one of 'min' or 'max' must not be None");
+ClampAttrs clamp_attrs(const char* op, std::optional<Scalar> min, std::optional<Scalar> max) {
+  DG_CHECK(min || max, Value, "[", api_name(op), "] at least one of 'min' or 'max' must not be None");
   ClampAttrs attrs;
   if (min) attrs.min = *min;
   if (max) attrs.max = *max;
@@ -265,100 +159,40 @@ Attrs clamp_attrs(const char* op, std::optional<Scalar> min, std::optional<Scala
   attrs.has_max = max.has_value();
   return attrs;
 }
-
+void check_not_bool(const char* name, const Tensor& a) {
+  check_defined(api_name(name), a, "self");
+  DG_CHECK(a.dtype() != DType::Bool, Type, "[", api_name(name), "] not supported for bool tensors");
+}
+ElementwiseCall clamp_call(const char* name, const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
+  check_not_bool(name, a);
+  ElementwiseCall call(op_clamp_scalar, name);
+  call.input(a, "self").attrs(clamp_attrs(name, min, max)).refuse_bool().save(save_operands, true);
+  if (min) call.scalar(*min);
+  if (max) call.scalar(*max);
+  return call;
+}
 // The Task inputs (x, present bounds...) of a clamp with tensor bounds; the attributes say which are present.
-SmallVector<Tensor, 4> clamp_inputs(const Tensor& x, const Tensor& lo, const Tensor& hi, Attrs& attrs) {
-  SmallVector<Tensor, 4> inputs;
-  inputs.push_back(x);
-  if (lo.defined()) inputs.push_back(lo);
-  if (hi.defined()) inputs.push_back(hi);
+ElementwiseCall clamp_call(const char* name, const Tensor& a, const Tensor& min, const Tensor& max) {
+  check_not_bool(name, a);
+  DG_CHECK(min.defined() || max.defined(), Value, "[", api_name(name), "] at least one of 'min' or 'max' must not be None");
   ClampAttrs present;
-  present.has_min = lo.defined();
-  present.has_max = hi.defined();
-  attrs = present;
-  return inputs;
+  present.has_min = min.defined();
+  present.has_max = max.defined();
+  ElementwiseCall call(op_clamp_tensor, name);
+  call.input(a, "self").attrs(present).refuse_bool().save(save_operands, true);
+  if (min.defined()) call.input(min, "min");
+  if (max.defined()) call.input(max, "max");
+  return call;
 }
 }  // namespace
 
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
-  check_defined("clamp", a);
-  Attrs attrs = clamp_attrs("clamp", min, max);
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[clamp] not supported for bool tensors");
-  ResultType r;
-  r.add_tensor(a.dtype(), a.dim());
-  if (min) r.add_scalar(*min);
-  if (max) r.add_scalar(*max);
-  Tensor x = to(a, r.result());
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  enqueue(op_clamp_scalar, {x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[1] = {x}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_clamp_scalar, inputs, outputs);
-    node->attrs = attrs;
-    node->save(x);
-  }
-  return out;
+  return clamp_call("clamp", a, min, max).run();
 }
-
-Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max) {
-  check_defined("clamp", a);
-  DG_CHECK(min.defined() || max.defined(), Value, "[clamp] at least one of 'min' or 'max' must not be None");
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[clamp] not supported for bool tensors");
-  ResultType r;
-  r.add_tensor(a.dtype(), a.dim());
-  Dims shape(a.shape());
-  for (const Tensor* bound : {&min, &max}) {
-    if (!bound->defined()) continue;
-    check_same_device("clamp", a, *bound);
-    r.add_tensor(bound->dtype(), bound->dim());
-    shape = broadcast_shapes("clamp", shape, bound->shape());
-  }
-  const DType dtype = r.result();
-  Attrs attrs;
-  SmallVector<Tensor, 4> inputs = clamp_inputs(to(a, dtype), min.defined() ? to(min, dtype) : Tensor(),
-                                               max.defined() ? to(max, dtype) : Tensor(), attrs);
-  std::span<const Tensor> in(inputs.data(), inputs.size());
-  Tensor out = Tensor::empty(shape, dtype);
-  enqueue(op_clamp_tensor, in, std::span<const Tensor>(&out, 1), attrs);
-  if (needs_grad_any(in)) {
-    Ref<Node> node = record_node(&op_clamp_tensor, in, std::span<const Tensor>(&out, 1));
-    node->attrs = attrs;
-    for (const Tensor& t : inputs) node->save(t);
-  }
-  return out;
-}
-
+Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max) { return clamp_call("clamp", a, min, max).run(); }
 Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
-  check_defined("clamp_", a, "self");
-  Attrs attrs = clamp_attrs("clamp_", min, max);
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[clamp_] not supported for bool tensors");
-  const bool float_bound = (min && min->is_floating()) || (max && max->is_floating());
-  DG_CHECK(is_floating(a.dtype()) || !float_bound, Type, "[clamp_] result type Float can't be cast to the desired "
-           "output type ", dtype_name(a.dtype()));
-  return inplace(op_clamp_scalar, "clamp_", a, {}, attrs, [&](Node& n) { n.save(clone(detach(a))); });
+  return clamp_call("clamp_", a, min, max).run_inplace(a);
 }
-
-Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) {
-  check_defined("clamp_", a, "self");
-  DG_CHECK(min.defined() || max.defined(), Value, "[clamp_] at least one of 'min' or 'max' must not be None");
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[clamp_] not supported for bool tensors");
-  Tensor bounds[2];
-  for (int k = 0; k < 2; ++k) {
-    const Tensor& bound = k == 0 ? min : max;
-    if (!bound.defined()) continue;
-    check_same_device("clamp_", a, bound);
-    check_broadcasts_to("clamp_", a, bound);
-    DG_CHECK(is_floating(a.dtype()) || !is_floating(bound.dtype()), Type, "[clamp_] result type ",
-             dtype_name(result_type(a, bound)), " can't be cast to the desired output type ", dtype_name(a.dtype()));
-    bounds[k] = to(bound, a.dtype());
-  }
-  Attrs attrs;
-  SmallVector<Tensor, 4> inputs = clamp_inputs(a, bounds[0], bounds[1], attrs);
-  std::span<const Tensor> others(inputs.data() + 1, inputs.size() - 1);
-  return inplace(op_clamp_tensor, "clamp_", a, others, attrs, [&](Node& n) {
-    n.save(clone(detach(a)));
-    for (const Tensor& t : others) n.save(t);
-  });
-}
+Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) { return clamp_call("clamp_", a, min, max).run_inplace(a); }
 
 }  // namespace dg

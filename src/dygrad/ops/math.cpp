@@ -6,6 +6,7 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/shape.h"
@@ -201,54 +202,28 @@ void gelu_backward_backward(Node& n, Grads g, GradInputs gi) {  // inputs (grad,
 const OpDef op_gelu_backward("gelu_backward", attrs_type<GeluAttrs>(), {.fusion = FusionClass::Elementwise, .backward = gelu_backward_backward, .cost = transcendental_cost});
 
 namespace {
-enum class Save { Input, Output };
-
-// out = op(a) with the result dtype `dtype` (a is cast to it); records the node saving x or y.
-Tensor unary(const OpDef& op, const Tensor& a, DType dtype, Save save, const Attrs& attrs = Attrs()) {
-  Tensor x = to(a, dtype);
-  Tensor out = empty_elementwise(x.shape(), dtype, std::span<const Tensor>(&x, 1));
-  enqueue(op, {x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[1] = {x}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->attrs = attrs;
-    node->save(save == Save::Input ? x : detach(out));
-  }
-  return out;
+// What unary backward formulas read: the input x or the output y.
+void save_input(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[0]); }
+void save_output(Node& n, std::span<const Tensor>, const Tensor& out) { n.save(out); }
+void save_operands_and_output(Node& n, std::span<const Tensor> in, const Tensor& out) {
+  for (const Tensor& t : in) n.save(t);
+  n.save(out);
+}
+void save_operands(Node& n, std::span<const Tensor> in, const Tensor&) {
+  for (const Tensor& t : in) n.save(t);
 }
 
 // Floating functions: integers and bool become float32 (torch's int-to-float promotion).
-Tensor floating_unary(const OpDef& op, const Tensor& a, Save save, const Attrs& attrs = Attrs()) {
-  check_defined(op.name, a);
-  return unary(op, a, is_floating(a.dtype()) ? a.dtype() : DType::Float32, save, attrs);
+Tensor floating_unary(const OpDef& op, const Tensor& a, SaveFn save, Attrs attrs = Attrs()) {
+  return ElementwiseCall(op, op.name).input(a).promotion(Promotion::PromoteFloat).attrs(std::move(attrs)).save(save).run();
 }
-
 // Functions that keep integer dtypes (bool is refused, as torch does for abs and relu).
-Tensor numeric_unary(const OpDef& op, const Tensor& a, Save save) {
-  check_defined(op.name, a);
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[", op.name, "] not supported for bool tensors");
-  return unary(op, a, a.dtype(), save);
+Tensor numeric_unary(const OpDef& op, const Tensor& a, SaveFn save) {
+  return ElementwiseCall(op, op.name).input(a).refuse_bool().save(save).run();
 }
-
 // In place: a = op(a) in a's dtype; the node saves the result (exp_, relu_ both differentiate through y).
-Tensor& unary_inplace(const OpDef& op, const char* name, Tensor& a) {
-  check_defined(name, a, "self");
-  detail::check_no_internal_overlap(name, a);
-  check_inplace(name, a);
-  bool record = needs_grad_any({a});
-  Ref<Node> node;
-  if (record) {
-    node = make_ref<Node>(&op, 1);
-    Tensor inputs[1] = {a};
-    record_node(node, inputs, {});
-  }
-  a.storage().bump_version();
-  enqueue(op, {a}, {a});
-  if (record) {
-    node->save(detach(a));
-    rebase_history(a, node);
-  }
-  return a;
+Tensor& unary_inplace(const OpDef& op, const char* name, Tensor& a, Promotion promotion) {
+  return ElementwiseCall(op, name).input(a, "self").promotion(promotion).refuse_bool().save(save_output).run_inplace(a);
 }
 
 Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v) {
@@ -280,105 +255,57 @@ void detail::check_no_internal_overlap(const char* op, const Tensor& t) {
              "memory location; clone() the tensor first");
 }
 
-Tensor exp(const Tensor& a) { return floating_unary(op_exp, a, Save::Output); }
-Tensor log(const Tensor& a) { return floating_unary(op_log, a, Save::Input); }
-Tensor sqrt(const Tensor& a) { return floating_unary(op_sqrt, a, Save::Output); }
-Tensor rsqrt(const Tensor& a) { return floating_unary(op_rsqrt, a, Save::Output); }
-Tensor sin(const Tensor& a) { return floating_unary(op_sin, a, Save::Input); }
-Tensor cos(const Tensor& a) { return floating_unary(op_cos, a, Save::Input); }
-Tensor tanh(const Tensor& a) { return floating_unary(op_tanh, a, Save::Output); }
-Tensor sigmoid(const Tensor& a) { return floating_unary(op_sigmoid, a, Save::Output); }
-Tensor silu(const Tensor& a) { return floating_unary(op_silu, a, Save::Input); }
-Tensor abs(const Tensor& a) { return numeric_unary(op_abs, a, Save::Input); }
-Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, Save::Output); }
+Tensor exp(const Tensor& a) { return floating_unary(op_exp, a, save_output); }
+Tensor log(const Tensor& a) { return floating_unary(op_log, a, save_input); }
+Tensor sqrt(const Tensor& a) { return floating_unary(op_sqrt, a, save_output); }
+Tensor rsqrt(const Tensor& a) { return floating_unary(op_rsqrt, a, save_output); }
+Tensor sin(const Tensor& a) { return floating_unary(op_sin, a, save_input); }
+Tensor cos(const Tensor& a) { return floating_unary(op_cos, a, save_input); }
+Tensor tanh(const Tensor& a) { return floating_unary(op_tanh, a, save_output); }
+Tensor sigmoid(const Tensor& a) { return floating_unary(op_sigmoid, a, save_output); }
+Tensor silu(const Tensor& a) { return floating_unary(op_silu, a, save_input); }
+Tensor abs(const Tensor& a) { return numeric_unary(op_abs, a, save_input); }
+Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, save_output); }
 
 Tensor gelu(const Tensor& a, std::string_view approximate) {
   DG_CHECK(approximate == "none" || approximate == "tanh", Value, "[gelu] approximate must be 'none' or 'tanh', got '",
            approximate, "'");
-  const Attrs attrs = GeluAttrs{approximate == "tanh"};
-  return floating_unary(op_gelu, a, Save::Input, attrs);
+  return floating_unary(op_gelu, a, save_input, GeluAttrs{approximate == "tanh"});
 }
 
-Tensor& exp_(Tensor& a) {
-  check_defined("exp_", a, "self");
-  DG_CHECK(is_floating(a.dtype()), Type, "[exp_] result type Float can't be cast to the desired output type ",
-           dtype_name(a.dtype()));
-  return unary_inplace(op_exp, "exp_", a);
-}
+Tensor& exp_(Tensor& a) { return unary_inplace(op_exp, "exp_", a, Promotion::PromoteFloat); }
 
-Tensor& relu_(Tensor& a) {
-  check_defined("relu_", a, "self");
-  DG_CHECK(a.dtype() != DType::Bool, Type, "[relu_] not supported for bool tensors");
-  return unary_inplace(op_relu, "relu_", a);
-}
+Tensor& relu_(Tensor& a) { return unary_inplace(op_relu, "relu_", a, Promotion::Promote); }
 
-// --- pow -----------------------------------------------------------------------------------------------
-namespace {
-Tensor binary_op(const OpDef& op, const Tensor& a, const Tensor& b, DType dtype, bool save_output) {
-  check_same_device(op.name, a, b);
-  Dims shape = broadcast_shapes(op.name, a.shape(), b.shape());
-  Tensor x = to(a, dtype), y = to(b, dtype);
-  Tensor out = Tensor::empty(shape, dtype);
-  enqueue(op, {x, y}, {out});
-  if (needs_grad_any({x, y})) {
-    Tensor inputs[2] = {x, y}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->save(x);
-    node->save(y);
-    if (save_output) node->save(detach(out));
-  }
-  return out;
-}
-}  // namespace
-
+// --- pow ---------------------------------------------------------------------------------------------
 Tensor pow(const Tensor& base, const Tensor& exponent) {
-  check_defined("pow", base, "input");
-  check_defined("pow", exponent, "exponent");
-  DType dtype = result_type(base, exponent);
-  DG_CHECK(dtype != DType::Bool, Type, "[pow] not supported for two bool tensors");
-  return binary_op(op_pow, base, exponent, dtype, true);
+  return ElementwiseCall(op_pow, "pow").input(base).input(exponent, "exponent")
+      .refuse_bool("not supported for two bool tensors").save(save_operands_and_output).run();
 }
 
 Tensor pow(const Tensor& base, Scalar exponent) {
-  check_defined("pow", base, "input");
-  DType dtype = result_type(base, exponent);
+  ElementwiseCall call(op_pow_scalar, "pow");
+  call.input(base).scalar(exponent).attrs(ScalarAttrs{exponent}).save(save_input);
+  const DType dtype = call.compute_dtype();
   if (is_integral(dtype, true) && exponent.is_integral())
     DG_CHECK(exponent.to_int() >= 0, Value, "[pow] Integers to negative integer powers are not allowed (",
              dtype_name(dtype), " tensor to the power ", exponent.to_int(), ")");
   DG_CHECK(dtype != DType::Bool || exponent.is_bool(), Type, "[pow] not supported for bool tensors");
-  const Attrs attrs = ScalarAttrs{exponent};
-  return unary(op_pow_scalar, base, dtype, Save::Input, attrs);
+  return call.run();
 }
 
 Tensor pow(Scalar base, const Tensor& exponent) {
-  check_defined("pow", exponent, "exponent");
-  DType dtype = result_type(exponent, base);
-  DG_CHECK(dtype != DType::Bool, Type, "[pow] not supported for bool tensors");
-  Tensor x = to(exponent, dtype);
-  Tensor out = Tensor::empty(x.shape(), dtype);
-  const Attrs attrs = ScalarAttrs{base};
-  enqueue(op_rpow_scalar, {x}, {out}, attrs);
-  if (needs_grad_any({x})) {
-    Tensor inputs[1] = {x}, outputs[1] = {out};
-    Ref<Node> node = record_node(&op_rpow_scalar, inputs, outputs);
-    node->attrs = attrs;
-    node->save(x);
-    node->save(detach(out));
-  }
-  return out;
+  return ElementwiseCall(op_rpow_scalar, "pow").input(exponent, "exponent").scalar(base).attrs(ScalarAttrs{base})
+      .refuse_bool().save(save_operands_and_output).run();
 }
 
 // --- maximum / minimum --------------------------------------------------------------------------------
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  check_defined("maximum", a, "input");
-  check_defined("maximum", b, "other");
-  return binary_op(op_maximum, a, b, result_type(a, b), false);
+  return ElementwiseCall(op_maximum, "maximum").input(a).input(b, "other").save(save_operands).run();
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  check_defined("minimum", a, "input");
-  check_defined("minimum", b, "other");
-  return binary_op(op_minimum, a, b, result_type(a, b), false);
+  return ElementwiseCall(op_minimum, "minimum").input(a).input(b, "other").save(save_operands).run();
 }
 
 }  // namespace dg
