@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "common.h"
+#include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
@@ -13,49 +14,61 @@ namespace {
 struct Add {
   static constexpr const char* name = "add";
   static constexpr const char* inplace_name = "add_";
+  static constexpr const char* inplace_operator = "Tensor.__iadd__";  // `a += b`: errors name it
   static constexpr bool has_alpha = true;
   static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar alpha) { return add(a, b, alpha); }
   static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar alpha) { return add(a, b, alpha); }
   static Tensor scalar_tensor(Scalar a, const Tensor& b) { return add(b, a); }
   static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar alpha) { return add_(a, b, alpha); }
   static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar alpha) { return add_(a, b, alpha); }
+  static Tensor& out_tensor(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) { return add_out(out, a, b, alpha); }
+  static Tensor& out_scalar(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) { return add_out(out, a, b, alpha); }
 };
 struct Sub {
   static constexpr const char* name = "sub";
   static constexpr const char* inplace_name = "sub_";
+  static constexpr const char* inplace_operator = "Tensor.__isub__";  // `a -= b`: errors name it
   static constexpr bool has_alpha = true;
   static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar alpha) { return sub(a, b, alpha); }
   static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar alpha) { return sub(a, b, alpha); }
   static Tensor scalar_tensor(Scalar a, const Tensor& b) { return rsub(b, a); }
   static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar alpha) { return sub_(a, b, alpha); }
   static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar alpha) { return sub_(a, b, alpha); }
+  static Tensor& out_tensor(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) { return sub_out(out, a, b, alpha); }
+  static Tensor& out_scalar(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) { return sub_out(out, a, b, alpha); }
 };
 struct Mul {
   static constexpr const char* name = "mul";
   static constexpr const char* inplace_name = "mul_";
+  static constexpr const char* inplace_operator = "Tensor.__imul__";  // `a *= b`: errors name it
   static constexpr bool has_alpha = false;
   static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar) { return mul(a, b); }
   static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar) { return mul(a, b); }
   static Tensor scalar_tensor(Scalar a, const Tensor& b) { return mul(b, a); }
   static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar) { return mul_(a, b); }
   static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar) { return mul_(a, b); }
+  static Tensor& out_tensor(Tensor& out, const Tensor& a, const Tensor& b, Scalar) { return mul_out(out, a, b); }
+  static Tensor& out_scalar(Tensor& out, const Tensor& a, Scalar b, Scalar) { return mul_out(out, a, b); }
 };
 struct Div {
   static constexpr const char* name = "div";
   static constexpr const char* inplace_name = "div_";
+  static constexpr const char* inplace_operator = "Tensor.__itruediv__";  // `a /= b`: errors name it
   static constexpr bool has_alpha = false;
   static Tensor tensor_tensor(const Tensor& a, const Tensor& b, Scalar) { return div(a, b); }
   static Tensor tensor_scalar(const Tensor& a, Scalar b, Scalar) { return div(a, b); }
   static Tensor scalar_tensor(Scalar a, const Tensor& b) { return rdiv(b, a); }
   static Tensor& inplace_tensor(Tensor& a, const Tensor& b, Scalar) { return div_(a, b); }
   static Tensor& inplace_scalar(Tensor& a, Scalar b, Scalar) { return div_(a, b); }
+  static Tensor& out_tensor(Tensor& out, const Tensor& a, const Tensor& b, Scalar) { return div_out(out, a, b); }
+  static Tensor& out_scalar(Tensor& out, const Tensor& a, Scalar b, Scalar) { return div_out(out, a, b); }
 };
 
-// dygrad.<op>(input, other, *, alpha=1) and Tensor.<op>(other, *, alpha=1).
+// dygrad.<op>(input, other, *, alpha=1, out=None) and Tensor.<op>(other, *, alpha=1).
 template <class Op>
 PyObject* binary_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig(Op::name, {"input", "other", "alpha"}, 2, 2);
-  PyObject* a[3];
+  static const Signature sig(Op::name, {"input", "other", "alpha", "out"}, 2, 2);
+  PyObject* a[4];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   if (!Op::has_alpha && a[2]) return type_error(Op::name, "got an unexpected keyword argument 'alpha'");
   const Tensor* input = to_tensor(Op::name, "input", a[0]);
@@ -63,6 +76,16 @@ PyObject* binary_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   Scalar alpha;
   if (!input || !to_operand(Op::name, "other", a[1], other) || !to_scalar_argument(Op::name, "alpha", a[2], 1, alpha))
     return nullptr;
+  if (a[3] && a[3] != Py_None) {  // out=: written and returned
+    if (!to_tensor(Op::name, "out", a[3])) return nullptr;
+    return guarded([&] {
+      Tensor& out = unwrap(a[3]);
+      if (other.tensor) Op::out_tensor(out, *input, *other.tensor, alpha);
+      else Op::out_scalar(out, *input, other.scalar, alpha);
+      Py_INCREF(a[3]);
+      return a[3];
+    });
+  }
   return guarded([&] {
     return wrap(other.tensor ? Op::tensor_tensor(*input, *other.tensor, alpha)
                              : Op::tensor_scalar(*input, other.scalar, alpha));
@@ -108,6 +131,7 @@ template <class Op>
 PyObject* inplace_slot(PyObject* a, PyObject* b) {
   Scalar s;
   if (!is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
+  ApiNameScope name(Op::inplace_operator);
   if (is_tensor(b)) {
     return guarded([&] {
       Op::inplace_tensor(unwrap(a), unwrap(b), 1);
@@ -272,14 +296,14 @@ const PyType_Slot* number_slots() { return g_number_slots; }
 
 void init_ops_arithmetic(nb::module_& m) {
   static const OpEntry entries[] = {
-      {"add", binary_entry<Add>, "add(input, other, *, alpha=1) -> Tensor: input + alpha * other", true, true},
-      {"sub", binary_entry<Sub>, "sub(input, other, *, alpha=1) -> Tensor: input - alpha * other", true, true},
-      {"subtract", binary_entry<Sub>, "subtract(input, other, *, alpha=1) -> Tensor: alias of sub", true, true},
-      {"mul", binary_entry<Mul>, "mul(input, other) -> Tensor", true, true},
-      {"multiply", binary_entry<Mul>, "multiply(input, other) -> Tensor: alias of mul", true, true},
-      {"div", binary_entry<Div>, "div(input, other) -> Tensor: true division", true, true},
-      {"divide", binary_entry<Div>, "divide(input, other) -> Tensor: alias of div", true, true},
-      {"true_divide", binary_entry<Div>, "true_divide(input, other) -> Tensor: alias of div", true, true},
+      {"add", binary_entry<Add>, "add(input, other, *, alpha=1, out=None) -> Tensor: input + alpha * other", true, true},
+      {"sub", binary_entry<Sub>, "sub(input, other, *, alpha=1, out=None) -> Tensor: input - alpha * other", true, true},
+      {"subtract", binary_entry<Sub>, "subtract(input, other, *, alpha=1, out=None) -> Tensor: alias of sub", true, true},
+      {"mul", binary_entry<Mul>, "mul(input, other, *, out=None) -> Tensor", true, true},
+      {"multiply", binary_entry<Mul>, "multiply(input, other, *, out=None) -> Tensor: alias of mul", true, true},
+      {"div", binary_entry<Div>, "div(input, other, *, out=None) -> Tensor: true division", true, true},
+      {"divide", binary_entry<Div>, "divide(input, other, *, out=None) -> Tensor: alias of div", true, true},
+      {"true_divide", binary_entry<Div>, "true_divide(input, other, *, out=None) -> Tensor: alias of div", true, true},
       {"neg", neg_entry, "neg(input) -> Tensor", true, true},
       {"negative", neg_entry, "negative(input) -> Tensor: alias of neg", true, true},
       {"add_", inplace_entry<Add>, "add_(other, *, alpha=1) -> Tensor: in place, returns self", false, true},

@@ -182,6 +182,16 @@ Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_div, "div").input(a).input(b, "other").promotion(Promotion::PromoteFloat).run_out(out);
 }
+Tensor& add_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
+  return scalar_call(op_add_scalar, "add", a, times(b, alpha)).run_out(out);
+}
+Tensor& sub_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
+  return scalar_call(op_add_scalar, "sub", a, negated(times(b, alpha))).run_out(out);
+}
+Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b) { return scalar_call(op_mul_scalar, "mul", a, b).run_out(out); }
+Tensor& div_out(Tensor& out, const Tensor& a, Scalar b) {
+  return scalar_call(op_div_scalar, "div", a, b).promotion(Promotion::PromoteFloat).run_out(out);
+}
 
 namespace {
 // A non-leaf overwritten by a constant keeps requiring grad (as in torch) but its new grad_fn has no

@@ -141,7 +141,7 @@ Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
 // masked_fill keeps the input's dtype: the value is cast to it (torch), it does not promote.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
   return ElementwiseCall(op_masked_fill, "masked_fill").input(a).mask(mask, "mask").attrs(ScalarAttrs{value})
-      .save(save_mask).run();
+      .contiguous_output().save(save_mask).run();
 }
 Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
   return ElementwiseCall(op_masked_fill, "masked_fill_").input(a, "self").mask(mask, "mask").attrs(ScalarAttrs{value})

@@ -33,6 +33,10 @@ Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha = 1)
 Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha = 1);
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& add_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha = 1);
+Tensor& sub_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha = 1);
+Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b);
+Tensor& div_out(Tensor& out, const Tensor& a, Scalar b);
 
 // Casts and copies.
 Tensor to(const Tensor& a, DType dtype, bool copy = false);  // no copy when the dtype already matches

@@ -56,6 +56,11 @@ ElementwiseCall& ElementwiseCall::save(SaveFn fn, bool reads_old_self) {
   return *this;
 }
 
+ElementwiseCall& ElementwiseCall::contiguous_output() {
+  contiguous_output_ = true;
+  return *this;
+}
+
 ElementwiseCall& ElementwiseCall::refuse_bool(const char* message) {
   bool_refusal_ = message;
   return *this;
@@ -104,7 +109,7 @@ Tensor ElementwiseCall::run() {
   const Dims shape = broadcast_shape();
   SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
   const std::span<const Tensor> in(inputs.data(), inputs.size());
-  Tensor outputs[1] = {empty_elementwise(shape, result_dtype(), in)};
+  Tensor outputs[1] = {contiguous_output_ ? Tensor::empty(shape, result_dtype()) : empty_elementwise(shape, result_dtype(), in)};
   enqueue(op_, in, outputs, attrs_);
   if (op_.backward && needs_grad_any(in)) {
     Ref<Node> node = record_node(&op_, in, outputs);
@@ -118,14 +123,14 @@ Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const char* api = name();
   DG_CHECK(!operands_.empty() && operands_[0].same(self), Runtime, "[", api, "] internal error: operand 0 must be self");
   const DType result = result_dtype();
-  DG_CHECK(can_cast_result(result, self.dtype()), Type, "[", api, "] result type ", dtype_name(result),
+  DG_CHECK(can_cast_result(result, self.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(self.dtype()));
   // Computed in self's dtype (comparisons in the promoted one, written into self's).
   const DType compute = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? compute_dtype()
                                                                                               : self.dtype();
   check_bool_rule(compute_dtype());
   const Dims shape = broadcast_shape();
-  DG_CHECK(same_shape(shape, self.shape()), Value, "[", api, "] output with shape ", self.shape(),
+  DG_CHECK(same_shape(shape, self.shape()), Runtime, "[", api, "] output with shape ", self.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape));
   detail::check_no_internal_overlap(api, self);
   check_inplace(api, self);
@@ -165,10 +170,10 @@ Tensor& ElementwiseCall::run_out(Tensor& out) {
            "[", api, "] functions with out=... arguments don't support automatic differentiation, but one of the "
            "arguments requires grad");
   const DType result = result_dtype();
-  DG_CHECK(can_cast_result(result, out.dtype()), Type, "[", api, "] result type ", dtype_name(result),
+  DG_CHECK(can_cast_result(result, out.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(out.dtype()));
   const Dims shape = broadcast_shape();
-  DG_CHECK(same_shape(shape, out.shape()), Value, "[", api, "] out= of shape ", out.shape(),
+  DG_CHECK(same_shape(shape, out.shape()), Runtime, "[", api, "] out= of shape ", out.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape), " (dygrad does not resize out=)");
   detail::check_no_internal_overlap(api, out);
   check_inplace(api, out);

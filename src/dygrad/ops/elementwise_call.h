@@ -43,6 +43,8 @@ class ElementwiseCall {
   ElementwiseCall& promotion(Promotion p);
   ElementwiseCall& attrs(Attrs a);
   ElementwiseCall& save(SaveFn fn, bool reads_old_self = false);
+  // The output is contiguous whatever the inputs' layout (torch's masked_fill clones contiguously).
+  ElementwiseCall& contiguous_output();
   // Raises TypeError with `message` (after "[name] ") when the computed dtype is bool.
   ElementwiseCall& refuse_bool(const char* message = "not supported for bool tensors");
 
@@ -70,6 +72,7 @@ class ElementwiseCall {
   SaveFn save_ = nullptr;
   bool reads_old_self_ = false;
   const char* bool_refusal_ = nullptr;
+  bool contiguous_output_ = false;
 };
 
 // torch.can_cast for in-place and out= results: a floating result does not go into an integral or bool tensor,
