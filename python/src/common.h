@@ -17,6 +17,15 @@ namespace nb = nanobind;
 
 namespace dg::py {
 
+// An op's name as a template argument (binary_tensor_entry<"maximum", maximum>): one table line binds an op.
+template <size_t N>
+struct OpName {
+  constexpr OpName(const char (&s)[N]) {  // NOLINT: implicit, from the literal
+    for (size_t i = 0; i < N; ++i) value[i] = s[i];
+  }
+  char value[N];
+};
+
 // --- the Tensor type -----------------------------------------------------------------------------------------
 // dygrad._C.Tensor is a nanobind class whose instances hold a dg::Tensor (one Ref<TensorImpl>) inline.
 // Hot paths skip nanobind's type lookup: they test Py_TYPE against the cached type and place the Tensor

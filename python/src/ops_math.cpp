@@ -149,13 +149,11 @@ PyObject* binary_tensor_impl(const char* name, PyObject* self, PyObject* const* 
   if (!other) return nullptr;
   return guarded([&] { return wrap(Fn(*input, *other)); });
 }
-PyObject* maximum_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("maximum", {"input", "other"}, 2, 2);
-  return binary_tensor_impl<maximum>("maximum", self, args, nargs, kwnames, sig);
-}
-PyObject* minimum_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("minimum", {"input", "other"}, 2, 2);
-  return binary_tensor_impl<minimum>("minimum", self, args, nargs, kwnames, sig);
+// The entry of a (Tensor, Tensor) -> Tensor op named Name: one table line binds it.
+template <OpName Name, Tensor (*Fn)(const Tensor&, const Tensor&)>
+PyObject* binary_tensor_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(Name.value, {"input", "other"}, 2, 2);
+  return binary_tensor_impl<Fn>(Name.value, self, args, nargs, kwnames, sig);
 }
 }  // namespace
 
@@ -196,8 +194,8 @@ void init_ops_math(nb::module_& m) {
       {"relu_", relu_inplace_entry, "relu_(input) -> Tensor: in place, returns input", true, true},
       {"pow", pow_entry, "pow(input, exponent) -> Tensor: Tensor or number base and exponent", true, true},
       {"pow_", pow_inplace_entry, "pow_(exponent) -> Tensor: in place, returns self", false, true},
-      {"maximum", maximum_entry, "maximum(input, other) -> Tensor: elementwise max", true, true},
-      {"minimum", minimum_entry, "minimum(input, other) -> Tensor: elementwise min", true, true},
+      {"maximum", binary_tensor_entry<"maximum", maximum>, "maximum(input, other) -> Tensor: elementwise max", true, true},
+      {"minimum", binary_tensor_entry<"minimum", minimum>, "minimum(input, other) -> Tensor: elementwise min", true, true},
   };
   register_ops(m, entries);
 }
