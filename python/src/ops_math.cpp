@@ -195,6 +195,7 @@ void init_ops_math(nb::module_& m) {
       {"pow", pow_entry, "pow(input, exponent) -> Tensor: Tensor or number base and exponent", true, true},
       {"pow_", pow_inplace_entry, "pow_(exponent) -> Tensor: in place, returns self", false, true},
       {"maximum", binary_tensor_entry<"maximum", maximum>, "maximum(input, other) -> Tensor: elementwise max", true, true},
+      {"logaddexp", binary_tensor_entry<"logaddexp", logaddexp>, "logaddexp(input, other) -> Tensor", true, true},
       {"minimum", binary_tensor_entry<"minimum", minimum>, "minimum(input, other) -> Tensor: elementwise min", true, true},
   };
   register_ops(m, entries);

@@ -130,6 +130,16 @@ void extremum_backward(Node& n, Grads g, GradInputs gi, bool is_max) {
   }
 }
 void maximum_backward(Node& n, Grads g, GradInputs gi) { extremum_backward(n, g, gi, true); }
+// logaddexp: d out / da = exp(a) / (exp(a) + exp(b)) = sigmoid(a - b), and sigmoid(b - a) for b: from the
+// operands alone (exp(a - out) would carry out's rounding into every weight). saved: a, b. 16-bit operands are
+// differentiated in float32.
+void logaddexp_backward(Node& n, Grads g, GradInputs gi) {
+  Tensor a = n.saved(0), b = n.saved(1);
+  const DType dtype = a.dtype(), compute = itemsize(dtype) == 2 ? DType::Float32 : dtype;
+  Tensor grad = to(g[0], compute), difference = sub(to(a, compute), to(b, compute));
+  if (n.needs_grad(0)) gi[0] = to(sum_to(mul(grad, sigmoid(difference)), n.input_meta[0].shape), dtype);
+  if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, sigmoid(neg(difference))), n.input_meta[1].shape), dtype);
+}
 void minimum_backward(Node& n, Grads g, GradInputs gi) { extremum_backward(n, g, gi, false); }
 
 OpCost elementwise_cost(const Task& t) {
@@ -166,6 +176,7 @@ DG_UNARY_OP(pow_scalar, attrs_type<ScalarAttrs>(), transcendental_cost);
 DG_UNARY_OP(rpow_scalar, attrs_type<ScalarAttrs>(), transcendental_cost);
 DG_UNARY_OP(maximum, nullptr, elementwise_cost);
 DG_UNARY_OP(minimum, nullptr, elementwise_cost);
+DG_UNARY_OP(logaddexp, nullptr, transcendental_cost);
 #undef DG_UNARY_OP
 // Fused backward kernels: inputs (grad, y or x). Only run without grad mode, so they need no backward.
 const OpDef op_sigmoid_backward("sigmoid_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
@@ -302,6 +313,15 @@ Tensor pow(Scalar base, const Tensor& exponent) {
 // --- maximum / minimum --------------------------------------------------------------------------------
 Tensor maximum(const Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_maximum, "maximum").input(a).input(b, "other").save(save_operands).run();
+}
+
+// Floating dtypes only, as torch ("logaddexp_cpu" not implemented for 'Long').
+Tensor logaddexp(const Tensor& a, const Tensor& b) {
+  ElementwiseCall call(op_logaddexp, "logaddexp");
+  call.input(a).input(b, "other").save(save_operands);
+  DG_CHECK(is_floating(call.compute_dtype()), NotImplemented, "[logaddexp] not implemented for '",
+           dtype_name(call.compute_dtype()), "'");
+  return call.run();
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {

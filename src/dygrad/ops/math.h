@@ -33,6 +33,7 @@ Tensor pow(Scalar base, const Tensor& exponent);
 
 // Elementwise max / min with broadcasting and promotion; nan in either operand gives nan.
 Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor logaddexp(const Tensor& a, const Tensor& b);  // log(exp(a) + exp(b)), floating dtypes
 Tensor minimum(const Tensor& a, const Tensor& b);
 
 // Comparisons: operands promote to their common dtype, the result is bool.

@@ -69,6 +69,7 @@ MATH = [
     scalar("rpow_scalar", lambda m, a: 1.5 ** a, dtypes=FLOATS),
     binary("maximum", lambda m, a, b: m.maximum(a, b)),
     binary("minimum", lambda m, a, b: m.minimum(a, b)),
+    binary("logaddexp", lambda m, a, b: m.logaddexp(a, b), dtypes=FLOATS, low=-6.0, high=6.0),
 ]
 
 COMPARE = [binary(op, (lambda name: lambda m, a, b: getattr(m, name)(a, b))(op), dtypes=ALL, differentiable=False,

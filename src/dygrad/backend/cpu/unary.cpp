@@ -248,6 +248,18 @@ void maximum_kernel(Task& task) {
     else return a > b ? a : b;
   });
 }
+// inputs (a, b) of one floating dtype: out = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)).
+void logaddexp_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V a, V b) -> V {
+    if constexpr (std::is_floating_point_v<V>) {
+      if (std::isinf(a) && a == b) return a;  // both -inf or both +inf: the formula would give nan
+      const V m = a > b ? a : b;              // nan when either is nan (nan > b is false: b + nan)
+      return m + std::log1p(std::exp(-std::fabs(a - b)));
+    } else {
+      return a > b ? a : b;  // not reached: the op refuses integral dtypes
+    }
+  });
+}
 void minimum_kernel(Task& task) {
   same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
@@ -278,5 +290,6 @@ DG_REGISTER_KERNEL(pow_scalar, Device::Type::CPU, pow_scalar_kernel);
 DG_REGISTER_KERNEL(rpow_scalar, Device::Type::CPU, rpow_scalar_kernel);
 DG_REGISTER_KERNEL(maximum, Device::Type::CPU, maximum_kernel);
 DG_REGISTER_KERNEL(minimum, Device::Type::CPU, minimum_kernel);
+DG_REGISTER_KERNEL(logaddexp, Device::Type::CPU, logaddexp_kernel);
 
 }  // namespace dg::cpu
