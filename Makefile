@@ -2,6 +2,7 @@
 #   make test       deps, configure + build in $(BUILD), run the C++ suite (ctest) and the Python tests
 #   make sanitize   the C++ suite under ASan+UBSan (build-asan), the executor tests under TSan (build-tsan)
 #   make bench      build with the benchmarks and run them (results go into bench/RESULTS.md by hand)
+#   make check-layers  the include-direction check (part of `make test`)
 #   make sweep      the exhaustive conformance sweep (every op, case, layout, dtype); `make test` runs the fast one
 PYTHON ?= python3
 BUILD ?= build
@@ -29,7 +30,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python sweep sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python check-layers sweep sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -72,7 +73,11 @@ test-python: install
 sweep: install
 	DYGRAD_SWEEP=full $(PYTHON) -m pytest -q tests/python/test_conformance.py
 
-test: test-cpp test-python
+# The include-direction rule of docs/ops.md, "Layers": a lower layer never includes a higher one.
+check-layers:
+	$(PYTHON) tools/check_layers.py
+
+test: check-layers test-cpp test-python
 ifeq ($(SANITIZE_IN_TEST),1)
 test: sanitize
 endif

@@ -31,6 +31,10 @@ struct ProbeAttrs {
 void probe_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] = task.attrs.get<ProbeAttrs>().value; }
 const OpDef op_test_attrs_probe("test_attrs_probe", attrs_type<ProbeAttrs>());
 DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CPU, probe_kernel);
+// A second device's kernel for the same op (the fake CUDA device's memory is host memory): the stream runs the
+// kernel of the operands' device.
+void probe_kernel_second_device(Task& task) { task.outputs[0].data<int64_t>()[0] = 1000 + task.attrs.get<ProbeAttrs>().value; }
+DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CUDA, probe_kernel_second_device);
 // Declared with kOpInplace: its Task must list output 0 as input 0.
 void accumulate_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] += 1; }
 const OpDef op_test_inplace("test_inplace", nullptr, {.flags = kOpInplace});
@@ -93,6 +97,17 @@ TEST(OpTable, NoAllocatorForABackendThatIsNotBuilt) {
     EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
     EXPECT_NE(std::string(e.what()).find("[alloc] no allocator for device cuda:0"), std::string::npos) << e.what();
   }
+}
+
+TEST(OpTable, TheKernelOfTheOperandsDeviceRuns) {
+  Tensor on_cpu = Tensor::empty(Shape{1}, DType::Int64), on_second = Tensor::empty(Shape{1}, DType::Int64, fake_cuda());
+  enqueue(op_test_attrs_probe, {}, {on_cpu}, ProbeAttrs{7});
+  enqueue(op_test_attrs_probe, {}, {on_second}, ProbeAttrs{7});
+  Stream::cpu().synchronize();
+  EXPECT_EQ(on_cpu.data<int64_t>()[0], 7);
+  EXPECT_EQ(on_second.data<int64_t>()[0], 1007);
+  // Operands on two devices are refused before anything runs.
+  EXPECT_THROW(enqueue(op_test_attrs_probe, {on_cpu}, {on_second}, ProbeAttrs{1}), Error);
 }
 
 TEST(OpTable, AttributesAreReadBackByTheirType) {
