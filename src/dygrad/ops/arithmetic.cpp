@@ -111,10 +111,14 @@ void check_not_both_bool(const char* name, const Tensor& a, const Tensor& b) {
 
 // The calls, shared by the out-of-place and in-place forms.
 ElementwiseCall add_call(const char* name, const Tensor& a, const Tensor& b, Scalar alpha) {
-  return std::move(ElementwiseCall(op_add, name).input(a).input(b, "other").attrs(AddAttrs{alpha}));
+  ElementwiseCall call(op_add, name);
+  call.input(a).input(b, "other").attrs(AddAttrs{alpha});
+  return call;
 }
 ElementwiseCall scalar_call(const OpDef& op, const char* name, const Tensor& a, Scalar s) {
-  return std::move(ElementwiseCall(op, name).input(a).scalar(s).attrs(ScalarAttrs{s}));
+  ElementwiseCall call(op, name);
+  call.input(a).scalar(s).attrs(ScalarAttrs{s});
+  return call;
 }
 }  // namespace
 

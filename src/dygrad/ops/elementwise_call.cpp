@@ -21,8 +21,8 @@ ElementwiseCall::ElementwiseCall(const OpDef& op, const char* name) : op_(op), n
 const char* ElementwiseCall::name() const { return api_name(name_); }
 
 ElementwiseCall& ElementwiseCall::input(const Tensor& t, const char* argument, bool promotes) {
-  check_defined(name(), t, argument);
-  if (!operands_.empty()) check_same_device(name(), operands_[0], t);
+  if (!t.defined()) [[unlikely]] check_defined(name(), t, argument);
+  if (!operands_.empty() && t.device() != operands_[0]->device()) [[unlikely]] check_same_device(name(), *operands_[0], t);
   if (promotes) {
     promoting_ |= 1u << operands_.size();
     promotion_types_.add_tensor(t.dtype(), t.dim());
@@ -30,7 +30,7 @@ ElementwiseCall& ElementwiseCall::input(const Tensor& t, const char* argument, b
     DG_CHECK(t.dtype() == DType::Bool, Type, "[", name(), "] expected ", argument, " to be a bool tensor, got ",
              dtype_name(t.dtype()));
   }
-  operands_.push_back(t);
+  operands_.push_back(&t);
   arguments_.push_back(argument);
   return *this;
 }
@@ -42,11 +42,6 @@ ElementwiseCall& ElementwiseCall::scalar(Scalar s) {
 
 ElementwiseCall& ElementwiseCall::promotion(Promotion p) {
   promotion_ = p;
-  return *this;
-}
-
-ElementwiseCall& ElementwiseCall::attrs(Attrs a) {
-  attrs_ = std::move(a);
   return *this;
 }
 
@@ -87,29 +82,40 @@ void ElementwiseCall::check_bool_rule(DType compute) const {
   DG_CHECK(!(bool_refusal_ && compute == DType::Bool), Type, "[", name(), "] ", bool_refusal_);
 }
 
-Dims ElementwiseCall::broadcast_shape() const {
-  Dims shape(operands_[0].shape());
-  for (size_t k = 1; k < operands_.size(); ++k) shape = broadcast_shapes(name(), shape, operands_[k].shape());
-  return shape;
+IntSpan ElementwiseCall::broadcast_shape(Dims& storage) const {
+  const IntSpan first = operands_[0]->shape();
+  bool same = true;
+  for (size_t k = 1; k < operands_.size() && same; ++k) {
+    const IntSpan other = operands_[k]->shape();
+    same = other.size() == first.size();
+    for (size_t d = 0; same && d < first.size(); ++d) same = first[d] == other[d];
+  }
+  if (same) return first;
+  storage = Dims(first);
+  for (size_t k = 1; k < operands_.size(); ++k) storage = broadcast_shapes(name(), storage, operands_[k]->shape());
+  return storage;
 }
 
-namespace {
 // The operands as the Task reads them: promoting ones cast to `dtype` (no copy when it already matches).
-SmallVector<Tensor, 4> cast_operands(std::span<const Tensor> operands, uint32_t promoting, DType dtype) {
+SmallVector<Tensor, 4> ElementwiseCall::cast_operands(DType dtype) const {
   SmallVector<Tensor, 4> cast;
-  for (size_t k = 0; k < operands.size(); ++k)
-    cast.push_back(promoting >> k & 1u ? to(operands[k], dtype) : operands[k]);
+  for (size_t k = 0; k < operands_.size(); ++k) {
+    const Tensor& t = *operands_[k];
+    if (promoting_ >> k & 1u && t.dtype() != dtype) cast.push_back(to(t, dtype));
+    else cast.push_back(t);  // one reference count increment: no temporary
+  }
   return cast;
 }
-}  // namespace
 
 Tensor ElementwiseCall::run() {
   const DType compute = compute_dtype();
+  const DType result = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? DType::Bool : compute;
   check_bool_rule(compute);
-  const Dims shape = broadcast_shape();
-  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  Dims storage;
+  const IntSpan shape = broadcast_shape(storage);
+  SmallVector<Tensor, 4> inputs = cast_operands(compute);
   const std::span<const Tensor> in(inputs.data(), inputs.size());
-  Tensor outputs[1] = {contiguous_output_ ? Tensor::empty(shape, result_dtype()) : empty_elementwise(shape, result_dtype(), in)};
+  Tensor outputs[1] = {contiguous_output_ ? Tensor::empty(shape, result) : empty_elementwise(shape, result, in)};
   enqueue(op_, in, outputs, attrs_);
   if (op_.backward && needs_grad_any(in)) {
     Ref<Node> node = record_node(&op_, in, outputs);
@@ -121,7 +127,7 @@ Tensor ElementwiseCall::run() {
 
 Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const char* api = name();
-  DG_CHECK(!operands_.empty() && operands_[0].same(self), Runtime, "[", api, "] internal error: operand 0 must be self");
+  DG_CHECK(!operands_.empty() && operands_[0]->same(self), Runtime, "[", api, "] internal error: operand 0 must be self");
   const DType result = result_dtype();
   DG_CHECK(can_cast_result(result, self.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(self.dtype()));
@@ -129,14 +135,15 @@ Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const DType compute = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? compute_dtype()
                                                                                               : self.dtype();
   check_bool_rule(compute_dtype());
-  const Dims shape = broadcast_shape();
+  Dims storage;
+  const IntSpan shape = broadcast_shape(storage);
   DG_CHECK(same_shape(shape, self.shape()), Runtime, "[", api, "] output with shape ", self.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape));
   detail::check_no_internal_overlap(api, self);
   check_inplace(api, self);
   DG_CHECK(compute == self.dtype(), NotImplemented, "[", api, "] in-place comparison into a ", dtype_name(self.dtype()),
            " tensor is not supported");
-  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  SmallVector<Tensor, 4> inputs = cast_operands(compute);
   inputs[0] = self;
   for (size_t k = 1; k < inputs.size(); ++k)  // reading self's own storage while writing it: copy the source
     if (inputs[k].shares_storage(self) && !inputs[k].same(self)) inputs[k] = clone(inputs[k]);
@@ -165,14 +172,17 @@ Tensor& ElementwiseCall::run_inplace(Tensor& self) {
 Tensor& ElementwiseCall::run_out(Tensor& out) {
   const char* api = name();
   check_defined(api, out, "out");
-  check_same_device(api, operands_[0], out);
-  DG_CHECK(!(grad_enabled() && needs_grad_any(std::span<const Tensor>(operands_.data(), operands_.size()))), Runtime,
+  check_same_device(api, *operands_[0], out);
+  bool any_requires_grad = false;
+  for (const Tensor* t : operands_) any_requires_grad = any_requires_grad || t->requires_grad();
+  DG_CHECK(!(grad_enabled() && any_requires_grad), Runtime,
            "[", api, "] functions with out=... arguments don't support automatic differentiation, but one of the "
            "arguments requires grad");
   const DType result = result_dtype();
   DG_CHECK(can_cast_result(result, out.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(out.dtype()));
-  const Dims shape = broadcast_shape();
+  Dims storage;
+  const IntSpan shape = broadcast_shape(storage);
   DG_CHECK(same_shape(shape, out.shape()), Runtime, "[", api, "] out= of shape ", out.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape), " (dygrad does not resize out=)");
   detail::check_no_internal_overlap(api, out);
@@ -183,7 +193,7 @@ Tensor& ElementwiseCall::run_out(Tensor& out) {
     Tensor value = run();
     return copy_(out, value);
   }
-  SmallVector<Tensor, 4> inputs = cast_operands(operands_, promoting_, compute);
+  SmallVector<Tensor, 4> inputs = cast_operands(compute);
   for (Tensor& t : inputs)
     if (t.shares_storage(out) && !t.same(out)) t = clone(t);
   out.storage().bump_version();

@@ -29,6 +29,8 @@ enum class Promotion : uint8_t {
 // copy of the target's old value when the call says the backward reads it); `output` is the result, detached.
 using SaveFn = void (*)(Node& node, std::span<const Tensor> inputs, const Tensor& output);
 
+// An ElementwiseCall lives for one statement (or is returned by a helper and run at once): it keeps pointers to
+// its tensor operands, which the caller holds.
 class ElementwiseCall {
  public:
   // `name` is what the user called ("sub", "add_"); a binding may override it (ApiNameScope, ops/dispatch.h).
@@ -41,7 +43,15 @@ class ElementwiseCall {
   // A Python number in the promotion (its value is in the attributes).
   ElementwiseCall& scalar(Scalar s);
   ElementwiseCall& promotion(Promotion p);
-  ElementwiseCall& attrs(Attrs a);
+  template <typename A>
+  ElementwiseCall& attrs(const A& a) {
+    attrs_.set(a);
+    return *this;
+  }
+  ElementwiseCall& attrs(const Attrs& a) {
+    attrs_ = a;
+    return *this;
+  }
   ElementwiseCall& save(SaveFn fn, bool reads_old_self = false);
   // The output is contiguous whatever the inputs' layout (torch's masked_fill clones contiguously).
   ElementwiseCall& contiguous_output();
@@ -57,13 +67,15 @@ class ElementwiseCall {
   Tensor& run_out(Tensor& out);       // out = op(...): out has the broadcast shape; no autograd (as torch)
 
  private:
-  Dims broadcast_shape() const;
+  // The broadcast shape of the operands into `storage` (a view of operand 0's shape when all are equal).
+  IntSpan broadcast_shape(Dims& storage) const;
+  SmallVector<Tensor, 4> cast_operands(DType dtype) const;
   void check_bool_rule(DType compute) const;
   const char* name() const;
 
   const OpDef& op_;
   const char* name_;
-  SmallVector<Tensor, 4> operands_;
+  SmallVector<const Tensor*, 4> operands_;
   SmallVector<const char*, 4> arguments_;
   uint32_t promoting_ = 0;  // bit k: operand k promotes
   ResultType promotion_types_;

@@ -14,7 +14,7 @@ struct AttrsType {
   const char* name;
   void (*copy)(void* dst, const void* src);  // null: trivially copyable (memcpy of `size` bytes)
   void (*destroy)(void* p);                  // null: trivially destructible
-  size_t size;
+  size_t size;  // sizeof the struct rounded up to 16 bytes: trivial structs are copied in 16-byte chunks
 };
 
 namespace detail {
@@ -24,7 +24,8 @@ template <typename T>
 void destroy_attrs(void* p) { static_cast<T*>(p)->~T(); }
 template <typename T>
 inline constexpr AttrsType attrs_type_of{T::kName, std::is_trivially_copyable_v<T> ? nullptr : &copy_attrs<T>,
-                                        std::is_trivially_destructible_v<T> ? nullptr : &destroy_attrs<T>, sizeof(T)};
+                                        std::is_trivially_destructible_v<T> ? nullptr : &destroy_attrs<T>,
+                                        (sizeof(T) + 15) / 16 * 16};
 }  // namespace detail
 
 // The descriptor of attribute struct T (each struct names itself: `static constexpr const char* kName`).
@@ -62,6 +63,14 @@ class Attrs {
     if (type_ != attrs_type<T>()) [[unlikely]] check_same_type(attrs_type<T>());
     return *std::launder(reinterpret_cast<T*>(buffer_));
   }
+  // Replaces the attributes with `value`, constructed in place.
+  template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Attrs>>>
+  void set(const T& value) {
+    static_assert(sizeof(T) <= kCapacity && alignof(T) <= alignof(std::max_align_t), "attribute struct too large");
+    reset();
+    new (buffer_) T(value);
+    type_ = attrs_type<T>();
+  }
   const AttrsType* type() const { return type_; }  // null: none
   bool empty() const { return type_ == nullptr; }
   void reset() {
@@ -76,11 +85,14 @@ class Attrs {
   void copy_from(const Attrs& other) {
     type_ = other.type_;
     if (!type_) return;
-    if (type_->copy) type_->copy(buffer_, other.buffer_);
-    else std::memcpy(buffer_, other.buffer_, type_->size);
+    if (type_->copy) {
+      type_->copy(buffer_, other.buffer_);
+    } else {
+      for (size_t i = 0; i < type_->size; i += 16) std::memcpy(buffer_ + i, other.buffer_ + i, 16);
+    }
   }
 
-  alignas(std::max_align_t) unsigned char buffer_[kCapacity];
+  alignas(std::max_align_t) unsigned char buffer_[kCapacity];  // a multiple of 16 bytes
   const AttrsType* type_ = nullptr;
 };
 

@@ -118,23 +118,12 @@ std::string backend_info(Device::Type type, const char* key) {
   return it == info_table().end() ? std::string() : it->second;
 }
 
-Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-  const Tensor* first = nullptr;
-  auto check = [&](const Tensor& t) {
-    if (!t.defined()) return;
-    if (!first) first = &t;
-    else if (t.device() != first->device()) [[unlikely]]
-      fail(ErrorKind::Runtime, "[", op.name, "] expected all tensors to be on the same device, but found ",
-           first->device().str(), " and ", t.device().str());
-  };
-  for (const Tensor& t : inputs) check(t);
-  for (const Tensor& t : outputs) check(t);
-  return first ? first->device() : Device::cpu();
+void raise_devices_differ(const OpDef& op, Device a, Device b) {
+  fail(ErrorKind::Runtime, "[", op.name, "] expected all tensors to be on the same device, but found ", a.str(),
+       " and ", b.str());
 }
 
-Kernel resolve_kernel(const OpDef& op, Device device) {
-  Kernel k = op.kernel(device.type);
-  if (k) [[likely]] return k;
+void raise_no_kernel(const OpDef& op, Device device) {
   if (!backend_built(device.type))
     fail(ErrorKind::NotImplemented, "[", op.name, "] no kernel for device ", device.str(), ": dygrad was built "
          "without the ", device_type_name(device.type), " backend");

@@ -135,10 +135,25 @@ struct Task {
   OpCost cost() const;
 };
 
-// The device whose kernel runs a Task with these operands; raises unless they are all on one device.
-Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
-// The kernel of `op` for `device`, or raises (NotImplemented) naming the op and the device, and whether that
-// device's backend is built at all. Called at enqueue, so a missing kernel is reported where the op is issued.
-Kernel resolve_kernel(const OpDef& op, Device device);
+// The kernel of `op` for the device of the operands, or raises: NotImplemented naming the op and the device
+// (and whether that device's backend is built at all), Runtime when the operands are on several devices.
+// Called at enqueue, so a missing kernel is reported where the op is issued.
+Kernel resolve_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+[[noreturn]] void raise_no_kernel(const OpDef& op, Device device);
+[[noreturn]] void raise_devices_differ(const OpDef& op, Device a, Device b);
+
+inline Kernel resolve_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  const Tensor* first = nullptr;
+  for (std::span<const Tensor> operands : {inputs, outputs})
+    for (const Tensor& t : operands) {
+      if (!t.defined()) continue;
+      if (!first) first = &t;
+      else if (t.device() != first->device()) [[unlikely]] raise_devices_differ(op, first->device(), t.device());
+    }
+  const Device device = first ? first->device() : Device::cpu();
+  const Kernel k = op.kernel(device.type);
+  if (!k) [[unlikely]] raise_no_kernel(op, device);
+  return k;
+}
 
 }  // namespace dg

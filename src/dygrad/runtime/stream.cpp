@@ -214,7 +214,7 @@ uint64_t Stream::enqueue(Task&& task) {
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
   // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
-  const Kernel kernel = resolve_kernel(op, task_device(op, inputs, outputs));
+  const Kernel kernel = resolve_kernel(op, inputs, outputs);
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.flags & kOpInplace) [[unlikely]] check_inplace_operands(op, inputs, outputs);
   auto fill = [&](Task& task) {
