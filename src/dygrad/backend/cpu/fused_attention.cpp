@@ -27,6 +27,7 @@
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -46,7 +47,7 @@ namespace dg::cpu {
 namespace {
 // Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
 // rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
-constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
+constexpr int64_t kQueryBlock = kAttentionQueryBlock, kKeyBlock = kAttentionKeyBlock;  // runtime/scratch.h
 // std::max as a function object for eight_lane_reduce (the larger; the first when equal or unordered).
 template <typename T>
 T max_of_two(T a, T b) { return std::max(a, b); }

@@ -14,6 +14,7 @@
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/rows.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -28,7 +29,7 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kElementsPerChunk = 32768;  // rows per task: this many elements, at least one row
+constexpr int64_t kElementsPerChunk = kNormChunkElements;  // rows per task: this many elements, at least one row
 
 int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
 

@@ -11,6 +11,7 @@
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -34,9 +35,9 @@ struct ReduceLayout {
   bool reduced_is_single_stride() const { return red_sizes.size() == 1; }
 };
 
-// Elements per partial result of a reduction to a single output: fixed by the length, not the thread
-// count, so partials combine in the same order on any pool size.
-inline constexpr int64_t kFullReduceChunk = 16384;
+// Elements per partial result of a reduction to a single output (dg::kFullReduceChunk, runtime/scratch.h):
+// fixed by the length, not the thread count, so partials combine in the same order on any pool size.
+using dg::kFullReduceChunk;
 // Reduced elements one thread handles at least when spreading outputs over the pool.
 inline constexpr int64_t kReduceGrain = 32768;
 
