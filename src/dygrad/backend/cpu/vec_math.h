@@ -46,15 +46,15 @@ DG_VEC_INLINE float expm1_reduced(float r) {
 // (tests/cpp/test_math.cpp, "ExpFloat32"): within 1 ulp, subnormal results included.
 namespace detail {
 struct ExpReduced {
-  float n;  // round(x / ln2), an integer held in a float (0 for nan)
+  float n;  // round(x / ln2), an integer held in a float (nan for nan)
   float p;  // exp(r) = 1 + expm1(r), in [0.70, 1.42]
 };
-// The reduction of an x clamped to [-104, 89] (or nan, which passes through as n = 0, p = nan).
+// The reduction of an x clamped to [-104, 89] (or nan, which passes through as n = p = nan).
 DG_VEC_INLINE ExpReduced exp_reduced(float clamped) {
   const float n = round_nearest(clamped * kLog2e);
   float r = std::fma(-n, kLn2Hi, clamped);
   r = std::fma(-n, kLn2Lo, r);
-  return {n == n ? n : 0.0f, 1.0f + expm1_reduced(r)};
+  return {n, 1.0f + expm1_reduced(r)};
 }
 }  // namespace detail
 
@@ -66,7 +66,7 @@ DG_VEC_INLINE float exp(float x) {
   float clamped = x > 89.0f ? 89.0f : x;
   clamped = clamped < -104.0f ? -104.0f : clamped;  // nan passes both tests unchanged and is fixed below
   const ExpReduced e = exp_reduced(clamped);
-  const int32_t ni = static_cast<int32_t>(e.n);
+  const int32_t ni = static_cast<int32_t>(e.n == e.n ? e.n : 0.0f);
   const int32_t half = ni / 2;
   const float result = (e.p * pow2i(half)) * pow2i(ni - half);
   return x != x ? x : result;
@@ -86,7 +86,7 @@ DG_VEC_INLINE float exp_nonpositive(float x) {
   using namespace detail;
   const float clamped = x < kExpNormalMin ? kExpNormalMin : x;  // nan passes unchanged
   const ExpReduced e = exp_reduced(clamped);                     // n >= -126: 2^n is a normal float
-  const float result = e.p * pow2i(static_cast<int32_t>(e.n));
+  const float result = e.p * pow2i(static_cast<int32_t>(e.n == e.n ? e.n : 0.0f));
   return x != x ? x : (x < kExpNormalMin ? 0.0f : result);
 }
 DG_VEC_INLINE double exp_nonpositive(double x) { return std::exp(x); }
