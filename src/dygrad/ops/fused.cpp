@@ -10,6 +10,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -35,8 +36,23 @@ OpCost rms_norm_backward_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms_norm_backward, .cost = rms_norm_cost});
-const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost});
+// Scratch of the CPU kernels (backend/cpu/fused_norm.cpp), in the compute type: the weight as one row, then per
+// pool thread one row of x (forward) or three (backward: xhat, g, g * w), and grad_weight's partial rows, one
+// per chunk of about kNormChunkElements elements.
+size_t rms_norm_scratch_of(const Task& t, bool forward) {
+  const Tensor& x = t.inputs[forward ? 0 : 1];
+  const RmsNormAttrs& attrs = t.attrs.get<RmsNormAttrs>();
+  const size_t cols = static_cast<size_t>(x.shape()[x.dim() - 1]), row = cols * compute_itemsize(x.dtype());
+  const int64_t rows = forward ? t.outputs[1].numel() : t.inputs[2].numel();
+  if (forward) return row * (attrs.has_weight + scratch_workers(rows));
+  const int64_t chunk_rows = std::max<int64_t>(1, kNormChunkElements / std::max<int64_t>(static_cast<int64_t>(cols), 1));
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  return row * (attrs.has_weight + (attrs.need_grad_weight ? static_cast<size_t>(chunks) : 0) + 3 * scratch_workers(chunks));
+}
+size_t rms_norm_scratch(const Task& t) { return rms_norm_scratch_of(t, true); }
+size_t rms_norm_backward_scratch(const Task& t) { return rms_norm_scratch_of(t, false); }
+const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms_norm_backward, .cost = rms_norm_cost, .scratch = rms_norm_scratch});
+const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost, .scratch = rms_norm_backward_scratch});
 
 namespace {
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -98,8 +114,15 @@ namespace {
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
 }  // namespace
 
-const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.backward = rope_backward});
-const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>());
+// Scratch of the CPU kernel (backend/cpu/fused_rope.cpp): per pool thread, x's row and one row each of cos and
+// sin, in the compute type. x is [a0, a1, a2, dim].
+size_t rope_scratch(const Task& t) {
+  const Tensor& x = t.inputs[0];
+  const int64_t dim = x.shape()[3], rows = x.shape()[0] * x.shape()[1] * x.shape()[2];
+  return static_cast<size_t>(dim + 2 * (dim / 2)) * compute_itemsize(x.dtype()) * scratch_workers(rows);
+}
+const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.backward = rope_backward, .scratch = rope_scratch});
+const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>(), {.scratch = rope_scratch});
 
 namespace {
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -242,7 +265,14 @@ OpCost adamw_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace});
+// Scratch of the CPU kernel (backend/cpu/fused_adamw.cpp): its list of pieces of kAdamWPiece elements, each
+// {tensor, begin, end}; outputs are (params, exp_avgs, exp_avg_sqs), count each.
+size_t adamw_scratch(const Task& t) {
+  size_t pieces = 0;
+  for (size_t i = 0; i < t.outputs.size() / 3; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
+  return pieces * 3 * sizeof(int64_t);
+}
+const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace, .scratch = adamw_scratch});
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                 std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& o) {

@@ -8,6 +8,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -40,8 +41,38 @@ OpCost attention_backward_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_attention(kName, attrs_type<AttentionAttrs>(), {.backward = attention_backward, .cost = attention_cost});
-const OpDef op_attention_backward("scaled_dot_product_attention_backward", attrs_type<AttentionAttrs>(), {.cost = attention_backward_cost});
+// Scratch of the CPU kernels (backend/cpu/fused_attention.cpp), in the compute type, with Bq = kAttentionQueryBlock,
+// Bk = kAttentionKeyBlock query and key rows per tile, N batch-heads, q[N, T, D], k[N, S, D], v[N, S, Dv].
+// Forward: K^T of every batch-head [N, D, S], then per pool thread either one packed K [S, D] or one query
+// block's packed Q [Bq, D] and V tile [Bk, Dv], scores [Bq, Bk], accumulator [Bq, Dv] and row max and sum.
+// Backward, per pool thread (one batch-head each): 16-bit accumulators for dQ, dK, dV, Dr [T], packed Q, dO,
+// K and V tiles, K^T and V^T tiles [D, Bk], [Dv, Bk], and P, dP [Bq, Bk].
+size_t attention_scratch_of(const Task& t, bool forward) {
+  const Tensor& q = t.inputs[forward ? 0 : 1];
+  const Tensor& v = t.inputs[forward ? 2 : 3];
+  const int64_t T = q.shape()[q.dim() - 2], D = q.shape()[q.dim() - 1], S = v.shape()[v.dim() - 2], Dv = v.shape()[v.dim() - 1];
+  int64_t batch = 1;
+  for (int64_t d = 0; d < q.dim() - 2; ++d) batch *= q.shape()[d];
+  const int64_t bq = std::min(kAttentionQueryBlock, T), bk = std::min(kAttentionKeyBlock, S);
+  auto at_least_1 = [](int64_t n) { return std::max<int64_t>(n, 1); };
+  int64_t elements;
+  if (forward) {
+    const int64_t query_blocks = (T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+    const int64_t pack_keys = int64_t(scratch_workers(batch)) * at_least_1(S * D);
+    const int64_t per_block = at_least_1(bq * D) + at_least_1(bk * Dv) + bq * kAttentionKeyBlock + bq * Dv + 2 * bq;
+    elements = at_least_1(batch * D * S) + std::max(pack_keys, int64_t(scratch_workers(batch * query_blocks)) * per_block);
+  } else {
+    const int64_t accumulators = q.dtype() == DType::Float32 || q.dtype() == DType::Float64 ? 0 : T * D + S * D + S * Dv;
+    const int64_t per_head = accumulators + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +
+                             at_least_1(bk * Dv) + (D + Dv) * kAttentionKeyBlock + 2 * kAttentionQueryBlock * kAttentionKeyBlock;
+    elements = int64_t(scratch_workers(batch)) * per_head;
+  }
+  return static_cast<size_t>(elements) * compute_itemsize(q.dtype());
+}
+size_t attention_scratch(const Task& t) { return attention_scratch_of(t, true); }
+size_t attention_backward_scratch(const Task& t) { return attention_scratch_of(t, false); }
+const OpDef op_attention(kName, attrs_type<AttentionAttrs>(), {.backward = attention_backward, .cost = attention_cost, .scratch = attention_scratch});
+const OpDef op_attention_backward("scaled_dot_product_attention_backward", attrs_type<AttentionAttrs>(), {.cost = attention_backward_cost, .scratch = attention_backward_scratch});
 
 namespace {
 void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {

@@ -9,6 +9,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -24,7 +25,15 @@ OpCost softmax_cost(const Task& t) {
 
 const OpDef op_softmax_backward("softmax_backward", attrs_type<ReduceAttrs>());
 const OpDef op_log_softmax_backward("log_softmax_backward", attrs_type<ReduceAttrs>());
-const OpDef op_embedding_backward("embedding_backward", attrs_type<EmbeddingBackwardAttrs>());
+// Scratch of the CPU kernel (backend/cpu/embedding.cpp): the counting sort of the I indices over V rows (row
+// starts [V + 1], positions [I], next [V], int64) and one grad row [C] per pool thread in the compute type.
+size_t embedding_backward_scratch(const Task& t) {
+  const Tensor& grad = t.outputs[0];
+  const int64_t V = t.attrs.get<EmbeddingBackwardAttrs>().num_embeddings, I = t.inputs[1].numel();
+  return sizeof(int64_t) * static_cast<size_t>(2 * V + 1 + I) +
+         static_cast<size_t>(grad.shape()[1]) * compute_itemsize(grad.dtype()) * scratch_workers(V);
+}
+const OpDef op_embedding_backward("embedding_backward", attrs_type<EmbeddingBackwardAttrs>(), {.scratch = embedding_backward_scratch});
 const OpDef op_cross_entropy_backward("cross_entropy_backward", attrs_type<CrossEntropyAttrs>());
 
 namespace {
@@ -54,7 +63,11 @@ void cross_entropy_backward(Node& n, std::span<const Tensor> g, std::span<Tensor
 const OpDef op_softmax("softmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = softmax_family_backward<op_softmax_backward>, .cost = softmax_cost});
 const OpDef op_log_softmax("log_softmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = softmax_family_backward<op_log_softmax_backward>, .cost = softmax_cost});
 const OpDef op_embedding("embedding", nullptr, {.backward = embedding_backward});
-const OpDef op_cross_entropy("cross_entropy", attrs_type<CrossEntropyAttrs>(), {.fusion = FusionClass::Reduction, .backward = cross_entropy_backward});
+// Scratch of the CPU kernel (backend/cpu/softmax.cpp): one loss per row (target's numel), in the compute type.
+size_t cross_entropy_scratch(const Task& t) {
+  return static_cast<size_t>(t.inputs[1].numel()) * compute_itemsize(t.inputs[0].dtype());
+}
+const OpDef op_cross_entropy("cross_entropy", attrs_type<CrossEntropyAttrs>(), {.fusion = FusionClass::Reduction, .backward = cross_entropy_backward, .scratch = cross_entropy_scratch});
 
 namespace {
 Tensor softmax_family(const OpDef& op, const Tensor& a, int64_t dim) {

@@ -10,6 +10,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -52,16 +53,32 @@ OpCost reduce_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_sum("sum", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = sum_backward, .cost = reduce_cost});
-const OpDef op_amax("amax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost});
-const OpDef op_amin("amin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost});
-const OpDef op_max_dim("max_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost});
-const OpDef op_min_dim("min_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost});
-const OpDef op_argmax("argmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost});
-const OpDef op_argmin("argmin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost});
-const OpDef op_logsumexp("logsumexp", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = logsumexp_backward, .cost = reduce_cost});
-const OpDef op_var("var", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = var_backward, .cost = reduce_cost});
-const OpDef op_std("std", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = std_backward, .cost = reduce_cost});
+// Scratch of the CPU kernels (backend/cpu/reduce.cpp, reduce_minmax.cpp): a reduction to one output keeps one
+// partial per kFullReduceChunk elements (an accumulator of at most 16 bytes: a value and an index for the
+// extrema); logsumexp keeps each output's maximum, var and std each output's mean (float64).
+size_t full_reduce_partials(const Task& t, size_t accumulator_bytes) {
+  if (t.outputs[0].numel() != 1) return 0;
+  return static_cast<size_t>((t.inputs[0].numel() + kFullReduceChunk - 1) / kFullReduceChunk) * accumulator_bytes;
+}
+size_t sum_scratch(const Task& t) { return full_reduce_partials(t, sizeof(int64_t)); }
+size_t extremum_scratch(const Task& t) { return full_reduce_partials(t, 2 * sizeof(int64_t)); }
+size_t logsumexp_scratch(const Task& t) {
+  const size_t item = compute_itemsize(t.inputs[0].dtype());
+  return static_cast<size_t>(t.outputs[0].numel()) * item + full_reduce_partials(t, item);
+}
+size_t variance_scratch(const Task& t) {
+  return static_cast<size_t>(t.outputs[0].numel()) * sizeof(double) + full_reduce_partials(t, sizeof(double));
+}
+const OpDef op_sum("sum", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = sum_backward, .cost = reduce_cost, .scratch = sum_scratch});
+const OpDef op_amax("amax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_amin("amin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_max_dim("max_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_min_dim("min_dim", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = max_dim_backward, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_argmax("argmax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_argmin("argmin", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .cost = reduce_cost, .scratch = extremum_scratch});
+const OpDef op_logsumexp("logsumexp", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = logsumexp_backward, .cost = reduce_cost, .scratch = logsumexp_scratch});
+const OpDef op_var("var", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = var_backward, .cost = reduce_cost, .scratch = variance_scratch});
+const OpDef op_std("std", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = std_backward, .cost = reduce_cost, .scratch = variance_scratch});
 // Backward kernels (their own gradients are not implemented: no double backward through them).
 const OpDef op_extremum_backward("extremum_backward", attrs_type<ReduceAttrs>());
 const OpDef op_extremum_index_backward("extremum_index_backward", attrs_type<ReduceAttrs>());

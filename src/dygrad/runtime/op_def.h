@@ -64,7 +64,9 @@ using Kernel = void (*)(Task& task);
 // backward is async and traceable too). grad_inputs has one slot per input; fill those node.needs_grad(i).
 using BackwardFn = void (*)(Node& node, std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
 using CostFn = OpCost (*)(const Task& task);
-// Bytes of temporary memory a kernel takes for itself while it runs (partial sums, packed panels), at most.
+// Bytes of temporary memory a kernel takes for itself while it runs (partial sums, packed panels), at most: the
+// peak over the run, summed over the pool threads that run its chunks (runtime/scratch.h has the helpers);
+// tests/cpp/test_scratch.cpp checks each declaration against the kernel's allocations.
 using ScratchFn = size_t (*)(const Task& task);
 
 // The optional parts of an op's declaration, by name: `{.fusion = FusionClass::Elementwise, .backward = f}`.

@@ -22,16 +22,29 @@ inline bool flat_operands(const Tensor& out, std::initializer_list<const Tensor*
   return true;
 }
 
-// out[i] = f(a[i]) over n contiguous elements (the flat path of unary_loop).
+// out[i] = f(a[i]) over n contiguous elements on one thread. Neither loop carries an aliasing doubt (an
+// in-place call, out == in, gets its own loop over one pointer), so the compiler vectorises both without
+// runtime overlap checks.
 template <typename Fn, typename TOut, typename TIn>
-void unary_flat(TOut* out, const TIn* in, int64_t n, const Fn& fn) {
+void unary_contiguous(TOut* out, const TIn* in, int64_t n, const Fn& fn) {
   using C = compute_t<TIn>;
-  parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(in[i])));
-  });
+  if (static_cast<const void*>(out) == static_cast<const void*>(in)) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<TOut>(fn(static_cast<C>(out[i])));
+    return;
+  }
+  TOut* __restrict o = out;
+  const TIn* __restrict x = in;
+  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(x[i])));
 }
 
-// out = f(a): Fn is a functor template instantiated per compute type: Fn::template apply<C>(C x, attrs).
+// The same over the pool (the flat path of unary_loop).
+template <typename Fn, typename TOut, typename TIn>
+void unary_flat(TOut* out, const TIn* in, int64_t n, const Fn& fn) {
+  parallel_for(0, n, kElementwiseGrain, [&](int64_t b, int64_t e) { unary_contiguous(out + b, in + b, e - b, fn); });
+}
+
+// out = f(a), a of type TIn, out of type TOut: the one unary loop (unary.cpp, casts, comparisons with a
+// scalar). fn takes and returns the compute type of TIn.
 template <typename Fn, typename TOut, typename TIn>
 void unary_loop(Task& task, const Fn& fn) {
   using C = compute_t<TIn>;
@@ -46,7 +59,7 @@ void unary_loop(Task& task, const Fn& fn) {
     const TIn* x = reinterpret_cast<const TIn*>(p[1]);
     const int64_t so = s[0] / static_cast<int64_t>(sizeof(TOut)), sx = s[1] / static_cast<int64_t>(sizeof(TIn));
     // One loop per common stride pattern, each vectorised (a strided copy reads or writes with permutes).
-    if (so == 1 && sx == 1) for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(x[i])));
+    if (so == 1 && sx == 1) unary_contiguous(o, x, n, fn);
     else if (so == 1) for (int64_t i = 0; i < n; ++i) o[i] = static_cast<TOut>(fn(static_cast<C>(x[i * sx])));
     else if (sx == 1) for (int64_t i = 0; i < n; ++i) o[i * so] = static_cast<TOut>(fn(static_cast<C>(x[i])));
     else for (int64_t i = 0; i < n; ++i) o[i * so] = static_cast<TOut>(fn(static_cast<C>(x[i * sx])));

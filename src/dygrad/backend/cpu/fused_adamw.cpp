@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -20,7 +21,7 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kPiece = 16384;  // elements per unit of work
+constexpr int64_t kPiece = kAdamWPiece;  // elements per unit of work (runtime/scratch.h)
 
 struct Piece {
   int64_t tensor, begin, end;
@@ -38,7 +39,10 @@ void adamw_kernel(Task& task) {
   const double bias_correction1 = 1.0 - std::pow(beta1, step);
   const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
   const double step_size = lr / bias_correction1;
+  int64_t num_pieces = 0;
+  for (int64_t t = 0; t < count; ++t) num_pieces += (task.outputs[static_cast<size_t>(t)].numel() + kPiece - 1) / kPiece;
   std::vector<Piece> pieces;
+  pieces.reserve(static_cast<size_t>(num_pieces));  // one allocation, the size adamw_step's scratch declares
   for (int64_t t = 0; t < count; ++t)
     for (int64_t b = 0, n = task.outputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
       pieces.push_back({t, b, std::min(n, b + kPiece)});

@@ -17,14 +17,17 @@
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
+#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -44,7 +47,11 @@ namespace dg::cpu {
 namespace {
 // Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
 // rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
-constexpr int64_t kQueryBlock = 64, kKeyBlock = 128;
+constexpr int64_t kQueryBlock = kAttentionQueryBlock, kKeyBlock = kAttentionKeyBlock;  // runtime/scratch.h
+// std::max as a function object for eight_lane_reduce (the larger; the first when equal or unordered).
+template <typename T>
+T max_of_two(T a, T b) { return std::max(a, b); }
+
 enum MaskKind : int64_t { kNoMask = 0, kBoolMask = 1, kAdditiveMask = 2 };
 
 // A batch of matrices [L..., rows, cols] with any strides; n indexes the flattened leading dims.
@@ -194,7 +201,7 @@ void attention_forward(Task& task, const Config& cfg) {
       mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
-        const T block_max = max_of(row, nk);
+        const T block_max = eight_lane_reduce<T>(nk, kNegInf, [row](int64_t j) { return row[j]; }, max_of_two<T>, max_of_two<T>);
         const T m_old = row_max[static_cast<size_t>(i)], m_new = std::max(m_old, block_max);
         if (m_new == kNegInf) {  // nothing attended yet: P = 0 (avoids -inf - -inf)
           for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
@@ -202,16 +209,17 @@ void attention_forward(Task& task, const Config& cfg) {
         }
         for (int64_t j = 0; j < nk; ++j) row[j] -= m_new;
         if (m_old != m_new) {
-          const T correction = std::exp(m_old - m_new);  // 0 when m_old = -inf
+          const T correction = vm::exp_nonpositive(m_old - m_new);  // 0 when m_old = -inf
           row_sum[static_cast<size_t>(i)] *= correction;
           T* o = acc.data() + i * Dv;
           for (int64_t c = 0; c < Dv; ++c) o[c] *= correction;
           row_max[static_cast<size_t>(i)] = m_new;
         }
       }
-      exp_inplace(s, nq * nk);
+      for (int64_t e = 0; e < nq * nk; ++e) s[e] = vm::exp_nonpositive(s[e]);  // s - m_new <= 0
       for (int64_t i = 0; i < nq; ++i) {
-        row_sum[static_cast<size_t>(i)] += sum_of(s + i * nk, nk);
+        const T* row = s + i * nk;
+        row_sum[static_cast<size_t>(i)] += eight_lane_sum<T>(nk, [row](int64_t j) { return row[j]; });
       }
       tile_gemm(false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
     }
@@ -304,7 +312,7 @@ void attention_backward(Task& task, const Config& cfg) {
           if (l == kNegInf) for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
           else for (int64_t j = 0; j < nk; ++j) row[j] -= l;
         }
-        exp_inplace(p, nq * nk);
+        for (int64_t e = 0; e < nq * nk; ++e) p[e] = vm::exp_nonpositive(p[e]);  // s - L: <= 0 up to rounding
         tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * Dv, Dv);
         tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack.data(), nk_block, T(0), dp, nk);
         for (int64_t i = 0; i < nq; ++i) {

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/blas.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_def.h"
 

@@ -8,9 +8,13 @@
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/accumulate.h"
+#include "dygrad/backend/cpu/rows.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -25,19 +29,14 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kElementsPerChunk = 32768;  // rows per task: this many elements, at least one row
+constexpr int64_t kElementsPerChunk = kNormChunkElements;  // rows per task: this many elements, at least one row
 
 int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
 
-// Sum of a[i] * b[i] with 8 independent accumulators (vectorised), combined in a fixed order.
+// Sum of a[i] * b[i] in the fixed eight-lane order (backend/cpu/accumulate.h).
 template <typename C>
 C dot(const C* a, const C* b, int64_t n) {
-  C acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return eight_lane_sum<C>(n, [a, b](int64_t i) { return a[i] * b[i]; });
 }
 }  // namespace
 

@@ -7,9 +7,11 @@
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/rows.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:

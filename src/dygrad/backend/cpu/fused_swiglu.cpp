@@ -7,9 +7,12 @@
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/rows.h"
+#include "dygrad/backend/cpu/vec_math.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -32,9 +35,7 @@ void store_row(T* dst, const C* src, int64_t n, int64_t step) {
 // sg[i] = sigmoid(gate[i]).
 template <typename C>
 void sigmoid_block(C* sg, const C* gate, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) sg[i] = -gate[i];
-  exp_inplace(sg, n);
-  for (int64_t i = 0; i < n; ++i) sg[i] = C(1) / (C(1) + sg[i]);
+  for (int64_t i = 0; i < n; ++i) sg[i] = C(1) / (C(1) + vm::exp(-gate[i]));
 }
 }  // namespace
 
@@ -58,8 +59,7 @@ void swiglu_kernel(Task& task) {
           const int64_t n = std::min(kBlock, cols - c0);
           load_row(gate, grow + c0 * gv.column_stride, n, gv.column_stride);
           load_row(u, urow + c0 * uv.column_stride, n, uv.column_stride);
-          for (int64_t i = 0; i < n; ++i) sg[i] = -gate[i];
-          exp_inplace(sg, n);
+          for (int64_t i = 0; i < n; ++i) sg[i] = vm::exp(-gate[i]);
           // torch's silu: x / (1 + exp(-x)), then times up.
           T* out = y + r * cols + c0;
           for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(gate[i] / (C(1) + sg[i]) * u[i]);

@@ -40,7 +40,7 @@
 #include <mutex>
 #include <vector>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/blas.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/thread_pool.h"

@@ -3,6 +3,7 @@
 // range into chunks fixed by its length (not the thread count) and combines them in order. Both keep
 // results bitwise identical across thread counts (docs/threading.md).
 #include "dygrad/backend/cpu/reduce.h"
+#include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/backend/cpu/vec_math.h"
 
@@ -46,16 +47,10 @@ template <> struct SumAcc<uint8_t> { using type = int64_t; };
 template <> struct SumAcc<uint16_t> { using type = int64_t; };
 template <> struct SumAcc<int32_t> { using type = int64_t; };
 
-// Sum of n contiguous elements with 8 independent accumulators (vectorisable, and more accurate than a
-// single running sum). The combination order is fixed.
+// Sum of n contiguous elements in the fixed eight-lane order (backend/cpu/accumulate.h).
 template <typename T, typename A>
 A sum_contiguous(const T* x, int64_t n) {
-  A acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += static_cast<A>(x[i + k]);
-  for (; i < n; ++i) acc[0] += static_cast<A>(x[i]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return eight_lane_sum<A>(n, [x](int64_t i) { return static_cast<A>(x[i]); });
 }
 
 // Sum of the reduced elements of one output, walking the reduced dims with an odometer.

@@ -7,9 +7,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -33,26 +35,20 @@ struct ReduceLayout {
   bool reduced_is_single_stride() const { return red_sizes.size() == 1; }
 };
 
-// Elements per partial result of a reduction to a single output: fixed by the length, not the thread
-// count, so partials combine in the same order on any pool size.
-inline constexpr int64_t kFullReduceChunk = 16384;
+// Elements per partial result of a reduction to a single output (dg::kFullReduceChunk, runtime/scratch.h):
+// fixed by the length, not the thread count, so partials combine in the same order on any pool size.
+using dg::kFullReduceChunk;
 // Reduced elements one thread handles at least when spreading outputs over the pool.
 inline constexpr int64_t kReduceGrain = 32768;
 
 // Reduces reduced elements [begin, end) of one output (`base` points at its first element) with
-// step(acc, x) over 8 independent accumulators on contiguous rows (the compiler vectorises them), one
-// accumulator otherwise; lanes merge in a fixed tree. T: stored type, A: accumulator, x given as A.
+// step(acc, x) in the eight-lane order of backend/cpu/accumulate.h on contiguous rows (the compiler
+// vectorises it), one accumulator otherwise. T: stored type, A: accumulator, x given as A.
 template <typename A, typename T, typename Step, typename Merge>
 A lane_reduce(const T* base, const ReduceLayout& L, int64_t begin, int64_t end, A init, Step step, Merge merge) {
   if (L.reduced_is_contiguous_row()) {
     const T* x = base + begin;
-    const int64_t n = end - begin;
-    A acc[8] = {init, init, init, init, init, init, init, init};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int k = 0; k < 8; ++k) acc[k] = step(acc[k], static_cast<A>(x[i + k]));
-    for (; i < n; ++i) acc[0] = step(acc[0], static_cast<A>(x[i]));
-    return merge(merge(merge(acc[0], acc[1]), merge(acc[2], acc[3])), merge(merge(acc[4], acc[5]), merge(acc[6], acc[7])));
+    return eight_lane_reduce<A>(end - begin, init, [x](int64_t i) { return static_cast<A>(x[i]); }, step, merge);
   }
   A acc = init;
   if (L.reduced_is_single_stride()) {

@@ -42,17 +42,6 @@ C max_propagating_nan(C a, C b) { return (b > a || b != b) ? b : a; }
 template <typename C>
 C plus(C a, C b) { return a + b; }
 
-// Sum of term(r) for r in [0, n) with 8 independent accumulators (vectorisable), merged in a fixed tree.
-template <typename C, typename Term>
-C row_sum(int64_t n, Term&& term) {
-  C acc[8] = {};
-  int64_t r = 0;
-  for (; r + 8 <= n; r += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += term(r + k);
-  for (; r < n; ++r) acc[0] += term(r);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 // Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of vector lanes, merged in a fixed tree, then the
 // tail: contiguous rows of float/double, vectorised without reassociation by the compiler.
 template <typename C> struct LanesOf;
@@ -320,8 +309,8 @@ void softmax_backward(Task& task) {
           }
         }
         if constexpr (Log) {
-          const C total = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]); })
-                               : row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
+          const C total = unit ? eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]); })
+                               : eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
           if (unit) {
             for (int64_t r = 0; r < D; ++r)
               out[r] = static_cast<T>(static_cast<C>(gr[r]) - vm::exp_nonpositive(static_cast<C>(yr[r])) * total);
@@ -330,8 +319,8 @@ void softmax_backward(Task& task) {
               out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - vm::exp_nonpositive(static_cast<C>(yr[r * sy])) * total);
           }
         } else {
-          const C dot = unit ? row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]) * static_cast<C>(yr[r]); })
-                             : row_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]) * static_cast<C>(yr[r * sy]); });
+          const C dot = unit ? eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]) * static_cast<C>(yr[r]); })
+                             : eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]) * static_cast<C>(yr[r * sy]); });
           if (unit) {
             for (int64_t r = 0; r < D; ++r) out[r] = static_cast<T>(static_cast<C>(yr[r]) * (static_cast<C>(gr[r]) - dot));
           } else {
@@ -399,7 +388,7 @@ void cross_entropy_kernel(Task& task) {
       for (int64_t o = 0; o < rows; ++o) loss[o] = static_cast<T>(row_loss[static_cast<size_t>(o)]);
       return;
     }
-    const C total = row_sum<C>(rows, [&](int64_t o) { return row_loss[static_cast<size_t>(o)]; });
+    const C total = eight_lane_sum<C>(rows, [&](int64_t o) { return row_loss[static_cast<size_t>(o)]; });
     if (reduction == LossReduction::Sum) {
       loss[0] = static_cast<T>(total);
       return;

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dygrad/backend/cpu/fused_math.h"
+#include "dygrad/backend/cpu/blas.h"
 
 namespace dg::cpu {
 

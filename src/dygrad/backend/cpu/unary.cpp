@@ -52,35 +52,10 @@ namespace {
 template <typename T>
 using C = compute_t<T>;
 
-// out = fn(in) for one dtype T. The contiguous loops carry no aliasing doubt (an in-place call gets its own
-// loop over one pointer), so the compiler vectorises them without runtime overlap checks.
+// out = fn(in) for one dtype T, through the one unary loop (elementwise_kernels.h).
 template <typename T, typename Fn>
 void unary_map(Task& task, const Fn& fn) {
-  const Tensor operands[2] = {task.outputs[0], task.inputs[0]};
-  StridedIteration it(operands);
-  auto contiguous = [&fn](T* out, const T* in, int64_t n) {
-    if (out == in) {
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(static_cast<C<T>>(out[i])));
-    } else {
-      T* __restrict o = out;
-      const T* __restrict x = in;
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(fn(static_cast<C<T>>(x[i])));
-    }
-  };
-  if (it.is_flat()) {
-    T* out = operands[0].data<T>();
-    const T* in = operands[1].data<T>();
-    parallel_for(0, it.numel, kElementwiseGrain, [&](int64_t b, int64_t e) { contiguous(out + b, in + b, e - b); });
-    return;
-  }
-  for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
-    T* out = reinterpret_cast<T*>(p[0]);
-    const T* in = reinterpret_cast<const T*>(p[1]);
-    if (s[0] == sizeof(T) && s[1] == sizeof(T)) return contiguous(out, in, n);
-    const int64_t so = s[0] / static_cast<int64_t>(sizeof(T)), si = s[1] / static_cast<int64_t>(sizeof(T));
-    if (so == 1) for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
-    else for (int64_t i = 0; i < n; ++i) out[i * so] = static_cast<T>(fn(static_cast<C<T>>(in[i * si])));
-  });
+  unary_loop<Fn, T, T>(task, fn);
 }
 
 // A function of floating dtypes only (the op layer has promoted integers to float32).

@@ -1,7 +1,7 @@
 // Elementary functions for the elementwise kernels. The float32 versions are branch-free range reduction
 // plus a polynomial in plain float arithmetic, so GCC vectorises loops that call them (no libm calls);
 // they stay within a few ulp of the correctly rounded result (tests/cpp/test_math.cpp checks them against
-// float64 with rtol 1e-6). The float64 versions call std:: functions. No -ffast-math is assumed: inf, nan,
+// float64 with rtol 1e-6; exp over every float, in ulp). The float64 versions call std:: functions. No -ffast-math is assumed: inf, nan,
 // signed zero and subnormal results are handled explicitly.
 //
 // Notation: x = n*ln2 + r with |r| <= ln2/2 (exp), x = 2^e * m with m in [sqrt(1/2), sqrt(2)) (log).
@@ -41,36 +41,53 @@ DG_VEC_INLINE float expm1_reduced(float r) {
 }
 }  // namespace detail
 
-// exp(x): n = round(x / ln2), r = x - n*ln2, exp(x) = 2^n * (1 + expm1(r)). 2^n is applied in two halves
-// so that subnormal results and overflow to inf round once, like libm.
+// The one float32 exp. Every exp below is this range reduction and polynomial, x = n*ln2 + r:
+// exp(x) = 2^n * p with p = 1 + expm1(r). Measured against float64 std::exp over every float
+// (tests/cpp/test_math.cpp, "ExpFloat32"): within 1 ulp, subnormal results included.
+namespace detail {
+struct ExpReduced {
+  float n;  // round(x / ln2), an integer held in a float (nan for nan)
+  float p;  // exp(r) = 1 + expm1(r), in [0.70, 1.42]
+};
+// The reduction of an x clamped to [-104, 89] (or nan, which passes through as n = p = nan).
+DG_VEC_INLINE ExpReduced exp_reduced(float clamped) {
+  const float n = round_nearest(clamped * kLog2e);
+  float r = std::fma(-n, kLn2Hi, clamped);
+  r = std::fma(-n, kLn2Lo, r);
+  return {n, 1.0f + expm1_reduced(r)};
+}
+}  // namespace detail
+
+// exp(x) for every float, rounded like libm at both ends: results below FLT_MIN are subnormal (gradual
+// underflow, rounded once: 2^n is applied in two halves, each a normal float), exp(x > 88.72) = inf,
+// exp(-inf) = 0, exp(nan) = nan.
 DG_VEC_INLINE float exp(float x) {
   using namespace detail;
   float clamped = x > 89.0f ? 89.0f : x;
   clamped = clamped < -104.0f ? -104.0f : clamped;  // nan passes both tests unchanged and is fixed below
-  const float n = round_nearest(clamped * kLog2e);
-  float r = std::fma(-n, kLn2Hi, clamped);
-  r = std::fma(-n, kLn2Lo, r);
-  const float p = 1.0f + expm1_reduced(r);
-  const int32_t ni = static_cast<int32_t>(n == n ? n : 0.0f);
+  const ExpReduced e = exp_reduced(clamped);
+  const int32_t ni = static_cast<int32_t>(e.n == e.n ? e.n : 0.0f);
   const int32_t half = ni / 2;
-  const float result = (p * pow2i(half)) * pow2i(ni - half);
+  const float result = (e.p * pow2i(half)) * pow2i(ni - half);
   return x != x ? x : result;
 }
 DG_VEC_INLINE double exp(double x) { return std::exp(x); }
 
-// exp(x) for x <= 0 (and -inf, nan), with results below exp(-87) ~ 1.6e-38 (the subnormal range) flushed to
-// 0: no operation underflows, so far-negative inputs (masked -inf logits) take no microcode assist (tens
-// of cycles per element on x86), and no second 2^n factor is needed. Bitwise equal to exp(x) above for
-// x in [-87, 0]. For softmax-like uses, where the argument is x - max(x); positive x are not handled.
+// The largest float below which exp(x) < FLT_MIN (ln FLT_MIN = -87.3365447...): exp_nonpositive flushes there.
+inline constexpr float kExpNormalMin = -87.3365402f;
+
+// exp(x) specialised for the softmax family (arguments x - max(x) <= 0 and log-probabilities): the same
+// reduction and polynomial as exp, with 2^n applied in one factor, and results that exp would give as a
+// subnormal (x < kExpNormalMin) flushed to 0. So no operation underflows: far-negative inputs (masked -inf
+// logits) take no microcode assist (tens of cycles per element on x86). Bitwise equal to exp(x) for x in
+// [kExpNormalMin, 88.37] (tests/cpp/test_math.cpp checks every float there); -inf gives 0, nan gives nan;
+// above 88.37 (2^n would overflow) the result is undefined.
 DG_VEC_INLINE float exp_nonpositive(float x) {
   using namespace detail;
-  const float clamped = x < -87.0f ? -87.0f : x;  // nan passes unchanged
-  const float n = round_nearest(clamped * kLog2e);  // >= -126: 2^n is a normal float
-  float r = std::fma(-n, kLn2Hi, clamped);
-  r = std::fma(-n, kLn2Lo, r);
-  const float p = 1.0f + expm1_reduced(r);
-  const float result = p * pow2i(static_cast<int32_t>(n == n ? n : 0.0f));
-  return x != x ? x : (x < -87.0f ? 0.0f : result);
+  const float clamped = x < kExpNormalMin ? kExpNormalMin : x;  // nan passes unchanged
+  const ExpReduced e = exp_reduced(clamped);                     // n >= -126: 2^n is a normal float
+  const float result = e.p * pow2i(static_cast<int32_t>(e.n == e.n ? e.n : 0.0f));
+  return x != x ? x : (x < kExpNormalMin ? 0.0f : result);
 }
 DG_VEC_INLINE double exp_nonpositive(double x) { return std::exp(x); }
 

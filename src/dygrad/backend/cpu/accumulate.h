@@ -1,0 +1,34 @@
+// The one fixed-order accumulator of the CPU kernels: n values folded into 8 independent lanes (so the
+// compiler vectorises the loop without reassociating anything), the lanes merged in a fixed tree. The order
+// depends on n alone, never on the thread count or the data, so every sum, dot, maximum and norm built on it
+// is bitwise reproducible (docs/threading.md); 8 lanes also add 8 shorter chains, more accurate than one.
+//
+// Order: value(i) for i < 8 * floor(n / 8) goes to lane i % 8, the tail to lane 0, in increasing i; then
+// ((l0 . l1) . (l2 . l3)) . ((l4 . l5) . (l6 . l7)) with . = merge.
+#pragma once
+#include <cstdint>
+
+namespace dg::cpu {
+
+// Folds value(i), i in [0, n), with acc = step(acc, value(i)) from `init` in every lane, lanes merged as above.
+// A: the accumulator type; value(i) returns an A (or converts to one).
+template <typename A, typename Value, typename Step, typename Merge>
+inline __attribute__((always_inline)) A eight_lane_reduce(int64_t n, A init, Value&& value, Step&& step,
+                                                          Merge&& merge) {
+  A lane[8] = {init, init, init, init, init, init, init, init};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = step(lane[k], static_cast<A>(value(i + k)));
+  for (; i < n; ++i) lane[0] = step(lane[0], static_cast<A>(value(i)));
+  return merge(merge(merge(lane[0], lane[1]), merge(lane[2], lane[3])),
+               merge(merge(lane[4], lane[5]), merge(lane[6], lane[7])));
+}
+
+// The sum of value(i) for i in [0, n) in the order above.
+template <typename A, typename Value>
+inline __attribute__((always_inline)) A eight_lane_sum(int64_t n, Value&& value) {
+  auto plus = [](A a, A b) { return a + b; };
+  return eight_lane_reduce<A>(n, A(0), value, plus, plus);
+}
+
+}  // namespace dg::cpu

@@ -1,0 +1,195 @@
+// Every op's scratch declaration (OpTraits::scratch, runtime/op_def.h) against what its CPU kernel allocates.
+// This binary replaces the global operator new/delete with counting versions; a stream observer turns the count
+// on at each Task's begin and off at its end (synchronize mode: the kernel runs on the host thread and the pool's
+// helpers, and nothing else allocates meanwhile). The peak of bytes live on all threads above the level at the
+// begin is what the kernel took for itself; it must not exceed op.scratch(task) (0 when the op declares none).
+// Memory that BLAS libraries take through malloc (oneDNN, OpenBLAS) is not seen.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <string>
+
+#include "dygrad/dygrad.h"
+#include "dygrad/runtime/stream.h"
+#include "harness.h"
+
+namespace {
+std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
+std::atomic<bool> counting{false};
+
+// Each block carries its size and the address malloc returned, in the 64 bytes before the pointer handed out.
+constexpr size_t kHeader = 64;
+void* counted_new(size_t size, size_t alignment, bool nothrow) {
+  const size_t align = std::max(alignment, kHeader);
+  void* base = std::aligned_alloc(align, (size + align + align - 1) / align * align);
+  if (!base) {
+    if (nothrow) return nullptr;
+    throw std::bad_alloc();
+  }
+  char* p = static_cast<char*>(base) + align;
+  reinterpret_cast<size_t*>(p)[-1] = size;
+  reinterpret_cast<void**>(p)[-2] = base;
+  const int64_t now = live_bytes.fetch_add(static_cast<int64_t>(size)) + static_cast<int64_t>(size);
+  if (counting.load(std::memory_order_relaxed)) {
+    int64_t peak = peak_bytes.load();
+    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {}
+  }
+  return p;
+}
+void counted_delete(void* p) {
+  if (!p) return;
+  live_bytes.fetch_sub(static_cast<int64_t>(reinterpret_cast<size_t*>(p)[-1]));
+  std::free(reinterpret_cast<void**>(p)[-2]);
+}
+}  // namespace
+
+void* operator new(size_t n) { return counted_new(n, alignof(std::max_align_t), false); }
+void* operator new[](size_t n) { return counted_new(n, alignof(std::max_align_t), false); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted_new(n, alignof(std::max_align_t), true); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted_new(n, alignof(std::max_align_t), true); }
+void* operator new(size_t n, std::align_val_t a) { return counted_new(n, static_cast<size_t>(a), false); }
+void* operator new[](size_t n, std::align_val_t a) { return counted_new(n, static_cast<size_t>(a), false); }
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted_new(n, static_cast<size_t>(a), true); }
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted_new(n, static_cast<size_t>(a), true); }
+void operator delete(void* p) noexcept { counted_delete(p); }
+void operator delete[](void* p) noexcept { counted_delete(p); }
+void operator delete(void* p, size_t) noexcept { counted_delete(p); }
+void operator delete[](void* p, size_t) noexcept { counted_delete(p); }
+void operator delete(void* p, std::align_val_t) noexcept { counted_delete(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { counted_delete(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { counted_delete(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { counted_delete(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_delete(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_delete(p); }
+
+namespace dg::test {
+namespace {
+
+// Per op: the largest allocation seen in one Task, and its declaration for that Task.
+struct OpRecord {
+  int64_t tasks = 0, most_used = 0;
+  size_t declared_then = 0;
+  std::string worst;  // "used U > declared D" for the first Task over its declaration
+};
+
+struct ScratchObserver : StreamObserver {
+  int64_t level = 0;
+  std::map<std::string, OpRecord> ops;
+  void on_enqueue(const Task&) override {}
+  void on_task_begin(const Task&) override {
+    level = live_bytes.load();
+    peak_bytes.store(level);
+    counting.store(true);
+  }
+  void on_task_end(const Task& task, bool) override {
+    counting.store(false);
+    const int64_t used = peak_bytes.load() - level;
+    const size_t declared = task.op->scratch ? task.op->scratch(task) : 0;
+    OpRecord& r = ops[task.op->name];
+    ++r.tasks;
+    if (used > r.most_used) r.most_used = used, r.declared_then = declared;
+    if (used > static_cast<int64_t>(declared) && r.worst.empty())
+      r.worst = "used " + std::to_string(used) + " > declared " + std::to_string(declared);
+  }
+};
+
+// The ops whose kernels allocate, each at shapes that take their allocating paths (partial blocks, 16-bit
+// accumulators, full reductions over several chunks), plus ops that must allocate nothing.
+void run_workload(DType dtype) {
+  const bool wide = dtype == DType::Float32 || dtype == DType::Float64;
+  {  // rms_norm, forward and backward, with and without weight
+    Tensor x = random_tensor({70, 300}, dtype, 1), w = random_tensor({300}, dtype, 2), g = random_tensor({70, 300}, dtype, 3);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    sum(mul(rms_norm(x, w), g)).backward();
+    sum(mul(rms_norm(x), g)).backward();
+  }
+  {  // rotary embedding, forward and backward
+    Tensor x = random_tensor({2, 3, 10, 16}, dtype, 4), cos = random_tensor({10, 8}, dtype, 5), sin = random_tensor({10, 8}, dtype, 6);
+    x.set_requires_grad(true);
+    sum(rotary_position_embedding(x, cos, sin, RopeMode::RotateHalf)).backward();
+  }
+  {  // attention: partial query and key blocks, causal and not, forward and backward
+    for (bool causal : {false, true}) {
+      Tensor q = random_tensor({2, 2, 100, 24}, dtype, 7), k = random_tensor({2, 2, 150, 24}, dtype, 8),
+             v = random_tensor({2, 2, 150, 20}, dtype, 9);
+      q.set_requires_grad(true);
+      k.set_requires_grad(true);
+      v.set_requires_grad(true);
+      if (causal) k = random_tensor({2, 2, 100, 24}, dtype, 8), v = random_tensor({2, 2, 100, 20}, dtype, 9);
+      k.set_requires_grad(true);
+      v.set_requires_grad(true);
+      sum(scaled_dot_product_attention(transpose(transpose(q, 2, 3), 2, 3), k, v, Tensor(), 0.0, causal)).backward();
+    }
+  }
+  {  // embedding backward, cross-entropy forward and backward
+    Tensor weight = random_tensor({50, 12}, dtype, 10);
+    weight.set_requires_grad(true);
+    Tensor indices = from_vector<int64_t>({3, 7, 3, 49, 0, 7, 7, 12}, Shape{8}, DType::Int64);
+    sum(embedding(weight, indices)).backward();
+    Tensor logits = random_tensor({40, 30}, dtype, 11);
+    logits.set_requires_grad(true);
+    std::vector<int64_t> t(40);
+    for (int64_t i = 0; i < 40; ++i) t[static_cast<size_t>(i)] = (i * 7) % 30;
+    cross_entropy(logits, from_vector<int64_t>(t, Shape{40}, DType::Int64)).backward();
+    cross_entropy(logits, from_vector<int64_t>(t, Shape{40}, DType::Int64), "none");
+  }
+  {  // reductions: to one output over several chunks, over a dim, and over a leading dim
+    Tensor big = random_tensor({70000}, dtype, 12), mat = random_tensor({300, 70}, dtype, 13);
+    sum(big), max(big), min(big), argmax(big), amax(mat, std::vector<int64_t>{0}), logsumexp(big, std::vector<int64_t>{0}),
+        logsumexp(mat, std::vector<int64_t>{1}), logsumexp(mat, std::vector<int64_t>{0}), var(big), var(mat, std::vector<int64_t>{0}),
+        std_dev(mat, std::vector<int64_t>{1}), max(mat, 1), sum(mat, std::vector<int64_t>{0});
+    if (wide) sum(random_tensor({70000}, DType::Int32, 14));
+  }
+  {  // AdamW over three tensors, one of several pieces
+    std::vector<Tensor> params, grads, ms, vs;
+    for (int64_t n : {40000, 100, 7}) {
+      params.push_back(random_tensor({n}, dtype, 15));
+      grads.push_back(random_tensor({n}, dtype, 16));
+      ms.push_back(zeros(Shape{n}, {dtype}));
+      vs.push_back(zeros(Shape{n}, {dtype}));
+    }
+    adamw_step(params, grads, ms, vs, 1);
+  }
+  {  // ops declared without scratch: softmax family, elementwise, swiglu
+    Tensor x = random_tensor({64, 200}, dtype, 17);
+    x.set_requires_grad(true);
+    sum(mul(softmax(x, 1), log_softmax(x, 0))).backward();
+    exp(x), sigmoid(x), gelu(x), swiglu(x, x), add(x, transpose(random_tensor({200, 64}, dtype, 18), 0, 1));
+  }
+  Stream::cpu().synchronize();
+}
+
+TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
+  ScratchObserver observer;
+  const Context saved = get_context();
+  set_synchronize(true);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Stream::cpu().set_observer(&observer);
+    for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float64}) run_workload(dtype);
+    Stream::cpu().set_observer(nullptr);
+  }
+  set_context(saved);
+  // The ops that must be covered: those that declare scratch (and allocate), and some that allocate nothing.
+  for (const char* name : {"rms_norm", "rms_norm_backward", "rotary_position_embedding", "rotary_position_embedding_backward",
+                           "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "embedding_backward",
+                           "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
+                           "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add"})
+    EXPECT_GT(observer.ops[name].tasks, 0) << name << " did not run";
+  for (const auto& [name, r] : observer.ops) {
+    EXPECT_TRUE(r.worst.empty()) << name << ": " << r.worst;
+    std::printf("%-40s %4lld tasks, most scratch used %8lld bytes (declared %8zu)\n", name.c_str(),
+                static_cast<long long>(r.tasks), static_cast<long long>(r.most_used), r.declared_then);
+  }
+  // The counter sees the allocating kernels at all (a hook that counted nothing would pass everything).
+  EXPECT_GT(observer.ops["scaled_dot_product_attention"].most_used, 0);
+  EXPECT_GT(observer.ops["rms_norm"].most_used, 0);
+}
+
+}  // namespace
+}  // namespace dg::test
