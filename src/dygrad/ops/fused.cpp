@@ -254,12 +254,12 @@ OpCost adamw_cost(const Task& t) {
 const OpDef op_adamw("adamw_step", FusionClass::Opaque, cpu::adamw_kernel, nullptr, adamw_cost, kOpInplace);
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& o) {
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o) {
   const char* name = "adamw_step";
-  DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size(),
+  DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
+               state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
-           exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs");
-  DG_CHECK(step >= 1, Value, "[", name, "] step counts from 1, got ", step);
+           exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs, ", state_steps.size(), " state_steps");
   DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
   DG_CHECK(o.eps >= 0, Value, "[", name, "] Invalid epsilon value: ", o.eps);
   DG_CHECK(o.beta1 >= 0 && o.beta1 < 1, Value, "[", name, "] Invalid beta parameter at index 0: ", o.beta1);
@@ -287,18 +287,24 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
     }
     DG_CHECK(p.is_contiguous() && exp_avgs[i].is_contiguous() && exp_avg_sqs[i].is_contiguous(), Value, "[", name,
              "] param ", i, " of shape ", p.shape(), " or its state is not contiguous");
+    check_defined(name, state_steps[i], "state_steps");
+    check_same_device(name, p, state_steps[i]);
+    DG_CHECK(state_steps[i].dtype() == DType::Float32 && state_steps[i].dim() == 0, Type, "[", name, "] state_steps[",
+             i, "] must be a 0-d float32 tensor, got ", dtype_name(state_steps[i].dtype()), " of shape ",
+             state_steps[i].shape());
     inputs.push_back(contiguous(grads[i]));
   }
   for (Tensor& p : params) outputs.push_back(p);
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
+  for (Tensor& s : state_steps) outputs.push_back(s);
   for (Tensor& t : outputs) t.storage().bump_version();
   Attrs attrs;
   attrs.scalars[0] = o.lr;
   attrs.scalars[1] = o.beta1;
   attrs.scalars[2] = o.beta2;
   attrs.scalars[3] = o.eps;
-  attrs.i[0] = step;
+  attrs.i[0] = o.decoupled_weight_decay ? 1 : 0;
   attrs.i[1] = std::bit_cast<int64_t>(o.weight_decay);
   enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
           std::span<const Tensor>(outputs.data(), outputs.size()), attrs);

@@ -1,7 +1,9 @@
 // AdamW over many tensors in one Task (multi-tensor apply): every tensor is cut into fixed pieces and the
 // pieces of all tensors are spread over the pool. The update is torch.optim.AdamW's (single-tensor path),
-// operation for operation, with the scalars computed in double as Python does:
-//   p *= 1 - lr wd;  m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
+// and torch.optim.Adam's, operation for operation, with the scalars computed in double as Python does:
+//   t += 1 (each param's own 0-d float32 count, as torch's state["step"]);
+//   AdamW: p *= 1 - lr wd;  Adam: g = g + wd p;
+//   m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
 //   denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p += -(lr / (1 - b1^t)) * m / denom.
 #include "dygrad/backend/cpu/fused_adamw.h"
 
@@ -25,12 +27,18 @@ void adamw_kernel(Task& task) {
   const int64_t count = static_cast<int64_t>(task.inputs.size());
   const double lr = task.attrs.scalars[0].to_double(), beta1 = task.attrs.scalars[1].to_double();
   const double beta2 = task.attrs.scalars[2].to_double(), eps = task.attrs.scalars[3].to_double();
-  const double step = static_cast<double>(task.attrs.i[0]);
+  const bool decoupled = task.attrs.i[0] != 0;
   const double weight_decay = std::bit_cast<double>(task.attrs.i[1]);
-  const double decay = 1.0 - lr * weight_decay;
-  const double bias_correction1 = 1.0 - std::pow(beta1, step);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
-  const double step_size = lr / bias_correction1;
+  const double decay = decoupled ? 1.0 - lr * weight_decay : 1.0, l2 = decoupled ? 0.0 : weight_decay;
+  // Per tensor: bump its step count (torch's step_t += 1), then its bias corrections from the new count.
+  std::vector<double> step_sizes(static_cast<size_t>(count)), bias2_sqrts(static_cast<size_t>(count));
+  for (int64_t t = 0; t < count; ++t) {
+    float* step_count = task.outputs[static_cast<size_t>(3 * count + t)].data<float>();
+    *step_count += 1.0f;
+    const double step = static_cast<double>(*step_count);
+    step_sizes[static_cast<size_t>(t)] = lr / (1.0 - std::pow(beta1, step));
+    bias2_sqrts[static_cast<size_t>(t)] = std::sqrt(1.0 - std::pow(beta2, step));
+  }
   std::vector<Piece> pieces;
   for (int64_t t = 0; t < count; ++t)
     for (int64_t b = 0, n = task.inputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
@@ -43,7 +51,8 @@ void adamw_kernel(Task& task) {
         using C = compute_t<T>;
         const C c_decay = static_cast<C>(decay), weight = static_cast<C>(1.0 - beta1), c_beta2 = static_cast<C>(beta2);
         const C one_minus_beta2 = static_cast<C>(1.0 - beta2), c_eps = static_cast<C>(eps);
-        const C c_bias2 = static_cast<C>(bias_correction2_sqrt), neg_step = static_cast<C>(-step_size);
+        const C c_bias2 = static_cast<C>(bias2_sqrts[t]), neg_step = static_cast<C>(-step_sizes[t]);
+        const C c_l2 = static_cast<C>(l2);
         const bool small_weight = std::fabs(1.0 - beta1) < 0.5;  // torch's lerp picks its formula by this
         const T* g = task.inputs[t].data<T>();
         T* p = task.outputs[t].data<T>();
@@ -53,8 +62,9 @@ void adamw_kernel(Task& task) {
         // float32 and float64).
         auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
         for (int64_t i = piece.begin; i < piece.end; ++i) {
-          const C gi = static_cast<C>(g[i]);
-          const C pi = stored(static_cast<C>(p[i]) * c_decay);  // p.mul_(1 - lr wd)
+          const C p0 = static_cast<C>(p[i]);
+          const C gi = l2 != 0.0 ? stored(static_cast<C>(g[i]) + c_l2 * p0) : static_cast<C>(g[i]);  // grad.add(p, alpha=wd)
+          const C pi = decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
           const C m0 = static_cast<C>(m[i]);
           const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
           const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
