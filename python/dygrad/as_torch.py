@@ -9,6 +9,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import re
 import runpy
 import sys
@@ -117,7 +118,7 @@ def main(argv=None):
     script = argv[0]
     install()
     sys.argv = list(argv)
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(script)))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
         runpy.run_path(script, run_name="__main__")
     except ImportError as e:
@@ -125,6 +126,13 @@ def main(argv=None):
         if message is None:
             raise
         raise TorchNameMissing(message) from e
+    except AttributeError as e:
+        # A tensor method dygrad lacks surfaces as Python's bare AttributeError: name it as torch's. (Done here,
+        # once, rather than with a Tensor.__getattr__ that would tax every attribute access.)
+        from . import Tensor
+        if isinstance(e, TorchNameMissing) or not isinstance(getattr(e, "obj", None), Tensor):
+            raise
+        raise TorchNameMissing(_missing_message(f"torch.Tensor.{e.name}")) from e
     return 0
 
 
