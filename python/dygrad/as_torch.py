@@ -70,6 +70,21 @@ def dygrad_name(torch_name):
     return RENAMED[head] + ("." + rest if rest else "")
 
 
+def resolve(torch_name):
+    """The dygrad object a torch module name stands for: a module, or a namespace attribute of one (as
+    torch.cuda.amp is dygrad.cuda's `amp`). Raises ModuleNotFoundError naming the torch module."""
+    target = dygrad_name(torch_name)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as e:
+        parent, _, attr = target.rpartition(".")
+        try:
+            return getattr(importlib.import_module(parent), attr)
+        except (ImportError, AttributeError, ValueError):
+            pass
+        raise ModuleNotFoundError(_missing_message(torch_name) + f" (no module {target})", name=torch_name) from e
+
+
 class _TorchFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch" and not fullname.startswith("torch."):
@@ -77,12 +92,7 @@ class _TorchFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
-        try:
-            target = importlib.import_module(dygrad_name(spec.name))
-        except ModuleNotFoundError as e:
-            raise ModuleNotFoundError(_missing_message(spec.name) + f" (no module {dygrad_name(spec.name)})",
-                                      name=spec.name) from e
-        return _TorchAlias(spec.name, target)
+        return _TorchAlias(spec.name, resolve(spec.name))
 
     def exec_module(self, module):
         pass
