@@ -19,6 +19,8 @@ from . import _tensor  # noqa: E402
 from . import autograd  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .runtime import Context, get_context, set_context  # noqa: E402,F401
+from ._generator import Generator, default_generator, manual_seed, randperm  # noqa: E402,F401
+from ._probes import compile, device, get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _C._set_size_type(Size)
 _tensor.install()
@@ -50,3 +52,5 @@ def numel(input):
 # Subpackages in pure Python on top of the ops (imported last: they use the names above).
 from . import nn, optim  # noqa: E402,F401
 from . import data, models, profiler  # noqa: E402,F401
+from . import amp, backends, cuda, distributed, serialization, utils  # noqa: E402,F401
+from .serialization import load, save  # noqa: E402,F401

@@ -72,8 +72,8 @@ def save_checkpoint(path, model, optimizer, step, args):
             arrays[f"optim.{i}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
     rng = dg.get_rng_state() if hasattr(dg, "get_rng_state") else None
     meta = {"step": step, "config": args.config,
-            "optim_steps": json.dumps([optimizer.state[p].get("step", 0) for g in optimizer.param_groups
-                                       for p in g["params"]]),
+            "optim_steps": json.dumps([float(optimizer.state[p]["step"].item()) if optimizer.state[p] else 0
+                                       for g in optimizer.param_groups for p in g["params"]]),
             "rng": json.dumps(rng) if rng is not None else ""}
     save_file(arrays, path, meta)
 
@@ -84,7 +84,7 @@ def load_checkpoint(path, model, optimizer):
     steps = json.loads(meta["optim_steps"])
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if f"optim.{i}.exp_avg" in arrays:
-            optimizer.state[p] = {"step": steps[i], "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
+            optimizer.state[p] = {"step": dg.tensor(float(steps[i]), dtype=dg.float32), "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
                                   "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))

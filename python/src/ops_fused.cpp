@@ -119,25 +119,26 @@ bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::ve
   return true;
 }
 
-// adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-// weight_decay=1e-2): updates params, exp_avgs and exp_avg_sqs in place; returns None.
+// adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+// weight_decay=1e-2, decoupled_weight_decay=True): updates params, exp_avgs, exp_avg_sqs and the 0-d float32
+// state_steps in place; returns None.
 PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("adamw_step", {"params", "grads", "exp_avgs", "exp_avg_sqs", "step", "lr", "beta1", "beta2",
-                                            "eps", "weight_decay"}, 10, 5);
-  PyObject* a[10];
+  static const Signature sig("adamw_step", {"params", "grads", "exp_avgs", "exp_avg_sqs", "state_steps", "lr", "beta1",
+                                            "beta2", "eps", "weight_decay", "decoupled_weight_decay"}, 11, 5);
+  PyObject* a[11];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
-  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs;
-  int64_t step;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, state_steps;
   AdamWOptions o;
   if (!to_tensor_vector("adamw_step", "params", a[0], params) || !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
       !to_tensor_vector("adamw_step", "exp_avgs", a[2], exp_avgs) ||
-      !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) || !to_int_argument("adamw_step", "step", a[4], step) ||
+      !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) || !to_tensor_vector("adamw_step", "state_steps", a[4], state_steps) ||
       !to_double_argument("adamw_step", "lr", a[5], o.lr, o.lr) || !to_double_argument("adamw_step", "beta1", a[6], o.beta1, o.beta1) ||
       !to_double_argument("adamw_step", "beta2", a[7], o.beta2, o.beta2) || !to_double_argument("adamw_step", "eps", a[8], o.eps, o.eps) ||
-      !to_double_argument("adamw_step", "weight_decay", a[9], o.weight_decay, o.weight_decay))
+      !to_double_argument("adamw_step", "weight_decay", a[9], o.weight_decay, o.weight_decay) ||
+      !to_bool_argument("adamw_step", "decoupled_weight_decay", a[10], true, o.decoupled_weight_decay))
     return nullptr;
   return guarded([&] {
-    adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, o);
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o);
     Py_RETURN_NONE;
   });
 }
@@ -152,8 +153,8 @@ void init_ops_fused(nb::module_& m) {
       {"scaled_dot_product_attention", sdpa_entry,
        "scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None)", true, false},
       {"adamw_step", adamw_step_entry,
-       "adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
-       "weight_decay=1e-2) -> None: in place",
+       "adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
+       "weight_decay=1e-2, decoupled_weight_decay=True) -> None: in place, state_steps (0-d float32) incremented",
        true, false},
   };
   register_ops(m, entries);

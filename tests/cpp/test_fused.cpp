@@ -552,22 +552,30 @@ TEST(FusedAttention, Errors) {
 
 // --- adamw_step ----------------------------------------------------------------------------------------
 namespace {
-// torch.optim.AdamW's single-tensor update on the host, operation for operation.
+// torch.optim.AdamW's (or Adam's) single-tensor update on the host, operation for operation.
 void adamw_reference(std::vector<double>& p, const std::vector<double>& g, std::vector<double>& m, std::vector<double>& v,
                      int64_t step, const AdamWOptions& o) {
   const double bc1 = 1 - std::pow(o.beta1, double(step)), bc2_sqrt = std::sqrt(1 - std::pow(o.beta2, double(step)));
   const double step_size = o.lr / bc1, w = 1 - o.beta1;
   for (size_t i = 0; i < p.size(); ++i) {
-    p[i] *= 1 - o.lr * o.weight_decay;
-    m[i] = m[i] + w * (g[i] - m[i]);
-    v[i] = v[i] * o.beta2 + (1 - o.beta2) * g[i] * g[i];
+    const double gi = o.decoupled_weight_decay ? g[i] : g[i] + o.weight_decay * p[i];
+    if (o.decoupled_weight_decay) p[i] *= 1 - o.lr * o.weight_decay;
+    m[i] = m[i] + w * (gi - m[i]);
+    v[i] = v[i] * o.beta2 + (1 - o.beta2) * gi * gi;
     const double denom = std::sqrt(v[i]) / bc2_sqrt + o.eps;
     p[i] = p[i] + -step_size * m[i] / denom;
   }
 }
 }  // namespace
 
+std::vector<Tensor> step_counts(size_t n) {
+  std::vector<Tensor> steps;
+  for (size_t i = 0; i < n; ++i) steps.push_back(zeros_of(Shape{}));
+  return steps;
+}
+
 TEST(FusedAdamW, MatchesTorchFormulaOverSteps) {
+  for (bool decoupled : {true, false})
   for (DType dtype : {DType::Float64, DType::Float32}) {
     const double tol = dtype == DType::Float64 ? 1e-14 : 1e-6;
     const std::vector<Shape> shapes = {{7}, {130, 300}, {3, 4}};  // the middle one spans several pieces
@@ -585,12 +593,15 @@ TEST(FusedAdamW, MatchesTorchFormulaOverSteps) {
     AdamWOptions o;
     o.lr = 3e-2;
     o.weight_decay = 0.05;
+    o.decoupled_weight_decay = decoupled;
+    std::vector<Tensor> steps = step_counts(shapes.size());
     for (int64_t step = 1; step <= 5; ++step) {
       grads.clear();
       for (size_t i = 0; i < shapes.size(); ++i) grads.push_back(random_tensor(shapes[i], dtype, 100 + uint32_t(step * 7 + i)));
       const uint32_t version = params[1].version();
-      adamw_step(params, grads, ms, vs, step, o);
+      adamw_step(params, grads, ms, vs, steps, o);
       EXPECT_GT(params[1].version(), version);
+      for (const Tensor& s : steps) EXPECT_EQ(values(s), std::vector<double>{double(step)});  // counted in the Task
       for (size_t i = 0; i < shapes.size(); ++i) adamw_reference(rp[i], values(grads[i]), rm[i], rv[i], step, o);
     }
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -604,20 +615,23 @@ TEST(FusedAdamW, MatchesTorchFormulaOverSteps) {
 TEST(FusedAdamW, Errors) {
   const std::string op = "adamw_step";
   std::vector<Tensor> p = {zeros_of({3})}, g = {zeros_of({3})}, m = {zeros_of({3})}, v = {zeros_of({3})};
-  std::vector<Tensor> none;
-  expect_error([&] { adamw_step(p, g, m, none, 1); }, ErrorKind::Value, op);
-  expect_error([&] { adamw_step(p, g, m, v, 0); }, ErrorKind::Value, op);
+  std::vector<Tensor> none, s = step_counts(1);
+  expect_error([&] { adamw_step(p, g, m, none, s); }, ErrorKind::Value, op);
+  expect_error([&] { adamw_step(p, g, m, v, none); }, ErrorKind::Value, op);
+  std::vector<Tensor> s64 = {zeros_of(Shape{}, DType::Float64)}, s1 = {zeros_of({1})};
+  expect_error([&] { adamw_step(p, g, m, v, s64); }, ErrorKind::Type, op);
+  expect_error([&] { adamw_step(p, g, m, v, s1); }, ErrorKind::Type, op);
   std::vector<Tensor> g64 = {zeros_of({3}, DType::Float64)};
-  expect_error([&] { adamw_step(p, g64, m, v, 1); }, ErrorKind::Type, op);
+  expect_error([&] { adamw_step(p, g64, m, v, s); }, ErrorKind::Type, op);
   std::vector<Tensor> g4 = {zeros_of({4})};
-  expect_error([&] { adamw_step(p, g4, m, v, 1); }, ErrorKind::Value, op);
+  expect_error([&] { adamw_step(p, g4, m, v, s); }, ErrorKind::Value, op);
   Tensor leaf = zeros_of({3});
   leaf.set_requires_grad(true);
   std::vector<Tensor> non_leaf = {mul(leaf, 2.0)};
-  expect_error([&] { adamw_step(non_leaf, g, m, v, 1); }, ErrorKind::Runtime, op);
+  expect_error([&] { adamw_step(non_leaf, g, m, v, s); }, ErrorKind::Runtime, op);
   AdamWOptions bad;
   bad.lr = -1;
-  expect_error([&] { adamw_step(p, g, m, v, 1, bad); }, ErrorKind::Value, op);
+  expect_error([&] { adamw_step(p, g, m, v, s, bad); }, ErrorKind::Value, op);
 }
 
 // --- gradients that arrive broadcast (sum's backward is an expand: every stride 0) -------------------------

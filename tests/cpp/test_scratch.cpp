@@ -146,14 +146,15 @@ void run_workload(DType dtype) {
     if (wide) sum(random_tensor({70000}, DType::Int32, 14));
   }
   {  // AdamW over three tensors, one of several pieces
-    std::vector<Tensor> params, grads, ms, vs;
+    std::vector<Tensor> params, grads, ms, vs, steps;
     for (int64_t n : {40000, 100, 7}) {
       params.push_back(random_tensor({n}, dtype, 15));
       grads.push_back(random_tensor({n}, dtype, 16));
       ms.push_back(zeros(Shape{n}, {dtype}));
       vs.push_back(zeros(Shape{n}, {dtype}));
+      steps.push_back(zeros(Shape{}, {DType::Float32}));
     }
-    adamw_step(params, grads, ms, vs, 1);
+    adamw_step(params, grads, ms, vs, steps);
   }
   {  // ops declared without scratch: softmax family, elementwise, swiglu
     Tensor x = random_tensor({64, 200}, dtype, 17);

@@ -142,6 +142,7 @@ def test_adamw_step_matches_torch():
     params_d = [dg.tensor(p.numpy().copy()) for p in params_t]
     exp_avgs = [dg.zeros(*s, dtype=dg.float64) for s in shapes]
     exp_avg_sqs = [dg.zeros(*s, dtype=dg.float64) for s in shapes]
+    steps = [dg.tensor(0.0) for _ in shapes]
     params_t = [torch.nn.Parameter(p) for p in params_t]
     opt = torch.optim.AdamW(params_t, lr=1e-2, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, foreach=False)
     for step in (1, 2, 3):
@@ -149,16 +150,20 @@ def test_adamw_step_matches_torch():
         for p, g in zip(params_t, grads):
             p.grad = torch.tensor(g)
         opt.step()
-        assert dg.adamw_step(params_d, [dg.tensor(g) for g in grads], exp_avgs, exp_avg_sqs, step, lr=1e-2,
+        assert dg.adamw_step(params_d, [dg.tensor(g) for g in grads], exp_avgs, exp_avg_sqs, steps, lr=1e-2,
                              beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1) is None
+        assert [s.item() for s in steps] == [float(step)] * len(shapes)  # counted inside the Task
     for d, t in zip(params_d, params_t):
         close(d, t, rtol=1e-10)
     for d, t in zip(exp_avgs, params_t):
         close(d, opt.state[t]["exp_avg"], rtol=1e-10)
     with pytest.raises(TypeError, match=r"\[adamw_step\]"):
-        dg.adamw_step(params_d[0], [], [], [], 1)
+        dg.adamw_step(params_d[0], [], [], [], [])
     with pytest.raises(TypeError, match=r"\[adamw_step\]"):
-        dg.adamw_step([1.0], [], [], [], 1)
+        dg.adamw_step([1.0], [], [], [], [])
+    with pytest.raises(TypeError, match=r"\[adamw_step\] state_steps\[0\] must be a 0-d float32"):
+        dg.adamw_step(params_d[:1], [dg.zeros(4, 3, dtype=dg.float64)], exp_avgs[:1], exp_avg_sqs[:1],
+                      [dg.tensor(0.0, dtype=dg.float64)])
 
 
 def test_set_memory_category():

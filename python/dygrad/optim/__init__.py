@@ -1,4 +1,5 @@
-"""dygrad.optim: optimizers with torch.optim's names, defaults and update formulas."""
-from .adamw import AdamW  # noqa: F401
+"""dygrad.optim: optimizers and learning-rate schedules with torch.optim's names, defaults and formulas."""
+from . import lr_scheduler  # noqa: F401
+from .adam import Adam, AdamW  # noqa: F401
 from .optimizer import Optimizer  # noqa: F401
 from .sgd import SGD  # noqa: F401

@@ -105,7 +105,14 @@ class Optimizer:
             p = params[int(i)]
             restored = {}
             for k, v in s.items():
-                restored[k] = state_tensor(v.clone()) if isinstance(v, Tensor) else v
+                if not isinstance(v, Tensor):
+                    restored[k] = v
+                elif k == "step":  # torch keeps step counts float32 whatever the param's dtype
+                    restored[k] = v.clone()
+                elif v.is_floating_point() and v.dtype != p.dtype:  # moments follow the param, as torch casts
+                    restored[k] = state_tensor(v.to(p.dtype))
+                else:
+                    restored[k] = state_tensor(v.clone())
             self.state[p] = restored
 
     def __repr__(self):

@@ -257,7 +257,8 @@ Tensor swiglu(const Tensor& x) {
 namespace {
 OpCost adamw_cost(const Task& t) {
   double elements = 0, bytes = 0;
-  for (const Tensor& g : t.inputs) {
+  for (size_t i = 0; i < t.outputs.size() / 4; ++i) {
+    const Tensor& g = t.outputs[i];
     elements += double(g.numel());
     bytes += 7 * double(g.numel()) * double(g.itemsize());  // read g, p, m, v; write p, m, v
   }
@@ -266,21 +267,23 @@ OpCost adamw_cost(const Task& t) {
 }  // namespace
 
 // Scratch of the CPU kernel (backend/cpu/fused_adamw.cpp): its list of pieces of kAdamWPiece elements, each
-// {tensor, begin, end}; outputs are (params, exp_avgs, exp_avg_sqs), count each.
+// {tensor, begin, end}, and two doubles per tensor (its step size and bias correction); outputs are (params,
+// exp_avgs, exp_avg_sqs, steps), count each.
 size_t adamw_scratch(const Task& t) {
+  const size_t count = t.outputs.size() / 4;
   size_t pieces = 0;
-  for (size_t i = 0; i < t.outputs.size() / 3; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
-  return pieces * 3 * sizeof(int64_t);
+  for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
+  return pieces * 3 * sizeof(int64_t) + 2 * count * sizeof(double);
 }
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace, .scratch = adamw_scratch});
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& o) {
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o) {
   const char* name = "adamw_step";
-  DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size(),
+  DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
+               state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
-           exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs");
-  DG_CHECK(step >= 1, Value, "[", name, "] step counts from 1, got ", step);
+           exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs, ", state_steps.size(), " state_steps");
   DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
   DG_CHECK(o.eps >= 0, Value, "[", name, "] Invalid epsilon value: ", o.eps);
   DG_CHECK(o.beta1 >= 0 && o.beta1 < 1, Value, "[", name, "] Invalid beta parameter at index 0: ", o.beta1);
@@ -308,15 +311,21 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
     }
     DG_CHECK(p.is_contiguous() && exp_avgs[i].is_contiguous() && exp_avg_sqs[i].is_contiguous(), Value, "[", name,
              "] param ", i, " of shape ", p.shape(), " or its state is not contiguous");
+    check_defined(name, state_steps[i], "state_steps");
+    check_same_device(name, p, state_steps[i]);
+    DG_CHECK(state_steps[i].dtype() == DType::Float32 && state_steps[i].dim() == 0, Type, "[", name, "] state_steps[",
+             i, "] must be a 0-d float32 tensor, got ", dtype_name(state_steps[i].dtype()), " of shape ",
+             state_steps[i].shape());
   }
   // Updated in place: outputs, and inputs too (kOpInplace: input i is output i), then the gradients.
   for (Tensor& p : params) outputs.push_back(p);
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
+  for (Tensor& s : state_steps) outputs.push_back(s);
   for (const Tensor& t : outputs) inputs.push_back(t);
   for (const Tensor& g : grads) inputs.push_back(contiguous(g));
   for (Tensor& t : outputs) t.storage().bump_version();
-  const AdamWAttrs attrs{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, step};
+  const AdamWAttrs attrs{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled_weight_decay};
   enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
           std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
 }

@@ -40,19 +40,24 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 
-// One AdamW step over lists of tensors, in place, as torch.optim.AdamW (amsgrad=False, maximize=False):
-//   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+// One AdamW (or Adam) step over lists of tensors, in place, as torch.optim.AdamW / Adam (amsgrad=False,
+// maximize=False, single-tensor path):
+//   AdamW: p *= 1 - lr wd;           Adam: g = g + wd p;
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).
-// `step` counts from 1 (the value after this step's increment). Params must be leaves; each param, grad,
-// exp_avg and exp_avg_sq share shape and dtype, and params and states are contiguous. One Task for all.
+// `state_steps` holds one 0-d float32 tensor per param (torch's state["step"]); the Task adds 1 to each
+// before the update, so a step count never leaves the stream and a state dict is torch's. Params must be
+// leaves; each param, grad, exp_avg and exp_avg_sq share shape and dtype, params and states are contiguous.
+// One Task for all.
 struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  bool decoupled_weight_decay = true;  // false: Adam's L2 penalty added to the gradient
 };
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, int64_t step, const AdamWOptions& options = {});
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& options = {});
 
 }  // namespace dg

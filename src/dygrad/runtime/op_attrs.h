@@ -152,11 +152,12 @@ struct AttentionAttrs {
   AttentionMask mask = AttentionMask::None;
 };
 
-// adamw_step: the hyper-parameters and the 1-based step count.
+// adamw_step (AdamW, and Adam with decoupled = false): the hyper-parameters. The step counts are tensors of the
+// Task (torch's 0-d float32 state["step"]), incremented by the kernel.
 struct AdamWAttrs {
   static constexpr const char* kName = "AdamWAttrs";
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
-  int64_t step = 1;
+  bool decoupled = true;  // AdamW: p *= 1 - lr wd; false (Adam): g += wd p
 };
 
 }  // namespace dg

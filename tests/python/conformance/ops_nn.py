@@ -17,18 +17,21 @@ def rope_reference(interleaved):
 
 
 def adamw(m, p, g, exp_avg, exp_avg_sq):
-    """One AdamW step at step 3 (dygrad: the fused op, in place; torch: its formula), returning the states."""
+    """One AdamW step at step 3 (dygrad: the fused op, in place, its step count a 0-d float32 tensor that the Task
+    increments from 2; torch: its formula), returning the states and the count."""
     lr, b1, b2, eps, wd, step = 1e-2, 0.8, 0.95, 1e-6, 0.1, 3
     if m.__name__ == "dygrad":
-        m.adamw_step([p], [g], [exp_avg], [exp_avg_sq], step, lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
-        return p, exp_avg, exp_avg_sq
+        count = m.full((), float(step - 1))
+        m.adamw_step([p], [g], [exp_avg], [exp_avg_sq], [count], lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
+        return p, exp_avg, exp_avg_sq, count
+    count = m.full((), float(step))
     with m.no_grad():
         p.mul_(1 - lr * wd)
         exp_avg.mul_(b1).add_(g, alpha=1 - b1)
         exp_avg_sq.mul_(b2).add_(g * g, alpha=1 - b2)
         denom = (exp_avg_sq / (1 - b2 ** step)).sqrt() + eps
         p.add_(exp_avg / (1 - b1 ** step) / denom, alpha=-lr)
-    return p, exp_avg, exp_avg_sq
+    return p, exp_avg, exp_avg_sq, count
 
 
 def sdpa(**kw):

@@ -1,7 +1,9 @@
 // AdamW over many tensors in one Task (multi-tensor apply): every tensor is cut into fixed pieces and the
 // pieces of all tensors are spread over the pool. The update is torch.optim.AdamW's (single-tensor path),
-// operation for operation, with the scalars computed in double as Python does:
-//   p *= 1 - lr wd;  m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
+// and torch.optim.Adam's, operation for operation, with the scalars computed in double as Python does:
+//   t += 1 (each param's own 0-d float32 count, as torch's state["step"]);
+//   AdamW: p *= 1 - lr wd;  Adam: g = g + wd p;
+//   m = lerp(m, g, 1 - b1);  v = v b2 + (1 - b2) g g;
 //   denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p += -(lr / (1 - b1^t)) * m / denom.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
@@ -14,9 +16,10 @@
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
-// outputs (param_0 .. param_{P-1}, exp_avg_0 .., exp_avg_sq_0 ..), all contiguous, updated in place, and inputs
-// (the same 3P tensors, then grad_0 .. grad_{P-1}): an in-place op lists what it updates as inputs too
-// (kOpInplace). AdamWAttrs: lr, betas, eps, weight_decay, the 1-based step.
+// outputs (param_0 .. param_{P-1}, exp_avg_0 .., exp_avg_sq_0 .., step_0 .. step_{P-1}), all contiguous, updated
+// in place (step_i: a 0-d float32 count, incremented before the update), and inputs (the same 4P tensors, then
+// grad_0 .. grad_{P-1}): an in-place op lists what it updates as inputs too (kOpInplace). AdamWAttrs: lr, betas,
+// eps, weight_decay and whether the decay is decoupled (AdamW) or an L2 term added to the gradient (Adam).
 
 namespace dg::cpu {
 
@@ -29,16 +32,21 @@ struct Piece {
 }  // namespace
 
 void adamw_kernel(Task& task) {
-  const int64_t count = static_cast<int64_t>(task.outputs.size()) / 3;
-  const size_t first_grad = 3 * static_cast<size_t>(count);
+  const int64_t count = static_cast<int64_t>(task.outputs.size()) / 4;
+  const size_t first_grad = 4 * static_cast<size_t>(count);
   const AdamWAttrs& attrs = task.attrs.get<AdamWAttrs>();
   const double lr = attrs.lr, beta1 = attrs.beta1, beta2 = attrs.beta2, eps = attrs.eps;
-  const double step = static_cast<double>(attrs.step);
   const double weight_decay = attrs.weight_decay;
-  const double decay = 1.0 - lr * weight_decay;
-  const double bias_correction1 = 1.0 - std::pow(beta1, step);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
-  const double step_size = lr / bias_correction1;
+  const double decay = attrs.decoupled ? 1.0 - lr * weight_decay : 1.0, l2 = attrs.decoupled ? 0.0 : weight_decay;
+  // Per tensor: bump its step count (torch's step_t += 1), then its bias corrections from the new count.
+  std::vector<double> step_sizes(static_cast<size_t>(count)), bias2_sqrts(static_cast<size_t>(count));
+  for (int64_t t = 0; t < count; ++t) {
+    float* step_count = task.outputs[static_cast<size_t>(3 * count + t)].data<float>();
+    *step_count += 1.0f;
+    const double step = static_cast<double>(*step_count);
+    step_sizes[static_cast<size_t>(t)] = lr / (1.0 - std::pow(beta1, step));
+    bias2_sqrts[static_cast<size_t>(t)] = std::sqrt(1.0 - std::pow(beta2, step));
+  }
   int64_t num_pieces = 0;
   for (int64_t t = 0; t < count; ++t) num_pieces += (task.outputs[static_cast<size_t>(t)].numel() + kPiece - 1) / kPiece;
   std::vector<Piece> pieces;
@@ -54,7 +62,8 @@ void adamw_kernel(Task& task) {
         using C = compute_t<T>;
         const C c_decay = static_cast<C>(decay), weight = static_cast<C>(1.0 - beta1), c_beta2 = static_cast<C>(beta2);
         const C one_minus_beta2 = static_cast<C>(1.0 - beta2), c_eps = static_cast<C>(eps);
-        const C c_bias2 = static_cast<C>(bias_correction2_sqrt), neg_step = static_cast<C>(-step_size);
+        const C c_bias2 = static_cast<C>(bias2_sqrts[t]), neg_step = static_cast<C>(-step_sizes[t]);
+        const C c_l2 = static_cast<C>(l2);
         const bool small_weight = std::fabs(1.0 - beta1) < 0.5;  // torch's lerp picks its formula by this
         const T* g = task.inputs[first_grad + t].data<T>();
         T* p = task.outputs[t].data<T>();
@@ -64,8 +73,9 @@ void adamw_kernel(Task& task) {
         // float32 and float64).
         auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
         for (int64_t i = piece.begin; i < piece.end; ++i) {
-          const C gi = static_cast<C>(g[i]);
-          const C pi = stored(static_cast<C>(p[i]) * c_decay);  // p.mul_(1 - lr wd)
+          const C p0 = static_cast<C>(p[i]);
+          const C gi = l2 != 0.0 ? stored(static_cast<C>(g[i]) + c_l2 * p0) : static_cast<C>(g[i]);  // grad.add(p, alpha=wd)
+          const C pi = decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
           const C m0 = static_cast<C>(m[i]);
           const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
           const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_

@@ -1,0 +1,125 @@
+"""Adam and AdamW with torch.optim's signatures, defaults, state and update formulas (AdamW is Adam with
+decoupled weight decay, as in torch 2.13). Each parameter's state is torch's: `step` (a 0-d float32 tensor),
+`exp_avg`, `exp_avg_sq` (and `max_exp_avg_sq` with amsgrad), so state dicts load in either framework.
+
+The update of all parameters of a group runs as one multi-tensor Task (dygrad's adamw_step), which also
+increments every `step` tensor on the stream: no host-side count, no sync. `foreach` and `fused` are accepted
+for torch's signature; dygrad's step is always the fused one. amsgrad (and parameters the Task cannot take:
+non-contiguous ones) take the composed path, torch's single-tensor formula op by op."""
+import math
+
+from .. import _C
+from .._C import Tensor
+from ..autograd import no_grad
+from .optimizer import Optimizer, state_tensor
+
+
+def _step_tensor(value=0.0):
+    return _C.tensor(float(value), dtype=_C.float32)
+
+
+class Adam(Optimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False):
+        if isinstance(lr, Tensor):
+            raise NotImplementedError(f"{type(self).__name__}: lr as a Tensor is not supported by dygrad yet")
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if differentiable:
+            raise NotImplementedError(f"{type(self).__name__}: differentiable=True is not supported by dygrad")
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
+                        foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
+                        decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults)
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group.setdefault("decoupled_weight_decay", isinstance(self, AdamW))
+            for p in group["params"]:
+                state = self.state.get(p)
+                if state and not isinstance(state["step"], Tensor):  # a count saved as a number
+                    state["step"] = _step_tensor(state["step"])
+
+    def _init_group(self, group):
+        params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["step"] = _step_tensor()
+                state["exp_avg"] = state_tensor(_C.zeros_like(p))
+                state["exp_avg_sq"] = state_tensor(_C.zeros_like(p))
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = state_tensor(_C.zeros_like(p))
+            params.append(p)
+            grads.append(-p.grad if group["maximize"] else p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            if group["amsgrad"]:
+                max_exp_avg_sqs.append(state["max_exp_avg_sq"])
+            steps.append(state["step"])
+        return params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            from ..autograd import enable_grad
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = self._init_group(group)
+                if not params:
+                    continue
+                beta1, beta2 = group["betas"]
+                if not group["amsgrad"] and all(p.is_contiguous() for p in params):
+                    _C.adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"], beta1=beta1,
+                                  beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                                  decoupled_weight_decay=group["decoupled_weight_decay"])
+                    continue
+                _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group)
+        return loss
+
+
+def _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group):
+    """torch.optim.adam._single_tensor_adam (capturable=False), op for op: the step count is read on the host."""
+    lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    for i, (p, g, m, v, step_t) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
+        step_t.add_(1)
+        if weight_decay != 0:
+            if group["decoupled_weight_decay"]:
+                p.mul_(1 - lr * weight_decay)
+            else:
+                g = g.add(p, alpha=weight_decay)
+        if 1 - beta1 < 0.5:  # torch's lerp_(g, 1 - beta1), which picks its formula by the weight
+            m.add_(g - m, alpha=1 - beta1)
+        else:
+            m.copy_(g - (g - m) * beta1)
+        v.mul_(beta2).add_(g * (1 - beta2) * g)  # addcmul_(g, g, value=1 - beta2)
+        step = step_t.item()
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+        if group["amsgrad"]:
+            max_exp_avg_sqs[i].copy_(_C.maximum(max_exp_avg_sqs[i], v))
+            v = max_exp_avg_sqs[i]
+        denom = (_C.sqrt(v) / bias_correction2_sqrt).add_(eps)
+        p.add_(m * (-lr / bias_correction1) / denom)  # addcdiv_(m, denom, value=-step_size)
+
+
+class AdamW(Adam):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

@@ -1,0 +1,2 @@
+"""dygrad.utils: torch.utils' training pieces (data loading)."""
+from . import data  # noqa: F401

@@ -1,0 +1,73 @@
+"""Issue 12 item 5: `python3 -m dygrad.as_torch script.py ARGS` runs an unmodified torch script on dygrad:
+torch and its submodules resolve to dygrad's, a missing name fails with an error that names it and points
+at docs/pytorch-api.md (an AttributeError subclass, so hasattr probes still work)."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run_script(tmp_path, source, *args):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    return subprocess.run([sys.executable, "-m", "dygrad.as_torch", str(script), *args], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+
+
+def test_torch_and_its_submodules_resolve_to_dygrad(tmp_path):
+    result = run_script(tmp_path, """
+        import sys
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from torch import optim
+        from torch.optim.lr_scheduler import StepLR
+        from torch.utils.data import DataLoader, TensorDataset
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        import dygrad
+        assert torch.Tensor is dygrad.Tensor and nn.Linear is dygrad.nn.Linear and F.relu is dygrad.nn.functional.relu
+        assert optim.AdamW is dygrad.optim.AdamW and StepLR is dygrad.optim.lr_scheduler.StepLR
+        assert DataLoader is dygrad.utils.data.DataLoader and not dist.is_available()
+        assert torch.nn.functional is F and torch.utils.data.TensorDataset is TensorDataset
+        assert not hasattr(torch, "no_such_function") and hasattr(torch, "zeros")
+        torch.backends.cudnn.benchmark = True  # a flag write reaches dygrad's module
+        assert dygrad.backends.cudnn.benchmark is True
+        print("argv", sys.argv[1:], __name__, type(torch.zeros(2)).__module__)
+    """, "--lr", "0.1")
+    assert result.returncode == 0, result.stderr
+    assert "argv ['--lr', '0.1'] __main__ dygrad" in result.stdout
+
+
+@pytest.mark.parametrize("line,name", [
+    ("torch.no_such_function(1)", "torch.no_such_function"),
+    ("from torch.nn import NoSuchLayer", "torch.nn.NoSuchLayer"),
+    ("import torch.no_such_module", "torch.no_such_module"),
+    ("torch.zeros(2).no_such_method()", "torch.Tensor.no_such_method"),
+])
+def test_a_missing_name_is_named_with_a_pointer_to_the_conformance_table(tmp_path, line, name):
+    result = run_script(tmp_path, f"""
+        import torch
+        import torch.nn
+
+        def main():
+            {line}
+
+        main()
+    """)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert name in last and "docs/pytorch-api.md" in last, result.stderr
+    assert last.startswith(("dygrad.as_torch.TorchNameMissing", "TorchNameMissing", "ModuleNotFoundError")), last
+
+
+def test_install_refuses_when_real_torch_is_loaded():
+    code = "import torch, dygrad.as_torch as h\ntry:\n    h.install()\nexcept RuntimeError as e:\n    print('refused', e)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused" in result.stdout and "already imported" in result.stdout
+
+
+def test_help_and_usage(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "dygrad.as_torch"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "usage: python3 -m dygrad.as_torch script.py" in result.stdout

@@ -1,0 +1,173 @@
+"""Issue 12 item 1: Adam, AdamW and SGD against torch.optim 2.13: same updates over several steps with
+per-group options, torch's per-parameter state (a 0-d float32 `step` counted inside the fused Task),
+interchangeable state dicts, torch's signatures and argument errors."""
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+import dygrad as dg
+
+SHAPES = [(4, 3), (5,), (130, 300)]  # the last spans several pieces of the fused kernel
+
+
+def make_params(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
+    return ([dg.nn.Parameter(dg.tensor(a.copy())) for a in arrays],
+            [torch.nn.Parameter(torch.tensor(a.copy())) for a in arrays])
+
+
+def groups_of(params, per_group):
+    """Two groups: the first param alone with per-group options, the others with the defaults."""
+    return [dict(params=params[:1], **per_group), dict(params=params[1:])]
+
+
+def run_steps(d_opt, t_opt, d_params, t_params, steps, dtype, seed=1):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        for d, t in zip(d_params, t_params):
+            g = rng.standard_normal(tuple(t.shape)).astype(dtype)
+            d.grad, t.grad = dg.tensor(g.copy()), torch.tensor(g.copy())
+        d_opt.step()
+        t_opt.step()
+
+
+def assert_same(d_params, t_params, rtol):
+    for d, t in zip(d_params, t_params):
+        np.testing.assert_allclose(d.detach().numpy(), t.detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
+
+
+CASES = [
+    ("Adam", dict(lr=1e-2), dict(lr=3e-2, weight_decay=0.1, betas=(0.8, 0.95))),
+    ("Adam", dict(lr=1e-2, weight_decay=0.05, eps=1e-6, maximize=True), dict(weight_decay=0.0)),
+    ("Adam", dict(lr=1e-2, amsgrad=True, weight_decay=0.01), dict(lr=5e-3)),
+    ("Adam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True), dict(lr=5e-3)),
+    ("AdamW", dict(lr=1e-2), dict(weight_decay=0.0, lr=2e-2)),
+    ("AdamW", dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, foreach=False), dict(betas=(0.5, 0.9))),
+    ("AdamW", dict(lr=1e-2, amsgrad=True, maximize=True), dict(weight_decay=0.3)),
+    ("SGD", dict(lr=0.1), dict(lr=0.01)),
+    ("SGD", dict(lr=0.1, momentum=0.9), dict(momentum=0.5, dampening=0.3)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2), dict(weight_decay=0.0, lr=0.05)),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.1, weight_decay=1e-3, maximize=True), dict(lr=0.2)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name,options,per_group", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_updates_match_torch_with_param_groups(name, options, per_group, dtype):
+    d_params, t_params = make_params(dtype)
+    d_opt = getattr(dg.optim, name)(groups_of(d_params, per_group), **options)
+    t_opt = getattr(torch.optim, name)(groups_of(t_params, per_group), **options)
+    run_steps(d_opt, t_opt, d_params, t_params, 5, dtype)
+    assert_same(d_params, t_params, 1e-12 if dtype == np.float64 else 2e-6)
+    for d, t in zip(d_params, t_params):
+        for key, tv in t_opt.state[t].items():
+            dv = d_opt.state[d][key]
+            assert str(dv.dtype).split(".")[-1] == str(tv.dtype).split(".")[-1], key
+            np.testing.assert_allclose(dv.numpy(), tv.numpy(), rtol=1e-12 if dtype == np.float64 else 2e-6,
+                                       atol=1e-9)
+        assert set(d_opt.state[d]) == set(t_opt.state[t])
+
+
+def test_adam_step_is_a_float32_tensor_counted_in_the_fused_task():
+    d_params, t_params = make_params(np.float64)
+    d_opt, t_opt = dg.optim.AdamW(d_params, lr=1e-3), torch.optim.AdamW(t_params, lr=1e-3)
+    run_steps(d_opt, t_opt, d_params, t_params, 3, np.float64)
+    for d, t in zip(d_params, t_params):
+        step, t_step = d_opt.state[d]["step"], t_opt.state[t]["step"]
+        assert isinstance(step, dg.Tensor) and step.dim() == 0 and step.dtype == dg.float32
+        assert t_step.dtype == torch.float32 and step.item() == t_step.item() == 3.0
+    # each param keeps its own count: a param that gets no gradient is not stepped
+    d_params[0].grad = None
+    for p in d_params[1:]:
+        p.grad = dg.zeros_like(p)
+    d_opt.step()
+    assert [d_opt.state[p]["step"].item() for p in d_params] == [3.0, 4.0, 4.0]
+
+
+def as_dygrad(obj):
+    """A torch state dict with its tensors as dygrad tensors (what dygrad.load of torch's file returns)."""
+    if isinstance(obj, torch.Tensor):
+        return dg.tensor(obj.detach().numpy().copy())
+    if isinstance(obj, dict):
+        return {k: as_dygrad(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [as_dygrad(v) for v in obj]
+    return obj
+
+
+@pytest.mark.parametrize("name,options", [("AdamW", dict(lr=1e-2, weight_decay=0.1)), ("Adam", dict(lr=1e-2)),
+                                          ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True))])
+def test_state_dicts_have_torchs_layout_and_resume_from_torchs(name, options):
+    d_params, t_params = make_params(np.float64)
+    d_opt = getattr(dg.optim, name)(groups_of(d_params, dict(lr=2e-2)), **options)
+    t_opt = getattr(torch.optim, name)(groups_of(t_params, dict(lr=2e-2)), **options)
+    run_steps(d_opt, t_opt, d_params, t_params, 2, np.float64)
+    d_sd, t_sd = d_opt.state_dict(), t_opt.state_dict()
+    assert [sorted(g) for g in d_sd["param_groups"]] == [sorted(g) for g in t_sd["param_groups"]]
+    assert d_sd["param_groups"] == t_sd["param_groups"]
+    assert sorted(d_sd["state"]) == sorted(t_sd["state"])
+    # a fresh dygrad optimizer resumes from torch's state dict and continues exactly as torch does
+    resumed_params = [dg.nn.Parameter(dg.tensor(t.detach().numpy().copy())) for t in t_params]
+    resumed = getattr(dg.optim, name)(groups_of(resumed_params, dict(lr=2e-2)), **options)
+    resumed.load_state_dict(as_dygrad(t_sd))
+    run_steps(resumed, t_opt, resumed_params, t_params, 3, np.float64, seed=7)
+    assert_same(resumed_params, t_params, 1e-12)
+    if "step" in t_sd["state"][0]:
+        assert resumed.state[resumed_params[0]]["step"].item() == 5.0
+
+
+def test_load_state_dict_errors_as_torch():
+    d_params, _ = make_params(np.float64)
+    opt = dg.optim.AdamW(d_params)
+    with pytest.raises(ValueError, match="different number of parameter groups"):
+        opt.load_state_dict({"state": {}, "param_groups": []})
+    sd = opt.state_dict()
+    sd["param_groups"][0]["params"] = [0]
+    with pytest.raises(ValueError, match="doesn't match the size"):
+        opt.load_state_dict(sd)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
+def test_signatures_are_torchs(name):
+    ours = inspect.signature(getattr(dg.optim, name)).parameters
+    theirs = inspect.signature(getattr(torch.optim, name)).parameters
+    assert list(ours) == list(theirs)
+    for key, parameter in theirs.items():
+        assert ours[key].kind == parameter.kind, key
+        assert ours[key].default == parameter.default, key
+    assert "fused" in ours and "foreach" in ours  # nanoGPT's probe for a fused AdamW
+
+
+@pytest.mark.parametrize("name,bad", [("Adam", dict(lr=-1.0)), ("Adam", dict(eps=-1.0)), ("Adam", dict(betas=(1.0, 0.9))),
+                                      ("Adam", dict(betas=(0.9, -0.1))), ("AdamW", dict(weight_decay=-1.0)),
+                                      ("SGD", dict(lr=-0.1)), ("SGD", dict(momentum=-0.5)),
+                                      ("SGD", dict(lr=0.1, nesterov=True)),
+                                      ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, nesterov=True))])
+def test_argument_errors_match_torch(name, bad):
+    with pytest.raises(ValueError) as t_err:
+        getattr(torch.optim, name)([torch.nn.Parameter(torch.zeros(2))], **bad)
+    with pytest.raises(ValueError) as d_err:
+        getattr(dg.optim, name)([dg.nn.Parameter(dg.zeros(2))], **bad)
+    assert str(d_err.value) == str(t_err.value)
+
+
+def test_clip_grad_norm_matches_torch():
+    d_params, t_params = make_params(np.float32)
+    rng = np.random.default_rng(3)
+    for d, t in zip(d_params, t_params):
+        g = rng.standard_normal(tuple(t.shape)).astype(np.float32)
+        d.grad, t.grad = dg.tensor(g.copy()), torch.tensor(g.copy())
+    for norm_type, max_norm in ((2.0, 1.0), (float("inf"), 0.5), (1.0, 1e6)):
+        t_norm = torch.nn.utils.clip_grad_norm_(t_params, max_norm, norm_type=norm_type)
+        d_norm = dg.nn.utils.clip_grad_norm_(d_params, max_norm, norm_type=norm_type)
+        assert d_norm.dim() == 0
+        np.testing.assert_allclose(d_norm.item(), t_norm.item(), rtol=1e-5)
+        for d, t in zip(d_params, t_params):
+            np.testing.assert_allclose(d.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-7)
+    torch.nn.utils.clip_grad_value_(t_params, 0.01)
+    dg.nn.utils.clip_grad_value_(d_params, 0.01)
+    for d, t in zip(d_params, t_params):
+        np.testing.assert_allclose(d.grad.numpy(), t.grad.numpy(), rtol=1e-6)

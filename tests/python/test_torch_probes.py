@@ -1,0 +1,114 @@
+"""Issue 12 item 4: the probes and settings a PyTorch CPU script reads answer as torch 2.13 answers on a
+machine without a GPU (dygrad.cuda, dygrad.backends, matmul precision, threads, GradScaler, compile)."""
+import warnings
+
+import pytest
+import torch
+
+import dygrad as dg
+
+
+def test_cuda_probes_answer_as_torch_without_a_gpu():
+    assert torch.cuda.is_available() is False  # the peer runs on a CPU-only machine
+    assert dg.cuda.is_available() is torch.cuda.is_available()
+    assert dg.cuda.device_count() == torch.cuda.device_count()
+    assert dg.cuda.is_initialized() == torch.cuda.is_initialized()
+    dg.cuda.manual_seed(0), dg.cuda.manual_seed_all(0), dg.cuda.empty_cache()  # no-ops, as torch's
+    assert dg.backends.mps.is_available() == torch.backends.mps.is_available()
+    assert dg.backends.cudnn.is_available() == torch.backends.cudnn.is_available()
+
+
+def test_backend_flags_default_and_round_trip_as_torch():
+    assert dg.backends.cuda.matmul.allow_tf32 == torch.backends.cuda.matmul.allow_tf32
+    assert dg.backends.cudnn.allow_tf32 == torch.backends.cudnn.allow_tf32
+    assert dg.backends.cudnn.benchmark == torch.backends.cudnn.benchmark
+    assert dg.backends.cudnn.deterministic == torch.backends.cudnn.deterministic
+    saved = dg.backends.cuda.matmul.allow_tf32
+    try:
+        dg.backends.cuda.matmul.allow_tf32 = True
+        assert dg.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        dg.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_float32_matmul_precision_accepts_torch_values_and_rejects_others():
+    assert dg.get_float32_matmul_precision() == torch.get_float32_matmul_precision() == "highest"
+    for value in ("high", "medium", "highest"):
+        dg.set_float32_matmul_precision(value)
+        assert dg.get_float32_matmul_precision() == value
+    for module in (torch, dg):  # an unknown value warns and changes nothing
+        module.set_float32_matmul_precision("high")
+        with pytest.warns(UserWarning, match="fastest"):
+            module.set_float32_matmul_precision("fastest")
+        assert module.get_float32_matmul_precision() == "high"
+        module.set_float32_matmul_precision("highest")
+
+
+def test_num_threads_round_trip():
+    n = dg.get_num_threads()
+    assert n >= 1
+    dg.set_num_threads(1)
+    try:
+        assert dg.get_num_threads() == 1
+    finally:
+        dg.set_num_threads(n)
+    with pytest.raises(ValueError):
+        dg.set_num_threads(0)
+
+
+def test_device_objects_compare_and_print_as_torch():
+    for spec in ("cpu", "cuda", "cuda:1"):
+        assert repr(dg.device(spec)) == repr(torch.device(spec))
+        assert dg.device(spec).type == torch.device(spec).type and dg.device(spec).index == torch.device(spec).index
+    assert dg.zeros(2).device == dg.device("cpu")
+    assert tuple(dg.zeros(2).to(dg.device("cpu")).shape) == (2,)
+    with pytest.raises(RuntimeError):
+        torch.device("tpu")
+    with pytest.raises(RuntimeError):
+        dg.device("tpu")
+
+
+def test_grad_scaler_disabled_is_a_pass_through_as_torch():
+    for scaler_cls in (dg.amp.GradScaler, torch.amp.GradScaler):
+        scaler = scaler_cls(enabled=False)
+        assert scaler.is_enabled() is False and scaler.get_scale() == 1.0 and scaler.state_dict() == {}
+    w = dg.nn.Parameter(dg.ones(3))
+    opt = dg.optim.SGD([w], lr=0.5)
+    scaler = dg.amp.GradScaler(enabled=False)
+    loss = (w * 2).sum()
+    assert scaler.scale(loss) is loss
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    assert w.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_grad_scaler_for_cuda_without_cuda_disables_with_a_warning_as_torch():
+    for scaler_cls in (torch.amp.GradScaler, dg.amp.GradScaler):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scaler = scaler_cls("cuda", enabled=True)
+        assert scaler.is_enabled() is False and caught
+    with pytest.raises(NotImplementedError, match="GradScaler"):
+        dg.amp.GradScaler("cpu", enabled=True)
+
+
+def test_compile_is_a_pass_through_in_every_form_torch_accepts():
+    model = dg.nn.Linear(4, 2)
+    x = dg.randn(3, 4)
+    assert dg.compile(model) is model
+    assert dg.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False) is model
+
+    @dg.compile
+    def f(a):
+        return a * 2
+
+    @dg.compile(mode="max-autotune")
+    def g(a):
+        return a + 1
+
+    assert f(x).tolist() == (x * 2).tolist() and g(x).tolist() == (x + 1).tolist()
+    import inspect
+    torch_params = list(inspect.signature(torch.compile).parameters)
+    assert list(inspect.signature(dg.compile).parameters) == torch_params

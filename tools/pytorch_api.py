@@ -1,0 +1,172 @@
+"""Generates docs/pytorch-api.md, the conformance table of dygrad against torch 2.13, from what is true now:
+for each area, every public torch name is looked up in dygrad the way `python3 -m dygrad.as_torch` resolves
+it, and counted as tested when a test in tests/python/ names it; DIFFERS (below) says where a supported name
+behaves differently. tests/python/test_pytorch_api_doc.py fails when the committed table is stale.
+
+    python3 tools/pytorch_api.py > docs/pytorch-api.md
+"""
+import glob
+import importlib
+import os
+import re
+import sys
+
+import torch
+
+import dygrad
+from dygrad import as_torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Where a supported torch name behaves differently in dygrad (kept next to the generator so the table says it).
+DIFFERS = {
+    "torch.compile": "a pass-through: returns the model or function unchanged (eager) until dygrad has a JIT",
+    "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",
+    "torch.Generator": "torch's MT19937 draws for randperm/randint (data order); get_state() has dygrad's layout; "
+                       "tensor RNG (rand, randn, init, dropout) is dygrad's counter-based generator, not affected",
+    "torch.manual_seed": "seeds dygrad's tensor RNG (its own stream of numbers) and the default Generator (torch's)",
+    "torch.randperm": "torch's permutation for a seeded Generator",
+    "torch.device": "a str subclass; only 'cpu' holds tensors",
+    "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
+                  "cannot rebuild torch-only objects (modules, torch classes)",
+    "torch.save": "protocol 2 pickle as torch's default; int8/int16/uint16 tensors cannot be saved",
+    "torch.amp.GradScaler": "only disabled (enabled=False, or 'cuda' without CUDA, which torch disables too)",
+    "torch.amp.autocast": "only disabled; mixed precision raises NotImplementedError",
+    "torch.cuda.amp.GradScaler": "only disabled (no CUDA)",
+    "torch.optim.Adam": "amsgrad takes the composed (unfused) path; lr as a Tensor and differentiable=True raise",
+    "torch.optim.AdamW": "as Adam; foreach/fused accepted, the step is always dygrad's fused multi-tensor Task",
+    "torch.optim.SGD": "composed of in-place ops (no fused kernel); differentiable=True raises",
+    "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "
+                                   "parent wraps batches with from_numpy; pin_memory is a no-op (with torch's "
+                                   "warning); in_order=False still returns batches in order; persistent workers "
+                                   "with an IterableDataset raise",
+    "torch.utils.data.default_collate": "stacks in NumPy and wraps with from_numpy (one copy, the stack)",
+    "torch.distributed.is_available": "False: no process-group backend; init_process_group raises",
+    "torch.nn.utils.clip_grad_norm_": "foreach is accepted and ignored",
+}
+
+AREAS = [
+    ("Optimizers", "torch.optim", lambda m: [n for n in m.__all__ if n[0].isupper() and n != "Optimizer"] + ["Optimizer"]),
+    ("Learning-rate schedules", "torch.optim.lr_scheduler", lambda m: list(m.__all__)),
+    ("Data loading", "torch.utils.data",
+     lambda m: [n for n in m.__all__ if not n.startswith("_") and "DataPipe" not in n and "datapipe" not in n
+                and n not in ("DataChunk", "argument_validation", "runtime_validation", "runtime_validation_disabled",
+                              "non_deterministic", "guaranteed_datapipes_determinism")]),
+    ("Save and load", "torch.serialization", lambda m: ["add_safe_globals", "get_safe_globals", "clear_safe_globals",
+                                                        "safe_globals", "save", "load"]),
+    ("Training utilities", "torch.nn.utils", lambda m: ["clip_grad_norm_", "clip_grad_value_", "get_total_norm",
+                                                        "clip_grads_with_norm_", "parameters_to_vector",
+                                                        "vector_to_parameters", "weight_norm", "spectral_norm"]),
+    ("Device probes and settings", "torch",
+     lambda m: ["save", "load", "device", "Generator", "manual_seed", "initial_seed", "seed", "randperm", "compile",
+                "set_float32_matmul_precision", "get_float32_matmul_precision", "get_num_threads",
+                "set_num_threads", "get_rng_state", "set_rng_state", "use_deterministic_algorithms",
+                "is_tensor", "is_floating_point", "numel"]),
+    ("CUDA probes", "torch.cuda", lambda m: ["is_available", "device_count", "is_initialized", "manual_seed",
+                                             "manual_seed_all", "empty_cache", "synchronize", "current_device",
+                                             "get_device_name", "is_bf16_supported", "memory_allocated"]),
+    ("Backend flags", "torch.backends", lambda m: ["cuda", "cudnn", "mps", "mkldnn", "cpu", "openmp", "mkl"]),
+    ("Mixed precision", "torch.amp", lambda m: ["GradScaler", "autocast"]),
+    ("Distributed", "torch.distributed", lambda m: ["is_available", "is_initialized", "init_process_group",
+                                                    "destroy_process_group", "get_rank", "get_world_size",
+                                                    "barrier", "all_reduce", "ReduceOp"]),
+    ("Modules", "torch.nn", lambda m: sorted(n for n in m.modules.__all__)),
+    ("Functional", "torch.nn.functional",
+     lambda m: sorted(n for n in dir(m) if not n.startswith("_") and callable(getattr(m, n))
+                      and getattr(getattr(m, n), "__module__", "").startswith("torch.nn.functional")
+                      or n in ("relu", "gelu", "silu", "softmax", "log_softmax", "embedding", "linear",
+                               "scaled_dot_product_attention", "layer_norm", "rms_norm", "dropout", "cross_entropy"))),
+    ("Tensor functions", "torch",
+     lambda m: sorted(n for n in dir(m) if n.islower() and not n.startswith("_") and not n.endswith("_")
+                      and callable(getattr(m, n)) and not isinstance(getattr(m, n), type(m))
+                      and type(getattr(m, n)).__name__ in ("builtin_function_or_method", "function")
+                      and n in _COMMON_OPS)),
+    ("Tensor methods", "torch.Tensor",
+     lambda m: sorted(n for n in dir(m) if not n.startswith("_") and n in _COMMON_OPS | _COMMON_METHODS)),
+]
+
+# The ops training scripts use most (the "Tensor functions" and "Tensor methods" rows list these only).
+_COMMON_OPS = set("""abs add addmm all allclose amax amin any arange argmax argmin argsort baddbmm bmm broadcast_to cat
+ceil chunk clamp clip clone cos cosine_similarity cumsum diag div dropout einsum empty empty_like eq exp expand
+eye flatten flip floor from_numpy full full_like gather ge gelu gt index_select isfinite isinf isnan le lerp linspace
+log log_softmax logical_and logical_not logsumexp lt manual_seed masked_fill matmul max maximum mean min minimum mm
+mul multinomial ne neg nonzero norm normal numel ones ones_like outer permute polar pow rand rand_like randint randn
+randn_like randperm reciprocal relu repeat_interleave reshape roll round rsqrt scatter scatter_add select sigmoid
+sign silu sin softmax sort split sqrt square squeeze stack std sub sum t tanh tensor tensordot topk transpose tril
+triu unbind unique unsqueeze var view_as_complex view_as_real where zeros zeros_like""".split())
+_COMMON_METHODS = set("""backward contiguous cpu cuda data_ptr detach dim double expand expand_as float half int item
+long masked_fill_ numpy repeat requires_grad_ size to tolist type type_as view view_as zero_ fill_ copy_ add_ mul_
+clamp_ uniform_ normal_ is_contiguous element_size nelement ndimension new_zeros new_ones new_tensor new_empty
+register_hook retain_grad stride storage_offset""".split())
+
+
+def dygrad_has(qualified):
+    """Whether `qualified` (a torch name) resolves in dygrad as the import hook resolves it."""
+    module_name, _, attr = qualified.rpartition(".")
+    if module_name == "torch.Tensor":
+        return hasattr(dygrad.Tensor, attr)
+    try:
+        module = as_torch.resolve(module_name)
+    except ImportError:
+        return False
+    if hasattr(module, attr):
+        return True
+    try:
+        as_torch.resolve(f"{module_name}.{attr}")
+        return True
+    except ImportError:
+        return False
+
+
+def tested_names():
+    words = set()
+    for path in glob.glob(os.path.join(ROOT, "tests", "python", "test_*.py")):
+        with open(path) as fh:
+            words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", fh.read()))
+    return words
+
+
+def table():
+    tested = tested_names()
+    lines = ["# PyTorch API conformance", "",
+             "What dygrad provides of torch 2.13's API, per area: supported (and tested against torch in "
+             "tests/python/), supported with a difference, or missing. A torch script run with `python3 -m "
+             "dygrad.as_torch script.py` that reaches a missing name stops with an error naming it and pointing "
+             "here.", "",
+             "Generated by `python3 tools/pytorch_api.py > docs/pytorch-api.md` from dygrad and the tests as they "
+             "are (tests/python/test_pytorch_api_doc.py fails when this file is stale); the differences are "
+             "written in tools/pytorch_api.py.", "",
+             "| area | supported | tested | missing |", "| --- | --- | --- | --- |"]
+    sections = []
+    for title, module_name, names_of in AREAS:
+        module = torch.Tensor if module_name == "torch.Tensor" else importlib.import_module(module_name)
+        names = list(dict.fromkeys(names_of(module)))
+        have = [n for n in names if dygrad_has(f"{module_name}.{n}")]
+        missing = [n for n in names if n not in have]
+        checked = [n for n in have if n in tested]
+        lines.append(f"| {title} (`{module_name}`) | {len(have)} of {len(names)} | {len(checked)} | {len(missing)} |")
+        body = [f"## {title} (`{module_name}`)", ""]
+        if have:
+            body.append("Supported: " + ", ".join(f"`{n}`" + ("" if n in tested else " (untested)") for n in have) + ".")
+            body.append("")
+        differs = [(n, DIFFERS[f"{module_name}.{n}"]) for n in have if f"{module_name}.{n}" in DIFFERS]
+        if differs:
+            body += ["| name | differs from torch |", "| --- | --- |"]
+            body += [f"| `{module_name}.{n}` | {note} |" for n, note in differs]
+            body.append("")
+        if missing:
+            body.append("Missing: " + ", ".join(f"`{n}`" for n in missing) + ".")
+            body.append("")
+        sections.append("\n".join(body))
+    lines += ["", "## DataLoader workers", "",
+              "Worker processes are forked (torch's default on Linux). A forked child has neither dygrad's stream "
+              "worker nor its pool threads, so a worker first switches dygrad to synchronous execution (every op "
+              "runs inline on the worker's thread), fetches its samples, collates them into NumPy arrays and "
+              "sends those; the parent turns each batch into tensors with from_numpy. No dygrad tensor crosses a "
+              "process boundary. Base seeds and per-worker seeds are torch's (a seeded Generator gives the same "
+              "worker seeds).", ""]
+    return "\n".join(lines) + "\n" + "\n".join(sections)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(table())
