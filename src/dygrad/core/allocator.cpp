@@ -1,6 +1,8 @@
 // Memory categories and the per-device allocator slots (core/allocator.h).
 #include "dygrad/core/allocator.h"
 
+#include <atomic>
+
 #include "dygrad/core/error.h"
 
 namespace dg {
@@ -14,12 +16,18 @@ const char* memory_category_name(MemoryCategory c) {
 namespace {
 thread_local MemoryCategory tls_category = MemoryCategory::Activation;
 Allocator* allocators[kNumDeviceTypes] = {};
+std::atomic<bool> only_cpu{true};
 }  // namespace
 MemoryCategory current_memory_category() { return tls_category; }
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
 
-void register_allocator(Device::Type type, Allocator* allocator) { allocators[static_cast<int>(type)] = allocator; }
+void register_allocator(Device::Type type, Allocator* allocator) {
+  allocators[static_cast<int>(type)] = allocator;
+  // Once another device has had memory, its tensors may still exist: the flag never goes back.
+  if (type != Device::Type::CPU && allocator) only_cpu.store(false, std::memory_order_relaxed);
+}
+bool cpu_only() { return only_cpu.load(std::memory_order_relaxed); }
 
 Allocator& allocator_for(Device device) {
   Allocator* a = allocators[static_cast<int>(device.type)];

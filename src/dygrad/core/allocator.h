@@ -48,5 +48,8 @@ class Allocator {
 // device's backend is not built ("[alloc] no allocator for device cuda: ...").
 void register_allocator(Device::Type type, Allocator* allocator);
 Allocator& allocator_for(Device device);
+// True while only the CPU has an allocator: every tensor is then a CPU tensor, and enqueue need not look at the
+// operands' devices (runtime/op_def.h, resolve_kernel).
+bool cpu_only();
 
 }  // namespace dg

@@ -31,7 +31,6 @@ ElementwiseCall& ElementwiseCall::input(const Tensor& t, const char* argument, b
              dtype_name(t.dtype()));
   }
   operands_.push_back(&t);
-  arguments_.push_back(argument);
   return *this;
 }
 

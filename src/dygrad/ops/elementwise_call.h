@@ -76,7 +76,6 @@ class ElementwiseCall {
   const OpDef& op_;
   const char* name_;
   SmallVector<const Tensor*, 4> operands_;
-  SmallVector<const char*, 4> arguments_;
   uint32_t promoting_ = 0;  // bit k: operand k promotes
   ResultType promotion_types_;
   Promotion promotion_ = Promotion::Promote;

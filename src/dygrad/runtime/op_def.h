@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dygrad/core/allocator.h"
 #include "dygrad/core/device.h"
 #include "dygrad/core/dtype.h"
 #include "dygrad/core/small_vector.h"
@@ -145,6 +146,11 @@ Kernel resolve_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span
 [[noreturn]] void raise_devices_differ(const OpDef& op, Device a, Device b);
 
 inline Kernel resolve_kernel(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  if (cpu_only()) [[likely]] {  // no other device has memory: every operand is a CPU tensor
+    const Kernel k = op.kernel(Device::Type::CPU);
+    if (!k) [[unlikely]] raise_no_kernel(op, Device::cpu());
+    return k;
+  }
   const Tensor* first = nullptr;
   for (std::span<const Tensor> operands : {inputs, outputs})
     for (const Tensor& t : operands) {
