@@ -93,7 +93,11 @@ struct ScratchObserver : StreamObserver {
     ++r.tasks;
     if (used > r.most_used) r.most_used = used, r.declared_then = declared;
     if (used > static_cast<int64_t>(declared) && r.worst.empty())
-      r.worst = "used " + std::to_string(used) + " > declared " + std::to_string(declared);
+    {
+      r.worst = "used " + std::to_string(used) + " > declared " + std::to_string(declared) + " (";
+      for (const Tensor& t : task.inputs) r.worst += std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " ";
+      r.worst += ")";
+    }
   }
 };
 
@@ -156,6 +160,28 @@ void run_workload(DType dtype) {
     }
     adamw_step(params, grads, ms, vs, steps);
   }
+  {  // matmul: batched with broadcast batch offsets, a transposed A of an aliasing leading dim, 16-bit tiles
+    Tensor a = random_tensor({3, 130, 260}, dtype, 19), b = random_tensor({260, 140}, dtype, 20);
+    matmul(a, b), matmul(random_tensor({2, 1, 40, 30}, dtype, 21), random_tensor({3, 30, 20}, dtype, 22));
+    Tensor g = random_tensor({300, 1024}, dtype, 23), x = random_tensor({300, 384}, dtype, 24);
+    matmul(transpose(g, 0, 1), x);
+    if (dtype == DType::Float32) matmul(from_vector<int64_t>({1, 2, 3, 4, 5, 6}, Shape{2, 3}), from_vector<int64_t>({1, 2, 3}, Shape{3, 1}));
+  }
+  {  // cat of several pieces, advanced indexing (read and accumulating write), nonzero
+    const Tensor pieces[4] = {random_tensor({5, 3}, dtype, 25), random_tensor({2, 3}, dtype, 26),
+                              random_tensor({7, 3}, dtype, 27), random_tensor({1, 3}, dtype, 28)};
+    cat(pieces, 0);
+    Tensor table = random_tensor({50, 40}, dtype, 29);
+    Tensor rows = from_vector<int64_t>({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, Shape{12});
+    const TensorIndex by_rows[1] = {TensorIndex::tensor_index(rows)};
+    index(table, by_rows);
+    index_put_(table, by_rows, random_tensor({12, 40}, dtype, 30), true);
+    nonzero(gt(random_tensor({70000}, dtype, 31), 0.0));
+    Tensor positions = from_vector<int64_t>({0, 2, 1, 0, 3, 3}, Shape{2, 3});
+    Tensor source = random_tensor({2, 3}, dtype, 32);
+    gather(table, 0, positions), index_select(table, 0, rows), scatter_add(table, 0, positions, source);
+    index_add(table, 0, from_vector<int64_t>({4, 0}, Shape{2}), random_tensor({2, 40}, dtype, 33));
+  }
   {  // ops declared without scratch: softmax family, elementwise, swiglu
     Tensor x = random_tensor({64, 200}, dtype, 17);
     x.set_requires_grad(true);
@@ -180,7 +206,8 @@ TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
   for (const char* name : {"rms_norm", "rms_norm_backward", "rotary_position_embedding", "rotary_position_embedding_backward",
                            "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "embedding_backward",
                            "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
-                           "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add"})
+                           "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add", "matmul",
+                           "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add"})
     EXPECT_GT(observer.ops[name].tasks, 0) << name << " did not run";
   for (const auto& [name, r] : observer.ops) {
     EXPECT_TRUE(r.worst.empty()) << name << ": " << r.worst;

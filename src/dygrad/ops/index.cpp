@@ -11,6 +11,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -71,11 +72,25 @@ OpCost copy_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost});
-const OpDef op_gather("gather", attrs_type<DimAttrs>(), {.backward = gather_backward, .cost = copy_cost});
-const OpDef op_index_select("index_select", attrs_type<DimAttrs>(), {.backward = index_select_backward, .cost = copy_cost});
-const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(), {.backward = scatter_add_backward, .flags = kOpInplace});
-const OpDef op_index_add("index_add", attrs_type<DimAttrs>(), {.backward = index_add_backward, .flags = kOpInplace});
+// Scratch of the CPU kernel (backend/cpu/index.cpp): its copy plan (one piece of at most kCatPieceBytes per input,
+// reserved at once), the running job counts (a vector of inputs + 1 int64 grown by doubling: at most three times
+// that while it grows) and the view of the output it copies each input into (one TensorImpl at a time).
+size_t cat_scratch(const Task& t) {
+  const size_t n = t.inputs.size();
+  return n * kCatPieceBytes + 3 * 2 * (n + 1) * sizeof(int64_t) + sizeof(TensorImpl);
+}
+const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost, .scratch = cat_scratch});
+// The gather and scatter kernels walk three views of their operands over the index's positions: three TensorImpls
+// (from the worker's object pool, which allocates when it has none free).
+size_t three_views_scratch(const Task&) { return 3 * sizeof(TensorImpl); }
+const OpDef op_gather("gather", attrs_type<DimAttrs>(),
+                      {.backward = gather_backward, .cost = copy_cost, .scratch = three_views_scratch});
+const OpDef op_index_select("index_select", attrs_type<DimAttrs>(),
+                            {.backward = index_select_backward, .cost = copy_cost, .scratch = three_views_scratch});
+const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(),
+                           {.backward = scatter_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+const OpDef op_index_add("index_add", attrs_type<DimAttrs>(),
+                         {.backward = index_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
 const OpDef op_tril("tril", attrs_type<TriangleAttrs>(), {.backward = tril_backward, .cost = copy_cost});
 const OpDef op_triu("triu", attrs_type<TriangleAttrs>(), {.backward = triu_backward, .cost = copy_cost});
 

@@ -10,6 +10,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -53,7 +54,27 @@ OpCost matmul_cost(const Task& t) {
 }
 }  // namespace
 
-const OpDef op_matmul("matmul", nullptr, {.fusion = FusionClass::Matmul, .backward = matmul_backward, .cost = matmul_cost});
+// Scratch of the CPU kernel (backend/cpu/matmul.cpp), an upper bound from the shapes: the per-batch offsets of
+// A and B (two int64 each), and per worker, for floating dtypes, room for packed copies of A and B and for one
+// output tile (the batch folded into M, as the kernel may fold it: a tile is at most batch * M x N) in the
+// compute type, plus 64 KiB of the BLAS's own bookkeeping: this covers dygrad's thread-local C^T tiles, the
+// float32 copies of 16-bit tiles, and the packing buffers oneDNN allocates through operator new (measured by
+// tests/cpp/test_scratch.cpp; OpenBLAS packs in memory of its own, outside any count). Integers: a tile row of
+// uint64 accumulators.
+size_t matmul_scratch(const Task& t) {
+  const Tensor& a = t.inputs[0];
+  const Tensor& out = t.outputs[0];
+  const size_t M = static_cast<size_t>(out.size(-2)), N = static_cast<size_t>(out.size(-1)), K = static_cast<size_t>(a.size(-1));
+  size_t batch = 1;
+  for (int64_t d = 0; d + 2 < out.dim(); ++d) batch *= static_cast<size_t>(out.shape()[d]);
+  const size_t workers = scratch_workers(static_cast<int64_t>(batch) * 64), rows = batch * M;
+  const size_t per_worker = is_floating(out.dtype())
+                                ? (rows * K + K * N + rows * N) * compute_itemsize(out.dtype()) + (size_t{64} << 10)
+                                : N * sizeof(uint64_t);
+  return 2 * batch * sizeof(int64_t) + workers * per_worker;
+}
+const OpDef op_matmul("matmul", nullptr,
+                      {.fusion = FusionClass::Matmul, .backward = matmul_backward, .cost = matmul_cost, .scratch = matmul_scratch});
 
 namespace {
 bool blas_readable(const Tensor& t) {

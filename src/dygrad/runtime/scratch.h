@@ -21,6 +21,13 @@ inline constexpr int64_t kAdamWPiece = 16384;
 // Flash attention's query rows per task and tile, key rows per tile.
 inline constexpr int64_t kAttentionQueryBlock = 64, kAttentionKeyBlock = 128;
 
+// Index kernels (index, index_put, nonzero, cat's pieces) cut their work into parallel chunks of about this many
+// elements.
+inline constexpr int64_t kIndexWorkGrain = 32768;
+// An upper bound of one piece of cat's copy plan (a StridedIteration and three counts; backend/cpu/index.cpp
+// asserts it at compile time).
+inline constexpr size_t kCatPieceBytes = 1024;
+
 // Threads that hold a per-chunk buffer at once when `chunks` chunks (or parallel_for ranges) run on the
 // intra-op pool: the pool's size, or fewer chunks.
 inline size_t scratch_workers(int64_t chunks) {

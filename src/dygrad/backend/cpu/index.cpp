@@ -8,6 +8,7 @@
 // out[p, v] is reached only from position p, and a position's line is walked in increasing j, so each
 // element's sum is added in the order j = 0, 1, ..., L-1 whatever the number of threads.
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
@@ -40,7 +41,7 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kWorkGrain = 32768;  // elements of work per parallel chunk
+constexpr int64_t kWorkGrain = kIndexWorkGrain;  // elements of work per parallel chunk (runtime/scratch.h)
 
 // A view of `t` over the positions of `shape` (dims other than `dim`), with t's own strides.
 Tensor positions_view(const Tensor& t, IntSpan shape, int64_t dim) {
@@ -97,6 +98,8 @@ struct CopyPiece {
     jobs = it.numel / inner * segments;
   }
 };
+static_assert(sizeof(CopyPiece) <= kCatPieceBytes, "cat's scratch declaration (ops/index.cpp) bounds a piece by kCatPieceBytes");
+
 
 // Jobs [begin, end) of `piece`: the multi-index of the first outer row is found once, then an odometer
 // steps the two pointers (no index arithmetic per element or per row). Contiguous rows are memcpy'd;

@@ -5,6 +5,7 @@
 // dims. index_put is deterministic: threads own disjoint ranges of destination rows (A positions) and
 // every thread scans the positions b in increasing order, so each element sees its writes in b order.
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
@@ -38,7 +39,7 @@
 namespace dg::cpu {
 
 namespace {
-constexpr int64_t kWorkGrain = 32768;  // elements of work per parallel chunk
+constexpr int64_t kWorkGrain = kIndexWorkGrain;  // elements of work per parallel chunk (runtime/scratch.h)
 
 template <size_t N> struct Bits;
 template <> struct Bits<1> { using type = uint8_t; };
