@@ -368,11 +368,11 @@ void init_interop(nb::module_& m) {
     // Registered with atexit by dygrad/__init__.py: finish queued work while Python can still release
     // objects, then let releases that come later leak instead of touching a finalising interpreter.
     {
+      // Drains the stream and stops its worker (docs/stream.md, "Exit and fork"): no dygrad thread runs
+      // kernels while libraries are torn down, even if other Python threads still issue ops (theirs then
+      // run on their own thread). A deferred error nobody read is dropped.
       nb::gil_scoped_release release;
-      try {
-        Stream::cpu().synchronize();
-      } catch (const Error&) {
-      }
+      Stream::cpu().shutdown();
     }
     drain_pending_releases(nullptr);
     g_interpreter_exiting.store(true);

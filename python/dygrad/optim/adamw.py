@@ -59,9 +59,14 @@ class AdamW(Optimizer):
                 bias2_sqrt = math.sqrt(1 - beta2 ** step)
                 step_size = group["lr"] / bias1
                 for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
-                    m.mul_(beta1).add_(g, alpha=1 - beta1)
-                    v.mul_(beta2).add_(g * g, alpha=1 - beta2)
-                    denom = (_C.sqrt(v) / bias2_sqrt).add_(group["eps"])
-                    p.add_(m / denom, alpha=-step_size)
+                    # New values out of place, then one copy_ each: every write into p, m, v reads the
+                    # gradient, so a poisoned gradient leaves all three unchanged (docs/async-errors.md,
+                    # "The poisoned-input rule"). Same kernels and rounding as the in-place chain.
+                    m_new = (m * beta1).add_(g, alpha=1 - beta1)
+                    v_new = (v * beta2).add_(g * g, alpha=1 - beta2)
+                    denom = (_C.sqrt(v_new) / bias2_sqrt).add_(group["eps"])
+                    p_new = (p * (1 - group["lr"] * group["weight_decay"])).add_(m_new / denom, alpha=-step_size)
+                    m.copy_(m_new)
+                    v.copy_(v_new)
+                    p.copy_(p_new)
         return loss

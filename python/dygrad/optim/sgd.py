@@ -38,7 +38,11 @@ class SGD(Optimizer):
                             buf = state_tensor(d_p.clone().detach())
                             state["momentum_buffer"] = buf
                         else:
-                            buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
+                            # One in-place write that reads the gradient: if the gradient is poisoned
+                            # (a failed op in this batch), the write is skipped and the buffer keeps its
+                            # value (docs/async-errors.md, "The poisoned-input rule"). buf.mul_() first
+                            # would run and corrupt it. Same kernels, same rounding.
+                            buf.copy_((buf * momentum).add_(d_p, alpha=1 - dampening))
                         d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
                     p.add_(d_p, alpha=-lr)
         return loss

@@ -15,6 +15,35 @@ Node::Node(const OpDef* op, size_t num_outputs_) : num_outputs(num_outputs_), op
 Node::Node(std::string name, BackwardFn backward, size_t num_outputs_)
     : num_outputs(num_outputs_), name_(std::move(name)), backward_(backward) {}
 
+namespace {
+// Moves out of `node` every reference that would free another Node when `node` dies (an edge or a saved
+// tensor held by nobody else), so that node dies without recursing into them.
+void steal_sole_references(Node& node, std::vector<Ref<Node>>& doomed, std::vector<SavedTensor>& saved) {
+  for (Edge& e : node.next) {
+    if (e.node && e.node->use_count() == 1) doomed.push_back(std::move(e.node));
+    // A leaf's TensorImpl holds no grad_fn; its gradient (a Tensor) holds no Node either.
+  }
+  for (SavedTensor& s : saved) {
+    TensorImpl* impl = s.tensor.impl();
+    if (!impl || impl->use_count() != 1 || !impl->autograd) continue;
+    Ref<Node>& producer = impl->autograd->grad_fn;
+    if (producer && producer->use_count() == 1) doomed.push_back(std::move(producer));
+  }
+}
+}  // namespace
+
+Node::~Node() {
+  // Only a reference count of 1 is taken over: nobody else can reach that Node, so no other thread can
+  // race with us for it. What remains in each popped node is freed by its own (now shallow) destructor.
+  std::vector<Ref<Node>> doomed;
+  steal_sole_references(*this, doomed, saved_);
+  while (!doomed.empty()) {
+    Ref<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    steal_sole_references(*n, doomed, n->saved_);
+  }
+}
+
 void Node::save(const Tensor& t) {
   saved_.push_back({t, t.defined() ? t.version() : 0u});
 }
@@ -64,9 +93,17 @@ Edge gradient_edge(const Tensor& t) {
   return e;
 }
 
+void forget_retained(TensorImpl* impl, AutogradMeta& meta) {
+  if (!meta.retains_grad || !meta.grad_fn) return;
+  auto& slots = meta.grad_fn->retained_outputs;
+  if (meta.output_nr < slots.size() && slots[meta.output_nr] == impl) slots[meta.output_nr] = nullptr;
+  meta.retains_grad = false;
+}
+
 static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
+  forget_retained(impl, *impl->autograd);
   impl->autograd->requires_grad = is_floating(t.dtype());
   impl->autograd->grad_fn = impl->autograd->requires_grad ? node : Ref<Node>();
   impl->autograd->output_nr = output_nr;

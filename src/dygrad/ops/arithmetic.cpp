@@ -171,7 +171,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return binary(op_ad
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   DG_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool, Type,
            "[sub] subtraction, the `-` operator, with two bool tensors is not supported");
-  return add(a, b, alpha.is_floating() ? Scalar(-alpha.to_double()) : Scalar(-alpha.to_int()));
+  return add(a, b, alpha.negated());
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary(op_mul, a, b, 1, false, [](Node& n, const Tensor& x, const Tensor& y) {
@@ -196,7 +196,7 @@ static Scalar times(Scalar a, Scalar b) {
 Tensor add(const Tensor& a, Scalar b, Scalar alpha) { return binary_scalar(op_add_scalar, a, times(b, alpha), false, false, false); }
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
   Scalar s = times(b, alpha);
-  return add(a, s.is_floating() ? Scalar(-s.to_double()) : Scalar(-s.to_int()));
+  return add(a, s.negated());
 }
 Tensor rsub(const Tensor& a, Scalar b) { return binary_scalar(op_rsub_scalar, a, b, false, false, false); }
 Tensor mul(const Tensor& a, Scalar b) { return binary_scalar(op_mul_scalar, a, b, false, false, false); }
@@ -295,6 +295,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
 Tensor& fill_(Tensor& dst, Scalar value) {
   check_defined("fill_", dst, "self");
   check_inplace("fill_", dst);
+  check_scalar_fits("fill_", value, dst.dtype());
   dst.storage().bump_version();
   enqueue(op_fill, {}, {dst}, ScalarAttrs{value});
   cut_history_if_overwritten(dst);
