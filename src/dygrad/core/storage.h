@@ -39,6 +39,14 @@ class Storage : public RefCounted {
   // Stream bookkeeping, written on the host at enqueue.
   uint64_t last_write_seq() const { return last_write_seq_.load(std::memory_order_acquire); }
   void set_last_write_seq(uint64_t s) { last_write_seq_.store(s, std::memory_order_release); }
+  // The first Task that wrote this buffer (0: none, or only the host: numpy, from_vector). It tells state
+  // that existed before a failed op from buffers made after it (docs/async-errors.md, "The poisoned-input
+  // rule"). Set on the host at enqueue, with last_write_seq.
+  uint64_t first_write_seq() const { return first_write_seq_.load(std::memory_order_acquire); }
+  void note_write(uint64_t seq) {
+    if (first_write_seq_.load(std::memory_order_relaxed) == 0) first_write_seq_.store(seq, std::memory_order_release);
+    set_last_write_seq(seq);
+  }
   // 0 when valid; otherwise the sequence number of the failed Task whose error invalidated this buffer.
   uint64_t poisoned_by() const { return poisoned_by_.load(std::memory_order_acquire); }
   void poison(uint64_t failed_seq) { poisoned_by_.store(failed_seq, std::memory_order_release); }
@@ -57,6 +65,7 @@ class Storage : public RefCounted {
   MemoryCategory category_ = MemoryCategory::Activation;
   std::atomic<uint32_t> version_{0};
   std::atomic<uint64_t> last_write_seq_{0};
+  std::atomic<uint64_t> first_write_seq_{0};
   std::atomic<uint64_t> poisoned_by_{0};
   std::atomic<bool> exported_{false};
 };

@@ -173,7 +173,7 @@ uint64_t Stream::publish_locked(uint64_t index) {
   const uint64_t seq = index + 1;
   task.seq = seq;
   alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
-  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  for (Tensor& out : task.outputs) out.storage().note_write(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -235,7 +235,7 @@ uint64_t Stream::run_inline_locked(Task& task) {
   reclaim_completed_locked();  // as an enqueue does: drops the operands of Tasks that have run
   const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
   task.seq = seq;
-  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  for (Tensor& out : task.outputs) out.storage().note_write(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);  // synchronize mode with a profiler
   run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
@@ -379,29 +379,21 @@ bool covers_storage(const Tensor& out) {
 }  // namespace
 
 bool Stream::run_task(Task& task) {
-  // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"). Its
-  // fresh outputs inherit the poison; the buffers it would have updated in place (it reads them: parameters,
-  // gradients being accumulated, optimizer states) keep their values and their validity, so a failed batch
-  // leaves the model as it was. A skip is never silent: unless an error is already pending (the original
-  // failure, not yet raised), one naming the original failure is made pending.
+  // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
+  // writes nothing. An output that held data from before the failure (first written by an earlier Task:
+  // parameters, gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays
+  // readable, so a failed batch leaves the model as it was. Other outputs are poisoned: fresh ones, and
+  // buffers first written after the failure (temporaries of the failed computation, such as buf * momentum
+  // before its add_), so nothing downstream uses them.
   for (const Tensor& in : task.inputs) {
     if (uint64_t bad = in.storage().poisoned_by()) {
-      bool kept_inplace = false;
+      bool kept = false;
       for (Tensor& out : task.outputs) {
-        if (reads_storage(task, out)) kept_inplace = true;
+        if (out.storage().poisoned_by()) continue;  // keeps the failure it names
+        if (out.storage().first_write_seq() < bad) kept = true;
         else out.storage().poison(bad);
       }
-      if (kept_inplace && !has_pending_error_.load(std::memory_order_acquire)) {
-        const std::string original = failure_message(bad);
-        std::lock_guard<std::mutex> lock(failure_mutex_);
-        if (!has_pending_error_.load(std::memory_order_relaxed)) {
-          pending_error_ = Failure{bad, ErrorKind::Runtime,
-                                   std::string("[") + task.op->name + "] skipped, its in-place targets left "
-                                   "unchanged: an input was produced after a failed op: " + original +
-                                   format_site(task.site)};
-          has_pending_error_.store(true, std::memory_order_release);
-        }
-      }
+      if (kept) note_skipped_update(task, bad);
       return false;
     }
   }
@@ -426,10 +418,29 @@ bool Stream::run_task(Task& task) {
   return failed;
 }
 
+void Stream::note_skipped_update(const Task& task, uint64_t bad) {
+  // Never silent, never twice for one mistake: a Task issued before the failure was raised is covered by
+  // that error (still pending, or raised meanwhile); one issued after it (the program went on using the
+  // failed op's results) makes a new pending error, unless one is pending already.
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (has_pending_error_.load(std::memory_order_relaxed)) return;
+  std::string original = "an earlier op failed (task " + std::to_string(bad) + ")";
+  for (const Failure& f : failures_) {
+    if (f.seq != bad) continue;
+    if (task.seq <= f.raised_after) return;  // issued before the failure was raised: covered by it
+    original = f.message;
+  }
+  pending_error_ = Failure{bad, ErrorKind::Runtime,
+                           std::string("[") + task.op->name + "] skipped, its outputs left unchanged: an input was "
+                           "produced after a failed op: " + original + format_site(task.site)};
+  has_pending_error_.store(true, std::memory_order_release);
+}
+
 bool Stream::take_failure(uint64_t seq, Failure& out) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  for (const Failure& f : failures_) {
+  for (Failure& f : failures_) {
     if (f.seq != seq) continue;
+    f.raised_after = published_.load(std::memory_order_acquire);
     out = f;
     if (has_pending_error_.load(std::memory_order_relaxed) && pending_error_.seq == seq)
       has_pending_error_.store(false, std::memory_order_release);
@@ -464,6 +475,10 @@ void Stream::raise_deferred_error() {
     if (!has_pending_error_.load(std::memory_order_relaxed)) return;
     f = pending_error_;
     has_pending_error_.store(false, std::memory_order_release);
+    // Tasks issued from here on were issued knowing of this failure (note_skipped_update).
+    const uint64_t issued = published_.load(std::memory_order_acquire);
+    for (Failure& kept : failures_)
+      if (kept.seq == f.seq && kept.raised_after == UINT64_MAX) kept.raised_after = issued;
   }
   throw Error(f.kind, f.message);
 }

@@ -73,6 +73,7 @@ class Stream {
     uint64_t seq;
     ErrorKind kind;
     std::string message;  // "[op] what went wrong (issued at file:line)"
+    uint64_t raised_after = UINT64_MAX;  // Tasks enqueued when it was raised at a sync point (none: not yet)
   };
   Stream();
   void worker_loop();
@@ -86,6 +87,8 @@ class Stream {
   // The error of Task `seq` if it failed, taken out of the pending slot (synchronize mode raises it on the
   // thread that issued it, not on whichever thread syncs first).
   bool take_failure(uint64_t seq, Failure& out);
+  // A skipped Task left outputs unchanged: makes that a pending error unless the failure covers it.
+  void note_skipped_update(const Task& task, uint64_t bad);
   void record_failure(Task& task, ErrorKind kind, const std::string& message);
   void raise_deferred_error();
   void wait_until_completed(uint64_t seq);
