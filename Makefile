@@ -29,7 +29,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python sweep sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: fuzz stress all deps build install train test test-cpp test-python sweep sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -71,6 +71,19 @@ test-python: install
 # tests/python/conformance/README.md; its perf mode is `python3 bench/sweep_perf.py` (not a test).
 sweep: install
 	DYGRAD_SWEEP=full $(PYTHON) -m pytest -q tests/python/test_conformance.py
+
+# The fuzzer (tests/python/fuzzer.py): `make test` runs it for 60 s with a fixed seed (test_fuzz.py); this
+# runs it as long as wanted. Crashes and hangs it finds go to tests/python/fuzz_regressions/ (replayed by
+# test_fuzz.py).
+FUZZ_SECONDS ?= 1800
+FUZZ_SEED ?= 1
+fuzz: install
+	$(PYTHON) tests/python/fuzzer.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+
+# The long reliability loops (tools/stress.py): 200 exits with a busy thread, retain_grad and a training
+# loop over 10k iterations with RSS flat. Bounded versions are in tests/python/test_reliability.py.
+stress: install
+	$(PYTHON) tools/stress.py
 
 test: test-cpp test-python
 ifeq ($(SANITIZE_IN_TEST),1)
