@@ -16,31 +16,41 @@ Node::Node(std::string name, BackwardFn backward, size_t num_outputs_)
     : num_outputs(num_outputs_), name_(std::move(name)), backward_(backward) {}
 
 namespace {
-// Moves out of `node` every reference that would free another Node when `node` dies (an edge or a saved
-// tensor held by nobody else), so that node dies without recursing into them.
-void steal_sole_references(Node& node, std::vector<Ref<Node>>& doomed, std::vector<SavedTensor>& saved) {
-  for (Edge& e : node.next) {
-    if (e.node && e.node->use_count() == 1) doomed.push_back(std::move(e.node));
-    // A leaf's TensorImpl holds no grad_fn; its gradient (a Tensor) holds no Node either.
+// What a dying node would release: the producers of its inputs (edges) and its saved tensors (whose
+// grad_fn may be another node). Moved out unconditionally; whether each is the last reference is decided
+// when it is dropped, so a node held both by an edge and by a saved tensor's grad_fn is also freed here.
+struct Teardown {
+  std::vector<Ref<Node>> nodes;
+  std::vector<Tensor> tensors;
+  void absorb(std::vector<Edge>& next, std::vector<SavedTensor>& saved) {
+    for (Edge& e : next)
+      if (e.node) nodes.push_back(std::move(e.node));
+    for (SavedTensor& t : saved)
+      if (t.tensor.defined()) tensors.push_back(std::move(t.tensor));
   }
-  for (SavedTensor& s : saved) {
-    TensorImpl* impl = s.tensor.impl();
-    if (!impl || impl->use_count() != 1 || !impl->autograd) continue;
-    Ref<Node>& producer = impl->autograd->grad_fn;
-    if (producer && producer->use_count() == 1) doomed.push_back(std::move(producer));
-  }
-}
+};
 }  // namespace
 
 Node::~Node() {
-  // Only a reference count of 1 is taken over: nobody else can reach that Node, so no other thread can
-  // race with us for it. What remains in each popped node is freed by its own (now shallow) destructor.
-  std::vector<Ref<Node>> doomed;
-  steal_sole_references(*this, doomed, saved_);
-  while (!doomed.empty()) {
-    Ref<Node> n = std::move(doomed.back());
-    doomed.pop_back();
-    steal_sole_references(*n, doomed, n->saved_);
+  // Iterative: each dropped reference is the last one only after its own children were moved out, so no
+  // destructor recurses more than one level (docs/autograd.md, "Freeing the graph"). A count of 1 means
+  // nobody else can reach the object, so no other thread races for it.
+  Teardown work;
+  work.absorb(next, saved_);
+  while (!work.nodes.empty() || !work.tensors.empty()) {
+    if (!work.tensors.empty()) {
+      Tensor t = std::move(work.tensors.back());
+      work.tensors.pop_back();
+      TensorImpl* impl = t.impl();
+      if (impl->use_count() == 1 && impl->autograd && impl->autograd->grad_fn) {
+        forget_retained(impl, *impl->autograd);  // its node may outlive it
+        work.nodes.push_back(std::move(impl->autograd->grad_fn));
+      }
+      continue;  // t is dropped here, holding no node any more
+    }
+    Ref<Node> n = std::move(work.nodes.back());
+    work.nodes.pop_back();
+    if (n->use_count() == 1) work.absorb(n->next, n->saved_);
   }
 }
 

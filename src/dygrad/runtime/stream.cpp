@@ -173,7 +173,8 @@ uint64_t Stream::publish_locked(uint64_t index) {
   const uint64_t seq = index + 1;
   task.seq = seq;
   alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
-  for (Tensor& out : task.outputs) out.storage().note_write(seq);
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  Storage::note_tasks_enqueued(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -235,7 +236,8 @@ uint64_t Stream::run_inline_locked(Task& task) {
   reclaim_completed_locked();  // as an enqueue does: drops the operands of Tasks that have run
   const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
   task.seq = seq;
-  for (Tensor& out : task.outputs) out.storage().note_write(seq);
+  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  Storage::note_tasks_enqueued(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);  // synchronize mode with a profiler
   run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
@@ -380,17 +382,17 @@ bool covers_storage(const Tensor& out) {
 
 bool Stream::run_task(Task& task) {
   // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
-  // writes nothing. An output that held data from before the failure (first written by an earlier Task:
-  // parameters, gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays
-  // readable, so a failed batch leaves the model as it was. Other outputs are poisoned: fresh ones, and
-  // buffers first written after the failure (temporaries of the failed computation, such as buf * momentum
-  // before its add_), so nothing downstream uses them.
+  // writes nothing. An output whose buffer existed before the failed Task was enqueued (parameters,
+  // gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays readable, so
+  // a failed batch leaves the model as it was. Other outputs are poisoned: fresh ones, and buffers made
+  // after the failure (temporaries of the failed computation, such as buf * momentum before its add_), so
+  // nothing downstream uses them.
   for (const Tensor& in : task.inputs) {
     if (uint64_t bad = in.storage().poisoned_by()) {
       bool kept = false;
       for (Tensor& out : task.outputs) {
         if (out.storage().poisoned_by()) continue;  // keeps the failure it names
-        if (out.storage().first_write_seq() < bad) kept = true;
+        if (out.storage().birth_seq() < bad) kept = true;
         else out.storage().poison(bad);
       }
       if (kept) note_skipped_update(task, bad);
