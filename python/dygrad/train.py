@@ -52,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--on-error", default="stop", choices=["stop", "skip"],
                    help="a step whose ops fail (a bad batch: an index out of range...): log it and stop, or skip "
                         "it and go on; the failed step changes no parameter (docs/async-errors.md)")
+    p.add_argument("--inject-bad-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: a bad batch
     p.add_argument("--halt-after", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop as a crash would
     return p.parse_args(argv)
 
@@ -274,6 +275,9 @@ def main(argv=None):
     try:
         for step in range(start, args.steps):
             x, y = next(loader)
+            if step + 1 == args.inject_bad_step:
+                x = x.clone()
+                x[0, 0] = 10**6  # a token id out of the vocabulary: the embedding kernel fails, deferred
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr

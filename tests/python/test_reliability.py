@@ -403,3 +403,31 @@ def test_trainer_removes_stale_temp_files(tmp_path):
     other.write_bytes(b"x")
     assert remove_stale_temp_files(str(tmp_path)) == [dead.name]
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_training_memory_is_flat():
+    # Bounded form of `make stress` (10k steps): live tensor memory after warm-up does not grow, bad
+    # batches included.
+    import numpy as np
+    dg.manual_seed(0)
+    emb, lin = dg.nn.Embedding(100, 16), dg.nn.Linear(16, 100)
+    opt = dg.optim.AdamW(list(emb.parameters()) + list(lin.parameters()), lr=1e-3)
+    rng = np.random.default_rng(0)
+    start = None
+    for step in range(400):
+        idx = rng.integers(0, 100, size=(8,))
+        if step % 100 == 50:
+            idx[0] = 10**6
+        opt.zero_grad(set_to_none=True)
+        loss = dg.nn.functional.cross_entropy(lin(emb(dg.tensor(idx))), dg.tensor(rng.integers(0, 100, size=(8,))))
+        loss.backward()
+        opt.step()
+        try:
+            loss.item()
+        except IndexError:
+            pass
+        if step == 100:
+            dg.synchronize()
+            start = dg.memory_allocated()
+    dg.synchronize()
+    assert dg.memory_allocated() <= start, (start, dg.memory_allocated())
