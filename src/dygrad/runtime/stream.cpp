@@ -470,11 +470,11 @@ std::string Stream::failure_message(uint64_t seq) const {
   return "an earlier op failed (task " + std::to_string(seq) + ")";
 }
 
-void Stream::raise_deferred_error() {
+void Stream::raise_deferred_error(uint64_t up_to) {
   Failure f;
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!has_pending_error_.load(std::memory_order_relaxed)) return;
+    if (!has_pending_error_.load(std::memory_order_relaxed) || pending_error_.seq > up_to) return;
     f = pending_error_;
     has_pending_error_.store(false, std::memory_order_release);
     // Tasks issued from here on were issued knowing of this failure (note_skipped_update).
@@ -518,7 +518,7 @@ void Stream::wait_for(uint64_t seq) {
     std::lock_guard<std::mutex> lock(producer_mutex_);
     reclaim_completed_locked();
   }
-  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
+  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error(seq);
 }
 
 void Stream::synchronize() { wait_for(published_.load(std::memory_order_acquire)); }

@@ -90,7 +90,9 @@ class Stream {
   // A skipped Task left outputs unchanged: makes that a pending error unless the failure covers it.
   void note_skipped_update(const Task& task, uint64_t bad);
   void record_failure(Task& task, ErrorKind kind, const std::string& message);
-  void raise_deferred_error();
+  // Raises the pending error if its failed Task is at most `up_to` (a sync point raises the failures of
+  // the Tasks it waited for, not of later ones that happened to run meanwhile).
+  void raise_deferred_error(uint64_t up_to = UINT64_MAX);
   void wait_until_completed(uint64_t seq);
   // Inline execution of small Tasks on an idle stream (docs/stream.md, "Inline execution").
   static bool runs_inline(const Task& task);       // cheap enough by its cost model
