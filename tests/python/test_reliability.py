@@ -431,3 +431,15 @@ def test_training_memory_is_flat():
             start = dg.memory_allocated()
     dg.synchronize()
     assert dg.memory_allocated() <= start, (start, dg.memory_allocated())
+
+
+@pytest.mark.parametrize("make", [lambda: dg.ones(2**62, 0), lambda: dg.randn(2**32, 0),
+                                  lambda: dg.ones(2**62, 0, requires_grad=True)])
+def test_tolist_of_an_empty_tensor_with_a_huge_dim_raises(make):
+    # Found by the fuzzer (tests/python/fuzz_regressions/seed*_case*.json): PyList_New(2**62) failed and the
+    # list was written anyway (SIGSEGV). torch would try to build the 2**62 lists.
+    t = make()
+    assert t.numel() == 0
+    with pytest.raises(RuntimeError, match=r"\[tolist\].*nested lists"):
+        t.tolist()
+    assert repr(t).startswith("tensor([]")
