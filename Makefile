@@ -30,7 +30,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python check-layers sweep sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python check-layers sweep fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -78,6 +78,19 @@ check-layers:
 	$(PYTHON) tools/check_layers.py
 
 test: check-layers test-cpp test-python
+
+# The fuzzer (tests/python/fuzzer.py): `make test` runs it for 60 s with a fixed seed (test_fuzz.py); this
+# runs it as long as wanted. Crashes and hangs it finds go to tests/python/fuzz_regressions/ (replayed by
+# test_fuzz.py).
+FUZZ_SECONDS ?= 1800
+FUZZ_SEED ?= 1
+fuzz: install
+	$(PYTHON) tests/python/fuzzer.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+
+# The long reliability loops (tools/stress.py): 200 exits with a busy thread, retain_grad and a training
+# loop over 10k iterations with RSS flat. Bounded versions are in tests/python/test_reliability.py.
+stress: install
+	$(PYTHON) tools/stress.py
 ifeq ($(SANITIZE_IN_TEST),1)
 test: sanitize
 endif

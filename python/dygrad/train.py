@@ -49,6 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--profile-wait", type=int, default=5, help="steps before the profiled window")
     p.add_argument("--profile-steps", type=int, default=5, help="steps profiled")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--on-error", default="stop", choices=["stop", "skip"],
+                   help="a step whose ops fail (a bad batch: an index out of range...): log it and stop, or skip "
+                        "it and go on; the failed step changes no parameter (docs/async-errors.md)")
+    p.add_argument("--inject-bad-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: a bad batch
     p.add_argument("--halt-after", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop as a crash would
     return p.parse_args(argv)
 
@@ -62,6 +66,35 @@ def lr_at(step, args):
 
 def checkpoint_path(out):
     return os.path.join(out, "checkpoint.safetensors")
+
+
+def remove_stale_temp_files(out):
+    """Deletes checkpoint temp files (``checkpoint.safetensors.tmp.<pid>``) left by a run killed while saving,
+    unless their process is still alive (another trainer writing into the same directory). Returns them."""
+    prefix = os.path.basename(checkpoint_path(out)) + ".tmp."
+    removed = []
+    for name in os.listdir(out):
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix):]
+        if pid.isdigit() and int(pid) != os.getpid() and _process_alive(int(pid)):
+            continue
+        try:
+            os.remove(os.path.join(out, name))
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def save_checkpoint(path, model, optimizer, step, args):
@@ -165,6 +198,8 @@ def main(argv=None):
         from dataclasses import replace
         cfg = replace(cfg, seq_len=seq)
     os.makedirs(args.out, exist_ok=True)
+    for name in remove_stale_temp_files(args.out):
+        print(f"removed stale temp file {os.path.join(args.out, name)}")
     if args.threads:
         dg.set_context(num_threads=args.threads)
     dg.manual_seed(args.seed)
@@ -219,9 +254,30 @@ def main(argv=None):
         if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
             save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
 
+    failed_steps = []
+
+    def report_or_skip(pending):
+        # A step's deferred error (a data error found by a kernel: docs/async-errors.md) surfaces when its
+        # loss is read. The failed step changed nothing it would have updated in place (parameters,
+        # optimizer states); it is logged, then the run stops or goes on by --on-error.
+        step = pending[0]
+        try:
+            report(*pending)
+        except (RuntimeError, IndexError, ValueError, TypeError) as e:
+            failed_steps.append(step + 1)
+            metrics.write(json.dumps({"step": step + 1, "error": str(e), "skipped": args.on_error == "skip"}) + "\n")
+            metrics.flush()
+            progress.newline()
+            print(f"step {step + 1} failed: {e}", file=sys.stderr)
+            if args.on_error == "stop":
+                raise
+
     try:
         for step in range(start, args.steps):
             x, y = next(loader)
+            if step + 1 == args.inject_bad_step:
+                x = x.clone()
+                x[0, 0] = 10**6  # a token id out of the vocabulary: the embedding kernel fails, deferred
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr
@@ -230,7 +286,7 @@ def main(argv=None):
             loss.backward()
             optimizer.step()
             if pending is not None:
-                report(*pending)
+                report_or_skip(pending)
             now = time.perf_counter()
             dt, t_prev = now - t_prev, now
             step_times.append(dt)
@@ -242,14 +298,14 @@ def main(argv=None):
             if done == args.steps or done % args.save_interval == 0 or done % args.eval_interval == 0:
                 # A checkpoint or an evaluation follows this step: report it now (both sync anyway, and
                 # neither may see the next step's update).
-                report(*pending)
+                report_or_skip(pending)
                 pending = None
                 t_prev = time.perf_counter()
             if args.halt_after is not None and done - start >= args.halt_after:
                 pending = None  # stop as a crash would: the unreported step is lost
                 break
         if pending is not None:
-            report(*pending)
+            report_or_skip(pending)
     finally:
         if prof is not None:
             prof.stop()
@@ -258,7 +314,9 @@ def main(argv=None):
         progress.newline()
     if prof is not None:
         finish_profiler(prof, args)
-    if step_times:
+    if failed_steps:
+        print(f"skipped {len(failed_steps)} failed step(s): {failed_steps}")
+    if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         print(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
               f"{batch * seq / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%}")

@@ -8,6 +8,7 @@
 #include <deque>
 #include <new>
 #include <string_view>
+#include <typeinfo>
 #include <unordered_set>
 
 namespace dg::py {
@@ -62,6 +63,8 @@ void set_error_from_current_exception() {
     PyErr_SetString(python_exception_for(e.type()), e.what());
   } catch (const std::bad_alloc&) {
     PyErr_SetString(PyExc_MemoryError, "out of memory");
+  } catch (const std::bad_cast&) {  // nb::cast_error: an argument of the wrong Python type
+    PyErr_SetString(PyExc_TypeError, "an argument has the wrong type (expected int, float, bool or Tensor)");
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   } catch (...) {
@@ -100,6 +103,10 @@ void init_errors(nb::module_&) {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       PyErr_SetString(python_exception_for(e.kind()), e.what());
+    } catch (const std::bad_cast&) {
+      // nb::cast_error from a binding that casts an argument itself: a wrong Python type is a TypeError
+      // (torch's), never "RuntimeError: std::bad_cast".
+      PyErr_SetString(PyExc_TypeError, "an argument has the wrong type (expected int, float, bool or Tensor)");
     }
   });
 }

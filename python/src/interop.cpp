@@ -311,12 +311,21 @@ nb::object list_of(const Tensor& t, IntSpan shape, size_t depth, const auto& val
     return nb::int_(static_cast<int64_t>(v));
   }
   nb::object list = nb::steal(PyList_New(shape[depth]));
+  if (!list.is_valid()) throw nb::python_error();  // MemoryError: never write into a list that is not there
   for (int64_t i = 0; i < shape[depth]; ++i)
     PyList_SET_ITEM(list.ptr(), i, list_of(t, shape, depth + 1, values, next).release().ptr());
   return list;
 }
 
 nb::object tensor_to_list(const Tensor& t) {
+  // The nested lists are made even for an empty tensor: (2**62, 0) would need 2**62 of them (a fuzzer
+  // crash). Past 2**31 lists, raise instead of exhausting memory or running for hours.
+  int64_t lists = 0, level = 1;
+  for (size_t d = 0; d + 1 < t.shape().size() && level > 0; ++d) {
+    if (__builtin_mul_overflow(level, t.shape()[d], &level) || __builtin_add_overflow(lists, level, &lists) ||
+        lists > (int64_t{1} << 31))
+      fail(ErrorKind::Runtime, "[tolist] a tensor of shape ", t.shape(), " would need more than 2**31 nested lists");
+  }
   {
     nb::gil_scoped_release release;
     t.wait_readable();
@@ -368,11 +377,11 @@ void init_interop(nb::module_& m) {
     // Registered with atexit by dygrad/__init__.py: finish queued work while Python can still release
     // objects, then let releases that come later leak instead of touching a finalising interpreter.
     {
+      // Drains the stream and stops its worker (docs/stream.md, "Exit and fork"): no dygrad thread runs
+      // kernels while libraries are torn down, even if other Python threads still issue ops (theirs then
+      // run on their own thread). A deferred error nobody read is dropped.
       nb::gil_scoped_release release;
-      try {
-        Stream::cpu().synchronize();
-      } catch (const Error&) {
-      }
+      Stream::cpu().shutdown();
     }
     drain_pending_releases(nullptr);
     g_interpreter_exiting.store(true);

@@ -167,7 +167,17 @@ void init_ops_random(nb::module_& m) {
   m.def("set_rng_state", [](nb::dict state) {
     if (!state.contains("seed") || !state.contains("offset"))
       throw nb::type_error("[set_rng_state] expects the dict returned by get_rng_state ({'seed', 'offset'})");
-    set_rng_state(RngState{nb::cast<uint64_t>(state["seed"]), nb::cast<uint64_t>(state["offset"])});
+    uint64_t fields[2] = {0, 0};
+    const char* names[2] = {"seed", "offset"};
+    for (int i = 0; i < 2; ++i) {
+      PyObject* v = state[names[i]].ptr();
+      if (!PyLong_Check(v) || PyBool_Check(v))
+        throw nb::type_error(("[set_rng_state] '" + std::string(names[i]) + "' must be int, not " +
+                              Py_TYPE(v)->tp_name).c_str());
+      fields[i] = PyLong_AsUnsignedLongLong(v);
+      if (PyErr_Occurred()) throw nb::python_error();  // negative or over 64 bits: OverflowError
+    }
+    set_rng_state(RngState{fields[0], fields[1]});
   }, nb::arg("new_state"));
 }
 

@@ -34,8 +34,11 @@ PyObject* reduce_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   return guarded([&] {
     Tensor x = cast ? to(*input, dtype) : *input;
     // An explicit empty list reduces nothing in torch; dygrad's C++ API reads it as "all dims".
-    if (!all && dims.empty()) return wrap(Op::apply(x, std::span<const int64_t>(), keepdim));
-    return wrap(Op::apply(x, dims, keepdim));
+    Tensor out = !all && dims.empty() ? Op::apply(x, std::span<const int64_t>(), keepdim) : Op::apply(x, dims, keepdim);
+    // An explicit dtype is the result's dtype (sum of int32 accumulates in int64 and casts back, as torch's
+    // result wraps the same way; dtype=bool gives "any").
+    if (cast && out.dtype() != dtype) out = to(out, dtype);
+    return wrap(std::move(out));
   });
 }
 

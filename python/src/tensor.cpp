@@ -1,5 +1,6 @@
 // The Tensor class: metadata properties, autograd accessors, host access (item, tolist; numpy() lives in
 // interop.cpp) and Python protocol methods. Ops are added as FASTCALL methods by the ops_*.cpp files.
+#include <cmath>
 #include <cctype>
 #include <string>
 
@@ -166,7 +167,9 @@ void init_tensor(nb::module_& m) {
       .def("ndimension", [](const Tensor& t) { return t.dim(); })
       .def("size", [](const Tensor& t, nb::handle dim) -> nb::object {
              if (dim.is_none()) return shape_object(t.shape());
-             return nb::int_(t.size(nb::cast<int64_t>(dim)));
+             int64_t d = 0;
+             if (!to_int_argument("size", "dim", dim.ptr(), d)) throw nb::python_error();
+             return nb::int_(t.size(d));
            }, nb::arg("dim") = nb::none())
       .def("stride", [](const Tensor& t, nb::handle dim) -> nb::object {
              if (dim.is_none()) {
@@ -174,7 +177,9 @@ void init_tensor(nb::module_& m) {
                for (int64_t s : t.strides()) out.append(s);
                return nb::tuple(out);
              }
-             return nb::int_(t.stride(nb::cast<int64_t>(dim)));
+             int64_t d = 0;
+             if (!to_int_argument("stride", "dim", dim.ptr(), d)) throw nb::python_error();
+             return nb::int_(t.stride(d));
            }, nb::arg("dim") = nb::none())
       .def("is_contiguous", [](const Tensor& t) { return t.is_contiguous(); })
       .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
@@ -193,7 +198,9 @@ void init_tensor(nb::module_& m) {
                if (!gt) throw nb::python_error();
                g = *gt;
              }
-             bool retain = retain_graph.is_none() ? create_graph : nb::cast<bool>(retain_graph);
+             bool retain = false;
+             if (!to_bool_argument("backward", "retain_graph", retain_graph.ptr(), create_graph, retain))
+               throw nb::python_error();
              PythonCallSite site;
              t.backward(g, retain, create_graph);
            }, nb::arg("gradient") = nb::none(), nb::arg("retain_graph") = nb::none(), nb::arg("create_graph") = false)
@@ -227,7 +234,13 @@ void init_tensor(nb::module_& m) {
         profiler::HostOpScope scope("__int__");
         only_element_check(t, "int");
         wait_readable_released(t);
-        return t.item_scalar().to_int();
+        // As Python's int(float): exact for any finite value (3e38 is a big int), ValueError for NaN,
+        // OverflowError for inf. Never a C++ float-to-int64 conversion, which is undefined out of range.
+        const Scalar s = t.item_scalar();
+        if (!s.is_floating()) return nb::steal(PyLong_FromLongLong(s.to_int()));
+        PyObject* v = PyLong_FromDouble(std::trunc(s.v.f));
+        if (!v) throw nb::python_error();
+        return nb::steal(v);
       })
       .def("__index__", [](const Tensor& t) {
         profiler::HostOpScope scope("__index__");

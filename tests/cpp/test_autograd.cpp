@@ -218,3 +218,31 @@ TEST(Autograd, TakenGradientBuffersAreNotModifiedWhileStillRead) {
   expect_close(a.grad(), {2 * 111, 4 * 221, 6 * 331}, 0, 0);
   expect_close(g, {1, 2, 3}, 0, 0);
 }
+
+// ~Node frees the chain it alone keeps alive iteratively: a 1M-node graph does not overflow the stack,
+// through edges (y * 1.0) and through saved tensors (y * x saves y).
+TEST(Autograd, DeepGraphIsFreedIteratively) {
+  Tensor x = from_vector<float>({1}, Shape{1});
+  x.set_requires_grad(true);
+  Tensor y = x;
+  for (int i = 0; i < 1000000; ++i) y = mul(y, 1.0);
+  y = Tensor();
+  y = x;
+  for (int i = 0; i < 200000; ++i) y = mul(y, x);
+  y = Tensor();
+  SUCCEED();
+}
+
+TEST(Autograd, RetainGradHoldsNoCycle) {
+  Tensor x = from_vector<float>({1}, Shape{1});
+  x.set_requires_grad(true);
+  Ref<Node> node;
+  {
+    Tensor y = mul(x, 2.0);
+    y.retain_grad();
+    node = y.grad_fn();
+    EXPECT_EQ(node->retained_outputs.at(0), y.impl());
+  }  // y dies: its slot is cleared, the node is held only by `node`
+  EXPECT_EQ(node->use_count(), 1);
+  EXPECT_EQ(node->retained_outputs.at(0), nullptr);
+}

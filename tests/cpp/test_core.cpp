@@ -1,6 +1,10 @@
 // Core smoke tests: tensors, views, arithmetic with broadcasting, sum, autograd.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
+#include "dygrad/core/shape.h"
 #include "dygrad/dygrad.h"
 
 using namespace dg;
@@ -64,4 +68,33 @@ TEST(Core, ElementwiseOutputFollowsInputLayout) {
   EXPECT_TRUE(mul(x, x).is_contiguous());
   EXPECT_TRUE(add(contiguous(p), p).is_contiguous());
   EXPECT_EQ(add(contiguous(p), p).to_vector<float>(), add(p, p).to_vector<float>());
+}
+
+// core/shape.h: one validation for every factory and view (docs/tensor.md, "Sizes").
+TEST(CoreShape, SizesAreCheckedForNegativesAndOverflow) {
+  EXPECT_EQ(checked_numel("t", std::vector<int64_t>{2, 3}), 6);
+  EXPECT_EQ(checked_numel("t", std::vector<int64_t>{0, 5}), 0);
+  EXPECT_THROW(checked_numel("t", std::vector<int64_t>{-7}), Error);
+  EXPECT_THROW(checked_numel("t", std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32}), Error);
+  EXPECT_THROW(checked_numel("t", std::vector<int64_t>{int64_t{1} << 62, int64_t{1} << 40, 0}), Error);  // as torch
+  EXPECT_THROW(Tensor::empty(std::vector<int64_t>{int64_t{1} << 62, 4}), Error);
+  Tensor base = Tensor::empty(std::vector<int64_t>{4});
+  EXPECT_THROW(Tensor::make_view(base, Dims{2, 2}, Dims{int64_t{1} << 62, 1}, 0), Error);
+  EXPECT_THROW(Tensor::make_view(base, Dims{5}, Dims{1}, 0), Error);
+  EXPECT_THROW(Tensor::make_view(base, Dims{2}, Dims{1}, -1), Error);
+  EXPECT_NO_THROW(Tensor::make_view(base, Dims{int64_t{1} << 40}, Dims{0}, 3));  // broadcast: reaches one element
+  EXPECT_TRUE(has_internal_overlap(std::vector<int64_t>{3}, std::vector<int64_t>{0}));
+  EXPECT_FALSE(has_internal_overlap(std::vector<int64_t>{1}, std::vector<int64_t>{0}));
+}
+
+TEST(CoreDType, ScalarConversionsAreChecked) {
+  EXPECT_TRUE(scalar_fits(Scalar(int64_t{-1}), DType::UInt8));
+  EXPECT_FALSE(scalar_fits(Scalar(int64_t{256}), DType::UInt8));
+  EXPECT_FALSE(scalar_fits(Scalar(int64_t{1} << 62), DType::Int32));
+  EXPECT_FALSE(scalar_fits(Scalar(std::nan("")), DType::Int64));
+  EXPECT_FALSE(scalar_fits(Scalar(1e19), DType::Int64));
+  EXPECT_TRUE(scalar_fits(Scalar(1e300), DType::Float16));
+  const Scalar min = Scalar(std::numeric_limits<int64_t>::min());
+  EXPECT_TRUE(min.negated().is_floating());
+  EXPECT_EQ(min.negated().to_double(), 9223372036854775808.0);
 }

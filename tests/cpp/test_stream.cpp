@@ -608,3 +608,36 @@ TEST(StreamInline, OffWhileAnObserverIsInstalled) {
   }
   EXPECT_EQ(observer.count("test_probe"), 1);
 }
+
+// docs/async-errors.md, "The poisoned-input rule": a Task skipped because an input is poisoned writes
+// nothing; an output that held data from before the failure keeps it and stays readable, one first written
+// after it is poisoned; the skip is covered by the original error (raised once).
+TEST(StreamPoisonedInputs, SkippedTaskKeepsStateFromBeforeTheFailure) {
+  drain();
+  Tensor state = from_vector<float>({1, 2, 3}, Shape{3});
+  Tensor accumulated = mul(state, 10.0);  // made before the failure
+  Tensor bad = checked_copy(state, 7, kQueued);
+  Tensor temporary = mul(state, 2.0);     // made after the failure
+  add_(state, bad);
+  add_(accumulated, bad);
+  add_(temporary, bad);
+  EXPECT_THROW(Stream::cpu().synchronize(), Error);  // the original failure, once
+  EXPECT_NO_THROW(Stream::cpu().synchronize());     // the skips were issued before it was raised
+  EXPECT_EQ(state.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(accumulated.to_vector<float>(), (std::vector<float>{10, 20, 30}));
+  EXPECT_EQ(temporary.storage().poisoned_by(), bad.storage().poisoned_by());
+  // Issued after the failure was raised: skipped again, and that is a new error, never a silent no-op.
+  add_(state, bad);
+  EXPECT_THROW(Stream::cpu().synchronize(), Error);
+  EXPECT_EQ(state.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  // A full overwrite makes a poisoned buffer valid again.
+  fill_(temporary, 5.0);
+  EXPECT_EQ(temporary.to_vector<float>(), (std::vector<float>{5, 5, 5}));
+}
+
+TEST(StreamOverlap, InPlaceWriteIntoExpandedMemoryRaisesAtTheCall) {
+  Tensor one = from_vector<float>({1}, Shape{1});
+  Tensor wide = expand(one, Shape{3});
+  EXPECT_THROW(add_(wide, 1.0), Error);
+  EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{1}));
+}

@@ -73,3 +73,19 @@ def test_profile_writes_the_report_and_its_steps_match_the_run(tmp_path, capsys)
     assert summary["throughput"]["tokens_per_s"] > 0 and summary["flops"]["mfu"] > 0
     assert "advice" in summary
     assert "compute" in text and "report.html" in text  # the breakdown and where the report is
+
+
+def test_a_failed_step_is_logged_and_skipped_or_stops_the_run(tmp_path):
+    # docs/async-errors.md: the failed step changes no parameter; the loop logs it and goes on or stops.
+    import pytest
+    out = str(tmp_path / "skip")
+    assert train.main(SMALL + ["--steps", "6", "--out", out, "--sample-tokens", "0", "--inject-bad-step", "3",
+                               "--on-error", "skip"]) == 0
+    rec = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    errors = [r for r in rec if "error" in r]
+    assert [r["step"] for r in errors] == [3] and "[embedding]" in errors[0]["error"] and errors[0]["skipped"]
+    assert sorted(r["step"] for r in rec if "loss" in r) == [1, 2, 4, 5, 6]
+    assert all(r["loss"] == r["loss"] for r in rec if "loss" in r)  # finite: the model was not poisoned
+    with pytest.raises(IndexError, match=r"\[embedding\]"):
+        train.main(SMALL + ["--steps", "6", "--out", str(tmp_path / "stop"), "--sample-tokens", "0",
+                            "--inject-bad-step", "3"])

@@ -96,25 +96,34 @@ def _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
     """torch.optim.adam._single_tensor_adam (capturable=False), op for op: the step count is read on the host."""
     lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
     for i, (p, g, m, v, step_t) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
+        # New values out of place, then one copy_ each: every write into p, m, v reads the gradient, so a
+        # poisoned gradient leaves all three unchanged (docs/async-errors.md, "The poisoned-input rule"); the
+        # same kernels and rounding as torch's in-place chain. (The step count is bumped regardless.)
         step_t.add_(1)
+        p_new = p
         if weight_decay != 0:
             if group["decoupled_weight_decay"]:
-                p.mul_(1 - lr * weight_decay)
+                p_new = p * (1 - lr * weight_decay)
             else:
                 g = g.add(p, alpha=weight_decay)
         if 1 - beta1 < 0.5:  # torch's lerp_(g, 1 - beta1), which picks its formula by the weight
-            m.add_(g - m, alpha=1 - beta1)
+            m_new = m.add(g - m, alpha=1 - beta1)
         else:
-            m.copy_(g - (g - m) * beta1)
-        v.mul_(beta2).add_(g * (1 - beta2) * g)  # addcmul_(g, g, value=1 - beta2)
+            m_new = g - (g - m) * beta1
+        v_new = (v * beta2).add_(g * (1 - beta2) * g)  # addcmul_(g, g, value=1 - beta2)
         step = step_t.item()
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+        v_denominator = v_new
         if group["amsgrad"]:
-            max_exp_avg_sqs[i].copy_(_C.maximum(max_exp_avg_sqs[i], v))
-            v = max_exp_avg_sqs[i]
-        denom = (_C.sqrt(v) / bias_correction2_sqrt).add_(eps)
-        p.add_(m * (-lr / bias_correction1) / denom)  # addcdiv_(m, denom, value=-step_size)
+            max_new = _C.maximum(max_exp_avg_sqs[i], v_new)
+            max_exp_avg_sqs[i].copy_(max_new)
+            v_denominator = max_new
+        denom = (_C.sqrt(v_denominator) / bias_correction2_sqrt).add_(eps)
+        p_new = p_new.add(m_new * (-lr / bias_correction1) / denom)  # addcdiv_(m, denom, value=-step_size)
+        m.copy_(m_new)
+        v.copy_(v_new)
+        p.copy_(p_new)
 
 
 class AdamW(Adam):

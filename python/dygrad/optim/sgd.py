@@ -1,5 +1,6 @@
 """SGD with momentum, dampening, weight decay and Nesterov, as torch.optim.SGD (single-tensor formula,
 composed of in-place ops; `foreach` and `fused` are accepted for torch's signature)."""
+from .. import _C
 from ..autograd import no_grad
 from .optimizer import Optimizer, required, state_tensor
 
@@ -37,13 +38,21 @@ class SGD(Optimizer):
                     if group["weight_decay"] != 0:
                         d_p = d_p.add(p, alpha=group["weight_decay"])
                     if momentum != 0:
+                        # Every write into the buffer and the parameter reads this step's gradient: if it is
+                        # poisoned (a failed op in this batch), each write is skipped and both keep their
+                        # values (docs/async-errors.md, "The poisoned-input rule"). buf.mul_() first would
+                        # run and corrupt the buffer, and p.add_(buf) would apply the old one.
                         state = self.state[p]
                         buf = state.get("momentum_buffer")
                         if buf is None:
-                            buf = state_tensor(d_p.clone().detach())
+                            # torch's first step: buf = d_p. A fresh buffer filled by copy_, so a failed first
+                            # step leaves zeros (0 * momentum + d_p == d_p next time) and no poisoned state.
+                            buf = state_tensor(_C.zeros_like(p))
                             state["momentum_buffer"] = buf
+                            new_buf = d_p
                         else:
-                            buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
-                        d_p = d_p.add(buf, alpha=momentum) if group["nesterov"] else buf
+                            new_buf = (buf * momentum).add_(d_p, alpha=1 - dampening)  # same rounding as in place
+                        buf.copy_(new_buf)
+                        d_p = d_p.add(new_buf, alpha=momentum) if group["nesterov"] else new_buf
                     p.add_(d_p, alpha=-lr)
         return loss

@@ -39,12 +39,19 @@ Tensor sum_grads(const Tensor& a, const Tensor& b) {
   return add(a, b);
 }
 
+// A hook may replace a gradient, not change its shape (torch: "hook ... has changed the size of value").
+const Tensor& checked_hook_result(const Tensor& replaced, const Tensor& original) {
+  DG_CHECK(same_shape(replaced.shape(), original.shape()), Runtime, "[backward] a hook has changed the size of "
+           "the gradient: it returned shape ", replaced.shape(), " for a gradient of shape ", original.shape());
+  return replaced;
+}
+
 void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) {
   Tensor leaf(leaf_impl);
   AutogradMeta& meta = *leaf_impl->autograd;
   for (TensorHook& hook : meta.leaf_hooks) {
     Tensor replaced = hook(g);
-    if (replaced.defined()) g = replaced;
+    if (replaced.defined()) g = checked_hook_result(replaced, g);
   }
   if (!run.accumulate) {
     auto it = run.leaf_capture.find(leaf_impl.get());
@@ -75,18 +82,27 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
 }
 
 // Marks the nodes from which a captured input is reachable (autograd.grad computes nothing else).
-bool mark_needed(const Node* node, GraphRun& run, std::unordered_map<const Node*, bool>& memo) {
-  auto it = memo.find(node);
-  if (it != memo.end()) return it->second;
-  memo[node] = false;
-  bool needed = run.node_capture.count(node) > 0;
-  for (const Edge& e : node->next) {
-    if (e.leaf && run.leaf_capture.count(e.leaf.get())) needed = true;
-    if (e.node && mark_needed(e.node.get(), run, memo)) needed = true;
+// Iterative post-order walk: a graph a million nodes deep must not overflow the stack.
+void mark_needed(const Node* root, GraphRun& run, std::unordered_map<const Node*, bool>& memo) {
+  if (memo.count(root)) return;
+  std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};  // node, next edge to visit
+  memo[root] = false;
+  while (!stack.empty()) {
+    auto& [node, edge] = stack.back();
+    if (edge < node->next.size()) {
+      const Node* child = node->next[edge++].node.get();
+      if (child && memo.emplace(child, false).second) stack.push_back({child, 0});
+      continue;
+    }
+    bool needed = run.node_capture.count(node) > 0;
+    for (const Edge& e : node->next) {
+      if (e.leaf && run.leaf_capture.count(e.leaf.get())) needed = true;
+      if (e.node && memo[e.node.get()]) needed = true;
+    }
+    memo[node] = needed;
+    if (needed) run.needed.insert(node);
+    stack.pop_back();
   }
-  memo[node] = needed;
-  if (needed) run.needed.insert(node);
-  return needed;
 }
 
 void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads) {
@@ -145,7 +161,7 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
       for (TensorHook& hook : node->output_hooks[k])
         if (grads[k].defined()) {
           Tensor replaced = hook(grads[k]);
-          if (replaced.defined()) grads[k] = replaced;
+          if (replaced.defined()) grads[k] = checked_hook_result(replaced, grads[k]);
         }
     for (size_t k = 0; k < node->retained_outputs.size() && k < grads.size(); ++k)
       if (node->retained_outputs[k] && grads[k].defined() && run.accumulate) {
@@ -161,12 +177,9 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     std::vector<Tensor> grad_inputs(node->next.size());
     // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
     if (!skip && any) node->apply(grads, grad_inputs);
-    if (!run.retain_graph) {
-      node->release_saved();
-      // retain_grad() targets hold the node (grad_fn) and the node holds them: freeing the graph breaks
-      // that cycle, which otherwise leaks both (LeakSanitizer, Autograd.RetainGradOnNonLeaf).
-      node->retained_outputs.clear();
-    }
+    // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
+    // node that saved nothing accumulates into them again, as in torch.
+    if (!run.retain_graph) node->release_saved();
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.valid()) continue;

@@ -15,6 +15,45 @@ Node::Node(const OpDef* op, size_t num_outputs_) : num_outputs(num_outputs_), op
 Node::Node(std::string name, BackwardFn backward, size_t num_outputs_)
     : num_outputs(num_outputs_), name_(std::move(name)), backward_(backward) {}
 
+namespace {
+// What a dying node would release: the producers of its inputs (edges) and its saved tensors (whose
+// grad_fn may be another node). Moved out unconditionally; whether each is the last reference is decided
+// when it is dropped, so a node held both by an edge and by a saved tensor's grad_fn is also freed here.
+struct Teardown {
+  std::vector<Ref<Node>> nodes;
+  std::vector<Tensor> tensors;
+  void absorb(std::vector<Edge>& next, std::vector<SavedTensor>& saved) {
+    for (Edge& e : next)
+      if (e.node) nodes.push_back(std::move(e.node));
+    for (SavedTensor& t : saved)
+      if (t.tensor.defined()) tensors.push_back(std::move(t.tensor));
+  }
+};
+}  // namespace
+
+Node::~Node() {
+  // Iterative: each dropped reference is the last one only after its own children were moved out, so no
+  // destructor recurses more than one level (docs/autograd.md, "Freeing the graph"). A count of 1 means
+  // nobody else can reach the object, so no other thread races for it.
+  Teardown work;
+  work.absorb(next, saved_);
+  while (!work.nodes.empty() || !work.tensors.empty()) {
+    if (!work.tensors.empty()) {
+      Tensor t = std::move(work.tensors.back());
+      work.tensors.pop_back();
+      TensorImpl* impl = t.impl();
+      if (impl->use_count() == 1 && impl->autograd && impl->autograd->grad_fn) {
+        forget_retained(impl, *impl->autograd);  // its node may outlive it
+        work.nodes.push_back(std::move(impl->autograd->grad_fn));
+      }
+      continue;  // t is dropped here, holding no node any more
+    }
+    Ref<Node> n = std::move(work.nodes.back());
+    work.nodes.pop_back();
+    if (n->use_count() == 1) work.absorb(n->next, n->saved_);
+  }
+}
+
 void Node::save(const Tensor& t) {
   saved_.push_back({t, t.defined() ? t.version() : 0u});
 }
@@ -64,9 +103,17 @@ Edge gradient_edge(const Tensor& t) {
   return e;
 }
 
+void forget_retained(TensorImpl* impl, AutogradMeta& meta) {
+  if (!meta.retains_grad || !meta.grad_fn) return;
+  auto& slots = meta.grad_fn->retained_outputs;
+  if (meta.output_nr < slots.size() && slots[meta.output_nr] == impl) slots[meta.output_nr] = nullptr;
+  meta.retains_grad = false;
+}
+
 static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
+  forget_retained(impl, *impl->autograd);
   impl->autograd->requires_grad = is_floating(t.dtype());
   impl->autograd->grad_fn = impl->autograd->requires_grad ? node : Ref<Node>();
   impl->autograd->output_nr = output_nr;

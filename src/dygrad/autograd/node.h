@@ -39,6 +39,9 @@ class Node : public RefCounted {
   explicit Node(const OpDef* op, size_t num_outputs = 1);
   // For backward formulas that are not a single OpDef (custom functions, composite ops).
   Node(std::string name, BackwardFn backward, size_t num_outputs = 1);
+  // Frees the chain of nodes only this one keeps alive iteratively, not by recursion: a graph 1M ops deep
+  // would overflow the stack (docs/autograd.md, "Freeing the graph").
+  ~Node() override;
 
   const char* name() const { return name_.empty() ? op_->name : name_.c_str(); }
   const OpDef* op() const { return op_; }
@@ -58,7 +61,9 @@ class Node : public RefCounted {
 
   // Hooks on this node's outputs' gradients (tensor.register_hook on a non-leaf), and retain_grad targets.
   std::vector<std::vector<TensorHook>> output_hooks;
-  std::vector<Ref<TensorImpl>> retained_outputs;  // weakly meant: cleared with the graph
+  // retain_grad() targets, by output: weak (the tensor holds this node as its grad_fn, so a strong reference
+  // would be a cycle). The tensor clears its slot when it dies or gets a new history (forget_retained).
+  std::vector<TensorImpl*> retained_outputs;
 
   void apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
   // A Python/C++ custom backward stored as a closure (Node(name, nullptr)), used when BackwardFn is null.
@@ -71,6 +76,9 @@ class Node : public RefCounted {
   std::vector<SavedTensor> saved_;
   bool released_ = false;
 };
+
+// Clears `impl`'s slot in its grad_fn's retain_grad() targets (it dies or its history is rebased).
+void forget_retained(TensorImpl* impl, AutogradMeta& meta);
 
 struct AutogradMeta {
   bool requires_grad = false;

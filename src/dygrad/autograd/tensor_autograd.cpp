@@ -7,7 +7,14 @@
 
 namespace dg {
 
-void AutogradMetaDeleter::operator()(AutogradMeta* meta) const { delete meta; }
+// The meta dies with its TensorImpl (or is replaced): a retain_grad() slot pointing at the impl is cleared.
+void AutogradMetaDeleter::operator()(AutogradMeta* meta) const {
+  if (meta->retains_grad && meta->grad_fn) {
+    auto& slots = meta->grad_fn->retained_outputs;
+    if (meta->output_nr < slots.size()) slots[meta->output_nr] = nullptr;
+  }
+  delete meta;
+}
 
 bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
 
@@ -46,7 +53,7 @@ void Tensor::retain_grad() {
   impl_->autograd->retains_grad = true;
   Node& node = *impl_->autograd->grad_fn;
   if (node.retained_outputs.size() < node.num_outputs) node.retained_outputs.resize(node.num_outputs);
-  node.retained_outputs[impl_->autograd->output_nr] = impl_;
+  node.retained_outputs[impl_->autograd->output_nr] = impl_.get();  // weak
 }
 
 void Tensor::register_hook(TensorHook hook) {

@@ -1,5 +1,6 @@
 // dtype tables, binary16 conversion and torch.result_type's promotion lattice.
 #include "dygrad/core/dtype.h"
+#include "dygrad/core/error.h"
 
 #include <cmath>
 #include <cstdio>
@@ -109,6 +110,24 @@ void ResultType::add_scalar(const Scalar& s) { wrapped_ = promote_opt(wrapped_, 
 DType ResultType::result() const {
   int r = combine(dim_, combine(zero_, wrapped_));
   return r < 0 ? DType::Float32 : DType(r);
+}
+
+bool scalar_fits(const Scalar& s, DType t) {
+  if (is_floating(t) || t == DType::Bool || s.is_bool()) return true;
+  double lo = 0, hi = 0;
+  switch (t) {
+    case DType::UInt8: lo = -255, hi = 255; break;
+    case DType::UInt16: lo = -65535, hi = 65535; break;
+    case DType::Int32: lo = -2147483648.0, hi = 2147483647; break;
+    default: return !s.is_floating() || (std::isfinite(s.v.f) && s.v.f >= -0x1p63 && s.v.f < 0x1p63);  // int64
+  }
+  const double v = s.is_floating() ? s.v.f : static_cast<double>(s.v.i);  // exact for these ranges
+  return !std::isnan(v) && v >= lo && v <= hi;
+}
+
+void check_scalar_fits(const char* op, const Scalar& s, DType t) {
+  DG_CHECK(scalar_fits(s, t), Runtime, "[", op, "] value ", s.to_string(), " cannot be converted to type ",
+           dtype_name(t), " without overflow");
 }
 
 }  // namespace dg

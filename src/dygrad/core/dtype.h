@@ -84,6 +84,13 @@ struct Scalar {
   bool is_bool() const { return kind == Kind::Bool; }
   double to_double() const { return kind == Kind::Float ? v.f : kind == Kind::Int ? double(v.i) : double(v.b); }
   int64_t to_int() const { return kind == Kind::Float ? int64_t(v.f) : kind == Kind::Int ? v.i : int64_t(v.b); }
+  // -s without overflow: -INT64_MIN does not fit in int64, so that one becomes the float 2**63 (torch takes
+  // an integer beyond int64 as a float too).
+  Scalar negated() const {
+    if (kind == Kind::Float) return Scalar(-v.f);
+    const int64_t i = to_int();
+    return i == INT64_MIN ? Scalar(9223372036854775808.0) : Scalar(-i);
+  }
   template <typename T> T to() const;
   // The dtype a lone scalar takes: float -> float32 (torch's default dtype), int -> int64, bool -> bool.
   DType default_dtype() const {
@@ -99,6 +106,13 @@ T Scalar::to() const {
   else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(to_double());
   else return static_cast<T>(kind == Kind::Float ? static_cast<int64_t>(v.f) : to_int());
 }
+
+// Checked conversion (torch's checked_convert): whether `s` can be stored in `t` without overflow. Integral
+// targets take finite values within their range (unsigned ones also wrap negatives down to -max, as torch);
+// floating targets and bool take anything (a float16 overflow becomes inf, as torch).
+bool scalar_fits(const Scalar& s, DType t);
+// Raises RuntimeError "[op] value 4611686018427387904 cannot be converted to type int32 without overflow".
+void check_scalar_fits(const char* op, const Scalar& s, DType t);
 
 // torch.promote_types.
 DType promote_types(DType a, DType b);

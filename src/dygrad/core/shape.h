@@ -1,8 +1,26 @@
-// Shape arithmetic shared by every layer: broadcasting (NumPy's rule, as torch.broadcast_shapes).
+// Shape arithmetic shared by every layer: size validation with overflow checks (every factory and view goes
+// through it, docs/tensor.md "Sizes"), broadcasting (NumPy's rule, as torch.broadcast_shapes).
 #pragma once
 #include "dygrad/core/small_vector.h"
 
 namespace dg {
+
+// The element count of `shape`, validated: every size is >= 0 (ValueError "[op] negative dimension -7 in shape
+// (-7,)") and the product fits in int64 (RuntimeError "[op] shape (..): integer multiplication overflow").
+int64_t checked_numel(const char* op, IntSpan shape);
+// The bytes of a dense buffer of `numel` elements, checked against int64 overflow and kMaxTensorBytes
+// (RuntimeError "[op] shape (..) is too large").
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 52;  // 4 PiB: far above any real allocation, below overflow
+int64_t checked_nbytes(const char* op, IntSpan shape, int64_t numel, size_t itemsize);
+// A view's metadata is valid over a storage of `storage_elements` elements: sizes >= 0, the element count
+// fits in int64, offset >= 0, and every element the view reaches (offset + sum of (size-1)*stride, computed
+// without overflow) lies inside the storage. Raises naming `op`. Empty views reach nothing.
+void check_view_bounds(const char* op, IntSpan sizes, IntSpan strides, int64_t offset, int64_t storage_elements);
+
+// True when two elements of a tensor with these sizes and strides are one memory location for sure (a size
+// > 1 dimension of stride 0, as expand makes): torch's has_internal_overlap YES case. In-place writes into
+// such a tensor raise (runtime/stream.cpp).
+bool has_internal_overlap(IntSpan sizes, IntSpan strides);
 
 // Broadcast shape of two shapes, or raises "[op] shapes (..) and (..) cannot be broadcast".
 Dims broadcast_shapes(const char* op, IntSpan a, IntSpan b);

@@ -39,6 +39,11 @@ class Storage : public RefCounted {
   // Stream bookkeeping, written on the host at enqueue.
   uint64_t last_write_seq() const { return last_write_seq_.load(std::memory_order_acquire); }
   void set_last_write_seq(uint64_t s) { last_write_seq_.store(s, std::memory_order_release); }
+  // How many Tasks had been enqueued when this buffer was made: it tells state that existed before a
+  // failed op (born before it) from buffers made after it (docs/async-errors.md, "The poisoned-input rule").
+  // The stream reports its count with note_tasks_enqueued at every enqueue (core cannot ask it).
+  uint64_t birth_seq() const { return birth_seq_; }
+  static void note_tasks_enqueued(uint64_t count) { tasks_enqueued_.store(count, std::memory_order_relaxed); }
   // 0 when valid; otherwise the sequence number of the failed Task whose error invalidated this buffer.
   uint64_t poisoned_by() const { return poisoned_by_.load(std::memory_order_acquire); }
   void poison(uint64_t failed_seq) { poisoned_by_.store(failed_seq, std::memory_order_release); }
@@ -57,6 +62,8 @@ class Storage : public RefCounted {
   MemoryCategory category_ = MemoryCategory::Activation;
   std::atomic<uint32_t> version_{0};
   std::atomic<uint64_t> last_write_seq_{0};
+  uint64_t birth_seq_ = tasks_enqueued_.load(std::memory_order_relaxed);
+  static inline std::atomic<uint64_t> tasks_enqueued_{0};
   std::atomic<uint64_t> poisoned_by_{0};
   std::atomic<bool> exported_{false};
 };

@@ -4,6 +4,7 @@
 #include "dygrad/core/tensor.h"
 
 #include "dygrad/core/error.h"
+#include "dygrad/core/shape.h"
 
 namespace dg {
 
@@ -37,20 +38,12 @@ int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
-Tensor Tensor::empty(IntSpan shape, DType dtype, Device device) {
+Tensor Tensor::empty(IntSpan shape, DType dtype, Device device, const char* op) {
+  const int64_t n = checked_numel(op, shape);
+  const int64_t nbytes = checked_nbytes(op, shape, n, dg::itemsize(dtype));
   Dims sizes(shape);
-  Dims strides;
-  strides.resize(sizes.size(), 1);
-  int64_t n = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    const int64_t s = sizes[i];
-    DG_CHECK(s >= 0, Value, "[empty] negative dimension ", s, " in shape ", shape);
-    strides[i] = n == 0 ? 1 : n;
-    DG_CHECK(s == 0 || n <= (int64_t{1} << 50) / s, Runtime, "[empty] shape ", shape, " is too large");
-    n *= s;
-  }
-  if (n == 0) strides = contiguous_strides(shape);
-  auto storage = Storage::allocate(static_cast<size_t>(n) * dg::itemsize(dtype), device);
+  Dims strides = contiguous_strides(shape);  // no overflow: the product of the sizes fits in int64
+  auto storage = Storage::allocate(static_cast<size_t>(nbytes), device);
   return Tensor(make_ref<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
 }
 
@@ -60,7 +53,8 @@ Tensor Tensor::empty_strided(IntSpan shape, Dims strides, DType dtype, Device de
   return out;
 }
 
-Tensor Tensor::make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset) {
+Tensor Tensor::make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset, const char* op) {
+  check_view_bounds(op, sizes, strides, offset, static_cast<int64_t>(base.storage().nbytes() / base.itemsize()));
   auto impl = make_ref<TensorImpl>(base.impl_->storage, std::move(sizes), std::move(strides), offset, base.dtype());
   impl->is_view = true;
   return Tensor(std::move(impl));

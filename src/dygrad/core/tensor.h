@@ -48,12 +48,16 @@ class Tensor {
   explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // A new contiguous tensor; its contents are undefined until an op writes them.
-  static Tensor empty(IntSpan shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  // The shape is validated (core/shape.h, checked_numel and checked_nbytes); errors name `op`.
+  static Tensor empty(IntSpan shape, DType dtype = DType::Float32, Device device = Device::cpu(),
+                      const char* op = "empty");
   // A new tensor with the given dense strides (a permutation of the contiguous ones, as dense_strides
   // returns): the output of an op laid out like its inputs. Not a view.
   static Tensor empty_strided(IntSpan shape, Dims strides, DType dtype = DType::Float32, Device device = Device::cpu());
   // A view of `base`'s storage with the given metadata (no copy; bounds checked by the caller).
-  static Tensor make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset);
+  // Validated by check_view_bounds (core/shape.h): negative sizes, an overflowing element count, or a view
+  // reaching outside the storage raise naming `op`.
+  static Tensor make_view(const Tensor& base, Dims sizes, Dims strides, int64_t offset, const char* op = "view");
 
   // A borrowed handle, for a scope that `t` (held by the caller) outlives: made without raising the
   // reference count and ended with forget_borrowed() instead of the destructor's release. It saves an

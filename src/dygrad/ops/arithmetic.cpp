@@ -97,7 +97,7 @@ DType result_type(const Tensor& a, Scalar b) {
 }
 
 namespace {
-Scalar negated(Scalar s) { return s.is_floating() ? Scalar(-s.to_double()) : Scalar(-s.to_int()); }
+Scalar negated(Scalar s) { return s.negated(); }  // overflow-free: -(-2**63) is a float, as in torch
 Scalar times(Scalar a, Scalar b) {
   // alpha = 1 (the default) leaves the operand's kind alone: bool_tensor + True stays bool, as in torch.
   if (!b.is_floating() && b.to_int() == 1) return a;
@@ -253,6 +253,7 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
 Tensor& fill_(Tensor& dst, Scalar value) {
   check_defined("fill_", dst, "self");
   check_inplace("fill_", dst);
+  check_scalar_fits("fill_", value, dst.dtype());
   dst.storage().bump_version();
   enqueue(op_fill, {}, {dst}, ScalarAttrs{value});
   cut_history_if_overwritten(dst);

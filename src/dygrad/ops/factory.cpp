@@ -15,15 +15,22 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 }
 }  // namespace
 
-Tensor empty(IntSpan shape, TensorOptions options) { return finish(Tensor::empty(shape, options.dtype), options); }
+Tensor empty(IntSpan shape, TensorOptions options) {
+  return finish(Tensor::empty(shape, options.dtype, Device::cpu(), "empty"), options);
+}
 
-Tensor full(IntSpan shape, Scalar value, TensorOptions options) {
-  Tensor t = Tensor::empty(shape, options.dtype);
+namespace {
+Tensor full_named(const char* op, IntSpan shape, Scalar value, TensorOptions options) {
+  check_scalar_fits(op, value, options.dtype);  // before allocating: a huge shape with a bad value names the value
+  Tensor t = Tensor::empty(shape, options.dtype, Device::cpu(), op);
   fill_(t, value);
   return finish(t, options);
 }
-Tensor zeros(IntSpan shape, TensorOptions options) { return full(shape, 0, options); }
-Tensor ones(IntSpan shape, TensorOptions options) { return full(shape, 1, options); }
+}  // namespace
+
+Tensor full(IntSpan shape, Scalar value, TensorOptions options) { return full_named("full", shape, value, options); }
+Tensor zeros(IntSpan shape, TensorOptions options) { return full_named("zeros", shape, 0, options); }
+Tensor ones(IntSpan shape, TensorOptions options) { return full_named("ones", shape, 1, options); }
 Tensor empty_like(const Tensor& a) { return Tensor::empty(a.shape(), a.dtype()); }
 Tensor zeros_like(const Tensor& a) { return full(a.shape(), 0, {a.dtype()}); }
 Tensor ones_like(const Tensor& a) { return full(a.shape(), 1, {a.dtype()}); }

@@ -450,6 +450,10 @@ namespace {
 Tensor triangle(const OpDef& op, const Tensor& a, int64_t diagonal, bool upper) {
   check_defined(op.name, a);
   DG_CHECK(a.dim() >= 2, Runtime, "[", op.name, "] input tensor must have at least 2 dimensions, got shape ", a.shape());
+  // Any diagonal past the matrix keeps or drops everything: clamped so the kernel's r + diagonal cannot
+  // overflow (tril(a, 2**63 - 1) is a copy of a, as in torch).
+  const int64_t rows = a.shape()[a.dim() - 2], cols = a.shape()[a.dim() - 1];
+  diagonal = std::clamp<int64_t>(diagonal, -rows - 1, cols + 1);
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   const Attrs attrs = TriangleAttrs{diagonal, upper};
   enqueue(op, {a}, {out}, attrs);

@@ -164,7 +164,7 @@ Tensor as_strided(const Tensor& a, IntSpan sizes, IntSpan strides, int64_t stora
   DG_CHECK(storage_offset >= 0 && (max_index < 0 || static_cast<size_t>(max_index + 1) * a.itemsize() <= a.storage().nbytes()),
            Value, "[as_strided] sizes ", sizes, " strides ", strides, " offset ", storage_offset,
            " reach outside the storage of ", a.storage().nbytes() / a.itemsize(), " elements");
-  Tensor out = Tensor::make_view(a, Dims(sizes), Dims(strides), storage_offset);
+  Tensor out = Tensor::make_view(a, Dims(sizes), Dims(strides), storage_offset, "as_strided");
   DG_CHECK(!needs_grad_any({a}), NotImplemented, "[as_strided] is for internal use and has no backward");
   return out;
 }
@@ -215,7 +215,7 @@ Tensor expand(const Tensor& a, IntSpan shape) {
     strides[i] = have == want ? a.strides()[i - lead] : 0;
   }
   if (same_shape(sizes, a.shape())) return a;
-  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset());
+  Tensor out = Tensor::make_view(a, std::move(sizes), std::move(strides), a.storage_offset(), "expand");
   record_view("expand", expand_backward, a, out);
   return out;
 }

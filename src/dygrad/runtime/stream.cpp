@@ -5,12 +5,14 @@
 #include "dygrad/runtime/allocator.h"
 
 #include <cstring>
+#include <pthread.h>
 
 #include <chrono>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "dygrad/core/shape.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -54,7 +56,64 @@ Stream& Stream::cpu() {
 
 Stream::Stream() : slots_(kCapacity), alloc_marks_(kCapacity, 0) {
   ThreadPool::instance();  // the pool exists before the worker uses it
+  start_worker();
+  // Registered after the pool's: prepare handlers run in reverse order (the stream drains before the pool
+  // is locked), child handlers in order (the pool has helpers again before the worker starts).
+  pthread_atfork([] { Stream::cpu().before_fork(); }, [] { Stream::cpu().after_fork_parent(); },
+                 [] { Stream::cpu().after_fork_child(); });
+}
+
+void Stream::start_worker() {
+  stopping_.store(false, std::memory_order_seq_cst);
   worker_ = std::thread([this] { worker_loop(); });
+}
+
+// --- exit and fork (docs/stream.md, "Exit and fork") ------------------------------------------------------
+void Stream::shutdown() {
+  if (shut_down_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  if (shut_down_.load(std::memory_order_relaxed)) return;
+  // Under the producer mutex nothing new is published: drain what is queued, then stop the worker. From
+  // here on every Task runs inline on the thread that issues it (enqueue/submit check shut_down_).
+  const uint64_t last = published_.load(std::memory_order_acquire);
+  if (completed_.load(std::memory_order_acquire) < last) wait_until_completed(last);
+  reclaim_completed_locked();
+  shut_down_.store(true, std::memory_order_release);
+  stopping_.store(true, std::memory_order_seq_cst);
+  work_signal_.fetch_add(1, std::memory_order_seq_cst);
+  work_signal_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void Stream::before_fork() {
+  producer_mutex_.lock();  // no producer publishes across the fork
+  const uint64_t last = published_.load(std::memory_order_acquire);
+  if (completed_.load(std::memory_order_acquire) < last) wait_until_completed(last);  // the ring is empty
+  reclaim_completed_locked();
+  failure_mutex_.lock();
+  ThreadPool::instance().before_fork();
+}
+
+void Stream::after_fork_parent() {
+  ThreadPool::instance().after_fork_parent();
+  failure_mutex_.unlock();
+  producer_mutex_.unlock();
+}
+
+void Stream::after_fork_child() {
+  // Only the forking thread exists here. The worker's handle names a thread of the parent: it is leaked
+  // unjoined, the mutexes (held by this thread, or by host threads that do not exist here) are made anew,
+  // and the counters stay: the ring was empty at the fork, so published_ == completed_.
+  ThreadPool::instance().after_fork_child();
+  new std::thread(std::move(worker_));
+  worker_ = std::thread();
+  new (&producer_mutex_) std::mutex();
+  new (&failure_mutex_) std::mutex();
+  new (&waiter_mutex_) std::mutex();
+  waiting_hosts_ = 0;
+  wait_target_.store(UINT64_MAX);
+  worker_sleeping_.store(false);
+  if (!shut_down_.load()) start_worker();
 }
 
 Stream::~Stream() {
@@ -115,6 +174,7 @@ uint64_t Stream::publish_locked(uint64_t index) {
   task.seq = seq;
   alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  Storage::note_tasks_enqueued(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -177,6 +237,7 @@ uint64_t Stream::run_inline_locked(Task& task) {
   const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
   task.seq = seq;
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  Storage::note_tasks_enqueued(seq);
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);  // synchronize mode with a profiler
   run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
@@ -193,18 +254,39 @@ uint64_t Stream::run_inline_locked(Task& task) {
   return seq;
 }
 
+namespace {
+// An output that is a view with a size > 1 dimension of stride 0 (expand, broadcast_to): several of its
+// elements are one memory location, so an in-place write into it is ill-defined. torch's
+// has_internal_overlap (the YES case) and its error.
+void check_no_internal_overlap(const OpDef& op, std::span<const Tensor> outputs) {
+  for (const Tensor& out : outputs)
+    DG_CHECK(!out.is_view() || !has_internal_overlap(out.shape(), out.strides()), Runtime, "[", op.name,
+             "] unsupported operation: more than one element of the written-to tensor (shape ", out.shape(),
+             ", strides ", out.strides(), ") refers to a single memory location. Please clone() the tensor "
+             "before performing the operation.");
+}
+}  // namespace
+
 uint64_t Stream::enqueue(Task&& task) {
+  check_no_internal_overlap(*task.op, task.outputs);
   if (synchronize_enabled()) {
-    // Debug mode: earlier async work first, then this Task inline, its error raised right here.
+    // Debug mode: earlier async work first, then this Task inline, its error raised right here, on this
+    // thread: another host thread's failure stays pending for that thread's next sync point.
     synchronize();
+    Failure failure;
+    bool failed = false;
     {
       std::lock_guard<std::mutex> lock(producer_mutex_);
       run_inline_locked(task);
+      failed = take_failure(task.seq, failure);
     }
+    if (failed) throw Error(failure.kind, failure.message);
+    // Skipped (an input was poisoned): the skip's error, if it made one pending, is raised here too.
     if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
     return task.seq;
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
+  if (shut_down_.load(std::memory_order_acquire)) return run_inline_locked(task);
   if (idle_for_inline_locked() && runs_inline(task)) return run_inline_locked(task);
   const uint64_t index = acquire_slot_locked();
   slots_[index % kCapacity] = std::move(task);
@@ -217,6 +299,7 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   const Kernel kernel = resolve_kernel(op, inputs, outputs);
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.flags & kOpInplace) [[unlikely]] check_inplace_operands(op, inputs, outputs);
+  check_no_internal_overlap(op, outputs);
   auto fill = [&](Task& task) {
     task.op = &op;
     task.kernel = kernel;
@@ -231,11 +314,11 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     return enqueue(std::move(task));
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
-  if (idle_for_inline_locked()) {
+  if (idle_for_inline_locked() || shut_down_.load(std::memory_order_acquire)) [[unlikely]] {
     // Built on the host's stack, never in the ring, and borrowing its operands from the caller, whose
     // spans outlive the call: no refcount traffic (docs/stream.md, "Inline execution").
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
-    if (runs_inline(borrowed.task)) return run_inline_locked(borrowed.task);
+    if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) return run_inline_locked(borrowed.task);
   }
   const uint64_t index = acquire_slot_locked();
   fill(slots_[index % kCapacity]);
@@ -282,12 +365,38 @@ void Stream::worker_loop() {
   }
 }
 
-void Stream::run_task(Task& task) {
-  // A Task that reads a poisoned buffer does not run: its outputs inherit the poison.
+namespace {
+bool reads_storage(const Task& task, const Tensor& t) {
+  for (const Tensor& in : task.inputs)
+    if (in.shares_storage(t)) return true;
+  return false;
+}
+// The Task's kernel writes every element of `out`'s storage: a tensor that is not a view (it owns its
+// storage) or a dense view of all of it.
+bool covers_storage(const Tensor& out) {
+  if (!out.is_view()) return true;
+  return out.storage_offset() == 0 && out.is_contiguous() &&
+         static_cast<size_t>(out.numel()) * out.itemsize() == out.storage().nbytes();
+}
+}  // namespace
+
+bool Stream::run_task(Task& task) {
+  // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
+  // writes nothing. An output whose buffer existed before the failed Task was enqueued (parameters,
+  // gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays readable, so
+  // a failed batch leaves the model as it was. Other outputs are poisoned: fresh ones, and buffers made
+  // after the failure (temporaries of the failed computation, such as buf * momentum before its add_), so
+  // nothing downstream uses them.
   for (const Tensor& in : task.inputs) {
     if (uint64_t bad = in.storage().poisoned_by()) {
-      for (Tensor& out : task.outputs) out.storage().poison(bad);
-      return;
+      bool kept = false;
+      for (Tensor& out : task.outputs) {
+        if (out.storage().poisoned_by()) continue;  // keeps the failure it names
+        if (out.storage().birth_seq() < bad) kept = true;
+        else out.storage().poison(bad);
+      }
+      if (kept) note_skipped_update(task, bad);
+      return false;
     }
   }
   StreamObserver* obs = observer();
@@ -302,7 +411,44 @@ void Stream::run_task(Task& task) {
     failed = true;
     record_failure(task, ErrorKind::Runtime, std::string("[") + task.op->name + "] " + e.what());
   }
+  // A buffer the kernel overwrote completely without reading it is valid again (fill_, zero_, copy_ into a
+  // whole tensor): poison is cleared by a full overwrite, never by a partial one.
+  if (!failed)
+    for (Tensor& out : task.outputs)
+      if (out.storage().poisoned_by() && covers_storage(out) && !reads_storage(task, out)) out.storage().poison(0);
   if (obs) obs->on_task_end(task, failed);
+  return failed;
+}
+
+void Stream::note_skipped_update(const Task& task, uint64_t bad) {
+  // Never silent, never twice for one mistake: a Task issued before the failure was raised is covered by
+  // that error (still pending, or raised meanwhile); one issued after it (the program went on using the
+  // failed op's results) makes a new pending error, unless one is pending already.
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (has_pending_error_.load(std::memory_order_relaxed)) return;
+  std::string original = "an earlier op failed (task " + std::to_string(bad) + ")";
+  for (const Failure& f : failures_) {
+    if (f.seq != bad) continue;
+    if (task.seq <= f.raised_after) return;  // issued before the failure was raised: covered by it
+    original = f.message;
+  }
+  pending_error_ = Failure{bad, ErrorKind::Runtime,
+                           std::string("[") + task.op->name + "] skipped, its outputs left unchanged: an input was "
+                           "produced after a failed op: " + original + format_site(task.site)};
+  has_pending_error_.store(true, std::memory_order_release);
+}
+
+bool Stream::take_failure(uint64_t seq, Failure& out) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  for (Failure& f : failures_) {
+    if (f.seq != seq) continue;
+    f.raised_after = published_.load(std::memory_order_acquire);
+    out = f;
+    if (has_pending_error_.load(std::memory_order_relaxed) && pending_error_.seq == seq)
+      has_pending_error_.store(false, std::memory_order_release);
+    return true;
+  }
+  return false;
 }
 
 void Stream::record_failure(Task& task, ErrorKind kind, const std::string& message) {
@@ -324,13 +470,17 @@ std::string Stream::failure_message(uint64_t seq) const {
   return "an earlier op failed (task " + std::to_string(seq) + ")";
 }
 
-void Stream::raise_deferred_error() {
+void Stream::raise_deferred_error(uint64_t up_to) {
   Failure f;
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!has_pending_error_.load(std::memory_order_relaxed)) return;
+    if (!has_pending_error_.load(std::memory_order_relaxed) || pending_error_.seq > up_to) return;
     f = pending_error_;
     has_pending_error_.store(false, std::memory_order_release);
+    // Tasks issued from here on were issued knowing of this failure (note_skipped_update).
+    const uint64_t issued = published_.load(std::memory_order_acquire);
+    for (Failure& kept : failures_)
+      if (kept.seq == f.seq && kept.raised_after == UINT64_MAX) kept.raised_after = issued;
   }
   throw Error(f.kind, f.message);
 }
@@ -368,7 +518,7 @@ void Stream::wait_for(uint64_t seq) {
     std::lock_guard<std::mutex> lock(producer_mutex_);
     reclaim_completed_locked();
   }
-  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
+  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error(seq);
 }
 
 void Stream::synchronize() { wait_for(published_.load(std::memory_order_acquire)); }

@@ -59,15 +59,40 @@ class Stream {
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
+  // Process exit (docs/stream.md, "Exit and fork"): runs every queued Task, then stops the worker, so no
+  // dygrad thread runs while libraries are torn down. Tasks enqueued afterwards (another thread still
+  // issuing ops) run on the calling thread, as in synchronize mode but with errors deferred. Idempotent;
+  // the Python module calls it from an atexit hook. Never raises.
+  void shutdown();
+  bool is_shut_down() const { return shut_down_.load(std::memory_order_acquire); }
 
   ~Stream();
 
  private:
+  struct Failure {
+    uint64_t seq;
+    ErrorKind kind;
+    std::string message;  // "[op] what went wrong (issued at file:line)"
+    uint64_t raised_after = UINT64_MAX;  // Tasks enqueued when it was raised at a sync point (none: not yet)
+  };
   Stream();
   void worker_loop();
-  void run_task(Task& task);
+  bool run_task(Task& task);  // true when the kernel failed
+  // fork(): the parent drains and holds the producer mutex across the fork; the child, which has no worker
+  // thread, resets the ring's bookkeeping and starts a new worker (docs/stream.md, "Exit and fork").
+  void before_fork();
+  void after_fork_parent();
+  void after_fork_child();
+  void start_worker();
+  // The error of Task `seq` if it failed, taken out of the pending slot (synchronize mode raises it on the
+  // thread that issued it, not on whichever thread syncs first).
+  bool take_failure(uint64_t seq, Failure& out);
+  // A skipped Task left outputs unchanged: makes that a pending error unless the failure covers it.
+  void note_skipped_update(const Task& task, uint64_t bad);
   void record_failure(Task& task, ErrorKind kind, const std::string& message);
-  void raise_deferred_error();
+  // Raises the pending error if its failed Task is at most `up_to` (a sync point raises the failures of
+  // the Tasks it waited for, not of later ones that happened to run meanwhile).
+  void raise_deferred_error(uint64_t up_to = UINT64_MAX);
   void wait_until_completed(uint64_t seq);
   // Inline execution of small Tasks on an idle stream (docs/stream.md, "Inline execution").
   static bool runs_inline(const Task& task);       // cheap enough by its cost model
@@ -96,13 +121,9 @@ class Stream {
   std::mutex waiter_mutex_;
   int waiting_hosts_ = 0;  // guarded by waiter_mutex_
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> shut_down_{false};
   std::atomic<StreamObserver*> observer_{nullptr};
 
-  struct Failure {
-    uint64_t seq;
-    ErrorKind kind;
-    std::string message;  // "[op] what went wrong (issued at file:line)"
-  };
   mutable std::mutex failure_mutex_;
   std::vector<Failure> failures_;          // recent failures, for poisoned-buffer messages
   std::atomic<bool> has_pending_error_{false};

@@ -3,6 +3,7 @@
 #include "dygrad/runtime/thread_pool.h"
 
 #include <chrono>
+#include <new>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -38,6 +39,20 @@ ThreadPool& ThreadPool::instance() {
 }
 
 ThreadPool::ThreadPool() { resize(default_threads()); }
+
+void ThreadPool::before_fork() { run_mutex_.lock(); }
+void ThreadPool::after_fork_parent() { run_mutex_.unlock(); }
+void ThreadPool::after_fork_child() {
+  // The helpers' std::thread handles name threads of the parent: they are dropped unjoined (leaked on
+  // purpose; a handle is a few words) and the mutex, held by the forking thread, is made anew.
+  new std::vector<std::thread>(std::move(helpers_));
+  helpers_ = std::vector<std::thread>();
+  new (&run_mutex_) std::mutex();
+  job_.store(nullptr);
+  sleeping_helpers_.store(0);
+  active_helpers_.store(0);
+  start_helpers(num_threads_ - 1);
+}
 
 ThreadPool::~ThreadPool() { stop_helpers(); }
 

@@ -36,6 +36,11 @@ class ThreadPool {
   // exception a chunk threw.
   void run(int64_t num_chunks, FunctionRef<void(int64_t)> body);
   static bool in_parallel_region();
+  // fork() support (docs/threading.md, "fork"): before, the forking thread takes the run mutex (no job in
+  // flight); after, the parent releases it and the child, whose helper threads do not exist, gets new ones.
+  void before_fork();
+  void after_fork_parent();
+  void after_fork_child();
 
   ~ThreadPool();
 

@@ -221,6 +221,7 @@ void gather_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = a.shape()[dim], lines = index.shape()[dim];
+  if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(a, index.shape(), dim),
                            positions_view(index, index.shape(), dim)};
   StridedIteration it(views);
@@ -270,6 +271,7 @@ void scatter_add_kernel(Task& task) {
   const Tensor& src = task.inputs[2];
   const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
+  if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
                            positions_view(src, index.shape(), dim)};
   StridedIteration it(views);
