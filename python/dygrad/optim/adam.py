@@ -72,11 +72,7 @@ class Adam(Optimizer):
         return params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
 
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            from ..autograd import enable_grad
-            with enable_grad():
-                loss = closure()
+        loss = self._closure_loss(closure)
         with no_grad():
             for group in self.param_groups:
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = self._init_group(group)

@@ -66,6 +66,15 @@ class Optimizer:
                     with no_grad():
                         p.grad.zero_()
 
+    @staticmethod
+    def _closure_loss(closure):
+        """torch's `step(closure)`: the closure re-evaluates the loss with grad enabled; None without one."""
+        if closure is None:
+            return None
+        from ..autograd import enable_grad
+        with enable_grad():
+            return closure()
+
     def step(self, closure=None):
         raise NotImplementedError
 

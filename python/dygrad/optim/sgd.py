@@ -23,11 +23,7 @@ class SGD(Optimizer):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            from ..autograd import enable_grad
-            with enable_grad():
-                loss = closure()
+        loss = self._closure_loss(closure)
         with no_grad():
             for group in self.param_groups:
                 lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
