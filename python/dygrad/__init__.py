@@ -8,6 +8,9 @@ import atexit as _atexit
 from . import _C
 from ._C import Tensor, dtype  # noqa: F401
 
+# A deferred error names the user's line, not dygrad's own nn/functional frames (docs/async-errors.md).
+_C._set_package_dir(__import__("os").path.join(__import__("os").path.dirname(__file__), ""))
+
 # Every public name of the extension (ops, factories, dtypes, runtime functions) is dygrad.<name>.
 for _name in dir(_C):
     if not _name.startswith("_"):

@@ -122,7 +122,11 @@ struct SiteCacheEntry {
   PyObject* code = nullptr;  // strong reference
   int lasti = -1;
   CallSite site;
+  bool in_package = false;  // the frame is dygrad's own Python code (nn/, functional ...), not the user's
 };
+// The directory of dygrad's Python files (set at import by dygrad/__init__.py): a call site inside it is
+// reported as the first frame outside it, the user's line that called into the module or functional.
+std::string* g_package_dir = new std::string();
 constexpr size_t kSiteCacheSize = 1024;
 SiteCacheEntry g_site_cache[kSiteCacheSize];
 
@@ -140,19 +144,19 @@ const char* keep_utf8(PyObject* text) {
 }  // namespace
 
 void set_call_site_tracking(bool on) { g_track_call_sites = on; }
+void set_package_dir(const std::string& dir) { *g_package_dir = dir; }
 bool call_site_tracking() { return g_track_call_sites; }
 
-CallSite python_call_site() {
-  if (!g_track_call_sites) return {};
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed; the caller of the builtin
-  if (!frame) return {};
+namespace {
+// The call site of one frame, from the cache or computed (and cached).
+const SiteCacheEntry& frame_site(PyFrameObject* frame) {
   PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
   int lasti = PyFrame_GetLasti(frame);
   size_t slot = ((reinterpret_cast<uintptr_t>(code) >> 4) ^ static_cast<uintptr_t>(lasti) * 0x9E3779B1u) % kSiteCacheSize;
   SiteCacheEntry& entry = g_site_cache[slot];
   if (entry.code == reinterpret_cast<PyObject*>(code) && entry.lasti == lasti) {
     Py_DECREF(code);
-    return entry.site;
+    return entry;
   }
   CallSite site;
   site.file = keep_utf8(code->co_filename);
@@ -162,8 +166,34 @@ CallSite python_call_site() {
   entry.code = reinterpret_cast<PyObject*>(code);  // takes the reference
   entry.lasti = lasti;
   entry.site = site;
+  entry.in_package = !g_package_dir->empty() && std::string_view(site.file).starts_with(*g_package_dir);
   Py_XDECREF(old);
-  return site;
+  return entry;
+}
+}  // namespace
+
+CallSite python_call_site() {
+  if (!g_track_call_sites) return {};
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed; the caller of the builtin
+  if (!frame) return {};
+  const SiteCacheEntry& first = frame_site(frame);
+  if (!first.in_package) return first.site;  // a user's direct call: the common, cached case
+  // Called from dygrad's own Python code: the first frame outside the package (at most a few levels up).
+  const CallSite innermost = first.site;
+  PyFrameObject* current = PyFrame_GetBack(frame);  // new reference, or null at the bottom
+  for (int depth = 0; current && depth < 32; ++depth) {
+    const SiteCacheEntry& entry = frame_site(current);
+    if (!entry.in_package) {
+      const CallSite site = entry.site;  // copied before the cache slot can be reused
+      Py_DECREF(current);
+      return site;
+    }
+    PyFrameObject* back = PyFrame_GetBack(current);
+    Py_DECREF(current);
+    current = back;
+  }
+  Py_XDECREF(current);
+  return innermost;
 }
 
 PythonCallSite::PythonCallSite() : scope_(python_call_site()) {}

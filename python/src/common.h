@@ -63,6 +63,7 @@ class PythonCallSite {
 };
 CallSite python_call_site();
 void set_call_site_tracking(bool on);
+void set_package_dir(const std::string& dir);  // dygrad's Python files: call sites skip frames inside it
 bool call_site_tracking();
 
 // The profiler's host span of an op begins at its Python entry point: Signature::parse notes the entry

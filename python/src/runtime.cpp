@@ -109,6 +109,8 @@ void init_runtime(nb::module_& m) {
           s.allocated_by_category[static_cast<size_t>(c)];
     return d;
   });
+  m.def("_set_package_dir", [](const std::string& dir) { set_package_dir(dir); }, nb::arg("dir"),
+        "Frames of files under `dir` (dygrad's own Python code) are skipped when an op records its call site.");
   m.def("_set_call_site_tracking", [](bool on) { set_call_site_tracking(on); }, nb::arg("enabled"),
         "Turns off recording the Python line of each op (for measuring its cost).");
   m.def("_call_site_tracking", [] { return call_site_tracking(); });

@@ -154,3 +154,16 @@ def test_deferred_error_in_synchronize_mode_is_raised_at_the_call():
             dg._C._deferred_failure(dg.ones(1), 3)
     finally:
         dg.set_context(original)
+
+
+def test_a_deferred_error_of_a_module_call_names_the_users_line():
+    # The op is issued inside dygrad's own Python code (nn.Embedding -> F.embedding): the call site skips those
+    # frames and names this file's line, where the user called the module.
+    import inspect
+
+    table = dg.nn.Embedding(10, 4)
+    line = inspect.currentframe().f_lineno + 1
+    out = table(dg.tensor([1, 99]))
+    with pytest.raises(IndexError) as info:
+        out.sum().item()
+    assert f"(issued at {__file__}:{line} in " in str(info.value)
