@@ -196,6 +196,7 @@ void init_ops_nn(nb::module_& m);
 void init_ops_index(nb::module_& m);
 void init_ops_fused(nb::module_& m);
 void init_ops_random(nb::module_& m);
+void init_ops_sort(nb::module_& m);
 void init_ops_linalg(nb::module_& m);
 void init_autograd(nb::module_& m);
 void init_runtime(nb::module_& m);

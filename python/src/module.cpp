@@ -25,6 +25,7 @@ NB_MODULE(_C, m) {
   init_ops_index(m);
   init_ops_fused(m);
   init_ops_random(m);
+  init_ops_sort(m);
   init_ops_linalg(m);
   init_autograd(m);
   init_runtime(m);

@@ -1,8 +1,10 @@
 // Random and range factories: rand, randn (*size, dtype=None, requires_grad=False), randint, rand_like,
-// randn_like, arange, bernoulli_mask; the in-place fills uniform_/normal_; get_rng_state/set_rng_state.
+// randn_like, arange, linspace, logspace, bernoulli_mask, bernoulli(_), multinomial; the in-place fills
+// uniform_/normal_; get_rng_state/set_rng_state.
 #include <string_view>
 
 #include "common.h"
+#include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
@@ -142,6 +144,110 @@ PyObject* fill_random_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
     return a[0];
   });
 }
+// generator=: a dygrad.Generator gives the op its seed (64 bits drawn from the Generator, so a seeded Generator
+// replays the same numbers without touching the process generator); None leaves it unset.
+bool to_generator_seed(const char* op, PyObject* o, GeneratorSeed& out) {
+  if (!o || o == Py_None) return true;
+  PyObject* draw = PyObject_HasAttrString(o, "_random64") ? PyObject_CallMethod(o, "_random64", nullptr) : nullptr;
+  if (!draw) {
+    if (PyErr_Occurred()) return false;
+    type_error(op, "argument 'generator' must be a dygrad.Generator, not %s", type_name(o));
+    return false;
+  }
+  const unsigned long long seed = PyLong_AsUnsignedLongLong(draw);
+  Py_DECREF(draw);
+  if (PyErr_Occurred()) return false;
+  out = seed;
+  return true;
+}
+
+// bernoulli(input, *, generator=None): 1 with probability input[i]; bernoulli(input, p, *, generator=None): with
+// probability p, in input's shape and dtype.
+PyObject* bernoulli_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("bernoulli", {"input", "p", "generator"}, 2, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("bernoulli", "input", a[0]);
+  GeneratorSeed seed;
+  if (!input || !to_generator_seed("bernoulli", a[2], seed)) return nullptr;
+  if (!a[1] || a[1] == Py_None) return guarded([&] { return wrap(bernoulli(*input, seed)); });
+  Scalar p;
+  if (!to_scalar_argument("bernoulli", "p", a[1], 0, p)) return nullptr;
+  return guarded([&] { return wrap(bernoulli_mask(input->shape(), p.to_double(), input->dtype(), seed)); });
+}
+
+// Tensor.bernoulli_(p=0.5, *, generator=None): p a number or a tensor of probabilities (broadcast to self).
+PyObject* bernoulli_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("bernoulli_", {"self", "p", "generator"}, 2, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* target = to_tensor("bernoulli_", "self", a[0]);
+  GeneratorSeed seed;
+  if (!target || !to_generator_seed("bernoulli_", a[2], seed)) return nullptr;
+  const Tensor* p_tensor = a[1] && is_tensor(a[1]) ? &unwrap(a[1]) : nullptr;
+  Scalar p = 0.5;
+  if (!p_tensor && a[1] && !to_scalar_argument("bernoulli_", "p", a[1], 0.5, p)) return nullptr;
+  return guarded([&] {
+    ApiNameScope name("bernoulli_");
+    Tensor draws;
+    {
+      NoGradGuard no_grad;
+      draws = p_tensor ? bernoulli(expand(*p_tensor, target->shape()), seed)
+                       : bernoulli_mask(target->shape(), p.to_double(), target->dtype(), seed);
+    }
+    copy_(unwrap(a[0]), draws);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+// multinomial(input, num_samples, replacement=False, *, generator=None)
+PyObject* multinomial_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("multinomial", {"input", "num_samples", "replacement", "generator"}, 3, 2);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("multinomial", "input", a[0]);
+  int64_t samples;
+  bool replacement;
+  GeneratorSeed seed;
+  if (!input || !to_int_argument("multinomial", "num_samples", a[1], samples) ||
+      !to_bool_argument("multinomial", "replacement", a[2], false, replacement) ||
+      !to_generator_seed("multinomial", a[3], seed))
+    return nullptr;
+  return guarded([&] { return wrap(multinomial(*input, samples, replacement, seed)); });
+}
+
+// linspace(start, end, steps, *, dtype=None, requires_grad=False) and logspace(start, end, steps, base=10.0, *, ...):
+// float32 unless dtype is given (torch's default dtype, whatever the numbers).
+template <bool Log>
+PyObject* spaced_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* op = Log ? "logspace" : "linspace";
+  FactoryOptions o;
+  PyObject* kw[4] = {nullptr, nullptr, nullptr, nullptr};  // start, end, steps, base
+  if (!parse_factory_options(op, args + nargs, kwnames, o, false, {"start", "end", "steps", "base"}, kw))
+    return nullptr;
+  const Py_ssize_t most = Log ? 4 : 3;
+  if (nargs > most) return type_error(op, "takes at most %zd positional arguments but %zd were given", most, nargs);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (kw[i]) return type_error(op, "got multiple values for argument '%s'", i == 0 ? "start" : i == 1 ? "end" : i == 2 ? "steps" : "base");
+    kw[i] = args[i];
+  }
+  if (!Log && kw[3]) return type_error(op, "got an unexpected keyword argument 'base'");
+  for (int i = 0; i < 3; ++i)
+    if (!kw[i]) return type_error(op, "missing required argument '%s'", i == 0 ? "start" : i == 1 ? "end" : "steps");
+  Scalar start, end, base = 10.0;
+  int64_t steps;
+  TensorOptions options;
+  if (!to_scalar_argument(op, "start", kw[0], 0, start) || !to_scalar_argument(op, "end", kw[1], 0, end) ||
+      !to_int_argument(op, "steps", kw[2], steps) || !to_scalar_argument(op, "base", kw[3], 10.0, base) ||
+      !resolve_factory_options(op, o, DType::Float32, options))
+    return nullptr;
+  return guarded([&] {
+    Tensor out = Log ? logspace(start, end, steps, base.to_double(), options.dtype) : linspace(start, end, steps, options.dtype);
+    if (options.requires_grad) out.set_requires_grad(true);
+    return wrap(out);
+  });
+}
 }  // namespace
 
 void init_ops_random(nb::module_& m) {
@@ -154,6 +260,11 @@ void init_ops_random(nb::module_& m) {
       {"arange", arange_entry, "arange(start=0, end, step=1, *, dtype=None, requires_grad=False) -> Tensor", true, false},
       {"bernoulli_mask", bernoulli_mask_entry, "bernoulli_mask(size, p, dtype=bool) -> Tensor: 1 with probability p", true, false},
       {"uniform_", fill_random_entry<false>, "uniform_(from=0, to=1) -> Tensor: in place, returns self", false, true},
+      {"bernoulli", bernoulli_entry, "bernoulli(input, p=None, *, generator=None) -> Tensor: 1 with probability input (or p)", true, true},
+      {"bernoulli_", bernoulli_inplace_entry, "bernoulli_(p=0.5, *, generator=None) -> Tensor: in place, returns self", false, true},
+      {"multinomial", multinomial_entry, "multinomial(input, num_samples, replacement=False, *, generator=None) -> Tensor", true, true},
+      {"linspace", spaced_entry<false>, "linspace(start, end, steps, *, dtype=None, requires_grad=False) -> Tensor", true, false},
+      {"logspace", spaced_entry<true>, "logspace(start, end, steps, base=10.0, *, dtype=None, requires_grad=False) -> Tensor", true, false},
       {"normal_", fill_random_entry<true>, "normal_(mean=0, std=1) -> Tensor: in place, returns self", false, true},
   };
   register_ops(m, entries);

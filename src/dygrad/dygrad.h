@@ -15,6 +15,7 @@
 #include "dygrad/ops/nn.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/ops/sort.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/runtime/stream.h"

@@ -31,7 +31,21 @@ Tensor arange(Scalar end);
 Tensor rand(IntSpan shape, TensorOptions options = {});
 Tensor randn(IntSpan shape, TensorOptions options = {});
 Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64);
+// `generator_seed`: the draws of a torch-style Generator= argument. Given, the op's counters start at 0 under that
+// seed and the process generator is not advanced; absent, they are reserved from the process generator.
+using GeneratorSeed = std::optional<uint64_t>;
 // 1 with probability p, else 0 (dropout masks), from the same generator.
-Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool);
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool, GeneratorSeed generator_seed = std::nullopt);
+// out[i] = 1 with probability p[i], else 0, in p's (floating) dtype; p in [0, 1] (checked by the kernel).
+Tensor bernoulli(const Tensor& p, GeneratorSeed generator_seed = std::nullopt);
+// Per row of `weights` ([C] or [R, C], non-negative, finite, not all zero; checked by the kernel): num_samples
+// category indices drawn with probability proportional to the weights, with or without replacement (int64).
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement = false,
+                   GeneratorSeed generator_seed = std::nullopt);
+
+// `steps` values from start to end, evenly spaced; computed from both ends as torch (the first half from start,
+// the second from end) so the values are torch's. logspace: base ** those values.
+Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype = DType::Float32);
+Tensor logspace(Scalar start, Scalar end, int64_t steps, double base = 10.0, DType dtype = DType::Float32);
 
 }  // namespace dg

@@ -1,9 +1,11 @@
-// Random factories (rand, randn, randint, bernoulli_mask) and arange. Each random Task reserves its
-// Philox counters on the host at enqueue (runtime/context.h) and carries seed and offset as attributes,
+// Random factories (rand, randn, randint, bernoulli_mask), bernoulli and multinomial, and arange, linspace and
+// logspace. Each random Task reserves its Philox counters on the host at enqueue (runtime/context.h) and carries seed and offset as attributes,
 // so the values depend only on (seed, offset, index): any thread count, replayable. See docs/rng.md.
 #include <cmath>
 
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/shape.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/core/shape.h"
@@ -25,14 +27,25 @@ const OpDef op_randn("randn", attrs_type<RandomAttrs>(), {.cost = random_cost, .
 const OpDef op_randint("randint", attrs_type<RandintAttrs>(), {.cost = random_cost, .flags = kOpRandom});
 const OpDef op_bernoulli_mask("bernoulli_mask", attrs_type<BernoulliAttrs>(), {.cost = random_cost, .flags = kOpRandom});
 const OpDef op_arange("arange", attrs_type<ArangeAttrs>(), {.cost = random_cost});
+const OpDef op_bernoulli("bernoulli", attrs_type<BernoulliTensorAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_multinomial("multinomial", attrs_type<MultinomialAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+const OpDef op_linspace("linspace", attrs_type<LinspaceAttrs>(), {.cost = random_cost});
 
 namespace {
+// The counters of a Task drawing `count` counters: from the Generator's seed when given (counter 0 on), else
+// reserved from the process generator.
+RngCounter counters_for(uint64_t count, GeneratorSeed generator_seed) {
+  if (generator_seed) return RngCounter{*generator_seed, 0};
+  const RngState rng = reserve_rng(count);
+  return RngCounter{rng.seed, rng.offset};
+}
+
 // Allocates the output, reserves its counters and enqueues the random op.
 template <typename A>
-Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, A attrs, bool wide) {
+Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, A attrs, bool wide,
+                     GeneratorSeed generator_seed = std::nullopt) {
   Tensor out = Tensor::empty(shape, dtype);
-  const RngState rng = reserve_rng(philox_counters(out.numel(), wide));
-  attrs.rng = RngCounter{rng.seed, rng.offset};
+  attrs.rng = counters_for(philox_counters(out.numel(), wide), generator_seed);
   enqueue(op, {}, {out}, attrs);
   return out;
 }
@@ -60,11 +73,11 @@ Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype) {
   return random_tensor(op_randint, shape, dtype, attrs, wide);
 }
 
-Tensor bernoulli_mask(IntSpan shape, double p, DType dtype) {
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype, GeneratorSeed generator_seed) {
   DG_CHECK(p >= 0.0 && p <= 1.0, Value, "[bernoulli_mask] probability p must be in [0, 1], got ", p);
   BernoulliAttrs attrs;
   attrs.p = p;
-  return random_tensor(op_bernoulli_mask, shape, dtype, attrs, false);
+  return random_tensor(op_bernoulli_mask, shape, dtype, attrs, false, generator_seed);
 }
 
 Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype) {
@@ -90,5 +103,62 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype)
 }
 
 Tensor arange(Scalar end) { return arange(0, end, 1); }
+
+Tensor bernoulli(const Tensor& p, GeneratorSeed generator_seed) {
+  check_defined("bernoulli", p);
+  DG_CHECK(is_floating(p.dtype()), NotImplemented, "[bernoulli] not implemented for '", dtype_name(p.dtype()),
+           "': the probabilities must be a floating point tensor");
+  Tensor probabilities = p.is_contiguous() ? p : clone(detach(p));
+  Tensor out = Tensor::empty(p.shape(), p.dtype());
+  BernoulliTensorAttrs attrs;
+  attrs.rng = counters_for(philox_counters(out.numel(), false), generator_seed);
+  enqueue(op_bernoulli, {probabilities}, {out}, attrs);
+  return out;
+}
+
+Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement, GeneratorSeed generator_seed) {
+  check_defined("multinomial", weights);
+  DG_CHECK(weights.dim() == 1 || weights.dim() == 2, Runtime, "[multinomial] prob_dist must be 1 or 2 dim, got shape ",
+           weights.shape());
+  DG_CHECK(is_floating(weights.dtype()), Runtime, "[multinomial] only supports floating-point dtypes for input, got ",
+           dtype_name(weights.dtype()));
+  DG_CHECK(num_samples > 0, Runtime, "[multinomial] cannot sample n_sample <= 0 samples (got ", num_samples, ")");
+  const int64_t categories = weights.shape()[weights.dim() - 1];
+  DG_CHECK(replacement || num_samples <= categories, Runtime, "[multinomial] cannot sample n_sample > prob_dist.size(-1) "
+           "samples without replacement (n_sample = ", num_samples, ", input shape ", weights.shape(), ")");
+  DG_CHECK(categories > 0, Runtime, "[multinomial] the number of categories cannot be 0 (input shape ", weights.shape(), ")");
+  const Tensor rows = weights.dim() == 1 ? reshape(weights, Dims{1, categories}) : weights;
+  Tensor out = Tensor::empty(Dims{rows.shape()[0], num_samples}, DType::Int64);
+  MultinomialAttrs attrs;
+  attrs.num_samples = num_samples;
+  attrs.replacement = replacement;
+  // Per row: one 53-bit uniform per sample (with replacement) or per category (without), two words each.
+  const int64_t per_row = replacement ? num_samples : categories;
+  attrs.rng = counters_for(philox_counters(rows.shape()[0] * per_row, true), generator_seed);
+  enqueue(op_multinomial, {detach(rows)}, {out}, attrs);
+  return weights.dim() == 1 ? reshape(out, Dims{num_samples}) : out;
+}
+
+namespace {
+Tensor spaced(const char* op, Scalar start, Scalar end, int64_t steps, double base, bool logarithmic, DType dtype) {
+  DG_CHECK(steps >= 0, Runtime, "[", op, "] number of steps must be non-negative, got ", steps);
+  DG_CHECK(dtype != DType::Bool, Runtime, "[", op, "] not implemented for 'Bool'");
+  Tensor out = Tensor::empty(Dims{steps}, dtype);
+  LinspaceAttrs attrs;
+  attrs.start = start;
+  attrs.end = end;
+  attrs.base = base;
+  attrs.logarithmic = logarithmic;
+  enqueue(op_linspace, {}, {out}, attrs);
+  return out;
+}
+}  // namespace
+
+Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype) {
+  return spaced("linspace", start, end, steps, 10.0, false, dtype);
+}
+Tensor logspace(Scalar start, Scalar end, int64_t steps, double base, DType dtype) {
+  return spaced("logspace", start, end, steps, base, true, dtype);
+}
 
 }  // namespace dg

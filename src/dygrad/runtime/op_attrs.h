@@ -72,6 +72,33 @@ struct TriangleAttrs {
   bool upper = false;
 };
 
+// sort: along dim, descending or not (dygrad's sort is always stable: `stable` is recorded, never needed).
+struct SortAttrs {
+  static constexpr const char* kName = "SortAttrs";
+  int64_t dim = -1;
+  bool descending = false, stable = false;
+};
+
+// topk: the k largest (or smallest) along dim, in sorted order.
+struct TopkAttrs {
+  static constexpr const char* kName = "TopkAttrs";
+  int64_t k = 0, dim = -1;
+  bool largest = true, sorted = true;
+};
+
+// cumsum, cumprod, cumprod_backward: the scanned dim; `reverse` scans from the end (cumsum's backward).
+struct ScanAttrs {
+  static constexpr const char* kName = "ScanAttrs";
+  int64_t dim = 0;
+  bool reverse = false;
+};
+
+// flip: the reversed dims (wrapped, distinct).
+struct FlipAttrs {
+  static constexpr const char* kName = "FlipAttrs";
+  Dims dims;
+};
+
 // index, index_put (advanced indexing): the dim of the input each index tensor indexes, in order; and for
 // index_put whether values accumulate.
 struct AdvancedIndexAttrs {
@@ -106,6 +133,25 @@ struct BernoulliAttrs {
   static constexpr const char* kName = "BernoulliAttrs";
   RngCounter rng;
   double p = 0.5;
+};
+// bernoulli: out[i] = 1 with probability p[i] (the input), else 0.
+struct BernoulliTensorAttrs {
+  static constexpr const char* kName = "BernoulliTensorAttrs";
+  RngCounter rng;
+};
+// multinomial: num_samples category indices per row of the input's weights, with or without replacement.
+struct MultinomialAttrs {
+  static constexpr const char* kName = "MultinomialAttrs";
+  RngCounter rng;
+  int64_t num_samples = 1;
+  bool replacement = false;
+};
+// linspace, logspace: `steps` values from start to end (base ** value for logspace), computed from both ends.
+struct LinspaceAttrs {
+  static constexpr const char* kName = "LinspaceAttrs";
+  Scalar start, end;
+  double base = 10;
+  bool logarithmic = false;
 };
 // arange: out[i] = start + i * step.
 struct ArangeAttrs {

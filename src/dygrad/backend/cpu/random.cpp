@@ -10,15 +10,27 @@
 #include "dygrad/runtime/op_def.h"
 #include "dygrad/runtime/op_attrs.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <vector>
+
+#include "dygrad/core/error.h"
 
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels: one contiguous output out[N], no inputs; the Philox counter in the attributes (RngCounter).
 //   rand_kernel (RandomAttrs): uniform [0, 1);  randn_kernel (RandomAttrs): standard normal (Box-Muller);
 //   randint_kernel (RandintAttrs): uniform integers in [low, high);  bernoulli_kernel (BernoulliAttrs): 1 with
-//   probability p, else 0;  arange_kernel (ArangeAttrs): out[i] = start + i * step.
+//   probability p, else 0;  arange_kernel (ArangeAttrs): out[i] = start + i * step;
+//   linspace_kernel (LinspaceAttrs): out[N] from start to end (base ** that for logspace).
+// bernoulli_tensor_kernel: input p[N] contiguous (floating), output out[N] of p's dtype: 1 where word(i) < p[i] 2^32.
+// multinomial_kernel: input w[R, C] (floating, any strides), output out[R, S] int64 contiguous (MultinomialAttrs);
+//   row r draws uniforms u(r, j) = 53 bits of element r * J + j in the double layout (J = S with replacement,
+//   C without): with replacement sample j is the first category whose running sum of w exceeds u(r, j) * total;
+//   without, the categories ordered by -log(1 - u(r, c)) / w[r, c] (the exponential race: the order in which
+//   sequential draws without replacement pick them), the first S.
 namespace dg::cpu {
 
 namespace {
@@ -198,7 +210,124 @@ void arange_kernel(Task& task) {
   });
 }
 
+// out[i] = 1 where word(i) < p[i] 2^32 (exact to 2^-32); p outside [0, 1] (or NaN) is a deferred RuntimeError.
+void bernoulli_tensor_kernel(Task& task) {
+  const Tensor& p = task.inputs[0];
+  visit_floating(p.dtype(), [&]<typename T>() {
+    const T* prob = p.data<T>();
+    T* out = task.outputs[0].data<T>();
+    for_each_counter(task, task.attrs.get<BernoulliTensorAttrs>().rng, 4, [&](const PhiloxCounter& w, int64_t first, int64_t count) {
+      for (int64_t k = 0; k < count; ++k) {
+        const double q = static_cast<double>(static_cast<compute_t<T>>(prob[first + k]));
+        if (!(q >= 0.0 && q <= 1.0))
+          fail(ErrorKind::Runtime, "[bernoulli] Expected p_in >= 0 && p_in <= 1 to be true, but got p = ", q);
+        const uint64_t threshold = q >= 1.0 ? (uint64_t{1} << 32) : static_cast<uint64_t>(q * 4294967296.0);
+        out[first + k] = uint64_t{w[k]} < threshold ? T(1) : T(0);
+      }
+    });
+  });
+}
 
+// Rows in parallel (each row's draws are its own elements of the counter stream, whatever the thread).
+void multinomial_kernel(Task& task) {
+  const Tensor& weights = task.inputs[0];
+  const Tensor& out = task.outputs[0];
+  const MultinomialAttrs& attrs = task.attrs.get<MultinomialAttrs>();
+  const int64_t rows = weights.shape()[0], categories = weights.shape()[1], samples = attrs.num_samples;
+  const int64_t per_row = attrs.replacement ? samples : categories;
+  const int64_t sr = weights.strides()[0], sc = weights.strides()[1];
+  const uint64_t seed = attrs.rng.seed, offset = attrs.rng.offset;
+  // The 53-bit uniform of element e of the Task's stream (two words of counter offset + e / 2).
+  auto uniform = [&](int64_t e) {
+    const PhiloxCounter w = block(seed, offset + static_cast<uint64_t>(e / 2));
+    const int k = static_cast<int>(e % 2);
+    return uniform_from_words(w[2 * k], w[2 * k + 1]);
+  };
+  visit_floating(weights.dtype(), [&]<typename T>() {
+    parallel_for(0, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(categories, 1)), [&](int64_t lo, int64_t hi) {
+      std::vector<double> key(static_cast<size_t>(categories));
+      std::vector<int64_t> order(static_cast<size_t>(categories));
+      for (int64_t r = lo; r < hi; ++r) {
+        const T* w = weights.data<T>() + r * sr;
+        int64_t* sample = out.data<int64_t>() + r * samples;
+        double total = 0;
+        int64_t positive = 0;
+        for (int64_t c = 0; c < categories; ++c) {
+          const double v = static_cast<double>(static_cast<compute_t<T>>(w[c * sc]));
+          if (!(v >= 0.0) || std::isinf(v))
+            fail(ErrorKind::Runtime, "[multinomial] probability tensor contains either `inf`, `nan` or element < 0");
+          total += v;
+          positive += v > 0.0;
+          key[static_cast<size_t>(c)] = total;  // the running sum (with replacement)
+        }
+        if (!(total > 0.0))
+          fail(ErrorKind::Runtime, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
+        if (attrs.replacement) {
+          for (int64_t j = 0; j < samples; ++j) {
+            const double target = uniform(r * per_row + j) * total;
+            const auto it = std::upper_bound(key.begin(), key.end(), target);
+            sample[j] = std::min<int64_t>(it - key.begin(), categories - 1);
+          }
+          continue;
+        }
+        if (positive < samples)
+          fail(ErrorKind::Runtime, "[multinomial] invalid multinomial distribution (with replacement=False, not "
+               "enough non-negative category to sample): ", positive, " categories of positive weight, ", samples,
+               " samples");
+        for (int64_t c = 0; c < categories; ++c) {
+          const double v = static_cast<double>(static_cast<compute_t<T>>(w[c * sc]));
+          const double arrival = -std::log1p(-uniform(r * per_row + c));  // Exp(1), finite: 1 - u > 0
+          key[static_cast<size_t>(c)] = v > 0.0 ? arrival / v : std::numeric_limits<double>::infinity();
+          order[static_cast<size_t>(c)] = c;
+        }
+        std::partial_sort(order.begin(), order.begin() + samples, order.end(), [&](int64_t a, int64_t b) {
+          return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)] ||
+                 (key[static_cast<size_t>(a)] == key[static_cast<size_t>(b)] && a < b);
+        });
+        for (int64_t j = 0; j < samples; ++j) sample[j] = order[static_cast<size_t>(j)];
+      }
+    });
+  });
+}
+
+// torch's CPU linspace: step = (end - start) / (steps - 1) in the output type (double for integers); element i
+// is start + i step for i < steps / 2, else end - (steps - 1 - i) step, computed in double from the typed start,
+// end and step and rounded once. 16-bit outputs compute as float32 does. logspace raises base to that value.
+void linspace_kernel(Task& task) {
+  const LinspaceAttrs& attrs = task.attrs.get<LinspaceAttrs>();
+  const int64_t n = task.outputs[0].numel();
+  if (n == 0) return;
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    T* out = task.outputs[0].data<T>();
+    double start, end, step;
+    if constexpr (std::is_floating_point_v<C>) {
+      const C s = attrs.start.to<C>(), e = attrs.end.to<C>();
+      start = static_cast<double>(s);
+      end = static_cast<double>(e);
+      step = n > 1 ? static_cast<double>(static_cast<C>((e - s) / static_cast<C>(n - 1))) : 0.0;
+    } else {
+      start = static_cast<double>(attrs.start.to<C>());
+      end = static_cast<double>(attrs.end.to<C>());
+      step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
+    }
+    const int64_t halfway = n / 2;
+    const bool logarithmic = attrs.logarithmic;
+    const double base = attrs.base;
+    parallel_for(0, n, kCountersPerChunk * 4, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        double v = i < halfway ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
+        if (logarithmic) v = std::pow(base, v);
+        if constexpr (std::is_floating_point_v<C>) out[i] = static_cast<T>(static_cast<C>(v));
+        else out[i] = static_cast<T>(static_cast<C>(v));
+      }
+    });
+  });
+}
+
+DG_REGISTER_KERNEL(bernoulli, Device::Type::CPU, bernoulli_tensor_kernel);
+DG_REGISTER_KERNEL(multinomial, Device::Type::CPU, multinomial_kernel);
+DG_REGISTER_KERNEL(linspace, Device::Type::CPU, linspace_kernel);
 DG_REGISTER_KERNEL(rand, Device::Type::CPU, rand_kernel);
 DG_REGISTER_KERNEL(randn, Device::Type::CPU, randn_kernel);
 DG_REGISTER_KERNEL(randint, Device::Type::CPU, randint_kernel);
