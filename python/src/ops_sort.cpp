@@ -54,6 +54,10 @@ PyObject* sort_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   if (!input || (a[1] && !to_int_argument(name, "dim", a[1], dim)) ||
       !to_bool_argument(name, "descending", a[2], false, descending) || !to_stable(name, a[3], stable))
     return nullptr;
+  // torch's overloads: (input, dim=-1, descending=False) or (input, *, stable, dim=-1, descending=False).
+  if (a[3] && nargs > (self ? 0 : 1))
+    return type_error(name, "takes dim and descending by keyword when stable is given (torch's overload "
+                      "(input, *, stable, dim=-1, descending=False))");
   return guarded([&] {
     if constexpr (IsSort) return wrap_values_indices<true>(sort(*input, dim, descending, stable));
     else return wrap(argsort(*input, dim, descending, stable));

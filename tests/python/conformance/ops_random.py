@@ -1,4 +1,5 @@
-"""Entries of the factories (ops/random.cpp: rand, randn, randint, bernoulli_mask, arange) and of the test-only
+"""Entries of the factories (ops/random.cpp: rand, randn, randint, bernoulli_mask, bernoulli, multinomial, arange,
+linspace) and of the test-only
 op `_deferred_failure` (python/src/runtime.cpp). Random ops have no reference: seeded determinism, fresh values
 per call, 1 vs 2 threads bitwise and their moments within bounds."""
 import numpy as np
@@ -36,6 +37,25 @@ def bernoulli_moments(v):
     return [bounds("P(1)", v.astype(np.float64).mean(), 0.3, np.sqrt(0.21), v.size)]
 
 
+def multinomial_moments(v):
+    n = v.size  # categories 0..3 with probabilities 0.1, 0.2, 0.3, 0.4: mean 2, variance 1
+    return [bounds("mean", v.mean(), 2.0, 1.0, n), ("min", float(v.min()), 0.0, 0.0), ("max", float(v.max()), 3.0, 0.0),
+            bounds("P(x = 3)", (v == 3).mean(), 0.4, np.sqrt(0.24), n)]
+
+
+def multinomial_call(m, x):
+    weights = m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype).expand(x.shape[0], 4)
+    return m.multinomial(weights, x.shape[1], replacement=True)
+
+
+def without_replacement_moments(v):
+    # 2 of 4 categories (weights 1, 2, 3, 4) per row, without replacement: P(category 3 drawn first) = 0.4, and
+    # a row never repeats a category.
+    first = v[..., 0]
+    return [bounds("P(first = 3)", (first == 3).mean(), 0.4, np.sqrt(0.24), first.size),
+            ("distinct", float((v[..., 0] != v[..., 1]).all()), 1.0, 0.0)]
+
+
 ENTRIES = [
     Entry("rand", lambda m, x: m.rand(*x.shape, dtype=x.dtype), cases=(SHAPE,), big=BIG, check="random",
           differentiable=False, moments=uniform_moments),
@@ -46,6 +66,17 @@ ENTRIES = [
     Entry("bernoulli_mask", lambda m, x: m.bernoulli_mask(tuple(x.shape), 0.3), check="random",
           ref=lambda torch, x: torch.rand(tuple(x.shape)) < 0.3, differentiable=False, cases=(SHAPE,), big=BIG,
           dtypes=("float32",), moments=bernoulli_moments),
+    Entry("bernoulli", lambda m, x: m.bernoulli(m.full(tuple(x.shape), 0.3, dtype=x.dtype)), check="random",
+          differentiable=False, cases=(SHAPE,), big=BIG, moments=bernoulli_moments),
+    Entry("multinomial", multinomial_call, check="random", differentiable=False, cases=(SHAPE,), big=BIG,
+          dtypes=("float32", "float64"), moments=multinomial_moments),
+    Entry("multinomial", lambda m, x: m.multinomial(m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype).expand(x.shape[0], 4), 2),
+          variant="without replacement", check="random", differentiable=False, cases=(SHAPE,), big=BIG,
+          dtypes=("float32",), moments=without_replacement_moments),
+    Entry("linspace", lambda m, x: (m.linspace(0, 1, x.shape[0], dtype=x.dtype), m.linspace(-3, 7.5, 7, dtype=x.dtype),
+                                    m.logspace(-1, 2, x.shape[0], dtype=x.dtype), m.linspace(5, -2, 1, dtype=x.dtype)),
+          differentiable=False, cases=((Input((10,), grad=False),),), big=(Input((65000,), grad=False),),
+          dtypes=FLOATS + ("int64", "int32")),
     Entry("arange", lambda m, x: (m.arange(0, x.shape[0], dtype=x.dtype), m.arange(2, 11, 3, dtype=x.dtype),
                                   m.arange(x.shape[0])),
           differentiable=False, cases=((Input((10,), grad=False),),), big=(Input((65000,), grad=False),),  # float16 holds up to 65504

@@ -292,38 +292,40 @@ void multinomial_kernel(Task& task) {
 
 // torch's CPU linspace: step = (end - start) / (steps - 1) in the output type (double for integers); element i
 // is start + i step for i < steps / 2, else end - (steps - 1 - i) step, computed in double from the typed start,
-// end and step and rounded once. 16-bit outputs compute as float32 does. logspace raises base to that value.
+// end and step and rounded once. 16-bit outputs compute as float32 does. logspace (torch's logspace_cpu): step =
+// double(end - start) / (steps - 1) from the typed ends, element i = base ** (the same two-ended value).
+// torch's build contracts linspace's start + step * i into one fused multiply-add (its float64 values are
+// those) and logspace's not: written out here, with contraction off for the rest.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
 void linspace_kernel(Task& task) {
   const LinspaceAttrs& attrs = task.attrs.get<LinspaceAttrs>();
   const int64_t n = task.outputs[0].numel();
   if (n == 0) return;
+  const bool logarithmic = attrs.logarithmic;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     T* out = task.outputs[0].data<T>();
-    double start, end, step;
-    if constexpr (std::is_floating_point_v<C>) {
-      const C s = attrs.start.to<C>(), e = attrs.end.to<C>();
-      start = static_cast<double>(s);
-      end = static_cast<double>(e);
-      step = n > 1 ? static_cast<double>(static_cast<C>((e - s) / static_cast<C>(n - 1))) : 0.0;
-    } else {
-      start = static_cast<double>(attrs.start.to<C>());
-      end = static_cast<double>(attrs.end.to<C>());
-      step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
-    }
-    const int64_t halfway = n / 2;
-    const bool logarithmic = attrs.logarithmic;
+    const C s = attrs.start.to<C>(), e = attrs.end.to<C>();
+    const double start = static_cast<double>(s), end = static_cast<double>(e);
+    double step = 0.0;
+    if (n > 1 && (logarithmic || !std::is_floating_point_v<C>)) step = static_cast<double>(static_cast<C>(e - s)) / static_cast<double>(n - 1);
+    else if (n > 1) step = static_cast<double>(static_cast<C>((e - s) / static_cast<C>(n - 1)));
+    if (n > 1 && !logarithmic && !std::is_floating_point_v<C>) step = (end - start) / static_cast<double>(n - 1);
+    const int64_t halfway = n == 1 ? 1 : n / 2;  // one step: start
     const double base = attrs.base;
     parallel_for(0, n, kCountersPerChunk * 4, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        double v = i < halfway ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
-        if (logarithmic) v = std::pow(base, v);
-        if constexpr (std::is_floating_point_v<C>) out[i] = static_cast<T>(static_cast<C>(v));
-        else out[i] = static_cast<T>(static_cast<C>(v));
+        const double k = static_cast<double>(i < halfway ? i : n - 1 - i);
+        double v;
+        if (logarithmic) v = std::pow(base, i < halfway ? start + step * k : end - step * k);
+        else v = i < halfway ? std::fma(step, k, start) : std::fma(-step, k, end);
+        out[i] = static_cast<T>(static_cast<C>(v));
       }
     });
   });
 }
+#pragma GCC pop_options
 
 DG_REGISTER_KERNEL(bernoulli, Device::Type::CPU, bernoulli_tensor_kernel);
 DG_REGISTER_KERNEL(multinomial, Device::Type::CPU, multinomial_kernel);
