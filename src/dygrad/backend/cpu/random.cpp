@@ -251,13 +251,11 @@ void multinomial_kernel(Task& task) {
         const T* w = weights.data<T>() + r * sr;
         int64_t* sample = out.data<int64_t>() + r * samples;
         double total = 0;
-        int64_t positive = 0;
         for (int64_t c = 0; c < categories; ++c) {
           const double v = static_cast<double>(static_cast<compute_t<T>>(w[c * sc]));
           if (!(v >= 0.0) || std::isinf(v))
             fail(ErrorKind::Runtime, "[multinomial] probability tensor contains either `inf`, `nan` or element < 0");
           total += v;
-          positive += v > 0.0;
           key[static_cast<size_t>(c)] = total;  // the running sum (with replacement)
         }
         if (!(total > 0.0))
@@ -270,13 +268,10 @@ void multinomial_kernel(Task& task) {
           }
           continue;
         }
-        if (positive < samples)
-          fail(ErrorKind::Runtime, "[multinomial] invalid multinomial distribution (with replacement=False, not "
-               "enough non-negative category to sample): ", positive, " categories of positive weight, ", samples,
-               " samples");
         for (int64_t c = 0; c < categories; ++c) {
           const double v = static_cast<double>(static_cast<compute_t<T>>(w[c * sc]));
           const double arrival = -std::log1p(-uniform(r * per_row + c));  // Exp(1), finite: 1 - u > 0
+          // Zero weights come last, in index order (torch draws them once the positive ones run out).
           key[static_cast<size_t>(c)] = v > 0.0 ? arrival / v : std::numeric_limits<double>::infinity();
           order[static_cast<size_t>(c)] = c;
         }
