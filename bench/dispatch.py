@@ -70,6 +70,17 @@ def make_cases(lib, synchronize):
     def chain_per_op(n):
         chain(n)
 
+    x16 = lib.arange(16.0).flip(0)
+
+    def sort_topk(n, x=x16, sort=lib.sort, topk=lib.topk):
+        for _ in range(n):
+            sort(x)
+            topk(x, 4)
+
+    def cumsum(n, x=x16, cumsum=lib.cumsum):
+        for _ in range(n):
+            cumsum(x, 0)
+
     return [
         ("add, no grad (1 elem)", add_plain, 1),
         ("add, requires_grad (1 elem)", add_requires_grad, 1),
@@ -77,6 +88,8 @@ def make_cases(lib, synchronize):
         ("a.add(b) method (1 elem)", add_method, 1),
         ("a + b operator (1 elem)", add_operator, 1),
         (f"chain of 4 ops, 64 elem, per op: {chain_note}", chain_per_op, 4),
+        ("sort/topk: sort(x), topk(x, 4), 16 elem, per op", sort_topk, 2),
+        ("cumsum(x, 0), 16 elem", cumsum, 1),
     ]
 
 
