@@ -182,6 +182,17 @@ void run_workload(DType dtype) {
     gather(table, 0, positions), index_select(table, 0, rows), scatter_add(table, 0, positions, source);
     index_add(table, 0, from_vector<int64_t>({4, 0}, Shape{2}), random_tensor({2, 40}, dtype, 33));
   }
+  {  // sort, topk (line buffers), cumsum, cumprod and its backward (none), flip (a view), multinomial (row buffers)
+    Tensor x = random_tensor({30, 257}, dtype, 34);
+    x.set_requires_grad(true);
+    Tensor y = random_tensor({3, 5}, dtype, 35);
+    y.set_requires_grad(true);
+    sum(add(add(sort(x, 1).values, transpose(sort(transpose(x, 0, 1), 0, true).values, 0, 1)), flip(x, Dims{0, 1}))).backward();
+    sum(add(sum(topk(x, 7, 1).values), sum(cumsum(x, 1)))).backward();
+    sum(cumprod(y, 1)).backward();
+    multinomial(abs(random_tensor({40, 300}, dtype, 36)), 5);
+    multinomial(abs(random_tensor({3, 7}, dtype, 37)), 20, true);
+  }
   {  // ops declared without scratch: softmax family, elementwise, swiglu
     Tensor x = random_tensor({64, 200}, dtype, 17);
     x.set_requires_grad(true);
@@ -207,7 +218,8 @@ TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
                            "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "embedding_backward",
                            "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
                            "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add", "matmul",
-                           "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add"})
+                           "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add",
+                           "sort", "topk", "cumsum", "cumprod", "cumprod_backward", "flip", "multinomial"})
     EXPECT_GT(observer.ops[name].tasks, 0) << name << " did not run";
   for (const auto& [name, r] : observer.ops) {
     EXPECT_TRUE(r.worst.empty()) << name << ": " << r.worst;

@@ -10,6 +10,7 @@
 #include "dygrad/runtime/context.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -28,7 +29,13 @@ const OpDef op_randint("randint", attrs_type<RandintAttrs>(), {.cost = random_co
 const OpDef op_bernoulli_mask("bernoulli_mask", attrs_type<BernoulliAttrs>(), {.cost = random_cost, .flags = kOpRandom});
 const OpDef op_arange("arange", attrs_type<ArangeAttrs>(), {.cost = random_cost});
 const OpDef op_bernoulli("bernoulli", attrs_type<BernoulliTensorAttrs>(), {.cost = random_cost, .flags = kOpRandom});
-const OpDef op_multinomial("multinomial", attrs_type<MultinomialAttrs>(), {.cost = random_cost, .flags = kOpRandom});
+// The multinomial kernel's per-thread buffers: a key (8 bytes) and an index (8 bytes) per category.
+size_t multinomial_scratch(const Task& t) {
+  const Tensor& weights = t.inputs[0];
+  return scratch_workers(weights.shape()[0]) * static_cast<size_t>(weights.shape()[1]) * 16;
+}
+const OpDef op_multinomial("multinomial", attrs_type<MultinomialAttrs>(),
+                           {.cost = random_cost, .flags = kOpRandom, .scratch = multinomial_scratch});
 const OpDef op_linspace("linspace", attrs_type<LinspaceAttrs>(), {.cost = random_cost});
 
 namespace {

@@ -91,7 +91,9 @@ const OpDef op_cumsum("cumsum", attrs_type<ScanAttrs>(), {.backward = cumsum_bac
 const OpDef op_cumprod("cumprod", attrs_type<ScanAttrs>(), {.backward = cumprod_backward, .cost = copy_cost});
 // Its own gradient is not implemented: no double backward through cumprod.
 const OpDef op_cumprod_backward("cumprod_backward", attrs_type<ScanAttrs>(), {.cost = copy_cost});
-const OpDef op_flip("flip", attrs_type<FlipAttrs>(), {.backward = flip_backward, .cost = copy_cost});
+// The flip kernel reads its input through one view with negated strides: one TensorImpl.
+size_t one_view_scratch(const Task&) { return sizeof(TensorImpl); }
+const OpDef op_flip("flip", attrs_type<FlipAttrs>(), {.backward = flip_backward, .cost = copy_cost, .scratch = one_view_scratch});
 
 // --- sort, argsort, topk -----------------------------------------------------------------------------------------
 namespace {
