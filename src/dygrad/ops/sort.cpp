@@ -37,12 +37,13 @@ void cumsum_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const ScanAttrs& attrs = n.attrs.get<ScanAttrs>();
   gi[0] = scan(op_cumsum, g[0], attrs.dim, !attrs.reverse);
 }
-// saved(0) = input, saved(1) = output. One kernel: the zero-aware formula of backend/cpu/sort.cpp.
+// saved(0) = input. One kernel: the zero-aware formula of backend/cpu/sort.cpp, which recomputes the running
+// product in the accumulate type (the saved 16-bit output would carry its rounding into every term).
 void cumprod_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  Tensor x = n.saved(0), out = n.saved(1);
+  Tensor x = n.saved(0);
   Tensor grad = to(g[0], x.dtype());
   Tensor result = Tensor::empty(x.shape(), x.dtype());
-  enqueue(op_cumprod_backward, {x, out, grad}, {result}, n.attrs);
+  enqueue(op_cumprod_backward, {x, grad}, {result}, n.attrs);
   gi[0] = result;
 }
 Tensor flip_impl(const Tensor& a, Dims dims);
@@ -160,10 +161,7 @@ Tensor scan(const OpDef& op, const Tensor& a_in, int64_t dim, bool reverse) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
     Ref<Node> node = record_node(&op, inputs, outputs);
     node->attrs = attrs;
-    if (&op == &op_cumprod) {
-      node->save(a);
-      node->save(out);
-    }
+    if (&op == &op_cumprod) node->save(a);
   }
   return a_in.dim() == 0 ? reshape(out, Dims{}) : out;
 }

@@ -19,7 +19,8 @@
 //   out[p, j] = a[p, 0] + ... + a[p, j] (reverse: a[p, j] + ... + a[p, L-1]); cumprod with *
 //   accumulated in torch's CPU accumulate type (double for float32 / float64, float for 16-bit, int64)
 //   void scan_kernel<Op>(Task& task);
-// inputs (x, out = cumprod(x), g), output grad_x, contiguous; ScanAttrs dim; z = the first j with x[p, j] == 0:
+// inputs (x, g), output grad_x, contiguous; ScanAttrs dim; out = cumprod(x) recomputed in the accumulate type;
+// z = the first j with x[p, j] == 0:
 //   grad_x[p, i] = sum_{i <= j < z} g[p, j] out[p, j] / x[p, i]            for i < z
 //   grad_x[p, z] = sum_{j >= z} g[p, j] out[p, z-1] prod_{z < k <= j} x[p, k]
 //   grad_x[p, i] = 0                                                      for i > z
@@ -180,31 +181,32 @@ void scan_kernel(Task& task) {
 
 void cumprod_backward_kernel(Task& task) {
   const Tensor& x = task.inputs[0];
-  const Tensor& prod = task.inputs[1];
-  const Tensor& g = task.inputs[2];
+  const Tensor& g = task.inputs[1];
   const Tensor& result = task.outputs[0];
   const int64_t dim = task.attrs.get<ScanAttrs>().dim, L = x.shape()[dim];
   if (x.numel() == 0) return;
-  const int64_t positions = x.numel() / L, sx = x.strides()[dim], sp = prod.strides()[dim], sg = g.strides()[dim],
-                sr = result.strides()[dim];
+  const int64_t positions = x.numel() / L, sx = x.strides()[dim], sg = g.strides()[dim], sr = result.strides()[dim];
   visit_floating(x.dtype(), [&]<typename T>() {
     using A = scan_acc_t<T>;
     for_each_line(positions, L, [&](int64_t lo, int64_t hi) {
       for (int64_t p = lo; p < hi; ++p) {
         const T* xs = x.data<T>() + line_offset(x, dim, p);
-        const T* ps = prod.data<T>() + line_offset(prod, dim, p);
         const T* gs = g.data<T>() + line_offset(g, dim, p);
         T* r = result.data<T>() + line_offset(result, dim, p);
         auto at = [](const T* base, int64_t j, int64_t stride) { return static_cast<A>(static_cast<compute_t<T>>(base[j * stride])); };
+        // out[j] for j < z recomputed in the accumulate type (not read back rounded to T), from the end.
         int64_t z = 0;
-        while (z < L && at(xs, z, sx) != A(0)) ++z;
-        A suffix = 0;  // sum_{i <= j < z} g[j] out[j], from the end
+        A before_zero = 1;  // out[z - 1] (1 when z = 0)
+        while (z < L && at(xs, z, sx) != A(0)) before_zero *= at(xs, z++, sx);
+        A suffix = 0, out_j = before_zero;  // suffix: sum_{i <= j < z} g[j] out[j]
         for (int64_t i = z - 1; i >= 0; --i) {
-          suffix += at(gs, i, sg) * at(ps, i, sp);
-          r[i * sr] = static_cast<T>(static_cast<compute_t<T>>(suffix / at(xs, i, sx)));
+          suffix += at(gs, i, sg) * out_j;
+          const A xi = at(xs, i, sx);
+          r[i * sr] = static_cast<T>(static_cast<compute_t<T>>(suffix / xi));
+          out_j /= xi;  // out[i - 1]
         }
         if (z == L) continue;
-        A partial = z == 0 ? A(1) : at(ps, z - 1, sp), total = 0;  // out[z-1] prod_{z < k <= j} x[k]
+        A partial = before_zero, total = 0;  // out[z-1] prod_{z < k <= j} x[k]
         for (int64_t j = z; j < L; ++j) {
           if (j > z) partial *= at(xs, j, sx);
           total += at(gs, j, sg) * partial;
