@@ -18,6 +18,7 @@ for _name in dir(_C):
 del _name
 
 from ._size import Size  # noqa: E402
+from . import return_types  # noqa: E402,F401
 from . import _tensor  # noqa: E402
 from . import autograd  # noqa: E402
 from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401

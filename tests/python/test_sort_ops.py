@@ -27,6 +27,8 @@ def test_sort_returns_named_tuple():
     t = dg.topk(dg.tensor([1.0, 3.0]), 1)
     assert type(t).__name__ == "topk" and type(t).__module__ == "dygrad.return_types"
     assert t.values.tolist() == [3.0] and t.indices.tolist() == [1]
+    assert isinstance(r, dg.return_types.sort) and isinstance(t, dg.return_types.topk)
+    assert isinstance(dg.max(dg.ones(2), 0), dg.return_types.max) and not isinstance(r, dg.return_types.topk)
 
 
 @pytest.mark.parametrize("descending", [False, True])
