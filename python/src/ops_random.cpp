@@ -238,7 +238,24 @@ PyObject* spaced_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   Scalar start, end, base = 10.0;
   int64_t steps;
   TensorOptions options;
-  if (!to_scalar_argument(op, "start", kw[0], 0, start) || !to_scalar_argument(op, "end", kw[1], 0, end) ||
+  // start and end may be 0-dim tensors (torch reads their value: a sync point).
+  for (int i = 0; i < 2; ++i) {
+    if (!is_tensor(kw[i])) continue;
+    const Tensor& t = unwrap(kw[i]);
+    if (t.dim() != 0) {
+      PyErr_Format(PyExc_RuntimeError, "[%s] only supports 0-dimensional start and end tensors, but got %s with %lld "
+                   "dimension(s)", op, i == 0 ? "start" : "end", static_cast<long long>(t.dim()));
+      return nullptr;
+    }
+    try {
+      (i == 0 ? start : end) = t.item_scalar();
+    } catch (...) {
+      set_error_from_current_exception();
+      return nullptr;
+    }
+  }
+  if ((!is_tensor(kw[0]) && !to_scalar_argument(op, "start", kw[0], 0, start)) ||
+      (!is_tensor(kw[1]) && !to_scalar_argument(op, "end", kw[1], 0, end)) ||
       !to_int_argument(op, "steps", kw[2], steps) || !to_scalar_argument(op, "base", kw[3], 10.0, base) ||
       !resolve_factory_options(op, o, DType::Float32, options))
     return nullptr;

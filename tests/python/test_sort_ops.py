@@ -283,6 +283,11 @@ def test_linspace_arguments_and_16_bit():
         d = dg.linspace(-3, 7.5, 50, dtype=getattr(dg, dtype)).to(dg.float64).numpy()
         t = torch.linspace(-3, 7.5, 50, dtype=getattr(torch, dtype)).to(torch.float64).numpy()
         np.testing.assert_allclose(d, t, rtol=1e-2, atol=1e-2)
+    same(dg.linspace(dg.tensor(0.5), dg.tensor(2), 5), torch.linspace(torch.tensor(0.5), torch.tensor(2), 5))
+    with pytest.raises(RuntimeError, match="0-dimensional start and end"):
+        dg.linspace(dg.zeros(2), 1, 3)
+    with pytest.raises(RuntimeError, match="0-dimensional start and end"):
+        torch.linspace(torch.zeros(2), 1, 3)
     with pytest.raises(RuntimeError, match="number of steps must be non-negative"):
         dg.linspace(0, 1, -1)
     with pytest.raises(TypeError):
