@@ -1,7 +1,6 @@
 // The Tensor class: metadata properties, autograd accessors, host access (item, tolist; numpy() lives in
 // interop.cpp) and Python protocol methods. Ops are added as FASTCALL methods by the ops_*.cpp files.
 #include <cmath>
-#include <cctype>
 #include <string>
 
 #include <stdexcept>
@@ -26,20 +25,7 @@ nb::object shape_object(IntSpan shape) {
   return nb::steal(PyObject_CallOneArg(g_size_type, tuple.ptr()));
 }
 
-// torch's node names: "add_scalar" -> "AddScalarBackward0".
-std::string node_display_name(const Node& node) {
-  std::string out;
-  bool upper = true;
-  for (const char* c = node.name(); *c; ++c) {
-    if (*c == '_') {
-      upper = true;
-      continue;
-    }
-    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*c))) : *c;
-    upper = false;
-  }
-  return out + "Backward0";
-}
+std::string node_display_name(const Node& node) { return node.display_name(); }
 
 struct GradFn {
   Ref<Node> node;
