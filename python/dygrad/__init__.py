@@ -27,6 +27,7 @@ from ._generator import Generator, default_generator, manual_seed, randperm  # n
 from ._probes import compile, device, get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _C._set_size_type(Size)
+_C._set_cpu_device(device("cpu"))  # Tensor.device
 _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)
