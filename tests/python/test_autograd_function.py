@@ -437,3 +437,48 @@ def test_legacy_instances_and_missing_backward():
             NoBackward.apply(lib.ones(1, requires_grad=True)).sum().backward()
         with pytest.raises(RuntimeError, match="Legacy autograd function"):
             NoBackward()(lib.ones(1))
+
+
+def test_double_backward_through_a_differentiable_backward():
+    def run(lib):
+        class Cube(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x ** 3
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 3 * x * x * grad
+
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        (g,) = lib.autograd.grad(Cube.apply(x).sum(), x, create_graph=True)
+        g.sum().backward()
+        return g, x.grad, g.requires_grad
+
+    d, t = both(run)
+    assert d[2] and t[2]
+    assert_same(d[:2], t[:2])
+
+
+def test_integer_and_python_outputs_get_no_history():
+    def run(lib):
+        class Mixed(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                return a + b, (a * b).long(), 5
+
+            @staticmethod
+            def backward(ctx, g, g_int, g_python):
+                return g, g * 2
+
+        a = lib.tensor([1.5], requires_grad=True)
+        b = lib.tensor([2.0], requires_grad=True)
+        s, i, five = Mixed.apply(a, b)
+        s.backward()
+        return (s.requires_grad, i.requires_grad, i.grad_fn is None, five), a.grad, b.grad
+
+    d, t = both(run)
+    assert d[0] == t[0] == (True, False, True, 5)
+    assert_same(d[1:], t[1:])
