@@ -482,3 +482,33 @@ def test_integer_and_python_outputs_get_no_history():
     d, t = both(run)
     assert d[0] == t[0] == (True, False, True, 5)
     assert_same(d[1:], t[1:])
+
+
+def test_the_ctx_and_saved_tensors_are_freed_with_the_graph():
+    import weakref
+
+    contexts, saved = [], []
+
+    class Double(dg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x * 2
+            contexts.append(weakref.ref(ctx))
+            ctx.save_for_backward(x, y)  # an input and an output (kept detached: no cycle)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            saved.append(len(ctx.saved_tensors))
+            return grad * 2
+
+    x = dg.ones(3, requires_grad=True)
+    y = Double.apply(x)
+    del y  # dropped without backward
+    y = Double.apply(x)
+    y.sum().backward()
+    del y
+    y = Double.apply(x)
+    y.sum().backward(retain_graph=True)
+    del y
+    assert [ref() is None for ref in contexts] == [True, True, True] and saved == [2, 2]
