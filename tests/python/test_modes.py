@@ -167,14 +167,16 @@ def test_anomaly_mode_off_and_check_nan_false_let_nan_through():
 
 
 def test_anomaly_in_a_module_names_the_users_line():
-    # nn modules are dygrad's own Python frames: the error names the line that called the module.
-    lin = dg.nn.Linear(2, 2)
-    x = dg.tensor([[1.0, -1.0]])
+    # nn modules are dygrad's own Python frames: a NaN from an op inside the module (layer_norm of a constant
+    # row with eps=0: 0 * inf in its backward) names the line that called the module.
+    ln = dg.nn.LayerNorm(4, eps=0.0)
+    x = dg.ones(2, 4, requires_grad=True)
     with dg.autograd.set_detect_anomaly(True):
-        y = lin(x).sqrt()  # the forward line
-        line = test_anomaly_in_a_module_names_the_users_line.__code__.co_firstlineno + 5
-        with pytest.raises(RuntimeError, match=rf"'SqrtBackward0' returned nan.*test_modes\.py:{line}"):
-            (y * 0).sum().backward()
+        y = ln(x)  # the forward line
+        line = test_anomaly_in_a_module_names_the_users_line.__code__.co_firstlineno + 6
+        with pytest.raises(RuntimeError, match=rf"Backward0' returned nan values.*test_modes\.py:{line}, in "
+                                               rf"test_anomaly_in_a_module_names_the_users_line"):
+            y.sum().backward()
 
 
 def test_detect_anomaly_as_a_decorator_and_finite_gradients_pass():
