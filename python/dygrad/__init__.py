@@ -21,12 +21,14 @@ from ._size import Size  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import _tensor  # noqa: E402
 from . import autograd  # noqa: E402
-from .autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .autograd import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,  # noqa: E402,F401
+                       set_grad_enabled)
 from .runtime import Context, get_context, set_context  # noqa: E402,F401
 from ._generator import Generator, default_generator, manual_seed, randperm  # noqa: E402,F401
 from ._probes import compile, device, get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _C._set_size_type(Size)
+_C._set_cpu_device(device("cpu"))  # Tensor.device
 _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)

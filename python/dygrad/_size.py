@@ -14,7 +14,20 @@ class Size(tuple):
         return Size(item) if isinstance(key, slice) else item
 
     def __add__(self, other):
-        return Size(tuple.__add__(self, tuple(other)))
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):  # (1,) + size is a Size too, as torch's
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, count):
+        result = tuple.__mul__(self, count)
+        return result if result is NotImplemented else Size(result)
+
+    __rmul__ = __mul__
 
     def numel(self):
         n = 1

@@ -33,7 +33,41 @@ def _iter(self):
     return iter(_C.unbind(self, 0))
 
 
+_TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
+               "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor", "int16": "ShortTensor",
+               "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor"}
+
+
+def _type(self, dtype=None, non_blocking=False, **kwargs):
+    # Tensor.type(): the type name ("dygrad.FloatTensor"); Tensor.type(dtype or name): the cast (self when equal).
+    if dtype is None:
+        return "dygrad." + _TYPE_NAMES.get(str(self.dtype).split(".")[-1], "Tensor")
+    if isinstance(dtype, str):
+        name = dtype.split(".")[-1]
+        matches = [d for d, n in _TYPE_NAMES.items() if n == name]
+        if not matches:
+            raise ValueError(f"invalid type: '{dtype}'")
+        dtype = getattr(_C, matches[0])
+    return self.to(dtype, non_blocking=non_blocking)
+
+
+def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    # A copy of data with self's dtype unless dtype= is given (torch.Tensor.new_tensor).
+    if isinstance(data, _C.Tensor):
+        out = data.detach().to(dtype if dtype is not None else self.dtype, copy=True)
+    else:
+        out = _C.tensor(data, dtype=dtype if dtype is not None else self.dtype, device=device)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def _cuda(self, device=None, non_blocking=False, memory_format=None):
+    raise RuntimeError("[cuda] dygrad was built with the cpu backend only (dygrad.cuda.is_available() is False)")
+
+
 def install():
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
     _C.Tensor.__iter__ = _iter
+    _C.Tensor.type = _type
+    _C.Tensor.new_tensor = _new_tensor
+    _C.Tensor.cuda = _cuda

@@ -1,5 +1,6 @@
 // Autograd entry points: grad mode (no_grad/enable_grad are Python context managers over these),
-// dygrad.autograd.backward and dygrad.autograd.grad.
+// dygrad.autograd.backward and dygrad.autograd.grad, the engine Node of a Python autograd.Function,
+// saved-tensor hooks and anomaly mode. See docs/autograd.md.
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,100 @@ void register_python_hook(Tensor& t, nb::handle function) {
   });
 }
 
+std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle seq, bool allow_none);
+
+// --- autograd.Function ---------------------------------------------------------------------------------------
+// The saved tensors of a Function's node, readable only while its backward runs (ctx.saved_tensors): the
+// node outlives neither the call nor, after backward without retain_graph, its saved tensors.
+struct SavedTensorsAccess {
+  Node* node = nullptr;
+  size_t count = 0;  // what forward saved (the node's list is emptied when the graph is freed)
+};
+
+// The Node of a Python autograd.Function (dygrad/autograd/function.py): it runs in the C++ engine like any
+// other node; its backward calls ctx._run_backward(saved, *grads) with the GIL held and takes one gradient
+// (or None) per tensor input back. A Python exception raised there propagates out of backward() as itself.
+void function_backward(const std::shared_ptr<PythonCallable>& ctx, size_t num_saved, Node& node,
+                       std::span<const Tensor> grads, std::span<Tensor> grad_inputs) {
+  nb::gil_scoped_acquire gil;
+  nb::object access = nb::cast(SavedTensorsAccess{&node, num_saved});
+  struct Invalidate {
+    nb::handle access;
+    ~Invalidate() { nb::inst_ptr<SavedTensorsAccess>(access)->node = nullptr; }
+  } invalidate{access};
+  nb::list arguments;
+  arguments.append(access);
+  for (const Tensor& g : grads) arguments.append(wrap_object(g));  // None for an output that got no gradient
+  nb::object result = nb::borrow(ctx->function).attr("_run_backward")(*nb::tuple(arguments));
+  const Py_ssize_t n = PyTuple_Check(result.ptr()) ? PyTuple_GET_SIZE(result.ptr()) : -1;
+  DG_CHECK(n == static_cast<Py_ssize_t>(grad_inputs.size()), Runtime, "[", node.name(),
+           "] internal: expected one gradient per tensor input");
+  for (size_t i = 0; i < grad_inputs.size(); ++i) {
+    PyObject* g = PyTuple_GET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i));
+    if (g == Py_None) continue;
+    DG_CHECK(is_tensor(g), Type, "[", node.name(), "] backward must return Tensors or None, got ", type_name(g),
+             " for input ", i);
+    if (node.needs_grad(i)) grad_inputs[i] = unwrap(g);
+  }
+}
+
+// _function_record(ctx, name, inputs, outputs, saved, dirty): the node of one Function.apply call. inputs: the
+// tensor arguments; outputs: one entry per output (None: no gradient flows from it); saved: what
+// ctx.save_for_backward got (None allowed); dirty: the inputs marked dirty (their history moves onto the node).
+void function_record(nb::handle ctx, const std::string& name, nb::handle inputs, nb::handle outputs, nb::handle saved,
+                     nb::handle dirty) {
+  std::vector<Tensor> ins = tensor_list(name.c_str(), "inputs", inputs, false);
+  std::vector<Tensor> outs = tensor_list(name.c_str(), "outputs", outputs, true);
+  std::vector<Tensor> to_save = tensor_list(name.c_str(), "saved", saved, true);
+  for (const Tensor& t : tensor_list(name.c_str(), "dirty", dirty, false)) check_inplace(name.c_str(), t);
+  PythonCallSite site;  // the user's apply() line, for anomaly mode
+  auto callable = std::make_shared<PythonCallable>(ctx.ptr());
+  Ref<Node> node = make_ref<Node>(name, nullptr, outs.size());
+  node->named_as_is = true;
+  node->closure = [callable, num_saved = to_save.size()](Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+    function_backward(callable, num_saved, n, g, gi);
+  };
+  record_node(node, ins, outs);
+  // A saved output is kept detached (sharing its storage and version counter): the node it belongs to
+  // holding it with its grad_fn would be a cycle.
+  for (const Tensor& t : to_save) {
+    bool is_output = false;
+    for (const Tensor& o : outs) is_output = is_output || (t.defined() && o.defined() && o.impl() == t.impl());
+    node->save(is_output ? detach(t) : t);
+  }
+}
+
+// --- saved_tensors_hooks ----------------------------------------------------------------------------------------
+// What a Python pack hook returned, unpacked by its unpack hook when the backward reads it.
+struct PythonPackedTensor final : PackedTensor {
+  PyObject* packed;
+  std::shared_ptr<PythonCallable> unpack_hook;
+  PythonPackedTensor(PyObject* p, std::shared_ptr<PythonCallable> unpack) : packed(p), unpack_hook(std::move(unpack)) {}
+  ~PythonPackedTensor() override { release_python_object(packed); }
+  Tensor unpack() override {
+    nb::gil_scoped_acquire gil;
+    nb::object result = nb::steal(PyObject_CallOneArg(unpack_hook->function, packed));
+    if (!result.is_valid()) throw nb::python_error();
+    DG_CHECK(is_tensor(result.ptr()), Type, "[saved_tensors_hooks] the unpack hook must return a Tensor, got ",
+             type_name(result.ptr()));
+    return unwrap(result.ptr());
+  }
+};
+
+void push_python_saved_tensor_hooks(nb::handle pack, nb::handle unpack) {
+  DG_CHECK(PyCallable_Check(pack.ptr()) && PyCallable_Check(unpack.ptr()), Type,
+           "[saved_tensors_hooks] pack_hook and unpack_hook must be callables");
+  auto pack_hook = std::make_shared<PythonCallable>(pack.ptr());
+  auto unpack_hook = std::make_shared<PythonCallable>(unpack.ptr());
+  push_saved_tensor_hook([pack_hook, unpack_hook](const Tensor& t) -> std::shared_ptr<PackedTensor> {
+    nb::gil_scoped_acquire gil;
+    nb::object argument = wrap_object(t);
+    PyObject* packed = PyObject_CallOneArg(pack_hook->function, argument.ptr());
+    if (!packed) throw nb::python_error();
+    return std::make_shared<PythonPackedTensor>(packed, unpack_hook);
+  });
+}
+
 std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle seq, bool allow_none) {
   std::vector<Tensor> out;
   if (seq.is_none()) return out;
@@ -59,6 +154,21 @@ void init_autograd(nb::module_& m) {
               nb::cpp_function([](Tensor& t, nb::handle hook) { register_python_hook(t, hook); }, nb::is_method(),
                                nb::name("register_hook"), nb::arg("hook")));
   m.def("is_grad_enabled", [] { return grad_enabled(); });
+  nb::class_<SavedTensorsAccess>(m, "_SavedTensorsAccess")
+      .def("unpack", [](const SavedTensorsAccess& s) {
+        DG_CHECK(s.node, Runtime, "[saved_tensors] saved tensors can be read only while the backward runs");
+        nb::list out;
+        for (size_t i = 0; i < s.count; ++i) out.append(wrap_object(s.node->saved(i)));  // raises once freed
+        return nb::tuple(out);
+      });
+  m.def("_function_record", &function_record, nb::arg("ctx"), nb::arg("name"), nb::arg("inputs"),
+        nb::arg("outputs"), nb::arg("saved"), nb::arg("dirty"));
+  m.def("_push_saved_tensors_hooks", &push_python_saved_tensor_hooks, nb::arg("pack_hook"), nb::arg("unpack_hook"));
+  m.def("_pop_saved_tensors_hooks", [] { pop_saved_tensor_hook(); });
+  m.def("_set_anomaly_enabled", [](bool on, bool check_nan) { set_anomaly_mode(on, check_nan); }, nb::arg("mode"),
+        nb::arg("check_nan") = true);
+  m.def("is_anomaly_enabled", [] { return anomaly_enabled(); });
+  m.def("is_anomaly_check_nan_enabled", [] { return anomaly_check_nan(); });
   m.def("_set_grad_enabled", [](bool on) { set_grad_enabled(on); }, nb::arg("mode"));
   m.def("_backward", [](nb::handle tensors, nb::handle grad_tensors, bool retain_graph, bool create_graph) {
     std::vector<Tensor> roots = tensor_list("backward", "tensors", tensors, false);

@@ -167,8 +167,8 @@ PyObject* positive_slot(PyObject* a) {
 // --- casts -----------------------------------------------------------------------------------------------------------
 // Tensor.to(dtype) / to(other) / to(device) / to(device, dtype), with copy=False.
 PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("to", {"self", "a", "b", "dtype", "device", "copy", "non_blocking"}, 3, 1);
-  PyObject* a[7];
+  static const Signature sig("to", {"self", "a", "b", "dtype", "device", "copy", "non_blocking", "memory_format"}, 3, 1);
+  PyObject* a[8];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* input = to_tensor("to", "self", a[0]);
   if (!input) return nullptr;
@@ -187,7 +187,11 @@ PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
   if (!take(a[1]) || !take(a[2]) || !take(a[3]) || !take(a[4])) return nullptr;
   bool copy;
   if (!to_bool_argument("to", "copy", a[5], false, copy)) return nullptr;
-  return guarded([&] { return wrap(to(*input, dtype, copy)); });
+  return guarded([&] {
+    Tensor out = to(*input, dtype, copy);
+    // torch returns self itself when nothing changes (x.to(x.dtype) is x).
+    return out.impl() == input->impl() ? Py_NewRef(a[0]) : wrap(std::move(out));
+  });
 }
 
 template <DType Target>
@@ -310,7 +314,7 @@ void init_ops_arithmetic(nb::module_& m) {
       {"sub_", inplace_entry<Sub>, "sub_(other, *, alpha=1) -> Tensor: in place, returns self", false, true},
       {"mul_", inplace_entry<Mul>, "mul_(other) -> Tensor: in place, returns self", false, true},
       {"div_", inplace_entry<Div>, "div_(other) -> Tensor: in place, returns self", false, true},
-      {"to", to_entry, "to(dtype | other | device, *, copy=False) -> Tensor", false, true},
+      {"to", to_entry, "to(dtype | other | device, *, copy=False, non_blocking=False, memory_format=None) -> Tensor", false, true},
       {"float", cast_entry<DType::Float32>, "float() -> Tensor: to(float32)", false, true},
       {"double", cast_entry<DType::Float64>, "double() -> Tensor: to(float64)", false, true},
       {"half", cast_entry<DType::Float16>, "half() -> Tensor: to(float16)", false, true},

@@ -81,20 +81,23 @@ PyObject* swiglu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   return guarded([&] { return wrap(up.defined() ? swiglu(*gate, up) : swiglu(*gate)); });
 }
 
-// scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None)
+// scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+// enable_gqa=False)
 PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const char* name = "scaled_dot_product_attention";
-  static const Signature sig(name, {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"}, 6, 3);
-  PyObject* a[7];
+  static const Signature sig(name, {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"},
+                             6, 3);
+  PyObject* a[8];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* q = to_tensor(name, "query", a[0]);
   const Tensor* k = q ? to_tensor(name, "key", a[1]) : nullptr;
   const Tensor* v = k ? to_tensor(name, "value", a[2]) : nullptr;
   Tensor mask;
   double dropout_p;
-  bool is_causal;
+  bool is_causal, enable_gqa;
   if (!v || !to_optional_tensor(name, "attn_mask", a[3], mask) || !to_double_argument(name, "dropout_p", a[4], 0.0, dropout_p) ||
-      !to_bool_argument(name, "is_causal", a[5], false, is_causal))
+      !to_bool_argument(name, "is_causal", a[5], false, is_causal) ||
+      !to_bool_argument(name, "enable_gqa", a[7], false, enable_gqa))
     return nullptr;
   std::optional<double> scale;
   if (a[6] && a[6] != Py_None) {
@@ -102,7 +105,7 @@ PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
     scale = s;
   }
-  return guarded([&] { return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale)); });
+  return guarded([&] { return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale, enable_gqa)); });
 }
 
 bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::vector<Tensor>& out) {
@@ -151,7 +154,8 @@ void init_ops_fused(nb::module_& m) {
        "rotary_position_embedding(x, cos, sin, mode='interleaved'|'rotate_half', layout='BHTD'|'BTHD') -> Tensor", true, false},
       {"swiglu", swiglu_entry, "swiglu(gate, up=None) -> Tensor: silu(gate) * up", true, false},
       {"scaled_dot_product_attention", sdpa_entry,
-       "scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None)", true, false},
+       "scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, "
+       "enable_gqa=False)", true, false},
       {"adamw_step", adamw_step_entry,
        "adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
        "weight_decay=1e-2, decoupled_weight_decay=True) -> None: in place, state_steps (0-d float32) incremented",

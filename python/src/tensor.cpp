@@ -17,6 +17,88 @@ const PyType_Slot* linalg_operator_slots();  // ops_linalg.cpp: @ and @=
 
 namespace {
 PyObject* g_size_type = nullptr;  // dygrad.Size, set from Python (dygrad/__init__.py); a tuple until then
+PyObject* g_cpu_device = nullptr;  // dygrad.device("cpu"), set from Python; the string "cpu" until then
+
+nb::object device_object(const Tensor& t) {
+  if (g_cpu_device && t.device().type == Device::Type::CPU) return nb::borrow(g_cpu_device);
+  return nb::str(t.device().str().c_str());
+}
+
+// Tensor.new_empty/new_zeros/new_ones(*size, *, dtype=None, device=None, requires_grad=False) and
+// new_full(size, fill_value, ...): a new tensor with self's dtype unless dtype= says otherwise (never its shape).
+enum class NewFill { Empty, Zeros, Ones, Full };
+template <NewFill kind>
+PyObject* new_factory(const char* op, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  FactoryOptions o;
+  PyObject* fill_value = nullptr;
+  if (!parse_factory_options(op, args + nargs, kwnames, o, false, {"fill_value"}, &fill_value)) return nullptr;
+  if (kind != NewFill::Full && fill_value) return type_error(op, "got an unexpected keyword argument 'fill_value'");
+  Dims shape;
+  Scalar value = kind == NewFill::Ones ? Scalar(1) : Scalar(0);
+  if constexpr (kind == NewFill::Full) {
+    if (nargs > 2) return type_error(op, "takes 2 positional arguments but %zd were given", nargs);
+    if (nargs >= 1) o.size = args[0];
+    if (nargs == 2) fill_value = args[1];
+    if (!o.size) return type_error(op, "missing required argument 'size'");
+    if (!fill_value) return type_error(op, "missing required argument 'fill_value'");
+    if (!PyTuple_Check(o.size) && !PyList_Check(o.size))  // dygrad.Size is a tuple
+      return type_error(op, "argument 'size' must be a tuple of ints, not %s", type_name(o.size));
+    if (!to_int_list(op, "size", o.size, shape) || !to_scalar_argument(op, "fill_value", fill_value, 0, value))
+      return nullptr;
+  } else if (!factory_shape(op, args, nargs, o, shape)) {
+    return nullptr;
+  }
+  TensorOptions options;
+  if (!resolve_factory_options(op, o, unwrap(self).dtype(), options)) return nullptr;
+  return guarded([&] {
+    if constexpr (kind == NewFill::Empty) return wrap(empty(shape, options));
+    else return wrap(full(shape, value, options));
+  });
+}
+PyObject* new_empty_entry(PyObject* s, PyObject* const* a, Py_ssize_t n, PyObject* k) {
+  return new_factory<NewFill::Empty>("new_empty", s, a, n, k);
+}
+PyObject* new_zeros_entry(PyObject* s, PyObject* const* a, Py_ssize_t n, PyObject* k) {
+  return new_factory<NewFill::Zeros>("new_zeros", s, a, n, k);
+}
+PyObject* new_ones_entry(PyObject* s, PyObject* const* a, Py_ssize_t n, PyObject* k) {
+  return new_factory<NewFill::Ones>("new_ones", s, a, n, k);
+}
+PyObject* new_full_entry(PyObject* s, PyObject* const* a, Py_ssize_t n, PyObject* k) {
+  return new_factory<NewFill::Full>("new_full", s, a, n, k);
+}
+
+// Tensor.type_as(other): self cast to other's dtype (self itself when they match, as torch).
+PyObject* type_as_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("type_as", {"self", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("type_as", "self", a[0]);
+  const Tensor* other = input ? to_tensor("type_as", "other", a[1]) : nullptr;
+  if (!other) return nullptr;
+  return guarded([&] {
+    Tensor out = to(*input, other->dtype());
+    return out.impl() == input->impl() ? Py_NewRef(a[0]) : wrap(std::move(out));
+  });
+}
+
+// Tensor.cpu(memory_format=...): self (dygrad's tensors are on the cpu). Tensor.pin_memory(device=None): a
+// copy, as torch's pinned copy is; dygrad has no page-locked memory, so is_pinned() stays False.
+PyObject* cpu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("cpu", {"self", "memory_format"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  if (!to_tensor("cpu", "self", a[0])) return nullptr;
+  return Py_NewRef(a[0]);
+}
+PyObject* pin_memory_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("pin_memory", {"self", "device"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("pin_memory", "self", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] { return wrap(clone(*input)); });
+}
 
 nb::object shape_object(IntSpan shape) {
   nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
@@ -26,20 +108,7 @@ nb::object shape_object(IntSpan shape) {
   return nb::steal(PyObject_CallOneArg(g_size_type, tuple.ptr()));
 }
 
-// torch's node names: "add_scalar" -> "AddScalarBackward0".
-std::string node_display_name(const Node& node) {
-  std::string out;
-  bool upper = true;
-  for (const char* c = node.name(); *c; ++c) {
-    if (*c == '_') {
-      upper = true;
-      continue;
-    }
-    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*c))) : *c;
-    upper = false;
-  }
-  return out + "Backward0";
-}
+std::string node_display_name(const Node& node) { return node.display_name(); }
 
 struct GradFn {
   Ref<Node> node;
@@ -122,12 +191,34 @@ void init_tensor(nb::module_& m) {
     Py_XINCREF(type.ptr());
     g_size_type = type.ptr();
   });
+  m.def("_set_cpu_device", [](nb::handle device) {
+    Py_XINCREF(device.ptr());
+    g_cpu_device = device.ptr();
+  });
+  static const OpEntry entries[] = {
+      {"new_empty", new_empty_entry, "new_empty(*size, *, dtype=None, device=None, requires_grad=False) -> Tensor", false, true},
+      {"new_zeros", new_zeros_entry, "new_zeros(*size, *, dtype=None, device=None, requires_grad=False) -> Tensor", false, true},
+      {"new_ones", new_ones_entry, "new_ones(*size, *, dtype=None, device=None, requires_grad=False) -> Tensor", false, true},
+      {"new_full", new_full_entry, "new_full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor",
+       false, true},
+      {"type_as", type_as_entry, "type_as(other) -> Tensor: self cast to other's dtype", false, true},
+      {"cpu", cpu_entry, "cpu(memory_format=torch.preserve_format) -> Tensor: self (dygrad's tensors are on the cpu)",
+       false, true},
+      {"pin_memory", pin_memory_entry, "pin_memory(device=None) -> Tensor: a copy (dygrad has no page-locked memory)",
+       false, true},
+  };
+  register_ops(m, entries);
 
   cls.def_prop_ro("shape", [](const Tensor& t) { return shape_object(t.shape()); })
       .def_prop_ro("dtype", [](const Tensor& t) { return nb::borrow(dtype_object(t.dtype())); })
       .def_prop_ro("ndim", [](const Tensor& t) { return t.dim(); })
-      .def_prop_ro("device", [](const Tensor& t) { return t.device().str(); })
+      .def_prop_ro("device", [](const Tensor& t) { return device_object(t); })
       .def_prop_ro("is_cuda", [](const Tensor&) { return false; })
+      .def_prop_ro("is_cpu", [](const Tensor& t) { return t.device().type == Device::Type::CPU; })
+      .def("get_device", [](const Tensor& t) -> int64_t {
+        return t.device().type == Device::Type::CPU ? -1 : t.device().index;
+      })
+      .def("is_pinned", [](const Tensor&, nb::handle) { return false; }, nb::arg("device") = nb::none())
       .def_prop_rw("requires_grad", [](const Tensor& t) { return t.requires_grad(); },
                    [](Tensor& t, bool value) { t.set_requires_grad(value); })
       .def_prop_rw("grad", [](const Tensor& t) { return wrap_object(t.grad()); },

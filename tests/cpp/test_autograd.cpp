@@ -246,3 +246,59 @@ TEST(Autograd, RetainGradHoldsNoCycle) {
   EXPECT_EQ(node->use_count(), 1);
   EXPECT_EQ(node->retained_outputs.at(0), nullptr);
 }
+
+namespace {
+// A pack hook that keeps a scaled copy; unpacking divides it back, counting both.
+struct CountingPacked final : PackedTensor {
+  Tensor kept;
+  int* unpacks;
+  CountingPacked(Tensor t, int* u) : kept(std::move(t)), unpacks(u) {}
+  Tensor unpack() override {
+    ++*unpacks;
+    return mul(kept, 0.5);
+  }
+};
+}  // namespace
+
+TEST(Autograd, SavedTensorHooksPackAndUnpackWhatNodesSave) {
+  int packs = 0, unpacks = 0;
+  Tensor x = leaf({1, 2, 3}, {3});
+  push_saved_tensor_hook([&](const Tensor& t) -> std::shared_ptr<PackedTensor> {
+    ++packs;
+    return std::make_shared<CountingPacked>(mul(t, 2.0), &unpacks);  // mul inside the hook saves unhooked
+  });
+  Tensor y = sum(mul(x, x));  // mul saves both operands
+  pop_saved_tensor_hook();
+  Tensor z = sum(mul(x, x));  // no hook any more
+  EXPECT_EQ(packs, 2);
+  y.backward();
+  EXPECT_EQ(unpacks, 2);
+  expect_close(x.grad(), {2, 4, 6}, 0, 0);
+  z.backward();
+  EXPECT_EQ(unpacks, 2);
+  expect_close(x.grad(), {4, 8, 12}, 0, 0);
+  EXPECT_THROW(pop_saved_tensor_hook(), Error);
+}
+
+TEST(Autograd, AnomalyModeNamesTheNodeThatProducedNan) {
+  Tensor x = leaf({0, 1}, {2});
+  set_anomaly_mode(true);
+  Tensor y;
+  {
+    CallSiteScope site({"model.py", "forward", 12});
+    y = sum(div(x, x));
+  }
+  try {
+    y.backward();
+    set_anomaly_mode(false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    set_anomaly_mode(false);
+    const std::string message = e.what();
+    EXPECT_NE(message.find("Function 'DivBackward0' returned nan values in its 1th output"), std::string::npos) << message;
+    EXPECT_NE(message.find("model.py:12, in forward"), std::string::npos) << message;
+  }
+  Tensor w = leaf({0, 1}, {2});
+  sum(div(w, w)).backward();  // off: the NaN goes through
+  EXPECT_TRUE(std::isnan(w.grad().to_vector<double>()[0]));
+}

@@ -537,13 +537,15 @@ TEST(FusedAttention, FullyMaskedRowGivesZeros) {
 TEST(FusedAttention, Errors) {
   const std::string op = "scaled_dot_product_attention";
   Tensor q = zeros_of({1, 2, 3, 4}), k = zeros_of({1, 2, 5, 4}), v = zeros_of({1, 2, 5, 4});
-  expect_error([&] { scaled_dot_product_attention(q, k, v, Tensor(), 0.1); }, ErrorKind::NotImplemented, op);
+  expect_error([&] { scaled_dot_product_attention(q, k, v, Tensor(), 1.5); }, ErrorKind::Runtime, op);  // torch's kinds
   expect_error([&] { scaled_dot_product_attention(q, k, v, zeros_of({3, 5}), 0.0, true); }, ErrorKind::Value, op);
   expect_error([&] { scaled_dot_product_attention(q, k, v, zeros_of({3, 4})); }, ErrorKind::Value, op);
   expect_error([&] { scaled_dot_product_attention(q, k, v, zeros_of({3, 5}, DType::Float64)); }, ErrorKind::Type, op);
   expect_error([&] { scaled_dot_product_attention(q, zeros_of({1, 2, 5, 3}), v); }, ErrorKind::Value, op);
   expect_error([&] { scaled_dot_product_attention(q, k, zeros_of({1, 2, 6, 4})); }, ErrorKind::Value, op);
-  expect_error([&] { scaled_dot_product_attention(q, zeros_of({2, 2, 5, 4}), v); }, ErrorKind::Value, op);
+  expect_error([&] { scaled_dot_product_attention(q, zeros_of({2, 2, 5, 4}), v); }, ErrorKind::Runtime, op);
+  expect_error([&] { scaled_dot_product_attention(zeros_of({1, 3, 3, 4}), k, v, Tensor(), 0.0, false, {}, true); },
+               ErrorKind::Runtime, op);  // enable_gqa: 2 kv heads do not divide 3
   expect_error([&] { scaled_dot_product_attention(q, k, zeros_of({1, 2, 5, 4}, DType::Float64)); }, ErrorKind::Type, op);
   Tensor grad_mask = zeros_of({3, 5});
   grad_mask.set_requires_grad(true);

@@ -132,8 +132,101 @@ def test_sdpa_errors():
     q = dg.ones(1, 2, 3, 4)
     with pytest.raises(TypeError, match=r"\[scaled_dot_product_attention\]"):
         dg.scaled_dot_product_attention(q, q, "v")
-    with pytest.raises(NotImplementedError, match=r"\[scaled_dot_product_attention\]"):
-        dg.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    # torch's errors: RuntimeError for a dropout probability out of range and for mismatched heads
+    with pytest.raises(RuntimeError, match=r"dropout probability has to be between 0 and 1, but got 1.5"):
+        dg.scaled_dot_product_attention(q, q, q, dropout_p=1.5)
+    with pytest.raises(RuntimeError, match=r"leading \(batch, head\) dims.*need enable_gqa=True"):
+        dg.scaled_dot_product_attention(dg.ones(1, 4, 3, 4), dg.ones(1, 2, 3, 4), dg.ones(1, 2, 3, 4))
+    with pytest.raises(RuntimeError, match=r"Number of heads in key and value must divide the number of heads"):
+        dg.scaled_dot_product_attention(dg.ones(1, 4, 3, 4), dg.ones(1, 3, 3, 4), dg.ones(1, 3, 3, 4), enable_gqa=True)
+    with pytest.raises(IndexError, match=r"enable_gqa"):
+        dg.scaled_dot_product_attention(dg.ones(3, 4), dg.ones(3, 4), dg.ones(3, 4), enable_gqa=True)
+    for lib, sdpa in ((torch, F.scaled_dot_product_attention), (dg, dg.nn.functional.scaled_dot_product_attention)):
+        with pytest.raises(RuntimeError):
+            sdpa(lib.ones(1, 4, 3, 4), lib.ones(1, 2, 3, 4), lib.ones(1, 2, 3, 4))
+        with pytest.raises(RuntimeError):
+            sdpa(lib.ones(1, 4, 3, 4), lib.ones(1, 3, 3, 4), lib.ones(1, 3, 3, 4), enable_gqa=True)
+        with pytest.raises(IndexError):
+            sdpa(lib.ones(3, 4), lib.ones(3, 4), lib.ones(3, 4), enable_gqa=True)
+
+
+@pytest.mark.parametrize("shape_q,kv_heads,kwargs", [
+    ((2, 4, 5, 8), (2, 2), {}),
+    ((2, 6, 7, 4), (3, 1), {"is_causal": True}),
+    ((1, 4, 3, 4), (1, 4), {"scale": 0.3}),
+    ((8, 6, 4), (2, 2), {"mask": True}),
+])
+def test_sdpa_enable_gqa_matches_torch(shape_q, kv_heads, kwargs):
+    # key/value with fewer heads (dim -3) than query: values and the gradients summed back to each kv head.
+    *lead, H, T, D = shape_q
+    S = T + 1 if not kwargs.get("is_causal") else T
+    q_d, q_t = pair(shape_q, True)
+    k_d, k_t = pair((*lead, kv_heads[0], S, D), True)
+    v_d, v_t = pair((*lead, kv_heads[1], S, D + 1), True)
+    kw = dict(kwargs)
+    if kw.pop("mask", False):
+        m = rng.random((T, S)) > 0.3
+        m[:, 0] = True
+        kw_d, kw_t = {"attn_mask": dg.tensor(m)}, {"attn_mask": torch.tensor(m)}
+    else:
+        kw_d = kw_t = kw
+    out_d = dg.nn.functional.scaled_dot_product_attention(q_d, k_d, v_d, enable_gqa=True, **kw_d)
+    out_t = F.scaled_dot_product_attention(q_t, k_t, v_t, enable_gqa=True, **kw_t)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    for a, b in [(q_d, q_t), (k_d, k_t), (v_d, v_t)]:
+        close(a.grad, b.grad)
+
+
+def composed_attention(lib, q, k, v, keep, p, causal=False):
+    """torch's math path with a given keep mask: softmax(q k^T / sqrt(D) + bias) * keep / (1 - p) @ v."""
+    scores = q @ k.transpose(-2, -1) * (1.0 / np.sqrt(q.shape[-1]))
+    if causal:
+        T, S = scores.shape[-2:]
+        scores = scores.masked_fill(~lib.tensor(np.tril(np.ones((T, S), dtype=bool))), float("-inf"))
+    probabilities = lib.softmax(scores, dim=-1) if lib is dg else torch.softmax(scores, dim=-1)
+    return (probabilities * keep / (1.0 - p)) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_dropout_is_the_math_path_with_a_seeded_mask(causal):
+    p = 0.3
+    q_d, q_t = pair((2, 3, 6, 4), True)
+    k_d, k_t = pair((2, 3, 6, 4), True)
+    v_d, v_t = pair((2, 3, 6, 5), True)
+    dg.manual_seed(123)
+    out = dg.nn.functional.scaled_dot_product_attention(q_d, k_d, v_d, dropout_p=p, is_causal=causal)
+    dg.manual_seed(123)
+    again = dg.nn.functional.scaled_dot_product_attention(q_d, k_d, v_d, dropout_p=p, is_causal=causal)
+    np.testing.assert_array_equal(out.detach().numpy(), again.detach().numpy())  # deterministic for a seed
+    dg.manual_seed(124)
+    other = dg.nn.functional.scaled_dot_product_attention(q_d, k_d, v_d, dropout_p=p, is_causal=causal)
+    assert not np.array_equal(out.detach().numpy(), other.detach().numpy())
+    # The keep mask the call drew: the same seed, the same draw (the only random op of the call).
+    dg.manual_seed(123)
+    keep = dg.bernoulli_mask((2, 3, 6, 6), 1.0 - p, dtype=dg.float64)
+    expected = composed_attention(torch, q_t, k_t, v_t, torch.tensor(keep.numpy()), p, causal)
+    close(out, expected)
+    backward_both(out, expected)
+    for a, b in [(q_d, q_t), (k_d, k_t), (v_d, v_t)]:
+        close(a.grad, b.grad)
+
+
+def test_sdpa_dropout_moments():
+    # Uniform attention (q = 0) over S keys and v = 1: each output is (#kept / S) / (1 - p), with mean 1 and
+    # variance p / ((1 - p) S). 4096 rows: the sample mean is within 5 standard errors of 1.
+    p, S, rows = 0.25, 16, 64 * 64
+    q = dg.zeros(64, 64, 1, 4, dtype=dg.float64)
+    k = dg.tensor(rng.standard_normal((64, 64, S, 4)))
+    v = dg.ones(64, 64, S, 1, dtype=dg.float64)
+    dg.manual_seed(7)
+    out = dg.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p).numpy().ravel()
+    variance = p / ((1 - p) * S)
+    assert abs(out.mean() - 1.0) < 5 * np.sqrt(variance / rows)
+    assert abs(out.var() / variance - 1.0) < 0.15
+    assert np.allclose(out * (1 - p) * S, np.round(out * (1 - p) * S))  # whole counts of kept keys
+    zeros = dg.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=1.0)
+    assert not zeros.numpy().any()
 
 
 def test_adamw_step_matches_torch():

@@ -353,3 +353,56 @@ def test_index_put_and_nonzero_functions(accumulate):
     for ours, theirs in zip(dg.tensor(mask).nonzero(as_tuple=True), torch.tensor(mask).nonzero(as_tuple=True)):
         np.testing.assert_array_equal(as_numpy(ours), theirs.numpy())
     assert tuple(dg.nonzero(dg.tensor(3.0)).shape) == tuple(torch.nonzero(torch.tensor(3.0)).shape)
+
+
+# --- the assignments and list indices of the PyTorch-API issue (13), values and gradients against torch ----------
+def test_mask_assignment_of_minus_inf_then_softmax_gradients():
+    # The GPT-style top-k masking: logits[logits < v] = -inf, then softmax.
+    array = data((3, 6), 21)
+    grads = []
+    for lib in (dg, torch):
+        x = lib.tensor(array, requires_grad=True)
+        logits = x * 1.0
+        v = logits.max(dim=-1, keepdim=True).values - 0.5
+        logits[logits < v] = -float("inf")
+        out = lib.softmax(logits, dim=-1) if lib is dg else torch.softmax(logits, dim=-1)
+        (out * lib.tensor(data((3, 6), 22))).sum().backward()
+        grads.append((as_numpy(out), as_numpy(x.grad)))
+    np.testing.assert_allclose(grads[0][0], grads[1][0], rtol=1e-12)
+    np.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-10, atol=1e-12)
+
+
+def test_mask_assignment_of_a_tensor_and_index_tensor_assignment_gradients():
+    array = data((4, 5), 23)
+    results = []
+    for lib in (dg, torch):
+        x = lib.tensor(array, requires_grad=True)
+        y = x * 2.0
+        mask = y > 0
+        count = int(mask.sum())
+        src = lib.tensor(np.arange(count, dtype=np.float64) + 1.0, requires_grad=True)
+        y[mask] = src  # x[mask] = tensor
+        rows = lib.tensor([0, 2])
+        row_values = lib.tensor(data((2, 5), 24), requires_grad=True)
+        y[rows] = row_values  # x[idx_tensor] = v
+        y[lib.tensor([3])] = 7.0  # a number
+        (y * lib.tensor(data((4, 5), 25))).sum().backward()
+        results.append((as_numpy(y), as_numpy(x.grad), as_numpy(src.grad), as_numpy(row_values.grad)))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("key", ["last as list", "rows as list", "negative list", "list then slice"])
+def test_list_indices_values_and_gradients(key):
+    keys = {"last as list": (slice(None), [-1], slice(None)), "rows as list": [0, 2],
+            "negative list": (slice(None), [-1, 0]), "list then slice": ([1, 1], slice(1, 3))}
+    array = data((3, 4, 5), 26)
+    results = []
+    for lib in (dg, torch):
+        x = lib.tensor(array, requires_grad=True)
+        y = x[keys[key]]
+        (y * lib.tensor(data(tuple(y.shape), 27))).sum().backward()
+        results.append((tuple(y.shape), as_numpy(y), as_numpy(x.grad)))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
+    np.testing.assert_allclose(results[0][2], results[1][2], rtol=1e-12)

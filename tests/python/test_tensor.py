@@ -457,3 +457,112 @@ def test_deepcopy_and_pickle():
         assert restored.requires_grad == original.requires_grad
     with pytest.raises(RuntimeError, match="cpu"):
         dg.tensor([1.0], device="cuda")
+
+
+# --- the tensor surface of the PyTorch-API issue (13): device, conversions, new_*, Size -------------------------
+def test_device_objects_and_tensor_device():
+    for lib in (dg, torch):
+        x = lib.ones(2)
+        assert x.device == lib.device("cpu") and x.device.type == "cpu" and x.device.index is None
+        assert str(x.device) == "cpu" and repr(x.device) == "device(type='cpu')"
+        assert lib.device("cpu", 0).index == 0 and repr(lib.device("cpu", 0)) == "device(type='cpu', index=0)"
+        assert {x.device: 1}[lib.device("cpu")] == 1
+        assert x.is_cpu and not x.is_cuda and x.get_device() == -1
+    assert isinstance(dg.ones(2).device, dg.device)
+    # Difference from torch (docs/tensor.md): dygrad's device is a str, so it also equals "cpu".
+    assert dg.ones(2).device == "cpu"
+
+
+def test_to_device_dtype_other_and_flags_match_torch():
+    for lib in (dg, torch):
+        x = lib.tensor([1.5, -2.0])
+        cpu = lib.device("cpu")
+        assert x.to(cpu) is x and x.to("cpu") is x and x.to(lib.float32) is x and x.cpu() is x
+        assert x.to(cpu, lib.float64).dtype == lib.float64
+        assert x.to(lib.ones(1, dtype=lib.float16)).dtype == lib.float16
+        assert x.to(device=cpu, dtype=lib.int64).tolist() == [1, -2]
+        assert x.to("cpu", non_blocking=True) is x
+        copied = x.to(lib.float32, copy=True)
+        assert copied is not x and copied.tolist() == x.tolist()
+        assert x.to(lib.float64, non_blocking=True, copy=True).dtype == lib.float64
+        assert x.to(lib.float32, memory_format=lib.preserve_format if lib is torch else None) is x
+        assert lib.zeros(2).copy_(x, non_blocking=True).tolist() == x.tolist()
+        assert x.type(lib.float64).dtype == lib.float64 and x.type(lib.float32) is x
+    assert dg.ones(1).type() == "dygrad.FloatTensor" and torch.ones(1).type() == "torch.FloatTensor"
+    assert dg.ones(1).type("torch.DoubleTensor").dtype == dg.float64
+    with pytest.raises(RuntimeError, match="cpu"):
+        dg.ones(1).to("cuda")
+    with pytest.raises(RuntimeError, match="cpu backend only"):
+        dg.ones(1).cuda()
+
+
+def test_pin_memory_is_a_copy_on_the_cpu():
+    x = dg.tensor([1.0, 2.0])
+    pinned = x.pin_memory()
+    assert pinned is not x and pinned.tolist() == x.tolist() and pinned.data_ptr() != x.data_ptr()
+    # dygrad has no page-locked memory: is_pinned() stays False (torch raises without an accelerator).
+    assert not x.is_pinned() and not pinned.is_pinned()
+
+
+def test_type_as_matches_torch():
+    for lib in (dg, torch):
+        i = lib.tensor([1, 2])
+        f = lib.tensor([0.5], dtype=lib.float64)
+        assert i.type_as(f).dtype == lib.float64 and i.type_as(f).tolist() == [1.0, 2.0]
+        assert f.type_as(f) is f and f.type_as(i).tolist() == [0]
+        x = lib.tensor([1.5, 2.5], requires_grad=True)
+        y = x.type_as(f)
+        y.sum().backward()
+        assert x.grad.dtype == lib.float32 and x.grad.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x.new_zeros(2, 3), lambda x: x.new_zeros((2, 3)), lambda x: x.new_zeros([4]),
+    lambda x: x.new_ones(2, dtype=getattr(type(x).__module__.startswith("torch") and torch or dg, "int64")),
+    lambda x: x.new_full((2, 2), 7), lambda x: x.new_full([3], 2.5), lambda x: x.new_zeros(x.size()),
+    lambda x: x.new_empty(3, 1).shape, lambda x: x.new_empty((0,)).shape, lambda x: x.new_tensor([1, 2]),
+    lambda x: x.new_ones(size=(2,)),
+])
+def test_new_factories_match_torch(call):
+    for base_dtype in ("float64", "int32"):
+        ours = call(dg.ones(1, dtype=getattr(dg, base_dtype)))
+        theirs = call(torch.ones(1, dtype=getattr(torch, base_dtype)))
+        if isinstance(theirs, torch.Size):
+            assert tuple(ours) == tuple(theirs)
+            continue
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1]
+        assert tuple(ours.shape) == tuple(theirs.shape) and ours.tolist() == theirs.tolist()
+
+
+def test_new_factories_requires_grad_and_errors():
+    for lib in (dg, torch):
+        x = lib.ones(2, dtype=lib.float64)
+        y = x.new_ones(2, requires_grad=True)
+        assert y.requires_grad and y.is_leaf and y.dtype == lib.float64
+        assert lib.ones(1, dtype=lib.int64).new_full((2,), 2.5).tolist() == [2, 2]
+        with pytest.raises(TypeError):
+            x.new_full(2, 3.0)  # size must be a sequence
+        with pytest.raises(TypeError):
+            x.new_zeros(2, bogus=1)
+
+
+def test_clamp_in_place_matches_torch():
+    array = np.array([-2.0, -0.5, 0.3, 4.0])
+    for args, kwargs in [((-1.0, 1.0), {}), ((), {"min": 0.0}), ((), {"max": 0.1})]:
+        ours = dg.tensor(array).clamp_(*args, **kwargs)
+        theirs = torch.tensor(array).clamp_(*args, **kwargs)
+        assert ours.tolist() == theirs.tolist()
+    x = dg.tensor(array)
+    assert x.clamp_(min=0.0) is x
+
+
+def test_size_arithmetic_matches_torch():
+    for lib in (dg, torch):
+        s = lib.ones(2, 3, 4).size()
+        assert isinstance(s, lib.Size) and s == (2, 3, 4) and s.numel() == 24
+        for result, expected in [(s + (5,), (2, 3, 4, 5)), ((1,) + s, (1, 2, 3, 4)), (s[1:], (3, 4)),
+                                 (s * 2, (2, 3, 4, 2, 3, 4)), (2 * s[:1], (2, 2)), (s + s[:1], (2, 3, 4, 2))]:
+            assert isinstance(result, lib.Size) and tuple(result) == expected, (lib, result)
+        assert s[-1] == 4 and isinstance(s[0], int)
+        assert lib.Size([2, 3]).numel() == 6 and lib.Size([]).numel() == 1
+    assert repr(dg.ones(2, 3).size()) == "dygrad.Size([2, 3])"

@@ -1,6 +1,12 @@
-"""dygrad.autograd: grad mode (no_grad, enable_grad, set_grad_enabled), backward and grad."""
+"""dygrad.autograd: grad mode (no_grad, enable_grad, set_grad_enabled, inference_mode), backward and grad,
+Function (custom ops in Python), anomaly detection and saved-tensor hooks (autograd.graph)."""
 from .. import _C
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,  # noqa: F401
+                        set_grad_enabled)
+from . import function, graph  # noqa: F401
+from .function import Function, once_differentiable  # noqa: F401
+from .anomaly_mode import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,  # noqa: F401
+                           set_detect_anomaly)
 
 
 def _as_sequence(x):

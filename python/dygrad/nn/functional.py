@@ -87,9 +87,10 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     return out * weight if weight is not None else out
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
     return _C.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                                           is_causal=is_causal, scale=scale)
+                                           is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
 def rotary_position_embedding(x, cos, sin, mode="interleaved"):

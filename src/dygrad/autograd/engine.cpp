@@ -10,6 +10,8 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/core/error.h"
@@ -78,6 +80,23 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
   } else {
     NoGradGuard no_grad;
     add_(meta.grad, g);
+  }
+}
+
+// Anomaly mode: a gradient holding NaN raises, naming the node and the forward call that recorded it
+// (torch: "Function 'DivBackward0' returned nan values in its 0th output.").
+void check_anomaly(const Node& node, std::span<const Tensor> grad_inputs) {
+  for (size_t i = 0; i < grad_inputs.size(); ++i) {
+    const Tensor& g = grad_inputs[i];
+    if (!g.defined() || !is_floating(g.dtype()) || g.numel() == 0) continue;
+    NoGradGuard no_grad;
+    if (sum(ne(g, g)).item_scalar().to_int() == 0) continue;
+    const CallSite& site = node.forward_site;
+    fail(ErrorKind::Runtime, "[backward] Function '", node.display_name(), "' returned nan values in its ", i,
+         "th output. ", site.file ? "The forward call that created it: " : "Its forward call site is unknown (it "
+         "ran before anomaly mode was enabled)", site.file ? site.file : "", site.file ? ":" : "",
+         site.file ? std::to_string(site.line) : std::string(), site.file ? ", in " : "",
+         site.file && site.function ? site.function : "");
   }
 }
 
@@ -176,7 +195,10 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     for (const Tensor& g : grads) any = any || g.defined();
     std::vector<Tensor> grad_inputs(node->next.size());
     // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
-    if (!skip && any) node->apply(grads, grad_inputs);
+    if (!skip && any) {
+      node->apply(grads, grad_inputs);
+      if (anomaly_enabled() && anomaly_check_nan()) check_anomaly(*node, grad_inputs);
+    }
     // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
     // node that saved nothing accumulates into them again, as in torch.
     if (!run.retain_graph) node->release_saved();

@@ -1,15 +1,50 @@
 // Node bookkeeping, grad mode and the helpers ops use to record history.
 #include "dygrad/autograd/node.h"
 
+#include <atomic>
+#include <cctype>
+
 #include "dygrad/core/error.h"
 
 namespace dg {
 
 namespace {
 thread_local bool tls_grad_enabled = true;
-}
+thread_local std::vector<PackHook> tls_pack_hooks;
+thread_local bool tls_in_pack_hook = false;
+std::atomic<bool> g_anomaly_enabled{false};
+std::atomic<bool> g_anomaly_check_nan{true};
+}  // namespace
 bool grad_enabled() { return tls_grad_enabled; }
 void set_grad_enabled(bool on) { tls_grad_enabled = on; }
+
+void push_saved_tensor_hook(PackHook hook) { tls_pack_hooks.push_back(std::move(hook)); }
+void pop_saved_tensor_hook() {
+  DG_CHECK(!tls_pack_hooks.empty(), Runtime, "[saved_tensors_hooks] no hooks to pop");
+  tls_pack_hooks.pop_back();
+}
+
+void set_anomaly_mode(bool enabled, bool check_nan) {
+  g_anomaly_enabled = enabled;
+  g_anomaly_check_nan = check_nan;
+}
+bool anomaly_enabled() { return g_anomaly_enabled.load(std::memory_order_relaxed); }
+bool anomaly_check_nan() { return g_anomaly_check_nan.load(std::memory_order_relaxed); }
+
+std::string Node::display_name() const {
+  if (named_as_is) return name();
+  std::string out;
+  bool upper = true;
+  for (const char* c = name(); *c; ++c) {
+    if (*c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(*c))) : *c;
+    upper = false;
+  }
+  return out + "Backward0";
+}
 
 Node::Node(const OpDef* op, size_t num_outputs_) : num_outputs(num_outputs_), op_(op), backward_(op->backward) {}
 Node::Node(std::string name, BackwardFn backward, size_t num_outputs_)
@@ -55,7 +90,17 @@ Node::~Node() {
 }
 
 void Node::save(const Tensor& t) {
-  saved_.push_back({t, t.defined() ? t.version() : 0u});
+  if (!tls_pack_hooks.empty() && !tls_in_pack_hook && t.defined()) {
+    // The hook may run dygrad ops (a copy to offload); their own saves keep their tensors.
+    struct Reentry {
+      Reentry() { tls_in_pack_hook = true; }
+      ~Reentry() { tls_in_pack_hook = false; }
+    } reentry;
+    std::shared_ptr<PackedTensor> packed = tls_pack_hooks.back()(t);
+    saved_.push_back({Tensor(), 0u, std::move(packed)});
+    return;
+  }
+  saved_.push_back({t, t.defined() ? t.version() : 0u, nullptr});
 }
 
 Tensor Node::saved(size_t i) const {
@@ -63,6 +108,16 @@ Tensor Node::saved(size_t i) const {
            "access saved tensors after they have already been freed). Specify retain_graph=True if you need to "
            "backward through the graph a second time");
   const SavedTensor& s = saved_.at(i);
+  if (s.packed) {
+    // What the unpack hook returns is used as is: the pack hook may have copied the tensor, so its version
+    // is not checked (docs/autograd.md, "Known gaps").
+    struct Reentry {
+      bool saved = tls_in_pack_hook;
+      Reentry() { tls_in_pack_hook = true; }
+      ~Reentry() { tls_in_pack_hook = saved; }
+    } reentry;
+    return s.packed->unpack();
+  }
   if (s.tensor.defined() && s.tensor.version() != s.version)
     fail(ErrorKind::Runtime, "[", name(), "] one of the variables needed for gradient computation has been "
          "modified by an inplace operation: a tensor of shape ", s.tensor.shape(), " is at version ",
@@ -129,6 +184,7 @@ Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined()) set_history(outputs[i], node, static_cast<uint32_t>(i));
+  if (anomaly_enabled()) node->forward_site = current_call_site();
   return node;
 }
 

@@ -3,6 +3,7 @@
 // (engine.h) walks it once and frees it unless retain_graph. See docs/autograd.md.
 #pragma once
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,9 +24,23 @@ struct Edge {
   bool valid() const { return static_cast<bool>(node) || static_cast<bool>(leaf); }
 };
 
+// A saved tensor handed to a pack hook (torch.autograd.graph.saved_tensors_hooks): the node keeps what the
+// hook returned and unpacks it when the backward reads it.
+class PackedTensor {
+ public:
+  virtual ~PackedTensor() = default;
+  virtual Tensor unpack() = 0;
+};
+using PackHook = std::function<std::shared_ptr<PackedTensor>(const Tensor&)>;
+// The innermost installed hook applies (thread-local, as torch's). Ops run inside a pack or unpack hook
+// save their tensors as they are (no recursion into the hook).
+void push_saved_tensor_hook(PackHook hook);
+void pop_saved_tensor_hook();
+
 struct SavedTensor {
   Tensor tensor;
   uint32_t version = 0;
+  std::shared_ptr<PackedTensor> packed;  // set instead of `tensor` when a pack hook took it
 };
 
 struct InputMeta {
@@ -44,6 +59,12 @@ class Node : public RefCounted {
   ~Node() override;
 
   const char* name() const { return name_.empty() ? op_->name : name_.c_str(); }
+  // torch's node name: "add_scalar" -> "AddScalarBackward0"; a Python autograd.Function's node keeps its
+  // own name ("MyFunctionBackward").
+  std::string display_name() const;
+  bool named_as_is = false;
+  // The forward call that recorded this node, kept while anomaly mode is on (for its NaN errors).
+  CallSite forward_site;
   const OpDef* op() const { return op_; }
 
   // Graph structure.
@@ -55,6 +76,7 @@ class Node : public RefCounted {
   // Backward state.
   Attrs attrs;
   void save(const Tensor& t);                 // saved in order; read back with saved(i)
+  size_t num_saved() const { return saved_.size(); }
   Tensor saved(size_t i) const;               // checks the version: raises if modified in place since
   void release_saved();                       // after backward without retain_graph
   bool released() const { return released_; }
@@ -112,6 +134,13 @@ class EnableGradGuard {
  private:
   bool saved_;
 };
+
+// Anomaly detection (torch.autograd.set_detect_anomaly): while on, nodes keep their forward call site and
+// the engine checks every gradient a backward formula returns for NaN (a sync per gradient), raising an
+// error that names the node and that call site. Process-wide, as torch's.
+void set_anomaly_mode(bool enabled, bool check_nan = true);
+bool anomaly_enabled();
+bool anomaly_check_nan();
 
 // --- recording, for op implementations -----------------------------------------------------------------
 // True when grad mode is on and any input requires grad: the op must record a Node.

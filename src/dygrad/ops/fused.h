@@ -33,12 +33,14 @@ Tensor swiglu(const Tensor& x);
 // attn_mask: undefined, bool (true = attend) or additive in the query's dtype, broadcastable to
 // [..., T, S]; it gets no gradient. is_causal: query i attends keys j <= i (top-left aligned, as torch);
 // not combined with attn_mask. scale: 1/sqrt(D) by default. Flash-style: output and log-sum-exp saved only.
-// Floating dtypes (16-bit floats compute in float32); dropout_p > 0 raises NotImplemented. A row that
-// attends to no key gives zeros (torch's math path gives NaN). 4-D outputs are stored [B, T, H, Dv] and
+// Floating dtypes (16-bit floats compute in float32). A row that attends to no key gives zeros (torch's
+// math path gives NaN). dropout_p > 0 takes torch's math path instead (composed ops: softmax, a dropout
+// mask, matmul; a fully masked row gives NaN there). enable_gqa: key/value heads (dim -3) are repeated to
+// the query's, each G = H / Hkv times in a row. 4-D outputs are stored [B, T, H, Dv] and
 // returned as the [B, H, T, Dv] view, so out.transpose(1, 2).reshape(B, T, H * Dv) is free (as in torch).
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
 // One AdamW (or Adam) step over lists of tensors, in place, as torch.optim.AdamW / Adam (amsgrad=False,
 // maximize=False, single-tensor path):

@@ -1,10 +1,16 @@
 // scaled_dot_product_attention (PyTorch's signature), flash-style: validation, the Task, and the backward
 // that recomputes probabilities from the saved log-sum-exp. Kernels: backend/cpu/fused_attention.cpp.
+// dropout_p > 0 takes torch's math path, composed of ops (softmax, a Bernoulli keep mask, two matmuls);
+// enable_gqa repeats key/value heads as torch's repeat_interleave does (their gradients sum back).
 #include <cmath>
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
+#include "dygrad/ops/linalg.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/nn.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -90,27 +96,76 @@ void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi
 }
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask,
-                                    double dropout_p, bool is_causal, std::optional<double> scale) {
+namespace {
+// enable_gqa: key/value of shape [..., Hkv, S, D] repeated to the query's H heads, each head G = H / Hkv times
+// in a row (torch's repeat_interleave(G, dim=-3)); a view expanded then copied once, so the gradient of the
+// repeated heads sums back to each key/value head through expand's backward.
+Tensor repeat_heads(const Tensor& t, int64_t heads) {
+  const int64_t nd = t.dim(), kv_heads = t.shape()[nd - 3];
+  if (kv_heads == heads) return t;
+  Dims expanded(t.shape());
+  expanded.insert(static_cast<size_t>(nd - 2), heads / kv_heads);
+  Dims merged(t.shape());
+  merged[nd - 3] = heads;
+  return reshape(expand(unsqueeze(t, nd - 2), expanded), merged);
+}
+
+// torch's math path with dropout: softmax(q k^T * scale + bias) * keep / (1 - p) @ v, keep ~ Bernoulli(1 - p)
+// from the counter-based generator (so it repeats under manual_seed). q [..., T, D], k [..., S, D], v [..., S, Dv].
+Tensor attention_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p,
+                              bool is_causal, double scale) {
+  const int64_t T = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), Scalar(scale));
+  if (is_causal) {
+    Tensor keep_causal = ge(unsqueeze(arange(Scalar(T)), 1), arange(Scalar(S)));  // [T, S]: key j <= query i
+    scores = masked_fill(scores, logical_not(keep_causal), Scalar(-INFINITY));
+  } else if (mask.defined()) {
+    scores = mask.dtype() == DType::Bool ? masked_fill(scores, logical_not(mask), Scalar(-INFINITY)) : add(scores, mask);
+  }
+  Tensor probabilities = softmax(scores, -1);
+  if (p >= 1.0) {
+    probabilities = mul(probabilities, Scalar(0.0));
+  } else {
+    Tensor keep = bernoulli_mask(probabilities.shape(), 1.0 - p, probabilities.dtype());
+    probabilities = mul(mul(probabilities, keep), Scalar(1.0 / (1.0 - p)));
+  }
+  return matmul(probabilities, v);
+}
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key_in, const Tensor& value_in,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale, bool enable_gqa) {
   check_defined(kName, query, "query");
-  check_defined(kName, key, "key");
-  check_defined(kName, value, "value");
-  check_same_device(kName, query, key);
-  check_same_device(kName, query, value);
-  DG_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, Value, "[", kName, "] dropout_p must be in [0, 1], got ", dropout_p);
-  DG_CHECK(dropout_p == 0.0, NotImplemented, "[", kName, "] dropout_p > 0 is not implemented, got ", dropout_p);
-  DG_CHECK(query.dtype() == key.dtype() && query.dtype() == value.dtype(), Type, "[", kName,
+  check_defined(kName, key_in, "key");
+  check_defined(kName, value_in, "value");
+  check_same_device(kName, query, key_in);
+  check_same_device(kName, query, value_in);
+  DG_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, Runtime, "[", kName, "] dropout probability has to be between 0 "
+           "and 1, but got ", dropout_p);
+  DG_CHECK(query.dtype() == key_in.dtype() && query.dtype() == value_in.dtype(), Type, "[", kName,
            "] expected query, key and value to have the same dtype, got ", dtype_name(query.dtype()), ", ",
-           dtype_name(key.dtype()), " and ", dtype_name(value.dtype()));
+           dtype_name(key_in.dtype()), " and ", dtype_name(value_in.dtype()));
   check_floating(kName, query);
   const int64_t nd = query.dim();
-  DG_CHECK(nd >= 2 && key.dim() == nd && value.dim() == nd, Value, "[", kName,
+  DG_CHECK(nd >= 2 && key_in.dim() == nd && value_in.dim() == nd, Value, "[", kName,
            "] expected query, key and value with the same number of dims (at least 2), got shapes ", query.shape(), ", ",
-           key.shape(), " and ", value.shape());
+           key_in.shape(), " and ", value_in.shape());
+  Tensor key = key_in, value = value_in;
+  if (enable_gqa) {
+    DG_CHECK(nd >= 3, Index, "[", kName, "] enable_gqa=True needs a head dim -3: query has shape ", query.shape());
+    const int64_t heads = query.shape()[nd - 3], key_heads = key.shape()[nd - 3], value_heads = value.shape()[nd - 3];
+    DG_CHECK(key_heads > 0 && value_heads > 0 && heads % key_heads == 0 && heads % value_heads == 0, Runtime, "[",
+             kName, "] Number of heads in key and value must divide the number of heads in query: query of shape ",
+             query.shape(), ", key of shape ", key.shape(), ", value of shape ", value.shape());
+    key = repeat_heads(key, heads);
+    value = repeat_heads(value, heads);
+  }
   const IntSpan lead = query.shape().first(static_cast<size_t>(nd - 2));
-  DG_CHECK(same_shape(lead, key.shape().first(lead.size())) && same_shape(lead, value.shape().first(lead.size())), Value,
+  DG_CHECK(same_shape(lead, key.shape().first(lead.size())) && same_shape(lead, value.shape().first(lead.size())), Runtime,
            "[", kName, "] query, key and value must share their leading (batch, head) dims, got shapes ", query.shape(),
-           ", ", key.shape(), " and ", value.shape());
+           ", ", key_in.shape(), " and ", value_in.shape(), enable_gqa || nd < 3 || key_in.shape()[nd - 3] == query.shape()[nd - 3]
+           ? "" : " (key/value with fewer heads than query need enable_gqa=True)");
   const int64_t T = query.shape()[nd - 2], D = query.shape()[nd - 1], S = key.shape()[nd - 2], Dv = value.shape()[nd - 1];
   DG_CHECK(key.shape()[nd - 1] == D, Value, "[", kName, "] query of shape ", query.shape(), " and key of shape ",
            key.shape(), " differ in their last dim");
@@ -136,6 +191,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     mask_kind = attn_mask.dtype() == DType::Bool ? AttentionMask::Bool : AttentionMask::Additive;
   }
   const double scale_value = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+  if (dropout_p > 0.0) return attention_with_dropout(query, key, value, mask, dropout_p, is_causal, scale_value);
   Dims out_shape(lead);
   out_shape.push_back(T);
   out_shape.push_back(Dv);
