@@ -9,7 +9,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 # fortunes: the default training corpus (python/dygrad/data/corpus.py says why).
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
-               libbenchmark-dev valgrind fortunes chromium
+               libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.

@@ -29,4 +29,5 @@ NB_MODULE(_C, m) {
   init_autograd(m);
   init_runtime(m);
   init_profiler(m);
+  init_distributed(m);
 }

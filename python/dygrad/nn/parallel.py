@@ -1,11 +1,11 @@
-"""dygrad.nn.parallel: DistributedDataParallel is importable (scripts import it unconditionally) but needs a
-process group, which dygrad does not have yet."""
+"""dygrad.nn.parallel: DistributedDataParallel is importable (scripts import it unconditionally); the process
+group and collectives exist (dygrad.distributed), the bucketed, backward-overlapping DDP does not yet."""
 
 
 class DistributedDataParallel:
     def __init__(self, module, device_ids=None, *args, **kwargs):
-        raise NotImplementedError("DistributedDataParallel: dygrad has no distributed backend yet "
-                                  "(see docs/pytorch-api.md)")
+        raise NotImplementedError("DistributedDataParallel is not implemented yet (dygrad.distributed has the "
+                                  "collectives; see docs/distributed.md)")
 
 
 class DataParallel(DistributedDataParallel):
