@@ -33,7 +33,15 @@ def _iter(self):
     return iter(_C.unbind(self, 0))
 
 
+def _register_post_accumulate_grad_hook(self, hook):
+    """hook(tensor) -> None, called after backward has accumulated this leaf's gradient into .grad."""
+    from .utils.hooks import RemovableHandle
+    hook_id = _C._register_post_accumulate_grad_hook(self, hook)
+    return RemovableHandle(lambda: _C._remove_post_accumulate_grad_hook(self, hook_id))
+
+
 def install():
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
     _C.Tensor.__iter__ = _iter
+    _C.Tensor.register_post_accumulate_grad_hook = _register_post_accumulate_grad_hook

@@ -4,7 +4,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <unordered_set>
+
 #include "common.h"
+#include "dygrad/autograd/node.h"
 #include "dygrad/distributed/comm.h"
 
 namespace dg::py {
@@ -55,6 +58,32 @@ void init_distributed(nb::module_& m) {
   m.def("_mpi_finalize", &dist::finalize, nb::call_guard<nb::gil_scoped_release>());
   m.def("_single_process_group", &dist::single_process_group);
   m.def("_comm_in_flight", &dist::comm_in_flight);
+  // A key for the tensor object behind a Python wrapper (hooks receive new wrappers of the same parameter).
+  m.def("_tensor_key", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
+  // The leaves (parameters) the autograd graphs of `outputs` reach: data parallel's find_unused_parameters.
+  m.def("_reachable_leaves", [](std::vector<Tensor> outputs) {
+    std::vector<const Node*> stack;
+    std::unordered_set<const Node*> seen;
+    std::unordered_set<const TensorImpl*> leaves_seen;
+    nb::list leaves;
+    auto visit_leaf = [&](const Ref<TensorImpl>& leaf) {
+      if (leaves_seen.insert(leaf.get()).second) leaves.append(wrap_object(Tensor(leaf)));
+    };
+    for (const Tensor& t : outputs) {
+      if (!t.defined() || !t.requires_grad()) continue;
+      if (t.is_leaf()) visit_leaf(t.impl_ref());
+      else if (seen.insert(t.grad_fn().get()).second) stack.push_back(t.grad_fn().get());
+    }
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      for (const Edge& e : node->next) {
+        if (e.leaf) visit_leaf(e.leaf);
+        else if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+      }
+    }
+    return leaves;
+  }, nb::arg("outputs"));
 }
 
 }  // namespace dg::py

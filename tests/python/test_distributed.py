@@ -161,3 +161,50 @@ def test_torch_script_under_the_launcher(tmp_path):
                              "dygrad.as_torch", str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 sum 3.0" in result.stdout and "rank 1 sum 3.0" in result.stdout
+
+
+def ddp_run(mode, tmp_path):
+    result = mpirun("ddp.py", str(tmp_path), mode)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = []
+    for r in range(2):
+        with open(tmp_path / f"ddp_rank{r}.json") as f:
+            ranks.append(json.load(f))
+    return ranks
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused"])
+def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
+    """Parameters broadcast from rank 0 (the ranks start from different seeds), gradients averaged in buckets
+    during backward: the final parameters are bitwise those of one process that sums the ranks' gradients in
+    rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found."""
+    r0, r1 = ddp_run(mode, tmp_path)
+    assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
+    assert r0["ddp"] == r1["ddp"]
+    assert r0["ddp"] == r0["reference"]
+    assert r0["keys"][0].startswith("module.")
+
+
+@needs_mpi
+def test_ddp_unused_parameter_without_detection_raises_like_torch(tmp_path):
+    r0, r1 = ddp_run("unused_error", tmp_path)
+    for r in (r0, r1):
+        assert "Expected to have finished reduction in the prior iteration" in r["error"]
+        assert "spare.weight" in r["error"] and "find_unused_parameters=True" in r["error"]
+
+
+def test_post_accumulate_grad_hook_matches_torch():
+    seen = {}
+    for lib in (dg, torch):
+        w = lib.ones(3, requires_grad=True)
+        calls = []
+        handle = w.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.tolist()))
+        (w * 2).sum().backward()
+        (w * 3).sum().backward()
+        handle.remove()
+        (w * 1).sum().backward()
+        seen[lib.__name__] = calls
+        with pytest.raises(RuntimeError, match="post accumulate grad hooks cannot be registered on non-leaf"):
+            (w * 2).register_post_accumulate_grad_hook(lambda p: None)
+    assert seen["dygrad"] == seen["torch"] == [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]]
