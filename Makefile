@@ -59,8 +59,11 @@ install: build
 
 # The main job: train the `tiny` LLaMA on the default corpus with live metrics and a profile report.
 TRAIN_ARGS ?= --config tiny --steps 300 --out runs/tiny --profile
+# RANKS=N: data parallel over N ranks on this machine (mpirun through dygrad.distributed.run).
+RANKS ?= 1
 train: install
-	$(PYTHON) -m dygrad.train $(TRAIN_ARGS)
+	@if [ "$(RANKS)" = "1" ]; then $(PYTHON) -m dygrad.train $(TRAIN_ARGS); \
+	else $(PYTHON) -m dygrad.distributed.run --nproc-per-node $(RANKS) -m dygrad.train $(TRAIN_ARGS); fi
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j 1  # serial: some profiler tests classify timings

@@ -109,6 +109,28 @@ def test_a_rank_that_never_joins_trips_the_timeout():
     assert "second: [all_reduce] the process group is unusable" in out
 
 
+@needs_mpi
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_survivors_name_a_rank_that_died(how):
+    result = mpirun("dead_rank.py", how, timeout=120)
+    line = [l for l in result.stdout.splitlines() if l.startswith("raised after")]
+    assert line, result.stdout + result.stderr[-2000:]
+    assert "[all_reduce] rank 1 (process" in line[0] and "has died while rank 0 of 2 waited" in line[0]
+    seconds = float(line[0].split()[2])
+    assert seconds < 30, f"found by the liveness check, not the 60 s timeout: {line[0]}"
+
+
+@needs_mpi
+def test_debug_detail_catches_mismatched_shapes_on_every_rank():
+    result = mpirun("mismatch.py", env={"DG_DISTRIBUTED_DEBUG": "DETAIL"})
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-2000:]
+    for r in (0, 1):
+        assert f"rank {r} raised: [all_reduce] the ranks called different collectives" in out, out
+        assert f"rank {r} first [2.0, 2.0, 2.0, 2.0]" in out
+    assert "rank 0: all_reduce float32 (3,) SUM; rank 1: all_reduce float32 (4,) SUM" in out
+
+
 def test_group_of_one_needs_no_mpi():
     g = dist._single_process_group()
     x = dg.arange(6, dtype=dg.float32).reshape(2, 3)
@@ -208,3 +230,22 @@ def test_post_accumulate_grad_hook_matches_torch():
         with pytest.raises(RuntimeError, match="post accumulate grad hooks cannot be registered on non-leaf"):
             (w * 2).register_post_accumulate_grad_hook(lambda p: None)
     assert seen["dygrad"] == seen["torch"] == [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]]
+
+
+@needs_mpi
+def test_training_cli_data_parallel_then_resume_on_one_rank(tmp_path):
+    """make train RANKS=2's command: rank 0 logs and checkpoints; the checkpoint resumes on one rank."""
+    out = str(tmp_path / "run")
+    common = ["--config", "tiny", "--batch-size", "2", "--seq-len", "32", "--out", out, "--quiet",
+              "--eval-batches", "1", "--sample-tokens", "0", "--save-interval", "2", "--eval-interval", "2"]
+    two = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
+                          "dygrad.train", "--steps", "2"] + common, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stdout + two.stderr[-3000:]
+    assert two.stdout.count("model: tiny") == 1 and "x 2 ranks" in two.stdout  # rank 0 alone logs
+    one = subprocess.run([sys.executable, "-m", "dygrad.train", "--steps", "3", "--resume"] + common,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stdout + one.stderr[-3000:]
+    assert "at step 2" in one.stdout
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f]
+    assert steps == [1, 2, 3]

@@ -8,6 +8,7 @@ returns a Work whose `wait()` orders later ops after the collective without bloc
 import atexit
 import datetime
 import os
+import sys
 import warnings
 
 from .. import _C
@@ -118,6 +119,7 @@ class Work:
 
 _world = None        # ProcessGroup of every rank
 _atexit_registered = False
+_failing = False     # an uncaught exception is ending the process
 
 
 def is_available():
@@ -185,6 +187,16 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if not _atexit_registered:  # runs before the stream's own exit hook (atexit is last-in, first-out)
         atexit.register(_finalize_at_exit)
         _atexit_registered = True
+        previous = sys.excepthook
+
+        def excepthook(kind, value, traceback):
+            # An uncaught exception ends this rank: MPI_Finalize would wait for the others (which may be waiting
+            # for this rank in a collective), so the exit skips it and the others see this rank die.
+            global _failing
+            _failing = True
+            previous(kind, value, traceback)
+
+        sys.excepthook = excepthook
 
 
 def _set_threads_per_rank():
@@ -197,7 +209,7 @@ def _set_threads_per_rank():
 
 
 def _finalize_at_exit():
-    if _C._mpi_initialized():
+    if _C._mpi_initialized() and not _failing:
         try:
             _C._mpi_finalize()
         except Exception as e:  # a deferred op error at exit: report it, still leave MPI cleanly

@@ -19,8 +19,10 @@ def mpirun_command(nproc, program, args, module=False, python=None):
     command = [mpirun, "-n", str(nproc), "--oversubscribe", "--bind-to", "none"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-run-as-root")  # containers and CI machines run as root
-    # A rank that waits for a message yields its core to compute instead of spinning on it.
-    command += ["--mca", "mpi_yield_when_idle", "1"]
+    # A rank that waits for a message yields its core to compute instead of spinning on it. --enable-recovery:
+    # when a rank dies, mpirun lets the others run, and they raise an error naming it (docs/distributed.md)
+    # instead of being killed.
+    command += ["--mca", "mpi_yield_when_idle", "1", "--enable-recovery"]
     command += [python or sys.executable] + (["-m"] if module else []) + [program] + list(args)
     return command
 

@@ -180,6 +180,20 @@ class CommThread {
         if (w->completed()) continue;
         run_guarded(*w, [&] {
           if (w->group->test(*w)) return;
+          // Waiting for more than a second: is a member dead? (Checked at most every half second.)
+          const auto now = std::chrono::steady_clock::now();
+          if (w->seconds_in_flight() > 1.0 && now - last_liveness_check_ > std::chrono::milliseconds(500)) {
+            last_liveness_check_ = now;
+            std::string dead = w->group->dead_member();
+            if (!dead.empty()) {
+              std::string why = std::string("[") + comm_kind_name(w->kind) + "] " + dead + " while rank " +
+                                std::to_string(w->group->rank()) + " of " + std::to_string(w->group->size()) +
+                                " waited for operation #" + std::to_string(w->id) + " of the group";
+              w->group->mark_broken(why);
+              w->fail(why);
+              return;
+            }
+          }
           const double limit = w->group->timeout_seconds();
           if (w->seconds_in_flight() > limit) {
             char seconds[32];
@@ -232,6 +246,7 @@ class CommThread {
   std::vector<std::shared_ptr<Work>> retired_;
   size_t in_flight_ = 0;
   bool running_ = false, stopping_ = false;
+  std::chrono::steady_clock::time_point last_liveness_check_{};
   std::thread thread_;
 };
 

@@ -106,6 +106,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual void start(Work& work) = 0;
   virtual bool test(Work& work) = 0;  // true once finished (work.finish / fail called)
 
+  // A description of a member rank known to have died ("" when none is known): the communication thread asks
+  // while an operation waits, and fails it at once rather than at the timeout.
+  virtual std::string dead_member() { return ""; }
+
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   void mark_broken(std::string why);
   std::string broken_reason() const;

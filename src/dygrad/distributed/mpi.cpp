@@ -9,7 +9,15 @@
 #ifdef DYGRAD_HAVE_MPI
 #include <mpi.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cmath>
+#include <fstream>
+#include <functional>
 #endif
 
 namespace dg::dist {
@@ -106,7 +114,20 @@ struct MpiState {
   bool initialized = false, finalized = false;
   std::shared_ptr<ProcessGroup> world;
   std::vector<MPI_Comm> comms;  // freed at finalize
+  // Each world rank's process id and host (a hash of its name), exchanged at init: a rank on this machine
+  // whose process is gone (or a zombie) is known dead.
+  std::vector<int64_t> pids, hosts;
+  int64_t my_host = 0;
+  bool debug_detail = false;  // DG_DISTRIBUTED_DEBUG=DETAIL: every collective first checks that ranks agree
 };
+
+bool process_gone(int64_t pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
+}
 MpiState& state() {
   static MpiState* s = new MpiState();
   return *s;
@@ -139,8 +160,59 @@ class MpiGroup final : public ProcessGroup {
                                       timeout_seconds());
   }
 
+  std::string dead_member() override {
+    const MpiState& st = state();
+    for (size_t r = 0; r < world_ranks().size(); ++r) {
+      const size_t w = static_cast<size_t>(world_ranks()[r]);
+      if (static_cast<int>(r) == rank() || w >= st.pids.size() || st.hosts[w] != st.my_host) continue;
+      if (process_gone(st.pids[w]))
+        return "rank " + std::to_string(r) + " (process " + std::to_string(st.pids[w]) + " on this machine) has died";
+    }
+    return "";
+  }
+
+  // DG_DISTRIBUTED_DEBUG=DETAIL: the ranks exchange what they are about to call (kind, reduction, dtype, root,
+  // shape) and every rank raises, naming each rank's call, when they differ.
+  void check_ranks_agree(const Work& w) {
+    constexpr int kFields = 13;
+    const Tensor& t = w.output.defined() && w.kind != CommKind::AllGather ? w.output : w.input;
+    int64_t mine[kFields] = {static_cast<int64_t>(w.kind), static_cast<int64_t>(w.op), -1, w.root, -1};
+    if (t.defined()) {
+      mine[2] = static_cast<int64_t>(t.dtype());
+      mine[4] = t.dim();
+      for (int64_t d = 0; d < std::min<int64_t>(t.dim(), 8); ++d) mine[5 + d] = t.shape()[static_cast<size_t>(d)];
+    }
+    std::vector<int64_t> all(static_cast<size_t>(kFields * size()));
+    check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, comm_),
+              comm_kind_name(w.kind), "the DG_DISTRIBUTED_DEBUG=DETAIL check");
+    bool same = true;
+    for (int r = 1; r < size(); ++r)
+      same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + r * kFields);
+    if (same) return;
+    std::string calls;
+    for (int r = 0; r < size(); ++r) {
+      const int64_t* f = all.data() + r * kFields;
+      calls += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
+               comm_kind_name(static_cast<CommKind>(f[0]));
+      if (f[2] >= 0) {
+        calls += std::string(" ") + dtype_name(static_cast<DType>(f[2])) + " (";
+        for (int64_t d = 0; d < f[4] && d < 8; ++d) calls += (d ? ", " : "") + std::to_string(f[5 + d]);
+        calls += f[4] == 1 ? ",)" : ")";
+      }
+      if (f[0] == static_cast<int64_t>(CommKind::AllReduce) || f[0] == static_cast<int64_t>(CommKind::Reduce) ||
+          f[0] == static_cast<int64_t>(CommKind::ReduceScatter))
+        calls += std::string(" ") + reduce_op_name(static_cast<ReduceOp>(f[1]));
+      if (f[0] == static_cast<int64_t>(CommKind::Broadcast) || f[0] == static_cast<int64_t>(CommKind::Reduce))
+        calls += " root " + std::to_string(f[3]);
+    }
+    throw Error(ErrorKind::Runtime, std::string("[") + comm_kind_name(w.kind) + "] the ranks called different "
+                "collectives (operation #" + std::to_string(w.id) + " of the group, DG_DISTRIBUTED_DEBUG=DETAIL): " +
+                calls);
+  }
+
   void start(Work& w) override {
     const char* name = comm_kind_name(w.kind);
+    if (state().debug_detail && w.kind != CommKind::Send && w.kind != CommKind::Recv) check_ranks_agree(w);
     MPI_Request* req = new MPI_Request(MPI_REQUEST_NULL);
     w.request = req;
     const Tensor& t = w.output.defined() ? w.output : w.input;
@@ -257,6 +329,19 @@ std::shared_ptr<ProcessGroup> init_world(double timeout_s) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  int64_t mine[2] = {static_cast<int64_t>(getpid()),
+                     static_cast<int64_t>(std::hash<std::string>{}(std::string(host)) & 0x7fffffffffffffff)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size));
+  check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm), name, "MPI_Allgather");
+  s.my_host = mine[1];
+  const char* debug = std::getenv("DG_DISTRIBUTED_DEBUG");
+  s.debug_detail = debug && std::string(debug) == "DETAIL";
+  for (int i = 0; i < size; ++i) {
+    s.pids.push_back(all[2 * static_cast<size_t>(i)]);
+    s.hosts.push_back(all[2 * static_cast<size_t>(i) + 1]);
+  }
   std::vector<int> ranks(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) ranks[static_cast<size_t>(i)] = i;
   s.world = std::make_shared<MpiGroup>(comm, rank, size, std::move(ranks), timeout_s);
