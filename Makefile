@@ -9,7 +9,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 # fortunes: the default training corpus (python/dygrad/data/corpus.py says why).
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
-               libbenchmark-dev valgrind fortunes chromium
+               libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.
@@ -59,8 +59,11 @@ install: build
 
 # The main job: train the `tiny` LLaMA on the default corpus with live metrics and a profile report.
 TRAIN_ARGS ?= --config tiny --steps 300 --out runs/tiny --profile
+# RANKS=N: data parallel over N ranks on this machine (mpirun through dygrad.distributed.run).
+RANKS ?= 1
 train: install
-	$(PYTHON) -m dygrad.train $(TRAIN_ARGS)
+	@if [ "$(RANKS)" = "1" ]; then $(PYTHON) -m dygrad.train $(TRAIN_ARGS); \
+	else $(PYTHON) -m dygrad.distributed.run --nproc-per-node $(RANKS) -m dygrad.train $(TRAIN_ARGS); fi
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j 1  # serial: some profiler tests classify timings

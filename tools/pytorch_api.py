@@ -41,7 +41,9 @@ DIFFERS = {
                                    "warning); in_order=False still returns batches in order; persistent workers "
                                    "with an IterableDataset raise",
     "torch.utils.data.default_collate": "stacks in NumPy and wraps with from_numpy (one copy, the stack)",
-    "torch.distributed.is_available": "False: no process-group backend; init_process_group raises",
+    "torch.distributed.init_process_group": "backend mpi (gloo is an alias of it on the CPU); rank and size from mpirun; "
+                                           "a collective does not block the host (reading its result waits)",
+    "torch.distributed.Work.wait": "orders later ops after the collective without blocking the host (as NCCL)",
     "torch.nn.utils.clip_grad_norm_": "foreach is accepted and ignored",
 }
 
@@ -69,7 +71,10 @@ AREAS = [
     ("Mixed precision", "torch.amp", lambda m: ["GradScaler", "autocast"]),
     ("Distributed", "torch.distributed", lambda m: ["is_available", "is_initialized", "init_process_group",
                                                     "destroy_process_group", "get_rank", "get_world_size",
-                                                    "barrier", "all_reduce", "ReduceOp"]),
+                                                    "get_backend", "new_group", "barrier", "all_reduce", "broadcast",
+                                                    "reduce", "all_gather", "all_gather_into_tensor",
+                                                    "reduce_scatter_tensor", "send", "recv", "isend", "irecv",
+                                                    "ReduceOp", "get_process_group_ranks"]),
     ("Modules", "torch.nn", lambda m: sorted(n for n in m.modules.__all__)),
     ("Functional", "torch.nn.functional",
      lambda m: sorted(n for n in dir(m) if not n.startswith("_") and callable(getattr(m, n))

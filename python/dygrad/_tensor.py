@@ -64,6 +64,13 @@ def _cuda(self, device=None, non_blocking=False, memory_format=None):
     raise RuntimeError("[cuda] dygrad was built with the cpu backend only (dygrad.cuda.is_available() is False)")
 
 
+def _register_post_accumulate_grad_hook(self, hook):
+    """hook(tensor) -> None, called after backward has accumulated this leaf's gradient into .grad."""
+    from .utils.hooks import RemovableHandle
+    hook_id = _C._register_post_accumulate_grad_hook(self, hook)
+    return RemovableHandle(lambda: _C._remove_post_accumulate_grad_hook(self, hook_id))
+
+
 def install():
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
@@ -71,3 +78,4 @@ def install():
     _C.Tensor.type = _type
     _C.Tensor.new_tensor = _new_tensor
     _C.Tensor.cuda = _cuda
+    _C.Tensor.register_post_accumulate_grad_hook = _register_post_accumulate_grad_hook

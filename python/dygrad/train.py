@@ -3,6 +3,10 @@ checkpoints that resume exactly, metrics.jsonl, and a generated sample at the en
 
     python3 -m dygrad.train --config tiny --steps 300 --out runs/tiny
     python3 -m dygrad.train --data my.txt --resume --out runs/tiny
+    python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --config tiny   # data parallel
+
+Under mpirun (or dygrad.distributed.run) every rank trains on its own batches through DistributedDataParallel;
+rank 0 logs, evaluates, writes metrics and checkpoints (a checkpoint resumes at any world size).
 """
 import argparse
 import json
@@ -200,30 +204,48 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     for name in remove_stale_temp_files(args.out):
         print(f"removed stale temp file {os.path.join(args.out, name)}")
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    rank = 0
+    if world > 1:
+        dg.distributed.init_process_group("mpi")
+        rank, world = dg.distributed.get_rank(), dg.distributed.get_world_size()
+        if rank != 0:
+            args.quiet, args.profile, args.sample_tokens = True, False, 0
     if args.threads:
         dg.set_context(num_threads=args.threads)
     dg.manual_seed(args.seed)
 
-    train_path, val_path, source = dgdata.build_corpus(os.path.join(args.out, "data"), path=args.data)
+    data_dir = os.path.join(args.out, "data")
+    if rank == 0:  # one rank builds the corpus; the others read it
+        train_path, val_path, source = dgdata.build_corpus(data_dir, path=args.data)
+    if world > 1:
+        dg.distributed.barrier()
+    if rank != 0:
+        train_path, val_path, source = os.path.join(data_dir, "train.bin"), os.path.join(data_dir, "val.bin"), ""
     train_set, val_set = dgdata.TokenDataset(train_path, seq), dgdata.TokenDataset(val_path, seq)
-    print(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
+    log = print if rank == 0 else (lambda *a, **k: None)
+    log(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
 
     model = llama.Llama(cfg, fused=not args.unfused)
     optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    train_model = model
     start = 0
     if args.resume and os.path.exists(checkpoint_path(args.out)):
         start = load_checkpoint(checkpoint_path(args.out), model, optimizer)
-        print(f"resumed from {checkpoint_path(args.out)} at step {start}")
+        log(f"resumed from {checkpoint_path(args.out)} at step {start}")
+    if world > 1:  # after resuming: DDP broadcasts rank 0's parameters
+        train_model = dg.nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
     peak = measure_gemm_peak()
     flops_per_token = cfg.flops_per_token()
-    print(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
-          f"batch {batch} x {seq}, threads {dg.get_context().num_threads}, measured GEMM peak "
+    log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
+          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured GEMM peak "
           f"{peak / 1e9:.1f} GFLOP/s")
 
-    loader = dgdata.DataLoader(train_set, batch, seed=args.seed, start_step=start)
+    # Each rank its own stream of batches (rank 0's is the single-process run's).
+    loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
     progress = Progress(args.steps, args.quiet)
-    metrics = open(os.path.join(args.out, "metrics.jsonl"), "a")
+    metrics = open(os.path.join(args.out, "metrics.jsonl"), "a") if rank == 0 else open(os.devnull, "w")
     first_loss = last_loss = None
     step_times = []
     prof = start_profiler(args, start, cfg, batch, seq, model, optimizer, peak) if args.profile else None
@@ -238,12 +260,12 @@ def main(argv=None):
         last_loss = loss.item()
         if first_loss is None:
             first_loss = last_loss
-        tok_s = batch * seq / dt
+        tok_s = batch * seq * world / dt
         mfu = tok_s * flops_per_token / peak
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
                   "samples_per_s": batch / dt, "mfu": mfu, "data_wait_s": data_wait}
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
-        if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
+        if rank == 0 and ((step + 1) % args.eval_interval == 0 or step + 1 == args.steps):
             record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
             fields.append(f"val {record['val_loss']:.4f}")
             progress.update(step, fields, force_line=True)
@@ -251,7 +273,7 @@ def main(argv=None):
             progress.update(step, fields)
         metrics.write(json.dumps(record) + "\n")
         metrics.flush()
-        if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
+        if rank == 0 and ((step + 1) % args.save_interval == 0 or step + 1 == args.steps):
             save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
 
     failed_steps = []
@@ -281,7 +303,7 @@ def main(argv=None):
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr
-            loss = model(x, y)
+            loss = train_model(x, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -315,16 +337,18 @@ def main(argv=None):
     if prof is not None:
         finish_profiler(prof, args)
     if failed_steps:
-        print(f"skipped {len(failed_steps)} failed step(s): {failed_steps}")
+        log(f"skipped {len(failed_steps)} failed step(s): {failed_steps}")
     if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
-        print(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
-              f"{batch * seq / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%}")
+        log(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
+            f"{batch * seq * world / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%}")
     if args.sample_tokens > 0:
         tok = dgdata.ByteTokenizer()
         idx = dg.tensor(tok.encode(args.prompt).astype(np.int64)).view(1, -1)
         out = model.generate(idx, args.sample_tokens, temperature=0.8)
         print("sample:", tok.decode(out[0].tolist()))
+    if world > 1:
+        dg.distributed.destroy_process_group()
     return 0
 
 

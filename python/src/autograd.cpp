@@ -153,6 +153,22 @@ void init_autograd(nb::module_& m) {
   nb::setattr(nb::handle(reinterpret_cast<PyObject*>(tensor_type)), "register_hook",
               nb::cpp_function([](Tensor& t, nb::handle hook) { register_python_hook(t, hook); }, nb::is_method(),
                                nb::name("register_hook"), nb::arg("hook")));
+  // Tensor.register_post_accumulate_grad_hook (python/dygrad/_tensor.py wraps it in a RemovableHandle):
+  // hook(tensor) after backward has accumulated into tensor.grad.
+  m.def("_register_post_accumulate_grad_hook", [](Tensor& t, nb::handle hook) {
+    DG_CHECK(PyCallable_Check(hook.ptr()), Type, "[register_post_accumulate_grad_hook] expected a callable, got ",
+             type_name(hook.ptr()));
+    auto callable = std::make_shared<PythonCallable>(hook.ptr());
+    return t.register_post_accumulate_grad_hook([callable](const Tensor& leaf) {
+      nb::gil_scoped_acquire gil;
+      nb::object argument = wrap_object(leaf);
+      nb::object result = nb::steal(PyObject_CallOneArg(callable->function, argument.ptr()));
+      if (!result.is_valid()) throw nb::python_error();
+      DG_CHECK(result.is_none(), Runtime, "[register_post_accumulate_grad_hook] the hook must return None, not ",
+               type_name(result.ptr()));
+    });
+  }, nb::arg("tensor"), nb::arg("hook"));
+  m.def("_remove_post_accumulate_grad_hook", [](Tensor& t, uint64_t id) { t.remove_post_accumulate_grad_hook(id); });
   m.def("is_grad_enabled", [] { return grad_enabled(); });
   nb::class_<SavedTensorsAccess>(m, "_SavedTensorsAccess")
       .def("unpack", [](const SavedTensorsAccess& s) {

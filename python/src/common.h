@@ -201,6 +201,7 @@ void init_ops_linalg(nb::module_& m);
 void init_autograd(nb::module_& m);
 void init_runtime(nb::module_& m);
 void init_profiler(nb::module_& m);
+void init_distributed(nb::module_& m);  // distributed.cpp
 
 // Defers a Py_DECREF to a thread that holds the GIL when called without it (the stream worker frees
 // Storages whose memory a NumPy array owns). See interop.cpp.

@@ -30,4 +30,5 @@ NB_MODULE(_C, m) {
   init_autograd(m);
   init_runtime(m);
   init_profiler(m);
+  init_distributed(m);
 }

@@ -1,12 +1,238 @@
-"""dygrad.nn.parallel: DistributedDataParallel is importable (scripts import it unconditionally) but needs a
-process group, which dygrad does not have yet."""
+"""dygrad.nn.parallel.DistributedDataParallel: torch's data parallel wrapper over dygrad.distributed
+(docs/distributed.md, "Data parallel").
+
+Gradients are averaged in buckets (the first of 1 MiB, the rest of bucket_cap_mb = 25 MiB, parameters in reverse
+order of registration, which is about the order backward produces them). Each parameter's post-accumulate hook
+copies its gradient into its bucket; a full bucket is all-reduced (AVG) at once, asynchronously, in bucket order,
+so the communication runs while backward computes the earlier layers' gradients. When the last bucket is
+launched, its results are copied back into each .grad after the stream has waited for the all-reduces."""
+import contextlib
+
+from .. import _C
+from .. import distributed as dist
+from .module import Module
+
+_FIRST_BUCKET_BYTES = 1 << 20  # torch's dist._DEFAULT_FIRST_BUCKET_BYTES
+_DEFAULT_BUCKET_CAP_MB = 25
 
 
-class DistributedDataParallel:
-    def __init__(self, module, device_ids=None, *args, **kwargs):
-        raise NotImplementedError("DistributedDataParallel: dygrad has no distributed backend yet "
-                                  "(see docs/pytorch-api.md)")
+class _Bucket:
+    def __init__(self, index, params, dtype):
+        from .. import zeros
+        self.index = index
+        self.params = params
+        self.offsets = []
+        total = 0
+        for p in params:
+            self.offsets.append(total)
+            total += p.numel()
+        self.buffer = zeros(total, dtype=dtype)
+        self.views = [self.buffer[o:o + p.numel()].view(p.shape) for o, p in zip(self.offsets, params)]
+        self.pending = len(params)
+        self.work = None
 
 
-class DataParallel(DistributedDataParallel):
-    pass
+class DistributedDataParallel(Module):
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=None, init_sync=True,
+                 process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
+                 param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None,
+                 skip_all_reduce_unused_params=False, bucket_cap_mb_list=None, batched_grad_copy=False,
+                 forward_sync_buffers=None):
+        super().__init__()
+        if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
+            raise ValueError("DistributedDataParallel: device_ids and output_device must be None for CPU modules")
+        for unsupported, name in ((mixed_precision, "mixed_precision"), (device_mesh, "device_mesh"),
+                                  (delay_all_reduce_named_params, "delay_all_reduce_named_params"),
+                                  (param_to_hook_all_reduce, "param_to_hook_all_reduce")):
+            if unsupported is not None:
+                raise NotImplementedError(f"DistributedDataParallel: {name} is not supported by dygrad")
+        self.module = module
+        self.process_group = process_group if process_group is not None else dist.group.WORLD
+        if self.process_group is None:
+            raise ValueError("Default process group has not been initialized, please make sure to call "
+                             "init_process_group.")
+        self.broadcast_buffers = True if broadcast_buffers is None else bool(broadcast_buffers)
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = static_graph
+        self.require_backward_grad_sync = True
+        self.require_forward_param_sync = True
+        cap = (_DEFAULT_BUCKET_CAP_MB if bucket_cap_mb is None else bucket_cap_mb) * (1 << 20)
+        self.bucket_bytes_cap = int(cap)
+
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter that "
+                               "requires a gradient.")
+        self._param_names = {_key(p): n for n, p in named}
+        if init_sync:
+            self._sync_module_states()
+        self._buckets, self._where = self._make_buckets([p for _, p in reversed(named)], cap)
+        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for _, p in named]
+        self._next_launch = 0
+        self._iteration_active = False
+        self._used = set()
+
+    # --- construction -----------------------------------------------------------------------------------------
+    def _sync_module_states(self):
+        """Every rank starts from rank 0's parameters and buffers."""
+        root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
+        for t in list(self.module.parameters()) + list(self.module.buffers()):
+            dist.broadcast(t.detach(), src=root, group=self.process_group)
+
+    def _make_buckets(self, params, cap):
+        buckets, where, current, size = [], {}, [], 0
+        limit = min(_FIRST_BUCKET_BYTES, cap)
+
+        def close():
+            nonlocal current, size, limit
+            if current:
+                b = _Bucket(len(buckets), current, current[0].dtype)
+                for i, p in enumerate(current):
+                    where[_key(p)] = (b, i)
+                buckets.append(b)
+            current, size, limit = [], 0, cap
+
+        for p in params:
+            nbytes = p.numel() * p.element_size()
+            if current and (p.dtype != current[0].dtype or size + nbytes > limit):
+                close()
+            current.append(p)
+            size += nbytes
+        close()
+        return buckets, where
+
+    # --- forward ----------------------------------------------------------------------------------------------
+    def forward(self, *inputs, **kwargs):
+        self._check_previous_reduction()
+        if self.broadcast_buffers and self.require_forward_param_sync:
+            root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
+            for b in self.module.buffers():
+                dist.broadcast(b.detach(), src=root, group=self.process_group)
+        if self.gradient_as_bucket_view:
+            self._attach_bucket_views()
+        output = self.module(*inputs, **kwargs)
+        if _C.is_grad_enabled() and self.require_backward_grad_sync:
+            self._prepare_for_backward(output)
+        return output
+
+    def _attach_bucket_views(self):
+        """gradient_as_bucket_view: each .grad is a view of its bucket, so backward accumulates into the bucket."""
+        for b in self._buckets:
+            for p, view in zip(b.params, b.views):
+                if p.grad is None:
+                    view.zero_()
+                    p.grad = view
+                elif p.grad.data_ptr() != view.data_ptr():  # set elsewhere (an optimizer, a user): moved in
+                    view.copy_(p.grad)
+                    p.grad = view
+
+    def _prepare_for_backward(self, output):
+        for b in self._buckets:
+            b.pending = len(b.params)
+            b.work = None
+        self._next_launch = 0
+        self._used = set()
+        self._iteration_active = True
+        if self.find_unused_parameters:
+            reached = {_key(t) for t in _C._reachable_leaves(_tensors_in(output))}
+            for b in self._buckets:
+                for p in b.params:
+                    if _key(p) not in reached:
+                        self._mark_ready(p, used=False)
+
+    def _check_previous_reduction(self):
+        if not self._iteration_active:
+            return
+        started = self._next_launch > 0 or any(b.pending < len(b.params) for b in self._buckets)
+        if started and self._next_launch < len(self._buckets):
+            missing = [self._param_names[_key(p)] for b in self._buckets for p in b.params if _key(p) not in self._used]
+            self._iteration_active = False
+            raise RuntimeError(
+                "Expected to have finished reduction in the prior iteration before starting a new one. This error "
+                "indicates that your module has parameters that were not used in producing loss. You can enable "
+                "unused parameter detection by passing the keyword argument `find_unused_parameters=True` to "
+                "`torch.nn.parallel.DistributedDataParallel`, and by making sure all `forward` function outputs "
+                f"participate in calculating loss. Parameters which did not receive grad: {', '.join(missing)}")
+        self._iteration_active = False
+
+    # --- backward: buckets ------------------------------------------------------------------------------------
+    def _grad_ready(self, param):
+        if not (self._iteration_active and self.require_backward_grad_sync):
+            return
+        if _key(param) in self._used:
+            raise RuntimeError(f"DistributedDataParallel: parameter {self._param_names[_key(param)]} received its "
+                               "gradient twice in one backward (reentrant backward or a parameter used in two "
+                               "graphs); this is not supported")
+        self._mark_ready(param, used=True)
+
+    def _mark_ready(self, param, used):
+        bucket, i = self._where[_key(param)]
+        if used:
+            self._used.add(_key(param))
+        view = bucket.views[i]
+        grad = param.grad
+        if grad is None:
+            view.zero_()
+        elif not (self.gradient_as_bucket_view and grad.data_ptr() == view.data_ptr()):
+            view.copy_(grad)
+        bucket.pending -= 1
+        while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
+            b = self._buckets[self._next_launch]
+            b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.AVG, group=self.process_group, async_op=True)
+            self._next_launch += 1
+        if self._next_launch == len(self._buckets):
+            self._finish()
+
+    def _finish(self):
+        for b in self._buckets:
+            b.work.wait()  # the stream waits; the host goes on
+            for p, view in zip(b.params, b.views):
+                if self.gradient_as_bucket_view:
+                    if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                        p.grad = view
+                elif p.grad is None:
+                    if _key(p) in self._used or not self.find_unused_parameters:
+                        p.grad = view.clone()
+                else:
+                    p.grad.copy_(view)
+        self._iteration_active = False
+
+    # --- torch's API ------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Gradients accumulate locally (no communication) inside; the first backward after it averages them."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def state_dict(self, *args, **kwargs):
+        return super().state_dict(*args, **kwargs)
+
+    def __getstate__(self):
+        raise TypeError("DistributedDataParallel cannot be pickled; save ddp.module.state_dict() instead")
+
+
+def _key(t):
+    return _C._tensor_key(t)
+
+
+def _tensors_in(output):
+    from .. import Tensor
+    if isinstance(output, Tensor):
+        return [output]
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        return [t for o in output for t in _tensors_in(o)]
+    return []
+
+
+class DataParallel(Module):
+    def __init__(self, module, device_ids=None, output_device=None, dim=0):
+        raise NotImplementedError("DataParallel (single-process, several GPUs) needs CUDA; on the CPU use "
+                                  "DistributedDataParallel under mpirun")

@@ -1,2 +1,2 @@
-"""dygrad.utils: torch.utils' training pieces (data loading)."""
-from . import data  # noqa: F401
+"""dygrad.utils: torch.utils' training pieces (data loading, hook handles)."""
+from . import data, hooks  # noqa: F401

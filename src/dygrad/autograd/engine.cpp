@@ -81,6 +81,11 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
     NoGradGuard no_grad;
     add_(meta.grad, g);
   }
+  // Post-accumulate hooks (data parallel launches its buckets from them): by index, since a hook may add one.
+  for (size_t i = 0; i < meta.post_accumulate_hooks.size(); ++i) {
+    PostAccumulateHook hook = meta.post_accumulate_hooks[i].second;
+    hook(leaf);
+  }
 }
 
 // Anomaly mode: a gradient holding NaN raises, naming the node and the forward call that recorded it

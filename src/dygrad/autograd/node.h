@@ -109,6 +109,7 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   bool retains_grad = false;
   std::vector<TensorHook> leaf_hooks;
+  std::vector<std::pair<uint64_t, PostAccumulateHook>> post_accumulate_hooks;  // id, hook
 };
 
 // Grad mode: a thread-local switch (no_grad in Python).

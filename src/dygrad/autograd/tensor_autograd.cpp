@@ -1,5 +1,7 @@
 // Tensor's autograd accessors (declared in core/tensor.h; defined here, in the layer that owns AutogradMeta
 // and Node). See docs/autograd.md.
+#include <atomic>
+
 #include "dygrad/autograd/engine.h"
 #include "dygrad/autograd/node.h"
 #include "dygrad/core/error.h"
@@ -66,6 +68,22 @@ void Tensor::register_hook(TensorHook hook) {
   Node& node = *impl_->autograd->grad_fn;
   if (node.output_hooks.size() < node.num_outputs) node.output_hooks.resize(node.num_outputs);
   node.output_hooks[impl_->autograd->output_nr].push_back(std::move(hook));
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateHook hook) {
+  DG_CHECK(is_leaf(), Runtime, "[register_post_accumulate_grad_hook] post accumulate grad hooks cannot be registered "
+           "on non-leaf tensors");
+  DG_CHECK(requires_grad(), Runtime, "[register_post_accumulate_grad_hook] cannot register a hook on a tensor that "
+           "doesn't require gradient");
+  static std::atomic<uint64_t> next_id{0};
+  const uint64_t id = ++next_id;
+  impl_->autograd->post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  if (!impl_->autograd) return;
+  std::erase_if(impl_->autograd->post_accumulate_hooks, [id](const auto& h) { return h.first == id; });
 }
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {

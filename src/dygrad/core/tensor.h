@@ -41,6 +41,8 @@ class TensorImpl : public RefCounted {
 };
 
 using TensorHook = std::function<Tensor(const Tensor&)>;
+// Called with the leaf once its .grad holds the accumulated gradient (register_post_accumulate_grad_hook).
+using PostAccumulateHook = std::function<void(const Tensor&)>;
 
 class Tensor {
  public:
@@ -108,6 +110,9 @@ class Tensor {
   Ref<Node> grad_fn() const;
   void retain_grad();
   void register_hook(TensorHook hook);
+  // Leaves only: hook(leaf) after each backward has accumulated into leaf.grad; returns an id for remove.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateHook hook);
+  void remove_post_accumulate_grad_hook(uint64_t id);
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
 
   std::string str() const;  // torch-like text: tensor([[1., 2.], ...], dtype=...)

@@ -1,0 +1,469 @@
+// Process groups, the two stream Tasks of a collective, the communication thread and the single-process group
+// (distributed/comm.h; docs/distributed.md). The MPI group is in distributed/mpi.cpp.
+#include "dygrad/distributed/comm.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "dygrad/core/error.h"
+#include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/stream.h"
+
+namespace dg::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "SUM";
+    case ReduceOp::Avg: return "AVG";
+    case ReduceOp::Product: return "PRODUCT";
+    case ReduceOp::Min: return "MIN";
+    case ReduceOp::Max: return "MAX";
+  }
+  return "?";
+}
+
+const char* comm_kind_name(CommKind kind) {
+  switch (kind) {
+    case CommKind::AllReduce: return "all_reduce";
+    case CommKind::Broadcast: return "broadcast";
+    case CommKind::AllGather: return "all_gather_into_tensor";
+    case CommKind::ReduceScatter: return "reduce_scatter_tensor";
+    case CommKind::Reduce: return "reduce";
+    case CommKind::Barrier: return "barrier";
+    case CommKind::Send: return "send";
+    case CommKind::Recv: return "recv";
+  }
+  return "?";
+}
+
+// --- Work ---------------------------------------------------------------------------------------------------------
+std::string Work::error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+void Work::finish(int source) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    source_ = source;
+    state_.store(kDone, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+void Work::fail(std::string message) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(message);
+    state_.store(kFailed, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+double Work::seconds_in_flight() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+}
+
+namespace {
+
+// What the two stream Tasks carry: the Work (which owns its buffers and its group until the Tasks are reclaimed).
+struct CommAttrs {
+  static constexpr const char* kName = "CommAttrs";
+  std::shared_ptr<Work> work;
+};
+
+OpCost comm_cost(const Task& task) {
+  double bytes = 0;
+  for (const Tensor& t : task.inputs) bytes += static_cast<double>(t.numel() * static_cast<int64_t>(t.itemsize()));
+  for (const Tensor& t : task.outputs) bytes += static_cast<double>(t.numel() * static_cast<int64_t>(t.itemsize()));
+  return {0, bytes};
+}
+
+const OpDef op_comm_start("comm_start", attrs_type<CommAttrs>(), {.cost = comm_cost});
+// comm_wait writes its output (the result the communication thread put there): no kOpInplace, since it does not
+// read the old values, and a send or a barrier has no buffer to name.
+const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cost});
+
+void comm_start_kernel(Task& task) {
+  const CommAttrs& a = task.attrs.get<CommAttrs>();
+  a.work->started = std::chrono::steady_clock::now();
+  mark_submitted(*a.work);
+  submit_to_comm_thread(a.work);
+}
+
+void comm_wait_kernel(Task& task) { task.attrs.get<CommAttrs>().work->wait_here(); }
+
+DG_REGISTER_KERNEL(comm_start, Device::Type::CPU, comm_start_kernel);
+DG_REGISTER_KERNEL(comm_wait, Device::Type::CPU, comm_wait_kernel);
+
+// --- the communication thread -------------------------------------------------------------------------------------
+class CommThread {
+ public:
+  static CommThread& get() {
+    static CommThread* thread = new CommThread();  // lives for the process: finalize stops it, exit never joins it
+    return *thread;
+  }
+
+  void submit(std::shared_ptr<Work> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!running_) start_locked();
+      incoming_.push_back(std::move(work));
+      ++in_flight_;
+    }
+    cv_.notify_one();
+  }
+
+  size_t in_flight() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_flight_;
+  }
+
+  // Waits until nothing is in flight, then stops and joins the thread (a later submit starts a new one).
+  void stop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!running_) return;
+    idle_cv_.wait(lock, [&] { return in_flight_ == 0; });
+    stopping_ = true;
+    cv_.notify_one();
+    lock.unlock();
+    thread_.join();
+    lock.lock();
+    running_ = stopping_ = false;
+    retired_.clear();
+  }
+
+  // Finished Works are released here, on a host thread, so their buffers go back to the allocator there.
+  void release_retired() {
+    std::vector<std::shared_ptr<Work>> done;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done.swap(retired_);
+    }
+  }
+
+ private:
+  void start_locked() {
+    running_ = true;
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  void loop() {
+    std::vector<std::shared_ptr<Work>> active, fresh;
+    int idle_polls = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (active.empty()) cv_.wait(lock, [&] { return stopping_ || !incoming_.empty(); });
+        if (stopping_ && incoming_.empty() && active.empty()) return;
+        fresh.assign(std::make_move_iterator(incoming_.begin()), std::make_move_iterator(incoming_.end()));
+        incoming_.clear();
+      }
+      for (auto& w : fresh) {
+        run_guarded(*w, [&] {
+          if (w->group->broken()) {
+            w->fail(std::string("[") + comm_kind_name(w->kind) + "] the process group is unusable: " +
+                    w->group->broken_reason());
+            return;
+          }
+          w->group->start(*w);
+        });
+        active.push_back(std::move(w));
+      }
+      fresh.clear();
+      bool progressed = false;
+      for (auto& w : active) {
+        if (w->completed()) continue;
+        run_guarded(*w, [&] {
+          if (w->group->test(*w)) return;
+          // Waiting for more than a second: is a member dead? (Checked at most every half second.)
+          const auto now = std::chrono::steady_clock::now();
+          if (w->seconds_in_flight() > 1.0 && now - last_liveness_check_ > std::chrono::milliseconds(500)) {
+            last_liveness_check_ = now;
+            std::string dead = w->group->dead_member();
+            if (!dead.empty()) {
+              std::string why = std::string("[") + comm_kind_name(w->kind) + "] " + dead + " while rank " +
+                                std::to_string(w->group->rank()) + " of " + std::to_string(w->group->size()) +
+                                " waited for operation #" + std::to_string(w->id) + " of the group";
+              w->group->mark_broken(why);
+              w->fail(why);
+              return;
+            }
+          }
+          const double limit = w->group->timeout_seconds();
+          if (w->seconds_in_flight() > limit) {
+            char seconds[32];
+            std::snprintf(seconds, sizeof seconds, "%.1f", limit);
+            std::string why = std::string("[") + comm_kind_name(w->kind) + "] timed out after " + seconds +
+                              " s on rank " + std::to_string(w->group->rank()) + " of " +
+                              std::to_string(w->group->size()) + " (operation #" + std::to_string(w->id) +
+                              " of the group; the timeout of init_process_group): another rank died, hangs, or "
+                              "called a different collective";
+            w->group->mark_broken(why);
+            w->fail(why);
+          }
+        });
+      }
+      size_t finished = 0;
+      for (auto& w : active) finished += w->completed();
+      if (finished) {
+        progressed = true;
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& w : active)
+          if (w->completed()) retired_.push_back(std::move(w));
+        std::erase_if(active, [](const std::shared_ptr<Work>& w) { return !w; });
+        in_flight_ -= finished;
+        if (in_flight_ == 0) idle_cv_.notify_all();
+      }
+      // Poll without busy-waiting: yield for the first ~100 polls of a wait, then sleep 20-200 us, so a rank
+      // that shares its cores with compute leaves them to the compute threads (MPI progresses only inside
+      // MPI calls, so the thread must keep testing).
+      if (progressed) {
+        idle_polls = 0;
+      } else if (!active.empty()) {
+        if (++idle_polls < 100) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, 20 * (idle_polls - 99))));
+      }
+    }
+  }
+
+  template <typename F>
+  static void run_guarded(Work& w, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      if (!w.completed()) w.fail(e.what());
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::shared_ptr<Work>> incoming_;
+  std::vector<std::shared_ptr<Work>> retired_;
+  size_t in_flight_ = 0;
+  bool running_ = false, stopping_ = false;
+  std::chrono::steady_clock::time_point last_liveness_check_{};
+  std::thread thread_;
+};
+
+}  // namespace
+
+void submit_to_comm_thread(std::shared_ptr<Work> work) { CommThread::get().submit(std::move(work)); }
+size_t comm_in_flight() { return CommThread::get().in_flight(); }
+
+void stop_comm_thread();  // mpi.cpp's finalize
+void stop_comm_thread() { CommThread::get().stop(); }
+
+void mark_submitted(Work& w) { w.submitted_.store(true, std::memory_order_release); }
+
+void Work::wait_here() {
+  // comm_start runs before anything that waits (stream order); skipped, it never reached the thread.
+  DG_CHECK(submitted(), Runtime, "[", comm_kind_name(kind), "] was not started: an input of it failed in an earlier "
+           "op (the other ranks will time out waiting for this one)");
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return state_.load(std::memory_order_acquire) != kPending; });
+  if (state_.load(std::memory_order_acquire) == kFailed) {
+    std::string message = error_;
+    lock.unlock();
+    throw Error(ErrorKind::Runtime, message);
+  }
+}
+
+void Work::wait_on_stream() {
+  if (stream_wait_enqueued_.exchange(true)) return;
+  ApiNameScope api(comm_kind_name(kind));
+  Attrs attrs(CommAttrs{shared_from_this()});
+  // The result buffer is the Task's in-place operand (reads of it wait for this Task); a send writes nothing
+  // (the Work keeps its buffer alive).
+  if (output.defined()) enqueue(op_comm_wait, {}, {output}, attrs);
+  else enqueue(op_comm_wait, {}, {}, attrs);
+}
+
+// --- ProcessGroup -------------------------------------------------------------------------------------------------
+void ProcessGroup::mark_broken(std::string why) {
+  std::lock_guard<std::mutex> lock(broken_mutex_);
+  if (!broken_.load()) broken_reason_ = std::move(why);
+  broken_.store(true, std::memory_order_release);
+}
+
+std::string ProcessGroup::broken_reason() const {
+  std::lock_guard<std::mutex> lock(broken_mutex_);
+  return broken_reason_;
+}
+
+namespace {
+
+void check_tensor(const char* name, const Tensor& t, const char* argument) {
+  DG_CHECK(t.defined(), Value, "[", name, "] ", argument, " is not a tensor");
+  DG_CHECK(t.device().type == Device::Type::CPU, NotImplemented, "[", name, "] ", argument, " is on ",
+           t.device().str(), ": the MPI backend communicates CPU tensors");
+  DG_CHECK(t.is_contiguous(), Value, "[", name, "] ", argument, " of shape ", t.shape(), " with strides ",
+           t.strides(), ": Tensors must be contiguous");
+  DG_CHECK(t.numel() <= INT_MAX, Value, "[", name, "] ", argument, " of shape ", t.shape(), " has more than ", INT_MAX,
+           " elements (one MPI message)");
+}
+
+void check_reduce_op(const char* name, const Tensor& t, ReduceOp op) {
+  if (t.dtype() == DType::Bool)
+    DG_CHECK(op != ReduceOp::Avg, Type, "[", name, "] ReduceOp.AVG is not supported for bool tensors");
+  if (is_integral(t.dtype(), false))
+    DG_CHECK(op != ReduceOp::Avg, Type, "[", name, "] ReduceOp.AVG needs a floating-point tensor, got ",
+             dtype_name(t.dtype()));
+}
+
+void check_rank(const char* name, const ProcessGroup& g, int r, const char* what, bool allow_any = false) {
+  DG_CHECK((allow_any && r == -1) || (r >= 0 && r < g.size()), Value, "[", name, "] invalid ", what, " rank ", r,
+           " for a group of size ", g.size());
+}
+
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroup::launch(std::shared_ptr<Work> work, bool async_op) {
+  CommThread::get().release_retired();
+  const char* name = comm_kind_name(work->kind);
+  if (broken()) throw Error(ErrorKind::Runtime, std::string("[") + name + "] the process group is unusable: " +
+                                                    broken_reason());
+  work->id = ++started_;
+  ApiNameScope api(name);
+  Attrs attrs(CommAttrs{work});
+  SmallVector<Tensor, 2> operands;
+  if (work->input.defined()) operands.push_back(work->input);
+  if (work->output.defined() && !(work->input.defined() && work->output.shares_storage(work->input))) operands.push_back(work->output);
+  enqueue(op_comm_start, std::span<const Tensor>(operands.data(), operands.size()), {}, attrs);
+  if (!async_op) work->wait_on_stream();
+  return work;
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, bool async_op) {
+  check_tensor("all_reduce", tensor, "tensor");
+  check_reduce_op("all_reduce", tensor, op);
+  auto w = std::make_shared<Work>(CommKind::AllReduce, shared_from_this());
+  w->op = op;
+  w->input = w->output = tensor;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
+  check_tensor("broadcast", tensor, "tensor");
+  check_rank("broadcast", *this, root, "source");
+  auto w = std::make_shared<Work>(CommKind::Broadcast, shared_from_this());
+  w->root = root;
+  w->input = w->output = tensor;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op, bool async_op) {
+  check_tensor("reduce", tensor, "tensor");
+  check_reduce_op("reduce", tensor, op);
+  check_rank("reduce", *this, root, "destination");
+  auto w = std::make_shared<Work>(CommKind::Reduce, shared_from_this());
+  w->op = op;
+  w->root = root;
+  w->input = w->output = tensor;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op) {
+  const char* name = "all_gather_into_tensor";
+  check_tensor(name, output, "output_tensor");
+  check_tensor(name, input, "input_tensor");
+  DG_CHECK(output.dtype() == input.dtype(), Type, "[", name, "] output tensor must have the same type as input tensor"
+           " (", dtype_name(output.dtype()), " vs ", dtype_name(input.dtype()), ")");
+  DG_CHECK(output.numel() == input.numel() * size(), Value, "[", name, "] output tensor size must be equal to "
+           "world_size times input tensor size: output ", output.shape(), ", input ", input.shape(), ", world size ",
+           size());
+  DG_CHECK(!output.shares_storage(input) || size() == 1, Value, "[", name, "] output and input share memory");
+  auto w = std::make_shared<Work>(CommKind::AllGather, shared_from_this());
+  w->input = input;
+  w->output = output;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                          bool async_op) {
+  const char* name = "reduce_scatter_tensor";
+  check_tensor(name, output, "output");
+  check_tensor(name, input, "input");
+  check_reduce_op(name, input, op);
+  DG_CHECK(output.dtype() == input.dtype(), Type, "[", name, "] input tensor must be the same type as the output "
+           "tensor (", dtype_name(input.dtype()), " vs ", dtype_name(output.dtype()), ")");
+  DG_CHECK(input.numel() == output.numel() * size(), Value, "[", name, "] input tensor must be the same size as "
+           "output size times world size: input ", input.shape(), ", output ", output.shape(), ", world size ", size());
+  DG_CHECK(!output.shares_storage(input), Value, "[", name, "] output and input share memory");
+  auto w = std::make_shared<Work>(CommKind::ReduceScatter, shared_from_this());
+  w->op = op;
+  w->input = input;
+  w->output = output;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag, bool async_op) {
+  check_tensor("send", tensor, "tensor");
+  check_rank("send", *this, dst, "destination");
+  DG_CHECK(dst != rank(), Value, "[send] Invalid destination rank: should not be the same as rank of the current "
+           "process (", dst, ")");
+  auto w = std::make_shared<Work>(CommKind::Send, shared_from_this());
+  w->peer = dst;
+  w->tag = tag;
+  w->input = tensor;
+  return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag, bool async_op) {
+  check_tensor("recv", tensor, "tensor");
+  check_rank("recv", *this, src, "source", /*allow_any=*/true);
+  DG_CHECK(src != rank(), Value, "[recv] Invalid source rank: should not be the same as rank of the current process (",
+           src, ")");
+  auto w = std::make_shared<Work>(CommKind::Recv, shared_from_this());
+  w->peer = src;
+  w->tag = tag;
+  w->output = tensor;
+  return launch(std::move(w), async_op);
+}
+
+void ProcessGroup::barrier() {
+  auto w = launch(std::make_shared<Work>(CommKind::Barrier, shared_from_this()), /*async_op=*/true);
+  // The host waits: its comm_start must run first (the stream order of earlier operations), then the barrier.
+  Stream::cpu().synchronize();
+  w->wait_here();
+}
+
+// --- the single-process group -------------------------------------------------------------------------------------
+namespace {
+
+class SingleProcessGroup final : public ProcessGroup {
+ public:
+  SingleProcessGroup() : ProcessGroup("single", 0, 1, {0}, 1800.0) {}
+
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) override {
+    DG_CHECK(ranks.size() == 1 && ranks[0] == 0, Value, "[new_group] ranks must name rank 0 of a group of one");
+    return std::make_shared<SingleProcessGroup>();
+  }
+
+  void start(Work& w) override {
+    switch (w.kind) {
+      case CommKind::AllGather:
+      case CommKind::ReduceScatter:
+        std::memcpy(w.output.raw_data(), w.input.raw_data(), static_cast<size_t>(w.output.numel()) * w.output.itemsize());
+        break;
+      case CommKind::Send:
+      case CommKind::Recv:
+        throw Error(ErrorKind::Runtime, std::string("[") + comm_kind_name(w.kind) + "] a group of one has no peer");
+      default:  // all_reduce, broadcast, reduce, barrier of one rank: the buffer already holds the result
+        break;
+    }
+    w.finish(w.kind == CommKind::Recv ? 0 : -1);
+  }
+
+  bool test(Work&) override { return true; }
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> single_process_group() { return std::make_shared<SingleProcessGroup>(); }
+
+}  // namespace dg::dist

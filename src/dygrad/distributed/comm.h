@@ -1,0 +1,149 @@
+// Collectives between processes (docs/distributed.md): process groups over MPI, and the communication thread
+// that runs every collective of this process in the order the compute stream started them.
+//
+// A collective is two Tasks on the compute stream and one Work on the communication thread:
+//   comm_start (reads the buffers; its kernel hands the Work to the communication thread and returns),
+//   the communication thread runs it (non-blocking MPI, polled without busy-waiting),
+//   comm_wait  (writes the result buffer; its kernel waits for the Work): enqueued at once for a synchronous
+//              call, by Work::wait_on_stream for async_op=True.
+// Compute Tasks enqueued between the two overlap the communication; reading the result waits for comm_wait.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dygrad/core/tensor.h"
+
+namespace dg::dist {
+
+enum class ReduceOp : uint8_t { Sum, Avg, Product, Min, Max };
+const char* reduce_op_name(ReduceOp op);
+
+enum class CommKind : uint8_t { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier, Send, Recv };
+const char* comm_kind_name(CommKind kind);  // torch's function name: "all_reduce", "all_gather_into_tensor" ...
+
+class ProcessGroup;
+
+// One collective or point-to-point operation: its arguments, and its completion.
+class Work : public std::enable_shared_from_this<Work> {
+ public:
+  Work(CommKind kind, std::shared_ptr<ProcessGroup> group) : kind(kind), group(std::move(group)) {}
+
+  const CommKind kind;
+  const std::shared_ptr<ProcessGroup> group;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;  // broadcast / reduce: the group rank of the root
+  int peer = -1;  // send: the destination, recv: the source (-1: any), group ranks
+  int tag = 0;
+  Tensor input;   // what is sent (all_reduce, broadcast: the same tensor as output)
+  Tensor output;  // what is written (undefined for send and barrier)
+  uint64_t id = 0;  // the group's count of operations started, for error messages and debug checks
+
+  bool completed() const { return state_.load(std::memory_order_acquire) != kPending; }
+  bool failed() const { return state_.load(std::memory_order_acquire) == kFailed; }
+  std::string error() const;  // "" unless failed
+  int source() const { return source_; }  // recv: the rank the message came from (after completion)
+
+  // Blocks this thread until the operation has finished; raises its error. Does not order the stream; the
+  // caller must know comm_start has run (the stream is past it).
+  void wait_here();
+  bool submitted() const { return submitted_.load(std::memory_order_acquire); }  // comm_start's kernel ran
+  // Enqueues comm_wait on the compute stream (once; later calls do nothing): Tasks after it see the result.
+  void wait_on_stream();
+  double seconds_in_flight() const;
+
+  // The communication thread's side.
+  void finish(int source = -1);
+  void fail(std::string message);
+  std::chrono::steady_clock::time_point started;
+  void* request = nullptr;  // the backend's handle while in flight
+
+ private:
+  enum : int { kPending, kDone, kFailed };
+  std::atomic<int> state_{kPending};
+  int source_ = -1;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::string error_;
+  std::atomic<bool> stream_wait_enqueued_{false};
+  std::atomic<bool> submitted_{false};
+  friend void mark_submitted(Work& w);
+};
+
+// A communicator: its ranks, and the operations on it. Ranks are group ranks throughout; the Python layer maps
+// torch's global ranks.
+class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
+ public:
+  virtual ~ProcessGroup() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }  // group rank -> world rank
+  const char* backend() const { return backend_; }
+  double timeout_seconds() const { return timeout_s_; }
+  void set_timeout_seconds(double s) { timeout_s_ = s; }
+
+  // Each validates at the call (raising ValueError/RuntimeError naming the function and the shapes), then
+  // enqueues comm_start and, unless async_op, comm_wait. The returned Work is completed later.
+  std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, bool async_op);
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root, bool async_op);
+  std::shared_ptr<Work> reduce(const Tensor& tensor, int root, ReduceOp op, bool async_op);
+  std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op);
+  std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, bool async_op);
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, bool async_op);
+  std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag, bool async_op);
+  // Blocks the host until every rank of the group has reached it (after this rank's earlier operations).
+  void barrier();
+  // A group of the listed ranks of this one (collective: every rank of this group calls it with the same list);
+  // null on the ranks not listed.
+  virtual std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) = 0;
+
+  // The communication thread's side: start an operation (non-blocking) and test it.
+  virtual void start(Work& work) = 0;
+  virtual bool test(Work& work) = 0;  // true once finished (work.finish / fail called)
+
+  // A description of a member rank known to have died ("" when none is known): the communication thread asks
+  // while an operation waits, and fails it at once rather than at the timeout.
+  virtual std::string dead_member() { return ""; }
+
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+  void mark_broken(std::string why);
+  std::string broken_reason() const;
+
+ protected:
+  ProcessGroup(const char* backend, int rank, int size, std::vector<int> world_ranks, double timeout_s)
+      : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), backend_(backend), timeout_s_(timeout_s) {}
+
+ private:
+  std::shared_ptr<Work> launch(std::shared_ptr<Work> work, bool async_op);
+  int rank_, size_;
+  std::vector<int> world_ranks_;
+  const char* backend_;
+  double timeout_s_;
+  std::atomic<uint64_t> started_{0};
+  std::atomic<bool> broken_{false};
+  mutable std::mutex broken_mutex_;
+  std::string broken_reason_;
+};
+
+bool mpi_built();          // dygrad was built with MPI (CMake found it)
+bool mpi_initialized();    // init_world ran and finalize did not
+// Initialises MPI (once per process) and returns the world group. Raises when dygrad was built without MPI.
+std::shared_ptr<ProcessGroup> init_world(double timeout_s);
+std::shared_ptr<ProcessGroup> world();  // null before init_world / after finalize
+// Waits for every operation in flight, stops the communication thread and finalises MPI (skipped after a
+// timeout left a collective pending: MPI cannot cancel one).
+void finalize();
+// A group of one process that needs no MPI: collectives copy or pass through (tests, and world size 1).
+std::shared_ptr<ProcessGroup> single_process_group();
+
+// The communication thread (one per process): runs each Work handed to it, in order of submission.
+void submit_to_comm_thread(std::shared_ptr<Work> work);
+// Operations handed to the communication thread and not finished yet (tests, the profiler).
+size_t comm_in_flight();
+
+}  // namespace dg::dist

@@ -1,0 +1,378 @@
+// The MPI process group (distributed/comm.h): non-blocking MPI calls started and tested by the communication
+// thread. Every MPI call after MPI_Init_thread is made by one thread at a time (MPI_THREAD_SERIALIZED): the
+// communication thread, or the host while the communication thread is idle (split, finalize).
+#include "dygrad/distributed/comm.h"
+
+#include "dygrad/core/error.h"
+#include "dygrad/runtime/stream.h"
+
+#ifdef DYGRAD_HAVE_MPI
+#include <mpi.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#endif
+
+namespace dg::dist {
+
+void stop_comm_thread();  // comm.cpp
+
+#ifndef DYGRAD_HAVE_MPI
+
+bool mpi_built() { return false; }
+bool mpi_initialized() { return false; }
+std::shared_ptr<ProcessGroup> init_world(double) {
+  throw Error(ErrorKind::NotImplemented, "[init_process_group] dygrad was built without MPI (install openmpi-bin and "
+                                         "libopenmpi-dev, then rebuild: 'make deps' installs them)");
+}
+std::shared_ptr<ProcessGroup> world() { return nullptr; }
+void finalize() { stop_comm_thread(); }
+
+#else
+
+namespace {
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+void check_mpi(int code, const char* name, const char* call) {
+  if (code != MPI_SUCCESS)
+    throw Error(ErrorKind::Runtime, std::string("[") + name + "] " + call + " failed: " + mpi_error(code));
+}
+
+// 16-bit floats have no MPI type: a 2-byte contiguous type of our own per format, reduced by user operations.
+MPI_Datatype bf16_type = MPI_DATATYPE_NULL, f16_type = MPI_DATATYPE_NULL;
+MPI_Op half_ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, product, min, max
+
+template <typename H, int Op>
+void reduce_halves(void* in, void* inout, int n) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < n; ++i) {
+    float x = float(a[i]), y = float(b[i]), r;
+    if constexpr (Op == 0) r = x + y;
+    else if constexpr (Op == 1) r = x * y;
+    else if constexpr (Op == 2) r = (std::isnan(x) || x < y) ? x : y;
+    else r = (std::isnan(x) || x > y) ? x : y;
+    b[i] = H(r);
+  }
+}
+
+template <int Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype* type) {
+  if (*type == bf16_type) reduce_halves<BFloat16, Op>(in, inout, *len);
+  else reduce_halves<Half, Op>(in, inout, *len);
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::Bool: return MPI_C_BOOL;
+    case DType::UInt8: return MPI_UINT8_T;
+    case DType::UInt16: return MPI_UINT16_T;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Float16: return f16_type;
+    case DType::BFloat16: return bf16_type;
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::Bool) {  // torch's rules for bool: SUM and MAX are a logical or, PRODUCT and MIN a logical and
+    return (op == ReduceOp::Sum || op == ReduceOp::Max) ? MPI_LOR : MPI_LAND;
+  }
+  const int index = op == ReduceOp::Product ? 1 : op == ReduceOp::Min ? 2 : op == ReduceOp::Max ? 3 : 0;
+  if (is_reduced_float(t)) return half_ops[index];
+  static const MPI_Op builtin[4] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX};
+  return builtin[index];
+}
+
+// AVG: the sum, then each element divided by the group size (floating types only; checked at the call).
+void divide(const Tensor& t, int size) {
+  visit_dtype(t.dtype(), [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      T* p = t.data<T>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(static_cast<double>(p[i]) / size);
+    }
+  });
+}
+
+struct MpiState {
+  bool initialized = false, finalized = false;
+  std::shared_ptr<ProcessGroup> world;
+  std::vector<MPI_Comm> comms;  // freed at finalize
+  // Each world rank's process id and host (a hash of its name), exchanged at init: a rank on this machine
+  // whose process is gone (or a zombie) is known dead.
+  std::vector<int64_t> pids, hosts;
+  int64_t my_host = 0;
+  bool debug_detail = false;  // DG_DISTRIBUTED_DEBUG=DETAIL: every collective first checks that ranks agree
+};
+
+bool process_gone(int64_t pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'Z' || text[paren + 2] == 'X');
+}
+MpiState& state() {
+  static MpiState* s = new MpiState();
+  return *s;
+}
+
+class MpiGroup final : public ProcessGroup {
+ public:
+  MpiGroup(MPI_Comm comm, int rank, int size, std::vector<int> world_ranks, double timeout_s)
+      : ProcessGroup("mpi", rank, size, std::move(world_ranks), timeout_s), comm_(comm) {}
+
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) override {
+    const char* name = "new_group";
+    for (int r : ranks)
+      DG_CHECK(r >= 0 && r < size(), Value, "[", name, "] rank ", r, " is not in the group of size ", size());
+    // MPI_Comm_split is collective and blocking: the communication thread must be idle (nothing of ours in
+    // flight), which it is once the stream has run every comm_start and every started operation has finished.
+    Stream::cpu().synchronize();
+    stop_comm_thread();
+    int position = -1;
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] == rank()) position = static_cast<int>(i);
+    MPI_Comm sub = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm_, position >= 0 ? 0 : MPI_UNDEFINED, position, &sub), name, "MPI_Comm_split");
+    if (sub == MPI_COMM_NULL) return nullptr;
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    state().comms.push_back(sub);
+    std::vector<int> world_ranks;
+    for (int r : ranks) world_ranks.push_back(this->world_ranks()[static_cast<size_t>(r)]);
+    return std::make_shared<MpiGroup>(sub, position, static_cast<int>(ranks.size()), std::move(world_ranks),
+                                      timeout_seconds());
+  }
+
+  std::string dead_member() override {
+    const MpiState& st = state();
+    for (size_t r = 0; r < world_ranks().size(); ++r) {
+      const size_t w = static_cast<size_t>(world_ranks()[r]);
+      if (static_cast<int>(r) == rank() || w >= st.pids.size() || st.hosts[w] != st.my_host) continue;
+      if (process_gone(st.pids[w]))
+        return "rank " + std::to_string(r) + " (process " + std::to_string(st.pids[w]) + " on this machine) has died";
+    }
+    return "";
+  }
+
+  // DG_DISTRIBUTED_DEBUG=DETAIL: the ranks exchange what they are about to call (kind, reduction, dtype, root,
+  // shape) and every rank raises, naming each rank's call, when they differ.
+  void check_ranks_agree(const Work& w) {
+    constexpr int kFields = 13;
+    const Tensor& t = w.output.defined() && w.kind != CommKind::AllGather ? w.output : w.input;
+    int64_t mine[kFields] = {static_cast<int64_t>(w.kind), static_cast<int64_t>(w.op), -1, w.root, -1};
+    if (t.defined()) {
+      mine[2] = static_cast<int64_t>(t.dtype());
+      mine[4] = t.dim();
+      for (int64_t d = 0; d < std::min<int64_t>(t.dim(), 8); ++d) mine[5 + d] = t.shape()[static_cast<size_t>(d)];
+    }
+    std::vector<int64_t> all(static_cast<size_t>(kFields * size()));
+    check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, comm_),
+              comm_kind_name(w.kind), "the DG_DISTRIBUTED_DEBUG=DETAIL check");
+    bool same = true;
+    for (int r = 1; r < size(); ++r)
+      same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + r * kFields);
+    if (same) return;
+    std::string calls;
+    for (int r = 0; r < size(); ++r) {
+      const int64_t* f = all.data() + r * kFields;
+      calls += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
+               comm_kind_name(static_cast<CommKind>(f[0]));
+      if (f[2] >= 0) {
+        calls += std::string(" ") + dtype_name(static_cast<DType>(f[2])) + " (";
+        for (int64_t d = 0; d < f[4] && d < 8; ++d) calls += (d ? ", " : "") + std::to_string(f[5 + d]);
+        calls += f[4] == 1 ? ",)" : ")";
+      }
+      if (f[0] == static_cast<int64_t>(CommKind::AllReduce) || f[0] == static_cast<int64_t>(CommKind::Reduce) ||
+          f[0] == static_cast<int64_t>(CommKind::ReduceScatter))
+        calls += std::string(" ") + reduce_op_name(static_cast<ReduceOp>(f[1]));
+      if (f[0] == static_cast<int64_t>(CommKind::Broadcast) || f[0] == static_cast<int64_t>(CommKind::Reduce))
+        calls += " root " + std::to_string(f[3]);
+    }
+    throw Error(ErrorKind::Runtime, std::string("[") + comm_kind_name(w.kind) + "] the ranks called different "
+                "collectives (operation #" + std::to_string(w.id) + " of the group, DG_DISTRIBUTED_DEBUG=DETAIL): " +
+                calls);
+  }
+
+  void start(Work& w) override {
+    const char* name = comm_kind_name(w.kind);
+    if (state().debug_detail && w.kind != CommKind::Send && w.kind != CommKind::Recv) check_ranks_agree(w);
+    MPI_Request* req = new MPI_Request(MPI_REQUEST_NULL);
+    w.request = req;
+    const Tensor& t = w.output.defined() ? w.output : w.input;
+    int code = MPI_SUCCESS;
+    switch (w.kind) {
+      case CommKind::AllReduce:
+        code = MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count(t), mpi_type(t.dtype()), mpi_op(w.op, t.dtype()),
+                              comm_, req);
+        break;
+      case CommKind::Broadcast:
+        code = MPI_Ibcast(t.raw_data(), count(t), mpi_type(t.dtype()), w.root, comm_, req);
+        break;
+      case CommKind::Reduce:
+        code = rank() == w.root
+                   ? MPI_Ireduce(MPI_IN_PLACE, t.raw_data(), count(t), mpi_type(t.dtype()), mpi_op(w.op, t.dtype()),
+                                 w.root, comm_, req)
+                   : MPI_Ireduce(t.raw_data(), nullptr, count(t), mpi_type(t.dtype()), mpi_op(w.op, t.dtype()),
+                                 w.root, comm_, req);
+        break;
+      case CommKind::AllGather:
+        code = MPI_Iallgather(w.input.raw_data(), count(w.input), mpi_type(w.input.dtype()), w.output.raw_data(),
+                              count(w.input), mpi_type(w.input.dtype()), comm_, req);
+        break;
+      case CommKind::ReduceScatter:
+        code = MPI_Ireduce_scatter_block(w.input.raw_data(), w.output.raw_data(), count(w.output),
+                                         mpi_type(w.input.dtype()), mpi_op(w.op, w.input.dtype()), comm_, req);
+        break;
+      case CommKind::Barrier:
+        code = MPI_Ibarrier(comm_, req);
+        break;
+      case CommKind::Send:
+        code = MPI_Isend(w.input.raw_data(), count(w.input), mpi_type(w.input.dtype()), w.peer, w.tag, comm_, req);
+        break;
+      case CommKind::Recv:
+        code = MPI_Irecv(w.output.raw_data(), count(w.output), mpi_type(w.output.dtype()),
+                         w.peer < 0 ? MPI_ANY_SOURCE : w.peer, w.tag, comm_, req);
+        break;
+    }
+    if (code != MPI_SUCCESS) {
+      delete req;
+      w.request = nullptr;
+      check_mpi(code, name, "starting the operation");
+    }
+  }
+
+  bool test(Work& w) override {
+    auto* req = static_cast<MPI_Request*>(w.request);
+    int done = 0;
+    MPI_Status status;
+    const int code = MPI_Test(req, &done, &status);
+    if (code != MPI_SUCCESS) {
+      delete req;
+      w.request = nullptr;
+      check_mpi(code, comm_kind_name(w.kind), "MPI_Test");
+    }
+    if (!done) return false;
+    delete req;
+    w.request = nullptr;
+    if (w.kind == CommKind::Recv) {
+      int received = 0;
+      MPI_Get_count(&status, mpi_type(w.output.dtype()), &received);
+      if (received != count(w.output)) {
+        w.fail("[recv] received " + std::to_string(received) + " elements from rank " +
+               std::to_string(status.MPI_SOURCE) + " into a tensor of " + std::to_string(w.output.numel()));
+        return true;
+      }
+    }
+    if (w.op == ReduceOp::Avg &&
+        (w.kind == CommKind::AllReduce || w.kind == CommKind::ReduceScatter || (w.kind == CommKind::Reduce && rank() == w.root)))
+      divide(w.output, size());
+    w.finish(w.kind == CommKind::Recv ? status.MPI_SOURCE : -1);
+    return true;
+  }
+
+ private:
+  static int count(const Tensor& t) { return static_cast<int>(t.numel()); }
+  MPI_Comm comm_;
+};
+
+}  // namespace
+
+bool mpi_built() { return true; }
+bool mpi_initialized() { return state().initialized && !state().finalized; }
+
+std::shared_ptr<ProcessGroup> init_world(double timeout_s) {
+  MpiState& s = state();
+  const char* name = "init_process_group";
+  DG_CHECK(!s.finalized, Runtime, "[", name, "] MPI was finalized by destroy_process_group and cannot start again in "
+           "this process");
+  if (s.world) {
+    s.world->set_timeout_seconds(timeout_s);
+    return s.world;
+  }
+  int already = 0;
+  MPI_Initialized(&already);
+  int provided = 0;
+  if (!already) check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), name, "MPI_Init_thread");
+  else MPI_Query_thread(&provided);
+  DG_CHECK(provided >= MPI_THREAD_SERIALIZED, Runtime, "[", name, "] the MPI library provides thread level ", provided,
+           "; dygrad's communication thread needs MPI_THREAD_SERIALIZED");
+  s.initialized = true;
+  MPI_Type_contiguous(2, MPI_BYTE, &bf16_type);
+  MPI_Type_commit(&bf16_type);
+  MPI_Type_contiguous(2, MPI_BYTE, &f16_type);
+  MPI_Type_commit(&f16_type);
+  MPI_Op_create(&half_op<0>, 1, &half_ops[0]);
+  MPI_Op_create(&half_op<1>, 1, &half_ops[1]);
+  MPI_Op_create(&half_op<2>, 1, &half_ops[2]);
+  MPI_Op_create(&half_op<3>, 1, &half_ops[3]);
+  MPI_Comm comm;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), name, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  s.comms.push_back(comm);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  int64_t mine[2] = {static_cast<int64_t>(getpid()),
+                     static_cast<int64_t>(std::hash<std::string>{}(std::string(host)) & 0x7fffffffffffffff)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size));
+  check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm), name, "MPI_Allgather");
+  s.my_host = mine[1];
+  const char* debug = std::getenv("DG_DISTRIBUTED_DEBUG");
+  s.debug_detail = debug && std::string(debug) == "DETAIL";
+  for (int i = 0; i < size; ++i) {
+    s.pids.push_back(all[2 * static_cast<size_t>(i)]);
+    s.hosts.push_back(all[2 * static_cast<size_t>(i) + 1]);
+  }
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) ranks[static_cast<size_t>(i)] = i;
+  s.world = std::make_shared<MpiGroup>(comm, rank, size, std::move(ranks), timeout_s);
+  return s.world;
+}
+
+std::shared_ptr<ProcessGroup> world() { return mpi_initialized() ? state().world : nullptr; }
+
+void finalize() {
+  MpiState& s = state();
+  if (!s.initialized || s.finalized) {
+    stop_comm_thread();
+    return;
+  }
+  const bool broken = s.world && s.world->broken();
+  if (!broken) {
+    Stream::cpu().synchronize();
+    stop_comm_thread();
+    for (MPI_Comm& c : s.comms) MPI_Comm_free(&c);
+    s.comms.clear();
+    for (MPI_Op& op : half_ops) MPI_Op_free(&op);
+    MPI_Type_free(&bf16_type);
+    MPI_Type_free(&f16_type);
+    MPI_Finalize();
+  }
+  // After a timeout a collective is still pending in MPI, which cannot cancel it: MPI_Finalize would wait for it
+  // forever, so the process leaves MPI unfinalized (mpirun reports the rank as failed, which it has).
+  s.finalized = true;
+  s.world.reset();
+}
+
+#endif
+
+}  // namespace dg::dist

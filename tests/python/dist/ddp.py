@@ -1,0 +1,86 @@
+"""Run under mpirun by tests/python/test_distributed.py: DistributedDataParallel on a small MLP. Each rank trains
+on its own micro-batches; rank 0 also replays the whole run in one process (each rank's micro-batches
+accumulated, the ranks' gradients summed in rank order and divided by the world size) and writes both final
+parameter sets to OUT_DIR/ddp_rank<r>.json."""
+import contextlib
+import json
+import os
+import sys
+
+import numpy as np
+
+import dygrad as dg
+import dygrad.distributed as dist
+import dygrad.nn as nn
+
+out_dir, mode = sys.argv[1], sys.argv[2]  # mode: plain | bucket_view | no_sync | unused | unused_error
+dist.init_process_group("mpi")
+rank, world = dist.get_rank(), dist.get_world_size()
+dg.set_num_threads(1)
+
+
+class Net(nn.Module):
+    def __init__(self, unused=False):
+        super().__init__()
+        self.a = nn.Linear(16, 64)
+        self.b = nn.Linear(64, 64)
+        self.c = nn.Linear(64, 4)
+        self.spare = nn.Linear(4, 4) if unused else None
+
+    def forward(self, x):
+        return self.c(dg.tanh(self.b(dg.tanh(self.a(x)))))
+
+
+def batch(step, r):
+    g = np.random.default_rng(1000 * step + r)
+    return dg.from_numpy(g.standard_normal((8, 16)).astype(np.float32)), dg.from_numpy(g.standard_normal((8, 4)).astype(np.float32))
+
+
+def make(seed):
+    dg.manual_seed(seed)
+    return Net(unused=mode.startswith("unused"))
+
+
+steps, accumulate = 4, (2 if mode == "no_sync" else 1)
+model = make(rank)  # different seeds: DDP must broadcast rank 0's parameters
+ddp = nn.parallel.DistributedDataParallel(
+    model, bucket_cap_mb=0.01, gradient_as_bucket_view=(mode == "bucket_view"),
+    find_unused_parameters=(mode == "unused"))
+opt = dg.optim.SGD(ddp.parameters(), lr=0.1)
+result = {}
+try:
+    for step in range(steps):
+        for micro in range(accumulate):
+            x, y = batch(step * accumulate + micro, rank)
+            ctx = ddp.no_sync() if micro < accumulate - 1 else contextlib.nullcontext()
+            with ctx:
+                loss = ((ddp(x) - y) ** 2).mean()
+                loss.backward()
+        opt.step()
+        opt.zero_grad()
+except RuntimeError as e:
+    result["error"] = str(e)
+result["ddp"] = {n: p.tolist() for n, p in model.state_dict().items()}
+result["keys"] = sorted(ddp.state_dict())
+
+if rank == 0 and "error" not in result:
+    ref = make(0)
+    ref_opt = dg.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(steps):
+        total = None
+        for r in range(world):  # each rank's micro-batches accumulated, then the ranks summed in rank order
+            for micro in range(accumulate):
+                x, y = batch(step * accumulate + micro, r)
+                (((ref(x) - y) ** 2).mean()).backward()
+            grads = [None if p.grad is None else p.grad.clone() for p in ref.parameters()]
+            total = grads if total is None else [None if g is None else t + g for t, g in zip(total, grads)]
+            ref_opt.zero_grad()
+        with dg.no_grad():
+            for p, g in zip(ref.parameters(), total):
+                p.grad = None if g is None else g / world
+        ref_opt.step()
+        ref_opt.zero_grad()
+    result["reference"] = {n: p.tolist() for n, p in ref.state_dict().items()}
+with open(os.path.join(out_dir, f"ddp_rank{rank}.json"), "w") as f:
+    json.dump(result, f)
+dist.destroy_process_group()

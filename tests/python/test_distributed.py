@@ -1,0 +1,251 @@
+"""dygrad.distributed over MPI (docs/distributed.md): the collectives under `mpirun -n 2` against numpy/torch's
+answers on the same inputs, the group of one (no MPI), errors, the timeout, the launcher and torch scripts.
+Rank scripts are in tests/python/dist/."""
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dygrad as dg
+import dygrad.distributed as dist
+from dygrad.distributed.run import mpirun_command
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist")
+needs_mpi = pytest.mark.skipif(not dist.is_available() or shutil.which("mpirun") is None,
+                               reason="dygrad built without MPI or mpirun missing ('make deps' installs OpenMPI)")
+
+
+def mpirun(script, *args, ranks=2, timeout=120, env=None):
+    command = mpirun_command(ranks, os.path.join(HERE, script), args)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def data(r, shape):
+    return np.random.default_rng(100 + r).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def collectives(tmp_path_factory):
+    out = tmp_path_factory.mktemp("collectives")
+    result = mpirun("collectives.py", str(out))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    by_rank = {0: {}, 1: {}}
+    for r in by_rank:
+        with open(out / f"rank{r}.jsonl") as f:
+            for line in f:
+                record = json.loads(line)
+                by_rank[r][record["check"]] = record["value"]
+    return by_rank
+
+
+TORCH_OPS = {"SUM": torch.add, "MAX": torch.maximum, "MIN": torch.minimum, "PRODUCT": torch.mul}
+
+
+@needs_mpi
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16", "int64", "int32", "uint8"])
+def test_all_reduce_matches_torch(collectives, dtype):
+    ops = ["SUM", "MAX", "MIN", "PRODUCT"] + (["AVG"] if dtype.startswith(("float", "bfloat")) else [])
+    for op in ops:
+        inputs = []
+        for r in range(2):
+            x = data(r, (5, 3)) * 4
+            inputs.append(torch.from_numpy(np.abs(x) if dtype == "uint8" else x).to(getattr(torch, dtype)))
+        if op == "AVG":
+            expected = (inputs[0] + inputs[1]) / 2
+        else:
+            expected = functools.reduce(TORCH_OPS[op], inputs)
+        for r in range(2):
+            got = collectives[r][f"all_reduce {dtype} {op}"]
+            assert got == expected.float().tolist() if dtype in ("bfloat16", "float16") else got == expected.tolist(), \
+                (dtype, op, r)
+
+
+@needs_mpi
+def test_collectives_match_numpy(collectives):
+    r0, r1 = collectives[0], collectives[1]
+    assert r0["world"] == [0, 2, True, "mpi"] and r1["world"] == [1, 2, True, "mpi"]
+    assert r0["all_reduce bool SUM"] == r1["all_reduce bool SUM"] == [True, False, True, False]
+    big = data(0, (1 << 16,)) + data(1, (1 << 16,))
+    for r in (r0, r1):
+        assert r["async all_reduce"][1] == float(big[12345])
+        assert r["async all_reduce"][0] == pytest.approx(float(big.sum()), rel=1e-5)
+        assert r["broadcast"] == data(1, (4,)).tolist()
+        assert r["all_gather_into_tensor"] == np.concatenate([data(0, (3, 2)), data(1, (3, 2))]).tolist()
+        assert r["all_gather"] == [data(0, (2, 2)).tolist(), data(1, (2, 2)).tolist()]
+        assert r["destroyed"] is False
+    assert r0["compute beside it"] == pytest.approx(float((data(7, (256, 256)) @ data(9, (256, 256))).sum()), rel=1e-4)
+    assert r0["reduce"] == (data(0, (6,)) + data(1, (6,))).tolist() and r1["reduce"] is None
+    total = data(0, (4, 3)) + data(1, (4, 3))
+    assert r0["reduce_scatter_tensor"] == total[:2].tolist() and r1["reduce_scatter_tensor"] == total[2:].tolist()
+    assert r1["recv"] == [[0.0, 3.0, 6.0, 9.0, 12.0], 0, [7.0, 7.0]]
+    assert r0["new_group"] == 1 and r1["new_group"] == "not a member"
+    assert r0["subgroup all_reduce"] == [5.0, 5.0, 5.0]
+
+
+@needs_mpi
+def test_errors_name_the_function(collectives):
+    errors = {e[0]: e[1:] for e in collectives[0]["errors"]}
+    assert errors["non-contiguous"][0] == "ValueError" and "[all_reduce]" in errors["non-contiguous"][1]
+    assert "Tensors must be contiguous" in errors["non-contiguous"][1]
+    assert errors["gather size"][0] == "ValueError" and "world_size times input tensor size" in errors["gather size"][1]
+    assert errors["avg int"][0] == "TypeError" and "AVG" in errors["avg int"][1]
+    assert errors["bad rank"][0] == "ValueError" and "[broadcast] invalid source rank 2" in errors["bad rank"][1]
+    assert errors["twice"][0] == "ValueError" and "twice" in errors["twice"][1]
+
+
+@needs_mpi
+def test_a_rank_that_never_joins_trips_the_timeout():
+    result = mpirun("timeout.py", timeout=90)
+    out = result.stdout
+    assert "raised after" in out, out + result.stderr[-2000:]
+    assert "[all_reduce] timed out after 2" in out and "rank 0 of 2" in out
+    assert "second: [all_reduce] the process group is unusable" in out
+
+
+@needs_mpi
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_survivors_name_a_rank_that_died(how):
+    result = mpirun("dead_rank.py", how, timeout=120)
+    line = [l for l in result.stdout.splitlines() if l.startswith("raised after")]
+    assert line, result.stdout + result.stderr[-2000:]
+    assert "[all_reduce] rank 1 (process" in line[0] and "has died while rank 0 of 2 waited" in line[0]
+    seconds = float(line[0].split()[2])
+    assert seconds < 30, f"found by the liveness check, not the 60 s timeout: {line[0]}"
+
+
+@needs_mpi
+def test_debug_detail_catches_mismatched_shapes_on_every_rank():
+    result = mpirun("mismatch.py", env={"DG_DISTRIBUTED_DEBUG": "DETAIL"})
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-2000:]
+    for r in (0, 1):
+        assert f"rank {r} raised: [all_reduce] the ranks called different collectives" in out, out
+        assert f"rank {r} first [2.0, 2.0, 2.0, 2.0]" in out
+    assert "rank 0: all_reduce float32 (3,) SUM; rank 1: all_reduce float32 (4,) SUM" in out
+
+
+def test_group_of_one_needs_no_mpi():
+    g = dist._single_process_group()
+    x = dg.arange(6, dtype=dg.float32).reshape(2, 3)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG, group=g)
+    assert x.tolist() == [[0, 1, 2], [3, 4, 5]]
+    out = dg.zeros(2, 3)
+    dist.all_gather_into_tensor(out, x, group=g)
+    assert out.tolist() == x.tolist()
+    work = dist.all_reduce(x, group=g, async_op=True)
+    assert work.wait() is True
+    dg.synchronize()
+    assert work.is_completed() and work.is_success()
+    with pytest.raises(ValueError, match=r"\[send\] Invalid destination rank"):
+        dist.send(x, dst=0, group=g)
+
+
+def test_uninitialized_calls_raise_like_torch():
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.get_rank()
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.all_reduce(dg.ones(2))
+    assert not dist.is_initialized() and dist.is_available() == dg._C._mpi_built()
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        dist.init_process_group("nccl")
+
+
+def test_launcher_builds_the_mpirun_command():
+    command = mpirun_command(3, "train.py", ["--steps", "2"], python="/usr/bin/python3")
+    assert command[1:3] == ["-n", "3"] and "--bind-to" in command and command[-4:] == ["/usr/bin/python3",
+                                                                                        "train.py", "--steps", "2"]
+    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+
+
+@needs_mpi
+def test_torch_script_under_the_launcher(tmp_path):
+    script = tmp_path / "ddp_probe.py"
+    script.write_text(
+        "import os\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group(backend='gloo')\n"
+        "rank = int(os.environ['RANK']); world = int(os.environ['WORLD_SIZE'])\n"
+        "assert rank == dist.get_rank() and world == dist.get_world_size() == 2\n"
+        "assert int(os.environ['LOCAL_RANK']) == rank\n"
+        "t = torch.tensor([float(rank + 1)])\n"
+        "dist.all_reduce(t, op=dist.ReduceOp.SUM)\n"
+        "print('rank', rank, 'sum', t.item(), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    result = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
+                             "dygrad.as_torch", str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 0 sum 3.0" in result.stdout and "rank 1 sum 3.0" in result.stdout
+
+
+def ddp_run(mode, tmp_path):
+    result = mpirun("ddp.py", str(tmp_path), mode)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = []
+    for r in range(2):
+        with open(tmp_path / f"ddp_rank{r}.json") as f:
+            ranks.append(json.load(f))
+    return ranks
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused"])
+def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
+    """Parameters broadcast from rank 0 (the ranks start from different seeds), gradients averaged in buckets
+    during backward: the final parameters are bitwise those of one process that sums the ranks' gradients in
+    rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found."""
+    r0, r1 = ddp_run(mode, tmp_path)
+    assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
+    assert r0["ddp"] == r1["ddp"]
+    assert r0["ddp"] == r0["reference"]
+    assert r0["keys"][0].startswith("module.")
+
+
+@needs_mpi
+def test_ddp_unused_parameter_without_detection_raises_like_torch(tmp_path):
+    r0, r1 = ddp_run("unused_error", tmp_path)
+    for r in (r0, r1):
+        assert "Expected to have finished reduction in the prior iteration" in r["error"]
+        assert "spare.weight" in r["error"] and "find_unused_parameters=True" in r["error"]
+
+
+def test_post_accumulate_grad_hook_matches_torch():
+    seen = {}
+    for lib in (dg, torch):
+        w = lib.ones(3, requires_grad=True)
+        calls = []
+        handle = w.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.tolist()))
+        (w * 2).sum().backward()
+        (w * 3).sum().backward()
+        handle.remove()
+        (w * 1).sum().backward()
+        seen[lib.__name__] = calls
+        with pytest.raises(RuntimeError, match="post accumulate grad hooks cannot be registered on non-leaf"):
+            (w * 2).register_post_accumulate_grad_hook(lambda p: None)
+    assert seen["dygrad"] == seen["torch"] == [[2.0, 2.0, 2.0], [5.0, 5.0, 5.0]]
+
+
+@needs_mpi
+def test_training_cli_data_parallel_then_resume_on_one_rank(tmp_path):
+    """make train RANKS=2's command: rank 0 logs and checkpoints; the checkpoint resumes on one rank."""
+    out = str(tmp_path / "run")
+    common = ["--config", "tiny", "--batch-size", "2", "--seq-len", "32", "--out", out, "--quiet",
+              "--eval-batches", "1", "--sample-tokens", "0", "--save-interval", "2", "--eval-interval", "2"]
+    two = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
+                          "dygrad.train", "--steps", "2"] + common, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stdout + two.stderr[-3000:]
+    assert two.stdout.count("model: tiny") == 1 and "x 2 ranks" in two.stdout  # rank 0 alone logs
+    one = subprocess.run([sys.executable, "-m", "dygrad.train", "--steps", "3", "--resume"] + common,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stdout + one.stderr[-3000:]
+    assert "at step 2" in one.stdout
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f]
+    assert steps == [1, 2, 3]
