@@ -121,6 +121,17 @@ struct CrossEntropyAttrs {
   LossReduction reduction = LossReduction::Mean;
 };
 
+// grad_norm (torch.nn.utils.get_total_norm): the order p of the vector norm over all its inputs (inf, -inf,
+// 0 or > 0). clip_grads_with_norm: the largest total norm the gradients keep.
+struct GradNormAttrs {
+  static constexpr const char* kName = "GradNormAttrs";
+  double norm_type = 2.0;
+};
+struct ClipGradNormAttrs {
+  static constexpr const char* kName = "ClipGradNormAttrs";
+  double max_norm = 1.0;
+};
+
 // embedding_backward: the number of rows of the weight (V).
 struct EmbeddingBackwardAttrs {
   static constexpr const char* kName = "EmbeddingBackwardAttrs";
