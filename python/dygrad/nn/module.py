@@ -1,6 +1,7 @@
 """nn.Module: attribute registration of parameters, buffers and submodules, traversal, train/eval, and
 state_dict/load_state_dict with the same keys PyTorch produces."""
 import functools
+import warnings
 from collections import OrderedDict, namedtuple
 
 from .. import _C
@@ -35,10 +36,19 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         d = self.__dict__
-        if not (d.get("_forward_pre_hooks") or d.get("_forward_hooks") or d.get("_backward_hooks")
-                or d.get("_backward_pre_hooks")):
+        try:
+            hooked = d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
+        except KeyError:  # a module pickled before the hook stores existed
+            hooked = False
+        if not hooked:
             return self.forward(*args, **kwargs)
         return self._call_with_hooks(args, kwargs)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        for store in _HOOK_STORES:  # modules pickled by an older dygrad lack them
+            if store not in self.__dict__:
+                object.__setattr__(self, store, OrderedDict())
 
     def _call_with_hooks(self, args, kwargs):
         """torch's Module._call_impl: forward pre-hooks, the backward hooks' identity views of the inputs,
@@ -81,7 +91,6 @@ class Module:
                         else:
                             hook(self, args, None)
                     except Exception as e:
-                        import warnings
                         warnings.warn(f"forward hook with always_call=True raised an exception that was ignored: {e!r}")
             raise
         if backward_hook is not None:
@@ -606,6 +615,11 @@ class _BackwardHook:
                 packed = replaced
             self.packed_grad_outputs = packed
             if not self.input_index:  # no input needs a gradient: the hooks run now, with None for grad_input
+                if self.user_hooks:
+                    warnings.warn("Full backward hook is firing when gradients are computed with respect to module "
+                                  "outputs since no inputs require gradients. See https://docs.pytorch.org/docs/main/"
+                                  "generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook for more "
+                                  "details.", stacklevel=2)
                 for user_hook in self.user_hooks:
                     res = user_hook(self.module, (None,) * self.n_inputs, packed)
                     if res is not None and not (isinstance(res, tuple) and all(r is None for r in res)):
