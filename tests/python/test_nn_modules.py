@@ -530,6 +530,20 @@ def test_state_dict_hooks_match_torch():
     assert logs[0] == logs[1]
 
 
+def test_get_submodule_parameter_buffer():
+    for lib in (dg, torch):
+        m = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.Sequential(lib.nn.LayerNorm(3)))
+        m[1].register_buffer("steps", lib.zeros(1))
+        assert m.get_submodule("1.0") is m[1][0] and m.get_submodule("") is m
+        assert m.get_parameter("0.weight") is m[0].weight
+        assert m.get_buffer("1.steps") is m[1].steps
+        for call, target in [(m.get_submodule, "2"), (m.get_parameter, "1.steps"), (m.get_buffer, "0.weight")]:
+            with pytest.raises(AttributeError):
+                call(target)
+        assert m.cpu() is m
+        assert m.type(lib.float64)[0].weight.dtype == lib.float64
+
+
 def test_register_buffer_errors():
     m = dg.nn.Module()
     with pytest.raises(KeyError):

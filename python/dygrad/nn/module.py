@@ -328,6 +328,40 @@ class Module:
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
+    def get_submodule(self, target):
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if not hasattr(mod, item):
+                raise AttributeError(mod._get_name() + " has no attribute `" + item + "`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError("`" + item + "` is not an nn.Module")
+        return mod
+
+    def get_parameter(self, target):
+        module_path, _, param_name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, param_name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + param_name + "`")
+        param = getattr(mod, param_name)
+        if not isinstance(param, Parameter):
+            raise AttributeError("`" + param_name + "` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target):
+        module_path, _, buffer_name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, buffer_name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + buffer_name + "`")
+        if buffer_name not in mod._buffers:
+            raise AttributeError("`" + buffer_name + "` is not a buffer")
+        return getattr(mod, buffer_name)
+
+    def _get_name(self):
+        return type(self).__name__
+
     def apply(self, fn):
         for module in self.children():
             module.apply(fn)
@@ -383,6 +417,13 @@ class Module:
         if not dtype.is_floating_point:
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
         return self._apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def cpu(self):
+        return self
+
+    def type(self, dst_type):
+        """Casts every parameter and buffer to dst_type (torch's Module.type: integer ones too)."""
+        return self._apply_to_tensors(lambda t: t.to(dst_type))
 
     def double(self):
         return self.to(_C.float64)
