@@ -719,6 +719,10 @@ def test_pad_dtypes_errors_and_finite_differences():
     a = np.arange(6).reshape(2, 3)
     close(F.pad(dg.tensor(a), (1, 1), value=2.7), TF.pad(torch.tensor(a), (1, 1), value=2.7))
     x_d = dg.ones(1, 3)
+    for mode in ("constant", "reflect"):  # zero pads still give a new tensor, as torch
+        y_d = F.pad(x_d, (0, 0), mode=mode)
+        y_d.add_(1.0)
+        assert x_d.sum().item() == 3.0 and y_d.sum().item() == 6.0
     with pytest.raises(RuntimeError, match="Padding length must be divisible by 2"):
         F.pad(x_d, (1,))
     with pytest.raises(RuntimeError, match="Padding length should be less than or equal to two times the input dimension"):

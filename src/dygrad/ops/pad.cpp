@@ -49,7 +49,7 @@ Tensor constant_pad(const Tensor& input, IntSpan pad, Scalar value) {
     }
     out = cat(std::span<const Tensor>(pieces.data(), pieces.size()), dim);
   }
-  return input.is_contiguous() && out.same(input) ? out : contiguous(out);
+  return out.same(input) ? clone(input) : contiguous(out);  // a new tensor, as torch, also for zero pads
 }
 
 int64_t reflect_index(int64_t j, int64_t size) {  // size > 1 and -size < j < 2 size - 1
