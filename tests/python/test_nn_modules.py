@@ -770,3 +770,22 @@ def test_normalize(p, dim):
     if p != math.inf:
         backward_both(out_d, out_t)
         close(x_d.grad, x_t.grad, rtol=1e-6, atol=1e-9)
+
+
+def test_losses_on_non_contiguous_inputs():
+    x = rng.standard_normal((5, 6))
+    x_d, x_t = tensors_from(x, requires_grad=True, transposed=True)  # [6, 5] views
+    t_d, t_t = ints((6,), 5)
+    w_d, w_t = pair((5,), low=0.5, high=2.0)
+    for fn_d, fn_t in [(lambda a: F.nll_loss(a, t_d, weight=w_d), lambda a: TF.nll_loss(a, t_t, weight=w_t)),
+                       (lambda a: F.cross_entropy(a, t_d, label_smoothing=0.2),
+                        lambda a: TF.cross_entropy(a, t_t, label_smoothing=0.2)),
+                       (lambda a: F.mse_loss(a, a.detach() * 0.5 + 1), lambda a: TF.mse_loss(a, a.detach() * 0.5 + 1)),
+                       (lambda a: F.pad(a, (1, 2), mode="replicate").sum(),
+                        lambda a: TF.pad(a, (1, 2), mode="replicate").sum())]:
+        x_d.grad, x_t.grad = None, None
+        out_d, out_t = fn_d(x_d), fn_t(x_t)
+        close(out_d, out_t)
+        out_d.backward()
+        out_t.backward()
+        close(x_d.grad, x_t.grad)
