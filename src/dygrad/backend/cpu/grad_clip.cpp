@@ -36,6 +36,31 @@ std::vector<Piece> cut(std::span<const Tensor> tensors) {
 }
 
 enum class NormKind { Max, Min, Count, Two, One, Power };
+
+// sum of f(|x[i]|) over [begin, end) in eight fixed lanes (vectorisable; the same order for any thread count).
+template <typename T, typename F>
+double lane_sum(const T* x, int64_t begin, int64_t end, F f) {
+  double lanes[8] = {};
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8)
+    for (int l = 0; l < 8; ++l) lanes[l] += f(std::fabs(static_cast<double>(x[i + l])));
+  double tail = 0.0;
+  for (; i < end; ++i) tail += f(std::fabs(static_cast<double>(x[i])));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+}
+
+// max (IsMax) or min of |x[i]|; NaN when any is NaN.
+template <bool IsMax, typename T>
+double extremum(const T* x, int64_t begin, int64_t end) {
+  double acc = IsMax ? 0.0 : INFINITY;
+  bool nan = false;
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = std::fabs(static_cast<double>(x[i]));
+    nan |= v != v;
+    acc = IsMax ? (v > acc ? v : acc) : (v < acc ? v : acc);
+  }
+  return nan ? NAN : acc;
+}
 }  // namespace
 
 void grad_norm_kernel(Task& task) {
@@ -50,18 +75,14 @@ void grad_norm_kernel(Task& task) {
       const Piece& piece = pieces[static_cast<size_t>(k)];
       visit_floating(inputs[static_cast<size_t>(piece.tensor)].dtype(), [&]<typename T>() {
         const T* x = inputs[static_cast<size_t>(piece.tensor)].data<T>();
-        double acc = kind == NormKind::Min ? INFINITY : 0.0;
-        for (int64_t i = piece.begin; i < piece.end; ++i) {
-          const double v = std::fabs(static_cast<double>(x[i]));
-          switch (kind) {
-            case NormKind::Max: acc = (v > acc || v != v) ? v : acc; break;  // NaN propagates
-            case NormKind::Min: acc = (v < acc || v != v) ? v : acc; break;
-            case NormKind::Count: acc += v != 0.0; break;
-            case NormKind::Two: acc += v * v; break;
-            case NormKind::One: acc += v; break;
-            case NormKind::Power: acc += std::pow(v, p); break;
-          }
-          if (v != v && (kind == NormKind::Max || kind == NormKind::Min)) break;
+        double acc = 0.0;
+        switch (kind) {
+          case NormKind::Max: acc = extremum<true>(x, piece.begin, piece.end); break;
+          case NormKind::Min: acc = extremum<false>(x, piece.begin, piece.end); break;
+          case NormKind::Count: acc = lane_sum(x, piece.begin, piece.end, [](double v) { return v != 0.0 ? 1.0 : 0.0; }); break;
+          case NormKind::Two: acc = lane_sum(x, piece.begin, piece.end, [](double v) { return v * v; }); break;
+          case NormKind::One: acc = lane_sum(x, piece.begin, piece.end, [](double v) { return v; }); break;
+          case NormKind::Power: acc = lane_sum(x, piece.begin, piece.end, [p](double v) { return std::pow(v, p); }); break;
         }
         partial[static_cast<size_t>(k)] = acc;
       });
