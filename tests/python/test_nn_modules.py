@@ -238,14 +238,23 @@ def test_nll_loss_ignore_index_all_ignored_and_errors():
         F.nll_loss(x_d, dg.tensor(np.array([0, 1, 2], dtype=np.int32)))
     with pytest.raises(RuntimeError, match="weight tensor should be defined either for all 4 classes"):
         F.nll_loss(x_d, t_d, weight=dg.ones(3, dtype=dg.float64))
-    with pytest.raises(Exception, match="out of"):  # a target outside [0, C): the gather's deferred IndexError
+    with pytest.raises(IndexError, match=r"\[nll_loss\] Target 9 is out of bounds"):  # deferred to the read
         F.nll_loss(x_d, dg.tensor(np.array([0, 1, 9]))).item()
+    with pytest.raises(IndexError, match=r"\[nll_loss\] Target -3 is out of bounds"):
+        F.cross_entropy(x_d, dg.tensor(np.array([0, -3, 1])), label_smoothing=0.1).item()
 
 
-def test_nll_loss_finite_differences():
+def test_nll_loss_finite_differences_and_one_task():
     t = dg.tensor(np.array([1, 0, 3]))
     w = dg.tensor(rng.uniform(0.5, 2.0, 4))
     finite_difference_check(lambda x: F.nll_loss(x, t, weight=w), rng.standard_normal((3, 4)))
+    x = dg.randn(3, 4, dtype=dg.float64, requires_grad=True)
+    dg.synchronize()
+    with dg.profiler.profile() as prof:
+        F.nll_loss(x, t, weight=w).backward()
+        dg.synchronize()
+    counts = {row.name: row.count for row in prof.key_averages()}
+    assert counts.get("nll_loss") == 1 and counts.get("nll_loss_backward") == 1, counts
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)

@@ -1,7 +1,7 @@
-// The losses of torch.nn.functional that torch implements in C++ (mse_loss, l1_loss, nll_loss,
-// binary_cross_entropy_with_logits, cross_entropy with class weights, label smoothing or class-probability
-// targets), composed of existing ops: their gradients come from the composition, no OpDef of their own.
-// The plain class-index cross_entropy stays the fused op of ops/nn.cpp.
+// The losses of torch.nn.functional that torch implements in C++: nll_loss, an op of its own (OpDef, kernel and
+// backward kernel: backend/cpu/nll_loss.cpp); mse_loss, l1_loss, binary_cross_entropy_with_logits and
+// cross_entropy with class weights, label smoothing or class-probability targets, composed of existing ops
+// (their gradients come from the composition). The plain class-index cross_entropy is the fused op of ops/nn.cpp.
 #include "dygrad/ops/nn.h"
 
 #include <cmath>
@@ -14,6 +14,9 @@
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
+#include "dygrad/core/small_vector.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg {
 
@@ -115,21 +118,58 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduc
   return reduce_loss(abs(pointwise_difference("l1_loss", input, target)), mode);
 }
 
+// nll_loss: one Task (backend/cpu/nll_loss.cpp) computing the loss and the summed weight of the counted rows
+// (the mean's divisor, saved for the backward, whose kernel scatters -weight[t] * g into a zero gradient).
+const OpDef op_nll_loss_backward("nll_loss_backward", attrs_type<NllLossAttrs>());
+namespace {
+size_t nll_loss_scratch(const Task& t) {  // a loss and a weight per row, in the compute type
+  return 2 * static_cast<size_t>(t.inputs[1].numel()) * compute_itemsize(t.inputs[0].dtype());
+}
+OpCost nll_loss_cost(const Task& t) {
+  const double rows = double(t.inputs[1].numel());
+  return {2 * rows, rows * (8 + 2 * double(t.inputs[0].itemsize()))};
+}
+void nll_loss_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const bool weighted = n.attrs.get<NllLossAttrs>().weighted;
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  SmallVector<Tensor, 4> inputs{n.saved(0)};
+  if (weighted) inputs.push_back(n.saved(1));
+  inputs.push_back(n.saved(weighted ? 2 : 1));
+  inputs.push_back(contiguous(g[0]));
+  const Tensor outputs[1] = {grad};
+  enqueue(op_nll_loss_backward, std::span<const Tensor>(inputs.data(), inputs.size()), outputs, n.attrs);
+  gi[0] = grad;
+}
+}  // namespace
+
+const OpDef op_nll_loss("nll_loss", attrs_type<NllLossAttrs>(), {.fusion = FusionClass::Reduction, .backward = nll_loss_backward, .cost = nll_loss_cost, .scratch = nll_loss_scratch});
+
 // loss[n, d...] = -weight[t] * input[n, t, d...] with t = target[n, d...], 0 where t == ignore_index; the
 // mean divides the sum by the sum of the weights of the non-ignored rows (NaN when all are ignored, as torch).
-// A target outside [0, C) raises when the gather runs (a deferred error).
+// A target outside [0, C) raises IndexError when the kernel runs (a deferred error).
 Tensor nll_loss(const Tensor& input_in, const Tensor& target_in, const Tensor& weight, std::string_view reduction,
                 int64_t ignore_index) {
   const LossReduction mode = loss_reduction("nll_loss", reduction);
   check_nll("nll_loss", input_in, target_in, weight);
   const auto [input, target, unbatched] = batched(input_in, target_in);
-  Tensor safe_target = where(eq(target, Scalar(ignore_index)), Scalar(int64_t(0)), target);
-  Tensor picked = squeeze(gather(input, 1, unsqueeze(safe_target, 1)), 1);
-  Tensor weights = row_weights(target, safe_target, weight, ignore_index, input.dtype());
-  Tensor loss = neg(mul(picked, weights));
-  if (mode == LossReduction::None) return unbatched ? reshape(loss, IntSpan()) : loss;
-  if (mode == LossReduction::Sum) return sum(loss);
-  return weighted_mean(sum(loss), sum(weights));
+  Tensor classes = contiguous(target);
+  Tensor weights = weight.defined() ? contiguous(detach(weight)) : Tensor();
+  const Attrs attrs = NllLossAttrs{ignore_index, mode, weights.defined()};
+  Tensor loss = Tensor::empty(mode == LossReduction::None ? target.shape() : IntSpan(), input.dtype());
+  Tensor total_weight = Tensor::empty(IntSpan(), input.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  SmallVector<Tensor, 3> inputs{input, classes};
+  if (weights.defined()) inputs.push_back(weights);
+  const Tensor outputs[2] = {loss, total_weight};
+  enqueue(op_nll_loss, std::span<const Tensor>(inputs.data(), inputs.size()), outputs, attrs);
+  if (needs_grad_any({input})) {
+    Tensor node_inputs[1] = {input}, node_outputs[1] = {loss};
+    Ref<Node> node = record_node(&op_nll_loss, node_inputs, node_outputs);
+    node->attrs = attrs;
+    node->save(classes);
+    if (weights.defined()) node->save(weights);
+    node->save(total_weight);
+  }
+  return unbatched && mode == LossReduction::None ? reshape(loss, IntSpan()) : loss;
 }
 
 // torch's cross_entropy_loss_label_smoothing and cross_entropy_loss_prob_target, op for op: log_softmax over the
