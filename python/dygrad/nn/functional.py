@@ -64,7 +64,7 @@ def _check_reduction(reduction):
         raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
-def _warn_size(name, input, target):
+def _warn_size(input, target):
     if tuple(target.shape) != tuple(input.shape):
         warnings.warn(f"Using a target size ({_size(target)}) that is different to the input size ({_size(input)}). "
                       "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
@@ -90,7 +90,7 @@ def _weighted_pointwise(errors, weight, input, reduction):
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    _warn_size("mse_loss", input, target)
+    _warn_size(input, target)
     if size_average is not None or reduce is not None:
         reduction = _legacy_reduction(size_average, reduce)
     if weight is not None:
@@ -101,7 +101,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
-    _warn_size("l1_loss", input, target)
+    _warn_size(input, target)
     if size_average is not None or reduce is not None:
         reduction = _legacy_reduction(size_average, reduce)
     if weight is not None:

@@ -219,9 +219,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& w
   } else if (mode == LossReduction::Sum) {
     smooth_total = sum(smooth);
   } else {
-    const auto [batched_input, batched_target, unbatched] = batched(logits, target);
-    (void)batched_input;
-    (void)unbatched;
+    const Tensor batched_target = logits.dim() == 1 ? unsqueeze(target, 0) : target;
     Tensor safe_target = where(eq(batched_target, Scalar(ignore_index)), Scalar(int64_t(0)), batched_target);
     Tensor weights = row_weights(batched_target, safe_target, weight, ignore_index, logits.dtype());
     smooth_total = weighted_mean(sum(smooth), sum(weights));

@@ -1,8 +1,6 @@
 // F.pad (constant, reflect, replicate, circular) and F.one_hot, composed of existing ops as torch composes
 // them in C++: constant padding is a cat with filled blocks (a negative pad narrows), the other modes an
 // index_select per padded dim with indices computed on the host; gradients come from cat / index_select.
-#include <cstdlib>
-
 #include "dygrad/ops/nn.h"
 
 #include "dygrad/ops/dispatch.h"
