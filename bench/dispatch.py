@@ -81,6 +81,15 @@ def make_cases(lib, synchronize):
         for _ in range(n):
             cumsum(x, 0)
 
+    params = [lib.ones(16, 16, requires_grad=True) for _ in range(20)]  # 20 small parameters with gradients
+    for p in params:
+        p.grad = lib.ones(16, 16)
+    clip = lib.nn.utils.clip_grad_norm_
+
+    def clip_grad_norm(n, clip=clip, params=params):
+        for _ in range(n):
+            clip(params, 1e9)
+
     return [
         ("add, no grad (1 elem)", add_plain, 1),
         ("add, requires_grad (1 elem)", add_requires_grad, 1),
@@ -90,6 +99,7 @@ def make_cases(lib, synchronize):
         (f"chain of 4 ops, 64 elem, per op: {chain_note}", chain_per_op, 4),
         ("sort/topk: sort(x), topk(x, 4), 16 elem, per op", sort_topk, 2),
         ("cumsum(x, 0), 16 elem", cumsum, 1),
+        ("clip_grad_norm_ (20 params of 16x16)", clip_grad_norm, 1),
     ]
 
 

@@ -67,8 +67,14 @@ def _cuda(self, device=None, non_blocking=False, memory_format=None):
 def _register_post_accumulate_grad_hook(self, hook):
     """hook(tensor) -> None, called after backward has accumulated this leaf's gradient into .grad."""
     from .utils.hooks import RemovableHandle
+
+    class _Handle(RemovableHandle):  # the hook lives in the tensor's C++ autograd data, not in a dict
+        def remove(self):
+            _C._remove_post_accumulate_grad_hook(tensor, hook_id)
+
+    tensor = self
     hook_id = _C._register_post_accumulate_grad_hook(self, hook)
-    return RemovableHandle(lambda: _C._remove_post_accumulate_grad_hook(self, hook_id))
+    return _Handle({})
 
 
 def install():

@@ -1,5 +1,8 @@
 """dygrad.nn.functional: the functional forms of the layers, each a direct call into a C++ op (fused where
 dygrad has a fused kernel), with torch.nn.functional's names, arguments and defaults."""
+import math
+import warnings
+
 from .. import _C
 
 
@@ -12,6 +15,8 @@ def relu(input, inplace=False):
 
 
 def silu(input, inplace=False):
+    if inplace:  # x *= sigmoid(x): mul_ keeps what its backward needs (silu's saved input would be overwritten)
+        return input.mul_(_C.sigmoid(input))
     return _C.silu(input)
 
 
@@ -19,28 +24,145 @@ def gelu(input, approximate="none"):
     return _C.gelu(input, approximate=approximate)
 
 
-def softmax(input, dim=None, dtype=None):
+def tanh(input):
+    return _C.tanh(input)
+
+
+def sigmoid(input):
+    return _C.sigmoid(input)
+
+
+def _get_softmax_dim(name, ndim, stacklevel):
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  "as an argument.", stacklevel=stacklevel)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
-        raise TypeError("softmax() missing required argument 'dim' (dygrad does not guess the dimension)")
-    if dtype is not None:
-        input = input.to(dtype)
-    return _C.softmax(input, dim)
+        dim = _get_softmax_dim("softmax", input.dim(), _stacklevel)
+    return _C.softmax(input, dim, dtype)
 
 
-def log_softmax(input, dim=None, dtype=None):
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     if dim is None:
-        raise TypeError("log_softmax() missing required argument 'dim' (dygrad does not guess the dimension)")
-    if dtype is not None:
-        input = input.to(dtype)
-    return _C.log_softmax(input, dim)
+        dim = _get_softmax_dim("log_softmax", input.dim(), _stacklevel)
+    return _C.log_softmax(input, dim, dtype)
 
 
-def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+# --- losses: torch's legacy size_average/reduce arguments map to a reduction string ------------------------------
+def _legacy_reduction(size_average, reduce):
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if size_average and reduce:
+        return "mean"
+    return "sum" if reduce else "none"
+
+
+def _check_reduction(reduction):
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _warn_size(input, target):
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({_size(target)}) that is different to the input size ({_size(input)}). "
+                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
+                      "same size.", stacklevel=3)
+
+
+def _size(t):
+    return t.size()
+
+
+def _weighted_pointwise(errors, weight, input, reduction):
+    """torch's weighted mse_loss / l1_loss, composed in Python as torch composes it."""
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    weighted = errors * weight
+    if reduction == "none":
+        return weighted
+    if reduction == "sum":
+        return weighted.sum()
+    if reduction == "mean":
+        return weighted.sum() / weight.sum()
+    raise ValueError(f"Invalid reduction mode: {reduction}. Expected one of 'none', 'mean', 'sum'.")
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    _warn_size(input, target)
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
     if weight is not None:
-        raise NotImplementedError("cross_entropy: class weights are not supported yet")
-    if label_smoothing != 0.0:
-        raise NotImplementedError("cross_entropy: label_smoothing is not supported yet")
-    return _C.cross_entropy(input, target, ignore_index=ignore_index, reduction=reduction)
+        difference = input - target
+        return _weighted_pointwise(difference * difference, weight, input, reduction)
+    _check_reduction(reduction)
+    return _C.mse_loss(input, target, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    _warn_size(input, target)
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    if weight is not None:
+        return _weighted_pointwise((input - target).abs(), weight, input, reduction)
+    _check_reduction(reduction)
+    return _C.l1_loss(input, target, reduction)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    _check_reduction(reduction)
+    return _C.nll_loss(input, target, weight, ignore_index, reduction)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    _check_reduction(reduction)
+    return _C.cross_entropy(input, target, weight=weight, ignore_index=ignore_index, reduction=reduction,
+                            label_smoothing=label_smoothing)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    if size_average is not None or reduce is not None:
+        reduction = _legacy_reduction(size_average, reduce)
+    _check_reduction(reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({_size(target)}) must be the same as input size ({_size(input)})")
+    return _C.binary_cross_entropy_with_logits(input, target, weight, pos_weight, reduction)
+
+
+def pad(input, pad, mode="constant", value=None):
+    return _C.pad(input, pad, mode, value)
+
+
+def one_hot(tensor, num_classes=-1):
+    return _C.one_hot(tensor, num_classes)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(||input||_p along dim, eps), as torch composes it (norm, clamp_min, expand_as, div)."""
+    if out is not None:
+        raise NotImplementedError("normalize: out= is not supported (dygrad ops take no out= here)")
+    p = float(p)
+    magnitude = input.abs()
+    if p == math.inf:
+        norm = magnitude.amax(dim, keepdim=True)
+    elif p == -math.inf:
+        norm = magnitude.amin(dim, keepdim=True)
+    elif p == 1.0:
+        norm = magnitude.sum(dim, keepdim=True)
+    elif p == 2.0:  # sqrt(clamp(sum x^2, eps^2)) = clamp(norm, eps), without sqrt's infinite slope at a zero row
+        return input / _C.clamp((input * input).sum(dim, keepdim=True), min=eps * eps).sqrt()
+    elif eps ** p > 0 and _C.tensor(eps ** p, dtype=input.dtype).item() > 0:  # the same trick: clamp before the root
+        return input / _C.clamp((magnitude ** p).sum(dim, keepdim=True), min=eps ** p) ** (1.0 / p)
+    else:
+        norm = (magnitude ** p).sum(dim, keepdim=True) ** (1.0 / p)
+    return input / _C.clamp(norm, min=eps)
 
 
 def embedding(input, weight, padding_idx=None):

@@ -1,6 +1,6 @@
-"""torch.nn.utils' training-loop helpers: clip_grad_norm_ and clip_grad_value_, as torch computes them (one
-norm per gradient, the norm of those norms, every gradient scaled by min(1, max_norm / (total + 1e-6))), on
-the stream: the returned total norm is a 0-d tensor, read only when the caller asks."""
+"""torch.nn.utils' training-loop helpers: clip_grad_norm_ (the total norm of all gradients, then every gradient
+scaled by min(1, max_norm / (total + 1e-6)): two multi-tensor Tasks on the stream, the returned 0-d norm read
+only when the caller asks), clip_grad_value_, parameters_to_vector and vector_to_parameters."""
 import math
 
 from .. import _C
@@ -14,26 +14,14 @@ def _grads(parameters):
     return [p.grad for p in parameters if p.grad is not None]
 
 
-def _vector_norm(x, norm_type):
-    if norm_type == math.inf:
-        return x.abs().amax()
-    if norm_type == -math.inf:
-        return x.abs().amin()
-    if norm_type == 2.0:
-        return (x * x).sum().sqrt()
-    if norm_type == 1.0:
-        return x.abs().sum()
-    return x.abs().pow(norm_type).sum().pow(1.0 / norm_type)
-
-
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The norm_type-norm of all the tensors' elements together: one Task (grad_norm), no host sync unless
+    error_if_nonfinite (which reads the norm, as torch)."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     norm_type = float(norm_type)
     if not tensors:
         return _C.tensor(0.0)
-    with no_grad():
-        norms = [_vector_norm(t, norm_type) for t in tensors]
-        total = _vector_norm(_C.stack(norms), norm_type)
+    total = _C._grad_norm(tensors, norm_type)
     if error_if_nonfinite and not math.isfinite(total.item()):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
@@ -43,21 +31,22 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
 
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     grads = _grads(parameters)
-    if not grads:
-        return
-    with no_grad():
-        clip_coef = _C.clamp(float(max_norm) / (total_norm + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(clip_coef)
+    if grads:
+        _C._clip_grads_with_norm_(grads, float(max_norm), total_norm)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm_: two Tasks over all gradients (their total norm, then the scaling by
+    min(1, max_norm / (norm + 1e-6)) read from it on the stream); returns the norm, a 0-d tensor. foreach is
+    accepted and ignored (the one path is already multi-tensor)."""
     if isinstance(parameters, Tensor):
-        parameters = [parameters]
-    parameters = list(parameters)
-    grads = _grads(parameters)
-    total_norm = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
-    clip_grads_with_norm_(parameters, max_norm, total_norm, foreach)
+        grads = [parameters.grad] if parameters.grad is not None else []
+    else:
+        grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return _C.tensor(0.0)
+    total_norm = get_total_norm(grads, norm_type, error_if_nonfinite)
+    _C._clip_grads_with_norm_(grads, float(max_norm), total_norm)
     return total_norm
 
 
@@ -66,3 +55,25 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     with no_grad():
         for g in _grads(parameters):
             g.clamp_(min=-clip_value, max=clip_value)
+
+
+def _check_same_device(param, old_param_device):
+    return old_param_device  # one device (the cpu): nothing to check yet
+
+
+def parameters_to_vector(parameters):
+    """The parameters flattened and concatenated into one 1-D tensor (a copy; differentiable, as torch)."""
+    if isinstance(parameters, Tensor):
+        raise TypeError(f"expected an iterable of Tensors, but got {type(parameters).__name__}")
+    return _C.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters):
+    """Slices of vec become the parameters' data (views of vec, as torch's `param.data = ...`)."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    pointer = 0
+    for param in parameters:
+        n = param.numel()
+        param.data = vec[pointer:pointer + n].view(tuple(param.shape)).data
+        pointer += n

@@ -167,6 +167,24 @@ struct CrossEntropyAttrs {
   LossReduction reduction = LossReduction::Mean;
 };
 
+// nll_loss and its backward: the ignored class, the reduction, and whether a class-weight input follows the target.
+struct NllLossAttrs {
+  static constexpr const char* kName = "NllLossAttrs";
+  int64_t ignore_index = -100;
+  LossReduction reduction = LossReduction::Mean;
+  bool weighted = false;
+};
+// grad_norm (torch.nn.utils.get_total_norm): the order p of the vector norm over all its inputs (inf, -inf,
+// 0 or > 0). clip_grads_with_norm: the largest total norm the gradients keep.
+struct GradNormAttrs {
+  static constexpr const char* kName = "GradNormAttrs";
+  double norm_type = 2.0;
+};
+struct ClipGradNormAttrs {
+  static constexpr const char* kName = "ClipGradNormAttrs";
+  double max_norm = 1.0;
+};
+
 // embedding_backward: the number of rows of the weight (V).
 struct EmbeddingBackwardAttrs {
   static constexpr const char* kName = "EmbeddingBackwardAttrs";

@@ -34,6 +34,32 @@ def adamw(m, p, g, exp_avg, exp_avg_sq):
     return p, exp_avg, exp_avg_sq, count
 
 
+def grad_norm(norm_type):
+    """clip_grad_norm_'s total norm of three tensors (dygrad: one grad_norm Task; torch: get_total_norm)."""
+    def call(m, a, b, c):
+        if m.__name__ == "dygrad":
+            return m._C._grad_norm([a, b, c], norm_type)
+        return m.nn.utils.get_total_norm([a, b, c], norm_type)
+    return call
+
+
+def clip_grads(m, g1, g2, norm):
+    """Two gradients scaled in place by min(1, 0.5 / (norm + 1e-6)) (dygrad: one clip_grads_with_norm Task)."""
+    if m.__name__ == "dygrad":
+        m._C._clip_grads_with_norm_([g1, g2], 0.5, norm)
+    else:
+        factor = m.clamp(0.5 / (norm + 1e-6), max=1.0)
+        g1.mul_(factor)
+        g2.mul_(factor)
+    return g1, g2
+
+
+GRADS = (Input((4, 5)), Input((7,)), Input((3, 2, 2)))
+GRADS_BIG = (Input((300, 200)), Input((70000,)), Input((5,)))
+# the clipped gradients are written in place by the fused Task only when contiguous (else an elementwise mul_)
+CLIPPED = (Input((4, 5), layout=False), Input((9,), layout=False), Input((), low=0.1, high=3.0, layout=False))
+
+
 def sdpa(**kw):
     return lambda m, q, k, v: m.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
 
@@ -56,6 +82,20 @@ ENTRIES = [
           cases=((Input((5, 7)), Input((5,), "int64", 0, 7, "integers", grad=False)),
                  (Input((12, 3)), Input((12,), "int64", 0, 3, "integers", grad=False))),
           big=(Input((512, 300)), Input((512,), "int64", 0, 300, "integers", grad=False))),
+    Entry("nll_loss", lambda m, x, t: m.nn.functional.nll_loss(x, t), also_runs=("nll_loss_backward",),
+          cases=((Input((5, 7)), Input((5,), "int64", 0, 7, "integers", grad=False)),
+                 (Input((2, 4, 3)), Input((2, 3), "int64", 0, 4, "integers", grad=False))),
+          big=(Input((4096, 300)), Input((4096,), "int64", 0, 300, "integers", grad=False))),
+    Entry("nll_loss", lambda m, x, t, w: m.nn.functional.nll_loss(x, t, weight=w, ignore_index=0, reduction="sum"),
+          also_runs=("nll_loss_backward",), variant="weighted_sum",
+          cases=((Input((6, 4)), Input((6,), "int64", 0, 4, "integers", grad=False),
+                  Input((4,), low=0.5, high=2.0, grad=False)),),
+          big=(Input((40000, 8)), Input((40000,), "int64", 0, 8, "integers", grad=False),
+               Input((8,), low=0.5, high=2.0, grad=False))),
+    Entry("nll_loss", lambda m, x, t: m.nn.functional.nll_loss(x, t, reduction="none"),
+          also_runs=("nll_loss_backward",), variant="none",
+          cases=((Input((2, 5, 3)), Input((2, 3), "int64", 0, 5, "integers", grad=False)),),
+          big=(Input((40000, 8)), Input((40000,), "int64", 0, 8, "integers", grad=False))),
     Entry("rms_norm", lambda m, x, w: m.rms_norm(x, w, eps=1e-6), also_runs=("rms_norm_backward",),
           ref=lambda torch, x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-6),
           cases=((Input((3, 8)), Input((8,))), (Input((2, 3, 5)), Input((5,)))),
@@ -82,6 +122,11 @@ ENTRIES = [
                   Input((4, 5), low=0.0, high=1.0, layout=False)),),
           big=(Input((256, 320), layout=False), Input((256, 320)), Input((256, 320), layout=False),
                Input((256, 320), low=0.0, high=1.0, layout=False))),
+    Entry("grad_norm", grad_norm(2.0), differentiable=False, cases=(GRADS,), big=GRADS_BIG),
+    Entry("grad_norm", grad_norm(float("inf")), differentiable=False, cases=(GRADS,), big=GRADS_BIG, variant="inf"),
+    Entry("grad_norm", grad_norm(1.5), differentiable=False, cases=(GRADS,), big=GRADS_BIG, variant="p=1.5"),
+    Entry("clip_grads_with_norm", clip_grads, differentiable=False, inplace_call=clip_grads, cases=(CLIPPED,),
+          big=(Input((300, 200), layout=False), Input((70000,), layout=False), Input((), low=0.1, high=3.0, layout=False))),
     Entry("scaled_dot_product_attention", sdpa(), also_runs=ATTENTION_BACKWARD, cases=(QKV,), big=QKV_BIG),
     Entry("scaled_dot_product_attention", sdpa(is_causal=True), also_runs=ATTENTION_BACKWARD, variant="causal",
           cases=(QKV,), big=QKV_BIG),
