@@ -213,4 +213,62 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return add(out, weight.dim() == 2 ? bias : reshape(bias, IntSpan()));
 }
 
+// --- addmm, baddbmm, addbmm: beta * input + alpha * (a product) -------------------------------------------
+// Composed: the product is one GEMM Task and the scaled sum one add Task (plus a mul when beta is not 0 or 1).
+// beta = 0 ignores input entirely (nan and inf in it do not propagate), as torch.
+namespace {
+Tensor scaled_sum(const char* name, const Tensor& input, const Tensor& product, Scalar beta, Scalar alpha) {
+  check_defined(name, input, "input");
+  DG_CHECK(input.dtype() == product.dtype(), Runtime, "[", name, "] expected input and the matrices to have the "
+           "same dtype, but got ", dtype_name(input.dtype()), " and ", dtype_name(product.dtype()));
+  (void)broadcast_shapes(name, input.shape(), product.shape());
+  Dims out_shape(product.shape());
+  const Tensor base = broadcast_to(input, out_shape);  // input broadcasts to the product's shape, not beyond
+  if (beta.to_double() == 0) return alpha.to_double() == 1 ? product : mul(product, alpha);
+  return add(beta.to_double() == 1 ? base : mul(base, beta), product, alpha);
+}
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  check_defined("addmm", mat1, "mat1");
+  check_defined("addmm", mat2, "mat2");
+  DG_CHECK(mat1.dim() == 2 && mat2.dim() == 2, Runtime, "[addmm] mat1 and mat2 must be matrices, got shapes ",
+           mat1.shape(), " and ", mat2.shape());
+  DG_CHECK(mat1.size(1) == mat2.size(0), Runtime, "[addmm] mat1 and mat2 shapes cannot be multiplied (",
+           mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
+  return scaled_sum("addmm", input, matmul_impl("addmm", mat1, mat2), beta, alpha);
+}
+
+Tensor& addmm_(Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  check_defined("addmm_", self, "self");
+  const Tensor result = addmm(self, mat1, mat2, beta, alpha);
+  DG_CHECK(same_shape(result.shape(), self.shape()), Runtime, "[addmm_] the result of shape ", result.shape(),
+           " does not fit self of shape ", self.shape());
+  return copy_(self, result);
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  check_defined("baddbmm", batch1, "batch1");
+  check_defined("baddbmm", batch2, "batch2");
+  DG_CHECK(batch1.dim() == 3 && batch2.dim() == 3, Runtime, "[baddbmm] batch1 and batch2 must be 3-D tensors, got "
+           "shapes ", batch1.shape(), " and ", batch2.shape());
+  DG_CHECK(batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1), Runtime, "[baddbmm] batch1 ",
+           batch1.shape(), " and batch2 ", batch2.shape(), " cannot be multiplied");
+  return scaled_sum("baddbmm", input, matmul_impl("baddbmm", batch1, batch2), beta, alpha);
+}
+
+// sum_b batch1[b] @ batch2[b] is one GEMM: [M, B * K] (batch1 permuted to [M, B, K]) @ [B * K, N].
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  check_defined("addbmm", batch1, "batch1");
+  check_defined("addbmm", batch2, "batch2");
+  DG_CHECK(batch1.dim() == 3 && batch2.dim() == 3, Runtime, "[addbmm] batch1 and batch2 must be 3-D tensors, got "
+           "shapes ", batch1.shape(), " and ", batch2.shape());
+  DG_CHECK(batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1), Runtime, "[addbmm] batch1 ",
+           batch1.shape(), " and batch2 ", batch2.shape(), " cannot be multiplied");
+  const int64_t B = batch1.size(0), M = batch1.size(1), K = batch1.size(2), N = batch2.size(2);
+  const int64_t order[3] = {1, 0, 2}, left[2] = {M, B * K}, right[2] = {B * K, N};
+  const Tensor product = matmul_impl("addbmm", reshape(permute(batch1, order), left), reshape(batch2, right));
+  return scaled_sum("addbmm", input, product, beta, alpha);
+}
+
 }  // namespace dg

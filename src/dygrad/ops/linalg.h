@@ -16,4 +16,11 @@ Tensor outer(const Tensor& a, const Tensor& b);   // [M] x [N] -> [M, N]
 // torch.nn.functional.linear: x @ weight^T + bias, weight [out_features, in_features], bias [out_features].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// beta * input + alpha * (mat1 @ mat2) [M, N] (input broadcast to it); baddbmm the same with bmm [B, M, N];
+// addbmm with the sum over the batch of bmm [M, N]. beta = 0 ignores input (its nan/inf do not propagate).
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta = 1, Scalar alpha = 1);
+Tensor& addmm_(Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta = 1, Scalar alpha = 1);
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1, Scalar alpha = 1);
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1, Scalar alpha = 1);
+
 }  // namespace dg

@@ -1,4 +1,5 @@
-// CPU kernels for cat, gather (and index_select), scatter_add (and index_add), tril/triu.
+// CPU kernels for cat, gather (and index_select), scatter_add (and index_add), scatter (and scatter_value),
+// tril/triu.
 //
 // Notation: dim is the indexed dim; a "position" p is an index over the other dims of the index tensor;
 // a "line" is the run j = 0..L-1 along dim at one position (L = index.size(dim)). Positions are iterated
@@ -33,6 +34,13 @@
 // inputs (out, index, src), output out (the same tensor: accumulates in place); DimAttrs dim:
 //   out[p, index[p, j]] += src[p, j]
 //   void scatter_add_kernel(Task& task);
+//
+// inputs (out, index, src) for scatter, (out, index) for scatter_value; output out (the same tensor);
+// ScatterAttrs dim, reduce, value:
+//   out[p, index[p, j]] = src[p, j] (or value); reduce Add: +=, Multiply: *= (bool: or / and)
+// Where an element is written twice without reduce, the largest j wins. Raises RuntimeError (as torch) for an
+// index outside [0, out.size(dim)).
+//   void scatter_kernel(Task& task);
 //
 // input a (ndim >= 2), output out contiguous of a's shape; TriangleAttrs diagonal, upper for triu:
 //   out[..., r, c] = a[..., r, c] where c - r <= diagonal (tril) / c - r >= diagonal (triu), else 0
@@ -263,23 +271,25 @@ void gather_kernel(Task& task) {
   });
 }
 
-// out[p, index[p, j]] += src[p, j]: threads split the positions; each walks its positions' lines in
-// increasing j (see the file comment for why that is deterministic).
-void scatter_add_kernel(Task& task) {
+// out[p, index[p, j]] = combine(out[p, index[p, j]], source[p, j]): threads split the positions; each walks
+// its positions' lines in increasing j (see the file comment for why that is deterministic: it also makes
+// the last j win where scatter writes one element twice). `src` null: the source is `value` everywhere.
+// An index out of range raises `error` naming the op.
+void scatter_lines(Task& task, int64_t dim, const Tensor* src, Scalar value, ScatterReduce reduce, ErrorKind error) {
   const Tensor& out = task.outputs[0];
   const Tensor& index = task.inputs[1];
-  const Tensor& src = task.inputs[2];
-  const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
   if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
+  const Tensor& source = src ? *src : index;  // scatter_value: a placeholder view that is never read
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
-                           positions_view(src, index.shape(), dim)};
+                           positions_view(source, index.shape(), dim)};
   StridedIteration it(views);
   const int64_t positions = it.numel;
   if (positions == 0 || lines == 0) return;
-  const int64_t so = out.strides()[dim], si = index.strides()[dim], ss = src.strides()[dim];
+  const int64_t so = out.strides()[dim], si = index.strides()[dim], ss = src ? src->strides()[dim] : 0;
   visit_dtype(out.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
+    const T constant = value.to<T>();
     visit_index(index.dtype(), [&]<typename I>() {
       const int64_t grain = std::max<int64_t>(1, kWorkGrain / lines);
       parallel_for(0, positions, grain, [&](int64_t p0, int64_t p1) {
@@ -292,15 +302,35 @@ void scatter_add_kernel(Task& task) {
                           sts = st[2] / int64_t(sizeof(T));
             for (int64_t k = 0; k < n; ++k) {
               const int64_t v = static_cast<int64_t>(ix[k * sti]);
-              if (v < 0 || v >= size) index_out_of_bounds(task, v, dim, size);
+              if (v < 0 || v >= size)
+                fail(error, "[", task.op->name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
               T& target = o[k * sto + v * so];
-              target = static_cast<T>(static_cast<C>(target) + static_cast<C>(s[k * sts]));
+              const T x = src ? s[k * sts] : constant;
+              if constexpr (std::is_same_v<T, bool>) {
+                if (reduce == ScatterReduce::None) target = x;
+                else if (reduce == ScatterReduce::Add) target = target || x;
+                else target = target && x;
+              } else {
+                if (reduce == ScatterReduce::None) target = x;
+                else if (reduce == ScatterReduce::Add) target = static_cast<T>(static_cast<C>(target) + static_cast<C>(x));
+                else target = static_cast<T>(static_cast<C>(target) * static_cast<C>(x));
+              }
             }
           });
         }
       });
     });
   });
+}
+
+void scatter_add_kernel(Task& task) {
+  scatter_lines(task, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add, ErrorKind::Index);
+}
+// inputs (out, index, src) or (out, index); output out (the same tensor); ScatterAttrs.
+void scatter_kernel(Task& task) {
+  const ScatterAttrs& attrs = task.attrs.get<ScatterAttrs>();
+  scatter_lines(task, attrs.dim, task.inputs.size() > 2 ? &task.inputs[2] : nullptr, attrs.value, attrs.reduce,
+                ErrorKind::Runtime);
 }
 
 // Rows of the last two dims [B, R, C]: one row per work item, batch offsets from the batch dims' strides.
@@ -345,6 +375,8 @@ DG_REGISTER_KERNEL(gather, Device::Type::CPU, gather_kernel);
 DG_REGISTER_KERNEL(index_select, Device::Type::CPU, gather_kernel);
 DG_REGISTER_KERNEL(scatter_add, Device::Type::CPU, scatter_add_kernel);
 DG_REGISTER_KERNEL(index_add, Device::Type::CPU, scatter_add_kernel);
+DG_REGISTER_KERNEL(scatter, Device::Type::CPU, scatter_kernel);
+DG_REGISTER_KERNEL(scatter_value, Device::Type::CPU, scatter_kernel);
 DG_REGISTER_KERNEL(tril, Device::Type::CPU, triangle_kernel);
 DG_REGISTER_KERNEL(triu, Device::Type::CPU, triangle_kernel);
 
