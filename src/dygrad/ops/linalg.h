@@ -1,6 +1,10 @@
 // Linear algebra: matmul with torch.matmul's semantics (1-D promotion, batched with broadcasting), mm, bmm,
 // outer and linear. GEMMs run tiled over the intra-op pool; results do not depend on the thread count.
 #pragma once
+#include <optional>
+#include <span>
+#include <string_view>
+
 #include "dygrad/core/tensor.h"
 
 namespace dg {
@@ -22,5 +26,16 @@ Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar
 Tensor& addmm_(Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta = 1, Scalar alpha = 1);
 Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1, Scalar alpha = 1);
 Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta = 1, Scalar alpha = 1);
+
+// torch.linalg.vector_norm: (sum |x|^ord)^(1 / ord) over dims (all when empty); ord inf / -inf: max / min |x|;
+// ord 0: the count of non-zeros. Floating inputs; `dtype` casts x first. The gradient at a zero norm is 0.
+Tensor vector_norm(const Tensor& x, double ord = 2, IntSpan dims = {}, bool keepdim = false,
+                   std::optional<DType> dtype = std::nullopt);
+
+// torch.einsum: operands labelled by the equation ("bij,bjk->bik"; "..." for broadcast dims; no "->": the labels
+// that appear once, sorted, after the ellipsis dims). Labels missing from the output are summed; operands are
+// contracted left to right, each pair through one bmm. A label repeated within one operand (a diagonal) is
+// refused.
+Tensor einsum(std::string_view equation, std::span<const Tensor> operands);
 
 }  // namespace dg
