@@ -274,8 +274,9 @@ void gather_kernel(Task& task) {
 // out[p, index[p, j]] = combine(out[p, index[p, j]], source[p, j]): threads split the positions; each walks
 // its positions' lines in increasing j (see the file comment for why that is deterministic: it also makes
 // the last j win where scatter writes one element twice). `src` null: the source is `value` everywhere.
-// An index out of range raises `error` naming the op.
-void scatter_lines(Task& task, int64_t dim, const Tensor* src, Scalar value, ScatterReduce reduce, ErrorKind error) {
+// An index out of range raises `error` naming `name` (scatter for both scatter ops: what the user called).
+void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src, Scalar value, ScatterReduce reduce,
+                   ErrorKind error) {
   const Tensor& out = task.outputs[0];
   const Tensor& index = task.inputs[1];
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
@@ -303,7 +304,7 @@ void scatter_lines(Task& task, int64_t dim, const Tensor* src, Scalar value, Sca
             for (int64_t k = 0; k < n; ++k) {
               const int64_t v = static_cast<int64_t>(ix[k * sti]);
               if (v < 0 || v >= size)
-                fail(error, "[", task.op->name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
+                fail(error, "[", name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
               T& target = o[k * sto + v * so];
               const T x = src ? s[k * sts] : constant;
               if constexpr (std::is_same_v<T, bool>) {
@@ -324,12 +325,12 @@ void scatter_lines(Task& task, int64_t dim, const Tensor* src, Scalar value, Sca
 }
 
 void scatter_add_kernel(Task& task) {
-  scatter_lines(task, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add, ErrorKind::Index);
+  scatter_lines(task, task.op->name, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add, ErrorKind::Index);
 }
 // inputs (out, index, src) or (out, index); output out (the same tensor); ScatterAttrs.
 void scatter_kernel(Task& task) {
   const ScatterAttrs& attrs = task.attrs.get<ScatterAttrs>();
-  scatter_lines(task, attrs.dim, task.inputs.size() > 2 ? &task.inputs[2] : nullptr, attrs.value, attrs.reduce,
+  scatter_lines(task, "scatter", attrs.dim, task.inputs.size() > 2 ? &task.inputs[2] : nullptr, attrs.value, attrs.reduce,
                 ErrorKind::Runtime);
 }
 
