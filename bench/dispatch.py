@@ -70,6 +70,22 @@ def make_cases(lib, synchronize):
     def chain_per_op(n):
         chain(n)
 
+    # small operands: the host cost of the index and contraction families (issue 13)
+    x43 = lib.ones(4, 3)
+    index = lib.zeros(2, 3, dtype=lib.int64)
+    src = lib.ones(2, 3)
+
+    def scatter_gather(n, x=x43, index=index, src=src, gather=lib.gather, scatter=lib.scatter):
+        for _ in range(n):
+            gather(x, 0, index)
+            scatter(x, 0, index, src)
+
+    m1, m2 = lib.ones(2, 3, 4), lib.ones(2, 4, 5)
+
+    def einsum(n, m1=m1, m2=m2, einsum=lib.einsum):
+        for _ in range(n):
+            einsum("bij,bjk->bik", m1, m2)
+
     return [
         ("add, no grad (1 elem)", add_plain, 1),
         ("add, requires_grad (1 elem)", add_requires_grad, 1),
@@ -77,6 +93,8 @@ def make_cases(lib, synchronize):
         ("a.add(b) method (1 elem)", add_method, 1),
         ("a + b operator (1 elem)", add_operator, 1),
         (f"chain of 4 ops, 64 elem, per op: {chain_note}", chain_per_op, 4),
+        ("scatter/gather, [4, 3] by [2, 3] index, per op", scatter_gather, 2),
+        ("einsum bij,bjk->bik, [2, 3, 4] x [2, 4, 5]", einsum, 1),
     ]
 
 
