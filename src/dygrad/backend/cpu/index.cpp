@@ -91,6 +91,43 @@ void visit_width(size_t itemsize, F&& f) {
   }
 }
 
+// Small gathers and scatters (at most kSmallWalk index elements: less than one work grain, so one thread runs
+// them either way) walk the index in row-major order with three running offsets, without the position views
+// and their iteration (the host cost of a call on a few elements). Row-major order visits each position's line
+// in increasing j, as the general loops do: the results are bitwise the same.
+constexpr int64_t kSmallWalk = 4096;
+
+// f(offset_0, offset_1, offset_2) for every element of `shape` in row-major order; strides in elements.
+template <typename F>
+void walk_row_major(IntSpan shape, IntSpan s0, IntSpan s1, IntSpan s2, F&& f) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t numel = 1;
+  for (int64_t size : shape) numel *= size;
+  Dims counter(shape.size(), 0);
+  int64_t o0 = 0, o1 = 0, o2 = 0;
+  for (int64_t e = 0; e < numel; ++e) {
+    f(o0, o1, o2);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      const size_t k = static_cast<size_t>(d);
+      o0 += s0[k];
+      o1 += s1[k];
+      o2 += s2[k];
+      if (++counter[k] < shape[k]) break;
+      o0 -= s0[k] * shape[k];
+      o1 -= s1[k] * shape[k];
+      o2 -= s2[k] * shape[k];
+      counter[k] = 0;
+    }
+  }
+}
+
+// t's strides with the one at `dim` zeroed (the walk adds index * stride there itself).
+Dims strides_without(const Tensor& t, int64_t dim) {
+  Dims strides(t.strides());
+  strides[static_cast<size_t>(dim)] = 0;
+  return strides;
+}
+
 constexpr int64_t kCopySegment = 16384;  // elements: a long contiguous row is split into segments (jobs)
 
 // One copy dst = src of the same shape (a cat input into its part of the output), coalesced: rows of
@@ -230,6 +267,23 @@ void gather_kernel(Task& task) {
   const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = a.shape()[dim], lines = index.shape()[dim];
   if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
+  if (index.numel() <= kSmallWalk) {
+    const int64_t sa = a.strides()[dim];
+    visit_width(a.itemsize(), [&]<typename U>() {
+      visit_index(index.dtype(), [&]<typename I>() {
+        U* o = out.data<U>();
+        const U* x = a.data<U>();
+        const I* ix = index.data<I>();
+        walk_row_major(index.shape(), out.strides(), strides_without(a, dim), index.strides(),
+                       [&](int64_t po, int64_t pa, int64_t pi) {
+                         const int64_t v = static_cast<int64_t>(ix[pi]);
+                         if (v < 0 || v >= size) index_out_of_bounds(task, v, dim, size);
+                         o[po] = x[pa + v * sa];
+                       });
+      });
+    });
+    return;
+  }
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(a, index.shape(), dim),
                            positions_view(index, index.shape(), dim)};
   StridedIteration it(views);
@@ -271,6 +325,21 @@ void gather_kernel(Task& task) {
   });
 }
 
+// target = x, or combined with it by `reduce` (in the compute type; bool: or / and).
+template <typename T>
+inline void scatter_update(T& target, T x, ScatterReduce reduce) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (reduce == ScatterReduce::None) target = x;
+    else if (reduce == ScatterReduce::Add) target = target || x;
+    else target = target && x;
+  } else {
+    if (reduce == ScatterReduce::None) target = x;
+    else if (reduce == ScatterReduce::Add) target = static_cast<T>(static_cast<C>(target) + static_cast<C>(x));
+    else target = static_cast<T>(static_cast<C>(target) * static_cast<C>(x));
+  }
+}
+
 // out[p, index[p, j]] = combine(out[p, index[p, j]], source[p, j]): threads split the positions; each walks
 // its positions' lines in increasing j (see the file comment for why that is deterministic: it also makes
 // the last j win where scatter writes one element twice). `src` null: the source is `value` everywhere.
@@ -281,6 +350,25 @@ void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src,
   const Tensor& index = task.inputs[1];
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
   if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
+  if (index.numel() <= kSmallWalk) {
+    const int64_t so = out.strides()[dim];
+    visit_dtype(out.dtype(), [&]<typename T>() {
+      const T constant = value.to<T>();
+      visit_index(index.dtype(), [&]<typename I>() {
+        T* o = out.data<T>();
+        const I* ix = index.data<I>();
+        const T* s = src ? src->data<T>() : nullptr;
+        walk_row_major(index.shape(), strides_without(out, dim), index.strides(), src ? src->strides() : index.strides(),
+                       [&](int64_t po, int64_t pi, int64_t ps) {
+                         const int64_t v = static_cast<int64_t>(ix[pi]);
+                         if (v < 0 || v >= size)
+                           fail(error, "[", name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
+                         scatter_update(o[po + v * so], src ? s[ps] : constant, reduce);
+                       });
+      });
+    });
+    return;
+  }
   const Tensor& source = src ? *src : index;  // scatter_value: a placeholder view that is never read
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
                            positions_view(source, index.shape(), dim)};
@@ -289,7 +377,6 @@ void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src,
   if (positions == 0 || lines == 0) return;
   const int64_t so = out.strides()[dim], si = index.strides()[dim], ss = src ? src->strides()[dim] : 0;
   visit_dtype(out.dtype(), [&]<typename T>() {
-    using C = compute_t<T>;
     const T constant = value.to<T>();
     visit_index(index.dtype(), [&]<typename I>() {
       const int64_t grain = std::max<int64_t>(1, kWorkGrain / lines);
@@ -305,17 +392,7 @@ void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src,
               const int64_t v = static_cast<int64_t>(ix[k * sti]);
               if (v < 0 || v >= size)
                 fail(error, "[", name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
-              T& target = o[k * sto + v * so];
-              const T x = src ? s[k * sts] : constant;
-              if constexpr (std::is_same_v<T, bool>) {
-                if (reduce == ScatterReduce::None) target = x;
-                else if (reduce == ScatterReduce::Add) target = target || x;
-                else target = target && x;
-              } else {
-                if (reduce == ScatterReduce::None) target = x;
-                else if (reduce == ScatterReduce::Add) target = static_cast<T>(static_cast<C>(target) + static_cast<C>(x));
-                else target = static_cast<T>(static_cast<C>(target) * static_cast<C>(x));
-              }
+              scatter_update(o[k * sto + v * so], src ? s[k * sts] : constant, reduce);
             }
           });
         }
