@@ -75,6 +75,12 @@ struct ScatterAttrs {
   Scalar value;  // scatter_value only
 };
 
+// addmm (addmm and baddbmm): out = beta * input + alpha * a @ b.
+struct AddmmAttrs {
+  static constexpr const char* kName = "AddmmAttrs";
+  Scalar beta = 1, alpha = 1;
+};
+
 // tril, triu: keep the elements on and below (tril) / above (triu) the diagonal `diagonal`.
 struct TriangleAttrs {
   static constexpr const char* kName = "TriangleAttrs";
