@@ -371,3 +371,21 @@ def test_repeat_interleave_against_torch():
         dg.repeat_interleave(x_d, dg.tensor([1.0, 2.0]), dim=0)
     with pytest.raises(IndexError):
         dg.repeat_interleave(x_d, 2, dim=5)
+
+
+def test_out_of_range_index_error_kinds_match_torch():
+    # torch: IndexError for index_select, RuntimeError for gather, scatter_add and index_add (deferred here:
+    # raised at the next sync, naming the op)
+    x = dg.zeros(3, 3)
+    bad = dg.tensor([[5]])
+    with pytest.raises(RuntimeError, match=r"\[gather\] index 5 is out of bounds for dimension 0 with size 3"):
+        dg.gather(x, 0, bad).tolist()
+    with pytest.raises(RuntimeError, match=r"\[scatter_add\] index 5 is out of bounds"):
+        dg.scatter_add(x, 0, bad, dg.ones(1, 1)).tolist()
+    with pytest.raises(RuntimeError, match=r"\[index_add\] index 5 is out of bounds"):
+        x.index_add(0, dg.tensor([5]), dg.ones(1, 3)).tolist()
+    with pytest.raises(IndexError, match=r"\[index_select\] index 5 is out of bounds"):
+        dg.index_select(x, 0, dg.tensor([5])).tolist()
+    for big in (dg.zeros(300, 300), ):  # the general (threaded) loops raise the same
+        with pytest.raises(RuntimeError, match=r"\[gather\] index 300"):
+            dg.gather(big, 0, dg.full((300, 300), 300, dtype=dg.int64)).tolist()

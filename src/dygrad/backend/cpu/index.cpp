@@ -27,8 +27,8 @@
 //
 // inputs (a, index); output out of index's shape; DimAttrs dim:
 //   out[p, j] = a[p, index[p, j]]   (p: position over the dims other than dim, j: along dim)
-// index_select passes index expanded to out's shape (stride 0 off dim). Raises IndexError naming the op
-// for an index outside [0, a.size(dim)).
+// index_select passes index expanded to out's shape (stride 0 off dim). Raises, naming the op, for an index
+// outside [0, a.size(dim)): IndexError for index_select, RuntimeError for gather (as torch).
 //   void gather_kernel(Task& task);
 //
 // inputs (out, index, src), output out (the same tensor: accumulates in place); DimAttrs dim:
@@ -69,9 +69,11 @@ void visit_index(DType t, F&& f) {
   else f.template operator()<int64_t>();
 }
 
+// The error torch raises for the op: IndexError for index_select, RuntimeError for gather and the scatters.
 [[noreturn]] void index_out_of_bounds(const Task& task, int64_t value, int64_t dim, int64_t size) {
-  fail(ErrorKind::Index, "[", task.op->name, "] index ", value, " is out of bounds for dimension ", dim,
-       " with size ", size);
+  const bool select = std::strcmp(task.op->name, "index_select") == 0;
+  fail(select ? ErrorKind::Index : ErrorKind::Runtime, "[", task.op->name, "] index ", value,
+       " is out of bounds for dimension ", dim, " with size ", size);
 }
 
 // An unsigned type of each element width: copies move bits, whatever the dtype.
@@ -402,7 +404,8 @@ void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src,
 }
 
 void scatter_add_kernel(Task& task) {
-  scatter_lines(task, task.op->name, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add, ErrorKind::Index);
+  scatter_lines(task, task.op->name, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add,
+                ErrorKind::Runtime);
 }
 // inputs (out, index, src) or (out, index); output out (the same tensor); ScatterAttrs.
 void scatter_kernel(Task& task) {
