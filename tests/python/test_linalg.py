@@ -226,6 +226,14 @@ def test_einsum_against_torch(equation, shapes):
         close(d.grad, t.grad)
 
 
+def test_einsum_returns_a_new_tensor():
+    x = dg.ones(2, 3, requires_grad=True)
+    y = dg.einsum("ij", x)
+    assert y is not x and y.grad_fn is not None
+    (y * 2).sum().backward()
+    assert x.grad.tolist() == [[2.0] * 3] * 2
+
+
 def test_einsum_errors():
     a = dg.ones(2, 3)
     for equation, operands, kind, pattern in [

@@ -50,6 +50,15 @@ Term parse_term(const std::string& text, size_t position, bool output) {
   return term;
 }
 
+// permute / reshape that return t itself when they would not change it (most einsum calls permute little: each
+// skipped view is a TensorImpl less on the host).
+Tensor permuted(const Tensor& t, IntSpan order) {
+  for (size_t d = 0; d < order.size(); ++d)
+    if (order[d] != static_cast<int64_t>(d)) return permute(t, order);
+  return t;
+}
+Tensor reshaped(const Tensor& t, IntSpan shape) { return same_shape(t.shape(), shape) ? t : reshape(t, shape); }
+
 // left and right aligned (rank L); sums the dims in `sum_dims` (kept as size 1): one bmm over
 // [batch, left-only, contracted] @ [batch, contracted, right-only]. A dim of size 1 in one operand broadcasts.
 Tensor sumproduct_pair(Tensor left, Tensor right, const std::vector<bool>& summed) {
@@ -95,7 +104,7 @@ Tensor sumproduct_pair(Tensor left, Tensor right, const std::vector<bool>& summe
     for (int64_t d : *group) right_order.push_back(d);
   const int64_t left_shape[3] = {batch_size, left_size, contracted_size};
   const int64_t right_shape[3] = {batch_size, contracted_size, right_size};
-  Tensor product = bmm(reshape(permute(left, left_order), left_shape), reshape(permute(right, right_order), right_shape));
+  Tensor product = bmm(reshaped(permuted(left, left_order), left_shape), reshaped(permuted(right, right_order), right_shape));
   // [batch, left_only, right_only] back to rank L in label order (the summed dims as size 1).
   Dims result_shape, result_order(static_cast<size_t>(L), 0);
   Dims sizes_by_dim(static_cast<size_t>(L), 1);
@@ -108,7 +117,7 @@ Tensor sumproduct_pair(Tensor left, Tensor right, const std::vector<bool>& summe
       result_shape.push_back(sizes_by_dim[static_cast<size_t>(d)]);
       result_order[static_cast<size_t>(d)] = position++;
     }
-  return permute(reshape(product, result_shape), result_order);
+  return permuted(reshaped(product, result_shape), result_order);
 }
 }  // namespace
 
@@ -216,7 +225,7 @@ Tensor einsum(std::string_view equation_in, std::span<const Tensor> operands) {
       if (x.size(static_cast<int64_t>(i)) != 1 || target[i] >= ellipsis_rank)
         last_use[static_cast<size_t>(target[i])] = static_cast<int64_t>(k);
     }
-    aligned.push_back(reshape(permute(x, order), shape));
+    aligned.push_back(reshaped(permuted(x, order), shape));
   }
   std::vector<bool> in_output(static_cast<size_t>(L), false);
   for (int label : output) in_output[static_cast<size_t>(label_dim(label))] = true;
@@ -239,11 +248,14 @@ Tensor einsum(std::string_view equation_in, std::span<const Tensor> operands) {
   Dims sorted_dims(out_order);
   std::sort(sorted_dims.begin(), sorted_dims.end());
   for (int64_t d : sorted_dims) out_shape.push_back(result.size(d));
-  Tensor squeezed = reshape(result, out_shape);  // the output labels in aligned order
+  Tensor squeezed = reshaped(result, out_shape);  // the output labels in aligned order
   Dims permutation;
   for (int64_t d : out_order)
     permutation.push_back(std::lower_bound(sorted_dims.begin(), sorted_dims.end(), d) - sorted_dims.begin());
-  return permute(squeezed, permutation);
+  const Tensor out = permuted(squeezed, permutation);
+  for (const Tensor& x : operands)  // einsum("ij", x): a new view, never the operand itself
+    if (out.impl() == x.impl()) return view(out, out.shape());
+  return out;
 }
 
 }  // namespace dg
