@@ -90,6 +90,22 @@ def make_cases(lib, synchronize):
         for _ in range(n):
             clip(params, 1e9)
 
+    # small operands: the host cost of the index and contraction families (issue 13)
+    x43 = lib.ones(4, 3)
+    index = lib.zeros(2, 3, dtype=lib.int64)
+    src = lib.ones(2, 3)
+
+    def scatter_gather(n, x=x43, index=index, src=src, gather=lib.gather, scatter=lib.scatter):
+        for _ in range(n):
+            gather(x, 0, index)
+            scatter(x, 0, index, src)
+
+    m1, m2 = lib.ones(2, 3, 4), lib.ones(2, 4, 5)
+
+    def einsum(n, m1=m1, m2=m2, einsum=lib.einsum):
+        for _ in range(n):
+            einsum("bij,bjk->bik", m1, m2)
+
     return [
         ("add, no grad (1 elem)", add_plain, 1),
         ("add, requires_grad (1 elem)", add_requires_grad, 1),
@@ -100,6 +116,8 @@ def make_cases(lib, synchronize):
         ("sort/topk: sort(x), topk(x, 4), 16 elem, per op", sort_topk, 2),
         ("cumsum(x, 0), 16 elem", cumsum, 1),
         ("clip_grad_norm_ (20 params of 16x16)", clip_grad_norm, 1),
+        ("scatter/gather, [4, 3] by [2, 3] index, per op", scatter_gather, 2),
+        ("einsum bij,bjk->bik, [2, 3, 4] x [2, 4, 5]", einsum, 1),
     ]
 
 

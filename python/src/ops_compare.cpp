@@ -228,6 +228,30 @@ PyObject* clamp_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t 
     return a[0];
   });
 }
+// isclose / allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False): a bool tensor / a Python bool.
+template <bool All>
+PyObject* isclose_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = All ? "allclose" : "isclose";
+  static const Signature sig(name, {"input", "other", "rtol", "atol", "equal_nan"}, 5, 2);
+  PyObject* a[5];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  const Tensor* other = input ? to_tensor(name, "other", a[1]) : nullptr;
+  Scalar rtol, atol;
+  bool equal_nan;
+  if (!other || !to_scalar_argument(name, "rtol", a[2], 1e-05, rtol) || !to_scalar_argument(name, "atol", a[3], 1e-08, atol) ||
+      !to_bool_argument(name, "equal_nan", a[4], false, equal_nan))
+    return nullptr;
+  return guarded([&]() -> PyObject* {
+    if constexpr (All) {
+      PyObject* result = allclose(*input, *other, rtol.to_double(), atol.to_double(), equal_nan) ? Py_True : Py_False;
+      Py_INCREF(result);
+      return result;
+    } else {
+      return wrap(isclose(*input, *other, rtol.to_double(), atol.to_double(), equal_nan));
+    }
+  });
+}
 }  // namespace
 
 // The operators & | ~ for bool tensors (masks): logical_and / logical_or / logical_not, as torch's bitwise ops
@@ -283,6 +307,8 @@ PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op) {
 void init_ops_compare(nb::module_& m) {
   static const OpEntry entries[] = {
       {"eq", compare_entry<Eq>, "eq(input, other) -> Tensor (bool)", true, true},
+      {"isclose", isclose_entry<false>, "isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor (bool)", true, true},
+      {"allclose", isclose_entry<true>, "allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool", true, true},
       {"ne", compare_entry<Ne>, "ne(input, other) -> Tensor (bool)", true, true},
       {"lt", compare_entry<Lt>, "lt(input, other) -> Tensor (bool)", true, true},
       {"le", compare_entry<Le>, "le(input, other) -> Tensor (bool)", true, true},

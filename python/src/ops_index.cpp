@@ -1,5 +1,7 @@
 // Joining, splitting and index entry points: cat/concat, stack, split, chunk, unbind, index_select, gather,
-// scatter_add(_), index_add, tril, triu. (Python indexing, t[...], lives elsewhere.)
+// scatter_add(_), scatter(_), index_add(_), repeat, repeat_interleave, tril, triu. (Python indexing, t[...], lives elsewhere.)
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common.h"
@@ -170,6 +172,126 @@ PyObject* scatter_add_inplace_entry(PyObject* self, PyObject* const* args, Py_ss
   });
 }
 
+// index_add_(dim, index, source, *, alpha=1): in place, returns self.
+PyObject* index_add_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("index_add_", {"self", "dim", "index", "source", "alpha"}, 4, 4);
+  PyObject* a[5];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  int64_t dim;
+  if (!to_tensor("index_add_", "self", a[0]) || !to_int_argument("index_add_", "dim", a[1], dim)) return nullptr;
+  const Tensor* index = to_tensor("index_add_", "index", a[2]);
+  const Tensor* source = index ? to_tensor("index_add_", "source", a[3]) : nullptr;
+  Scalar alpha = 1;
+  if (!source || !to_scalar_argument("index_add_", "alpha", a[4], 1, alpha)) return nullptr;
+  return guarded([&] {
+    index_add_(unwrap(a[0]), dim, *index, alpha.to_double() == 1.0 ? *source : mul(*source, alpha));
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+// reduce=None | 'add' | 'multiply' (torch 2.13's scatter.reduce).
+bool to_scatter_reduce(const char* op, PyObject* o, ScatterReduce& out) {
+  out = ScatterReduce::None;
+  if (!o || o == Py_None) return true;
+  if (!PyUnicode_Check(o)) {
+    type_error(op, "argument 'reduce' must be str, not %s", type_name(o));
+    return false;
+  }
+  const char* text = PyUnicode_AsUTF8(o);
+  if (!text) return false;
+  if (std::string_view(text) == "add") out = ScatterReduce::Add;
+  else if (std::string_view(text) == "multiply") out = ScatterReduce::Multiply;
+  else {
+    PyErr_Format(PyExc_RuntimeError, "[%s] reduce argument must be either add or multiply, got '%s'", op, text);
+    return false;
+  }
+  return true;
+}
+
+// scatter(input, dim, index, src, *, reduce=None) and scatter(input, dim, index, value, *, reduce=None);
+// Tensor.scatter_ the same in place.
+template <bool Inplace>
+PyObject* scatter_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = Inplace ? "scatter_" : "scatter";
+  static const Signature sig(name, {"input", "dim", "index", "src", "value", "reduce"}, 4, 3);
+  PyObject* a[6];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  int64_t dim;
+  if (!input || !to_int_argument(name, "dim", a[1], dim)) return nullptr;
+  const Tensor* index = to_tensor(name, "index", a[2]);
+  ScatterReduce reduce;
+  if (!index || !to_scatter_reduce(name, a[5], reduce)) return nullptr;
+  if ((a[3] != nullptr) == (a[4] != nullptr))
+    return type_error(name, "expected exactly one of 'src' (a Tensor) and 'value' (a number)");
+  PyObject* operand = a[3] ? a[3] : a[4];
+  const Tensor* src = nullptr;
+  Scalar value;
+  if (is_tensor(operand)) src = &unwrap(operand);
+  else if (!to_scalar(operand, value))
+    return type_error(name, "argument '%s' must be a Tensor or a number, not %s", a[3] ? "src" : "value",
+                      type_name(operand));
+  return guarded([&] {
+    if constexpr (Inplace) {
+      Tensor& target = unwrap(a[0]);
+      if (src) scatter_(target, dim, *index, *src, reduce);
+      else scatter_(target, dim, *index, value, reduce);
+      Py_INCREF(a[0]);
+      return a[0];
+    } else {
+      return wrap(src ? scatter(*input, dim, *index, *src, reduce) : scatter(*input, dim, *index, value, reduce));
+    }
+  });
+}
+
+// Tensor.repeat(*repeats): ints or one sequence (or repeats= by keyword).
+PyObject* repeat_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Tensor* tensor = self ? to_tensor("repeat", "self", self) : nullptr;
+  if (!tensor) return type_error("repeat", "is a Tensor method: call x.repeat(*repeats)");
+  Dims repeats;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nkw > 1 || (nkw == 1 && nargs > 0)) return type_error("repeat", "got unexpected keyword arguments");
+  if (nkw == 1) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "repeats") != 0)
+      return type_error("repeat", "got an unexpected keyword argument '%s'", PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, 0)));
+    if (!to_int_list("repeat", "repeats", args[0], repeats)) return nullptr;
+  } else if (!to_shape("repeat", args, nargs, repeats)) {
+    return nullptr;
+  }
+  return guarded([&] { return wrap(repeat(*tensor, repeats)); });
+}
+
+// repeat_interleave(input, repeats, dim=None, *, output_size=None); repeat_interleave(repeats, *, output_size=None).
+PyObject* repeat_interleave_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("repeat_interleave", {"input", "repeats", "dim", "output_size"}, 3, 1);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("repeat_interleave", "input", a[0]);
+  if (!input) return nullptr;
+  std::optional<int64_t> dim, output_size;
+  int64_t value;
+  if (a[2] && a[2] != Py_None) {
+    if (!to_int_argument("repeat_interleave", "dim", a[2], value)) return nullptr;
+    dim = value;
+  }
+  if (a[3] && a[3] != Py_None) {
+    if (!to_int_argument("repeat_interleave", "output_size", a[3], value)) return nullptr;
+    output_size = value;
+  }
+  if (!a[1]) {  // the index form: input is the repeats tensor
+    if (dim) return type_error("repeat_interleave", "missing required argument 'repeats'");
+    return guarded([&] { return wrap(repeat_interleave(*input, output_size)); });
+  }
+  if (is_tensor(a[1])) {
+    const Tensor& repeats = unwrap(a[1]);
+    return guarded([&] { return wrap(repeat_interleave(*input, repeats, dim, output_size)); });
+  }
+  int64_t repeats;
+  if (!to_int_argument("repeat_interleave", "repeats", a[1], repeats)) return nullptr;
+  return guarded([&] { return wrap(repeat_interleave(*input, repeats, dim, output_size)); });
+}
+
 // tril/triu(input, diagonal=0)
 template <bool IsLower>
 PyObject* triangle_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -197,6 +319,11 @@ void init_ops_index(nb::module_& m) {
       {"scatter_add", scatter_add_entry, "scatter_add(input, dim, index, src) -> Tensor", true, true},
       {"scatter_add_", scatter_add_inplace_entry, "scatter_add_(dim, index, src) -> Tensor: in place, returns self", false, true},
       {"index_add", index_add_entry, "index_add(input, dim, index, source, *, alpha=1) -> Tensor", true, true},
+      {"index_add_", index_add_inplace_entry, "index_add_(dim, index, source, *, alpha=1) -> Tensor: in place, returns self", false, true},
+      {"scatter", scatter_entry<false>, "scatter(input, dim, index, src | value, *, reduce=None) -> Tensor", true, true},
+      {"scatter_", scatter_entry<true>, "scatter_(dim, index, src | value, *, reduce=None) -> Tensor: in place, returns self", false, true},
+      {"repeat", repeat_entry, "repeat(*repeats) -> Tensor: a copy tiled repeats[d] times along each dim", false, true},
+      {"repeat_interleave", repeat_interleave_entry, "repeat_interleave(input, repeats, dim=None, *, output_size=None) -> Tensor", true, true},
       {"tril", triangle_entry<true>, "tril(input, diagonal=0) -> Tensor: lower triangle, the rest zero", true, true},
       {"triu", triangle_entry<false>, "triu(input, diagonal=0) -> Tensor: upper triangle, the rest zero", true, true},
   };

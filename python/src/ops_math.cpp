@@ -111,6 +111,30 @@ PyObject* pow_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
   });
 }
 
+// lerp(input, end, weight) / Tensor.lerp_(end, weight): weight a Tensor or a number.
+template <bool Inplace>
+PyObject* lerp_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = Inplace ? "lerp_" : "lerp";
+  static const Signature sig(name, {"input", "end", "weight"}, 3, 3);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  const Tensor* end = input ? to_tensor(name, "end", a[1]) : nullptr;
+  Operand weight;
+  if (!end || !to_operand(name, "weight", a[2], weight)) return nullptr;
+  return guarded([&] {
+    if constexpr (Inplace) {
+      Tensor& target = unwrap(a[0]);
+      if (weight.tensor) lerp_(target, *end, *weight.tensor);
+      else lerp_(target, *end, weight.scalar);
+      Py_INCREF(a[0]);
+      return a[0];
+    } else {
+      return wrap(weight.tensor ? lerp(*input, *end, *weight.tensor) : lerp(*input, *end, weight.scalar));
+    }
+  });
+}
+
 PyObject* pow_slot(PyObject* a, PyObject* b, PyObject* modulo) {
   if (modulo != Py_None) Py_RETURN_NOTIMPLEMENTED;
   Scalar s;
@@ -197,6 +221,8 @@ void init_ops_math(nb::module_& m) {
       {"maximum", binary_tensor_entry<"maximum", maximum>, "maximum(input, other) -> Tensor: elementwise max", true, true},
       {"logaddexp", binary_tensor_entry<"logaddexp", logaddexp>, "logaddexp(input, other) -> Tensor", true, true},
       {"minimum", binary_tensor_entry<"minimum", minimum>, "minimum(input, other) -> Tensor: elementwise min", true, true},
+      {"lerp", lerp_entry<false>, "lerp(input, end, weight) -> Tensor: input + weight * (end - input)", true, true},
+      {"lerp_", lerp_entry<true>, "lerp_(end, weight) -> Tensor: in place, returns self", false, true},
   };
   register_ops(m, entries);
 }

@@ -236,6 +236,8 @@ def loss_and_grads(lib, entry, ops, wrt, dtype, float64=False):
     """Gradients of sum(out * w) over the float outputs, with respect to the operands `wrt`."""
     tensors = ops.fresh(lib, requires_grad=wrt, float64=float64)
     outs = [o for o in run(lib, entry, tensors) if o.is_floating_point() and o.requires_grad]
+    if not outs:  # no input requires grad (a variant torch has no derivative for)
+        return [None for _ in wrt]
     ws = weights(outs, dtype)
     loss = sum((o * lib.tensor(w, dtype=o.dtype)).sum() for o, w in zip(outs, ws))
     loss.backward()

@@ -205,3 +205,187 @@ def test_tril_triu():
     backward_both(out_d, out_t)
     close(x_d.grad, x_t.grad)
     close(dg.tril(dg.ones(3, 3, dtype=dg.bool)), torch.tril(torch.ones(3, 3, dtype=torch.bool)))
+
+
+# --- scatter, scatter_, index_add_, repeat, repeat_interleave (issue 13) ------------------------------------------
+def index_pair(values):
+    return dg.tensor(values, dtype=dg.int64), torch.tensor(values, dtype=torch.int64)
+
+
+def test_scatter_src_and_value_against_torch():
+    # distinct indices along dim 0 per column: the derivative is well defined
+    i_d, i_t = index_pair([[0, 2, 1], [3, 0, 2]])
+    x_d, x_t = pair((4, 3), requires_grad=True, transposed=True)
+    s_d, s_t = pair((2, 3), requires_grad=True)
+    out_d, out_t = dg.scatter(x_d, 0, i_d, s_d), torch.scatter(x_t, 0, i_t, s_t)
+    close(out_d, out_t)
+    close(x_d.scatter(0, i_d, src=s_d), x_t.scatter(0, i_t, src=s_t))
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)  # zero where scatter wrote
+    close(s_d.grad, s_t.grad)  # g gathered at the index
+    j_d, j_t = index_pair([[2, 0], [1, 2]])
+    close(dg.scatter(x_d, 1, j_d, 2.5), torch.scatter(x_t, 1, j_t, 2.5))
+    close(dg.scatter(x_d, 0, i_d, value=-1.0), torch.scatter(x_t, 0, i_t, value=-1.0))
+    x_d.grad = None
+    x_t.grad = None
+    out_d, out_t = dg.scatter(x_d, 0, i_d, 2.0), torch.scatter(x_t, 0, i_t, 2.0)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    # an integer tensor takes a float value truncated, as torch
+    assert dg.scatter(dg.zeros(3, dtype=dg.int64), 0, dg.tensor([1]), 2.7).tolist() == [0, 2, 0]
+
+
+def test_scatter_src_larger_than_index_gets_zero_gradient():
+    # torch 2.13's own backward fails here ("ScatterBackward0 returned an invalid gradient"): dygrad gives g
+    # gathered at the index and zero where src was not read, which is the derivative.
+    x = dg.zeros(3, 4, requires_grad=True)
+    src = dg.tensor(np.arange(12.0).reshape(3, 4), dtype=dg.float32, requires_grad=True)
+    index = dg.tensor([[2, 0], [1, 2]])
+    out = dg.scatter(x, 0, index, src)
+    expected = np.zeros((3, 4))
+    expected[2, 0], expected[0, 1], expected[1, 0], expected[2, 1] = 0, 1, 4, 5
+    assert np.array_equal(out.detach().numpy(), expected)
+    w = rng.standard_normal((3, 4))
+    out.backward(dg.tensor(w, dtype=dg.float32))
+    want = np.zeros((3, 4))
+    want[:2, :2] = [[w[2, 0], w[0, 1]], [w[1, 0], w[2, 1]]]
+    np.testing.assert_allclose(src.grad.numpy(), want, rtol=1e-6)
+
+
+def test_scatter_reduce_and_inplace():
+    i_d, i_t = index_pair([[0, 1, 0], [0, 0, 2]])  # repeats: accumulates
+    x_np = rng.standard_normal((3, 3))
+    s_np = rng.standard_normal((2, 3))
+    for reduce in ("add", "multiply"):
+        d = dg.scatter(dg.tensor(x_np), 0, i_d, dg.tensor(s_np), reduce=reduce)
+        t = torch.scatter(torch.tensor(x_np), 0, i_t, torch.tensor(s_np), reduce=reduce)
+        close(d, t)
+        close(dg.scatter(dg.tensor(x_np), 0, i_d, 1.5, reduce=reduce), torch.scatter(torch.tensor(x_np), 0, i_t, 1.5, reduce=reduce))
+        a_d, a_t = dg.tensor(x_np), torch.tensor(x_np)
+        assert a_d.scatter_(0, i_d, dg.tensor(s_np), reduce=reduce) is a_d
+        a_t.scatter_(0, i_t, torch.tensor(s_np), reduce=reduce)
+        close(a_d, a_t)
+    # scatter_ keeps autograd: the gradient of the overwritten positions is zero
+    leaf_d, leaf_t = pair((3, 3), requires_grad=True)
+    s_d, s_t = pair((1, 3), requires_grad=True)
+    y_d, y_t = leaf_d * 2, leaf_t * 2
+    y_d.scatter_(0, i_d[:1], s_d)
+    y_t.scatter_(0, i_t[:1], s_t)
+    close(y_d, y_t)
+    backward_both(y_d, y_t)
+    close(leaf_d.grad, leaf_t.grad)
+    close(s_d.grad, s_t.grad)
+    # reduce='multiply' has no derivative (as torch)
+    p = dg.ones(3, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"\[scatter\].*multiply"):
+        dg.scatter(p, 0, i_d, dg.ones(2, 3), reduce="multiply").sum().backward()
+
+
+def test_scatter_errors():
+    x = dg.zeros(3, 5)
+    with pytest.raises(RuntimeError, match=r"\[scatter\] reduce argument must be either add or multiply"):
+        dg.scatter(x, 0, dg.tensor([[0]]), 1.0, reduce="mean")
+    with pytest.raises(RuntimeError, match=r"\[scatter\] index 5 is out of bounds for dimension 0 with size 3"):
+        dg.scatter(x, 0, dg.tensor([[5]]), dg.ones(1, 1)).tolist()
+    with pytest.raises(RuntimeError, match=r"\[scatter\] index -1 is out of bounds"):
+        dg.scatter(x, 1, dg.tensor([[-1]]), 0.5).tolist()
+    with pytest.raises(RuntimeError, match=r"\[scatter\] expected self.dtype to be equal to src.dtype"):
+        dg.scatter(x, 0, dg.tensor([[0]]), dg.ones(1, 1, dtype=dg.float64))
+    with pytest.raises(RuntimeError, match=r"\[scatter\].*exceeds"):
+        dg.scatter(x, 0, dg.tensor([[0, 1]]), dg.ones(1, 1))
+    with pytest.raises(TypeError, match=r"\[scatter\].*index must be int64"):
+        dg.scatter(x, 0, dg.tensor([[0.0]]), 1.0)
+    with pytest.raises(TypeError, match=r"\[scatter\]"):
+        dg.scatter(x, 0, dg.tensor([[0]]), "a")
+    with pytest.raises(TypeError, match=r"\[scatter\]"):
+        dg.scatter(x, 0, dg.tensor([[0]]))
+    with pytest.raises(RuntimeError, match=r"\[scatter_\] a leaf Variable"):
+        dg.zeros(3, requires_grad=True).scatter_(0, dg.tensor([0]), 1.0)
+
+
+def test_index_add_method_and_inplace():
+    x_d, x_t = pair((4, 3))
+    s_d, s_t = pair((5, 3), requires_grad=True)
+    i_d, i_t = index_pair([0, 3, 0, 1, 3])
+    close(x_d.index_add(0, i_d, s_d, alpha=2), x_t.index_add(0, i_t, s_t, alpha=2))
+    base_d, base_t = pair((4, 3), requires_grad=True)
+    y_d, y_t = base_d * 1, base_t * 1
+    assert y_d.index_add_(0, i_d, s_d, alpha=-1.5) is y_d
+    y_t.index_add_(0, i_t, s_t, alpha=-1.5)
+    close(y_d, y_t)
+    backward_both(y_d, y_t)
+    close(base_d.grad, base_t.grad)
+    close(s_d.grad, s_t.grad)
+    with pytest.raises(RuntimeError, match=r"\[index_add_\] a leaf Variable"):
+        base_d.index_add_(0, i_d, s_d)
+    with pytest.raises(RuntimeError, match=r"\[index_add_\] source of shape"):
+        x_d.index_add_(0, i_d, dg.ones(2, 3, dtype=dg.float64))
+
+
+def test_repeat_against_torch():
+    x_d, x_t = pair((2, 3), requires_grad=True, transposed=True)
+    for sizes in [(2, 1), (1, 1), (2, 3, 2), ((3, 1),), (dg.Size([1, 2]),)]:
+        t_sizes = tuple(torch.Size(s) if isinstance(s, dg.Size) else s for s in sizes)
+        out_d, out_t = x_d.repeat(*sizes), x_t.repeat(*t_sizes)
+        close(out_d, out_t)
+        assert out_d.is_contiguous()
+    out_d, out_t = x_d.repeat(2, 1, 3), x_t.repeat(2, 1, 3)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    copy = x_d.repeat(1, 1)  # a copy, not a view
+    assert copy.data_ptr() != x_d.data_ptr()
+    with pytest.raises(RuntimeError, match=r"\[repeat\] number of dimensions of repeat dims"):
+        x_d.repeat(2)
+    with pytest.raises(RuntimeError, match=r"\[repeat\] repeats must be non-negative"):
+        x_d.repeat(-1, 2)
+    assert x_d.repeat(0, 2).shape == (0, 6)
+
+
+def test_repeat_interleave_against_torch():
+    x_d, x_t = pair((2, 3), requires_grad=True)
+    close(dg.repeat_interleave(x_d, 2), torch.repeat_interleave(x_t, 2))
+    close(x_d.repeat_interleave(3, dim=1), x_t.repeat_interleave(3, dim=1))
+    close(x_d.repeat_interleave(dg.tensor([2]), dim=-1), x_t.repeat_interleave(torch.tensor([2]), dim=-1))
+    r_d, r_t = dg.tensor([1, 0, 2]), torch.tensor([1, 0, 2])
+    out_d, out_t = dg.repeat_interleave(x_d, r_d, dim=1, output_size=3), torch.repeat_interleave(x_t, r_t, dim=1, output_size=3)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    out_d, out_t = x_d.repeat_interleave(2, dim=0), x_t.repeat_interleave(2, dim=0)
+    backward_both(out_d, out_t)
+    close(x_d.grad, x_t.grad)
+    ix = dg.repeat_interleave(dg.tensor([1, 2], dtype=dg.int32))
+    assert ix.dtype == dg.int32 and ix.tolist() == torch.repeat_interleave(torch.tensor([1, 2], dtype=torch.int32)).tolist()
+    assert dg.repeat_interleave(dg.tensor(3.0), 2).tolist() == [3.0, 3.0]
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats must have the same size as input along dim"):
+        dg.repeat_interleave(x_d, dg.tensor([1, 2, 3]), dim=0)
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats can not be negative"):
+        dg.repeat_interleave(x_d, dg.tensor([1, -2]), dim=0)
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats must be non-negative"):
+        dg.repeat_interleave(x_d, -1)
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] output_size=5"):
+        dg.repeat_interleave(x_d, dg.tensor([1, 2]), dim=0, output_size=5)
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats must be 0-dim or 1-dim"):
+        dg.repeat_interleave(x_d, dg.tensor([[1, 2]]), dim=0)
+    with pytest.raises(NotImplementedError, match=r"\[repeat_interleave\] repeats must be an integral tensor"):
+        dg.repeat_interleave(x_d, dg.tensor([1.0, 2.0]), dim=0)
+    with pytest.raises(IndexError):
+        dg.repeat_interleave(x_d, 2, dim=5)
+
+
+def test_out_of_range_index_error_kinds_match_torch():
+    # torch: IndexError for index_select, RuntimeError for gather, scatter_add and index_add (deferred here:
+    # raised at the next sync, naming the op)
+    x = dg.zeros(3, 3)
+    bad = dg.tensor([[5]])
+    with pytest.raises(RuntimeError, match=r"\[gather\] index 5 is out of bounds for dimension 0 with size 3"):
+        dg.gather(x, 0, bad).tolist()
+    with pytest.raises(RuntimeError, match=r"\[scatter_add\] index 5 is out of bounds"):
+        dg.scatter_add(x, 0, bad, dg.ones(1, 1)).tolist()
+    with pytest.raises(RuntimeError, match=r"\[index_add\] index 5 is out of bounds"):
+        x.index_add(0, dg.tensor([5]), dg.ones(1, 3)).tolist()
+    with pytest.raises(IndexError, match=r"\[index_select\] index 5 is out of bounds"):
+        dg.index_select(x, 0, dg.tensor([5])).tolist()
+    for big in (dg.zeros(300, 300), ):  # the general (threaded) loops raise the same
+        with pytest.raises(RuntimeError, match=r"\[gather\] index 300"):
+            dg.gather(big, 0, dg.full((300, 300), 300, dtype=dg.int64)).tolist()

@@ -1,9 +1,13 @@
-// Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_) and clamp(_):
+// Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_), clamp(_), and the
+// compositions isclose / allclose:
 // validation, type promotion, Task creation and the backward formulas (written with dygrad ops).
+#include <limits>
+
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -194,5 +198,34 @@ Tensor& clamp_(Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) 
   return clamp_call("clamp_", a, min, max).run_inplace(a);
 }
 Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max) { return clamp_call("clamp_", a, min, max).run_inplace(a); }
+
+// --- isclose, allclose: compositions of comparisons, as torch's own (aten/native/TensorCompare.cpp) ---------
+// close = a == b, or (equal_nan) both nan, or |a - b| finite and <= atol + |rtol * b|; integral operands are
+// compared in float32 (torch's default dtype), bool ones by equality alone.
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  check_defined("isclose", a, "input");
+  check_defined("isclose", b, "other");
+  DG_CHECK(a.dtype() == b.dtype(), Runtime, "[isclose] ", dtype_name(a.dtype()), " did not match ",
+           dtype_name(b.dtype()), " (input and other must have the same dtype)");
+  DG_CHECK(rtol >= 0, Runtime, "[isclose] rtol must be greater than or equal to zero, but got ", rtol);
+  DG_CHECK(atol >= 0, Runtime, "[isclose] atol must be greater than or equal to zero, but got ", atol);
+  NoGradGuard no_grad;  // a bool result: nothing to differentiate
+  Tensor close = eq(a, b);
+  if (a.dtype() == DType::Bool) return close;
+  if (equal_nan && is_floating(a.dtype())) close = logical_or(close, logical_and(ne(a, a), ne(b, b)));
+  if (rtol == 0 && atol == 0) return close;
+  const Tensor x = is_floating(a.dtype()) ? a : to(a, DType::Float32);
+  const Tensor y = is_floating(b.dtype()) ? b : to(b, DType::Float32);
+  const Tensor allowed = add(abs(mul(y, Scalar(rtol))), Scalar(atol));
+  const Tensor actual = abs(sub(x, y));
+  const Tensor finite = ne(actual, Scalar(std::numeric_limits<double>::infinity()));  // nan fails the <= below
+  return logical_or(close, logical_and(finite, le(actual, allowed)));
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  const Tensor close = isclose(a, b, rtol, atol, equal_nan);
+  NoGradGuard no_grad;
+  return sum(logical_not(close)).item<int64_t>() == 0;  // a sync: the caller gets a Python bool
+}
 
 }  // namespace dg

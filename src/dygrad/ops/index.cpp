@@ -38,24 +38,40 @@ void gather_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 void index_select_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   gi[0] = index_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
 }
-// inputs (self, src); saved(0) = index.
-void scatter_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  if (n.needs_grad(0)) gi[0] = g[0];
-  if (!n.needs_grad(1)) return;
-  Tensor index = n.saved(0);
-  Tensor picked = gather(g[0], n.attrs.get<DimAttrs>().dim, index);
-  IntSpan src_shape = n.input_meta[1].shape;
-  if (same_shape(picked.shape(), src_shape)) {
-    gi[1] = picked;
-    return;
-  }
-  // src larger than index: the elements scatter_add did not read get zero gradient.
-  Tensor full_grad = zeros(src_shape, {g[0].dtype()});
+// The gradient of a scatter's src: g gathered at the index (`picked`, of index's shape), zero where src is
+// larger than the index (the elements the scatter did not read).
+Tensor gathered_source_grad(const Tensor& picked, const Tensor& index, IntSpan src_shape) {
+  if (same_shape(picked.shape(), src_shape)) return picked;
+  Tensor full_grad = zeros(src_shape, {picked.dtype()});
   NoGradGuard no_grad;
   Tensor corner = full_grad;
   for (int64_t d = 0; d < index.dim(); ++d) corner = narrow(corner, d, 0, index.shape()[d]);
   copy_(corner, picked);
-  gi[1] = full_grad;
+  return full_grad;
+}
+// inputs (self, src); saved(0) = index.
+void scatter_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (n.needs_grad(0)) gi[0] = g[0];
+  if (!n.needs_grad(1)) return;
+  const Tensor index = n.saved(0);
+  gi[1] = gathered_source_grad(gather(g[0], n.attrs.get<DimAttrs>().dim, index), index, n.input_meta[1].shape);
+}
+// inputs (self, src) (scatter) or (self) (scatter_value); saved(0) = index. Without reduce, the positions
+// scatter wrote get no gradient in self and src's gradient is g gathered there (as scatter_add's); reduce='add'
+// of a value passes g to self; reduce='multiply' has no derivative (as torch).
+void scatter_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const ScatterAttrs& attrs = n.attrs.get<ScatterAttrs>();
+  DG_CHECK(attrs.reduce != ScatterReduce::Multiply, Runtime, "[scatter] the derivative of scatter with "
+           "reduce='multiply' is not implemented (as torch)");
+  if (attrs.reduce == ScatterReduce::Add) {
+    if (n.needs_grad(0)) gi[0] = g[0];
+  } else if (n.needs_grad(0)) {
+    gi[0] = scatter(g[0], attrs.dim, n.saved(0), Scalar(0));
+  }
+  if (n.next.size() > 1 && n.needs_grad(1)) {
+    const Tensor index = n.saved(0);
+    gi[1] = gathered_source_grad(gather(g[0], attrs.dim, index), index, n.input_meta[1].shape);
+  }
 }
 // inputs (self, src); saved(0) = index (1-D).
 void index_add_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
@@ -91,6 +107,10 @@ const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(),
                            {.backward = scatter_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
 const OpDef op_index_add("index_add", attrs_type<DimAttrs>(),
                          {.backward = index_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+const OpDef op_scatter("scatter", attrs_type<ScatterAttrs>(),
+                       {.backward = scatter_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+const OpDef op_scatter_value("scatter_value", attrs_type<ScatterAttrs>(),
+                             {.backward = scatter_backward, .flags = kOpInplace, .scratch = three_views_scratch});
 const OpDef op_tril("tril", attrs_type<TriangleAttrs>(), {.backward = tril_backward, .cost = copy_cost});
 const OpDef op_triu("triu", attrs_type<TriangleAttrs>(), {.backward = triu_backward, .cost = copy_cost});
 
@@ -442,6 +462,114 @@ Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index_in, const Tenso
   }
   enqueue_scatter_add(op_scatter_add, a, d, index, src);
   if (record) rebase_history(a, node);
+  return a;
+}
+
+// --- scatter, scatter_, index_add_ ---------------------------------------------------------------------------
+namespace {
+// One scatter or scatter_value Task writing `target` in place, and its node: inputs (self, src), or (self) when
+// src is undefined; saved(0) = the index. In place, target is self and its history is rebased onto the node;
+// out of place, target is a fresh copy of self and becomes the node's output.
+void scatter_into(const OpDef& op, Tensor& target, const Tensor& self, bool inplace, const Tensor& index,
+                  const Tensor& src, const Attrs& attrs) {
+  const bool has_src = src.defined();
+  Tensor grad_inputs[2] = {self, src};
+  const std::span<const Tensor> node_inputs(grad_inputs, has_src ? 2 : 1);
+  Ref<Node> node;
+  if (needs_grad_any(node_inputs)) {
+    node = make_ref<Node>(&op, 1);
+    Tensor outputs[1] = {target};
+    record_node(node, node_inputs, inplace ? std::span<const Tensor>() : std::span<const Tensor>(outputs, 1));
+    node->attrs = attrs;
+    node->save(index);
+  }
+  const Tensor source = has_src && src.shares_storage(target) ? clone(src) : src;
+  target.storage().bump_version();
+  if (has_src) enqueue(op, {target, index, source}, {target}, attrs);
+  else enqueue(op, {target, index}, {target}, attrs);
+  if (node && inplace) rebase_history(target, node);
+}
+
+// scatter(self, dim, index, src or value, reduce), out of place or in place.
+Tensor scatter_impl(const char* name, const Tensor& self_in, Tensor* inplace_self, int64_t dim, const Tensor& index_in,
+                    const Tensor* src_in, Scalar value, ScatterReduce reduce) {
+  check_defined(name, self_in, "self");
+  check_index(name, index_in);
+  if (src_in) check_defined(name, *src_in, "src");
+  if (inplace_self) {
+    check_inplace(name, self_in);
+    DG_CHECK(self_in.dim() > 0, Index, "[", name, "] self must have at least one dimension");
+  }
+  const Tensor a = at_least_1d(self_in), index = at_least_1d(index_in);
+  const int64_t d = wrap_dim(name, dim, a.dim());
+  Tensor src;
+  if (src_in) {
+    src = at_least_1d(*src_in);
+    DG_CHECK(a.dtype() == src.dtype(), Runtime, "[", name, "] expected self.dtype to be equal to src.dtype, got ",
+             dtype_name(a.dtype()), " and ", dtype_name(src.dtype()));
+    check_scatter(name, a, d, index, src);
+    check_same_device(name, a, src);
+  } else {
+    check_index_shape(name, index, a, "self", d, false);
+  }
+  check_same_device(name, a, index);
+  if (src_in && reduce == ScatterReduce::Add) {  // torch's reduce='add' is scatter_add (differentiable here)
+    if (inplace_self) return scatter_add_(*inplace_self, dim, index_in, *src_in);
+    return scatter_add(self_in, dim, index_in, *src_in);
+  }
+  const Attrs attrs = ScatterAttrs{d, reduce, value};
+  const OpDef& op = src_in ? op_scatter : op_scatter_value;
+  if (inplace_self) {
+    scatter_into(op, *inplace_self, self_in, true, index, src, attrs);
+    return *inplace_self;
+  }
+  Tensor out = clone(detach(a));
+  scatter_into(op, out, a, false, index, src, attrs);
+  return self_in.dim() == 0 ? reshape(out, Dims{}) : out;
+}
+}  // namespace
+
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, ScatterReduce reduce) {
+  return scatter_impl("scatter", a, nullptr, dim, index, &src, Scalar(0), reduce);
+}
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, Scalar value, ScatterReduce reduce) {
+  return scatter_impl("scatter", a, nullptr, dim, index, nullptr, value, reduce);
+}
+Tensor& scatter_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src, ScatterReduce reduce) {
+  scatter_impl("scatter_", a, &a, dim, index, &src, Scalar(0), reduce);
+  return a;
+}
+Tensor& scatter_(Tensor& a, int64_t dim, const Tensor& index, Scalar value, ScatterReduce reduce) {
+  scatter_impl("scatter_", a, &a, dim, index, nullptr, value, reduce);
+  return a;
+}
+
+Tensor& index_add_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined("index_add_", a, "self");
+  check_defined("index_add_", src, "source");
+  check_index_vector("index_add_", index);
+  check_inplace("index_add_", a);
+  DG_CHECK(a.dim() > 0, Index, "[index_add_] self must have at least one dimension");
+  const int64_t d = wrap_dim("index_add_", dim, a.dim());
+  DG_CHECK(a.dtype() == src.dtype(), Type, "[index_add_] self (", dtype_name(a.dtype()), ") and source (",
+           dtype_name(src.dtype()), ") must have the same dtype");
+  Dims expected(a.shape());
+  expected[static_cast<size_t>(d)] = index.numel();
+  DG_CHECK(same_shape(src.shape(), expected), Runtime, "[index_add_] source of shape ", src.shape(), " does not "
+           "match self ", a.shape(), " with dimension ", d, " of size ", index.numel(), " (the index length)");
+  const Attrs attrs = DimAttrs{d};
+  const Tensor expanded = expand_index(index, src.shape(), d);
+  if (needs_grad_any({a, src})) {
+    Ref<Node> node = make_ref<Node>(&op_index_add, 1);
+    Tensor inputs[2] = {a, src};
+    record_node(node, inputs, {});
+    node->attrs = attrs;
+    node->save(index);
+    enqueue_scatter_add(op_index_add, a, d, expanded, src);
+    rebase_history(a, node);
+    return a;
+  }
+  enqueue_scatter_add(op_index_add, a, d, expanded, src);
   return a;
 }
 

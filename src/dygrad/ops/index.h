@@ -1,11 +1,13 @@
-// Joining, splitting and indexing: cat, stack, split, chunk, unbind, index_select, gather, scatter_add, tril,
-// triu. Index tensors are int64 or int32; an index out of range is detected by the kernel and raised at
+// Joining, splitting and indexing: cat, stack, split, chunk, unbind, index_select, gather, scatter_add, scatter,
+// index_add, tril, triu. Index tensors are int64 or int32; an index out of range is detected by the kernel and raised at
 // the next sync point (docs/async-errors.md). split, chunk and unbind return views.
 #pragma once
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "dygrad/core/tensor.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -31,6 +33,28 @@ Tensor scatter_add(const Tensor& a, int64_t dim, const Tensor& index, const Tens
 Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
 // out = a with out[..., index[j], ...] += src[..., j, ...] along dim (the backward of index_select).
 Tensor index_add(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& index_add_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src);
+// out = a with out[i][index[i][j][k]][k] = src[i][j][k] (dim = 1), or = value; `reduce` combines with the old
+// element instead (torch's reduce='add' / 'multiply'). Where an index repeats, the last write wins.
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, const Tensor& src,
+               ScatterReduce reduce = ScatterReduce::None);
+Tensor scatter(const Tensor& a, int64_t dim, const Tensor& index, Scalar value,
+               ScatterReduce reduce = ScatterReduce::None);
+Tensor& scatter_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& src,
+                 ScatterReduce reduce = ScatterReduce::None);
+Tensor& scatter_(Tensor& a, int64_t dim, const Tensor& index, Scalar value, ScatterReduce reduce = ScatterReduce::None);
+
+// torch's Tensor.repeat: a copy tiled repeats[d] times along each dim (a left-padded with size-1 dims when
+// repeats has more entries than a has dims).
+Tensor repeat(const Tensor& a, IntSpan repeats);
+// torch.repeat_interleave: each slice of a along dim (of the flattened a when dim is nullopt) repeated
+// `repeats` times, or repeats[i] times for slice i; the tensor form reads the counts on the host (a sync).
+// repeat_interleave(repeats) alone is the index form: [0] * repeats[0] + [1] * repeats[1] + ...
+Tensor repeat_interleave(const Tensor& a, int64_t repeats, std::optional<int64_t> dim = std::nullopt,
+                         std::optional<int64_t> output_size = std::nullopt);
+Tensor repeat_interleave(const Tensor& a, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt,
+                         std::optional<int64_t> output_size = std::nullopt);
+Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_size = std::nullopt);
 
 // The lower / upper triangle of the last two dims: kept where col - row <= diagonal (tril) or
 // col - row >= diagonal (triu); zero elsewhere.

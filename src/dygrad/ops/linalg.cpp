@@ -1,6 +1,6 @@
-// Linear algebra ops: one primitive, matmul over >= 2-D operands with broadcast batch dims (its OpDef, cost
-// and backward are here; the kernel is backend/cpu/matmul.cpp), and the compositions built on it (1-D
-// promotion, mm, bmm, outer, linear).
+// Linear algebra ops: two primitives, matmul over >= 2-D operands with broadcast batch dims (its OpDef, cost
+// and backward are here; the kernel is backend/cpu/matmul.cpp) and addmm (beta * input + alpha * the product, in
+// the same GEMM), and the compositions built on them (1-D promotion, mm, bmm, outer, linear, baddbmm, addbmm).
 #include "dygrad/ops/linalg.h"
 
 #include <climits>
@@ -211,6 +211,130 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DG_CHECK(bias.numel() == out_features && bias.dim() <= 1, Value, "[linear] bias of shape ", bias.shape(),
            " does not match out_features ", out_features, " of weight ", weight.shape());
   return add(out, weight.dim() == 2 ? bias : reshape(bias, IntSpan()));
+}
+
+// --- addmm, baddbmm, addbmm: beta * input + alpha * (a product), one GEMM Task -------------------------------
+namespace {
+// out [..., M, N] = beta * input + alpha * a [..., M, K] @ b [..., K, N]; saved: a, b. g = d loss / d out:
+//   grad_input = beta * g (summed to input's shape), grad_a = alpha * g @ b^T, grad_b = alpha * a^T @ g,
+//   each summed over the batch dims its operand was broadcast along.
+void addmm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  const AddmmAttrs& attrs = n.attrs.get<AddmmAttrs>();
+  const Tensor& grad = g[0];
+  const bool unit_alpha = attrs.alpha.to_double() == 1;
+  if (n.needs_grad(0))
+    gi[0] = sum_to(attrs.beta.to_double() == 1 ? grad : mul(grad, attrs.beta), n.input_meta[0].shape);
+  if (n.needs_grad(1)) {
+    const Tensor product = matmul(grad, transpose(n.saved(1), -1, -2));
+    gi[1] = sum_to(unit_alpha ? product : mul(product, attrs.alpha), n.input_meta[1].shape);
+  }
+  if (n.needs_grad(2)) {
+    const Tensor product = matmul(transpose(n.saved(0), -1, -2), grad);
+    gi[2] = sum_to(unit_alpha ? product : mul(product, attrs.alpha), n.input_meta[2].shape);
+  }
+}
+
+OpCost addmm_cost(const Task& t) {
+  const Tensor& a = t.inputs[1];
+  const Tensor& out = t.outputs[0];
+  OpCost c;
+  const double M = double(out.size(-2)), N = double(out.size(-1)), K = double(a.size(-1));
+  c.flops = 2.0 * M * N * K * double(batch_numel(out.shape())) + 2.0 * double(out.numel());
+  for (const Tensor& x : t.inputs) c.bytes += double(x.numel()) * double(x.itemsize());
+  c.bytes += double(out.numel()) * double(out.itemsize());
+  return c;
+}
+// The kernel is matmul's (backend/cpu/matmul.cpp) with the input read into each output tile: the same scratch.
+size_t addmm_scratch(const Task& t) {
+  Task product = t;
+  product.inputs = {t.inputs[1], t.inputs[2]};
+  return matmul_scratch(product);
+}
+}  // namespace
+const OpDef op_addmm("addmm", attrs_type<AddmmAttrs>(),
+                     {.fusion = FusionClass::Matmul, .backward = addmm_backward, .cost = addmm_cost, .scratch = addmm_scratch});
+
+namespace {
+// The addmm Task: a [..., M, K], b [..., K, N] (>= 2-D, shapes checked by the caller), input broadcast to the
+// product's shape [batch..., M, N] (not beyond it, as torch).
+Tensor addmm_nd(const char* name, const Tensor& input, const Tensor& a, const Tensor& b, Scalar beta, Scalar alpha) {
+  check_defined(name, input, "input");
+  check_same_device(name, input, a);
+  check_same_device(name, a, b);
+  DG_CHECK(input.dtype() == a.dtype() && a.dtype() == b.dtype(), Runtime, "[", name, "] expected input and the "
+           "matrices to have the same dtype, but got ", dtype_name(input.dtype()), ", ", dtype_name(a.dtype()), " and ",
+           dtype_name(b.dtype()));
+  DG_CHECK(a.dtype() != DType::Bool, NotImplemented, "[", name, "] not implemented for dtype bool");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  DG_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, NotImplemented, "[", name, "] shapes ", a.shape(), " and ",
+           b.shape(), ": matrix dims above 2^31 - 1 are not supported by the BLAS interface");
+  Dims shape = broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
+                                b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
+  shape.push_back(M);
+  shape.push_back(N);
+  const Dims joint = broadcast_shapes(name, input.shape(), shape);
+  DG_CHECK(same_shape(joint, shape), Runtime, "[", name, "] input of shape ", input.shape(), " does not broadcast to "
+           "the product's shape ", IntSpan(shape));
+  Tensor x = a, y = b;
+  if (a.dtype() == DType::Float32 || a.dtype() == DType::Float64) {
+    NoGradGuard no_grad;  // the node below differentiates with respect to a and b themselves
+    if (!blas_readable(x)) x = clone(x);
+    if (!blas_readable(y)) y = clone(y);
+  }
+  const Tensor base = detach(broadcast_to(input, shape));
+  Tensor out = Tensor::empty(shape, a.dtype());
+  const Attrs attrs = AddmmAttrs{beta, alpha};
+  enqueue(op_addmm, {base, x, y}, {out}, attrs);
+  if (needs_grad_any({input, a, b})) {
+    Tensor inputs[3] = {input, a, b}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_addmm, inputs, outputs);
+    node->attrs = attrs;
+    node->save(node->needs_grad(2) ? a : Tensor());
+    node->save(node->needs_grad(1) ? b : Tensor());
+  }
+  return out;
+}
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  check_defined("addmm", mat1, "mat1");
+  check_defined("addmm", mat2, "mat2");
+  DG_CHECK(mat1.dim() == 2 && mat2.dim() == 2, Runtime, "[addmm] mat1 and mat2 must be matrices, got shapes ",
+           mat1.shape(), " and ", mat2.shape());
+  DG_CHECK(mat1.size(1) == mat2.size(0), Runtime, "[addmm] mat1 and mat2 shapes cannot be multiplied (",
+           mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
+  return addmm_nd("addmm", input, mat1, mat2, beta, alpha);
+}
+
+Tensor& addmm_(Tensor& self, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  check_defined("addmm_", self, "self");
+  const Tensor result = addmm(self, mat1, mat2, beta, alpha);
+  DG_CHECK(same_shape(result.shape(), self.shape()), Runtime, "[addmm_] the result of shape ", result.shape(),
+           " does not fit self of shape ", self.shape());
+  return copy_(self, result);
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  check_defined("baddbmm", batch1, "batch1");
+  check_defined("baddbmm", batch2, "batch2");
+  DG_CHECK(batch1.dim() == 3 && batch2.dim() == 3, Runtime, "[baddbmm] batch1 and batch2 must be 3-D tensors, got "
+           "shapes ", batch1.shape(), " and ", batch2.shape());
+  DG_CHECK(batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1), Runtime, "[baddbmm] batch1 ",
+           batch1.shape(), " and batch2 ", batch2.shape(), " cannot be multiplied");
+  return addmm_nd("baddbmm", input, batch1, batch2, beta, alpha);
+}
+
+// sum_b batch1[b] @ batch2[b] is one GEMM: [M, B * K] (batch1 permuted to [M, B, K]) @ [B * K, N].
+Tensor addbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, Scalar beta, Scalar alpha) {
+  check_defined("addbmm", batch1, "batch1");
+  check_defined("addbmm", batch2, "batch2");
+  DG_CHECK(batch1.dim() == 3 && batch2.dim() == 3, Runtime, "[addbmm] batch1 and batch2 must be 3-D tensors, got "
+           "shapes ", batch1.shape(), " and ", batch2.shape());
+  DG_CHECK(batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1), Runtime, "[addbmm] batch1 ",
+           batch1.shape(), " and batch2 ", batch2.shape(), " cannot be multiplied");
+  const int64_t B = batch1.size(0), M = batch1.size(1), K = batch1.size(2), N = batch2.size(2);
+  const int64_t order[3] = {1, 0, 2}, left[2] = {M, B * K}, right[2] = {B * K, N};
+  return addmm_nd("addbmm", input, reshape(permute(batch1, order), left), reshape(batch2, right), beta, alpha);
 }
 
 }  // namespace dg

@@ -141,6 +141,19 @@ void logaddexp_backward(Node& n, Grads g, GradInputs gi) {
   if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, sigmoid(neg(difference))), n.input_meta[1].shape), dtype);
 }
 void minimum_backward(Node& n, Grads g, GradInputs gi) { extremum_backward(n, g, gi, false); }
+// lerp: out = self + weight (end - self): d/dself = g (1 - weight), d/dend = g weight, d/dweight = g (end - self).
+// saved: self, end, weight (lerp) or self, end (lerp_scalar, the weight in ScalarAttrs).
+void lerp_backward(Node& n, Grads g, GradInputs gi) {
+  const Tensor weight = n.saved(2);
+  if (n.needs_grad(0)) gi[0] = sum_to(mul(g[0], rsub(weight, 1)), n.input_meta[0].shape);
+  if (n.needs_grad(1)) gi[1] = sum_to(mul(g[0], weight), n.input_meta[1].shape);
+  if (n.needs_grad(2)) gi[2] = sum_to(mul(g[0], sub(n.saved(1), n.saved(0))), n.input_meta[2].shape);
+}
+void lerp_scalar_backward(Node& n, Grads g, GradInputs gi) {
+  const double weight = n.attrs.get<ScalarAttrs>().value.to_double();
+  if (n.needs_grad(0)) gi[0] = sum_to(mul(g[0], Scalar(1.0 - weight)), n.input_meta[0].shape);
+  if (n.needs_grad(1)) gi[1] = sum_to(mul(g[0], Scalar(weight)), n.input_meta[1].shape);
+}
 
 OpCost elementwise_cost(const Task& t) {
   OpCost c;
@@ -177,6 +190,8 @@ DG_UNARY_OP(rpow_scalar, attrs_type<ScalarAttrs>(), transcendental_cost);
 DG_UNARY_OP(maximum, nullptr, elementwise_cost);
 DG_UNARY_OP(minimum, nullptr, elementwise_cost);
 DG_UNARY_OP(logaddexp, nullptr, transcendental_cost);
+DG_UNARY_OP(lerp, nullptr, elementwise_cost);
+DG_UNARY_OP(lerp_scalar, attrs_type<ScalarAttrs>(), elementwise_cost);
 #undef DG_UNARY_OP
 // Fused backward kernels: inputs (grad, y or x). Only run without grad mode, so they need no backward.
 const OpDef op_sigmoid_backward("sigmoid_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
@@ -327,6 +342,41 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_minimum, "minimum").input(a).input(b, "other").save(save_operands).run();
+}
+
+// --- lerp ------------------------------------------------------------------------------------------------
+// Floating dtypes; end (and a weight tensor of one dim or more) must have self's dtype, as torch requires.
+namespace {
+ElementwiseCall lerp_call(const char* name, const Tensor& self, const Tensor& end, const Tensor* weight, Scalar w) {
+  check_defined(name, self, "input");
+  check_defined(name, end, "end");
+  DG_CHECK(self.dtype() == end.dtype(), Runtime, "[", name, "] expected dtype ", dtype_name(self.dtype()),
+           " for `end` but got dtype ", dtype_name(end.dtype()));
+  if (weight) {
+    check_defined(name, *weight, "weight");
+    DG_CHECK(weight->dim() == 0 || weight->dtype() == self.dtype(), Runtime, "[", name, "] expected dtype ",
+             dtype_name(self.dtype()), " for `weight` but got dtype ", dtype_name(weight->dtype()));
+  }
+  DG_CHECK(is_floating(self.dtype()), NotImplemented, "[", name, "] not implemented for '", dtype_name(self.dtype()), "'");
+  ElementwiseCall call(weight ? op_lerp : op_lerp_scalar, name);
+  call.input(self).input(end, "end");
+  if (weight) call.input(*weight, "weight");
+  else call.attrs(ScalarAttrs{w});
+  return std::move(call.save(save_operands));
+}
+}  // namespace
+
+Tensor lerp(const Tensor& self, const Tensor& end, const Tensor& weight) {
+  return lerp_call("lerp", self, end, &weight, Scalar(0)).run();
+}
+Tensor lerp(const Tensor& self, const Tensor& end, Scalar weight) {
+  return lerp_call("lerp", self, end, nullptr, weight).run();
+}
+Tensor& lerp_(Tensor& self, const Tensor& end, const Tensor& weight) {
+  return lerp_call("lerp_", self, end, &weight, Scalar(0)).save(save_operands, true).run_inplace(self);
+}
+Tensor& lerp_(Tensor& self, const Tensor& end, Scalar weight) {
+  return lerp_call("lerp_", self, end, nullptr, weight).run_inplace(self);
 }
 
 }  // namespace dg

@@ -35,6 +35,11 @@ Tensor pow(Scalar base, const Tensor& exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor logaddexp(const Tensor& a, const Tensor& b);  // log(exp(a) + exp(b)), floating dtypes
 Tensor minimum(const Tensor& a, const Tensor& b);
+// torch.lerp: self + weight * (end - self), weight a tensor (broadcast) or a number; floating dtypes.
+Tensor lerp(const Tensor& self, const Tensor& end, const Tensor& weight);
+Tensor lerp(const Tensor& self, const Tensor& end, Scalar weight);
+Tensor& lerp_(Tensor& self, const Tensor& end, const Tensor& weight);
+Tensor& lerp_(Tensor& self, const Tensor& end, Scalar weight);
 
 // Comparisons: operands promote to their common dtype, the result is bool.
 Tensor eq(const Tensor& a, const Tensor& b);
@@ -50,6 +55,11 @@ Tensor le(const Tensor& a, Scalar b);
 Tensor gt(const Tensor& a, Scalar b);
 Tensor ge(const Tensor& a, Scalar b);
 // Logical ops on any dtype (nonzero is true); the result is bool.
+// torch.isclose: a == b, or |a - b| <= atol + |rtol * b| (finite), or both nan with equal_nan; broadcast, a bool
+// result. allclose: isclose everywhere, read on the host (a sync).
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-05, double atol = 1e-08, bool equal_nan = false);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-05, double atol = 1e-08, bool equal_nan = false);
+
 Tensor logical_not(const Tensor& a);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);

@@ -65,6 +65,22 @@ struct DimAttrs {
   int64_t dim = 0;
 };
 
+// scatter, scatter_value: out[p, index[p, j]] = src[p, j] (scatter) or value (scatter_value), or combined
+// with the old element by `reduce` (torch's reduce='add' / 'multiply').
+enum class ScatterReduce : uint8_t { None, Add, Multiply };
+struct ScatterAttrs {
+  static constexpr const char* kName = "ScatterAttrs";
+  int64_t dim = 0;
+  ScatterReduce reduce = ScatterReduce::None;
+  Scalar value;  // scatter_value only
+};
+
+// addmm (addmm and baddbmm): out = beta * input + alpha * a @ b.
+struct AddmmAttrs {
+  static constexpr const char* kName = "AddmmAttrs";
+  Scalar beta = 1, alpha = 1;
+};
+
 // tril, triu: keep the elements on and below (tril) / above (triu) the diagonal `diagonal`.
 struct TriangleAttrs {
   static constexpr const char* kName = "TriangleAttrs";

@@ -70,6 +70,14 @@ MATH = [
     binary("maximum", lambda m, a, b: m.maximum(a, b)),
     binary("minimum", lambda m, a, b: m.minimum(a, b)),
     binary("logaddexp", lambda m, a, b: m.logaddexp(a, b), dtypes=FLOATS, low=-6.0, high=6.0),
+    # weights on both sides of 0.5 (torch's two formulas) and outside [0, 1]
+    Entry("lerp", lambda m, a, b, w: m.lerp(a, b, w), dtypes=FLOATS,
+          cases=((Input((4, 5)), Input((4, 5)), Input((5,), low=-0.5, high=1.5)),
+                 (Input((3, 1, 5)), Input((4, 1)), Input((), low=-0.5, high=1.5)),
+                 (Input(ODD), Input((ODD[1],)), Input(ODD, low=-0.5, high=1.5)), (Input(EMPTY), Input((5,)), Input((5,)))),
+          big=(Input((256, 320)), Input((320,)), Input((256, 320), low=-0.5, high=1.5))),
+    scalar("lerp_scalar", lambda m, a: (m.lerp(a, a * 0.5 + 1, 0.25), m.lerp(a, a * -1, 0.75)),
+           dtypes=FLOATS),
 ]
 
 COMPARE = [binary(op, (lambda name: lambda m, a, b: getattr(m, name)(a, b))(op), dtypes=ALL, differentiable=False,

@@ -1,4 +1,4 @@
-"""Entries of the index ops (ops/index.cpp: cat, gather, index_select, scatter_add, index_add, tril/triu) and
+"""Entries of the index ops (ops/index.cpp: cat, gather, index_select, scatter_add, scatter, index_add, tril/triu) and
 of indexing (ops/indexing.cpp: x[index], index_put, nonzero). Index operands draw integers in [0, n)."""
 from .spec import FLOATS, INTEGERS, Entry, Input
 
@@ -36,7 +36,30 @@ ENTRIES = [
     Entry("index_add", lambda m, x, i, s: m.index_add(x, 0, i, s, alpha=2), dtypes=FLOATS + ("int64",),
           cases=((Input((4, 5), layout=WRITABLE), index(4, (6,)), Input((6, 5))),),
           big=(Input((256, 320)), index(256, (400,)), Input((400, 320))),
-          inplace_unchecked="no public in-place form (index_add_): the Task's aliasing is not observable from Python"),
+          inplace_call=lambda m, x, i, s: x.index_add_(0, i, s, alpha=2)),
+    # Distinct indices along dim in the small cases: where an index repeats, torch's gradient (g gathered at every
+    # index, dygrad's too) is not the derivative (an overwritten src element does not reach the output). The big
+    # case repeats them: the last write along dim wins, in dygrad and in torch's serial CPU loop alike.
+    Entry("scatter", lambda m, x, i, s: m.scatter(x, 0, i, s), dtypes=ALL + ("bool",),
+          inplace_call=lambda m, x, i, s: x.scatter_(0, i, s),
+          # src no larger than index: torch 2.13's backward fails otherwise ("ScatterBackward0 returned an invalid
+          # gradient"); dygrad's (zeros where src was not read) is in tests/python/test_index_ops.py
+          cases=((Input((5, 3), layout=WRITABLE), index(5, (4, 1), kind="permutation"), Input((4, 1))),
+                 (Input((4, 3, 2), layout=WRITABLE), index(4, (3, 1, 1), kind="permutation"), Input((3, 1, 1)))),
+          big=(Input((400, 256)), index(400, (320, 256)), Input((320, 256)))),
+    # torch has no derivative for reduce=: these variants' inputs do not require grad.
+    Entry("scatter", lambda m, x, i, s: m.scatter(x, 0, i, s, reduce="multiply"), variant="multiply",
+          dtypes=FLOATS + ("int64",), inplace_call=lambda m, x, i, s: x.scatter_(0, i, s, reduce="multiply"),
+          cases=((Input((3, 5), layout=WRITABLE, grad=False), index(3, (2, 5)), Input((2, 5), low=0.5, high=1.5, grad=False)),),
+          big=(Input((256, 400), grad=False), index(256, (2, 400)), Input((2, 400), low=0.5, high=1.5, grad=False))),
+    Entry("scatter_value", lambda m, x, i: m.scatter(x, 0, i, 1.5), dtypes=FLOATS + ("int64",),
+          inplace_call=lambda m, x, i: x.scatter_(0, i, 1.5),
+          cases=((Input((5, 3), layout=WRITABLE), index(5, (4, 2))),),
+          big=(Input((400, 256)), index(400, (320, 256)))),
+    Entry("scatter_value", lambda m, x, i: (m.scatter(x, 0, i, -2, reduce="add"), m.scatter(x, 0, i, 0.5, reduce="multiply")),
+          variant="reduce", dtypes=FLOATS + ("int64",), xfail={"layouts:bfloat16:case1": SCATTER_ADD_ROUNDING}, inplace_call=lambda m, x, i: x.scatter_(0, i, 2, reduce="multiply"),
+          cases=((Input((5, 3), layout=WRITABLE, grad=False), index(5, (4, 2))),),
+          big=(Input((400, 256), grad=False), index(400, (320, 256)))),
     Entry("tril", lambda m, x: (m.tril(x), m.tril(x, 1)), dtypes=ALL + ("bool",),
           cases=((Input((4, 5)),), (Input((2, 3, 4)),)), big=(Input((320, 320)),)),
     Entry("triu", lambda m, x: (m.triu(x), m.triu(x, -1)), dtypes=ALL + ("bool",),

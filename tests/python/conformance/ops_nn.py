@@ -140,4 +140,19 @@ ENTRIES = [
           # the big case sums K = 256 products of magnitude ~1: float32 rounding reaches ~sqrt(K) eps sum|a b| ~ 1e-5
           big=(Input((192, 256)), Input((256, 160))),
           tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),
+    # addmm (ops/linalg.cpp): beta * input + alpha * the product in one GEMM Task; baddbmm and addbmm run it too
+    Entry("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=0.5, alpha=-2.0),
+          cases=((Input((5,)), Input((3, 4)), Input((4, 5))), (Input((3, 5)), Input((3, 4)), Input((4, 5))),
+                 (Input((3, 1)), Input((3, 0)), Input((0, 1)))),
+          big=(Input((192, 160)), Input((192, 256)), Input((256, 160))),
+          tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),
+    Entry("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=2, alpha=-3), variant="integer", dtypes=("int64", "int32"),
+          cases=((Input((5,)), Input((3, 4)), Input((4, 5))),), big=(Input((192, 160)), Input((192, 256)), Input((256, 160)))),
+    Entry("addmm", lambda m, c, a, b: (m.baddbmm(c, a, b, alpha=1.5), m.baddbmm(c, a, b, beta=0)), variant="baddbmm",
+          cases=((Input((2, 1, 5)), Input((2, 3, 4)), Input((2, 4, 5))),),
+          big=(Input((4, 96, 80)), Input((4, 96, 128)), Input((4, 128, 80))),
+          tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),
+    Entry("addmm", lambda m, c, a, b: m.addbmm(c, a, b, beta=2), variant="addbmm",
+          cases=((Input((3, 5)), Input((2, 3, 4)), Input((2, 4, 5))),),
+          tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),
 ]

@@ -1,4 +1,5 @@
-// CPU kernels for cat, gather (and index_select), scatter_add (and index_add), tril/triu.
+// CPU kernels for cat, gather (and index_select), scatter_add (and index_add), scatter (and scatter_value),
+// tril/triu.
 //
 // Notation: dim is the indexed dim; a "position" p is an index over the other dims of the index tensor;
 // a "line" is the run j = 0..L-1 along dim at one position (L = index.size(dim)). Positions are iterated
@@ -26,13 +27,20 @@
 //
 // inputs (a, index); output out of index's shape; DimAttrs dim:
 //   out[p, j] = a[p, index[p, j]]   (p: position over the dims other than dim, j: along dim)
-// index_select passes index expanded to out's shape (stride 0 off dim). Raises IndexError naming the op
-// for an index outside [0, a.size(dim)).
+// index_select passes index expanded to out's shape (stride 0 off dim). Raises, naming the op, for an index
+// outside [0, a.size(dim)): IndexError for index_select, RuntimeError for gather (as torch).
 //   void gather_kernel(Task& task);
 //
 // inputs (out, index, src), output out (the same tensor: accumulates in place); DimAttrs dim:
 //   out[p, index[p, j]] += src[p, j]
 //   void scatter_add_kernel(Task& task);
+//
+// inputs (out, index, src) for scatter, (out, index) for scatter_value; output out (the same tensor);
+// ScatterAttrs dim, reduce, value:
+//   out[p, index[p, j]] = src[p, j] (or value); reduce Add: +=, Multiply: *= (bool: or / and)
+// Where an element is written twice without reduce, the largest j wins. Raises RuntimeError (as torch) for an
+// index outside [0, out.size(dim)).
+//   void scatter_kernel(Task& task);
 //
 // input a (ndim >= 2), output out contiguous of a's shape; TriangleAttrs diagonal, upper for triu:
 //   out[..., r, c] = a[..., r, c] where c - r <= diagonal (tril) / c - r >= diagonal (triu), else 0
@@ -61,9 +69,11 @@ void visit_index(DType t, F&& f) {
   else f.template operator()<int64_t>();
 }
 
+// The error torch raises for the op: IndexError for index_select, RuntimeError for gather and the scatters.
 [[noreturn]] void index_out_of_bounds(const Task& task, int64_t value, int64_t dim, int64_t size) {
-  fail(ErrorKind::Index, "[", task.op->name, "] index ", value, " is out of bounds for dimension ", dim,
-       " with size ", size);
+  const bool select = std::strcmp(task.op->name, "index_select") == 0;
+  fail(select ? ErrorKind::Index : ErrorKind::Runtime, "[", task.op->name, "] index ", value,
+       " is out of bounds for dimension ", dim, " with size ", size);
 }
 
 // An unsigned type of each element width: copies move bits, whatever the dtype.
@@ -81,6 +91,43 @@ void visit_width(size_t itemsize, F&& f) {
     case 4: f.template operator()<Bits<4>::type>(); break;
     default: f.template operator()<Bits<8>::type>(); break;
   }
+}
+
+// Small gathers and scatters (at most kSmallWalk index elements: less than one work grain, so one thread runs
+// them either way) walk the index in row-major order with three running offsets, without the position views
+// and their iteration (the host cost of a call on a few elements). Row-major order visits each position's line
+// in increasing j, as the general loops do: the results are bitwise the same.
+constexpr int64_t kSmallWalk = 4096;
+
+// f(offset_0, offset_1, offset_2) for every element of `shape` in row-major order; strides in elements.
+template <typename F>
+void walk_row_major(IntSpan shape, IntSpan s0, IntSpan s1, IntSpan s2, F&& f) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  int64_t numel = 1;
+  for (int64_t size : shape) numel *= size;
+  Dims counter(shape.size(), 0);
+  int64_t o0 = 0, o1 = 0, o2 = 0;
+  for (int64_t e = 0; e < numel; ++e) {
+    f(o0, o1, o2);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      const size_t k = static_cast<size_t>(d);
+      o0 += s0[k];
+      o1 += s1[k];
+      o2 += s2[k];
+      if (++counter[k] < shape[k]) break;
+      o0 -= s0[k] * shape[k];
+      o1 -= s1[k] * shape[k];
+      o2 -= s2[k] * shape[k];
+      counter[k] = 0;
+    }
+  }
+}
+
+// t's strides with the one at `dim` zeroed (the walk adds index * stride there itself).
+Dims strides_without(const Tensor& t, int64_t dim) {
+  Dims strides(t.strides());
+  strides[static_cast<size_t>(dim)] = 0;
+  return strides;
 }
 
 constexpr int64_t kCopySegment = 16384;  // elements: a long contiguous row is split into segments (jobs)
@@ -222,6 +269,23 @@ void gather_kernel(Task& task) {
   const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = a.shape()[dim], lines = index.shape()[dim];
   if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
+  if (index.numel() <= kSmallWalk) {
+    const int64_t sa = a.strides()[dim];
+    visit_width(a.itemsize(), [&]<typename U>() {
+      visit_index(index.dtype(), [&]<typename I>() {
+        U* o = out.data<U>();
+        const U* x = a.data<U>();
+        const I* ix = index.data<I>();
+        walk_row_major(index.shape(), out.strides(), strides_without(a, dim), index.strides(),
+                       [&](int64_t po, int64_t pa, int64_t pi) {
+                         const int64_t v = static_cast<int64_t>(ix[pi]);
+                         if (v < 0 || v >= size) index_out_of_bounds(task, v, dim, size);
+                         o[po] = x[pa + v * sa];
+                       });
+      });
+    });
+    return;
+  }
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(a, index.shape(), dim),
                            positions_view(index, index.shape(), dim)};
   StridedIteration it(views);
@@ -263,23 +327,59 @@ void gather_kernel(Task& task) {
   });
 }
 
-// out[p, index[p, j]] += src[p, j]: threads split the positions; each walks its positions' lines in
-// increasing j (see the file comment for why that is deterministic).
-void scatter_add_kernel(Task& task) {
+// target = x, or combined with it by `reduce` (in the compute type; bool: or / and).
+template <typename T>
+inline void scatter_update(T& target, T x, ScatterReduce reduce) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (reduce == ScatterReduce::None) target = x;
+    else if (reduce == ScatterReduce::Add) target = target || x;
+    else target = target && x;
+  } else {
+    if (reduce == ScatterReduce::None) target = x;
+    else if (reduce == ScatterReduce::Add) target = static_cast<T>(static_cast<C>(target) + static_cast<C>(x));
+    else target = static_cast<T>(static_cast<C>(target) * static_cast<C>(x));
+  }
+}
+
+// out[p, index[p, j]] = combine(out[p, index[p, j]], source[p, j]): threads split the positions; each walks
+// its positions' lines in increasing j (see the file comment for why that is deterministic: it also makes
+// the last j win where scatter writes one element twice). `src` null: the source is `value` everywhere.
+// An index out of range raises `error` naming `name` (scatter for both scatter ops: what the user called).
+void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src, Scalar value, ScatterReduce reduce,
+                   ErrorKind error) {
   const Tensor& out = task.outputs[0];
   const Tensor& index = task.inputs[1];
-  const Tensor& src = task.inputs[2];
-  const int64_t dim = task.attrs.get<DimAttrs>().dim;
   const int64_t size = out.shape()[dim], lines = index.shape()[dim];
   if (index.numel() == 0) return;  // nothing to visit (the position views would be out of bounds)
+  if (index.numel() <= kSmallWalk) {
+    const int64_t so = out.strides()[dim];
+    visit_dtype(out.dtype(), [&]<typename T>() {
+      const T constant = value.to<T>();
+      visit_index(index.dtype(), [&]<typename I>() {
+        T* o = out.data<T>();
+        const I* ix = index.data<I>();
+        const T* s = src ? src->data<T>() : nullptr;
+        walk_row_major(index.shape(), strides_without(out, dim), index.strides(), src ? src->strides() : index.strides(),
+                       [&](int64_t po, int64_t pi, int64_t ps) {
+                         const int64_t v = static_cast<int64_t>(ix[pi]);
+                         if (v < 0 || v >= size)
+                           fail(error, "[", name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
+                         scatter_update(o[po + v * so], src ? s[ps] : constant, reduce);
+                       });
+      });
+    });
+    return;
+  }
+  const Tensor& source = src ? *src : index;  // scatter_value: a placeholder view that is never read
   const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
-                           positions_view(src, index.shape(), dim)};
+                           positions_view(source, index.shape(), dim)};
   StridedIteration it(views);
   const int64_t positions = it.numel;
   if (positions == 0 || lines == 0) return;
-  const int64_t so = out.strides()[dim], si = index.strides()[dim], ss = src.strides()[dim];
+  const int64_t so = out.strides()[dim], si = index.strides()[dim], ss = src ? src->strides()[dim] : 0;
   visit_dtype(out.dtype(), [&]<typename T>() {
-    using C = compute_t<T>;
+    const T constant = value.to<T>();
     visit_index(index.dtype(), [&]<typename I>() {
       const int64_t grain = std::max<int64_t>(1, kWorkGrain / lines);
       parallel_for(0, positions, grain, [&](int64_t p0, int64_t p1) {
@@ -292,15 +392,26 @@ void scatter_add_kernel(Task& task) {
                           sts = st[2] / int64_t(sizeof(T));
             for (int64_t k = 0; k < n; ++k) {
               const int64_t v = static_cast<int64_t>(ix[k * sti]);
-              if (v < 0 || v >= size) index_out_of_bounds(task, v, dim, size);
-              T& target = o[k * sto + v * so];
-              target = static_cast<T>(static_cast<C>(target) + static_cast<C>(s[k * sts]));
+              if (v < 0 || v >= size)
+                fail(error, "[", name, "] index ", v, " is out of bounds for dimension ", dim, " with size ", size);
+              scatter_update(o[k * sto + v * so], src ? s[k * sts] : constant, reduce);
             }
           });
         }
       });
     });
   });
+}
+
+void scatter_add_kernel(Task& task) {
+  scatter_lines(task, task.op->name, task.attrs.get<DimAttrs>().dim, &task.inputs[2], Scalar(0), ScatterReduce::Add,
+                ErrorKind::Runtime);
+}
+// inputs (out, index, src) or (out, index); output out (the same tensor); ScatterAttrs.
+void scatter_kernel(Task& task) {
+  const ScatterAttrs& attrs = task.attrs.get<ScatterAttrs>();
+  scatter_lines(task, "scatter", attrs.dim, task.inputs.size() > 2 ? &task.inputs[2] : nullptr, attrs.value, attrs.reduce,
+                ErrorKind::Runtime);
 }
 
 // Rows of the last two dims [B, R, C]: one row per work item, batch offsets from the batch dims' strides.
@@ -345,6 +456,8 @@ DG_REGISTER_KERNEL(gather, Device::Type::CPU, gather_kernel);
 DG_REGISTER_KERNEL(index_select, Device::Type::CPU, gather_kernel);
 DG_REGISTER_KERNEL(scatter_add, Device::Type::CPU, scatter_add_kernel);
 DG_REGISTER_KERNEL(index_add, Device::Type::CPU, scatter_add_kernel);
+DG_REGISTER_KERNEL(scatter, Device::Type::CPU, scatter_kernel);
+DG_REGISTER_KERNEL(scatter_value, Device::Type::CPU, scatter_kernel);
 DG_REGISTER_KERNEL(tril, Device::Type::CPU, triangle_kernel);
 DG_REGISTER_KERNEL(triu, Device::Type::CPU, triangle_kernel);
 

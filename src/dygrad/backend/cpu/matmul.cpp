@@ -26,6 +26,7 @@
 // B and C; a tile is C[m0 : m0 + tile_m, n0 : n0 + tile_n] of one batch, computed over all of K.
 #include "dygrad/backend/cpu/matmul.h"
 #include "dygrad/core/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <cblas.h>
@@ -44,6 +45,7 @@
 #include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/thread_pool.h"
+#include "dygrad/backend/cpu/loops.h"
 
 namespace dg::cpu {
 
@@ -74,6 +76,11 @@ struct GemmPlan {
   int64_t batch = 1, M = 0, N = 0, K = 0;
   std::vector<int64_t> a_offsets, b_offsets;  // element offset of batch i's A and B; C is contiguous
   int64_t a_row_stride = 0, a_col_stride = 0, b_row_stride = 0, b_col_stride = 0;
+  // addmm: C = beta * input + alpha * A @ B, input [..., M, N] broadcast (any strides, 0 included). Null: matmul.
+  const void* input = nullptr;
+  std::vector<int64_t> input_offsets;
+  int64_t input_row_stride = 0, input_col_stride = 0;
+  double alpha = 1, beta = 0;
 };
 
 // Batch offsets of `t` (a [..., R, C] operand) for every index of the output batch shape, broadcasting
@@ -100,7 +107,8 @@ void batch_offsets(const Tensor& t, IntSpan out_batch, std::vector<int64_t>& off
   }
 }
 
-GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool blas) {
+GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool blas, const Tensor* input = nullptr,
+                   double alpha = 1, double beta = 0) {
   GemmPlan p;
   p.M = out.size(-2);
   p.N = out.size(-1);
@@ -113,6 +121,15 @@ GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool bla
   p.a_col_stride = a.stride(-1);
   p.b_row_stride = b.stride(-2);
   p.b_col_stride = b.stride(-1);
+  if (input) {  // addmm: never folded (input's batches need not stack like A's)
+    batch_offsets(*input, out_batch, p.input_offsets);
+    p.input = input->raw_data();
+    p.input_row_stride = input->stride(-2);
+    p.input_col_stride = input->stride(-1);
+    p.alpha = alpha;
+    p.beta = beta;
+    return p;
+  }
   // Fold the batch into M when B is shared and A's batches stack: batch i's rows start at i * M * row stride.
   if (p.batch > 1 && p.batch * p.M <= INT_MAX &&
       std::all_of(p.b_offsets.begin(), p.b_offsets.end(), [](int64_t o) { return o == 0; })) {
@@ -169,12 +186,23 @@ void gemm_blas(const GemmPlan& p, const T* A, const T* B, T* C) {
   const BlasLayout la = blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride);
   const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
   DG_CHECK(la.ok && lb.ok, Runtime, "[matmul] internal error: operand layout not readable by BLAS");
-  const bool via_transpose = aliased_transposed_a(la, lb, p.K, sizeof(T));
+  const bool via_transpose = !p.input && aliased_transposed_a(la, lb, p.K, sizeof(T));
   for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
     const size_t i = static_cast<size_t>(batch);
     const T* a = A + p.a_offsets[i] + m0 * p.a_row_stride;  // op(A) rows m0.. (A^T: columns of stored A)
     const T* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
     T* c = C + (batch * p.M + m0) * p.N + n0;
+    if (p.input) {
+      // addmm as torch computes it: C = input, then one GEMM C = alpha A B + beta C (beta 0: C is not read).
+      if (p.beta != 0) {
+        const T* in = static_cast<const T*>(p.input) + p.input_offsets[i] + m0 * p.input_row_stride + n0 * p.input_col_stride;
+        for (int64_t r = 0; r < tm; ++r)
+          for (int64_t q = 0; q < tn; ++q) c[r * p.N + q] = in[r * p.input_row_stride + q * p.input_col_stride];
+      }
+      gemm(la.transposed, lb.transposed, tm, tn, p.K, static_cast<T>(p.alpha), a, la.ld, b, lb.ld,
+           static_cast<T>(p.beta), c, p.N);
+      return;
+    }
     if (via_transpose) {
       // C^T [tn, tm] = B^T [tn, K] @ A_stored [K, tm]; then C = (C^T)^T.
       thread_local std::vector<T> block;
@@ -221,7 +249,17 @@ void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
         blas_gemm(false, false, mb, nb, K, a_block, K, b_block, nb, c_block, nb);
         for (int64_t i = 0; i < mb; ++i) {
           T* dst = C + (batch * p.M + m + i) * p.N + n;
-          for (int64_t j = 0; j < nb; ++j) dst[j] = T(c_block[i * nb + j]);
+          if (!p.input) {
+            for (int64_t j = 0; j < nb; ++j) dst[j] = T(c_block[i * nb + j]);
+            continue;
+          }
+          // addmm: alpha * AB + beta * input in float32, rounded once (beta 0: input is not read)
+          const T* in = static_cast<const T*>(p.input) + p.input_offsets[static_cast<size_t>(batch)] +
+                        (m + i) * p.input_row_stride + n * p.input_col_stride;
+          const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+          for (int64_t j = 0; j < nb; ++j)
+            dst[j] = T(beta == 0 ? alpha * c_block[i * nb + j]
+                                 : alpha * c_block[i * nb + j] + beta * static_cast<float>(in[j * p.input_col_stride]));
         }
       }
     }
@@ -244,7 +282,17 @@ void gemm_integer(const GemmPlan& p, const T* A, const T* B, T* C) {
           acc[static_cast<size_t>(j)] += x * static_cast<uint64_t>(static_cast<int64_t>(row[j * p.b_col_stride]));
       }
       T* dst = C + (batch * p.M + m0 + i) * p.N + n0;
-      for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j)]);
+      if (!p.input) {
+        for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j)]);
+        continue;
+      }
+      // addmm: alpha * AB + beta * input, wrapping (alpha and beta as integers, as torch's integral addmm)
+      const T* in = static_cast<const T*>(p.input) + p.input_offsets[static_cast<size_t>(batch)] +
+                    (m0 + i) * p.input_row_stride + n0 * p.input_col_stride;
+      const uint64_t alpha = static_cast<uint64_t>(static_cast<int64_t>(p.alpha)), beta = static_cast<uint64_t>(static_cast<int64_t>(p.beta));
+      for (int64_t j = 0; j < tn; ++j)
+        dst[j] = static_cast<T>(alpha * acc[static_cast<size_t>(j)] +
+                                (beta == 0 ? 0 : beta * static_cast<uint64_t>(static_cast<int64_t>(in[j * p.input_col_stride]))));
     }
   });
 }
@@ -298,6 +346,50 @@ void matmul_kernel(Task& task) {
   });
 }
 
+// inputs (input [..., M, N] broadcast to the output, a [..., M, K], b [..., K, N]) of one dtype; output
+// [..., M, N] contiguous; AddmmAttrs beta, alpha: out = beta * input + alpha * a @ b, each tile one GEMM call
+// that reads its tile of input as C (float32/float64), or the tile's float32 product and input combined and
+// rounded once (16-bit), or the exact integer sum. beta 0 never reads input (its nan and inf do not propagate).
+void addmm_kernel(Task& task) {
+  const Tensor& input = task.inputs[0];
+  const Tensor& a = task.inputs[1];
+  const Tensor& b = task.inputs[2];
+  const Tensor& out = task.outputs[0];
+  const AddmmAttrs& attrs = task.attrs.get<AddmmAttrs>();
+  if (out.numel() == 0) return;
+  const DType dtype = out.dtype();
+  const double beta = attrs.beta.to_double();
+  if (a.size(-1) == 0) {  // K = 0: beta * input
+    visit_dtype(dtype, [&]<typename T>() {
+      if constexpr (!std::is_same_v<T, bool>) {
+        const Tensor operands[2] = {out, input};
+        StridedIteration it(operands);
+        const T scale = attrs.beta.to<T>();
+        for_each_element(it, [&](char** ptr, const int64_t* st, int64_t n) {
+          for (int64_t k = 0; k < n; ++k) {
+            T& o = *reinterpret_cast<T*>(ptr[0] + k * st[0]);
+            o = beta == 0 ? T(0) : static_cast<T>(static_cast<compute_t<T>>(scale) *
+                                                   static_cast<compute_t<T>>(*reinterpret_cast<const T*>(ptr[1] + k * st[1])));
+          }
+        });
+      }
+    });
+    return;
+  }
+  const GemmPlan plan = make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64, &input,
+                                  attrs.alpha.to_double(), beta);
+  visit_dtype(dtype, [&]<typename T>() {
+    const T* A = a.data<T>();
+    const T* B = b.data<T>();
+    T* C = out.data<T>();
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[addmm] not implemented for dtype bool");
+    else gemm_integer<T>(plan, A, B, C);
+  });
+}
+
 DG_REGISTER_KERNEL(matmul, Device::Type::CPU, matmul_kernel);
+DG_REGISTER_KERNEL(addmm, Device::Type::CPU, addmm_kernel);
 
 }  // namespace dg::cpu

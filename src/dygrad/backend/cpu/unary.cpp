@@ -235,6 +235,25 @@ void logaddexp_kernel(Task& task) {
     }
   });
 }
+// torch's lerp: out = self + weight * (end - self) for |weight| < 0.5, else end - (end - self) * (1 - weight)
+// (exact at both ends), in the compute type (float32 for 16-bit operands), rounded once.
+template <typename V>
+V lerp_value(V self, V end, V weight) {
+  const V diff = end - self;
+  return (weight < V(0.5) && weight > V(-0.5)) ? self + weight * diff : end - diff * (V(1) - weight);
+}
+// inputs (self, end, weight) of one floating dtype, broadcast.
+void lerp_kernel(Task& task) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
+    auto fn = [](T a, T b, T w) { return T(lerp_value<C<T>>(C<T>(a), C<T>(b), C<T>(w))); };
+    ternary_loop<decltype(fn), T, T, T, T>(task, fn);
+  });
+}
+// inputs (self, end); ScalarAttrs value = weight.
+void lerp_scalar_kernel(Task& task) {
+  const double weight = task.attrs.get<ScalarAttrs>().value.to_double();
+  floating_binary(task, [weight]<typename V>(V a, V b) -> V { return lerp_value<V>(a, b, V(weight)); });
+}
 void minimum_kernel(Task& task) {
   same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
@@ -266,5 +285,7 @@ DG_REGISTER_KERNEL(rpow_scalar, Device::Type::CPU, rpow_scalar_kernel);
 DG_REGISTER_KERNEL(maximum, Device::Type::CPU, maximum_kernel);
 DG_REGISTER_KERNEL(minimum, Device::Type::CPU, minimum_kernel);
 DG_REGISTER_KERNEL(logaddexp, Device::Type::CPU, logaddexp_kernel);
+DG_REGISTER_KERNEL(lerp, Device::Type::CPU, lerp_kernel);
+DG_REGISTER_KERNEL(lerp_scalar, Device::Type::CPU, lerp_scalar_kernel);
 
 }  // namespace dg::cpu
