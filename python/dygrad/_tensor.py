@@ -69,12 +69,15 @@ def _register_post_accumulate_grad_hook(self, hook):
     from .utils.hooks import RemovableHandle
 
     class _Handle(RemovableHandle):  # the hook lives in the tensor's C++ autograd data, not in a dict
+        def __init__(self):
+            self.id = hook_id
+
         def remove(self):
             _C._remove_post_accumulate_grad_hook(tensor, hook_id)
 
     tensor = self
     hook_id = _C._register_post_accumulate_grad_hook(self, hook)
-    return _Handle({})
+    return _Handle()
 
 
 def install():
