@@ -212,6 +212,7 @@ void init_tensor(nb::module_& m) {
   cls.def_prop_ro("shape", [](const Tensor& t) { return shape_object(t.shape()); })
       .def_prop_ro("dtype", [](const Tensor& t) { return nb::borrow(dtype_object(t.dtype())); })
       .def_prop_ro("ndim", [](const Tensor& t) { return t.dim(); })
+      .def_prop_ro("_version", [](const Tensor& t) { return t.version(); })  // bumped by every in-place write
       .def_prop_ro("device", [](const Tensor& t) { return device_object(t); })
       .def_prop_ro("is_cuda", [](const Tensor&) { return false; })
       .def_prop_ro("is_cpu", [](const Tensor& t) { return t.device().type == Device::Type::CPU; })

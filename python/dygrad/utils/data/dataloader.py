@@ -21,7 +21,7 @@ import numpy as np
 from ... import _C, _generator
 from ...profiler import data_wait
 from . import _collate
-from .dataset import IterableDataset
+from .dataset import IterableDataset, Subset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
 _worker_info = None
@@ -137,6 +137,24 @@ def _convert_arrays(sample):
     return _collate.detach_tensors(_collate.default_convert(sample))
 
 
+def _tensor_rows(dataset, indices):
+    """The batch default_collate would make from a TensorDataset (or Subsets of one), as NumPy arrays gathered
+    in one step per tensor instead of one tensor per sample and field; None for any other dataset (whose
+    __getitem__ may do anything). Same values, dtypes and shapes as the per-sample path."""
+    while type(dataset) is Subset:
+        subset_indices = dataset.indices
+        indices = [subset_indices[i] for i in indices]
+        dataset = dataset.dataset
+    if type(dataset) is not TensorDataset or not dataset.tensors:
+        return None
+    arrays = dataset._row_arrays()
+    index = np.asarray(indices, dtype=np.int64)
+    n = len(dataset)
+    if index.size and (index.min() < -n or index.max() >= n):
+        return None  # out of range: the per-sample path raises torch's IndexError
+    return [_collate.TensorData(np.take(a, index, axis=0), dtype) for a, dtype in arrays]
+
+
 def _fetch_map(dataset, indices, auto_collation):
     if auto_collation:
         getitems = getattr(dataset, "__getitems__", None)
@@ -185,7 +203,12 @@ class _SingleProcessIter(_BaseIter):
             else:
                 samples = next(self._dataset_iter)
         else:
-            samples = _fetch_map(self._dataset, next(self._sampler_iter), self._auto_collation)
+            indices = next(self._sampler_iter)
+            if self._auto_collation and loader.collate_fn is None:
+                rows = _tensor_rows(self._dataset, indices)
+                if rows is not None:
+                    return _collate.materialize(rows)
+            samples = _fetch_map(self._dataset, indices, self._auto_collation)
         if loader.collate_fn is not None:
             return loader.collate_fn(samples)
         if self._auto_collation:
@@ -260,6 +283,11 @@ def _worker_loop(loader, worker_id, num_workers, base_seed, index_queue, result_
                         result_queue.put((task_id, _IterableEnd(worker_id)))
                         continue
             else:
+                rows = (_tensor_rows(loader.dataset, indices) if loader._auto_collation and loader.collate_fn is None
+                        else None)
+                if rows is not None:
+                    result_queue.put((task_id, pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)))
+                    continue
                 samples = _fetch_map(loader.dataset, indices, loader._auto_collation)
             data = loader._collate(samples)
             # Pickled here, not in the queue's feeder thread, which would drop an unpicklable batch silently.

@@ -38,6 +38,18 @@ class TensorDataset(Dataset):
     def __len__(self):
         return self.tensors[0].size(0)
 
+    def _row_arrays(self):
+        """(NumPy array, dtype name or None) per tensor, for the DataLoader's one-gather batches: views of the
+        tensors' memory (bfloat16: a float32 copy, converted back by the collate), made again when a tensor is
+        replaced or written in place (its version changes; numpy() waits for the write)."""
+        from ._collate import _tensor_array
+        key = tuple((id(t), t._version) for t in self.tensors)
+        cached = getattr(self, "_arrays", None)
+        if cached is None or cached[0] != key:
+            cached = (key, [_tensor_array(t) for t in self.tensors])
+            self._arrays = cached
+        return cached[1]
+
 
 class StackDataset(Dataset):
     def __init__(self, *args, **kwargs):

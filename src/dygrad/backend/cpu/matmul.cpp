@@ -152,11 +152,20 @@ template <typename Body>
 void for_each_tile(const GemmPlan& p, Body&& body) {
   const GemmTiling t = gemm_tiling(p.batch, p.M, p.N, p.K);
   const int64_t per_batch = t.tiles_m * t.tiles_n;
-  parallel_chunks(p.batch * per_batch, [&](int64_t chunk) {
+  auto tile = [&](int64_t chunk) {
     const int64_t batch = chunk / per_batch, r = chunk % per_batch;
     const int64_t m0 = (r / t.tiles_n) * t.tile_m, n0 = (r % t.tiles_n) * t.tile_n;
     body(batch, m0, std::min(t.tile_m, p.M - m0), n0, std::min(t.tile_n, p.N - n0));
-  });
+  };
+  // A whole product smaller than one minimum tile (a batch of tiny matrices: attention heads of a short
+  // sequence, einsum) runs on this thread: waking the pool costs more than the work. The tiles and their
+  // order are the same, so the result is too.
+  if (2.0 * static_cast<double>(p.batch) * static_cast<double>(p.M) * static_cast<double>(p.N) *
+          static_cast<double>(p.K) < kMinTileFlops) {
+    for (int64_t c = 0; c < p.batch * per_batch; ++c) tile(c);
+    return;
+  }
+  parallel_chunks(p.batch * per_batch, tile);
 }
 
 // C[m, n] = A[m, K] @ B[K, n], row-major C with leading dim ldc; one serial call (float32: oneDNN or OpenBLAS,
