@@ -72,12 +72,12 @@ def main():
                     results.setdefault(f"torch    {row}", {}).setdefault(label, []).append(torch_us)
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     for key, by in results.items():
-        if key.startswith("torch"):
+        if key.startswith("torch") or len(by) < 2:  # rows only one build has (ops the old one lacks)
             continue
         summary(key, by["old"], by["new"], key.startswith("train"))
     if "dispatch" in parts:
         torch_ratios = [statistics.median(by["new"]) / statistics.median(by["old"])
-                        for key, by in results.items() if key.startswith("torch")]
+                        for key, by in results.items() if key.startswith("torch") and len(by) == 2]
         print(f"torch's own rows, new-run/old-run medians: {min(torch_ratios):.3f}-{max(torch_ratios):.3f} "
               "(1.0 when the load was the same)")
 

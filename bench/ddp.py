@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_DDP = os.path.join(HERE, "..", "..", "shared", "bench", "torch_ddp.py")
 
 
-def dygrad_worker(cfg, steps, no_sync):
+def dygrad_worker(cfg, steps, no_sync, bucket_cap_mb=None, bucket_view=False):
     import contextlib
 
     import numpy as np
@@ -37,7 +37,8 @@ def dygrad_worker(cfg, steps, no_sync):
     c = llama.CONFIGS[cfg]
     dg.manual_seed(0)
     model = llama.Llama(c)
-    ddp = dg.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    ddp = (dg.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=bucket_view)
+           if world > 1 else model)
     opt = dg.optim.AdamW(ddp.parameters(), lr=3e-4)
     rng = np.random.default_rng(rank)
     data = rng.integers(0, c.vocab_size, size=(c.batch_size, c.seq_len + 1))
@@ -60,9 +61,9 @@ def dygrad_worker(cfg, steps, no_sync):
         dist.destroy_process_group()
 
 
-def run_dygrad(cfg, steps, world, no_sync=False):
+def run_dygrad(cfg, steps, world, no_sync=False, extra=()):
     from dygrad.distributed.run import mpirun_command
-    args = ["--worker", "--config", cfg, "--steps", str(steps)] + (["--no-sync"] if no_sync else [])
+    args = ["--worker", "--config", cfg, "--steps", str(steps)] + (["--no-sync"] if no_sync else []) + list(extra)
     cmd = mpirun_command(world, __file__, args) if world > 1 else [sys.executable, __file__] + args
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     line = [l for l in out.stdout.splitlines() if l.startswith("cfg ")]
@@ -86,19 +87,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--no-sync", action="store_true")
+    ap.add_argument("--bucket-cap-mb", type=float, default=None, help="dygrad's DDP bucket size (default torch's 25)")
+    ap.add_argument("--bucket-view", action="store_true", help="dygrad's DDP with gradient_as_bucket_view=True")
     args = ap.parse_args()
     if args.worker:
-        return dygrad_worker(args.config, args.steps, args.no_sync)
+        return dygrad_worker(args.config, args.steps, args.no_sync, args.bucket_cap_mb, args.bucket_view)
     torch_ddp = load_torch_ddp()
+    extra = ((["--bucket-cap-mb", str(args.bucket_cap_mb)] if args.bucket_cap_mb else []) +
+             (["--bucket-view"] if args.bucket_view else []))
     rows = {k: [] for k in ("t1", "d1", "t2", "d2", "d2ns", "d2step", "d2nsstep")}
     for r in range(args.rounds):
         rows["t1"].append(torch_ddp.throughput(1, args.config, args.steps))
         rows["d1"].append(run_dygrad(args.config, args.steps, 1)[0])
         rows["t2"].append(torch_ddp.throughput(2, args.config, args.steps))
-        tok, step = run_dygrad(args.config, args.steps, 2)
+        tok, step = run_dygrad(args.config, args.steps, 2, extra=extra)
         rows["d2"].append(tok)
         rows["d2step"].append(step)
-        tok, step = run_dygrad(args.config, args.steps, 2, no_sync=True)
+        tok, step = run_dygrad(args.config, args.steps, 2, no_sync=True, extra=extra)
         rows["d2ns"].append(tok)
         rows["d2nsstep"].append(step)
         print(f"round {r}: torch {rows['t1'][-1]:.0f} -> {rows['t2'][-1]:.0f} tok/s "

@@ -70,6 +70,21 @@ def make_cases(lib, synchronize):
     def chain_per_op(n):
         chain(n)
 
+    return [
+        ("add, no grad (1 elem)", add_plain, 1),
+        ("add, requires_grad (1 elem)", add_requires_grad, 1),
+        ("add, Python scalar (1 elem)", add_scalar, 1),
+        ("a.add(b) method (1 elem)", add_method, 1),
+        ("a + b operator (1 elem)", add_operator, 1),
+        (f"chain of 4 ops, 64 elem, per op: {chain_note}", chain_per_op, 4),
+    ] + family_cases(lib)
+
+
+def family_cases(lib):
+    """The rows of the op families issue 13 added; [] for a build without them (bench/builds.py runs this file
+    with older builds)."""
+    if not all(hasattr(lib, n) for n in ("sort", "cumsum", "scatter", "einsum")):
+        return []
     x16 = lib.arange(16.0).flip(0)
 
     def sort_topk(n, x=x16, sort=lib.sort, topk=lib.topk):
@@ -107,12 +122,6 @@ def make_cases(lib, synchronize):
             einsum("bij,bjk->bik", m1, m2)
 
     return [
-        ("add, no grad (1 elem)", add_plain, 1),
-        ("add, requires_grad (1 elem)", add_requires_grad, 1),
-        ("add, Python scalar (1 elem)", add_scalar, 1),
-        ("a.add(b) method (1 elem)", add_method, 1),
-        ("a + b operator (1 elem)", add_operator, 1),
-        (f"chain of 4 ops, 64 elem, per op: {chain_note}", chain_per_op, 4),
         ("sort/topk: sort(x), topk(x, 4), 16 elem, per op", sort_topk, 2),
         ("cumsum(x, 0), 16 elem", cumsum, 1),
         ("clip_grad_norm_ (20 params of 16x16)", clip_grad_norm, 1),

@@ -101,11 +101,20 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
 }
 
 // AVG: the sum, then each element divided by the group size (floating types only; checked at the call).
+// float32 divides in float32: IEEE division is correctly rounded, so this equals dividing in double and rounding
+// (the group size is exact in both), and it vectorises.
 void divide(const Tensor& t, int size) {
   visit_dtype(t.dtype(), [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-      T* p = t.data<T>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(static_cast<double>(p[i]) / size);
+    T* p = t.data<T>();
+    const int64_t n = t.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      const float s = static_cast<float>(size);
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] / s;
+    } else if constexpr (std::is_same_v<T, double>) {
+      const double s = static_cast<double>(size);
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] / s;
+    } else if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(size));
     }
   });
 }
