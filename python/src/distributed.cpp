@@ -58,6 +58,14 @@ void init_distributed(nb::module_& m) {
   m.def("_mpi_finalize", &dist::finalize, nb::call_guard<nb::gil_scoped_release>());
   m.def("_single_process_group", &dist::single_process_group);
   m.def("_comm_in_flight", &dist::comm_in_flight);
+  m.def("_comm_stats", [] {
+    const dist::CommStats s = dist::comm_stats();
+    nb::dict d;
+    d["operations"] = s.operations;
+    d["comm_s"] = static_cast<double>(s.comm_ns) / 1e9;
+    d["exposed_s"] = static_cast<double>(s.exposed_ns) / 1e9;
+    return d;
+  });
   // A key for the tensor object behind a Python wrapper (hooks receive new wrappers of the same parameter).
   m.def("_tensor_key", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
   // The leaves (parameters) the autograd graphs of `outputs` reach: data parallel's find_unused_parameters.

@@ -249,3 +249,59 @@ def test_training_cli_data_parallel_then_resume_on_one_rank(tmp_path):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == [1, 2, 3]
+
+
+@needs_mpi
+def test_profiler_sees_each_bucket_and_splits_exposed_from_overlapped(tmp_path):
+    result = mpirun("ddp_profile.py", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    with open(tmp_path / "profile.json") as f:
+        p = json.load(f)
+    # One range per bucket per step (3 steps), beside compute, named by the operation and its size (the
+    # construction's broadcasts of the parameters finish inside the session too).
+    names = [c[0] for c in p["comm"] if c[0].startswith("all_reduce")]
+    assert len(names) == 3 * p["buckets"] and p["buckets"] >= 2
+    assert all(n.endswith(" MiB") for n in names)
+    assert all(c[3] for c in p["comm"]) and all(c[2] >= c[1] for c in p["comm"])
+    assert "comm_start" in p["ops"] and "comm_wait" in p["ops"]
+    bd = p["breakdown"]
+    comm_total = bd["buckets_ns"]["exposed_comm"] + bd["overlapped_comm_ns"]
+    assert comm_total > 0
+    assert ("exposed_comm" in p["advice"]) == (bd["fractions"]["exposed_comm"] >= 0.03)
+
+
+def test_advisor_exposed_comm_rule():
+    from types import SimpleNamespace
+
+    from dygrad.profiler._result import Range
+    from dygrad.profiler.advisor import rule_exposed_comm
+    ranges = [Range("comm", "all_reduce 1.00 MiB", 0, 0, 100, True), Range("comm", "all_reduce 12.00 MiB", 0, 50, 900, True)]
+    result = SimpleNamespace(ranges=ranges)
+    summary = {"breakdown": {"fractions": {"exposed_comm": 0.12}, "buckets_ns": {"exposed_comm": 1.2e6},
+                             "overlapped_comm_ns": 0.3e6}}
+    advice = rule_exposed_comm(result, summary)
+    assert advice["rule"] == "exposed_comm" and "bucket_cap_mb" in advice["fix"]
+    assert "all_reduce 12.00 MiB" in advice["evidence"] and "hid 20%" in advice["evidence"]
+    summary["breakdown"]["fractions"]["exposed_comm"] = 0.01
+    assert rule_exposed_comm(result, summary) is None
+
+
+@needs_mpi
+def test_linearity_command_runs_each_world_size(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, dygrad as dg, dygrad.distributed as dist\n"
+        "world = int(os.environ.get('OMPI_COMM_WORLD_SIZE', '1'))\n"
+        "if world > 1:\n"
+        "    dist.init_process_group()\n"
+        "    for _ in range(3):\n"
+        "        dist.all_reduce(dg.ones(1000))\n"
+        "    dg.synchronize()\n"
+        "if int(os.environ.get('OMPI_COMM_WORLD_RANK', '0')) == 0:\n"
+        "    print(f'done: {1000 * world:,} tok/s')\n")
+    result = subprocess.run([sys.executable, "-m", "dygrad.profiler", "linearity", "--ranks", "1,2", "--",
+                             "python3", str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert rows[0][:3] == ["1", "1,000.0", "1.000"] and rows[1][:3] == ["2", "2,000.0", "1.000"]
+    assert "(3 ops)" in result.stdout  # rank 0's communication totals, from DYGRAD_COMM_STATS

@@ -7,8 +7,10 @@ communication thread, so compute enqueued after it overlaps it; reading its resu
 returns a Work whose `wait()` orders later ops after the collective without blocking the host."""
 import atexit
 import datetime
+import json
 import os
 import sys
+import time
 import warnings
 
 from .. import _C
@@ -120,6 +122,7 @@ class Work:
 _world = None        # ProcessGroup of every rank
 _atexit_registered = False
 _failing = False     # an uncaught exception is ending the process
+_init_time = None    # perf_counter() at init_process_group (the communication totals' wall time)
 
 
 def is_available():
@@ -182,6 +185,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if rank not in (-1, None) and int(rank) != handle.rank():
         raise ValueError(f"init_process_group: rank={rank} but MPI gave this process rank {handle.rank()}")
     _world = ProcessGroup(handle, "mpi")
+    global _init_time
+    _init_time = time.perf_counter()
     _set_threads_per_rank()
     GroupMember.WORLD = group.WORLD = _world
     if not _atexit_registered:  # runs before the stream's own exit hook (atexit is last-in, first-out)
@@ -208,8 +213,23 @@ def _set_threads_per_rank():
         set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
 
+def _write_comm_stats():
+    """DYGRAD_COMM_STATS=PATH (set by `python3 -m dygrad.profiler linearity`): rank 0 writes its communication
+    totals (operations, their time, the exposed part: compute blocked waiting for them) and the wall time since
+    init_process_group, once, before MPI is finalised."""
+    global _init_time
+    path = os.environ.get("DYGRAD_COMM_STATS")
+    if not path or _init_time is None or _world is None or _world.rank() != 0:
+        return
+    stats = dict(_C._comm_stats(), ranks=_world.size(), wall_s=time.perf_counter() - _init_time)
+    _init_time = None
+    with open(path, "w") as f:
+        json.dump(stats, f)
+
+
 def _finalize_at_exit():
     if _C._mpi_initialized() and not _failing:
+        _write_comm_stats()
         try:
             _C._mpi_finalize()
         except Exception as e:  # a deferred op error at exit: report it, still leave MPI cleanly
@@ -225,6 +245,7 @@ def destroy_process_group(group=None):
         if _world is None:
             raise ValueError("Default process group has not been initialized, please make sure to call "
                              "init_process_group.")
+        _write_comm_stats()
         _C._mpi_finalize()
         _world = None
         GroupMember.WORLD = globals()["group"].WORLD = None

@@ -13,6 +13,11 @@ import sys
 
 def mpirun_command(nproc, program, args, module=False, python=None):
     """The mpirun command line that starts `nproc` ranks of `program` on this machine."""
+    return mpirun_prefix(nproc) + [python or sys.executable] + (["-m"] if module else []) + [program] + list(args)
+
+
+def mpirun_prefix(nproc):
+    """mpirun and its options for `nproc` ranks on this machine; the rank's command line follows."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise SystemExit("dygrad.distributed.run: mpirun not found (install openmpi-bin; 'make deps' does)")
@@ -23,7 +28,6 @@ def mpirun_command(nproc, program, args, module=False, python=None):
     # when a rank dies, mpirun lets the others run, and they raise an error naming it (docs/distributed.md)
     # instead of being killed.
     command += ["--mca", "mpi_yield_when_idle", "1", "--enable-recovery"]
-    command += [python or sys.executable] + (["-m"] if module else []) + [program] + list(args)
     return command
 
 

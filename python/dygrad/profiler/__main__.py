@@ -4,9 +4,11 @@
     python3 -m dygrad.profiler diff RUN_A RUN_B [--top N]
     python3 -m dygrad.profiler report RUN_DIR [--output PATH]
     python3 -m dygrad.profiler linearity RUN_DIR [RUN_DIR ...]
+    python3 -m dygrad.profiler linearity --ranks 1,2 -- python3 train.py ARGS   (runs it under mpirun at each)
 """
 import argparse
 import os
+import re
 import sys
 
 from .report import (BUCKET_LABELS, BUCKETS, MEMORY_CATEGORIES, NOT_RECORDED, RunDirError, bucket_ns, fmt_bytes,
@@ -226,6 +228,59 @@ def linearity_report(run_dirs):
             _table(["run", "ranks", "samples/s (total)", "linearity"], rows, right=(1, 2, 3)) + "\n")
 
 
+THROUGHPUT = re.compile(r"([\d,]+(?:\.\d+)?)\s*(?:tok(?:ens)?|samples|rows)/s\b|"
+                        r"(?:tokens|samples)(?:/s|_per_s)\s+([\d,]+(?:\.\d+)?)")
+
+
+def linearity_of_command(ranks, command, timeout=3600):
+    """Runs `command` (its Python entry is a dygrad program) under mpirun at each rank count and reports the
+    throughput it prints last (a "N tok/s" or "tokens/s N" line: dygrad.train's, bench scripts'), the linearity
+    against the 1-rank run, and rank 0's communication totals (DYGRAD_COMM_STATS: the time compute waited for
+    communication, i.e. the exposed part, and all of it)."""
+    import json
+    import subprocess
+    import tempfile
+
+    from ..distributed.run import mpirun_prefix
+    from .metrics import linearity
+
+    if 1 not in ranks:
+        raise RunDirError("--ranks must include 1 (the baseline)")
+    command = list(command)
+    if command and os.path.basename(command[0]) in ("python", "python3"):
+        command[0] = sys.executable  # this interpreter (the one with dygrad), not whatever mpirun's PATH finds
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in ranks:
+            stats_path = os.path.join(tmp, f"comm{n}.json")
+            env = dict(os.environ, DYGRAD_COMM_STATS=stats_path)
+            result = subprocess.run(mpirun_prefix(n) + list(command), capture_output=True, text=True, env=env,
+                                    timeout=timeout)
+            if result.returncode != 0:
+                raise RunDirError(f"the command failed at {n} rank(s):\n{result.stderr[-3000:]}")
+            rates = [m.group(1) or m.group(2) for m in THROUGHPUT.finditer(result.stdout)]
+            if not rates:
+                raise RunDirError(f"the command printed no throughput (a 'N tok/s', 'tokens/s N' or 'tokens_per_s N' "
+                                  f"line) at {n} rank(s):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+            stats = {}
+            if os.path.exists(stats_path):
+                with open(stats_path) as f:
+                    stats = json.load(f)
+            runs.append((n, float(rates[-1].replace(",", "")), stats))
+    values = linearity([(n, rate) for n, rate, _ in runs])
+    rows = []
+    for (n, rate, stats), (_, lin) in zip(runs, values):
+        wall = stats.get("wall_s") or 0
+        exposed = stats.get("exposed_s")
+        rows.append([n, f"{rate:,.1f}", f"{lin:.3f}",
+                     "-" if exposed is None or n == 1 else f"{exposed:.3f} s ({exposed / wall:.1%})" if wall else "-",
+                     "-" if not stats or n == 1 else f"{stats['comm_s']:.3f} s ({stats['operations']} ops)"])
+    return ("Linearity: throughput at N ranks / (1-rank throughput x N); exposed communication: the time compute "
+            "waited for it on rank 0 (share of its run)\n" +
+            _table(["ranks", "throughput (total)", "linearity", "exposed comm", "all comm"], rows,
+                   right=(0, 1, 2, 3, 4)) + "\n")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m dygrad.profiler",
                                      description="Read dygrad profiler run directories (summary.json, "
@@ -242,9 +297,14 @@ def main(argv=None):
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--output", "-o", metavar="PATH", help="where to write it (default RUN_DIR/report.html)")
     p.add_argument("--top", type=int, default=30, metavar="N", help="ops to list (default 30)")
-    p = commands.add_parser("linearity", help="scaling efficiency over runs at several rank counts")
-    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    p = commands.add_parser("linearity", help="scaling efficiency over runs at several rank counts (run "
+                                              "directories, or --ranks 1,2 -- COMMAND to run it at each)")
+    p.add_argument("run_dirs", metavar="RUN_DIR", nargs="*")
+    p.add_argument("--ranks", default=None, help="comma-separated rank counts to run COMMAND at (after --)")
     p.set_defaults(top=0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)
     if args.top < 0:
         parser.error("--top must be >= 0")
@@ -253,7 +313,14 @@ def main(argv=None):
             sys.stdout.write(summarize(args.run_dir, top=args.top))
         elif args.command == "diff":
             sys.stdout.write(diff(args.run_a, args.run_b, top=args.top))
+        elif args.command == "linearity" and args.ranks:
+            if not command:
+                parser.error("linearity --ranks needs a command after --")
+            ranks = [int(r) for r in args.ranks.split(",")]
+            sys.stdout.write(linearity_of_command(ranks, command))
         elif args.command == "linearity":
+            if not args.run_dirs:
+                parser.error("linearity needs RUN_DIRs, or --ranks N,M -- COMMAND")
             sys.stdout.write(linearity_report(args.run_dirs))
         else:
             print(f"wrote {write_html(args.run_dir, args.output, top=args.top)}")

@@ -15,6 +15,7 @@ from .summary import step_ops, step_windows, sync_ranges
 HOST_BOUND_FRACTION = 0.20
 # Waiting for the data loader as a fraction of the mean step.
 DATA_WAIT_FRACTION = 0.10
+EXPOSED_COMM_FRACTION = 0.03  # issue 16's budget: communication within 3% of the step
 # Composed-op patterns a fused kernel replaces: occurrences per step needed to fire (any is evidence).
 FUSION_MIN_PER_STEP = 1
 # The patterns are matched in the forward; when the step runs a backward, the composed ops' backward costs about
@@ -139,6 +140,32 @@ def rule_data_wait(result, summary):
         _speedup(fraction),
         "prefetch batches (DataLoader num_workers / prefetch), pre-tokenise the corpus, and build batches with "
         "from_numpy (shares memory) instead of Python lists")
+
+
+def rule_exposed_comm(result, summary):
+    """Communication the compute did not hide (data parallel's all-reduces after backward ended)."""
+    bd = summary["breakdown"]
+    fraction = bd.get("fractions", {}).get("exposed_comm", 0.0)
+    if fraction < EXPOSED_COMM_FRACTION:
+        return None
+    comms = [r for r in result.ranges if r.kind == "comm"]
+    exposed = bd.get("buckets_ns", {}).get("exposed_comm", 0)
+    overlapped = bd.get("overlapped_comm_ns", 0)
+    hidden = overlapped / (overlapped + exposed) if overlapped + exposed else 0.0
+    last = max(comms, key=lambda r: r.end_ns) if comms else None
+    evidence = (f"exposed communication is {fraction:.0%} of the step ({exposed / 1e6:.2f} ms); compute hid "
+                f"{hidden:.0%} of the communication time")
+    if last is not None:
+        evidence += f"; the last operation to finish was {last.name} ({last.duration_ns / 1e6:.2f} ms)"
+    return _advice(
+        "exposed_comm", "Communication is not hidden by compute", _severity(fraction), evidence,
+        {"exposed_comm_fraction": fraction, "exposed_comm_ms": exposed / 1e6, "overlapped_comm_ms": overlapped / 1e6,
+         "comm_ops": len(comms), "last_comm": last.name if last else None},
+        _speedup(fraction),
+        "DistributedDataParallel: a smaller bucket_cap_mb so buckets start while backward still runs (the bucket "
+        "launched last, after the whole backward, is exposed), gradient_as_bucket_view=True (no copies into and out "
+        "of the buckets), no_sync() on accumulation micro-steps, or a larger micro-batch per rank (more compute per "
+        "byte communicated)")
 
 
 # Composed forms of the fused ops, as regular expressions over the step's op names joined by spaces (one host
@@ -364,8 +391,8 @@ def rule_fragmentation(result, summary):
         "before the peak, or dg.empty_cache() after a phase with different shapes (e.g. evaluation)")
 
 
-RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_unfused, rule_copies,
-         rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation)
+RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_exposed_comm, rule_unfused,
+         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation)
 
 
 def advise(result, summary=None):

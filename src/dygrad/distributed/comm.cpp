@@ -10,6 +10,7 @@
 
 #include "dygrad/core/error.h"
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/profiler/profiler.h"
 #include "dygrad/runtime/op_def.h"
 #include "dygrad/runtime/stream.h"
 
@@ -41,12 +42,29 @@ const char* comm_kind_name(CommKind kind) {
 }
 
 // --- Work ---------------------------------------------------------------------------------------------------------
+namespace {
+std::string comm_label(const Work& w);
+std::atomic<uint64_t> stat_operations{0};
+std::atomic<int64_t> stat_comm_ns{0}, stat_exposed_ns{0};
+}  // namespace
+
 std::string Work::error() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return error_;
 }
 
+// The profiler's communication track: each operation from comm_start to its completion, beside compute (async;
+// what compute did not hide is the step breakdown's exposed communication). Recorded before the Work completes,
+// so a comm_wait (and the sync after it) never returns before its range exists.
+void record_completion(const Work& w) {
+  const int64_t end = profiler::now_ns();
+  profiler::record_comm(comm_label(w), w.started_ns, end, /*async=*/true);
+  ++stat_operations;
+  stat_comm_ns += end - w.started_ns;
+}
+
 void Work::finish(int source) {
+  record_completion(*this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     source_ = source;
@@ -56,6 +74,7 @@ void Work::finish(int source) {
 }
 
 void Work::fail(std::string message) {
+  if (started_ns) record_completion(*this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::move(message);
@@ -91,14 +110,35 @@ const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cos
 void comm_start_kernel(Task& task) {
   const CommAttrs& a = task.attrs.get<CommAttrs>();
   a.work->started = std::chrono::steady_clock::now();
+  a.work->started_ns = profiler::now_ns();
   mark_submitted(*a.work);
   submit_to_comm_thread(a.work);
 }
 
-void comm_wait_kernel(Task& task) { task.attrs.get<CommAttrs>().work->wait_here(); }
+void comm_wait_kernel(Task& task) {
+  const auto begin = std::chrono::steady_clock::now();
+  struct Count {  // counted when the wait ends, raising or not
+    std::chrono::steady_clock::time_point begin;
+    ~Count() {
+      stat_exposed_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - begin)
+                             .count();
+    }
+  } count{begin};
+  task.attrs.get<CommAttrs>().work->wait_here();
+}
 
 DG_REGISTER_KERNEL(comm_start, Device::Type::CPU, comm_start_kernel);
 DG_REGISTER_KERNEL(comm_wait, Device::Type::CPU, comm_wait_kernel);
+
+// "all_reduce 12.5 MiB": the name of an operation's range on the profiler's communication track.
+std::string comm_label(const Work& w) {
+  const Tensor& t = w.input.defined() ? w.input : w.output;
+  if (!t.defined()) return comm_kind_name(w.kind);
+  char text[96];
+  std::snprintf(text, sizeof text, "%s %.2f MiB", comm_kind_name(w.kind),
+                static_cast<double>(t.numel()) * static_cast<double>(t.itemsize()) / (1 << 20));
+  return text;
+}
 
 // --- the communication thread -------------------------------------------------------------------------------------
 class CommThread {
@@ -254,6 +294,7 @@ class CommThread {
 
 void submit_to_comm_thread(std::shared_ptr<Work> work) { CommThread::get().submit(std::move(work)); }
 size_t comm_in_flight() { return CommThread::get().in_flight(); }
+CommStats comm_stats() { return {stat_operations.load(), stat_comm_ns.load(), stat_exposed_ns.load()}; }
 
 void stop_comm_thread();  // mpi.cpp's finalize
 void stop_comm_thread() { CommThread::get().stop(); }

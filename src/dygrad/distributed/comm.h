@@ -61,6 +61,7 @@ class Work : public std::enable_shared_from_this<Work> {
   void finish(int source = -1);
   void fail(std::string message);
   std::chrono::steady_clock::time_point started;
+  int64_t started_ns = 0;   // the profiler's clock at comm_start (the communication range's begin)
   void* request = nullptr;  // the backend's handle while in flight
 
  private:
@@ -145,5 +146,14 @@ std::shared_ptr<ProcessGroup> single_process_group();
 void submit_to_comm_thread(std::shared_ptr<Work> work);
 // Operations handed to the communication thread and not finished yet (tests, the profiler).
 size_t comm_in_flight();
+
+// Totals since the process started (the linearity command): operations finished, their time from comm_start to
+// completion, and the time the compute stream spent blocked in comm_wait (the exposed part), in ns.
+struct CommStats {
+  uint64_t operations = 0;
+  int64_t comm_ns = 0;
+  int64_t exposed_ns = 0;
+};
+CommStats comm_stats();
 
 }  // namespace dg::dist

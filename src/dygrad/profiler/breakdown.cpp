@@ -3,6 +3,7 @@
 #include "dygrad/profiler/breakdown.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 
 #include "dygrad/profiler/format.h"
@@ -75,8 +76,8 @@ namespace {
 
 IntervalSet device_busy(const ProfileData& data) {
   IntervalSet spans;
-  for (const OpRecord& r : data.ops)
-    if (r.ran()) spans.push_back({r.device_begin_ns, r.device_end_ns});
+  for (const OpRecord& r : data.ops)  // comm_wait: the device blocked on communication (M), not computing
+    if (r.ran() && std::strcmp(r.name, "comm_wait") != 0) spans.push_back({r.device_begin_ns, r.device_end_ns});
   return union_of(std::move(spans));
 }
 

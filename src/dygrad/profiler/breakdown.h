@@ -3,7 +3,8 @@
 //
 // Definitions (one step = the interval between two consecutive step() markers; the whole session when
 // there are fewer than two markers):
-//   C  device busy: the union of the device spans of every Task that ran (any device thread)
+//   C  device busy: the union of the device spans of every Task that ran (any device thread), except
+//      comm_wait's (the device blocked on a collective: that time is communication)
 //   M  communication: the union of the record_comm ranges
 //   D  data wait: the union of the record_data_wait ranges
 //   H  host-bound idle: the parts of the device's idle gaps (the complement of C) spent waiting for the host,
