@@ -211,6 +211,9 @@ EINSUM_CASES = [
     ("i,j->ij", ((3,), (4,))), ("bij,bjk,k->bi", ((2, 3, 4), (2, 4, 5), (5,))), ("ijk,ijk->", ((2, 3, 4), (2, 3, 4))),
     ("...j,j", ((2, 3, 4), (4,))), ("b...,b...->b", ((2, 3, 4), (2, 3, 4))), ("iJ,Jk->ki", ((3, 4), (4, 2))),
     ("i j , j k -> i k", ((3, 4), (4, 2))), ("ab,cd->abcd", ((2, 3), (1, 2))), ("...,...->...", ((3, 1), (1, 4))),
+    # a letter repeated within one operand: its diagonal (the implicit output counts letters as written)
+    ("ii->i", ((4, 4),)), ("ii", ((3, 3),)), ("iij->j", ((3, 3, 2),)), ("bii->bi", ((2, 3, 3),)),
+    ("ij,jj->i", ((2, 3), (3, 3))), ("...ii->...i", ((2, 3, 3),)), ("iji->j", ((3, 2, 3),)), ("iii->i", ((3, 3, 3),)),
 ]
 
 
@@ -244,7 +247,8 @@ def test_einsum_errors():
             ("i.j", (a,), RuntimeError, r"not part of a single ellipsis"),
             ("ij->ix", (a,), RuntimeError, r"output subscript x does not appear"),
             ("ij->ii", (a,), RuntimeError, r"output subscript i appears more than once"),
-            ("ii->i", (dg.ones(2, 2),), NotImplementedError, r"subscript 'i' repeats in operand 0"),
+            ("ii->i", (dg.ones(2, 3),), RuntimeError,
+             r"subscript i is repeated for operand 0 but the sizes don't match, 3 != 2"),
             ("ij,jk", (a, dg.ones(3, 2, dtype=dg.float64)), RuntimeError, r"same dtype"),
             ("ij,jk", (a, dg.ones(4, 2)), RuntimeError, r"\[einsum\]")]:
         with pytest.raises(kind, match=r"\[einsum\]|" + pattern) as info:

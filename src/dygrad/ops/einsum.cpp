@@ -13,7 +13,9 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/linalg.h"
+#include "dygrad/ops/math.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 
@@ -147,6 +149,40 @@ Tensor einsum(std::string_view equation_in, std::span<const Tensor> operands) {
            ") than specified in the equation '", equation, "' (", terms.size(), ")");
   DG_CHECK(terms.size() >= operands.size(), Runtime, "[einsum] more operands were provided (", operands.size(),
            ") than specified in the equation '", equation, "' (", terms.size(), ")");
+  // A letter repeated within one operand takes its diagonal: x * I over the two dims, summed over the second
+  // (a differentiable composition, as sums and products are; torch takes a strided view), until none repeats.
+  std::vector<Tensor> ops(operands.begin(), operands.end());
+  std::array<int, kLetters> written{};  // occurrences in the equation as written (the implicit output's rule)
+  for (const Term& term : terms)
+    for (int l : term.letters) ++written[static_cast<size_t>(l)];
+  for (size_t k = 0; k < terms.size(); ++k) {
+    Term& term = terms[k];
+    const int64_t covered = term.ellipsis_at < 0 ? 0 : ops[k].dim() - static_cast<int64_t>(term.letters.size());
+    if (covered < 0) continue;  // too many subscripts: reported below
+    for (size_t q = 1; q < term.letters.size(); ++q) {
+      size_t p = 0;
+      while (p < q && term.letters[p] != term.letters[q]) ++p;
+      if (p == q) continue;
+      auto dim_of = [&](size_t i) {
+        return static_cast<int64_t>(i) + (term.ellipsis_at >= 0 && static_cast<int>(i) >= term.ellipsis_at ? covered : 0);
+      };
+      const int64_t dp = dim_of(p), dq = dim_of(q), n = ops[k].size(dp);
+      const int l = term.letters[q];
+      DG_CHECK(ops[k].size(dq) == n, Runtime, "[einsum] subscript ", static_cast<char>(l < 26 ? 'A' + l : 'a' + l - 26),
+               " is repeated for operand ", k, " but the sizes don't match, ", ops[k].size(dq), " != ", n);
+      Dims row(static_cast<size_t>(ops[k].dim()), 1), column(static_cast<size_t>(ops[k].dim()), 1);
+      row[static_cast<size_t>(dp)] = n;
+      column[static_cast<size_t>(dq)] = n;
+      const Tensor index = arange(n);
+      const Tensor identity = to(eq(reshape(index, row), reshape(index, column)), ops[k].dtype());
+      const int64_t reduce[1] = {dq};
+      ops[k] = sum(mul(ops[k], identity), reduce);
+      term.letters.erase(term.letters.begin() + static_cast<std::ptrdiff_t>(q));
+      if (term.ellipsis_at > static_cast<int>(q)) --term.ellipsis_at;
+      --q;
+    }
+  }
+  operands = std::span<const Tensor>(ops.data(), ops.size());
   int64_t ellipsis_rank = 0;
   std::array<int, kLetters> count{};  // occurrences of each letter over all operands
   for (size_t k = 0; k < terms.size(); ++k) {
@@ -159,14 +195,7 @@ Tensor einsum(std::string_view equation_in, std::span<const Tensor> operands) {
       DG_CHECK(letters <= ndim, Runtime, "[einsum] the number of subscripts in the equation (", letters, ") is more "
                "than the number of dimensions (", ndim, ") for operand ", k);
     if (term.ellipsis_at >= 0) ellipsis_rank = std::max(ellipsis_rank, ndim - letters);
-    std::array<bool, kLetters> seen{};
-    for (int l : term.letters) {
-      DG_CHECK(!seen[static_cast<size_t>(l)], NotImplemented, "[einsum] subscript '",
-               static_cast<char>(l < 26 ? 'A' + l : 'a' + l - 26), "' repeats in operand ", k,
-               " (a diagonal): not supported");
-      seen[static_cast<size_t>(l)] = true;
-      ++count[static_cast<size_t>(l)];
-    }
+    for (int l : term.letters) ++count[static_cast<size_t>(l)];  // no letter repeats within a term now
   }
   // The output labels: ellipsis dims (as label -1 - e) and letters.
   std::vector<int> output;
@@ -191,7 +220,7 @@ Tensor einsum(std::string_view equation_in, std::span<const Tensor> operands) {
   } else {
     for (int64_t e = 0; e < ellipsis_rank; ++e) output.push_back(static_cast<int>(-1 - e));
     for (int l = 0; l < kLetters; ++l)
-      if (count[static_cast<size_t>(l)] == 1) output.push_back(l);
+      if (written[static_cast<size_t>(l)] == 1) output.push_back(l);
     output_has_ellipsis = true;
   }
   // --- align: label order = ellipsis dims, then letters A-Z a-z -----------------------------------------------
