@@ -1,2 +1,2 @@
-"""dygrad.utils: torch.utils' training pieces (data loading, hook handles)."""
-from . import data, hooks  # noqa: F401
+"""dygrad.utils: torch.utils' training pieces (data loading, hook handles, activation checkpointing)."""
+from . import checkpoint, data, hooks  # noqa: F401
