@@ -97,6 +97,17 @@ class Module:
             result = backward_hook.setup_output_hook(result)
         return result
 
+    def recompute(self, mode=True, **kwargs):
+        """MindSpore's Cell.recompute(): with mode True the module's forward runs under
+        dygrad.utils.checkpoint.checkpoint (non-reentrant; its activations are recomputed in backward),
+        with False it runs plainly again. MindSpore's communication options (kwargs) have no effect here.
+        Returns the module."""
+        if mode:
+            object.__setattr__(self, "forward", functools.partial(_recompute_forward, self))
+        else:
+            self.__dict__.pop("forward", None)
+        return self
+
     # --- hooks -----------------------------------------------------------------------------------------------------
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         handle = RemovableHandle(self._forward_pre_hooks, extra_dict=self._forward_pre_hooks_with_kwargs)
@@ -690,3 +701,11 @@ class _BackwardHook:
                 grad_input = res
             return grad_input[i]
         return hook
+
+
+def _recompute_forward(module, *args, **kwargs):
+    # Module.recompute(): the class's forward under checkpoint (a partial of this, so the module still pickles)
+    if not _C.is_grad_enabled():
+        return type(module).forward(module, *args, **kwargs)
+    from ..utils.checkpoint import checkpoint
+    return checkpoint(type(module).forward, module, *args, use_reentrant=False, **kwargs)
