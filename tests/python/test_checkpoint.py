@@ -384,3 +384,25 @@ def test_module_recompute_returns_the_module_and_can_be_undone():
     net.recompute()
     with dg.no_grad():
         assert net(dg.randn(2, 8)).shape == (2, 4)
+
+
+def test_more_tensors_saved_in_recomputation_raises_without_early_stop():
+    calls = []
+
+    def f(t):
+        calls.append(1)
+        return t.exp() if len(calls) == 1 else t.exp().exp()
+
+    x = dg.randn(5, requires_grad=True)
+    y = checkpoint(f, x, use_reentrant=False, early_stop=False)
+    with pytest.raises(CheckpointError, match="trying to save more tensors during recomputation"):
+        y.sum().backward()
+
+
+def test_checkpoint_sequential_rejects_unexpected_kwargs_as_torch():
+    x = dg.randn(3, requires_grad=True)
+    with pytest.raises(ValueError) as mine:
+        checkpoint_sequential([dg.nn.Tanh()], 1, x, use_reentrant=False, foo=1)
+    with pytest.raises(ValueError) as theirs:
+        tck.checkpoint_sequential([torch.nn.Tanh()], 1, torch.randn(3), use_reentrant=False, foo=1)
+    assert str(mine.value) == str(theirs.value)
