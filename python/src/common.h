@@ -141,6 +141,15 @@ const Tensor* to_tensor(const char* op, const char* argument, PyObject* o);
 bool to_scalar_argument(const char* op, const char* argument, PyObject* o, Scalar fallback, Scalar& out);
 bool to_bool_argument(const char* op, const char* argument, PyObject* o, bool fallback, bool& out);
 bool to_int_argument(const char* op, const char* argument, PyObject* o, int64_t& out);
+// dygrad.return_types.<name> (torch.return_types.<name>: a named tuple of values and indices) holding `r`, for
+// name "max", "min", "sort" or "topk"; null with a Python error set on failure.
+PyObject* wrap_values_indices(const char* name, ValuesIndices r);
+// Absent or None leaves `out` undefined; otherwise a Tensor (TypeError naming the argument).
+bool to_optional_tensor(const char* op, const char* argument, PyObject* o, Tensor& out);
+// A Python number as double; absent: `fallback`.
+bool to_double_argument(const char* op, const char* argument, PyObject* o, double fallback, double& out);
+// A str; absent leaves `out` as it is.
+bool to_string_argument(const char* op, const char* argument, PyObject* o, std::string_view& out);
 // A shape given as ints (`*size`, in args[first..nargs)) or as one sequence: zeros(2, 3), zeros((2, 3)).
 bool to_shape(const char* op, PyObject* const* args, Py_ssize_t count, Dims& out);
 

@@ -8,28 +8,6 @@
 namespace dg::py {
 
 namespace {
-bool to_optional_tensor(const char* op, const char* argument, PyObject* o, Tensor& out) {
-  if (!o || o == Py_None) return true;
-  const Tensor* t = to_tensor(op, argument, o);
-  if (!t) return false;
-  out = *t;
-  return true;
-}
-
-bool to_double_argument(const char* op, const char* argument, PyObject* o, double fallback, double& out) {
-  Scalar s;
-  if (!to_scalar_argument(op, argument, o, fallback, s)) return false;
-  out = s.to_double();
-  return true;
-}
-
-bool to_string_argument(const char* op, const char* argument, PyObject* o, std::string_view& out) {
-  if (!o) return true;
-  if (!PyUnicode_Check(o)) return type_error(op, "argument '%s' must be str, not %s", argument, type_name(o)), false;
-  out = PyUnicode_AsUTF8(o);
-  return true;
-}
-
 // rms_norm(input, weight=None, eps=1e-5): over the last dim.
 PyObject* rms_norm_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("rms_norm", {"input", "weight", "eps"}, 3, 1);

@@ -42,37 +42,6 @@ PyObject* reduce_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   });
 }
 
-// torch.return_types.max / min: a tuple with fields values and indices.
-PyTypeObject* values_indices_type(const char* name) {
-  static PyStructSequence_Field fields[] = {{"values", nullptr}, {"indices", nullptr}, {nullptr, nullptr}};
-  static PyTypeObject* max_type = nullptr;
-  static PyTypeObject* min_type = nullptr;
-  PyTypeObject*& type = name[1] == 'a' ? max_type : min_type;
-  if (!type) {
-    static PyStructSequence_Desc max_desc = {"dygrad.return_types.max", nullptr, fields, 2};
-    static PyStructSequence_Desc min_desc = {"dygrad.return_types.min", nullptr, fields, 2};
-    type = PyStructSequence_NewType(name[1] == 'a' ? &max_desc : &min_desc);
-  }
-  return type;
-}
-
-PyObject* wrap_values_indices(const char* name, ValuesIndices r) {
-  PyTypeObject* type = values_indices_type(name);
-  if (!type) return nullptr;
-  PyObject* out = PyStructSequence_New(type);
-  if (!out) return nullptr;
-  PyObject* values = wrap(std::move(r.values));
-  PyObject* indices = values ? wrap(std::move(r.indices)) : nullptr;
-  if (!indices) {
-    Py_XDECREF(values);
-    Py_DECREF(out);
-    return nullptr;
-  }
-  PyStructSequence_SetItem(out, 0, values);
-  PyStructSequence_SetItem(out, 1, indices);
-  return out;
-}
-
 // max(input) / max(input, dim, keepdim=False) -> (values, indices) / max(input, other) -> maximum.
 template <bool IsMax>
 PyObject* max_min_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {

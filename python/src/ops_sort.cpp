@@ -7,34 +7,6 @@
 namespace dg::py {
 
 namespace {
-// torch.return_types.sort / topk: a tuple with fields values and indices.
-template <bool IsSort>
-PyTypeObject* values_indices_type() {
-  static PyStructSequence_Field fields[] = {{"values", nullptr}, {"indices", nullptr}, {nullptr, nullptr}};
-  static PyStructSequence_Desc desc = {IsSort ? "dygrad.return_types.sort" : "dygrad.return_types.topk", nullptr,
-                                       fields, 2};
-  static PyTypeObject* type = PyStructSequence_NewType(&desc);
-  return type;
-}
-
-template <bool IsSort>
-PyObject* wrap_values_indices(ValuesIndices r) {
-  PyTypeObject* type = values_indices_type<IsSort>();
-  if (!type) return nullptr;
-  PyObject* out = PyStructSequence_New(type);
-  if (!out) return nullptr;
-  PyObject* values = wrap(std::move(r.values));
-  PyObject* indices = values ? wrap(std::move(r.indices)) : nullptr;
-  if (!indices) {
-    Py_XDECREF(values);
-    Py_DECREF(out);
-    return nullptr;
-  }
-  PyStructSequence_SetItem(out, 0, values);
-  PyStructSequence_SetItem(out, 1, indices);
-  return out;
-}
-
 // stable=None reads as False (torch's Optional[bool]).
 bool to_stable(const char* op, PyObject* o, bool& out) {
   return to_bool_argument(op, "stable", o == Py_None ? nullptr : o, false, out);
@@ -59,7 +31,7 @@ PyObject* sort_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     return type_error(name, "takes dim and descending by keyword when stable is given (torch's overload "
                       "(input, *, stable, dim=-1, descending=False))");
   return guarded([&] {
-    if constexpr (IsSort) return wrap_values_indices<true>(sort(*input, dim, descending, stable));
+    if constexpr (IsSort) return wrap_values_indices("sort", sort(*input, dim, descending, stable));
     else return wrap(argsort(*input, dim, descending, stable));
   });
 }
@@ -75,7 +47,7 @@ PyObject* topk_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   if (!input || !to_int_argument("topk", "k", a[1], k) || (a[2] && !to_int_argument("topk", "dim", a[2], dim)) ||
       !to_bool_argument("topk", "largest", a[3], true, largest) || !to_bool_argument("topk", "sorted", a[4], true, sorted))
     return nullptr;
-  return guarded([&] { return wrap_values_indices<false>(topk(*input, k, dim, largest, sorted)); });
+  return guarded([&] { return wrap_values_indices("topk", topk(*input, k, dim, largest, sorted)); });
 }
 
 // cumsum/cumprod(input, dim, *, dtype=None); Tensor.cumsum_/cumprod_(dim, *, dtype=None) in place, returning self.

@@ -210,9 +210,6 @@ class DistributedDataParallel(Module):
         finally:
             self.require_backward_grad_sync = old
 
-    def state_dict(self, *args, **kwargs):
-        return super().state_dict(*args, **kwargs)
-
     def __getstate__(self):
         raise TypeError("DistributedDataParallel cannot be pickled; save ddp.module.state_dict() instead")
 

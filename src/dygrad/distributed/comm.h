@@ -144,6 +144,9 @@ std::shared_ptr<ProcessGroup> single_process_group();
 
 // The communication thread (one per process): runs each Work handed to it, in order of submission.
 void submit_to_comm_thread(std::shared_ptr<Work> work);
+// Waits until nothing is in flight, then stops the communication thread (the next operation starts it again):
+// before a blocking MPI call of the host (MPI_Comm_split, finalisation).
+void stop_comm_thread();
 // Operations handed to the communication thread and not finished yet (tests, the profiler).
 size_t comm_in_flight();
 

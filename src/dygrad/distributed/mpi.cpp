@@ -22,8 +22,6 @@
 
 namespace dg::dist {
 
-void stop_comm_thread();  // comm.cpp
-
 #ifndef DYGRAD_HAVE_MPI
 
 bool mpi_built() { return false; }

@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "dygrad/autograd/node.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/runtime/op_def.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/stream.h"
@@ -14,6 +15,10 @@ uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::ini
                  const Attrs& attrs = Attrs());
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                  const Attrs& attrs = Attrs());
+
+// Enqueues `op` on `a` into new values (of `shape`, a's dtype) and int64 indices, and records its Node on the values
+// (attributes copied, the indices saved): max/min over a dim, sort, topk.
+ValuesIndices enqueue_values_indices(const OpDef& op, const Tensor& a, IntSpan shape, const Attrs& attrs);
 
 // Raises unless every tensor is defined and on the same device.
 void check_defined(const char* op, const Tensor& t, const char* argument = "input");

@@ -81,22 +81,35 @@ bool blas_readable(const Tensor& t) {
   return blas_layout(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1)).ok;
 }
 
-// The primitive: a [..., M, K] @ b [..., K, N] with a.dim(), b.dim() >= 2, shapes and dtypes already checked.
-Tensor matmul_nd(const char* name, const Tensor& a, const Tensor& b) {
+// The shape of a [..., M, K] @ b [..., K, N]: the broadcast batch dims, then M, N.
+Dims product_shape(const char* name, const Tensor& a, const Tensor& b) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   DG_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, NotImplemented, "[", name, "] shapes ", a.shape(), " and ",
            b.shape(), ": matrix dims above 2^31 - 1 are not supported by the BLAS interface");
   Dims shape = broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
-                                     b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
+                                b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
   shape.push_back(M);
   shape.push_back(N);
-  // BLAS reads row- or column-major matrices in place; anything else (zero or general strides) is copied.
-  Tensor x = a, y = b;
+  return shape;
+}
+
+// The operands as the GEMM Task reads them: BLAS reads row- or column-major matrices in place; anything else
+// (zero or general strides) is copied (float types only: the other dtypes have a strided kernel).
+void blas_operands(const Tensor& a, const Tensor& b, Tensor& x, Tensor& y) {
+  x = a;
+  y = b;
   if (a.dtype() == DType::Float32 || a.dtype() == DType::Float64) {
-    NoGradGuard no_grad;  // the node below differentiates with respect to a and b themselves
+    NoGradGuard no_grad;  // the node differentiates with respect to a and b themselves
     if (!blas_readable(x)) x = clone(x);
     if (!blas_readable(y)) y = clone(y);
   }
+}
+
+// The primitive: a [..., M, K] @ b [..., K, N] with a.dim(), b.dim() >= 2, shapes and dtypes already checked.
+Tensor matmul_nd(const char* name, const Tensor& a, const Tensor& b) {
+  const Dims shape = product_shape(name, a, b);
+  Tensor x, y;
+  blas_operands(a, b, x, y);
   Tensor out = Tensor::empty(shape, a.dtype());
   enqueue(op_matmul, {x, y}, {out});
   if (needs_grad_any({a, b})) {
@@ -265,22 +278,12 @@ Tensor addmm_nd(const char* name, const Tensor& input, const Tensor& a, const Te
            "matrices to have the same dtype, but got ", dtype_name(input.dtype()), ", ", dtype_name(a.dtype()), " and ",
            dtype_name(b.dtype()));
   DG_CHECK(a.dtype() != DType::Bool, NotImplemented, "[", name, "] not implemented for dtype bool");
-  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  DG_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, NotImplemented, "[", name, "] shapes ", a.shape(), " and ",
-           b.shape(), ": matrix dims above 2^31 - 1 are not supported by the BLAS interface");
-  Dims shape = broadcast_shapes(name, a.shape().subspan(0, static_cast<size_t>(a.dim() - 2)),
-                                b.shape().subspan(0, static_cast<size_t>(b.dim() - 2)));
-  shape.push_back(M);
-  shape.push_back(N);
+  const Dims shape = product_shape(name, a, b);
   const Dims joint = broadcast_shapes(name, input.shape(), shape);
   DG_CHECK(same_shape(joint, shape), Runtime, "[", name, "] input of shape ", input.shape(), " does not broadcast to "
            "the product's shape ", IntSpan(shape));
-  Tensor x = a, y = b;
-  if (a.dtype() == DType::Float32 || a.dtype() == DType::Float64) {
-    NoGradGuard no_grad;  // the node below differentiates with respect to a and b themselves
-    if (!blas_readable(x)) x = clone(x);
-    if (!blas_readable(y)) y = clone(y);
-  }
+  Tensor x, y;
+  blas_operands(a, b, x, y);
   const Tensor base = detach(broadcast_to(input, shape));
   Tensor out = Tensor::empty(shape, a.dtype());
   const Attrs attrs = AddmmAttrs{beta, alpha};

@@ -215,16 +215,7 @@ ValuesIndices extremum_dim(const OpDef& op, const char* name, const Tensor& a, i
   const int64_t d = wrap_dim(name, dim, a.dim());
   attrs.dims = reduction_dims(name, IntSpan(&d, 1), a.dim());
   check_nonempty_reduction(name, a, attrs.dims);
-  Dims shape = reduced_shape(a.shape(), attrs.dims, keepdim);
-  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
-  enqueue(op, {a}, {out.values, out.indices}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[1] = {a}, outputs[1] = {out.values};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->attrs = attrs;
-    node->save(out.indices);
-  }
-  return out;
+  return enqueue_values_indices(op, a, reduced_shape(a.shape(), attrs.dims, keepdim), attrs);
 }
 
 Tensor arg_extremum(const OpDef& op, const Tensor& a, std::optional<int64_t> dim, bool keepdim) {

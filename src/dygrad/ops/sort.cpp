@@ -107,19 +107,6 @@ void check_sortable(const char* op, const Tensor& a) {
            "] does not support bool dtypes on CPU");
 }
 
-// Enqueues op on `a` (at least 1-D) into new values (of `shape`) and indices; records the node on values.
-ValuesIndices select_along(const OpDef& op, const Tensor& a, IntSpan shape, const Attrs& attrs) {
-  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
-  enqueue(op, {a}, {out.values, out.indices}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[1] = {a}, outputs[1] = {out.values};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->attrs = attrs;
-    node->save(out.indices);
-  }
-  return out;
-}
-
 ValuesIndices as_0d(ValuesIndices r) { return {reshape(r.values, Dims{}), reshape(r.indices, Dims{})}; }
 }  // namespace
 
@@ -127,7 +114,7 @@ ValuesIndices sort(const Tensor& a_in, int64_t dim, bool descending, bool stable
   check_sortable("sort", a_in);
   const int64_t d = wrap_dim("sort", dim, a_in.dim());
   const Tensor a = at_least_1d(a_in);
-  ValuesIndices out = select_along(op_sort, a, a.shape(), SortAttrs{d, descending, stable});
+  ValuesIndices out = enqueue_values_indices(op_sort, a, a.shape(), SortAttrs{d, descending, stable});
   return a_in.dim() == 0 ? as_0d(std::move(out)) : out;
 }
 
@@ -145,7 +132,7 @@ ValuesIndices topk(const Tensor& a_in, int64_t k, int64_t dim, bool largest, boo
            " for dimension ", d, " of size ", a.shape()[d], " (input shape ", a_in.shape(), ")");
   Dims shape(a.shape());
   shape[static_cast<size_t>(d)] = k;
-  ValuesIndices out = select_along(op_topk, a, shape, TopkAttrs{k, d, largest, sorted});
+  ValuesIndices out = enqueue_values_indices(op_topk, a, shape, TopkAttrs{k, d, largest, sorted});
   return a_in.dim() == 0 && k == 1 ? as_0d(std::move(out)) : out;
 }
 

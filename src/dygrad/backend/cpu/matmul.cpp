@@ -333,6 +333,22 @@ GemmTiling gemm_tiling(int64_t batch, int64_t M, int64_t N, int64_t K) {
 void set_gemm_target_tiles(int64_t tiles) { target_tiles.store(std::max<int64_t>(1, tiles)); }
 int64_t gemm_target_tiles() { return target_tiles.load(); }
 
+namespace {
+// One plan's tiles in the operands' dtype: BLAS for float32/float64, float32 GEMMs rounded once for 16-bit
+// floats, exact integer sums; bool is refused (naming `op`).
+void run_gemm(const char* op, const GemmPlan& plan, const Tensor& a, const Tensor& b, const Tensor& out) {
+  visit_dtype(out.dtype(), [&]<typename T>() {
+    const T* A = a.data<T>();
+    const T* B = b.data<T>();
+    T* C = out.data<T>();
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[", op, "] not implemented for dtype bool");
+    else gemm_integer<T>(plan, A, B, C);
+  });
+}
+}  // namespace
+
 void matmul_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& b = task.inputs[1];
@@ -343,16 +359,7 @@ void matmul_kernel(Task& task) {
     return;
   }
   const DType dtype = out.dtype();
-  const GemmPlan plan = make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64);
-  visit_dtype(dtype, [&]<typename T>() {
-    const T* A = a.data<T>();
-    const T* B = b.data<T>();
-    T* C = out.data<T>();
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
-    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
-    else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[matmul] not implemented for dtype bool");
-    else gemm_integer<T>(plan, A, B, C);
-  });
+  run_gemm("matmul", make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64), a, b, out);
 }
 
 // inputs (input [..., M, N] broadcast to the output, a [..., M, K], b [..., K, N]) of one dtype; output
@@ -385,17 +392,8 @@ void addmm_kernel(Task& task) {
     });
     return;
   }
-  const GemmPlan plan = make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64, &input,
-                                  attrs.alpha.to_double(), beta);
-  visit_dtype(dtype, [&]<typename T>() {
-    const T* A = a.data<T>();
-    const T* B = b.data<T>();
-    T* C = out.data<T>();
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
-    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
-    else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[addmm] not implemented for dtype bool");
-    else gemm_integer<T>(plan, A, B, C);
-  });
+  run_gemm("addmm", make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64, &input,
+                              attrs.alpha.to_double(), beta), a, b, out);
 }
 
 DG_REGISTER_KERNEL(matmul, Device::Type::CPU, matmul_kernel);
