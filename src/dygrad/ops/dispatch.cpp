@@ -12,18 +12,6 @@ uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<cons
   return seq;
 }
 
-ValuesIndices enqueue_values_indices(const OpDef& op, const Tensor& a, IntSpan shape, const Attrs& attrs) {
-  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
-  enqueue(op, {a}, {out.values, out.indices}, attrs);
-  if (needs_grad_any({a})) {
-    Tensor inputs[1] = {a}, outputs[1] = {out.values};
-    Ref<Node> node = record_node(&op, inputs, outputs);
-    node->attrs = attrs;
-    node->save(out.indices);
-  }
-  return out;
-}
-
 uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
                  const Attrs& attrs) {
   return enqueue(op, std::span<const Tensor>(inputs.begin(), inputs.size()),

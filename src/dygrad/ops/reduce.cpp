@@ -291,4 +291,17 @@ Tensor std_dev(const Tensor& a, IntSpan dims, double correction, bool keepdim) {
   return variance(op_std, a, dims, correction, keepdim, true);
 }
 
+// ops/dispatch.h: shared by max/min over a dim, sort and topk.
+ValuesIndices enqueue_values_indices(const OpDef& op, const Tensor& a, IntSpan shape, const Attrs& attrs) {
+  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
+  enqueue(op, {a}, {out.values, out.indices}, attrs);
+  if (needs_grad_any({a})) {
+    Tensor inputs[1] = {a}, outputs[1] = {out.values};
+    Ref<Node> node = record_node(&op, inputs, outputs);
+    node->attrs = attrs;
+    node->save(out.indices);
+  }
+  return out;
+}
+
 }  // namespace dg
