@@ -9,7 +9,11 @@
 #include <exception>
 #include <mutex>
 
+#include <unordered_map>
+
 #include "dygrad/core/error.h"
+#include "dygrad/core/storage_hooks.h"
+#include "dygrad/profiler/extras.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg::profiler {
@@ -45,6 +49,8 @@ struct ThreadBuffer {
   std::vector<RangeRecord> ranges;
   std::vector<MemorySample> memory;
   std::vector<MemoryEvent> memory_events;
+  std::vector<std::pair<uint64_t, uint32_t>> op_modules;  // (seq, module scope)
+  std::vector<StorageEvent> storage;
   int64_t task_begin_ns = 0;  // the running Task's begin (worker)
 };
 
@@ -76,6 +82,7 @@ struct HostThreadState {
   uint64_t last_sync_session = 0;
   size_t last_sync_index = 0;
   std::vector<UserFrame> user;
+  uint32_t module_scope = 0;  // extras.h: the nn.Module call (or backward node's module) being run
 };
 
 // dygrad uses initial-exec TLS, whose static space is small when Python dlopens the library: the
@@ -95,7 +102,7 @@ std::atomic<Profiler*> g_current{nullptr};
 
 }  // namespace
 
-struct Profiler::Session final : StreamObserver, AllocatorObserver {
+struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObserver {
   Session(uint64_t id_, const ProfilerOptions& options_) : id(id_), options(options_) {}
 
   const uint64_t id;
@@ -161,6 +168,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     }
     h.last_mark_ns = t;
     h.last_seq = task.seq;
+    if (h.module_scope) b.op_modules.emplace_back(task.seq, h.module_scope);
     const OpCost cost = task.cost();
     r.flops = cost.flops;
     r.bytes = cost.bytes;
@@ -252,6 +260,29 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     b.memory.push_back(m);
   }
 
+  // Storage lifetimes (core/storage_hooks.h), with profile_memory: on the thread that made the change.
+  void add_storage_event(StorageEventKind kind, const void* id, size_t nbytes, MemoryCategory category) {
+    ThreadBuffer& b = buffer();
+    StorageEvent& e = b.storage.emplace_back();
+    e.ts_ns = now_ns();
+    e.kind = kind;
+    e.id = reinterpret_cast<uint64_t>(id);
+    e.nbytes = static_cast<int64_t>(nbytes);
+    e.category = category;
+    e.thread = b.index;
+    e.module = tls_host ? tls_host->module_scope : 0;
+    if (kind == StorageEventKind::Allocate) e.site = current_call_site();
+  }
+  void on_storage_allocate(const void* id, size_t nbytes, MemoryCategory category) override {
+    add_storage_event(StorageEventKind::Allocate, id, nbytes, category);
+  }
+  void on_storage_free(const void* id, size_t nbytes, MemoryCategory category) override {
+    add_storage_event(StorageEventKind::Free, id, nbytes, category);
+  }
+  void on_storage_retag(const void* id, size_t nbytes, MemoryCategory to) override {
+    add_storage_event(StorageEventKind::Retag, id, nbytes, to);
+  }
+
   void add_range(RangeKind kind, std::string name, int64_t begin_ns, int64_t end_ns, bool async) {
     ThreadBuffer& b = buffer();
     b.ranges.push_back({kind, std::move(name), b.index, begin_ns, end_ns, async});
@@ -260,6 +291,48 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
 
 namespace {
 std::atomic<Profiler::Session*> g_session{nullptr};
+
+// extras.h: node tags (the module scope a node's forward op ran in) and the extras of stopped sessions.
+std::mutex g_node_tags_mutex;
+std::unordered_map<const void*, uint32_t> g_node_tags;
+std::mutex g_extras_mutex;
+std::unordered_map<const Profiler*, SessionExtras> g_extras;
+}  // namespace
+
+uint32_t module_scope() { return tls_host ? tls_host->module_scope : 0; }
+uint32_t set_module_scope(uint32_t scope) {
+  HostThreadState& h = host_state();
+  const uint32_t previous = h.module_scope;
+  h.module_scope = scope;
+  return previous;
+}
+
+void tag_node(const void* node) {
+  if (!detail::recording()) return;
+  const uint32_t scope = module_scope() & ~kBackwardScope;
+  std::lock_guard<std::mutex> lock(g_node_tags_mutex);
+  if (scope) g_node_tags[node] = scope;
+  else g_node_tags.erase(node);  // an address reused by a node made outside any module
+}
+
+NodeScope::NodeScope(const void* node) : engaged_(detail::recording()) {
+  if (!engaged_) return;
+  uint32_t tag = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_node_tags_mutex);
+    if (auto it = g_node_tags.find(node); it != g_node_tags.end()) tag = it->second;
+  }
+  saved_ = set_module_scope(tag ? tag | kBackwardScope : 0);
+}
+NodeScope::~NodeScope() {
+  if (engaged_) set_module_scope(saved_);
+}
+
+const SessionExtras& extras_of(const Profiler& profiler) {
+  static const SessionExtras empty;
+  std::lock_guard<std::mutex> lock(g_extras_mutex);
+  auto it = g_extras.find(&profiler);
+  return it == g_extras.end() ? empty : it->second;
 }
 
 // --- host scopes and ranges -------------------------------------------------------------------------------
@@ -335,6 +408,10 @@ void set_stack_provider(StackProvider provider) { g_stack_provider.store(provide
 Profiler::Profiler(ProfilerOptions options) { data_.options = options; }
 
 Profiler::~Profiler() {
+  {
+    std::lock_guard<std::mutex> lock(g_extras_mutex);
+    g_extras.erase(this);
+  }
   if (!active_) return;
   try {
     stop();
@@ -358,9 +435,14 @@ void Profiler::start() {
   session_->first_seq = stream.enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
   data_.start_ns = now_ns();
+  {
+    std::lock_guard<std::mutex> lock(g_node_tags_mutex);
+    g_node_tags.clear();  // tags of an earlier session: those addresses may hold other nodes by now
+  }
   if (options.profile_memory) {
     session_->mirror(data_.memory_at_start);
     CachingAllocator::cpu().set_observer(session_.get());
+    set_storage_observer(session_.get());
   }
   g_session.store(session_.get(), std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
@@ -454,7 +536,10 @@ void Profiler::stop() {
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
   stream.set_observer(nullptr);
-  if (data_.options.profile_memory) CachingAllocator::cpu().set_observer(nullptr);
+  if (data_.options.profile_memory) {
+    CachingAllocator::cpu().set_observer(nullptr);
+    set_storage_observer(nullptr);
+  }
   try {
     stream.synchronize();
   } catch (...) {
@@ -465,6 +550,22 @@ void Profiler::stop() {
   active_ = false;
   {
     std::lock_guard<std::mutex> lock(session_->buffers_mutex);
+    SessionExtras extras;
+    for (auto& b : session_->buffers) {
+      extras.op_modules.insert(extras.op_modules.end(), b->op_modules.begin(), b->op_modules.end());
+      extras.storage.insert(extras.storage.end(), b->storage.begin(), b->storage.end());
+    }
+    std::sort(extras.op_modules.begin(), extras.op_modules.end());
+    std::stable_sort(extras.storage.begin(), extras.storage.end(),
+                     [](const StorageEvent& x, const StorageEvent& y) { return x.ts_ns < y.ts_ns; });
+    {
+      std::lock_guard<std::mutex> extras_lock(g_extras_mutex);
+      g_extras[this] = std::move(extras);
+    }
+    {
+      std::lock_guard<std::mutex> tags_lock(g_node_tags_mutex);
+      g_node_tags.clear();
+    }
     merge_buffers(session_->buffers, session_->first_seq, data_);
     session_->buffers.clear();
   }
