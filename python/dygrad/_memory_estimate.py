@@ -60,7 +60,7 @@ def _restore_modules(snaps):
             live.update(buffers)
 
 
-def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflight=True, set_to_none=True):
+def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflight=True, set_to_none=True, steps=1):
     """Predicts the peak allocated memory of one training step, by category, without running it.
 
     The step is `loss = step_fn(model, batch)` (default: `model(*batch)` reduced to a scalar, or
@@ -73,6 +73,8 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     inflight: emulate the stream's in-flight allocation window (dg.get_inflight_allocation_limit(): the host
     running as far ahead of the device as the stream allows, the usual case of a training step); False gives
     synchronous lifetimes (what synchronize mode measures).
+    steps: run the step this many times and report the last one's peak: steps=2 with an optimizer that has no
+    state yet predicts the steady state (its states exist from the first step on).
     Returns a MemoryEstimate (bytes). A program that reads tensor values on the host (item(), a data-dependent
     shape such as nonzero) reads zeros under meta evaluation."""
     if _C._meta_active():
@@ -104,12 +106,16 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     resident["gradient"] = max(resident["gradient"], 0)
     _C._meta_begin(limit, int(_C._stream_capacity()))
     try:
-        loss = (step_fn or (lambda m, b: _default_step(m, b, loss_fn)))(model, batch)
-        loss.backward()
-        del loss
-        if optimizer is not None:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=set_to_none)
+        for i in range(max(1, int(steps))):
+            if i:
+                _C._meta_drain()
+                _C._meta_reset_peak()
+            loss = (step_fn or (lambda m, b: _default_step(m, b, loss_fn)))(model, batch)
+            loss.backward()
+            del loss
+            if optimizer is not None:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=set_to_none)
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g

@@ -31,6 +31,14 @@ def _child_name(parent, module):
             if m is module:
                 name = n
                 break
+        else:  # called through a container the parent never calls (ModuleList, ModuleDict): "layers.0"
+            try:
+                for n, m in parent.named_modules():
+                    if m is module and n:
+                        name = n
+                        break
+            except Exception:  # a module whose traversal fails still gets a scope
+                pass
         _names[key] = name
     return name
 
