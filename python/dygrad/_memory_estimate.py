@@ -60,12 +60,18 @@ def _restore_modules(snaps):
             live.update(buffers)
 
 
-def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflight=True, set_to_none=True, steps=1):
+def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflight=True, set_to_none=True, steps=1,
+             sync_each_step=True):
     """Predicts the peak allocated memory of one training step, by category, without running it.
 
     The step is `loss = step_fn(model, batch)` (default: `model(*batch)` reduced to a scalar, or
-    `loss_fn(model(*inputs), target)` with batch = (*inputs, target)), `loss.backward()`, then
-    `optimizer.step()` and `optimizer.zero_grad(set_to_none)` when an optimizer is given. It runs under meta
+    `loss_fn(model(*inputs), target)` with batch = (*inputs, target)), `optimizer.zero_grad(set_to_none)`,
+    `loss.backward()`, `optimizer.step()` (the optimizer calls only when one is given): the order of
+    dygrad.train and bench/train.py, where the previous step's gradients live through the forward. The first
+    step starts without gradients (the ones held now are set aside); with steps=2 the second starts from the
+    first one's. sync_each_step: the loop synchronizes after each step (bench/train.py); False: the next step
+    is issued while the last one's Tasks are still queued, holding their operands (dygrad.train, which reads
+    each loss one step late). It runs under meta
     evaluation: shapes and allocator accounting only, no kernel, no memory (see the module docstring).
     Parameters' gradients, the optimizer's state, module attributes made during the run and the RNG state are
     restored afterwards, so the real training that follows is unchanged.
@@ -108,14 +114,20 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     try:
         for i in range(max(1, int(steps))):
             if i:
-                _C._meta_drain()
+                if sync_each_step:
+                    _C._meta_drain()
                 _C._meta_reset_peak()
             loss = (step_fn or (lambda m, b: _default_step(m, b, loss_fn)))(model, batch)
+            # The gradients of the previous step live through the forward (the usual loop's order).
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=set_to_none)
+            elif set_to_none:
+                for p in params:
+                    p.grad = None
             loss.backward()
             del loss
             if optimizer is not None:
                 optimizer.step()
-                optimizer.zero_grad(set_to_none=set_to_none)
     finally:
         for p, g in zip(params, saved_grads):
             p.grad = g

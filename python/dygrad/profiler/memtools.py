@@ -20,7 +20,7 @@ def module_costs(result):
     and the peak allocated bytes while its forward / backward allocated (with profile_memory), plus a row
     "(outside modules)" for the Tasks no module issued. Empty without profile(with_modules=True)."""
     scopes = result.module_scopes
-    if not scopes:
+    if not scopes or not result.op_modules:
         return []
     device = {op.seq: op.device_ns for op in result.ops}
     self_ns = defaultdict(lambda: [0, 0])
