@@ -19,13 +19,14 @@ def module_costs(result):
     session) of the Tasks its forward and its backward enqueued, inclusive of children and self, Task counts,
     and the peak allocated bytes while its forward / backward allocated (with profile_memory), plus a row
     "(outside modules)" for the Tasks no module issued. Empty without profile(with_modules=True)."""
-    scopes = result.module_scopes
-    if not scopes or not result.op_modules:
+    scopes = getattr(result, "module_scopes", None)
+    op_modules = getattr(result, "op_modules", None)
+    if not scopes or not op_modules:
         return []
     device = {op.seq: op.device_ns for op in result.ops}
     self_ns = defaultdict(lambda: [0, 0])
     self_tasks = defaultdict(lambda: [0, 0])
-    for seq, scope in result.op_modules.items():
+    for seq, scope in op_modules.items():
         sid, phase = scope & ~BACKWARD_BIT, 1 if scope & BACKWARD_BIT else 0
         self_ns[sid][phase] += device.get(seq, 0)
         self_tasks[sid][phase] += 1
@@ -54,17 +55,17 @@ def module_costs(result):
             r["backward_tasks"] += self_tasks[sid][1]
             node = r["parent"]
     out = list(rows.values())
-    outside = sum(op.device_ns for op in result.ops if op.seq not in result.op_modules)
+    outside = sum(op.device_ns for op in result.ops if op.seq not in op_modules)
     out.append({"id": 0, "path": "(outside modules)", "type": "", "parent": 0, "depth": 0,
                 "self_forward_ns": outside, "self_backward_ns": 0, "forward_ns": outside, "backward_ns": 0,
-                "forward_tasks": sum(1 for op in result.ops if op.seq not in result.op_modules and op.ran),
+                "forward_tasks": sum(1 for op in result.ops if op.seq not in op_modules and op.ran),
                 "backward_tasks": 0, "forward_peak_bytes": None, "backward_peak_bytes": None})
     return out
 
 
 def _module_peaks(result, scopes):
     """(scope, phase) -> the highest allocated bytes reached by an allocation the scope (or a child) made."""
-    events = result.storage_events
+    events = getattr(result, "storage_events", None)
     if not events:
         return {}
     current = result.memory_at_start.get("allocated", 0)
@@ -93,7 +94,7 @@ def live_at_stop(result):
     """The buffers allocated during the session and still alive when it stopped: dicts with ts_ns, nbytes,
     category, file, line, function, module."""
     live = {}
-    for e in result.storage_events:
+    for e in getattr(result, "storage_events", None) or ():
         if e.kind == "allocate":
             live[e.id] = {"ts_ns": e.ts_ns, "nbytes": e.nbytes, "category": e.category, "file": e.file,
                           "line": e.line, "function": e.function, "module": e.module}
@@ -116,7 +117,7 @@ def find_leaks(result, min_steps=2):
     bytes (held at stop), other_sites (the other creation lines of the kept buffers, by bytes).
     Needs profile_memory and at least min_steps + 1 recorded steps."""
     markers = result.step_markers
-    if len(markers) < min_steps + 2 or not result.storage_events:
+    if len(markers) < min_steps + 2 or not getattr(result, "storage_events", None):
         return []
     first, last_begin = markers[0], markers[-2]
     kept = []
