@@ -6,6 +6,8 @@ records, each call runs under a module scope: an id the C++ profiler attaches to
 and to every autograd node it records (whose backward Tasks then land on the same module, flagged backward).
 """
 import gc
+import threading
+import weakref
 
 from .. import _C
 
@@ -16,6 +18,9 @@ TRACKING = [False]
 _scopes = {}
 _by_key = {}
 _names = {}   # (id(parent module), id(child)) -> attribute name
+_module_of = {}  # scope id -> weakref to its module
+_first_scope = {}  # id(module) -> the first scope it ran in
+BACKWARD = 0x80000000
 
 
 def scopes():
@@ -43,35 +48,50 @@ def _child_name(parent, module):
     return name
 
 
-_stack = []  # the module objects of the open scopes (host thread)
+_local = threading.local()  # .stack: the module objects of the calling thread's open scopes
 
 
-def _scope_of(module, parent_scope):
+def _scope_of(module, parent_scope, stack):
     key = (parent_scope, id(module))
     sid = _by_key.get(key)
     if sid is None:
         tname = type(module).__name__
-        if parent_scope and _stack:
-            name = _child_name(_stack[-1], module) or tname
+        parent = stack[-1] if stack else None
+        if parent is None and parent_scope in _module_of:
+            parent = _module_of[parent_scope]()
+        if parent_scope and parent is not None:
+            name = _child_name(parent, module) or tname
             path = _scopes[parent_scope][0] + "." + name
         else:
             path = tname
         sid = len(_scopes) + 1
         _scopes[sid] = (path, tname, parent_scope)
         _by_key[key] = sid
+        _first_scope.setdefault(id(module), sid)
+        try:
+            _module_of[sid] = weakref.ref(module)
+        except TypeError:
+            pass
     return sid
 
 
 def call(module, args, kwargs):
     """nn.Module.__call__ while tracking: the module's forward under its scope."""
-    parent = _C._profiler_module_scope() & 0x7FFFFFFF
-    sid = _scope_of(module, parent if _stack else 0)
-    previous = _C._profiler_set_module_scope(sid)
-    _stack.append(module)
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    current = _C._profiler_module_scope()
+    if current & BACKWARD and id(module) in _first_scope:
+        # Called inside a backward (a checkpoint's recompute): its Tasks are the module's backward cost.
+        scope = _first_scope[id(module)] | BACKWARD
+    else:
+        scope = _scope_of(module, current & ~BACKWARD, stack)
+    previous = _C._profiler_set_module_scope(scope)
+    stack.append(module)
     try:
         return module._call_unscoped(*args, **kwargs)
     finally:
-        _stack.pop()
+        stack.pop()
         _C._profiler_set_module_scope(previous)
 
 
