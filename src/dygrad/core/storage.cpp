@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <new>
+#include <thread>
 
 #include "dygrad/core/storage_hooks.h"
 
@@ -15,12 +16,26 @@ namespace dg {
 
 namespace {
 std::atomic<StorageObserver*> g_storage_observer{nullptr};
+std::atomic<int> g_observer_calls{0};  // calls in flight, so that set_storage_observer can wait them out
+
+// Calls `f(observer)` if one is installed (the profiler; other threads - a data loader's - allocate too).
+template <typename F>
+void notify(F&& f) {
+  if (!g_storage_observer.load(std::memory_order_acquire)) [[likely]] return;
+  g_observer_calls.fetch_add(1);
+  if (StorageObserver* o = g_storage_observer.load()) f(o);
+  g_observer_calls.fetch_sub(1);
+}
 std::atomic<bool> g_meta_active{false};
 std::mutex g_meta_mutex;
 meta::Stats g_meta;
 }  // namespace
 
-void set_storage_observer(StorageObserver* observer) { g_storage_observer.store(observer, std::memory_order_release); }
+// Once this returns, no call to the previous observer is in flight.
+void set_storage_observer(StorageObserver* observer) {
+  g_storage_observer.store(observer);
+  while (g_observer_calls.load() != 0) std::this_thread::yield();
+}
 StorageObserver* storage_observer() { return g_storage_observer.load(std::memory_order_acquire); }
 
 namespace meta {
@@ -92,8 +107,8 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
-  if (StorageObserver* o = g_storage_observer.load(std::memory_order_acquire)) [[unlikely]]
-    if (nbytes > 0 && !meta::is_meta(s->block_)) o->on_storage_allocate(s.get(), nbytes, s->category_);
+  if (nbytes > 0 && !meta::is_meta(s->block_))
+    notify([&](StorageObserver* o) { o->on_storage_allocate(s.get(), nbytes, s->category_); });
   return s;
 }
 
@@ -112,8 +127,7 @@ void Storage::set_category(MemoryCategory c) {
     meta::retag(nbytes_, category_, c);
   } else if (!is_external()) {
     allocator_for(device_).retag(nbytes_, category_, c);
-    if (StorageObserver* o = g_storage_observer.load(std::memory_order_acquire)) [[unlikely]]
-      if (nbytes_ > 0) o->on_storage_retag(this, nbytes_, c);
+    if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_retag(this, nbytes_, c); });
   }
   category_ = c;
 }
@@ -125,8 +139,7 @@ Storage::~Storage() {
     meta::free(block_, nbytes_, category_);
   } else {
     allocator_for(device_).free(block_, nbytes_, category_);
-    if (StorageObserver* o = g_storage_observer.load(std::memory_order_acquire)) [[unlikely]]
-      if (nbytes_ > 0) o->on_storage_free(this, nbytes_, category_);
+    if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
   }
 }
 

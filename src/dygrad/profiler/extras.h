@@ -6,32 +6,19 @@
 #include <vector>
 
 #include "dygrad/core/allocator.h"
+#include "dygrad/runtime/module_scope.h"
 #include "dygrad/runtime/op_def.h"
 
 namespace dg::profiler {
 
 class Profiler;
 
-// The calling thread's module scope: an id the Python layer gives each nn.Module call (0: none); the
-// kBackward bit marks a node's backward. Set by nn.Module.__call__ while a profiler records, and by the
-// autograd engine around each node (the scope its forward op ran in).
-constexpr uint32_t kBackwardScope = 0x80000000u;
-uint32_t module_scope();
-uint32_t set_module_scope(uint32_t scope);  // returns the previous one
-// autograd: record_node tags a new node with the current (forward) scope while recording; the engine runs
-// the node's backward under NodeScope.
-void tag_node(const void* node);
-class NodeScope {
- public:
-  explicit NodeScope(const void* node);
-  ~NodeScope();
-  NodeScope(const NodeScope&) = delete;
-  NodeScope& operator=(const NodeScope&) = delete;
-
- private:
-  bool engaged_;
-  uint32_t saved_ = 0;
-};
+// The calling thread's module scope (runtime/module_scope.h: set by nn.Module.__call__ while a profiler records
+// with_modules, and by the autograd engine around each node, with the backward bit). A session turns node
+// tagging on while it records.
+constexpr uint32_t kBackwardScope = dg::module_scope::kBackward;
+inline uint32_t module_scope() { return dg::module_scope::current(); }
+inline uint32_t set_module_scope(uint32_t scope) { return dg::module_scope::set(scope); }
 
 enum class StorageEventKind : uint8_t { Allocate, Free, Retag };
 struct StorageEvent {

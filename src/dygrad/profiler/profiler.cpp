@@ -82,7 +82,6 @@ struct HostThreadState {
   uint64_t last_sync_session = 0;
   size_t last_sync_index = 0;
   std::vector<UserFrame> user;
-  uint32_t module_scope = 0;  // extras.h: the nn.Module call (or backward node's module) being run
 };
 
 // dygrad uses initial-exec TLS, whose static space is small when Python dlopens the library: the
@@ -168,7 +167,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObser
     }
     h.last_mark_ns = t;
     h.last_seq = task.seq;
-    if (h.module_scope) b.op_modules.emplace_back(task.seq, h.module_scope);
+    if (const uint32_t scope = dg::module_scope::current()) b.op_modules.emplace_back(task.seq, scope);
     const OpCost cost = task.cost();
     r.flops = cost.flops;
     r.bytes = cost.bytes;
@@ -270,7 +269,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObser
     e.nbytes = static_cast<int64_t>(nbytes);
     e.category = category;
     e.thread = b.index;
-    e.module = tls_host ? tls_host->module_scope : 0;
+    e.module = dg::module_scope::current();
     if (kind == StorageEventKind::Allocate) e.site = current_call_site();
   }
   void on_storage_allocate(const void* id, size_t nbytes, MemoryCategory category) override {
@@ -292,41 +291,10 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObser
 namespace {
 std::atomic<Profiler::Session*> g_session{nullptr};
 
-// extras.h: node tags (the module scope a node's forward op ran in) and the extras of stopped sessions.
-std::mutex g_node_tags_mutex;
-std::unordered_map<const void*, uint32_t> g_node_tags;
+// extras.h: the extras of stopped sessions.
 std::mutex g_extras_mutex;
 std::unordered_map<const Profiler*, SessionExtras> g_extras;
 }  // namespace
-
-uint32_t module_scope() { return tls_host ? tls_host->module_scope : 0; }
-uint32_t set_module_scope(uint32_t scope) {
-  HostThreadState& h = host_state();
-  const uint32_t previous = h.module_scope;
-  h.module_scope = scope;
-  return previous;
-}
-
-void tag_node(const void* node) {
-  if (!detail::recording()) return;
-  const uint32_t scope = module_scope() & ~kBackwardScope;
-  std::lock_guard<std::mutex> lock(g_node_tags_mutex);
-  if (scope) g_node_tags[node] = scope;
-  else g_node_tags.erase(node);  // an address reused by a node made outside any module
-}
-
-NodeScope::NodeScope(const void* node) : engaged_(detail::recording()) {
-  if (!engaged_) return;
-  uint32_t tag = 0;
-  {
-    std::lock_guard<std::mutex> lock(g_node_tags_mutex);
-    if (auto it = g_node_tags.find(node); it != g_node_tags.end()) tag = it->second;
-  }
-  saved_ = set_module_scope(tag ? tag | kBackwardScope : 0);
-}
-NodeScope::~NodeScope() {
-  if (engaged_) set_module_scope(saved_);
-}
 
 const SessionExtras& extras_of(const Profiler& profiler) {
   static const SessionExtras empty;
@@ -435,10 +403,7 @@ void Profiler::start() {
   session_->first_seq = stream.enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
   data_.start_ns = now_ns();
-  {
-    std::lock_guard<std::mutex> lock(g_node_tags_mutex);
-    g_node_tags.clear();  // tags of an earlier session: those addresses may hold other nodes by now
-  }
+  dg::module_scope::set_tagging(true);  // clears the tags of an earlier session
   if (options.profile_memory) {
     session_->mirror(data_.memory_at_start);
     CachingAllocator::cpu().set_observer(session_.get());
@@ -545,6 +510,7 @@ void Profiler::stop() {
   } catch (...) {
     if (!error) error = std::current_exception();
   }
+  dg::module_scope::set_tagging(false);
   g_session.store(nullptr, std::memory_order_release);
   g_current.store(nullptr, std::memory_order_release);
   active_ = false;
@@ -561,10 +527,6 @@ void Profiler::stop() {
     {
       std::lock_guard<std::mutex> extras_lock(g_extras_mutex);
       g_extras[this] = std::move(extras);
-    }
-    {
-      std::lock_guard<std::mutex> tags_lock(g_node_tags_mutex);
-      g_node_tags.clear();
     }
     merge_buffers(session_->buffers, session_->first_seq, data_);
     session_->buffers.clear();
