@@ -234,6 +234,8 @@ def test_no_leak_in_a_clean_loop():
 
     result = _profile_loop(step)
     assert memtools.find_leaks(result) == []
+    advice = profiler_summary.build_summary(result, peak=1.0)["advice"]
+    assert not [a for a in advice if a["rule"] == "memory_leak"]
 
 
 def test_no_leak_on_a_clean_train_profile(tmp_path):
