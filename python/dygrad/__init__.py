@@ -59,4 +59,5 @@ def numel(input):
 from . import nn, optim  # noqa: E402,F401
 from . import data, models, profiler  # noqa: E402,F401
 from . import amp, backends, cuda, distributed, linalg, serialization, utils  # noqa: E402,F401
+from . import memory  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401

@@ -172,13 +172,17 @@ def profile_window(args, start):
 def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
     """A dg.profiler session over a few steps after warm-up that writes OUT/profile (report.html etc.)."""
     wait, active = profile_window(args, start)
+    # The dry run (docs/memory.md): the peak of a steady-state step (optimizer states made), before any step ran.
+    x = dg.zeros((batch, seq), dtype=dg.int64)
+    estimate = dg.memory.estimate(model, (x, x), optimizer=optimizer, steps=2, sync_each_step=False)
+    del x
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
         command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
-        model_config=cfg, model=model, optimizer=optimizer, peak=peak)
+        model_config=cfg, model=model, optimizer=optimizer, peak=peak, memory_estimate=estimate)
     prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
                                                              repeat=1, skip_first=0),
-                               on_trace_ready=handler, profile_memory=True)
+                               on_trace_ready=handler, profile_memory=True, with_modules=True)
     return prof.start()
 
 

@@ -9,6 +9,8 @@ from .._C import Tensor
 from ..autograd import no_grad
 from ..utils.hooks import RemovableHandle
 from .parameter import Parameter
+from ..profiler import _scopes
+from ..profiler._scopes import TRACKING as _SCOPE_TRACKING
 
 _HOOK_STORES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
                 "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
@@ -35,10 +37,23 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        if _SCOPE_TRACKING[0]:  # a profile(with_modules=True) records: per-module costs (profiler/_scopes.py)
+            return _scopes.call(self, args, kwargs)
         d = self.__dict__
         try:
             hooked = d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
         except KeyError:  # a module pickled before the hook stores existed
+            hooked = False
+        if not hooked:
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(args, kwargs)
+
+    def _call_unscoped(self, *args, **kwargs):
+        """__call__ without the profiler's module scope (what _scopes.call runs inside the scope)."""
+        d = self.__dict__
+        try:
+            hooked = d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
+        except KeyError:
             hooked = False
         if not hooked:
             return self.forward(*args, **kwargs)

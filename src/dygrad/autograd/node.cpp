@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/module_scope.h"
 
 namespace dg {
 
@@ -185,6 +186,7 @@ Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined()) set_history(outputs[i], node, static_cast<uint32_t>(i));
   if (anomaly_enabled()) node->forward_site = current_call_site();
+  module_scope::tag_node(node.get());  // the module scope, while a profiler records (runtime/module_scope.h)
   return node;
 }
 
