@@ -1,25 +1,27 @@
 """dygrad.utils.checkpoint: activation checkpointing with torch.utils.checkpoint's API (docs/recompute.md).
 
 `checkpoint(function, *args, ...)` runs `function` once with saved-tensor hooks whose pack hook keeps only a
-handle (and the tensor's shape/dtype/device): the region saves no activation. When the backward first needs
-one of them, the function is run again under the RNG state it saw in the forward, with hooks that capture
-what it saves, in order; each handle is then unpacked into its recomputed tensor, which the frame drops at
-that moment. The recomputation stops as soon as the last saved tensor is recomputed (`early_stop`).
+handle (and the tensor's shape/dtype/device): the region saves no activation. When the backward first unpacks
+one of them, the function is run again (inside that unpack hook, as torch's) under the RNG state it saw in
+the forward, with hooks that capture what it saves, in order; each handle is then unpacked into its
+recomputed tensor, which the frame drops at that moment. The recomputation stops as soon as the last saved
+tensor is recomputed (`early_stop`).
 
-Difference from torch: dygrad's saved-tensor unpack hook runs with hooks disabled (a node's unpack cannot
-record hooked saves, src/dygrad/autograd/node.cpp), so the recomputation cannot run inside the first unpack
-as torch's does. It runs instead in a gradient hook on the region's outputs, i.e. when the backward reaches
-the region, just before its first node (and so its first unpack) runs. The results are the same; a
-backward that starts from a tensor made inside the region without passing through its outputs raises a
-CheckpointError.
+Selective recompute (`create_selective_checkpoint_contexts(policy)`): the forward context watches every op
+issued in the region (an op observer at enqueue, src/dygrad/ops/dispatch.h) and caches the outputs of the
+ops the policy saves; in the recomputation those ops are not run: their outputs adopt the cached storage.
+Presets: `policies.memory_bound`, `policies.memory_bound_and_qkv`. Budget mode: `plan(...)`.
 """
 import contextlib
+import enum
 import warnings
 import weakref
+from collections import defaultdict
 
 import dygrad as dg
 
-__all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError", "noop_context_fn"]
+__all__ = ["checkpoint", "checkpoint_sequential", "CheckpointError", "noop_context_fn", "CheckpointPolicy",
+           "SelectiveCheckpointContext", "create_selective_checkpoint_contexts", "policies", "recompute_tag"]
 
 _DEFAULT_DETERMINISM_MODE = "default"
 
@@ -94,25 +96,18 @@ class _Frame:
 
     def unpack(self, holder):
         tensor = self.recomputed.pop(holder, None)
-        if tensor is not None:
-            self.unpacked.add(holder)
-            return tensor
-        if holder in self.unpacked:
-            raise CheckpointError(
-                "torch.utils.checkpoint: Unpack is being triggered for a tensor that was already unpacked once. "
-                "If you are calling ctx.saved_tensors in backward, make sure to do so only once. Otherwise please "
-                "open an issue with details on your use case.")
-        raise CheckpointError(
-            "dygrad.utils.checkpoint: a tensor saved inside a checkpointed region is needed but the region was "
-            "not recomputed: the backward reached it without passing through the checkpoint's outputs (dygrad "
-            "recomputes when the gradient reaches the outputs; see docs/recompute.md)")
-
-    # --- recomputation ----------------------------------------------------------------------------------------
-    def trigger(self, grad):
-        # Runs as a gradient hook on each output: the first output reached recomputes for this backward.
-        if not self.recomputed:
+        if tensor is None:
+            # The first unpack of this backward (or of a later one, with retain_graph): recompute here, as
+            # torch does. The hook floor (src/dygrad/autograd/node.cpp) lets the recomputation's own hooks apply.
             self.recompute()
-        return None
+            tensor = self.recomputed.pop(holder, None)
+            if tensor is None:
+                raise CheckpointError(
+                    "torch.utils.checkpoint: Unpack is being triggered for a tensor that was already unpacked "
+                    "once. If you are calling ctx.saved_tensors in backward, make sure to do so only once. "
+                    "Otherwise please open an issue with details on your use case.")
+        self.unpacked.add(holder)
+        return tensor
 
     def recompute(self):
         self.unpacked = weakref.WeakSet()
@@ -193,11 +188,7 @@ def _checkpoint(function, args, kwargs, preserve_rng_state, context_fn, determin
     with dg.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), forward_context:
         result = function(*args, **kwargs)
     frame.forward_completed = True
-    if frame.holders:
-        for t in _flatten_tensors(result, []):
-            if t.requires_grad and t.grad_fn is not None:
-                t.register_hook(frame.trigger)
-    else:
+    if not frame.holders:
         frame.function = frame.args = frame.kwargs = None  # nothing to recompute: keep no inputs alive
     return result
 
