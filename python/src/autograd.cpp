@@ -132,7 +132,8 @@ void push_python_saved_tensor_hooks(nb::handle pack, nb::handle unpack) {
 
 // --- op observer (selective recompute, python/dygrad/utils/checkpoint.py) ----------------------------------------
 // observer(op_name, inputs, outputs) -> None, or the tensors the outputs become: the Task is then not run and each
-// output adopts the given tensor's storage (a result cached in the forward). Only ops writing fresh outputs (no
+// output adopts the given tensor's storage (a result cached in the forward); an empty list skips the Task and
+// leaves the outputs unwritten (a recomputation that stops before anything reads them). Only ops writing fresh outputs (no
 // view, no in-place, no output sharing an input's memory) are shown to it.
 bool fresh_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   if (op.flags & kOpInplace || outputs.empty()) return false;
@@ -167,6 +168,7 @@ void set_python_op_observer(nb::handle fn) {
     if (!result.is_valid()) throw nb::python_error();
     if (result.is_none()) return false;
     std::vector<Tensor> given = tensor_list(op.name, "cached outputs", result, false);
+    if (given.empty()) return true;  // skipped: nothing reads the outputs (the recomputation stops at its save)
     DG_CHECK(given.size() == outputs.size(), Runtime, "[", op.name, "] the op observer gave ", given.size(),
              " tensors for ", outputs.size(), " outputs");
     for (size_t i = 0; i < given.size(); ++i) {

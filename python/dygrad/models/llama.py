@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .. import _C
 from .. import nn
 from ..nn import functional as F
+from ..utils.checkpoint import recompute_tag as _recompute_tag
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,9 @@ class Block(nn.Module):
         B, T, C = x.shape
         H = self.n_heads
         # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
-        q, k, v = self.qkv(self.attn_norm(x)).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        with _recompute_tag("qkv"):  # names the projection for the memory_bound_and_qkv recompute preset
+            qkv = self.qkv(self.attn_norm(x))
+        q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
         if self.fused:
             q = F.rotary_position_embedding(q, cos, sin, "interleaved")
             k = F.rotary_position_embedding(k, cos, sin, "interleaved")
