@@ -73,6 +73,7 @@ def main():
     def step():
         optimizer.zero_grad(set_to_none=True)
         gc.collect()
+        dg._C.synchronize()
         dg.reset_peak_memory_stats()
         t0 = time.perf_counter()
         fwd_bwd()
@@ -111,6 +112,7 @@ def main():
         apply(mode)
         optimizer.zero_grad(set_to_none=True)
         gc.collect()
+        dg._C.synchronize()
         base = dg.memory_allocated()
         dg.reset_peak_memory_stats()
         t1 = time.perf_counter()

@@ -599,9 +599,10 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
     `step_fn()` runs one step's forward and backward (no optimizer step) and waits for it (loss.item()). Measured: the
     plain step's peak and time; for each option (memory_bound, memory_bound_and_qkv, full) the bytes a layer
     stops holding after the forward (the allocator, all layers set to it); from one profiled forward, the
-    device time and FLOPs of the ops each option runs again (dygrad's profiler, per op). Predicted peak = plain
-    peak - the bytes saved by each layer's option; predicted time = plain time + the recomputed ops' time.
-    The choice enumerates how many layers take each option (layers alike: the same cost each)."""
+    device time of the ops each option runs again (dygrad's profiler, per op). Predicted peak: the plain peak
+    less what the layers before the one in backward save (the maximum over the backward); predicted time =
+    plain time + the recomputed ops' time. The choice enumerates how many layers take each option (layers
+    alike: the same cost each), the least time among those under the budget (or the least peak if none)."""
     import gc
     import itertools
     import time
@@ -612,6 +613,7 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
         for p in model.parameters():
             p.grad = None
         gc.collect()
+        dg._C.synchronize()
         base = dg.memory_allocated()
         dg.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -631,6 +633,7 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
     for option in _OPTIONS:
         apply_recompute(layers, [option] * n)
         gc.collect()
+        dg._C.synchronize()
         base = dg.memory_allocated()
         out = _forward_only(step_fn)
         gc.collect()
@@ -641,13 +644,22 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
     apply_recompute(layers, ["none"] * n)
     cost = _recompute_cost_per_layer(model, step_fn, layers)
     budget = _parse_budget(budget, plain_peak)
+    layer_bytes = saved["full"]  # what a layer holds plainly (a fully recomputed one keeps only its input)
+
+    def predicted_peak(modes):
+        # The backward runs the layers last to first; while layer i's backward runs, the layers after it are
+        # freed, layer i holds all its activations again (recomputed or not) and the layers before it hold
+        # what their option keeps. The plain peak is the i = n-1 case with nothing saved.
+        return max(plain_peak - sum(saved[m] for m in modes[:i]) - (n - 1 - i) * layer_bytes for i in range(n))
+
     best = None
-    for counts in itertools.product(range(n + 1), repeat=3):
-        if sum(counts) > n:
+    # the last layer's backward comes first: recomputing it saves nothing at the peak, so it stays plain
+    for counts in itertools.product(range(n), repeat=3):
+        if sum(counts) > n - 1:
             continue
         modes = ["full"] * counts[2] + ["memory_bound_and_qkv"] * counts[1] + ["memory_bound"] * counts[0]
         modes += ["none"] * (n - len(modes))
-        peak = plain_peak - sum(saved[m] for m in modes)
+        peak = predicted_peak(modes)
         t = plain_time + sum(cost[m] for m in modes)
         key = (peak > budget, t if peak <= budget else peak)
         if best is None or key < best[0]:
@@ -668,7 +680,7 @@ def _forward_only(step_fn):
 
     def stop(self, *args, **kwargs):
         holder.append(self)
-        self.item()  # the stream has run the forward: what it freed is freed
+        dg._C.synchronize()  # the stream has run the forward: what it freed is freed
         raise _ForwardOnly
 
     dg.Tensor.backward = stop
