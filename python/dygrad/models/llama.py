@@ -145,6 +145,22 @@ class Llama(nn.Module):
             return logits
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
+    def recompute_blocks(self, mode="full", last=False):
+        """Activation recompute per block (Module.recompute): mode "full", "memory_bound", "memory_bound_and_qkv"
+        (dygrad.utils.checkpoint.policies), "none", or a list of those, one per block (a plan's). The last
+        block is left plain unless `last`: the backward starts with it, so its activations are all needed
+        again at once at the step's peak; recomputing it would cost time and save no peak memory
+        (docs/recompute.md). Returns the modes set."""
+        from ..utils.checkpoint import apply_recompute
+        n = len(self.blocks)
+        modes = list(mode) if isinstance(mode, (list, tuple)) else [mode] * n
+        if len(modes) != n:
+            raise ValueError(f"[llama.recompute_blocks] {len(modes)} modes for {n} blocks")
+        if not last and not isinstance(mode, (list, tuple)):
+            modes[-1] = "none"
+        apply_recompute(self.blocks, modes)
+        return modes
+
     def generate(self, idx, max_new_tokens, temperature=1.0, seed=0):
         """Samples continuations of idx [B, T0] (int64). No KV cache: each step recomputes the last window.
         The next token is drawn on the host from the softmax of the last position (V = 256 values a row)."""

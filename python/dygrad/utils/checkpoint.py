@@ -592,44 +592,60 @@ def _parse_budget(budget, plain_peak):
     return float(budget)
 
 
-def plan(model, step_fn, budget, layers=None, repeats=1):
-    """Budget mode (recompute="auto"): chooses per layer what to recompute so that the step's allocator peak
-    stays under `budget` (bytes, or "60%" of the plain step's peak) at the least recomputed time.
+class RecomputeCosts:
+    """What measure() found: the plain step's peak (bytes above what was allocated before it) and time (s); per
+    option, per layer: `held` (bytes a layer keeps after the forward), `saved` (bytes it stops keeping against
+    plain), `recompute_s` and `recompute_flops` (what the backward runs again, from the profiler's per-op
+    figures)."""
 
-    `step_fn()` runs one step's forward and backward (no optimizer step) and waits for it (loss.item()). Measured: the
-    plain step's peak and time; for each option (memory_bound, memory_bound_and_qkv, full) the bytes a layer
-    stops holding after the forward (the allocator, all layers set to it); from one profiled forward, the
-    device time of the ops each option runs again (dygrad's profiler, per op). Predicted peak: the plain peak
-    less what the layers before the one in backward save (the maximum over the backward); predicted time =
-    plain time + the recomputed ops' time. The choice enumerates how many layers take each option (layers
-    alike: the same cost each), the least time among those under the budget (or the least peak if none)."""
+    def __init__(self, n_layers, plain_peak, plain_time, held, saved, recompute_s, recompute_flops):
+        self.n_layers, self.plain_peak, self.plain_time = n_layers, plain_peak, plain_time
+        self.held, self.saved, self.recompute_s, self.recompute_flops = held, saved, recompute_s, recompute_flops
+
+    def recomputed_flops(self, modes):
+        return sum(self.recompute_flops[m] for m in modes)
+
+    def memory_report(self, modes, names=None):
+        """Per layer: what is saved and what is recomputed (bytes), as the memory report prints it."""
+        mib = 1 << 20
+        rows = [f"{'layer':12s} {'recompute':22s} {'saved MiB':>10s} {'recomputed MiB':>15s} {'recomputed GFLOP':>17s}"]
+        for i, m in enumerate(modes):
+            name = names[i] if names else f"blocks.{i}"
+            rows.append(f"{name:12s} {m:22s} {self.held[m] / mib:10.2f} {self.saved[m] / mib:15.2f} "
+                        f"{self.recompute_flops[m] / 1e9:17.3f}")
+        return "\n".join(rows)
+
+
+def _timed_step(model, step_fn):
     import gc
-    import itertools
     import time
+    for p in model.parameters():
+        p.grad = None
+    gc.collect()
+    dg._C.synchronize()
+    base = dg.memory_allocated()
+    dg.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    step_fn()
+    return dg.max_memory_allocated() - base, time.perf_counter() - t0
+
+
+def measure(model, step_fn, layers=None, repeats=1):
+    """The figures plan() decides from (RecomputeCosts). `step_fn()` runs one step's forward and backward (no
+    optimizer step) and waits for it (loss.item()). Leaves every layer plain and the gradients unset."""
+    import gc
     layers = list(model.blocks if layers is None else layers)
     n = len(layers)
-
-    def run_step():
-        for p in model.parameters():
-            p.grad = None
-        gc.collect()
-        dg._C.synchronize()
-        base = dg.memory_allocated()
-        dg.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        step_fn()
-        return dg.max_memory_allocated() - base, time.perf_counter() - t0
-
     apply_recompute(layers, ["none"] * n)
-    run_step()  # warm-up
-    _forward_only(step_fn)
-    plain = [run_step() for _ in range(max(1, repeats))]
+    _timed_step(model, step_fn)  # warm-up
+    plain = [_timed_step(model, step_fn) for _ in range(max(1, repeats))]
     plain_peak = min(p for p, _ in plain)
     plain_time = min(t for _, t in plain)
     for p in model.parameters():
         p.grad = None
     # bytes held after the forward, per option (forward only: the graph is dropped unused)
-    held = {}
+    _forward_only(step_fn)
+    held_total = {}
     for option in _OPTIONS:
         apply_recompute(layers, [option] * n)
         gc.collect()
@@ -637,12 +653,33 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
         base = dg.memory_allocated()
         out = _forward_only(step_fn)
         gc.collect()
-        held[option] = dg.memory_allocated() - base
+        held_total[option] = dg.memory_allocated() - base
         del out
-    saved = {m: max(0.0, (held["none"] - held[m]) / n) for m in _OPTIONS}
-    # recomputed time per layer, from the profiler's per-op times of one plain forward
+    saved = {m: max(0.0, (held_total["none"] - held_total[m]) / n) for m in _OPTIONS}
+    held = {m: saved["full"] - saved[m] for m in _OPTIONS}
+    # recomputed time and FLOPs per layer, from the profiler's per-op figures of one plain forward
     apply_recompute(layers, ["none"] * n)
-    cost = _recompute_cost_per_layer(model, step_fn, layers)
+    cost_s, cost_flops = _recompute_cost_per_layer(model, step_fn, layers)
+    return RecomputeCosts(n, plain_peak, plain_time, held, saved, cost_s, cost_flops)
+
+
+def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
+    """Budget mode (recompute="auto"): chooses per layer what to recompute so that the step's allocator peak
+    stays under `budget` (bytes, or "60%" of the plain step's peak) at the least recomputed time. Returns a
+    RecomputePlan; `plan.apply(model.blocks)` sets it.
+
+    From measure(): the plain step's peak and time; for each option (memory_bound, memory_bound_and_qkv, full)
+    the bytes a layer stops holding after the forward (the allocator, all layers set to it); from one profiled
+    forward, the device time and FLOPs of the ops each option runs again (dygrad's profiler, per op).
+    Predicted peak: the plain peak less what the layers before the one in backward save (the maximum over the
+    backward); predicted time = plain time + the recomputed ops' time. The choice enumerates how many layers
+    take each option (layers alike: the same cost each), the least time among those under the budget (or the
+    least peak if none is)."""
+    import itertools
+    layers = list(model.blocks if layers is None else layers)
+    n = len(layers)
+    costs = costs or measure(model, step_fn, layers, repeats)
+    plain_peak, plain_time, saved, cost = costs.plain_peak, costs.plain_time, costs.saved, costs.recompute_s
     budget = _parse_budget(budget, plain_peak)
     layer_bytes = saved["full"]  # what a layer holds plainly (a fully recomputed one keeps only its input)
 
@@ -665,7 +702,9 @@ def plan(model, step_fn, budget, layers=None, repeats=1):
         if best is None or key < best[0]:
             best = (key, modes, peak, t)
     _, modes, peak, t = best
-    return RecomputePlan(modes, peak, t, budget, plain_peak, plain_time, saved, cost)
+    result = RecomputePlan(modes, peak, t, budget, plain_peak, plain_time, saved, cost)
+    result.costs = costs
+    return result
 
 
 class _ForwardOnly(Exception):
@@ -711,19 +750,22 @@ def _recompute_cost_per_layer(model, step_fn, layers):
     for kind, i, ts in marks:
         spans.setdefault(i, [None, None])[0 if kind == "begin" else 1] = ts
     cost = {m: 0.0 for m in _OPTIONS}
+    flops = {m: 0.0 for m in _OPTIONS}
     for i, (b, e) in spans.items():
-        matmuls = 0
-        for ev in result.ops:
-            if not (b <= ev.host_begin_ns <= e) or not ev.ran:
-                continue
-            sec = ev.device_ns * 1e-9
-            cost["full"] += sec
+        events = [ev for ev in result.ops if b <= ev.host_begin_ns <= e and ev.ran]
+        matmuls = [k for k, ev in enumerate(events) if ev.name == "matmul"]
+        for k, ev in enumerate(events):
+            sec, fl = ev.device_ns * 1e-9, ev.flops
+            if not (matmuls and k == matmuls[-1]):  # the last matmul's saves end the recomputation: skipped
+                cost["full"] += sec
+                flops["full"] += fl
             if ev.name in _COMPUTE_BOUND_NAMES:
-                if ev.name == "matmul":
-                    matmuls += 1
-                if ev.name == "matmul" and matmuls == 1:  # a LLaMA block's first matmul is its QKV projection
+                if matmuls and k == matmuls[0]:  # a LLaMA block's first matmul is its QKV projection
                     cost["memory_bound_and_qkv"] += sec
+                    flops["memory_bound_and_qkv"] += fl
                 continue
-            cost["memory_bound"] += sec
-            cost["memory_bound_and_qkv"] += sec
-    return {m: v / max(1, len(spans)) for m, v in cost.items()}
+            for m in ("memory_bound", "memory_bound_and_qkv"):
+                cost[m] += sec
+                flops[m] += fl
+    k = max(1, len(spans))
+    return {m: v / k for m, v in cost.items()}, {m: v / k for m, v in flops.items()}
