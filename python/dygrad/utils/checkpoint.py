@@ -384,10 +384,9 @@ class _CachingMode:
                                 op, *inputs)
         if isinstance(policy, bool):
             policy = _policy_from_bool(policy)
-        if not isinstance(policy, CheckpointPolicy):
-            raise TypeError(f"policy_fn must return a CheckpointPolicy or a bool, got {type(policy).__name__}")
         if policy in _SAVING:
-            self.storage[op][idx] = [[o.detach(), None] for o in outputs]
+            # the version now: ops bump a written tensor's version before they enqueue (ops/*.cpp)
+            self.storage[op][idx] = [[o.detach(), o._version] for o in outputs]
         else:
             self.storage[op][idx] = _RECOMPUTE
         return None
@@ -421,8 +420,6 @@ class _CachingMode:
             entry = self.storage[op][idx]
             if entry is _RECOMPUTE or entry is _SKIP:
                 continue
-            for pair in entry:
-                pair[1] = pair[0]._version
             self.stats.saved_ops += 1
             self.stats.saved_bytes += sum(_nbytes(t) for t, _ in entry)
         self.order = []
@@ -627,6 +624,7 @@ def _timed_step(model, step_fn):
     dg.reset_peak_memory_stats()
     t0 = time.perf_counter()
     step_fn()
+    dg._C.synchronize()  # the backward's last Tasks too
     return dg.max_memory_allocated() - base, time.perf_counter() - t0
 
 
@@ -739,6 +737,7 @@ def _recompute_cost_per_layer(model, step_fn, layers):
              for i, layer in enumerate(layers)]
     hooks += [layer.register_forward_hook(lambda m, a, o, i=i: marks.append(("end", i, prof_mod.now_ns())))
               for i, layer in enumerate(layers)]
+    dg._C.synchronize()
     try:
         with prof_mod.profile(record_shapes=True) as prof:
             _forward_only(step_fn)
