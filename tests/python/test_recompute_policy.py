@@ -337,3 +337,23 @@ def test_train_cli_recompute_auto(tmp_path, capsys):
     assert "recompute plan" in out and "predicted peak" in out and "measured" in out and "blocks.0" in out
     assert train.parse_budget("60%") == "60%" and train.parse_budget("2MiB") == 2 << 20
     assert train.parse_budget("1000") == 1000.0
+
+
+def test_ddp_with_recompute_reduces_each_gradient_once_and_equals_plain(tmp_path):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import dygrad.distributed as dist
+    from dygrad.distributed.run import mpirun_command
+    if not dist.is_available() or shutil.which("mpirun") is None:
+        pytest.skip("dygrad built without MPI or mpirun missing")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist", "ddp_recompute.py")
+    run = subprocess.run(mpirun_command(2, script, [str(tmp_path)]), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ranks = [json.load(open(tmp_path / f"recompute_rank{r}.json")) for r in range(2)]
+    for r in ranks:
+        for mode, got in r.items():
+            assert got["grads"] == r["none"]["grads"], mode  # bitwise the plain DDP step's averaged gradients
+            assert set(got["calls"]) == {1}, (mode, got["calls"])  # each hook (so each bucket slot) once
+    assert ranks[0] == ranks[1]
