@@ -133,8 +133,8 @@ void push_python_saved_tensor_hooks(nb::handle pack, nb::handle unpack) {
 // --- op observer (selective recompute, python/dygrad/utils/checkpoint.py) ----------------------------------------
 // observer(op_name, inputs, outputs) -> None, or the tensors the outputs become: the Task is then not run and each
 // output adopts the given tensor's storage (a result cached in the forward); an empty list skips the Task and
-// leaves the outputs unwritten (a recomputation that stops before anything reads them). Only ops writing fresh outputs (no
-// view, no in-place, no output sharing an input's memory) are shown to it.
+// leaves the outputs unwritten (a recomputation that stops before anything reads them). Only ops writing fresh
+// outputs (no view, no in-place, no output sharing an input's memory) are shown to it.
 bool fresh_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   if (op.flags & kOpInplace || outputs.empty()) return false;
   for (const Tensor& o : outputs) {
@@ -156,7 +156,8 @@ void set_python_op_observer(nb::handle fn) {
     set_op_observer({});
     return;
   }
-  DG_CHECK(PyCallable_Check(fn.ptr()), Type, "[_set_op_observer] expected a callable or None, got ", type_name(fn.ptr()));
+  DG_CHECK(PyCallable_Check(fn.ptr()), Type, "[_set_op_observer] expected a callable or None, got ",
+           type_name(fn.ptr()));
   auto callable = std::make_shared<PythonCallable>(fn.ptr());
   set_op_observer([callable](const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
     if (!fresh_outputs(op, inputs, outputs)) return false;

@@ -59,18 +59,6 @@ class _Holder:
     __slots__ = ("__weakref__",)
 
 
-def _flatten_tensors(obj, out):
-    if isinstance(obj, dg.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            _flatten_tensors(item, out)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            _flatten_tensors(item, out)
-    return out
-
-
 class _Frame:
     def __init__(self, function, args, kwargs, preserve_rng_state, recompute_context_fn, metadata_fn, early_stop):
         self.function = function
@@ -572,13 +560,15 @@ class RecomputePlan:
                  "  option: saved MiB/layer, recompute ms/layer: " + "; ".join(
                      f"{m} {self.saved_bytes_per_layer[m] / mib:.2f}, {self.recompute_s_per_layer[m] * 1e3:.2f}"
                      for m in _OPTIONS),
-                 f"  predicted peak {self.predicted_peak / mib:.1f} MiB, predicted step {self.predicted_time * 1e3:.1f} ms"]
+                 f"  predicted peak {self.predicted_peak / mib:.1f} MiB, "
+                 f"predicted step {self.predicted_time * 1e3:.1f} ms"]
         return "\n".join(lines)
 
     def report(self, measured_peak, measured_time):
         mib = 1 << 20
-        return (f"recompute plan: peak predicted {self.predicted_peak / mib:.1f} MiB, measured {measured_peak / mib:.1f} "
-                f"MiB ({measured_peak / self.predicted_peak - 1:+.1%}); step predicted {self.predicted_time * 1e3:.1f} ms, "
+        return (f"recompute plan: peak predicted {self.predicted_peak / mib:.1f} MiB, "
+                f"measured {measured_peak / mib:.1f} MiB ({measured_peak / self.predicted_peak - 1:+.1%}); "
+                f"step predicted {self.predicted_time * 1e3:.1f} ms, "
                 f"measured {measured_time * 1e3:.1f} ms ({measured_time / self.predicted_time - 1:+.1%}); "
                 f"budget {self.budget / mib:.1f} MiB: {'kept' if measured_peak <= self.budget else 'EXCEEDED'}")
 
