@@ -21,6 +21,7 @@ import dygrad as dg
 from dygrad import data as dgdata
 from dygrad.models import llama
 from dygrad.optim.optimizer import state_tensor
+from dygrad.profiler import recompute as recompute_report
 from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
@@ -241,6 +242,8 @@ def setup_recompute(args, model, train_set, batch, log):
         modes = model.recompute_blocks(_RECOMPUTE_MODES[args.recompute])
     log("recompute, per layer (saved: kept from the forward; recomputed: made again in the backward):\n"
         + costs.memory_report(modes))
+    with open(os.path.join(args.out, "recompute.json"), "w") as f:
+        json.dump(recompute_report.section(costs, modes, the_plan), f, indent=1)
     for p in model.parameters():
         p.grad = None
     return the_plan, costs, modes, step_fn
@@ -324,7 +327,8 @@ def main(argv=None):
                   "samples_per_s": batch / dt, "mfu": mfu, "data_wait_s": data_wait}
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
         if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
-            hfu = (tok_s * flops_per_token + recomputed_flops * world / dt) / peak
+            hfu = recompute_report.hfu_with_recompute(batch * seq * world * flops_per_token,
+                                                      recomputed_flops * world, dt, peak)
             record["hfu"] = hfu
             fields.append(f"HFU {hfu:.1%}")
         if rank == 0 and ((step + 1) % args.eval_interval == 0 or step + 1 == args.steps):

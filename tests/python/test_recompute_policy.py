@@ -328,6 +328,7 @@ def test_plan_keeps_the_peak_under_the_budget_as_predicted():
 
 
 def test_train_cli_recompute_auto(tmp_path, capsys):
+    import json
     from dygrad import train
     rc = train.main(["--config", "tiny", "--steps", "2", "--out", str(tmp_path), "--batch-size", "2",
                      "--seq-len", "64", "--recompute", "auto", "--recompute-budget", "80%", "--sample-tokens", "0",
@@ -335,6 +336,11 @@ def test_train_cli_recompute_auto(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "recompute plan" in out and "predicted peak" in out and "measured" in out and "blocks.0" in out
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert records and all(r["hfu"] > r["mfu"] for r in records)  # HFU adds the recomputed FLOPs
+    section = json.load(open(tmp_path / "recompute.json"))
+    assert len(section["layers"]) == 4 and section["plan"]["modes"][-1] == "none"
+    assert all(r["saved_bytes"] >= 0 and r["recomputed_bytes"] >= 0 for r in section["layers"])
     assert train.parse_budget("60%") == "60%" and train.parse_budget("2MiB") == 2 << 20
     assert train.parse_budget("1000") == 1000.0
 

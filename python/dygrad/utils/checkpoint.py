@@ -14,6 +14,7 @@ Presets: `policies.memory_bound`, `policies.memory_bound_and_qkv`. Budget mode: 
 """
 import contextlib
 import enum
+import threading
 import warnings
 import weakref
 from collections import defaultdict
@@ -290,7 +291,11 @@ class SelectiveCheckpointContext:
         self.tags = tags
 
 
-_tags = []
+def _tag_stack():
+    tags = getattr(_local, "tags", None)
+    if tags is None:
+        tags = _local.tags = []
+    return tags
 
 
 class recompute_tag:  # noqa: N801 -- a context manager, like torch's lower-case ones
@@ -301,10 +306,10 @@ class recompute_tag:  # noqa: N801 -- a context manager, like torch's lower-case
         self.name = name
 
     def __enter__(self):
-        _tags.append(self.name)
+        _tag_stack().append(self.name)
 
     def __exit__(self, *exc):
-        _tags.pop()
+        _tag_stack().pop()
         return False
 
 
@@ -312,17 +317,25 @@ _RECOMPUTE = object()
 _CONSUMED = object()
 _SAC_MISMATCH_MSG = ("This can happen if the operations in the checkpointed region are nondeterministic or depend "
                      "on global state that changed between forward and backward.")
-_observers = []  # the active op observers of this thread's selective regions (innermost last)
+_local = threading.local()  # per thread, as the C++ observer: the active observers (innermost last), the tags
+
+
+def _observer_stack():
+    stack = getattr(_local, "observers", None)
+    if stack is None:
+        stack = _local.observers = []
+    return stack
 
 
 def _push_observer(fn):
-    _observers.append(fn)
+    _observer_stack().append(fn)
     dg._C._set_op_observer(fn)
 
 
 def _pop_observer():
-    _observers.pop()
-    dg._C._set_op_observer(_observers[-1] if _observers else None)
+    stack = _observer_stack()
+    stack.pop()
+    dg._C._set_op_observer(stack[-1] if stack else None)
 
 
 class _SACStats:
@@ -368,7 +381,7 @@ class _CachingMode:
             self.storage[op][idx] = _RECOMPUTE
             return None
         out = outputs[0] if len(outputs) == 1 else tuple(outputs)
-        policy = self.policy_fn(SelectiveCheckpointContext(is_recompute=False, op_output=out, tags=tuple(_tags)),
+        policy = self.policy_fn(SelectiveCheckpointContext(is_recompute=False, op_output=out, tags=tuple(_tag_stack())),
                                 op, *inputs)
         if isinstance(policy, bool):
             policy = _policy_from_bool(policy)
