@@ -112,13 +112,14 @@ class Module:
             result = backward_hook.setup_output_hook(result)
         return result
 
-    def recompute(self, mode=True, **kwargs):
+    def recompute(self, mode=True, policy=None, **kwargs):
         """MindSpore's Cell.recompute(): with mode True the module's forward runs under
         dygrad.utils.checkpoint.checkpoint (non-reentrant; its activations are recomputed in backward),
-        with False it runs plainly again. MindSpore's communication options (kwargs) have no effect here.
-        Returns the module."""
+        with False it runs plainly again. `policy` (a policy function or a list of dg.ops handles, e.g.
+        dygrad.utils.checkpoint.policies.memory_bound) makes it selective: what the policy saves is kept.
+        MindSpore's communication options (kwargs) have no effect here. Returns the module."""
         if mode:
-            object.__setattr__(self, "forward", functools.partial(_recompute_forward, self))
+            object.__setattr__(self, "forward", functools.partial(_recompute_forward, self, policy))
         else:
             self.__dict__.pop("forward", None)
         return self
@@ -718,9 +719,11 @@ class _BackwardHook:
         return hook
 
 
-def _recompute_forward(module, *args, **kwargs):
+def _recompute_forward(module, policy, *args, **kwargs):
     # Module.recompute(): the class's forward under checkpoint (a partial of this, so the module still pickles)
     if not _C.is_grad_enabled():
         return type(module).forward(module, *args, **kwargs)
-    from ..utils.checkpoint import checkpoint
-    return checkpoint(type(module).forward, module, *args, use_reentrant=False, **kwargs)
+    from ..utils.checkpoint import checkpoint, create_selective_checkpoint_contexts, noop_context_fn
+    context_fn = noop_context_fn if policy is None else functools.partial(create_selective_checkpoint_contexts,
+                                                                          policy)
+    return checkpoint(type(module).forward, module, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
