@@ -5,7 +5,8 @@ from .. import _C
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,  # noqa: F401
                         set_grad_enabled)
 from . import function, graph  # noqa: F401
-from .gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: F401,E402 -- gradcheck: the function, as torch
+from . import functional  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: F401 -- gradcheck: the function, as torch
 from .function import Function, once_differentiable  # noqa: F401
 from .anomaly_mode import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,  # noqa: F401
                            set_detect_anomaly)
