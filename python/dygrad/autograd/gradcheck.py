@@ -128,10 +128,11 @@ def _numerical_jacobians(func, inputs, eps):
     """jacobians[j][k]: (numel of input j, numel of output k) central differences, for every input j that requires
     grad and every output k (None for non-float outputs)."""
     p = _Perturbed(func, inputs)
+    base = p.outputs()
     jacobians = []
     for i in p.index:
         orig = _values(p.inputs[i])
-        columns = []
+        per_output = [None if b is None else np.zeros((orig.size, b.size)) for b in base]
         for e in range(orig.size):
             x = orig.copy()
             x[e] -= eps
@@ -140,17 +141,12 @@ def _numerical_jacobians(func, inputs, eps):
             x[e] += 2 * eps
             p.write(i, x)
             above = p.outputs()
+            _check_same_outputs(base, below)
             _check_same_outputs(below, above)
-            columns.append([None if a is None else (b - a) / (2 * eps) for a, b in zip(below, above)])
+            for k, (a, b) in enumerate(zip(below, above)):
+                if a is not None:
+                    per_output[k][e] = (b - a) / (2 * eps)
         p.write(i, orig)
-        count = len(_as_tuple(func(*p.inputs))) if not columns else len(columns[0])
-        per_output = []
-        for k in range(count):
-            if columns and columns[0][k] is None:
-                per_output.append(None)
-                continue
-            width = columns[0][k].size if columns else 0
-            per_output.append(np.stack([c[k] for c in columns]) if columns else np.zeros((0, width)))
         jacobians.append(per_output)
     return jacobians
 
@@ -226,10 +222,6 @@ def _mismatch(numerical, analytical, output_idx, input_idx, fast=False):
 
 def _allclose(a, n, rtol, atol):
     return bool(np.all(np.abs(a - n) <= atol + rtol * np.abs(n)))
-
-
-def _float_outputs(func_out):
-    return [k for k, o in enumerate(_as_tuple(func_out)) if _is_tensor(o) and o.is_floating_point()]
 
 
 def _slow_gradcheck(func, inputs, func_out, outputs, eps, rtol, atol, nondet_tol, check_grad_dtypes):
