@@ -116,6 +116,29 @@ def test_create_graph_differentiates_through_the_given_grad_outputs():
     assert_same(dg.autograd.grad(g.sum(), v), torch.autograd.grad(tg.sum(), tv))
 
 
+def make_exp_function(lib):
+    class Exp(lib.autograd.Function):
+        """exp saving its output: the backward reads y, which must carry the history of x under create_graph."""
+
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * y
+    return Exp
+
+
+def test_a_function_that_saves_its_output_is_twice_differentiable():
+    x, tx = both([0.5, -1.0, 2.0])
+    assert dg.autograd.gradgradcheck(make_exp_function(dg).apply, (x,))
+    assert_same(second_order(make_exp_function(dg).apply, x), second_order(make_exp_function(torch).apply, tx))
+
+
 # --- ops that are not OpDefs (views, custom nodes, C++ compositions) -------------------------------------------------
 NOT_OPDEFS = {
     "view_permute_expand": lambda m, x: x.reshape(4, 3).permute(1, 0).unsqueeze(0).expand(2, 3, 4).sin(),
