@@ -44,15 +44,16 @@ std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle
 struct SavedTensorsAccess {
   Node* node = nullptr;
   size_t count = 0;  // what forward saved (the node's list is emptied when the graph is freed)
+  const std::vector<int32_t>* output_of = nullptr;  // per saved tensor: which output of the node it is, or -1
 };
 
 // The Node of a Python autograd.Function (dygrad/autograd/function.py): it runs in the C++ engine like any
 // other node; its backward calls ctx._run_backward(saved, *grads) with the GIL held and takes one gradient
 // (or None) per tensor input back. A Python exception raised there propagates out of backward() as itself.
-void function_backward(const std::shared_ptr<PythonCallable>& ctx, size_t num_saved, Node& node,
+void function_backward(const std::shared_ptr<PythonCallable>& ctx, const std::vector<int32_t>& output_of, Node& node,
                        std::span<const Tensor> grads, std::span<Tensor> grad_inputs) {
   nb::gil_scoped_acquire gil;
-  nb::object access = nb::cast(SavedTensorsAccess{&node, num_saved});
+  nb::object access = nb::cast(SavedTensorsAccess{&node, output_of.size(), &output_of});
   struct Invalidate {
     nb::handle access;
     ~Invalidate() { nb::inst_ptr<SavedTensorsAccess>(access)->node = nullptr; }
@@ -86,17 +87,18 @@ void function_record(nb::handle ctx, const std::string& name, nb::handle inputs,
   auto callable = std::make_shared<PythonCallable>(ctx.ptr());
   Ref<Node> node = make_ref<Node>(name, nullptr, outs.size());
   node->named_as_is = true;
-  node->closure = [callable, num_saved = to_save.size()](Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-    function_backward(callable, num_saved, n, g, gi);
+  // A saved output is kept detached (sharing its storage and version counter): the node it belongs to
+  // holding it with its grad_fn would be a cycle. ctx.saved_tensors gives it back attached to the node
+  // (Node::saved_output) while a create_graph backward runs, so the backward is differentiable through it.
+  std::vector<int32_t> output_of(to_save.size(), -1);
+  for (size_t i = 0; i < to_save.size(); ++i)
+    for (size_t k = 0; k < outs.size() && output_of[i] < 0; ++k)
+      if (to_save[i].defined() && outs[k].defined() && outs[k].impl() == to_save[i].impl()) output_of[i] = int32_t(k);
+  node->closure = [callable, output_of](Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+    function_backward(callable, output_of, n, g, gi);
   };
   record_node(node, ins, outs);
-  // A saved output is kept detached (sharing its storage and version counter): the node it belongs to
-  // holding it with its grad_fn would be a cycle.
-  for (const Tensor& t : to_save) {
-    bool is_output = false;
-    for (const Tensor& o : outs) is_output = is_output || (t.defined() && o.defined() && o.impl() == t.impl());
-    node->save(is_output ? detach(t) : t);
-  }
+  for (size_t i = 0; i < to_save.size(); ++i) node->save(output_of[i] >= 0 ? detach(to_save[i]) : to_save[i]);
 }
 
 // --- saved_tensors_hooks ----------------------------------------------------------------------------------------
@@ -234,7 +236,10 @@ void init_autograd(nb::module_& m) {
       .def("unpack", [](const SavedTensorsAccess& s) {
         DG_CHECK(s.node, Runtime, "[saved_tensors] saved tensors can be read only while the backward runs");
         nb::list out;
-        for (size_t i = 0; i < s.count; ++i) out.append(wrap_object(s.node->saved(i)));  // raises once freed
+        for (size_t i = 0; i < s.count; ++i) {  // raises once freed
+          const int32_t output_nr = (*s.output_of)[i];
+          out.append(wrap_object(output_nr >= 0 ? s.node->saved_output(i, uint32_t(output_nr)) : s.node->saved(i)));
+        }
         return nb::tuple(out);
       });
   m.def("_function_record", &function_record, nb::arg("ctx"), nb::arg("name"), nb::arg("inputs"),

@@ -233,11 +233,17 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
   }
 }
 
-Tensor root_grad(const Tensor& root, const Tensor& given, size_t index) {
+Tensor root_grad(const Tensor& root, const Tensor& given, size_t index, bool create_graph) {
   if (given.defined()) {
     DG_CHECK(same_shape(given.shape(), root.shape()), Runtime, "[backward] Mismatch in shape: grad_output[", index,
              "] has a shape of ", given.shape(), " and output[", index, "] has a shape of ", root.shape());
-    return clone(detach(given));  // private: the engine may take it as a leaf's .grad
+    // A private copy: the engine may take it as a leaf's .grad. With create_graph the copy is recorded (a
+    // double backward differentiates through grad_outputs: gradgradcheck, gradient penalties).
+    if (create_graph) {
+      EnableGradGuard grad_mode;
+      return clone(given);
+    }
+    return clone(detach(given));
   }
   DG_CHECK(root.numel() == 1, Runtime, "[backward] grad can be implicitly created only for scalar outputs, got shape ",
            root.shape());
@@ -255,7 +261,7 @@ void backward(std::span<const Tensor> roots, std::span<const Tensor> grad_roots,
     DG_CHECK(roots[i].defined() && roots[i].requires_grad(), Runtime, "[backward] element ", i,
              " of tensors does not require grad and does not have a grad_fn");
     edges.push_back(gradient_edge(roots[i]));
-    grads.push_back(root_grad(roots[i], i < grad_roots.size() ? grad_roots[i] : Tensor(), i));
+    grads.push_back(root_grad(roots[i], i < grad_roots.size() ? grad_roots[i] : Tensor(), i, create_graph));
   }
   execute(run, edges, grads);
 }
@@ -279,7 +285,7 @@ std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor
     DG_CHECK(outputs[i].defined() && outputs[i].requires_grad(), Runtime, "[grad] element ", i,
              " of tensors does not require grad and does not have a grad_fn");
     edges.push_back(gradient_edge(outputs[i]));
-    grads.push_back(root_grad(outputs[i], i < grad_outputs.size() ? grad_outputs[i] : Tensor(), i));
+    grads.push_back(root_grad(outputs[i], i < grad_outputs.size() ? grad_outputs[i] : Tensor(), i, create_graph));
   }
   execute(run, edges, grads);
   for (size_t i = 0; i < inputs.size(); ++i) {

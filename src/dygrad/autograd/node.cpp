@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "dygrad/core/error.h"
+#include "dygrad/ops/shape.h"
 #include "dygrad/runtime/module_scope.h"
 
 namespace dg {
@@ -108,6 +109,8 @@ void Node::save(const Tensor& t) {
   saved_.push_back({t, t.defined() ? t.version() : 0u, nullptr});
 }
 
+static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr);
+
 Tensor Node::saved(size_t i) const {
   DG_CHECK(!released_, Runtime, "[", name(), "] Trying to backward through the graph a second time (or directly "
            "access saved tensors after they have already been freed). Specify retain_graph=True if you need to "
@@ -128,6 +131,16 @@ Tensor Node::saved(size_t i) const {
          "modified by an inplace operation: a tensor of shape ", s.tensor.shape(), " is at version ",
          s.tensor.version(), "; expected version ", s.version, " instead");
   return s.tensor;
+}
+
+Tensor Node::saved_output(size_t i, uint32_t output_nr) {
+  Tensor y = saved(i);
+  bool any_input = false;
+  for (size_t k = 0; k < next.size(); ++k) any_input = any_input || needs_grad(k);
+  if (!grad_enabled() || !any_input || !y.defined()) return y;
+  Tensor attached = detach(y);
+  set_history(attached, Ref<Node>(this), output_nr);
+  return attached;
 }
 
 void Node::release_saved() {

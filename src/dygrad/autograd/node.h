@@ -79,6 +79,11 @@ class Node : public RefCounted {
   void save(const Tensor& t);                 // saved in order; read back with saved(i)
   size_t num_saved() const { return saved_.size(); }
   Tensor saved(size_t i) const;               // checks the version: raises if modified in place since
+  // saved(i) when it is this node's output `output_nr`, saved detached (with its own grad_fn it would be a
+  // reference cycle): while backward records a graph (create_graph) it comes back with this node as its
+  // history, as torch's SavedVariable of an output, so a formula that reads it is differentiable again
+  // (docs/autograd.md, "Double backward").
+  Tensor saved_output(size_t i, uint32_t output_nr = 0);
   void release_saved();                       // after backward without retain_graph
   bool released() const { return released_; }
 

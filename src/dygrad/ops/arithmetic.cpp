@@ -36,7 +36,7 @@ void mul_scalar_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], n.
 void div_scalar_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.attrs.get<ScalarAttrs>().value); }
 void rsub_scalar_backward(Node&, Grads g, GradInputs gi) { gi[0] = neg(g[0]); }
 void rdiv_scalar_backward(Node& n, Grads g, GradInputs gi) {  // saved: a, out. out = s / a: d/da = -out / a
-  gi[0] = neg(div(mul(g[0], n.saved(1)), n.saved(0)));
+  gi[0] = neg(div(mul(g[0], n.saved_output(1)), n.saved(0)));
 }
 void neg_backward(Node&, Grads g, GradInputs gi) { gi[0] = neg(g[0]); }
 void copy_backward(Node& n, Grads g, GradInputs gi) {

@@ -7,6 +7,9 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/index.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -15,12 +18,9 @@
 namespace dg {
 
 namespace {
-// The fused backward kernels have no backward of their own: a graph built through them (create_graph)
-// would silently miss second-order terms, so that raises instead.
-void check_first_order(const char* op, std::initializer_list<Tensor> tensors) {
-  DG_CHECK(!needs_grad_any(tensors), NotImplemented, "[", op, "] double backward (create_graph=True) is not supported "
-           "by the fused kernel; use the composed ops");
-}
+// The fused backward kernels have no backward of their own. While backward records a graph (create_graph:
+// grad mode is on), each formula computes the same gradient by a composition of differentiable ops instead, in
+// the kernels' compute type, so that it can be differentiated again (docs/autograd.md, "Double backward").
 DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
 
 // --- rms_norm ------------------------------------------------------------------------------------------
@@ -55,9 +55,23 @@ const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms
 const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost, .scratch = rms_norm_backward_scratch});
 
 namespace {
+// y = x * rstd * w, rstd = (mean(x^2) + eps)^-1/2 over the last dim: with gw = g * w and xhat = x * rstd,
+// grad_x = rstd * (gw - xhat * mean(gw * xhat)) and grad_w = sum over rows of g * xhat. The composed form
+// recomputes rstd from x (differentiably).
+void rms_norm_composed(Node& n, const Tensor& g, const Tensor& x, const Tensor& weight, std::span<Tensor> gi) {
+  const DType compute = compute_dtype(x.dtype());
+  const int64_t last = x.dim() - 1;
+  const IntSpan channels(&last, 1);
+  Tensor xc = to(x, compute), grad = to(g, compute);
+  Tensor rstd = rsqrt(add(mean(mul(xc, xc), channels, true), Scalar(n.attrs.get<RmsNormAttrs>().eps)));
+  Tensor xhat = mul(xc, rstd);
+  Tensor gw = weight.defined() ? mul(grad, to(weight, compute)) : grad;
+  if (n.needs_grad(0)) gi[0] = to(mul(rstd, sub(gw, mul(xhat, mean(mul(gw, xhat), channels, true)))), x.dtype());
+  if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, xhat), weight.shape()), weight.dtype());
+}
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
-  check_first_order("rms_norm", {g[0], x, weight});
+  if (grad_enabled()) return rms_norm_composed(n, g[0], x, weight, gi);
   const bool need_x = n.needs_grad(0), need_weight = n.needs_grad(1);
   if (!need_x && !need_weight) return;
   RmsNormAttrs attrs = n.attrs.get<RmsNormAttrs>();
@@ -125,9 +139,17 @@ const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.back
 const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>(), {.scratch = rope_scratch});
 
 namespace {
+// The inverse rotation of g. Composed (create_graph): the op itself with sin negated, rotation by -angle, which
+// records its own node (the gradient is linear in g; cos and sin receive none).
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor cos = n.saved(0), sin = n.saved(1);
-  check_first_order("rotary_position_embedding", {g[0]});
+  if (grad_enabled()) {
+    const RopeAttrs& forward = n.attrs.get<RopeAttrs>();
+    gi[0] = rotary_position_embedding(to(g[0], cos.dtype()), cos, neg(sin),
+                                      forward.rotate_half ? RopeMode::RotateHalf : RopeMode::Interleaved,
+                                      forward.time_dim == 2 ? RopeLayout::BHTD : RopeLayout::BTHD);
+    return;
+  }
   RopeAttrs attrs = n.attrs.get<RopeAttrs>();
   attrs.inverse = true;
   Tensor grad = to(g[0], cos.dtype());
@@ -195,9 +217,23 @@ const OpDef op_swiglu_packed("swiglu_packed", nullptr, {.fusion = FusionClass::E
 const OpDef op_swiglu_backward("swiglu_backward", nullptr, {.fusion = FusionClass::Elementwise});
 
 namespace {
+// y = silu(gate) * up: grad_gate = g * up * s (1 + gate (1 - s)) with s = sigmoid(gate), grad_up = g * silu(gate).
+// Composed (create_graph) in the compute type.
+std::pair<Tensor, Tensor> swiglu_composed(const Tensor& g, const Tensor& gate, const Tensor& up) {
+  const DType compute = compute_dtype(gate.dtype());
+  Tensor grad = to(g, compute), a = to(gate, compute), b = to(up, compute);
+  Tensor s = sigmoid(a);
+  Tensor grad_gate = mul(mul(grad, b), mul(s, add(mul(a, rsub(s, Scalar(1))), Scalar(1))));
+  return {to(grad_gate, gate.dtype()), to(mul(grad, mul(a, s)), up.dtype())};
+}
 void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor gate = n.saved(0), up = n.saved(1);
-  check_first_order("swiglu", {g[0], gate, up});
+  if (grad_enabled()) {
+    auto [grad_gate, grad_up] = swiglu_composed(g[0], gate, up);
+    if (n.needs_grad(0)) gi[0] = grad_gate;
+    if (n.needs_grad(1)) gi[1] = grad_up;
+    return;
+  }
   Tensor grad = to(g[0], gate.dtype());
   Tensor grad_gate = Tensor::empty(gate.shape(), gate.dtype()), grad_up = Tensor::empty(up.shape(), up.dtype());
   enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
@@ -206,7 +242,13 @@ void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 }
 void swiglu_packed_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0);
-  check_first_order("swiglu", {g[0], x});
+  if (grad_enabled()) {  // the halves as differentiable views, the two gradients joined by cat
+    const int64_t last = x.dim() - 1, half = x.shape()[last] / 2;
+    auto [grad_gate, grad_up] = swiglu_composed(g[0], narrow(x, last, 0, half), narrow(x, last, half, half));
+    const Tensor pieces[2] = {grad_gate, grad_up};
+    gi[0] = cat(pieces, last);
+    return;
+  }
   Tensor grad = to(g[0], x.dtype());
   auto [gate, up] = halves(x);
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype());
