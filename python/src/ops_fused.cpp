@@ -3,6 +3,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autocast.h"
 #include "common.h"
 
 namespace dg::py {
@@ -83,7 +84,12 @@ PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
     scale = s;
   }
-  return guarded([&] { return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale, enable_gqa)); });
+  return guarded([&] {
+    if (autocast::on())  // a lower-precision op under torch's CPU autocast (the mask too, when floating)
+      return wrap(scaled_dot_product_attention(autocast::lower(*q), autocast::lower(*k), autocast::lower(*v),
+                                               autocast::lower(mask), dropout_p, is_causal, scale, enable_gqa));
+    return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale, enable_gqa));
+  });
 }
 
 bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::vector<Tensor>& out) {
