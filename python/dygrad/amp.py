@@ -15,6 +15,29 @@ def _check_device(device, cls):
         raise TypeError(f"{cls}: expected a device type string such as 'cuda' or 'cpu', got {type(device).__name__}")
 
 
+def use_main_grad(params):
+    """Megatron-LM's main_grad (dygrad extension; torch has none built in): gives each parameter (a Module's, or an
+    iterable of them) a float32 `main_grad` buffer, zeroed, into which every gradient is accumulated in float32 as
+    soon as autograd has produced it (a post-accumulate-grad hook adds `.grad` and sets it to None), so gradient
+    accumulation over micro-batches of a bfloat16 model sums in float32. Optimizer.zero_grad zeroes the buffers;
+    Adam/AdamW(master_weights=True) read them. Returns the hook handles (remove() each to stop)."""
+    from .autograd import no_grad
+    if hasattr(params, "parameters"):
+        params = params.parameters()
+    handles = []
+    for p in params:
+        if not p.requires_grad:
+            continue
+        p.main_grad = _C.zeros(tuple(p.shape), dtype=_C.float32)
+
+        def accumulate(_, param=p):  # the hook's argument is the leaf, not this Python object: bind p
+            with no_grad():
+                param.main_grad.add_(param.grad)
+            param.grad = None
+        handles.append(p.register_post_accumulate_grad_hook(accumulate))
+    return handles
+
+
 class GradScaler:
     def __init__(self, device="cuda", init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
