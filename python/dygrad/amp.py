@@ -20,7 +20,7 @@ def use_main_grad(params):
     iterable of them) a float32 `main_grad` buffer, zeroed, into which every gradient is accumulated in float32 as
     soon as autograd has produced it (a post-accumulate-grad hook adds `.grad` and sets it to None), so gradient
     accumulation over micro-batches of a bfloat16 model sums in float32. Optimizer.zero_grad zeroes the buffers;
-    Adam/AdamW(master_weights=True) read them. Returns the hook handles (remove() each to stop)."""
+    a master-weights group of Adam/AdamW reads them. Returns the hook handles (remove() each to stop)."""
     from .autograd import no_grad
     if hasattr(params, "parameters"):
         params = params.parameters()

@@ -229,7 +229,7 @@ def test_adamw_master_weights(use_main_grad):
     lin = dg.nn.Linear(16, 8)
     lin.to(dg.bfloat16)
     master0 = np32(lin.weight)
-    opt = dg.optim.AdamW(lin.parameters(), lr=1e-2, weight_decay=0.1, master_weights=True)
+    opt = dg.optim.AdamW([{"params": lin.parameters(), "master_weights": True}], lr=1e-2, weight_decay=0.1)
     if use_main_grad:
         dg.amp.use_main_grad(lin)
     grads = []
@@ -258,7 +258,7 @@ def test_adamw_master_weights(use_main_grad):
 def test_master_weights_small_updates_are_not_lost():
     # an update below half a bf16 ulp of the weight: a pure-bf16 AdamW loses it, the master keeps it
     p = dg.nn.Parameter(dg.full((64,), 1.0).bfloat16())
-    opt = dg.optim.AdamW([p], lr=1e-4, weight_decay=0.0, master_weights=True)
+    opt = dg.optim.AdamW([{"params": [p], "master_weights": True}], lr=1e-4, weight_decay=0.0)
     for _ in range(50):
         p.grad = dg.full((64,), 1.0).bfloat16()
         opt.step()
@@ -279,7 +279,7 @@ def test_main_grad_accumulates_micro_batches_in_fp32():
         expected += np.ones((3, 4)).T @ np32(x).astype(np.float64)
     assert lin.weight.grad is None and lin.weight.main_grad.dtype == dg.float32
     np.testing.assert_allclose(lin.weight.main_grad.numpy(), expected, rtol=1e-2, atol=2e-2)
-    opt = dg.optim.AdamW(lin.parameters(), master_weights=True)
+    opt = dg.optim.AdamW([{"params": lin.parameters(), "master_weights": True}])
     opt.zero_grad()
     assert float(lin.weight.main_grad.abs().sum().item()) == 0.0
 

@@ -8,7 +8,9 @@ for torch's signature; dygrad's step is always the fused one. amsgrad (and param
 non-contiguous ones) take the composed path, torch's single-tensor formula op by op.
 
 dygrad extension (torch has none built in; Megatron-LM's mixed-precision optimizer is the reference):
-`master_weights=True` keeps, for every bfloat16 / float16 parameter, a float32 master copy (state["master_param"])
+a parameter group with `"master_weights": True` (a group key, so the constructors keep torch's signatures:
+`AdamW([{"params": model.parameters(), "master_weights": True}], lr=...)`) keeps, for every bfloat16 / float16
+parameter, a float32 master copy (state["master_param"])
 and float32 moments; the step reads the parameter's float32 `main_grad` when it has one (dygrad.amp.use_main_grad)
 and its 16-bit `.grad` otherwise, updates the master in float32 and writes it, rounded once, into the parameter:
 one adamw_step Task for the group. float32 parameters of the same group take the plain update. See
@@ -28,7 +30,7 @@ def _step_tensor(value=0.0):
 class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
-                 decoupled_weight_decay=False, master_weights=False):
+                 decoupled_weight_decay=False):
         if isinstance(lr, Tensor):
             raise NotImplementedError(f"{type(self).__name__}: lr as a Tensor is not supported by dygrad yet")
         if not 0.0 <= lr:
@@ -45,14 +47,13 @@ class Adam(Optimizer):
             raise NotImplementedError(f"{type(self).__name__}: differentiable=True is not supported by dygrad")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize,
                         foreach=foreach, capturable=capturable, differentiable=differentiable, fused=fused,
-                        decoupled_weight_decay=decoupled_weight_decay, master_weights=master_weights)
+                        decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)
         for group in self.param_groups:
             group.setdefault("decoupled_weight_decay", isinstance(self, AdamW))
-            group.setdefault("master_weights", False)
             for p in group["params"]:
                 state = self.state.get(p)
                 if state and not isinstance(state["step"], Tensor):  # a count saved as a number
@@ -168,8 +169,7 @@ def _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
 
 class AdamW(Adam):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
-                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None,
-                 master_weights=False):
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
                          capturable=capturable, differentiable=differentiable, fused=fused,
-                         decoupled_weight_decay=True, master_weights=master_weights)
+                         decoupled_weight_decay=True)

@@ -51,7 +51,7 @@ void update(const Scalars& k, const G* g, T* p, T* m, T* v, [[maybe_unused]] L* 
   auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
   for (int64_t i = begin; i < end; ++i) {
     const C p0 = static_cast<C>(p[i]);
-    const C g0 = static_cast<C>(static_cast<float>(g[i]));
+    const C g0 = static_cast<C>(g[i]);
     const C gi = k.l2 != 0.0 ? stored(g0 + c_l2 * p0) : g0;  // grad.add(p, alpha=wd)
     const C pi = k.decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
     const C m0 = static_cast<C>(m[i]);
