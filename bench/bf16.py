@@ -147,7 +147,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--curve-steps", type=int, default=30)
     args = ap.parse_args()
     {"gemm": run_gemm, "dispatch": run_dispatch, "train": run_train}[args.what](args)
 
