@@ -294,3 +294,37 @@ def test_adamw_step_master_errors():
         dg._C.adamw_step([m.bfloat16()], [low], [low], [low], [s], model_params=[low])
     with pytest.raises(ValueError, match="one model param per master"):
         dg._C.adamw_step([m], [m], [dg.zeros(4)], [dg.zeros(4)], [s], model_params=[low, low])
+
+
+def test_train_cli_bf16_pure_resumes_bitwise(tmp_path):
+    import json
+    import os
+
+    from dygrad import train
+    small = ["--config", "tiny", "--seq-len", "32", "--batch-size", "2", "--lr", "3e-3", "--warmup", "1",
+             "--eval-interval", "3", "--eval-batches", "1", "--sample-tokens", "0", "--quiet", "--dtype", "bf16-pure"]
+
+    def losses(out):
+        with open(os.path.join(out, "metrics.jsonl")) as fh:
+            return {r["step"]: r["loss"] for r in map(json.loads, fh)}
+    full, split = str(tmp_path / "full"), str(tmp_path / "split")
+    train.main(small + ["--steps", "4", "--out", full])
+    train.main(small + ["--steps", "4", "--out", split, "--save-interval", "1", "--halt-after", "2"])
+    train.main(small + ["--steps", "4", "--out", split, "--resume"])
+    assert losses(split) == losses(full)  # the float32 masters travel in the checkpoint
+
+
+def test_train_cli_autocast_tracks_fp32(tmp_path):
+    import json
+    import os
+
+    from dygrad import train
+    small = ["--config", "tiny", "--seq-len", "32", "--batch-size", "2", "--lr", "3e-3", "--warmup", "1",
+             "--eval-interval", "100", "--sample-tokens", "0", "--quiet", "--steps", "4"]
+    runs = {}
+    for dtype in ("fp32", "bf16"):
+        out = str(tmp_path / dtype)
+        train.main(small + ["--out", out, "--dtype", dtype])
+        with open(os.path.join(out, "metrics.jsonl")) as fh:
+            runs[dtype] = [r["loss"] for r in map(json.loads, fh)]
+    assert np.allclose(runs["bf16"], runs["fp32"], rtol=0.02), runs
