@@ -187,7 +187,8 @@ def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
         command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
-        model_config=cfg, model=model, optimizer=optimizer, peak=peak)
+        model_config=cfg, model=model, optimizer=optimizer, peak=peak,
+        dtype=dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
                                                              repeat=1, skip_first=0),
                                on_trace_ready=handler, profile_memory=True)

@@ -328,3 +328,29 @@ def test_train_cli_autocast_tracks_fp32(tmp_path):
         with open(os.path.join(out, "metrics.jsonl")) as fh:
             runs[dtype] = [r["loss"] for r in map(json.loads, fh)]
     assert np.allclose(runs["bf16"], runs["fp32"], rtol=0.02), runs
+
+
+def test_advisor_bf16_rule(monkeypatch):
+    from dygrad.profiler import advisor, metrics
+    from dygrad.profiler.summary import build_summary
+    import sys
+    import os
+    sys.path.insert(0, os.path.dirname(__file__))
+    from profiler_fakes import FakeResult, ops_from_names
+
+    def advice(dtype, cpu, names):
+        monkeypatch.setattr(metrics, "cpu_features", lambda: cpu)
+        summary = build_summary(FakeResult(ops=ops_from_names(names, length=90_000)), peak=1e11, dtype=dtype)
+        return {a["rule"]: a for a in summary["advice"]}
+
+    epyc = {"model": "AMD EPYC", "avx512_bf16": True, "amx": []}
+    old = {"model": "old Xeon", "avx512_bf16": False, "amx": []}
+    gemm_heavy = ["matmul"] * 8 + ["add"] * 2
+    found = advice(dg.float32, epyc, gemm_heavy)["bf16"]
+    assert "autocast" in found["fix"] and "avx512_bf16 yes" in found["evidence"]
+    assert found["numbers"]["gemm_share_of_step"] > advisor.BF16_GEMM_SHARE
+    assert "bf16" not in advice(dg.float32, old, gemm_heavy)  # no bf16 instructions: nothing to recommend
+    assert "bf16" not in advice(dg.float32, epyc, ["add"] * 10)  # no GEMMs: no gain
+    assert "bf16" not in advice(dg.bfloat16, epyc, gemm_heavy)  # already bf16 where it is fast
+    warned = advice(dg.bfloat16, old, gemm_heavy)["bf16"]
+    assert "float32" in warned["fix"] and "neither AVX512-BF16 nor AMX" in warned["evidence"]
