@@ -48,6 +48,9 @@ Tensor lower(const Tensor& t) {
   if (it != cache.end() && it->second.version == t.version() && it->second.cast.dtype() == state.dtype)
     return it->second.cast;
   Tensor cast = to(t, state.dtype);
+  // A parameter's copy for the region, not an activation: the allocator's breakdown counts it with the
+  // parameters (docs/memory.md categories; docs/mixed-precision.md).
+  if (cast.impl() != t.impl()) cast.storage().set_category(MemoryCategory::Parameter);
   cache[key] = CacheEntry{t, cast, t.version()};
   return cast;
 }

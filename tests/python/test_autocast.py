@@ -218,3 +218,17 @@ def test_no_grad_cast_does_not_serve_grad_calls():
         out = lin(x)
         out.float().sum().backward()
     assert lin.weight.grad is not None and lin.weight.grad.dtype == dg.float32
+
+
+def test_cached_casts_count_as_parameters_in_the_memory_breakdown():
+    lin = dg.nn.Linear(64, 64, bias=False)
+    x = dg.randn(2, 64)
+    dg.synchronize()
+    before = dg._C.memory_stats()["allocated_bytes.parameter"]
+    with dg.autocast("cpu"):
+        lin(x)
+        dg.synchronize()
+        inside = dg._C.memory_stats()["allocated_bytes.parameter"]
+    dg.synchronize()
+    assert inside - before == 64 * 64 * 2  # the bf16 copy of the weight, held by the cache
+    assert dg._C.memory_stats()["allocated_bytes.parameter"] == before  # freed with the cache at exit
