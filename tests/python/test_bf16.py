@@ -354,3 +354,13 @@ def test_advisor_bf16_rule(monkeypatch):
     assert "bf16" not in advice(dg.bfloat16, epyc, gemm_heavy)  # already bf16 where it is fast
     warned = advice(dg.bfloat16, old, gemm_heavy)["bf16"]
     assert "float32" in warned["fix"] and "neither AVX512-BF16 nor AMX" in warned["evidence"]
+
+
+def test_matmul_rounding_keeps_nan_inf_and_overflow_like_torch():
+    a = np.ones((300, 64), np.float32)
+    a[0, 0], a[1, 0], a[2, :] = np.nan, np.inf, 1e37
+    b = np.ones((64, 40), np.float32)
+    b[:, 1] = -1.0
+    out = dg.tensor(a).bfloat16() @ dg.tensor(b).bfloat16()
+    ref = torch.tensor(a).bfloat16() @ torch.tensor(b).bfloat16()
+    np.testing.assert_array_equal(np32(out), ref.float().numpy())  # nan, inf, 64 * 1e37 overflowing to inf
