@@ -36,13 +36,30 @@ struct CacheKeyHash {
   size_t operator()(const CacheKey& k) const { return std::hash<const void*>()(k.impl) ^ (k.grad ? 1 : 0); }
 };
 thread_local std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
+struct LastCast {
+  Tensor source, cast;
+  uint32_t version = 0;
+  bool grad = false;
+};
+thread_local LastCast last_cast;
 }  // namespace
 
 Tensor lower(const Tensor& t) {
   if (!eligible(t) || t.dtype() == state.dtype) return t;
   const bool cacheable = state.cache_enabled && t.dtype() == DType::Float32 && t.requires_grad() && t.is_leaf() &&
                          !t.is_view();
-  if (!cacheable) return to(t, state.dtype);
+  if (!cacheable) {
+    // Any other operand: the last such cast is kept, so an activation feeding two lower-precision ops in a row
+    // (the MLP's w1(h) and w3(h)) is cast once, not twice (torch casts it for each op). One entry only: it keeps
+    // at most one source alive past its last use.
+    LastCast& last = last_cast;
+    if (last.source.defined() && last.source.impl() == t.impl() && last.version == t.version() &&
+        last.grad == grad_enabled() && last.cast.dtype() == state.dtype)
+      return last.cast;
+    Tensor cast = to(t, state.dtype);
+    if (state.cache_enabled) last = LastCast{t, cast, t.version(), grad_enabled()};
+    return cast;
+  }
   const CacheKey key{t.impl(), grad_enabled()};
   auto it = cache.find(key);
   if (it != cache.end() && it->second.version == t.version() && it->second.cast.dtype() == state.dtype)
@@ -70,7 +87,10 @@ std::vector<Tensor> promote(std::span<const Tensor> tensors) {
   return out;
 }
 
-void clear_cache() { cache.clear(); }
+void clear_cache() {
+  cache.clear();
+  last_cast = LastCast{};
+}
 size_t cache_size() { return cache.size(); }
 
 }  // namespace dg::py::autocast

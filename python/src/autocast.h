@@ -10,7 +10,8 @@
 //
 // The cast cache: a float32 leaf that requires grad and is not a view (a parameter) cast to the lower dtype is
 // cast once per autocast region and reused (cache_enabled); the cache is cleared when the outermost region exits
-// (dygrad._C._autocast_decrement_nesting returns 0) or by clear_autocast_cache().
+// (dygrad._C._autocast_decrement_nesting returns 0) or by clear_autocast_cache(). Besides, the last cast of any
+// other operand is kept (one entry), so an activation read by two lower-precision ops in a row is cast once.
 #pragma once
 #include <span>
 #include <vector>

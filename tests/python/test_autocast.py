@@ -191,8 +191,36 @@ def test_parameter_cast_once_per_region_and_cleared_on_exit():
         assert dg._C._autocast_cache_size() == 2
     assert dg._C._autocast_cache_size() == 0
     casts = [e for e in prof.key_averages() if e.key in ("to", "copy", "_to_copy", "cast")]
-    # 3 calls: the input cast three times, weight and bias once each
-    assert sum(e.count for e in casts) == 5, [(e.key, e.count) for e in prof.key_averages()]
+    # 3 calls: weight and bias cast once each; the input too (the last non-parameter cast is kept)
+    assert sum(e.count for e in casts) == 3, [(e.key, e.count) for e in prof.key_averages()]
+
+
+def test_an_activation_read_twice_in_a_row_is_cast_once():
+    w1, w3 = dg.nn.Linear(8, 16, bias=False), dg.nn.Linear(8, 16, bias=False)
+    x = dg.randn(4, 8, requires_grad=True)
+    with dg.autocast("cpu"):
+        h = x * 2.0  # a float32 activation
+        with dg.profiler.profile() as prof:
+            a, b = w1(h), w3(h)
+        copies = sum(e.count for e in prof.key_averages() if e.key == "copy")
+        assert copies == 3  # h once, each weight once
+        with dg.no_grad():
+            h.add_(1.0)  # a new version: cast again
+        c = w1(h)
+    with torch.autocast("cpu"):
+        xt = torch.tensor(x.detach().numpy(), requires_grad=True)
+        ht = xt * 2.0
+        wt1, wt3 = torch.tensor(w1.weight.detach().numpy()), torch.tensor(w3.weight.detach().numpy())
+        at, bt = TF.linear(ht, wt1), TF.linear(ht, wt3)
+        with torch.no_grad():
+            ht.add_(1.0)
+        ct = TF.linear(ht, wt1)
+    check(a, at)
+    check(b, bt)
+    check(c, ct)
+    (a.float().sum() + b.float().sum()).backward()
+    (at.float().sum() + bt.float().sum()).backward()
+    check(x.grad, xt.grad, 3e-2, 3e-2)
 
 
 def test_cache_disabled_casts_every_call_and_inplace_update_recasts():
