@@ -7,6 +7,10 @@ Each round runs, in this order: torch 1 rank, dygrad 1 rank, torch 2 ranks, dygr
 every step under no_sync() (no communication: step(DDP) - step(no_sync) is the exposed cost of communication).
 Each figure is the median over rounds of the run's median step after one warm-up step; linearity is
 tokens/s(2 ranks) / (2 x tokens/s(1 rank)) of the same framework in the same round.
+
+--one-core-baseline adds, in each round, both frameworks' 1-rank runs confined to one core (sched_setaffinity,
+inherited by the process that trains): each of the 2 ranks has one core, and a lone rank's host, stream and
+communication threads would otherwise spread over the idle second core. Both linearities are printed.
 """
 import argparse
 import os
@@ -61,6 +65,16 @@ def dygrad_worker(cfg, steps, no_sync, bucket_cap_mb=None, bucket_view=False):
         dist.destroy_process_group()
 
 
+class one_core:
+    """Confines this process and what it starts to CPU 0 for the block."""
+    def __enter__(self):
+        self.old = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(self.old)})
+
+    def __exit__(self, *exc):
+        os.sched_setaffinity(0, self.old)
+
+
 def run_dygrad(cfg, steps, world, no_sync=False, extra=()):
     from dygrad.distributed.run import mpirun_command
     args = ["--worker", "--config", cfg, "--steps", str(steps)] + (["--no-sync"] if no_sync else []) + list(extra)
@@ -89,16 +103,21 @@ def main():
     ap.add_argument("--no-sync", action="store_true")
     ap.add_argument("--bucket-cap-mb", type=float, default=None, help="dygrad's DDP bucket size (default torch's 25)")
     ap.add_argument("--bucket-view", action="store_true", help="dygrad's DDP with gradient_as_bucket_view=True")
+    ap.add_argument("--one-core-baseline", action="store_true", help="also 1-rank runs confined to one core")
     args = ap.parse_args()
     if args.worker:
         return dygrad_worker(args.config, args.steps, args.no_sync, args.bucket_cap_mb, args.bucket_view)
     torch_ddp = load_torch_ddp()
     extra = ((["--bucket-cap-mb", str(args.bucket_cap_mb)] if args.bucket_cap_mb else []) +
              (["--bucket-view"] if args.bucket_view else []))
-    rows = {k: [] for k in ("t1", "d1", "t2", "d2", "d2ns", "d2step", "d2nsstep")}
+    rows = {k: [] for k in ("t1", "d1", "t2", "d2", "d2ns", "d2step", "d2nsstep", "t1c", "d1c")}
     for r in range(args.rounds):
         rows["t1"].append(torch_ddp.throughput(1, args.config, args.steps))
         rows["d1"].append(run_dygrad(args.config, args.steps, 1)[0])
+        if args.one_core_baseline:
+            with one_core():
+                rows["t1c"].append(torch_ddp.throughput(1, args.config, args.steps))
+                rows["d1c"].append(run_dygrad(args.config, args.steps, 1)[0])
         rows["t2"].append(torch_ddp.throughput(2, args.config, args.steps))
         tok, step = run_dygrad(args.config, args.steps, 2, extra=extra)
         rows["d2"].append(tok)
@@ -109,7 +128,9 @@ def main():
         print(f"round {r}: torch {rows['t1'][-1]:.0f} -> {rows['t2'][-1]:.0f} tok/s "
               f"(linearity {rows['t2'][-1] / (2 * rows['t1'][-1]):.3f}); dygrad {rows['d1'][-1]:.0f} -> "
               f"{rows['d2'][-1]:.0f} (linearity {rows['d2'][-1] / (2 * rows['d1'][-1]):.3f}), no_sync "
-              f"{rows['d2ns'][-1]:.0f}", flush=True)
+              f"{rows['d2ns'][-1]:.0f}" + (f"; one-core baselines: torch {rows['t1c'][-1]:.0f} (linearity "
+              f"{rows['t2'][-1] / (2 * rows['t1c'][-1]):.3f}), dygrad {rows['d1c'][-1]:.0f} (linearity "
+              f"{rows['d2'][-1] / (2 * rows['d1c'][-1]):.3f})" if args.one_core_baseline else ""), flush=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
     lin_t = statistics.median(t2 / (2 * t1) for t1, t2 in zip(rows["t1"], rows["t2"]))
     lin_d = statistics.median(d2 / (2 * d1) for d1, d2 in zip(rows["d1"], rows["d2"]))
@@ -119,6 +140,11 @@ def main():
           f"dygrad 1 rank {med['d1']:.0f}, 2 ranks {med['d2']:.0f} (linearity {lin_d:.3f}); "
           f"dygrad/torch at 2 ranks {ratio:.2f}; communication cost (step - no_sync step) / step {comm * 100:.1f}% "
           f"(medians of {args.rounds} interleaved rounds)")
+    if args.one_core_baseline:
+        lin_tc = statistics.median(t2 / (2 * t1) for t1, t2 in zip(rows["t1c"], rows["t2"]))
+        lin_dc = statistics.median(d2 / (2 * d1) for d1, d2 in zip(rows["d1c"], rows["d2"]))
+        print(f"against 1-rank runs confined to one core: torch {med['t1c']:.0f} tok/s (linearity {lin_tc:.3f}), "
+              f"dygrad {med['d1c']:.0f} (linearity {lin_dc:.3f})")
 
 
 if __name__ == "__main__":

@@ -185,14 +185,14 @@ def test_torch_script_under_the_launcher(tmp_path):
     assert "rank 0 sum 3.0" in result.stdout and "rank 1 sum 3.0" in result.stdout
 
 
-def ddp_run(mode, tmp_path):
-    result = mpirun("ddp.py", str(tmp_path), mode)
+def ddp_run(mode, tmp_path, ranks=2):
+    result = mpirun("ddp.py", str(tmp_path), mode, ranks=ranks)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ranks = []
-    for r in range(2):
+    out = []
+    for r in range(ranks):
         with open(tmp_path / f"ddp_rank{r}.json") as f:
-            ranks.append(json.load(f))
-    return ranks
+            out.append(json.load(f))
+    return out
 
 
 @needs_mpi
@@ -206,6 +206,32 @@ def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
     assert r0["ddp"] == r1["ddp"]
     assert r0["ddp"] == r0["reference"]
     assert r0["keys"][0].startswith("module.")
+
+
+@needs_mpi
+def test_ddp_rebuilds_buckets_in_arrival_order_after_the_first_step(tmp_path):
+    """torch's bucket rebuild: the first backward's gradient order (c, then b, then a: not the reverse of
+    registration, c was registered first) becomes the bucket plan from step 2 on, the same on every rank; the
+    results stay those of one process."""
+    r0, r1 = ddp_run("rebuild", tmp_path)
+    assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
+    first, later = r0["buckets"][0], r0["buckets"][-1]
+    flat = [n for b in later for n in b]
+    assert [n for b in first for n in b][:2] == ["b.bias", "b.weight"]  # reverse registration: c, a, b
+    assert [n.split(".")[0] for n in flat] == ["c", "c", "b", "b", "a", "a"]
+    assert r0["buckets"][1:] == [later] * (len(r0["buckets"]) - 1) and r1["buckets"] == r0["buckets"]
+    assert r0["ddp"] == r1["ddp"] == r0["reference"]
+
+
+@needs_mpi
+def test_ddp_four_ranks_deterministic_equals_one_process_in_rank_order(tmp_path):
+    """With more than two ranks MPI's all-reduce picks an association by message size; deterministic mode
+    folds each element over the ranks left to right, so the parameters are bitwise those of one process
+    accumulating the ranks' gradients in rank order (buckets of several sizes, uneven chunks)."""
+    ranks = ddp_run("deterministic", tmp_path, ranks=4)
+    assert all("error" not in r for r in ranks), [r.get("error") for r in ranks]
+    assert all(r["ddp"] == ranks[0]["ddp"] for r in ranks)
+    assert ranks[0]["ddp"] == ranks[0]["reference"]
 
 
 @needs_mpi

@@ -5,7 +5,9 @@ Gradients are averaged in buckets (the first of 1 MiB, the rest of bucket_cap_mb
 order of registration, which is about the order backward produces them). Each parameter's post-accumulate hook
 copies its gradient into its bucket; a full bucket is all-reduced (AVG) at once, asynchronously, in bucket order,
 so the communication runs while backward computes the earlier layers' gradients. When the last bucket is
-launched, its results are copied back into each .grad after the stream has waited for the all-reduces."""
+launched, each .grad receives its bucket's sum divided by the world size (one pass: the average fused with the
+copy back) after the stream has waited for the all-reduces. After the first backward the buckets are rebuilt in
+the order the gradients arrived (torch's rebuild), with rank 0's order on every rank."""
 import contextlib
 
 from .. import _C
@@ -18,18 +20,25 @@ _DEFAULT_BUCKET_CAP_MB = 25
 
 class _Bucket:
     def __init__(self, index, params, dtype):
-        from .. import zeros
         self.index = index
         self.params = params
+        self.dtype = dtype
         self.offsets = []
         total = 0
         for p in params:
             self.offsets.append(total)
             total += p.numel()
-        self.buffer = zeros(total, dtype=dtype)
-        self.views = [self.buffer[o:o + p.numel()].view(p.shape) for o, p in zip(self.offsets, params)]
+        self.numel = total
+        self.renew()
         self.pending = len(params)
         self.work = None
+
+    def renew(self):
+        """A fresh flat buffer (every element is written before it is reduced: a gradient or a zero)."""
+        from .. import empty
+        self.buffer = empty(self.numel, dtype=self.dtype)
+        _C._set_memory_category(self.buffer, "gradient")
+        self.views = [self.buffer[o:o + p.numel()].view(p.shape) for o, p in zip(self.offsets, self.params)]
 
 
 class DistributedDataParallel(Module):
@@ -66,6 +75,10 @@ class DistributedDataParallel(Module):
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter that "
                                "requires a gradient.")
         self._param_names = {_key(p): n for n, p in named}
+        self._params = [p for _, p in named]
+        self._index = {_key(p): i for i, p in enumerate(self._params)}
+        self._arrival = []  # parameter indices in the order the first synchronised backward made them ready
+        self._has_rebuilt = False
         if init_sync:
             self._sync_module_states()
         self._buckets, self._where = self._make_buckets([p for _, p in reversed(named)], cap)
@@ -106,6 +119,8 @@ class DistributedDataParallel(Module):
     # --- forward ----------------------------------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
         self._check_previous_reduction()
+        if self._should_rebuild():
+            self._rebuild_buckets()
         if self.broadcast_buffers and self.require_forward_param_sync:
             root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
             for b in self.module.buffers():
@@ -116,6 +131,32 @@ class DistributedDataParallel(Module):
         if _C.is_grad_enabled() and self.require_backward_grad_sync:
             self._prepare_for_backward(output)
         return output
+
+    def _should_rebuild(self):
+        # torch's Reducer::should_rebuild_buckets: once, after a synchronised backward, unless unused
+        # parameters may change the order from step to step (find_unused_parameters without static_graph).
+        return (not self._has_rebuilt and bool(self._arrival)
+                and (self.static_graph or not self.find_unused_parameters))
+
+    def _rebuild_buckets(self):
+        """Buckets in the order the gradients arrived, so each fills (and is all-reduced) as early as possible.
+        Ranks may see different orders: every rank takes rank 0's (torch's sync_bucket_indices)."""
+        from .. import tensor, int64
+        seen = set(self._arrival)
+        order = self._arrival + [self._index[_key(p)] for b in self._buckets for p in b.params
+                                 if self._index[_key(p)] not in seen]
+        if self.process_group.size() > 1:
+            t = tensor(order, dtype=int64)
+            root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
+            dist.broadcast(t, src=root, group=self.process_group)
+            order = t.tolist()
+        self._has_rebuilt = True
+        self._arrival = []
+        params = [self._params[i] for i in order]
+        if [self._index[_key(p)] for b in self._buckets for p in b.params] == order:
+            return  # the registration order was the arrival order: the buckets stand
+        # (with gradient_as_bucket_view, forward then moves each .grad into its new bucket)
+        self._buckets, self._where = self._make_buckets(params, self.bucket_bytes_cap)
 
     def _attach_bucket_views(self):
         """gradient_as_bucket_view: each .grad is a view of its bucket, so backward accumulates into the bucket."""
@@ -171,6 +212,8 @@ class DistributedDataParallel(Module):
         bucket, i = self._where[_key(param)]
         if used:
             self._used.add(_key(param))
+            if not self._has_rebuilt:
+                self._arrival.append(self._index[_key(param)])
         view = bucket.views[i]
         grad = param.grad
         if grad is None:
@@ -180,23 +223,29 @@ class DistributedDataParallel(Module):
         bucket.pending -= 1
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.AVG, group=self.process_group, async_op=True)
+            op = dist.ReduceOp.AVG if self.gradient_as_bucket_view else dist.ReduceOp.SUM  # see _finish
+            b.work = dist.all_reduce(b.buffer, op=op, group=self.process_group, async_op=True)
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
             self._finish()
 
     def _finish(self):
+        world = self.process_group.size()
         for b in self._buckets:
             b.work.wait()  # the stream waits; the host goes on
-            for p, view in zip(b.params, b.views):
-                if self.gradient_as_bucket_view:
+            if self.gradient_as_bucket_view:  # the bucket is each .grad: averaged by the all-reduce (AVG)
+                for p, view in zip(b.params, b.views):
                     if p.grad is None or p.grad.data_ptr() != view.data_ptr():
                         p.grad = view
-                elif p.grad is None:
+                continue
+            # The bucket holds the sum: each .grad receives sum / world in one pass (the average and the copy
+            # back fused; division after the sum, as one process dividing accumulated gradients does).
+            for p, view in zip(b.params, b.views):
+                if p.grad is None:
                     if _key(p) in self._used or not self.find_unused_parameters:
-                        p.grad = view.clone()
+                        p.grad = _div(view, world)
                 else:
-                    p.grad.copy_(view)
+                    _div(view, world, out=p.grad)
         self._iteration_active = False
 
     # --- torch's API ------------------------------------------------------------------------------------------
@@ -216,6 +265,13 @@ class DistributedDataParallel(Module):
 
 def _key(t):
     return _C._tensor_key(t)
+
+
+def _div(t, world, out=None):
+    from .. import div
+    if world == 1:
+        return t.clone() if out is None else out.copy_(t)
+    return div(t, world) if out is None else div(t, world, out=out)
 
 
 def _tensors_in(output):

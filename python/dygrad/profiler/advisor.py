@@ -396,6 +396,35 @@ def rule_fragmentation(result, summary):
         "before the peak, or dg.empty_cache() after a phase with different shapes (e.g. evaluation)")
 
 
+def rule_leaks(result, summary):
+    """Tensors kept across steps that should not be (dygrad.profiler.memtools.find_leaks): one finding each."""
+    leaks = summary.get("leaks")
+    if leaks is None:
+        from .memtools import find_leaks
+        leaks = find_leaks(result)
+    out = []
+    peak = summary.get("memory", {}).get("peak_allocated") or 0
+    for leak in leaks:
+        grows = leak["bytes_per_step"]
+        share = grows / peak if peak else 0.0
+        others = ", ".join(f"{site} ({b / MIB:.2f} MiB)" for site, b in leak["other_sites"][:3])
+        what = ("the output made here is kept alive from every step (appended to a list or stored)"
+                if leak["kind"] == "output kept" else
+                "the tensor made here is kept from every step and keeps alive the graph behind it: "
+                f"{leak['tensors_per_step']:.0f} buffers per step" + (f", made at {others}" if others else ""))
+        out.append(_advice(
+            "memory_leak", f"Memory grows every step: {leak['site']}",
+            "high" if share >= 0.05 else "medium" if share >= 0.01 else "low",
+            f"{leak['site']} ({leak['function']}): {what}; {leak['bytes_per_step'] / MIB:.2f} MiB kept per step, "
+            f"{leak['bytes'] / MIB:.2f} MiB held at the end of the profile (steps {leak['steps']})",
+            {"bytes_per_step": leak["bytes_per_step"], "bytes_held": leak["bytes"], "steps": len(leak["steps"]),
+             "tensors_per_step": leak["tensors_per_step"]},
+            f"{leak['bytes_per_step'] / MIB:.2f} MiB less per step, and no out-of-memory after enough steps",
+            "keep numbers, not tensors: loss.item() (or .detach()) before storing a loss, output.detach() (or a "
+            "host copy) before appending an output; compute evaluation losses under dg.no_grad()"))
+    return out
+
+
 def rule_bf16(result, summary):
     """float32 GEMMs on a CPU with AVX512-BF16 or AMX: recommend bfloat16 autocast; bfloat16 on a CPU without
     either: warn (its GEMMs convert to float32 there and run slower than float32's)."""
@@ -427,7 +456,7 @@ def rule_bf16(result, summary):
 
 
 RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_exposed_comm, rule_unfused,
-         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_bf16)
+         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16)
 
 
 def advise(result, summary=None):

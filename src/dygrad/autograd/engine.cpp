@@ -15,6 +15,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/module_scope.h"
 
 namespace dg {
 
@@ -178,6 +179,9 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
   while (!ready.empty()) {
     Ref<Node> node = ready.front();
     ready.pop_front();
+    // While a profiler records, the node's Tasks (and the leaf accumulations it feeds) belong to the module
+    // its forward op ran in (runtime/module_scope.h).
+    module_scope::NodeScope scope(node.get());
     std::vector<Tensor> grads = std::move(buffers[node.get()]);
     buffers.erase(node.get());
     grads.resize(node->num_outputs);

@@ -33,7 +33,8 @@ class PackedTensor {
 };
 using PackHook = std::function<std::shared_ptr<PackedTensor>(const Tensor&)>;
 // The innermost installed hook applies (thread-local, as torch's). Ops run inside a pack or unpack hook
-// save their tensors as they are (no recursion into the hook).
+// save their tensors as they are (no recursion into the hook), unless the hook installed hooks of its own:
+// those apply (a "hook floor": only the hooks active when the pack or unpack started are suppressed).
 void push_saved_tensor_hook(PackHook hook);
 void pop_saved_tensor_hook();
 

@@ -46,6 +46,9 @@ namespace {
 std::string comm_label(const Work& w);
 std::atomic<uint64_t> stat_operations{0};
 std::atomic<int64_t> stat_comm_ns{0}, stat_exposed_ns{0};
+// Threads blocked in Work::wait_here (the stream worker in comm_wait, a host in wait()): while one is, nothing else
+// of this process needs a core, so the communication thread polls without sleeping.
+std::atomic<int> blocked_waiters{0};
 }  // namespace
 
 std::string Work::error() const {
@@ -261,11 +264,12 @@ class CommThread {
       }
       // Poll without busy-waiting: yield for the first ~100 polls of a wait, then sleep 20-200 us, so a rank
       // that shares its cores with compute leaves them to the compute threads (MPI progresses only inside
-      // MPI calls, so the thread must keep testing).
+      // MPI calls, so the thread must keep testing). While a thread of ours is blocked waiting for a result
+      // (exposed communication) there is no compute to leave the core to: keep polling, yielding only.
       if (progressed) {
         idle_polls = 0;
       } else if (!active.empty()) {
-        if (++idle_polls < 100) std::this_thread::yield();
+        if (++idle_polls < 100 || blocked_waiters.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, 20 * (idle_polls - 99))));
       }
     }
@@ -305,7 +309,9 @@ void Work::wait_here() {
   DG_CHECK(submitted(), Runtime, "[", comm_kind_name(kind), "] was not started: an input of it failed in an earlier "
            "op (the other ranks will time out waiting for this one)");
   std::unique_lock<std::mutex> lock(mutex_);
+  blocked_waiters.fetch_add(1, std::memory_order_relaxed);
   cv_.wait(lock, [&] { return state_.load(std::memory_order_acquire) != kPending; });
+  blocked_waiters.fetch_sub(1, std::memory_order_relaxed);
   if (state_.load(std::memory_order_acquire) == kFailed) {
     std::string message = error_;
     lock.unlock();

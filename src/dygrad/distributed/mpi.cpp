@@ -4,6 +4,7 @@
 #include "dygrad/distributed/comm.h"
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/context.h"
 #include "dygrad/runtime/stream.h"
 
 #ifdef DYGRAD_HAVE_MPI
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <functional>
 #endif
@@ -140,10 +142,56 @@ MpiState& state() {
   return *s;
 }
 
+// One operation in flight: its MPI request, and for the rank-ordered all-reduce the state between its stages.
+struct MpiOperation {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int stage = 0;  // ordered all-reduce: 1 while the chunks are exchanged, 2 while the results are gathered
+  std::vector<int> counts, displs, recv_counts, recv_displs;
+  Tensor gathered;  // [size x my chunk]: my chunk of every rank's buffer, in rank order
+};
+
+// The rank-ordered all-reduce (deterministic mode, more than two ranks): each rank receives its chunk of every
+// rank's buffer (all-to-all), folds them left to right in rank order, ((x0 + x1) + x2) + ..., and the results are
+// gathered back. Every element is then summed exactly as one process accumulating the ranks' values in rank order
+// would, whatever the message size, where MPI's algorithms pick an association by size (bitwise results would
+// change with the bucket plan). Same traffic as a ring all-reduce: (n - n/size) elements out and in, twice.
+bool rank_ordered(const Work& w, int size) {
+  return w.kind == CommKind::AllReduce && size > 2 && deterministic_enabled() && is_floating(w.output.dtype()) &&
+         (w.op == ReduceOp::Sum || w.op == ReduceOp::Avg || w.op == ReduceOp::Product);
+}
+
+void fold_in_rank_order(const Tensor& gathered, const Tensor& out, int64_t offset, int64_t chunk, int size,
+                        ReduceOp op) {
+  visit_dtype(out.dtype(), [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      const T* g = gathered.data<T>();
+      T* o = out.data<T>() + offset;
+      for (int64_t i = 0; i < chunk; ++i) {
+        T acc = g[i];
+        for (int r = 1; r < size; ++r) {
+          const T x = g[static_cast<int64_t>(r) * chunk + i];
+          if constexpr (std::is_floating_point_v<T>) acc = op == ReduceOp::Product ? acc * x : acc + x;
+          else acc = T(op == ReduceOp::Product ? static_cast<float>(acc) * static_cast<float>(x)
+                                               : static_cast<float>(acc) + static_cast<float>(x));
+        }
+        o[i] = acc;
+      }
+    }
+  });
+}
+
 class MpiGroup final : public ProcessGroup {
  public:
+  // Made on the host while the communication thread is idle (init, split): the duplicate communicator for the
+  // second stage of ordered all-reduces is made here, collectively.
   MpiGroup(MPI_Comm comm, int rank, int size, std::vector<int> world_ranks, double timeout_s)
-      : ProcessGroup("mpi", rank, size, std::move(world_ranks), timeout_s), comm_(comm) {}
+      : ProcessGroup("mpi", rank, size, std::move(world_ranks), timeout_s), comm_(comm) {
+    if (size > 2) {
+      check_mpi(MPI_Comm_dup(comm_, &gather_comm_), "init_process_group", "MPI_Comm_dup");
+      MPI_Comm_set_errhandler(gather_comm_, MPI_ERRORS_RETURN);
+      state().comms.push_back(gather_comm_);
+    }
+  }
 
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) override {
     const char* name = "new_group";
@@ -220,12 +268,17 @@ class MpiGroup final : public ProcessGroup {
   void start(Work& w) override {
     const char* name = comm_kind_name(w.kind);
     if (state().debug_detail && w.kind != CommKind::Send && w.kind != CommKind::Recv) check_ranks_agree(w);
-    MPI_Request* req = new MPI_Request(MPI_REQUEST_NULL);
-    w.request = req;
+    auto* operation = new MpiOperation();
+    w.request = operation;
+    MPI_Request* req = &operation->request;
     const Tensor& t = w.output.defined() ? w.output : w.input;
     int code = MPI_SUCCESS;
     switch (w.kind) {
       case CommKind::AllReduce:
+        if (rank_ordered(w, size())) {
+          code = start_ordered(w, *operation);
+          break;
+        }
         code = MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count(t), mpi_type(t.dtype()), mpi_op(w.op, t.dtype()),
                               comm_, req);
         break;
@@ -259,24 +312,63 @@ class MpiGroup final : public ProcessGroup {
         break;
     }
     if (code != MPI_SUCCESS) {
-      delete req;
+      delete operation;
       w.request = nullptr;
       check_mpi(code, name, "starting the operation");
     }
   }
 
+  // Stage 1 of the ordered all-reduce: my chunk of every rank's buffer into `gathered`, in rank order.
+  int start_ordered(Work& w, MpiOperation& o) {
+    const Tensor& t = w.output;
+    const int n = count(t), p = size();
+    o.counts.resize(static_cast<size_t>(p));
+    o.displs.resize(static_cast<size_t>(p));
+    for (int r = 0, at = 0; r < p; ++r) {
+      o.counts[static_cast<size_t>(r)] = n / p + (r < n % p ? 1 : 0);
+      o.displs[static_cast<size_t>(r)] = at;
+      at += o.counts[static_cast<size_t>(r)];
+    }
+    const int mine = o.counts[static_cast<size_t>(rank())];
+    o.recv_counts.assign(static_cast<size_t>(p), mine);
+    o.recv_displs.resize(static_cast<size_t>(p));
+    for (int r = 0; r < p; ++r) o.recv_displs[static_cast<size_t>(r)] = r * mine;
+    o.gathered = Tensor::empty(std::vector<int64_t>{static_cast<int64_t>(p) * mine}, t.dtype());
+    o.stage = 1;
+    awaiting_gather_.push_back(w.id);
+    return MPI_Ialltoallv(t.raw_data(), o.counts.data(), o.displs.data(), mpi_type(t.dtype()), o.gathered.raw_data(),
+                          o.recv_counts.data(), o.recv_displs.data(), mpi_type(t.dtype()), comm_, &o.request);
+  }
+
   bool test(Work& w) override {
-    auto* req = static_cast<MPI_Request*>(w.request);
+    auto* operation = static_cast<MpiOperation*>(w.request);
     int done = 0;
     MPI_Status status;
-    const int code = MPI_Test(req, &done, &status);
+    int code = MPI_Test(&operation->request, &done, &status);
+    if (code == MPI_SUCCESS && done && operation->stage == 1) {
+      // Ordered all-reduce: fold my chunk, then gather every rank's folded chunk in place. Other collectives
+      // may have started on comm_ meanwhile, and ranks see exchanges finish in different orders, so the gathers
+      // run on a communicator of their own, in the order the exchanges started (MPI requires every rank to
+      // start a communicator's collectives in one order): a finished exchange waits for the older ones.
+      if (awaiting_gather_.empty() || awaiting_gather_.front() != w.id) return false;
+      awaiting_gather_.pop_front();
+      const int mine = operation->counts[static_cast<size_t>(rank())];
+      fold_in_rank_order(operation->gathered, w.output, operation->displs[static_cast<size_t>(rank())], mine,
+                         size(), w.op);
+      operation->gathered = Tensor();
+      operation->stage = 2;
+      code = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w.output.raw_data(), operation->counts.data(),
+                             operation->displs.data(), mpi_type(w.output.dtype()), gather_comm_,
+                             &operation->request);
+      done = 0;
+    }
     if (code != MPI_SUCCESS) {
-      delete req;
+      delete operation;
       w.request = nullptr;
       check_mpi(code, comm_kind_name(w.kind), "MPI_Test");
     }
     if (!done) return false;
-    delete req;
+    delete operation;
     w.request = nullptr;
     if (w.kind == CommKind::Recv) {
       int received = 0;
@@ -297,6 +389,8 @@ class MpiGroup final : public ProcessGroup {
  private:
   static int count(const Tensor& t) { return static_cast<int>(t.numel()); }
   MPI_Comm comm_;
+  MPI_Comm gather_comm_ = MPI_COMM_NULL;  // ordered all-reduce's second stage (groups of more than two)
+  std::deque<uint64_t> awaiting_gather_;   // ordered all-reduces whose exchange started, oldest first
 };
 
 }  // namespace

@@ -13,18 +13,23 @@ import dygrad as dg
 import dygrad.distributed as dist
 import dygrad.nn as nn
 
-out_dir, mode = sys.argv[1], sys.argv[2]  # mode: plain | bucket_view | no_sync | unused | unused_error
+out_dir, mode = sys.argv[1], sys.argv[2]  # plain | bucket_view | no_sync | unused | unused_error | rebuild | deterministic
 dist.init_process_group("mpi")
+if mode == "deterministic":  # more than two ranks: the rank-ordered all-reduce
+    dg.set_context(deterministic=True)
 rank, world = dist.get_rank(), dist.get_world_size()
 dg.set_num_threads(1)
 
 
 class Net(nn.Module):
-    def __init__(self, unused=False):
+    def __init__(self, unused=False, c_first=False):
         super().__init__()
+        if c_first:  # registered in an order backward does not follow: the buckets are rebuilt after step 1
+            self.c = nn.Linear(64, 4)
         self.a = nn.Linear(16, 64)
         self.b = nn.Linear(64, 64)
-        self.c = nn.Linear(64, 4)
+        if not c_first:
+            self.c = nn.Linear(64, 4)
         self.spare = nn.Linear(4, 4) if unused else None
 
     def forward(self, x):
@@ -38,7 +43,7 @@ def batch(step, r):
 
 def make(seed):
     dg.manual_seed(seed)
-    return Net(unused=mode.startswith("unused"))
+    return Net(unused=mode.startswith("unused"), c_first=(mode == "rebuild"))
 
 
 steps, accumulate = 4, (2 if mode == "no_sync" else 1)
@@ -47,7 +52,8 @@ ddp = nn.parallel.DistributedDataParallel(
     model, bucket_cap_mb=0.01, gradient_as_bucket_view=(mode == "bucket_view"),
     find_unused_parameters=(mode == "unused"))
 opt = dg.optim.SGD(ddp.parameters(), lr=0.1)
-result = {}
+names = {id(p): n for n, p in model.named_parameters()}
+result = {"buckets": []}
 try:
     for step in range(steps):
         for micro in range(accumulate):
@@ -56,6 +62,7 @@ try:
             with ctx:
                 loss = ((ddp(x) - y) ** 2).mean()
                 loss.backward()
+        result["buckets"].append([[names[id(p)] for p in b.params] for b in ddp._buckets])
         opt.step()
         opt.zero_grad()
 except RuntimeError as e:
