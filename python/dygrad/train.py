@@ -47,6 +47,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     p.add_argument("--unfused", action="store_true", help="compose the LLM ops from basic ops")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "bf16-pure"],
+                   help="fp32; bf16: the forward under dg.autocast (float32 weights); bf16-pure: model.to(bfloat16) "
+                        "with AdamW's float32 master weights (docs/mixed-precision.md). MFU is against the measured "
+                        "GEMM peak of the dtype the GEMMs run in")
     p.add_argument("--sample-tokens", type=int, default=200, help="length of the text generated at the end")
     p.add_argument("--prompt", default="The ")
     p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report "
@@ -110,11 +114,16 @@ def _process_alive(pid):
 
 
 def save_checkpoint(path, model, optimizer, step, args):
-    arrays = {"model." + k: v.numpy() for k, v in model.state_dict().items()}
+    # bfloat16 tensors (--dtype bf16-pure) are saved as float32 (exact; NumPy has no bfloat16)
+    def host(t):
+        return (t.float() if t.dtype == dg.bfloat16 else t).numpy()
+    arrays = {"model." + k: host(v) for k, v in model.state_dict().items()}
     for i, (p, state) in enumerate((p, optimizer.state[p]) for g in optimizer.param_groups for p in g["params"]):
         if state:
             arrays[f"optim.{i}.exp_avg"] = state["exp_avg"].numpy()
             arrays[f"optim.{i}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
+            if "master_param" in state:
+                arrays[f"optim.{i}.master_param"] = state["master_param"].numpy()
     rng = dg.get_rng_state() if hasattr(dg, "get_rng_state") else None
     meta = {"step": step, "config": args.config,
             "optim_steps": json.dumps([float(optimizer.state[p]["step"].item()) if optimizer.state[p] else 0
@@ -125,12 +134,15 @@ def save_checkpoint(path, model, optimizer, step, args):
 
 def load_checkpoint(path, model, optimizer):
     arrays, meta = load_file(path)
-    model.load_state_dict({k[6:]: dg.from_numpy(v) for k, v in arrays.items() if k.startswith("model.")})
+    dtypes = {k: v.dtype for k, v in model.state_dict().items()}
+    model.load_state_dict({k[6:]: dg.from_numpy(v).to(dtypes[k[6:]]) for k, v in arrays.items() if k.startswith("model.")})
     steps = json.loads(meta["optim_steps"])
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if f"optim.{i}.exp_avg" in arrays:
             optimizer.state[p] = {"step": dg.tensor(float(steps[i]), dtype=dg.float32), "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
                                   "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
+            if f"optim.{i}.master_param" in arrays:
+                optimizer.state[p]["master_param"] = state_tensor(dg.tensor(arrays[f"optim.{i}.master_param"]))
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))
     return int(meta["step"])
@@ -187,7 +199,8 @@ def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
         command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
-        model_config=cfg, model=model, optimizer=optimizer, peak=peak, memory_estimate=estimate)
+        model_config=cfg, model=model, optimizer=optimizer, peak=peak, memory_estimate=estimate,
+        dtype=dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
                                                              repeat=1, skip_first=0),
                                on_trace_ready=handler, profile_memory=True, with_modules=True)
@@ -287,7 +300,13 @@ def main(argv=None):
     log(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
 
     model = llama.Llama(cfg, fused=not args.unfused)
-    optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if args.dtype == "bf16-pure":
+        model.to(dg.bfloat16)
+        optimizer = dg.optim.AdamW([{"params": model.parameters(), "master_weights": True}], lr=args.lr,
+                                   weight_decay=args.weight_decay)
+    else:
+        optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    autocast = dg.autocast("cpu", dtype=dg.bfloat16, enabled=args.dtype == "bf16")
     train_model = model
     start = 0
     if args.resume and os.path.exists(checkpoint_path(args.out)):
@@ -301,11 +320,11 @@ def main(argv=None):
     if world > 1:  # after resuming: DDP broadcasts rank 0's parameters
         train_model = dg.nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
-    peak = measure_gemm_peak()
+    peak = measure_gemm_peak(dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     flops_per_token = cfg.flops_per_token()
     log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
-          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured GEMM peak "
-          f"{peak / 1e9:.1f} GFLOP/s")
+          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
+          f"{'float32' if args.dtype == 'fp32' else 'bfloat16'} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}")
 
     # Each rank its own stream of batches (rank 0's is the single-process run's).
     loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
@@ -322,7 +341,7 @@ def main(argv=None):
 
     def report(step, loss, lr, data_wait, dt):
         nonlocal first_loss, last_loss
-        last_loss = loss.item()
+        last_loss = loss.float().item()
         if first_loss is None:
             first_loss = last_loss
         tok_s = batch * seq * world / dt
@@ -373,7 +392,8 @@ def main(argv=None):
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr
-            loss = train_model(x, y)
+            with autocast:
+                loss = train_model(x, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

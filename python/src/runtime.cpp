@@ -80,6 +80,7 @@ void init_runtime(nb::module_& m) {
      "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
+  m.def("_bf16_gemm_library", [] { return backend_info(Device::Type::CPU, "bf16_gemm"); });  // "onednn" or "convert"
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {
     DG_CHECK(n >= 1 && n <= 4096, Value, "[set_num_threads] expected a thread count in [1, 4096], got ", n);

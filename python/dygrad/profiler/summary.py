@@ -114,7 +114,8 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         seq_len = getattr(config, "seq_len", None)
     samples_per_s, tokens_per_s = metrics.throughput(batch_size, seq_len, mean_s, ranks)
 
-    peak_value, peak_source = metrics.peak_flops(dtype or _model_dtype(model) or dg.float32, given=peak)
+    compute_dtype = dtype or _model_dtype(model) or dg.float32
+    peak_value, peak_source = metrics.peak_flops(compute_dtype, given=peak)
     executed = float(breakdown.get("flops", 0.0))
     model_flops = None
     if config is not None and batch_size is not None and seq_len is not None:
@@ -131,6 +132,7 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         "throughput": {"batch_size": batch_size, "seq_len": seq_len, "ranks": ranks,
                        "samples_per_s": samples_per_s, "tokens_per_s": tokens_per_s},
         "flops": {"executed_per_step": executed, "model_per_step": model_flops, "peak_flops_per_s": peak_value,
+                  "dtype": str(compute_dtype).replace("dygrad.", ""), "cpu": metrics.cpu_features(),
                   "peak_source": peak_source, "mfu": metrics.mfu(model_flops, mean_s, peak_value),
                   "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0},
         "memory": metrics.memory_report(result, model, optimizer, batch_size, seq_len),

@@ -297,12 +297,19 @@ Tensor swiglu(const Tensor& x) {
 
 // --- adamw_step ----------------------------------------------------------------------------------------
 namespace {
+// P tensors: inputs are the outputs then P gradients, so P = inputs - outputs; outputs are 4P, or 5P with the
+// low-precision copies of master weights.
+size_t adamw_count(const Task& t) { return t.inputs.size() - t.outputs.size(); }
 OpCost adamw_cost(const Task& t) {
+  const size_t count = adamw_count(t);
+  const bool copies = t.outputs.size() == 5 * count;
   double elements = 0, bytes = 0;
-  for (size_t i = 0; i < t.outputs.size() / 4; ++i) {
-    const Tensor& g = t.outputs[i];
-    elements += double(g.numel());
-    bytes += 7 * double(g.numel()) * double(g.itemsize());  // read g, p, m, v; write p, m, v
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor& p = t.outputs[i];
+    elements += double(p.numel());
+    // read g, p, m, v; write p, m, v (and the copy)
+    bytes += double(p.numel()) * (6 * double(p.itemsize()) + double(t.inputs[t.outputs.size() + i].itemsize()) +
+                                  (copies ? double(t.outputs[4 * count + i].itemsize()) : 0.0));
   }
   return {12 * elements, bytes};
 }
@@ -312,7 +319,7 @@ OpCost adamw_cost(const Task& t) {
 // {tensor, begin, end}, and two doubles per tensor (its step size and bias correction); outputs are (params,
 // exp_avgs, exp_avg_sqs, steps), count each.
 size_t adamw_scratch(const Task& t) {
-  const size_t count = t.outputs.size() / 4;
+  const size_t count = adamw_count(t);
   size_t pieces = 0;
   for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
   return pieces * 3 * sizeof(int64_t) + 2 * count * sizeof(double);
@@ -320,8 +327,12 @@ size_t adamw_scratch(const Task& t) {
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace, .scratch = adamw_scratch});
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o) {
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o,
+                std::span<Tensor> model_params) {
   const char* name = "adamw_step";
+  const bool masters = !model_params.empty();
+  DG_CHECK(!masters || model_params.size() == params.size(), Value, "[", name, "] expected one model param per master "
+           "param: ", params.size(), " params, ", model_params.size(), " model_params");
   DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
                state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
@@ -343,11 +354,26 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
     check_defined(name, exp_avg_sqs[i], "exp_avg_sqs");
     check_floating(name, p);
     DG_CHECK(p.is_leaf(), Runtime, "[", name, "] param ", i, " of shape ", p.shape(), " is not a leaf tensor");
+    if (masters) {
+      // Master weights: float32 params and states; the grad float32 or the model param's dtype (bfloat16 or
+      // float16), whose copy of the updated master the kernel writes, rounded once.
+      const Tensor& low = model_params[i];
+      check_defined(name, low, "model_params");
+      check_same_device(name, p, low);
+      DG_CHECK(p.dtype() == DType::Float32 && (low.dtype() == DType::BFloat16 || low.dtype() == DType::Float16), Type,
+               "[", name, "] master param ", i, " must be float32 and its model param bfloat16 or float16, got ",
+               dtype_name(p.dtype()), " and ", dtype_name(low.dtype()));
+      DG_CHECK(grads[i].dtype() == DType::Float32 || grads[i].dtype() == low.dtype(), Type, "[", name, "] param ", i,
+               ": the grad must be float32 or the model param's ", dtype_name(low.dtype()), ", got ",
+               dtype_name(grads[i].dtype()));
+      DG_CHECK(same_shape(low.shape(), p.shape()) && low.is_contiguous(), Value, "[", name, "] model param ", i,
+               " of shape ", low.shape(), " must be contiguous and of its master's shape ", p.shape());
+    }
     const Tensor* related[3] = {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]};
     for (const Tensor* t : related) {
       check_same_device(name, p, *t);
-      DG_CHECK(t->dtype() == p.dtype(), Type, "[", name, "] param ", i, " is ", dtype_name(p.dtype()),
-               " but its grad or state is ", dtype_name(t->dtype()));
+      DG_CHECK(t->dtype() == p.dtype() || (masters && t == &grads[i]), Type, "[", name, "] param ", i, " is ",
+               dtype_name(p.dtype()), " but its grad or state is ", dtype_name(t->dtype()));
       DG_CHECK(same_shape(t->shape(), p.shape()), Value, "[", name, "] param ", i, " has shape ", p.shape(),
                " but its grad or state has shape ", t->shape());
     }
@@ -364,6 +390,7 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
   for (Tensor& s : state_steps) outputs.push_back(s);
+  for (Tensor& l : model_params) outputs.push_back(l);
   for (const Tensor& t : outputs) inputs.push_back(t);
   for (const Tensor& g : grads) inputs.push_back(contiguous(g));
   for (Tensor& t : outputs) t.storage().bump_version();
