@@ -401,3 +401,48 @@ def test_modifying_a_saved_index_tensor_before_backward_raises(use):
 
     raises_both(modified, "one of the variables needed for gradient computation has been modified by an inplace "
                           "operation")
+
+
+# --- the examples of torch's docs -----------------------------------------------------------------------------
+def test_detach_docs_example_inplace_on_the_detached_tensor_is_caught():
+    # torch.Tensor.detach: "c.zero_() ... out.sum().backward() requires the original value of out"
+    def case(lib):
+        a = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        out = a.sigmoid()
+        c = out.detach()
+        c.zero_()
+        out.sum().backward()
+
+    raises_both(case, "one of the variables needed for gradient computation has been modified by an inplace operation")
+
+
+def test_tensor_views_docs_example_with_autograd():
+    # tensor_view.html: b = t.view(2, 8); b[0][0] = 3.14 changes t[0][0]; here t needs grad
+    def case(lib):
+        x = leaf(lib, (4, 4))
+        t = x * 2
+        b = t.view(2, 8)
+        b[0][0] = 3.14
+        assert t.grad_fn.name().endswith("CopySlices")
+        (t * weights(lib, (4, 4))).sum().backward()
+        return [t, b, x.grad]
+
+    run_both(case)
+
+
+def test_inplace_on_a_view_inside_a_model_step():
+    # the pattern the issue names: h[mask] = 0 and x[:, 0] += y on activations, then an optimizer step
+    def case(lib):
+        lib.manual_seed(0)
+        w = lib.tensor(np.random.default_rng(3).standard_normal((4, 4)), dtype=lib.float64, requires_grad=True)
+        x = weights(lib, (3, 4))
+        h = x @ w
+        h[h < 0] = 0
+        h[:, 0] += h[:, 1]
+        loss = (h * h).sum()
+        loss.backward()
+        with lib.no_grad():
+            w -= 0.1 * w.grad
+        return [h, w.grad, w]
+
+    run_both(case)
