@@ -1,6 +1,7 @@
 // Autograd entry points: grad mode (no_grad/enable_grad are Python context managers over these),
 // dygrad.autograd.backward and dygrad.autograd.grad, the engine Node of a Python autograd.Function,
 // saved-tensor hooks and anomaly mode. See docs/autograd.md.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -32,7 +33,19 @@ void register_python_hook(Tensor& t, nb::handle function) {
     if (result.is_none()) return Tensor();
     DG_CHECK(is_tensor(result.ptr()), Type, "[register_hook] the hook must return a Tensor or None, not ",
              type_name(result.ptr()));
-    return unwrap(result.ptr());
+    // torch's check of a hook's returned gradient (torch/csrc/autograd/python_hook.cpp, check_single_result).
+    const Tensor& replaced = unwrap(result.ptr());
+    const bool same_size = std::ranges::equal(replaced.shape(), grad.shape());
+    if (!same_size || replaced.dtype() != grad.dtype()) {
+      nb::object name = nb::getattr(nb::handle(callable->function), "__name__", nb::none());
+      const std::string hook = name.is_none() ? std::string(nb::str(nb::handle(callable->function)).c_str())
+                                              : std::string(nb::str(name).c_str());
+      DG_CHECK(same_size, Runtime, "[backward] hook '", hook, "' has changed the "
+               "size of value: it returned shape ", replaced.shape(), " for a gradient of shape ", grad.shape());
+      fail(ErrorKind::Runtime, "[backward] hook '", hook, "' has changed the type of value (was ",
+           nb::str(argument.attr("type")()).c_str(), " got ", nb::str(result.attr("type")()).c_str(), ")");
+    }
+    return replaced;
   });
 }
 
@@ -82,7 +95,13 @@ void function_record(nb::handle ctx, const std::string& name, nb::handle inputs,
   std::vector<Tensor> ins = tensor_list(name.c_str(), "inputs", inputs, false);
   std::vector<Tensor> outs = tensor_list(name.c_str(), "outputs", outputs, true);
   std::vector<Tensor> to_save = tensor_list(name.c_str(), "saved", saved, true);
-  for (const Tensor& t : tensor_list(name.c_str(), "dirty", dirty, false)) check_inplace(name.c_str(), t);
+  for (const Tensor& t : tensor_list(name.c_str(), "dirty", dirty, false)) {
+    check_inplace(name.c_str(), t);
+    // The node may have several outputs and the view may be any input: no CopySlices for it (docs/autograd.md).
+    DG_CHECK(!(grad_enabled() && t.impl()->view_base && t.requires_grad()), NotImplemented, "[", name, "] an "
+             "autograd.Function that modifies a view of a tensor that requires grad in place (mark_dirty) is not "
+             "supported; clone the input first");
+  }
   PythonCallSite site;  // the user's apply() line, for anomaly mode
   auto callable = std::make_shared<PythonCallable>(ctx.ptr());
   Ref<Node> node = make_ref<Node>(name, nullptr, outs.size());

@@ -77,6 +77,7 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
     meta.grad = stored;
   } else if (run.create_graph || meta.grad.requires_grad() || run.taken.count(leaf_impl.get())) {
     meta.grad = add(meta.grad, g);
+    meta.grad_object.reset();  // a new tensor: `.grad` returns a new Python object
     if (!run.create_graph) meta.grad.storage().set_category(MemoryCategory::Gradient);  // a new buffer
   } else {
     NoGradGuard no_grad;
@@ -195,6 +196,7 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
       if (node->retained_outputs[k] && grads[k].defined() && run.accumulate) {
         AutogradMeta& meta = *node->retained_outputs[k]->autograd;
         meta.grad = meta.grad.defined() ? add(meta.grad, grads[k]) : (run.create_graph ? grads[k] : detach(grads[k]));
+        meta.grad_object.reset();
       }
     if (auto cap = run.node_capture.find(node.get()); cap != run.node_capture.end())
       for (auto [output_nr, slot] : cap->second) run.captured[slot] = sum_grads(run.captured[slot], grads[output_nr]);
@@ -210,7 +212,10 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     }
     // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
     // node that saved nothing accumulates into them again, as in torch.
-    if (!run.retain_graph) node->release_saved();
+    if (!run.retain_graph) {
+      node->release_saved();
+      if (node->inner) node->inner->release_saved();  // CopySlices: the in-place op's node it ran
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.valid()) continue;

@@ -166,6 +166,7 @@ bool needs_grad_any(std::span<const Tensor> inputs) {
 Edge gradient_edge(const Tensor& t) {
   Edge e;
   if (!t.defined() || !t.requires_grad()) return e;
+  if (view_history_stale(t.impl())) refresh_view_history(t.impl(), true);  // a forbidden view raises
   AutogradMeta& meta = *t.impl()->autograd;
   if (meta.grad_fn) {
     e.node = meta.grad_fn;
@@ -183,7 +184,7 @@ void forget_retained(TensorImpl* impl, AutogradMeta& meta) {
   meta.retains_grad = false;
 }
 
-static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
+void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
   forget_retained(impl, *impl->autograd);
@@ -210,16 +211,6 @@ Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<
 Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   DG_CHECK(op->backward != nullptr, Runtime, "[", op->name, "] is not differentiable");
   return record_node(make_ref<Node>(op, outputs.size()), inputs, outputs);
-}
-
-void rebase_history(const Tensor& t, Ref<Node> node) { set_history(t, node, 0); }
-
-void check_inplace(const char* op, const Tensor& t) {
-  if (!grad_enabled() || !t.requires_grad()) return;
-  DG_CHECK(!t.is_leaf(), Runtime, "[", op, "] a leaf Variable that requires grad is being used in an in-place "
-           "operation");
-  DG_CHECK(!t.is_view(), NotImplemented, "[", op, "] in-place operation on a view of a tensor that requires grad "
-           "is not supported; use the out-of-place op");
 }
 
 }  // namespace dg

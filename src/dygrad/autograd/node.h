@@ -96,6 +96,9 @@ class Node : public RefCounted {
   void apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
   // A Python/C++ custom backward stored as a closure (Node(name, nullptr)), used when BackwardFn is null.
   std::function<void(Node&, std::span<const Tensor>, std::span<Tensor>)> closure;
+  // CopySlices: the in-place op's node it runs on the view's slice of the gradient; its saved tensors are
+  // released with this node's (docs/autograd.md, "In-place on views").
+  Ref<Node> inner;
 
  private:
   const OpDef* op_ = nullptr;
@@ -116,6 +119,9 @@ struct AutogradMeta {
   bool retains_grad = false;
   std::vector<TensorHook> leaf_hooks;
   std::vector<std::pair<uint64_t, PostAccumulateHook>> post_accumulate_hooks;  // id, hook
+  // The Python object `.grad` last returned, so that `x.grad is x.grad` while `grad` is the same tensor (set
+  // by the binding, released through its deleter; dropped whenever `grad` is replaced).
+  std::shared_ptr<void> grad_object;
 };
 
 // Grad mode: a thread-local switch (no_grad in Python).
@@ -160,9 +166,22 @@ Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span
 Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
 // The edge that a gradient for `t` should follow.
 Edge gradient_edge(const Tensor& t);
-// In-place ops: the tensor now holds the result of `node` (its history is rebased onto it).
+// Makes `node` (its output `output_nr`) the grad_fn of `t`.
+void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr);
+// --- in-place ops and views (autograd/views.cpp) ----------------------------------------------------------
+// In-place ops: the tensor now holds the result of `node`, whose input 0 is the tensor's old value. On a
+// view, the base's history is rebased onto a CopySlices node running `node` on the view's slice, and the
+// view's grad_fn is regenerated from the base (docs/autograd.md, "In-place on views").
 void rebase_history(const Tensor& t, Ref<Node> node);
-// Raises if an in-place op on `t` would break autograd (a leaf that requires grad under grad mode).
-void check_inplace(const char* op, const Tensor& t);
+// Raises if an in-place op on `t` would break autograd, under grad mode when `t` or another operand
+// (`operands_require_grad`) requires grad: a leaf that requires grad, a view of one, a view made in no_grad
+// mode or by a multi-output op (split, chunk, unbind).
+void check_inplace(const char* op, const Tensor& t, bool operands_require_grad = false);
+// A view whose storage was written since its grad_fn was computed gets it regenerated from its base (torch's
+// AsStridedBackward0); `raise_if_forbidden` raises torch's error for a no-grad or multi-output view.
+void refresh_view_history(TensorImpl* view, bool raise_if_forbidden);
+inline bool view_history_stale(const TensorImpl* impl) {
+  return impl->view_base && impl->view_version != impl->storage->version();
+}
 
 }  // namespace dg

@@ -221,6 +221,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key_in, c
   Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype()), Dims{0, 2, 1, 3})
                        : Tensor::empty(out_shape, query.dtype());
   out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
+  out.impl()->view_base.reset();
   Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
   const Attrs attrs = AttentionAttrs{scale_value, is_causal, mask_kind};
   if (mask.defined()) enqueue(op_attention, {query, key, value, mask}, {out, lse}, attrs);
