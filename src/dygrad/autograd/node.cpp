@@ -109,8 +109,6 @@ void Node::save(const Tensor& t) {
   saved_.push_back({t, t.defined() ? t.version() : 0u, nullptr});
 }
 
-static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr);
-
 Tensor Node::saved(size_t i) const {
   DG_CHECK(!released_, Runtime, "[", name(), "] Trying to backward through the graph a second time (or directly "
            "access saved tensors after they have already been freed). Specify retain_graph=True if you need to "
