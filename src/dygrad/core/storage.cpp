@@ -24,8 +24,12 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
 }
 
 void Storage::set_category(MemoryCategory c) {
-  if (!is_external()) allocator_for(device_).retag(nbytes_, category_, c);
+  if (!is_external()) allocator_for(device_).retag(block_, nbytes_, category_, c);
   category_ = c;
+}
+
+void Storage::annotate(const char* description) const {
+  if (!is_external() && block_.ptr) allocator_for(device_).annotate(block_, description);
 }
 
 Storage::~Storage() {
