@@ -58,5 +58,6 @@ def numel(input):
 # Subpackages in pure Python on top of the ops (imported last: they use the names above).
 from . import nn, optim  # noqa: E402,F401
 from . import data, models, profiler  # noqa: E402,F401
-from . import amp, backends, cuda, distributed, linalg, serialization, utils  # noqa: E402,F401
+from . import amp, backends, cuda, distributed, linalg, memory, serialization, utils  # noqa: E402,F401
+from .memory import get_memory_limit, set_memory_limit  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401

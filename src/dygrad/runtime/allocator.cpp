@@ -43,6 +43,7 @@ struct CachingAllocator::Node {
   std::string description;
   CallSite site;
   AllocContextPtr context;
+  uint64_t trace_index = UINT64_MAX;  // its alloc entry (g_trace_pushed numbering), so a retag can update it
 };
 
 bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
@@ -53,6 +54,9 @@ bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
 namespace {
 std::atomic<PythonFrameProvider> g_frame_provider{nullptr};
 std::atomic<bool> g_free_stacks{false}, g_cpp_stacks{false}, g_alloc_stacks{false};
+// Trace entries ever recorded (under the allocator's mutex; the CPU allocator is the only instance): the
+// kept ones are numbered [g_trace_pushed - trace_.size(), g_trace_pushed).
+uint64_t g_trace_pushed = 0;
 
 int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -132,10 +136,21 @@ size_t CachingAllocator::round_size(size_t nbytes) {
   return round_up(nbytes, 512);
 }
 
+namespace {
+// Measurement knobs (bench/memory_frag.py): DYGRAD_ALLOC_MEDIUM_SEGMENT (bytes; 0: a segment per request) and
+// DYGRAD_ALLOC_LARGE_ROUNDING (bytes, a multiple of the page). Unset, the constants of allocator.h hold.
+size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+}
+}  // namespace
+
 size_t CachingAllocator::segment_size(size_t rounded) {
+  static const size_t medium = env_size("DYGRAD_ALLOC_MEDIUM_SEGMENT", kMediumSegment);
+  static const size_t rounding = std::max<size_t>(env_size("DYGRAD_ALLOC_LARGE_ROUNDING", kLargeRounding), kPage);
   if (rounded <= kSmallRequest) return kSmallSegment;
-  if (rounded < kMediumRequest) return kMediumSegment;
-  return round_up(rounded, kLargeRounding);
+  if (rounded < kMediumRequest && medium) return medium;
+  return round_up(rounded, rounding);
 }
 
 size_t CachingAllocator::parse_size(const std::string& text) {
@@ -220,6 +235,7 @@ void CachingAllocator::record_locked(TraceAction action, uintptr_t addr, size_t 
   e.allocated = stats_.allocated;
   e.context = std::move(context);
   trace_.push_back(std::move(e));
+  ++g_trace_pushed;
   while (trace_.size() > history_.max_entries) trace_.pop_front();
 }
 
@@ -275,6 +291,10 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   } else {
     size_t bytes = small ? kSmallSegment : segment_size(rounded);
     std::vector<std::pair<void*, size_t>> to_unmap;
+    // Reserve no more while entirely free segments (which cannot serve this request) could be returned
+    // instead: give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
+    static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
+    if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
     if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
       release_free_segments_locked(to_unmap);  // first give the cache back
       const size_t tight = round_up(rounded, kPage);
@@ -341,7 +361,9 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     stats_.peak_allocated = stats_.allocated;
     stats_.reserved_at_peak = stats_.reserved;
   }
+  const uint64_t pushed = g_trace_pushed;
   record_locked(TraceAction::Alloc, reinterpret_cast<uintptr_t>(node->ptr), nbytes, category, std::move(context));
+  node->trace_index = g_trace_pushed != pushed ? pushed : UINT64_MAX;
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Allocate, static_cast<int64_t>(nbytes), category, stats_);
   block.ptr = node->ptr;
@@ -370,6 +392,7 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
   node->description.clear();
   node->site = {};
   node->context.reset();
+  node->trace_index = UINT64_MAX;
   auto& pool = node->segment->small ? free_small_ : free_large_;
   if (Node* prev = node->prev; prev && !prev->allocated) {  // merge with the free block before
     pool.erase(prev);
@@ -395,7 +418,14 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
 void CachingAllocator::retag(const Block& block, size_t nbytes, MemoryCategory from, MemoryCategory to) {
   if (from == to || nbytes == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (block.handle) static_cast<Node*>(block.handle)->category = to;
+  if (block.handle) {
+    Node* node = static_cast<Node*>(block.handle);
+    node->category = to;
+    // The trace's alloc entry takes the new category, so that the timeline by category adds up (the free
+    // entry carries it too).
+    const uint64_t first = g_trace_pushed - trace_.size();
+    if (node->trace_index != UINT64_MAX && node->trace_index >= first) trace_[node->trace_index - first].category = to;
+  }
   stats_.allocated_by_category[static_cast<int>(from)] -= static_cast<int64_t>(nbytes);
   auto t = static_cast<int>(to);
   stats_.allocated_by_category[t] += static_cast<int64_t>(nbytes);
@@ -442,8 +472,9 @@ void CachingAllocator::empty_cache() {
   unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
 }
 
-void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap) {
-  for (auto it = segments_.begin(); it != segments_.end();) {
+void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough) {
+  size_t released = 0;
+  for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
     Segment* s = *it;
     Node* n = s->first;
     if (n->allocated || n->next) {
@@ -457,6 +488,7 @@ void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*,
     record_locked(TraceAction::SegmentFree, reinterpret_cast<uintptr_t>(s->base), s->size, MemoryCategory::Other,
                   nullptr);
     to_unmap.emplace_back(s->base, s->size);
+    released += s->size;
     delete n;
     delete s;
     it = segments_.erase(it);

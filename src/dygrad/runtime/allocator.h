@@ -173,7 +173,8 @@ class CachingAllocator final : public Allocator {
   };
   CachingAllocator();
   ~CachingAllocator();
-  void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap);
+  // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
+  void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough = SIZE_MAX);
   Node* take_free_locked(size_t rounded, bool small);
   void split_locked(Node* node, size_t rounded);
   void record_locked(TraceAction action, uintptr_t addr, size_t size, MemoryCategory category,
