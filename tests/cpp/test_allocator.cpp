@@ -192,6 +192,31 @@ TEST(Allocator, SplitsALargeCachedBlockAndMergesNeighboursOnFree) {
   EXPECT_EQ(allocator().stats().reserved, s0.reserved);
 }
 
+TEST(Allocator, AMissReturnsFreeSegmentsThatCannotServeIt) {
+  settle();
+  allocator().empty_cache();
+  constexpr size_t MiB = size_t{1} << 20;
+  CachingAllocator::Block a1 = allocator().allocate(16 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block a2 = allocator().allocate(16 * MiB, MemoryCategory::Temporary);  // two segments
+  allocator().free(a1, 16 * MiB, MemoryCategory::Temporary);
+  allocator().free(a2, 16 * MiB, MemoryCategory::Temporary);
+  const MemoryStats s0 = allocator().stats();
+  // 30 MiB fits neither cached 16 MiB segment; together they cover it, so both go before the new one comes.
+  CachingAllocator::Block b = allocator().allocate(30 * MiB, MemoryCategory::Temporary);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved - static_cast<int64_t>(32 * MiB) + static_cast<int64_t>(30 * MiB));
+  EXPECT_EQ(s1.num_segment_frees, s0.num_segment_frees + 2);
+  // Less cached than the request: kept (returning it would not stop reserved from growing).
+  CachingAllocator::Block c = allocator().allocate(12 * MiB, MemoryCategory::Temporary);
+  allocator().free(c, 12 * MiB, MemoryCategory::Temporary);
+  const MemoryStats s2 = allocator().stats();
+  CachingAllocator::Block d = allocator().allocate(14 * MiB, MemoryCategory::Temporary);
+  EXPECT_EQ(allocator().stats().num_segment_frees, s2.num_segment_frees);
+  allocator().free(d, 14 * MiB, MemoryCategory::Temporary);
+  allocator().free(b, 30 * MiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+}
+
 TEST(Allocator, SmallRequestsShareASegment) {
   settle();
   allocator().empty_cache();
