@@ -258,17 +258,29 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
   for (const Segment* s : segments_)
     for (const Node* n = s->first; n; n = n->next)
       if (n->allocated) live.push_back(n);
-  const size_t shown = std::min<size_t>(live.size(), 10);
-  std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(shown), live.end(),
-                    [](const Node* a, const Node* b) { return a->requested > b->requested; });
-  if (shown) m << "\nLargest live tensors:";
-  for (size_t i = 0; i < shown; ++i) {
+  // The largest first; tensors alike (size, shape, category, line) are one row with a count.
+  auto same = [](const Node* a, const Node* b) {
+    return a->requested == b->requested && a->description == b->description && a->category == b->category &&
+           a->site.file == b->site.file && a->site.line == b->site.line;
+  };
+  std::sort(live.begin(), live.end(), [](const Node* a, const Node* b) {
+    if (a->requested != b->requested) return a->requested > b->requested;
+    if (a->site.line != b->site.line) return a->site.line < b->site.line;
+    return a->description < b->description;
+  });
+  size_t rows = 0;
+  for (size_t i = 0; i < live.size() && rows < 10; ++rows) {
+    size_t j = i + 1;
+    while (j < live.size() && same(live[i], live[j])) ++j;
     const Node* n = live[i];
-    m << "\n  " << format_bytes(static_cast<int64_t>(n->requested)) << "  "
-      << (n->description.empty() ? "(no shape recorded)" : n->description) << "  "
+    if (rows == 0) m << "\nLargest live tensors:";
+    m << "\n  " << format_bytes(static_cast<int64_t>(n->requested));
+    if (j - i > 1) m << " x " << (j - i);
+    m << "  " << (n->description.empty() ? "(no shape recorded)" : n->description) << "  "
       << memory_category_name(n->category) << "  ";
     if (n->site.file) m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
     else m << "(created before tracking began, or from C++)";
+    i = j;
   }
   m << "\nTo need less memory: recompute activations in the backward pass (dg.utils.checkpoint, "
        "Module.recompute()), or use a smaller micro-batch.";
