@@ -568,6 +568,8 @@ MemorySnapshot CachingAllocator::snapshot() const {
     }
     out.segments.push_back(std::move(seg));
   }
+  std::sort(out.segments.begin(), out.segments.end(),
+            [](const SnapshotSegment& a, const SnapshotSegment& b) { return a.address < b.address; });
   out.trace.assign(trace_.begin(), trace_.end());
   out.stats = stats_;
   out.stats.inactive_split = stats_.reserved - stats_.active - free_whole_;

@@ -185,7 +185,7 @@ class CachingAllocator final : public Allocator {
 
   mutable std::mutex mutex_;
   std::set<Node*, BySize> free_small_, free_large_;
-  std::set<Segment*> segments_;  // by address (a pointer order: the mapped bases)
+  std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
   MemoryStats stats_;
   int64_t free_whole_ = 0;  // bytes of entirely free segments
   size_t limit_ = 0;
