@@ -63,4 +63,5 @@ from . import memory  # noqa: E402,F401
 from .amp import (autocast, autocast_decrement_nesting, autocast_increment_nesting, clear_autocast_cache,  # noqa: E402,F401
                   get_autocast_dtype, is_autocast_cache_enabled, is_autocast_enabled, set_autocast_cache_enabled,
                   set_autocast_dtype, set_autocast_enabled)
+from .memory import get_memory_limit, set_memory_limit  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401

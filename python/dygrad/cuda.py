@@ -1,6 +1,9 @@
 """dygrad.cuda: the probes a CPU script reads (torch.cuda.is_available() and friends). dygrad has no CUDA
 backend yet, so every probe answers as torch does on a machine without a GPU."""
+from . import _C
 from . import amp as _amp
+
+OutOfMemoryError = _C.OutOfMemoryError  # torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
 
 
 def is_available():

@@ -25,9 +25,12 @@ PyObject* wrap(Tensor t) {
 }
 
 // --- errors ----------------------------------------------------------------------------------------------------
+// dg.OutOfMemoryError (a RuntimeError subclass), made by init_runtime (python/src/runtime.cpp).
+PyObject* g_out_of_memory_error = nullptr;
 namespace {
 PyObject* python_exception_for(ErrorKind kind) {
   switch (kind) {
+    case ErrorKind::OutOfMemory: return g_out_of_memory_error ? g_out_of_memory_error : PyExc_RuntimeError;
     case ErrorKind::Type: return PyExc_TypeError;
     case ErrorKind::Value: return PyExc_ValueError;
     case ErrorKind::Index: return PyExc_IndexError;

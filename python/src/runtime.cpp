@@ -1,11 +1,137 @@
 // Runtime controls: context flags (deterministic, synchronize, num_threads), the generator seed, stream
 // synchronisation and the caching allocator's statistics.
+#include <unordered_map>
+
 #include "common.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
+extern PyObject* g_out_of_memory_error;  // python/src/common.cpp
+
 namespace {
+// --- the allocator's history: Python frames and the snapshot dicts (torch.cuda.memory's schema) ---------------
+// Python strings are kept alive for the process, so the frames' const char* stay valid.
+const char* kept_utf8(PyObject* text) {
+  static auto* kept = new std::unordered_map<PyObject*, const char*>();
+  if (!text || !PyUnicode_Check(text)) return "?";
+  if (auto it = kept->find(text); it != kept->end()) return it->second;
+  const char* s = PyUnicode_AsUTF8(text);
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  Py_INCREF(text);
+  (*kept)[text] = s;
+  return s;
+}
+
+// The calling thread's Python frames, innermost first; nothing without the GIL (the stream's worker).
+void python_frames(std::vector<AllocFrame>& out) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) return;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  // an allocation may happen while an exception is pending
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (frame) Py_INCREF(frame);
+  while (frame && out.size() < 64) {
+    PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+    out.push_back({kept_utf8(code->co_filename), kept_utf8(code->co_name),
+                   static_cast<uint32_t>(PyFrame_GetLineNumber(frame))});
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  PyErr_Restore(type, value, traceback);
+}
+
+nb::dict frame_dict(const AllocFrame& f) {
+  nb::dict d;
+  d["filename"] = f.filename ? f.filename : "";
+  d["line"] = f.line;
+  d["name"] = f.name ? f.name : "";
+  return d;
+}
+
+// torch's frames: innermost first, the C++ ones (up to the interpreter) before the Python ones.
+nb::list frames_list(const AllocContextPtr& context, const CallSite& site) {
+  nb::list frames;
+  if (context) {
+    for (void* pc : context->cpp) frames.append(frame_dict(CachingAllocator::symbolize(pc)));
+    for (const AllocFrame& f : context->python) frames.append(frame_dict(f));
+  } else if (site.file) {  // a memory limit records the op's Python line only
+    frames.append(frame_dict(AllocFrame{site.file, site.function ? site.function : "", site.line}));
+  }
+  return frames;
+}
+
+nb::dict snapshot_dict(const MemorySnapshot& snap) {
+  nb::list segments;
+  for (const SnapshotSegment& s : snap.segments) {
+    nb::dict seg;
+    seg["device"] = 0;
+    seg["address"] = s.address;
+    seg["total_size"] = s.size;
+    seg["stream"] = 0;
+    seg["segment_type"] = s.small ? "small" : "large";
+    seg["segment_pool_id"] = nb::make_tuple(0, 0);
+    seg["is_expandable"] = false;
+    size_t allocated = 0, requested = 0;
+    nb::list blocks;
+    for (const SnapshotBlock& b : s.blocks) {
+      nb::dict block;
+      block["address"] = b.address;
+      block["size"] = b.size;
+      block["requested_size"] = b.live ? b.requested : 0;
+      block["state"] = b.live ? "active_allocated" : "inactive";
+      block["frames"] = b.live ? frames_list(b.context, b.site) : nb::list();
+      if (b.live) {  // dygrad's own fields (the viewer ignores them)
+        block["category"] = memory_category_name(b.category);
+        block["description"] = b.description;
+        allocated += b.size;
+        requested += b.requested;
+      }
+      blocks.append(block);
+    }
+    seg["allocated_size"] = allocated;
+    seg["active_size"] = allocated;
+    seg["requested_size"] = requested;
+    seg["blocks"] = blocks;
+    segments.append(seg);
+  }
+  nb::list trace;
+  for (const TraceEntry& e : snap.trace) {
+    nb::dict d;
+    d["action"] = trace_action_name(e.action);
+    if (e.action != TraceAction::Oom) d["addr"] = e.addr;
+    d["size"] = e.size;
+    d["stream"] = 0;
+    d["time_us"] = e.time_ns / 1000;
+    d["frames"] = frames_list(e.context, CallSite{});
+    if (e.action == TraceAction::Oom)
+      d["device_free"] = snap.stats.limit ? std::max<int64_t>(snap.stats.limit - snap.stats.reserved, 0) : 0;
+    d["category"] = memory_category_name(e.category);  // dygrad's: the timeline by category
+    d["allocated"] = e.allocated;
+    d["time_ns"] = e.time_ns;
+    trace.append(d);
+  }
+  nb::dict out;
+  out["segments"] = segments;
+  nb::list traces;
+  traces.append(trace);
+  out["device_traces"] = traces;
+  nb::dict settings;
+  settings["small_request"] = CachingAllocator::kSmallRequest;
+  settings["small_segment"] = CachingAllocator::kSmallSegment;
+  settings["medium_request"] = CachingAllocator::kMediumRequest;
+  settings["medium_segment"] = CachingAllocator::kMediumSegment;
+  settings["large_rounding"] = CachingAllocator::kLargeRounding;
+  settings["memory_limit"] = snap.stats.limit;
+  out["allocator_settings"] = settings;
+  return out;
+}
+
 // A kernel that fails on the stream, for testing deferred errors and their call sites from Python.
 struct FailureAttrs {
   static constexpr const char* kName = "FailureAttrs";
@@ -98,6 +224,23 @@ void init_runtime(nb::module_& m) {
   m.def("memory_stats", [] {
     MemoryStats s = CachingAllocator::cpu().stats();
     nb::dict d;
+    // torch.cuda.memory_stats's names (docs/memory.md: "allocated" here is the requested bytes, as dygrad's
+    // memory_allocated(); torch's allocated_bytes counts rounded blocks, which is active_bytes here).
+    d["allocated_bytes.all.current"] = s.allocated;
+    d["allocated_bytes.all.peak"] = s.peak_allocated;
+    d["requested_bytes.all.current"] = s.allocated;
+    d["requested_bytes.all.peak"] = s.peak_allocated;
+    d["active_bytes.all.current"] = s.active;
+    d["reserved_bytes.all.current"] = s.reserved;
+    d["reserved_bytes.all.peak"] = s.peak_reserved;
+    d["inactive_split_bytes.all.current"] = s.inactive_split;
+    d["segment.all.current"] = s.segments;
+    d["num_alloc_retries"] = 0;
+    d["num_ooms"] = s.num_ooms;
+    d["num_device_alloc"] = s.num_segment_allocs;
+    d["num_device_free"] = s.num_segment_frees;
+    d["reserved_bytes_at_peak"] = s.reserved_at_peak;
+    d["memory_limit"] = s.limit;
     d["allocated_bytes"] = s.allocated;
     d["reserved_bytes"] = s.reserved;
     d["peak_allocated_bytes"] = s.peak_allocated;
@@ -109,6 +252,34 @@ void init_runtime(nb::module_& m) {
       d[(std::string("allocated_bytes.") + memory_category_name(static_cast<MemoryCategory>(c))).c_str()] =
           s.allocated_by_category[static_cast<size_t>(c)];
     return d;
+  });
+  CachingAllocator::set_python_frame_provider(&python_frames);
+  g_out_of_memory_error = PyErr_NewExceptionWithDoc(
+      "dygrad.OutOfMemoryError", "An allocation would exceed the memory limit (dg.set_memory_limit) or the system's "
+      "memory; torch.OutOfMemoryError's analogue, a RuntimeError.", PyExc_RuntimeError, nullptr);
+  m.attr("OutOfMemoryError") = nb::borrow(g_out_of_memory_error);
+  m.def("_set_memory_limit", [](int64_t bytes) {
+    DG_CHECK(bytes >= 0, Value, "[set_memory_limit] expected a byte count >= 0 (0: no limit), got ", bytes);
+    CachingAllocator::cpu().set_memory_limit(static_cast<size_t>(bytes));
+  }, nb::arg("bytes"));
+  m.def("_get_memory_limit", [] { return CachingAllocator::cpu().memory_limit(); });
+  m.def("_parse_size", [](const std::string& text) { return CachingAllocator::parse_size(text); }, nb::arg("text"));
+  m.def("_record_memory_history", [](bool enabled, bool trace, bool alloc_stacks, bool free_stacks, bool cpp_stacks,
+                                     int64_t max_entries) {
+    DG_CHECK(max_entries >= 0, Value, "[record_history] max_entries must be >= 0, got ", max_entries);
+    HistoryOptions o;
+    o.enabled = enabled;
+    o.trace = trace;
+    o.alloc_stacks = alloc_stacks;
+    o.free_stacks = free_stacks;
+    o.cpp_stacks = cpp_stacks;
+    o.max_entries = static_cast<size_t>(max_entries);
+    CachingAllocator::cpu().record_history(o);
+  }, nb::arg("enabled"), nb::arg("trace"), nb::arg("alloc_stacks"), nb::arg("free_stacks"), nb::arg("cpp_stacks"),
+     nb::arg("max_entries"));
+  m.def("_memory_snapshot", [] {
+    // As torch's, no sync: blocks still held by queued Tasks are live (docs/memory.md, "Snapshots").
+    return snapshot_dict(CachingAllocator::cpu().snapshot());
   });
   m.def("_set_package_dir", [](const std::string& dir) { set_package_dir(dir); }, nb::arg("dir"),
         "Frames of files under `dir` (dygrad's own Python code) are skipped when an op records its call site.");

@@ -1,4 +1,5 @@
-// The caching allocator: exact statistics, peaks, cache reuse, empty_cache, categories, alignment, external
+// The caching allocator: exact statistics, peaks, cache reuse, splitting and merging, empty_cache, the memory
+// limit, history and snapshots, categories, alignment, external
 // storage, and stream-ordered reuse (docs/memory.md).
 #include <algorithm>
 #include <cstdint>
@@ -21,23 +22,30 @@ int64_t by_category(const MemoryStats& s, MemoryCategory c) { return s.allocated
 
 }  // namespace
 
-TEST(Allocator, BinSizes) {
-  EXPECT_EQ(CachingAllocator::bin_size(1), 64u);
-  EXPECT_EQ(CachingAllocator::bin_size(64), 64u);
-  EXPECT_EQ(CachingAllocator::bin_size(65), 128u);    // every bin is a multiple of the 64-byte alignment
-  EXPECT_EQ(CachingAllocator::bin_size(100), 128u);
-  EXPECT_EQ(CachingAllocator::bin_size(129), 192u);
-  EXPECT_EQ(CachingAllocator::bin_size(300), 320u);    // 256 + 64: four classes per power of two above 256
-  EXPECT_EQ(CachingAllocator::bin_size(1000), 1024u);
-  EXPECT_EQ(CachingAllocator::bin_size(1025), 1280u);
-  EXPECT_EQ(CachingAllocator::bin_size(3 << 20), size_t{3} << 20);
-  for (size_t n = 1; n < (size_t{1} << 22); n = n * 3 / 2 + 1) {
-    size_t b = CachingAllocator::bin_size(n);
-    EXPECT_GE(b, n);
-    EXPECT_EQ(b % CachingAllocator::kAlignment, 0u) << n;
-    EXPECT_LE(b - n, std::max<size_t>(n / 4, CachingAllocator::kAlignment - 1)) << "too much padding for " << n;
-    EXPECT_EQ(CachingAllocator::bin_size(b), b) << "a bin size is its own bin";
+TEST(Allocator, RoundSizesAndSegmentSizes) {
+  EXPECT_EQ(CachingAllocator::round_size(1), 64u);
+  EXPECT_EQ(CachingAllocator::round_size(64), 64u);
+  EXPECT_EQ(CachingAllocator::round_size(65), 128u);  // every block is a multiple of the 64-byte alignment
+  EXPECT_EQ(CachingAllocator::round_size(512), 512u);
+  EXPECT_EQ(CachingAllocator::round_size(513), 1024u);  // then 512-byte steps
+  EXPECT_EQ(CachingAllocator::round_size(4000), 4096u);
+  for (size_t n = 1; n < (size_t{1} << 26); n = n * 3 / 2 + 1) {
+    size_t r = CachingAllocator::round_size(n);
+    EXPECT_GE(r, n);
+    EXPECT_EQ(r % CachingAllocator::kAlignment, 0u) << n;
+    EXPECT_LT(r - n, 512u) << n;
+    EXPECT_EQ(CachingAllocator::round_size(r), r);
   }
+  EXPECT_EQ(CachingAllocator::segment_size(1000), CachingAllocator::kSmallSegment);
+  EXPECT_EQ(CachingAllocator::segment_size(3 << 20), CachingAllocator::kMediumSegment);
+  EXPECT_EQ(CachingAllocator::segment_size((10 << 20) + 512), size_t{12} << 20);  // 2 MiB steps
+  EXPECT_EQ(CachingAllocator::parse_size("2GiB"), size_t{2} << 30);
+  EXPECT_EQ(CachingAllocator::parse_size("512 MiB"), size_t{512} << 20);
+  EXPECT_EQ(CachingAllocator::parse_size("1.5g"), size_t{3} << 29);
+  EXPECT_EQ(CachingAllocator::parse_size("3MB"), 3000000u);
+  EXPECT_EQ(CachingAllocator::parse_size("12345"), 12345u);
+  EXPECT_THROW(CachingAllocator::parse_size("lots"), Error);
+  EXPECT_THROW(CachingAllocator::parse_size("3 parsecs"), Error);
 }
 
 TEST(Allocator, Alignment64) {
@@ -46,7 +54,7 @@ TEST(Allocator, Alignment64) {
     CachingAllocator::Block b = allocator().allocate(n, MemoryCategory::Temporary);
     ASSERT_NE(b.ptr, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.ptr) % CachingAllocator::kAlignment, 0u) << n;
-    EXPECT_EQ(b.bin_bytes, CachingAllocator::bin_size(n));
+    EXPECT_EQ(b.bin_bytes, CachingAllocator::round_size(n));
     blocks.push_back(b);
     allocator().free(b, n, MemoryCategory::Temporary);
   }
@@ -105,31 +113,241 @@ TEST(Allocator, PeakAndResetPeak) {
 
 TEST(Allocator, CacheHitsOnReuseAndEmptyCache) {
   settle();
-  const size_t n = 123456;  // bin 131072
+  allocator().empty_cache();
+  const size_t n = size_t{48} << 20;  // a segment of its own (48 MiB)
   MemoryStats s0 = allocator().stats();
   CachingAllocator::Block first = allocator().allocate(n, MemoryCategory::Temporary);
   MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved + static_cast<int64_t>(n));
+  EXPECT_EQ(s1.segments, s0.segments + 1);
   allocator().free(first, n, MemoryCategory::Temporary);
   MemoryStats s2 = allocator().stats();
-  EXPECT_EQ(s2.reserved, s1.reserved);  // the freed block stays reserved, in the cache
+  EXPECT_EQ(s2.reserved, s1.reserved);  // the freed segment stays reserved, in the cache
   EXPECT_EQ(s2.allocated, s0.allocated);
-  // Another request in the same bin reuses the block.
-  CachingAllocator::Block second = allocator().allocate(n + 1000, MemoryCategory::Temporary);
+  // The same request reuses the block.
+  CachingAllocator::Block second = allocator().allocate(n - 1000, MemoryCategory::Temporary);
   MemoryStats s3 = allocator().stats();
   EXPECT_EQ(second.ptr, first.ptr);
   EXPECT_EQ(s3.cache_hits, s2.cache_hits + 1);
   EXPECT_EQ(s3.reserved, s2.reserved);
-  EXPECT_EQ(s3.allocated, s0.allocated + static_cast<int64_t>(n + 1000));
-  allocator().free(second, n + 1000, MemoryCategory::Temporary);
-  // empty_cache returns every cached block: at least this one.
+  EXPECT_EQ(s3.allocated, s0.allocated + static_cast<int64_t>(n - 1000));
+  allocator().free(second, n - 1000, MemoryCategory::Temporary);
+  // empty_cache returns every entirely free segment: this one.
   allocator().empty_cache();
   MemoryStats s4 = allocator().stats();
-  EXPECT_LE(s4.reserved, s3.reserved - static_cast<int64_t>(CachingAllocator::bin_size(n)));
+  EXPECT_EQ(s4.reserved, s3.reserved - static_cast<int64_t>(n));
+  EXPECT_EQ(s4.num_segment_frees, s3.num_segment_frees + 1);
   EXPECT_GE(s4.reserved, s4.allocated);
   CachingAllocator::Block third = allocator().allocate(n, MemoryCategory::Temporary);
   EXPECT_EQ(allocator().stats().cache_hits, s4.cache_hits);  // nothing cached any more
-  EXPECT_EQ(allocator().stats().reserved, s4.reserved + static_cast<int64_t>(CachingAllocator::bin_size(n)));
+  EXPECT_EQ(allocator().stats().reserved, s4.reserved + static_cast<int64_t>(n));
   allocator().free(third, n, MemoryCategory::Temporary);
+  allocator().empty_cache();
+}
+
+TEST(Allocator, SplitsALargeCachedBlockAndMergesNeighboursOnFree) {
+  settle();
+  allocator().empty_cache();
+  constexpr size_t MiB = size_t{1} << 20;
+  const MemoryStats s0 = allocator().stats();
+  CachingAllocator::Block whole = allocator().allocate(64 * MiB, MemoryCategory::Temporary);
+  char* base = static_cast<char*>(whole.ptr);
+  allocator().free(whole, 64 * MiB, MemoryCategory::Temporary);
+  // A smaller request takes the front of the cached block; the remainder stays cached and serves the next.
+  CachingAllocator::Block a = allocator().allocate(40 * MiB, MemoryCategory::Activation);
+  CachingAllocator::Block b = allocator().allocate(20 * MiB - 100, MemoryCategory::Gradient);
+  EXPECT_EQ(a.ptr, base);
+  EXPECT_EQ(b.ptr, base + 40 * MiB);
+  EXPECT_EQ(b.bin_bytes, 20 * MiB);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved + static_cast<int64_t>(64 * MiB));  // no new segment
+  EXPECT_EQ(s1.cache_hits - s0.cache_hits, 2);
+  EXPECT_EQ(s1.allocated, s0.allocated + static_cast<int64_t>(60 * MiB - 100));
+  EXPECT_EQ(s1.active, s0.active + static_cast<int64_t>(60 * MiB));
+  EXPECT_EQ(s1.inactive_split, s0.inactive_split + static_cast<int64_t>(4 * MiB));  // the 4 MiB tail
+  // Freeing the front block leaves it apart (its neighbour is live); freeing the second merges all three.
+  allocator().free(a, 40 * MiB, MemoryCategory::Activation);
+  EXPECT_EQ(allocator().stats().inactive_split, s0.inactive_split + static_cast<int64_t>(44 * MiB));
+  allocator().free(b, 20 * MiB - 100, MemoryCategory::Gradient);
+  MemoryStats s2 = allocator().stats();
+  EXPECT_EQ(s2.inactive_split, s0.inactive_split);
+  EXPECT_EQ(s2.allocated, s0.allocated);
+  CachingAllocator::Block again = allocator().allocate(64 * MiB, MemoryCategory::Temporary);  // the merged block
+  EXPECT_EQ(again.ptr, base);
+  EXPECT_EQ(allocator().stats().reserved, s1.reserved);
+  allocator().free(again, 64 * MiB, MemoryCategory::Temporary);
+  // Best fit: of two cached blocks the smaller one that fits serves the request.
+  CachingAllocator::Block big = allocator().allocate(30 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fence = allocator().allocate(2 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block snug = allocator().allocate(24 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fence2 = allocator().allocate(2 * MiB, MemoryCategory::Temporary);  // snug stays apart
+  allocator().free(big, 30 * MiB, MemoryCategory::Temporary);
+  allocator().free(snug, 24 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fit = allocator().allocate(23 * MiB, MemoryCategory::Temporary);
+  EXPECT_EQ(fit.ptr, snug.ptr);
+  allocator().free(fit, 23 * MiB, MemoryCategory::Temporary);
+  allocator().free(fence, 2 * MiB, MemoryCategory::Temporary);
+  allocator().free(fence2, 2 * MiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  EXPECT_EQ(allocator().stats().reserved, s0.reserved);
+}
+
+TEST(Allocator, AMissReturnsFreeSegmentsThatCannotServeIt) {
+  settle();
+  allocator().empty_cache();
+  constexpr size_t MiB = size_t{1} << 20;
+  CachingAllocator::Block a1 = allocator().allocate(16 * MiB, MemoryCategory::Temporary);
+  CachingAllocator::Block a2 = allocator().allocate(16 * MiB, MemoryCategory::Temporary);  // two segments
+  allocator().free(a1, 16 * MiB, MemoryCategory::Temporary);
+  allocator().free(a2, 16 * MiB, MemoryCategory::Temporary);
+  const MemoryStats s0 = allocator().stats();
+  // 30 MiB fits neither cached 16 MiB segment; together they cover it, so both go before the new one comes.
+  CachingAllocator::Block b = allocator().allocate(30 * MiB, MemoryCategory::Temporary);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved - static_cast<int64_t>(32 * MiB) + static_cast<int64_t>(30 * MiB));
+  EXPECT_EQ(s1.num_segment_frees, s0.num_segment_frees + 2);
+  // Less cached than the request: kept (returning it would not stop reserved from growing).
+  CachingAllocator::Block c = allocator().allocate(12 * MiB, MemoryCategory::Temporary);
+  allocator().free(c, 12 * MiB, MemoryCategory::Temporary);
+  const MemoryStats s2 = allocator().stats();
+  CachingAllocator::Block d = allocator().allocate(14 * MiB, MemoryCategory::Temporary);
+  EXPECT_EQ(allocator().stats().num_segment_frees, s2.num_segment_frees);
+  allocator().free(d, 14 * MiB, MemoryCategory::Temporary);
+  allocator().free(b, 30 * MiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+}
+
+TEST(Allocator, SmallRequestsShareASegment) {
+  settle();
+  allocator().empty_cache();
+  const MemoryStats s0 = allocator().stats();
+  std::vector<CachingAllocator::Block> blocks;
+  for (int i = 0; i < 200; ++i) blocks.push_back(allocator().allocate(1000, MemoryCategory::Temporary));
+  MemoryStats s1 = allocator().stats();
+  EXPECT_LE(s1.segments - s0.segments, 1);  // 200 KiB fits one 2 MiB small segment
+  EXPECT_LE(s1.reserved - s0.reserved, static_cast<int64_t>(CachingAllocator::kSmallSegment));
+  EXPECT_EQ(s1.allocated - s0.allocated, 200 * 1000);
+  for (auto& b : blocks) allocator().free(b, 1000, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  EXPECT_EQ(allocator().stats().reserved, s0.reserved);
+}
+
+TEST(Allocator, MemoryLimitEmptiesTheCacheThenRaisesOutOfMemory) {
+  settle();
+  allocator().empty_cache();
+  constexpr size_t MiB = size_t{1} << 20;
+  CachingAllocator::Block cached = allocator().allocate(40 * MiB, MemoryCategory::Temporary);
+  allocator().free(cached, 40 * MiB, MemoryCategory::Temporary);
+  const MemoryStats s0 = allocator().stats();
+  allocator().set_memory_limit(static_cast<size_t>(s0.reserved) + 10 * MiB);
+  EXPECT_TRUE(allocation_tracking());
+  // 45 MiB does not fit the cached 40 MiB block; a new segment fits only once the cache is returned.
+  CachingAllocator::Block a = allocator().allocate(45 * MiB, MemoryCategory::Activation);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_LE(static_cast<size_t>(s1.reserved), allocator().memory_limit());
+  EXPECT_EQ(s1.num_segment_frees, s0.num_segment_frees + 1);
+  // Another 45 MiB cannot fit: OutOfMemory, naming the live block, and the state stays sound.
+  try {
+    allocator().allocate(45 * MiB, MemoryCategory::Activation);
+    ADD_FAILURE() << "expected OutOfMemory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+    std::string m = e.what();
+    EXPECT_NE(m.find("memory limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("45.00 MiB"), std::string::npos) << m;
+    EXPECT_NE(m.find("Largest live tensors"), std::string::npos) << m;
+    EXPECT_NE(m.find("dg.utils.checkpoint"), std::string::npos) << m;
+  }
+  MemoryStats s2 = allocator().stats();
+  EXPECT_EQ(s2.num_ooms, s1.num_ooms + 1);
+  EXPECT_EQ(s2.allocated, s1.allocated);
+  EXPECT_EQ(s2.reserved, s1.reserved);
+  // Free and retry: it works.
+  allocator().free(a, 45 * MiB, MemoryCategory::Activation);
+  CachingAllocator::Block retry = allocator().allocate(45 * MiB, MemoryCategory::Activation);
+  EXPECT_NE(retry.ptr, nullptr);
+  allocator().free(retry, 45 * MiB, MemoryCategory::Activation);
+  allocator().set_memory_limit(0);
+  EXPECT_FALSE(allocation_tracking());
+  allocator().empty_cache();
+}
+
+TEST(Allocator, HistoryRecordsEveryActionAndTheSnapshotAddsUp) {
+  settle();
+  HistoryOptions on;
+  on.enabled = true;
+  allocator().record_history(on);
+  constexpr size_t MiB = size_t{1} << 20;
+  CachingAllocator::Block a = allocator().allocate(3 * MiB, MemoryCategory::Activation);
+  Tensor t = Tensor::empty(dg::test::Shape{10, 20}, DType::Float32);
+  allocator().free(a, 3 * MiB, MemoryCategory::Activation);
+  MemorySnapshot snap = allocator().snapshot();
+  int64_t reserved = 0, requested = 0;
+  bool described = false;
+  for (const SnapshotSegment& s : snap.segments) {
+    reserved += static_cast<int64_t>(s.size);
+    size_t covered = 0;
+    for (const SnapshotBlock& b : s.blocks) {
+      EXPECT_EQ(b.address, s.address + covered);  // the blocks tile the segment
+      covered += b.size;
+      if (b.live) requested += static_cast<int64_t>(b.requested);
+      if (b.live && b.address == reinterpret_cast<uintptr_t>(t.raw_data())) {
+        described = b.description == "[10, 20] float32" && b.context && !b.context->cpp.empty();
+      }
+    }
+    EXPECT_EQ(covered, s.size);
+  }
+  EXPECT_EQ(reserved, snap.stats.reserved);
+  EXPECT_EQ(requested, snap.stats.allocated);
+  EXPECT_TRUE(described);
+  std::vector<TraceAction> actions;
+  for (const TraceEntry& e : snap.trace)
+    if (e.addr == reinterpret_cast<uintptr_t>(a.ptr)) actions.push_back(e.action);
+  ASSERT_GE(actions.size(), 3u);
+  EXPECT_EQ(actions[actions.size() - 3], TraceAction::Alloc);
+  EXPECT_EQ(actions[actions.size() - 2], TraceAction::FreeRequested);
+  EXPECT_EQ(actions[actions.size() - 1], TraceAction::FreeCompleted);
+  EXPECT_STREQ(trace_action_name(TraceAction::SegmentAlloc), "segment_alloc");
+  AllocFrame f = CachingAllocator::symbolize(snap.trace.back().context->cpp.front());
+  EXPECT_NE(std::string(f.filename), "");
+  on.max_entries = 2;
+  allocator().record_history(on);
+  EXPECT_LE(allocator().snapshot().trace.size(), 2u);
+  allocator().record_history(HistoryOptions{});
+  EXPECT_TRUE(allocator().snapshot().trace.empty());
+  EXPECT_FALSE(allocation_tracking());
+}
+
+TEST(AllocatorThreads, ConcurrentSplitMergeKeepsStatisticsExact) {
+  settle();
+  const MemoryStats s0 = allocator().stats();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      uint64_t state = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(t + 1);
+      std::vector<std::pair<CachingAllocator::Block, size_t>> live;
+      for (int i = 0; i < 400; ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const size_t n = (state >> 33) % 4 == 0 ? ((state >> 20) % (6u << 20)) + 1 : ((state >> 20) % 5000) + 1;
+        live.emplace_back(allocator().allocate(n, MemoryCategory::Temporary), n);
+        static_cast<char*>(live.back().first.ptr)[0] = 1;
+        static_cast<char*>(live.back().first.ptr)[n - 1] = 1;
+        if (live.size() > 8 || (state >> 40) % 3 == 0) {
+          size_t k = (state >> 45) % live.size();
+          allocator().free(live[k].first, live[k].second, MemoryCategory::Temporary);
+          live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        if (i % 100 == 99) allocator().empty_cache();
+      }
+      for (auto& [b, n] : live) allocator().free(b, n, MemoryCategory::Temporary);
+    });
+  }
+  for (auto& th : threads) th.join();
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.allocated, s0.allocated);
+  EXPECT_EQ(s1.active, s0.active);
+  EXPECT_GE(s1.inactive_split, 0);
+  allocator().empty_cache();
 }
 
 TEST(Allocator, EmptyCacheWithLiveTensorsKeepsThem) {
@@ -138,7 +356,7 @@ TEST(Allocator, EmptyCacheWithLiveTensorsKeepsThem) {
   live.wait_readable();
   allocator().empty_cache();
   MemoryStats s = allocator().stats();
-  EXPECT_GE(s.reserved, static_cast<int64_t>(CachingAllocator::bin_size(4000)));
+  EXPECT_GE(s.reserved, static_cast<int64_t>(CachingAllocator::round_size(4000)));
   EXPECT_EQ(sum(live).item<float>(), 3000.0f);
 }
 

@@ -16,7 +16,7 @@ namespace {
 struct HostMemoryAsCuda final : Allocator {
   MemoryBlock allocate(size_t nbytes, MemoryCategory) override { return {std::malloc(nbytes ? nbytes : 1), nbytes}; }
   void free(MemoryBlock block, size_t, MemoryCategory) override { std::free(block.ptr); }
-  void retag(size_t, MemoryCategory, MemoryCategory) override {}
+  void retag(const MemoryBlock&, size_t, MemoryCategory, MemoryCategory) override {}
 };
 Device fake_cuda() {
   static HostMemoryAsCuda allocator;

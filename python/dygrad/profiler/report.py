@@ -9,6 +9,7 @@ import html
 import json
 import math
 import os
+import pickle
 
 BUCKETS = ("compute", "exposed_comm", "data_wait", "host_bound", "other_idle")
 BUCKET_LABELS = {"compute": "compute", "exposed_comm": "exposed comm", "data_wait": "data wait",
@@ -526,6 +527,102 @@ def _gc_section(summary):
             '("python gc (generation N)").</p></section>')
 
 
+# --- the allocator snapshot's timeline (dg.memory.dump_snapshot into the run directory) ----------------------------
+SNAPSHOT_FILE = "memory_snapshot.pickle"
+SNAPSHOT_COLORS = {"parameter": "#2f6fd0", "gradient": "#8e5cc2", "optimizer_state": "#e8912d",
+                   "activation": "#3aa37a", "temporary": "#d9493f", "other": "#aab2bf"}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """A snapshot holds only dicts, lists, tuples, strings and numbers: refuse anything else (a pickle can run
+    code when it names a class)."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"a memory snapshot holds no objects of {module}.{name}")
+
+
+def load_snapshot(path):
+    """The snapshot dict of dg.memory.dump_snapshot (torch.cuda.memory's schema), read without running code."""
+    with open(path, "rb") as f:
+        return _PlainUnpickler(f).load()
+
+
+def snapshot_timeline(snapshot, max_points=600):
+    """Allocated bytes over time by category from a snapshot's trace: (times_s, {category: [bytes]}, allocated),
+    downsampled to about max_points points (the maximum of each bucket kept, so the peak shows)."""
+    entries = [e for e in (snapshot.get("device_traces") or [[]])[0]
+               if isinstance(e, dict) and e.get("action") in ("alloc", "free_completed")]
+    if not entries:
+        return [], {}, []
+    running, rows = {}, []
+    for e in entries:
+        c = e.get("category", "other")
+        running[c] = running.get(c, 0) + (e["size"] if e["action"] == "alloc" else -e["size"])
+        rows.append((e.get("time_ns", e.get("time_us", 0) * 1000), e.get("allocated", 0), dict(running)))
+    # Bytes live before the oldest entry cannot be attributed: they count as "other".
+    base = rows[0][1] - sum(rows[0][2].values())
+    step = max(1, math.ceil(len(rows) / max_points))
+    picked = [max(rows[i:i + step], key=lambda r: r[1]) for i in range(0, len(rows), step)]
+    t0 = picked[0][0]
+    cats = [c for c in SNAPSHOT_COLORS if any(c in r[2] for r in picked)] or ["other"]
+    if "other" not in cats:
+        cats.append("other")
+    series = {c: [r[2].get(c, 0) + (base if c == "other" else 0) for r in picked] for c in cats}
+    return [(r[0] - t0) / 1e9 for r in picked], series, [r[1] for r in picked]
+
+
+def _snapshot_svg(times, series, width=900, height=220):
+    top = max((sum(v[i] for v in series.values()) for i in range(len(times))), default=0) or 1
+    span = (times[-1] - times[0]) or 1
+    x = [8 + (width - 16) * (t - times[0]) / span for t in times]
+    paths, below = [], [0] * len(times)
+    for c, values in series.items():
+        above = [b + v for b, v in zip(below, values)]
+        pts = [f"{x[i]:.1f},{height - 4 - (height - 8) * above[i] / top:.1f}" for i in range(len(times))]
+        back = [f"{x[i]:.1f},{height - 4 - (height - 8) * below[i] / top:.1f}" for i in reversed(range(len(times)))]
+        paths.append(f'<polygon points="{" ".join(pts + back)}" fill="{SNAPSHOT_COLORS.get(c, "#777")}" '
+                     f'fill-opacity="0.85"><title>{_e(c)}</title></polygon>')
+        below = above
+    return (f'<svg id="snapshot-chart" viewBox="0 0 {width} {height}" width="100%" role="img" '
+            f'aria-label="allocated bytes over time by category">{"".join(paths)}</svg>')
+
+
+def snapshot_section(snapshot):
+    """The report's section for an allocator snapshot: totals (which equal dg.memory_stats() at the dump) and the
+    allocated timeline by category, stacked, from its trace."""
+    segments = [s for s in snapshot.get("segments") or [] if isinstance(s, dict)]
+    reserved = sum(s.get("total_size", 0) for s in segments)
+    allocated = sum(b.get("requested_size", 0) for s in segments for b in s.get("blocks") or []
+                    if b.get("state") == "active_allocated")
+    cached = sum(b.get("size", 0) for s in segments for b in s.get("blocks") or [] if b.get("state") == "inactive")
+    figures = (_figure("segments", fmt_value(len(segments))) + _figure("reserved at the dump", fmt_bytes(reserved))
+               + _figure("allocated at the dump", fmt_bytes(allocated)) + _figure("cached blocks", fmt_bytes(cached)))
+    times, series, _ = snapshot_timeline(snapshot)
+    if times:
+        peak = max(sum(v[i] for v in series.values()) for i in range(len(times)))
+        chart = (_snapshot_svg(times, series) + _legend((c.replace("_", " "), SNAPSHOT_COLORS.get(c, "#777"))
+                                                         for c in series)
+                 + f'<p class="note">{len(times)} points over {times[-1]:.3f} s; peak {_e(fmt_bytes(peak))} '
+                   f'allocated in the trace.</p>')
+    else:
+        chart = (f'<p class="missing">Allocation trace {NOT_RECORDED} (dg.memory.record_history(enabled="all") '
+                 f'before the run).</p>')
+    return (f'<section id="snapshot"><h2>Allocator snapshot</h2><p class="note">{_e(SNAPSHOT_FILE)}: '
+            f'dg.memory.dump_snapshot; also opens in PyTorch\'s memory viewer.</p><div class="figures">{figures}'
+            f'</div>{chart}</section>')
+
+
+def _snapshot_file_section(run):
+    path = os.path.join(run["dir"], SNAPSHOT_FILE)
+    if not os.path.isfile(path):
+        return ""
+    try:
+        return snapshot_section(load_snapshot(path))
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, AttributeError) as e:
+        return (f'<section id="snapshot"><h2>Allocator snapshot</h2><p class="missing">{_e(path)}: cannot be read '
+                f'({_e(e)}).</p></section>')
+
+
 def _advice_section(summary):
     advice = sorted_advice(summary)
     if not advice:
@@ -583,8 +680,8 @@ def render_html(run_dir, top=30):
     summary = run["summary"]
     label = get(summary, "meta", "label") or os.path.basename(os.path.abspath(run["dir"]))
     body = "".join((_header(run), _overview(run), _breakdown_section(run), _ops_section(run, top),
-                    _memory_section(run), _modules_section(summary), _leaks_section(summary), _advice_section(summary),
-                    _host_section(summary), _gc_section(summary)))
+                    _memory_section(run), _snapshot_file_section(run), _modules_section(summary),
+                    _leaks_section(summary), _advice_section(summary), _host_section(summary), _gc_section(summary)))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>dygrad profile: {_e(label)}</title><style>{_CSS}</style></head>\n<body>'

@@ -17,7 +17,10 @@ namespace {
 thread_local MemoryCategory tls_category = MemoryCategory::Activation;
 Allocator* allocators[kNumDeviceTypes] = {};
 std::atomic<bool> only_cpu{true};
+std::atomic<bool> tracking{false};
 }  // namespace
+bool allocation_tracking() { return tracking.load(std::memory_order_relaxed); }
+void set_allocation_tracking(bool on) { tracking.store(on, std::memory_order_relaxed); }
 MemoryCategory current_memory_category() { return tls_category; }
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }

@@ -30,15 +30,19 @@ class MemoryCategoryScope {
 // A buffer handed out by a device allocator.
 struct MemoryBlock {
   void* ptr = nullptr;
-  size_t bin_bytes = 0;  // the size class actually reserved
+  size_t bin_bytes = 0;    // the bytes the block actually takes (the request rounded up)
+  void* handle = nullptr;  // the allocator's own record of the block
 };
 
 class Allocator {
  public:
   virtual MemoryBlock allocate(size_t nbytes, MemoryCategory category) = 0;
   virtual void free(MemoryBlock block, size_t nbytes, MemoryCategory category) = 0;
-  // Moves live bytes between categories (a tensor becomes a parameter, a gradient...).
-  virtual void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) = 0;
+  // Moves a live block's bytes between categories (a tensor becomes a parameter, a gradient...).
+  virtual void retag(const MemoryBlock& block, size_t nbytes, MemoryCategory from, MemoryCategory to) = 0;
+  // Describes a live block ("[4, 128] float32") for the out-of-memory report and snapshots. Called by
+  // Tensor::empty only while allocation_tracking() is on.
+  virtual void annotate(const MemoryBlock& block, const char* description) { (void)block, (void)description; }
 
  protected:
   ~Allocator() = default;  // allocators live for the whole process
@@ -51,5 +55,10 @@ Allocator& allocator_for(Device device);
 // True while only the CPU has an allocator: every tensor is then a CPU tensor, and enqueue need not look at the
 // operands' devices (runtime/op_def.h, resolve_kernel).
 bool cpu_only();
+
+// True while an allocator records who made each block (a memory limit is set, or history is recorded):
+// Tensor::empty then describes its buffer (shape, dtype). Off, it costs one relaxed load per allocation.
+bool allocation_tracking();
+void set_allocation_tracking(bool on);
 
 }  // namespace dg

@@ -9,7 +9,9 @@
 
 namespace dg {
 
-enum class ErrorKind : uint8_t { Runtime, Type, Value, Index, NotImplemented };
+// OutOfMemory: the allocator could not serve a request (a memory limit, or the system refused); Python's
+// dg.OutOfMemoryError, a RuntimeError subclass like torch.OutOfMemoryError (docs/memory.md).
+enum class ErrorKind : uint8_t { Runtime, Type, Value, Index, NotImplemented, OutOfMemory };
 
 class Error : public std::exception {
  public:

@@ -126,10 +126,14 @@ void Storage::set_category(MemoryCategory c) {
   if (meta::is_meta(block_)) {
     meta::retag(nbytes_, category_, c);
   } else if (!is_external()) {
-    allocator_for(device_).retag(nbytes_, category_, c);
+    allocator_for(device_).retag(block_, nbytes_, category_, c);
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_retag(this, nbytes_, c); });
   }
   category_ = c;
+}
+
+void Storage::annotate(const char* description) const {
+  if (!is_external() && block_.ptr && !meta::is_meta(block_)) allocator_for(device_).annotate(block_, description);
 }
 
 Storage::~Storage() {

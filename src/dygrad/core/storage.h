@@ -32,6 +32,8 @@ class Storage : public RefCounted {
   void mark_shared_with_host() { exported_.store(true, std::memory_order_relaxed); }
   MemoryCategory category() const { return category_; }
   void set_category(MemoryCategory c);
+  // Tells the allocator what the buffer holds (only while allocation_tracking() is on, core/allocator.h).
+  void annotate(const char* description) const;
 
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }

@@ -3,6 +3,8 @@
 // layers that own those concepts (docs/tensor.md, "Layers").
 #include "dygrad/core/tensor.h"
 
+#include <sstream>
+
 #include "dygrad/core/error.h"
 #include "dygrad/core/shape.h"
 
@@ -44,6 +46,13 @@ Tensor Tensor::empty(IntSpan shape, DType dtype, Device device, const char* op) 
   Dims sizes(shape);
   Dims strides = contiguous_strides(shape);  // no overflow: the product of the sizes fits in int64
   auto storage = Storage::allocate(static_cast<size_t>(nbytes), device);
+  if (allocation_tracking()) [[unlikely]] {  // a memory limit or history: name the buffer (docs/memory.md)
+    std::ostringstream d;
+    d << "[";
+    for (size_t i = 0; i < shape.size(); ++i) d << (i ? ", " : "") << shape[i];
+    d << "] " << dtype_name(dtype);
+    storage->annotate(d.str().c_str());
+  }
   return Tensor(make_ref<TensorImpl>(std::move(storage), std::move(sizes), std::move(strides), 0, dtype));
 }
 

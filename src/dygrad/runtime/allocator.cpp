@@ -1,12 +1,102 @@
 // Caching allocator implementation (see allocator.h and docs/memory.md).
 #include "dygrad/runtime/allocator.h"
 
-#include <bit>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <unordered_map>
 
 #include "dygrad/core/error.h"
 
 namespace dg {
+
+struct CachingAllocator::Segment {
+  char* base = nullptr;
+  size_t size = 0;
+  bool small = false;
+  Node* first = nullptr;  // the block at `base`; blocks are linked in address order
+};
+
+// A block: a piece of a segment, live (allocated) or cached. Free blocks are in their pool's set, ordered by
+// (size, address): lower_bound finds the best fit.
+struct CachingAllocator::Node {
+  char* ptr = nullptr;
+  size_t size = 0;
+  Segment* segment = nullptr;
+  Node* prev = nullptr;
+  Node* next = nullptr;
+  size_t requested = 0;
+  bool allocated = false;
+  MemoryCategory category = MemoryCategory::Other;
+  // Recorded only while allocation_tracking() is on (a limit or history).
+  std::string description;
+  CallSite site;
+  AllocContextPtr context;
+  uint64_t trace_index = UINT64_MAX;  // its alloc entry (g_trace_pushed numbering), so a retag can update it
+};
+
+bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
+  if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
+}
+
+namespace {
+std::atomic<PythonFrameProvider> g_frame_provider{nullptr};
+std::atomic<bool> g_free_stacks{false}, g_cpp_stacks{false}, g_alloc_stacks{false};
+// Trace entries ever recorded (under the allocator's mutex; the CPU allocator is the only instance): the
+// kept ones are numbered [g_trace_pushed - trace_.size(), g_trace_pushed).
+uint64_t g_trace_pushed = 0;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr size_t kPage = 4096;
+size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+void* map_segment(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_all(const std::vector<std::pair<void*, size_t>>& segments) {
+  for (const auto& [p, n] : segments) munmap(p, n);
+}
+
+std::string format_bytes(int64_t n) {
+  char buf[64];
+  const double v = static_cast<double>(n);
+  if (n >= (int64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1 << 30));
+  else if (n >= (int64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", v / (1 << 20));
+  else if (n >= (int64_t{1} << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", v / (1 << 10));
+  else std::snprintf(buf, sizeof buf, "%lld bytes", static_cast<long long>(n));
+  return buf;
+}
+}  // namespace
+
+const char* trace_action_name(TraceAction a) {
+  switch (a) {
+    case TraceAction::Alloc: return "alloc";
+    case TraceAction::FreeRequested: return "free_requested";
+    case TraceAction::FreeCompleted: return "free_completed";
+    case TraceAction::SegmentAlloc: return "segment_alloc";
+    case TraceAction::SegmentFree: return "segment_free";
+    case TraceAction::Oom: return "oom";
+    case TraceAction::Snapshot: return "snapshot";
+  }
+  return "?";
+}
 
 CachingAllocator& CachingAllocator::cpu() {
   // Never destroyed: tensors held in static objects may be freed after main returns.
@@ -22,77 +112,332 @@ namespace {
 [[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
 }  // namespace
 
-CachingAllocator::~CachingAllocator() { release_cached_locked(); }
-
-// Bins: 64 bytes at least, then four classes per power of two (2^k, 1.25, 1.5, 1.75 x 2^k): at most 25%
-// of a block is padding. Every bin is a multiple of the alignment, as aligned_alloc requires (below 256
-// bytes that merges some classes: 64, 128, 192, 256).
-size_t CachingAllocator::bin_size(size_t nbytes) {
-  if (nbytes <= kAlignment) return kAlignment;
-  size_t top = std::bit_floor(nbytes);
-  size_t quarter = top / 4;
-  size_t bin = (nbytes + quarter - 1) / quarter * quarter;
-  return (bin + kAlignment - 1) / kAlignment * kAlignment;
+CachingAllocator::CachingAllocator() {
+  if (const char* env = std::getenv("DYGRAD_MEMORY_LIMIT"); env && *env) {
+    try {
+      set_memory_limit(parse_size(env));
+    } catch (const Error& e) {  // at library load: nothing can catch it, say so and go on without a limit
+      std::fprintf(stderr, "dygrad: ignoring DYGRAD_MEMORY_LIMIT: %s\n", e.what());
+    }
+  }
 }
 
-int CachingAllocator::bin_index(size_t bin_bytes) {
-  int k = std::bit_width(bin_bytes) - 1;  // floor(log2)
-  size_t quarter = (size_t{1} << k) / 4;
-  int sub = quarter ? static_cast<int>((bin_bytes - (size_t{1} << k)) / quarter) : 0;
-  return k * 4 + sub;
+CachingAllocator::~CachingAllocator() {
+  std::vector<std::pair<void*, size_t>> to_unmap;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_free_segments_locked(to_unmap);
+  }
+  unmap_all(to_unmap);
+}
+
+size_t CachingAllocator::round_size(size_t nbytes) {
+  if (nbytes <= 512) return round_up(std::max<size_t>(nbytes, 1), kAlignment);
+  return round_up(nbytes, 512);
+}
+
+namespace {
+// Measurement knobs (bench/memory_frag.py): DYGRAD_ALLOC_MEDIUM_SEGMENT (bytes; 0: a segment per request) and
+// DYGRAD_ALLOC_LARGE_ROUNDING (bytes, a multiple of the page). Unset, the constants of allocator.h hold.
+size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+}
+}  // namespace
+
+size_t CachingAllocator::segment_size(size_t rounded) {
+  static const size_t medium = env_size("DYGRAD_ALLOC_MEDIUM_SEGMENT", kMediumSegment);
+  static const size_t rounding = std::max<size_t>(env_size("DYGRAD_ALLOC_LARGE_ROUNDING", kLargeRounding), kPage);
+  if (rounded <= kSmallRequest) return kSmallSegment;
+  if (rounded < kMediumRequest && medium) return medium;
+  return round_up(rounded, rounding);
+}
+
+size_t CachingAllocator::parse_size(const std::string& text) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(s, &end);
+  DG_CHECK(end != s && errno == 0 && std::isfinite(value) && value >= 0, Value,
+           "[set_memory_limit] expected a size such as \"2GiB\", \"512MiB\" or a byte count, got \"", text, "\"");
+  std::string unit;
+  for (const char* p = end; *p; ++p)
+    if (!std::isspace(static_cast<unsigned char>(*p))) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kib") scale = 1024.0;
+  else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  else if (unit == "tb") scale = 1e12;
+  DG_CHECK(scale > 0, Value, "[set_memory_limit] unknown unit \"", unit, "\" in \"", text,
+           "\" (expected B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB or TB)");
+  const double bytes = value * scale;
+  DG_CHECK(bytes < 9.0e18, Value, "[set_memory_limit] size too large: \"", text, "\"");
+  return static_cast<size_t>(bytes);
+}
+
+// --- allocation ------------------------------------------------------------------------------------------------
+CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small) {
+  auto& pool = small ? free_small_ : free_large_;
+  Node key;
+  key.size = rounded;
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end()) return nullptr;
+  Node* node = *it;
+  pool.erase(it);
+  if (!node->prev && !node->next) free_whole_ -= static_cast<int64_t>(node->size);
+  return node;
+}
+
+void CachingAllocator::split_locked(Node* node, size_t rounded) {
+  const size_t rest = node->size - rounded;
+  const bool small = node->segment->small;
+  if (rest < (small ? kMinSmallRemainder : kMinLargeRemainder)) return;  // the tail stays inside the block
+  Node* tail = new Node();
+  tail->ptr = node->ptr + rounded;
+  tail->size = rest;
+  tail->segment = node->segment;
+  tail->prev = node;
+  tail->next = node->next;
+  if (node->next) node->next->prev = tail;
+  node->next = tail;
+  node->size = rounded;
+  (small ? free_small_ : free_large_).insert(tail);
+}
+
+AllocContextPtr CachingAllocator::capture_context(bool for_free) const {
+  if (for_free ? !g_free_stacks.load(std::memory_order_relaxed) : !g_alloc_stacks.load(std::memory_order_relaxed))
+    return nullptr;
+  auto context = std::make_shared<AllocContext>();
+  if (PythonFrameProvider provider = g_frame_provider.load(std::memory_order_acquire)) provider(context->python);
+  if (g_cpp_stacks.load(std::memory_order_relaxed)) {
+    void* frames[32];
+    const int n = backtrace(frames, 32);
+    constexpr int kSkip = 2;  // capture_context and allocate/free themselves
+    if (n > kSkip) context->cpp.assign(frames + kSkip, frames + n);
+  }
+  return context;
+}
+
+void CachingAllocator::record_locked(TraceAction action, uintptr_t addr, size_t size, MemoryCategory category,
+                                     AllocContextPtr context) {
+  if (!history_on_.load(std::memory_order_relaxed) || !history_.trace) return;
+  TraceEntry e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  e.time_ns = steady_ns();
+  e.category = category;
+  e.allocated = stats_.allocated;
+  e.context = std::move(context);
+  trace_.push_back(std::move(e));
+  ++g_trace_pushed;
+  while (trace_.size() > history_.max_entries) trace_.pop_front();
+}
+
+std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) const {
+  std::ostringstream m;
+  m << "[alloc] out of memory: tried to allocate " << format_bytes(static_cast<int64_t>(nbytes)) << " (" << nbytes
+    << " bytes)";
+  if (limit_)
+    m << "; the memory limit is " << format_bytes(static_cast<int64_t>(limit_)) << " (dg.set_memory_limit) and "
+      << format_bytes(stats_.reserved) << " is reserved after returning the cached segments: " << format_bytes(static_cast<int64_t>(needed))
+      << " more would exceed it";
+  else
+    m << "; the system refused a segment of " << format_bytes(static_cast<int64_t>(needed));
+  m << ". Allocated " << format_bytes(stats_.allocated) << " (";
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    m << (c ? ", " : "") << memory_category_name(static_cast<MemoryCategory>(c)) << " "
+      << format_bytes(stats_.allocated_by_category[static_cast<size_t>(c)]);
+  m << ").";
+  std::vector<const Node*> live;
+  for (const Segment* s : segments_)
+    for (const Node* n = s->first; n; n = n->next)
+      if (n->allocated) live.push_back(n);
+  // The largest first; tensors alike (size, shape, category, line) are one row with a count.
+  auto same = [](const Node* a, const Node* b) {
+    return a->requested == b->requested && a->description == b->description && a->category == b->category &&
+           a->site.file == b->site.file && a->site.line == b->site.line;
+  };
+  std::sort(live.begin(), live.end(), [](const Node* a, const Node* b) {
+    if (a->requested != b->requested) return a->requested > b->requested;
+    if (a->site.line != b->site.line) return a->site.line < b->site.line;
+    return a->description < b->description;
+  });
+  size_t rows = 0;
+  for (size_t i = 0; i < live.size() && rows < 10; ++rows) {
+    size_t j = i + 1;
+    while (j < live.size() && same(live[i], live[j])) ++j;
+    const Node* n = live[i];
+    if (rows == 0) m << "\nLargest live tensors:";
+    m << "\n  " << format_bytes(static_cast<int64_t>(n->requested));
+    if (j - i > 1) m << " x " << (j - i);
+    m << "  " << (n->description.empty() ? "(no shape recorded)" : n->description) << "  "
+      << memory_category_name(n->category) << "  ";
+    if (n->site.file) m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
+    else m << "(created before tracking began, or from C++)";
+    i = j;
+  }
+  m << "\nTo need less memory: recompute activations in the backward pass (dg.utils.checkpoint, "
+       "Module.recompute()), or use a smaller micro-batch.";
+  return m.str();
 }
 
 CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category) {
   Block block;
   if (nbytes == 0) return block;
   DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
-  block.bin_bytes = bin_size(nbytes);
-  const int idx = bin_index(block.bin_bytes);
+  const size_t rounded = round_size(nbytes);
+  const bool small = nbytes <= kSmallRequest;
+  AllocContextPtr context;
+  if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
+    context = capture_context(false);  // outside the lock: it walks the Python frames
   std::unique_lock<std::mutex> lock(mutex_);
-  auto& list = free_lists_[idx];
-  if (!list.empty()) {
-    block.ptr = list.back();
-    list.pop_back();
+  Node* node = take_free_locked(rounded, small);
+  if (node) {
     ++stats_.cache_hits;
   } else {
-    lock.unlock();  // the system allocator may be slow: not under our lock
-    block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
-    if (!block.ptr) {  // give the cache back and try once more
-      empty_cache();
-      block.ptr = std::aligned_alloc(kAlignment, block.bin_bytes);
+    size_t bytes = small ? kSmallSegment : segment_size(rounded);
+    std::vector<std::pair<void*, size_t>> to_unmap;
+    // Reserve no more while entirely free segments (which cannot serve this request) could be returned
+    // instead: give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
+    static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
+    if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
+    if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
+      release_free_segments_locked(to_unmap);  // first give the cache back
+      const size_t tight = round_up(rounded, kPage);
+      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) bytes = tight;  // no spare room in the segment
+      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
+        ++stats_.num_ooms;
+        record_locked(TraceAction::Oom, 0, nbytes, category, context);
+        std::string message = oom_message_locked(nbytes, bytes);
+        lock.unlock();
+        unmap_all(to_unmap);
+        fail(ErrorKind::OutOfMemory, message);
+      }
     }
-    if (!block.ptr) fail(ErrorKind::Runtime, "[alloc] out of memory: could not allocate ", nbytes, " bytes");
+    // The segment's bytes count as reserved from here, so that a concurrent allocation sees them (the limit
+    // holds exactly); the system call is made outside the lock.
+    stats_.reserved += static_cast<int64_t>(bytes);
+    lock.unlock();
+    unmap_all(to_unmap);
+    void* p = map_segment(bytes);
+    if (!p) {  // give the cache back and try once more
+      empty_cache();
+      p = map_segment(bytes);
+    }
     lock.lock();
-    stats_.reserved += static_cast<int64_t>(block.bin_bytes);
+    if (!p) {
+      stats_.reserved -= static_cast<int64_t>(bytes);
+      ++stats_.num_ooms;
+      record_locked(TraceAction::Oom, 0, nbytes, category, context);
+      std::string message = oom_message_locked(nbytes, bytes);
+      lock.unlock();
+      fail(ErrorKind::OutOfMemory, message);
+    }
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+    ++stats_.num_segment_allocs;
+    auto* segment = new Segment();
+    segment->base = static_cast<char*>(p);
+    segment->size = bytes;
+    segment->small = small;
+    node = new Node();
+    node->ptr = segment->base;
+    node->size = bytes;
+    node->segment = segment;
+    segment->first = node;
+    segments_.insert(segment);
+    record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(p), bytes, category, context);
+  }
+  split_locked(node, rounded);
+  node->allocated = true;
+  node->requested = nbytes;
+  node->category = category;
+  if (allocation_tracking()) [[unlikely]] {
+    node->site = current_call_site();
+    node->context = context;
   }
   ++stats_.num_allocs;
   total_allocated_.fetch_add(nbytes, std::memory_order_relaxed);
+  stats_.active += static_cast<int64_t>(node->size);
   stats_.allocated += static_cast<int64_t>(nbytes);
   const auto c = static_cast<int>(category);
   stats_.allocated_by_category[c] += static_cast<int64_t>(nbytes);
   if (stats_.allocated_by_category[c] > stats_.peak_by_category[c])
     stats_.peak_by_category[c] = stats_.allocated_by_category[c];
-  if (stats_.allocated > stats_.peak_allocated) stats_.peak_allocated = stats_.allocated;
+  if (stats_.allocated > stats_.peak_allocated) {
+    stats_.peak_allocated = stats_.allocated;
+    stats_.reserved_at_peak = stats_.reserved;
+  }
+  const uint64_t pushed = g_trace_pushed;
+  record_locked(TraceAction::Alloc, reinterpret_cast<uintptr_t>(node->ptr), nbytes, category, std::move(context));
+  node->trace_index = g_trace_pushed != pushed ? pushed : UINT64_MAX;
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Allocate, static_cast<int64_t>(nbytes), category, stats_);
+  block.ptr = node->ptr;
+  block.bin_bytes = node->size;
+  block.handle = node;
   return block;
 }
 
 void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category) {
   if (!block.ptr) return;
+  AllocContextPtr context;
+  if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
+    context = capture_context(true);
   std::lock_guard<std::mutex> lock(mutex_);
-  free_lists_[bin_index(block.bin_bytes)].push_back(block.ptr);
+  Node* node = static_cast<Node*>(block.handle);
   ++stats_.num_frees;
+  stats_.active -= static_cast<int64_t>(node->size);
   stats_.allocated -= static_cast<int64_t>(nbytes);
   stats_.allocated_by_category[static_cast<int>(category)] -= static_cast<int64_t>(nbytes);
+  const auto addr = reinterpret_cast<uintptr_t>(node->ptr);
+  record_locked(TraceAction::FreeRequested, addr, nbytes, category, context);
+  // The CPU stream runs in order: the block is reusable at once (docs/memory.md, "Stream-ordered reuse").
+  record_locked(TraceAction::FreeCompleted, addr, nbytes, category, std::move(context));
+  node->allocated = false;
+  node->requested = 0;
+  node->description.clear();
+  node->site = {};
+  node->context.reset();
+  node->trace_index = UINT64_MAX;
+  auto& pool = node->segment->small ? free_small_ : free_large_;
+  if (Node* prev = node->prev; prev && !prev->allocated) {  // merge with the free block before
+    pool.erase(prev);
+    prev->size += node->size;
+    prev->next = node->next;
+    if (node->next) node->next->prev = prev;
+    delete node;
+    node = prev;
+  }
+  if (Node* next = node->next; next && !next->allocated) {  // and with the one after
+    pool.erase(next);
+    node->size += next->size;
+    node->next = next->next;
+    if (next->next) next->next->prev = node;
+    delete next;
+  }
+  if (!node->prev && !node->next) free_whole_ += static_cast<int64_t>(node->size);
+  pool.insert(node);
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Free, static_cast<int64_t>(nbytes), category, stats_);
 }
 
-void CachingAllocator::retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
+void CachingAllocator::retag(const Block& block, size_t nbytes, MemoryCategory from, MemoryCategory to) {
   if (from == to || nbytes == 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (block.handle) {
+    Node* node = static_cast<Node*>(block.handle);
+    node->category = to;
+    // The trace's alloc entry takes the new category, so that the timeline by category adds up (the free
+    // entry carries it too).
+    const uint64_t first = g_trace_pushed - trace_.size();
+    if (node->trace_index != UINT64_MAX && node->trace_index >= first) trace_[node->trace_index - first].category = to;
+  }
   stats_.allocated_by_category[static_cast<int>(from)] -= static_cast<int64_t>(nbytes);
   auto t = static_cast<int>(to);
   stats_.allocated_by_category[t] += static_cast<int64_t>(nbytes);
@@ -102,6 +447,12 @@ void CachingAllocator::retag(size_t nbytes, MemoryCategory from, MemoryCategory 
     obs->on_memory_event(MemoryEventKind::Retag, static_cast<int64_t>(nbytes), to, stats_);
 }
 
+void CachingAllocator::annotate(const Block& block, const char* description) {
+  if (!block.handle) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  static_cast<Node*>(block.handle)->description = description;
+}
+
 void CachingAllocator::set_observer(AllocatorObserver* observer) {
   std::lock_guard<std::mutex> lock(mutex_);  // calls happen under this lock: none is in flight after this
   observer_.store(observer, std::memory_order_release);
@@ -109,33 +460,157 @@ void CachingAllocator::set_observer(AllocatorObserver* observer) {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  MemoryStats s = stats_;
+  s.inactive_split = s.reserved - s.active - free_whole_;
+  s.segments = static_cast<int64_t>(segments_.size());
+  s.limit = static_cast<int64_t>(limit_);
+  return s;
 }
 
 void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_allocated = stats_.allocated;
   stats_.peak_reserved = stats_.reserved;
+  stats_.reserved_at_peak = stats_.reserved;
   stats_.peak_by_category = stats_.allocated_by_category;
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  release_cached_locked();
+  std::vector<std::pair<void*, size_t>> to_unmap;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_free_segments_locked(to_unmap);
+  }
+  unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
 }
 
-void CachingAllocator::release_cached_locked() {
-  for (size_t idx = 0; idx < free_lists_.size(); ++idx) {
-    size_t k = idx / 4, sub = idx % 4;
-    size_t bytes = (size_t{1} << k) + sub * ((size_t{1} << k) / 4);
-    for (void* p : free_lists_[idx]) {
-      std::free(p);
-      stats_.reserved -= static_cast<int64_t>(bytes);
+void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough) {
+  size_t released = 0;
+  for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
+    Segment* s = *it;
+    Node* n = s->first;
+    if (n->allocated || n->next) {
+      ++it;
+      continue;
     }
-    free_lists_[idx].clear();
+    (s->small ? free_small_ : free_large_).erase(n);
+    free_whole_ -= static_cast<int64_t>(s->size);
+    stats_.reserved -= static_cast<int64_t>(s->size);
+    ++stats_.num_segment_frees;
+    record_locked(TraceAction::SegmentFree, reinterpret_cast<uintptr_t>(s->base), s->size, MemoryCategory::Other,
+                  nullptr);
+    to_unmap.emplace_back(s->base, s->size);
+    released += s->size;
+    delete n;
+    delete s;
+    it = segments_.erase(it);
   }
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::ReleaseCache, 0, MemoryCategory::Other, stats_);
+}
+
+// --- the limit -------------------------------------------------------------------------------------------------
+void CachingAllocator::update_tracking_locked() { set_allocation_tracking(limit_ > 0 || history_.enabled); }
+
+void CachingAllocator::set_memory_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+  update_tracking_locked();
+}
+
+size_t CachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return limit_;
+}
+
+// --- history and snapshots -------------------------------------------------------------------------------------
+void CachingAllocator::set_python_frame_provider(PythonFrameProvider provider) {
+  g_frame_provider.store(provider, std::memory_order_release);
+}
+
+void CachingAllocator::record_history(const HistoryOptions& options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  history_ = options;
+  if (!options.enabled || !options.trace) trace_.clear();
+  while (trace_.size() > history_.max_entries) trace_.pop_front();
+  g_alloc_stacks.store(options.enabled && options.alloc_stacks, std::memory_order_relaxed);
+  g_free_stacks.store(options.enabled && options.free_stacks, std::memory_order_relaxed);
+  g_cpp_stacks.store(options.enabled && options.cpp_stacks, std::memory_order_relaxed);
+  history_on_.store(options.enabled, std::memory_order_relaxed);
+  update_tracking_locked();
+}
+
+HistoryOptions CachingAllocator::history_options() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return history_;
+}
+
+MemorySnapshot CachingAllocator::snapshot() const {
+  MemorySnapshot out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  out.segments.reserve(segments_.size());
+  for (const Segment* s : segments_) {
+    SnapshotSegment seg;
+    seg.address = reinterpret_cast<uintptr_t>(s->base);
+    seg.size = s->size;
+    seg.small = s->small;
+    for (const Node* n = s->first; n; n = n->next) {
+      SnapshotBlock b;
+      b.address = reinterpret_cast<uintptr_t>(n->ptr);
+      b.size = n->size;
+      b.requested = n->requested;
+      b.live = n->allocated;
+      b.category = n->category;
+      b.description = n->description;
+      b.site = n->site;
+      b.context = n->context;
+      seg.blocks.push_back(std::move(b));
+    }
+    out.segments.push_back(std::move(seg));
+  }
+  std::sort(out.segments.begin(), out.segments.end(),
+            [](const SnapshotSegment& a, const SnapshotSegment& b) { return a.address < b.address; });
+  out.trace.assign(trace_.begin(), trace_.end());
+  out.stats = stats_;
+  out.stats.inactive_split = stats_.reserved - stats_.active - free_whole_;
+  out.stats.segments = static_cast<int64_t>(segments_.size());
+  out.stats.limit = static_cast<int64_t>(limit_);
+  return out;
+}
+
+AllocFrame CachingAllocator::symbolize(void* address) {
+  static std::mutex mutex;
+  static auto* cache = new std::unordered_map<void*, AllocFrame>();
+  static auto* strings = new std::vector<std::unique_ptr<std::string>>();  // kept for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache->find(address); it != cache->end()) return it->second;
+  auto keep = [&](std::string text) {
+    strings->push_back(std::make_unique<std::string>(std::move(text)));
+    return strings->back()->c_str();
+  };
+  AllocFrame frame;
+  Dl_info info{};
+  if (dladdr(address, &info) && info.dli_fname) {
+    frame.filename = keep(info.dli_fname);
+    if (info.dli_sname) {
+      int status = 0;
+      char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+      frame.name = keep(status == 0 && demangled ? demangled : info.dli_sname);
+      std::free(demangled);
+    } else {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "0x%zx", static_cast<size_t>(reinterpret_cast<char*>(address) -
+                                                                  static_cast<char*>(info.dli_fbase)));
+      frame.name = keep(buf);
+    }
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%p", address);
+    frame.filename = "??";
+    frame.name = keep(buf);
+  }
+  (*cache)[address] = frame;
+  return frame;
 }
 
 }  // namespace dg

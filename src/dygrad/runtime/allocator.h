@@ -1,26 +1,43 @@
-// The CPU caching allocator: 64-byte aligned blocks in size bins (four per power of two), cached on free
-// and handed to any later Task of the same stream (in-order execution makes reuse safe). Statistics are
-// exact: `allocated` is the sum of the requested bytes of live blocks. See docs/memory.md.
+// The CPU caching allocator: segments obtained from the system (mmap) are split into blocks; a request is served
+// by the best-fitting cached block of its pool (small: <= 1 MiB, in 2 MiB segments; large: the rest), whose
+// remainder stays cached, and a freed block merges with its free neighbours. Cached blocks are handed to any
+// later Task of the same stream (in-order execution makes reuse safe). Statistics are exact: `allocated` is the
+// sum of the requested bytes of live blocks, `reserved` the bytes of the segments. An optional memory limit makes
+// an allocation that would reserve more raise OutOfMemory, and history recording keeps a trace of every action
+// for snapshots (PyTorch's memory viewer schema). See docs/memory.md.
 #pragma once
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "dygrad/core/allocator.h"
+#include "dygrad/runtime/op_def.h"
 
 namespace dg {
 
 struct MemoryStats {
   int64_t allocated = 0;       // requested bytes of live blocks
-  int64_t reserved = 0;        // bytes held from the system: live blocks plus the cache, in bin sizes
+  int64_t reserved = 0;        // bytes of the segments held from the system: live blocks plus the cache
   int64_t peak_allocated = 0;  // since the last reset_peak()
   int64_t peak_reserved = 0;
-  int64_t num_allocs = 0;      // allocate() calls since start
+  int64_t reserved_at_peak = 0;  // `reserved` when `peak_allocated` was reached (fragmentation at the peak)
+  int64_t active = 0;            // block bytes of live blocks (requests rounded up)
+  int64_t inactive_split = 0;    // cached bytes in segments that also hold live blocks (empty_cache keeps them)
+  int64_t segments = 0;          // segments held
+  int64_t num_allocs = 0;        // allocate() calls since start
   int64_t num_frees = 0;
-  int64_t cache_hits = 0;
+  int64_t cache_hits = 0;        // allocations served from cached blocks
+  int64_t num_segment_allocs = 0;
+  int64_t num_segment_frees = 0;
+  int64_t num_ooms = 0;          // allocations that raised OutOfMemory
+  int64_t limit = 0;             // the memory limit (0: none)
   std::array<int64_t, kNumMemoryCategories> allocated_by_category{};
   std::array<int64_t, kNumMemoryCategories> peak_by_category{};
 };
@@ -37,6 +54,67 @@ struct AllocatorObserver {
                                const MemoryStats& stats) = 0;
 };
 
+// --- history and snapshots (torch.cuda.memory._record_memory_history / _snapshot, for the CPU) ---------------
+// A stack frame; strings live for the process (the bindings intern Python's).
+struct AllocFrame {
+  const char* filename = "";
+  const char* name = "";
+  uint32_t line = 0;
+};
+// Where an action happened: the Python frames (innermost first) and the C++ return addresses (innermost
+// first; symbolised only when a snapshot is taken).
+struct AllocContext {
+  std::vector<AllocFrame> python;
+  std::vector<void*> cpp;
+};
+using AllocContextPtr = std::shared_ptr<const AllocContext>;
+// Fills the Python frames of the calling thread (innermost first), or nothing when it cannot (no GIL).
+using PythonFrameProvider = void (*)(std::vector<AllocFrame>& out);
+
+enum class TraceAction : uint8_t { Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, Oom, Snapshot };
+const char* trace_action_name(TraceAction a);  // torch's names: "alloc", "free_requested", ...
+
+struct TraceEntry {
+  TraceAction action = TraceAction::Alloc;
+  uintptr_t addr = 0;
+  size_t size = 0;            // requested bytes for alloc/free; segment bytes for segment_*; request for oom
+  int64_t time_ns = 0;        // profiler::now_ns() (steady clock)
+  MemoryCategory category = MemoryCategory::Other;
+  int64_t allocated = 0;      // `allocated` after the action (for the timeline)
+  AllocContextPtr context;    // null when not recorded
+};
+
+struct HistoryOptions {
+  bool enabled = false;   // torch's enabled=None: off
+  bool trace = true;      // enabled="all" (a trace of actions) vs "state" (only the live blocks' stacks)
+  bool alloc_stacks = true;  // context "alloc"/"all"/"state": the stack of each allocation
+  bool free_stacks = true;   // context "all": also the stack of each free
+  bool cpp_stacks = true;    // stacks="all": also C++ frames ("python": only Python's)
+  size_t max_entries = SIZE_MAX;
+};
+
+struct SnapshotBlock {
+  uintptr_t address = 0;
+  size_t size = 0;
+  size_t requested = 0;  // 0 for a cached block
+  bool live = false;
+  MemoryCategory category = MemoryCategory::Other;
+  std::string description;  // "[4, 128] float32" when tracked
+  CallSite site;            // the Python line that made it, when tracked
+  AllocContextPtr context;
+};
+struct SnapshotSegment {
+  uintptr_t address = 0;
+  size_t size = 0;
+  bool small = false;
+  std::vector<SnapshotBlock> blocks;  // in address order, covering the segment
+};
+struct MemorySnapshot {
+  std::vector<SnapshotSegment> segments;
+  std::vector<TraceEntry> trace;
+  MemoryStats stats;
+};
+
 class CachingAllocator final : public Allocator {
  public:
   // The CPU's; registered as Device::Type::CPU's allocator (core/allocator.h) when the library loads.
@@ -45,29 +123,75 @@ class CachingAllocator final : public Allocator {
   using Block = MemoryBlock;
   Block allocate(size_t nbytes, MemoryCategory category) override;
   void free(Block block, size_t nbytes, MemoryCategory category) override;
-  void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) override;
+  void retag(const Block& block, size_t nbytes, MemoryCategory from, MemoryCategory to) override;
+  void annotate(const Block& block, const char* description) override;
 
   MemoryStats stats() const;
   // Bytes handed out by allocate() since start (never decreases): the stream bounds how many of them the
   // host may allocate while the device lags (docs/memory.md, "In-flight allocation window").
   uint64_t bytes_allocated_total() const { return total_allocated_.load(std::memory_order_relaxed); }
   void reset_peak();
-  void empty_cache();  // returns every cached block to the system
-  static size_t bin_size(size_t nbytes);
+  void empty_cache();  // returns every entirely free segment to the system (munmap)
+
+  // The size a request takes: 64-byte multiples up to 512 bytes, then 512-byte multiples.
+  static size_t round_size(size_t nbytes);
+  // Thresholds (docs/memory.md, "Pools, segments and splitting").
   static constexpr size_t kAlignment = 64;
+  static constexpr size_t kSmallRequest = size_t{1} << 20;   // requests up to this are small
+  static constexpr size_t kSmallSegment = size_t{2} << 20;   // a small segment
+  static constexpr size_t kMediumRequest = size_t{10} << 20; // large requests below this share...
+  static constexpr size_t kMediumSegment = size_t{20} << 20; // ...20 MiB segments
+  static constexpr size_t kLargeRounding = size_t{2} << 20;  // larger ones get their own, in 2 MiB steps
+  static constexpr size_t kMinSmallRemainder = 512;          // a split leaves at least this in a small block
+  static constexpr size_t kMinLargeRemainder = size_t{1} << 20;  // ... and in a large one
+  static size_t segment_size(size_t rounded);
+
+  // The memory limit on `reserved` (0: none). An allocation that would reserve more first returns the free
+  // segments, then raises OutOfMemory listing the largest live tensors. Read from DYGRAD_MEMORY_LIMIT at load.
+  void set_memory_limit(size_t bytes);
+  size_t memory_limit() const;
+  // "2GiB", "512MiB", "1.5G", "1000000": bytes (binary units; KB/MB/GB are decimal); raises on a bad string.
+  static size_t parse_size(const std::string& text);
+
+  // History for snapshots (docs/memory.md, "Snapshots"): off by default.
+  void record_history(const HistoryOptions& options);
+  HistoryOptions history_options() const;
+  MemorySnapshot snapshot() const;
+  static void set_python_frame_provider(PythonFrameProvider provider);
+  // Symbolises a C++ return address (dladdr + demangling): {shared object, function}.
+  static AllocFrame symbolize(void* address);
+
   // Installs the hook; once this returns, no call to the previous observer is in flight.
   void set_observer(AllocatorObserver* observer);
   AllocatorObserver* observer() const { return observer_.load(std::memory_order_acquire); }
 
  private:
-  CachingAllocator() = default;
+  struct Segment;
+  struct Node;
+  struct BySize {
+    bool operator()(const Node* a, const Node* b) const;
+  };
+  CachingAllocator();
   ~CachingAllocator();
-  static int bin_index(size_t bin_bytes);
-  void release_cached_locked();
+  // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
+  void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough = SIZE_MAX);
+  Node* take_free_locked(size_t rounded, bool small);
+  void split_locked(Node* node, size_t rounded);
+  void record_locked(TraceAction action, uintptr_t addr, size_t size, MemoryCategory category,
+                     AllocContextPtr context);
+  std::string oom_message_locked(size_t nbytes, size_t needed) const;
+  void update_tracking_locked();
+  AllocContextPtr capture_context(bool for_free) const;
 
   mutable std::mutex mutex_;
-  std::vector<std::vector<void*>> free_lists_ = std::vector<std::vector<void*>>(256);
+  std::set<Node*, BySize> free_small_, free_large_;
+  std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
   MemoryStats stats_;
+  int64_t free_whole_ = 0;  // bytes of entirely free segments
+  size_t limit_ = 0;
+  HistoryOptions history_;
+  std::deque<TraceEntry> trace_;
+  std::atomic<bool> history_on_{false};
   std::atomic<uint64_t> total_allocated_{0};
   std::atomic<AllocatorObserver*> observer_{nullptr};
 };
