@@ -2,6 +2,7 @@
 // synchronisation and the caching allocator's statistics.
 #include "common.h"
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/cpu_isa.h"
 
 namespace dg::py {
 
@@ -80,6 +81,8 @@ void init_runtime(nb::module_& m) {
      "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
+  // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not the AVX-512 plugin, the CPU's flags.
+  m.def("_cpu_kernel_isa", [] { return nb::make_tuple(cpu_kernel_isa(), cpu_kernel_isa_note(), cpu_features()); });
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {
     DG_CHECK(n >= 1 && n <= 4096, Value, "[set_num_threads] expected a thread count in [1, 4096], got ", n);
