@@ -4,6 +4,8 @@
 #   make bench      build with the benchmarks and run them (results go into bench/RESULTS.md by hand)
 #   make check-layers  the include-direction check (part of `make test`)
 #   make sweep      the exhaustive conformance sweep (every op, case, layout, dtype); `make test` runs the fast one
+#   make test-gradgrad  gradcheck and gradgradcheck of every differentiable op on every case of the full sweep,
+#                   and tests/python/test_double_backward.py (`make test` runs them on each op's first case)
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -32,7 +34,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python check-layers sweep fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -77,6 +79,10 @@ test-python: install
 # tests/python/conformance/README.md; its perf mode is `python3 bench/sweep_perf.py` (not a test).
 sweep: install
 	DYGRAD_SWEEP=full $(PYTHON) -m pytest -q tests/python/test_conformance.py
+
+test-gradgrad: install
+	DYGRAD_SWEEP=full $(PYTHON) -m pytest -q tests/python/test_conformance.py -k "gradcheck or gradgradcheck"
+	$(PYTHON) -m pytest -q tests/python/test_double_backward.py
 
 # The include-direction rule of docs/ops.md, "Layers": a lower layer never includes a higher one.
 check-layers:

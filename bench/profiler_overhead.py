@@ -1,6 +1,8 @@
 """The profiler's cost on a training step: the `tiny` config (or --config), dygrad alone, in one process,
 alternating blocks of steps without the profiler, with `dg.profiler.profile()` (the default level) and with
-`profile_memory=True, record_shapes=True` (what `make train --profile` uses, plus shapes).
+`profile_memory=True, record_shapes=True`, and with `profile_memory=True, with_modules=True` (what `make train
+--profile` uses: module scopes, storage lifetimes for the leak finder, GC pauses). Each round also times one
+`dg.memory.estimate` of the step (the dry run) against the round's unprofiled step.
 
     python3 bench/profiler_overhead.py [--config tiny] [--rounds 5] [--steps 4]
 
@@ -46,7 +48,9 @@ def main():
         "off": None,
         "default": dict(),
         "memory+shapes": dict(profile_memory=True, record_shapes=True),
+        "memory+modules": dict(profile_memory=True, with_modules=True),
     }
+    estimate_times = []
     step()
     step()
     medians = {k: [] for k in settings}
@@ -74,6 +78,9 @@ def main():
                     worst_sum_error = max(worst_sum_error, abs(total - s["step_ns"]) / s["step_ns"])
                     worst_step_error = max(worst_step_error, abs(s["step_ns"] * 1e-9 - measured) / measured)
             medians[name].append(statistics.median(times))
+        t = time.perf_counter()
+        dg.memory.estimate(model, (x, y), optimizer=opt)
+        estimate_times.append(time.perf_counter() - t)
 
     load = os.getloadavg()
     print(f"config {args.config}, {args.rounds} rounds x {args.steps} steps, interleaved; load average "
@@ -83,6 +90,8 @@ def main():
     for name, values in medians.items():
         m = statistics.median(values)
         print(f"{name:16s} {m * 1e3:10.1f} {m / base:8.3f}")
+    est = statistics.median(estimate_times)
+    print(f"{'estimate':16s} {est * 1e3:10.1f} {est / base:8.3f}   (dg.memory.estimate of one step, vs a real step)")
     print(f"breakdown buckets vs step wall time: worst relative error {worst_sum_error:.2e}")
     print(f"profiled step time vs the loop's measured step time: worst relative difference {worst_step_error:.3%}")
     return 0

@@ -31,7 +31,8 @@ DIFFERS = {
                   "cannot rebuild torch-only objects (modules, torch classes)",
     "torch.save": "protocol 2 pickle as torch's default; int8/int16/uint16 tensors cannot be saved",
     "torch.amp.GradScaler": "only disabled (enabled=False, or 'cuda' without CUDA, which torch disables too)",
-    "torch.amp.autocast": "only disabled; mixed precision raises NotImplementedError",
+    "torch.amp.autocast": "CPU (bfloat16 / float16) with torch's CPU op lists for the ops dygrad binds; the cast "
+                          "cache also checks versions and grad mode (docs/mixed-precision.md); 'cuda' disabled",
     "torch.cuda.amp.GradScaler": "only disabled (no CUDA)",
     "torch.optim.Adam": "amsgrad takes the composed (unfused) path; lr as a Tensor and differentiable=True raise",
     "torch.optim.AdamW": "as Adam; foreach/fused accepted, the step is always dygrad's fused multi-tensor Task",

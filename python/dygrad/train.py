@@ -21,6 +21,7 @@ import dygrad as dg
 from dygrad import data as dgdata
 from dygrad.models import llama
 from dygrad.optim.optimizer import state_tensor
+from dygrad.profiler import recompute as recompute_report
 from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
@@ -46,12 +47,23 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     p.add_argument("--unfused", action="store_true", help="compose the LLM ops from basic ops")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "bf16-pure"],
+                   help="fp32; bf16: the forward under dg.autocast (float32 weights); bf16-pure: model.to(bfloat16) "
+                        "with AdamW's float32 master weights (docs/mixed-precision.md). MFU is against the measured "
+                        "GEMM peak of the dtype the GEMMs run in")
     p.add_argument("--sample-tokens", type=int, default=200, help="length of the text generated at the end")
     p.add_argument("--prompt", default="The ")
     p.add_argument("--profile", action="store_true", help="profile a few steps after warm-up and write a report "
                    "to OUT/profile (trace.json, op_stats.csv, breakdown.json, summary.json, report.html)")
     p.add_argument("--profile-wait", type=int, default=5, help="steps before the profiled window")
     p.add_argument("--profile-steps", type=int, default=5, help="steps profiled")
+    p.add_argument("--recompute", default="none",
+                   choices=["none", "full", "selective", "selective-qkv", "auto"],
+                   help="activation recompute per LLaMA block (docs/recompute.md): full; selective (recompute only "
+                        "the memory-bound ops: norms, rotary, SwiGLU, copies); selective-qkv (also the QKV "
+                        "projection); auto (per block, to keep the peak under --recompute-budget)")
+    p.add_argument("--recompute-budget", default="60%",
+                   help="auto's peak budget: a percentage of the plain step's peak, or bytes (K/M/G/KiB/MiB/GiB)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--on-error", default="stop", choices=["stop", "skip"],
                    help="a step whose ops fail (a bad batch: an index out of range...): log it and stop, or skip "
@@ -102,11 +114,16 @@ def _process_alive(pid):
 
 
 def save_checkpoint(path, model, optimizer, step, args):
-    arrays = {"model." + k: v.numpy() for k, v in model.state_dict().items()}
+    # bfloat16 tensors (--dtype bf16-pure) are saved as float32 (exact; NumPy has no bfloat16)
+    def host(t):
+        return (t.float() if t.dtype == dg.bfloat16 else t).numpy()
+    arrays = {"model." + k: host(v) for k, v in model.state_dict().items()}
     for i, (p, state) in enumerate((p, optimizer.state[p]) for g in optimizer.param_groups for p in g["params"]):
         if state:
             arrays[f"optim.{i}.exp_avg"] = state["exp_avg"].numpy()
             arrays[f"optim.{i}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
+            if "master_param" in state:
+                arrays[f"optim.{i}.master_param"] = state["master_param"].numpy()
     rng = dg.get_rng_state() if hasattr(dg, "get_rng_state") else None
     meta = {"step": step, "config": args.config,
             "optim_steps": json.dumps([float(optimizer.state[p]["step"].item()) if optimizer.state[p] else 0
@@ -117,12 +134,15 @@ def save_checkpoint(path, model, optimizer, step, args):
 
 def load_checkpoint(path, model, optimizer):
     arrays, meta = load_file(path)
-    model.load_state_dict({k[6:]: dg.from_numpy(v) for k, v in arrays.items() if k.startswith("model.")})
+    dtypes = {k: v.dtype for k, v in model.state_dict().items()}
+    model.load_state_dict({k[6:]: dg.from_numpy(v).to(dtypes[k[6:]]) for k, v in arrays.items() if k.startswith("model.")})
     steps = json.loads(meta["optim_steps"])
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if f"optim.{i}.exp_avg" in arrays:
             optimizer.state[p] = {"step": dg.tensor(float(steps[i]), dtype=dg.float32), "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
                                   "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
+            if f"optim.{i}.master_param" in arrays:
+                optimizer.state[p]["master_param"] = state_tensor(dg.tensor(arrays[f"optim.{i}.master_param"]))
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))
     return int(meta["step"])
@@ -172,13 +192,18 @@ def profile_window(args, start):
 def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
     """A dg.profiler session over a few steps after warm-up that writes OUT/profile (report.html etc.)."""
     wait, active = profile_window(args, start)
+    # The dry run (docs/memory.md): the peak of a steady-state step (optimizer states made), before any step ran.
+    x = dg.zeros((batch, seq), dtype=dg.int64)
+    estimate = dg.memory.estimate(model, (x, x), optimizer=optimizer, steps=2, sync_each_step=False)
+    del x
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
         command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
-        model_config=cfg, model=model, optimizer=optimizer, peak=peak)
+        model_config=cfg, model=model, optimizer=optimizer, peak=peak, memory_estimate=estimate,
+        dtype=dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
                                                              repeat=1, skip_first=0),
-                               on_trace_ready=handler, profile_memory=True)
+                               on_trace_ready=handler, profile_memory=True, with_modules=True)
     return prof.start()
 
 
@@ -191,6 +216,54 @@ def finish_profiler(prof, args):
     from dygrad.profiler.__main__ import summarize
     print(summarize(run_dir))
     print(f"profile: {run_dir}/report.html, trace {run_dir}/trace.json (open in https://ui.perfetto.dev)")
+
+
+_RECOMPUTE_MODES = {"full": "full", "selective": "memory_bound", "selective-qkv": "memory_bound_and_qkv"}
+
+
+def parse_budget(text):
+    """'60%' stays a percentage; '300MiB', '2G', '123456' become bytes."""
+    text = str(text).strip()
+    if text.endswith("%"):
+        float(text[:-1])
+        return text
+    units = {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1}
+    low = text.lower()
+    for suffix, scale in units.items():
+        if low.endswith(suffix):
+            return float(low[:-len(suffix)]) * scale
+    return float(low)
+
+
+def setup_recompute(args, model, train_set, batch, log):
+    """Measures the per-block costs on one batch (dygrad.utils.checkpoint.measure), sets the blocks' recompute
+    (a plan for auto), prints the per-layer memory report. Returns (plan or None, costs, modes, step_fn)."""
+    from dygrad.utils import checkpoint as ck
+    probe = dgdata.DataLoader(train_set, batch, seed=args.seed + 7)
+    px, py = next(probe)
+    probe.close()
+
+    def step_fn():
+        loss = model(px, py)
+        loss.backward()
+        loss.item()
+
+    costs = ck.measure(model, step_fn)
+    the_plan = None
+    if args.recompute == "auto":
+        the_plan = ck.plan(model, step_fn, parse_budget(args.recompute_budget), costs=costs)
+        modes = the_plan.modes
+        the_plan.apply(model.blocks)
+        log(str(the_plan))
+    else:
+        modes = model.recompute_blocks(_RECOMPUTE_MODES[args.recompute])
+    log("recompute, per layer (saved: kept from the forward; recomputed: made again in the backward):\n"
+        + costs.memory_report(modes))
+    with open(os.path.join(args.out, "recompute.json"), "w") as f:
+        json.dump(recompute_report.section(costs, modes, the_plan), f, indent=1)
+    for p in model.parameters():
+        p.grad = None
+    return the_plan, costs, modes, step_fn
 
 
 def main(argv=None):
@@ -227,20 +300,31 @@ def main(argv=None):
     log(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
 
     model = llama.Llama(cfg, fused=not args.unfused)
-    optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if args.dtype == "bf16-pure":
+        model.to(dg.bfloat16)
+        optimizer = dg.optim.AdamW([{"params": model.parameters(), "master_weights": True}], lr=args.lr,
+                                   weight_decay=args.weight_decay)
+    else:
+        optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    autocast = dg.autocast("cpu", dtype=dg.bfloat16, enabled=args.dtype == "bf16")
     train_model = model
     start = 0
     if args.resume and os.path.exists(checkpoint_path(args.out)):
         start = load_checkpoint(checkpoint_path(args.out), model, optimizer)
         log(f"resumed from {checkpoint_path(args.out)} at step {start}")
+    recompute_plan = recompute_step = None
+    recomputed_flops = 0.0
+    if args.recompute != "none":  # before DDP wraps the model: the measured steps reduce nothing
+        recompute_plan, costs, modes, recompute_step = setup_recompute(args, model, train_set, batch, log)
+        recomputed_flops = costs.recomputed_flops(modes)
     if world > 1:  # after resuming: DDP broadcasts rank 0's parameters
         train_model = dg.nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
-    peak = measure_gemm_peak()
+    peak = measure_gemm_peak(dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     flops_per_token = cfg.flops_per_token()
     log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
-          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured GEMM peak "
-          f"{peak / 1e9:.1f} GFLOP/s")
+          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
+          f"{'float32' if args.dtype == 'fp32' else 'bfloat16'} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}")
 
     # Each rank its own stream of batches (rank 0's is the single-process run's).
     loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
@@ -257,7 +341,7 @@ def main(argv=None):
 
     def report(step, loss, lr, data_wait, dt):
         nonlocal first_loss, last_loss
-        last_loss = loss.item()
+        last_loss = loss.float().item()
         if first_loss is None:
             first_loss = last_loss
         tok_s = batch * seq * world / dt
@@ -265,6 +349,11 @@ def main(argv=None):
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
                   "samples_per_s": batch / dt, "mfu": mfu, "data_wait_s": data_wait}
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
+        if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
+            hfu = recompute_report.hfu_with_recompute(batch * seq * world * flops_per_token,
+                                                      recomputed_flops * world, dt, peak)
+            record["hfu"] = hfu
+            fields.append(f"HFU {hfu:.1%}")
         if rank == 0 and ((step + 1) % args.eval_interval == 0 or step + 1 == args.steps):
             record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
             fields.append(f"val {record['val_loss']:.4f}")
@@ -303,7 +392,8 @@ def main(argv=None):
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr
-            loss = train_model(x, y)
+            with autocast:
+                loss = train_model(x, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -338,6 +428,12 @@ def main(argv=None):
         finish_profiler(prof, args)
     if failed_steps:
         log(f"skipped {len(failed_steps)} failed step(s): {failed_steps}")
+    if recompute_plan is not None:
+        from dygrad.utils.checkpoint import _timed_step
+        optimizer.zero_grad(set_to_none=True)
+        measured_peak, measured_time = _timed_step(model, recompute_step)  # the plan's own measure, after the run
+        log(recompute_plan.report(measured_peak, measured_time))
+        optimizer.zero_grad(set_to_none=True)
     if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         log(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "

@@ -1,10 +1,12 @@
 // Autograd entry points: grad mode (no_grad/enable_grad are Python context managers over these),
 // dygrad.autograd.backward and dygrad.autograd.grad, the engine Node of a Python autograd.Function,
 // saved-tensor hooks and anomaly mode. See docs/autograd.md.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "common.h"
+#include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
 
@@ -31,7 +33,19 @@ void register_python_hook(Tensor& t, nb::handle function) {
     if (result.is_none()) return Tensor();
     DG_CHECK(is_tensor(result.ptr()), Type, "[register_hook] the hook must return a Tensor or None, not ",
              type_name(result.ptr()));
-    return unwrap(result.ptr());
+    // torch's check of a hook's returned gradient (torch/csrc/autograd/python_hook.cpp, check_single_result).
+    const Tensor& replaced = unwrap(result.ptr());
+    const bool same_size = std::ranges::equal(replaced.shape(), grad.shape());
+    if (!same_size || replaced.dtype() != grad.dtype()) {
+      nb::object name = nb::getattr(nb::handle(callable->function), "__name__", nb::none());
+      const std::string hook = name.is_none() ? std::string(nb::str(nb::handle(callable->function)).c_str())
+                                              : std::string(nb::str(name).c_str());
+      DG_CHECK(same_size, Runtime, "[backward] hook '", hook, "' has changed the "
+               "size of value: it returned shape ", replaced.shape(), " for a gradient of shape ", grad.shape());
+      fail(ErrorKind::Runtime, "[backward] hook '", hook, "' has changed the type of value (was ",
+           nb::str(argument.attr("type")()).c_str(), " got ", nb::str(result.attr("type")()).c_str(), ")");
+    }
+    return replaced;
   });
 }
 
@@ -43,15 +57,16 @@ std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle
 struct SavedTensorsAccess {
   Node* node = nullptr;
   size_t count = 0;  // what forward saved (the node's list is emptied when the graph is freed)
+  const std::vector<int32_t>* output_of = nullptr;  // per saved tensor: which output of the node it is, or -1
 };
 
 // The Node of a Python autograd.Function (dygrad/autograd/function.py): it runs in the C++ engine like any
 // other node; its backward calls ctx._run_backward(saved, *grads) with the GIL held and takes one gradient
 // (or None) per tensor input back. A Python exception raised there propagates out of backward() as itself.
-void function_backward(const std::shared_ptr<PythonCallable>& ctx, size_t num_saved, Node& node,
+void function_backward(const std::shared_ptr<PythonCallable>& ctx, const std::vector<int32_t>& output_of, Node& node,
                        std::span<const Tensor> grads, std::span<Tensor> grad_inputs) {
   nb::gil_scoped_acquire gil;
-  nb::object access = nb::cast(SavedTensorsAccess{&node, num_saved});
+  nb::object access = nb::cast(SavedTensorsAccess{&node, output_of.size(), &output_of});
   struct Invalidate {
     nb::handle access;
     ~Invalidate() { nb::inst_ptr<SavedTensorsAccess>(access)->node = nullptr; }
@@ -80,22 +95,29 @@ void function_record(nb::handle ctx, const std::string& name, nb::handle inputs,
   std::vector<Tensor> ins = tensor_list(name.c_str(), "inputs", inputs, false);
   std::vector<Tensor> outs = tensor_list(name.c_str(), "outputs", outputs, true);
   std::vector<Tensor> to_save = tensor_list(name.c_str(), "saved", saved, true);
-  for (const Tensor& t : tensor_list(name.c_str(), "dirty", dirty, false)) check_inplace(name.c_str(), t);
+  for (const Tensor& t : tensor_list(name.c_str(), "dirty", dirty, false)) {
+    check_inplace(name.c_str(), t);
+    // The node may have several outputs and the view may be any input: no CopySlices for it (docs/autograd.md).
+    DG_CHECK(!(grad_enabled() && t.impl()->view_base && t.requires_grad()), NotImplemented, "[", name, "] an "
+             "autograd.Function that modifies a view of a tensor that requires grad in place (mark_dirty) is not "
+             "supported; clone the input first");
+  }
   PythonCallSite site;  // the user's apply() line, for anomaly mode
   auto callable = std::make_shared<PythonCallable>(ctx.ptr());
   Ref<Node> node = make_ref<Node>(name, nullptr, outs.size());
   node->named_as_is = true;
-  node->closure = [callable, num_saved = to_save.size()](Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-    function_backward(callable, num_saved, n, g, gi);
+  // A saved output is kept detached (sharing its storage and version counter): the node it belongs to
+  // holding it with its grad_fn would be a cycle. ctx.saved_tensors gives it back attached to the node
+  // (Node::saved_output) while a create_graph backward runs, so the backward is differentiable through it.
+  std::vector<int32_t> output_of(to_save.size(), -1);
+  for (size_t i = 0; i < to_save.size(); ++i)
+    for (size_t k = 0; k < outs.size() && output_of[i] < 0; ++k)
+      if (to_save[i].defined() && outs[k].defined() && outs[k].impl() == to_save[i].impl()) output_of[i] = int32_t(k);
+  node->closure = [callable, output_of](Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+    function_backward(callable, output_of, n, g, gi);
   };
   record_node(node, ins, outs);
-  // A saved output is kept detached (sharing its storage and version counter): the node it belongs to
-  // holding it with its grad_fn would be a cycle.
-  for (const Tensor& t : to_save) {
-    bool is_output = false;
-    for (const Tensor& o : outs) is_output = is_output || (t.defined() && o.defined() && o.impl() == t.impl());
-    node->save(is_output ? detach(t) : t);
-  }
+  for (size_t i = 0; i < to_save.size(); ++i) node->save(output_of[i] >= 0 ? detach(to_save[i]) : to_save[i]);
 }
 
 // --- saved_tensors_hooks ----------------------------------------------------------------------------------------
@@ -126,6 +148,65 @@ void push_python_saved_tensor_hooks(nb::handle pack, nb::handle unpack) {
     PyObject* packed = PyObject_CallOneArg(pack_hook->function, argument.ptr());
     if (!packed) throw nb::python_error();
     return std::make_shared<PythonPackedTensor>(packed, unpack_hook);
+  });
+}
+
+// --- op observer (selective recompute, python/dygrad/utils/checkpoint.py) ----------------------------------------
+// observer(op_name, inputs, outputs) -> None, or the tensors the outputs become: the Task is then not run and each
+// output adopts the given tensor's storage (a result cached in the forward); an empty list skips the Task and
+// leaves the outputs unwritten (a recomputation that stops before anything reads them). Only ops writing fresh
+// outputs (no view, no in-place, no output sharing an input's memory) are shown to it.
+bool fresh_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  if (op.flags & kOpInplace || outputs.empty()) return false;
+  for (const Tensor& o : outputs) {
+    if (!o.defined() || o.is_view() || o.storage_offset() != 0 || o.impl()->storage->use_count() != 1) return false;
+    for (const Tensor& i : inputs)
+      if (i.defined() && i.shares_storage(o)) return false;
+  }
+  return true;
+}
+
+nb::list tensors_to_list(std::span<const Tensor> ts) {
+  nb::list out;
+  for (const Tensor& t : ts) out.append(t.defined() ? wrap_object(t) : nb::none());
+  return out;
+}
+
+void set_python_op_observer(nb::handle fn) {
+  if (fn.is_none()) {
+    set_op_observer({});
+    return;
+  }
+  DG_CHECK(PyCallable_Check(fn.ptr()), Type, "[_set_op_observer] expected a callable or None, got ",
+           type_name(fn.ptr()));
+  auto callable = std::make_shared<PythonCallable>(fn.ptr());
+  set_op_observer([callable](const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+    if (!fresh_outputs(op, inputs, outputs)) return false;
+    nb::gil_scoped_acquire gil;
+    nb::object name = nb::str(op.name);
+    nb::object ins = tensors_to_list(inputs), outs = tensors_to_list(outputs);
+    nb::object result = nb::steal(PyObject_CallFunctionObjArgs(callable->function, name.ptr(), ins.ptr(), outs.ptr(),
+                                                               nullptr));
+    if (!result.is_valid()) throw nb::python_error();
+    if (result.is_none()) return false;
+    std::vector<Tensor> given = tensor_list(op.name, "cached outputs", result, false);
+    if (given.empty()) return true;  // skipped: nothing reads the outputs (the recomputation stops at its save)
+    DG_CHECK(given.size() == outputs.size(), Runtime, "[", op.name, "] the op observer gave ", given.size(),
+             " tensors for ", outputs.size(), " outputs");
+    for (size_t i = 0; i < given.size(); ++i) {
+      const Tensor& o = outputs[i];
+      DG_CHECK(same_shape(given[i].shape(), o.shape()) && given[i].dtype() == o.dtype() &&
+                   given[i].device() == o.device(), Runtime, "[", op.name, "] a cached output of shape ",
+               given[i].shape(), " does not match the output of shape ", o.shape());
+    }
+    for (size_t i = 0; i < given.size(); ++i) {
+      TensorImpl* dst = outputs[i].impl();
+      const TensorImpl* src = given[i].impl();
+      dst->storage = src->storage;
+      dst->offset = src->offset;
+      dst->strides = src->strides;
+    }
+    return true;
   });
 }
 
@@ -174,13 +255,17 @@ void init_autograd(nb::module_& m) {
       .def("unpack", [](const SavedTensorsAccess& s) {
         DG_CHECK(s.node, Runtime, "[saved_tensors] saved tensors can be read only while the backward runs");
         nb::list out;
-        for (size_t i = 0; i < s.count; ++i) out.append(wrap_object(s.node->saved(i)));  // raises once freed
+        for (size_t i = 0; i < s.count; ++i) {  // raises once freed
+          const int32_t output_nr = (*s.output_of)[i];
+          out.append(wrap_object(output_nr >= 0 ? s.node->saved_output(i, uint32_t(output_nr)) : s.node->saved(i)));
+        }
         return nb::tuple(out);
       });
   m.def("_function_record", &function_record, nb::arg("ctx"), nb::arg("name"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("saved"), nb::arg("dirty"));
   m.def("_push_saved_tensors_hooks", &push_python_saved_tensor_hooks, nb::arg("pack_hook"), nb::arg("unpack_hook"));
   m.def("_pop_saved_tensors_hooks", [] { pop_saved_tensor_hook(); });
+  m.def("_set_op_observer", &set_python_op_observer, nb::arg("observer").none());
   m.def("_set_anomaly_enabled", [](bool on, bool check_nan) { set_anomaly_mode(on, check_nan); }, nb::arg("mode"),
         nb::arg("check_nan") = true);
   m.def("is_anomaly_enabled", [] { return anomaly_enabled(); });

@@ -208,6 +208,7 @@ void init_ops_random(nb::module_& m);
 void init_ops_sort(nb::module_& m);
 void init_ops_linalg(nb::module_& m);
 void init_autograd(nb::module_& m);
+void init_autocast(nb::module_& m);  // autocast.cpp
 void init_runtime(nb::module_& m);
 void init_profiler(nb::module_& m);
 void init_distributed(nb::module_& m);  // distributed.cpp

@@ -24,6 +24,7 @@ NB_MODULE(_C, m) {
   init_ops_nn(m);
   init_ops_index(m);
   init_ops_fused(m);
+  init_autocast(m);
   init_ops_random(m);
   init_ops_sort(m);
   init_ops_linalg(m);

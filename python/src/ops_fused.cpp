@@ -3,6 +3,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autocast.h"
 #include "common.h"
 
 namespace dg::py {
@@ -83,7 +84,12 @@ PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
     if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
     scale = s;
   }
-  return guarded([&] { return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale, enable_gqa)); });
+  return guarded([&] {
+    if (autocast::on())  // a lower-precision op under torch's CPU autocast (the mask too, when floating)
+      return wrap(scaled_dot_product_attention(autocast::lower(*q), autocast::lower(*k), autocast::lower(*v),
+                                               autocast::lower(mask), dropout_p, is_causal, scale, enable_gqa));
+    return wrap(scaled_dot_product_attention(*q, *k, *v, mask, dropout_p, is_causal, scale, enable_gqa));
+  });
 }
 
 bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::vector<Tensor>& out) {
@@ -102,14 +108,16 @@ bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::ve
 
 // adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 // weight_decay=1e-2, decoupled_weight_decay=True): updates params, exp_avgs, exp_avg_sqs and the 0-d float32
-// state_steps in place; returns None.
+// state_steps in place; returns None. model_params=[...]: master weights (params float32, their bfloat16 / float16
+// copies written after the update; ops/fused.h).
 PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("adamw_step", {"params", "grads", "exp_avgs", "exp_avg_sqs", "state_steps", "lr", "beta1",
-                                            "beta2", "eps", "weight_decay", "decoupled_weight_decay"}, 11, 5);
-  PyObject* a[11];
+                                            "beta2", "eps", "weight_decay", "decoupled_weight_decay", "model_params"}, 11, 5);
+  PyObject* a[12];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
-  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, state_steps;
+  std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, state_steps, model_params;
   AdamWOptions o;
+  if (a[11] && a[11] != Py_None && !to_tensor_vector("adamw_step", "model_params", a[11], model_params)) return nullptr;
   if (!to_tensor_vector("adamw_step", "params", a[0], params) || !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
       !to_tensor_vector("adamw_step", "exp_avgs", a[2], exp_avgs) ||
       !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) || !to_tensor_vector("adamw_step", "state_steps", a[4], state_steps) ||
@@ -119,7 +127,7 @@ PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
       !to_bool_argument("adamw_step", "decoupled_weight_decay", a[10], true, o.decoupled_weight_decay))
     return nullptr;
   return guarded([&] {
-    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o);
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o, model_params);
     Py_RETURN_NONE;
   });
 }
@@ -136,7 +144,7 @@ void init_ops_fused(nb::module_& m) {
        "enable_gqa=False)", true, false},
       {"adamw_step", adamw_step_entry,
        "adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
-       "weight_decay=1e-2, decoupled_weight_decay=True) -> None: in place, state_steps (0-d float32) incremented",
+       "weight_decay=1e-2, decoupled_weight_decay=True, *, model_params=None) -> None: in place, state_steps (0-d float32) incremented",
        true, false},
   };
   register_ops(m, entries);

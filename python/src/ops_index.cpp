@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autocast.h"
 #include "common.h"
 
 namespace dg::py {
@@ -52,7 +53,10 @@ PyObject* join_impl(const Signature& sig, PyObject* self, PyObject* const* args,
   int64_t dim = 0;
   if (!to_tensor_list(sig.op(), "tensors", a[0], tensors) || (a[1] && !to_int_argument(sig.op(), "dim", a[1], dim)))
     return nullptr;
-  return guarded([&] { return wrap(IsStack ? stack(tensors, dim) : cat(tensors, dim)); });
+  return guarded([&] {
+    if (autocast::on()) tensors = autocast::promote(tensors);  // a promote op under torch's CPU autocast
+    return wrap(IsStack ? stack(tensors, dim) : cat(tensors, dim));
+  });
 }
 PyObject* cat_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("cat", {"tensors", "dim"}, 2, 1);

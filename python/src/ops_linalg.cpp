@@ -5,12 +5,13 @@
 #include <string_view>
 #include <vector>
 
+#include "autocast.h"
 #include "common.h"
 
 namespace dg::py {
 
 namespace {
-template <Tensor (*Fn)(const Tensor&, const Tensor&)>
+template <Tensor (*Fn)(const Tensor&, const Tensor&), bool Autocast = true>
 PyObject* two_tensor_impl(const Signature& sig, const char* second, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                           PyObject* kwnames) {
   PyObject* a[2];
@@ -18,7 +19,10 @@ PyObject* two_tensor_impl(const Signature& sig, const char* second, PyObject* se
   const Tensor* input = to_tensor(sig.op(), "input", a[0]);
   const Tensor* other = input ? to_tensor(sig.op(), second, a[1]) : nullptr;
   if (!other) return nullptr;
-  return guarded([&] { return wrap(Fn(*input, *other)); });
+  return guarded([&] {
+    if (Autocast && autocast::on()) return wrap(Fn(autocast::lower(*input), autocast::lower(*other)));
+    return wrap(Fn(*input, *other));
+  });
 }
 PyObject* matmul_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("matmul", {"input", "other"}, 2, 2);
@@ -34,7 +38,7 @@ PyObject* bmm_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyO
 }
 PyObject* outer_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("outer", {"input", "vec2"}, 2, 2);
-  return two_tensor_impl<outer>(sig, "vec2", self, args, nargs, kwnames);
+  return two_tensor_impl<outer, false>(sig, "vec2", self, args, nargs, kwnames);
 }
 
 // linear(input, weight, bias=None): input @ weight.T + bias.
@@ -47,7 +51,11 @@ PyObject* linear_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   if (!weight) return nullptr;
   const Tensor* bias = nullptr;
   if (a[2] && a[2] != Py_None && !(bias = to_tensor("linear", "bias", a[2]))) return nullptr;
-  return guarded([&] { return wrap(linear(*input, *weight, bias ? *bias : Tensor())); });
+  return guarded([&] {
+    if (autocast::on())
+      return wrap(linear(autocast::lower(*input), autocast::lower(*weight), bias ? autocast::lower(*bias) : Tensor()));
+    return wrap(linear(*input, *weight, bias ? *bias : Tensor()));
+  });
 }
 
 // addmm / baddbmm / addbmm(input, m1, m2, *, beta=1, alpha=1); Tensor.addmm_ in place.
@@ -72,6 +80,10 @@ PyObject* scaled_product_entry(PyObject* self, PyObject* const* args, Py_ssize_t
       Py_INCREF(a[0]);
       return a[0];
     } else {
+      if (autocast::on()) {
+        const Tensor i = autocast::lower(*input), x = autocast::lower(*m1), y = autocast::lower(*m2);
+        return wrap(Kind == 0 ? addmm(i, x, y, beta, alpha) : Kind == 1 ? baddbmm(i, x, y, beta, alpha) : addbmm(i, x, y, beta, alpha));
+      }
       return wrap(Kind == 0 ? addmm(*input, *m1, *m2, beta, alpha)
                   : Kind == 1 ? baddbmm(*input, *m1, *m2, beta, alpha) : addbmm(*input, *m1, *m2, beta, alpha));
     }
@@ -163,12 +175,19 @@ PyObject* einsum_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
     if (!is_tensor(items[i])) return type_error("einsum", "operand %zd must be a Tensor, not %s", i, type_name(items[i]));
     operands.push_back(unwrap(items[i]));
   }
-  return guarded([&] { return wrap(einsum(std::string_view(text, static_cast<size_t>(size)), operands)); });
+  return guarded([&] {
+    if (autocast::on())  // torch's einsum runs bmm, a lower-precision op under autocast
+      for (Tensor& t : operands) t = autocast::lower(t);
+    return wrap(einsum(std::string_view(text, static_cast<size_t>(size)), operands));
+  });
 }
 
 PyObject* matmul_slot(PyObject* a, PyObject* b) {
   if (!is_tensor(a) || !is_tensor(b)) Py_RETURN_NOTIMPLEMENTED;
-  return guarded([&] { return wrap(matmul(unwrap(a), unwrap(b))); });
+  return guarded([&] {
+    if (autocast::on()) return wrap(matmul(autocast::lower(unwrap(a)), autocast::lower(unwrap(b))));
+    return wrap(matmul(unwrap(a), unwrap(b)));
+  });
 }
 
 // `a @= b`: torch computes a @ b and writes it back into a (the shapes must match).

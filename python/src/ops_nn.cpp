@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "autocast.h"
 #include "common.h"
 
 namespace dg::py {
@@ -90,9 +91,15 @@ PyObject* cross_entropy_entry(PyObject* self, PyObject* const* args, Py_ssize_t 
       !to_double_argument("cross_entropy", "label_smoothing", a[5], 0.0, label_smoothing))
     return nullptr;
   return guarded([&] {
-    if (!weight.defined() && label_smoothing == 0.0 && !is_floating(target->dtype()))
-      return wrap(cross_entropy(*input, *target, reduction, ignore_index));
-    return wrap(cross_entropy(*input, *target, weight, reduction, ignore_index, label_smoothing));
+    Tensor x = *input, t = *target;
+    if (autocast::on()) {  // an fp32 op under torch's CPU autocast
+      x = autocast::fp32(x);
+      t = autocast::fp32(t);
+      weight = autocast::fp32(weight);
+    }
+    if (!weight.defined() && label_smoothing == 0.0 && !is_floating(t.dtype()))
+      return wrap(cross_entropy(x, t, reduction, ignore_index));
+    return wrap(cross_entropy(x, t, weight, reduction, ignore_index, label_smoothing));
   });
 }
 
@@ -106,7 +113,10 @@ PyObject* pointwise_loss_entry(PyObject* self, PyObject* const* args, Py_ssize_t
   const Tensor* target = input ? to_tensor(Name.value, "target", a[1]) : nullptr;
   std::string_view reduction = "mean";
   if (!target || !to_string_argument(Name.value, "reduction", a[2], reduction)) return nullptr;
-  return guarded([&] { return wrap(Loss(*input, *target, reduction)); });
+  return guarded([&] {
+    if (autocast::on()) return wrap(Loss(autocast::fp32(*input), autocast::fp32(*target), reduction));  // fp32 ops
+    return wrap(Loss(*input, *target, reduction));
+  });
 }
 
 // nll_loss(input, target, weight=None, ignore_index=-100, reduction='mean').
@@ -124,7 +134,11 @@ PyObject* nll_loss_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       (a[3] && !to_int_argument("nll_loss", "ignore_index", a[3], ignore_index)) ||
       !to_string_argument("nll_loss", "reduction", a[4], reduction))
     return nullptr;
-  return guarded([&] { return wrap(nll_loss(*input, *target, weight, reduction, ignore_index)); });
+  return guarded([&] {
+    if (autocast::on())  // an fp32 op under torch's CPU autocast
+      return wrap(nll_loss(autocast::fp32(*input), *target, autocast::fp32(weight), reduction, ignore_index));
+    return wrap(nll_loss(*input, *target, weight, reduction, ignore_index));
+  });
 }
 
 // binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction='mean').
@@ -141,7 +155,12 @@ PyObject* bce_with_logits_entry(PyObject* self, PyObject* const* args, Py_ssize_
   if (!to_optional_tensor(name, "weight", a[2], weight) || !to_optional_tensor(name, "pos_weight", a[3], pos_weight) ||
       !to_string_argument(name, "reduction", a[4], reduction))
     return nullptr;
-  return guarded([&] { return wrap(binary_cross_entropy_with_logits(*input, *target, weight, pos_weight, reduction)); });
+  return guarded([&] {
+    if (autocast::on())  // an fp32 op under torch's CPU autocast
+      return wrap(binary_cross_entropy_with_logits(autocast::fp32(*input), autocast::fp32(*target), autocast::fp32(weight),
+                                                   autocast::fp32(pos_weight), reduction));
+    return wrap(binary_cross_entropy_with_logits(*input, *target, weight, pos_weight, reduction));
+  });
 }
 
 // pad(input, pad, mode='constant', value=None).

@@ -6,7 +6,10 @@
 
 #include "common.h"  // Python.h first
 #include <frameobject.h>
+#include <nanobind/stl/pair.h>
+#include "dygrad/ops/meta_eval.h"
 #include "dygrad/profiler/breakdown.h"
+#include "dygrad/profiler/extras.h"
 #include "dygrad/profiler/op_stats.h"
 #include "dygrad/profiler/trace_export.h"
 
@@ -98,6 +101,7 @@ class PyProfiler {
   void step() { profiler_->step(); }
   bool active() const { return profiler_->active(); }
   const ProfileData& data() const { return profiler_->data(); }
+  const profiler::SessionExtras& extras() const { return profiler::extras_of(*profiler_); }
 
  private:
   std::unique_ptr<Profiler> profiler_;
@@ -133,6 +137,43 @@ nb::list memory_list(const ProfileData& d) {
   return out;
 }
 
+const char* storage_event_name(profiler::StorageEventKind k) {
+  switch (k) {
+    case profiler::StorageEventKind::Allocate: return "allocate";
+    case profiler::StorageEventKind::Free: return "free";
+    case profiler::StorageEventKind::Retag: return "retag";
+  }
+  return "allocate";
+}
+
+nb::list storage_events_list(const profiler::SessionExtras& x) {
+  nb::list out;
+  for (const profiler::StorageEvent& e : x.storage)
+    out.append(nb::make_tuple(e.ts_ns, storage_event_name(e.kind), e.id, e.nbytes, memory_category_name(e.category),
+                              e.thread, e.module, e.site.file ? e.site.file : "", static_cast<int>(e.site.line),
+                              e.site.function ? e.site.function : ""));
+  return out;
+}
+
+nb::dict meta_stats_dict(const meta::Stats& s) {
+  nb::dict d;
+  d["allocated"] = s.allocated;
+  d["peak"] = s.peak;
+  nb::dict by, at;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    by[memory_category_name(static_cast<MemoryCategory>(c))] = s.by_category[c];
+    at[memory_category_name(static_cast<MemoryCategory>(c))] = s.at_peak[c];
+  }
+  d["by_category"] = by;
+  d["at_peak"] = at;
+  d["max_scratch"] = s.max_scratch;
+  d["peak_with_scratch"] = s.peak_with_scratch;
+  d["tasks"] = s.tasks;
+  d["allocations"] = s.allocations;
+  d["allocated_total"] = s.allocated_total;
+  return d;
+}
+
 nb::list op_stats_list(const ProfileData& d, bool group_by_input_shape) {
   nb::list out;
   for (const profiler::OpStat& s : profiler::op_stats(d, group_by_input_shape))
@@ -156,6 +197,8 @@ void init_profiler(nb::module_& m) {
       .def("ops", [](const PyProfiler& p) { return ops_list(p.data()); })
       .def("ranges", [](const PyProfiler& p) { return ranges_list(p.data()); })
       .def("memory", [](const PyProfiler& p) { return memory_list(p.data()); })
+      .def("op_modules", [](const PyProfiler& p) { return p.extras().op_modules; })
+      .def("storage_events", [](const PyProfiler& p) { return storage_events_list(p.extras()); })
       .def("step_markers", [](const PyProfiler& p) { return p.data().step_markers; })
       .def("threads", [](const PyProfiler& p) {
         nb::list out;
@@ -186,6 +229,17 @@ void init_profiler(nb::module_& m) {
         profiler::export_breakdown_json(profiler::compute_breakdown(p.data()), path);
       });
 
+  m.def("_profiler_set_module_scope", [](uint32_t scope) { return profiler::set_module_scope(scope); });
+  m.def("_profiler_module_scope", [] { return profiler::module_scope(); });
+  // Meta evaluation (ops/meta_eval.h), for dygrad.memory.estimate.
+  m.def("_meta_begin", [](uint64_t inflight_limit, size_t capacity) { meta::begin(inflight_limit, capacity); },
+        nb::arg("inflight_limit"), nb::arg("capacity"));
+  m.def("_meta_end", [] { return meta_stats_dict(meta::end()); });
+  m.def("_meta_current", [] { return meta_stats_dict(meta::current()); });
+  m.def("_meta_reset_peak", [] { meta::reset_peak(); });
+  m.def("_meta_drain", [] { meta::drain(); });
+  m.def("_meta_active", [] { return meta::active(); });
+  m.def("_stream_capacity", [] { return Stream::kCapacity; });
   m.def("_profiler_now_ns", [] { return profiler::now_ns(); });
   m.def("_profiler_recording", [] { return profiler::detail::recording(); });
   m.def("_profiler_step", [] { profiler::step(); });

@@ -222,12 +222,32 @@ void init_tensor(nb::module_& m) {
       .def("is_pinned", [](const Tensor&, nb::handle) { return false; }, nb::arg("device") = nb::none())
       .def_prop_rw("requires_grad", [](const Tensor& t) { return t.requires_grad(); },
                    [](Tensor& t, bool value) { t.set_requires_grad(value); })
-      .def_prop_rw("grad", [](const Tensor& t) { return wrap_object(t.grad()); },
+      .def_prop_rw("grad", [](const Tensor& t) -> nb::object {
+                     // The same Python object while the gradient is the same tensor (`x.grad is x.grad`).
+                     Tensor g = t.grad();
+                     if (!g.defined()) return nb::none();
+                     AutogradMeta& meta = *t.impl()->autograd;
+                     if (meta.grad_object) {
+                       auto* cached = static_cast<PyObject*>(meta.grad_object.get());
+                       if (unwrap(cached).same(g)) return nb::borrow(cached);
+                     }
+                     nb::object o = wrap_object(g);
+                     Py_INCREF(o.ptr());
+                     meta.grad_object = std::shared_ptr<void>(o.ptr(), [](void* p) {
+                       release_python_object(static_cast<PyObject*>(p));
+                     });
+                     return o;
+                   },
                    [](Tensor& t, nb::handle g) {
                      if (g.is_none()) return t.set_grad(Tensor());
                      const Tensor* gt = to_tensor("grad", "grad", g.ptr());
                      if (!gt) throw nb::python_error();
                      t.set_grad(*gt);
+                     if (!is_tensor(g.ptr()) || !unwrap(g.ptr()).same(*gt)) return;
+                     Py_INCREF(g.ptr());  // `x.grad = g; x.grad is g`, as in torch
+                     t.impl()->autograd->grad_object = std::shared_ptr<void>(g.ptr(), [](void* p) {
+                       release_python_object(static_cast<PyObject*>(p));
+                     });
                    }, nb::arg("grad").none())
       .def_prop_ro("grad_fn", [](const Tensor& t) { return grad_fn_object(t.grad_fn()); })
       .def_prop_ro("is_leaf", [](const Tensor& t) { return t.is_leaf(); })
@@ -247,6 +267,7 @@ void init_tensor(nb::module_& m) {
                      dst.offset = src.offset;
                      dst.numel = src.numel;
                      dst.dtype = src.dtype;
+                     dst.view_base.reset();  // no longer a view of the tensor it was made from
                    })
       .def_prop_ro("T", [](const Tensor& t) {
         Dims perm;

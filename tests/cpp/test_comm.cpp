@@ -1,6 +1,7 @@
 // The communication layer without MPI (distributed/comm.h): the group of one runs every operation through
 // comm_start, the communication thread and comm_wait, so the ordering with the compute stream, buffers kept
 // alive by the Work and errors are tested here, and under TSan (Comm* in the Makefile's TSAN_TESTS).
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -69,5 +70,10 @@ TEST(Comm, ValidationNamesTheFunctionAndTheShapes) {
 TEST(Comm, BarrierOfOneReturns) {
   auto g = dist::single_process_group();
   g->barrier();
+  // The barrier returns once its Work completes; the communication thread retires it (and lowers the in-flight
+  // count) just after, so the count drains rather than being zero at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (dist::comm_in_flight() != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(dist::comm_in_flight(), 0u);
 }

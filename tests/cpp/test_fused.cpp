@@ -671,11 +671,23 @@ TEST(FusedOps, ExpandedGradientsMatchDenseOnes) {
          random_tensor({1, 2, 5, 3}, DType::Float64, 119)}, "attention");
 }
 
-TEST(FusedOps, DoubleBackwardRaises) {
-  Tensor x = random_tensor({2, 3}, DType::Float64, 120);
-  x.set_requires_grad(true);
-  Tensor y = sum(rms_norm(x));
-  expect_error([&] { y.backward(Tensor(), false, true); }, ErrorKind::NotImplemented, "rms_norm");
+// create_graph: rms_norm's backward takes its composed path (the fused kernel is not differentiable), so the
+// second derivative d/dx sum(grad_x^2) is that of the same formula written with basic ops.
+TEST(FusedOps, DoubleBackwardTakesTheComposedPath) {
+  auto second_derivative = [](bool fused) {
+    Tensor x = random_tensor({2, 3}, DType::Float64, 120);
+    x.set_requires_grad(true);
+    const int64_t last = -1;
+    Tensor y = fused ? rms_norm(x) : mul(x, rsqrt(add(mean(mul(x, x), IntSpan(&last, 1), true), Scalar(1e-5))));
+    const Tensor outputs[1] = {sum(mul(y, random_tensor({2, 3}, DType::Float64, 121)))}, inputs[1] = {x};
+    std::vector<Tensor> g = grad(outputs, inputs, {}, false, /*create_graph=*/true);
+    EXPECT_TRUE(g[0].requires_grad());
+    const Tensor again[1] = {sum(mul(g[0], g[0]))};
+    return values(grad(again, inputs, {}, false, false)[0]);
+  };
+  const std::vector<double> composed = second_derivative(false);
+  const int64_t shape[1] = {6};
+  expect_close(from_vector(second_derivative(true), IntSpan(shape, 1)), composed, 1e-10, 1e-12);
 }
 
 // --- 16-bit floats through forward and backward: float64 on the same (rounded) values as the reference ------

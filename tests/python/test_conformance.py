@@ -1,7 +1,8 @@
 """The conformance sweep (tests/python/conformance/README.md): every OpDef in dygrad._C._op_table() has an entry,
 and each entry's op, run on every built backend and supported dtype, matches torch on float64 copies of the same
-inputs, on contiguous and non-contiguous operands, with float64 finite-difference gradients, bitwise the same on
-1 and 2 threads. DYGRAD_SWEEP=full (make sweep) runs every case, layout and dtype."""
+inputs, on contiguous and non-contiguous operands, with float64 finite-difference gradients, gradcheck and
+gradgradcheck (the double backward, also against torch's), bitwise the same on 1 and 2 threads. DYGRAD_SWEEP=full
+(make sweep) runs every case, layout and dtype."""
 import numpy as np
 import pytest
 import torch
@@ -284,6 +285,79 @@ def test_gradients(entry, _, request):
                 assert name_of(d.dtype) == dtype, f"input {i}: gradient dtype {d.dtype}, expected {dtype}"
                 assert_close(read(d), read(t), dtype, tolerance,
                              f"[{entry_id(entry)}] {dtype} case {c} input {i}: backward vs torch", read(p))
+
+
+# --- gradcheck and gradgradcheck -----------------------------------------------------------------------------------
+# Every differentiable entry with a float operand to differentiate (the reduce= variants of scatter have none).
+GRADCHECKED = [e for e in DIFFERENTIABLE if any(s.grad and dtype_of(s, "float64") in FLOATS for s in e.cases[0])]
+GRADCHECK_MAX_ELEMENTS = 128  # slow mode: a backward per output element and two calls per input element
+
+
+def gradcheck_cases(entry):
+    """The cases to gradcheck (float64) with their operands and the indices to differentiate; the big case and
+    cases of more than GRADCHECK_MAX_ELEMENTS differentiated elements are left out (their gradients are checked
+    against torch by test_gradients)."""
+    for c, case in enumerate(entry.fast_cases()):
+        ops = Operands(case, "float64", seed=c)
+        wrt = [i for i, s in enumerate(case) if s.grad and ops.dtypes[i] in FLOATS]
+        if c == 0 or sum(ops.values[i].size for i in wrt) <= GRADCHECK_MAX_ELEMENTS:
+            yield c, ops, wrt
+
+
+def entry_function(entry):
+    return lambda *tensors: tuple(run(dg, entry, list(tensors)))
+
+
+@pytest.mark.parametrize("entry,_", params(GRADCHECKED))
+def test_gradcheck(entry, _, request):
+    """dg.autograd.gradcheck (torch's slow mode: every Jacobian entry of the backward against float64 central
+    differences, reentrancy, zero grad_outputs give zero gradients) on the entry's op."""
+    xfail(request, entry, "gradcheck")
+    for c, ops, wrt in gradcheck_cases(entry):
+        assert dg.autograd.gradcheck(entry_function(entry), ops.fresh(dg, requires_grad=wrt)), f"case {c}"
+
+
+def second_derivative(lib, entry, ops, wrt):
+    """d/d(inputs, w) of sum(u * d sum(w * out) / d inputs): the double backward of the entry's op, with fixed
+    cotangents w and directions u."""
+    tensors = ops.fresh(lib, requires_grad=wrt)
+    outs = [o for o in run(lib, entry, tensors) if o.is_floating_point() and o.requires_grad]
+    ws = [lib.tensor(w, dtype=o.dtype).requires_grad_(True) for o, w in zip(outs, weights(outs, "float64"))]
+    inputs = [tensors[i] for i in wrt]
+    grads = lib.autograd.grad(outs, inputs, ws, create_graph=True, allow_unused=True)
+    rng = np.random.default_rng(7)
+    terms = [(g * lib.tensor(rng.standard_normal(tuple(g.shape)), dtype=g.dtype)).sum() for g in grads
+             if g is not None and g.requires_grad]
+    if not terms:
+        return []
+    second = lib.autograd.grad(sum(terms), inputs + ws, allow_unused=True)
+    # torch returns a ZeroTensor for a second derivative it knows to be zero: numpy(force=True) reads it
+    return [None if g is None else read(g) if lib is dg else g.detach().numpy(force=True).copy() for g in second]
+
+
+@pytest.mark.parametrize("entry,_", params(GRADCHECKED))
+def test_gradgradcheck(entry, _, request):
+    """dg.autograd.gradgradcheck (the backward differentiated again, create_graph=True, against central differences
+    of the backward, with respect to the inputs and the grad_outputs), and that second derivative against torch's
+    (torch's math attention: its CPU flash kernel has no double backward)."""
+    xfail(request, entry, "gradgradcheck")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for c, ops, wrt in gradcheck_cases(entry):
+        tensors = ops.fresh(dg, requires_grad=wrt)
+        outs = [o for o in run(dg, entry, tensors) if o.requires_grad]
+        grad_outputs = [dg.tensor(w, dtype=o.dtype).requires_grad_(True) for o, w in zip(outs, weights(outs, "float64"))]
+        assert dg.autograd.gradgradcheck(entry_function(entry), tensors, grad_outputs), f"case {c}"
+        got = second_derivative(dg, entry, ops, wrt)
+        with sdpa_kernel(SDPBackend.MATH):
+            want = second_derivative(torch, entry, ops, wrt)
+        assert len(got) == len(want), f"[{entry_id(entry)}] case {c}: {len(got)} second derivatives, torch {len(want)}"
+        for k, (d, t) in enumerate(zip(got, want)):
+            if t is None or d is None:
+                assert d is None or not d.any(), f"[{entry_id(entry)}] case {c} input {k}: torch has no gradient"
+                assert t is None or not t.any(), f"[{entry_id(entry)}] case {c} input {k}: no second derivative"
+                continue
+            np.testing.assert_allclose(d, t, rtol=1e-9, atol=1e-10,
+                                       err_msg=f"[{entry_id(entry)}] case {c} input {k}: double backward vs torch")
 
 
 # --- threads -------------------------------------------------------------------------------------------------------

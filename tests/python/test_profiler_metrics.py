@@ -222,7 +222,7 @@ def test_summary_has_the_contract_fields():
     s = summary_mod.build_summary(_fake_run(), label="x", command="cmd", batch_size=4, seq_len=8, peak=1e9,
                                   model_config=llama.CONFIGS["tiny"])
     assert set(s) == {"version", "meta", "steps", "breakdown", "throughput", "flops", "memory", "ops", "syncs",
-                      "copies", "advice"}
+                      "copies", "advice", "modules", "leaks", "gc"}
     assert set(s["meta"]) == {"created", "label", "command", "dygrad_version", "context"}
     assert s["steps"]["count"] == 2 and s["steps"]["step_time_s"]["mean"] == pytest.approx(1e-3)
     assert s["throughput"] == {"batch_size": 4, "seq_len": 8, "ranks": 1, "samples_per_s": pytest.approx(4000),

@@ -1,9 +1,12 @@
 """dygrad.autograd: grad mode (no_grad, enable_grad, set_grad_enabled, inference_mode), backward and grad,
-Function (custom ops in Python), anomaly detection and saved-tensor hooks (autograd.graph)."""
+Function (custom ops in Python), anomaly detection and saved-tensor hooks (autograd.graph), gradcheck and
+gradgradcheck, and autograd.functional (vjp, jvp, jacobian, hessian, hvp, vhp)."""
 from .. import _C
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,  # noqa: F401
                         set_grad_enabled)
 from . import function, graph  # noqa: F401
+from . import functional  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck  # noqa: F401 -- gradcheck: the function, as torch
 from .function import Function, once_differentiable  # noqa: F401
 from .anomaly_mode import (detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled,  # noqa: F401
                            set_detect_anomaly)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .. import _C
 from .. import nn
 from ..nn import functional as F
+from ..utils.checkpoint import recompute_tag as _recompute_tag
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,9 @@ class Block(nn.Module):
         B, T, C = x.shape
         H = self.n_heads
         # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
-        q, k, v = self.qkv(self.attn_norm(x)).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        with _recompute_tag("qkv"):  # names the projection for the memory_bound_and_qkv recompute preset
+            qkv = self.qkv(self.attn_norm(x))
+        q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
         if self.fused:
             q = F.rotary_position_embedding(q, cos, sin, "interleaved")
             k = F.rotary_position_embedding(k, cos, sin, "interleaved")
@@ -141,6 +144,22 @@ class Llama(nn.Module):
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def recompute_blocks(self, mode="full", last=False):
+        """Activation recompute per block (Module.recompute): mode "full", "memory_bound", "memory_bound_and_qkv"
+        (dygrad.utils.checkpoint.policies), "none", or a list of those, one per block (a plan's). The last
+        block is left plain unless `last`: the backward starts with it, so its activations are all needed
+        again at once at the step's peak; recomputing it would cost time and save no peak memory
+        (docs/recompute.md). Returns the modes set."""
+        from ..utils.checkpoint import apply_recompute
+        n = len(self.blocks)
+        modes = list(mode) if isinstance(mode, (list, tuple)) else [mode] * n
+        if len(modes) != n:
+            raise ValueError(f"[llama.recompute_blocks] {len(modes)} modes for {n} blocks")
+        if not last and not isinstance(mode, (list, tuple)):
+            modes[-1] = "none"
+        apply_recompute(self.blocks, modes)
+        return modes
 
     def generate(self, idx, max_new_tokens, temperature=1.0, seed=0):
         """Samples continuations of idx [B, T0] (int64). No KV cache: each step recomputes the last window.

@@ -201,7 +201,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     if eps is None:
-        eps = 1.1920928955078125e-07 if input.dtype == _C.float32 else 2.220446049250313e-16
+        eps = 2.220446049250313e-16 if input.dtype == _C.float64 else 1.1920928955078125e-07  # opmath epsilon
     if len(normalized_shape) == 1:
         return _C.rms_norm(input, weight, eps)
     dims = tuple(range(-len(normalized_shape), 0))

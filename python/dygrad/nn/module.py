@@ -9,6 +9,8 @@ from .._C import Tensor
 from ..autograd import no_grad
 from ..utils.hooks import RemovableHandle
 from .parameter import Parameter
+from ..profiler import _scopes
+from ..profiler._scopes import TRACKING as _SCOPE_TRACKING
 
 _HOOK_STORES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
                 "_forward_hooks_always_called", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
@@ -35,10 +37,23 @@ class Module:
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
 
     def __call__(self, *args, **kwargs):
+        if _SCOPE_TRACKING[0]:  # a profile(with_modules=True) records: per-module costs (profiler/_scopes.py)
+            return _scopes.call(self, args, kwargs)
         d = self.__dict__
         try:
             hooked = d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
         except KeyError:  # a module pickled before the hook stores existed
+            hooked = False
+        if not hooked:
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(args, kwargs)
+
+    def _call_unscoped(self, *args, **kwargs):
+        """__call__ without the profiler's module scope (what _scopes.call runs inside the scope)."""
+        d = self.__dict__
+        try:
+            hooked = d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_hooks"] or d["_backward_pre_hooks"]
+        except KeyError:
             hooked = False
         if not hooked:
             return self.forward(*args, **kwargs)
@@ -97,13 +112,14 @@ class Module:
             result = backward_hook.setup_output_hook(result)
         return result
 
-    def recompute(self, mode=True, **kwargs):
+    def recompute(self, mode=True, policy=None, **kwargs):
         """MindSpore's Cell.recompute(): with mode True the module's forward runs under
         dygrad.utils.checkpoint.checkpoint (non-reentrant; its activations are recomputed in backward),
-        with False it runs plainly again. MindSpore's communication options (kwargs) have no effect here.
-        Returns the module."""
+        with False it runs plainly again. `policy` (a policy function or a list of dg.ops handles, e.g.
+        dygrad.utils.checkpoint.policies.memory_bound) makes it selective: what the policy saves is kept.
+        MindSpore's communication options (kwargs) have no effect here. Returns the module."""
         if mode:
-            object.__setattr__(self, "forward", functools.partial(_recompute_forward, self))
+            object.__setattr__(self, "forward", functools.partial(_recompute_forward, self, policy))
         else:
             self.__dict__.pop("forward", None)
         return self
@@ -703,9 +719,11 @@ class _BackwardHook:
         return hook
 
 
-def _recompute_forward(module, *args, **kwargs):
+def _recompute_forward(module, policy, *args, **kwargs):
     # Module.recompute(): the class's forward under checkpoint (a partial of this, so the module still pickles)
     if not _C.is_grad_enabled():
         return type(module).forward(module, *args, **kwargs)
-    from ..utils.checkpoint import checkpoint
-    return checkpoint(type(module).forward, module, *args, use_reentrant=False, **kwargs)
+    from ..utils.checkpoint import checkpoint, create_selective_checkpoint_contexts, noop_context_fn
+    context_fn = noop_context_fn if policy is None else functools.partial(create_selective_checkpoint_contexts,
+                                                                          policy)
+    return checkpoint(type(module).forward, module, *args, use_reentrant=False, context_fn=context_fn, **kwargs)

@@ -5,7 +5,16 @@ decoupled weight decay, as in torch 2.13). Each parameter's state is torch's: `s
 The update of all parameters of a group runs as one multi-tensor Task (dygrad's adamw_step), which also
 increments every `step` tensor on the stream: no host-side count, no sync. `foreach` and `fused` are accepted
 for torch's signature; dygrad's step is always the fused one. amsgrad (and parameters the Task cannot take:
-non-contiguous ones) take the composed path, torch's single-tensor formula op by op."""
+non-contiguous ones) take the composed path, torch's single-tensor formula op by op.
+
+dygrad extension (torch has none built in; Megatron-LM's mixed-precision optimizer is the reference):
+a parameter group with `"master_weights": True` (a group key, so the constructors keep torch's signatures:
+`AdamW([{"params": model.parameters(), "master_weights": True}], lr=...)`) keeps, for every bfloat16 / float16
+parameter, a float32 master copy (state["master_param"])
+and float32 moments; the step reads the parameter's float32 `main_grad` when it has one (dygrad.amp.use_main_grad)
+and its 16-bit `.grad` otherwise, updates the master in float32 and writes it, rounded once, into the parameter:
+one adamw_step Task for the group. float32 parameters of the same group take the plain update. See
+docs/mixed-precision.md."""
 import math
 
 from .. import _C
@@ -53,7 +62,7 @@ class Adam(Optimizer):
     def _init_group(self, group):
         params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], [], []
         for p in group["params"]:
-            if p.grad is None:
+            if p.grad is None or (group.get("master_weights") and p.dtype in (_C.bfloat16, _C.float16)):
                 continue
             state = self.state[p]
             if not state:
@@ -71,10 +80,46 @@ class Adam(Optimizer):
             steps.append(state["step"])
         return params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps
 
+    def _master_group(self, group):
+        """The 16-bit params of a master_weights group with a gradient (main_grad first): (masters, grads, m, v,
+        steps, model params); the float32 ones are left to the plain path."""
+        masters, grads, exp_avgs, exp_avg_sqs, steps, low = [], [], [], [], [], []
+        for p in group["params"]:
+            if p.dtype not in (_C.bfloat16, _C.float16):
+                continue
+            g = getattr(p, "main_grad", None)
+            if g is None:
+                g = p.grad
+            if g is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["step"] = _step_tensor()
+                state["master_param"] = state_tensor(p.detach().to(_C.float32, copy=True))
+                state["exp_avg"] = state_tensor(_C.zeros_like(state["master_param"]))
+                state["exp_avg_sq"] = state_tensor(_C.zeros_like(state["master_param"]))
+            masters.append(state["master_param"])
+            grads.append(-g if group["maximize"] else g)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+            low.append(p)
+        return masters, grads, exp_avgs, exp_avg_sqs, steps, low
+
     def step(self, closure=None):
         loss = self._closure_loss(closure)
         with no_grad():
             for group in self.param_groups:
+                if group.get("master_weights"):
+                    if group["amsgrad"]:
+                        raise NotImplementedError(f"{type(self).__name__}: master_weights with amsgrad is not "
+                                                  "supported by dygrad")
+                    masters, grads, exp_avgs, exp_avg_sqs, steps, low = self._master_group(group)
+                    if masters:
+                        beta1, beta2 = group["betas"]
+                        _C.adamw_step(masters, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"], beta1=beta1,
+                                      beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                                      decoupled_weight_decay=group["decoupled_weight_decay"], model_params=low)
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = self._init_group(group)
                 if not params:
                     continue

@@ -58,6 +58,10 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         for group in self.param_groups:
             for p in group["params"]:
+                main_grad = getattr(p, "main_grad", None)  # dygrad.amp.use_main_grad: an fp32 buffer, zeroed
+                if main_grad is not None:
+                    with no_grad():
+                        main_grad.zero_()
                 if p.grad is None:
                     continue
                 if set_to_none:

@@ -19,6 +19,7 @@ import os
 
 from .. import _C
 from ..runtime import get_context
+from . import _scopes
 from ._result import MEMORY_CATEGORIES, MemorySample, OpEvent, OpStat, OpStatsTable, ProfileResult, Range  # noqa: F401
 
 __all__ = ["profile", "schedule", "ProfilerAction", "ProfilerActivity", "record_function", "record_data_wait",
@@ -147,6 +148,7 @@ class profile:
         self.record_shapes = bool(record_shapes)
         self.profile_memory = bool(profile_memory)
         self.with_stack = bool(with_stack)
+        self.with_modules = bool(with_modules)
         self.host_bound_tolerance_ns = -1 if host_bound_tolerance_ns is None else int(host_bound_tolerance_ns)
         self.step_num = 0
         self.result = None    # the last finished cycle's ProfileResult
@@ -165,12 +167,14 @@ class profile:
         c = get_context()
         self._context = {"synchronize": c.synchronize, "deterministic": c.deterministic, "num_threads": c.num_threads}
         self._recorder.start()
+        _scopes.start(self.with_modules)  # module scopes (with_modules) and gc pauses
         self._recorder.step()  # the first step begins now
 
     def _end_recording(self, save):
         recorder, self._recorder = self._recorder, None
+        _scopes.stop()
         recorder.stop()
-        self.result = ProfileResult(recorder, self._context)
+        self.result = ProfileResult(recorder, self._context, module_scopes=_scopes.scopes())
         self.results.append(self.result)
         if save and self.on_trace_ready is not None:
             self.on_trace_ready(self)

@@ -86,8 +86,34 @@ def summarize(run_dir, top=10):
                 for c in MEMORY_CATEGORIES if c in at_peak or c in theory]
         if rows:
             out.append(_table(["at peak", "measured", "theoretical"], rows, right=(1, 2)))
+        estimate = memory.get("estimate")
+        if isinstance(estimate, dict) and estimate.get("peak") is not None:
+            err = estimate.get("error")
+            out.append(f"Dry-run estimate (dg.memory.estimate): peak {fmt_bytes(estimate.get('peak'))}"
+                       + (f" ({100 * err:+.1f}% against the measured peak)" if isinstance(err, (int, float)) else ""))
     else:
         out.append(f"Memory: {NOT_RECORDED} (profile_memory=False)")
+
+    modules = [m for m in summary.get("modules") or [] if isinstance(m, dict)]
+    if modules:
+        shown = [m for m in modules if m.get("depth", 0) <= 2][:top]
+        out += ["", "Per-module device time per step (children included; depth <= 2)"]
+        out.append(_table(["module", "type", "forward ms", "backward ms", "fwd peak", "bwd peak"], [
+            [m.get("path"), m.get("type"), _num(m.get("forward_ms"), "{:,.3f}"), _num(m.get("backward_ms"), "{:,.3f}"),
+             fmt_bytes(m.get("forward_peak_bytes")) if m.get("forward_peak_bytes") is not None else "-",
+             fmt_bytes(m.get("backward_peak_bytes")) if m.get("backward_peak_bytes") is not None else "-"]
+            for m in shown], right=range(2, 6)))
+    leaks = summary.get("leaks")
+    if isinstance(leaks, list):
+        out += ["", "Leaks: none" if not leaks else "Leaks (tensors kept across steps)"]
+        for k in leaks:
+            out.append(f"  {k.get('site')} ({k.get('function')}): {k.get('kind')}, {fmt_bytes(k.get('bytes_per_step'))} "
+                       f"per step, {fmt_bytes(k.get('bytes'))} held at the end")
+    gc = summary.get("gc")
+    if isinstance(gc, dict):
+        out += ["", f"Python GC pauses per step: {_num(gc.get('per_step_ms'), '{:,.3f}')} ms "
+                f"({_num(100 * (gc.get('fraction_of_step') or 0), '{:.1f}')}% of the step), {gc.get('count')} over the run, "
+                f"longest {_num(gc.get('max_ms'), '{:,.3f}')} ms"]
 
     ops = top_ops(run, top)
     out += ["", f"Top {len(ops)} ops by device time"]

@@ -17,6 +17,8 @@ OpEvent.host_ns = property(lambda self: self.enqueue_ns - self.host_begin_ns)
 Range = namedtuple("Range", "kind name thread begin_ns end_ns async_")
 Range.duration_ns = property(lambda self: self.end_ns - self.begin_ns)
 
+StorageEvent = namedtuple("StorageEvent", "ts_ns kind id nbytes category thread module file line function")
+
 MemorySample = namedtuple("MemorySample", "ts_ns allocated reserved by_category")
 
 # torch.profiler's sort keys and dygrad's own, mapped to a row attribute (largest first).
@@ -108,7 +110,7 @@ def _us(ns):
 class ProfileResult:
     """Everything one session recorded (docs/profiler-python.md, "ProfileResult")."""
 
-    def __init__(self, recorder, context):
+    def __init__(self, recorder, context, module_scopes=None):
         self._recorder = recorder
         self.context = dict(context)
         self.start_ns = recorder.start_ns
@@ -121,6 +123,12 @@ class ProfileResult:
         self.memory_at_stop = recorder.memory_at_stop()
         self.threads = list(recorder.threads())
         self.breakdown = json.loads(recorder.breakdown_json())
+        # Per-module costs and storage lifetimes (dygrad.profiler.memtools): the module scope of each op issued
+        # in one (seq -> scope id, bit 31 set for a backward Task), the scopes (id -> (path, type, parent id)),
+        # and every buffer's allocate / free / retag with its creation site (profile_memory).
+        self.op_modules = dict(recorder.op_modules())
+        self.module_scopes = dict(module_scopes or {})
+        self.storage_events = [StorageEvent(*t) for t in recorder.storage_events()]
         self._key_averages = {}
 
     # --- views -------------------------------------------------------------------------------------------------

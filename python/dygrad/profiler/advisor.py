@@ -45,6 +45,11 @@ RUN_AHEAD_FACTOR = 2.0
 # Fragmentation (reserved - allocated at the peak) as a share of reserved, and the least amount worth a finding.
 FRAGMENTATION_SHARE = 0.25
 FRAGMENTATION_MIN_BYTES = 8 << 20
+# bf16 rule: the GEMMs' share of the step needed to recommend bfloat16, and the bf16 / float32 GEMM speed it
+# assumes (measured on the AVX512-BF16 EPYC VMs: oneDNN's bf16 GEMM 2.0x its sgemm, issue 17).
+BF16_GEMM_SHARE = 0.20
+BF16_GEMM_SPEEDUP = 2.0
+GEMM_OPS = frozenset({"matmul", "addmm"})
 # Severity from the expected saving (fraction of step time or of memory).
 HIGH_GAIN, MEDIUM_GAIN = 0.25, 0.08
 
@@ -391,8 +396,67 @@ def rule_fragmentation(result, summary):
         "before the peak, or dg.empty_cache() after a phase with different shapes (e.g. evaluation)")
 
 
+def rule_leaks(result, summary):
+    """Tensors kept across steps that should not be (dygrad.profiler.memtools.find_leaks): one finding each."""
+    leaks = summary.get("leaks")
+    if leaks is None:
+        from .memtools import find_leaks
+        leaks = find_leaks(result)
+    out = []
+    peak = summary.get("memory", {}).get("peak_allocated") or 0
+    for leak in leaks:
+        grows = leak["bytes_per_step"]
+        share = grows / peak if peak else 0.0
+        others = ", ".join(f"{site} ({b / MIB:.2f} MiB)" for site, b in leak["other_sites"][:3])
+        what = ("the output made here is kept alive from every step (appended to a list or stored)"
+                if leak["kind"] == "output kept" else
+                "the tensor made here is kept from every step and keeps alive the graph behind it: "
+                f"{leak['tensors_per_step']:.0f} buffers per step" + (f", made at {others}" if others else ""))
+        out.append(_advice(
+            "memory_leak", f"Memory grows every step: {leak['site']}",
+            "high" if share >= 0.05 else "medium" if share >= 0.01 else "low",
+            f"{leak['site']} ({leak['function']}): {what}; {leak['bytes_per_step'] / MIB:.2f} MiB kept per step, "
+            f"{leak['bytes'] / MIB:.2f} MiB held at the end of the profile (steps {leak['steps']})",
+            {"bytes_per_step": leak["bytes_per_step"], "bytes_held": leak["bytes"], "steps": len(leak["steps"]),
+             "tensors_per_step": leak["tensors_per_step"]},
+            f"{leak['bytes_per_step'] / MIB:.2f} MiB less per step, and no out-of-memory after enough steps",
+            "keep numbers, not tensors: loss.item() (or .detach()) before storing a loss, output.detach() (or a "
+            "host copy) before appending an output; compute evaluation losses under dg.no_grad()"))
+    return out
+
+
+def rule_bf16(result, summary):
+    """float32 GEMMs on a CPU with AVX512-BF16 or AMX: recommend bfloat16 autocast; bfloat16 on a CPU without
+    either: warn (its GEMMs convert to float32 there and run slower than float32's)."""
+    flops = summary.get("flops", {})
+    cpu, dtype = flops.get("cpu"), flops.get("dtype")
+    if not cpu or dtype not in ("float32", "bfloat16"):
+        return None
+    native = cpu["avx512_bf16"] or any(f.startswith("amx_bf16") for f in cpu["amx"])
+    total = _total_step_ns(result)
+    gemm = sum(_op_cost_ns(op) for op in step_ops(result) if op.name in GEMM_OPS)
+    share = gemm / total if total else 0.0
+    features = f"{cpu['model']}: avx512_bf16 {'yes' if cpu['avx512_bf16'] else 'no'}, amx {', '.join(cpu['amx']) or 'none'}"
+    numbers = {"gemm_share_of_step": share, "dtype": dtype, "avx512_bf16": cpu["avx512_bf16"], "amx": cpu["amx"]}
+    if dtype == "float32" and native and share >= BF16_GEMM_SHARE:
+        saving = share * (1 - 1 / BF16_GEMM_SPEEDUP)
+        return _advice(
+            "bf16", "GEMMs run in float32 on a CPU with bfloat16 instructions", _severity(saving),
+            f"GEMMs take {share:.0%} of the step in float32; {features}", numbers, _speedup(saving),
+            "train under dg.autocast('cpu', dtype=dg.bfloat16) (python3 -m dygrad.train --dtype bf16), or "
+            "model.to(dg.bfloat16) with an AdamW master-weights group (--dtype bf16-pure); docs/mixed-precision.md")
+    if dtype == "bfloat16" and not native:
+        return _advice(
+            "bf16", "bfloat16 on a CPU without bfloat16 instructions", "medium" if share >= BF16_GEMM_SHARE else "low",
+            f"the run computes in bfloat16 but the CPU has neither AVX512-BF16 nor AMX ({features}): its GEMMs "
+            f"({share:.0%} of the step) convert every tile to float32", numbers,
+            "float32 avoids the conversions (no estimate: measure both)",
+            "train in float32 on this machine (drop dg.autocast / model.to(dg.bfloat16))")
+    return None
+
+
 RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_exposed_comm, rule_unfused,
-         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation)
+         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16)
 
 
 def advise(result, summary=None):

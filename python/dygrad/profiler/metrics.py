@@ -41,6 +41,22 @@ def measure_peak_flops(dtype=None, n=CALIBRATION_N, repeats=CALIBRATION_REPEATS)
     return _peak_cache[key]
 
 
+def cpu_features(path="/proc/cpuinfo"):
+    """{"model": the CPU's model name, "avx512_bf16": bool, "amx": [amx_* flags]} from /proc/cpuinfo (empty flags
+    where it cannot be read): what a bf16 figure records, and what the advisor's bf16 rule reads."""
+    model, flags = "unknown", set()
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"model": model, "avx512_bf16": "avx512_bf16" in flags, "amx": sorted(f for f in flags if f.startswith("amx"))}
+
+
 def peak_flops(dtype=None, given=None):
     """(peak FLOP/s, where it came from): `given` (the user's figure) wins over a calibration GEMM. A given figure
     that is this process's calibration of that dtype (dygrad.train passes its own) is reported as measured."""

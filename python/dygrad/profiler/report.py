@@ -390,7 +390,8 @@ def _memory_section(run):
         return (f'<section id="memory"><h2>Memory</h2><p class="missing">Memory {NOT_RECORDED} '
                 f'(record with profile_memory=True).</p></section>')
     figures = (_figure("peak allocated", fmt_bytes(memory.get("peak_allocated")))
-               + _figure("peak reserved", fmt_bytes(memory.get("peak_reserved"))))
+               + _figure("peak reserved", fmt_bytes(memory.get("peak_reserved")))
+               + _estimate_figure(memory))
     if _timeline(run["summary"]):
         chart = ('<div class="chart" id="memory-chart" data-drawn="false"></div>'
                  + _legend((("allocated", "#2f6fd0"), ("reserved", "#e8912d"))))
@@ -398,6 +399,131 @@ def _memory_section(run):
         chart = f'<p class="missing">Memory timeline {NOT_RECORDED} (record with profile_memory=True).</p>'
     return (f'<section id="memory"><h2>Memory</h2><div class="figures">{figures}</div>{chart}'
             f'<h3>Split at the allocation peak</h3>{_memory_split(memory)}</section>')
+
+
+# --- memory tools: the dry-run estimate, per-module costs, leaks, GC pauses (docs/profiler-python.md) ---------
+def _estimate_figure(memory):
+    e = memory.get("estimate")
+    if not isinstance(e, dict) or _number(e.get("peak")) is None:
+        return ""
+    err = _number(e.get("error"))
+    by = e.get("by_category") or {}
+    parts = ", ".join(f"{c.replace('_', ' ')} {fmt_bytes(v)}" for c, v in by.items() if _number(v))
+    note = (f"dygrad.memory.estimate before the run ({'%+.1f%%' % (100 * err) if err is not None else '?'} against "
+            f"the measured peak): {parts}")
+    return _figure("estimated peak (dry run)", fmt_bytes(e.get("peak")), note)
+
+
+FLAME_COLORS = ("#2f6fd0", "#e8912d", "#3aa86b", "#c94f6d", "#7b61c4", "#23a3b5", "#b58a23", "#6d7b8d")
+
+
+def _flame_svg(modules, key, chart_id, width=1000, row_h=18):
+    """A flame chart of one phase (forward_ms or backward_ms), nested by module path: each module spans its
+    inclusive time, its children laid out inside it in call order. Drawn here (no script needed)."""
+    rows = [m for m in modules if isinstance(m, dict) and m.get("id") and (_number(m.get(key)) or 0) > 0]
+    if not rows:
+        return f'<p class="missing">No {key.split("_")[0]} time recorded in modules.</p>'
+    children = {}
+    for m in rows:
+        children.setdefault(m.get("parent") or 0, []).append(m)
+    ids = {m["id"] for m in rows}
+    roots = [m for m in rows if (m.get("parent") or 0) not in ids]
+    total = sum(m[key] for m in roots) or 1.0
+    rects = []
+    depth_max = [0]
+
+    def place(m, x0, depth):
+        w = width * m[key] / total
+        depth_max[0] = max(depth_max[0], depth)
+        color = FLAME_COLORS[sum(map(ord, m.get("type") or "")) % len(FLAME_COLORS)]
+        name = (m.get("path") or "").split(".")[-1]
+        label = _e(name) if w > 7 * len(name) else ""
+        rects.append(f'<g><title>{_e(m.get("path"))} ({_e(m.get("type"))}): {m[key]:.3f} ms per step</title>'
+                     f'<rect x="{x0:.2f}" y="{depth * row_h}" width="{max(w - 0.5, 0.5):.2f}" height="{row_h - 1}" '
+                     f'fill="{color}" class="flame-rect"></rect>'
+                     + (f'<text x="{x0 + 3:.2f}" y="{depth * row_h + row_h - 5}" font-size="11" fill="#fff">{label}'
+                        f'</text>' if label else "") + '</g>')
+        x = x0
+        for c in children.get(m["id"], []):
+            place(c, x, depth + 1)
+            x += width * c[key] / total
+
+    x = 0.0
+    for r in roots:
+        place(r, x, 0)
+        x += width * r[key] / total
+    height = (depth_max[0] + 1) * row_h
+    return (f'<svg id="{chart_id}" class="flame" data-drawn="true" data-rects="{len(rects)}" viewBox="0 0 {width} '
+            f'{height}" width="100%" preserveAspectRatio="none" style="height:{height}px">{"".join(rects)}</svg>')
+
+
+def _modules_section(summary):
+    modules = summary.get("modules")
+    if not modules:
+        return ('<section id="modules"><h2>Per-module costs</h2><p class="missing">Per-module costs '
+                f'{NOT_RECORDED} (record with profile(with_modules=True)).</p></section>')
+    rows = []
+    for m in modules:
+        if not isinstance(m, dict):
+            continue
+        indent = 12 * (_number(m.get("depth")) or 0)
+        rows.append(f'<tr><td style="padding-left:{indent + 4}px">{_e(m.get("path"))}</td><td>{_e(m.get("type"))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("forward_ms")))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("backward_ms")))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("self_forward_ms")))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("self_backward_ms")))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("forward_tasks")))}</td>'
+                    f'<td class="num">{_e(fmt_value(m.get("backward_tasks")))}</td>'
+                    f'<td class="num">{_e(fmt_bytes(m.get("forward_peak_bytes")))}</td>'
+                    f'<td class="num">{_e(fmt_bytes(m.get("backward_peak_bytes")))}</td></tr>')
+    return ('<section id="modules"><h2>Per-module costs</h2><p class="note">Device time per step of the Tasks each '
+            'module\'s forward enqueued and of the backward Tasks of the autograd nodes it recorded (measured on the '
+            'stream worker, children included; "self" excludes them), and the highest allocated bytes reached '
+            'while it allocated.</p>'
+            f'<h3>Forward</h3>{_flame_svg(modules, "forward_ms", "flame-forward")}'
+            f'<h3>Backward</h3>{_flame_svg(modules, "backward_ms", "flame-backward")}'
+            '<table id="modules-table" class="grid"><thead><tr><th>module</th><th>type</th>'
+            '<th class="num">forward ms</th><th class="num">backward ms</th><th class="num">self fwd ms</th>'
+            '<th class="num">self bwd ms</th><th class="num">fwd Tasks</th><th class="num">bwd Tasks</th>'
+            '<th class="num">fwd peak</th><th class="num">bwd peak</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def _leaks_section(summary):
+    leaks = summary.get("leaks")
+    if leaks is None:
+        return ""
+    if not leaks:
+        return ('<section id="leaks"><h2>Leaks</h2><p class="note" id="no-leaks">No tensor outlived its step '
+                'repeatedly (with profile_memory and at least three steps).</p></section>')
+    rows = []
+    for k in leaks:
+        if not isinstance(k, dict):
+            continue
+        others = ", ".join(f"{site} {fmt_bytes(b)}" for site, b in (k.get("other_sites") or []))
+        rows.append(f'<tr><td>{_e(k.get("site"))}</td><td>{_e(k.get("function"))}</td><td>{_e(k.get("kind"))}</td>'
+                    f'<td class="num">{_e(fmt_bytes(k.get("bytes_per_step")))}</td>'
+                    f'<td class="num">{_e(fmt_bytes(k.get("bytes")))}</td>'
+                    f'<td class="num">{_e(fmt_value(k.get("tensors_per_step")))}</td><td>{_e(others)}</td></tr>')
+    return ('<section id="leaks"><h2>Leaks</h2><table id="leaks-table" class="grid"><thead><tr><th>made at</th>'
+            '<th>function</th><th>kind</th><th class="num">kept per step</th><th class="num">held at end</th>'
+            '<th class="num">tensors per step</th><th>also kept (made at)</th></tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def _gc_section(summary):
+    gc = summary.get("gc")
+    if not isinstance(gc, dict):
+        return ""
+    gens = ", ".join(f"gen {g}: {v.get('count')} ({fmt_value(v.get('ns', 0) / 1e6)} ms)"
+                     for g, v in (gc.get("by_generation") or {}).items() if isinstance(v, dict))
+    figures = (_figure("GC pauses per step", f"{fmt_value(gc.get('per_step_ms'))} ms",
+                       f"{fmt_pct(gc.get('fraction_of_step'))} of the step; {gc.get('count')} pauses" +
+                       (f" ({gens})" if gens else ""))
+               + _figure("longest GC pause", f"{fmt_value(gc.get('max_ms'))} ms"))
+    return (f'<section id="gc"><h2>Python garbage collector</h2><div class="figures">{figures}</div>'
+            '<p class="note">Pauses recorded from gc.callbacks on the host track of the trace '
+            '("python gc (generation N)").</p></section>')
 
 
 def _advice_section(summary):
@@ -457,7 +583,8 @@ def render_html(run_dir, top=30):
     summary = run["summary"]
     label = get(summary, "meta", "label") or os.path.basename(os.path.abspath(run["dir"]))
     body = "".join((_header(run), _overview(run), _breakdown_section(run), _ops_section(run, top),
-                    _memory_section(run), _advice_section(summary), _host_section(summary)))
+                    _memory_section(run), _modules_section(summary), _leaks_section(summary), _advice_section(summary),
+                    _host_section(summary), _gc_section(summary)))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>dygrad profile: {_e(label)}</title><style>{_CSS}</style></head>\n<body>'

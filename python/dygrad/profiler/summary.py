@@ -97,11 +97,12 @@ def _model_dtype(model):
 
 
 def build_summary(result, *, label="", command="", batch_size=None, seq_len=None, ranks=1, model_config=None,
-                  model=None, optimizer=None, peak=None, dtype=None, advice=True):
+                  model=None, optimizer=None, peak=None, dtype=None, advice=True, memory_estimate=None):
     """The summary.json dict of one session. batch_size is per rank; seq_len defaults to the config's;
     model_config (a LlamaConfig, or the model's `.cfg`) gives the model-formula FLOPs for MFU; peak (FLOP/s)
     overrides the calibration GEMM of `dtype` (default: the model's parameter dtype, else float32).
-    advice=False leaves the advisor out (the advisor itself uses that)."""
+    advice=False leaves the advisor out (the advisor itself uses that). memory_estimate: a
+    dygrad.memory.estimate() result, put beside the measured peak (summary.memory.estimate)."""
     steps = result.breakdown.get("steps") or []
     step_s = [s["step_ns"] / 1e9 for s in steps] or [(result.stop_ns - result.start_ns) / 1e9]
     num_steps = max(1, len(steps))
@@ -113,7 +114,8 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         seq_len = getattr(config, "seq_len", None)
     samples_per_s, tokens_per_s = metrics.throughput(batch_size, seq_len, mean_s, ranks)
 
-    peak_value, peak_source = metrics.peak_flops(dtype or _model_dtype(model) or dg.float32, given=peak)
+    compute_dtype = dtype or _model_dtype(model) or dg.float32
+    peak_value, peak_source = metrics.peak_flops(compute_dtype, given=peak)
     executed = float(breakdown.get("flops", 0.0))
     model_flops = None
     if config is not None and batch_size is not None and seq_len is not None:
@@ -130,6 +132,7 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         "throughput": {"batch_size": batch_size, "seq_len": seq_len, "ranks": ranks,
                        "samples_per_s": samples_per_s, "tokens_per_s": tokens_per_s},
         "flops": {"executed_per_step": executed, "model_per_step": model_flops, "peak_flops_per_s": peak_value,
+                  "dtype": str(compute_dtype).replace("dygrad.", ""), "cpu": metrics.cpu_features(),
                   "peak_source": peak_source, "mfu": metrics.mfu(model_flops, mean_s, peak_value),
                   "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0},
         "memory": metrics.memory_report(result, model, optimizer, batch_size, seq_len),
@@ -138,6 +141,7 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         "copies": _copies(result, num_steps),
         "advice": [],
     }
+    _add_memtools(summary, result, num_steps, memory_estimate)
     if advice:
         from .advisor import advise
         summary["advice"] = advise(result, summary)
@@ -167,3 +171,31 @@ def _write_report(run_dir):
     else:
         with open(os.path.join(run_dir, "report.html"), "w") as f:
             f.write(report.render_html(run_dir))
+
+
+def _add_memtools(summary, result, num_steps, memory_estimate):
+    """summary.json's "modules" (per-module costs per step), "leaks", "gc", and memory.estimate
+    (docs/profiler-python.md)."""
+    from . import memtools
+    rows = memtools.module_costs(result)
+    modules = []
+    for r in rows[:400]:
+        modules.append({"path": r["path"], "type": r["type"], "depth": r["depth"], "id": r["id"], "parent": r["parent"],
+                        "forward_ms": r["forward_ns"] / 1e6 / num_steps, "backward_ms": r["backward_ns"] / 1e6 / num_steps,
+                        "self_forward_ms": r["self_forward_ns"] / 1e6 / num_steps,
+                        "self_backward_ms": r["self_backward_ns"] / 1e6 / num_steps,
+                        "forward_tasks": r["forward_tasks"] / num_steps, "backward_tasks": r["backward_tasks"] / num_steps,
+                        "forward_peak_bytes": r["forward_peak_bytes"], "backward_peak_bytes": r["backward_peak_bytes"]})
+    summary["modules"] = modules
+    summary["leaks"] = memtools.find_leaks(result)
+    gc = memtools.gc_pauses(result)
+    summary["gc"] = {"count": gc["count"], "total_ms": gc["total_ns"] / 1e6, "max_ms": gc["max_ns"] / 1e6,
+                     "per_step_ms": gc["per_step_ns"] / 1e6,
+                     "fraction_of_step": (gc["per_step_ns"] / summary["breakdown"]["step_ns"]
+                                          if summary["breakdown"].get("step_ns") else 0.0),
+                     "by_generation": gc["by_generation"]}
+    if memory_estimate is not None and isinstance(summary.get("memory"), dict):
+        e = memory_estimate._asdict() if hasattr(memory_estimate, "_asdict") else dict(memory_estimate)
+        measured = summary["memory"].get("peak_allocated")
+        e["error"] = (e["peak"] - measured) / measured if measured else None
+        summary["memory"]["estimate"] = e

@@ -15,6 +15,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/module_scope.h"
 
 namespace dg {
 
@@ -76,6 +77,7 @@ void accumulate_leaf(GraphRun& run, const Ref<TensorImpl>& leaf_impl, Tensor g) 
     meta.grad = stored;
   } else if (run.create_graph || meta.grad.requires_grad() || run.taken.count(leaf_impl.get())) {
     meta.grad = add(meta.grad, g);
+    meta.grad_object.reset();  // a new tensor: `.grad` returns a new Python object
     if (!run.create_graph) meta.grad.storage().set_category(MemoryCategory::Gradient);  // a new buffer
   } else {
     NoGradGuard no_grad;
@@ -178,6 +180,9 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
   while (!ready.empty()) {
     Ref<Node> node = ready.front();
     ready.pop_front();
+    // While a profiler records, the node's Tasks (and the leaf accumulations it feeds) belong to the module
+    // its forward op ran in (runtime/module_scope.h).
+    module_scope::NodeScope scope(node.get());
     std::vector<Tensor> grads = std::move(buffers[node.get()]);
     buffers.erase(node.get());
     grads.resize(node->num_outputs);
@@ -191,6 +196,7 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
       if (node->retained_outputs[k] && grads[k].defined() && run.accumulate) {
         AutogradMeta& meta = *node->retained_outputs[k]->autograd;
         meta.grad = meta.grad.defined() ? add(meta.grad, grads[k]) : (run.create_graph ? grads[k] : detach(grads[k]));
+        meta.grad_object.reset();
       }
     if (auto cap = run.node_capture.find(node.get()); cap != run.node_capture.end())
       for (auto [output_nr, slot] : cap->second) run.captured[slot] = sum_grads(run.captured[slot], grads[output_nr]);
@@ -206,7 +212,10 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     }
     // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
     // node that saved nothing accumulates into them again, as in torch.
-    if (!run.retain_graph) node->release_saved();
+    if (!run.retain_graph) {
+      node->release_saved();
+      if (node->inner) node->inner->release_saved();  // CopySlices: the in-place op's node it ran
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
       if (!e.valid()) continue;
@@ -229,11 +238,17 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
   }
 }
 
-Tensor root_grad(const Tensor& root, const Tensor& given, size_t index) {
+Tensor root_grad(const Tensor& root, const Tensor& given, size_t index, bool create_graph) {
   if (given.defined()) {
     DG_CHECK(same_shape(given.shape(), root.shape()), Runtime, "[backward] Mismatch in shape: grad_output[", index,
              "] has a shape of ", given.shape(), " and output[", index, "] has a shape of ", root.shape());
-    return clone(detach(given));  // private: the engine may take it as a leaf's .grad
+    // A private copy: the engine may take it as a leaf's .grad. With create_graph the copy is recorded (a
+    // double backward differentiates through grad_outputs: gradgradcheck, gradient penalties).
+    if (create_graph) {
+      EnableGradGuard grad_mode;
+      return clone(given);
+    }
+    return clone(detach(given));
   }
   DG_CHECK(root.numel() == 1, Runtime, "[backward] grad can be implicitly created only for scalar outputs, got shape ",
            root.shape());
@@ -251,7 +266,7 @@ void backward(std::span<const Tensor> roots, std::span<const Tensor> grad_roots,
     DG_CHECK(roots[i].defined() && roots[i].requires_grad(), Runtime, "[backward] element ", i,
              " of tensors does not require grad and does not have a grad_fn");
     edges.push_back(gradient_edge(roots[i]));
-    grads.push_back(root_grad(roots[i], i < grad_roots.size() ? grad_roots[i] : Tensor(), i));
+    grads.push_back(root_grad(roots[i], i < grad_roots.size() ? grad_roots[i] : Tensor(), i, create_graph));
   }
   execute(run, edges, grads);
 }
@@ -275,7 +290,7 @@ std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor
     DG_CHECK(outputs[i].defined() && outputs[i].requires_grad(), Runtime, "[grad] element ", i,
              " of tensors does not require grad and does not have a grad_fn");
     edges.push_back(gradient_edge(outputs[i]));
-    grads.push_back(root_grad(outputs[i], i < grad_outputs.size() ? grad_outputs[i] : Tensor(), i));
+    grads.push_back(root_grad(outputs[i], i < grad_outputs.size() ? grad_outputs[i] : Tensor(), i, create_graph));
   }
   execute(run, edges, grads);
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -5,13 +5,18 @@
 #include <cctype>
 
 #include "dygrad/core/error.h"
+#include "dygrad/ops/shape.h"
+#include "dygrad/runtime/module_scope.h"
 
 namespace dg {
 
 namespace {
 thread_local bool tls_grad_enabled = true;
 thread_local std::vector<PackHook> tls_pack_hooks;
-thread_local bool tls_in_pack_hook = false;
+// Hooks below the floor do not apply: a pack or unpack hook runs with the floor at the hooks installed when it
+// started, so the ops it runs save their tensors as they are, while hooks it installs itself (a checkpoint
+// recomputing inside an unpack hook, as torch's) apply to the saves made under them (docs/recompute.md).
+thread_local size_t tls_hook_floor = 0;
 std::atomic<bool> g_anomaly_enabled{false};
 std::atomic<bool> g_anomaly_check_nan{true};
 }  // namespace
@@ -20,7 +25,7 @@ void set_grad_enabled(bool on) { tls_grad_enabled = on; }
 
 void push_saved_tensor_hook(PackHook hook) { tls_pack_hooks.push_back(std::move(hook)); }
 void pop_saved_tensor_hook() {
-  DG_CHECK(!tls_pack_hooks.empty(), Runtime, "[saved_tensors_hooks] no hooks to pop");
+  DG_CHECK(tls_pack_hooks.size() > tls_hook_floor, Runtime, "[saved_tensors_hooks] no hooks to pop");
   tls_pack_hooks.pop_back();
 }
 
@@ -90,11 +95,12 @@ Node::~Node() {
 }
 
 void Node::save(const Tensor& t) {
-  if (!tls_pack_hooks.empty() && !tls_in_pack_hook && t.defined()) {
+  if (tls_pack_hooks.size() > tls_hook_floor && t.defined()) {
     // The hook may run dygrad ops (a copy to offload); their own saves keep their tensors.
     struct Reentry {
-      Reentry() { tls_in_pack_hook = true; }
-      ~Reentry() { tls_in_pack_hook = false; }
+      size_t saved = tls_hook_floor;
+      Reentry() { tls_hook_floor = tls_pack_hooks.size(); }
+      ~Reentry() { tls_hook_floor = saved; }
     } reentry;
     std::shared_ptr<PackedTensor> packed = tls_pack_hooks.back()(t);
     saved_.push_back({Tensor(), 0u, std::move(packed)});
@@ -112,9 +118,9 @@ Tensor Node::saved(size_t i) const {
     // What the unpack hook returns is used as is: the pack hook may have copied the tensor, so its version
     // is not checked (docs/autograd.md, "Known gaps").
     struct Reentry {
-      bool saved = tls_in_pack_hook;
-      Reentry() { tls_in_pack_hook = true; }
-      ~Reentry() { tls_in_pack_hook = saved; }
+      size_t saved = tls_hook_floor;
+      Reentry() { tls_hook_floor = tls_pack_hooks.size(); }
+      ~Reentry() { tls_hook_floor = saved; }
     } reentry;
     return s.packed->unpack();
   }
@@ -123,6 +129,16 @@ Tensor Node::saved(size_t i) const {
          "modified by an inplace operation: a tensor of shape ", s.tensor.shape(), " is at version ",
          s.tensor.version(), "; expected version ", s.version, " instead");
   return s.tensor;
+}
+
+Tensor Node::saved_output(size_t i, uint32_t output_nr) {
+  Tensor y = saved(i);
+  bool any_input = false;
+  for (size_t k = 0; k < next.size(); ++k) any_input = any_input || needs_grad(k);
+  if (!grad_enabled() || !any_input || !y.defined()) return y;
+  Tensor attached = detach(y);
+  set_history(attached, Ref<Node>(this), output_nr);
+  return attached;
 }
 
 void Node::release_saved() {
@@ -148,6 +164,7 @@ bool needs_grad_any(std::span<const Tensor> inputs) {
 Edge gradient_edge(const Tensor& t) {
   Edge e;
   if (!t.defined() || !t.requires_grad()) return e;
+  if (view_history_stale(t.impl())) refresh_view_history(t.impl(), true);  // a forbidden view raises
   AutogradMeta& meta = *t.impl()->autograd;
   if (meta.grad_fn) {
     e.node = meta.grad_fn;
@@ -165,7 +182,7 @@ void forget_retained(TensorImpl* impl, AutogradMeta& meta) {
   meta.retains_grad = false;
 }
 
-static void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
+void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
   forget_retained(impl, *impl->autograd);
@@ -185,22 +202,13 @@ Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined()) set_history(outputs[i], node, static_cast<uint32_t>(i));
   if (anomaly_enabled()) node->forward_site = current_call_site();
+  module_scope::tag_node(node.get());  // the module scope, while a profiler records (runtime/module_scope.h)
   return node;
 }
 
 Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   DG_CHECK(op->backward != nullptr, Runtime, "[", op->name, "] is not differentiable");
   return record_node(make_ref<Node>(op, outputs.size()), inputs, outputs);
-}
-
-void rebase_history(const Tensor& t, Ref<Node> node) { set_history(t, node, 0); }
-
-void check_inplace(const char* op, const Tensor& t) {
-  if (!grad_enabled() || !t.requires_grad()) return;
-  DG_CHECK(!t.is_leaf(), Runtime, "[", op, "] a leaf Variable that requires grad is being used in an in-place "
-           "operation");
-  DG_CHECK(!t.is_view(), NotImplemented, "[", op, "] in-place operation on a view of a tensor that requires grad "
-           "is not supported; use the out-of-place op");
 }
 
 }  // namespace dg

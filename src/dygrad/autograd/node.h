@@ -33,7 +33,8 @@ class PackedTensor {
 };
 using PackHook = std::function<std::shared_ptr<PackedTensor>(const Tensor&)>;
 // The innermost installed hook applies (thread-local, as torch's). Ops run inside a pack or unpack hook
-// save their tensors as they are (no recursion into the hook).
+// save their tensors as they are (no recursion into the hook), unless the hook installed hooks of its own:
+// those apply (a "hook floor": only the hooks active when the pack or unpack started are suppressed).
 void push_saved_tensor_hook(PackHook hook);
 void pop_saved_tensor_hook();
 
@@ -78,6 +79,11 @@ class Node : public RefCounted {
   void save(const Tensor& t);                 // saved in order; read back with saved(i)
   size_t num_saved() const { return saved_.size(); }
   Tensor saved(size_t i) const;               // checks the version: raises if modified in place since
+  // saved(i) when it is this node's output `output_nr`, saved detached (with its own grad_fn it would be a
+  // reference cycle): while backward records a graph (create_graph) it comes back with this node as its
+  // history, as torch's SavedVariable of an output, so a formula that reads it is differentiable again
+  // (docs/autograd.md, "Double backward").
+  Tensor saved_output(size_t i, uint32_t output_nr = 0);
   void release_saved();                       // after backward without retain_graph
   bool released() const { return released_; }
 
@@ -90,6 +96,9 @@ class Node : public RefCounted {
   void apply(std::span<const Tensor> grad_outputs, std::span<Tensor> grad_inputs);
   // A Python/C++ custom backward stored as a closure (Node(name, nullptr)), used when BackwardFn is null.
   std::function<void(Node&, std::span<const Tensor>, std::span<Tensor>)> closure;
+  // CopySlices: the in-place op's node it runs on the view's slice of the gradient; its saved tensors are
+  // released with this node's (docs/autograd.md, "In-place on views").
+  Ref<Node> inner;
 
  private:
   const OpDef* op_ = nullptr;
@@ -110,6 +119,9 @@ struct AutogradMeta {
   bool retains_grad = false;
   std::vector<TensorHook> leaf_hooks;
   std::vector<std::pair<uint64_t, PostAccumulateHook>> post_accumulate_hooks;  // id, hook
+  // The Python object `.grad` last returned, so that `x.grad is x.grad` while `grad` is the same tensor (set
+  // by the binding, released through its deleter; dropped whenever `grad` is replaced).
+  std::shared_ptr<void> grad_object;
 };
 
 // Grad mode: a thread-local switch (no_grad in Python).
@@ -154,9 +166,22 @@ Ref<Node> record_node(const OpDef* op, std::span<const Tensor> inputs, std::span
 Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
 // The edge that a gradient for `t` should follow.
 Edge gradient_edge(const Tensor& t);
-// In-place ops: the tensor now holds the result of `node` (its history is rebased onto it).
+// Makes `node` (its output `output_nr`) the grad_fn of `t`.
+void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr);
+// --- in-place ops and views (autograd/views.cpp) ----------------------------------------------------------
+// In-place ops: the tensor now holds the result of `node`, whose input 0 is the tensor's old value. On a
+// view, the base's history is rebased onto a CopySlices node running `node` on the view's slice, and the
+// view's grad_fn is regenerated from the base (docs/autograd.md, "In-place on views").
 void rebase_history(const Tensor& t, Ref<Node> node);
-// Raises if an in-place op on `t` would break autograd (a leaf that requires grad under grad mode).
-void check_inplace(const char* op, const Tensor& t);
+// Raises if an in-place op on `t` would break autograd, under grad mode when `t` or another operand
+// (`operands_require_grad`) requires grad: a leaf that requires grad, a view of one, a view made in no_grad
+// mode or by a multi-output op (split, chunk, unbind).
+void check_inplace(const char* op, const Tensor& t, bool operands_require_grad = false);
+// A view whose storage was written since its grad_fn was computed gets it regenerated from its base (torch's
+// AsStridedBackward0); `raise_if_forbidden` raises torch's error for a no-grad or multi-output view.
+void refresh_view_history(TensorImpl* view, bool raise_if_forbidden);
+inline bool view_history_stale(const TensorImpl* impl) {
+  return impl->view_base && impl->view_version != impl->storage->version();
+}
 
 }  // namespace dg

@@ -18,7 +18,21 @@ void AutogradMetaDeleter::operator()(AutogradMeta* meta) const {
   delete meta;
 }
 
-bool Tensor::requires_grad() const { return impl_->autograd && impl_->autograd->requires_grad; }
+// A view whose storage was written since its grad_fn was computed gets it regenerated from its base first
+// (docs/autograd.md, "In-place on views"); only the accessors that hand the history out raise for a view that
+// may not be rebased.
+bool Tensor::requires_grad() const {
+  if (view_history_stale(impl_.get())) [[unlikely]] {
+    refresh_view_history(impl_.get(), false);
+    // Still stale: a no-grad or multi-output view whose base was modified. It requires grad when its base
+    // does (torch's view rule), so an op that records it reaches gradient_edge, which raises.
+    if (view_history_stale(impl_.get()) && is_floating(dtype())) {
+      const AutogradMeta* base = impl_->view_base->autograd.get();
+      if (base && base->requires_grad) return true;
+    }
+  }
+  return impl_->autograd && impl_->autograd->requires_grad;
+}
 
 Tensor& Tensor::set_requires_grad(bool value) {
   DG_CHECK(!value || is_floating(dtype()), Runtime,
@@ -33,7 +47,11 @@ Tensor& Tensor::set_requires_grad(bool value) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }
+bool Tensor::is_leaf() const {
+  if (view_history_stale(impl_.get())) [[unlikely]]
+    refresh_view_history(impl_.get(), true);
+  return !impl_->autograd || !impl_->autograd->grad_fn;
+}
 
 Tensor Tensor::grad() const { return impl_->autograd ? impl_->autograd->grad : Tensor(); }
 
@@ -44,9 +62,14 @@ void Tensor::set_grad(const Tensor& g) {
              "[grad] assigned grad has shape ", g.shape(), " but the tensor has shape ", shape());
   }
   impl_->autograd->grad = g;
+  impl_->autograd->grad_object.reset();
 }
 
-Ref<Node> Tensor::grad_fn() const { return impl_->autograd ? impl_->autograd->grad_fn : Ref<Node>(); }
+Ref<Node> Tensor::grad_fn() const {
+  if (view_history_stale(impl_.get())) [[unlikely]]
+    refresh_view_history(impl_.get(), true);
+  return impl_->autograd ? impl_->autograd->grad_fn : Ref<Node>();
+}
 
 void Tensor::retain_grad() {
   DG_CHECK(requires_grad(), Runtime, "[retain_grad] can't retain_grad on Tensor that has requires_grad=False");

@@ -1,15 +1,114 @@
-// Storage lifetime: cached blocks go back to the allocator, external memory to its owner.
+// Storage lifetime: cached blocks go back to the allocator, external memory to its owner; the profiler's
+// storage observer and meta evaluation (core/storage_hooks.h).
 #include "dygrad/core/storage.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <new>
+#include <thread>
+
+#include "dygrad/core/storage_hooks.h"
+
 namespace dg {
+
+namespace {
+std::atomic<StorageObserver*> g_storage_observer{nullptr};
+std::atomic<int> g_observer_calls{0};  // calls in flight, so that set_storage_observer can wait them out
+
+// Calls `f(observer)` if one is installed (the profiler; other threads - a data loader's - allocate too).
+template <typename F>
+void notify(F&& f) {
+  if (!g_storage_observer.load(std::memory_order_acquire)) [[likely]] return;
+  g_observer_calls.fetch_add(1);
+  if (StorageObserver* o = g_storage_observer.load()) f(o);
+  g_observer_calls.fetch_sub(1);
+}
+std::atomic<bool> g_meta_active{false};
+std::mutex g_meta_mutex;
+meta::Stats g_meta;
+}  // namespace
+
+// Once this returns, no call to the previous observer is in flight.
+void set_storage_observer(StorageObserver* observer) {
+  g_storage_observer.store(observer);
+  while (g_observer_calls.load() != 0) std::this_thread::yield();
+}
+StorageObserver* storage_observer() { return g_storage_observer.load(std::memory_order_acquire); }
+
+namespace meta {
+bool active() { return g_meta_active.load(std::memory_order_relaxed); }
+void set_active(bool on) {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  if (on) {
+    // Buffers of an earlier evaluation still alive keep counting: only the peaks restart.
+    const int64_t allocated = g_meta.allocated;
+    const auto by = g_meta.by_category;
+    g_meta = Stats();
+    g_meta.allocated = g_meta.peak = g_meta.peak_with_scratch = allocated;
+    g_meta.by_category = g_meta.at_peak = by;
+  }
+  g_meta_active.store(on, std::memory_order_relaxed);
+}
+Stats current() {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  return g_meta;
+}
+void reset_peak() {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  g_meta.peak = g_meta.peak_with_scratch = g_meta.allocated;
+  g_meta.at_peak = g_meta.by_category;
+  g_meta.max_scratch = 0;
+}
+void note_task(int64_t scratch_bytes) {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  ++g_meta.tasks;
+  g_meta.max_scratch = std::max(g_meta.max_scratch, scratch_bytes);
+  g_meta.peak_with_scratch = std::max(g_meta.peak_with_scratch, g_meta.allocated + scratch_bytes);
+}
+
+MemoryBlock allocate(size_t nbytes, MemoryCategory category) {
+  // Address space only: an anonymous private mapping uses no memory until a page is written, and no kernel
+  // runs under meta evaluation. A host-side write (a small factory filled on the host) touches a page or two.
+  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  g_meta.allocated += static_cast<int64_t>(nbytes);
+  g_meta.by_category[static_cast<int>(category)] += static_cast<int64_t>(nbytes);
+  ++g_meta.allocations;
+  g_meta.allocated_total += static_cast<int64_t>(nbytes);
+  if (g_meta.allocated > g_meta.peak) {
+    g_meta.peak = g_meta.allocated;
+    g_meta.at_peak = g_meta.by_category;
+  }
+  g_meta.peak_with_scratch = std::max(g_meta.peak_with_scratch, g_meta.allocated);
+  return {p, nbytes | kMetaBit};
+}
+void free(const MemoryBlock& block, size_t nbytes, MemoryCategory category) {
+  ::munmap(block.ptr, block.bin_bytes & ~kMetaBit);
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  g_meta.allocated -= static_cast<int64_t>(nbytes);
+  g_meta.by_category[static_cast<int>(category)] -= static_cast<int64_t>(nbytes);
+}
+void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  g_meta.by_category[static_cast<int>(from)] -= static_cast<int64_t>(nbytes);
+  g_meta.by_category[static_cast<int>(to)] += static_cast<int64_t>(nbytes);
+}
+}  // namespace meta
 
 Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
-  s->block_ = allocator_for(device).allocate(nbytes, s->category_);
+  if (meta::active() && nbytes > 0) [[unlikely]] s->block_ = meta::allocate(nbytes, s->category_);
+  else s->block_ = allocator_for(device).allocate(nbytes, s->category_);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
+  if (nbytes > 0 && !meta::is_meta(s->block_))
+    notify([&](StorageObserver* o) { o->on_storage_allocate(s.get(), nbytes, s->category_); });
   return s;
 }
 
@@ -24,13 +123,24 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
 }
 
 void Storage::set_category(MemoryCategory c) {
-  if (!is_external()) allocator_for(device_).retag(nbytes_, category_, c);
+  if (meta::is_meta(block_)) {
+    meta::retag(nbytes_, category_, c);
+  } else if (!is_external()) {
+    allocator_for(device_).retag(nbytes_, category_, c);
+    if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_retag(this, nbytes_, c); });
+  }
   category_ = c;
 }
 
 Storage::~Storage() {
-  if (external_release_) external_release_(external_context_);
-  else allocator_for(device_).free(block_, nbytes_, category_);
+  if (external_release_) {
+    external_release_(external_context_);
+  } else if (meta::is_meta(block_)) [[unlikely]] {
+    meta::free(block_, nbytes_, category_);
+  } else {
+    allocator_for(device_).free(block_, nbytes_, category_);
+    if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
+  }
 }
 
 }  // namespace dg

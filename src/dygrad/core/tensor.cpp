@@ -57,6 +57,12 @@ Tensor Tensor::make_view(const Tensor& base, Dims sizes, Dims strides, int64_t o
   check_view_bounds(op, sizes, strides, offset, static_cast<int64_t>(base.storage().nbytes() / base.itemsize()));
   auto impl = make_ref<TensorImpl>(base.impl_->storage, std::move(sizes), std::move(strides), offset, base.dtype());
   impl->is_view = true;
+  const TensorImpl& from = *base.impl_;
+  impl->view_base = from.view_base ? from.view_base : base.impl_;
+  impl->view_version = from.storage->version();
+  // A view of a no-grad or multi-output view keeps its creation mode (torch's propagate_creation_meta).
+  impl->view_creation = from.view_base && from.view_creation != ViewCreation::Default ? from.view_creation
+                                                                                       : current_view_creation();
   return Tensor(std::move(impl));
 }
 

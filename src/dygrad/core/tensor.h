@@ -23,6 +23,12 @@ struct AutogradMetaDeleter {
 class Node;
 class Tensor;
 
+// How a view was made, for the in-place-on-view rules (torch's CreationMeta; docs/autograd.md, "In-place on
+// views"): an in-place op that needs grad on a NoGrad or MultiOutput view raises, as in torch.
+enum class ViewCreation : uint8_t { Default, NoGrad, MultiOutput };
+// The creation mode of a view made now: NoGrad while grad mode is off. Defined in autograd/views.cpp.
+ViewCreation current_view_creation();
+
 class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, Dims sizes, Dims strides, int64_t offset, DType dtype);
@@ -36,6 +42,12 @@ class TensorImpl : public RefCounted {
   int64_t numel = 0;
   DType dtype = DType::Float32;
   bool is_view = false;   // shares its storage with the tensor it was made from
+  // A view's root base (the tensor its view chain started from; null for a tensor that is no view of another),
+  // the storage version its grad_fn was computed at, and how it was made: an in-place op on the view, or on
+  // its base, rebases the history through the base (docs/autograd.md, "In-place on views").
+  Ref<TensorImpl> view_base;
+  uint32_t view_version = 0;
+  ViewCreation view_creation = ViewCreation::Default;
   std::unique_ptr<AutogradMeta, AutogradMetaDeleter> autograd;  // null until autograd needs it
   void* python_object = nullptr;           // borrowed back-pointer owned by the Python binding
 };

@@ -5,6 +5,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/elementwise_call.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
@@ -36,7 +37,7 @@ void mul_scalar_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], n.
 void div_scalar_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.attrs.get<ScalarAttrs>().value); }
 void rsub_scalar_backward(Node&, Grads g, GradInputs gi) { gi[0] = neg(g[0]); }
 void rdiv_scalar_backward(Node& n, Grads g, GradInputs gi) {  // saved: a, out. out = s / a: d/da = -out / a
-  gi[0] = neg(div(mul(g[0], n.saved(1)), n.saved(0)));
+  gi[0] = neg(div(mul(g[0], n.saved_output(1)), n.saved(0)));
 }
 void neg_backward(Node&, Grads g, GradInputs gi) { gi[0] = neg(g[0]); }
 void copy_backward(Node& n, Grads g, GradInputs gi) {
@@ -198,12 +199,21 @@ Tensor& div_out(Tensor& out, const Tensor& a, Scalar b) {
 }
 
 namespace {
-// A non-leaf overwritten by a constant keeps requiring grad (as in torch) but its new grad_fn has no
-// edges: no gradient reaches the history it no longer depends on.
-void no_gradient(Node&, std::span<const Tensor>, std::span<Tensor>) {}
-void cut_history_if_overwritten(const Tensor& dst) {
-  if (!grad_enabled() || !dst.requires_grad() || dst.is_leaf()) return;
-  rebase_history(dst, make_ref<Node>(std::string("fill_"), no_gradient, 1));
+// The nodes of copy_ and fill_ (torch's CopyBackwards, FillBackward0): input 0 is the target's old value,
+// which the write overwrote, so its gradient is zeros; copy_'s input 1 is the source, which gets the gradient
+// summed back to its shape (the engine casts it to the source's dtype).
+void copy_into_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {g[0].dtype()});
+  if (n.needs_grad(1)) gi[1] = sum_to(g[0], n.input_meta[1].shape);
+}
+void fill_into_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {g[0].dtype()});
+}
+// Recorded before the write bumps the version (input 0's edge is the old value's history), rebased after.
+Ref<Node> overwrite_node(const char* name, BackwardFn backward, std::span<const Tensor> inputs) {
+  Ref<Node> node = make_ref<Node>(std::string(name), backward, 1);
+  node->named_as_is = true;
+  return record_node(node, inputs, {});
 }
 }  // namespace
 
@@ -233,20 +243,17 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   Dims shape = broadcast_shapes("copy_", dst.shape(), src.shape());
   DG_CHECK(same_shape(shape, dst.shape()), Value, "[copy_] source of shape ", src.shape(),
            " cannot be broadcast to the destination shape ", dst.shape());
-  check_inplace("copy_", dst);
+  check_inplace("copy_", dst, src.requires_grad());
   // Reading dst's own storage while writing it (overlapping views): copy the source first.
   Tensor source = src.shares_storage(dst) ? clone(src) : src;
-  bool record = needs_grad_any({source}) && is_floating(dst.dtype());
+  Ref<Node> node;
+  if (is_floating(dst.dtype()) && needs_grad_any({dst, source})) {
+    Tensor inputs[2] = {dst, is_floating(source.dtype()) ? source : Tensor()};
+    node = overwrite_node("CopyBackwards", copy_into_backward, inputs);
+  }
   dst.storage().bump_version();
   enqueue(op_copy, {source}, {dst});
-  if (record) {
-    Ref<Node> node = make_ref<Node>(&op_copy, 1);
-    Tensor inputs[1] = {source};
-    record_node(node, inputs, {});
-    rebase_history(dst, node);
-  } else {
-    cut_history_if_overwritten(dst);
-  }
+  if (node) rebase_history(dst, std::move(node));
   return dst;
 }
 
@@ -254,9 +261,14 @@ Tensor& fill_(Tensor& dst, Scalar value) {
   check_defined("fill_", dst, "self");
   check_inplace("fill_", dst);
   check_scalar_fits("fill_", value, dst.dtype());
+  Ref<Node> node;
+  if (is_floating(dst.dtype()) && needs_grad_any({dst})) {
+    Tensor inputs[1] = {dst};
+    node = overwrite_node("FillBackward0", fill_into_backward, inputs);
+  }
   dst.storage().bump_version();
   enqueue(op_fill, {}, {dst}, ScalarAttrs{value});
-  cut_history_if_overwritten(dst);
+  if (node) rebase_history(dst, std::move(node));
   return dst;
 }
 

@@ -139,7 +139,9 @@ Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   DG_CHECK(same_shape(shape, self.shape()), Runtime, "[", api, "] output with shape ", self.shape(),
            " doesn't match the broadcast shape ", IntSpan(shape));
   detail::check_no_internal_overlap(api, self);
-  check_inplace(api, self);
+  bool operands_require_grad = false;
+  for (size_t k = 1; k < operands_.size(); ++k) operands_require_grad = operands_require_grad || operands_[k]->requires_grad();
+  check_inplace(api, self, operands_require_grad);
   DG_CHECK(compute == self.dtype(), NotImplemented, "[", api, "] in-place comparison into a ", dtype_name(self.dtype()),
            " tensor is not supported");
   SmallVector<Tensor, 4> inputs = cast_operands(compute);

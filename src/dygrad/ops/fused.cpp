@@ -7,6 +7,9 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/index.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -15,12 +18,9 @@
 namespace dg {
 
 namespace {
-// The fused backward kernels have no backward of their own: a graph built through them (create_graph)
-// would silently miss second-order terms, so that raises instead.
-void check_first_order(const char* op, std::initializer_list<Tensor> tensors) {
-  DG_CHECK(!needs_grad_any(tensors), NotImplemented, "[", op, "] double backward (create_graph=True) is not supported "
-           "by the fused kernel; use the composed ops");
-}
+// The fused backward kernels have no backward of their own. While backward records a graph (create_graph:
+// grad mode is on), each formula computes the same gradient by a composition of differentiable ops instead, in
+// the kernels' compute type, so that it can be differentiated again (docs/autograd.md, "Double backward").
 DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
 
 // --- rms_norm ------------------------------------------------------------------------------------------
@@ -55,9 +55,23 @@ const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms
 const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost, .scratch = rms_norm_backward_scratch});
 
 namespace {
+// y = x * rstd * w, rstd = (mean(x^2) + eps)^-1/2 over the last dim: with gw = g * w and xhat = x * rstd,
+// grad_x = rstd * (gw - xhat * mean(gw * xhat)) and grad_w = sum over rows of g * xhat. The composed form
+// recomputes rstd from x (differentiably).
+void rms_norm_composed(Node& n, const Tensor& g, const Tensor& x, const Tensor& weight, std::span<Tensor> gi) {
+  const DType compute = compute_dtype(x.dtype());
+  const int64_t last = x.dim() - 1;
+  const IntSpan channels(&last, 1);
+  Tensor xc = to(x, compute), grad = to(g, compute);
+  Tensor rstd = rsqrt(add(mean(mul(xc, xc), channels, true), Scalar(n.attrs.get<RmsNormAttrs>().eps)));
+  Tensor xhat = mul(xc, rstd);
+  Tensor gw = weight.defined() ? mul(grad, to(weight, compute)) : grad;
+  if (n.needs_grad(0)) gi[0] = to(mul(rstd, sub(gw, mul(xhat, mean(mul(gw, xhat), channels, true)))), x.dtype());
+  if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, xhat), weight.shape()), weight.dtype());
+}
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
-  check_first_order("rms_norm", {g[0], x, weight});
+  if (grad_enabled()) return rms_norm_composed(n, g[0], x, weight, gi);
   const bool need_x = n.needs_grad(0), need_weight = n.needs_grad(1);
   if (!need_x && !need_weight) return;
   RmsNormAttrs attrs = n.attrs.get<RmsNormAttrs>();
@@ -125,9 +139,17 @@ const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.back
 const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>(), {.scratch = rope_scratch});
 
 namespace {
+// The inverse rotation of g. Composed (create_graph): the op itself with sin negated, rotation by -angle, which
+// records its own node (the gradient is linear in g; cos and sin receive none).
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor cos = n.saved(0), sin = n.saved(1);
-  check_first_order("rotary_position_embedding", {g[0]});
+  if (grad_enabled()) {
+    const RopeAttrs& forward = n.attrs.get<RopeAttrs>();
+    gi[0] = rotary_position_embedding(to(g[0], cos.dtype()), cos, neg(sin),
+                                      forward.rotate_half ? RopeMode::RotateHalf : RopeMode::Interleaved,
+                                      forward.time_dim == 2 ? RopeLayout::BHTD : RopeLayout::BTHD);
+    return;
+  }
   RopeAttrs attrs = n.attrs.get<RopeAttrs>();
   attrs.inverse = true;
   Tensor grad = to(g[0], cos.dtype());
@@ -195,9 +217,23 @@ const OpDef op_swiglu_packed("swiglu_packed", nullptr, {.fusion = FusionClass::E
 const OpDef op_swiglu_backward("swiglu_backward", nullptr, {.fusion = FusionClass::Elementwise});
 
 namespace {
+// y = silu(gate) * up: grad_gate = g * up * s (1 + gate (1 - s)) with s = sigmoid(gate), grad_up = g * silu(gate).
+// Composed (create_graph) in the compute type.
+std::pair<Tensor, Tensor> swiglu_composed(const Tensor& g, const Tensor& gate, const Tensor& up) {
+  const DType compute = compute_dtype(gate.dtype());
+  Tensor grad = to(g, compute), a = to(gate, compute), b = to(up, compute);
+  Tensor s = sigmoid(a);
+  Tensor grad_gate = mul(mul(grad, b), mul(s, add(mul(a, rsub(s, Scalar(1))), Scalar(1))));
+  return {to(grad_gate, gate.dtype()), to(mul(grad, mul(a, s)), up.dtype())};
+}
 void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor gate = n.saved(0), up = n.saved(1);
-  check_first_order("swiglu", {g[0], gate, up});
+  if (grad_enabled()) {
+    auto [grad_gate, grad_up] = swiglu_composed(g[0], gate, up);
+    if (n.needs_grad(0)) gi[0] = grad_gate;
+    if (n.needs_grad(1)) gi[1] = grad_up;
+    return;
+  }
   Tensor grad = to(g[0], gate.dtype());
   Tensor grad_gate = Tensor::empty(gate.shape(), gate.dtype()), grad_up = Tensor::empty(up.shape(), up.dtype());
   enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
@@ -206,7 +242,13 @@ void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 }
 void swiglu_packed_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0);
-  check_first_order("swiglu", {g[0], x});
+  if (grad_enabled()) {  // the halves as differentiable views, the two gradients joined by cat
+    const int64_t last = x.dim() - 1, half = x.shape()[last] / 2;
+    auto [grad_gate, grad_up] = swiglu_composed(g[0], narrow(x, last, 0, half), narrow(x, last, half, half));
+    const Tensor pieces[2] = {grad_gate, grad_up};
+    gi[0] = cat(pieces, last);
+    return;
+  }
   Tensor grad = to(g[0], x.dtype());
   auto [gate, up] = halves(x);
   Tensor grad_x = Tensor::empty(x.shape(), x.dtype());
@@ -255,12 +297,19 @@ Tensor swiglu(const Tensor& x) {
 
 // --- adamw_step ----------------------------------------------------------------------------------------
 namespace {
+// P tensors: inputs are the outputs then P gradients, so P = inputs - outputs; outputs are 4P, or 5P with the
+// low-precision copies of master weights.
+size_t adamw_count(const Task& t) { return t.inputs.size() - t.outputs.size(); }
 OpCost adamw_cost(const Task& t) {
+  const size_t count = adamw_count(t);
+  const bool copies = t.outputs.size() == 5 * count;
   double elements = 0, bytes = 0;
-  for (size_t i = 0; i < t.outputs.size() / 4; ++i) {
-    const Tensor& g = t.outputs[i];
-    elements += double(g.numel());
-    bytes += 7 * double(g.numel()) * double(g.itemsize());  // read g, p, m, v; write p, m, v
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor& p = t.outputs[i];
+    elements += double(p.numel());
+    // read g, p, m, v; write p, m, v (and the copy)
+    bytes += double(p.numel()) * (6 * double(p.itemsize()) + double(t.inputs[t.outputs.size() + i].itemsize()) +
+                                  (copies ? double(t.outputs[4 * count + i].itemsize()) : 0.0));
   }
   return {12 * elements, bytes};
 }
@@ -270,7 +319,7 @@ OpCost adamw_cost(const Task& t) {
 // {tensor, begin, end}, and two doubles per tensor (its step size and bias correction); outputs are (params,
 // exp_avgs, exp_avg_sqs, steps), count each.
 size_t adamw_scratch(const Task& t) {
-  const size_t count = t.outputs.size() / 4;
+  const size_t count = adamw_count(t);
   size_t pieces = 0;
   for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
   return pieces * 3 * sizeof(int64_t) + 2 * count * sizeof(double);
@@ -278,8 +327,12 @@ size_t adamw_scratch(const Task& t) {
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace, .scratch = adamw_scratch});
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o) {
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o,
+                std::span<Tensor> model_params) {
   const char* name = "adamw_step";
+  const bool masters = !model_params.empty();
+  DG_CHECK(!masters || model_params.size() == params.size(), Value, "[", name, "] expected one model param per master "
+           "param: ", params.size(), " params, ", model_params.size(), " model_params");
   DG_CHECK(grads.size() == params.size() && exp_avgs.size() == params.size() && exp_avg_sqs.size() == params.size() &&
                state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
@@ -301,11 +354,26 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
     check_defined(name, exp_avg_sqs[i], "exp_avg_sqs");
     check_floating(name, p);
     DG_CHECK(p.is_leaf(), Runtime, "[", name, "] param ", i, " of shape ", p.shape(), " is not a leaf tensor");
+    if (masters) {
+      // Master weights: float32 params and states; the grad float32 or the model param's dtype (bfloat16 or
+      // float16), whose copy of the updated master the kernel writes, rounded once.
+      const Tensor& low = model_params[i];
+      check_defined(name, low, "model_params");
+      check_same_device(name, p, low);
+      DG_CHECK(p.dtype() == DType::Float32 && (low.dtype() == DType::BFloat16 || low.dtype() == DType::Float16), Type,
+               "[", name, "] master param ", i, " must be float32 and its model param bfloat16 or float16, got ",
+               dtype_name(p.dtype()), " and ", dtype_name(low.dtype()));
+      DG_CHECK(grads[i].dtype() == DType::Float32 || grads[i].dtype() == low.dtype(), Type, "[", name, "] param ", i,
+               ": the grad must be float32 or the model param's ", dtype_name(low.dtype()), ", got ",
+               dtype_name(grads[i].dtype()));
+      DG_CHECK(same_shape(low.shape(), p.shape()) && low.is_contiguous(), Value, "[", name, "] model param ", i,
+               " of shape ", low.shape(), " must be contiguous and of its master's shape ", p.shape());
+    }
     const Tensor* related[3] = {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]};
     for (const Tensor* t : related) {
       check_same_device(name, p, *t);
-      DG_CHECK(t->dtype() == p.dtype(), Type, "[", name, "] param ", i, " is ", dtype_name(p.dtype()),
-               " but its grad or state is ", dtype_name(t->dtype()));
+      DG_CHECK(t->dtype() == p.dtype() || (masters && t == &grads[i]), Type, "[", name, "] param ", i, " is ",
+               dtype_name(p.dtype()), " but its grad or state is ", dtype_name(t->dtype()));
       DG_CHECK(same_shape(t->shape(), p.shape()), Value, "[", name, "] param ", i, " has shape ", p.shape(),
                " but its grad or state has shape ", t->shape());
     }
@@ -322,6 +390,7 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
   for (Tensor& s : state_steps) outputs.push_back(s);
+  for (Tensor& l : model_params) outputs.push_back(l);
   for (const Tensor& t : outputs) inputs.push_back(t);
   for (const Tensor& g : grads) inputs.push_back(contiguous(g));
   for (Tensor& t : outputs) t.storage().bump_version();

@@ -59,7 +59,11 @@ struct AdamWOptions {
   double weight_decay = 0.01;
   bool decoupled_weight_decay = true;  // false: Adam's L2 penalty added to the gradient
 };
+// model_params (optional): master weights. params and states are float32 masters, each grad float32 or its model
+// param's dtype; after the update the kernel writes each master, rounded once, into its bfloat16 / float16 model
+// param (docs/mixed-precision.md).
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
-                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& options = {});
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& options = {},
+                std::span<Tensor> model_params = {});
 
 }  // namespace dg

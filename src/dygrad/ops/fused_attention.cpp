@@ -21,7 +21,8 @@ namespace dg {
 namespace {
 constexpr const char* kName = "scaled_dot_product_attention";
 
-// saved: query, key, value, out (detached), lse, mask expanded to [..., T, S] (or undefined).
+// saved: query, key, value, out (detached), lse, mask expanded to [..., T, S] (or undefined). A double backward
+// (create_graph) takes the composed path of attention_composed.
 void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
 
 // flops: QK^T and PV forward (2 GEMMs), 5 GEMMs backward; causal halves them.
@@ -81,10 +82,38 @@ const OpDef op_attention(kName, attrs_type<AttentionAttrs>(), {.backward = atten
 const OpDef op_attention_backward("scaled_dot_product_attention_backward", attrs_type<AttentionAttrs>(), {.cost = attention_backward_cost, .scratch = attention_backward_scratch});
 
 namespace {
+// The scores q k^T * scale with the node's causal or explicit mask applied: [..., T, S].
+Tensor masked_scores(const Tensor& q, const Tensor& k, const Tensor& mask, bool is_causal, double scale) {
+  const int64_t T = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), Scalar(scale));
+  if (is_causal) {
+    Tensor keep_causal = ge(unsqueeze(arange(Scalar(T)), 1), arange(Scalar(S)));  // [T, S]: key j <= query i
+    return masked_fill(scores, logical_not(keep_causal), Scalar(-INFINITY));
+  }
+  if (!mask.defined()) return scores;
+  return mask.dtype() == DType::Bool ? masked_fill(scores, logical_not(mask), Scalar(-INFINITY)) : add(scores, mask);
+}
+// While backward records a graph (create_graph), the flash backward kernel (not differentiable) is replaced by
+// torch's math-path gradient, composed of differentiable ops: P = softmax(scores) recomputed, dV = P^T g,
+// dS = P * (g V^T - rowsum(g V^T * P)), dQ = dS K * scale, dK = dS^T Q * scale; O(T S) memory per head.
+void attention_composed(Node& n, const Tensor& g, std::span<Tensor> gi) {
+  Tensor q = n.saved(0), k = n.saved(1), v = n.saved(2), mask = n.saved(5);
+  const AttentionAttrs& attrs = n.attrs.get<AttentionAttrs>();
+  const DType dtype = q.dtype(), compute = itemsize(dtype) == 2 ? DType::Float32 : dtype;
+  Tensor qc = to(q, compute), kc = to(k, compute), vc = to(v, compute), grad = to(g, compute);
+  Tensor m = mask.defined() && mask.dtype() != DType::Bool ? to(mask, compute) : mask;
+  Tensor p = softmax(masked_scores(qc, kc, m, attrs.is_causal, attrs.scale), -1);
+  const int64_t last = -1;
+  if (n.needs_grad(2)) gi[2] = to(matmul(transpose(p, -2, -1), grad), dtype);
+  if (!n.needs_grad(0) && !n.needs_grad(1)) return;
+  Tensor dp = matmul(grad, transpose(vc, -2, -1));
+  Tensor ds = mul(p, sub(dp, sum(mul(dp, p), IntSpan(&last, 1), true)));
+  if (n.needs_grad(0)) gi[0] = to(mul(matmul(ds, kc), Scalar(attrs.scale)), dtype);
+  if (n.needs_grad(1)) gi[1] = to(mul(matmul(transpose(ds, -2, -1), qc), Scalar(attrs.scale)), dtype);
+}
 void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (grad_enabled()) return attention_composed(n, g[0], gi);
   Tensor q = n.saved(0), k = n.saved(1), v = n.saved(2), out = n.saved(3), lse = n.saved(4), mask = n.saved(5);
-  DG_CHECK(!needs_grad_any({g[0], q, k, v}), NotImplemented, "[", kName, "] double backward (create_graph=True) "
-           "is not supported by the fused kernel; use the composed ops");
   Tensor grad = to(g[0], q.dtype());
   Tensor grad_q = Tensor::empty(q.shape(), q.dtype()), grad_k = Tensor::empty(k.shape(), k.dtype()),
          grad_v = Tensor::empty(v.shape(), v.dtype());
@@ -114,15 +143,7 @@ Tensor repeat_heads(const Tensor& t, int64_t heads) {
 // from the counter-based generator (so it repeats under manual_seed). q [..., T, D], k [..., S, D], v [..., S, Dv].
 Tensor attention_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, double p,
                               bool is_causal, double scale) {
-  const int64_t T = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
-  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), Scalar(scale));
-  if (is_causal) {
-    Tensor keep_causal = ge(unsqueeze(arange(Scalar(T)), 1), arange(Scalar(S)));  // [T, S]: key j <= query i
-    scores = masked_fill(scores, logical_not(keep_causal), Scalar(-INFINITY));
-  } else if (mask.defined()) {
-    scores = mask.dtype() == DType::Bool ? masked_fill(scores, logical_not(mask), Scalar(-INFINITY)) : add(scores, mask);
-  }
-  Tensor probabilities = softmax(scores, -1);
+  Tensor probabilities = softmax(masked_scores(q, k, mask, is_causal, scale), -1);
   if (p >= 1.0) {
     probabilities = mul(probabilities, Scalar(0.0));
   } else {
@@ -200,6 +221,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key_in, c
   Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype()), Dims{0, 2, 1, 3})
                        : Tensor::empty(out_shape, query.dtype());
   out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
+  out.impl()->view_base.reset();
   Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
   const Attrs attrs = AttentionAttrs{scale_value, is_causal, mask_kind};
   if (mask.defined()) enqueue(op_attention, {query, key, value, mask}, {out, lse}, attrs);

@@ -170,6 +170,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
     // The same storage seen with the requested dense strides: a fresh tensor, not a view of another.
     Tensor strided = Tensor::make_view(out, shape, Dims(out_strides), 0);
     strided.impl()->is_view = false;
+    strided.impl()->view_base.reset();
     out = strided;
   }
   std::span<const Tensor> in_span(inputs.data(), inputs.size());
@@ -237,6 +238,9 @@ void pieces_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 
 std::vector<Tensor> record_pieces(const char* name, const Tensor& a, std::vector<Tensor> pieces, int64_t dim,
                                   bool dropped_dim, IntSpan sizes) {
+  // Views made by a multi-output op may not be modified in place (torch's CreationMeta::MULTI_OUTPUT_NODE).
+  for (Tensor& piece : pieces)
+    if (piece.impl()->view_creation == ViewCreation::Default) piece.impl()->view_creation = ViewCreation::MultiOutput;
   if (pieces.empty() || !needs_grad_any({a})) return pieces;
   Ref<Node> node = make_ref<Node>(std::string(name), pieces_backward, pieces.size());
   node->attrs = PiecesAttrs{dim, dropped_dim, Dims(sizes), Dims(a.strides())};
@@ -446,7 +450,7 @@ Tensor& scatter_add_(Tensor& a, int64_t dim, const Tensor& index_in, const Tenso
   check_defined("scatter_add_", a, "self");
   check_defined("scatter_add_", src_in, "src");
   check_index("scatter_add_", index_in);
-  check_inplace("scatter_add_", a);
+  check_inplace("scatter_add_", a, src_in.requires_grad());
   DG_CHECK(a.dim() > 0, Index, "[scatter_add_] self must have at least one dimension");
   const Tensor index = at_least_1d(index_in), src = at_least_1d(src_in);
   const int64_t d = wrap_dim("scatter_add_", dim, a.dim());
@@ -497,7 +501,7 @@ Tensor scatter_impl(const char* name, const Tensor& self_in, Tensor* inplace_sel
   check_index(name, index_in);
   if (src_in) check_defined(name, *src_in, "src");
   if (inplace_self) {
-    check_inplace(name, self_in);
+    check_inplace(name, self_in, src_in && src_in->requires_grad());
     DG_CHECK(self_in.dim() > 0, Index, "[", name, "] self must have at least one dimension");
   }
   const Tensor a = at_least_1d(self_in), index = at_least_1d(index_in);
@@ -548,7 +552,7 @@ Tensor& index_add_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& sr
   check_defined("index_add_", a, "self");
   check_defined("index_add_", src, "source");
   check_index_vector("index_add_", index);
-  check_inplace("index_add_", a);
+  check_inplace("index_add_", a, src.requires_grad());
   DG_CHECK(a.dim() > 0, Index, "[index_add_] self must have at least one dimension");
   const int64_t d = wrap_dim("index_add_", dim, a.dim());
   DG_CHECK(a.dtype() == src.dtype(), Type, "[index_add_] self (", dtype_name(a.dtype()), ") and source (",

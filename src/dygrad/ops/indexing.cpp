@@ -264,7 +264,10 @@ Attrs plan_attrs(IntSpan dims, bool accumulate) {
 }
 
 // x[..., idx_0, ..., idx_k, ...] for the integer index tensors at `dims` of x. Differentiable in x.
-Tensor gather_advanced(const Tensor& x, IntSpan dims, std::span<const Tensor> indices) {
+// `originals`: the index tensors as the user gave them (a bool mask before it became positions), saved after
+// the positions so that modifying one in place before backward raises, as in torch.
+Tensor gather_advanced(const Tensor& x, IntSpan dims, std::span<const Tensor> indices,
+                       std::span<const TensorIndex> originals = {}) {
   Plan p = make_plan("index", x, dims, indices);
   Tensor out = Tensor::empty(p.shape, x.dtype());
   std::vector<Tensor> inputs{permuted_view(x, p.x_perm)};
@@ -277,6 +280,8 @@ Tensor gather_advanced(const Tensor& x, IntSpan dims, std::span<const Tensor> in
     Ref<Node> node = record_node(&op_index, node_inputs, outputs);
     node->attrs = attrs;
     for (const Tensor& t : p.indices) node->save(t);
+    for (const TensorIndex& i : originals)
+      if (i.kind == TensorIndex::Kind::Tensor && i.tensor.defined()) node->save(i.tensor);
   }
   return out;
 }
@@ -318,6 +323,7 @@ std::vector<Tensor> saved_indices(Node& n) {
 }
 
 void index_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  for (size_t j = n.attrs.get<AdvancedIndexAttrs>().dims.size(); j < n.num_saved(); ++j) n.saved(j);  // versions
   gi[0] = accumulate_into_zeros(n.input_meta[0].shape, n.attrs.get<AdvancedIndexAttrs>().dims, saved_indices(n), g[0]);
 }
 // The node of accumulate_into_zeros: input g (the values), output zeros + put.
@@ -356,22 +362,30 @@ Tensor index(const Tensor& a, std::span<const TensorIndex> indices) {
   const IndexList resolved = resolve("index", a, indices);
   Split s = apply_basic("index", a, resolved);
   if (s.dims.empty()) return s.view.same(a) ? view(a, a.shape()) : s.view;
-  return gather_advanced(s.view, s.dims, s.indices);
+  return gather_advanced(s.view, s.dims, s.indices, indices);
 }
 
 Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor& value, bool accumulate) {
   check_defined("index_put_", a, "self");
   check_defined("index_put_", value, "value");
-  check_inplace("index_put_", a);
+  check_inplace("index_put_", a, value.requires_grad());
   const IndexList resolved = resolve("index_put_", a, indices);
   const bool record = is_floating(a.dtype()) && needs_grad_any({a, value});
-  DG_CHECK(!(record && a.is_view()), NotImplemented, "[index_put_] assignment into a view of a tensor that requires "
-           "grad (or of a value that requires grad) is not supported; index the base tensor instead");
-  write(a, resolved, value, accumulate);
+  // Recorded before the write (input 0's edge is a's old history); an in-place op on a view rebases the
+  // base's history (autograd/views.cpp).
+  Ref<Node> node;
   if (record) {
-    Ref<Node> node = make_ref<Node>(std::string("index_put_"), nullptr, 1);
-    node->closure = [resolved, value_shape = Dims(value.shape()), accumulate](Node& n, std::span<const Tensor> g,
-                                                                              std::span<Tensor> gi) {
+    node = make_ref<Node>(std::string("index_put_"), nullptr, 1);
+    // The index tensors are saved (version-checked: modifying one in place before backward raises).
+    size_t saved_indices = 0;
+    for (const TensorIndex& i : indices)  // as given: a mask, not the positions resolve made of it
+      if (i.kind == TensorIndex::Kind::Tensor && i.tensor.defined()) {
+        node->save(i.tensor);
+        ++saved_indices;
+      }
+    node->closure = [resolved, saved_indices, value_shape = Dims(value.shape()), accumulate](
+                        Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+      for (size_t j = 0; j < saved_indices; ++j) n.saved(j);  // raises if an index was modified in place
       if (n.needs_grad(0)) {
         if (accumulate) {
           gi[0] = g[0];
@@ -385,8 +399,9 @@ Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor
     };
     Tensor inputs[2] = {a, value};
     record_node(node, inputs, {});
-    rebase_history(a, node);
   }
+  write(a, resolved, value, accumulate);
+  if (node) rebase_history(a, std::move(node));
   return a;
 }
 

@@ -129,8 +129,28 @@ OpCost nll_loss_cost(const Task& t) {
   const double rows = double(t.inputs[1].numel());
   return {2 * rows, rows * (8 + 2 * double(t.inputs[0].itemsize()))};
 }
+// grad_input[n, t, d...] = -weight[t] * g (g[n, d...] for none; divided by the total weight for the mean), 0
+// elsewhere and on ignored rows. Saved: target, weight (when weighted), total_weight. While backward records a
+// graph (create_graph) the same values are composed of differentiable ops (the kernel is not differentiable): the
+// loss is linear in the input, so only the gradient's dependence on g is second order.
 void nll_loss_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  const bool weighted = n.attrs.get<NllLossAttrs>().weighted;
+  const NllLossAttrs& attrs = n.attrs.get<NllLossAttrs>();
+  const bool weighted = attrs.weighted;
+  if (grad_enabled()) {
+    const DType dtype = n.input_meta[0].dtype;
+    Tensor target = n.saved(0), kept = ne(target, Scalar(attrs.ignore_index));
+    Tensor weights = weighted ? where(kept, reshape(index_select(n.saved(1), 0, flatten(where(kept, target,
+                                      Scalar(int64_t(0))))), target.shape()), Scalar(0.0))
+                              : to(kept, dtype);
+    Tensor scale = to(g[0], dtype);
+    if (attrs.reduction == LossReduction::Mean) {
+      Tensor total = to(n.saved(weighted ? 2 : 1), dtype);
+      scale = div(scale, where(eq(total, Scalar(0.0)), Scalar(1.0), total));
+    }
+    Tensor mask = to(class_mask(target, n.input_meta[0].shape[1]), dtype);
+    gi[0] = mul(mask, unsqueeze(neg(mul(weights, scale)), 1));
+    return;
+  }
   Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
   SmallVector<Tensor, 4> inputs{n.saved(0)};
   if (weighted) inputs.push_back(n.saved(1));

@@ -22,27 +22,9 @@ namespace {
 using Grads = std::span<const Tensor>;
 using GradInputs = std::span<Tensor>;
 
-// The saved output y, made differentiable again when backward itself records a graph (create_graph).
-// y is saved detached (saving it with its own grad_fn would be a reference cycle), so for a double
-// backward it is re-attached to a twin of this node: the same op, input edges and saved tensors, which
-// is y = op(x) again without recomputing it. `saved` lists the node's saved tensors in order.
-Tensor differentiable_output(const Node& n, std::initializer_list<Tensor> saved, const Tensor& y) {
-  bool any_input = false;
-  for (size_t i = 0; i < n.next.size(); ++i) any_input = any_input || n.needs_grad(i);
-  if (!grad_enabled() || !any_input) return y;
-  Ref<Node> twin = make_ref<Node>(n.op(), 1);
-  twin->next = n.next;
-  twin->input_meta = n.input_meta;
-  twin->attrs = n.attrs;
-  for (const Tensor& t : saved) twin->save(t);
-  Tensor attached = detach(y);
-  rebase_history(attached, twin);
-  return attached;
-}
-Tensor saved_output(const Node& n) {  // unary ops that save only y
-  Tensor y = n.saved(0);
-  return differentiable_output(n, {y}, y);
-}
+// The saved output y (saved(0) for unary ops that save only y; pow's saved(2), rpow's saved(1)): differentiable
+// again under create_graph (Node::saved_output).
+Tensor saved_output(Node& n) { return n.saved_output(0); }
 
 void exp_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], saved_output(n)); }  // y
 void log_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.saved(0)); }        // x
@@ -95,7 +77,7 @@ void pow_backward(Node& n, Grads g, GradInputs gi) {  // saved: base, exponent, 
   }
   if (n.needs_grad(1)) {
     // d/db a^b = a^b log(a); 0 where a == 0 and b >= 0 (the limit torch takes).
-    Tensor d = mul(differentiable_output(n, {base, exponent, n.saved(2)}, n.saved(2)), log(base));
+    Tensor d = mul(n.saved_output(2), log(base));
     d = where(logical_and(eq(base, 0), ge(exponent, 0)), 0, d);
     gi[1] = sum_to(mul(g[0], d), n.input_meta[1].shape);
   }
@@ -110,8 +92,8 @@ void pow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x; attrs.scalars
 }
 void rpow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x, y; attrs.scalars[0] = base s: y log(s)
   const double s = n.attrs.get<ScalarAttrs>().value.to_double();
-  Tensor x = n.saved(0), y = n.saved(1);
-  Tensor d = mul(differentiable_output(n, {x, y}, y), std::log(s));
+  Tensor x = n.saved(0);
+  Tensor d = mul(n.saved_output(1), std::log(s));
   if (s == 0.0) d = where(ge(x, 0), 0, d);
   gi[0] = mul(g[0], d);
 }

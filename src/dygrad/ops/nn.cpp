@@ -1,10 +1,14 @@
 // nn ops (softmax, log_softmax, embedding, cross_entropy): validation, shapes, Tasks and backward
-// formulas. Each backward is a kernel of its own (backend/cpu/softmax.cpp, embedding.cpp); those
-// backward kernels are not differentiable again (no double backward through these ops yet).
+// formulas. Each backward is a kernel of its own (backend/cpu/softmax.cpp, embedding.cpp), not differentiable
+// again: while backward records a graph (create_graph), the formulas compose differentiable ops instead, with
+// the kernels' values (docs/autograd.md, "Double backward").
 #include "dygrad/ops/nn.h"
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
+#include "dygrad/ops/index.h"
+#include "dygrad/ops/math.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
@@ -37,23 +41,59 @@ const OpDef op_embedding_backward("embedding_backward", attrs_type<EmbeddingBack
 const OpDef op_cross_entropy_backward("cross_entropy_backward", attrs_type<CrossEntropyAttrs>());
 
 namespace {
+// The composed paths compute in float32 for 16-bit dtypes, as the kernels do, and round once.
+DType compute_type(DType t) { return itemsize(t) == 2 ? DType::Float32 : t; }
+
 // softmax: grad_x = y * (g - sum(g * y)); log_softmax: grad_x = g - exp(y) * sum(g). Saved: y.
 template <const OpDef& BackwardOp>
 void softmax_family_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  const DType dtype = n.input_meta[0].dtype;
+  if (grad_enabled()) {
+    const Dims& dims = n.attrs.get<ReduceAttrs>().dims;
+    Tensor y = to(n.saved_output(0), compute_type(dtype)), grad = to(g[0], compute_type(dtype));
+    Tensor result = &BackwardOp == &op_softmax_backward ? mul(y, sub(grad, sum(mul(grad, y), dims, true)))
+                                                         : sub(grad, mul(exp(y), sum(grad, dims, true)));
+    gi[0] = to(result, dtype);
+    return;
+  }
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, dtype);
   enqueue(BackwardOp, {n.saved(0), g[0]}, {grad}, n.attrs);
   gi[0] = grad;
 }
-// The incoming rows scatter-added into a zero [V, C] gradient. Saved: the indices.
+// The incoming rows scatter-added into a zero [V, C] gradient. Saved: the indices. Composed: index_add (whose
+// gradient in its source is index_select: the double backward is an embedding of the gradient).
 void embedding_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (grad_enabled()) {
+    const IntSpan shape = n.input_meta[0].shape;
+    Tensor index = flatten(to(n.saved(0), DType::Int64));
+    const int64_t rows[2] = {index.numel(), shape[1]};
+    gi[0] = index_add(zeros(shape, {.dtype = g[0].dtype()}), 0, index, reshape(g[0], rows));
+    return;
+  }
   Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
   enqueue(op_embedding_backward, {contiguous(g[0]), n.saved(0)}, {grad}, n.attrs);
   gi[0] = grad;
 }
 // grad_logits = scale * (softmax(logits) - one_hot(target)), softmax recomputed from the saved
-// logsumexp per row. Saved: logits, target, lse.
+// logsumexp per row; scale = g (g[row] for none), 0 for ignored rows, divided by the counted rows for the mean.
+// Saved: logits, target, lse.
 void cross_entropy_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor logits = n.saved(0);
+  if (grad_enabled()) {
+    const CrossEntropyAttrs& attrs = n.attrs.get<CrossEntropyAttrs>();
+    const DType compute = compute_type(logits.dtype());
+    Tensor target = n.saved(1);
+    Tensor kept = to(ne(target, Scalar(attrs.ignore_index)), compute);
+    Tensor scale = mul(kept, to(g[0], compute));
+    if (attrs.reduction == LossReduction::Mean) {
+      Tensor counted = sum(kept);
+      scale = div(scale, where(eq(counted, Scalar(0.0)), Scalar(1.0), counted));
+    }
+    Tensor probabilities = softmax(to(logits, compute), 1);
+    Tensor one_hot = to(class_mask(target, logits.shape()[1]), compute);
+    gi[0] = to(mul(sub(probabilities, one_hot), unsqueeze(scale, 1)), logits.dtype());
+    return;
+  }
   Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
   enqueue(op_cross_entropy_backward, {logits, n.saved(1), n.saved(2), contiguous(g[0])}, {grad}, n.attrs);
   gi[0] = grad;
@@ -88,6 +128,12 @@ Tensor softmax_family(const OpDef& op, const Tensor& a, int64_t dim) {
 }  // namespace
 
 Tensor softmax(const Tensor& a, int64_t dim) { return softmax_family(op_softmax, a, dim); }
+
+Tensor class_mask(const Tensor& target, int64_t classes) {
+  Dims shape(static_cast<size_t>(target.dim() + 1), 1);
+  shape[1] = classes;
+  return eq(unsqueeze(target, 1), reshape(arange(Scalar(classes)), shape));
+}
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_family(op_log_softmax, a, dim); }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {

@@ -28,6 +28,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_view reduction = "mean",
                      int64_t ignore_index = -100);
 
+// Bool [N, C, d...]: true where class c is target[n, d...] (int64 class indices [N, d...]; an index outside
+// [0, C) matches no class). The composed backward of cross_entropy and nll_loss (ops/nn.cpp, ops/loss.cpp).
+Tensor class_mask(const Tensor& target, int64_t classes);
+
 // The losses composed of other ops (ops/loss.cpp), torch.nn.functional's semantics; reduction is "mean",
 // "sum" or "none" (a ValueError otherwise).
 LossReduction loss_reduction(const char* op, std::string_view reduction);

@@ -30,7 +30,7 @@ struct VectorNormAttrs {
 void vector_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const VectorNormAttrs& attrs = n.attrs.get<VectorNormAttrs>();
   const Tensor x = n.saved(0);
-  Tensor norm = n.saved(1), grad = g[0];
+  Tensor norm = n.saved_output(1), grad = g[0];
   if (!attrs.keepdim) {
     for (int64_t d : attrs.dims) {
       norm = unsqueeze(norm, d);

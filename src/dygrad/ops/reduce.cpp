@@ -7,6 +7,9 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
+#include "dygrad/ops/index.h"
+#include "dygrad/ops/math.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -79,23 +82,48 @@ const OpDef op_argmin("argmin", attrs_type<ReduceAttrs>(), {.fusion = FusionClas
 const OpDef op_logsumexp("logsumexp", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = logsumexp_backward, .cost = reduce_cost, .scratch = logsumexp_scratch});
 const OpDef op_var("var", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = var_backward, .cost = reduce_cost, .scratch = variance_scratch});
 const OpDef op_std("std", attrs_type<VarianceAttrs>(), {.fusion = FusionClass::Reduction, .backward = std_backward, .cost = reduce_cost, .scratch = variance_scratch});
-// Backward kernels (their own gradients are not implemented: no double backward through them).
+// Backward kernels, not differentiable themselves: under create_graph the formulas compose ops instead.
 const OpDef op_extremum_backward("extremum_backward", attrs_type<ReduceAttrs>());
 const OpDef op_extremum_index_backward("extremum_index_backward", attrs_type<ReduceAttrs>());
 const OpDef op_logsumexp_backward("logsumexp_backward", attrs_type<ReduceAttrs>());
 
 namespace {
-// amax/amin, max()/min(): g / (number of ties) to every element equal to the result.
+// The backward kernels below are not differentiable: while backward records a graph (create_graph, grad mode
+// on), each formula takes instead a composed path of differentiable ops giving the same values, so that the
+// gradient is differentiable again (docs/autograd.md, "Double backward").
+Tensor keepdim_view(const Tensor& t, const Node& n) {
+  return reshape(t, reduced_shape(n.input_meta[0].shape, reduce_dims(n), true));
+}
+// amax/amin, max()/min(): g / (number of ties) to every element equal to the result. Saved: a, out.
 void amax_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (grad_enabled()) {
+    Tensor a = n.saved(0);
+    Tensor ties = to(eq(a, keepdim_view(n.saved(1), n)), a.dtype());
+    gi[0] = mul(ties, div(keepdim_view(g[0], n), sum(ties, reduce_dims(n), true)));
+    return;
+  }
   gi[0] = run_backward_kernel(op_extremum_backward, n,
                               {n.saved(0), keepdim_contiguous(n.saved(1), n), keepdim_contiguous(g[0], n)});
 }
-// max/min over a dim: the gradient goes to the selected index only (torch's value-selecting backward).
+// max/min over a dim: the gradient goes to the selected index only (torch's value-selecting backward). Saved:
+// the indices. Composed: g scattered into zeros at the indices (scatter is differentiable in its source).
 void max_dim_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (grad_enabled()) {
+    const Dims& dims = reduce_dims(n);
+    if (dims.empty()) return void(gi[0] = reshape(g[0], n.input_meta[0].shape));  // a 0-dim input
+    Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype()});
+    gi[0] = scatter(zero, dims[0], keepdim_view(n.saved(0), n), keepdim_view(g[0], n));
+    return;
+  }
   gi[0] = run_backward_kernel(op_extremum_index_backward, n, {keepdim_contiguous(g[0], n), keepdim_contiguous(n.saved(0), n)});
 }
-// d logsumexp / d a = exp(a - logsumexp).
+// d logsumexp / d a = exp(a - logsumexp). Saved: a, out.
 void logsumexp_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (grad_enabled()) {
+    Tensor a = n.saved(0);
+    gi[0] = mul(keepdim_view(g[0], n), exp(sub(a, keepdim_view(n.saved_output(1), n))));
+    return;
+  }
   gi[0] = run_backward_kernel(op_logsumexp_backward, n,
                               {n.saved(0), keepdim_contiguous(n.saved(1), n), keepdim_contiguous(g[0], n)});
 }
@@ -116,7 +144,7 @@ void std_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor a = n.saved(0);
   Dims keep = reduced_shape(a.shape(), reduce_dims(n), true);
   Tensor centered = sub(a, mean(a, reduce_dims(n), true));
-  gi[0] = mul(centered, div(reshape(g[0], keep), mul(reshape(n.saved(1), keep), var_divisor(n))));
+  gi[0] = mul(centered, div(reshape(g[0], keep), mul(reshape(n.saved_output(1), keep), var_divisor(n))));
 }
 }  // namespace
 

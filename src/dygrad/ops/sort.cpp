@@ -12,6 +12,8 @@
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/index.h"
+#include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -37,10 +39,26 @@ void cumsum_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const ScanAttrs& attrs = n.attrs.get<ScanAttrs>();
   gi[0] = scan(op_cumsum, g[0], attrs.dim, !attrs.reverse);
 }
+// While backward records a graph (create_graph), the gradient composed of differentiable ops, zero-safe without
+// division: grad_x[k] = sum_{j >= k} g[j] prod_{i <= j, i != k} x[i], the product for every k at once as the
+// cumprod of x with x[k] replaced by 1, over a new dim k: O(n^2) in the scanned length n (torch's composite
+// formula divides where x has no zeros; this form has one path for both).
+Tensor cumprod_composed(const Tensor& x, const Tensor& g, int64_t dim) {
+  const int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
+  Tensor xt = x.dim() == 0 ? reshape(x, Dims{1}) : transpose(x, dim, -1);  // [..., n]
+  Tensor gt = x.dim() == 0 ? reshape(g, Dims{1}) : transpose(g, dim, -1);
+  Tensor positions = arange(Scalar(n));
+  Tensor k_index = unsqueeze(positions, 1), j_index = unsqueeze(positions, 0);  // [n, 1] and [1, n]
+  Tensor products = cumprod(where(eq(k_index, j_index), Scalar(1.0), unsqueeze(xt, -2)), -1);  // [..., k, j]
+  Tensor terms = where(ge(j_index, k_index), mul(products, unsqueeze(gt, -2)), Scalar(0.0));
+  Tensor grad = sum(terms, Dims{-1});  // [..., n(k)]
+  return x.dim() == 0 ? reshape(grad, IntSpan()) : transpose(grad, dim, -1);
+}
 // saved(0) = input. One kernel: the zero-aware formula of backend/cpu/sort.cpp, which recomputes the running
 // product in the accumulate type (the saved 16-bit output would carry its rounding into every term).
 void cumprod_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0);
+  if (grad_enabled()) return void(gi[0] = cumprod_composed(x, to(g[0], x.dtype()), n.attrs.get<ScanAttrs>().dim));
   Tensor grad = to(g[0], x.dtype());
   Tensor result = Tensor::empty(x.shape(), x.dtype());
   enqueue(op_cumprod_backward, {x, grad}, {result}, n.attrs);

@@ -9,7 +9,11 @@
 #include <exception>
 #include <mutex>
 
+#include <unordered_map>
+
 #include "dygrad/core/error.h"
+#include "dygrad/core/storage_hooks.h"
+#include "dygrad/profiler/extras.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg::profiler {
@@ -45,6 +49,8 @@ struct ThreadBuffer {
   std::vector<RangeRecord> ranges;
   std::vector<MemorySample> memory;
   std::vector<MemoryEvent> memory_events;
+  std::vector<std::pair<uint64_t, uint32_t>> op_modules;  // (seq, module scope)
+  std::vector<StorageEvent> storage;
   int64_t task_begin_ns = 0;  // the running Task's begin (worker)
 };
 
@@ -95,7 +101,7 @@ std::atomic<Profiler*> g_current{nullptr};
 
 }  // namespace
 
-struct Profiler::Session final : StreamObserver, AllocatorObserver {
+struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObserver {
   Session(uint64_t id_, const ProfilerOptions& options_) : id(id_), options(options_) {}
 
   const uint64_t id;
@@ -161,6 +167,7 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     }
     h.last_mark_ns = t;
     h.last_seq = task.seq;
+    if (const uint32_t scope = dg::module_scope::current()) b.op_modules.emplace_back(task.seq, scope);
     const OpCost cost = task.cost();
     r.flops = cost.flops;
     r.bytes = cost.bytes;
@@ -252,6 +259,29 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
     b.memory.push_back(m);
   }
 
+  // Storage lifetimes (core/storage_hooks.h), with profile_memory: on the thread that made the change.
+  void add_storage_event(StorageEventKind kind, const void* id, size_t nbytes, MemoryCategory category) {
+    ThreadBuffer& b = buffer();
+    StorageEvent& e = b.storage.emplace_back();
+    e.ts_ns = now_ns();
+    e.kind = kind;
+    e.id = reinterpret_cast<uint64_t>(id);
+    e.nbytes = static_cast<int64_t>(nbytes);
+    e.category = category;
+    e.thread = b.index;
+    e.module = dg::module_scope::current();
+    if (kind == StorageEventKind::Allocate) e.site = current_call_site();
+  }
+  void on_storage_allocate(const void* id, size_t nbytes, MemoryCategory category) override {
+    add_storage_event(StorageEventKind::Allocate, id, nbytes, category);
+  }
+  void on_storage_free(const void* id, size_t nbytes, MemoryCategory category) override {
+    add_storage_event(StorageEventKind::Free, id, nbytes, category);
+  }
+  void on_storage_retag(const void* id, size_t nbytes, MemoryCategory to) override {
+    add_storage_event(StorageEventKind::Retag, id, nbytes, to);
+  }
+
   void add_range(RangeKind kind, std::string name, int64_t begin_ns, int64_t end_ns, bool async) {
     ThreadBuffer& b = buffer();
     b.ranges.push_back({kind, std::move(name), b.index, begin_ns, end_ns, async});
@@ -260,6 +290,17 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver {
 
 namespace {
 std::atomic<Profiler::Session*> g_session{nullptr};
+
+// extras.h: the extras of stopped sessions.
+std::mutex g_extras_mutex;
+std::unordered_map<const Profiler*, SessionExtras> g_extras;
+}  // namespace
+
+const SessionExtras& extras_of(const Profiler& profiler) {
+  static const SessionExtras empty;
+  std::lock_guard<std::mutex> lock(g_extras_mutex);
+  auto it = g_extras.find(&profiler);
+  return it == g_extras.end() ? empty : it->second;
 }
 
 // --- host scopes and ranges -------------------------------------------------------------------------------
@@ -335,6 +376,10 @@ void set_stack_provider(StackProvider provider) { g_stack_provider.store(provide
 Profiler::Profiler(ProfilerOptions options) { data_.options = options; }
 
 Profiler::~Profiler() {
+  {
+    std::lock_guard<std::mutex> lock(g_extras_mutex);
+    g_extras.erase(this);
+  }
   if (!active_) return;
   try {
     stop();
@@ -358,9 +403,11 @@ void Profiler::start() {
   session_->first_seq = stream.enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
   data_.start_ns = now_ns();
+  dg::module_scope::set_tagging(true);  // clears the tags of an earlier session
   if (options.profile_memory) {
     session_->mirror(data_.memory_at_start);
     CachingAllocator::cpu().set_observer(session_.get());
+    set_storage_observer(session_.get());
   }
   g_session.store(session_.get(), std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
@@ -454,17 +501,33 @@ void Profiler::stop() {
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
   stream.set_observer(nullptr);
-  if (data_.options.profile_memory) CachingAllocator::cpu().set_observer(nullptr);
+  if (data_.options.profile_memory) {
+    CachingAllocator::cpu().set_observer(nullptr);
+    set_storage_observer(nullptr);
+  }
   try {
     stream.synchronize();
   } catch (...) {
     if (!error) error = std::current_exception();
   }
+  dg::module_scope::set_tagging(false);
   g_session.store(nullptr, std::memory_order_release);
   g_current.store(nullptr, std::memory_order_release);
   active_ = false;
   {
     std::lock_guard<std::mutex> lock(session_->buffers_mutex);
+    SessionExtras extras;
+    for (auto& b : session_->buffers) {
+      extras.op_modules.insert(extras.op_modules.end(), b->op_modules.begin(), b->op_modules.end());
+      extras.storage.insert(extras.storage.end(), b->storage.begin(), b->storage.end());
+    }
+    std::sort(extras.op_modules.begin(), extras.op_modules.end());
+    std::stable_sort(extras.storage.begin(), extras.storage.end(),
+                     [](const StorageEvent& x, const StorageEvent& y) { return x.ts_ns < y.ts_ns; });
+    {
+      std::lock_guard<std::mutex> extras_lock(g_extras_mutex);
+      g_extras[this] = std::move(extras);
+    }
     merge_buffers(session_->buffers, session_->first_seq, data_);
     session_->buffers.clear();
   }

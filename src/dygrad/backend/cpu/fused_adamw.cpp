@@ -20,6 +20,9 @@
 // in place (step_i: a 0-d float32 count, incremented before the update), and inputs (the same 4P tensors, then
 // grad_0 .. grad_{P-1}): an in-place op lists what it updates as inputs too (kOpInplace). AdamWAttrs: lr, betas,
 // eps, weight_decay and whether the decay is decoupled (AdamW) or an L2 term added to the gradient (Adam).
+// Master weights (ops/fused.h): the params and states are float32 masters, the grads float32 or 16-bit, and 4P
+// more outputs (and inputs) follow the steps: the bfloat16 / float16 model params, written with the updated
+// master rounded once.
 
 namespace dg::cpu {
 
@@ -29,11 +32,46 @@ constexpr int64_t kPiece = kAdamWPiece;  // elements per unit of work (runtime/s
 struct Piece {
   int64_t tensor, begin, end;
 };
+
+struct Scalars {
+  double decay, l2, weight, beta2, one_minus_beta2, eps, bias2, neg_step;
+};
+
+// Elements [begin, end) of one tensor: master p, states m, v in T, gradient g in G, and (L not void) the copy of the
+// updated p rounded once into low.
+template <typename T, typename G, typename L>
+void update(const Scalars& k, const G* g, T* p, T* m, T* v, [[maybe_unused]] L* low, int64_t begin, int64_t end) {
+  using C = compute_t<T>;
+  const C c_decay = static_cast<C>(k.decay), weight = static_cast<C>(k.weight), c_beta2 = static_cast<C>(k.beta2);
+  const C one_minus_beta2 = static_cast<C>(k.one_minus_beta2), c_eps = static_cast<C>(k.eps);
+  const C c_bias2 = static_cast<C>(k.bias2), neg_step = static_cast<C>(k.neg_step), c_l2 = static_cast<C>(k.l2);
+  const bool small_weight = std::fabs(k.weight) < 0.5;  // torch's lerp picks its formula by this
+  // Each torch op stores its result in T before the next reads it: round the same way (a no-op for float32 and
+  // float64).
+  auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
+  for (int64_t i = begin; i < end; ++i) {
+    const C p0 = static_cast<C>(p[i]);
+    const C g0 = static_cast<C>(g[i]);
+    const C gi = k.l2 != 0.0 ? stored(g0 + c_l2 * p0) : g0;  // grad.add(p, alpha=wd)
+    const C pi = k.decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
+    const C m0 = static_cast<C>(m[i]);
+    const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
+    const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
+    const C denom = stored(stored(stored(std::sqrt(vi)) / c_bias2) + c_eps);  // sqrt, div_, add_
+    const T pn = static_cast<T>(pi + neg_step * mi / denom);
+    p[i] = pn;
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    if constexpr (!std::is_void_v<L>) low[i] = L(static_cast<float>(pn));
+  }
+}
 }  // namespace
 
 void adamw_kernel(Task& task) {
-  const int64_t count = static_cast<int64_t>(task.outputs.size()) / 4;
-  const size_t first_grad = 4 * static_cast<size_t>(count);
+  // P tensors: the inputs are the outputs then P gradients; outputs are 4P, or 5P with master weights' copies.
+  const int64_t count = static_cast<int64_t>(task.inputs.size() - task.outputs.size());
+  const size_t first_grad = task.outputs.size();
+  const bool copies = task.outputs.size() == 5 * static_cast<size_t>(count);
   const AdamWAttrs& attrs = task.attrs.get<AdamWAttrs>();
   const double lr = attrs.lr, beta1 = attrs.beta1, beta2 = attrs.beta2, eps = attrs.eps;
   const double weight_decay = attrs.weight_decay;
@@ -58,33 +96,33 @@ void adamw_kernel(Task& task) {
     for (int64_t k = lo; k < hi; ++k) {
       const Piece& piece = pieces[static_cast<size_t>(k)];
       const size_t t = static_cast<size_t>(piece.tensor);
-      visit_floating(task.outputs[t].dtype(), [&]<typename T>() {
-        using C = compute_t<T>;
-        const C c_decay = static_cast<C>(decay), weight = static_cast<C>(1.0 - beta1), c_beta2 = static_cast<C>(beta2);
-        const C one_minus_beta2 = static_cast<C>(1.0 - beta2), c_eps = static_cast<C>(eps);
-        const C c_bias2 = static_cast<C>(bias2_sqrts[t]), neg_step = static_cast<C>(-step_sizes[t]);
-        const C c_l2 = static_cast<C>(l2);
-        const bool small_weight = std::fabs(1.0 - beta1) < 0.5;  // torch's lerp picks its formula by this
-        const T* g = task.inputs[first_grad + t].data<T>();
-        T* p = task.outputs[t].data<T>();
-        T* m = task.outputs[static_cast<size_t>(count) + t].data<T>();
-        T* v = task.outputs[2 * static_cast<size_t>(count) + t].data<T>();
-        // Each torch op stores its result in T before the next reads it: round the same way (a no-op for
-        // float32 and float64).
-        auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
-        for (int64_t i = piece.begin; i < piece.end; ++i) {
-          const C p0 = static_cast<C>(p[i]);
-          const C gi = l2 != 0.0 ? stored(static_cast<C>(g[i]) + c_l2 * p0) : static_cast<C>(g[i]);  // grad.add(p, alpha=wd)
-          const C pi = decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
-          const C m0 = static_cast<C>(m[i]);
-          const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
-          const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
-          const C denom = stored(stored(stored(std::sqrt(vi)) / c_bias2) + c_eps);  // sqrt, div_, add_
-          p[i] = static_cast<T>(pi + neg_step * mi / denom);
-          m[i] = static_cast<T>(mi);
-          v[i] = static_cast<T>(vi);
+      const Scalars sc{decay, l2, 1.0 - beta1, beta2, 1.0 - beta2, eps, bias2_sqrts[t], -step_sizes[t]};
+      const Tensor& grad = task.inputs[first_grad + t];
+      const Tensor& param = task.outputs[t];
+      const Tensor& m = task.outputs[static_cast<size_t>(count) + t];
+      const Tensor& v = task.outputs[2 * static_cast<size_t>(count) + t];
+      if (!copies && grad.dtype() == param.dtype()) {
+        visit_floating(param.dtype(), [&]<typename T>() {
+          update<T, T, void>(sc, grad.data<T>(), param.data<T>(), m.data<T>(), v.data<T>(), nullptr, piece.begin,
+                             piece.end);
+        });
+        continue;
+      }
+      // Master weights (ops/fused.cpp checked): float32 master and states, a float32 or 16-bit gradient, a 16-bit copy.
+      const Tensor* low = copies ? &task.outputs[4 * static_cast<size_t>(count) + t] : nullptr;
+      float* p = param.data<float>();
+      float* mm = m.data<float>();
+      float* vv = v.data<float>();
+      auto with_grad = [&]<typename L>(L* out) {
+        switch (grad.dtype()) {
+          case DType::BFloat16: update<float, BFloat16, L>(sc, grad.data<BFloat16>(), p, mm, vv, out, piece.begin, piece.end); break;
+          case DType::Float16: update<float, Half, L>(sc, grad.data<Half>(), p, mm, vv, out, piece.begin, piece.end); break;
+          default: update<float, float, L>(sc, grad.data<float>(), p, mm, vv, out, piece.begin, piece.end); break;
         }
-      });
+      };
+      if (!low) with_grad(static_cast<void*>(nullptr));  // no copies: a 16-bit grad of a float32 param
+      else if (low->dtype() == DType::BFloat16) with_grad(low->data<BFloat16>());
+      else with_grad(low->data<Half>());
     }
   });
 }

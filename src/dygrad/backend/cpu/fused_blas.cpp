@@ -20,6 +20,11 @@
 #if DYGRAD_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+// Exported by libdnnl 2.x (row-major like dnnl_sgemm) but not declared in its public header; bfloat16_t is a
+// struct of one uint16_t, so a pointer to uint16_t is the same argument.
+extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                               float alpha, const uint16_t* A, dnnl_dim_t lda, const uint16_t* B,
+                                               dnnl_dim_t ldb, float beta, float* C, dnnl_dim_t ldc);
 #endif
 
 namespace dg::cpu {
@@ -56,6 +61,43 @@ const char* sgemm_library() {
 }
 
 namespace {
+// The CPU feature check of the native bf16 GEMM, kept apart from any ISA-specific code: oneDNN picks its own
+// kernels at run time, dygrad only decides whether to call it (without AVX512-BF16 oneDNN emulates bf16 dot
+// products and is slower than converting to float32).
+bool cpu_has_avx512_bf16() { return __builtin_cpu_supports("avx512bf16"); }
+}  // namespace
+
+const char* bf16_gemm_library() {
+#if DYGRAD_HAVE_ONEDNN
+  static const bool native = [] {
+    const char* choice = std::getenv("DYGRAD_BF16_GEMM");
+    if (choice != nullptr && std::strcmp(choice, "convert") == 0) return false;
+    return use_onednn() && cpu_has_avx512_bf16();
+  }();
+  if (native) return "onednn";
+#endif
+  return nullptr;
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#if DYGRAD_HAVE_ONEDNN
+  make_onednn_serial();
+  const dnnl_status_t status = dnnl_gemm_bf16bf16f32(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda,
+                                                     b, ldb, beta, c, ldc);
+  DG_CHECK(status == dnnl_success, Runtime, "[matmul] oneDNN bf16 gemm failed (status ", static_cast<int>(status),
+           ") for m=", m, " n=", n, " k=", k);
+#else
+  (void)trans_a, (void)trans_b, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c,
+      (void)ldc;
+  fail(ErrorKind::Runtime, "[matmul] internal error: bf16 GEMM called without oneDNN");
+#endif
+}
+
+namespace {
+[[maybe_unused]] const bool bf16_reported =
+    (set_backend_info(Device::Type::CPU, "bf16_gemm", bf16_gemm_library() ? "onednn" : "convert"), true);
 [[maybe_unused]] const bool sgemm_reported = (set_backend_info(Device::Type::CPU, "sgemm", sgemm_library()), true);
 }  // namespace
 

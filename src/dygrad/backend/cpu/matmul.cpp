@@ -12,8 +12,10 @@
 //    copies a float32/float64 operand only when neither layout holds (blas_layout).
 //  * Batch folding: when B is the same matrix for every batch and A's batches stack onto its rows (a linear
 //    layer, [B, T, C] @ [C, N]), the whole batch is one GEMM with batch * M rows, which tiles better.
-//  * float16/bfloat16: each tile's rows of A and columns of B are converted to float32, multiplied by sgemm
-//    (float32 accumulation) and rounded once to the output dtype. A native bf16 GEMM can come later.
+//  * bfloat16 on a CPU with AVX512-BF16 (checked at run time): each tile through oneDNN's bf16 x bf16 -> float32
+//    GEMM on the operands in place, rounded once (gemm_bf16_native). float16, and bfloat16 elsewhere: each
+//    tile's rows of A and columns of B are converted to float32, multiplied by sgemm (float32 accumulation) and
+//    rounded once to the output dtype.
 //  * Integers: a plain loop kernel over the same tiles, exact, wrapping on overflow like torch.
 //  * Debian builds the serial OpenBLAS without USE_LOCKING, which makes concurrent calls unsafe: every call
 //    goes through backend/cpu/fused_blas.cpp, which serialises the OpenBLAS ones.
@@ -275,6 +277,69 @@ void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
   });
 }
 
+// bfloat16 with AVX512-BF16 (bf16_gemm_library()): each tile in blocks of kConvertRows rows, one oneDNN
+// bf16 x bf16 -> float32 call per block on the operands in place (float32 accumulation), the float32 block rounded
+// once into C (addmm: alpha * AB + beta * input combined in float32 first, as the converted path). Blocks are fixed
+// by the tile, so results stay thread-independent. Operands must satisfy blas_layout (else gemm_converted).
+bool native_bf16_readable(const GemmPlan& p) {
+  return bf16_gemm_library() != nullptr && blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride).ok &&
+         blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride).ok;
+}
+
+// float32 -> bfloat16, round to nearest even, NaN kept quiet: BFloat16(float)'s rule written without a branch so
+// the compiler vectorizes it (the scalar conversion cost about half the GEMM's time at K = 384).
+void round_to_bf16(const float* src, BFloat16* dst, int64_t n) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t u;
+    std::memcpy(&u, src + j, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    out[j] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+  }
+}
+
+// Rows per oneDNN call within a tile (a float32 block of rows x tile width): 256, or DYGRAD_BF16_ROWS for tuning
+// (a function of the environment only, never the thread count).
+int64_t native_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("DYGRAD_BF16_ROWS");
+    return v ? std::max<int64_t>(16, std::atoll(v)) : kConvertRows;
+  }();
+  return rows;
+}
+
+void gemm_bf16_native(const GemmPlan& p, const BFloat16* A, const BFloat16* B, BFloat16* C) {
+  const int64_t kConvertRows = native_rows();
+  const BlasLayout la = blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride);
+  const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
+  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+    const size_t i = static_cast<size_t>(batch);
+    const int64_t max_rows = std::min(tm, kConvertRows);
+    std::unique_ptr<float[]> c_block(new float[static_cast<size_t>(max_rows * tn)]);
+    const BFloat16* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
+    for (int64_t m = m0; m < m0 + tm; m += kConvertRows) {
+      const int64_t mb = std::min(kConvertRows, m0 + tm - m);
+      const BFloat16* a = A + p.a_offsets[i] + m * p.a_row_stride;
+      gemm_bf16(la.transposed, lb.transposed, mb, tn, p.K, 1.0f, reinterpret_cast<const uint16_t*>(a), la.ld,
+                reinterpret_cast<const uint16_t*>(b), lb.ld, 0.0f, c_block.get(), tn);
+      const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
+      for (int64_t r = 0; r < mb; ++r) {
+        BFloat16* dst = C + (batch * p.M + m + r) * p.N + n0;
+        const float* src = c_block.get() + r * tn;
+        if (!p.input) {
+          round_to_bf16(src, dst, tn);
+          continue;
+        }
+        const BFloat16* in = static_cast<const BFloat16*>(p.input) + p.input_offsets[i] + (m + r) * p.input_row_stride +
+                             n0 * p.input_col_stride;
+        for (int64_t j = 0; j < tn; ++j)
+          dst[j] = BFloat16(beta == 0 ? alpha * src[j]
+                                      : alpha * src[j] + beta * static_cast<float>(in[j * p.input_col_stride]));
+      }
+    }
+  });
+}
+
 // Integers: c[i, j] = sum_k a[i, k] * b[k, j] in wrapping 64-bit arithmetic, stored modulo the dtype.
 template <typename T>
 void gemm_integer(const GemmPlan& p, const T* A, const T* B, T* C) {
@@ -342,10 +407,17 @@ void run_gemm(const char* op, const GemmPlan& plan, const Tensor& a, const Tenso
     const T* B = b.data<T>();
     T* C = out.data<T>();
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) gemm_blas<T>(plan, A, B, C);
-    else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) gemm_converted<T>(plan, A, B, C);
+    else if constexpr (std::is_same_v<T, BFloat16>) {
+      if (native_bf16_readable(plan)) gemm_bf16_native(plan, A, B, C);
+      else gemm_converted<T>(plan, A, B, C);
+    } else if constexpr (std::is_same_v<T, Half>) gemm_converted<T>(plan, A, B, C);
     else if constexpr (std::is_same_v<T, bool>) fail(ErrorKind::NotImplemented, "[", op, "] not implemented for dtype bool");
     else gemm_integer<T>(plan, A, B, C);
   });
+}
+// Whether the plan's operands are read by a library call in place (batch folding must keep their layout).
+bool blas_plan(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float64 || (dtype == DType::BFloat16 && bf16_gemm_library());
 }
 }  // namespace
 
@@ -359,7 +431,7 @@ void matmul_kernel(Task& task) {
     return;
   }
   const DType dtype = out.dtype();
-  run_gemm("matmul", make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64), a, b, out);
+  run_gemm("matmul", make_plan(a, b, out, blas_plan(dtype)), a, b, out);
 }
 
 // inputs (input [..., M, N] broadcast to the output, a [..., M, K], b [..., K, N]) of one dtype; output
@@ -392,7 +464,7 @@ void addmm_kernel(Task& task) {
     });
     return;
   }
-  run_gemm("addmm", make_plan(a, b, out, dtype == DType::Float32 || dtype == DType::Float64, &input,
+  run_gemm("addmm", make_plan(a, b, out, blas_plan(dtype), &input,
                               attrs.alpha.to_double(), beta), a, b, out);
 }
 

@@ -1,0 +1,57 @@
+// Two optional hooks on Storage's allocate / free / retag, both off by default (one relaxed load and a branch
+// per allocation when off): the profiler's storage observer (the leak finder and per-module memory follow
+// every buffer's lifetime, docs/profiler.md "Storage lifetimes"), and the meta evaluation that
+// dygrad.memory.estimate runs a training step under (docs/memory.md, "Dry run"). Kept out of storage.h so
+// that only the files that use them depend on them.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "dygrad/core/allocator.h"
+
+namespace dg {
+
+// --- the profiler's storage observer ---------------------------------------------------------------------------
+// Called on the thread that allocated, freed or retagged a buffer of the allocator (external memory is not
+// reported). `id` identifies the Storage while it lives; an id may be reused after its free.
+struct StorageObserver {
+  virtual ~StorageObserver() = default;
+  virtual void on_storage_allocate(const void* id, size_t nbytes, MemoryCategory category) = 0;
+  virtual void on_storage_free(const void* id, size_t nbytes, MemoryCategory category) = 0;
+  virtual void on_storage_retag(const void* id, size_t nbytes, MemoryCategory to) = 0;
+};
+void set_storage_observer(StorageObserver* observer);
+StorageObserver* storage_observer();
+
+// --- meta evaluation -----------------------------------------------------------------------------------------
+// While active (process-wide; the thread that began it must be the only one issuing ops), Storage::allocate
+// only reserves address space (an anonymous mapping: no page is touched, so no memory is used) and counts the
+// bytes here as the caching allocator would count them. ops/meta_eval.h begins and ends the mode and makes
+// enqueue run no kernel while keeping each Task's operands alive as the stream would.
+namespace meta {
+struct Stats {
+  int64_t allocated = 0;  // live meta bytes (requested bytes, as the allocator's `allocated`)
+  int64_t peak = 0;       // the highest `allocated` since set_active(true) or reset_peak()
+  std::array<int64_t, kNumMemoryCategories> by_category{};
+  std::array<int64_t, kNumMemoryCategories> at_peak{};  // by_category at the peak
+  int64_t max_scratch = 0;        // the largest kernel scratch (OpTraits::scratch) one Task declared
+  int64_t peak_with_scratch = 0;  // max over Tasks of allocated + that Task's scratch
+  int64_t tasks = 0;              // Tasks that would have run
+  int64_t allocations = 0;
+  int64_t allocated_total = 0;    // bytes allocated since set_active(true) (never decreases)
+};
+bool active();
+void set_active(bool on);  // on: resets the statistics
+Stats current();
+void reset_peak();
+void note_task(int64_t scratch_bytes);  // ops/dispatch.cpp, for every Task that would have run
+
+constexpr size_t kMetaBit = size_t(1) << (sizeof(size_t) * 8 - 1);
+inline bool is_meta(const MemoryBlock& b) { return (b.bin_bytes & kMetaBit) != 0; }
+MemoryBlock allocate(size_t nbytes, MemoryCategory category);
+void free(const MemoryBlock& block, size_t nbytes, MemoryCategory category);
+void retag(size_t nbytes, MemoryCategory from, MemoryCategory to);
+}  // namespace meta
+
+}  // namespace dg
