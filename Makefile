@@ -9,9 +9,10 @@
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# fortunes: the default training corpus (python/dygrad/data/corpus.py says why).
+# fortunes: the default training corpus (python/dygrad/data/corpus.py says why). qemu-user: the test that a CPU
+# without AVX-512 runs the baseline kernels (docs/ops.md, "One binary for every CPU").
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
-               libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev
+               libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev qemu-user
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.

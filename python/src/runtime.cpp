@@ -4,6 +4,7 @@
 
 #include "common.h"
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/cpu_isa.h"
 
 namespace dg::py {
 
@@ -206,6 +207,8 @@ void init_runtime(nb::module_& m) {
      "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
+  // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not the AVX-512 plugin, the CPU's flags.
+  m.def("_cpu_kernel_isa", [] { return nb::make_tuple(cpu_kernel_isa(), cpu_kernel_isa_note(), cpu_features()); });
   m.def("_bf16_gemm_library", [] { return backend_info(Device::Type::CPU, "bf16_gemm"); });  // "onednn" or "convert"
   m.def("get_num_threads", [] { return get_context().num_threads; });
   m.def("set_num_threads", [](int n) {

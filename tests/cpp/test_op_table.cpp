@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/cpu_isa.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "harness.h"
 
@@ -41,6 +42,18 @@ const OpDef op_test_inplace("test_inplace", nullptr, {.flags = kOpInplace});
 DG_REGISTER_KERNEL(test_inplace, Device::Type::CPU, accumulate_kernel);
 // No kernel on any device.
 const OpDef op_test_no_kernel("test_no_kernel", nullptr);
+// Kernels of two ISA levels for one op (the AVX-512 plugin's and the library's): the higher level wins whichever
+// registers first, and whether the OpDef exists yet or not.
+void isa_kernel_baseline(Task&) {}
+void isa_kernel_avx512(Task&) {}
+[[maybe_unused]] const bool isa_high_first =
+    (register_kernel("test_isa_high_first", Device::Type::CPU, isa_kernel_avx512, kKernelIsaAvx512),
+     register_kernel("test_isa_high_first", Device::Type::CPU, isa_kernel_baseline, kKernelIsaBaseline), true);
+const OpDef op_test_isa_high_first("test_isa_high_first", nullptr);
+const OpDef op_test_isa_low_first("test_isa_low_first", nullptr);
+[[maybe_unused]] const bool isa_low_first =
+    (register_kernel("test_isa_low_first", Device::Type::CPU, isa_kernel_baseline, kKernelIsaBaseline),
+     register_kernel("test_isa_low_first", Device::Type::CPU, isa_kernel_avx512, kKernelIsaAvx512), true);
 
 }  // namespace
 
@@ -59,6 +72,27 @@ TEST(OpTable, EveryOpIsDeclaredOnceAndHasACpuKernel) {
 
 TEST(OpTable, EveryRegisteredKernelMatchesAnOp) {
   for (const std::string& problem : kernel_registry_problems()) ADD_FAILURE() << problem;
+}
+
+TEST(OpTable, TheKernelOfTheHighestIsaLevelWinsWhateverTheOrder) {
+  for (const OpDef* op : {&op_test_isa_high_first, &op_test_isa_low_first}) {
+    EXPECT_EQ(op->kernel(Device::Type::CPU), &isa_kernel_avx512) << op->name;
+    EXPECT_EQ(op->kernel_isa(Device::Type::CPU), kKernelIsaAvx512) << op->name;
+  }
+}
+
+TEST(OpTable, EveryCpuKernelComesFromTheIsaTheLibraryChose) {
+  // With the AVX-512 plugin loaded every CPU backend kernel is the plugin's; with the baseline kernels, none is.
+  // (The test's own ops, and the communication Tasks, whose kernels live with the process groups in
+  // distributed/comm.cpp, are not the backend's.)
+  const int want = cpu_kernel_isa() == "avx512" ? kKernelIsaAvx512 : kKernelIsaBaseline;
+  for (const OpDef* op : all_ops()) {
+    if (std::strncmp(op->name, "test_", 5) == 0 || std::strncmp(op->name, "comm_", 5) == 0 ||
+        !op->kernel(Device::Type::CPU))
+      continue;
+    EXPECT_EQ(op->kernel_isa(Device::Type::CPU), want) << op->name << " (kernels: " << cpu_kernel_isa() << ", "
+                                                       << cpu_kernel_isa_note() << ")";
+  }
 }
 
 TEST(OpTable, MissingKernelRaisesAtTheCallNamingOpAndDevice) {

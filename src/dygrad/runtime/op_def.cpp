@@ -20,6 +20,7 @@ struct KernelRegistration {
   const char* op_name;
   Device::Type type;
   Kernel kernel;
+  int isa;  // kKernelIsaBaseline or a higher level (docs/ops.md, "One binary for every CPU")
 };
 std::vector<KernelRegistration>& registrations() {
   static auto* r = new std::vector<KernelRegistration>();
@@ -32,10 +33,14 @@ std::vector<std::string>& problems() {
 bool backends[kNumDeviceTypes] = {};
 thread_local CallSite tls_call_site{};
 
-void attach(OpDef& op, Device::Type type, Kernel kernel, Kernel& slot) {
-  if (slot && slot != kernel)
+// The kernel of the highest ISA level registered wins, whatever the order of registration; two kernels of one
+// level for one (op, device) are a mistake.
+void attach(OpDef& op, Device::Type type, Kernel kernel, int isa, Kernel& slot, uint8_t& slot_isa) {
+  if (slot && isa < slot_isa) return;
+  if (slot && isa == slot_isa && slot != kernel)
     problems().push_back(std::string(op.name) + ": a second " + device_type_name(type) + " kernel was registered");
   slot = kernel;
+  slot_isa = static_cast<uint8_t>(isa);
 }
 }  // namespace
 
@@ -61,7 +66,8 @@ const char* op_flag_name(OpFlag flag) {
 
 void attach_registered_kernels(OpDef& op) {
   for (const KernelRegistration& r : registrations())
-    if (std::strcmp(r.op_name, op.name) == 0) attach(op, r.type, r.kernel, op.kernels_[static_cast<int>(r.type)]);
+    if (std::strcmp(r.op_name, op.name) == 0)
+      attach(op, r.type, r.kernel, r.isa, op.kernels_[static_cast<int>(r.type)], op.kernel_isa_[static_cast<int>(r.type)]);
 }
 
 OpDef::OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits)
@@ -83,10 +89,11 @@ const OpDef* find_op(const char* name) {
   return nullptr;
 }
 
-void register_kernel(const char* op_name, Device::Type type, Kernel kernel) {
-  registrations().push_back({op_name, type, kernel});
+void register_kernel(const char* op_name, Device::Type type, Kernel kernel, int isa) {
+  registrations().push_back({op_name, type, kernel, isa});
   for (OpDef* op : registry())
-    if (std::strcmp(op->name, op_name) == 0) attach(*op, type, kernel, op->kernels_[static_cast<int>(type)]);
+    if (std::strcmp(op->name, op_name) == 0)
+      attach(*op, type, kernel, isa, op->kernels_[static_cast<int>(type)], op->kernel_isa_[static_cast<int>(type)]);
 }
 
 std::vector<std::string> kernel_registry_problems() {

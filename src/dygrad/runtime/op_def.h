@@ -94,20 +94,33 @@ struct OpDef {
 
   // The kernel for a device type; null when no backend registered one.
   Kernel kernel(Device::Type type) const { return kernels_[static_cast<int>(type)]; }
+  // The ISA level of that kernel (kKernelIsaBaseline, kKernelIsaAvx512).
+  int kernel_isa(Device::Type type) const { return kernel_isa_[static_cast<int>(type)]; }
 
  private:
-  friend void register_kernel(const char* op_name, Device::Type type, Kernel kernel);
+  friend void register_kernel(const char* op_name, Device::Type type, Kernel kernel, int isa);
   friend void attach_registered_kernels(OpDef& op);
   Kernel kernels_[kNumDeviceTypes] = {};
+  uint8_t kernel_isa_[kNumDeviceTypes] = {};
 };
 
 // Every OpDef registers itself here at static initialisation: the one table.
 const std::vector<const OpDef*>& all_ops();
 const OpDef* find_op(const char* name);
 
+// Kernel ISA levels: the CPU kernels are compiled twice, into the library for the baseline ISA and into a plugin
+// for AVX-512 that the library loads at start-up on a CPU that has it (runtime/cpu_isa.h); a kernel of a higher
+// level replaces the baseline one. DG_KERNEL_ISA is the level of the translation unit being compiled.
+constexpr int kKernelIsaBaseline = 0;
+constexpr int kKernelIsaAvx512 = 1;
+#ifndef DG_KERNEL_ISA
+#define DG_KERNEL_ISA 0
+#endif
+
 // Kernel registration, at load time (before main or when the library is loaded): the kernel of op `op_name`
-// for device `type`. Order-independent: an OpDef made later picks up the kernels registered for its name.
-void register_kernel(const char* op_name, Device::Type type, Kernel kernel);
+// for device `type`, of ISA level `isa`. Order-independent: an OpDef made later picks up the kernels
+// registered for its name, and the highest level registered for an (op, device) wins.
+void register_kernel(const char* op_name, Device::Type type, Kernel kernel, int isa = kKernelIsaBaseline);
 // Registrations whose op name matches no OpDef, or that registered a second kernel for the same (op, device):
 // mistakes the op-table test reports ("name: reason").
 std::vector<std::string> kernel_registry_problems();
@@ -124,7 +137,7 @@ std::string backend_info(Device::Type type, const char* key);  // "" when unset
 #define DG_REGISTER_KERNEL_AT_(op, device, kernel, n) DG_REGISTER_KERNEL_AT2_(op, device, kernel, n)
 #define DG_REGISTER_KERNEL_AT2_(op, device, kernel, n)                                              \
   [[maybe_unused]] static const bool dg_kernel_registered_##n =                                       \
-      (::dg::register_kernel(#op, ::dg::device, kernel), true)
+      (::dg::register_kernel(#op, ::dg::device, kernel, DG_KERNEL_ISA), true)
 
 struct Task {
   const OpDef* op = nullptr;

@@ -15,6 +15,7 @@
 
 #include "dygrad/backend/cpu/blas.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/cpu_isa.h"
 #include "dygrad/runtime/op_def.h"
 
 #if DYGRAD_HAVE_ONEDNN
@@ -60,19 +61,14 @@ const char* sgemm_library() {
   return "openblas";
 }
 
-namespace {
-// The CPU feature check of the native bf16 GEMM, kept apart from any ISA-specific code: oneDNN picks its own
-// kernels at run time, dygrad only decides whether to call it (without AVX512-BF16 oneDNN emulates bf16 dot
-// products and is slower than converting to float32).
-bool cpu_has_avx512_bf16() { return __builtin_cpu_supports("avx512bf16"); }
-}  // namespace
-
 const char* bf16_gemm_library() {
 #if DYGRAD_HAVE_ONEDNN
   static const bool native = [] {
     const char* choice = std::getenv("DYGRAD_BF16_GEMM");
     if (choice != nullptr && std::strcmp(choice, "convert") == 0) return false;
-    return use_onednn() && cpu_has_avx512_bf16();
+    // oneDNN picks its own kernels at run time; dygrad only decides whether to call it: without AVX512-BF16
+    // oneDNN emulates bf16 dot products and is slower than converting to float32 (runtime/cpu_isa.h).
+    return use_onednn() && dg::cpu_has_avx512_bf16();
   }();
   if (native) return "onednn";
 #endif
