@@ -85,6 +85,13 @@ class _Frame:
         return holder
 
     def unpack(self, holder):
+        if dg.is_grad_enabled():
+            # A create_graph backward: the recomputed tensors come back detached and dygrad's Node::saved does not
+            # re-attach the saved tensor's history as torch's SavedVariable does, so a second derivative would be
+            # silently wrong (docs/autograd.md, "Known gaps"): refuse it.
+            raise RuntimeError("[checkpoint] double backward (create_graph=True) through a non-reentrant checkpoint "
+                               "is not supported by dygrad yet; run the region without checkpoint for higher-order "
+                               "gradients")
         tensor = self.recomputed.pop(holder, None)
         if tensor is None:
             # The first unpack of this backward (or of a later one, with retain_graph): recompute here, as
