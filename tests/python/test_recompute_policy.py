@@ -295,6 +295,11 @@ def test_module_recompute_with_a_policy():
 
 # --- budget mode -------------------------------------------------------------------------------------------------
 def test_plan_keeps_the_peak_under_the_budget_as_predicted():
+    # Synchronize mode: the asynchronous peak also holds up to the in-flight allocation window (32 MiB, half of
+    # tiny's peak) by how far the host ran ahead, which depends on the machine's load; inline, the peaks the plan
+    # measures and the one it predicts are exact (on bench the window is a few percent and async is measured,
+    # bench/recompute.py).
+    dg.set_context(synchronize=True)
     model = tiny()
     x, y = batch(4, 128)
 
