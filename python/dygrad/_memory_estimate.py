@@ -4,9 +4,10 @@
 The step runs for real - the model's own forward, the loss, the autograd engine's backward, the optimizer's
 step - under *meta evaluation* (ops/meta_eval.h): every op computes its output shapes and allocates its outputs
 as usual, but a buffer is address space only (no page is touched) and no kernel runs, while the allocator's
-accounting is replayed exactly (requested bytes, categories, frees when the last reference goes) and each
-Task's operands stay referenced as the stream would keep them (the in-flight allocation window). The estimate
-is therefore the allocator's `peak_allocated` of the same step, computed from the op table's shape rules.
+accounting is replayed exactly (requested bytes, categories, frees when the last reference held by the program
+goes: a queued Task's hold on its operands keeps no memory, docs/memory.md "Stream-ordered reuse"). The estimate
+is therefore the allocator's `peak_allocated` of the same step, computed from the op table's shape rules, however
+far the host runs ahead of the device.
 """
 from collections import namedtuple
 
@@ -14,15 +15,14 @@ from . import _C
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other")
 
-MemoryEstimate = namedtuple("MemoryEstimate", "peak by_category resident kernel_scratch tasks inflight_limit")
+MemoryEstimate = namedtuple("MemoryEstimate", "peak by_category resident kernel_scratch tasks")
 MemoryEstimate.__doc__ = """dygrad.memory.estimate's result (bytes).
 
 peak: the predicted peak allocated bytes of the step (the allocator's peak_allocated: requested bytes);
 by_category: that peak split into parameter, gradient, optimizer_state, activation, temporary, other;
 resident: the bytes already allocated before the step (parameters, existing optimizer state, the batch);
 kernel_scratch: the largest scratch one kernel declares (OpTraits::scratch; malloc'd by the kernel, not in the
-allocator's statistics, so not in peak); tasks: the Tasks the step would run; inflight_limit: the allocation
-window emulated (0: synchronous lifetimes)."""
+allocator's statistics, so not in peak); tasks: the Tasks the step would run."""
 
 
 def _default_step(model, batch, loss_fn):
@@ -60,8 +60,7 @@ def _restore_modules(snaps):
             live.update(buffers)
 
 
-def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflight=True, set_to_none=True, steps=1,
-             sync_each_step=True):
+def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, set_to_none=True, steps=1):
     """Predicts the peak allocated memory of one training step, by category, without running it.
 
     The step is `loss = step_fn(model, batch)` (default: `model(*batch)` reduced to a scalar, or
@@ -69,16 +68,11 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     `loss.backward()`, `optimizer.step()` (the optimizer calls only when one is given): the order of
     dygrad.train and bench/train.py, where the previous step's gradients live through the forward. The first
     step starts without gradients (the ones held now are set aside); with steps=2 the second starts from the
-    first one's. sync_each_step: the loop synchronizes after each step (bench/train.py); False: the next step
-    is issued while the last one's Tasks are still queued, holding their operands (dygrad.train, which reads
-    each loss one step late). It runs under meta
+    first one's. It runs under meta
     evaluation: shapes and allocator accounting only, no kernel, no memory (see the module docstring).
     Parameters' gradients, the optimizer's state, module attributes made during the run and the RNG state are
     restored afterwards, so the real training that follows is unchanged.
 
-    inflight: emulate the stream's in-flight allocation window (dg.get_inflight_allocation_limit(): the host
-    running as far ahead of the device as the stream allows, the usual case of a training step); False gives
-    synchronous lifetimes (what synchronize mode measures).
     steps: run the step this many times and report the last one's peak: steps=2 with an optimizer that has no
     state yet predicts the steady state (its states exist from the first step on).
     Returns a MemoryEstimate (bytes). A program that reads tensor values on the host (item(), a data-dependent
@@ -89,8 +83,6 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     dg.synchronize()  # Tasks still queued hold buffers that will be freed: count what stays
     before = dg.memory_stats()
     resident = {c: before.get(f"allocated_bytes.{c}", 0) for c in CATEGORIES}
-    sync = dg.get_context().synchronize
-    limit = 0 if (not inflight or sync) else int(_C.get_inflight_allocation_limit())
     params = list(model.parameters())
     saved_grads = [p.grad for p in params]
     saved_state = None
@@ -110,12 +102,10 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
                 resident["gradient"] -= g.numel() * g.element_size()
             p.grad = None
     resident["gradient"] = max(resident["gradient"], 0)
-    _C._meta_begin(limit, int(_C._stream_capacity()))
+    _C._meta_begin()
     try:
         for i in range(max(1, int(steps))):
             if i:
-                if sync_each_step:
-                    _C._meta_drain()
                 _C._meta_reset_peak()
             loss = (step_fn or (lambda m, b: _default_step(m, b, loss_fn)))(model, batch)
             # The gradients of the previous step live through the forward (the usual loop's order).
@@ -141,7 +131,7 @@ def estimate(model, batch, *, loss_fn=None, optimizer=None, step_fn=None, inflig
     by_category = {c: resident[c] + at_peak.get(c, 0) for c in CATEGORIES}
     peak = sum(resident.values()) + result["peak"]
     return MemoryEstimate(peak=peak, by_category=by_category, resident=sum(resident.values()),
-                          kernel_scratch=result["max_scratch"], tasks=result["tasks"], inflight_limit=limit)
+                          kernel_scratch=result["max_scratch"], tasks=result["tasks"])
 
 
 def format_estimate(e):
@@ -149,5 +139,4 @@ def format_estimate(e):
     mib = 1 << 20
     parts = ", ".join(f"{c} {e.by_category[c] / mib:.1f}" for c in CATEGORIES if e.by_category[c])
     return (f"estimated peak {e.peak / mib:.1f} MiB ({parts} MiB); resident before the step {e.resident / mib:.1f} "
-            f"MiB; largest kernel scratch {e.kernel_scratch / mib:.1f} MiB; {e.tasks} Tasks; in-flight window "
-            f"{e.inflight_limit / mib:.0f} MiB")
+            f"MiB; largest kernel scratch {e.kernel_scratch / mib:.1f} MiB; {e.tasks} Tasks")

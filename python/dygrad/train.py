@@ -194,7 +194,7 @@ def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
     wait, active = profile_window(args, start)
     # The dry run (docs/memory.md): the peak of a steady-state step (optimizer states made), before any step ran.
     x = dg.zeros((batch, seq), dtype=dg.int64)
-    estimate = dg.memory.estimate(model, (x, x), optimizer=optimizer, steps=2, sync_each_step=False)
+    estimate = dg.memory.estimate(model, (x, x), optimizer=optimizer, steps=2)
     del x
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",

@@ -197,8 +197,10 @@ Tensor copy_array(PyObject* array) {
            numpy_type_name(array), ". ", kSupportedNumpyTypes);
   Dims sizes;
   for (int d = 0; d < buffer.view.ndim; ++d) sizes.push_back(buffer.view.shape[d]);
-  Tensor out = Tensor::empty(sizes, dtype);
-  // A fresh buffer no Task has touched: the host writes it directly.
+  Tensor out = [&] {
+    HostAllocationScope host;  // memory no queued Task still uses: the host writes it directly
+    return Tensor::empty(sizes, dtype);
+  }();
   if (buffer.view.len > 0) std::memcpy(out.raw_data(), buffer.view.buf, static_cast<size_t>(buffer.view.len));
   return out;
 }

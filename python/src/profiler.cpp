@@ -232,14 +232,11 @@ void init_profiler(nb::module_& m) {
   m.def("_profiler_set_module_scope", [](uint32_t scope) { return profiler::set_module_scope(scope); });
   m.def("_profiler_module_scope", [] { return profiler::module_scope(); });
   // Meta evaluation (ops/meta_eval.h), for dygrad.memory.estimate.
-  m.def("_meta_begin", [](uint64_t inflight_limit, size_t capacity) { meta::begin(inflight_limit, capacity); },
-        nb::arg("inflight_limit"), nb::arg("capacity"));
+  m.def("_meta_begin", [] { meta::begin(); });
   m.def("_meta_end", [] { return meta_stats_dict(meta::end()); });
   m.def("_meta_current", [] { return meta_stats_dict(meta::current()); });
   m.def("_meta_reset_peak", [] { meta::reset_peak(); });
-  m.def("_meta_drain", [] { meta::drain(); });
   m.def("_meta_active", [] { return meta::active(); });
-  m.def("_stream_capacity", [] { return Stream::kCapacity; });
   m.def("_profiler_now_ns", [] { return profiler::now_ns(); });
   m.def("_profiler_recording", [] { return profiler::detail::recording(); });
   m.def("_profiler_step", [] { profiler::step(); });

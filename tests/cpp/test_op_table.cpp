@@ -15,8 +15,8 @@ namespace {
 
 // A CUDA "device" whose memory is host memory: lets a test make tensors of a device that has no backend.
 struct HostMemoryAsCuda final : Allocator {
-  MemoryBlock allocate(size_t nbytes, MemoryCategory) override { return {std::malloc(nbytes ? nbytes : 1), nbytes}; }
-  void free(MemoryBlock block, size_t, MemoryCategory) override { std::free(block.ptr); }
+  MemoryBlock allocate(size_t nbytes, MemoryCategory, bool) override { return {std::malloc(nbytes ? nbytes : 1), nbytes}; }
+  void free(MemoryBlock block, size_t, MemoryCategory, uint64_t) override { std::free(block.ptr); }
   void retag(const MemoryBlock&, size_t, MemoryCategory, MemoryCategory) override {}
 };
 Device fake_cuda() {

@@ -2,6 +2,7 @@
 // errors poison their outputs and are raised once at the next sync point, small Tasks run inline on an idle
 // stream with the same results (docs/stream.md, docs/async-errors.md). The async tests run twice, with
 // inline execution of small Tasks on ("Stream/StreamModes.*/inline") and off (".../queued").
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -640,4 +641,183 @@ TEST(StreamOverlap, InPlaceWriteIntoExpandedMemoryRaisesAtTheCall) {
   Tensor wide = expand(one, Shape{3});
   EXPECT_THROW(add_(wide, 1.0), Error);
   EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{1}));
+}
+
+// --- stream-ordered reuse (docs/memory.md) ---------------------------------------------------------------------
+// A buffer the host drops goes back to the allocator at once, even while queued Tasks still read or write it
+// (they keep only the Storage object); a later Task may reuse the memory, since the stream runs it after them.
+// Host-written allocations take only memory no queued Task uses, and a host thread touching a reused buffer
+// waits for those Tasks first.
+namespace {
+constexpr int64_t kMiB = 1 << 20;
+const Shape kOneMiB{kMiB / 4};  // float32
+// 40 MiB + 512 bytes: a segment of its own, and no other free block of the cache fits it better.
+constexpr int64_t kBigElements = 10 * kMiB + 128;
+const Shape kBig{kBigElements};
+bool all_equal(const Tensor& t, float value) {
+  const std::vector<float> v = t.to_vector<float>();
+  return std::all_of(v.begin(), v.end(), [&](float x) { return x == value; });
+}
+// Opens the gate after `ms` on another thread.
+struct GateOpener {
+  std::atomic<bool> opened{false};
+  std::thread thread;
+  explicit GateOpener(int ms) : thread([this, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    opened.store(true);
+    g_gate_open.store(true, std::memory_order_release);
+  }) {}
+  ~GateOpener() { thread.join(); }
+};
+}  // namespace
+
+TEST(StreamOrderedReuse, ABufferTheHostDropsIsFreeAtOnceAndReusedByALaterTask) {
+  drain();
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  const Tensor src = ones(kOneMiB);
+  Stream::cpu().synchronize();
+  Tensor kept, reused;
+  {
+    GateClosed gate;
+    const int64_t before = allocator.stats().allocated;
+    {
+      Tensor tmp = checked_copy(src, 0, kQueued);  // held at the gate: tmp is not written yet
+      kept = checked_copy(tmp, 0, kQueued);        // reads tmp later
+      EXPECT_EQ(allocator.stats().allocated, before + 2 * kMiB);
+    }  // only the two queued Tasks hold tmp now
+    EXPECT_EQ(allocator.stats().allocated, before + kMiB);  // tmp's bytes are free already
+    reused = checked_copy(mul(src, 2.0), 0, kQueued);  // the multiply's output takes tmp's memory
+    EXPECT_EQ(Stream::cpu().completed() + 4, Stream::cpu().enqueued());  // nothing ran meanwhile
+  }
+  Stream::cpu().synchronize();
+  EXPECT_EQ(sum(kept).item<float>(), float(kMiB / 4));  // read tmp before the multiply overwrote it
+  EXPECT_EQ(sum(reused).item<float>(), float(kMiB / 2));
+}
+
+TEST(StreamOrderedReuse, TheReusedMemoryIsTheDroppedBuffers) {
+  drain();
+  const Tensor src = ones(kBig);
+  Stream::cpu().synchronize();
+  CachingAllocator::cpu().empty_cache();
+  GateClosed gate;
+  const void* address = nullptr;
+  Tensor kept;
+  {
+    Tensor tmp = checked_copy(src, 0, kQueued);
+    kept = checked_copy(tmp, 0, kQueued);
+    address = tmp.storage().address();
+  }
+  Tensor next = checked_copy(src, 0, kQueued);  // the best fit: tmp's block
+  EXPECT_EQ(next.storage().address(), address);
+  g_gate_open.store(true);
+  Stream::cpu().synchronize();
+  EXPECT_TRUE(all_equal(kept, 1.0f));
+}
+
+TEST(StreamOrderedReuse, HostWrittenBuffersNeverTakeMemoryQueuedTasksStillUse) {
+  drain();
+  const Tensor src = ones(kBig);
+  Stream::cpu().synchronize();
+  CachingAllocator::cpu().empty_cache();
+  Tensor kept, written;
+  const void* address = nullptr;
+  {
+    GateClosed gate;
+    {
+      Tensor tmp = checked_copy(src, 0, kQueued);
+      kept = checked_copy(tmp, 0, kQueued);
+      address = tmp.storage().address();
+    }
+    // from_vector's staging buffer is written by the host now: it must not be tmp's memory, which the held
+    // Tasks have yet to write and read.
+    written = from_vector<float>(std::vector<float>(kBigElements, 7.0f), kBig);
+    EXPECT_NE(written.storage().address(), address);
+    EXPECT_EQ(Stream::cpu().completed() + 2, Stream::cpu().enqueued());  // the host did not wait for the gate
+  }
+  Stream::cpu().synchronize();
+  EXPECT_TRUE(all_equal(kept, 1.0f));
+  EXPECT_TRUE(all_equal(written, 7.0f));
+}
+
+TEST(StreamOrderedReuse, AHostThreadTouchingAReusedBufferWaitsForTheTasksThatUsedIt) {
+  drain();
+  const Tensor src = ones(kBig);
+  Stream::cpu().synchronize();
+  CachingAllocator::cpu().empty_cache();
+  g_gate_open.store(false);
+  Tensor kept;
+  {
+    Tensor tmp = checked_copy(src, 0, kQueued);
+    kept = checked_copy(tmp, 0, kQueued);
+  }
+  Tensor raw = Tensor::empty(kBig);  // a C++ caller's buffer: tmp's memory, still in use
+  GateOpener opener(100);
+  float* p = raw.data<float>();  // waits until the held Tasks have run
+  EXPECT_TRUE(opener.opened.load());
+  for (int64_t i = 0; i < kBigElements; ++i) p[i] = 3.0f;
+  Stream::cpu().synchronize();
+  EXPECT_TRUE(all_equal(kept, 1.0f));
+  EXPECT_TRUE(all_equal(raw, 3.0f));
+}
+
+TEST(StreamOrderedReuse, AViewKeepsTheBufferUntilItIsDroppedToo) {
+  drain();
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  const Tensor src = ones(kOneMiB);
+  Stream::cpu().synchronize();
+  GateClosed gate;
+  const int64_t before = allocator.stats().allocated;
+  Tensor tmp = checked_copy(src, 0, kQueued);
+  Tensor view = reshape(tmp, Shape{2, kMiB / 8});
+  Tensor kept = checked_copy(tmp, 0, kQueued);
+  tmp = Tensor();
+  EXPECT_EQ(allocator.stats().allocated, before + 2 * kMiB);  // the view still holds the buffer
+  view = Tensor();
+  EXPECT_EQ(allocator.stats().allocated, before + kMiB);
+  g_gate_open.store(true);
+  EXPECT_EQ(sum(kept).item<float>(), float(kMiB / 4));
+}
+
+TEST(StreamOrderedReuse, EmptyCacheWaitsForTheTasksThatStillUseAFreeSegment) {
+  drain();
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  const Tensor src = ones(Shape{8 * kMiB});  // 32 MiB: a segment of its own
+  Stream::cpu().synchronize();
+  allocator.empty_cache();
+  const int64_t reserved = allocator.stats().reserved;
+  g_gate_open.store(false);
+  Tensor kept;
+  {
+    Tensor tmp = checked_copy(src, 0, kQueued);
+    kept = sum(tmp);
+  }
+  const int64_t held = allocator.stats().reserved;
+  EXPECT_GE(held, reserved + 32 * kMiB);  // tmp's segment, free but in use by the held Tasks
+  allocator.empty_cache(/*wait_for_stream=*/false);
+  EXPECT_EQ(allocator.stats().reserved, held);  // kept mapped: the Tasks will still write and read it
+  GateOpener opener(100);
+  allocator.empty_cache();  // returns it once the held Tasks have run
+  EXPECT_TRUE(opener.opened.load());
+  EXPECT_LE(allocator.stats().reserved, held - 32 * kMiB);
+  EXPECT_EQ(kept.item<float>(), float(8 * kMiB));
+}
+
+TEST(StreamOrderedReuse, TaskReferencesAreCountedApart) {
+  drain();
+  Tensor a = ones(kOneMiB);
+  Stream::cpu().synchronize();
+  TensorImpl* impl = a.impl();
+  {
+    GateClosed gate;
+    Tensor out = checked_copy(a, 0, kQueued);
+    EXPECT_EQ(impl->use_count(), 2);
+    EXPECT_EQ(impl->task_use_count(), 1);
+    EXPECT_FALSE(impl->only_task_refs());
+    Tensor copy = a;  // an ordinary reference more
+    EXPECT_EQ(impl->use_count(), 3);
+    EXPECT_EQ(impl->task_use_count(), 1);
+  }
+  Stream::cpu().synchronize();
+  EXPECT_EQ(impl->use_count(), 1);  // the slot's reference was reclaimed
+  EXPECT_EQ(impl->task_use_count(), 0);
 }

@@ -40,8 +40,6 @@ TINY_OP_BYTES = 64
 # Activations at the peak allocated instant as a share of it, and the least peak worth a finding.
 ACTIVATION_SHARE = 0.50
 ACTIVATION_MIN_BYTES = 4 << 20
-# Activations above this multiple of the model's estimate, with ops queued at the peak: the host's run-ahead.
-RUN_AHEAD_FACTOR = 2.0
 # Fragmentation (reserved - allocated at the peak) as a share of reserved, and the least amount worth a finding.
 FRAGMENTATION_SHARE = 0.25
 FRAGMENTATION_MIN_BYTES = 8 << 20
@@ -342,24 +340,13 @@ def rule_syncs(result, summary):
 
 # --- memory rules -----------------------------------------------------------------------------------------------
 
-def _queued_at_peak(result):
-    """Ops issued but not yet started on the device at the peak-allocated sample: their outputs (and scratch) are
-    allocated when issued, so a host running far ahead raises the peak."""
-    if not result.memory:
-        return 0
-    ts = max(result.memory, key=lambda s: s.allocated).ts_ns
-    return sum(1 for op in result.ops if op.enqueue_ns <= ts and (op.device_thread < 0 or op.device_begin_ns > ts))
-
-
 def rule_activations(result, summary):
     memory = summary["memory"]
     peak, activation = memory["peak_allocated"], memory["at_peak"].get("activation", 0)
     if peak < ACTIVATION_MIN_BYTES or activation / peak < ACTIVATION_SHARE:
         return None
     share = activation / peak
-    queued = _queued_at_peak(result)
-    numbers = {"peak_allocated": peak, "activation_at_peak": activation, "activation_share": share,
-               "queued_ops_at_peak": queued}
+    numbers = {"peak_allocated": peak, "activation_at_peak": activation, "activation_share": share}
     evidence = f"activations are {activation / MIB:.1f} MiB, {share:.0%} of the {peak / MIB:.1f} MiB peak"
     fix = ("activation checkpointing (recompute) of the transformer blocks, a smaller micro-batch with gradient "
            "accumulation, or the fused ops (they save fewer intermediates)")
@@ -367,11 +354,6 @@ def rule_activations(result, summary):
     if theoretical:
         numbers["activation_theoretical"] = theoretical
         evidence += f" (the model's saved-for-backward estimate: {theoretical / MIB:.1f} MiB)"
-        if activation > RUN_AHEAD_FACTOR * theoretical and queued:
-            evidence += (f"; {queued} ops were issued but not yet run at the peak: the host ran ahead and their "
-                         f"outputs hold the other {(activation - theoretical) / MIB:.0f} MiB")
-            fix += ("; the host's run-ahead is bounded by dg.set_inflight_allocation_limit(bytes) (docs/memory.md) "
-                    "or a sync point after the forward")
     saved = min(activation, theoretical) if theoretical else activation
     return _advice(
         "activation_memory", "Activations dominate peak memory", _severity(share / 2), evidence, numbers,

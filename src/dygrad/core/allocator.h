@@ -32,12 +32,19 @@ struct MemoryBlock {
   void* ptr = nullptr;
   size_t bin_bytes = 0;    // the bytes the block actually takes (the request rounded up)
   void* handle = nullptr;  // the allocator's own record of the block
+  // Stream-ordered reuse (docs/memory.md): the memory may still be used by the stream's Tasks up to this
+  // sequence number (0: by none). Only Tasks enqueued later may touch it before they have run.
+  uint64_t in_use_until = 0;
 };
 
 class Allocator {
  public:
-  virtual MemoryBlock allocate(size_t nbytes, MemoryCategory category) = 0;
-  virtual void free(MemoryBlock block, size_t nbytes, MemoryCategory category) = 0;
+  // `stream_ordered`: the memory is first touched by Tasks enqueued after this call, so a block still in use
+  // by earlier Tasks may be handed out; false: only memory no queued Task uses (a buffer written at once by the
+  // host or by a thread outside the stream).
+  virtual MemoryBlock allocate(size_t nbytes, MemoryCategory category, bool stream_ordered = true) = 0;
+  // `in_use_until`: the last Task (sequence number) that may still read or write the block; 0: none.
+  virtual void free(MemoryBlock block, size_t nbytes, MemoryCategory category, uint64_t in_use_until = 0) = 0;
   // Moves a live block's bytes between categories (a tensor becomes a parameter, a gradient...).
   virtual void retag(const MemoryBlock& block, size_t nbytes, MemoryCategory from, MemoryCategory to) = 0;
   // Describes a live block ("[4, 128] float32") for the out-of-memory report and snapshots. Called by

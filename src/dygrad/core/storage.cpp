@@ -27,6 +27,9 @@ void notify(F&& f) {
   g_observer_calls.fetch_sub(1);
 }
 std::atomic<bool> g_meta_active{false};
+std::atomic<Storage::TasksRunFn> g_tasks_run{nullptr};
+std::atomic<Storage::WaitRunFn> g_wait_run{nullptr};
+thread_local bool tls_host_allocation = false;
 std::mutex g_meta_mutex;
 meta::Stats g_meta;
 }  // namespace
@@ -99,11 +102,39 @@ void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
 }
 }  // namespace meta
 
+HostAllocationScope::HostAllocationScope() : saved_(tls_host_allocation) { tls_host_allocation = true; }
+HostAllocationScope::~HostAllocationScope() { tls_host_allocation = saved_; }
+bool HostAllocationScope::active() { return tls_host_allocation; }
+
+void Storage::set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run) {
+  g_tasks_run.store(tasks_run, std::memory_order_release);
+  g_wait_run.store(wait_run, std::memory_order_release);
+}
+
+void Storage::wait_until_unused() const {
+  const uint64_t until = in_use_until_.load(std::memory_order_acquire);
+  if (until == 0) return;
+  // A Task's kernel (the worker, a pool thread helping it, a Task run inline) sees every earlier Task done: the
+  // first check passes. Only a thread outside the stream can find it still in use, and then waits.
+  if (g_tasks_run.load(std::memory_order_acquire)() < until) g_wait_run.load(std::memory_order_acquire)(until);
+  in_use_until_.store(0, std::memory_order_relaxed);
+}
+
+void Storage::on_only_task_refs() const {
+  if (external_release_ || nbytes_ == 0 || !block_.ptr || meta::is_meta(block_) ||
+      exported_.load(std::memory_order_relaxed))
+    return;
+  allocator_for(device_).free(block_, nbytes_, category_, tasks_enqueued_.load(std::memory_order_acquire));
+  block_released_.store(true, std::memory_order_release);
+  notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
+}
+
 Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
   if (meta::active() && nbytes > 0) [[unlikely]] s->block_ = meta::allocate(nbytes, s->category_);
-  else s->block_ = allocator_for(device).allocate(nbytes, s->category_);
+  else s->block_ = allocator_for(device).allocate(nbytes, s->category_, /*stream_ordered=*/!tls_host_allocation);
+  s->in_use_until_.store(s->block_.in_use_until, std::memory_order_relaxed);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
@@ -141,7 +172,7 @@ Storage::~Storage() {
     external_release_(external_context_);
   } else if (meta::is_meta(block_)) [[unlikely]] {
     meta::free(block_, nbytes_, category_);
-  } else {
+  } else if (!block_released_.load(std::memory_order_acquire)) {
     allocator_for(device_).free(block_, nbytes_, category_);
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
   }

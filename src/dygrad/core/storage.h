@@ -22,7 +22,15 @@ class Storage : public RefCounted {
   // last view is gone.
   static Ref<Storage> wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context);
 
-  void* data() const { return data_; }
+  // The memory. A buffer reused from one that queued Tasks may still be using (stream-ordered reuse,
+  // docs/memory.md) is first waited for when a thread outside the stream touches it; a Task never waits (every
+  // Task that used the memory before runs first).
+  void* data() const {
+    if (in_use_until_.load(std::memory_order_relaxed) != 0) [[unlikely]] wait_until_unused();
+    return data_;
+  }
+  // The memory's address, for identity only (never waits: Storage::data() is the way to touch it).
+  const void* address() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool is_external() const { return external_release_ != nullptr; }
@@ -53,8 +61,18 @@ class Storage : public RefCounted {
   ~Storage() override;
   DG_POOLED_ALLOCATION(Storage)
 
+  // Set by the runtime (runtime/stream.cpp) when the stream starts: how many Tasks have run, and a wait for
+  // Task `seq` that raises nothing (core cannot call the stream).
+  using TasksRunFn = uint64_t (*)();
+  using WaitRunFn = void (*)(uint64_t seq);
+  static void set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run);
+
  private:
   Storage() = default;
+  // Every holder left is a queued Task (core/ref.h): the block goes back to the allocator now, in use until
+  // the last Task enqueued so far (docs/memory.md, "Stream-ordered reuse").
+  void on_only_task_refs() const override;
+  void wait_until_unused() const;
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   MemoryBlock block_;
@@ -68,6 +86,23 @@ class Storage : public RefCounted {
   static inline std::atomic<uint64_t> tasks_enqueued_{0};
   std::atomic<uint64_t> poisoned_by_{0};
   std::atomic<bool> exported_{false};
+  mutable std::atomic<bool> block_released_{false};  // by on_only_task_refs: the destructor frees nothing
+  mutable std::atomic<uint64_t> in_use_until_{0};  // 0 once no earlier Task uses the memory
+};
+
+// While one lives, the thread's allocations take only memory that no queued Task still uses: buffers the host
+// writes at once (a factory's staging copy, a NumPy copy) or that a thread outside the stream fills (the
+// communication thread), which would otherwise wait for the stream in Storage::data().
+class HostAllocationScope {
+ public:
+  HostAllocationScope();
+  ~HostAllocationScope();
+  HostAllocationScope(const HostAllocationScope&) = delete;
+  HostAllocationScope& operator=(const HostAllocationScope&) = delete;
+  static bool active();
+
+ private:
+  bool saved_;
 };
 
 }  // namespace dg

@@ -14,7 +14,15 @@ TensorImpl::TensorImpl(Ref<Storage> storage_, Dims sizes_, Dims strides_, int64_
     : storage(std::move(storage_)), sizes(std::move(sizes_)), strides(std::move(strides_)), offset(offset_),
       numel(shape_numel(sizes)), dtype(dtype_) {}
 
-TensorImpl::~TensorImpl() = default;
+TensorImpl::~TensorImpl() {
+  if (storage_ref_is_task_ref.load(std::memory_order_acquire)) storage.reset_task_ref();
+}
+
+void TensorImpl::on_only_task_refs() const {
+  if (!storage) return;
+  storage_ref_is_task_ref.store(true, std::memory_order_release);
+  storage->mark_task_ref();
+}
 
 
 int64_t shape_numel(IntSpan shape) {

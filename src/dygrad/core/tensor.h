@@ -34,6 +34,8 @@ class TensorImpl : public RefCounted {
   TensorImpl(Ref<Storage> storage, Dims sizes, Dims strides, int64_t offset, DType dtype);
   ~TensorImpl() override;
   DG_POOLED_ALLOCATION(TensorImpl)
+  // Every holder left is a queued Task: so is this impl's hold on its storage (core/ref.h).
+  void on_only_task_refs() const override;
 
   Ref<Storage> storage;
   Dims sizes;
@@ -50,6 +52,7 @@ class TensorImpl : public RefCounted {
   ViewCreation view_creation = ViewCreation::Default;
   std::unique_ptr<AutogradMeta, AutogradMetaDeleter> autograd;  // null until autograd needs it
   void* python_object = nullptr;           // borrowed back-pointer owned by the Python binding
+  mutable std::atomic<bool> storage_ref_is_task_ref{false};  // set by on_only_task_refs
 };
 
 using TensorHook = std::function<Tensor(const Tensor&)>;
@@ -78,6 +81,13 @@ class Tensor {
   // atomic increment and decrement per operand on the stream's inline path (docs/stream.md).
   static Tensor borrow(const Tensor& t) { return Tensor(Ref<TensorImpl>::adopt(t.impl())); }
   void forget_borrowed() { impl_.release_ownership(); }
+  // A queued Task's reference to `t` (the stream's slots; core/ref.h), ended with reset_task_ref().
+  static Tensor task_ref(const Tensor& t) {
+    if (t.impl_) t.impl_->retain_for_task();
+    return Tensor(Ref<TensorImpl>::adopt(t.impl_.get()));
+  }
+  void mark_task_ref() const { if (impl_) impl_->mark_task_ref(); }
+  void reset_task_ref() { impl_.reset_task_ref(); }
 
   bool defined() const { return static_cast<bool>(impl_); }
   TensorImpl* impl() const { return impl_.get(); }

@@ -192,7 +192,11 @@ class CommThread {
  private:
   void start_locked() {
     running_ = true;
-    thread_ = std::thread([this] { loop(); });
+    thread_ = std::thread([this] {
+      // Its buffers (the ordered all-reduce's gathered chunks) are written here, outside the stream's order.
+      HostAllocationScope host;
+      loop();
+    });
   }
 
   void loop() {

@@ -3,8 +3,6 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 
-#include <deque>
-#include <mutex>
 
 #include "dygrad/core/error.h"
 #include "dygrad/ops/meta_eval.h"
@@ -13,69 +11,30 @@ namespace dg {
 
 // --- meta evaluation (ops/meta_eval.h) ----------------------------------------------------------------------
 namespace meta {
-namespace {
-struct Queued {
-  Task task;                  // holds the operands, as a queued Task does
-  int64_t allocated_total;    // meta bytes allocated when it was enqueued
-};
-std::mutex g_queue_mutex;
-std::deque<Queued> g_queue;
-uint64_t g_inflight_limit = 0;
-size_t g_capacity = 0;
-}  // namespace
-
-void begin(uint64_t inflight_limit, size_t capacity) {
+void begin() {
   DG_CHECK(!active(), Runtime, "[memory.estimate] a meta evaluation is already running");
-  {
-    std::lock_guard<std::mutex> lock(g_queue_mutex);
-    g_queue.clear();
-    g_inflight_limit = inflight_limit;
-    g_capacity = capacity;
-  }
   set_active(true);
 }
 
-void drain() {
-  std::deque<Queued> done;
-  {
-    std::lock_guard<std::mutex> lock(g_queue_mutex);
-    done.swap(g_queue);
-  }
-  // `done` drops the operands here, outside the lock (frees re-enter the meta counters).
-}
-
 Stats end() {
-  drain();
   Stats s = current();
   set_active(false);
   return s;
 }
 
 void enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
-  Queued q;
-  q.task.op = &op;
-  for (const Tensor& t : inputs) q.task.inputs.push_back(t);
-  for (const Tensor& t : outputs) q.task.outputs.push_back(t);
-  q.task.attrs = attrs;
-  const int64_t scratch = op.scratch ? static_cast<int64_t>(op.scratch(q.task)) : 0;
-  note_task(scratch);
-  std::deque<Queued> done;
-  {
-    const int64_t total = current().allocated_total;
-    std::lock_guard<std::mutex> lock(g_queue_mutex);
-    // The stream's back-pressure: the host waits while it has allocated more than the window since the oldest
-    // queued Task (which then has run), or while the queue is full.
-    while (!g_queue.empty() && ((g_inflight_limit > 0 && total - g_queue.front().allocated_total >
-                                                                static_cast<int64_t>(g_inflight_limit)) ||
-                                (g_capacity > 0 && g_queue.size() >= g_capacity))) {
-      done.push_back(std::move(g_queue.front()));
-      g_queue.pop_front();
-    }
-    if (g_inflight_limit > 0) {
-      q.allocated_total = total;
-      g_queue.push_back(std::move(q));
-    }
+  if (!op.scratch) {
+    note_task(0);
+    return;
   }
+  Task task;  // borrowed operands: only the scratch declaration reads them
+  task.op = &op;
+  for (const Tensor& t : inputs) task.inputs.push_back(Tensor::borrow(t));
+  for (const Tensor& t : outputs) task.outputs.push_back(Tensor::borrow(t));
+  task.attrs = attrs;
+  note_task(static_cast<int64_t>(op.scratch(task)));
+  for (Tensor& t : task.inputs) t.forget_borrowed();
+  for (Tensor& t : task.outputs) t.forget_borrowed();
 }
 }  // namespace meta
 

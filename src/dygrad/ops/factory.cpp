@@ -40,8 +40,10 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype) {
   DG_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), Value, "[from_vector] ", values.size(),
            " values do not fill shape ", shape);
-  Tensor staging = Tensor::empty(shape, dtype_of<T>::value);
-  // A fresh buffer no Task has touched: the host writes it directly.
+  Tensor staging = [&] {
+    HostAllocationScope host;  // memory no queued Task still uses: the host writes it directly
+    return Tensor::empty(shape, dtype_of<T>::value);
+  }();
   if (!values.empty()) std::memcpy(staging.raw_data(), values.data(), values.size() * sizeof(T));
   return dtype == staging.dtype() ? staging : to(staging, dtype);
 }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/stream.h"
 
 namespace dg {
 
@@ -44,6 +45,9 @@ struct CachingAllocator::Node {
   CallSite site;
   AllocContextPtr context;
   uint64_t trace_index = UINT64_MAX;  // its alloc entry (g_trace_pushed numbering), so a retag can update it
+  // A free block: the last Task that may still use its memory (0: none). Only a stream-ordered allocation may
+  // take it before that Task has run; its pages stay mapped until then (docs/memory.md, "Stream-ordered reuse").
+  uint64_t in_use_until = 0;
 };
 
 bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
@@ -64,6 +68,11 @@ int64_t steady_ns() {
 }
 
 constexpr size_t kPage = 4096;
+
+// Tasks the CPU stream has run; a block whose in_use_until is at most this is idle. Asked only about blocks that
+// were freed while Tasks still used them, so a program that never enqueues never starts the stream here.
+uint64_t tasks_run() { return Stream::cpu().completed(); }
+bool busy(uint64_t in_use_until) { return in_use_until != 0 && in_use_until > tasks_run(); }
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 void* map_segment(size_t bytes) {
@@ -181,11 +190,13 @@ size_t CachingAllocator::parse_size(const std::string& text) {
 }
 
 // --- allocation ------------------------------------------------------------------------------------------------
-CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small) {
+CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small, bool stream_ordered) {
   auto& pool = small ? free_small_ : free_large_;
   Node key;
   key.size = rounded;
   auto it = pool.lower_bound(&key);
+  if (!stream_ordered)  // the best fit that no queued Task still uses
+    while (it != pool.end() && busy((*it)->in_use_until)) ++it;
   if (it == pool.end()) return nullptr;
   Node* node = *it;
   pool.erase(it);
@@ -201,6 +212,7 @@ void CachingAllocator::split_locked(Node* node, size_t rounded) {
   tail->ptr = node->ptr + rounded;
   tail->size = rest;
   tail->segment = node->segment;
+  tail->in_use_until = node->in_use_until;
   tail->prev = node;
   tail->next = node->next;
   if (node->next) node->next->prev = tail;
@@ -287,7 +299,7 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
   return m.str();
 }
 
-CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category) {
+CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category, bool stream_ordered) {
   Block block;
   if (nbytes == 0) return block;
   DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
@@ -297,7 +309,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
     context = capture_context(false);  // outside the lock: it walks the Python frames
   std::unique_lock<std::mutex> lock(mutex_);
-  Node* node = take_free_locked(rounded, small);
+  Node* node = take_free_locked(rounded, small, stream_ordered);
   if (node) {
     ++stats_.cache_hits;
   } else {
@@ -309,6 +321,22 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
     if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
       release_free_segments_locked(to_unmap);  // first give the cache back
+      // Free segments that queued Tasks still use are returned once those have run. The thread that enqueues
+      // (a stream-ordered request) may wait for them; another thread (the communication thread, which the
+      // stream may be waiting for) must not.
+      if (static_cast<size_t>(stats_.reserved) + bytes > limit_ && stream_ordered)
+        if (const uint64_t last = busy_free_segments_locked()) {
+          lock.unlock();
+          unmap_all(to_unmap);
+          to_unmap.clear();
+          Stream::cpu().wait_until_run(last);
+          lock.lock();
+          if ((node = take_free_locked(rounded, small, stream_ordered))) {
+            ++stats_.cache_hits;
+            goto have_block;
+          }
+          release_free_segments_locked(to_unmap);
+        }
       const size_t tight = round_up(rounded, kPage);
       if (static_cast<size_t>(stats_.reserved) + bytes > limit_) bytes = tight;  // no spare room in the segment
       if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
@@ -327,7 +355,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     unmap_all(to_unmap);
     void* p = map_segment(bytes);
     if (!p) {  // give the cache back and try once more
-      empty_cache();
+      empty_cache(/*wait_for_stream=*/false);
       p = map_segment(bytes);
     }
     lock.lock();
@@ -353,6 +381,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     segments_.insert(segment);
     record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(p), bytes, category, context);
   }
+have_block:
   split_locked(node, rounded);
   node->allocated = true;
   node->requested = nbytes;
@@ -381,10 +410,12 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   block.ptr = node->ptr;
   block.bin_bytes = node->size;
   block.handle = node;
+  if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
+  node->in_use_until = 0;
   return block;
 }
 
-void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category) {
+void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until) {
   if (!block.ptr) return;
   AllocContextPtr context;
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
@@ -397,9 +428,11 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
   stats_.allocated_by_category[static_cast<int>(category)] -= static_cast<int64_t>(nbytes);
   const auto addr = reinterpret_cast<uintptr_t>(node->ptr);
   record_locked(TraceAction::FreeRequested, addr, nbytes, category, context);
-  // The CPU stream runs in order: the block is reusable at once (docs/memory.md, "Stream-ordered reuse").
+  // The CPU stream runs in order: the block is reusable at once by later Tasks, even while earlier ones still
+  // use it (docs/memory.md, "Stream-ordered reuse").
   record_locked(TraceAction::FreeCompleted, addr, nbytes, category, std::move(context));
   node->allocated = false;
+  node->in_use_until = in_use_until;
   node->requested = 0;
   node->description.clear();
   node->site = {};
@@ -409,6 +442,7 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
   if (Node* prev = node->prev; prev && !prev->allocated) {  // merge with the free block before
     pool.erase(prev);
     prev->size += node->size;
+    prev->in_use_until = std::max(prev->in_use_until, node->in_use_until);
     prev->next = node->next;
     if (node->next) node->next->prev = prev;
     delete node;
@@ -417,6 +451,7 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category)
   if (Node* next = node->next; next && !next->allocated) {  // and with the one after
     pool.erase(next);
     node->size += next->size;
+    node->in_use_until = std::max(node->in_use_until, next->in_use_until);
     node->next = next->next;
     if (next->next) next->next->prev = node;
     delete next;
@@ -475,8 +510,14 @@ void CachingAllocator::reset_peak() {
   stats_.peak_by_category = stats_.allocated_by_category;
 }
 
-void CachingAllocator::empty_cache() {
+void CachingAllocator::empty_cache(bool wait_for_stream) {
   std::vector<std::pair<void*, size_t>> to_unmap;
+  uint64_t last = 0;
+  if (wait_for_stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    last = busy_free_segments_locked();
+  }
+  if (last) Stream::cpu().wait_until_run(last);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     release_free_segments_locked(to_unmap);
@@ -484,12 +525,21 @@ void CachingAllocator::empty_cache() {
   unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
 }
 
+uint64_t CachingAllocator::busy_free_segments_locked() const {
+  uint64_t last = 0;
+  for (const Segment* s : segments_) {
+    const Node* n = s->first;
+    if (!n->allocated && !n->next && busy(n->in_use_until)) last = std::max(last, n->in_use_until);
+  }
+  return last;
+}
+
 void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough) {
   size_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
     Segment* s = *it;
     Node* n = s->first;
-    if (n->allocated || n->next) {
+    if (n->allocated || n->next || busy(n->in_use_until)) {  // a queued Task may still use it: kept mapped
       ++it;
       continue;
     }

@@ -121,8 +121,8 @@ class CachingAllocator final : public Allocator {
   static CachingAllocator& cpu();
 
   using Block = MemoryBlock;
-  Block allocate(size_t nbytes, MemoryCategory category) override;
-  void free(Block block, size_t nbytes, MemoryCategory category) override;
+  Block allocate(size_t nbytes, MemoryCategory category, bool stream_ordered = true) override;
+  void free(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until = 0) override;
   void retag(const Block& block, size_t nbytes, MemoryCategory from, MemoryCategory to) override;
   void annotate(const Block& block, const char* description) override;
 
@@ -131,7 +131,9 @@ class CachingAllocator final : public Allocator {
   // host may allocate while the device lags (docs/memory.md, "In-flight allocation window").
   uint64_t bytes_allocated_total() const { return total_allocated_.load(std::memory_order_relaxed); }
   void reset_peak();
-  void empty_cache();  // returns every entirely free segment to the system (munmap)
+  // Returns every entirely free segment to the system (munmap), after waiting for the stream to finish the Tasks
+  // that still use one (`wait_for_stream`; without it such segments are kept).
+  void empty_cache(bool wait_for_stream = true);
 
   // The size a request takes: 64-byte multiples up to 512 bytes, then 512-byte multiples.
   static size_t round_size(size_t nbytes);
@@ -175,7 +177,9 @@ class CachingAllocator final : public Allocator {
   ~CachingAllocator();
   // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
   void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough = SIZE_MAX);
-  Node* take_free_locked(size_t rounded, bool small);
+  Node* take_free_locked(size_t rounded, bool small, bool stream_ordered);
+  // The largest in_use_until of the entirely free segments that a queued Task may still use (0: none).
+  uint64_t busy_free_segments_locked() const;
   void split_locked(Node* node, size_t rounded);
   void record_locked(TraceAction action, uintptr_t addr, size_t size, MemoryCategory category,
                      AllocContextPtr context);

@@ -56,6 +56,9 @@ Stream& Stream::cpu() {
 
 Stream::Stream() : slots_(kCapacity), alloc_marks_(kCapacity, 0) {
   ThreadPool::instance();  // the pool exists before the worker uses it
+  // Stream-ordered reuse (docs/memory.md): a thread outside the stream that touches a reused buffer waits for
+  // the Tasks that still use it.
+  Storage::set_stream_hooks([] { return Stream::cpu().completed(); }, [](uint64_t seq) { Stream::cpu().wait_until_run(seq); });
   start_worker();
   // Registered after the pool's: prepare handlers run in reverse order (the stream drains before the pool
   // is locked), child handlers in order (the pool has helpers again before the worker starts).
@@ -127,6 +130,9 @@ void Stream::reclaim_completed_locked() {
   const uint64_t done = completed_.load(std::memory_order_acquire);
   for (; reclaimed_ < done; ++reclaimed_) {
     Task& task = slots_[reclaimed_ % kCapacity];
+    // The slot's references are task references (core/ref.h): dropping the last one frees the tensor.
+    for (Tensor& t : task.inputs) t.reset_task_ref();
+    for (Tensor& t : task.outputs) t.reset_task_ref();
     task.inputs.clear();
     task.outputs.clear();
     task.attrs.reset();
@@ -168,13 +174,19 @@ uint64_t Stream::acquire_slot_locked() {
   return index;
 }
 
-uint64_t Stream::publish_locked(uint64_t index) {
+uint64_t Stream::publish_locked(uint64_t index, bool mark_operands) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
   alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   Storage::note_tasks_enqueued(seq);
+  // A Task moved in holds ordinary references: they become task references here, after the count above, so
+  // that a buffer whose last other holder this was goes back in use until this Task.
+  if (mark_operands) {
+    for (const Tensor& t : task.inputs) t.mark_task_ref();
+    for (const Tensor& t : task.outputs) t.mark_task_ref();
+  }
   if (StreamObserver* obs = observer()) obs->on_enqueue(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -290,7 +302,7 @@ uint64_t Stream::enqueue(Task&& task) {
   if (idle_for_inline_locked() && runs_inline(task)) return run_inline_locked(task);
   const uint64_t index = acquire_slot_locked();
   slots_[index % kCapacity] = std::move(task);
-  return publish_locked(index);
+  return publish_locked(index, /*mark_operands=*/true);
 }
 
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
@@ -300,17 +312,18 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.flags & kOpInplace) [[unlikely]] check_inplace_operands(op, inputs, outputs);
   check_no_internal_overlap(op, outputs);
-  auto fill = [&](Task& task) {
+  // In a ring slot the Task holds task references (core/ref.h); elsewhere ordinary ones.
+  auto fill = [&](Task& task, bool in_slot) {
     task.op = &op;
     task.kernel = kernel;
-    for (const Tensor& t : inputs) task.inputs.push_back(t);
-    for (const Tensor& t : outputs) task.outputs.push_back(t);
+    for (const Tensor& t : inputs) task.inputs.push_back(in_slot ? Tensor::task_ref(t) : t);
+    for (const Tensor& t : outputs) task.outputs.push_back(in_slot ? Tensor::task_ref(t) : t);
     task.attrs = attrs;
     task.site = site;
   };
   if (synchronize_enabled()) {
     Task task;
-    fill(task);
+    fill(task, /*in_slot=*/false);
     return enqueue(std::move(task));
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
@@ -321,8 +334,8 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) return run_inline_locked(borrowed.task);
   }
   const uint64_t index = acquire_slot_locked();
-  fill(slots_[index % kCapacity]);
-  return publish_locked(index);
+  fill(slots_[index % kCapacity], /*in_slot=*/true);
+  return publish_locked(index, /*mark_operands=*/false);
 }
 
 void Stream::worker_loop() {

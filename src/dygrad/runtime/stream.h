@@ -47,6 +47,11 @@ class Stream {
   void synchronize();
   // Waits until Task `seq` has run; raises a deferred error.
   void wait_for(uint64_t seq);
+  // Waits until Task `seq` has run, raising nothing and reclaiming nothing (the allocator, before it returns
+  // memory that queued Tasks still use; a host thread touching a reused buffer, docs/memory.md).
+  void wait_until_run(uint64_t seq) {
+    if (completed_.load(std::memory_order_acquire) < seq) wait_until_completed(seq);
+  }
   uint64_t enqueued() const { return published_.load(std::memory_order_acquire); }
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   // The message of the Task whose failure poisoned a buffer (for errors raised when reading it).
@@ -55,7 +60,7 @@ class Stream {
   // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
   // many bytes since the oldest Task still queued was enqueued (0: no limit). Bounds the memory a host
   // running ahead of the device keeps alive; docs/memory.md, "In-flight allocation window".
-  static constexpr uint64_t kDefaultInflightLimit = uint64_t{32} << 20;
+  static constexpr uint64_t kDefaultInflightLimit = 0;
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
@@ -102,7 +107,8 @@ class Stream {
   void reclaim_completed_locked();
   // Waits for queue space, reclaims finished slots and returns the index of the next free slot.
   uint64_t acquire_slot_locked();
-  uint64_t publish_locked(uint64_t index);
+  // `mark_operands`: the slot's operands hold ordinary references (a moved-in Task), made task references here.
+  uint64_t publish_locked(uint64_t index, bool mark_operands);
 
   std::vector<Task> slots_;
   std::vector<uint64_t> alloc_marks_;  // per slot: the allocator's bytes_allocated_total() at its enqueue
