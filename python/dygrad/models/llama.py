@@ -146,7 +146,6 @@ class Block(nn.Module):
         return self
 
 
-
 def _recompute_parts_forward(block, policy, parts, x, cos, sin, mask):
     # Block.recompute(): each named half under its own checkpoint (a partial of this, so the block still pickles)
     from ..nn.module import _recompute_forward_fn
