@@ -5,7 +5,10 @@ Activation memory = the allocator's peak over a step (forward, backward, AdamW s
 and optimizer states. Also checks that every mode's gradients equal the plain run's bitwise (deterministic=True)
 and prints the budget plan's predicted against measured peak and time.
 
-    python3 bench/recompute.py [--rounds 3] [--config bench] [--budget 60%]
+    python3 bench/recompute.py [--rounds 3] [--config bench] [--budget 60%] [--synchronize]
+
+Memory figures: take them with --synchronize (every op runs at its call: the peak is exact and reproducible, and
+equals the asynchronous one once the stream returns memory when the host drops a tensor); step times without it.
 """
 import argparse
 import gc
@@ -29,9 +32,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget", default="60%")
     ap.add_argument("--batch-size", type=int, default=None)
-    ap.add_argument("--last", action="store_true", help="recompute the last block too (costs time, saves no peak)")
+    ap.add_argument("--last", action="store_true", help="recompute the last block's MLP half too (costs time, "
+                    "saves no peak)")
+    ap.add_argument("--synchronize", action="store_true", help="synchronize mode: exact, reproducible memory "
+                    "figures (the step times are then not the asynchronous ones)")
     args = ap.parse_args()
-    dg.set_context(dg.Context(deterministic=True))
+    dg.set_context(deterministic=True, synchronize=args.synchronize)
     cfg = llama.CONFIGS[args.config]
     B, T = args.batch_size or cfg.batch_size, cfg.seq_len
     dg.manual_seed(0)
@@ -103,7 +109,8 @@ def main():
     t0 = statistics.median(times["plain"])
     a0 = statistics.median(acts["plain"])
     print(f"\n{args.config} B={B} T={T}, {args.rounds} interleaved rounds (medians); "
-          f"{'every block' if args.last else 'every block but the last'} recomputed:")
+          f"{'every block' if args.last else 'every block but the last one MLP half'} recomputed"
+          f"{', synchronize mode' if args.synchronize else ''}:")
     print(f"{'mode':24s} {'step ratio':>10s} {'act. MiB':>9s} {'act. ratio':>10s} {'act. cut':>9s} {'peak MiB':>9s}")
     for mode in MODES:
         t, a, p = statistics.median(times[mode]), statistics.median(acts[mode]), statistics.median(peaks[mode])

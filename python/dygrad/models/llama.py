@@ -8,6 +8,7 @@ Notation: B batch, T sequence, C model dim, H heads, D head dim (C = H * D), F f
 scaled_dot_product_attention, cross_entropy); `fused=False` composes them from basic ops exactly as a PyTorch
 user writes them (../shared/bench/torch_ref.py with SDPA=0), for the unfused-path benchmark and parity checks.
 """
+import functools
 import math
 from dataclasses import dataclass
 
@@ -76,6 +77,13 @@ class RMSNorm(nn.Module):
         return x * _C.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+# The halves of a block that Block.recompute checkpoints separately.
+PARTS = ("attention", "mlp")
+# What recompute_blocks(mode) sets on the last block (its MLP half's backward runs first, at the step's peak).
+LAST_BLOCK_MODE = {"memory_bound": "attention:memory_bound", "memory_bound_and_qkv": "attention:memory_bound_and_qkv",
+                   "full": "attention:full"}
+
+
 class Block(nn.Module):
     def __init__(self, cfg, fused):
         super().__init__()
@@ -89,6 +97,10 @@ class Block(nn.Module):
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
 
     def forward(self, x, cos, sin, mask):
+        return self.mlp(self.attention(x, cos, sin, mask))
+
+    def attention(self, x, cos, sin, mask):
+        """The attention half: x + o(attention(rotary(qkv(attn_norm(x)))))."""
         B, T, C = x.shape
         H = self.n_heads
         # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
@@ -109,11 +121,41 @@ class Block(nn.Module):
             att = att.masked_fill(mask, float("-inf")).softmax(-1)
             y = att @ v
         y = y.transpose(1, 2).reshape(B, T, C)
-        x = x + self.o(y)
+        return x + self.o(y)
+
+    def mlp(self, x):
+        """The MLP half: x + w2(swiglu(w1(h), w3(h))), h = mlp_norm(x)."""
         h = self.mlp_norm(x)
         if self.fused:
             return x + self.w2(F.swiglu(self.w1(h), self.w3(h)))
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+    def recompute(self, mode=True, policy=None, parts=PARTS, **kwargs):
+        """Module.recompute per half: the attention half and the MLP half run under separate checkpoints (each
+        with `policy`; None: full recompute), `parts` names which ("attention", "mlp"). Separate checkpoints
+        matter at the peak: while a half's backward runs, the other half of the block holds only what its
+        checkpoint keeps (docs/recompute.md, "Two checkpoints per block"). Returns the block."""
+        if not mode:
+            self.__dict__.pop("forward", None)
+            return self
+        parts = tuple(parts)
+        unknown = [p for p in parts if p not in PARTS]
+        if unknown or not parts:
+            raise ValueError(f"[Block.recompute] parts must be a non-empty subset of {PARTS}, got {parts}")
+        object.__setattr__(self, "forward", functools.partial(_recompute_parts_forward, self, policy, parts))
+        return self
+
+
+def _recompute_parts_forward(block, policy, parts, x, cos, sin, mask):
+    # Block.recompute(): each named half under its own checkpoint (a partial of this, so the block still pickles)
+    from ..nn.module import _recompute_forward_fn
+    if "attention" in parts:
+        x = _recompute_forward_fn(Block.attention, block, policy, x, cos, sin, mask)
+    else:
+        x = block.attention(x, cos, sin, mask)
+    if "mlp" in parts:
+        return _recompute_forward_fn(Block.mlp, block, policy, x)
+    return block.mlp(x)
 
 
 class Llama(nn.Module):
@@ -146,18 +188,20 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
     def recompute_blocks(self, mode="full", last=False):
-        """Activation recompute per block (Module.recompute): mode "full", "memory_bound", "memory_bound_and_qkv"
-        (dygrad.utils.checkpoint.policies), "none", or a list of those, one per block (a plan's). The last
-        block is left plain unless `last`: the backward starts with it, so its activations are all needed
-        again at once at the step's peak; recomputing it would cost time and save no peak memory
-        (docs/recompute.md). Returns the modes set."""
+        """Activation recompute per block (Block.recompute: its attention and MLP halves under separate
+        checkpoints): mode "full", "memory_bound", "memory_bound_and_qkv" (dygrad.utils.checkpoint.policies),
+        "none", "attention:<mode>" (the attention half only), or a list of those, one per block (a plan's).
+        Unless `last`, the last block's MLP half stays plain ("attention:<mode>"): the backward starts with it,
+        so its activations are all needed again at once at the step's peak, and recomputing them would cost
+        time and save no peak memory; its attention half is recomputed, as it is only needed after the MLP
+        half's backward freed that (docs/recompute.md). Returns the modes set."""
         from ..utils.checkpoint import apply_recompute
         n = len(self.blocks)
         modes = list(mode) if isinstance(mode, (list, tuple)) else [mode] * n
         if len(modes) != n:
             raise ValueError(f"[llama.recompute_blocks] {len(modes)} modes for {n} blocks")
         if not last and not isinstance(mode, (list, tuple)):
-            modes[-1] = "none"
+            modes[-1] = LAST_BLOCK_MODE.get(mode, "none")
         apply_recompute(self.blocks, modes)
         return modes
 

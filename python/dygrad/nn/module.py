@@ -721,9 +721,14 @@ class _BackwardHook:
 
 def _recompute_forward(module, policy, *args, **kwargs):
     # Module.recompute(): the class's forward under checkpoint (a partial of this, so the module still pickles)
+    return _recompute_forward_fn(type(module).forward, module, policy, *args, **kwargs)
+
+
+def _recompute_forward_fn(fn, module, policy, *args, **kwargs):
+    # fn(module, *args, **kwargs) under a non-reentrant checkpoint (selective with a policy); plainly under no_grad
     if not _C.is_grad_enabled():
-        return type(module).forward(module, *args, **kwargs)
+        return fn(module, *args, **kwargs)
     from ..utils.checkpoint import checkpoint, create_selective_checkpoint_contexts, noop_context_fn
     context_fn = noop_context_fn if policy is None else functools.partial(create_selective_checkpoint_contexts,
                                                                           policy)
-    return checkpoint(type(module).forward, module, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+    return checkpoint(fn, module, *args, use_reentrant=False, context_fn=context_fn, **kwargs)

@@ -544,18 +544,33 @@ class policies:  # noqa: N801 -- a namespace
 
 # --- budget mode: recompute="auto" -----------------------------------------------------------------------------------
 _OPTIONS = ("none", "memory_bound", "memory_bound_and_qkv", "full")
+# A LLaMA block's attention half only (its MLP half plain): what the planner may give the last block.
+_ATTENTION_OPTIONS = tuple("attention:" + m for m in _OPTIONS[1:])
 _COMPUTE_BOUND_NAMES = ("matmul", "addmm", "scaled_dot_product_attention")
 
 
+def _split_mode(mode):
+    """"attention:<option>" -> (option, ("attention",)); "<option>" -> (option, None: the whole layer)."""
+    if mode.startswith("attention:"):
+        return mode[len("attention:"):], ("attention",)
+    return mode, None
+
+
 def apply_recompute(layers, modes):
-    """Sets each layer's recompute mode: "none", "full", "memory_bound" or "memory_bound_and_qkv"."""
+    """Sets each layer's recompute mode: "none", "full", "memory_bound" or "memory_bound_and_qkv", or
+    "attention:<one of those>" (a LLaMA block's attention half only: Block.recompute(parts=...))."""
     for layer, mode in zip(layers, modes):
-        if mode == "none":
+        option, parts = _split_mode(mode)
+        if option not in _OPTIONS:
+            raise ValueError(f"[apply_recompute] unknown recompute mode {mode!r}; expected one of {_OPTIONS} "
+                             f"or 'attention:<mode>'")
+        kwargs = {} if parts is None else {"parts": parts}
+        if option == "none":
             layer.recompute(False)
-        elif mode == "full":
-            layer.recompute()
+        elif option == "full":
+            layer.recompute(**kwargs)
         else:
-            layer.recompute(policy=getattr(policies, mode))
+            layer.recompute(policy=getattr(policies, option), **kwargs)
 
 
 class RecomputePlan:
@@ -573,13 +588,13 @@ class RecomputePlan:
 
     def __str__(self):
         mib = 1 << 20
-        counts = {m: self.modes.count(m) for m in _OPTIONS if self.modes.count(m)}
+        counts = {m: self.modes.count(m) for m in dict.fromkeys(self.modes)}
         lines = [f"recompute plan (budget {self.budget / mib:.1f} MiB, plain peak {self.plain_peak / mib:.1f} MiB, "
                  f"plain step {self.plain_time * 1e3:.1f} ms): " + ", ".join(f"{n} x {m}" for m, n in counts.items()),
                  "  per layer: " + " ".join(self.modes),
                  "  option: saved MiB/layer, recompute ms/layer: " + "; ".join(
                      f"{m} {self.saved_bytes_per_layer[m] / mib:.2f}, {self.recompute_s_per_layer[m] * 1e3:.2f}"
-                     for m in _OPTIONS),
+                     for m in self.saved_bytes_per_layer),
                  f"  predicted peak {self.predicted_peak / mib:.1f} MiB, "
                  f"predicted step {self.predicted_time * 1e3:.1f} ms"]
         return "\n".join(lines)
@@ -654,7 +669,8 @@ def measure(model, step_fn, layers=None, repeats=1):
     # bytes held after the forward, per option (forward only: the graph is dropped unused)
     _forward_only(step_fn)
     held_total = {}
-    for option in _OPTIONS:
+    options = _OPTIONS + (_ATTENTION_OPTIONS if all(hasattr(layer, "attention") for layer in layers) else ())
+    for option in options:
         apply_recompute(layers, [option] * n)
         gc.collect()
         dg._C.synchronize()
@@ -663,8 +679,8 @@ def measure(model, step_fn, layers=None, repeats=1):
         gc.collect()
         held_total[option] = dg.memory_allocated() - base
         del out
-    saved = {m: max(0.0, (held_total["none"] - held_total[m]) / n) for m in _OPTIONS}
-    held = {m: saved["full"] - saved[m] for m in _OPTIONS}
+    saved = {m: max(0.0, (held_total["none"] - held_total[m]) / n) for m in options}
+    held = {m: saved["full"] - saved[m] for m in options}
     # recomputed time and FLOPs per layer, from the profiler's per-op figures of one plain forward
     apply_recompute(layers, ["none"] * n)
     cost_s, cost_flops = _recompute_cost_per_layer(model, step_fn, layers)
@@ -691,24 +707,35 @@ def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
     budget = _parse_budget(budget, plain_peak)
     layer_bytes = saved["full"]  # what a layer holds plainly (a fully recomputed one keeps only its input)
 
+    def attention_saved(mode):
+        # what a layer's attention half stops holding: the part of it that stays reduced while the layer's MLP
+        # half runs its backward (a layer without halves holds everything again)
+        option = _split_mode(mode)[0]
+        return 0.0 if option == "none" else saved.get("attention:" + option, 0.0)
+
     def predicted_peak(modes):
-        # The backward runs the layers last to first; while layer i's backward runs, the layers after it are
-        # freed, layer i holds all its activations again (recomputed or not) and the layers before it hold
-        # what their option keeps. The plain peak is the i = n-1 case with nothing saved.
-        return max(plain_peak - sum(saved[m] for m in modes[:i]) - (n - 1 - i) * layer_bytes for i in range(n))
+        # The backward runs the layers last to first; while layer i's MLP half runs its backward, the layers
+        # after it are freed, that half holds all its activations again (recomputed or not), the layer's
+        # attention half holds what its option keeps, and the layers before it hold what theirs keep. The
+        # plain peak is the i = n-1 case with nothing saved.
+        return max(plain_peak - sum(saved[m] for m in modes[:i]) - attention_saved(modes[i])
+                   - (n - 1 - i) * layer_bytes for i in range(n))
 
     best = None
-    # the last layer's backward comes first: recomputing it saves nothing at the peak, so it stays plain
+    # the last layer's backward comes first: recomputing its MLP half saves nothing at the peak, so that stays
+    # plain; its attention half may be recomputed (its backward comes after the MLP half's)
+    last_options = ("none",) + tuple(m for m in _ATTENTION_OPTIONS if m in saved)
     for counts in itertools.product(range(n), repeat=3):
         if sum(counts) > n - 1:
             continue
-        modes = ["full"] * counts[2] + ["memory_bound_and_qkv"] * counts[1] + ["memory_bound"] * counts[0]
-        modes += ["none"] * (n - len(modes))
-        peak = predicted_peak(modes)
-        t = plain_time + sum(cost[m] for m in modes)
-        key = (peak > budget, t if peak <= budget else peak)
-        if best is None or key < best[0]:
-            best = (key, modes, peak, t)
+        for last in last_options:
+            modes = ["full"] * counts[2] + ["memory_bound_and_qkv"] * counts[1] + ["memory_bound"] * counts[0]
+            modes += ["none"] * (n - 1 - len(modes)) + [last]
+            peak = predicted_peak(modes)
+            t = plain_time + sum(cost[m] for m in modes)
+            key = (peak > budget, t if peak <= budget else peak)
+            if best is None or key < best[0]:
+                best = (key, modes, peak, t)
     _, modes, peak, t = best
     result = RecomputePlan(modes, peak, t, budget, plain_peak, plain_time, saved, cost)
     result.costs = costs
@@ -747,6 +774,13 @@ def _recompute_cost_per_layer(model, step_fn, layers):
              for i, layer in enumerate(layers)]
     hooks += [layer.register_forward_hook(lambda m, a, o, i=i: marks.append(("end", i, prof_mod.now_ns())))
               for i, layer in enumerate(layers)]
+    split = all(hasattr(layer, "attention") and hasattr(layer, "mlp") for layer in layers)
+    if split:  # a LLaMA block: mark where its MLP half starts
+        for i, layer in enumerate(layers):
+            def mlp(*args, _i=i, _fn=layer.mlp, **kwargs):
+                marks.append(("mid", _i, prof_mod.now_ns()))
+                return _fn(*args, **kwargs)
+            object.__setattr__(layer, "mlp", mlp)
     dg._C.synchronize()
     try:
         with prof_mod.profile(record_shapes=True) as prof:
@@ -754,27 +788,38 @@ def _recompute_cost_per_layer(model, step_fn, layers):
     finally:
         for h in hooks:
             h.remove()
+        if split:
+            for layer in layers:
+                layer.__dict__.pop("mlp", None)
     result = prof.result
     spans = {}
     for kind, i, ts in marks:
-        spans.setdefault(i, [None, None])[0 if kind == "begin" else 1] = ts
-    cost = {m: 0.0 for m in _OPTIONS}
-    flops = {m: 0.0 for m in _OPTIONS}
-    for i, (b, e) in spans.items():
+        spans.setdefault(i, {})[kind] = ts
+    options = _OPTIONS + (_ATTENTION_OPTIONS if split else ())
+    cost = {m: 0.0 for m in options}
+    flops = {m: 0.0 for m in options}
+    for i, span in spans.items():
+        b, e = span["begin"], span["end"]
+        mid = span.get("mid", e + 1)
         events = [ev for ev in result.ops if b <= ev.host_begin_ns <= e and ev.ran]
-        matmuls = [k for k, ev in enumerate(events) if ev.name == "matmul"]
-        for k, ev in enumerate(events):
-            sec, fl = ev.device_ns * 1e-9, ev.flops
-            if not (matmuls and k == matmuls[-1]):  # the last matmul's saves end the recomputation: skipped
-                cost["full"] += sec
-                flops["full"] += fl
-            if ev.name in _COMPUTE_BOUND_NAMES:
-                if matmuls and k == matmuls[0]:  # a LLaMA block's first matmul is its QKV projection
-                    cost["memory_bound_and_qkv"] += sec
-                    flops["memory_bound_and_qkv"] += fl
-                continue
-            for m in ("memory_bound", "memory_bound_and_qkv"):
-                cost[m] += sec
-                flops[m] += fl
+        halves = [[ev for ev in events if ev.host_begin_ns < mid], [ev for ev in events if ev.host_begin_ns >= mid]]
+        for h, part in enumerate(halves):
+            attention = split and h == 0
+            matmuls = [k for k, ev in enumerate(part) if ev.name == "matmul"]
+            for k, ev in enumerate(part):
+                sec, fl = ev.device_ns * 1e-9, ev.flops
+                targets = []
+                # each checkpoint's last matmul saves its inputs last: the recomputation skips it
+                if not (matmuls and k == matmuls[-1]):
+                    targets.append("full")
+                if ev.name in _COMPUTE_BOUND_NAMES:
+                    if h == 0 and matmuls and k == matmuls[0]:  # a LLaMA block's first matmul: its QKV projection
+                        targets.append("memory_bound_and_qkv")
+                else:
+                    targets += ["memory_bound", "memory_bound_and_qkv"]
+                for m in targets:
+                    for key in ((m, "attention:" + m) if attention else (m,)):
+                        cost[key] += sec
+                        flops[key] += fl
     k = max(1, len(spans))
     return {m: v / k for m, v in cost.items()}, {m: v / k for m, v in flops.items()}

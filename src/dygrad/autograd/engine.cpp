@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "dygrad/autograd/node.h"
+#include "dygrad/autograd/saved_buffers.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -207,6 +208,13 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
     std::vector<Tensor> grad_inputs(node->next.size());
     // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
     if (!skip && any) {
+      // the formula may write a gradient into a saved tensor's memory when the node's saves die after it
+      // (autograd/saved_buffers.h); restored after, for a backward nested in a formula
+      struct ReleaseScope {
+        bool saved = saved_released_after_backward();
+        explicit ReleaseScope(bool on) { set_saved_released_after_backward(on); }
+        ~ReleaseScope() { set_saved_released_after_backward(saved); }
+      } release_scope(!run.retain_graph);
       node->apply(grads, grad_inputs);
       if (anomaly_enabled() && anomaly_check_nan()) check_anomaly(*node, grad_inputs);
     }

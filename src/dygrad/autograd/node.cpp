@@ -1,5 +1,6 @@
 // Node bookkeeping, grad mode and the helpers ops use to record history.
 #include "dygrad/autograd/node.h"
+#include "dygrad/autograd/saved_buffers.h"
 
 #include <atomic>
 #include <cctype>
@@ -21,6 +22,20 @@ std::atomic<bool> g_anomaly_enabled{false};
 std::atomic<bool> g_anomaly_check_nan{true};
 }  // namespace
 bool grad_enabled() { return tls_grad_enabled; }
+
+namespace {
+thread_local bool tls_saved_released_after_backward = false;
+}
+bool saves_tensors_directly() { return tls_pack_hooks.size() <= tls_hook_floor; }
+bool saved_released_after_backward() { return tls_saved_released_after_backward; }
+void set_saved_released_after_backward(bool on) { tls_saved_released_after_backward = on; }
+
+Tensor reuse_saved_buffer(const Tensor& t, bool directly) {
+  if (!tls_saved_released_after_backward || !t.defined()) return Tensor();
+  if (t.impl()->use_count() != (directly ? 2 : 1) || t.is_view() || !t.is_contiguous()) return Tensor();
+  if (t.storage().use_count() != 1 || t.storage().shared_with_host()) return Tensor();
+  return detach(t);
+}
 void set_grad_enabled(bool on) { tls_grad_enabled = on; }
 
 void push_saved_tensor_hook(PackHook hook) { tls_pack_hooks.push_back(std::move(hook)); }

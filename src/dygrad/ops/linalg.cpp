@@ -5,6 +5,7 @@
 
 #include <climits>
 
+#include "dygrad/autograd/saved_buffers.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
@@ -180,14 +181,35 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 namespace {
 // out [..., N] = x [..., K] @ weight [N, K]^T, g = d loss / d out [..., N]:
 //   grad_x = g @ weight [..., K];  grad_weight = g^T @ x over the stacked rows [N, K].
+// Whether the node saved x and weight directly (no saved-tensor hook applied): its backward may then write
+// grad_x into x's memory (autograd/saved_buffers.h).
+struct LinearSavedAttrs {
+  static constexpr const char* kName = "linear_saved";
+  bool direct = false;
+};
+
 void linear_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const Tensor& grad = g[0];
-  if (n.needs_grad(0)) gi[0] = matmul(grad, n.saved(1));
-  if (n.needs_grad(1)) {
-    const Tensor x = n.saved(0);
+  Tensor x;
+  if (n.needs_grad(1)) {  // first: it reads x, whose memory grad_x may take below
+    x = n.saved(0);
     const int64_t x_rows[2] = {-1, x.size(-1)}, g_rows[2] = {-1, grad.size(-1)};
     gi[1] = matmul(transpose(reshape(grad, g_rows), 0, 1), reshape(x, x_rows));
   }
+  if (!n.needs_grad(0)) return;
+  const Tensor weight = n.saved(1);
+  if (x.defined() && !grad_enabled() && grad.dtype() == x.dtype() && weight.dtype() == x.dtype() &&
+      grad.dim() == x.dim() && blas_readable(grad) && blas_readable(weight)) {
+    const bool direct = n.attrs.type() == attrs_type<LinearSavedAttrs>() && n.attrs.get<LinearSavedAttrs>().direct;
+    const Tensor into = reuse_saved_buffer(x, direct);
+    if (into.defined()) {  // grad_x = grad @ weight into x's memory (x has grad_x's shape [..., K])
+      x = Tensor();
+      enqueue(op_matmul, {grad, weight}, {into});
+      gi[0] = into;
+      return;
+    }
+  }
+  gi[0] = matmul(grad, weight);
 }
 }  // namespace
 
@@ -210,6 +232,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Ref<Node> node = make_ref<Node>(std::string("linear"), linear_backward, 1);
     Tensor inputs[2] = {x, weight}, outputs[1] = {out};
     record_node(node, inputs, outputs);
+    node->attrs.set(LinearSavedAttrs{saves_tensors_directly()});
     node->save(node->needs_grad(1) ? x : Tensor());
     node->save(node->needs_grad(0) ? weight : Tensor());
     if (!bias.defined()) return out;
