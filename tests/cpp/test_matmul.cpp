@@ -300,8 +300,8 @@ TEST(Matmul, Bf16PrimitivesAreCachedPerThreadAndSafeConcurrently) {
   }
   EXPECT_EQ(mismatches, 0);
   set_num_threads(saved);
-  // A product without a transposed A runs a brgemm kernel where the CPU has AVX512-BF16 (the reason for the
-  // primitive: dnnl_gemm_bf16bf16f32 is oneDNN's older GEMM driver).
+  // A linear's tile (x @ W^T, dense operands) runs a brgemm kernel where the CPU has AVX512-BF16: the kernel that
+  // rounds to bf16 in registers, the reason for the primitive (a fallback to another kernel would go unnoticed).
   EXPECT_NE(cpu::matmul_bf16_impl(false, true, 1024, 384, 384, 384, 384, 384).find("brg"), std::string::npos)
       << cpu::matmul_bf16_impl(false, true, 1024, 384, 384, 384, 384, 384);
 }

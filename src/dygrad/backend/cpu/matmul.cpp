@@ -283,10 +283,10 @@ void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
 // (and DYGRAD_BF16_GEMM=gemm, the former path, for side-by-side measurements): each tile in blocks of
 // kConvertRows rows, one dnnl_gemm_bf16bf16f32 call per block into a float32 block, rounded once into C after
 // alpha * AB + beta * input is combined in float32 (as the converted path). Either way a tile's calls are fixed
-// by the tile, so results stay thread-independent. Why the primitive (docs/mixed-precision.md): Debian's oneDNN
-// 2.6 runs its brgemm kernels only behind the matmul primitive (dnnl_gemm_bf16bf16f32 is its older GEMM driver),
-// ~1.3x faster at the model's K = 384 shapes, and the conversion to bf16 happens inside the kernel instead of a
-// pass over a float32 block; transposed-A products (weight gradients) get oneDNN's GEMM driver either way.
+// by the tile, so results stay thread-independent. Why the primitive (docs/mixed-precision.md): its brgemm
+// kernels convert to bf16 in registers before the store, where the GEMM API writes a float32 block that a second
+// pass reads back and rounds: 13-17% of a K = 384 tile (the multiplies themselves run alike). Transposed-A tiles
+// (weight gradients) get oneDNN 2.6's GEMM driver behind the primitive (its brgemm wants dense operands there).
 bool native_bf16_readable(const GemmPlan& p) {
   return bf16_gemm_library() != nullptr && blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride).ok &&
          blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride).ok;
