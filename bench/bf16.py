@@ -3,7 +3,11 @@ on a loaded machine).
 
   python3 bench/bf16.py gemm      bf16 GEMM at the `bench` model's linear shapes (forward, dX, dW): dygrad vs
                                   torch bf16 matmul, and dygrad's portable path (DYGRAD_BF16_GEMM=convert is
-                                  process-wide, so the portable figure is the float32 sgemm row for reference)
+                                  process-wide, so the portable figure is the float32 sgemm row for reference;
+                                  DYGRAD_BF16_GEMM=gemm times dygrad's former dnnl_gemm_bf16bf16f32 path). Each
+                                  timed sample starts after an idle gap (--gap-ms): torch's OpenMP threads spin
+                                  ~4 ms after a call and took a core from whichever library ran next, which made
+                                  the shortest shapes look ~0.6x (bench_gemm.cpp's idle gap, for the same reason)
   python3 bench/bf16.py dispatch  host cost per call of a tiny linear under autocast, dygrad vs torch
   python3 bench/bf16.py train     `bench` config training steps under dg.autocast vs torch.autocast: tokens/s
                                   ratio, the loss of both runs vs dygrad fp32 from the same start, activation
@@ -65,7 +69,8 @@ def run_gemm(args):
     dg.set_num_threads(threads)
     torch.set_num_threads(threads)
     print(cpu_line())
-    print(f"threads={threads}; best of {args.repeats} interleaved rounds; GFLOP/s (higher is better)")
+    print(f"threads={threads}; best of {args.repeats} interleaved rounds of {args.inner} calls, each after a "
+          f"{args.gap_ms:g} ms idle gap; GFLOP/s (higher is better)")
     print(f"{'shape':40s} {'dg bf16':>9s} {'torch bf16':>10s} {'ratio':>6s} {'dg fp32':>8s}")
     rng = np.random.default_rng(0)
     ratios = []
@@ -95,6 +100,7 @@ def run_gemm(args):
             f(); sync()
         for _ in range(args.repeats):
             for name, (f, sync) in libs.items():
+                time.sleep(args.gap_ms / 1e3)  # every pool back to sleep: the previous library's threads spin
                 t0 = time.perf_counter()
                 for _ in range(args.inner):
                     f()
@@ -146,6 +152,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
+    ap.add_argument("--gap-ms", type=float, default=50.0,
+                    help="gemm: idle time before each timed sample, so that the threads of the library timed before "
+                         "(torch's OpenMP team spins ~4 ms after a call) do not take a core from the next one")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)

@@ -133,6 +133,17 @@ def autocast_decrement_nesting():
 clear_autocast_cache = _C.clear_autocast_cache
 
 
+# How many enabled CPU autocast regions have been entered in this process, per dtype name ("bfloat16"): the
+# profiler compares the counts at the start and the end of a recording to know a run computed in that dtype
+# (the MFU denominator is the GEMM peak of the dtype the GEMMs ran in, docs/profiler-python.md).
+_regions_entered = {}
+
+
+def autocast_regions_entered():
+    """{dtype name: enabled CPU autocast regions entered so far in this process} (dygrad extension)."""
+    return dict(_regions_entered)
+
+
 class autocast:  # noqa: N801 -- torch's spelling
     """torch.autocast: within the region, ops in torch's CPU autocast lists run in `dtype` (matmul, linear,
     attention ...) or float32 (the losses), the others follow their inputs. The casts happen in C++ at the op call
@@ -162,6 +173,9 @@ class autocast:  # noqa: N801 -- torch's spelling
         self._prev = _C._autocast_state()
         if self.device == "cpu":
             _C._autocast_set(self._enabled, self.fast_dtype, self._cache_enabled)
+            if self._enabled:
+                name = str(self.fast_dtype).replace("dygrad.", "")
+                _regions_entered[name] = _regions_entered.get(name, 0) + 1
         else:
             _C._autocast_set(self._prev[0], self._prev[1], self._cache_enabled)
         _C._autocast_increment_nesting()

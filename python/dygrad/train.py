@@ -22,6 +22,7 @@ from dygrad import data as dgdata
 from dygrad.models import llama
 from dygrad.optim.optimizer import state_tensor
 from dygrad.profiler import recompute as recompute_report
+from dygrad.profiler import metrics as profiler_metrics
 from dygrad.profiler.metrics import measure_peak_flops as measure_gemm_peak
 from dygrad.safetensors_io import load_file, save_file
 
@@ -320,11 +321,15 @@ def main(argv=None):
     if world > 1:  # after resuming: DDP broadcasts rank 0's parameters
         train_model = dg.nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
-    peak = measure_gemm_peak(dg.float32 if args.dtype == "fp32" else dg.bfloat16)
+    # MFU's denominator: the measured GEMM peak of the dtype the GEMMs run in (bf16 under autocast and bf16-pure),
+    # recorded with the CPU and its bf16 features beside every MFU figure (log lines and metrics.jsonl).
+    peak_dtype = "float32" if args.dtype == "fp32" else "bfloat16"
+    peak = measure_gemm_peak(getattr(dg, peak_dtype))
+    cpu = profiler_metrics.cpu_description()
     flops_per_token = cfg.flops_per_token()
     log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
           f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
-          f"{'float32' if args.dtype == 'fp32' else 'bfloat16'} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}")
+          f"{peak_dtype} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}; CPU {cpu}")
 
     # Each rank its own stream of batches (rank 0's is the single-process run's).
     loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
@@ -347,7 +352,8 @@ def main(argv=None):
         tok_s = batch * seq * world / dt
         mfu = tok_s * flops_per_token / peak
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
-                  "samples_per_s": batch / dt, "mfu": mfu, "data_wait_s": data_wait}
+                  "samples_per_s": batch / dt, "mfu": mfu, "peak_flops_per_s": peak, "peak_dtype": peak_dtype,
+                  "cpu": cpu, "data_wait_s": data_wait}
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
         if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
             hfu = recompute_report.hfu_with_recompute(batch * seq * world * flops_per_token,
@@ -437,7 +443,8 @@ def main(argv=None):
     if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         log(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
-            f"{batch * seq * world / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%}")
+            f"{batch * seq * world / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%} of the measured "
+            f"{peak_dtype} GEMM peak ({peak / 1e9:.1f} GFLOP/s; CPU {cpu})")
     if args.sample_tokens > 0:
         tok = dgdata.ByteTokenizer()
         idx = dg.tensor(tok.encode(args.prompt).astype(np.int64)).view(1, -1)

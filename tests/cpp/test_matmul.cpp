@@ -5,7 +5,9 @@
 
 
 #include <cstring>
+#include <string>
 
+#include "dygrad/backend/cpu/blas.h"
 #include "dygrad/backend/cpu/matmul.h"
 #include "harness.h"
 
@@ -263,9 +265,45 @@ TEST(Matmul, BitwiseIdenticalAcrossThreadCounts) {
     std::vector<float> one_h = with_threads(1, [&] { return matmul(ah, bh); });
     std::vector<float> two_h = with_threads(2, [&] { return matmul(ah, bh); });
     EXPECT_EQ(std::memcmp(one_h.data(), two_h.data(), one_h.size() * sizeof(float)), 0) << "bf16 " << str(c.a);
+    // The model's bf16 layouts: a weight read transposed (linear's x @ W^T) and a transposed A (dY^T @ X).
+    Tensor wt = transpose(to(random_tensor({c.b.back(), c.b[c.b.size() - 2]}, DType::Float32, 3), DType::BFloat16), 0, 1);
+    std::vector<float> one_t = with_threads(1, [&] { return matmul(ah, wt); });
+    std::vector<float> two_t = with_threads(2, [&] { return matmul(ah, wt); });
+    EXPECT_EQ(std::memcmp(one_t.data(), two_t.data(), one_t.size() * sizeof(float)), 0) << "bf16 B^T " << str(c.a);
+    if (c.a.size() == 2) {
+      Tensor at = transpose(to(random_tensor({c.a[1], c.a[0]}, DType::Float32, 4), DType::BFloat16), 0, 1);
+      std::vector<float> one_a = with_threads(1, [&] { return matmul(at, bh); });
+      std::vector<float> two_a = with_threads(2, [&] { return matmul(at, bh); });
+      EXPECT_EQ(std::memcmp(one_a.data(), two_a.data(), one_a.size() * sizeof(float)), 0) << "bf16 A^T " << str(c.a);
+    }
   }
   cpu::set_gemm_target_tiles(saved_tiles);
   set_num_threads(saved);
+}
+
+TEST(Matmul, Bf16PrimitivesAreCachedPerThreadAndSafeConcurrently) {
+  // Plain bf16 products run oneDNN's matmul primitive, one cached per problem and thread (fused_blas.cpp):
+  // many small tiles on two threads at once, each thread making and reusing its own primitives, give the
+  // single-thread result bit for bit, call after call.
+  if (std::string(cpu::bf16_gemm_library() ? cpu::bf16_gemm_library() : "") != "onednn")
+    GTEST_SKIP() << "no oneDNN bf16 GEMM on this CPU (the converted path is tested elsewhere)";
+  const int saved = get_context().num_threads;
+  Tensor a = to(random_tensor({32, 96, 128}, DType::Float32, 1), DType::BFloat16);
+  Tensor b = to(random_tensor({32, 128, 80}, DType::Float32, 2), DType::BFloat16);
+  set_num_threads(1);
+  const std::vector<float> expected = matmul(a, b).to_vector<float>();
+  set_num_threads(2);
+  int mismatches = 0;
+  for (int repeat = 0; repeat < 10; ++repeat) {
+    const std::vector<float> got = matmul(a, b).to_vector<float>();
+    mismatches += std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) != 0;
+  }
+  EXPECT_EQ(mismatches, 0);
+  set_num_threads(saved);
+  // A linear's tile (x @ W^T, dense operands) runs a brgemm kernel where the CPU has AVX512-BF16: the kernel that
+  // rounds to bf16 in registers, the reason for the primitive (a fallback to another kernel would go unnoticed).
+  EXPECT_NE(cpu::matmul_bf16_impl(false, true, 1024, 384, 384, 384, 384, 384).find("brg"), std::string::npos)
+      << cpu::matmul_bf16_impl(false, true, 1024, 384, 384, 384, 384, 384);
 }
 
 TEST(Matmul, ConcurrentSerialBlasCallsAreSafe) {

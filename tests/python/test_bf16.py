@@ -314,19 +314,85 @@ def test_train_cli_bf16_pure_resumes_bitwise(tmp_path):
     assert losses(split) == losses(full)  # the float32 masters travel in the checkpoint
 
 
-def test_train_cli_autocast_tracks_fp32(tmp_path):
+def fake_peaks(monkeypatch, fp32=1.0e11, bf16=2.5e11):
+    """Calibrated peaks of both dtypes put in the profiler's cache (no 2048^3 GEMMs), distinct so a test can tell
+    which one a figure used."""
+    from dygrad.profiler import metrics
+    threads = dg.get_context().num_threads
+    monkeypatch.setitem(metrics._peak_cache, (str(dg.float32), threads, metrics.CALIBRATION_N), fp32)
+    monkeypatch.setitem(metrics._peak_cache, (str(dg.bfloat16), threads, metrics.CALIBRATION_N), bf16)
+    return {"float32": fp32, "bfloat16": bf16}
+
+
+def test_bf16_gemm_peak_is_calibrated_on_its_own():
+    from dygrad.profiler import metrics
+    bf16 = metrics.measure_peak_flops(dg.bfloat16, n=256, repeats=2)
+    fp32 = metrics.measure_peak_flops(dg.float32, n=256, repeats=2)
+    threads = dg.get_context().num_threads
+    assert bf16 > 1e8 and fp32 > 1e8  # a 256^3 product in well under 0.3 s
+    assert metrics._peak_cache[(str(dg.bfloat16), threads, 256)] == bf16  # one figure per dtype
+    assert metrics._peak_cache[(str(dg.float32), threads, 256)] == fp32
+    # the calibration's source names the dtype and the CPU with its bf16 features
+    metrics._peak_cache[(str(dg.bfloat16), threads, metrics.CALIBRATION_N)] = bf16
+    try:
+        value, source = metrics.peak_flops(dg.bfloat16)
+    finally:
+        del metrics._peak_cache[(str(dg.bfloat16), threads, metrics.CALIBRATION_N)]
+    cpu = metrics.cpu_features()
+    assert value == bf16 and "bfloat16 GEMM" in source and cpu["model"] in source
+    assert f"avx512_bf16 {'yes' if cpu['avx512_bf16'] else 'no'}" in source and "amx " in source
+
+
+def test_summary_mfu_against_the_peak_of_the_run_dtype(monkeypatch):
+    # A run that computed under CPU autocast is a bf16 run: its MFU is against the bf16 GEMM peak; a float32 run's
+    # against the float32 peak (no dtype passed: the profiler saw the autocast regions).
+    from dygrad.models import llama
+    from dygrad.profiler.summary import build_summary
+    peaks = fake_peaks(monkeypatch)
+    cfg = llama.CONFIGS["tiny"]
+    x, w = dg.randn(8, 64), dg.randn(64, 64, requires_grad=True)
+    for name, enabled in (("bfloat16", True), ("float32", False)):
+        with dg.profiler.profile() as prof:
+            with dg.autocast("cpu", enabled=enabled):
+                y = dg.nn.functional.linear(x, w)
+            dg.synchronize()
+        assert y.dtype == (dg.bfloat16 if enabled else dg.float32)
+        assert prof.result.context["autocast_dtypes"] == (["bfloat16"] if enabled else [])
+        summary = build_summary(prof.result, model_config=cfg, batch_size=2, seq_len=16, advice=False)
+        flops = summary["flops"]
+        assert flops["dtype"] == name and flops["peak_flops_per_s"] == peaks[name]
+        step_s = summary["steps"]["step_time_s"]["mean"]
+        assert flops["mfu"] == pytest.approx(flops["model_per_step"] / step_s / peaks[name])
+        assert flops["cpu"] == dg.profiler.metrics.cpu_features()
+    # an explicit dtype still wins over what the profiler saw
+    assert build_summary(prof.result, dtype=dg.bfloat16, advice=False)["flops"]["peak_flops_per_s"] == peaks["bfloat16"]
+
+
+def test_train_cli_autocast_tracks_fp32(tmp_path, monkeypatch, capsys):
     import json
     import os
 
     from dygrad import train
+    from dygrad.models import llama
+    from dygrad.profiler import metrics
+    peaks = fake_peaks(monkeypatch)
     small = ["--config", "tiny", "--seq-len", "32", "--batch-size", "2", "--lr", "3e-3", "--warmup", "1",
              "--eval-interval", "100", "--sample-tokens", "0", "--quiet", "--steps", "4"]
-    runs = {}
-    for dtype in ("fp32", "bf16"):
+    runs, cpu = {}, metrics.cpu_description()
+    from dataclasses import replace
+    flops_per_token = replace(llama.CONFIGS["tiny"], seq_len=32).flops_per_token()
+    for dtype, peak_dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
         out = str(tmp_path / dtype)
         train.main(small + ["--out", out, "--dtype", dtype])
         with open(os.path.join(out, "metrics.jsonl")) as fh:
-            runs[dtype] = [r["loss"] for r in map(json.loads, fh)]
+            records = list(map(json.loads, fh))
+        runs[dtype] = [r["loss"] for r in records]
+        for r in records:  # MFU against the measured GEMM peak of the dtype the GEMMs ran in, the CPU beside it
+            assert r["peak_dtype"] == peak_dtype and r["peak_flops_per_s"] == peaks[peak_dtype] and r["cpu"] == cpu
+            assert r["mfu"] == pytest.approx(r["tokens_per_s"] * flops_per_token / peaks[peak_dtype])
+        log = capsys.readouterr().out
+        assert f"measured {peak_dtype} GEMM peak {peaks[peak_dtype] / 1e9:.1f} GFLOP/s" in log and f"CPU {cpu}" in log
+        assert f"of the measured {peak_dtype} GEMM peak" in log
     assert np.allclose(runs["bf16"], runs["fp32"], rtol=0.02), runs
 
 

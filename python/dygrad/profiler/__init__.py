@@ -18,6 +18,7 @@ import functools
 import os
 
 from .. import _C
+from .. import amp as _amp
 from ..runtime import get_context
 from . import _scopes
 from ._result import MEMORY_CATEGORIES, MemorySample, OpEvent, OpStat, OpStatsTable, ProfileResult, Range  # noqa: F401
@@ -166,6 +167,7 @@ class profile:
                                       self.host_bound_tolerance_ns)
         c = get_context()
         self._context = {"synchronize": c.synchronize, "deterministic": c.deterministic, "num_threads": c.num_threads}
+        self._autocast_at_start = _amp.autocast_regions_entered()
         self._recorder.start()
         _scopes.start(self.with_modules)  # module scopes (with_modules) and gc pauses
         self._recorder.step()  # the first step begins now
@@ -174,6 +176,11 @@ class profile:
         recorder, self._recorder = self._recorder, None
         _scopes.stop()
         recorder.stop()
+        # the dtypes of the CPU autocast regions entered while recording (a bf16 autocast run's MFU is against
+        # the bf16 GEMM peak, summary.build_summary)
+        before = self._autocast_at_start
+        self._context["autocast_dtypes"] = sorted(d for d, n in _amp.autocast_regions_entered().items()
+                                                  if n > before.get(d, 0))
         self.result = ProfileResult(recorder, self._context, module_scopes=_scopes.scopes())
         self.results.append(self.result)
         if save and self.on_trace_ready is not None:

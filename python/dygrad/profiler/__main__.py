@@ -74,7 +74,8 @@ def summarize(run_dir, top=10):
             f"peak {fmt_si(flops.get('peak_flops_per_s'), 'FLOP/s')}"
             f" (source: {flops.get('peak_source') or NOT_RECORDED})",
             f"MFU {fmt_pct(flops.get('mfu'))}" + ("" if flops.get("mfu") is not None else " (no model config)")
-            + f", HFU {fmt_pct(flops.get('hfu'))}"]
+            + f", HFU {fmt_pct(flops.get('hfu'))}"
+            + (f" (against the {flops['dtype']} GEMM peak)" if flops.get("dtype") else "")]
 
     memory = summary.get("memory")
     out.append("")

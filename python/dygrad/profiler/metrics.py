@@ -57,6 +57,14 @@ def cpu_features(path="/proc/cpuinfo"):
     return {"model": model, "avx512_bf16": "avx512_bf16" in flags, "amx": sorted(f for f in flags if f.startswith("amx"))}
 
 
+def cpu_description(features=None):
+    """One line naming the CPU and its bf16 features ("AMD EPYC, avx512_bf16 yes, amx none"), recorded with
+    every peak and MFU figure (a bf16 figure means little without it)."""
+    f = features if features is not None else cpu_features()
+    return (f"{f['model']}, avx512_bf16 {'yes' if f['avx512_bf16'] else 'no'}, "
+            f"amx {' '.join(f['amx']) if f['amx'] else 'none'}")
+
+
 def peak_flops(dtype=None, given=None):
     """(peak FLOP/s, where it came from): `given` (the user's figure) wins over a calibration GEMM. A given figure
     that is this process's calibration of that dtype (dygrad.train passes its own) is reported as measured."""
@@ -64,7 +72,7 @@ def peak_flops(dtype=None, given=None):
     threads = dg.get_context().num_threads
     name = str(dtype).replace("dygrad.", "")
     measured = (f"measured: {CALIBRATION_N}^3 {name} GEMM with dygrad's matmul, best of {CALIBRATION_REPEATS}, "
-                f"{threads} threads")
+                f"{threads} threads; CPU {cpu_description()}")
     if given is not None:
         if given <= 0:
             raise ValueError(f"[peak_flops] a peak must be positive (got {given})")

@@ -270,7 +270,8 @@ def _overview(run):
         spread = "median {:.3g} · min {:.3g} · max {:.3g} ms".format(*(v * 1e3 for v in spread))
     else:
         spread = " · ".join(f"{k} {fmt_duration_s(v)}" for k, v in zip(("median", "min", "max"), spread))
-    mfu_note = "model FLOPs / peak" if _number(flops.get("mfu")) is not None else "no model config"
+    peak_of = f"{flops['dtype']} peak" if flops.get("dtype") else "peak"  # the GEMM peak of the run's dtype
+    mfu_note = f"model FLOPs / {peak_of}" if _number(flops.get("mfu")) is not None else "no model config"
     dominant = mean.get("dominant")
     step_total = step_ns(mean)
     dominant_note = (f"{fmt_pct(bucket_ns(mean, dominant) / step_total)} of the mean step"
@@ -281,7 +282,7 @@ def _overview(run):
         _figure("tokens/s", fmt_rate(throughput.get("tokens_per_s"), ""),
                 " · ".join([fmt_rate(throughput.get("samples_per_s"), "samples/s")] + shape)),
         _figure("MFU", fmt_pct(flops.get("mfu")), mfu_note),
-        _figure("HFU", fmt_pct(flops.get("hfu")), "executed FLOPs / peak"),
+        _figure("HFU", fmt_pct(flops.get("hfu")), f"executed FLOPs / {peak_of}"),
         _figure("peak FLOP/s", fmt_si(flops.get("peak_flops_per_s"), "FLOP/s"),
                 f"source: {flops.get('peak_source') or NOT_RECORDED}"),
         _figure("bottleneck", BUCKET_LABELS.get(dominant, dominant or NOT_RECORDED), dominant_note),

@@ -96,11 +96,22 @@ def _model_dtype(model):
     return None
 
 
+def _autocast_dtype(result):
+    """The lower-precision dtype of the CPU autocast regions entered while `result` was recorded (the
+    profiler's context "autocast_dtypes"), bfloat16 first; None when there were none."""
+    names = (getattr(result, "context", None) or {}).get("autocast_dtypes") or []
+    for name in ("bfloat16", "float16"):
+        if name in names:
+            return getattr(dg, name)
+    return None
+
+
 def build_summary(result, *, label="", command="", batch_size=None, seq_len=None, ranks=1, model_config=None,
                   model=None, optimizer=None, peak=None, dtype=None, advice=True, memory_estimate=None):
     """The summary.json dict of one session. batch_size is per rank; seq_len defaults to the config's;
     model_config (a LlamaConfig, or the model's `.cfg`) gives the model-formula FLOPs for MFU; peak (FLOP/s)
-    overrides the calibration GEMM of `dtype` (default: the model's parameter dtype, else float32).
+    overrides the calibration GEMM of `dtype` (default: the autocast dtype when the recording ran CPU autocast
+    regions, else the model's parameter dtype, else float32).
     advice=False leaves the advisor out (the advisor itself uses that). memory_estimate: a
     dygrad.memory.estimate() result, put beside the measured peak (summary.memory.estimate)."""
     steps = result.breakdown.get("steps") or []
@@ -114,7 +125,7 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         seq_len = getattr(config, "seq_len", None)
     samples_per_s, tokens_per_s = metrics.throughput(batch_size, seq_len, mean_s, ranks)
 
-    compute_dtype = dtype or _model_dtype(model) or dg.float32
+    compute_dtype = dtype or _autocast_dtype(result) or _model_dtype(model) or dg.float32
     peak_value, peak_source = metrics.peak_flops(compute_dtype, given=peak)
     executed = float(breakdown.get("flops", 0.0))
     model_flops = None

@@ -11,7 +11,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "dygrad/backend/cpu/blas.h"
 #include "dygrad/core/error.h"
@@ -90,6 +94,153 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   fail(ErrorKind::Runtime, "[matmul] internal error: bf16 GEMM called without oneDNN");
 #endif
 }
+
+#if DYGRAD_HAVE_ONEDNN
+namespace {
+// The bf16 matmul primitives (matmul_bf16). A primitive is made for one problem: shapes, transpositions and
+// leading dims (the brgemm kernels are generated for it), ~30-60 us each, so each pool thread keeps the ones it
+// made, keyed by the problem: a model's GEMM tiles are a few dozen problems, made once and reused every step.
+// Per thread, so no lock, and each is made while the thread's OpenMP team is one thread (make_onednn_serial):
+// a primitive plans its parallel split when it is made, and a serial plan is what makes a tile's sum the same
+// operations in the same order on every thread (bitwise results for any thread count). Scratchpad in user mode:
+// the thread's own buffer, grown to the largest problem, rather than a buffer oneDNN allocates per call.
+struct MatmulKey {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  bool operator==(const MatmulKey&) const = default;
+};
+struct MatmulKeyHash {
+  size_t operator()(const MatmulKey& k) const {
+    size_t h = static_cast<size_t>(k.trans_a) * 2 + static_cast<size_t>(k.trans_b);
+    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldc}) h = h * 1000003u ^ static_cast<size_t>(v);
+    return h;
+  }
+};
+
+dnnl_engine_t onednn_engine() {
+  static const dnnl_engine_t engine = [] {  // never destroyed: thread-local primitives may outlive statics
+    dnnl_engine_t e = nullptr;
+    DG_CHECK(dnnl_engine_create(&e, dnnl_cpu, 0) == dnnl_success, Runtime, "[matmul] oneDNN: no CPU engine");
+    return e;
+  }();
+  return engine;
+}
+
+// One cached problem: the primitive and its three memory objects (their data handles are set on every call).
+struct MatmulPrimitive {
+  dnnl_primitive_t primitive = nullptr;
+  dnnl_memory_t src = nullptr, weights = nullptr, dst = nullptr;
+  size_t scratchpad_bytes = 0;
+  std::string impl;
+  MatmulPrimitive() = default;
+  MatmulPrimitive(const MatmulPrimitive&) = delete;
+  MatmulPrimitive& operator=(const MatmulPrimitive&) = delete;
+  ~MatmulPrimitive() {
+    for (dnnl_memory_t mem : {src, weights, dst})
+      if (mem) dnnl_memory_destroy(mem);
+    if (primitive) dnnl_primitive_destroy(primitive);
+  }
+};
+
+void check_onednn(dnnl_status_t status, const char* what, const MatmulKey& key) {
+  DG_CHECK(status == dnnl_success, Runtime, "[matmul] oneDNN bf16 matmul: ", what, " failed (status ",
+           static_cast<int>(status), ") for m=", key.m, " n=", key.n, " k=", key.k);
+}
+
+std::unique_ptr<MatmulPrimitive> make_matmul_primitive(const MatmulKey& key) {
+  auto made = std::make_unique<MatmulPrimitive>();
+  const dnnl_dims_t src_dims = {key.m, key.k}, weights_dims = {key.k, key.n}, dst_dims = {key.m, key.n};
+  const dnnl_dims_t src_strides = {key.trans_a ? 1 : key.lda, key.trans_a ? key.lda : 1};
+  const dnnl_dims_t weights_strides = {key.trans_b ? 1 : key.ldb, key.trans_b ? key.ldb : 1};
+  const dnnl_dims_t dst_strides = {key.ldc, 1};
+  dnnl_memory_desc_t src_md, weights_md, dst_md;
+  check_onednn(dnnl_memory_desc_init_by_strides(&src_md, 2, src_dims, dnnl_bf16, src_strides), "src desc", key);
+  check_onednn(dnnl_memory_desc_init_by_strides(&weights_md, 2, weights_dims, dnnl_bf16, weights_strides),
+               "weights desc", key);
+  check_onednn(dnnl_memory_desc_init_by_strides(&dst_md, 2, dst_dims, dnnl_bf16, dst_strides), "dst desc", key);
+  dnnl_matmul_desc_t desc;
+  check_onednn(dnnl_matmul_desc_init(&desc, &src_md, &weights_md, nullptr, &dst_md), "desc", key);
+  dnnl_primitive_attr_t attr = nullptr;
+  check_onednn(dnnl_primitive_attr_create(&attr), "attr", key);
+  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t made_pd = dnnl_primitive_desc_create(&pd, &desc, attr, onednn_engine(), nullptr);
+  dnnl_primitive_attr_destroy(attr);
+  check_onednn(made_pd, "primitive desc", key);
+  const char* impl = "";
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  made->impl = impl ? impl : "";
+  made->scratchpad_bytes = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+  const dnnl_status_t made_primitive = dnnl_primitive_create(&made->primitive, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check_onednn(made_primitive, "primitive", key);
+  check_onednn(dnnl_memory_create(&made->src, &src_md, onednn_engine(), DNNL_MEMORY_NONE), "src memory", key);
+  check_onednn(dnnl_memory_create(&made->weights, &weights_md, onednn_engine(), DNNL_MEMORY_NONE), "weights memory", key);
+  check_onednn(dnnl_memory_create(&made->dst, &dst_md, onednn_engine(), DNNL_MEMORY_NONE), "dst memory", key);
+  return made;
+}
+
+// A thread's primitives, its stream and its scratchpad. Bounded: a program of many one-off shapes (a test
+// sweep) drops them all at kMaxMatmulPrimitives and starts again.
+constexpr size_t kMaxMatmulPrimitives = 256;
+struct ThreadMatmuls {
+  std::unordered_map<MatmulKey, std::unique_ptr<MatmulPrimitive>, MatmulKeyHash> primitives;
+  dnnl_stream_t stream = nullptr;
+  dnnl_memory_t scratchpad = nullptr;
+  std::vector<unsigned char> scratchpad_buffer;
+  ~ThreadMatmuls() {
+    primitives.clear();
+    if (scratchpad) dnnl_memory_destroy(scratchpad);
+    if (stream) dnnl_stream_destroy(stream);
+  }
+};
+}  // namespace
+
+void matmul_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                 const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  make_onednn_serial();  // before the primitive is made: it plans for the calling thread's team
+  thread_local ThreadMatmuls mine;
+  const MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc};
+  auto found = mine.primitives.find(key);
+  if (found == mine.primitives.end()) {
+    if (mine.primitives.size() >= kMaxMatmulPrimitives) mine.primitives.clear();
+    found = mine.primitives.emplace(key, make_matmul_primitive(key)).first;
+  }
+  MatmulPrimitive& p = *found->second;
+  if (!mine.stream) check_onednn(dnnl_stream_create(&mine.stream, onednn_engine(), dnnl_stream_default_flags), "stream", key);
+  if (p.scratchpad_bytes > mine.scratchpad_buffer.size()) {
+    mine.scratchpad_buffer.resize(p.scratchpad_bytes);
+    if (mine.scratchpad) dnnl_memory_destroy(mine.scratchpad);
+    mine.scratchpad = nullptr;
+  }
+  if (!mine.scratchpad && !mine.scratchpad_buffer.empty()) {
+    const dnnl_dims_t bytes = {static_cast<int64_t>(mine.scratchpad_buffer.size())};
+    dnnl_memory_desc_t md;
+    check_onednn(dnnl_memory_desc_init_by_tag(&md, 1, bytes, dnnl_u8, dnnl_a), "scratchpad desc", key);
+    check_onednn(dnnl_memory_create(&mine.scratchpad, &md, onednn_engine(), mine.scratchpad_buffer.data()),
+                 "scratchpad", key);
+  }
+  check_onednn(dnnl_memory_set_data_handle(p.src, const_cast<uint16_t*>(a)), "src handle", key);
+  check_onednn(dnnl_memory_set_data_handle(p.weights, const_cast<uint16_t*>(b)), "weights handle", key);
+  check_onednn(dnnl_memory_set_data_handle(p.dst, c), "dst handle", key);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, p.dst},
+                             {DNNL_ARG_SCRATCHPAD, mine.scratchpad}};
+  check_onednn(dnnl_primitive_execute(p.primitive, mine.stream, mine.scratchpad ? 4 : 3, args), "execute", key);
+}
+
+std::string matmul_bf16_impl(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                             int64_t ldc) {
+  make_onednn_serial();
+  return make_matmul_primitive({trans_a, trans_b, m, n, k, lda, ldb, ldc})->impl;
+}
+#else
+void matmul_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t, const uint16_t*, int64_t, uint16_t*,
+                 int64_t) {
+  fail(ErrorKind::Runtime, "[matmul] internal error: bf16 matmul called without oneDNN");
+}
+std::string matmul_bf16_impl(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) { return "none"; }
+#endif
 
 namespace {
 [[maybe_unused]] const bool bf16_reported =

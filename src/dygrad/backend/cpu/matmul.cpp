@@ -277,10 +277,16 @@ void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
   });
 }
 
-// bfloat16 with AVX512-BF16 (bf16_gemm_library()): each tile in blocks of kConvertRows rows, one oneDNN
-// bf16 x bf16 -> float32 call per block on the operands in place (float32 accumulation), the float32 block rounded
-// once into C (addmm: alpha * AB + beta * input combined in float32 first, as the converted path). Blocks are fixed
-// by the tile, so results stay thread-independent. Operands must satisfy blas_layout (else gemm_converted).
+// bfloat16 with AVX512-BF16 (bf16_gemm_library()), operands in place (they must satisfy blas_layout, else
+// gemm_converted). A plain product: each tile is one call of oneDNN's matmul primitive, bf16 x bf16 summed in
+// float32 and rounded once to bf16 by oneDNN (matmul_bf16, one cached primitive per problem and thread). addmm
+// (and DYGRAD_BF16_GEMM=gemm, the former path, for side-by-side measurements): each tile in blocks of
+// kConvertRows rows, one dnnl_gemm_bf16bf16f32 call per block into a float32 block, rounded once into C after
+// alpha * AB + beta * input is combined in float32 (as the converted path). Either way a tile's calls are fixed
+// by the tile, so results stay thread-independent. Why the primitive (docs/mixed-precision.md): its brgemm
+// kernels convert to bf16 in registers before the store, where the GEMM API writes a float32 block that a second
+// pass reads back and rounds: 13-17% of a K = 384 tile (the multiplies themselves run alike). Transposed-A tiles
+// (weight gradients) get oneDNN 2.6's GEMM driver behind the primitive (its brgemm wants dense operands there).
 bool native_bf16_readable(const GemmPlan& p) {
   return bf16_gemm_library() != nullptr && blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride).ok &&
          blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride).ok;
@@ -308,12 +314,30 @@ int64_t native_rows() {
   return rows;
 }
 
+// Whether plain bf16 products take the matmul primitive: yes unless DYGRAD_BF16_GEMM=gemm (read once).
+bool bf16_matmul_primitive() {
+  static const bool primitive = [] {
+    const char* v = std::getenv("DYGRAD_BF16_GEMM");
+    return v == nullptr || std::strcmp(v, "gemm") != 0;
+  }();
+  return primitive;
+}
+
 void gemm_bf16_native(const GemmPlan& p, const BFloat16* A, const BFloat16* B, BFloat16* C) {
   const int64_t kConvertRows = native_rows();
+  const bool primitive = !p.input && bf16_matmul_primitive();
   const BlasLayout la = blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride);
   const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
   for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
     const size_t i = static_cast<size_t>(batch);
+    if (primitive) {  // a plain product: the tile in one matmul primitive call, rounded by oneDNN
+      const BFloat16* a = A + p.a_offsets[i] + m0 * p.a_row_stride;
+      const BFloat16* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
+      BFloat16* c = C + (batch * p.M + m0) * p.N + n0;
+      matmul_bf16(la.transposed, lb.transposed, tm, tn, p.K, reinterpret_cast<const uint16_t*>(a), la.ld,
+                  reinterpret_cast<const uint16_t*>(b), lb.ld, reinterpret_cast<uint16_t*>(c), p.N);
+      return;
+    }
     const int64_t max_rows = std::min(tm, kConvertRows);
     std::unique_ptr<float[]> c_block(new float[static_cast<size_t>(max_rows * tn)]);
     const BFloat16* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
