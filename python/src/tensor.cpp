@@ -298,7 +298,10 @@ void init_tensor(nb::module_& m) {
       .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
       .def("element_size", [](const Tensor& t) { return t.itemsize(); })
       .def("storage_offset", [](const Tensor& t) { return t.storage_offset(); })
-      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
+      // The address only: no wait for queued Tasks that may still use reused memory (Storage::address).
+      .def("data_ptr", [](const Tensor& t) {
+        return reinterpret_cast<uintptr_t>(t.storage().address()) + static_cast<uintptr_t>(t.storage_offset()) * t.itemsize();
+      })
       .def("requires_grad_", [](nb::handle self, bool value) {
              unwrap(self.ptr()).set_requires_grad(value);
              return nb::borrow(self);

@@ -134,6 +134,30 @@ def test_estimate_llama_within_10_percent(config, fused):
     assert estimate.by_category["activation"] > estimate.by_category["parameter"]
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_async_peak_equals_synchronize_mode_and_the_estimate(fused):
+    """Stream-ordered reuse (docs/memory.md): a buffer goes back to the allocator when the program drops it, not when
+    the queued Tasks that use it have run, so however far the host runs ahead the asynchronous step's peak is the
+    synchronize-mode peak to the byte, and the dry run predicts it exactly."""
+    c = llama.CONFIGS["tiny"]
+    dg.manual_seed(0)
+    model = llama.Llama(c, fused=fused)
+    opt = dg.optim.AdamW(model.parameters(), lr=3e-4)
+    x, y = _llama_batch(c, batch=4)
+    _measured_step(model, opt, (x, y))  # the optimizer's states
+    estimate = dg.memory.estimate(model, (x, y), optimizer=opt, steps=2)
+    peaks = []
+    saved = dg.get_context()
+    try:
+        for sync in (False, True, False, True):
+            dg.set_context(synchronize=sync)
+            peaks.append(_measured_step(model, opt, (x, y)))
+    finally:
+        dg.set_context(saved)
+    assert len(set(peaks)) == 1, peaks
+    assert estimate.peak == peaks[0], (estimate.peak, peaks)
+
+
 def test_estimate_leaves_training_unchanged():
     def losses(with_estimate):
         dg.manual_seed(0)

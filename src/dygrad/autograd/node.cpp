@@ -32,8 +32,12 @@ void set_saved_released_after_backward(bool on) { tls_saved_released_after_backw
 
 Tensor reuse_saved_buffer(const Tensor& t, bool directly) {
   if (!tls_saved_released_after_backward || !t.defined()) return Tensor();
-  if (t.impl()->use_count() != (directly ? 2 : 1) || t.is_view() || !t.is_contiguous()) return Tensor();
-  if (t.storage().use_count() != 1 || t.storage().shared_with_host()) return Tensor();
+  // Queued Tasks' references do not count (core/ref.h): every one of them runs before the Task that will write.
+  const TensorImpl& impl = *t.impl();
+  if (impl.use_count() - impl.task_use_count() != (directly ? 2 : 1) || t.is_view() || !t.is_contiguous())
+    return Tensor();
+  const Storage& storage = t.storage();
+  if (storage.use_count() - storage.task_use_count() != 1 || storage.shared_with_host()) return Tensor();
   return detach(t);
 }
 void set_grad_enabled(bool on) { tls_grad_enabled = on; }

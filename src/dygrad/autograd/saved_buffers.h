@@ -20,8 +20,9 @@ void set_saved_released_after_backward(bool on);
 // to write a gradient of t's shape and dtype into, when nothing else can read that memory after this node: its
 // saved tensors are released after it (above); the TensorImpl is referenced only by the caller's copy from
 // Node::saved and, when the node saved it `directly` (saves_tensors_directly() at the save), the node's slot (an
-// edge to a leaf, a Python object, a queued Task, a pack hook's record or a second node saving it would add
-// one); no other tensor (a view) shares its storage; it is contiguous and not shared with the host (NumPy).
+// edge to a leaf, a Python object, a pack hook's record or a second node saving it would add one; queued Tasks'
+// references do not count, core/ref.h); no other tensor (a view) shares its storage, except through queued Tasks;
+// it is contiguous and not shared with the host (NumPy).
 // Otherwise an undefined tensor: the formula allocates as before. A Task that writes it is enqueued after every
 // Task that read it (one in-order stream), so those reads see the old values.
 Tensor reuse_saved_buffer(const Tensor& t, bool directly);

@@ -19,6 +19,12 @@ TensorImpl::~TensorImpl() {
 }
 
 void TensorImpl::on_only_task_refs() const {
+  // Nothing outside the stream can reach this tensor again, and a kernel reads only its storage and geometry:
+  // the host-side bookkeeping goes now, as it would in synchronize mode - its autograd metadata (a grad_fn and the
+  // tensors that node saved) and a view's hold on its base (which would keep the base's buffer).
+  auto* self = const_cast<TensorImpl*>(this);
+  self->autograd.reset();
+  self->view_base.reset();
   if (!storage) return;
   storage_ref_is_task_ref.store(true, std::memory_order_release);
   storage->mark_task_ref();
