@@ -169,6 +169,7 @@ def test_torch_script_under_the_launcher(tmp_path):
     script = tmp_path / "ddp_probe.py"
     script.write_text(
         "import os\n"
+        "import sys\n"
         "import torch\n"
         "import torch.distributed as dist\n"
         "dist.init_process_group(backend='gloo')\n"
@@ -177,7 +178,8 @@ def test_torch_script_under_the_launcher(tmp_path):
         "assert int(os.environ['LOCAL_RANK']) == rank\n"
         "t = torch.tensor([float(rank + 1)])\n"
         "dist.all_reduce(t, op=dist.ReduceOp.SUM)\n"
-        "print('rank', rank, 'sum', t.item(), flush=True)\n"
+        # one write: the two ranks share the launcher's stdout, and print's separate writes may interleave
+        "sys.stdout.write(f'rank {rank} sum {t.item()}\\n'); sys.stdout.flush()\n"
         "dist.destroy_process_group()\n")
     result = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
                              "dygrad.as_torch", str(script)], capture_output=True, text=True, timeout=120)
