@@ -19,7 +19,7 @@ def kernel_isa():
 
 
 def baseline_isa():
-    """The ISA level the library is compiled for: "x86-64-v3" (AVX2, FMA, BMI2: the portable build's default),
-    "x86-64-v2" (cmake -DDYGRAD_BASELINE_ISA=x86-64-v2) or "native" (cmake -DDYGRAD_ISA=native). On a CPU below
-    it the library stops the process when it loads, with a message naming the missing features."""
+    """The ISA level the library is compiled for: "x86-64-v2" (SSE4.2, POPCNT: the portable build's default),
+    "x86-64-v3" (AVX2, FMA, BMI2: cmake -DDYGRAD_BASELINE_ISA=x86-64-v3) or "native" (cmake -DDYGRAD_ISA=native).
+    On a CPU below it the library stops the process when it loads, with a message naming the missing features."""
     return _C._cpu_baseline_isa()
