@@ -1,6 +1,6 @@
-"""One binary for every CPU (docs/ops.md): the library is built for x86-64-v2 and loads its AVX-512 kernel
-plugin on a CPU that has AVX-512; the baseline kernels (DYGRAD_CPU_ISA=baseline, or a CPU without AVX-512, run
-here under qemu) compute the same results."""
+"""One binary for every CPU (docs/ops.md): the library is built for a baseline ISA (x86-64-v2) and loads its
+AVX-512 kernel plugin on a CPU that has AVX-512; the baseline kernels (DYGRAD_CPU_ISA=baseline, or a CPU without
+AVX-512, run here under qemu) compute the same results; a CPU below the baseline stops at load time with a message."""
 import json
 import os
 import shutil
@@ -29,9 +29,9 @@ def run_workload(tmp_path, name, prefix=(), env=None, timeout=120):
 
 
 def assert_same_results(got, want, bitwise=("matmul", "add_mul", "bf16_roundtrip")):
-    """The kernels are the same source compiled twice, without -ffast-math: the AVX-512 build contracts a * b + c
-    into fused multiply-adds where x86-64-v2 has none, so transcendental kernels may differ in the last bit
-    (about 1 element in 200 of exp/log/tanh here); everything else agrees to float32 rounding. GEMMs are bitwise on
+    """The kernels are the same source compiled twice, without -ffast-math: the builds vectorise with 8 and 16
+    lanes and may contract a * b + c into fused multiply-adds in different places (an x86-64-v2 baseline has no
+    FMA: about 1 element in 200 of exp/log/tanh differs in the last bit); everything agrees to float32 rounding. GEMMs are bitwise on
     one CPU (oneDNN's code is the same); on another CPU oneDNN picks other kernels."""
     assert sorted(got) == sorted(want)
     for k in want:
@@ -54,6 +54,8 @@ def test_kernel_isa_reports_what_runs_and_matches_torch_capability_names():
     else:
         assert ISA == "baseline" and "no AVX-512" in NOTE
     assert dg.backends.cpu.get_cpu_capability() in ("AVX512", "DEFAULT")
+    assert dg.backends.cpu.baseline_isa() in ("x86-64-v3", "x86-64-v2", "native")
+    assert (dg.backends.cpu.baseline_isa() == "native") == (ISA == "native")
     if avx512 and ISA != "baseline":
         assert dg.backends.cpu.get_cpu_capability() == torch.backends.cpu.get_cpu_capability() == "AVX512"
 
@@ -73,10 +75,32 @@ QEMU = shutil.which("qemu-x86_64")
 @portable
 @pytest.mark.skipif(QEMU is None, reason="qemu-user is not installed ('make deps' installs it)")
 def test_a_cpu_without_avx512_runs_the_baseline_kernels_under_qemu(tmp_path):
-    """qemu's Haswell model has AVX2 and no AVX-512: the library must not execute a single AVX-512 instruction
+    """qemu's Haswell model has AVX2 (x86-64-v3, at or above either baseline) and no AVX-512: the library must not execute a single AVX-512 instruction
     (a SIGILL would kill the child), must not load the plugin, and must compute the same results."""
     want_isa, want = run_workload(tmp_path, "default")
     got_isa, got = run_workload(tmp_path, "qemu", prefix=[QEMU, "-cpu", "Haswell"], timeout=600)
     assert got_isa[0] == "baseline" and "no AVX-512" in got_isa[1], got_isa
     assert "avx512f" not in got_isa[2].split() and "avx2" in got_isa[2].split()
     assert_same_results(got, want, bitwise=("add_mul", "bf16_roundtrip"))
+
+
+# A qemu CPU model below each baseline, and the first features the library's message must name.
+BELOW_BASELINE = {"x86-64-v2": ("Conroe", "popcnt sse4.2 sse4.1"),  # Core 2: SSSE3, no SSE4.1/4.2, no POPCNT
+                  "x86-64-v3": ("Nehalem", "avx avx2 fma")}  # x86-64-v2: SSE4.2, POPCNT, no AVX
+
+
+@pytest.mark.skipif(dg.backends.cpu.baseline_isa() not in BELOW_BASELINE, reason="a native build has no baseline")
+@pytest.mark.skipif(QEMU is None, reason="qemu-user is not installed ('make deps' installs it)")
+def test_a_cpu_below_the_baseline_stops_at_load_time_with_a_message_under_qemu():
+    """Under a qemu model below the baseline the library's first initialiser (compiled for plain x86-64) must stop
+    the process with a message naming what is missing, before any instruction of the baseline that the CPU lacks
+    runs in the library or the bindings (a SIGILL is a return code of -4)."""
+    baseline = dg.backends.cpu.baseline_isa()
+    model, missing = BELOW_BASELINE[baseline]
+    code = "import dygrad; print('imported')"
+    result = subprocess.run([QEMU, "-cpu", model, sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+    assert "imported" not in result.stdout
+    assert f"dygrad: this build of libdygrad needs an {baseline} CPU, and this CPU lacks: {missing}" in result.stderr
+    assert "-DDYGRAD_ISA=native" in result.stderr

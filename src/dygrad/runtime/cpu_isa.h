@@ -17,6 +17,10 @@ std::string cpu_kernel_isa_note();
 // The CPU's features that matter to dygrad's kernels, by their /proc/cpuinfo names ("avx2 avx512f ... avx512_bf16
 // amx_bf16"), and whether it runs bf16 dot products natively.
 std::string cpu_features();
+// The ISA level the library (not the plugin) is compiled for: "x86-64-v2" (or "x86-64-v3", cmake
+// -DDYGRAD_BASELINE_ISA), "native" for a DYGRAD_ISA=native build. A CPU below it stops the process at load time
+// with a message (runtime/cpu_baseline.cpp) rather than a SIGILL later.
+const char* cpu_baseline_isa();
 bool cpu_has_avx512_bf16();
 bool cpu_has_amx_bf16();
 
