@@ -22,6 +22,11 @@ class RefCounted {
   // Returns true when this was the last reference.
   bool release() const {
     uint64_t old = state_.load(std::memory_order_relaxed);
+    // No task reference: the plain decrement. (A Task's reference is added only by a thread that holds one of its
+    // own, so if the last ordinary reference is dropped here, one added meanwhile can only come from a Task moved
+    // in under the stream's mutex; missing the hook then only returns the memory later, at reclaim.)
+    if ((old & kTaskMask) == 0) [[likely]]
+      return (state_.fetch_sub(kOne, std::memory_order_acq_rel) & kCountMask) == 1;
     for (;;) {
       const uint64_t total = old & kCountMask, tasks = (old >> kTaskShift) & kCountMask;
       if (total - 1 == tasks && tasks != 0 && !(old & kOnlyTasks)) [[unlikely]] {
@@ -72,6 +77,7 @@ class RefCounted {
   // Bits 0-30: every reference; bits 32-62: those held by queued Tasks; bit 63: on_only_task_refs() has run.
   static constexpr uint64_t kOne = 1, kTaskShift = 32, kTaskOne = uint64_t{1} << kTaskShift;
   static constexpr uint64_t kCountMask = (uint64_t{1} << 31) - 1, kOnlyTasks = uint64_t{1} << 63;
+  static constexpr uint64_t kTaskMask = kCountMask << kTaskShift;
   mutable std::atomic<uint64_t> state_{0};
 };
 

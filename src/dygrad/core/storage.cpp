@@ -30,6 +30,9 @@ std::atomic<bool> g_meta_active{false};
 std::atomic<Storage::TasksRunFn> g_tasks_run{nullptr};
 std::atomic<Storage::WaitRunFn> g_wait_run{nullptr};
 thread_local bool tls_host_allocation = false;
+// Scopes alive on any thread: while none is, an allocation need not read the thread-local flag (a TLS access in a
+// shared library is a call).
+std::atomic<int> g_host_allocation_scopes{0};
 std::mutex g_meta_mutex;
 meta::Stats g_meta;
 }  // namespace
@@ -102,8 +105,14 @@ void retag(size_t nbytes, MemoryCategory from, MemoryCategory to) {
 }
 }  // namespace meta
 
-HostAllocationScope::HostAllocationScope() : saved_(tls_host_allocation) { tls_host_allocation = true; }
-HostAllocationScope::~HostAllocationScope() { tls_host_allocation = saved_; }
+HostAllocationScope::HostAllocationScope() : saved_(tls_host_allocation) {
+  g_host_allocation_scopes.fetch_add(1, std::memory_order_relaxed);
+  tls_host_allocation = true;
+}
+HostAllocationScope::~HostAllocationScope() {
+  tls_host_allocation = saved_;
+  g_host_allocation_scopes.fetch_sub(1, std::memory_order_relaxed);
+}
 bool HostAllocationScope::active() { return tls_host_allocation; }
 
 void Storage::set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run) {
@@ -133,7 +142,10 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
   if (meta::active() && nbytes > 0) [[unlikely]] s->block_ = meta::allocate(nbytes, s->category_);
-  else s->block_ = allocator_for(device).allocate(nbytes, s->category_, /*stream_ordered=*/!tls_host_allocation);
+  else {
+    const bool host = g_host_allocation_scopes.load(std::memory_order_relaxed) != 0 && tls_host_allocation;
+    s->block_ = allocator_for(device).allocate(nbytes, s->category_, /*stream_ordered=*/!host);
+  }
   s->in_use_until_.store(s->block_.in_use_until, std::memory_order_relaxed);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
