@@ -658,6 +658,13 @@ bool all_equal(const Tensor& t, float value) {
   const std::vector<float> v = t.to_vector<float>();
   return std::all_of(v.begin(), v.end(), [&](float x) { return x == value; });
 }
+// With the gate closed: queues tmp = copy(src) and *kept = copy(tmp), then drops tmp, which only the two held Tasks
+// use now. Returns tmp's address.
+const void* queue_copies_and_drop_the_first(const Tensor& src, Tensor* kept) {
+  Tensor tmp = checked_copy(src, 0, kQueued);
+  *kept = checked_copy(tmp, 0, kQueued);
+  return tmp.storage().address();
+}
 // Opens the gate after `ms` on another thread.
 struct GateOpener {
   std::atomic<bool> opened{false};
@@ -700,13 +707,8 @@ TEST(StreamOrderedReuse, TheReusedMemoryIsTheDroppedBuffers) {
   Stream::cpu().synchronize();
   CachingAllocator::cpu().empty_cache();
   GateClosed gate;
-  const void* address = nullptr;
   Tensor kept;
-  {
-    Tensor tmp = checked_copy(src, 0, kQueued);
-    kept = checked_copy(tmp, 0, kQueued);
-    address = tmp.storage().address();
-  }
+  const void* address = queue_copies_and_drop_the_first(src, &kept);
   Tensor next = checked_copy(src, 0, kQueued);  // the best fit: tmp's block
   EXPECT_EQ(next.storage().address(), address);
   g_gate_open.store(true);
@@ -720,14 +722,9 @@ TEST(StreamOrderedReuse, HostWrittenBuffersNeverTakeMemoryQueuedTasksStillUse) {
   Stream::cpu().synchronize();
   CachingAllocator::cpu().empty_cache();
   Tensor kept, written;
-  const void* address = nullptr;
   {
     GateClosed gate;
-    {
-      Tensor tmp = checked_copy(src, 0, kQueued);
-      kept = checked_copy(tmp, 0, kQueued);
-      address = tmp.storage().address();
-    }
+    const void* address = queue_copies_and_drop_the_first(src, &kept);
     // from_vector's staging buffer is written by the host now: it must not be tmp's memory, which the held
     // Tasks have yet to write and read.
     written = from_vector<float>(std::vector<float>(kBigElements, 7.0f), kBig);
@@ -746,10 +743,7 @@ TEST(StreamOrderedReuse, AHostThreadTouchingAReusedBufferWaitsForTheTasksThatUse
   CachingAllocator::cpu().empty_cache();
   g_gate_open.store(false);
   Tensor kept;
-  {
-    Tensor tmp = checked_copy(src, 0, kQueued);
-    kept = checked_copy(tmp, 0, kQueued);
-  }
+  queue_copies_and_drop_the_first(src, &kept);
   Tensor raw = Tensor::empty(kBig);  // a C++ caller's buffer: tmp's memory, still in use
   GateOpener opener(100);
   float* p = raw.data<float>();  // waits until the held Tasks have run

@@ -113,7 +113,6 @@ HostAllocationScope::~HostAllocationScope() {
   tls_host_allocation = saved_;
   g_host_allocation_scopes.fetch_sub(1, std::memory_order_relaxed);
 }
-bool HostAllocationScope::active() { return tls_host_allocation; }
 
 void Storage::set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run) {
   g_tasks_run.store(tasks_run, std::memory_order_release);

@@ -99,7 +99,6 @@ class HostAllocationScope {
   ~HostAllocationScope();
   HostAllocationScope(const HostAllocationScope&) = delete;
   HostAllocationScope& operator=(const HostAllocationScope&) = delete;
-  static bool active();
 
  private:
   bool saved_;

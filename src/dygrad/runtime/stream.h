@@ -58,8 +58,9 @@ class Stream {
   std::string failure_message(uint64_t seq) const;
   void set_observer(StreamObserver* observer) { observer_.store(observer, std::memory_order_release); }
   // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
-  // many bytes since the oldest Task still queued was enqueued (0: no limit). Bounds the memory a host
-  // running ahead of the device keeps alive; docs/memory.md, "In-flight allocation window".
+  // many bytes since the oldest Task still queued was enqueued (0: no limit, the default). It bounds how far ahead
+  // the host runs, not memory: queued Tasks keep none alive since stream-ordered reuse (docs/memory.md,
+  // "In-flight allocation window").
   static constexpr uint64_t kDefaultInflightLimit = 0;
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
