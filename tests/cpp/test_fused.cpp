@@ -242,7 +242,7 @@ TEST(FusedRope, BothModesAndLayouts) {
     for (RopeMode mode : {RopeMode::Interleaved, RopeMode::RotateHalf}) {
       const bool half = mode == RopeMode::RotateHalf;
       Tensor y = rotary_position_embedding(bhtd, cos, sin, mode);
-      EXPECT_TRUE(y.is_contiguous());
+      EXPECT_EQ(Dims(y.strides()), Dims(bhtd.strides()));  // laid out like x: [B, T, H, D] in memory
       expect_close(y, rope_reference(values(bhtd), {B, H, T, D}, cv, sv, half, 2), tol, tol, "BHTD view");
       Tensor y2 = rotary_position_embedding(bthd, non_contiguous(cos), non_contiguous(sin), mode, RopeLayout::BTHD);
       expect_shape(y2, {B, T, H, D});
@@ -523,6 +523,40 @@ TEST(FusedAttention, FourDimOutputIsStoredTokenMajor) {
   expect_shape(out, {2, 3, 4, 8});
   EXPECT_TRUE(transpose(out, 1, 2).is_contiguous());  // [B, T, H, Dv] storage: the merge of heads is free
   EXPECT_FALSE(out.is_view());
+}
+
+// q, k, v as [B, H, T, D] views of [B, T, H, D] storage (a fused QKV projection): the gradients come back in that
+// layout (so the permute's gradient is the contiguous leaf gradient, no copy), with the reference's values, on the
+// direct (float32) and the accumulating (bfloat16) paths; rotary's gradient keeps it too.
+TEST(FusedAttention, GradientsAreLaidOutLikeTheInputs) {
+  const int64_t B = 2, H = 3, T = 70, D = 16;
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    const double tol = dtype == DType::Float32 ? 2e-4 : 3e-2;
+    AttentionInputs in = make_inputs(B, H, T, T, D, D, dtype, 140);
+    std::vector<double> q = values(in.q), k = values(in.k), v = values(in.v);
+    AttentionCase c{B * H, T, T, D, D, 1.0 / std::sqrt(double(D)), true};
+    const std::vector<int64_t> swap{0, 2, 1, 3};
+    Tensor leaves[3] = {contiguous(permute(in.q, swap)), contiguous(permute(in.k, swap)), contiguous(permute(in.v, swap))};
+    for (Tensor& t : leaves) t.set_requires_grad(true);
+    Tensor out = scaled_dot_product_attention(permute(leaves[0], swap), permute(leaves[1], swap), permute(leaves[2], swap),
+                                              Tensor(), 0.0, true);
+    Tensor dout = random_tensor({B, H, T, D}, dtype, 141);
+    sum(mul(out, dout)).backward();
+    std::vector<double> dq, dk, dv;
+    attention_reference_grads(c, q, k, v, values(dout), dq, dk, dv);
+    const std::vector<double>* expected[3] = {&dq, &dk, &dv};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(leaves[i].grad().is_contiguous()) << dtype_name(dtype) << " input " << i;
+      expect_close(permute(leaves[i].grad(), swap), *expected[i], tol, tol, std::string("grad ") + dtype_name(dtype));
+    }
+  }
+  const std::vector<int64_t> swap{0, 2, 1, 3};
+  Tensor x = random_tensor({2, 5, 3, 8}, DType::Float32, 142);
+  x.set_requires_grad(true);
+  Tensor cos = random_tensor({5, 4}, DType::Float32, 143), sin = random_tensor({5, 4}, DType::Float32, 144);
+  sum(mul(rotary_position_embedding(permute(x, swap), cos, sin, RopeMode::Interleaved),
+          random_tensor({2, 3, 5, 8}, DType::Float32, 145))).backward();
+  EXPECT_TRUE(x.grad().is_contiguous());
 }
 
 TEST(FusedAttention, FullyMaskedRowGivesZeros) {

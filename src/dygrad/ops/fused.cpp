@@ -9,6 +9,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/index.h"
+#include "dygrad/ops/layout.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
@@ -129,12 +130,12 @@ namespace {
 void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
 }  // namespace
 
-// Scratch of the CPU kernel (backend/cpu/fused_rope.cpp): per pool thread, x's row and one row each of cos and
-// sin, in the compute type. x is [a0, a1, a2, dim].
+// Scratch of the CPU kernel (backend/cpu/fused_rope.cpp): per pool thread, x's row and the expanded rows of cos
+// and sin (D entries each), in the compute type. x is [a0, a1, a2, dim].
 size_t rope_scratch(const Task& t) {
   const Tensor& x = t.inputs[0];
   const int64_t dim = x.shape()[3], rows = x.shape()[0] * x.shape()[1] * x.shape()[2];
-  return static_cast<size_t>(dim + 2 * (dim / 2)) * compute_itemsize(x.dtype()) * scratch_workers(rows);
+  return static_cast<size_t>(3 * dim) * compute_itemsize(x.dtype()) * scratch_workers(rows);
 }
 const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.backward = rope_backward, .scratch = rope_scratch});
 const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>(), {.scratch = rope_scratch});
@@ -154,7 +155,7 @@ void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   RopeAttrs attrs = n.attrs.get<RopeAttrs>();
   attrs.inverse = true;
   Tensor grad = to(g[0], cos.dtype());
-  Tensor grad_x = Tensor::empty(grad.shape(), grad.dtype());
+  Tensor grad_x = empty_rows_like(grad, grad.dtype());
   enqueue(op_rope_backward, {grad, cos, sin}, {grad_x}, attrs);
   gi[0] = grad_x;
 }
@@ -178,7 +179,9 @@ Tensor rotary_position_embedding(const Tensor& x, const Tensor& cos, const Tenso
   DG_CHECK(is_floating(cos.dtype()) && is_floating(sin.dtype()), Type, "[", name, "] cos and sin must be floating, got ",
            dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
   Tensor c = to(detach(cos), x.dtype()), s = to(detach(sin), x.dtype());
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  // Laid out like x (a q/k view of a qkv projection stays in [B, T, H, D] memory order): both are then walked
+  // in order (backend/cpu/fused_rope.cpp).
+  Tensor y = empty_rows_like(x, x.dtype());
   const Attrs attrs = RopeAttrs{mode == RopeMode::RotateHalf, time_dim};
   enqueue(op_rope, {x, c, s}, {y}, attrs);
   if (needs_grad_any({x})) {

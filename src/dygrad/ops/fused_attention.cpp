@@ -8,6 +8,7 @@
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
+#include "dygrad/ops/layout.h"
 #include "dygrad/ops/linalg.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/nn.h"
@@ -115,8 +116,10 @@ void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi
   if (grad_enabled()) return attention_composed(n, g[0], gi);
   Tensor q = n.saved(0), k = n.saved(1), v = n.saved(2), out = n.saved(3), lse = n.saved(4), mask = n.saved(5);
   Tensor grad = to(g[0], q.dtype());
-  Tensor grad_q = Tensor::empty(q.shape(), q.dtype()), grad_k = Tensor::empty(k.shape(), k.dtype()),
-         grad_v = Tensor::empty(v.shape(), v.dtype());
+  // Each gradient laid out like its input (q, k, v of a fused projection are [B, T, H, D] in memory): the ops
+  // that take them next (rotary's backward, the join of the q, k, v gradients) then walk memory in order.
+  Tensor grad_q = empty_rows_like(q, q.dtype()), grad_k = empty_rows_like(k, k.dtype()),
+         grad_v = empty_rows_like(v, v.dtype());
   if (mask.defined()) enqueue(op_attention_backward, {grad, q, k, v, out, lse, mask}, {grad_q, grad_k, grad_v}, n.attrs);
   else enqueue(op_attention_backward, {grad, q, k, v, out, lse}, {grad_q, grad_k, grad_v}, n.attrs);
   if (n.needs_grad(0)) gi[0] = grad_q;

@@ -48,4 +48,12 @@ Tensor empty_elementwise(IntSpan shape, DType dtype, std::span<const Tensor> inp
   return Tensor::empty_strided(shape, dense_strides(shape, std::span<const size_t>(order.begin(), order.end())), dtype);
 }
 
+Tensor empty_rows_like(const Tensor& like, DType dtype) {
+  const Tensor inputs[1] = {like};
+  Tensor out = empty_elementwise(like.shape(), dtype, inputs);
+  if (out.dim() > 0 && out.strides()[out.dim() - 1] != 1 && out.shape()[out.dim() - 1] > 1)
+    return Tensor::empty(like.shape(), dtype);
+  return out;
+}
+
 }  // namespace dg

@@ -17,4 +17,9 @@ Dims dense_strides(IntSpan shape, std::span<const size_t> order);
 // undecided dims keep their logical order. Contiguous when that order is the logical one.
 Tensor empty_elementwise(IntSpan shape, DType dtype, std::span<const Tensor> inputs);
 
+// The output of a row-wise op (one that reads and writes whole rows of the last dim: rotary embedding, the
+// attention gradients) laid out like `like`: empty_elementwise's order when it keeps the last dim innermost
+// (the kernels want unit column stride), else contiguous.
+Tensor empty_rows_like(const Tensor& like, DType dtype);
+
 }  // namespace dg

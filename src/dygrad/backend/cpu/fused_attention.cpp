@@ -39,7 +39,7 @@
 // dtype: the log-sum-exp of each row, N = prod(L)).
 //   void attention_kernel(Task& task);
 // inputs (grad_out[L..., T, Dv], query, key, value, out, lse, then mask as above), same attributes;
-// outputs (grad_query, grad_key, grad_value), contiguous.
+// outputs (grad_query, grad_key, grad_value) with unit column stride, any row and batch strides.
 //   void attention_backward_kernel(Task& task);
 
 namespace dg::cpu {
@@ -241,20 +241,24 @@ void attention_backward(Task& task, const Config& cfg) {
   const Batched<S> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
   const T* lse_all = task.inputs[5].data<T>();
   const MaskView mask(task, 6, cfg.mask_kind);
-  S* grad_q = task.outputs[0].data<S>();
-  S* grad_k = task.outputs[1].data<S>();
-  S* grad_v = task.outputs[2].data<S>();
+  // The gradients: unit column stride, any row and batch strides (laid out like q, k, v by ops/fused_attention.cpp).
+  const Batched<S> gq(task.outputs[0]), gk(task.outputs[1]), gv(task.outputs[2]);
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
   const T scale = static_cast<T>(cfg.scale);
   parallel_chunks(batch, [&](int64_t n) {
     // 16-bit floats: accumulate in float buffers, rounded once at the end.
+    // dq, dk, dv: rows with leading dims ldq_out, ldk_out, ldv_out (the outputs themselves, or float buffers).
     std::vector<T> dq_acc, dk_acc, dv_acc;
     T *dq, *dk, *dv;
+    int64_t ldq_out = D, ldk_out = D, ldv_out = Dv;
     if constexpr (kDirect) {
-      dq = grad_q + n * T_len * D;
-      dk = grad_k + n * S_len * D;
-      dv = grad_v + n * S_len * Dv;
+      dq = const_cast<S*>(gq.matrix(n));
+      dk = const_cast<S*>(gk.matrix(n));
+      dv = const_cast<S*>(gv.matrix(n));
+      ldq_out = gq.row_stride;
+      ldk_out = gk.row_stride;
+      ldv_out = gv.row_stride;
     } else {
       dq_acc.resize(static_cast<size_t>(T_len * D));
       dk_acc.resize(static_cast<size_t>(S_len * D));
@@ -263,8 +267,11 @@ void attention_backward(Task& task, const Config& cfg) {
       dk = dk_acc.data();
       dv = dv_acc.data();
     }
+    auto zero_rows = [](T* m, int64_t r0, int64_t count, int64_t cols, int64_t ld) {
+      for (int64_t r = r0; r < r0 + count; ++r) std::fill(m + r * ld, m + r * ld + cols, T(0));
+    };
     // dQ is written (beta 0) by the first key tile, which every query row sees; dK and dV per key tile.
-    if (S_len == 0) std::fill(dq, dq + T_len * D, T(0));
+    if (S_len == 0) zero_rows(dq, 0, T_len, D, ldq_out);
     const T* lse = lse_all + n * T_len;
     const S* q_matrix = q.matrix(n);
     const S* k_matrix = k.matrix(n);
@@ -291,8 +298,8 @@ void attention_backward(Task& task, const Config& cfg) {
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
       transpose_into(kb, nk_block, D, ldk, kt_pack.data(), nk_block);   // K_blk^T [D, nk_block]
       transpose_into(vb, nk_block, Dv, ldv, vt_pack.data(), nk_block);  // V_blk^T [Dv, nk_block]
-      std::fill(dk + k0 * D, dk + (k0 + nk_block) * D, T(0));
-      std::fill(dv + k0 * Dv, dv + (k0 + nk_block) * Dv, T(0));
+      zero_rows(dk, k0, nk_block, D, ldk_out);
+      zero_rows(dv, k0, nk_block, Dv, ldv_out);
       // Causal: query rows i < k0 see no key of this block.
       const int64_t first_query = cfg.causal ? (k0 / kQueryBlock) * kQueryBlock : 0;
       for (int64_t q0 = first_query; q0 < T_len; q0 += kQueryBlock) {
@@ -313,20 +320,25 @@ void attention_backward(Task& task, const Config& cfg) {
           else for (int64_t j = 0; j < nk; ++j) row[j] -= l;
         }
         for (int64_t e = 0; e < nq * nk; ++e) p[e] = vm::exp_nonpositive(p[e]);  // s - L: <= 0 up to rounding
-        tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * Dv, Dv);
+        tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * ldv_out, ldv_out);
         tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack.data(), nk_block, T(0), dp, nk);
         for (int64_t i = 0; i < nq; ++i) {
           const T r = row_dot[static_cast<size_t>(q0 + i)];
           for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - r);
         }
-        tile_gemm(false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * D, D);
-        tile_gemm(true, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * D, D);
+        tile_gemm(false, nq, D, nk, scale, dp, nk, kb, ldk, k0 == 0 ? T(0) : T(1), dq + q0 * ldq_out, ldq_out);
+        tile_gemm(true, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * ldk_out, ldk_out);
       }
     }
     if constexpr (!kDirect) {
-      for (int64_t i = 0; i < T_len * D; ++i) grad_q[n * T_len * D + i] = static_cast<S>(dq[i]);
-      for (int64_t i = 0; i < S_len * D; ++i) grad_k[n * S_len * D + i] = static_cast<S>(dk[i]);
-      for (int64_t i = 0; i < S_len * Dv; ++i) grad_v[n * S_len * Dv + i] = static_cast<S>(dv[i]);
+      auto store = [](const Batched<S>& out, int64_t m, const T* acc, int64_t rows, int64_t cols) {
+        S* dst = const_cast<S*>(out.matrix(m));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) dst[r * out.row_stride + c] = static_cast<S>(acc[r * cols + c]);
+      };
+      store(gq, n, dq, T_len, D);
+      store(gk, n, dk, S_len, D);
+      store(gv, n, dv, S_len, Dv);
     }
   });
 }
