@@ -338,15 +338,28 @@ def main(argv=None):
     first_loss = last_loss = None
     step_times = []
     prof = start_profiler(args, start, cfg, batch, seq, model, optimizer, peak) if args.profile else None
-    # The loop never waits for the step it just issued: step i's loss is read after step i+1 has been
-    # enqueued, so the host runs ahead of the stream and the device never idles while Python logs. A step's
-    # time is the wall time between consecutive loop iterations (the throughput the run achieves).
-    pending = None  # (step, loss tensor, lr, data wait) of the step issued last, not yet reported
-    t_prev = time.perf_counter()
+    # The loop never waits for the step it just issued: step i is reported after step i+1 has been enqueued,
+    # so the host runs ahead of the stream and the device never idles while Python logs. A step's time is taken
+    # when the report has waited for the step's last op (a stream mark after the optimizer: its loss alone
+    # needs only the forward): the wall time from the previous step's end (or from the loop's start, or from
+    # the end of a checkpoint, an evaluation or a profiler report, whose time is left out) to this one's. In
+    # steady state that is the throughput the run achieves, and the first step counts its whole time.
+    pending = None  # (step, loss tensor, lr, data wait, stream mark) of the step issued last, not yet reported
+    t_read = time.perf_counter()  # when the last loss was read (or timing last restarted)
+    excluded = 0.0  # time since t_read spent outside the steps (a profiler report)
 
-    def report(step, loss, lr, data_wait, dt):
-        nonlocal first_loss, last_loss
+    def restart_timing():
+        nonlocal t_read, excluded
+        t_read, excluded = time.perf_counter(), 0.0
+
+    def report(step, loss, lr, data_wait, mark):
+        nonlocal first_loss, last_loss, t_read, excluded
         last_loss = loss.float().item()
+        dg._C._stream_wait(mark)
+        now = time.perf_counter()
+        dt = max(now - t_read - excluded, 1e-9)
+        t_read, excluded = now, 0.0
+        step_times.append(dt)
         if first_loss is None:
             first_loss = last_loss
         tok_s = batch * seq * world / dt
@@ -381,6 +394,7 @@ def main(argv=None):
         try:
             report(*pending)
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
+            restart_timing()
             failed_steps.append(step + 1)
             metrics.write(json.dumps({"step": step + 1, "error": str(e), "skipped": args.on_error == "skip"}) + "\n")
             metrics.flush()
@@ -405,20 +419,18 @@ def main(argv=None):
             optimizer.step()
             if pending is not None:
                 report_or_skip(pending)
-            now = time.perf_counter()
-            dt, t_prev = now - t_prev, now
-            step_times.append(dt)
-            pending = (step, loss, lr, loader.last_wait, dt)
+            pending = (step, loss, lr, loader.last_wait, dg._C._stream_mark())
             if prof is not None:
-                prof.step()  # may stop a profiling cycle and write its report: not part of the next step
-                t_prev = time.perf_counter()
+                t_prof = time.perf_counter()
+                prof.step()  # may stop a profiling cycle and write its report: not part of any step
+                excluded += time.perf_counter() - t_prof
             done = step + 1
             if done == args.steps or done % args.save_interval == 0 or done % args.eval_interval == 0:
                 # A checkpoint or an evaluation follows this step: report it now (both sync anyway, and
-                # neither may see the next step's update).
+                # neither may see the next step's update); the next step is timed from their end.
                 report_or_skip(pending)
                 pending = None
-                t_prev = time.perf_counter()
+                restart_timing()
             if args.halt_after is not None and done - start >= args.halt_after:
                 pending = None  # stop as a crash would: the unreported step is lost
                 break

@@ -200,11 +200,23 @@ void init_runtime(nb::module_& m) {
     }
     nb::module_::import_("dygrad._C").attr("_drain_pending_releases")();
   }, "Waits until every queued op has run; raises a deferred kernel error.");
+  // A point in the stream and a wait for it (what a CUDA event's record and synchronize give): the training CLI
+  // times a step at the end of its last Task, not at its loss (which only needs the forward).
+  m.def("_stream_mark", [] { return Stream::cpu().enqueued(); }, "The sequence number of the op enqueued last.");
+  m.def("_stream_wait", [](uint64_t seq) {
+    profiler::HostOpScope scope("synchronize");
+    {
+      nb::gil_scoped_release release;
+      Stream::cpu().wait_for(seq);
+    }
+    nb::module_::import_("dygrad._C").attr("_drain_pending_releases")();
+  }, nb::arg("seq"), "Waits until the op of sequence number `seq` (and every one before it) has run; raises a "
+     "deferred kernel error.");
   m.def("set_inflight_allocation_limit", [](int64_t bytes) {
     DG_CHECK(bytes >= 0, Value, "[set_inflight_allocation_limit] expected a byte count >= 0 (0: no limit), got ", bytes);
     Stream::cpu().set_inflight_allocation_limit(static_cast<uint64_t>(bytes));
   }, nb::arg("bytes"), "At each enqueue the host waits while it has allocated more than `bytes` since the oldest "
-     "queued op was enqueued (0: no limit). Bounds the memory kept alive while the host runs ahead of the device.");
+     "queued op was enqueued (0: no limit). Bounds how far the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
   // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not the AVX-512 plugin, the CPU's flags.
