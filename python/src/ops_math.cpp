@@ -103,11 +103,35 @@ PyObject* pow_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
   if (!input || !to_operand("pow_", "exponent", a[1], exponent)) return nullptr;
   return guarded([&] {
     Tensor r = exponent.tensor ? pow(*input, *exponent.tensor) : pow(*input, exponent.scalar);
-    DG_CHECK(!is_floating(r.dtype()) || is_floating(input->dtype()), Type, "[pow_] result type ", dtype_name(r.dtype()),
+    DG_CHECK(!is_floating(r.dtype()) || is_floating(input->dtype()), Runtime, "[pow_] result type ", dtype_name(r.dtype()),
              " can't be cast to the desired output type ", dtype_name(input->dtype()));
     copy_(unwrap(a[0]), r);
     Py_INCREF(a[0]);
     return a[0];
+  });
+}
+
+// square(input) / Tensor.square_(): pow(input, 2), as torch composes it (so bool squares to int64, and the
+// gradient is pow's).
+template <bool Inplace>
+PyObject* square_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = Inplace ? "square_" : "square";
+  static const Signature sig(name, {Inplace ? "self" : "input"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, Inplace ? "self" : "input", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] {
+    Tensor r = pow(*input, Scalar(int64_t(2)));
+    if constexpr (!Inplace) {
+      return wrap(r);
+    } else {
+      DG_CHECK(r.dtype() == input->dtype(), Runtime, "[square_] result type ", dtype_name(r.dtype()),
+               " can't be cast to the desired output type ", dtype_name(input->dtype()));
+      copy_(unwrap(a[0]), r);
+      Py_INCREF(a[0]);
+      return a[0];
+    }
   });
 }
 
@@ -154,7 +178,7 @@ PyObject* pow_inplace_slot(PyObject* a, PyObject* b, PyObject* modulo) {
   return guarded([&] {
     Tensor& target = unwrap(a);
     Tensor r = is_tensor(b) ? pow(target, unwrap(b)) : pow(target, s);
-    DG_CHECK(!is_floating(r.dtype()) || is_floating(target.dtype()), Type, "[pow_] result type ", dtype_name(r.dtype()),
+    DG_CHECK(!is_floating(r.dtype()) || is_floating(target.dtype()), Runtime, "[pow_] result type ", dtype_name(r.dtype()),
              " can't be cast to the desired output type ", dtype_name(target.dtype()));
     copy_(target, r);
     Py_INCREF(a);
@@ -218,6 +242,8 @@ void init_ops_math(nb::module_& m) {
       {"relu_", relu_inplace_entry, "relu_(input) -> Tensor: in place, returns input", true, true},
       {"pow", pow_entry, "pow(input, exponent) -> Tensor: Tensor or number base and exponent", true, true},
       {"pow_", pow_inplace_entry, "pow_(exponent) -> Tensor: in place, returns self", false, true},
+      {"square", square_entry<false>, "square(input) -> Tensor: pow(input, 2)", true, true},
+      {"square_", square_entry<true>, "square_() -> Tensor: in place, returns self", false, true},
       {"maximum", binary_tensor_entry<"maximum", maximum>, "maximum(input, other) -> Tensor: elementwise max", true, true},
       {"logaddexp", binary_tensor_entry<"logaddexp", logaddexp>, "logaddexp(input, other) -> Tensor", true, true},
       {"minimum", binary_tensor_entry<"minimum", minimum>, "minimum(input, other) -> Tensor: elementwise min", true, true},

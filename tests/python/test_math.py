@@ -92,8 +92,29 @@ def test_pow_forms_and_operator():
     x **= 2
     assert x is y and x.tolist() == [1.0, 4.0, 9.0]
     assert x.pow_(0.5) is x and x.tolist() == [1.0, 2.0, 3.0]
-    with pytest.raises(TypeError, match=r"\[pow_\]"):
+    with pytest.raises(RuntimeError, match=r"\[pow_\]"):  # torch: RuntimeError, result type can't be cast
         dg.tensor([1, 2]).pow_(0.5)
+    with pytest.raises(RuntimeError, match=r"\[pow_\]"):
+        i2 = dg.tensor([1, 2])
+        i2 **= 0.5
+
+
+def test_square_is_pow_two():
+    # torch composes square as pow(input, 2): bool squares to int64, integers stay integers, the gradient is 2x.
+    for values in ([1, -2, 3], [True, False], [1.5, -2.0], [[0.5, 2.0], [3.0, -1.0]]):
+        d, t = dg.tensor(values), torch.tensor(values)
+        assert str(dg.square(d).dtype).split(".")[-1] == str(torch.square(t).dtype).split(".")[-1]
+        assert dg.square(d).tolist() == torch.square(t).tolist() and d.square().tolist() == t.square().tolist()
+    d, t = pair((3, 4), transposed=True, requires_grad=True)
+    dg.square(d).sum().backward()
+    torch.square(t).sum().backward()
+    close(d.grad, t.grad)
+    x = dg.tensor([3, -4])
+    assert x.square_() is x and x.tolist() == [9, 16]
+    with pytest.raises(RuntimeError, match=r"\[square_\] result type int64 can't be cast to the desired output type bool"):
+        dg.tensor([True]).square_()
+    with pytest.raises(TypeError, match=r"square"):
+        dg.square([1.0])
     with pytest.raises(TypeError):
         d ** "x"
 
