@@ -157,6 +157,20 @@ def test_uninitialized_calls_raise_like_torch():
         dist.init_process_group("nccl")
 
 
+@needs_mpi
+def test_ranks_start_mpi_with_dygrads_openmpi_settings(collectives):
+    # docs/distributed.md, "OpenMPI settings": set before MPI_Init; the collectives above ran with them.
+    for r in (0, 1):
+        assert collectives[r]["mca"] == dist.MPI_DEFAULTS
+
+
+def test_openmpi_settings_leave_the_users_choice(monkeypatch):
+    env = {"OMPI_MCA_btl_vader_single_copy_mechanism": "cma"}  # as `mpirun --mca ... cma` passes it
+    monkeypatch.setattr(os, "environ", env)
+    dist._mpi_environment_defaults()
+    assert env == {"OMPI_MCA_btl_vader_single_copy_mechanism": "cma", "OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
 def test_launcher_builds_the_mpirun_command():
     command = mpirun_command(3, "train.py", ["--steps", "2"], python="/usr/bin/python3")
     assert command[1:3] == ["-n", "3"] and "--bind-to" in command and command[-4:] == ["/usr/bin/python3",

@@ -24,10 +24,10 @@ def mpirun_prefix(nproc):
     command = [mpirun, "-n", str(nproc), "--oversubscribe", "--bind-to", "none"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-run-as-root")  # containers and CI machines run as root
-    # A rank that waits for a message yields its core to compute instead of spinning on it. --enable-recovery:
-    # when a rank dies, mpirun lets the others run, and they raise an error naming it (docs/distributed.md)
-    # instead of being killed.
-    command += ["--mca", "mpi_yield_when_idle", "1", "--enable-recovery"]
+    # init_process_group starts MPI with dygrad's OpenMPI settings (MPI_DEFAULTS: yield when idle, ...).
+    # --enable-recovery: when a rank dies, mpirun lets the others run, and they raise an error naming it
+    # (docs/distributed.md) instead of being killed.
+    command += ["--enable-recovery"]
     return command
 
 

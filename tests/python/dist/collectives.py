@@ -32,6 +32,7 @@ def source(r, dtype):
 dist.init_process_group(backend="mpi", timeout=timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 out("world", [rank, world, dist.is_initialized(), dist.get_backend()])
+out("mca", {name: os.environ.get("OMPI_MCA_" + name) for name in dist.MPI_DEFAULTS})
 
 for dtype in ("float32", "float64", "bfloat16", "float16", "int64", "int32", "uint8"):
     for op in ("SUM", "MAX", "MIN", "PRODUCT") + (("AVG",) if dtype.startswith(("float", "bfloat")) else ()):
