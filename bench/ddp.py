@@ -131,7 +131,7 @@ def main():
               f"{rows['d2ns'][-1]:.0f}" + (f"; one-core baselines: torch {rows['t1c'][-1]:.0f} (linearity "
               f"{rows['t2'][-1] / (2 * rows['t1c'][-1]):.3f}), dygrad {rows['d1c'][-1]:.0f} (linearity "
               f"{rows['d2'][-1] / (2 * rows['d1c'][-1]):.3f})" if args.one_core_baseline else ""), flush=True)
-    med = {k: statistics.median(v) for k, v in rows.items()}
+    med = {k: statistics.median(v) for k, v in rows.items() if v}
     lin_t = statistics.median(t2 / (2 * t1) for t1, t2 in zip(rows["t1"], rows["t2"]))
     lin_d = statistics.median(d2 / (2 * d1) for d1, d2 in zip(rows["d1"], rows["d2"]))
     comm = statistics.median((s - n) / s for s, n in zip(rows["d2step"], rows["d2nsstep"]))
