@@ -66,7 +66,8 @@ def test_a_cached_block_is_split_and_merged_back():
     y = dg.empty(20 * MiB // 4, dtype=dg.float32)
     assert x.data_ptr() == base and y.data_ptr() == base + 40 * MiB  # both from the cached 64 MiB block
     assert dg.memory_reserved() == r0
-    assert dg.memory_stats()["inactive_split_bytes.all.current"] >= 4 * MiB
+    s = dg.memory_stats()  # the 4 MiB tail stays cached (mapped, in an expandable segment: not inactive_split,
+    assert s["reserved_bytes.all.current"] - s["active_bytes.all.current"] >= 4 * MiB  # empty_cache can return it)
     del x, y
     settle()
     z = dg.empty(64 * MiB // 4, dtype=dg.float32)  # the pieces merged back
@@ -191,9 +192,13 @@ def test_snapshot_is_read_by_torchs_memory_viz_with_dygrads_totals(tmp_path, his
     entries = snap["device_traces"][0]
     traced = memory_viz.trace(snap)
     assert traced.startswith(f"Device 0 ----------------\n{len(entries)} entries\n")
-    assert "cudaMalloc(" in traced and "del " in traced and "# free completed for" in traced
+    assert "del " in traced and "# free completed for" in traced
     actions = {e["action"] for e in entries}
-    assert {"alloc", "free_requested", "free_completed", "segment_alloc"} <= actions
+    # Expandable segments (the default) map pages into a reserved range: torch's segment_map entries, and each
+    # contiguous mapped range is a segment with is_expandable set (as torch's snapshot reports them).
+    assert {"alloc", "free_requested", "free_completed", "segment_map"} <= actions
+    assert "'action': 'segment_map'" in traced
+    assert all(s["is_expandable"] for s in snap["segments"])
     # The trace's allocs and frees account for the change of allocated over the recording.
     live_blocks = {b["address"]: b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"}
     big = kept[2]
