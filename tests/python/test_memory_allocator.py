@@ -77,6 +77,35 @@ def test_a_cached_block_is_split_and_merged_back():
     dg.empty_cache()
 
 
+def test_expandable_segments_merge_free_space_and_empty_cache_unmaps_it_beside_live_tensors():
+    settle()
+    dg.empty_cache()
+    assert dg._C._expandable_segments()  # the default
+    r0 = dg.memory_reserved()
+    a = dg.ones(16 * MiB // 4, dtype=dg.float32)
+    b = dg.ones(16 * MiB // 4, dtype=dg.float32)
+    fence = dg.ones(2 * MiB // 4, dtype=dg.float32)
+    assert b.data_ptr() == a.data_ptr() + 16 * MiB  # one reserved range, mapped on demand
+    base = a.data_ptr()
+    del a, b
+    settle()
+    s0 = dg.memory_stats()
+    c = dg.empty(30 * MiB // 4, dtype=dg.float32)  # the two freed blocks merged
+    assert c.data_ptr() == base and dg.memory_stats()["cache_hits"] == s0["cache_hits"] + 1
+    del c
+    settle()
+    before = rss_bytes()
+    dg.empty_cache()  # the 32 MiB beside the live fence go back to the system
+    assert dg.memory_reserved() <= s0["reserved_bytes.all.current"] - 32 * MiB
+    assert dg.memory_stats()["unmapped_bytes_total"] >= s0["unmapped_bytes_total"] + 32 * MiB
+    assert before - rss_bytes() > 28 * MiB
+    assert fence[-1].item() == 1.0
+    del fence
+    settle()
+    dg.empty_cache()
+    assert dg.memory_reserved() <= r0
+
+
 def test_empty_cache_returns_memory_to_the_os():
     settle()
     dg.empty_cache()
