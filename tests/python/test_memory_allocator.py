@@ -291,3 +291,28 @@ def test_report_shows_the_snapshot_timeline_by_category(tmp_path, history):
         pickle.dump({"segments": [], "device_traces": [[]], "evil": os.system}, f)  # refuses objects
     assert "cannot be read" in report._snapshot_file_section({"dir": str(tmp_path)})
     del kept
+
+
+def test_expandable_segments_under_an_address_space_limit():
+    # RLIMIT_AS counts reserved address space: the ranges shrink to an eighth of the limit, and a pool that
+    # outgrows one reserves another (a request larger than the range gets a range of its own).
+    code = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+import dygrad as dg
+MiB = 1 << 20
+r0 = dg.memory_reserved()
+ts = [dg.empty(400 * MiB, dtype=dg.uint8) for _ in range(3)]
+big = dg.empty(1024 * MiB, dtype=dg.uint8)
+assert dg.memory_allocated() >= 2224 * MiB, dg.memory_allocated()
+assert dg.memory_reserved() - r0 >= 2224 * MiB
+snap = dg.memory.snapshot()
+assert sum(s["total_size"] for s in snap["segments"]) == dg.memory_reserved()
+del ts, big
+dg.synchronize()
+dg.empty_cache()
+assert dg.memory_reserved() - r0 < 8 * MiB, dg.memory_reserved() - r0
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -248,21 +249,34 @@ void CachingAllocator::erase_free(Node* node) {
 // --- expandable segments ---------------------------------------------------------------------------------------
 namespace {
 // The size of a reserved range: the machine's memory (a pool never needs more; another range is reserved if it
-// does), at least 1 GiB. DYGRAD_ALLOC_RESERVE (bytes) overrides it.
+// does), at least 1 GiB; under an address-space limit (RLIMIT_AS), an eighth of it (at least 64 MiB), so that
+// reserved ranges leave the rest of the limit to the process. DYGRAD_ALLOC_RESERVE (bytes) overrides it.
 size_t reserve_bytes() {
-  static const size_t bytes = [] {
-    if (const char* v = std::getenv("DYGRAD_ALLOC_RESERVE"); v && *v) return static_cast<size_t>(std::strtoull(v, nullptr, 10));
+  static const size_t machine = [] {
+    if (const char* v = std::getenv("DYGRAD_ALLOC_RESERVE"); v && *v)
+      return round_up(std::max<size_t>(std::strtoull(v, nullptr, 10), 1), size_t{2} << 20);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
     return std::max<size_t>(round_up(ram, size_t{1} << 30), size_t{1} << 30);
   }();
-  return bytes;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    return std::min(machine, std::max(round_down(static_cast<size_t>(limit.rlim_cur) / 8, size_t{2} << 20),
+                                      size_t{64} << 20));
+  return machine;
 }
 }  // namespace
 
 CachingAllocator::Segment* CachingAllocator::reserve_segment_locked(bool small, size_t at_least) {
-  const size_t bytes = std::max(reserve_bytes(), round_up(at_least, size_t{2} << 20));
+  // Under an address-space limit (RLIMIT_AS, `ulimit -v`: reserved address space counts) the machine-sized range
+  // may be refused: then halve it, down to the request (another range is reserved when one is full).
+  const size_t needed = round_up(at_least, size_t{2} << 20);
+  size_t bytes = std::max(reserve_bytes(), needed);
   void* p = reserve_range(bytes);
+  while (!p && bytes > needed) {
+    bytes = std::max(round_up(bytes / 2, size_t{2} << 20), needed);
+    p = reserve_range(bytes);
+  }
   if (!p) return nullptr;
   auto* segment = new Segment();
   segment->base = static_cast<char*>(p);
