@@ -10,7 +10,10 @@ prints:
   peak allocated (the allocator's reserved_bytes_at_peak; an allocator without it is measured through the
   profiler's memory samples, the same instant);
 - reserved / peak allocated: peak reserved over peak allocated;
-- peak RSS above the post-import baseline (MB).
+- peak RSS above the post-import baseline (MB);
+- with expandable segments, the MiB mapped per step after the second (pages that fault in again when touched:
+  the cost of giving free pages back at a miss), the process's minor page faults per step after the second
+  (kernel scratch included; load-insensitive) and the median step time.
 
 The interpreters alternate over --rounds rounds; figures are per process (they are deterministic up to the
 stream's timing, so rounds mostly show that).
@@ -18,8 +21,10 @@ stream's timing, so rounds mostly show that).
 import argparse
 import os
 import resource
+import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,14 +49,24 @@ def worker(cfg, steps):
     if not direct:  # an allocator without the statistic (main before issue 15): the profiler's samples
         prof = dg.profiler.profile(profile_memory=True)
         prof.__enter__()
-    for _ in range(steps):
+    times, mapped_after_2 = [], None
+    for i in range(steps):
+        t = time.perf_counter()
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         dg.synchronize()
+        times.append(time.perf_counter() - t)
+        if i == 1:
+            mapped_after_2 = dg.memory_stats().get("mapped_bytes_total", 0)
+            faults_after_2 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     final_loss = loss.item()
     s = dg.memory_stats()
+    mapped_per_step = ((s.get("mapped_bytes_total", 0) - mapped_after_2) / (steps - 2) / 2**20
+                       if steps > 2 and mapped_after_2 is not None else 0.0)
+    faults_per_step = ((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_after_2) / (steps - 2)
+                       if steps > 2 else 0.0)
     if direct:
         peak, at_peak, peak_reserved = s["peak_allocated_bytes"], s["reserved_bytes_at_peak"], s["peak_reserved_bytes"]
     else:
@@ -64,7 +79,9 @@ def worker(cfg, steps):
     print(f"frag cfg {cfg} steps {steps} peak_allocated {peak} reserved_at_peak {at_peak} "
           f"peak_reserved {peak_reserved} frag_pct {100 * (at_peak - peak) / peak:.2f} "
           f"reserved_ratio {peak_reserved / peak:.3f} segments {s.get('segment.all.current', -1)} "
-          f"peak_rss_above_base_mb {rss - base_rss:.0f} loss {final_loss:.3f} measured_by "
+          f"peak_rss_above_base_mb {rss - base_rss:.0f} mapped_mib_per_step {mapped_per_step:.2f} "
+          f"page_faults_per_step {faults_per_step:.0f} "
+          f"step_s {statistics.median(times[1:] or times):.3f} loss {final_loss:.3f} measured_by "
           f"{'allocator' if direct else 'profiler'}")
 
 

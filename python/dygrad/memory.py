@@ -3,8 +3,9 @@
 The names follow torch.cuda.memory: memory_allocated / memory_reserved / memory_stats / empty_cache, and the
 snapshot API `_record_memory_history`, `_snapshot`, `_dump_snapshot` (also spelt without the underscore:
 record_history, snapshot, dump_snapshot). A snapshot is the dict of torch.cuda.memory._snapshot's typed dicts
-(segments with blocks, device_traces of alloc / free_requested / free_completed / segment_alloc / segment_free /
-oom entries, frames with filename, line and name), so torch's own viewer tools read it:
+(segments with blocks - for expandable segments, the default, one per contiguous mapped range - device_traces of
+alloc / free_requested / free_completed / segment_alloc / segment_free / segment_map / segment_unmap / oom
+entries, frames with filename, line and name), so torch's own viewer tools read it:
 ``python -m torch.cuda._memory_viz trace_plot snapshot.pickle -o trace.html``, or drag the pickle onto
 https://pytorch.org/memory_viz.
 """
@@ -63,7 +64,8 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     """torch.cuda.memory._record_memory_history for the CPU allocator.
 
     enabled: None stops recording; "state" keeps the stack of each live allocation; "all" also keeps a trace of
-    every action (alloc, free_requested, free_completed, segment_alloc, segment_free, oom), the last
+    every action (alloc, free_requested, free_completed, segment_alloc, segment_free, segment_map, segment_unmap,
+    oom), the last
     `max_entries` of them. context: None records no stacks, "state"/"alloc" the stacks of allocations, "all" also
     of frees. stacks: "python" for Python frames only, "all" also the C++ frames. Recording costs a stack walk per
     allocation; nothing when off."""

@@ -77,7 +77,7 @@ nb::dict snapshot_dict(const MemorySnapshot& snap) {
     seg["stream"] = 0;
     seg["segment_type"] = s.small ? "small" : "large";
     seg["segment_pool_id"] = nb::make_tuple(0, 0);
-    seg["is_expandable"] = false;
+    seg["is_expandable"] = s.expandable;
     size_t allocated = 0, requested = 0;
     nb::list blocks;
     for (const SnapshotBlock& b : s.blocks) {
@@ -129,6 +129,9 @@ nb::dict snapshot_dict(const MemorySnapshot& snap) {
   settings["medium_segment"] = CachingAllocator::kMediumSegment;
   settings["large_rounding"] = CachingAllocator::kLargeRounding;
   settings["memory_limit"] = snap.stats.limit;
+  settings["expandable_segments"] = CachingAllocator::cpu().expandable_segments();
+  settings["release_fraction"] = CachingAllocator::cpu().release_fraction();
+  settings["min_release_margin"] = CachingAllocator::kMinReleaseMargin;
   out["allocator_settings"] = settings;
   return out;
 }
@@ -255,6 +258,8 @@ void init_runtime(nb::module_& m) {
     d["num_ooms"] = s.num_ooms;
     d["num_device_alloc"] = s.num_segment_allocs;
     d["num_device_free"] = s.num_segment_frees;
+    d["mapped_bytes_total"] = s.mapped_total;
+    d["unmapped_bytes_total"] = s.unmapped_total;
     d["reserved_bytes_at_peak"] = s.reserved_at_peak;
     d["memory_limit"] = s.limit;
     d["allocated_bytes"] = s.allocated;
@@ -279,6 +284,12 @@ void init_runtime(nb::module_& m) {
     CachingAllocator::cpu().set_memory_limit(static_cast<size_t>(bytes));
   }, nb::arg("bytes"));
   m.def("_get_memory_limit", [] { return CachingAllocator::cpu().memory_limit(); });
+  m.def("_set_expandable_segments", [](bool on) { CachingAllocator::cpu().set_expandable_segments(on); },
+        nb::arg("enabled"));
+  m.def("_expandable_segments", [] { return CachingAllocator::cpu().expandable_segments(); });
+  m.def("_set_release_fraction", [](double f) { CachingAllocator::cpu().set_release_fraction(f); },
+        nb::arg("fraction"));
+  m.def("_release_fraction", [] { return CachingAllocator::cpu().release_fraction(); });
   m.def("_parse_size", [](const std::string& text) { return CachingAllocator::parse_size(text); }, nb::arg("text"));
   m.def("_record_memory_history", [](bool enabled, bool trace, bool alloc_stacks, bool free_stacks, bool cpp_stacks,
                                      int64_t max_entries) {

@@ -3,6 +3,8 @@
 // storage, and stream-ordered reuse (docs/memory.md).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -19,6 +21,23 @@ CachingAllocator& allocator() { return CachingAllocator::cpu(); }
 void settle() { Stream::cpu().synchronize(); }
 
 int64_t by_category(const MemoryStats& s, MemoryCategory c) { return s.allocated_by_category[static_cast<int>(c)]; }
+
+// Segments of one kind for a test (new segments only: the cache is emptied first), restored after it.
+struct SegmentKind {
+  bool saved_expandable;
+  double saved_fraction;
+  explicit SegmentKind(bool expandable, double release_fraction = CachingAllocator::kReleaseFraction)
+      : saved_expandable(allocator().expandable_segments()), saved_fraction(allocator().release_fraction()) {
+    settle();
+    allocator().empty_cache();
+    allocator().set_expandable_segments(expandable);
+    allocator().set_release_fraction(release_fraction);
+  }
+  ~SegmentKind() {
+    allocator().set_expandable_segments(saved_expandable);
+    allocator().set_release_fraction(saved_fraction);
+  }
+};
 
 }  // namespace
 
@@ -112,6 +131,7 @@ TEST(Allocator, PeakAndResetPeak) {
 }
 
 TEST(Allocator, CacheHitsOnReuseAndEmptyCache) {
+  SegmentKind kind(/*expandable=*/false);  // segments of the old kind: separate mappings
   settle();
   allocator().empty_cache();
   const size_t n = size_t{48} << 20;  // a segment of its own (48 MiB)
@@ -146,6 +166,7 @@ TEST(Allocator, CacheHitsOnReuseAndEmptyCache) {
 }
 
 TEST(Allocator, SplitsALargeCachedBlockAndMergesNeighboursOnFree) {
+  SegmentKind kind(/*expandable=*/false);  // segments of the old kind: separate mappings
   settle();
   allocator().empty_cache();
   constexpr size_t MiB = size_t{1} << 20;
@@ -193,6 +214,7 @@ TEST(Allocator, SplitsALargeCachedBlockAndMergesNeighboursOnFree) {
 }
 
 TEST(Allocator, AMissReturnsFreeSegmentsThatCannotServeIt) {
+  SegmentKind kind(/*expandable=*/false);  // segments of the old kind: separate mappings
   settle();
   allocator().empty_cache();
   constexpr size_t MiB = size_t{1} << 20;
@@ -218,6 +240,7 @@ TEST(Allocator, AMissReturnsFreeSegmentsThatCannotServeIt) {
 }
 
 TEST(Allocator, SmallRequestsShareASegment) {
+  SegmentKind kind(/*expandable=*/false);  // segments of the old kind: separate mappings
   settle();
   allocator().empty_cache();
   const MemoryStats s0 = allocator().stats();
@@ -233,6 +256,7 @@ TEST(Allocator, SmallRequestsShareASegment) {
 }
 
 TEST(Allocator, MemoryLimitEmptiesTheCacheThenRaisesOutOfMemory) {
+  SegmentKind kind(/*expandable=*/false);  // segments of the old kind: separate mappings
   settle();
   allocator().empty_cache();
   constexpr size_t MiB = size_t{1} << 20;
@@ -443,4 +467,230 @@ TEST(Allocator, StreamOrderedReuseKeepsOperandsAliveUntilTheirTaskRuns) {
     ASSERT_EQ(v.front(), round + 1.0f);
     ASSERT_EQ(v.back(), round + 1.0f);
   }
+}
+
+// --- expandable segments (docs/memory.md, "Expandable segments") -----------------------------------------------
+namespace {
+constexpr size_t kMiB = size_t{1} << 20;
+// Resident bytes of the process (/proc/self/statm).
+int64_t resident_bytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  std::fclose(f);
+  return resident * 4096;
+}
+void touch(const CachingAllocator::Block& b, size_t n) { std::memset(b.ptr, 1, n); }
+// The snapshot agrees with the statistics: blocks tile each segment (a contiguous mapped range), the segments'
+// sizes sum to `reserved`, their live blocks' requested bytes to `allocated`, their count to `segments`.
+void expect_snapshot_matches_stats() {
+  MemorySnapshot snap = allocator().snapshot();
+  int64_t reserved = 0, requested = 0, active = 0;
+  for (const SnapshotSegment& s : snap.segments) {
+    reserved += static_cast<int64_t>(s.size);
+    size_t covered = 0;
+    for (const SnapshotBlock& b : s.blocks) {
+      EXPECT_EQ(b.address, s.address + covered);
+      covered += b.size;
+      if (b.live) requested += static_cast<int64_t>(b.requested), active += static_cast<int64_t>(b.size);
+    }
+    EXPECT_EQ(covered, s.size);
+    if (s.expandable) EXPECT_EQ(s.address % CachingAllocator::kPageSize, 0u);
+  }
+  EXPECT_EQ(reserved, snap.stats.reserved);
+  EXPECT_EQ(requested, snap.stats.allocated);
+  EXPECT_EQ(active, snap.stats.active);
+  EXPECT_EQ(static_cast<int64_t>(snap.segments.size()), snap.stats.segments);
+}
+}  // namespace
+
+TEST(ExpandableSegments, FreeSpaceMergesAcrossWhatWereSeparateSegments) {
+  SegmentKind kind(/*expandable=*/true, /*release_fraction=*/-1);  // no release on a miss
+  const MemoryStats s0 = allocator().stats();
+  CachingAllocator::Block a = allocator().allocate(16 * kMiB, MemoryCategory::Temporary);
+  CachingAllocator::Block b = allocator().allocate(16 * kMiB, MemoryCategory::Temporary);
+  EXPECT_EQ(static_cast<char*>(b.ptr), static_cast<char*>(a.ptr) + 16 * kMiB);  // one range, mapped on demand
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved + static_cast<int64_t>(32 * kMiB));  // reserved: the mapped bytes
+  EXPECT_EQ(s1.mapped_total, s0.mapped_total + static_cast<int64_t>(32 * kMiB));
+  expect_snapshot_matches_stats();
+  allocator().free(a, 16 * kMiB, MemoryCategory::Temporary);
+  allocator().free(b, 16 * kMiB, MemoryCategory::Temporary);
+  // The two 16 MiB blocks merged: a 30 MiB request is a cache hit (with separate segments it is a miss).
+  CachingAllocator::Block c = allocator().allocate(30 * kMiB, MemoryCategory::Temporary);
+  MemoryStats s2 = allocator().stats();
+  EXPECT_EQ(c.ptr, a.ptr);
+  EXPECT_EQ(s2.cache_hits, s1.cache_hits + 1);
+  EXPECT_EQ(s2.reserved, s1.reserved);
+  // A request larger than the free block maps only the missing pages after it.
+  CachingAllocator::Block d = allocator().allocate(5 * kMiB, MemoryCategory::Temporary);
+  EXPECT_EQ(static_cast<char*>(d.ptr), static_cast<char*>(a.ptr) + 30 * kMiB);
+  EXPECT_EQ(allocator().stats().reserved, s1.reserved + static_cast<int64_t>(3 * kMiB));
+  expect_snapshot_matches_stats();
+  allocator().free(c, 30 * kMiB, MemoryCategory::Temporary);
+  allocator().free(d, 5 * kMiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  MemoryStats s3 = allocator().stats();
+  EXPECT_EQ(s3.reserved, s0.reserved);
+  EXPECT_EQ(s3.allocated, s0.allocated);
+  expect_snapshot_matches_stats();
+}
+
+TEST(ExpandableSegments, EmptyCacheUnmapsFreeBlocksBesideLiveOnesAndTheRssDrops) {
+  SegmentKind kind(/*expandable=*/true, /*release_fraction=*/-1);
+  const MemoryStats s0 = allocator().stats();
+  CachingAllocator::Block hole = allocator().allocate(64 * kMiB, MemoryCategory::Temporary);
+  CachingAllocator::Block live = allocator().allocate(2 * kMiB, MemoryCategory::Temporary);
+  touch(hole, 64 * kMiB);
+  touch(live, 2 * kMiB);
+  allocator().free(hole, 64 * kMiB, MemoryCategory::Temporary);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.inactive_split, s0.inactive_split);  // the hole's pages can be returned: not counted as split
+  const int64_t rss = resident_bytes();
+  allocator().empty_cache();  // with separate segments, the hole would stay (its segment holds a live block)
+  MemoryStats s2 = allocator().stats();
+  EXPECT_EQ(s2.reserved, s1.reserved - static_cast<int64_t>(64 * kMiB));
+  EXPECT_EQ(s2.unmapped_total, s1.unmapped_total + static_cast<int64_t>(64 * kMiB));
+  EXPECT_LE(resident_bytes(), rss - static_cast<int64_t>(60 * kMiB));  // the pages went back to the system
+  expect_snapshot_matches_stats();
+  // The unmapped range is mapped again for the next request that needs it.
+  CachingAllocator::Block again = allocator().allocate(64 * kMiB, MemoryCategory::Temporary);
+  EXPECT_EQ(again.ptr, hole.ptr);
+  touch(again, 64 * kMiB);
+  EXPECT_EQ(allocator().stats().reserved, s1.reserved);
+  allocator().free(again, 64 * kMiB, MemoryCategory::Temporary);
+  allocator().free(live, 2 * kMiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  EXPECT_EQ(allocator().stats().reserved, s0.reserved);
+}
+
+TEST(ExpandableSegments, AMissUnmapsIdleFreeBlocksWhenReservedExceedsAllocatedByTheMargin) {
+  SegmentKind kind(/*expandable=*/true);
+  const MemoryStats s0 = allocator().stats();
+  CachingAllocator::Block hole = allocator().allocate(64 * kMiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fence = allocator().allocate(2 * kMiB, MemoryCategory::Temporary);
+  allocator().free(hole, 64 * kMiB, MemoryCategory::Temporary);
+  // 80 MiB does not fit the 64 MiB hole: reserved would exceed allocated by 64 MiB, more than the margin
+  // (max(3% of allocated, 8 MiB)), so the hole's pages go back to the system first.
+  CachingAllocator::Block big = allocator().allocate(80 * kMiB, MemoryCategory::Temporary);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.reserved, s0.reserved + static_cast<int64_t>(82 * kMiB));
+  EXPECT_EQ(s1.unmapped_total, s0.unmapped_total + static_cast<int64_t>(64 * kMiB));
+  EXPECT_LE(s1.reserved - s1.allocated, static_cast<int64_t>(CachingAllocator::kMinReleaseMargin));
+  expect_snapshot_matches_stats();
+  // Within the margin nothing is unmapped: a 4 MiB hole stays mapped when a larger request misses.
+  CachingAllocator::Block small_hole = allocator().allocate(4 * kMiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fence2 = allocator().allocate(2 * kMiB, MemoryCategory::Temporary);
+  allocator().free(small_hole, 4 * kMiB, MemoryCategory::Temporary);
+  const MemoryStats s2 = allocator().stats();
+  CachingAllocator::Block five = allocator().allocate(5 * kMiB, MemoryCategory::Temporary);
+  EXPECT_EQ(allocator().stats().unmapped_total, s2.unmapped_total);
+  for (auto [blk, n] : {std::pair{fence, 2 * kMiB}, {big, 80 * kMiB}, {fence2, 2 * kMiB}, {five, 5 * kMiB}})
+    allocator().free(blk, n, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  EXPECT_EQ(allocator().stats().reserved, s0.reserved);
+}
+
+TEST(ExpandableSegments, MemoryLimitUnmapsTheCacheThenRaisesOutOfMemory) {
+  SegmentKind kind(/*expandable=*/true, /*release_fraction=*/-1);
+  CachingAllocator::Block cached = allocator().allocate(40 * kMiB, MemoryCategory::Temporary);
+  CachingAllocator::Block fence = allocator().allocate(2 * kMiB, MemoryCategory::Temporary);
+  allocator().free(cached, 40 * kMiB, MemoryCategory::Temporary);
+  const MemoryStats s0 = allocator().stats();
+  allocator().set_memory_limit(static_cast<size_t>(s0.reserved) + 10 * kMiB);
+  // 45 MiB fits neither the cached 40 MiB block nor the limit, until the block's pages are unmapped.
+  CachingAllocator::Block a = allocator().allocate(45 * kMiB, MemoryCategory::Activation);
+  MemoryStats s1 = allocator().stats();
+  EXPECT_LE(static_cast<size_t>(s1.reserved), allocator().memory_limit());
+  EXPECT_EQ(s1.unmapped_total, s0.unmapped_total + static_cast<int64_t>(40 * kMiB));
+  EXPECT_THROW(allocator().allocate(45 * kMiB, MemoryCategory::Activation), Error);
+  MemoryStats s2 = allocator().stats();
+  EXPECT_EQ(s2.num_ooms, s1.num_ooms + 1);
+  EXPECT_EQ(s2.reserved, s1.reserved);
+  EXPECT_EQ(s2.allocated, s1.allocated);
+  expect_snapshot_matches_stats();
+  allocator().free(a, 45 * kMiB, MemoryCategory::Activation);
+  CachingAllocator::Block retry = allocator().allocate(45 * kMiB, MemoryCategory::Activation);
+  EXPECT_NE(retry.ptr, nullptr);
+  allocator().free(retry, 45 * kMiB, MemoryCategory::Activation);
+  allocator().free(fence, 2 * kMiB, MemoryCategory::Temporary);
+  allocator().set_memory_limit(0);
+  allocator().empty_cache();
+}
+
+TEST(ExpandableSegments, HistoryRecordsMapsAndUnmaps) {
+  SegmentKind kind(/*expandable=*/true, /*release_fraction=*/-1);
+  HistoryOptions on;
+  on.enabled = true;
+  on.alloc_stacks = on.free_stacks = false;
+  allocator().record_history(on);
+  CachingAllocator::Block a = allocator().allocate(8 * kMiB, MemoryCategory::Temporary);
+  allocator().free(a, 8 * kMiB, MemoryCategory::Temporary);
+  allocator().empty_cache();
+  MemorySnapshot snap = allocator().snapshot();
+  allocator().record_history(HistoryOptions{});
+  bool mapped = false, unmapped = false;
+  for (const TraceEntry& e : snap.trace) {
+    mapped |= e.action == TraceAction::SegmentMap && e.addr == reinterpret_cast<uintptr_t>(a.ptr) && e.size == 8 * kMiB;
+    unmapped |= e.action == TraceAction::SegmentUnmap && e.addr == reinterpret_cast<uintptr_t>(a.ptr) && e.size >= 8 * kMiB;
+  }
+  EXPECT_TRUE(mapped);
+  EXPECT_TRUE(unmapped);
+  EXPECT_STREQ(trace_action_name(TraceAction::SegmentMap), "segment_map");
+  EXPECT_STREQ(trace_action_name(TraceAction::SegmentUnmap), "segment_unmap");
+}
+
+// Random allocations and frees of every size class with a small margin (many maps and unmaps): no two live
+// blocks overlap (each holds its own byte pattern), and the statistics and the snapshot agree throughout.
+TEST(ExpandableSegments, RandomTrafficKeepsBlocksApartAndStatisticsExact) {
+  SegmentKind kind(/*expandable=*/true, /*release_fraction=*/0.0);
+  const MemoryStats s0 = allocator().stats();
+  struct Live {
+    CachingAllocator::Block block;
+    size_t n;
+    unsigned char tag;
+  };
+  std::vector<Live> live;
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  auto check_and_free = [&](size_t k) {
+    const Live& l = live[k];
+    const auto* p = static_cast<const unsigned char*>(l.block.ptr);
+    ASSERT_EQ(p[0], l.tag);
+    ASSERT_EQ(p[l.n / 2], l.tag);
+    ASSERT_EQ(p[l.n - 1], l.tag);
+    allocator().free(l.block, l.n, MemoryCategory::Temporary);
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+  };
+  int64_t requested = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const uint64_t r = next();
+    const size_t n = r % 7 == 0 ? (r >> 20) % (24 * kMiB) + 1 : r % 7 < 3 ? (r >> 20) % (2 * kMiB) + 1 : (r >> 20) % 3000 + 1;
+    Live l{allocator().allocate(n, MemoryCategory::Temporary), n, static_cast<unsigned char>(r >> 56)};
+    std::memset(l.block.ptr, l.tag, n);
+    live.push_back(l);
+    requested += static_cast<int64_t>(n);
+    while (live.size() > 40 || (!live.empty() && (next() >> 40) % 2 == 0)) {
+      const size_t k = (next() >> 33) % live.size();
+      requested -= static_cast<int64_t>(live[k].n);
+      check_and_free(k);
+    }
+    if (i % 500 == 499) {
+      allocator().empty_cache();
+      expect_snapshot_matches_stats();
+    }
+    const MemoryStats s = allocator().stats();
+    ASSERT_EQ(s.allocated, s0.allocated + requested);
+    ASSERT_GE(s.reserved, s.active);
+    ASSERT_GE(s.inactive_split, 0);
+  }
+  expect_snapshot_matches_stats();
+  while (!live.empty()) check_and_free(live.size() - 1);
+  allocator().empty_cache();
+  const MemoryStats s1 = allocator().stats();
+  EXPECT_EQ(s1.allocated, s0.allocated);
+  EXPECT_EQ(s1.active, s0.active);
+  EXPECT_EQ(s1.reserved, s0.reserved);
+  EXPECT_GT(s1.unmapped_total - s0.unmapped_total, 0);
 }

@@ -815,3 +815,37 @@ TEST(StreamOrderedReuse, TaskReferencesAreCountedApart) {
   EXPECT_EQ(impl->use_count(), 1);  // the slot's reference was reclaimed
   EXPECT_EQ(impl->task_use_count(), 0);
 }
+
+TEST(StreamOrderedReuse, ReleaseOnAMissNeverUnmapsMemoryAQueuedTaskStillUses) {
+  drain();
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  const bool expandable = allocator.expandable_segments();
+  const double fraction = allocator.release_fraction();
+  allocator.set_expandable_segments(true);
+  allocator.set_release_fraction(0.0);  // unmap at every miss beyond the minimum margin
+  const Tensor src = ones(Shape{8 * kMiB});  // 32 MiB
+  Stream::cpu().synchronize();
+  allocator.empty_cache();
+  Tensor kept;
+  {
+    GateClosed gate;
+    {
+      Tensor tmp = checked_copy(src, 0, kQueued);
+      kept = checked_copy(tmp, 0, kQueued);
+    }  // tmp's 32 MiB are free, and in use by the held Tasks
+    const int64_t unmapped = allocator.stats().unmapped_total;
+    ASSERT_GE(allocator.stats().reserved - allocator.stats().active, 32 * kMiB);
+    // A miss with 32 MiB free beyond the margin: the only candidate is tmp's block, which must stay mapped.
+    Tensor big = Tensor::empty(Shape{12 * kMiB});
+    EXPECT_EQ(allocator.stats().unmapped_total, unmapped);
+    allocator.empty_cache(/*wait_for_stream=*/false);
+    EXPECT_EQ(allocator.stats().unmapped_total, unmapped);
+  }
+  Stream::cpu().synchronize();
+  EXPECT_TRUE(all_equal(kept, 1.0f));
+  const int64_t before = allocator.stats().unmapped_total;
+  allocator.empty_cache();  // idle now: unmapped
+  EXPECT_GE(allocator.stats().unmapped_total, before + 32 * kMiB);
+  allocator.set_expandable_segments(expandable);
+  allocator.set_release_fraction(fraction);
+}

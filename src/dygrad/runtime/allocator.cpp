@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -26,6 +28,9 @@ struct CachingAllocator::Segment {
   char* base = nullptr;
   size_t size = 0;
   bool small = false;
+  // A reserved virtual range (docs/memory.md, "Expandable segments"): its blocks tile it, mapped or not, and
+  // only the mapped bytes count as reserved. Otherwise the whole segment is mapped.
+  bool expandable = false;
   Node* first = nullptr;  // the block at `base`; blocks are linked in address order
 };
 
@@ -39,6 +44,7 @@ struct CachingAllocator::Node {
   Node* next = nullptr;
   size_t requested = 0;
   bool allocated = false;
+  bool mapped = true;  // false: an unmapped range of an expandable segment (in its pool's unmapped set)
   MemoryCategory category = MemoryCategory::Other;
   // Recorded only while allocation_tracking() is on (a limit or history).
   std::string description;
@@ -54,6 +60,7 @@ bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
   if (a->size != b->size) return a->size < b->size;
   return a->ptr < b->ptr;
 }
+bool CachingAllocator::ByAddress::operator()(const Node* a, const Node* b) const { return a->ptr < b->ptr; }
 
 namespace {
 std::atomic<PythonFrameProvider> g_frame_provider{nullptr};
@@ -79,6 +86,21 @@ void* map_segment(size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
+// Expandable segments: a reserved range is inaccessible and commits nothing; mapping a part of it replaces that
+// part with ordinary anonymous memory (committed as a segment of the old kind is; its pages fault in on first
+// touch), and unmapping replaces it with an inaccessible range again, which frees the pages at once.
+void* reserve_range(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+bool map_range(void* p, size_t bytes) {
+  return mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+}
+void unmap_range(void* p, size_t bytes) {
+  if (mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+    madvise(p, bytes, MADV_DONTNEED);  // cannot fail for a range we own; if it did, still drop the pages
+}
+size_t round_down(size_t n, size_t m) { return n / m * m; }
 void unmap_all(const std::vector<std::pair<void*, size_t>>& segments) {
   for (const auto& [p, n] : segments) munmap(p, n);
 }
@@ -103,6 +125,8 @@ const char* trace_action_name(TraceAction a) {
     case TraceAction::SegmentFree: return "segment_free";
     case TraceAction::Oom: return "oom";
     case TraceAction::Snapshot: return "snapshot";
+    case TraceAction::SegmentMap: return "segment_map";
+    case TraceAction::SegmentUnmap: return "segment_unmap";
   }
   return "?";
 }
@@ -122,6 +146,8 @@ namespace {
 }  // namespace
 
 CachingAllocator::CachingAllocator() {
+  if (const char* env = std::getenv("DYGRAD_ALLOC_EXPANDABLE_SEGMENTS"); env && *env) expandable_ = std::atoi(env) != 0;
+  if (const char* env = std::getenv("DYGRAD_ALLOC_RELEASE_FRACTION"); env && *env) release_fraction_ = std::atof(env);
   if (const char* env = std::getenv("DYGRAD_MEMORY_LIMIT"); env && *env) {
     try {
       set_memory_limit(parse_size(env));
@@ -199,15 +225,248 @@ CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool 
     while (it != pool.end() && busy((*it)->in_use_until)) ++it;
   if (it == pool.end()) return nullptr;
   Node* node = *it;
-  pool.erase(it);
-  if (!node->prev && !node->next) free_whole_ -= static_cast<int64_t>(node->size);
+  erase_free(node);
   return node;
 }
 
-void CachingAllocator::split_locked(Node* node, size_t rounded) {
+size_t CachingAllocator::releasable(const Node* node) const {
+  if (!node->segment->expandable) return !node->prev && !node->next ? node->size : 0;  // a whole free segment
+  const auto begin = reinterpret_cast<uintptr_t>(node->ptr);
+  const size_t first = round_up(begin, kPageSize), last = round_down(begin + node->size, kPageSize);
+  return last > first ? last - first : 0;  // its whole pages
+}
+
+void CachingAllocator::insert_free(Node* node) {
+  (node->segment->small ? free_small_ : free_large_).insert(node);
+  free_whole_ += static_cast<int64_t>(releasable(node));
+}
+
+void CachingAllocator::erase_free(Node* node) {
+  (node->segment->small ? free_small_ : free_large_).erase(node);
+  free_whole_ -= static_cast<int64_t>(releasable(node));
+}
+
+// --- expandable segments ---------------------------------------------------------------------------------------
+namespace {
+// The size of a reserved range: the machine's memory (a pool never needs more; another range is reserved if it
+// does), at least 1 GiB; under an address-space limit (RLIMIT_AS), an eighth of it (at least 64 MiB), so that
+// reserved ranges leave the rest of the limit to the process. DYGRAD_ALLOC_RESERVE (bytes) overrides it.
+size_t reserve_bytes() {
+  static const size_t machine = [] {
+    if (const char* v = std::getenv("DYGRAD_ALLOC_RESERVE"); v && *v)
+      return round_up(std::max<size_t>(std::strtoull(v, nullptr, 10), 1), size_t{2} << 20);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+    return std::max<size_t>(round_up(ram, size_t{1} << 30), size_t{1} << 30);
+  }();
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    return std::min(machine, std::max(round_down(static_cast<size_t>(limit.rlim_cur) / 8, size_t{2} << 20),
+                                      size_t{64} << 20));
+  return machine;
+}
+}  // namespace
+
+CachingAllocator::Segment* CachingAllocator::reserve_segment_locked(bool small, size_t at_least) {
+  // Under an address-space limit (RLIMIT_AS, `ulimit -v`: reserved address space counts) the machine-sized range
+  // may be refused: then halve it, down to the request (another range is reserved when one is full).
+  const size_t needed = round_up(at_least, size_t{2} << 20);
+  size_t bytes = std::max(reserve_bytes(), needed);
+  void* p = reserve_range(bytes);
+  while (!p && bytes > needed) {
+    bytes = std::max(round_up(bytes / 2, size_t{2} << 20), needed);
+    p = reserve_range(bytes);
+  }
+  if (!p) return nullptr;
+  auto* segment = new Segment();
+  segment->base = static_cast<char*>(p);
+  segment->size = bytes;
+  segment->small = small;
+  segment->expandable = true;
+  auto* node = new Node();
+  node->ptr = segment->base;
+  node->size = bytes;
+  node->segment = segment;
+  node->mapped = false;
+  segment->first = node;
+  segments_.insert(segment);
+  (small ? unmapped_small_ : unmapped_large_).insert(node);
+  return segment;
+}
+
+CachingAllocator::Placement CachingAllocator::place_expandable_locked(size_t rounded, bool small,
+                                                                      bool stream_ordered) const {
+  // For each unmapped block U, with the free mapped blocks F1 before and F2 after it: a block starting at F1 (or
+  // U) maps the pages of U it covers. The placement that maps the fewest bytes wins; ties go to the lowest
+  // address. (No mapped free block is large enough, or this would be a cache hit.)
+  Placement best;
+  auto usable = [&](const Node* n) {
+    return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
+  };
+  for (Node* u : small ? unmapped_small_ : unmapped_large_) {
+    const size_t f1 = usable(u->prev) ? u->prev->size : 0, f2 = usable(u->next) ? u->next->size : 0;
+    size_t cost;
+    if (f1 >= rounded) continue;  // a cache hit, which take_free_locked makes first: not reached
+    if (f1 + u->size >= rounded) cost = std::min(round_up(rounded - f1, kPageSize), u->size);
+    else if (f1 + u->size + f2 >= rounded) cost = u->size;
+    else continue;
+    if (!best.unmapped || cost < best.cost) best = {u, cost};
+  }
+  return best;
+}
+
+CachingAllocator::Node* CachingAllocator::map_placement_locked(const Placement& p, size_t rounded,
+                                                               bool stream_ordered) {
+  Node* u = p.unmapped;
+  auto usable = [&](const Node* n) {
+    return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
+  };
+  const bool small = u->segment->small;
+  if (!map_range(u->ptr, p.cost)) return nullptr;
+  auto& unmapped = small ? unmapped_small_ : unmapped_large_;
+  // Segments (contiguous mapped ranges) before the map: the new range joins the mapped neighbours.
+  const bool left = u->prev && u->prev->mapped, right = p.cost == u->size && u->next && u->next->mapped;
+  stats_.segments += 1 - int64_t{left} - int64_t{right};
+  stats_.reserved += static_cast<int64_t>(p.cost);
+  stats_.mapped_total += static_cast<int64_t>(p.cost);
+  if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+  ++stats_.num_segment_allocs;
+  record_locked(TraceAction::SegmentMap, reinterpret_cast<uintptr_t>(u->ptr), p.cost, MemoryCategory::Other, nullptr);
+  // The mapped pages become a free block in U's place.
+  Node* m;
+  unmapped.erase(u);
+  if (p.cost == u->size) {
+    m = u;
+    m->mapped = true;
+  } else {
+    m = new Node();
+    m->ptr = u->ptr;
+    m->size = p.cost;
+    m->segment = u->segment;
+    m->prev = u->prev;
+    m->next = u;
+    if (u->prev) u->prev->next = m;
+    else u->segment->first = m;
+    u->prev = m;
+    u->ptr += p.cost;
+    u->size -= p.cost;
+    unmapped.insert(u);
+  }
+  // Merged with the free neighbours it needs (F1 always when usable; F2 only when the block reaches into it).
+  if (Node* prev = m->prev; usable(prev)) {
+    erase_free(prev);
+    prev->size += m->size;
+    prev->next = m->next;
+    if (m->next) m->next->prev = prev;
+    delete m;
+    m = prev;
+  }
+  if (Node* next = m->next; m->size < rounded && usable(next)) {
+    erase_free(next);
+    m->size += next->size;
+    m->in_use_until = std::max(m->in_use_until, next->in_use_until);
+    m->next = next->next;
+    if (next->next) next->next->prev = m;
+    delete next;
+  }
+  return m;
+}
+
+size_t CachingAllocator::unmap_free_block_locked(Node* node) {
+  const auto begin = reinterpret_cast<uintptr_t>(node->ptr);
+  const uintptr_t first = round_up(begin, kPageSize), last = round_down(begin + node->size, kPageSize);
+  if (last <= first) {
+    insert_free(node);
+    return 0;
+  }
+  const size_t bytes = last - first;
+  unmap_range(reinterpret_cast<void*>(first), bytes);
+  Segment* s = node->segment;
+  auto& unmapped = s->small ? unmapped_small_ : unmapped_large_;
+  // The partial pages at either end stay mapped free blocks.
+  Node* head = nullptr;
+  Node* tail = nullptr;
+  if (first > begin) {
+    head = new Node();
+    head->ptr = node->ptr;
+    head->size = first - begin;
+    head->segment = s;
+    head->prev = node->prev;
+    head->next = node;
+    if (node->prev) node->prev->next = head;
+    else s->first = head;
+    node->prev = head;
+  }
+  if (begin + node->size > last) {
+    tail = new Node();
+    tail->ptr = reinterpret_cast<char*>(last);
+    tail->size = begin + node->size - last;
+    tail->segment = s;
+    tail->prev = node;
+    tail->next = node->next;
+    if (node->next) node->next->prev = tail;
+    node->next = tail;
+  }
+  const bool left = head || (node->prev && node->prev->mapped);
+  const bool right = tail || (node->next && node->next->mapped);
+  stats_.segments += int64_t{left} + int64_t{right} - 1;
+  stats_.reserved -= static_cast<int64_t>(bytes);
+  stats_.unmapped_total += static_cast<int64_t>(bytes);
+  ++stats_.num_segment_frees;
+  record_locked(TraceAction::SegmentUnmap, first, bytes, MemoryCategory::Other, nullptr);
+  node->ptr = reinterpret_cast<char*>(first);
+  node->size = bytes;
+  node->mapped = false;
+  node->in_use_until = 0;
+  // Merged with unmapped neighbours.
+  if (Node* prev = node->prev; prev && !prev->mapped) {
+    unmapped.erase(prev);
+    prev->size += node->size;
+    prev->next = node->next;
+    if (node->next) node->next->prev = prev;
+    delete node;
+    node = prev;
+  }
+  if (Node* next = node->next; next && !next->mapped) {
+    unmapped.erase(next);
+    node->size += next->size;
+    node->next = next->next;
+    if (next->next) next->next->prev = node;
+    delete next;
+  }
+  unmapped.insert(node);
+  if (head) insert_free(head);
+  if (tail) insert_free(tail);
+  return bytes;
+}
+
+size_t CachingAllocator::release_expandable_locked(size_t enough) {
+  std::vector<Node*> candidates;
+  for (auto* pool : {&free_large_, &free_small_})
+    for (Node* n : *pool)
+      if (n->segment->expandable && !busy(n->in_use_until) && releasable(n)) candidates.push_back(n);
+  std::sort(candidates.begin(), candidates.end(), [](const Node* a, const Node* b) {
+    if (a->size != b->size) return a->size > b->size;
+    return a->ptr < b->ptr;
+  });
+  size_t released = 0;
+  for (Node* n : candidates) {
+    if (released >= enough) break;
+    erase_free(n);
+    released += unmap_free_block_locked(n);
+  }
+  if (released)
+    if (AllocatorObserver* obs = observer())
+      obs->on_memory_event(MemoryEventKind::ReleaseCache, 0, MemoryCategory::Other, stats_);
+  return released;
+}
+
+void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now) {
   const size_t rest = node->size - rounded;
   const bool small = node->segment->small;
-  if (rest < (small ? kMinSmallRemainder : kMinLargeRemainder)) return;  // the tail stays inside the block
+  // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
+  // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
+  if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
   Node* tail = new Node();
   tail->ptr = node->ptr + rounded;
   tail->size = rest;
@@ -218,7 +477,7 @@ void CachingAllocator::split_locked(Node* node, size_t rounded) {
   if (node->next) node->next->prev = tail;
   node->next = tail;
   node->size = rounded;
-  (small ? free_small_ : free_large_).insert(tail);
+  insert_free(tail);
 }
 
 AllocContextPtr CachingAllocator::capture_context(bool for_free) const {
@@ -310,11 +569,80 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     context = capture_context(false);  // outside the lock: it walks the Python frames
   std::unique_lock<std::mutex> lock(mutex_);
   Node* node = take_free_locked(rounded, small, stream_ordered);
+  bool mapped_now = false;  // the block's end was just mapped (an expandable segment's pages)
+  std::vector<std::pair<void*, size_t>> to_unmap;  // legacy segments, unmapped outside the lock
+  auto out_of_memory = [&](size_t needed) {
+    ++stats_.num_ooms;
+    record_locked(TraceAction::Oom, 0, nbytes, category, context);
+    std::string message = oom_message_locked(nbytes, needed);
+    lock.unlock();
+    unmap_all(to_unmap);
+    fail(ErrorKind::OutOfMemory, message);
+  };
   if (node) {
     ++stats_.cache_hits;
+  } else if (expandable_) {
+    // docs/memory.md, "Expandable segments": map the pages of the placement that needs the fewest.
+    Placement p = place_expandable_locked(rounded, small, stream_ordered);
+    auto cost = [&] { return static_cast<int64_t>(p.unmapped ? p.cost : round_up(rounded, kPageSize)); };
+    // Release on a miss: reserved stays within the margin above allocated; the idle free blocks' pages go back
+    // to the system, the largest blocks first, down to half the margin.
+    const int64_t after = stats_.allocated + static_cast<int64_t>(nbytes);
+    if (release_fraction_ >= 0) {
+      const auto margin = std::max(static_cast<int64_t>(kMinReleaseMargin),
+                                   static_cast<int64_t>(release_fraction_ * static_cast<double>(after)));
+      if (const int64_t excess = stats_.reserved + cost() - after; excess > margin) {
+        release_expandable_locked(static_cast<size_t>(excess - margin / 2));
+        p = place_expandable_locked(rounded, small, stream_ordered);
+      }
+    }
+    auto over_limit = [&] { return limit_ && static_cast<size_t>(stats_.reserved + cost()) > limit_; };
+    if (over_limit()) {
+      release_free_segments_locked(to_unmap);  // first give the cache back
+      release_expandable_locked();
+      p = place_expandable_locked(rounded, small, stream_ordered);
+      // Free blocks that queued Tasks still use are released once those have run; only the enqueuing thread
+      // may wait for them (as below, for segments of the old kind).
+      if (over_limit() && stream_ordered)
+        if (const uint64_t last = busy_free_segments_locked()) {
+          lock.unlock();
+          unmap_all(to_unmap);
+          to_unmap.clear();
+          Stream::cpu().wait_until_run(last);
+          lock.lock();
+          if ((node = take_free_locked(rounded, small, stream_ordered))) {
+            ++stats_.cache_hits;
+            goto have_block;
+          }
+          release_free_segments_locked(to_unmap);
+          release_expandable_locked();
+          p = place_expandable_locked(rounded, small, stream_ordered);
+        }
+      if (over_limit()) out_of_memory(static_cast<size_t>(cost()));
+    }
+    if (!p.unmapped) {  // no reserved range has room: reserve another
+      Segment* segment = reserve_segment_locked(small, rounded);
+      if (!segment) out_of_memory(round_up(rounded, kPageSize));
+      p = {segment->first, round_up(rounded, kPageSize)};
+    }
+    node = map_placement_locked(p, rounded, stream_ordered);
+    mapped_now = node && node->size - rounded < kPageSize;
+    if (!node) {  // the system refused the pages: give the cache back and try once more
+      release_free_segments_locked(to_unmap);
+      release_expandable_locked();
+      p = place_expandable_locked(rounded, small, stream_ordered);
+      if (p.unmapped) node = map_placement_locked(p, rounded, stream_ordered);
+      if (!node) out_of_memory(static_cast<size_t>(cost()));
+      mapped_now = node->size - rounded < kPageSize;
+    }
+    if (!to_unmap.empty()) {
+      lock.unlock();
+      unmap_all(to_unmap);
+      to_unmap.clear();
+      lock.lock();
+    }
   } else {
     size_t bytes = small ? kSmallSegment : segment_size(rounded);
-    std::vector<std::pair<void*, size_t>> to_unmap;
     // Reserve no more while entirely free segments (which cannot serve this request) could be returned
     // instead: give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
     static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
@@ -369,6 +697,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     }
     if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
     ++stats_.num_segment_allocs;
+    ++stats_.segments;
     auto* segment = new Segment();
     segment->base = static_cast<char*>(p);
     segment->size = bytes;
@@ -382,7 +711,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(p), bytes, category, context);
   }
 have_block:
-  split_locked(node, rounded);
+  split_locked(node, rounded, mapped_now);
   node->allocated = true;
   node->requested = nbytes;
   node->category = category;
@@ -438,9 +767,8 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
   node->site = {};
   node->context.reset();
   node->trace_index = UINT64_MAX;
-  auto& pool = node->segment->small ? free_small_ : free_large_;
-  if (Node* prev = node->prev; prev && !prev->allocated) {  // merge with the free block before
-    pool.erase(prev);
+  if (Node* prev = node->prev; prev && !prev->allocated && prev->mapped) {  // merge with the free block before
+    erase_free(prev);
     prev->size += node->size;
     prev->in_use_until = std::max(prev->in_use_until, node->in_use_until);
     prev->next = node->next;
@@ -448,16 +776,15 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
     delete node;
     node = prev;
   }
-  if (Node* next = node->next; next && !next->allocated) {  // and with the one after
-    pool.erase(next);
+  if (Node* next = node->next; next && !next->allocated && next->mapped) {  // and with the one after
+    erase_free(next);
     node->size += next->size;
     node->in_use_until = std::max(node->in_use_until, next->in_use_until);
     node->next = next->next;
     if (next->next) next->next->prev = node;
     delete next;
   }
-  if (!node->prev && !node->next) free_whole_ += static_cast<int64_t>(node->size);
-  pool.insert(node);
+  insert_free(node);
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Free, static_cast<int64_t>(nbytes), category, stats_);
 }
@@ -497,7 +824,6 @@ MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   MemoryStats s = stats_;
   s.inactive_split = s.reserved - s.active - free_whole_;
-  s.segments = static_cast<int64_t>(segments_.size());
   s.limit = static_cast<int64_t>(limit_);
   return s;
 }
@@ -521,13 +847,36 @@ void CachingAllocator::empty_cache(bool wait_for_stream) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     release_free_segments_locked(to_unmap);
+    release_expandable_locked();  // the idle free blocks' whole pages
   }
   unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
+}
+
+void CachingAllocator::set_expandable_segments(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  expandable_ = on;
+}
+bool CachingAllocator::expandable_segments() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return expandable_;
+}
+void CachingAllocator::set_release_fraction(double fraction) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_fraction_ = fraction;
+}
+double CachingAllocator::release_fraction() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return release_fraction_;
 }
 
 uint64_t CachingAllocator::busy_free_segments_locked() const {
   uint64_t last = 0;
   for (const Segment* s : segments_) {
+    if (s->expandable) {  // its free blocks, each of which could be unmapped
+      for (const Node* n = s->first; n; n = n->next)
+        if (!n->allocated && n->mapped && busy(n->in_use_until)) last = std::max(last, n->in_use_until);
+      continue;
+    }
     const Node* n = s->first;
     if (!n->allocated && !n->next && busy(n->in_use_until)) last = std::max(last, n->in_use_until);
   }
@@ -539,13 +888,15 @@ void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*,
   for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
     Segment* s = *it;
     Node* n = s->first;
-    if (n->allocated || n->next || busy(n->in_use_until)) {  // a queued Task may still use it: kept mapped
+    // Expandable segments are kept (their free pages are unmapped by release_expandable_locked); a segment a
+    // queued Task may still use stays mapped.
+    if (s->expandable || n->allocated || n->next || busy(n->in_use_until)) {
       ++it;
       continue;
     }
-    (s->small ? free_small_ : free_large_).erase(n);
-    free_whole_ -= static_cast<int64_t>(s->size);
+    erase_free(n);
     stats_.reserved -= static_cast<int64_t>(s->size);
+    --stats_.segments;
     ++stats_.num_segment_frees;
     record_locked(TraceAction::SegmentFree, reinterpret_cast<uintptr_t>(s->base), s->size, MemoryCategory::Other,
                   nullptr);
@@ -604,7 +955,20 @@ MemorySnapshot CachingAllocator::snapshot() const {
     seg.address = reinterpret_cast<uintptr_t>(s->base);
     seg.size = s->size;
     seg.small = s->small;
+    seg.expandable = s->expandable;
     for (const Node* n = s->first; n; n = n->next) {
+      if (!n->mapped) {  // an expandable segment: each contiguous mapped range is a segment (as torch's snapshot)
+        if (!seg.blocks.empty()) out.segments.push_back(std::move(seg));
+        seg = SnapshotSegment{};
+        seg.small = s->small;
+        seg.expandable = true;
+        continue;
+      }
+      if (seg.blocks.empty() && s->expandable) {
+        seg.address = reinterpret_cast<uintptr_t>(n->ptr);
+        seg.size = 0;
+      }
+      if (s->expandable) seg.size += n->size;
       SnapshotBlock b;
       b.address = reinterpret_cast<uintptr_t>(n->ptr);
       b.size = n->size;
@@ -616,14 +980,13 @@ MemorySnapshot CachingAllocator::snapshot() const {
       b.context = n->context;
       seg.blocks.push_back(std::move(b));
     }
-    out.segments.push_back(std::move(seg));
+    if (!seg.blocks.empty()) out.segments.push_back(std::move(seg));
   }
   std::sort(out.segments.begin(), out.segments.end(),
             [](const SnapshotSegment& a, const SnapshotSegment& b) { return a.address < b.address; });
   out.trace.assign(trace_.begin(), trace_.end());
   out.stats = stats_;
   out.stats.inactive_split = stats_.reserved - stats_.active - free_whole_;
-  out.stats.segments = static_cast<int64_t>(segments_.size());
   out.stats.limit = static_cast<int64_t>(limit_);
   return out;
 }

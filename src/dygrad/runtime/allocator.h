@@ -1,6 +1,9 @@
 // The CPU caching allocator: segments obtained from the system (mmap) are split into blocks; a request is served
-// by the best-fitting cached block of its pool (small: <= 1 MiB, in 2 MiB segments; large: the rest), whose
-// remainder stays cached, and a freed block merges with its free neighbours. Cached blocks are handed to any
+// by the best-fitting cached block of its pool (small: <= 1 MiB; large: the rest), whose remainder stays cached,
+// and a freed block merges with its free neighbours. By default a pool's segment is *expandable* (torch's
+// expandable_segments): one reserved virtual range whose pages are mapped on demand, so that all free space of a
+// pool can merge, and the pages of free blocks are unmapped (given back to the system) when `reserved` exceeds
+// `allocated` by more than a margin at a miss. `reserved` counts the mapped bytes. Cached blocks are handed to any
 // later Task of the same stream (in-order execution makes reuse safe). Statistics are exact: `allocated` is the
 // sum of the requested bytes of live blocks, `reserved` the bytes of the segments. An optional memory limit makes
 // an allocation that would reserve more raise OutOfMemory, and history recording keeps a trace of every action
@@ -37,6 +40,8 @@ struct MemoryStats {
   int64_t num_segment_allocs = 0;
   int64_t num_segment_frees = 0;
   int64_t num_ooms = 0;          // allocations that raised OutOfMemory
+  int64_t mapped_total = 0;      // bytes mapped into expandable segments since start (pages that fault when touched)
+  int64_t unmapped_total = 0;    // bytes of free blocks unmapped since start (given back to the system)
   int64_t limit = 0;             // the memory limit (0: none)
   std::array<int64_t, kNumMemoryCategories> allocated_by_category{};
   std::array<int64_t, kNumMemoryCategories> peak_by_category{};
@@ -71,13 +76,17 @@ using AllocContextPtr = std::shared_ptr<const AllocContext>;
 // Fills the Python frames of the calling thread (innermost first), or nothing when it cannot (no GIL).
 using PythonFrameProvider = void (*)(std::vector<AllocFrame>& out);
 
-enum class TraceAction : uint8_t { Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, Oom, Snapshot };
+enum class TraceAction : uint8_t {
+  Alloc, FreeRequested, FreeCompleted, SegmentAlloc, SegmentFree, Oom, Snapshot,
+  SegmentMap, SegmentUnmap  // pages mapped into / unmapped from an expandable segment (torch's names)
+};
 const char* trace_action_name(TraceAction a);  // torch's names: "alloc", "free_requested", ...
 
 struct TraceEntry {
   TraceAction action = TraceAction::Alloc;
   uintptr_t addr = 0;
-  size_t size = 0;            // requested bytes for alloc/free; segment bytes for segment_*; request for oom
+  size_t size = 0;            // requested bytes for alloc/free; segment (or mapped range) bytes for segment_*;
+                              // request for oom
   int64_t time_ns = 0;        // profiler::now_ns() (steady clock)
   MemoryCategory category = MemoryCategory::Other;
   int64_t allocated = 0;      // `allocated` after the action (for the timeline)
@@ -103,10 +112,12 @@ struct SnapshotBlock {
   CallSite site;            // the Python line that made it, when tracked
   AllocContextPtr context;
 };
+// A segment, or for an expandable segment one contiguous mapped range of it (as torch's snapshot reports them).
 struct SnapshotSegment {
   uintptr_t address = 0;
   size_t size = 0;
   bool small = false;
+  bool expandable = false;
   std::vector<SnapshotBlock> blocks;  // in address order, covering the segment
 };
 struct MemorySnapshot {
@@ -148,6 +159,19 @@ class CachingAllocator final : public Allocator {
   static constexpr size_t kMinLargeRemainder = size_t{1} << 20;  // ... and in a large one
   static size_t segment_size(size_t rounded);
 
+  // Expandable segments (docs/memory.md, "Expandable segments"): on by default (DYGRAD_ALLOC_EXPANDABLE_SEGMENTS=0
+  // at load: off). Changing it applies to segments made afterwards; both kinds may coexist.
+  void set_expandable_segments(bool on);
+  bool expandable_segments() const;
+  // At a miss, if `reserved - allocated` would exceed max(fraction * allocated, kMinReleaseMargin), idle free
+  // blocks of expandable segments are unmapped, the largest first, down to half that margin (fraction < 0: never;
+  // DYGRAD_ALLOC_RELEASE_FRACTION at load).
+  void set_release_fraction(double fraction);
+  double release_fraction() const;
+  static constexpr double kReleaseFraction = 0.03;
+  static constexpr size_t kMinReleaseMargin = size_t{8} << 20;
+  static constexpr size_t kPageSize = 4096;  // mapping granularity of expandable segments
+
   // The memory limit on `reserved` (0: none). An allocation that would reserve more first returns the free
   // segments, then raises OutOfMemory listing the largest live tensors. Read from DYGRAD_MEMORY_LIMIT at load.
   void set_memory_limit(size_t bytes);
@@ -173,14 +197,37 @@ class CachingAllocator final : public Allocator {
   struct BySize {
     bool operator()(const Node* a, const Node* b) const;
   };
+  struct ByAddress {
+    bool operator()(const Node* a, const Node* b) const;
+  };
   CachingAllocator();
   ~CachingAllocator();
   // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
   void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough = SIZE_MAX);
   Node* take_free_locked(size_t rounded, bool small, bool stream_ordered);
+  // The free-block set of a node's pool; inserting and erasing keep free_whole_ (the releasable bytes).
+  void insert_free(Node* node);
+  void erase_free(Node* node);
+  size_t releasable(const Node* node) const;
+  // Expandable segments: where a request would be placed by mapping pages (an unmapped block, with the free
+  // mapped blocks beside it), and the bytes that would map; null when no reserved range has room.
+  struct Placement {
+    Node* unmapped = nullptr;
+    size_t cost = 0;
+  };
+  Placement place_expandable_locked(size_t rounded, bool small, bool stream_ordered) const;
+  // Maps the placement's pages and returns the free block (merged with its free neighbours) that holds `rounded`;
+  // null when the system refuses the pages.
+  Node* map_placement_locked(const Placement& p, size_t rounded, bool stream_ordered);
+  Segment* reserve_segment_locked(bool small, size_t at_least);
+  // Unmaps the whole pages of an idle free block of an expandable segment (erased from its free set by the
+  // caller; what is left of it is reinserted). Returns the bytes unmapped.
+  size_t unmap_free_block_locked(Node* node);
+  // Unmaps idle free blocks of expandable segments, the largest first, until `enough` bytes are unmapped.
+  size_t release_expandable_locked(size_t enough = SIZE_MAX);
   // The largest in_use_until of the entirely free segments that a queued Task may still use (0: none).
   uint64_t busy_free_segments_locked() const;
-  void split_locked(Node* node, size_t rounded);
+  void split_locked(Node* node, size_t rounded, bool mapped_now = false);
   void record_locked(TraceAction action, uintptr_t addr, size_t size, MemoryCategory category,
                      AllocContextPtr context);
   std::string oom_message_locked(size_t nbytes, size_t needed) const;
@@ -189,7 +236,10 @@ class CachingAllocator final : public Allocator {
 
   mutable std::mutex mutex_;
   std::set<Node*, BySize> free_small_, free_large_;
+  std::set<Node*, ByAddress> unmapped_small_, unmapped_large_;  // unmapped blocks of expandable segments
   std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
+  bool expandable_ = true;
+  double release_fraction_ = kReleaseFraction;
   MemoryStats stats_;
   int64_t free_whole_ = 0;  // bytes of entirely free segments
   size_t limit_ = 0;
