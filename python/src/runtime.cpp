@@ -207,6 +207,9 @@ void init_runtime(nb::module_& m) {
   // times a step at the end of its last Task, not at its loss (which only needs the forward).
   m.def("_stream_mark", [] { return Stream::cpu().enqueued(); }, "The sequence number of the op enqueued last.");
   m.def("_stream_wait", [](uint64_t seq) {
+    const uint64_t enqueued = Stream::cpu().enqueued();
+    DG_CHECK(seq <= enqueued, Value, "[_stream_wait] no op of sequence number ", seq, " was enqueued (the last is ",
+             enqueued, ")");
     profiler::HostOpScope scope("synchronize");
     {
       nb::gil_scoped_release release;

@@ -146,6 +146,21 @@ def test_deferred_kernel_error_names_the_op_and_the_python_line(inline_small_ops
     assert (x + 1).tolist() == [2.0, 2.0, 2.0]  # the stream goes on
 
 
+def test_a_stream_mark_is_waited_for_and_raises_its_deferred_error():
+    # dygrad.train times a step at a mark after its last op (_C._stream_mark / _stream_wait).
+    x = dg.ones(1000)
+    for _ in range(5):
+        x = x * 1.5
+    mark = dg._C._stream_mark()
+    dg._C._stream_wait(mark)
+    assert dg._C._stream_mark() >= mark and x[0].item() == 1.5 ** 5
+    with pytest.raises(ValueError, match=r"\[_stream_wait\] no op of sequence number"):
+        dg._C._stream_wait(mark + 10**9)  # never enqueued: an error, not a wait forever
+    dg._C._deferred_failure(dg.ones(1), 3)
+    with pytest.raises(IndexError, match=r"\[_deferred_failure\]"):
+        dg._C._stream_wait(dg._C._stream_mark())
+
+
 def test_deferred_error_in_synchronize_mode_is_raised_at_the_call():
     original = dg.get_context()
     dg.set_context(synchronize=True)
