@@ -31,22 +31,4 @@ inline __attribute__((always_inline)) A eight_lane_sum(int64_t n, Value&& value)
   return eight_lane_reduce<A>(n, A(0), value, plus, plus);
 }
 
-// R sums at once, sums[j] = eight_lane_sum<A>(n, value(j, i)) bitwise: each sum keeps its own 8 lanes in the
-// order above, and the R independent chains interleave, so a short row no longer waits on one add latency per
-// 8 elements (RMSNorm's sum of squares of 4 rows of 384: backend/cpu/fused_norm.cpp).
-template <int R, typename A, typename Value>
-inline __attribute__((always_inline)) void eight_lane_sums(int64_t n, A* sums, Value&& value) {
-  A lane[R][8];
-  for (int j = 0; j < R; ++j)
-    for (int k = 0; k < 8; ++k) lane[j][k] = A(0);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < R; ++j)
-      for (int k = 0; k < 8; ++k) lane[j][k] = lane[j][k] + static_cast<A>(value(j, i + k));
-  for (; i < n; ++i)
-    for (int j = 0; j < R; ++j) lane[j][0] = lane[j][0] + static_cast<A>(value(j, i));
-  for (int j = 0; j < R; ++j)
-    sums[j] = ((lane[j][0] + lane[j][1]) + (lane[j][2] + lane[j][3])) + ((lane[j][4] + lane[j][5]) + (lane[j][6] + lane[j][7]));
-}
-
 }  // namespace dg::cpu

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "dygrad/backend/cpu/accumulate.h"
@@ -31,8 +30,6 @@ namespace dg::cpu {
 
 namespace {
 constexpr int64_t kElementsPerChunk = kNormChunkElements;  // rows per task: this many elements, at least one row
-
-constexpr int64_t kRowsTogether = 4;  // rows whose sums of squares run interleaved (forward)
 
 int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
 
@@ -61,41 +58,16 @@ void rms_norm_kernel(Task& task) {
       weight.resize(static_cast<size_t>(cols));
       load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
     }
-    // Rows go kRowsTogether at a time: their sums of squares interleave (eight_lane_sums: each row's sum in the
-    // fixed eight-lane order, so the result does not depend on the grouping or the thread split). A float32 row
-    // with unit column stride is read in place; others are gathered (and converted) first.
-    const bool direct = std::is_same_v<T, C> && xv.column_stride == 1;
     parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
-      std::vector<C> buffer(direct ? 0 : static_cast<size_t>(kRowsTogether * cols));
-      for (int64_t r0 = lo; r0 < hi; r0 += kRowsTogether) {
-        const int64_t count = std::min<int64_t>(kRowsTogether, hi - r0);
-        const C* row[kRowsTogether];
-        for (int64_t j = 0; j < count; ++j) {
-          if constexpr (std::is_same_v<T, C>) {
-            if (direct) {
-              row[j] = xp + xv.row_offset(r0 + j);
-              continue;
-            }
-          }
-          load_row(buffer.data() + j * cols, xp + xv.row_offset(r0 + j), cols, xv.column_stride);
-          row[j] = buffer.data() + j * cols;
-        }
-        C sum_squares[kRowsTogether];
-        if (count == kRowsTogether) {
-          eight_lane_sums<kRowsTogether, C>(cols, sum_squares, [&row](int j, int64_t i) { return row[j][i] * row[j][i]; });
-        } else {
-          for (int64_t j = 0; j < count; ++j) sum_squares[j] = dot(row[j], row[j], cols);
-        }
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t r = r0 + j;
-          const C mean_square = sum_squares[j] / static_cast<C>(cols);
-          const C inv = static_cast<C>(1) / std::sqrt(mean_square + static_cast<C>(eps));
-          rstd[r] = inv;
-          const C* __restrict in = row[j];
-          T* __restrict out = y + r * cols;  // y is a new tensor: it aliases no input
-          if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(in[c] * inv * weight[c]);
-          else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(in[c] * inv);
-        }
+      std::vector<C> row(static_cast<size_t>(cols));
+      for (int64_t r = lo; r < hi; ++r) {
+        load_row(row.data(), xp + xv.row_offset(r), cols, xv.column_stride);
+        const C mean_square = dot(row.data(), row.data(), cols) / static_cast<C>(cols);
+        const C inv = static_cast<C>(1) / std::sqrt(mean_square + static_cast<C>(eps));
+        rstd[r] = inv;
+        T* out = y + r * cols;
+        if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv * weight[c]);
+        else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv);
       }
     });
   });
