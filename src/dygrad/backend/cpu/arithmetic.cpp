@@ -98,7 +98,8 @@ void copy_kernel(Task& task) {
   }
   // Same dtype, and rows of at least 256 contiguous bytes on both sides once the dims are coalesced (a slice
   // of the last dim, v out of a QKV projection, a transpose of outer dims): one memcpy per row, rows split over
-  // the pool. 1.6x the element loop's speed on [2048, 384] float32 rows 1152 apart (measured, bench/rowwise.py).
+  // the pool: 0.42-0.60x the element loop's time on [2048, 384] float32 rows 1152 apart (bench/rowwise.py, loaded
+  // machine; docs/recompute.md).
   if (out.dtype() == in.dtype()) {
     const Tensor operands[2] = {out, in};
     const StridedIteration it(operands);
