@@ -36,9 +36,9 @@ struct StridedIteration {
   // Calls inner(ptrs, inner_strides_in_bytes, count) for the rows covering linear range [begin, end).
   // The rows of the two innermost dims are walked with byte offsets held in local arrays, which no store of
   // `inner` can alias (the plan's own vectors could be, for all the compiler knows), so a row should cost a few
-  // adds rather than reloads of the plan (the loop before this cost about 16 ns a row, measured with a memcpy
-  // body; this version's own gain was not measured separately). The outer dims are carried only when the
-  // second-innermost one wraps.
+  // adds rather than reloads of the plan (the loop before cost about 16 ns a row; one thread, loaded machine:
+  // x * 2 on [2048, 384] rows 1152 apart 0.65x the time, a 3-D strided copy [64, 64, 96] 0.47x; docs/recompute.md).
+  // The outer dims are carried only when the second-innermost one wraps.
   template <typename F>
   void for_range(int64_t begin, int64_t end, F&& inner) const {
     const int nd = static_cast<int>(shape.size());
