@@ -3,12 +3,15 @@
 // Notation: gate, up, y [N, F] (N rows = all leading dims), sg = sigmoid(gate), g = grad_y:
 //   grad_up = g * gate * sg,   grad_gate = g * up * sg * (1 + gate * (1 - sg)).
 // Rows are processed in blocks of kBlock elements gathered into compute-type buffers, so strided
-// operands cost one gather and the arithmetic (with the vectorised exp) runs on contiguous data.
+// operands cost one gather and the arithmetic (with the vectorised exp) runs on contiguous data; the forward
+// reads contiguous float32 rows in place. silu and sigmoid are vm::silu and vm::sigmoid (backend/cpu/vec_math.h:
+// built on exp(-|gate|) <= 1, one division each), the same functions as the silu and sigmoid ops.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "dygrad/backend/cpu/rows.h"
@@ -32,11 +35,6 @@ void store_row(T* dst, const C* src, int64_t n, int64_t step) {
   else for (int64_t i = 0; i < n; ++i) dst[i * step] = static_cast<T>(src[i]);
 }
 
-// sg[i] = sigmoid(gate[i]).
-template <typename C>
-void sigmoid_block(C* sg, const C* gate, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) sg[i] = C(1) / (C(1) + vm::exp(-gate[i]));
-}
 }  // namespace
 
 void swiglu_kernel(Task& task) {
@@ -50,19 +48,28 @@ void swiglu_kernel(Task& task) {
     const T* gp = gate_t.data<T>();
     const T* up = up_t.data<T>();
     T* y = out_t.data<T>();
+    // A float32 row with unit column stride is read in place; others are gathered (and converted) per block.
+    constexpr bool same_type = std::is_same_v<T, C>;
+    const bool direct = same_type && gv.column_stride == 1 && uv.column_stride == 1;
     parallel_for(0, gv.rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t lo, int64_t hi) {
-      C gate[kBlock], sg[kBlock], u[kBlock];
+      C gate_block[kBlock], up_block[kBlock];
       for (int64_t r = lo; r < hi; ++r) {
         const T* grow = gp + gv.row_offset(r);
         const T* urow = up + uv.row_offset(r);
         for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
           const int64_t n = std::min(kBlock, cols - c0);
-          load_row(gate, grow + c0 * gv.column_stride, n, gv.column_stride);
-          load_row(u, urow + c0 * uv.column_stride, n, uv.column_stride);
-          for (int64_t i = 0; i < n; ++i) sg[i] = vm::exp(-gate[i]);
-          // torch's silu: x / (1 + exp(-x)), then times up.
-          T* out = y + r * cols + c0;
-          for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(gate[i] / (C(1) + sg[i]) * u[i]);
+          const C* gate = gate_block;
+          const C* u = up_block;
+          if constexpr (same_type) {
+            if (direct) gate = grow + c0, u = urow + c0;
+          }
+          if (!direct) {
+            load_row(gate_block, grow + c0 * gv.column_stride, n, gv.column_stride);
+            load_row(up_block, urow + c0 * uv.column_stride, n, uv.column_stride);
+          }
+          // y is a new tensor: it aliases neither input.
+          T* __restrict out = y + r * cols + c0;
+          for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(vm::silu(gate[i]) * u[i]);
         }
       }
     });
@@ -90,7 +97,7 @@ void swiglu_backward_kernel(Task& task) {
           load_row(d, dp + dv.row_offset(r) + c0 * dv.column_stride, n, dv.column_stride);
           load_row(gate, gp + gv.row_offset(r) + c0 * gv.column_stride, n, gv.column_stride);
           load_row(u, up + uv.row_offset(r) + c0 * uv.column_stride, n, uv.column_stride);
-          sigmoid_block(sg, gate, n);
+          for (int64_t i = 0; i < n; ++i) sg[i] = vm::sigmoid(gate[i]);
           for (int64_t i = 0; i < n; ++i) {
             out_up[i] = d[i] * (gate[i] * sg[i]);
             out_gate[i] = d[i] * u[i] * sg[i] * (C(1) + gate[i] * (C(1) - sg[i]));
