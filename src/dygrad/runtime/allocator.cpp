@@ -579,6 +579,22 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     unmap_all(to_unmap);
     fail(ErrorKind::OutOfMemory, message);
   };
+  // Over the memory limit: free blocks that queued Tasks still use come back once those have run. Only the thread
+  // that enqueues (a stream-ordered request) may wait for them; another one (the communication thread, which the
+  // stream may be waiting for) must not. Returns a cached block that then fits, or null.
+  auto wait_for_busy_free_blocks = [&]() -> Node* {
+    if (!stream_ordered) return nullptr;
+    const uint64_t last = busy_free_segments_locked();
+    if (!last) return nullptr;
+    lock.unlock();
+    unmap_all(to_unmap);
+    to_unmap.clear();
+    Stream::cpu().wait_until_run(last);
+    lock.lock();
+    Node* found = take_free_locked(rounded, small, stream_ordered);
+    if (found) ++stats_.cache_hits;
+    return found;
+  };
   if (node) {
     ++stats_.cache_hits;
   } else if (expandable_) {
@@ -597,27 +613,18 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
       }
     }
     auto over_limit = [&] { return limit_ && static_cast<size_t>(stats_.reserved + cost()) > limit_; };
-    if (over_limit()) {
-      release_free_segments_locked(to_unmap);  // first give the cache back
+    // Gives the whole idle cache back to the system, then places the request again.
+    auto release_all_and_place = [&] {
+      release_free_segments_locked(to_unmap);
       release_expandable_locked();
       p = place_expandable_locked(rounded, small, stream_ordered);
-      // Free blocks that queued Tasks still use are released once those have run; only the enqueuing thread
-      // may wait for them (as below, for segments of the old kind).
-      if (over_limit() && stream_ordered)
-        if (const uint64_t last = busy_free_segments_locked()) {
-          lock.unlock();
-          unmap_all(to_unmap);
-          to_unmap.clear();
-          Stream::cpu().wait_until_run(last);
-          lock.lock();
-          if ((node = take_free_locked(rounded, small, stream_ordered))) {
-            ++stats_.cache_hits;
-            goto have_block;
-          }
-          release_free_segments_locked(to_unmap);
-          release_expandable_locked();
-          p = place_expandable_locked(rounded, small, stream_ordered);
-        }
+    };
+    if (over_limit()) {
+      release_all_and_place();  // first give the cache back
+      if (over_limit()) {
+        if ((node = wait_for_busy_free_blocks())) goto have_block;
+        release_all_and_place();
+      }
       if (over_limit()) out_of_memory(static_cast<size_t>(cost()));
     }
     if (!p.unmapped) {  // no reserved range has room: reserve another
@@ -628,9 +635,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     node = map_placement_locked(p, rounded, stream_ordered);
     mapped_now = node && node->size - rounded < kPageSize;
     if (!node) {  // the system refused the pages: give the cache back and try once more
-      release_free_segments_locked(to_unmap);
-      release_expandable_locked();
-      p = place_expandable_locked(rounded, small, stream_ordered);
+      release_all_and_place();
       if (p.unmapped) node = map_placement_locked(p, rounded, stream_ordered);
       if (!node) out_of_memory(static_cast<size_t>(cost()));
       mapped_now = node->size - rounded < kPageSize;
@@ -649,22 +654,10 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
     if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
       release_free_segments_locked(to_unmap);  // first give the cache back
-      // Free segments that queued Tasks still use are returned once those have run. The thread that enqueues
-      // (a stream-ordered request) may wait for them; another thread (the communication thread, which the
-      // stream may be waiting for) must not.
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_ && stream_ordered)
-        if (const uint64_t last = busy_free_segments_locked()) {
-          lock.unlock();
-          unmap_all(to_unmap);
-          to_unmap.clear();
-          Stream::cpu().wait_until_run(last);
-          lock.lock();
-          if ((node = take_free_locked(rounded, small, stream_ordered))) {
-            ++stats_.cache_hits;
-            goto have_block;
-          }
-          release_free_segments_locked(to_unmap);
-        }
+      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
+        if ((node = wait_for_busy_free_blocks())) goto have_block;
+        release_free_segments_locked(to_unmap);
+      }
       const size_t tight = round_up(rounded, kPage);
       if (static_cast<size_t>(stats_.reserved) + bytes > limit_) bytes = tight;  // no spare room in the segment
       if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
