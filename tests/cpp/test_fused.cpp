@@ -525,38 +525,56 @@ TEST(FusedAttention, FourDimOutputIsStoredTokenMajor) {
   EXPECT_FALSE(out.is_view());
 }
 
-// q, k, v as [B, H, T, D] views of [B, T, H, D] storage (a fused QKV projection): the gradients come back in that
-// layout (so the permute's gradient is the contiguous leaf gradient, no copy), with the reference's values, on the
-// direct (float32) and the accumulating (bfloat16) paths; rotary's gradient keeps it too.
+// q, k, v as [B, H, T, D] views of [B, T, H, D] storage (a fused QKV projection): the gradients that reach the views
+// (sdpa's backward outputs, seen by a hook on each view) have the views' strides, with the reference's values, on
+// the direct (float32) and the accumulating (bfloat16) paths; rotary's gradient keeps its input's layout too.
 TEST(FusedAttention, GradientsAreLaidOutLikeTheInputs) {
   const int64_t B = 2, H = 3, T = 70, D = 16;
+  const std::vector<int64_t> swap{0, 2, 1, 3};
+  // The gradient arriving at `view`, recorded by a hook (which returns it unchanged).
+  auto record_grad = [](Tensor& view, Tensor* seen) {
+    view.register_hook([seen](const Tensor& g) {
+      *seen = g;
+      return g;
+    });
+  };
   for (DType dtype : {DType::Float32, DType::BFloat16}) {
     const double tol = dtype == DType::Float32 ? 2e-4 : 3e-2;
     AttentionInputs in = make_inputs(B, H, T, T, D, D, dtype, 140);
     std::vector<double> q = values(in.q), k = values(in.k), v = values(in.v);
     AttentionCase c{B * H, T, T, D, D, 1.0 / std::sqrt(double(D)), true};
-    const std::vector<int64_t> swap{0, 2, 1, 3};
     Tensor leaves[3] = {contiguous(permute(in.q, swap)), contiguous(permute(in.k, swap)), contiguous(permute(in.v, swap))};
-    for (Tensor& t : leaves) t.set_requires_grad(true);
-    Tensor out = scaled_dot_product_attention(permute(leaves[0], swap), permute(leaves[1], swap), permute(leaves[2], swap),
-                                              Tensor(), 0.0, true);
+    Tensor views[3], seen[3];
+    for (int i = 0; i < 3; ++i) {
+      leaves[i].set_requires_grad(true);
+      views[i] = permute(leaves[i], swap);
+      record_grad(views[i], &seen[i]);
+    }
+    Tensor out = scaled_dot_product_attention(views[0], views[1], views[2], Tensor(), 0.0, true);
     Tensor dout = random_tensor({B, H, T, D}, dtype, 141);
     sum(mul(out, dout)).backward();
     std::vector<double> dq, dk, dv;
     attention_reference_grads(c, q, k, v, values(dout), dq, dk, dv);
     const std::vector<double>* expected[3] = {&dq, &dk, &dv};
     for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(leaves[i].grad().is_contiguous()) << dtype_name(dtype) << " input " << i;
-      expect_close(permute(leaves[i].grad(), swap), *expected[i], tol, tol, std::string("grad ") + dtype_name(dtype));
+      ASSERT_TRUE(seen[i].defined());
+      EXPECT_EQ(Dims(seen[i].strides()), Dims(views[i].strides())) << dtype_name(dtype) << " input " << i;
+      expect_close(seen[i], *expected[i], tol, tol, std::string("grad ") + dtype_name(dtype));
     }
   }
-  const std::vector<int64_t> swap{0, 2, 1, 3};
   Tensor x = random_tensor({2, 5, 3, 8}, DType::Float32, 142);
   x.set_requires_grad(true);
+  Tensor view = permute(x, swap), seen;
+  record_grad(view, &seen);
   Tensor cos = random_tensor({5, 4}, DType::Float32, 143), sin = random_tensor({5, 4}, DType::Float32, 144);
-  sum(mul(rotary_position_embedding(permute(x, swap), cos, sin, RopeMode::Interleaved),
-          random_tensor({2, 3, 5, 8}, DType::Float32, 145))).backward();
-  EXPECT_TRUE(x.grad().is_contiguous());
+  Tensor y = rotary_position_embedding(view, cos, sin, RopeMode::Interleaved);
+  EXPECT_EQ(Dims(y.strides()), Dims(view.strides()));  // the output is laid out like the input
+  // The backward's output is laid out like the incoming gradient: here g's, in the input's layout (sum(y * g)
+  // sends g itself back to y, as sdpa's backward sends its gradients in the model).
+  Tensor g = permute(random_tensor({2, 5, 3, 8}, DType::Float32, 145), swap);  // [B, H, T, D], [B, T, H, D] strides
+  sum(mul(y, g)).backward();
+  ASSERT_TRUE(seen.defined());
+  EXPECT_EQ(Dims(seen.strides()), Dims(view.strides()));
 }
 
 TEST(FusedAttention, FullyMaskedRowGivesZeros) {
