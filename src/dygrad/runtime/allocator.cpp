@@ -732,8 +732,10 @@ have_block:
   block.ptr = node->ptr;
   block.bin_bytes = node->size;
   block.handle = node;
+  // A block reused while queued Tasks still use it keeps that Task's number while it is live: its next free
+  // must not forget it (an owner that no Task ever used frees it with in_use_until 0).
   if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
-  node->in_use_until = 0;
+  else node->in_use_until = 0;
   return block;
 }
 
@@ -754,7 +756,9 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
   // use it (docs/memory.md, "Stream-ordered reuse").
   record_locked(TraceAction::FreeCompleted, addr, nbytes, category, std::move(context));
   node->allocated = false;
-  node->in_use_until = in_use_until;
+  // The later of the Tasks that used this allocation and those that used the memory before it was handed out
+  // (stream-ordered reuse): a block freed by an owner that no Task used is still busy until the earlier ones ran.
+  node->in_use_until = std::max(node->in_use_until, in_use_until);
   node->requested = 0;
   node->description.clear();
   node->site = {};
