@@ -92,6 +92,39 @@ PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   });
 }
 
+// rotary_attention(qkv, cos, sin, heads, mode='interleaved', is_causal=False, *, scale=None)
+PyObject* rotary_attention_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* name = "rotary_attention";
+  static const Signature sig(name, {"qkv", "cos", "sin", "heads", "mode", "is_causal", "scale"}, 6, 4);
+  PyObject* a[7];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* qkv = to_tensor(name, "qkv", a[0]);
+  const Tensor* cos = qkv ? to_tensor(name, "cos", a[1]) : nullptr;
+  const Tensor* sin = cos ? to_tensor(name, "sin", a[2]) : nullptr;
+  int64_t heads = 0;
+  std::string_view mode = "interleaved";
+  bool is_causal = false;
+  if (!sin || !to_int_argument(name, "heads", a[3], heads) || !to_string_argument(name, "mode", a[4], mode) ||
+      !to_bool_argument(name, "is_causal", a[5], false, is_causal))
+    return nullptr;
+  if (mode != "interleaved" && mode != "rotate_half") {
+    PyErr_Format(PyExc_ValueError, "[%s] mode must be 'interleaved' or 'rotate_half', got '%s'", name, std::string(mode).c_str());
+    return nullptr;
+  }
+  std::optional<double> scale;
+  if (a[6] && a[6] != Py_None) {
+    double s;
+    if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
+    scale = s;
+  }
+  const RopeMode rope = mode == "interleaved" ? RopeMode::Interleaved : RopeMode::RotateHalf;
+  return guarded([&] {
+    if (autocast::on())  // a lower-precision op under torch's CPU autocast, as scaled_dot_product_attention
+      return wrap(rotary_attention(autocast::lower(*qkv), *cos, *sin, heads, rope, is_causal, scale));
+    return wrap(rotary_attention(*qkv, *cos, *sin, heads, rope, is_causal, scale));
+  });
+}
+
 bool to_tensor_vector(const char* op, const char* argument, PyObject* o, std::vector<Tensor>& out) {
   if (!PyTuple_Check(o) && !PyList_Check(o))
     return type_error(op, "argument '%s' must be a list of Tensors, not %s", argument, type_name(o)), false;
@@ -142,6 +175,10 @@ void init_ops_fused(nb::module_& m) {
       {"scaled_dot_product_attention", sdpa_entry,
        "scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, "
        "enable_gqa=False)", true, false},
+      {"rotary_attention", rotary_attention_entry,
+       "rotary_attention(qkv, cos, sin, heads, mode='interleaved'|'rotate_half', is_causal=False, *, scale=None) -> "
+       "Tensor [B, T, heads * D]: rotary embedding of q and k, then attention, from a fused projection [B, T, 3 * heads * D]",
+       true, false},
       {"adamw_step", adamw_step_entry,
        "adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
        "weight_decay=1e-2, decoupled_weight_decay=True, *, model_params=None) -> None: in place, state_steps (0-d float32) incremented",

@@ -130,6 +130,14 @@ void run_workload(DType dtype) {
       sum(scaled_dot_product_attention(transpose(transpose(q, 2, 3), 2, 3), k, v, Tensor(), 0.0, causal)).backward();
     }
   }
+  {  // rotary attention from a fused projection: partial blocks, both pair layouts, causal and not, forward and backward
+    for (bool causal : {false, true}) {
+      Tensor qkv = random_tensor({2, 100, 3 * 2 * 24}, dtype, 12), cos = random_tensor({100, 12}, dtype, 13),
+             sin = random_tensor({100, 12}, dtype, 14);
+      qkv.set_requires_grad(true);
+      sum(rotary_attention(qkv, cos, sin, 2, causal ? RopeMode::Interleaved : RopeMode::RotateHalf, causal)).backward();
+    }
+  }
   {  // embedding backward, cross-entropy forward and backward
     Tensor weight = random_tensor({50, 12}, dtype, 10);
     weight.set_requires_grad(true);
@@ -215,7 +223,8 @@ TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
   set_context(saved);
   // The ops that must be covered: those that declare scratch (and allocate), and some that allocate nothing.
   for (const char* name : {"rms_norm", "rms_norm_backward", "rotary_position_embedding", "rotary_position_embedding_backward",
-                           "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "embedding_backward",
+                           "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "rotary_attention",
+                           "rotary_attention_backward", "embedding_backward",
                            "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
                            "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add", "matmul",
                            "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add",

@@ -1,5 +1,5 @@
 """Fused-op bindings against torch compositions: rms_norm, rotary_position_embedding, swiglu,
-scaled_dot_product_attention, adamw_step (against torch.optim.AdamW); _set_memory_category."""
+scaled_dot_product_attention, rotary_attention, adamw_step (against torch.optim.AdamW); _set_memory_category."""
 import numpy as np
 import pytest
 import torch
@@ -65,6 +65,67 @@ def test_rotary_position_embedding(mode):
     close(y_d.transpose(1, 2), out_t)
     with pytest.raises(ValueError, match=r"\[rotary_position_embedding\]"):
         dg.rotary_position_embedding(x_d, cos_d, sin_d, mode="half")
+
+
+def rotary_attention_reference(qkv, cos, sin, heads, mode, is_causal):
+    B, T, width = qkv.shape
+    D = width // (3 * heads)
+    q, k, v = qkv.reshape(B, T, 3, heads, D).permute(2, 0, 3, 1, 4)
+    q, k = rope_reference(q, cos, sin, mode), rope_reference(k, cos, sin, mode)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal).transpose(1, 2).reshape(B, T, heads * D)
+
+
+@pytest.mark.parametrize("mode,is_causal", [("interleaved", True), ("rotate_half", False)])
+def test_rotary_attention(mode, is_causal):
+    """The fused op against torch's rotary + sdpa in float64 (values and the gradient of qkv); a qkv that is a
+    strided slice of a wider projection; the same op as dygrad's own rotary + sdpa in float32."""
+    B, T, H, D = 2, 70, 3, 8  # 70: a partial query and key block
+    wide = rng.standard_normal((B, T, 3 * H * D + 5))
+    angles = rng.uniform(0, 6, size=(T, D // 2))
+    cos_d, sin_d = dg.tensor(np.cos(angles)), dg.tensor(np.sin(angles))
+    cos_t, sin_t = torch.tensor(np.cos(angles)), torch.tensor(np.sin(angles))
+    wide_d, wide_t = dg.tensor(wide).requires_grad_(), torch.tensor(wide, requires_grad=True)
+    qkv_d, qkv_t = wide_d[..., 2:2 + 3 * H * D], wide_t[..., 2:2 + 3 * H * D]
+    out_d = dg.nn.functional.rotary_attention(qkv_d, cos_d, sin_d, H, mode, is_causal=is_causal)
+    out_t = rotary_attention_reference(qkv_t, cos_t, sin_t, H, mode, is_causal)
+    assert tuple(out_d.shape) == (B, T, H * D) and out_d.is_contiguous()
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(wide_d.grad, wide_t.grad)
+    # float32: the fused op against dygrad's rotary_position_embedding + scaled_dot_product_attention
+    x = dg.tensor(wide[..., :3 * H * D].astype(np.float32)).requires_grad_()
+    cos32, sin32 = cos_d.float(), sin_d.float()
+    fused = dg.nn.functional.rotary_attention(x, cos32, sin32, H, mode, is_causal=is_causal, scale=0.3)
+    y = x.detach().requires_grad_()
+    q, k, v = y.view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+    q, k = (dg.rotary_position_embedding(t, cos32, sin32, mode) for t in (q, k))
+    composed = dg.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=0.3)
+    composed = composed.transpose(1, 2).reshape(B, T, H * D)
+    g = dg.tensor(rng.standard_normal((B, T, H * D)).astype(np.float32))
+    fused.backward(g)
+    composed.backward(g)
+    np.testing.assert_allclose(fused.detach().numpy(), composed.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_rotary_attention_errors():
+    qkv = dg.zeros((2, 5, 24))
+    cos, sin = dg.zeros((5, 2)), dg.zeros((5, 2))
+    ra = dg.nn.functional.rotary_attention
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] expected qkv of 3 dims .* got shape \(2, 5, 24, 1\)"):
+        ra(qkv.unsqueeze(-1), cos, sin, 2)
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] the last dim of qkv of shape \(2, 5, 24\) is not 3 \* heads"):
+        ra(qkv, cos, sin, 5)
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] heads must be positive"):
+        ra(qkv, cos, sin, 0)
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] the head dim D must be even"):
+        ra(dg.zeros((2, 5, 18)), cos, sin, 2)
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] cos and sin must have shape \(5, 2\)"):
+        ra(qkv, dg.zeros((4, 2)), sin, 2)
+    with pytest.raises(ValueError, match=r"\[rotary_attention\] mode must be"):
+        ra(qkv, cos, sin, 2, "half")
+    with pytest.raises(TypeError, match=r"\[rotary_attention\]"):
+        ra(qkv.long(), cos, sin, 2)
 
 
 def test_swiglu():

@@ -4,8 +4,8 @@ w2(silu(w1 x) * w3 x), final RMSNorm, untied head, mean cross-entropy. No biases
 
 Notation: B batch, T sequence, C model dim, H heads, D head dim (C = H * D), F ffn dim, V vocabulary.
 
-`fused=True` (default) uses dygrad's fused kernels (rms_norm, rotary_position_embedding, swiglu,
-scaled_dot_product_attention, cross_entropy); `fused=False` composes them from basic ops exactly as a PyTorch
+`fused=True` (default) uses dygrad's fused kernels (rms_norm, rotary_attention: rotary embedding and attention
+from the QKV projection, swiglu, cross_entropy); `fused=False` composes them from basic ops exactly as a PyTorch
 user writes them (../shared/bench/torch_ref.py with SDPA=0), for the unfused-path benchmark and parity checks.
 """
 import functools
@@ -106,21 +106,16 @@ class Block(nn.Module):
         # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
         with _recompute_tag("qkv"):  # names the projection for the memory_bound_and_qkv recompute preset
             qkv = self.qkv(self.attn_norm(x))
-        q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
         if self.fused:
-            q = F.rotary_position_embedding(q, cos, sin, "interleaved")
-            k = F.rotary_position_embedding(k, cos, sin, "interleaved")
-            # v as its own tensor: attention saves v for backward, and as a view it would keep the whole qkv
-            # projection (3x its size) alive until then. The copy keeps qkv's [B, T, H, D] memory order (read
-            # sequentially; attention takes any strides) and frees 2/3 of the projection.
-            v = v.transpose(1, 2).contiguous().transpose(1, 2)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            # rotary on q and k, then causal attention, in one op on the projection: it saves qkv alone (no
+            # rotated q, k or copy of v) and its backward writes qkv's gradient whole (docs/ops.md).
+            y = F.rotary_attention(qkv, cos, sin, H, "interleaved", is_causal=True)
         else:
+            q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
             q, k = rope_composed(q, cos, sin), rope_composed(k, cos, sin)
             att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
             att = att.masked_fill(mask, float("-inf")).softmax(-1)
-            y = att @ v
-        y = y.transpose(1, 2).reshape(B, T, C)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
         return x + self.o(y)
 
     def mlp(self, x):

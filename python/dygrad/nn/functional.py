@@ -219,5 +219,13 @@ def rotary_position_embedding(x, cos, sin, mode="interleaved"):
     return _C.rotary_position_embedding(x, cos, sin, mode)
 
 
+def rotary_attention(qkv, cos, sin, heads, mode="interleaved", is_causal=False, scale=None):
+    """dygrad's fused attention of a fused QKV projection qkv [B, T, 3 * heads * D]: q, k, v its thirds as
+    [B, heads, T, D], q and k rotated as rotary_position_embedding(., cos, sin, mode), then
+    scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale), returned as [B, T, heads * D].
+    One op: only qkv is saved for backward, and the backward writes qkv's gradient whole (docs/ops.md)."""
+    return _C.rotary_attention(qkv, cos, sin, heads, mode, is_causal, scale=scale)
+
+
 def swiglu(gate, up=None):
     return _C.swiglu(gate) if up is None else _C.swiglu(gate, up)

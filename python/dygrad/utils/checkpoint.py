@@ -528,7 +528,7 @@ class policies:  # noqa: N801 -- a namespace
     def _saved_ops():
         if policies._compute_bound is None:
             policies._compute_bound = frozenset(
-                (dg.ops.matmul, dg.ops.addmm, dg.ops.scaled_dot_product_attention))
+                (dg.ops.matmul, dg.ops.addmm, dg.ops.scaled_dot_product_attention, dg.ops.rotary_attention))
         return policies._compute_bound
 
     @staticmethod
@@ -546,7 +546,7 @@ class policies:  # noqa: N801 -- a namespace
 _OPTIONS = ("none", "memory_bound", "memory_bound_and_qkv", "full")
 # A LLaMA block's attention half only (its MLP half plain): what the planner may give the last block.
 _ATTENTION_OPTIONS = tuple("attention:" + m for m in _OPTIONS[1:])
-_COMPUTE_BOUND_NAMES = ("matmul", "addmm", "scaled_dot_product_attention")
+_COMPUTE_BOUND_NAMES = ("matmul", "addmm", "scaled_dot_product_attention", "rotary_attention")
 
 
 def _split_mode(mode):

@@ -42,6 +42,17 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
+// The attention of a LLaMA block from its fused QKV projection, in one op: qkv [B, T, 3 H D] (any strides) holds
+// q, k and v (its thirds; head h at columns h D..); q and k are rotated as rotary_position_embedding(., cos, sin,
+// mode) does with [B, H, T, D] views ([T, D/2] tables), then scaled_dot_product_attention(q, k, v, is_causal,
+// scale). Returns [B, T, H D] (out.transpose(1, 2).reshape(B, T, H D) of sdpa), contiguous. Equal to those three
+// ops up to rounding (the rotation is applied as q and k are packed, never stored); saves only qkv, out and the
+// log-sum-exp, and its backward writes the gradient of qkv whole: no rotated q/k, no copy of v, no join of the
+// three gradients.
+Tensor rotary_attention(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t heads,
+                        RopeMode mode = RopeMode::Interleaved, bool is_causal = false,
+                        std::optional<double> scale = std::nullopt);
+
 // One AdamW (or Adam) step over lists of tensors, in place, as torch.optim.AdamW / Adam (amsgrad=False,
 // maximize=False, single-tensor path):
 //   AdamW: p *= 1 - lr wd;           Adam: g = g + wd p;

@@ -8,6 +8,7 @@
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
+#include "dygrad/ops/index.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/linalg.h"
 #include "dygrad/ops/math.h"
@@ -55,12 +56,9 @@ OpCost attention_backward_cost(const Task& t) {
 // block's packed Q [Bq, D] and V tile [Bk, Dv], scores [Bq, Bk], accumulator [Bq, Dv] and row max and sum.
 // Backward, per pool thread (one batch-head each): 16-bit accumulators for dQ, dK, dV, Dr [T], packed Q, dO,
 // K and V tiles, K^T and V^T tiles [D, Bk], [Dv, Bk], and P, dP [Bq, Bk].
-size_t attention_scratch_of(const Task& t, bool forward) {
-  const Tensor& q = t.inputs[forward ? 0 : 1];
-  const Tensor& v = t.inputs[forward ? 2 : 3];
-  const int64_t T = q.shape()[q.dim() - 2], D = q.shape()[q.dim() - 1], S = v.shape()[v.dim() - 2], Dv = v.shape()[v.dim() - 1];
-  int64_t batch = 1;
-  for (int64_t d = 0; d < q.dim() - 2; ++d) batch *= q.shape()[d];
+// rotary_attention: the same, and in the backward q and k of the batch-head rotated, [T, D] and [S, D].
+size_t attention_scratch_of(int64_t batch, int64_t T, int64_t S, int64_t D, int64_t Dv, DType dtype, bool forward,
+                            bool rotary) {
   const int64_t bq = std::min(kAttentionQueryBlock, T), bk = std::min(kAttentionKeyBlock, S);
   auto at_least_1 = [](int64_t n) { return std::max<int64_t>(n, 1); };
   int64_t elements;
@@ -70,17 +68,65 @@ size_t attention_scratch_of(const Task& t, bool forward) {
     const int64_t per_block = at_least_1(bq * D) + at_least_1(bk * Dv) + bq * kAttentionKeyBlock + bq * Dv + 2 * bq;
     elements = at_least_1(batch * D * S) + std::max(pack_keys, int64_t(scratch_workers(batch * query_blocks)) * per_block);
   } else {
-    const int64_t accumulators = q.dtype() == DType::Float32 || q.dtype() == DType::Float64 ? 0 : T * D + S * D + S * Dv;
-    const int64_t per_head = accumulators + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +
+    const int64_t accumulators = dtype == DType::Float32 || dtype == DType::Float64 ? 0 : T * D + S * D + S * Dv;
+    const int64_t per_head = accumulators + (rotary ? at_least_1(T * D) + at_least_1(S * D) : 0) + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +
                              at_least_1(bk * Dv) + (D + Dv) * kAttentionKeyBlock + 2 * kAttentionQueryBlock * kAttentionKeyBlock;
     elements = int64_t(scratch_workers(batch)) * per_head;
   }
-  return static_cast<size_t>(elements) * compute_itemsize(q.dtype());
+  return static_cast<size_t>(elements) * compute_itemsize(dtype);
 }
-size_t attention_scratch(const Task& t) { return attention_scratch_of(t, true); }
-size_t attention_backward_scratch(const Task& t) { return attention_scratch_of(t, false); }
+size_t sdpa_scratch_of(const Task& t, bool forward) {
+  const Tensor& q = t.inputs[forward ? 0 : 1];
+  const Tensor& v = t.inputs[forward ? 2 : 3];
+  int64_t batch = 1;
+  for (int64_t d = 0; d < q.dim() - 2; ++d) batch *= q.shape()[d];
+  return attention_scratch_of(batch, q.shape()[q.dim() - 2], v.shape()[v.dim() - 2], q.shape()[q.dim() - 1],
+                              v.shape()[v.dim() - 1], q.dtype(), forward, false);
+}
+size_t attention_scratch(const Task& t) { return sdpa_scratch_of(t, true); }
+size_t attention_backward_scratch(const Task& t) { return sdpa_scratch_of(t, false); }
 const OpDef op_attention(kName, attrs_type<AttentionAttrs>(), {.backward = attention_backward, .cost = attention_cost, .scratch = attention_scratch});
 const OpDef op_attention_backward("scaled_dot_product_attention_backward", attrs_type<AttentionAttrs>(), {.cost = attention_backward_cost, .scratch = attention_backward_scratch});
+
+namespace {
+constexpr const char* kRotaryName = "rotary_attention";
+// saved: qkv, out (detached), lse, cos, sin (in qkv's dtype). A double backward takes rotary_attention_composed.
+void rotary_attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+// qkv [B, T, 3 H D]: B H T query rows.
+struct RotaryShape {
+  int64_t B, T, H, D;
+};
+RotaryShape rotary_shape(const Tensor& qkv, const Attrs& attrs) {
+  const int64_t H = attrs.get<RotaryAttentionAttrs>().heads;
+  return {qkv.shape()[0], qkv.shape()[1], H, qkv.shape()[2] / (3 * H)};
+}
+// flops as sdpa's (two GEMMs forward, five backward; causal halves them) plus the rotations (6 per pair).
+OpCost rotary_attention_cost_of(const Task& t, const Tensor& qkv, int gemms) {
+  const RotaryShape r = rotary_shape(qkv, t.attrs);
+  const double rows = double(r.B * r.H * r.T);
+  double flops = 2.0 * rows * double(r.T) * double(r.D) * gemms;
+  if (t.attrs.get<RotaryAttentionAttrs>().is_causal) flops /= 2;
+  flops += 2 * rows * 3.0 * double(r.D) * (gemms == 2 ? 1 : 2);
+  double bytes = 0;
+  for (const Tensor& x : t.inputs) bytes += double(x.numel()) * double(x.itemsize());
+  for (const Tensor& x : t.outputs) bytes += double(x.numel()) * double(x.itemsize());
+  return {flops, bytes};
+}
+OpCost rotary_attention_cost(const Task& t) { return rotary_attention_cost_of(t, t.inputs[0], 2); }
+OpCost rotary_attention_backward_cost(const Task& t) { return rotary_attention_cost_of(t, t.inputs[1], 5); }
+size_t rotary_attention_scratch_of(const Task& t, const Tensor& qkv, bool forward) {
+  const RotaryShape r = rotary_shape(qkv, t.attrs);
+  return attention_scratch_of(r.B * r.H, r.T, r.T, r.D, r.D, qkv.dtype(), forward, true);
+}
+size_t rotary_attention_scratch(const Task& t) { return rotary_attention_scratch_of(t, t.inputs[0], true); }
+size_t rotary_attention_backward_scratch(const Task& t) { return rotary_attention_scratch_of(t, t.inputs[1], false); }
+}  // namespace
+const OpDef op_rotary_attention(kRotaryName, attrs_type<RotaryAttentionAttrs>(),
+                                {.backward = rotary_attention_backward, .cost = rotary_attention_cost,
+                                 .scratch = rotary_attention_scratch});
+const OpDef op_rotary_attention_backward("rotary_attention_backward", attrs_type<RotaryAttentionAttrs>(),
+                                         {.cost = rotary_attention_backward_cost,
+                                          .scratch = rotary_attention_backward_scratch});
 
 namespace {
 // The scores q k^T * scale with the node's causal or explicit mask applied: [..., T, S].
@@ -97,20 +143,29 @@ Tensor masked_scores(const Tensor& q, const Tensor& k, const Tensor& mask, bool 
 // While backward records a graph (create_graph), the flash backward kernel (not differentiable) is replaced by
 // torch's math-path gradient, composed of differentiable ops: P = softmax(scores) recomputed, dV = P^T g,
 // dS = P * (g V^T - rowsum(g V^T * P)), dQ = dS K * scale, dK = dS^T Q * scale; O(T S) memory per head.
+// In the compute type: q, k, v, grad (of out) [..., T, D]; writes dq, dk, dv where wanted (need[0..2]).
+void attention_math_gradients(const Tensor& qc, const Tensor& kc, const Tensor& vc, const Tensor& grad, const Tensor& mask,
+                              bool is_causal, double scale, const bool need[3], Tensor gradients[3]) {
+  Tensor p = softmax(masked_scores(qc, kc, mask, is_causal, scale), -1);
+  const int64_t last = -1;
+  if (need[2]) gradients[2] = matmul(transpose(p, -2, -1), grad);
+  if (!need[0] && !need[1]) return;
+  Tensor dp = matmul(grad, transpose(vc, -2, -1));
+  Tensor ds = mul(p, sub(dp, sum(mul(dp, p), IntSpan(&last, 1), true)));
+  if (need[0]) gradients[0] = mul(matmul(ds, kc), Scalar(scale));
+  if (need[1]) gradients[1] = mul(matmul(transpose(ds, -2, -1), qc), Scalar(scale));
+}
 void attention_composed(Node& n, const Tensor& g, std::span<Tensor> gi) {
   Tensor q = n.saved(0), k = n.saved(1), v = n.saved(2), mask = n.saved(5);
   const AttentionAttrs& attrs = n.attrs.get<AttentionAttrs>();
   const DType dtype = q.dtype(), compute = itemsize(dtype) == 2 ? DType::Float32 : dtype;
-  Tensor qc = to(q, compute), kc = to(k, compute), vc = to(v, compute), grad = to(g, compute);
   Tensor m = mask.defined() && mask.dtype() != DType::Bool ? to(mask, compute) : mask;
-  Tensor p = softmax(masked_scores(qc, kc, m, attrs.is_causal, attrs.scale), -1);
-  const int64_t last = -1;
-  if (n.needs_grad(2)) gi[2] = to(matmul(transpose(p, -2, -1), grad), dtype);
-  if (!n.needs_grad(0) && !n.needs_grad(1)) return;
-  Tensor dp = matmul(grad, transpose(vc, -2, -1));
-  Tensor ds = mul(p, sub(dp, sum(mul(dp, p), IntSpan(&last, 1), true)));
-  if (n.needs_grad(0)) gi[0] = to(mul(matmul(ds, kc), Scalar(attrs.scale)), dtype);
-  if (n.needs_grad(1)) gi[1] = to(mul(matmul(transpose(ds, -2, -1), qc), Scalar(attrs.scale)), dtype);
+  const bool need[3] = {n.needs_grad(0), n.needs_grad(1), n.needs_grad(2)};
+  Tensor gradients[3];
+  attention_math_gradients(to(q, compute), to(k, compute), to(v, compute), to(g, compute), m, attrs.is_causal,
+                           attrs.scale, need, gradients);
+  for (int i = 0; i < 3; ++i)
+    if (need[i]) gi[i] = to(gradients[i], dtype);
 }
 void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   if (grad_enabled()) return attention_composed(n, g[0], gi);
@@ -125,6 +180,41 @@ void attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi
   if (n.needs_grad(0)) gi[0] = grad_q;
   if (n.needs_grad(1)) gi[1] = grad_k;
   if (n.needs_grad(2)) gi[2] = grad_v;
+}
+
+// qkv [B, T, 3 H D] -> its part `part` (0 q, 1 k, 2 v) as [B, H, T, D] views (differentiable).
+Tensor heads_view(const Tensor& qkv, const RotaryShape& r, int64_t part) {
+  const int64_t split[5] = {r.B, r.T, 3, r.H, r.D}, order[4] = {0, 2, 1, 3};
+  return permute(select(reshape(qkv, split), 2, part), order);
+}
+// A double backward (create_graph): the same gradient composed of differentiable ops (rotary_position_embedding,
+// torch's math-path attention gradient, the inverse rotation, the three gradients stacked into qkv's shape).
+void rotary_attention_composed(Node& n, const Tensor& g, std::span<Tensor> gi) {
+  Tensor qkv = n.saved(0), cos = n.saved(3), sin = n.saved(4);
+  const RotaryAttentionAttrs& attrs = n.attrs.get<RotaryAttentionAttrs>();
+  const RotaryShape r = rotary_shape(qkv, n.attrs);
+  const DType dtype = qkv.dtype(), compute = itemsize(dtype) == 2 ? DType::Float32 : dtype;
+  const RopeMode mode = attrs.rotate_half ? RopeMode::RotateHalf : RopeMode::Interleaved;
+  Tensor x = to(qkv, compute), c = to(cos, compute), s = to(sin, compute);
+  Tensor q = rotary_position_embedding(heads_view(x, r, 0), c, s, mode), k = rotary_position_embedding(heads_view(x, r, 1), c, s, mode);
+  const int64_t heads_shape[4] = {r.B, r.T, r.H, r.D}, order[4] = {0, 2, 1, 3}, qkv_shape[3] = {r.B, r.T, 3 * r.H * r.D};
+  Tensor grad = permute(reshape(to(g, compute), heads_shape), order);
+  const bool need[3] = {true, true, true};
+  Tensor d[3];
+  attention_math_gradients(q, k, heads_view(x, r, 2), grad, Tensor(), attrs.is_causal, attrs.scale, need, d);
+  d[0] = rotary_position_embedding(d[0], c, neg(s), mode);
+  d[1] = rotary_position_embedding(d[1], c, neg(s), mode);
+  Tensor parts[3] = {permute(d[0], order), permute(d[1], order), permute(d[2], order)};  // [B, T, H, D] each
+  gi[0] = to(reshape(stack(parts, 2), qkv_shape), dtype);
+}
+void rotary_attention_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
+  if (!n.needs_grad(0)) return;
+  if (grad_enabled()) return rotary_attention_composed(n, g[0], gi);
+  Tensor qkv = n.saved(0), out = n.saved(1), lse = n.saved(2), cos = n.saved(3), sin = n.saved(4);
+  Tensor grad = to(g[0], qkv.dtype());
+  Tensor grad_qkv = Tensor::empty(qkv.shape(), qkv.dtype());
+  enqueue(op_rotary_attention_backward, {grad, qkv, out, lse, cos, sin}, {grad_qkv}, n.attrs);
+  gi[0] = grad_qkv;
 }
 }  // namespace
 
@@ -239,6 +329,48 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key_in, c
     node->save(detach(out));
     node->save(lse);
     node->save(mask);
+  }
+  return out;
+}
+
+Tensor rotary_attention(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t heads, RopeMode mode,
+                        bool is_causal, std::optional<double> scale) {
+  const char* name = kRotaryName;
+  check_defined(name, qkv, "qkv");
+  check_defined(name, cos, "cos");
+  check_defined(name, sin, "sin");
+  check_same_device(name, qkv, cos);
+  check_same_device(name, qkv, sin);
+  check_floating(name, qkv);
+  DG_CHECK(qkv.dim() == 3, Value, "[", name, "] expected qkv of 3 dims (B, T, 3 * heads * D), got shape ", qkv.shape());
+  DG_CHECK(heads > 0, Value, "[", name, "] heads must be positive, got ", heads);
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], width = qkv.shape()[2];
+  DG_CHECK(width % (3 * heads) == 0, Value, "[", name, "] the last dim of qkv of shape ", qkv.shape(),
+           " is not 3 * heads * D for heads=", heads);
+  const int64_t D = width / (3 * heads);
+  DG_CHECK(D % 2 == 0 && D > 0, Value, "[", name, "] the head dim D must be even and positive, got D=", D,
+           " from qkv of shape ", qkv.shape(), " and heads=", heads);
+  const int64_t want[2] = {T, D / 2};
+  DG_CHECK(same_shape(cos.shape(), want) && same_shape(sin.shape(), want), Value, "[", name, "] cos and sin must have shape ",
+           IntSpan(want), " (T, D/2) for qkv of shape ", qkv.shape(), " and heads=", heads, ", got ", cos.shape(), " and ",
+           sin.shape());
+  DG_CHECK(is_floating(cos.dtype()) && is_floating(sin.dtype()), Type, "[", name, "] cos and sin must be floating, got ",
+           dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
+  Tensor c = to(detach(cos), qkv.dtype()), s = to(detach(sin), qkv.dtype());
+  const double scale_value = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+  Tensor out = Tensor::empty(Dims{B, T, heads * D}, qkv.dtype());
+  Tensor lse = Tensor::empty(Dims{B * heads, T}, qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  const Attrs attrs = RotaryAttentionAttrs{scale_value, is_causal, heads, mode == RopeMode::RotateHalf};
+  enqueue(op_rotary_attention, {qkv, c, s}, {out, lse}, attrs);
+  if (needs_grad_any({qkv})) {
+    Tensor inputs[1] = {qkv}, outputs[1] = {out};
+    Ref<Node> node = record_node(&op_rotary_attention, inputs, outputs);
+    node->attrs = attrs;
+    node->save(qkv);
+    node->save(detach(out));
+    node->save(lse);
+    node->save(c);
+    node->save(s);
   }
   return out;
 }

@@ -232,6 +232,16 @@ struct AttentionAttrs {
   AttentionMask mask = AttentionMask::None;
 };
 
+// rotary_attention and its backward: causal or full attention of the heads of a fused qkv projection
+// [B, T, 3 H D], q and k rotated by the rotary embedding of their positions (RopeAttrs' pairs).
+struct RotaryAttentionAttrs {
+  static constexpr const char* kName = "RotaryAttentionAttrs";
+  double scale = 1;
+  bool is_causal = false;
+  int64_t heads = 1;
+  bool rotate_half = false;  // false: interleaved pairs (2i, 2i+1); true: pairs (i, i + D/2)
+};
+
 // adamw_step (AdamW, and Adam with decoupled = false): the hyper-parameters. The step counts are tensors of the
 // Task (torch's 0-d float32 state["step"]), incremented by the kernel.
 struct AdamWAttrs {

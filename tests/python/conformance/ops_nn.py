@@ -16,6 +16,22 @@ def rope_reference(interleaved):
     return ref
 
 
+def rotary_attention(heads, mode, is_causal):
+    """dygrad's fused rotary_attention of qkv [B, T, 3 heads D]; torch: the three ops it stands for."""
+    def call(m, qkv, cos, sin):
+        return m.rotary_attention(qkv, cos, sin, heads, mode, is_causal=is_causal)
+
+    def ref(torch, qkv, cos, sin):
+        B, T, width = qkv.shape
+        D = width // (3 * heads)
+        q, k, v = qkv.reshape(B, T, 3, heads, D).permute(2, 0, 3, 1, 4)
+        rope = rope_reference(mode == "interleaved")
+        out = torch.nn.functional.scaled_dot_product_attention(rope(torch, q, cos, sin), rope(torch, k, cos, sin), v,
+                                                               is_causal=is_causal)
+        return out.transpose(1, 2).reshape(B, T, heads * D)
+    return {"call": call, "ref": ref}
+
+
 def adamw(m, p, g, exp_avg, exp_avg_sq):
     """One AdamW step at step 3 (dygrad: the fused op, in place, its step count a 0-d float32 tensor that the Task
     increments from 2; torch: its formula), returning the states and the count."""
@@ -67,6 +83,10 @@ def sdpa(**kw):
 ATTENTION_BACKWARD = ("scaled_dot_product_attention_backward",)
 QKV = (Input((2, 2, 5, 4)), Input((2, 2, 6, 4)), Input((2, 2, 6, 4)))
 QKV_BIG = (Input((2, 4, 96, 32)), Input((2, 4, 96, 32)), Input((2, 4, 96, 32)))
+# rotary_attention: qkv [B, T, 3 heads D] (heads 2; D 4, big: D 64), cos and sin [T, D/2].
+ROTARY_QKV = ((Input((2, 5, 24)), Input((5, 2), low=-1, high=1, grad=False), Input((5, 2), low=-1, high=1, grad=False)),)
+ROTARY_QKV_BIG = (Input((2, 96, 384)), Input((96, 32), low=-1, high=1, grad=False),
+                  Input((96, 32), low=-1, high=1, grad=False))
 
 ENTRIES = [
     Entry("softmax", lambda m, x: (m.softmax(x, -1), m.softmax(x, 0)), also_runs=("softmax_backward",),
@@ -127,6 +147,11 @@ ENTRIES = [
     Entry("grad_norm", grad_norm(1.5), differentiable=False, cases=(GRADS,), big=GRADS_BIG, variant="p=1.5"),
     Entry("clip_grads_with_norm", clip_grads, differentiable=False, inplace_call=clip_grads, cases=(CLIPPED,),
           big=(Input((300, 200), layout=False), Input((70000,), layout=False), Input((), low=0.1, high=3.0, layout=False))),
+    Entry("rotary_attention", **rotary_attention(2, "interleaved", True), also_runs=("rotary_attention_backward",),
+          variant="causal", cases=ROTARY_QKV, big=ROTARY_QKV_BIG),
+    Entry("rotary_attention", **rotary_attention(3, "rotate_half", False), also_runs=("rotary_attention_backward",),
+          variant="rotate_half", cases=((Input((2, 5, 54)), Input((5, 3), low=-1, high=1, grad=False),
+                                         Input((5, 3), low=-1, high=1, grad=False)),)),
     Entry("scaled_dot_product_attention", sdpa(), also_runs=ATTENTION_BACKWARD, cases=(QKV,), big=QKV_BIG),
     Entry("scaled_dot_product_attention", sdpa(is_causal=True), also_runs=ATTENTION_BACKWARD, variant="causal",
           cases=(QKV,), big=QKV_BIG),

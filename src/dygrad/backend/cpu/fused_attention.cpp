@@ -30,6 +30,10 @@
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
+// rotary_attention reads q, k and v as [B, H, T, D] views of a fused projection qkv [B, T, 3 H D] (q, k and v
+// are its thirds, head h at columns h D..) and rotates the rows of q and k by the rotary embedding of their
+// positions as it packs them (row t of q or k: position t); its backward rotates dQ and dK back (the inverse
+// rotation) once they are summed, so the gradient of qkv is written whole, in place.
 // The kernels of this file and their operands:
 // inputs (query[L..., T, D], key[L..., S, D], value[L..., S, Dv] any strides, then mask[L..., T, S] when
 // AttentionAttrs mask: Bool (true = attend) or Additive in the query's dtype; broadcast strides allowed).
@@ -41,6 +45,12 @@
 // inputs (grad_out[L..., T, Dv], query, key, value, out, lse, then mask as above), same attributes;
 // outputs (grad_query, grad_key, grad_value) with unit column stride, any row and batch strides.
 //   void attention_backward_kernel(Task& task);
+// inputs (qkv[B, T, 3 H D] any strides, cos[T, D/2], sin[T, D/2] in qkv's dtype); RotaryAttentionAttrs scale,
+// is_causal, heads, rotate_half; outputs (out[B, T, H D] with unit column stride, lse[B H, T]).
+//   void rotary_attention_kernel(Task& task);
+// inputs (grad_out[B, T, H D], qkv, out, lse, cos, sin), same attributes; outputs (grad_qkv[B, T, 3 H D] with unit
+// column stride).
+//   void rotary_attention_backward_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -136,6 +146,7 @@ struct MaskView {
   const char* base = nullptr;
   Dims lead_sizes, lead_strides;
   int64_t row_stride = 0, col_stride = 0, itemsize = 1;
+  MaskView() = default;
   MaskView(const Task& task, size_t input, int64_t kind) {
     if (kind == kNoMask) return;
     const Tensor& m = task.inputs[input];
@@ -159,15 +170,81 @@ struct MaskView {
   }
 };
 
+// The rotary embedding applied to the rows of q and k (rotary_attention), or none (cos null).
+template <typename S>
+struct Rope {
+  const S* cos = nullptr;
+  const S* sin = nullptr;
+  int64_t cos_row = 0, cos_col = 0, sin_row = 0, sin_col = 0;
+  bool rotate_half = false;
+
+  explicit operator bool() const { return cos != nullptr; }
+  // dst[0, D) = the row src (column stride cs) rotated by the angles of position t, or by minus them (inverse).
+  // src may be dst (cs 1): each pair is read before it is written.
+  template <typename In, typename Out>
+  void rotate(const In* src, int64_t cs, Out* dst, int64_t t, int64_t D, bool inverse) const {
+    const int64_t pairs = D / 2;
+    const S* c_row = cos + t * cos_row;
+    const S* s_row = sin + t * sin_row;
+    for (int64_t p = 0; p < pairs; ++p) {
+      using C = compute_t<S>;
+      const C c = static_cast<C>(c_row[p * cos_col]);
+      const C sn = inverse ? -static_cast<C>(s_row[p * sin_col]) : static_cast<C>(s_row[p * sin_col]);
+      const int64_t first = rotate_half ? p : 2 * p, second = rotate_half ? p + pairs : 2 * p + 1;
+      const C a = static_cast<C>(src[first * cs]), b = static_cast<C>(src[second * cs]);
+      dst[first] = static_cast<Out>(a * c - b * sn);
+      dst[second] = static_cast<Out>(a * sn + b * c);
+    }
+  }
+  // Rows [r0, r0 + count) of matrix m (base: its first row), rotated, as a row-major block of the compute type.
+  template <typename T>
+  const T* rows(const Batched<S>& m, const S* base, int64_t r0, int64_t count, std::vector<T>& pack, int64_t& ld) const {
+    pack.resize(static_cast<size_t>(std::max<int64_t>(count * m.cols, 1)));
+    for (int64_t r = 0; r < count; ++r)
+      rotate(base + (r0 + r) * m.row_stride, m.col_stride, pack.data() + r * m.cols, r0 + r, m.cols, false);
+    ld = std::max<int64_t>(m.cols, 1);
+    return pack.data();
+  }
+};
+
+// What a kernel reads and writes: q, k, v (and in the backward the gradient of out), out, lse, the mask, the
+// rotary embedding, and the gradients of q, k and v.
+template <typename S>
+struct Operands {
+  Batched<S> q, k, v, out, dout, gq, gk, gv;
+  const void* lse = nullptr;
+  MaskView mask;
+  Rope<S> rope;
+};
+
+// Part `part` (0: q, 1: k, 2: v) of a fused projection [B, T, 3 H D] (or an output [B, T, H D]: part 0, parts 1)
+// as the [B, H, T, D] matrices of its heads.
+template <typename S>
+Batched<S> heads_of(const Tensor& t, int64_t heads, int64_t parts, int64_t part) {
+  Batched<S> m;
+  const int64_t D = t.shape()[2] / (parts * heads), column = t.strides()[2];
+  m.base = static_cast<const S*>(t.raw_data()) + part * heads * D * column;
+  m.lead_sizes.push_back(t.shape()[0]);
+  m.lead_sizes.push_back(heads);
+  m.lead_strides.push_back(t.strides()[0]);
+  m.lead_strides.push_back(D * column);
+  m.rows = t.shape()[1];
+  m.cols = D;
+  m.row_stride = t.strides()[1];
+  m.col_stride = column;
+  return m;
+}
+
 // S: the stored dtype; T: the compute type (float for 16-bit floats).
 template <typename S>
-void attention_forward(Task& task, const Config& cfg) {
+void attention_forward(const Operands<S>& ops, const Config& cfg) {
   using T = compute_t<S>;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const Batched<S> q(task.inputs[0]), k(task.inputs[1]), v(task.inputs[2]);
-  const MaskView mask(task, 3, cfg.mask_kind);
-  const Batched<S> out(task.outputs[0]);  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
-  T* lse = task.outputs[1].data<T>();
+  const Batched<S>&q = ops.q, &k = ops.k, &v = ops.v;
+  const MaskView& mask = ops.mask;
+  const Rope<S>& rope = ops.rope;
+  const Batched<S>& out = ops.out;  // unit column stride; rows may be strided ([B, T, H, Dv] storage)
+  T* lse = static_cast<T*>(const_cast<void*>(ops.lse));
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
   const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
@@ -177,7 +254,7 @@ void attention_forward(Task& task, const Config& cfg) {
   parallel_chunks(batch, [&](int64_t n) {
     std::vector<T> k_pack;
     int64_t ldk;
-    const T* kb = k.block(k.matrix(n), 0, S_len, k_pack, ldk);
+    const T* kb = rope ? rope.rows(k, k.matrix(n), 0, S_len, k_pack, ldk) : k.block(k.matrix(n), 0, S_len, k_pack, ldk);
     transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * S_len, S_len);
   });
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
@@ -189,7 +266,7 @@ void attention_forward(Task& task, const Config& cfg) {
     std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
     std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
     int64_t ldq, ldv;
-    const T* qb = q.block(q.matrix(n), q0, nq, q_pack, ldq);
+    const T* qb = rope ? rope.rows(q, q.matrix(n), q0, nq, q_pack, ldq) : q.block(q.matrix(n), q0, nq, q_pack, ldq);
     const S* v_matrix = v.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     const int64_t key_end = cfg.causal ? std::min(S_len, q0 + nq) : S_len;
@@ -234,15 +311,17 @@ void attention_forward(Task& task, const Config& cfg) {
 }
 
 template <typename S>
-void attention_backward(Task& task, const Config& cfg) {
+void attention_backward(const Operands<S>& ops, const Config& cfg) {
   using T = compute_t<S>;
   constexpr bool kDirect = std::is_same_v<S, T>;  // gradients accumulate in the outputs themselves
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  const Batched<S> dout(task.inputs[0]), q(task.inputs[1]), k(task.inputs[2]), v(task.inputs[3]), o(task.inputs[4]);
-  const T* lse_all = task.inputs[5].data<T>();
-  const MaskView mask(task, 6, cfg.mask_kind);
-  // The gradients: unit column stride, any row and batch strides (laid out like q, k, v by ops/fused_attention.cpp).
-  const Batched<S> gq(task.outputs[0]), gk(task.outputs[1]), gv(task.outputs[2]);
+  const Batched<S>&dout = ops.dout, &q = ops.q, &k = ops.k, &v = ops.v, &o = ops.out;
+  const T* lse_all = static_cast<const T*>(ops.lse);
+  const MaskView& mask = ops.mask;
+  const Rope<S>& rope = ops.rope;
+  // The gradients: unit column stride, any row and batch strides (laid out like q, k, v by ops/fused_attention.cpp;
+  // rotary_attention: the thirds of the gradient of qkv).
+  const Batched<S>&gq = ops.gq, &gk = ops.gk, &gv = ops.gv;
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
   const T scale = static_cast<T>(cfg.scale);
@@ -289,12 +368,19 @@ void attention_backward(Task& task, const Config& cfg) {
       row_dot[static_cast<size_t>(i)] = total;
     }
     std::vector<T> q_pack, k_pack, v_pack, do_pack;
+    // rotary_attention: q and k of this batch-head rotated once, [T, D] and [S, D], read by every tile.
+    std::vector<T> q_rotated, k_rotated;
+    int64_t ld_rotated = D;
+    if (rope) {
+      rope.rows(q, q_matrix, 0, T_len, q_rotated, ld_rotated);
+      rope.rows(k, k_matrix, 0, S_len, k_rotated, ld_rotated);
+    }
     std::vector<T> kt_pack(static_cast<size_t>(D * kKeyBlock)), vt_pack(static_cast<size_t>(Dv * kKeyBlock));
     std::unique_ptr<T[]> probs(new T[kQueryBlock * kKeyBlock]), dprobs(new T[kQueryBlock * kKeyBlock]);
     int64_t ldq, ldk, ldv, lddo;
     for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
-      const T* kb = k.block(k_matrix, k0, nk_block, k_pack, ldk);
+      const T* kb = rope ? (ldk = ld_rotated, k_rotated.data() + k0 * ld_rotated) : k.block(k_matrix, k0, nk_block, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
       transpose_into(kb, nk_block, D, ldk, kt_pack.data(), nk_block);   // K_blk^T [D, nk_block]
       transpose_into(vb, nk_block, Dv, ldv, vt_pack.data(), nk_block);  // V_blk^T [Dv, nk_block]
@@ -306,7 +392,7 @@ void attention_backward(Task& task, const Config& cfg) {
         const int64_t nq = std::min(kQueryBlock, T_len - q0);
         // Causal: keys past the block's last query row get P = 0; leave them out of the tile.
         const int64_t nk = cfg.causal ? std::min(nk_block, q0 + nq - k0) : nk_block;
-        const T* qb = q.block(q_matrix, q0, nq, q_pack, ldq);
+        const T* qb = rope ? (ldq = ld_rotated, q_rotated.data() + q0 * ld_rotated) : q.block(q_matrix, q0, nq, q_pack, ldq);
         const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
         T* p = probs.get();
         T* dp = dprobs.get();
@@ -330,6 +416,10 @@ void attention_backward(Task& task, const Config& cfg) {
         tile_gemm(true, nk, D, nq, scale, dp, nk, qb, ldq, T(1), dk + k0 * ldk_out, ldk_out);
       }
     }
+    if (rope) {  // dQ and dK were taken against the rotated q and k: rotate them back
+      for (int64_t t = 0; t < T_len; ++t) rope.rotate(dq + t * ldq_out, 1, dq + t * ldq_out, t, D, true);
+      for (int64_t t = 0; t < S_len; ++t) rope.rotate(dk + t * ldk_out, 1, dk + t * ldk_out, t, D, true);
+    }
     if constexpr (!kDirect) {
       auto store = [](const Batched<S>& out, int64_t m, const T* acc, int64_t rows, int64_t cols) {
         S* dst = const_cast<S*>(out.matrix(m));
@@ -347,20 +437,75 @@ Config config_of(const Task& task) {
   const AttentionAttrs& attrs = task.attrs.get<AttentionAttrs>();
   return {attrs.scale, attrs.is_causal, static_cast<int64_t>(attrs.mask)};
 }
+
+template <typename S>
+Rope<S> rope_of(const Tensor& cos, const Tensor& sin, bool rotate_half) {
+  Rope<S> r;
+  r.cos = cos.data<S>();
+  r.sin = sin.data<S>();
+  r.cos_row = cos.strides()[0];
+  r.cos_col = cos.strides()[1];
+  r.sin_row = sin.strides()[0];
+  r.sin_col = sin.strides()[1];
+  r.rotate_half = rotate_half;
+  return r;
+}
 }  // namespace
 
 void attention_kernel(Task& task) {
   const Config cfg = config_of(task);
-  visit_floating(task.inputs[0].dtype(), [&]<typename S>() { attention_forward<S>(task, cfg); });
+  visit_floating(task.inputs[0].dtype(), [&]<typename S>() {
+    Operands<S> ops{.q = Batched<S>(task.inputs[0]), .k = Batched<S>(task.inputs[1]), .v = Batched<S>(task.inputs[2]),
+                    .out = Batched<S>(task.outputs[0]), .lse = task.outputs[1].raw_data(),
+                    .mask = MaskView(task, 3, cfg.mask_kind)};
+    attention_forward<S>(ops, cfg);
+  });
 }
 
 void attention_backward_kernel(Task& task) {
   const Config cfg = config_of(task);
-  visit_floating(task.inputs[1].dtype(), [&]<typename S>() { attention_backward<S>(task, cfg); });
+  visit_floating(task.inputs[1].dtype(), [&]<typename S>() {
+    Operands<S> ops{.q = Batched<S>(task.inputs[1]), .k = Batched<S>(task.inputs[2]), .v = Batched<S>(task.inputs[3]),
+                    .out = Batched<S>(task.inputs[4]), .dout = Batched<S>(task.inputs[0]),
+                    .gq = Batched<S>(task.outputs[0]), .gk = Batched<S>(task.outputs[1]), .gv = Batched<S>(task.outputs[2]),
+                    .lse = task.inputs[5].raw_data(), .mask = MaskView(task, 6, cfg.mask_kind)};
+    attention_backward<S>(ops, cfg);
+  });
+}
+
+void rotary_attention_kernel(Task& task) {
+  const RotaryAttentionAttrs& attrs = task.attrs.get<RotaryAttentionAttrs>();
+  const Config cfg{attrs.scale, attrs.is_causal, kNoMask};
+  const Tensor& qkv = task.inputs[0];
+  visit_floating(qkv.dtype(), [&]<typename S>() {
+    const int64_t h = attrs.heads;
+    Operands<S> ops{.q = heads_of<S>(qkv, h, 3, 0), .k = heads_of<S>(qkv, h, 3, 1), .v = heads_of<S>(qkv, h, 3, 2),
+                    .out = heads_of<S>(task.outputs[0], h, 1, 0), .lse = task.outputs[1].raw_data(),
+                    .rope = rope_of<S>(task.inputs[1], task.inputs[2], attrs.rotate_half)};
+    attention_forward<S>(ops, cfg);
+  });
+}
+
+void rotary_attention_backward_kernel(Task& task) {
+  const RotaryAttentionAttrs& attrs = task.attrs.get<RotaryAttentionAttrs>();
+  const Config cfg{attrs.scale, attrs.is_causal, kNoMask};
+  const Tensor& qkv = task.inputs[1];
+  const Tensor& grad_qkv = task.outputs[0];
+  visit_floating(qkv.dtype(), [&]<typename S>() {
+    const int64_t h = attrs.heads;
+    Operands<S> ops{.q = heads_of<S>(qkv, h, 3, 0), .k = heads_of<S>(qkv, h, 3, 1), .v = heads_of<S>(qkv, h, 3, 2),
+                    .out = heads_of<S>(task.inputs[2], h, 1, 0), .dout = heads_of<S>(task.inputs[0], h, 1, 0),
+                    .gq = heads_of<S>(grad_qkv, h, 3, 0), .gk = heads_of<S>(grad_qkv, h, 3, 1),
+                    .gv = heads_of<S>(grad_qkv, h, 3, 2), .lse = task.inputs[3].raw_data(),
+                    .rope = rope_of<S>(task.inputs[4], task.inputs[5], attrs.rotate_half)};
+    attention_backward<S>(ops, cfg);
+  });
 }
 
 
 DG_REGISTER_KERNEL(scaled_dot_product_attention, Device::Type::CPU, attention_kernel);
 DG_REGISTER_KERNEL(scaled_dot_product_attention_backward, Device::Type::CPU, attention_backward_kernel);
+DG_REGISTER_KERNEL(rotary_attention, Device::Type::CPU, rotary_attention_kernel);
+DG_REGISTER_KERNEL(rotary_attention_backward, Device::Type::CPU, rotary_attention_backward_kernel);
 
 }  // namespace dg::cpu
