@@ -60,6 +60,15 @@ PyObject* swiglu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   return guarded([&] { return wrap(up.defined() ? swiglu(*gate, up) : swiglu(*gate)); });
 }
 
+// An attention's `scale`: None (the default, 1/sqrt(D)) or a number.
+bool to_optional_scale(const char* name, PyObject* o, std::optional<double>& scale) {
+  if (!o || o == Py_None) return true;
+  double s;
+  if (!to_double_argument(name, "scale", o, 1.0, s)) return false;
+  scale = s;
+  return true;
+}
+
 // scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
 // enable_gqa=False)
 PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -79,11 +88,7 @@ PyObject* sdpa_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
       !to_bool_argument(name, "enable_gqa", a[7], false, enable_gqa))
     return nullptr;
   std::optional<double> scale;
-  if (a[6] && a[6] != Py_None) {
-    double s;
-    if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
-    scale = s;
-  }
+  if (!to_optional_scale(name, a[6], scale)) return nullptr;
   return guarded([&] {
     if (autocast::on())  // a lower-precision op under torch's CPU autocast (the mask too, when floating)
       return wrap(scaled_dot_product_attention(autocast::lower(*q), autocast::lower(*k), autocast::lower(*v),
@@ -112,11 +117,7 @@ PyObject* rotary_attention_entry(PyObject* self, PyObject* const* args, Py_ssize
     return nullptr;
   }
   std::optional<double> scale;
-  if (a[6] && a[6] != Py_None) {
-    double s;
-    if (!to_double_argument(name, "scale", a[6], 1.0, s)) return nullptr;
-    scale = s;
-  }
+  if (!to_optional_scale(name, a[6], scale)) return nullptr;
   const RopeMode rope = mode == "interleaved" ? RopeMode::Interleaved : RopeMode::RotateHalf;
   return guarded([&] {
     if (autocast::on())  // a lower-precision op under torch's CPU autocast, as scaled_dot_product_attention
