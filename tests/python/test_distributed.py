@@ -219,6 +219,10 @@ def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
     rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found."""
     r0, r1 = ddp_run(mode, tmp_path)
     assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
+    for bases, bucket in zip(r0["grad_bases"], r0["bucket_bases"]):  # .grad: views of one buffer per bucket
+        assert len(set(bases)) <= 1
+        if bases:  # renewed for the next step, unless the bucket is the .grad itself
+            assert (bases[0] == bucket) == (mode == "bucket_view")
     assert r0["ddp"] == r1["ddp"]
     assert r0["ddp"] == r0["reference"]
     assert r0["keys"][0].startswith("module.")

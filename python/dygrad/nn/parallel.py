@@ -4,9 +4,10 @@
 Gradients are averaged in buckets (the first of 1 MiB, the rest of bucket_cap_mb = 25 MiB, parameters in reverse
 order of registration, which is about the order backward produces them). Each parameter's post-accumulate hook
 copies its gradient into its bucket; a full bucket is all-reduced (AVG) at once, asynchronously, in bucket order,
-so the communication runs while backward computes the earlier layers' gradients. When the last bucket is
-launched, each .grad receives its bucket's sum divided by the world size (one pass: the average fused with the
-copy back) after the stream has waited for the all-reduces. After the first backward the buckets are rebuilt in
+so the communication runs while backward computes the earlier layers' gradients. The all-reduce averages (the sum,
+then / world); when the last bucket is launched, each .grad becomes its view of its bucket, after the stream has
+waited for the all-reduces, and the next step fills fresh buckets (with gradient_as_bucket_view=False; torch
+instead copies the averages back into the gradients backward made: a pass over every gradient that dygrad saves). After the first backward the buckets are rebuilt in
 the order the gradients arrived (torch's rebuild), with rank 0's order on every rank."""
 import contextlib
 
@@ -223,29 +224,26 @@ class DistributedDataParallel(Module):
         bucket.pending -= 1
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            op = dist.ReduceOp.AVG if self.gradient_as_bucket_view else dist.ReduceOp.SUM  # see _finish
-            b.work = dist.all_reduce(b.buffer, op=op, group=self.process_group, async_op=True)
+            b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.AVG, group=self.process_group, async_op=True)
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
             self._finish()
 
     def _finish(self):
-        world = self.process_group.size()
         for b in self._buckets:
             b.work.wait()  # the stream waits; the host goes on
-            if self.gradient_as_bucket_view:  # the bucket is each .grad: averaged by the all-reduce (AVG)
-                for p, view in zip(b.params, b.views):
-                    if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                        p.grad = view
-                continue
-            # The bucket holds the sum: each .grad receives sum / world in one pass (the average and the copy
-            # back fused; division after the sum, as one process dividing accumulated gradients does).
+            # The all-reduce (AVG: the sum over the ranks, then / world, as one process dividing accumulated
+            # gradients does) leaves the average in the bucket, and each .grad becomes its view of it.
+            # gradient_as_bucket_view: the bucket is each .grad already and stays. Otherwise the bucket is handed
+            # to the .grads and the next step fills a fresh one, so that no pass copies the average back into
+            # the tensors the local backward made (torch does; docs/distributed.md, "Data parallel").
             for p, view in zip(b.params, b.views):
-                if p.grad is None:
-                    if _key(p) in self._used or not self.find_unused_parameters:
-                        p.grad = _div(view, world)
-                else:
-                    _div(view, world, out=p.grad)
+                if p.grad is None and self.find_unused_parameters and _key(p) not in self._used:
+                    continue  # unused this step: no gradient, as torch
+                if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                    p.grad = view
+            if not self.gradient_as_bucket_view:
+                b.renew()
         self._iteration_active = False
 
     # --- torch's API ------------------------------------------------------------------------------------------
@@ -265,13 +263,6 @@ class DistributedDataParallel(Module):
 
 def _key(t):
     return _C._tensor_key(t)
-
-
-def _div(t, world, out=None):
-    from .. import div
-    if world == 1:
-        return t.clone() if out is None else out.copy_(t)
-    return div(t, world) if out is None else div(t, world, out=out)
 
 
 def _tensors_in(output):

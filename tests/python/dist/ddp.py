@@ -63,6 +63,11 @@ try:
                 loss = ((ddp(x) - y) ** 2).mean()
                 loss.backward()
         result["buckets"].append([[names[id(p)] for p in b.params] for b in ddp._buckets])
+        # each .grad is its view of its bucket's buffer (dygrad's difference from torch, which copies back), a
+        # buffer the next step does not fill again (gradient_as_bucket_view=False: the bucket was renewed)
+        result["grad_bases"] = [[p.grad.data_ptr() - p.grad.storage_offset() * p.grad.element_size()
+                                 for p in b.params if p.grad is not None] for b in ddp._buckets]
+        result["bucket_bases"] = [b.buffer.data_ptr() for b in ddp._buckets]
         opt.step()
         opt.zero_grad()
 except RuntimeError as e:
