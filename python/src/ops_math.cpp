@@ -40,6 +40,14 @@ DG_UNARY_ENTRY(tanh)
 DG_UNARY_ENTRY(sigmoid)
 DG_UNARY_ENTRY(silu)
 DG_UNARY_ENTRY(relu)
+DG_UNARY_ENTRY(floor)
+DG_UNARY_ENTRY(ceil)
+DG_UNARY_ENTRY(trunc)
+DG_UNARY_ENTRY(sign)
+DG_UNARY_ENTRY(reciprocal)
+DG_UNARY_ENTRY(isnan)
+DG_UNARY_ENTRY(isinf)
+DG_UNARY_ENTRY(isfinite)
 #undef DG_UNARY_ENTRY
 
 // Tensor.<op>_() and dygrad.<op>_(input): in place, returns self.
@@ -61,6 +69,16 @@ PyObject* exp_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
 PyObject* relu_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return unary_inplace_impl<relu_>("relu_", self, args, nargs, kwnames);
 }
+#define DG_UNARY_INPLACE_ENTRY(op)                                                                             \
+  PyObject* op##_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) { \
+    return unary_inplace_impl<op##_>(#op "_", self, args, nargs, kwnames);                                   \
+  }
+DG_UNARY_INPLACE_ENTRY(floor)
+DG_UNARY_INPLACE_ENTRY(ceil)
+DG_UNARY_INPLACE_ENTRY(trunc)
+DG_UNARY_INPLACE_ENTRY(sign)
+DG_UNARY_INPLACE_ENTRY(reciprocal)
+#undef DG_UNARY_INPLACE_ENTRY
 
 // gelu(input, approximate='none')
 PyObject* gelu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -231,6 +249,15 @@ void init_ops_math(nb::module_& m) {
       {"sqrt", sqrt_entry, "sqrt(input) -> Tensor", true, true},
       {"rsqrt", rsqrt_entry, "rsqrt(input) -> Tensor: 1 / sqrt(input)", true, true},
       {"abs", abs_entry, "abs(input) -> Tensor", true, true},
+      {"floor", floor_entry, "floor(input) -> Tensor", true, true},
+      {"ceil", ceil_entry, "ceil(input) -> Tensor", true, true},
+      {"trunc", trunc_entry, "trunc(input) -> Tensor", true, true},
+      {"fix", trunc_entry, "fix(input) -> Tensor: trunc", true, true},
+      {"sign", sign_entry, "sign(input) -> Tensor", true, true},
+      {"reciprocal", reciprocal_entry, "reciprocal(input) -> Tensor", true, true},
+      {"isnan", isnan_entry, "isnan(input) -> Tensor (bool)", true, true},
+      {"isinf", isinf_entry, "isinf(input) -> Tensor (bool)", true, true},
+      {"isfinite", isfinite_entry, "isfinite(input) -> Tensor (bool)", true, true},
       {"sin", sin_entry, "sin(input) -> Tensor", true, true},
       {"cos", cos_entry, "cos(input) -> Tensor", true, true},
       {"tanh", tanh_entry, "tanh(input) -> Tensor", true, true},
@@ -240,6 +267,12 @@ void init_ops_math(nb::module_& m) {
       {"gelu", gelu_entry, "gelu(input, approximate='none') -> Tensor ('none' or 'tanh')", true, false},
       {"exp_", exp_inplace_entry, "exp_(input) -> Tensor: in place, returns input", true, true},
       {"relu_", relu_inplace_entry, "relu_(input) -> Tensor: in place, returns input", true, true},
+      {"floor_", floor_inplace_entry, "floor_(input) -> Tensor: in place, returns input", true, true},
+      {"ceil_", ceil_inplace_entry, "ceil_(input) -> Tensor: in place, returns input", true, true},
+      {"trunc_", trunc_inplace_entry, "trunc_(input) -> Tensor: in place, returns input", true, true},
+      {"fix_", trunc_inplace_entry, "fix_(input) -> Tensor: trunc_", true, true},
+      {"sign_", sign_inplace_entry, "sign_(input) -> Tensor: in place, returns input", true, true},
+      {"reciprocal_", reciprocal_inplace_entry, "reciprocal_(input) -> Tensor: in place, returns input", true, true},
       {"pow", pow_entry, "pow(input, exponent) -> Tensor: Tensor or number base and exponent", true, true},
       {"pow_", pow_inplace_entry, "pow_(exponent) -> Tensor: in place, returns self", false, true},
       {"square", square_entry<false>, "square(input) -> Tensor: pow(input, 2)", true, true},

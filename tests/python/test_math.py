@@ -236,7 +236,7 @@ FUZZ_FUNCTIONS = [
     "logical_and", "softmax", "log_softmax", "embedding", "cross_entropy", "cat", "stack", "split", "chunk",
     "index_select", "gather", "scatter_add", "index_add", "tril", "rms_norm", "swiglu", "rotary_position_embedding",
     "scaled_dot_product_attention", "adamw_step", "rand", "randn", "randint", "arange", "bernoulli_mask", "matmul",
-    "mm", "bmm", "outer", "linear",
+    "mm", "bmm", "outer", "linear", "floor", "sign", "reciprocal", "isnan", "isfinite", "rotary_attention",
 ]
 
 
@@ -257,3 +257,32 @@ def test_fuzz_bindings_raise_cleanly():
         dg.synchronize()
     except Exception:  # a deferred kernel error from an index out of range is expected here
         pass
+
+
+def test_rounding_sign_reciprocal_and_float_predicates_match_torch():
+    """floor / ceil / trunc / fix, sign, reciprocal, isnan / isinf / isfinite against torch 2.13 on the values the
+    sweep's random draws never reach (nan, +-inf, +-0, halves) and on every dtype family: results, dtypes, the
+    in-place forms, the errors (bool rounding; reciprocal_ of an integer tensor)."""
+    values = {"float": [1.5, -2.5, float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 0.49999997, -7.0],
+              "int": [1, -2, 3, 0], "bool": [True, False]}
+    for name in ("floor", "ceil", "trunc", "fix", "sign", "reciprocal", "isnan", "isinf", "isfinite"):
+        for kind, vals in values.items():
+            t, d = torch.tensor(vals), dg.tensor(vals)
+            try:
+                expected = getattr(torch, name)(t)
+            except NotImplementedError:  # torch's rounding of bool; dygrad raises TypeError, as for abs
+                with pytest.raises(TypeError, match=r"not supported for bool"):
+                    getattr(dg, name)(d)
+                continue
+            got = getattr(d, name)()
+            assert str(got.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1], (name, kind)
+            np.testing.assert_array_equal(got.numpy(), expected.numpy(), err_msg=f"{name} {kind}")
+            if name in ("floor", "ceil", "trunc", "fix", "sign") and kind != "bool":
+                inplace = dg.tensor(vals)
+                assert getattr(inplace, name + "_")() is inplace
+                np.testing.assert_array_equal(inplace.numpy(), expected.numpy())
+    with pytest.raises(RuntimeError, match=r"\[reciprocal_\] result type float32 can't be cast to the desired output "
+                                           r"type int64"):
+        dg.tensor([1, 2]).reciprocal_()
+    x = dg.tensor([0.3, 2.0]).requires_grad_()
+    assert not x.isnan().requires_grad and x.isfinite().dtype == dg.bool

@@ -33,6 +33,16 @@ void rsqrt_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx x^(-1/2) = -y
   Tensor y = saved_output(n);
   gi[0] = mul(g[0], mul(mul(y, mul(y, y)), -0.5));
 }
+// floor, ceil, trunc, sign: piecewise constant, a zero gradient everywhere (torch's, also at the jumps).
+void zero_backward(Node&, Grads g, GradInputs gi) { gi[0] = zeros_like(g[0]); }
+void floor_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
+void ceil_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
+void trunc_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
+void sign_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
+void reciprocal_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx 1/x = -y^2
+  Tensor y = saved_output(n);
+  gi[0] = mul(g[0], neg(mul(y, y)));
+}
 void abs_backward(Node& n, Grads g, GradInputs gi) {  // x: g * sign(x), 0 at 0
   Tensor x = n.saved(0);
   Tensor sign = sub(to(gt(x, 0), x.dtype()), to(lt(x, 0), x.dtype()));
@@ -159,6 +169,11 @@ DG_UNARY_OP(log, nullptr, transcendental_cost);
 DG_UNARY_OP(sqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(rsqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(abs, nullptr, elementwise_cost);
+DG_UNARY_OP(floor, nullptr, elementwise_cost);
+DG_UNARY_OP(ceil, nullptr, elementwise_cost);
+DG_UNARY_OP(trunc, nullptr, elementwise_cost);
+DG_UNARY_OP(sign, nullptr, elementwise_cost);
+DG_UNARY_OP(reciprocal, nullptr, elementwise_cost);
 DG_UNARY_OP(sin, nullptr, transcendental_cost);
 DG_UNARY_OP(cos, nullptr, transcendental_cost);
 DG_UNARY_OP(tanh, nullptr, transcendental_cost);
@@ -175,6 +190,10 @@ DG_UNARY_OP(logaddexp, nullptr, transcendental_cost);
 DG_UNARY_OP(lerp, nullptr, elementwise_cost);
 DG_UNARY_OP(lerp_scalar, attrs_type<ScalarAttrs>(), elementwise_cost);
 #undef DG_UNARY_OP
+// isnan, isinf, isfinite: bool results, no gradient.
+const OpDef op_isnan("isnan", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
+const OpDef op_isinf("isinf", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
+const OpDef op_isfinite("isfinite", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
 // Fused backward kernels: inputs (grad, y or x). Only run without grad mode, so they need no backward.
 const OpDef op_sigmoid_backward("sigmoid_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
 const OpDef op_tanh_backward("tanh_backward", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
@@ -213,6 +232,7 @@ namespace {
 // What unary backward formulas read: the input x or the output y.
 void save_input(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[0]); }
 void save_output(Node& n, std::span<const Tensor>, const Tensor& out) { n.save(out); }
+void save_nothing(Node&, std::span<const Tensor>, const Tensor&) {}
 void save_operands_and_output(Node& n, std::span<const Tensor> in, const Tensor& out) {
   for (const Tensor& t : in) n.save(t);
   n.save(out);
@@ -275,6 +295,20 @@ Tensor sigmoid(const Tensor& a) { return floating_unary(op_sigmoid, a, save_outp
 Tensor silu(const Tensor& a) { return floating_unary(op_silu, a, save_input); }
 Tensor abs(const Tensor& a) { return numeric_unary(op_abs, a, save_input); }
 Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, save_output); }
+// Rounding keeps integer dtypes (the values unchanged) and refuses bool, as torch.
+Tensor floor(const Tensor& a) { return numeric_unary(op_floor, a, save_nothing); }
+Tensor ceil(const Tensor& a) { return numeric_unary(op_ceil, a, save_nothing); }
+Tensor trunc(const Tensor& a) { return numeric_unary(op_trunc, a, save_nothing); }
+// Any dtype, bool included (sign of a bool is itself); sign(nan) = 0, as torch's CPU kernel.
+Tensor sign(const Tensor& a) { return ElementwiseCall(op_sign, "sign").input(a).save(save_nothing).run(); }
+// Integers and bool become float32 (torch: reciprocal(int) is floating).
+Tensor reciprocal(const Tensor& a) { return floating_unary(op_reciprocal, a, save_output); }
+// Any dtype; integers and bool are finite, never nan or inf.
+Tensor isnan(const Tensor& a) { return ElementwiseCall(op_isnan, "isnan").input(a).promotion(Promotion::Compare).run(); }
+Tensor isinf(const Tensor& a) { return ElementwiseCall(op_isinf, "isinf").input(a).promotion(Promotion::Compare).run(); }
+Tensor isfinite(const Tensor& a) {
+  return ElementwiseCall(op_isfinite, "isfinite").input(a).promotion(Promotion::Compare).run();
+}
 
 Tensor gelu(const Tensor& a, std::string_view approximate) {
   DG_CHECK(approximate == "none" || approximate == "tanh", Value, "[gelu] approximate must be 'none' or 'tanh', got '",
@@ -285,6 +319,13 @@ Tensor gelu(const Tensor& a, std::string_view approximate) {
 Tensor& exp_(Tensor& a) { return unary_inplace(op_exp, "exp_", a, Promotion::PromoteFloat); }
 
 Tensor& relu_(Tensor& a) { return unary_inplace(op_relu, "relu_", a, Promotion::Promote); }
+Tensor& floor_(Tensor& a) { return unary_inplace(op_floor, "floor_", a, Promotion::Promote); }
+Tensor& ceil_(Tensor& a) { return unary_inplace(op_ceil, "ceil_", a, Promotion::Promote); }
+Tensor& trunc_(Tensor& a) { return unary_inplace(op_trunc, "trunc_", a, Promotion::Promote); }
+Tensor& sign_(Tensor& a) {
+  return ElementwiseCall(op_sign, "sign_").input(a, "self").save(save_output).run_inplace(a);
+}
+Tensor& reciprocal_(Tensor& a) { return unary_inplace(op_reciprocal, "reciprocal_", a, Promotion::PromoteFloat); }
 
 // --- pow ---------------------------------------------------------------------------------------------
 Tensor pow(const Tensor& base, const Tensor& exponent) {

@@ -16,6 +16,16 @@ Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor rsqrt(const Tensor& a);  // 1 / sqrt(a)
 Tensor abs(const Tensor& a);
+// torch.floor / ceil / trunc (integer dtypes kept, bool refused), sign (any dtype), reciprocal (integers become
+// float32), isnan / isinf / isfinite (bool results).
+Tensor floor(const Tensor& a);
+Tensor ceil(const Tensor& a);
+Tensor trunc(const Tensor& a);
+Tensor sign(const Tensor& a);
+Tensor reciprocal(const Tensor& a);
+Tensor isnan(const Tensor& a);
+Tensor isinf(const Tensor& a);
+Tensor isfinite(const Tensor& a);
 Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
 Tensor tanh(const Tensor& a);
@@ -84,6 +94,11 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max);
 // In place (a must be floating for exp_).
 Tensor& exp_(Tensor& a);
 Tensor& relu_(Tensor& a);
+Tensor& floor_(Tensor& a);
+Tensor& ceil_(Tensor& a);
+Tensor& trunc_(Tensor& a);
+Tensor& sign_(Tensor& a);
+Tensor& reciprocal_(Tensor& a);
 
 namespace detail {
 // In-place writes need every element of `t` at its own address: raises for expanded (stride 0) tensors,

@@ -27,6 +27,18 @@
 //   void sigmoid_kernel(Task& task);
 //   void silu_kernel(Task& task);
 //   void relu_kernel(Task& task);
+// input (x) of any dtype but bool, output of x's dtype: floor, ceil, trunc (integers unchanged)
+//   void floor_kernel(Task& task);
+//   void ceil_kernel(Task& task);
+//   void trunc_kernel(Task& task);
+// input (x) of any dtype, output of x's dtype: sign(x) in {-1, 0, 1} (0 for nan; bool unchanged)
+//   void sign_kernel(Task& task);
+// input (x), output of x's floating dtype: 1 / x
+//   void reciprocal_kernel(Task& task);
+// input (x) of any dtype, output bool: isnan, isinf, isfinite (integers and bool: false, false, true)
+//   void isnan_kernel(Task& task);
+//   void isinf_kernel(Task& task);
+//   void isfinite_kernel(Task& task);
 // GeluAttrs: x * Phi(x) (approximate="none") or the tanh approximation
 //   void gelu_kernel(Task& task);
 // inputs (grad, x), GeluAttrs as gelu: out = grad * gelu'(x)
@@ -135,6 +147,47 @@ void abs_kernel(Task& task) {
     }
   });
 }
+
+// Rounding: integers are already integral.
+template <typename Round>
+void rounding_kernel(Task& task, Round round) {
+  numeric_unary(task, [round]<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
+    if constexpr (std::is_floating_point_v<V>) return round(x);
+    else return x;
+  });
+}
+void floor_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::floor(x); }); }
+void ceil_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::ceil(x); }); }
+void trunc_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::trunc(x); }); }
+
+// (0 < x) - (x < 0): 0 for +-0 and nan, as torch's CPU sign.
+void sign_kernel(Task& task) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    unary_map<T>(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V {
+      if constexpr (std::is_same_v<V, bool>) return x;
+      else return static_cast<V>(static_cast<int>(V(0) < x) - static_cast<int>(x < V(0)));
+    });
+  });
+}
+
+void reciprocal_kernel(Task& task) {
+  floating_unary(task, []<typename V>(V x) DG_VEC_INLINE_LAMBDA -> V { return V(1) / x; });
+}
+
+// A floating predicate written as bool; integers and bool give `integral`.
+template <typename Pred>
+void predicate_kernel(Task& task, bool integral, Pred pred) {
+  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+    auto fn = [integral, pred](C<T> x) DG_VEC_INLINE_LAMBDA -> bool {
+      if constexpr (std::is_floating_point_v<C<T>>) return pred(x);
+      else return integral;
+    };
+    unary_loop<decltype(fn), bool, T>(task, fn);
+  });
+}
+void isnan_kernel(Task& task) { predicate_kernel(task, false, [](auto x) { return x != x; }); }
+void isinf_kernel(Task& task) { predicate_kernel(task, false, [](auto x) { return std::isinf(x); }); }
+void isfinite_kernel(Task& task) { predicate_kernel(task, true, [](auto x) { return std::isfinite(x); }); }
 
 // max(x, 0) with nan kept (torch.relu(nan) is nan).
 void relu_kernel(Task& task) {
@@ -267,6 +320,14 @@ DG_REGISTER_KERNEL(log, Device::Type::CPU, log_kernel);
 DG_REGISTER_KERNEL(sqrt, Device::Type::CPU, sqrt_kernel);
 DG_REGISTER_KERNEL(rsqrt, Device::Type::CPU, rsqrt_kernel);
 DG_REGISTER_KERNEL(abs, Device::Type::CPU, abs_kernel);
+DG_REGISTER_KERNEL(floor, Device::Type::CPU, floor_kernel);
+DG_REGISTER_KERNEL(ceil, Device::Type::CPU, ceil_kernel);
+DG_REGISTER_KERNEL(trunc, Device::Type::CPU, trunc_kernel);
+DG_REGISTER_KERNEL(sign, Device::Type::CPU, sign_kernel);
+DG_REGISTER_KERNEL(reciprocal, Device::Type::CPU, reciprocal_kernel);
+DG_REGISTER_KERNEL(isnan, Device::Type::CPU, isnan_kernel);
+DG_REGISTER_KERNEL(isinf, Device::Type::CPU, isinf_kernel);
+DG_REGISTER_KERNEL(isfinite, Device::Type::CPU, isfinite_kernel);
 DG_REGISTER_KERNEL(sin, Device::Type::CPU, sin_kernel);
 DG_REGISTER_KERNEL(cos, Device::Type::CPU, cos_kernel);
 DG_REGISTER_KERNEL(tanh, Device::Type::CPU, tanh_kernel);
