@@ -103,7 +103,6 @@ class Block(nn.Module):
         """The attention half: x + o(attention(rotary(qkv(attn_norm(x)))))."""
         B, T, C = x.shape
         H = self.n_heads
-        # qkv [B, T, 3C] -> q, k, v [B, H, T, D] (views, no copy)
         with _recompute_tag("qkv"):  # names the projection for the memory_bound_and_qkv recompute preset
             qkv = self.qkv(self.attn_norm(x))
         if self.fused:
@@ -111,7 +110,7 @@ class Block(nn.Module):
             # rotated q, k or copy of v) and its backward writes qkv's gradient whole (docs/ops.md).
             y = F.rotary_attention(qkv, cos, sin, H, "interleaved", is_causal=True)
         else:
-            q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)  # [B, H, T, D] views, no copy
             q, k = rope_composed(q, cos, sin), rope_composed(k, cos, sin)
             att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
             att = att.masked_fill(mask, float("-inf")).softmax(-1)

@@ -7,8 +7,9 @@ copies its gradient into its bucket; a full bucket is all-reduced (AVG) at once,
 so the communication runs while backward computes the earlier layers' gradients. The all-reduce averages (the sum,
 then / world); when the last bucket is launched, each .grad becomes its view of its bucket, after the stream has
 waited for the all-reduces, and the next step fills fresh buckets (with gradient_as_bucket_view=False; torch
-instead copies the averages back into the gradients backward made: a pass over every gradient that dygrad saves). After the first backward the buckets are rebuilt in
-the order the gradients arrived (torch's rebuild), with rank 0's order on every rank."""
+instead copies the averages back into the gradients backward made: a pass over every gradient that dygrad
+saves). After the first backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild),
+with rank 0's order on every rank."""
 import contextlib
 
 from .. import _C

@@ -36,18 +36,15 @@ double attention_flops(const Task& t, int gemms) {
   const double flops = 2.0 * rows * keys * double(q.shape()[q.dim() - 1]) * gemms;
   return t.attrs.get<AttentionAttrs>().is_causal ? flops / 2 : flops;
 }
-OpCost attention_cost(const Task& t) {
+// Every operand read or written once.
+double operand_bytes(const Task& t) {
   double bytes = 0;
   for (const Tensor& x : t.inputs) bytes += double(x.numel()) * double(x.itemsize());
   for (const Tensor& x : t.outputs) bytes += double(x.numel()) * double(x.itemsize());
-  return {attention_flops(t, 2), bytes};
+  return bytes;
 }
-OpCost attention_backward_cost(const Task& t) {
-  double bytes = 0;
-  for (const Tensor& x : t.inputs) bytes += double(x.numel()) * double(x.itemsize());
-  for (const Tensor& x : t.outputs) bytes += double(x.numel()) * double(x.itemsize());
-  return {attention_flops(t, 5), bytes};
-}
+OpCost attention_cost(const Task& t) { return {attention_flops(t, 2), operand_bytes(t)}; }
+OpCost attention_backward_cost(const Task& t) { return {attention_flops(t, 5), operand_bytes(t)}; }
 }  // namespace
 
 // Scratch of the CPU kernels (backend/cpu/fused_attention.cpp), in the compute type, with Bq = kAttentionQueryBlock,
@@ -107,10 +104,7 @@ OpCost rotary_attention_cost_of(const Task& t, const Tensor& qkv, int gemms) {
   double flops = 2.0 * rows * double(r.T) * double(r.D) * gemms;
   if (t.attrs.get<RotaryAttentionAttrs>().is_causal) flops /= 2;
   flops += 2 * rows * 3.0 * double(r.D) * (gemms == 2 ? 1 : 2);
-  double bytes = 0;
-  for (const Tensor& x : t.inputs) bytes += double(x.numel()) * double(x.itemsize());
-  for (const Tensor& x : t.outputs) bytes += double(x.numel()) * double(x.itemsize());
-  return {flops, bytes};
+  return {flops, operand_bytes(t)};
 }
 OpCost rotary_attention_cost(const Task& t) { return rotary_attention_cost_of(t, t.inputs[0], 2); }
 OpCost rotary_attention_backward_cost(const Task& t) { return rotary_attention_cost_of(t, t.inputs[1], 5); }

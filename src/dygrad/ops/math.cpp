@@ -35,10 +35,6 @@ void rsqrt_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx x^(-1/2) = -y
 }
 // floor, ceil, trunc, sign: piecewise constant, a zero gradient everywhere (torch's, also at the jumps).
 void zero_backward(Node&, Grads g, GradInputs gi) { gi[0] = zeros_like(g[0]); }
-void floor_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
-void ceil_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
-void trunc_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
-void sign_backward(Node& n, Grads g, GradInputs gi) { zero_backward(n, g, gi); }
 void reciprocal_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx 1/x = -y^2
   Tensor y = saved_output(n);
   gi[0] = mul(g[0], neg(mul(y, y)));
@@ -169,10 +165,6 @@ DG_UNARY_OP(log, nullptr, transcendental_cost);
 DG_UNARY_OP(sqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(rsqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(abs, nullptr, elementwise_cost);
-DG_UNARY_OP(floor, nullptr, elementwise_cost);
-DG_UNARY_OP(ceil, nullptr, elementwise_cost);
-DG_UNARY_OP(trunc, nullptr, elementwise_cost);
-DG_UNARY_OP(sign, nullptr, elementwise_cost);
 DG_UNARY_OP(reciprocal, nullptr, elementwise_cost);
 DG_UNARY_OP(sin, nullptr, transcendental_cost);
 DG_UNARY_OP(cos, nullptr, transcendental_cost);
@@ -190,6 +182,13 @@ DG_UNARY_OP(logaddexp, nullptr, transcendental_cost);
 DG_UNARY_OP(lerp, nullptr, elementwise_cost);
 DG_UNARY_OP(lerp_scalar, attrs_type<ScalarAttrs>(), elementwise_cost);
 #undef DG_UNARY_OP
+#define DG_PIECEWISE_CONSTANT_OP(name) \
+  const OpDef op_##name(#name, nullptr, {.fusion = FusionClass::Elementwise, .backward = zero_backward, .cost = elementwise_cost})
+DG_PIECEWISE_CONSTANT_OP(floor);
+DG_PIECEWISE_CONSTANT_OP(ceil);
+DG_PIECEWISE_CONSTANT_OP(trunc);
+DG_PIECEWISE_CONSTANT_OP(sign);
+#undef DG_PIECEWISE_CONSTANT_OP
 // isnan, isinf, isfinite: bool results, no gradient.
 const OpDef op_isnan("isnan", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
 const OpDef op_isinf("isinf", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
@@ -232,7 +231,6 @@ namespace {
 // What unary backward formulas read: the input x or the output y.
 void save_input(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[0]); }
 void save_output(Node& n, std::span<const Tensor>, const Tensor& out) { n.save(out); }
-void save_nothing(Node&, std::span<const Tensor>, const Tensor&) {}
 void save_operands_and_output(Node& n, std::span<const Tensor> in, const Tensor& out) {
   for (const Tensor& t : in) n.save(t);
   n.save(out);
@@ -296,11 +294,11 @@ Tensor silu(const Tensor& a) { return floating_unary(op_silu, a, save_input); }
 Tensor abs(const Tensor& a) { return numeric_unary(op_abs, a, save_input); }
 Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, save_output); }
 // Rounding keeps integer dtypes (the values unchanged) and refuses bool, as torch.
-Tensor floor(const Tensor& a) { return numeric_unary(op_floor, a, save_nothing); }
-Tensor ceil(const Tensor& a) { return numeric_unary(op_ceil, a, save_nothing); }
-Tensor trunc(const Tensor& a) { return numeric_unary(op_trunc, a, save_nothing); }
+Tensor floor(const Tensor& a) { return numeric_unary(op_floor, a, nullptr); }  // the backward reads nothing
+Tensor ceil(const Tensor& a) { return numeric_unary(op_ceil, a, nullptr); }
+Tensor trunc(const Tensor& a) { return numeric_unary(op_trunc, a, nullptr); }
 // Any dtype, bool included (sign of a bool is itself); sign(nan) = 0, as torch's CPU kernel.
-Tensor sign(const Tensor& a) { return ElementwiseCall(op_sign, "sign").input(a).save(save_nothing).run(); }
+Tensor sign(const Tensor& a) { return ElementwiseCall(op_sign, "sign").input(a).run(); }
 // Integers and bool become float32 (torch: reciprocal(int) is floating).
 Tensor reciprocal(const Tensor& a) { return floating_unary(op_reciprocal, a, save_output); }
 // Any dtype; integers and bool are finite, never nan or inf.
@@ -323,7 +321,7 @@ Tensor& floor_(Tensor& a) { return unary_inplace(op_floor, "floor_", a, Promotio
 Tensor& ceil_(Tensor& a) { return unary_inplace(op_ceil, "ceil_", a, Promotion::Promote); }
 Tensor& trunc_(Tensor& a) { return unary_inplace(op_trunc, "trunc_", a, Promotion::Promote); }
 Tensor& sign_(Tensor& a) {
-  return ElementwiseCall(op_sign, "sign_").input(a, "self").save(save_output).run_inplace(a);
+  return ElementwiseCall(op_sign, "sign_").input(a, "self").run_inplace(a);
 }
 Tensor& reciprocal_(Tensor& a) { return unary_inplace(op_reciprocal, "reciprocal_", a, Promotion::PromoteFloat); }
 
