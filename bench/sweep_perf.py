@@ -3,7 +3,11 @@ side on the same inputs, timed interleaved (median of repeats, each dygrad timin
 Prints GB/s or GFLOP/s per op and shape from the op table's cost model (the FLOPs and bytes the profiler records
 for the Tasks one call runs) and the ratio to torch, so weak kernels show at a glance. Never a test.
 
-    python3 bench/sweep_perf.py [--dtype float32] [--filter REGEX] [--repeats 7] [--all-shapes]
+    python3 bench/sweep_perf.py [--dtype float32] [--filter REGEX] [--repeats 7] [--all-shapes] [--queued]
+
+By default each dygrad call is followed by dg.synchronize(): the time is a call's latency, the stream's wake-up
+included (the worker sleeps once idle, docs/stream.md). --queued times the calls back to back and synchronizes once
+per timing, as a training step runs them: the op's throughput.
 """
 import argparse
 import os
@@ -47,18 +51,21 @@ def cost_of_one_call(entry, tensors):
     return sum(e.flops for e in ops), sum(e.bytes for e in ops), sorted({e.name for e in ops})
 
 
-def seconds_per_call(fn, iterations):
+def seconds_per_call(fn, iterations, finish=None):
     begin = time.perf_counter()
     for _ in range(iterations):
         fn()
+    if finish is not None:
+        finish()
     return (time.perf_counter() - begin) / iterations
 
 
-def measure(entry, case, dtype, repeats):
+def measure(entry, case, dtype, repeats, queued=False):
     d, t = operands(case, dtype)
     inplace = entry.inplace_call is not None or entry.op == "adamw_step"  # writes its operands: time on copies
-    run_d = (lambda: (call(dg, entry, [x.clone() for x in d]), dg.synchronize())) if inplace else \
-        (lambda: (call(dg, entry, d), dg.synchronize()))
+    sync = (lambda: None) if queued else dg.synchronize
+    run_d = (lambda: (call(dg, entry, [x.clone() for x in d]), sync())) if inplace else \
+        (lambda: (call(dg, entry, d), sync()))
     run_t = (lambda: call(torch, entry, [x.clone() for x in t])) if inplace else (lambda: call(torch, entry, t))
     with torch.no_grad(), dg.no_grad():
         flops, nbytes, names = cost_of_one_call(entry, d)
@@ -67,7 +74,7 @@ def measure(entry, case, dtype, repeats):
         iterations = max(1, min(1000, int(0.005 / once)))  # about 5 ms per timing
         times_d, times_t = [], []
         for _ in range(repeats):  # interleaved: both see the same machine state
-            times_d.append(seconds_per_call(run_d, iterations))
+            times_d.append(seconds_per_call(run_d, iterations, dg.synchronize))
             times_t.append(seconds_per_call(run_t, iterations))
     return flops, nbytes, names, statistics.median(times_d), statistics.median(times_t)
 
@@ -78,10 +85,12 @@ def main(argv=None):
     parser.add_argument("--filter", default="", help="only entries whose id matches this regex")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--all-shapes", action="store_true", help="every case too, not only the large one")
+    parser.add_argument("--queued", action="store_true", help="dygrad's calls back to back, one synchronize per "
+                        "timing (throughput), instead of one per call (latency)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, dg.get_context().num_threads))
     print(f"dygrad {dg.__version__} vs torch {torch.__version__}, {dg.get_context().num_threads} threads, "
-          f"{args.dtype}, forward only, median of {args.repeats}")
+          f"{args.dtype}, forward only, median of {args.repeats}, {'queued' if args.queued else 'synchronized'} calls")
     print(f"{'op':42} {'shapes':34} {'dygrad':>12} {'torch':>12} {'unit':6} {'dg us':>9} {'torch us':>9} {'ratio':>6}")
     for entry in ENTRIES:
         if entry.check == "error" or not re.search(args.filter, entry_id(entry)):
@@ -89,7 +98,7 @@ def main(argv=None):
         dtype = args.dtype if args.dtype in entry.dtypes else entry.dtypes[0]
         cases = ([entry.big] if entry.big else []) + (list(entry.cases) if args.all_shapes or not entry.big else [])
         for case in cases:
-            flops, nbytes, names, t_d, t_t = measure(entry, case, dtype, args.repeats)
+            flops, nbytes, names, t_d, t_t = measure(entry, case, dtype, args.repeats, args.queued)
             compute = nbytes == 0 or flops / nbytes > FLOPS_PER_BYTE
             work, unit = (flops, "GFLOP/s") if compute else (nbytes, "GB/s")
             shapes = " ".join("x".join(map(str, s.shape)) or "()" for s in case)
