@@ -144,21 +144,24 @@ def _tensor_bytes(t):
 def llama_activation_bytes(config, batch_size, seq_len=None, itemsize=4, fused=True):
     """Estimated bytes of the activations a LLaMA training step holds at its peak (the tensors autograd saves for
     backward), per token and layer with the fused kernels:
-        RMSNorm inputs 2 d, their outputs (the linears' inputs) 2 d, rotated q, k 2 d, v's own copy d (the QKV
-        projection itself is freed once they are made), attention output d (laid out [B, T, H, D], so it is also
-        the output projection's input), w1 and w3 outputs 2 F, SwiGLU output F  = 8 d + 3 F
-    composed (fused=False) adds the attention probabilities (H N per token), the rest of the QKV output that v's
-    view keeps alive (2 d), the [B, T, C] copy feeding the output projection (d), the composed RMSNorm and RoPE
-    intermediates (~4 d) and SiLU's output (F). Outside the layers: embedding output d, final norm 2 d, logits
-    and the loss' softmax 2 V. Checked against the allocator's activation bytes at the peak of a synchronous step
-    (tests/python/test_profiler_metrics.py): within 20% for both paths. In async mode the host runs ahead and
-    the outputs of queued ops add to this (the advisor reports it)."""
+        RMSNorm inputs 2 d (their outputs, the linears' inputs, are recomputed from them in the backward:
+        docs/autograd.md, "Rematerialized saves"), the QKV projection 3 d (rotary_attention saves it whole), the
+        attention output d (also the output projection's input), w1 and w3 outputs 2 F, SwiGLU output F
+        = 6 d + 3 F
+    composed (fused=False) adds the norms' outputs 2 d (the composed norm has no rematerialize rule), the
+    attention probabilities (H N per token), the rotated q, k, the copies and the composed RMSNorm and RoPE
+    intermediates (~7 d) and SiLU's output (F). Outside the layers: the final norm's input d (its output too when
+    composed), the embedding's d, logits and the loss' softmax 2 V. Checked against the allocator's activation
+    bytes at the peak of a synchronous step (tests/python/test_profiler_metrics.py): within 20% for both paths.
+    In async mode the host runs ahead and the outputs of queued ops add to this (the advisor reports it)."""
     n = config.seq_len if seq_len is None else seq_len
     d, f = config.dim, config.ffn_dim
-    per_token_layer = 8 * d + 3 * f
+    per_token_layer = 6 * d + 3 * f
+    outside = 2 * d + 2 * config.vocab_size
     if not fused:
-        per_token_layer += config.n_heads * n + 7 * d + f
-    per_token = config.n_layers * per_token_layer + 3 * d + 2 * config.vocab_size
+        per_token_layer += 2 * d + config.n_heads * n + 7 * d + f
+        outside += d
+    per_token = config.n_layers * per_token_layer + outside
     return batch_size * n * per_token * itemsize
 
 

@@ -581,6 +581,7 @@ class RecomputePlan:
         self.modes, self.predicted_peak, self.predicted_time = list(modes), predicted_peak, predicted_time
         self.budget, self.plain_peak, self.plain_time = budget, plain_peak, plain_time
         self.saved_bytes_per_layer, self.recompute_s_per_layer = saved, cost
+        self.measured_peak = None  # plan(verify=...): the chosen modes' peak, measured in one step
 
     def apply(self, layers):
         apply_recompute(layers, self.modes)
@@ -595,8 +596,9 @@ class RecomputePlan:
                  "  option: saved MiB/layer, recompute ms/layer: " + "; ".join(
                      f"{m} {self.saved_bytes_per_layer[m] / mib:.2f}, {self.recompute_s_per_layer[m] * 1e3:.2f}"
                      for m in self.saved_bytes_per_layer),
-                 f"  predicted peak {self.predicted_peak / mib:.1f} MiB, "
-                 f"predicted step {self.predicted_time * 1e3:.1f} ms"]
+                 f"  predicted peak {self.predicted_peak / mib:.1f} MiB"
+                 + ("" if self.measured_peak is None else f" (measured {self.measured_peak / mib:.1f} MiB)")
+                 + f", predicted step {self.predicted_time * 1e3:.1f} ms"]
         return "\n".join(lines)
 
     def report(self, measured_peak, measured_time):
@@ -687,7 +689,7 @@ def measure(model, step_fn, layers=None, repeats=1):
     return RecomputeCosts(n, plain_peak, plain_time, held, saved, cost_s, cost_flops)
 
 
-def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
+def plan(model, step_fn, budget, layers=None, repeats=1, costs=None, verify=3):
     """Budget mode (recompute="auto"): chooses per layer what to recompute so that the step's allocator peak
     stays under `budget` (bytes, or "60%" of the plain step's peak) at the least recomputed time. Returns a
     RecomputePlan; `plan.apply(model.blocks)` sets it.
@@ -698,7 +700,12 @@ def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
     Predicted peak: the plain peak less what the layers before the one in backward save (the maximum over the
     backward); predicted time = plain time + the recomputed ops' time. The choice enumerates how many layers
     take each option (layers alike: the same cost each), the least time among those under the budget (or the
-    least peak if none is)."""
+    least peak if none is).
+
+    The sum is a model: where a recomputed half's own backward or its transients set the peak, it can be a few
+    percent low. So the `verify` best choices (by the model) are run for one step each, in order, and the first
+    whose measured peak is within the budget is taken (`plan.measured_peak`); if none is, the one of least
+    measured peak. `verify=0` takes the model's choice unmeasured. The layers are left plain."""
     import itertools
     layers = list(model.blocks if layers is None else layers)
     n = len(layers)
@@ -721,7 +728,7 @@ def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
         return max(plain_peak - sum(saved[m] for m in modes[:i]) - attention_saved(modes[i])
                    - (n - 1 - i) * layer_bytes for i in range(n))
 
-    best = None
+    candidates = []
     # the last layer's backward comes first: recomputing its MLP half saves nothing at the peak, so that stays
     # plain; its attention half may be recomputed (its backward comes after the MLP half's)
     last_options = ("none",) + tuple(m for m in _ATTENTION_OPTIONS if m in saved)
@@ -733,12 +740,25 @@ def plan(model, step_fn, budget, layers=None, repeats=1, costs=None):
             modes += ["none"] * (n - 1 - len(modes)) + [last]
             peak = predicted_peak(modes)
             t = plain_time + sum(cost[m] for m in modes)
-            key = (peak > budget, t if peak <= budget else peak)
-            if best is None or key < best[0]:
-                best = (key, modes, peak, t)
-    _, modes, peak, t = best
+            candidates.append(((peak > budget, t if peak <= budget else peak), modes, peak, t))
+    candidates.sort(key=lambda c: c[0])
+    chosen, measured = candidates[0], None
+    tried = []
+    for candidate in candidates[:max(0, verify)]:
+        apply_recompute(layers, candidate[1])
+        peak_measured, _ = _timed_step(model, step_fn)
+        tried.append((peak_measured, candidate))
+        if peak_measured <= budget:
+            break
+    if tried:
+        measured, chosen = min(tried, key=lambda m: (m[0] > budget, 0 if m[0] <= budget else m[0]))
+        apply_recompute(layers, ["none"] * n)
+        for p in model.parameters():
+            p.grad = None
+    _, modes, peak, t = chosen
     result = RecomputePlan(modes, peak, t, budget, plain_peak, plain_time, saved, cost)
     result.costs = costs
+    result.measured_peak = measured
     return result
 
 

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 
 #include "dygrad/core/error.h"
 #include "dygrad/ops/shape.h"
@@ -26,7 +28,6 @@ bool grad_enabled() { return tls_grad_enabled; }
 namespace {
 thread_local bool tls_saved_released_after_backward = false;
 }
-bool saves_tensors_directly() { return tls_pack_hooks.size() <= tls_hook_floor; }
 bool saved_released_after_backward() { return tls_saved_released_after_backward; }
 void set_saved_released_after_backward(bool on) { tls_saved_released_after_backward = on; }
 
@@ -84,8 +85,10 @@ struct Teardown {
   void absorb(std::vector<Edge>& next, std::vector<SavedTensor>& saved) {
     for (Edge& e : next)
       if (e.node) nodes.push_back(std::move(e.node));
-    for (SavedTensor& t : saved)
+    for (SavedTensor& t : saved) {
       if (t.tensor.defined()) tensors.push_back(std::move(t.tensor));
+      if (t.producer) nodes.push_back(std::move(t.producer));
+    }
   }
 };
 }  // namespace
@@ -113,6 +116,29 @@ Node::~Node() {
   }
 }
 
+namespace {
+// The node that can recompute t (autograd/node.h, "Rematerialized saves"), or null: t is a whole output of a node
+// whose op rematerializes, never modified in place (a fresh output is at version 0), not a view, not shared with
+// NumPy (the host could change it without a version), and that node still holds its saved tensors.
+// DYGRAD_REMATERIALIZE=0 (read once) keeps every saved tensor as it is (side-by-side measurements).
+bool rematerialize_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DYGRAD_REMATERIALIZE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+Ref<Node> rematerializable_producer(const Tensor& t) {
+  if (!t.defined() || !t.impl()->autograd || !rematerialize_enabled()) return {};
+  const AutogradMeta& meta = *t.impl()->autograd;
+  const Node* producer = meta.grad_fn.get();
+  if (!producer || !producer->op() || !producer->op()->rematerialize || producer->released()) return {};
+  if (t.version() != 0 || t.is_view() || t.storage().shared_with_host()) return {};
+  return meta.grad_fn;
+}
+}  // namespace
+
 void Node::save(const Tensor& t) {
   if (tls_pack_hooks.size() > tls_hook_floor && t.defined()) {
     // The hook may run dygrad ops (a copy to offload); their own saves keep their tensors.
@@ -123,6 +149,10 @@ void Node::save(const Tensor& t) {
     } reentry;
     std::shared_ptr<PackedTensor> packed = tls_pack_hooks.back()(t);
     saved_.push_back({Tensor(), 0u, std::move(packed)});
+    return;
+  }
+  if (Ref<Node> producer = rematerializable_producer(t)) {
+    saved_.push_back({Tensor(), 0u, nullptr, std::move(producer), t.impl()->autograd->output_nr});
     return;
   }
   saved_.push_back({t, t.defined() ? t.version() : 0u, nullptr});
@@ -142,6 +172,12 @@ Tensor Node::saved(size_t i) const {
       ~Reentry() { tls_hook_floor = saved; }
     } reentry;
     return s.packed->unpack();
+  }
+  if (s.producer) {
+    DG_CHECK(!s.producer->released(), Runtime, "[", name(), "] the saved output of ", s.producer->name(),
+             " is recomputed from that node's saved tensors, which were freed by an earlier backward through it; "
+             "specify retain_graph=True on that backward (docs/autograd.md, \"Rematerialized saves\")");
+    return s.producer->op()->rematerialize(*s.producer, s.output_nr);
   }
   if (s.tensor.defined() && s.tensor.version() != s.version)
     fail(ErrorKind::Runtime, "[", name(), "] one of the variables needed for gradient computation has been "

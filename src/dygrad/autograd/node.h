@@ -38,10 +38,18 @@ using PackHook = std::function<std::shared_ptr<PackedTensor>(const Tensor&)>;
 void push_saved_tensor_hook(PackHook hook);
 void pop_saved_tensor_hook();
 
+// Rematerialized saves: a node that saves (directly, no pack hook) an unmodified, whole output of an op whose table
+// entry has `rematerialize` (rms_norm) keeps that output's producer node instead of the tensor, and its backward
+// reads the output recomputed from the producer's own saved tensors. The producer keeps them anyway for its
+// backward, which runs after this node's, so the output's memory is freed as soon as the program drops it: a
+// norm followed by a linear layer holds its input once, not its input and its output (docs/autograd.md,
+// "Rematerialized saves"). Not when the output was modified in place before the save (version 0 only).
 struct SavedTensor {
   Tensor tensor;
   uint32_t version = 0;
   std::shared_ptr<PackedTensor> packed;  // set instead of `tensor` when a pack hook took it
+  Ref<Node> producer;                    // set instead of `tensor`: output `output_nr` of this node, recomputed
+  uint32_t output_nr = 0;
 };
 
 struct InputMeta {
@@ -79,6 +87,9 @@ class Node : public RefCounted {
   void save(const Tensor& t);                 // saved in order; read back with saved(i)
   size_t num_saved() const { return saved_.size(); }
   Tensor saved(size_t i) const;               // checks the version: raises if modified in place since
+  // Whether slot i holds its tensor itself (not a pack hook's record, not a rematerialized output): the slot is
+  // then one more owner of what saved(i) returns (autograd/saved_buffers.h).
+  bool holds_saved(size_t i) const { return i < saved_.size() && saved_[i].tensor.defined(); }
   // saved(i) when it is this node's output `output_nr`, saved detached (with its own grad_fn it would be a
   // reference cycle): while backward records a graph (create_graph) it comes back with this node as its
   // history, as torch's SavedVariable of an output, so a formula that reads it is differentiable again

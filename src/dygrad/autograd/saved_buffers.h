@@ -7,10 +7,6 @@
 
 namespace dg {
 
-// Whether Node::save on this thread keeps tensors as they are (false while a saved-tensor pack hook applies:
-// the node then holds what the hook returned, and an unpacked tensor may have other owners).
-bool saves_tensors_directly();
-
 // Whether the engine releases the saved tensors of the node whose backward runs on this thread right after it
 // (a backward without retain_graph or create_graph). Set by the engine around each node's formula.
 bool saved_released_after_backward();
@@ -19,7 +15,8 @@ void set_saved_released_after_backward(bool on);
 // For the backward formula of a node that saved `t`: a new tensor over t's memory (t's shape, dtype and strides),
 // to write a gradient of t's shape and dtype into, when nothing else can read that memory after this node: its
 // saved tensors are released after it (above); the TensorImpl is referenced only by the caller's copy from
-// Node::saved and, when the node saved it `directly` (saves_tensors_directly() at the save), the node's slot (an
+// Node::saved and, when the node's slot holds it `directly` (Node::holds_saved: no pack hook applied and not
+// rematerialized, autograd/node.h), the node's slot (an
 // edge to a leaf, a Python object, a pack hook's record or a second node saving it would add one; queued Tasks'
 // references do not count, core/ref.h); no other tensor (a view) shares its storage, except through queued Tasks;
 // it is contiguous and not shared with the host (NumPy).

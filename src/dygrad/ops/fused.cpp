@@ -28,6 +28,7 @@ DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DTy
 // --- rms_norm ------------------------------------------------------------------------------------------
 // saved: x, rstd, weight (or undefined).
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
+Tensor rms_norm_rematerialize(Node& n, uint32_t output_nr);
 OpCost rms_norm_cost(const Task& t) {
   const double elements = double(t.inputs[0].numel()), size = double(t.inputs[0].itemsize());
   return {4 * elements, 2 * elements * size};
@@ -53,7 +54,7 @@ size_t rms_norm_scratch_of(const Task& t, bool forward) {
 }
 size_t rms_norm_scratch(const Task& t) { return rms_norm_scratch_of(t, true); }
 size_t rms_norm_backward_scratch(const Task& t) { return rms_norm_scratch_of(t, false); }
-const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms_norm_backward, .cost = rms_norm_cost, .scratch = rms_norm_scratch});
+const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms_norm_backward, .cost = rms_norm_cost, .scratch = rms_norm_scratch, .rematerialize = rms_norm_rematerialize});
 const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost, .scratch = rms_norm_backward_scratch});
 
 namespace {
@@ -71,6 +72,15 @@ void rms_norm_composed(Node& n, const Tensor& g, const Tensor& x, const Tensor& 
   if (n.needs_grad(0)) gi[0] = to(mul(rstd, sub(gw, mul(xhat, mean(mul(gw, xhat), channels, true)))), x.dtype());
   if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, xhat), weight.shape()), weight.dtype());
 }
+// y again, for a later node that saved it (autograd/node.h, "Rematerialized saves"): the same kernel on the same
+// x and weight, so bitwise the forward's y (rows never depend on the thread count); under create_graph it records
+// a node of its own, so y is differentiable again. The norm already keeps x for its backward: a norm followed by a
+// linear layer then holds x once, not x and y.
+Tensor rms_norm_rematerialize(Node& n, uint32_t output_nr) {
+  DG_CHECK(output_nr == 0, Runtime, "[rms_norm] internal error: output ", output_nr, " is not rematerialized");
+  return rms_norm(n.saved(0), n.saved(2), n.attrs.get<RmsNormAttrs>().eps);
+}
+
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
   if (grad_enabled()) return rms_norm_composed(n, g[0], x, weight, gi);
@@ -230,15 +240,6 @@ std::pair<Tensor, Tensor> swiglu_composed(const Tensor& g, const Tensor& gate, c
   Tensor grad_gate = mul(mul(grad, b), mul(s, add(mul(a, rsub(s, Scalar(1))), Scalar(1))));
   return {to(grad_gate, gate.dtype()), to(mul(grad, mul(a, s)), up.dtype())};
 }
-// The node's attributes: whether it saved its inputs directly (no saved-tensor hook applied), for its backward's
-// reuse of their memory (autograd/saved_buffers.h).
-struct SwigluSavedAttrs {
-  static constexpr const char* kName = "swiglu_saved";
-  bool direct = false;
-};
-bool saved_directly(const Node& n) {
-  return n.attrs.type() == attrs_type<SwigluSavedAttrs>() && n.attrs.get<SwigluSavedAttrs>().direct;
-}
 
 void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor gate = n.saved(0), up = n.saved(1);
@@ -253,9 +254,8 @@ void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   // exact. At a LLaMA step's peak this holds two [tokens, ffn] buffers fewer (docs/recompute.md).
   Tensor grad_gate, grad_up;
   if (gate.impl() != up.impl()) {
-    const bool direct = saved_directly(n);
-    grad_gate = reuse_saved_buffer(gate, direct);
-    grad_up = reuse_saved_buffer(up, direct);
+    grad_gate = reuse_saved_buffer(gate, n.holds_saved(0));
+    grad_up = reuse_saved_buffer(up, n.holds_saved(1));
   }
   if (!grad_gate.defined()) grad_gate = Tensor::empty(gate.shape(), gate.dtype());
   if (!grad_up.defined()) grad_up = Tensor::empty(up.shape(), up.dtype());
@@ -296,7 +296,6 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   if (needs_grad_any({gate, up})) {
     Tensor inputs[2] = {gate, up}, outputs[1] = {y};
     Ref<Node> node = record_node(&op_swiglu, inputs, outputs);
-    node->attrs.set(SwigluSavedAttrs{saves_tensors_directly()});
     node->save(gate);
     node->save(up);
   }

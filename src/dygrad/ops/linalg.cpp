@@ -181,12 +181,6 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 namespace {
 // out [..., N] = x [..., K] @ weight [N, K]^T, g = d loss / d out [..., N]:
 //   grad_x = g @ weight [..., K];  grad_weight = g^T @ x over the stacked rows [N, K].
-// Whether the node saved x and weight directly (no saved-tensor hook applied): its backward may then write
-// grad_x into x's memory (autograd/saved_buffers.h).
-struct LinearSavedAttrs {
-  static constexpr const char* kName = "linear_saved";
-  bool direct = false;
-};
 
 void linear_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const Tensor& grad = g[0];
@@ -200,8 +194,9 @@ void linear_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const Tensor weight = n.saved(1);
   if (x.defined() && !grad_enabled() && grad.dtype() == x.dtype() && weight.dtype() == x.dtype() &&
       grad.dim() == x.dim() && blas_readable(grad) && blas_readable(weight)) {
-    const bool direct = n.attrs.type() == attrs_type<LinearSavedAttrs>() && n.attrs.get<LinearSavedAttrs>().direct;
-    const Tensor into = reuse_saved_buffer(x, direct);
+    // x's memory may take grad_x (autograd/saved_buffers.h); a rematerialized x (a norm's output recomputed,
+    // autograd/node.h) is the formula's alone.
+    const Tensor into = reuse_saved_buffer(x, n.holds_saved(0));
     if (into.defined()) {  // grad_x = grad @ weight into x's memory (x has grad_x's shape [..., K])
       x = Tensor();
       enqueue(op_matmul, {grad, weight}, {into});
@@ -232,7 +227,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Ref<Node> node = make_ref<Node>(std::string("linear"), linear_backward, 1);
     Tensor inputs[2] = {x, weight}, outputs[1] = {out};
     record_node(node, inputs, outputs);
-    node->attrs.set(LinearSavedAttrs{saves_tensors_directly()});
     node->save(node->needs_grad(1) ? x : Tensor());
     node->save(node->needs_grad(0) ? weight : Tensor());
     if (!bias.defined()) return out;

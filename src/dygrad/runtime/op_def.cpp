@@ -72,7 +72,7 @@ void attach_registered_kernels(OpDef& op) {
 
 OpDef::OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits)
     : name(name_), attrs_type(attrs_type_), fusion(traits.fusion), backward(traits.backward), cost(traits.cost),
-      flags(traits.flags), scratch(traits.scratch) {
+      flags(traits.flags), scratch(traits.scratch), rematerialize(traits.rematerialize) {
   for (const OpDef* op : registry())
     if (std::strcmp(op->name, name) == 0) problems().push_back(std::string(name) + ": declared twice");
   registry().push_back(this);

@@ -70,6 +70,11 @@ using CostFn = OpCost (*)(const Task& task);
 // tests/cpp/test_scratch.cpp checks each declaration against the kernel's allocations.
 using ScratchFn = size_t (*)(const Task& task);
 
+// Recomputes output `output_nr` of the op's node from what the node itself saved for its backward, bitwise equal to
+// the forward's (autograd/node.h, "Rematerialized saves"): a later node that saves that output keeps the producer
+// instead of the tensor. Only for ops whose recompute is cheap next to the memory it saves (rms_norm).
+using RematerializeFn = Tensor (*)(Node& producer, uint32_t output_nr);
+
 // The optional parts of an op's declaration, by name: `{.fusion = FusionClass::Elementwise, .backward = f}`.
 struct OpTraits {
   FusionClass fusion = FusionClass::Opaque;
@@ -77,6 +82,7 @@ struct OpTraits {
   CostFn cost = nullptr;          // null: flops = output elements, bytes = inputs + outputs
   uint32_t flags = 0;
   ScratchFn scratch = nullptr;    // null: the kernel needs no memory beyond its outputs
+  RematerializeFn rematerialize = nullptr;  // null: a node that saves an output keeps the tensor
 };
 
 struct OpDef {
@@ -87,6 +93,7 @@ struct OpDef {
   CostFn cost;
   uint32_t flags;
   ScratchFn scratch;
+  RematerializeFn rematerialize;
 
   OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits = {});
   OpDef(const OpDef&) = delete;
