@@ -58,6 +58,20 @@ const OpDef op_rms_norm("rms_norm", attrs_type<RmsNormAttrs>(), {.backward = rms
 const OpDef op_rms_norm_backward("rms_norm_backward", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_backward_cost, .scratch = rms_norm_backward_scratch});
 
 namespace {
+// rms_norm_apply: y = x * rstd * weight from a forward's rstd (the rematerialized output; no reduction, one pass).
+OpCost rms_norm_apply_cost(const Task& t) {
+  const double elements = double(t.inputs[0].numel()), size = double(t.inputs[0].itemsize());
+  return {2 * elements, 2 * elements * size};
+}
+size_t rms_norm_apply_scratch(const Task& t) {  // the weight as one row in the compute type
+  const Tensor& x = t.inputs[0];
+  if (!t.attrs.get<RmsNormAttrs>().has_weight) return 0;
+  return static_cast<size_t>(x.shape()[x.dim() - 1]) * compute_itemsize(x.dtype());
+}
+}  // namespace
+const OpDef op_rms_norm_apply("rms_norm_apply", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_apply_cost, .scratch = rms_norm_apply_scratch});
+
+namespace {
 // y = x * rstd * w, rstd = (mean(x^2) + eps)^-1/2 over the last dim: with gw = g * w and xhat = x * rstd,
 // grad_x = rstd * (gw - xhat * mean(gw * xhat)) and grad_w = sum over rows of g * xhat. The composed form
 // recomputes rstd from x (differentiably).
@@ -72,13 +86,20 @@ void rms_norm_composed(Node& n, const Tensor& g, const Tensor& x, const Tensor& 
   if (n.needs_grad(0)) gi[0] = to(mul(rstd, sub(gw, mul(xhat, mean(mul(gw, xhat), channels, true)))), x.dtype());
   if (n.needs_grad(1)) gi[1] = to(sum_to(mul(grad, xhat), weight.shape()), weight.dtype());
 }
-// y again, for a later node that saved it (autograd/node.h, "Rematerialized saves"): the same kernel on the same
-// x and weight, so bitwise the forward's y (rows never depend on the thread count); under create_graph it records
-// a node of its own, so y is differentiable again. The norm already keeps x for its backward: a norm followed by a
-// linear layer then holds x once, not x and y.
+// y again, for a later node that saved it (autograd/node.h, "Rematerialized saves"): x * rstd * weight with the
+// forward's own rstd, the same products in the same order as the forward kernel, so bitwise the forward's y; one
+// pass, no reduction (rms_norm_apply). Under create_graph it is rms_norm itself, which records a node of its own,
+// so y is differentiable again. The norm already keeps x for its backward: a norm followed by a linear layer then
+// holds x once, not x and y.
 Tensor rms_norm_rematerialize(Node& n, uint32_t output_nr) {
   DG_CHECK(output_nr == 0, Runtime, "[rms_norm] internal error: output ", output_nr, " is not rematerialized");
-  return rms_norm(n.saved(0), n.saved(2), n.attrs.get<RmsNormAttrs>().eps);
+  const Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
+  const RmsNormAttrs& attrs = n.attrs.get<RmsNormAttrs>();
+  if (grad_enabled()) return rms_norm(x, weight, attrs.eps);
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (weight.defined()) enqueue(op_rms_norm_apply, {x, rstd, weight}, {y}, attrs);
+  else enqueue(op_rms_norm_apply, {x, rstd}, {y}, attrs);
+  return y;
 }
 
 void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {

@@ -120,6 +120,14 @@ ENTRIES = [
           ref=lambda torch, x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-6),
           cases=((Input((3, 8)), Input((8,))), (Input((2, 3, 5)), Input((5,)))),
           big=(Input((256, 512)), Input((512,)))),
+    # a linear layer after the norm saves the norm's output: the backward recomputes it (rms_norm_apply, from the
+    # norm's rstd; docs/autograd.md "Rematerialized saves")
+    Entry("rms_norm", lambda m, x, w, l: m.nn.functional.linear(m.rms_norm(x, w, eps=1e-6), l), variant="then_linear",
+          also_runs=("rms_norm_backward", "rms_norm_apply"),
+          ref=lambda torch, x, w, l: torch.nn.functional.linear(torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-6), l),
+          cases=((Input((3, 8)), Input((8,)), Input((5, 8))), (Input((2, 3, 5)), Input((5,)), Input((4, 5)))),
+          big=(Input((256, 512)), Input((512,)), Input((64, 512))),
+          tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),  # matmul's
     Entry("rotary_position_embedding", lambda m, x, c, s: m.rotary_position_embedding(x, c, s),
           ref=rope_reference(True), also_runs=("rotary_position_embedding_backward",),
           cases=((Input((2, 3, 5, 8)), Input((5, 4), low=-1, high=1, grad=False), Input((5, 4), low=-1, high=1, grad=False)),),

@@ -22,6 +22,9 @@
 // outputs (y[R..., C] contiguous, rstd[R] in the compute dtype): y = x * rstd * weight,
 // rstd = 1 / sqrt(mean(x^2, -1) + eps).
 //   void rms_norm_kernel(Task& task);
+// inputs (x[R..., C], rstd[R] in the compute dtype, weight[C] when has_weight); outputs (y[R..., C] contiguous):
+// y = x * rstd * weight, the forward's products in its order (the rematerialized output, ops/fused.cpp).
+//   void rms_norm_apply_kernel(Task& task);
 // inputs (grad_y[R..., C], x[R..., C], rstd[R], weight[C] when has_weight);
 // outputs (grad_x[R..., C] when need_grad_input, then grad_weight[C] when need_grad_weight).
 //   void rms_norm_backward_kernel(Task& task);
@@ -68,6 +71,39 @@ void rms_norm_kernel(Task& task) {
         T* out = y + r * cols;
         if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv * weight[c]);
         else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv);
+      }
+    });
+  });
+}
+
+void rms_norm_apply_kernel(Task& task) {
+  const Tensor& x = task.inputs[0];
+  const bool has_weight = task.attrs.get<RmsNormAttrs>().has_weight;
+  visit_floating(x.dtype(), [&]<typename T>() {
+    using C = compute_t<T>;
+    const RowView xv(x);
+    const int64_t cols = xv.columns, step = xv.column_stride;
+    T* y = task.outputs[0].data<T>();
+    const C* rstd = task.inputs[1].data<C>();
+    const T* xp = x.data<T>();
+    std::vector<C> weight;
+    if (has_weight) {
+      const Tensor& w = task.inputs[2];
+      weight.resize(static_cast<size_t>(cols));
+      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
+    }
+    parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const C inv = rstd[r];
+        const T* in = xp + xv.row_offset(r);
+        T* out = y + r * cols;
+        // as rms_norm_kernel: the row in the compute type, times inv, times the weight
+        if (has_weight && step == 1)
+          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c]) * inv * weight[c]);
+        else if (has_weight)
+          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c * step]) * inv * weight[c]);
+        else
+          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c * step]) * inv);
       }
     });
   });
@@ -128,5 +164,6 @@ void rms_norm_backward_kernel(Task& task) {
 
 DG_REGISTER_KERNEL(rms_norm, Device::Type::CPU, rms_norm_kernel);
 DG_REGISTER_KERNEL(rms_norm_backward, Device::Type::CPU, rms_norm_backward_kernel);
+DG_REGISTER_KERNEL(rms_norm_apply, Device::Type::CPU, rms_norm_apply_kernel);
 
 }  // namespace dg::cpu
