@@ -36,6 +36,14 @@ constexpr int64_t kElementsPerChunk = kNormChunkElements;  // rows per task: thi
 
 int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
 
+// The weight [C] (any stride) as one row in the compute type.
+template <typename T, typename C>
+std::vector<C> weight_row(const Tensor& w, int64_t cols) {
+  std::vector<C> row(static_cast<size_t>(cols));
+  load_row(row.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
+  return row;
+}
+
 // Sum of a[i] * b[i] in the fixed eight-lane order (backend/cpu/accumulate.h).
 template <typename C>
 C dot(const C* a, const C* b, int64_t n) {
@@ -55,12 +63,7 @@ void rms_norm_kernel(Task& task) {
     T* y = task.outputs[0].data<T>();
     C* rstd = task.outputs[1].data<C>();
     const T* xp = x.data<T>();
-    std::vector<C> weight;
-    if (has_weight) {
-      const Tensor& w = task.inputs[1];
-      weight.resize(static_cast<size_t>(cols));
-      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
-    }
+    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[1], cols) : std::vector<C>();
     parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
       std::vector<C> row(static_cast<size_t>(cols));
       for (int64_t r = lo; r < hi; ++r) {
@@ -86,12 +89,7 @@ void rms_norm_apply_kernel(Task& task) {
     T* y = task.outputs[0].data<T>();
     const C* rstd = task.inputs[1].data<C>();
     const T* xp = x.data<T>();
-    std::vector<C> weight;
-    if (has_weight) {
-      const Tensor& w = task.inputs[2];
-      weight.resize(static_cast<size_t>(cols));
-      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
-    }
+    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[2], cols) : std::vector<C>();
     parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const C inv = rstd[r];
@@ -121,12 +119,7 @@ void rms_norm_backward_kernel(Task& task) {
     const T* xp = x.data<T>();
     const T* gp = grad.data<T>();
     const C* rstd = task.inputs[2].data<C>();
-    std::vector<C> weight;
-    if (has_weight) {
-      const Tensor& w = task.inputs[3];
-      weight.resize(static_cast<size_t>(cols));
-      load_row(weight.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
-    }
+    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[3], cols) : std::vector<C>();
     T* grad_x = need_x ? task.outputs[0].data<T>() : nullptr;
     const int64_t chunk_rows = rows_per_chunk(cols);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
