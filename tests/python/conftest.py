@@ -21,3 +21,13 @@ def drained_stream():
         dg.synchronize()
     except Exception:  # a deferred error a test provoked on purpose
         pass
+
+
+@pytest.fixture
+def synchronize_mode():
+    """Synchronize mode for one test (every op runs at its call): exact allocator figures at any instant. Opt in
+    with `pytestmark = pytest.mark.usefixtures("synchronize_mode")`."""
+    old = dg.get_context()
+    dg.set_context(synchronize=True)
+    yield
+    dg.set_context(old)

@@ -3,6 +3,7 @@ an rms_norm output keeps the norm's node instead, and its backward recomputes th
 anyway. A norm followed by a linear layer then holds its input once, not its input and its output. Memory,
 exactness (bitwise against keeping the output, and against torch), double backward, and every case where the
 output must be kept as it is."""
+import contextlib
 import gc
 
 import numpy as np
@@ -13,12 +14,7 @@ import dygrad as dg
 import dygrad.nn.functional as F
 
 
-@pytest.fixture(autouse=True)
-def _sync():
-    old = dg.get_context()
-    dg.set_context(synchronize=True)  # exact allocator figures
-    yield
-    dg.set_context(old)
+pytestmark = pytest.mark.usefixtures("synchronize_mode")  # exact allocator figures (conftest.py)
 
 
 def arrays(dtype=np.float32, n=64, c=48, f=80, seed=0):
@@ -34,15 +30,9 @@ def leaves(x, w, lin):
     return [dg.tensor(a).requires_grad_(True) for a in (x, w, lin)]
 
 
-class keep_saved_tensors:
+def keep_saved_tensors():
     """Identity saved-tensor hooks: a node then keeps what it saves as it is (no rematerialization)."""
-
-    def __enter__(self):
-        self.hooks = dg.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
-        self.hooks.__enter__()
-
-    def __exit__(self, *exc):
-        self.hooks.__exit__(*exc)
+    return dg.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
 
 
 def held_after_forward(x, w, lin, hooks):
@@ -88,7 +78,7 @@ def test_every_consumer_of_the_output_recomputes_it():
     for ts, hooks in ((plain, False), (kept, True)):
         gc.collect()
         base = dg.memory_allocated()
-        with (keep_saved_tensors() if hooks else _null()):
+        with (keep_saved_tensors() if hooks else contextlib.nullcontext()):
             h = F.rms_norm(ts[0], (x.shape[-1],), ts[1])
             out = F.linear(h, ts[2]) * F.linear(h, ts[2] * 0.5)
             del h
@@ -99,14 +89,6 @@ def test_every_consumer_of_the_output_recomputes_it():
         out.backward(dg.tensor(g))
     for a, b in zip(plain, kept):
         np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_double_backward_through_a_rematerialized_output():

@@ -12,12 +12,7 @@ import dygrad as dg
 import dygrad.nn.functional as F
 
 
-@pytest.fixture(autouse=True)
-def _sync():
-    old = dg.get_context()
-    dg.set_context(synchronize=True)  # exact allocator figures
-    yield
-    dg.set_context(old)
+pytestmark = pytest.mark.usefixtures("synchronize_mode")  # exact allocator figures (conftest.py)
 
 
 def mlp_dg(x, w1, w3, w2):

@@ -117,9 +117,6 @@ Node::~Node() {
 }
 
 namespace {
-// The node that can recompute t (autograd/node.h, "Rematerialized saves"), or null: t is a whole output of a node
-// whose op rematerializes, never modified in place (a fresh output is at version 0), not a view, not shared with
-// NumPy (the host could change it without a version), and that node still holds its saved tensors.
 // DYGRAD_REMATERIALIZE=0 (read once) keeps every saved tensor as it is (side-by-side measurements).
 bool rematerialize_enabled() {
   static const bool enabled = [] {
@@ -129,6 +126,9 @@ bool rematerialize_enabled() {
   return enabled;
 }
 
+// The node that can recompute t (autograd/node.h, "Rematerialized saves"), or null: t is a whole output of a node
+// whose op rematerializes, never modified in place (a fresh output is at version 0), not a view, not shared with
+// NumPy (the host could change it without a version), and that node still holds its saved tensors.
 Ref<Node> rematerializable_producer(const Tensor& t) {
   if (!t.defined() || !t.impl()->autograd || !rematerialize_enabled()) return {};
   const AutogradMeta& meta = *t.impl()->autograd;
