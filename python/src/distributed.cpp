@@ -41,6 +41,7 @@ void init_distributed(nb::module_& m) {
       .def("backend", &ProcessGroup::backend)
       .def("timeout", &ProcessGroup::timeout_seconds)
       .def("broken", &ProcessGroup::broken)
+      .def("shared_memory_slot_bytes", &ProcessGroup::shared_memory_slot_bytes)
       .def("all_reduce", &ProcessGroup::all_reduce, "tensor"_a, "op"_a, "async_op"_a)
       .def("broadcast", &ProcessGroup::broadcast, "tensor"_a, "root"_a, "async_op"_a)
       .def("reduce", &ProcessGroup::reduce, "tensor"_a, "root"_a, "op"_a, "async_op"_a)

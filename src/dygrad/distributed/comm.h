@@ -111,6 +111,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // while an operation waits, and fails it at once rather than at the timeout.
   virtual std::string dead_member() { return ""; }
 
+  // The slot size in bytes of the group's shared-memory all-reduce (mpi.cpp; docs/distributed.md), 0 when its
+  // all-reduces all go through MPI (ranks on several machines, DYGRAD_SHM_ALLREDUCE=0, the group of one).
+  virtual size_t shared_memory_slot_bytes() const { return 0; }
+
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   void mark_broken(std::string why);
   std::string broken_reason() const;

@@ -11,10 +11,13 @@
 #include <mpi.h>
 
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <cmath>
 #include <deque>
@@ -123,6 +126,7 @@ struct MpiState {
   bool initialized = false, finalized = false;
   std::shared_ptr<ProcessGroup> world;
   std::vector<MPI_Comm> comms;  // freed at finalize
+  std::vector<MPI_Win> windows;  // the shared-memory all-reduce's windows, freed at finalize (before the comms)
   // Each world rank's process id and host (a hash of its name), exchanged at init: a rank on this machine
   // whose process is gone (or a zombie) is known dead.
   std::vector<int64_t> pids, hosts;
@@ -148,7 +152,154 @@ struct MpiOperation {
   int stage = 0;  // ordered all-reduce: 1 while the chunks are exchanged, 2 while the results are gathered
   std::vector<int> counts, displs, recv_counts, recv_displs;
   Tensor gathered;  // [size x my chunk]: my chunk of every rank's buffer, in rank order
+  // The shared-memory all-reduce: the chunk in progress ([begin, begin + length) elements), its phase and the
+  // group's sequence number of the chunk.
+  bool shm = false;
+  int phase = 0;
+  int64_t begin = 0, length = 0;
 };
+
+// --- The shared-memory all-reduce ---------------------------------------------------------------------------
+// For groups whose ranks all run on this machine (docs/distributed.md, "The shared-memory all-reduce"). Each rank
+// owns a slot of an MPI shared-memory window (MPI_Win_allocate_shared, OpenMPI's osc/sm, backed by /dev/shm)
+// that every rank of the group maps, and three counters at the head of it. A floating SUM/AVG all-reduce goes
+// through the slots a chunk at a time, without any MPI call:
+//   1. each rank copies its chunk into its slot and publishes the chunk's sequence number (posted);
+//   2. once every rank has posted, each rank reduces its part of the chunk (part r of size parts), folding the
+//      slots in rank order (x0 + x1 + ...; AVG then divides), into its output and back into its own slot
+//      (reduced);
+//   3. once every rank has reduced, each rank copies the other parts from their owners' slots (done); the next
+//      chunk starts when every rank is done, so no slot is overwritten while another rank reads it.
+// Every phase is one pass over memory the communication thread makes as soon as the counters allow it, where
+// OpenMPI's shared-memory transport moves a large message in fragments that each need an MPI call on both sides
+// (a communication thread that sleeps between polls while compute holds the core stretches them). The fold is in
+// rank order for any group size, so the sum is bitwise that of one process adding the ranks' values in order.
+constexpr size_t kShmHeader = 4096;  // the counters; the data starts page-aligned after them
+constexpr size_t kShmMinBytes = 64 << 10;  // smaller all-reduces stay with MPI (latency, not bandwidth)
+constexpr size_t kShmDefaultSlot = 16 << 20;
+enum ShmCounter { kPosted = 0, kReduced = 1, kDone = 2 };
+
+struct ShmArena {
+  MPI_Win window = MPI_WIN_NULL;
+  std::vector<char*> bases;  // each rank's segment: kShmHeader bytes of counters, then `slot` bytes of data
+  size_t slot = 0;
+  uint64_t sequence = 0;  // chunks this rank has started
+
+  std::atomic_ref<uint64_t> counter(int rank, ShmCounter which) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bases[static_cast<size_t>(rank)] + 64 * which));
+  }
+  char* data(int rank) const { return bases[static_cast<size_t>(rank)] + kShmHeader; }
+  bool all_reached(ShmCounter which, uint64_t value) const {
+    for (size_t r = 0; r < bases.size(); ++r)
+      if (counter(static_cast<int>(r), which).load(std::memory_order_acquire) < value) return false;
+    return true;
+  }
+};
+
+size_t env_bytes(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  return end != v && x >= 0 ? static_cast<size_t>(x) : fallback;
+}
+
+// Collective over comm (made on the host, the communication thread idle). Null when a rank is on another
+// machine, DYGRAD_SHM_ALLREDUCE=0, /dev/shm has too little room, or MPI cannot make the window; every rank takes
+// the smallest slot any rank offers, so all agree on the path. DYGRAD_SHM_ALLREDUCE_SLOT_BYTES sets the slot size
+// (16 MiB; the pages are touched only as far as chunks reach).
+std::unique_ptr<ShmArena> make_shm_arena(MPI_Comm comm, int size) {
+  if (size < 2) return nullptr;
+  uint64_t slot = env_bytes("DYGRAD_SHM_ALLREDUCE", 1) == 0 ? 0 : env_bytes("DYGRAD_SHM_ALLREDUCE_SLOT_BYTES",
+                                                                             kShmDefaultSlot);
+  slot = slot / 64 * 64;
+  MPI_Comm node = MPI_COMM_NULL;
+  int node_size = 0;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) slot = 0;
+  if (node != MPI_COMM_NULL) {
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+  }
+  if (node_size != size) slot = 0;
+  struct statvfs fs {};
+  // Twice the group's slots must fit: a window's pages are taken from /dev/shm as they are touched, and a full
+  // tmpfs would fault the process at the touch, not at the allocation.
+  if (slot && statvfs("/dev/shm", &fs) == 0 &&
+      static_cast<double>(fs.f_bavail) * fs.f_frsize < 2.0 * size * (slot + kShmHeader))
+    slot = 0;
+  uint64_t agreed = 0;
+  if (MPI_Allreduce(&slot, &agreed, 1, MPI_UINT64_T, MPI_MIN, comm) != MPI_SUCCESS || agreed < 4096) return nullptr;
+  auto arena = std::make_unique<ShmArena>();
+  arena->slot = agreed;
+  char* mine = nullptr;
+  int ok = MPI_Win_allocate_shared(static_cast<MPI_Aint>(kShmHeader + agreed), 1, MPI_INFO_NULL, comm, &mine,
+                                   &arena->window) == MPI_SUCCESS;
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  if (!all_ok) {
+    if (ok) MPI_Win_free(&arena->window);
+    return nullptr;
+  }
+  arena->bases.resize(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    MPI_Win_shared_query(arena->window, r, &bytes, &unit, &arena->bases[static_cast<size_t>(r)]);
+  }
+  std::memset(mine, 0, kShmHeader);
+  MPI_Barrier(comm);  // every rank's counters are zero before any rank reads them
+  state().windows.push_back(arena->window);
+  return arena;
+}
+
+bool shm_eligible(const Work& w, const ShmArena* arena) {
+  if (!arena || w.kind != CommKind::AllReduce || !is_floating(w.output.dtype())) return false;
+  if (w.op != ReduceOp::Sum && w.op != ReduceOp::Avg) return false;
+  return static_cast<size_t>(w.output.numel()) * w.output.itemsize() >= kShmMinBytes;
+}
+
+// Part `index` of a chunk of `length` elements split among `parts` ranks (multiples of 16 elements).
+std::pair<int64_t, int64_t> shm_part(int64_t length, int parts, int index) {
+  const int64_t per = ((length + parts - 1) / parts + 15) / 16 * 16;
+  const int64_t b = std::min(length, per * index), e = std::min(length, per * (index + 1));
+  return {b, e - b};
+}
+
+// out[i] = mine[i] = fold of slots[r][i] over r in rank order (then / size for AVG). 16-bit floats add in float32
+// and round after each addition, as the MPI user operation does.
+template <typename T>
+void shm_fold(const std::vector<const T*>& slots, T* out, T* mine, int64_t n, bool average) {
+  const size_t p = slots.size();
+  if constexpr (std::is_floating_point_v<T>) {
+    const T s = static_cast<T>(p);
+    if (p == 2) {
+      const T* a = slots[0];
+      const T* b = slots[1];
+      for (int64_t i = 0; i < n; ++i) {
+        T v = a[i] + b[i];
+        if (average) v = v / s;
+        out[i] = v;
+        mine[i] = v;
+      }
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      T v = slots[0][i];
+      for (size_t r = 1; r < p; ++r) v = v + slots[r][i];
+      if (average) v = v / s;
+      out[i] = v;
+      mine[i] = v;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      T v = slots[0][i];
+      for (size_t r = 1; r < p; ++r) v = T(static_cast<float>(v) + static_cast<float>(slots[r][i]));
+      if (average) v = T(static_cast<float>(v) / static_cast<float>(p));
+      out[i] = v;
+      mine[i] = v;
+    }
+  }
+}
 
 // The rank-ordered all-reduce (deterministic mode, more than two ranks): each rank receives its chunk of every
 // rank's buffer (all-to-all), folds them left to right in rank order, ((x0 + x1) + x2) + ..., and the results are
@@ -191,7 +342,10 @@ class MpiGroup final : public ProcessGroup {
       MPI_Comm_set_errhandler(gather_comm_, MPI_ERRORS_RETURN);
       state().comms.push_back(gather_comm_);
     }
+    shm_ = make_shm_arena(comm_, size);
   }
+
+  size_t shared_memory_slot_bytes() const override { return shm_ ? shm_->slot : 0; }
 
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) override {
     const char* name = "new_group";
@@ -275,6 +429,11 @@ class MpiGroup final : public ProcessGroup {
     int code = MPI_SUCCESS;
     switch (w.kind) {
       case CommKind::AllReduce:
+        if (shm_eligible(w, shm_.get())) {
+          operation->shm = true;
+          shm_queue_.push_back(w.id);
+          break;
+        }
         if (rank_ordered(w, size())) {
           code = start_ordered(w, *operation);
           break;
@@ -342,6 +501,13 @@ class MpiGroup final : public ProcessGroup {
 
   bool test(Work& w) override {
     auto* operation = static_cast<MpiOperation*>(w.request);
+    if (operation->shm) {
+      if (!test_shm(w, *operation)) return false;
+      delete operation;
+      w.request = nullptr;
+      w.finish();
+      return true;
+    }
     int done = 0;
     MPI_Status status;
     int code = MPI_Test(&operation->request, &done, &status);
@@ -387,8 +553,61 @@ class MpiGroup final : public ProcessGroup {
   }
 
  private:
+  // Advances the shared-memory all-reduce as far as the other ranks allow; true once it has finished. The
+  // operations run one at a time, in the order they started (the same on every rank).
+  bool test_shm(Work& w, MpiOperation& o) {
+    if (shm_queue_.front() != w.id) return false;
+    ShmArena& a = *shm_;
+    const Tensor& t = w.output;
+    const size_t item = t.itemsize();
+    const int64_t n = t.numel(), per_chunk = static_cast<int64_t>(a.slot / item);
+    char* base = static_cast<char*>(t.raw_data());
+    const int me = rank(), p = size();
+    for (;;) {
+      if (o.phase == 0) {  // a new chunk: every rank has finished reading the slots for the last one
+        if (!a.all_reached(kDone, a.sequence)) return false;
+        o.length = std::min(per_chunk, n - o.begin);
+        std::memcpy(a.data(me), base + o.begin * static_cast<int64_t>(item), static_cast<size_t>(o.length) * item);
+        ++a.sequence;
+        a.counter(me, kPosted).store(a.sequence, std::memory_order_release);
+        o.phase = 1;
+      }
+      if (o.phase == 1) {  // every rank's chunk is in its slot: fold my part
+        if (!a.all_reached(kPosted, a.sequence)) return false;
+        const auto [b, len] = shm_part(o.length, p, me);
+        visit_dtype(t.dtype(), [&]<typename T>() {
+          if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+            std::vector<const T*> slots(static_cast<size_t>(p));
+            for (int r = 0; r < p; ++r) slots[static_cast<size_t>(r)] = reinterpret_cast<const T*>(a.data(r)) + b;
+            shm_fold<T>(slots, reinterpret_cast<T*>(base) + o.begin + b, reinterpret_cast<T*>(a.data(me)) + b, len,
+                        w.op == ReduceOp::Avg);
+          }
+        });
+        a.counter(me, kReduced).store(a.sequence, std::memory_order_release);
+        o.phase = 2;
+      }
+      // every rank has folded its part: copy theirs
+      if (!a.all_reached(kReduced, a.sequence)) return false;
+      for (int r = 0; r < p; ++r) {
+        if (r == me) continue;
+        const auto [b, len] = shm_part(o.length, p, r);
+        std::memcpy(base + (o.begin + b) * static_cast<int64_t>(item), a.data(r) + b * static_cast<int64_t>(item),
+                    static_cast<size_t>(len) * item);
+      }
+      a.counter(me, kDone).store(a.sequence, std::memory_order_release);
+      o.begin += o.length;
+      o.phase = 0;
+      if (o.begin >= n) {
+        shm_queue_.pop_front();
+        return true;
+      }
+    }
+  }
+
   static int count(const Tensor& t) { return static_cast<int>(t.numel()); }
   MPI_Comm comm_;
+  std::unique_ptr<ShmArena> shm_;          // null: every all-reduce goes through MPI
+  std::deque<uint64_t> shm_queue_;         // shared-memory all-reduces started and not finished, oldest first
   MPI_Comm gather_comm_ = MPI_COMM_NULL;  // ordered all-reduce's second stage (groups of more than two)
   std::deque<uint64_t> awaiting_gather_;   // ordered all-reduces whose exchange started, oldest first
 };
@@ -457,10 +676,15 @@ void finalize() {
     stop_comm_thread();
     return;
   }
-  const bool broken = s.world && s.world->broken();
+  // Freeing a shared-memory window is collective (a barrier among its ranks; MPI_Finalize frees those left): with a
+  // member of this machine gone it would wait forever, so the process then leaves MPI unfinalized, as after a
+  // timeout, and its exit unmaps the windows.
+  const bool broken = s.world && (s.world->broken() || (!s.windows.empty() && !s.world->dead_member().empty()));
   if (!broken) {
     Stream::cpu().synchronize();
     stop_comm_thread();
+    for (MPI_Win& w : s.windows) MPI_Win_free(&w);
+    s.windows.clear();
     for (MPI_Comm& c : s.comms) MPI_Comm_free(&c);
     s.comms.clear();
     for (MPI_Op& op : half_ops) MPI_Op_free(&op);
@@ -469,7 +693,8 @@ void finalize() {
     MPI_Finalize();
   }
   // After a timeout a collective is still pending in MPI, which cannot cancel it: MPI_Finalize would wait for it
-  // forever, so the process leaves MPI unfinalized (mpirun reports the rank as failed, which it has).
+  // forever, so the process leaves MPI unfinalized (mpirun reports the rank as failed, which it has). The same
+  // when a member has died (above).
   s.finalized = true;
   s.world.reset();
 }
