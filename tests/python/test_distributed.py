@@ -147,7 +147,8 @@ def _rank_order_sum(ranks, n, dtype, average=False):
     (2, {}, 16 << 20),
     (3, {"DYGRAD_SHM_ALLREDUCE_SLOT_BYTES": "8192"}, 8192),  # three parts, and chunks of 2048 float32
     (2, {"DYGRAD_SHM_ALLREDUCE": "0"}, 0),  # through MPI: two ranks add x0 + x1 too
-], ids=["two ranks", "three ranks in small chunks", "through MPI"])
+    (2, {"DYGRAD_SHM_ALLREDUCE_SLOT_BYTES": "1e15"}, 0),  # more than /dev/shm holds: through MPI
+], ids=["two ranks", "three ranks in small chunks", "through MPI", "slot larger than /dev/shm"])
 def test_shared_memory_all_reduce_folds_in_rank_order(ranks, env, slot, tmp_path):
     """The shared-memory all-reduce (docs/distributed.md) against torch folding the ranks' inputs in rank order,
     bitwise, for each floating dtype, SUM and AVG; several in flight beside MPI operations; a subgroup."""
