@@ -270,13 +270,25 @@ class CommThread {
       // that shares its cores with compute leaves them to the compute threads (MPI progresses only inside
       // MPI calls, so the thread must keep testing). While a thread of ours is blocked waiting for a result
       // (exposed communication) there is no compute to leave the core to: keep polling, yielding only.
+      // When every operation in flight waits for another rank to act, sleep until it does (each wait at most
+      // 2 ms, so new submissions, timeouts and dead ranks are still seen).
       if (progressed) {
         idle_polls = 0;
-      } else if (!active.empty()) {
+      } else if (!active.empty() && !sleep_on_peers(active)) {
         if (++idle_polls < 100 || blocked_waiters.load(std::memory_order_relaxed) > 0) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(std::min(200, 20 * (idle_polls - 99))));
       }
     }
+  }
+
+  static bool sleep_on_peers(const std::vector<std::shared_ptr<Work>>& active) {
+    Work* oldest = nullptr;
+    for (const auto& w : active) {
+      if (w->completed()) continue;
+      if (!w->group->progresses_without_polling(*w)) return false;
+      if (!oldest) oldest = w.get();
+    }
+    return oldest && oldest->group->wait_for_peers(*oldest, std::chrono::milliseconds(2));
   }
 
   template <typename F>

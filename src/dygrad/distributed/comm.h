@@ -115,6 +115,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // all-reduces all go through MPI (ranks on several machines, DYGRAD_SHM_ALLREDUCE=0, the group of one).
   virtual size_t shared_memory_slot_bytes() const { return 0; }
 
+  // The communication thread's idle wait. An MPI operation progresses only inside MPI calls, so the thread keeps
+  // testing it; an operation that another rank's action completes (the shared-memory all-reduce) can instead be
+  // slept on: wait_for_peers blocks until that rank acts or `limit` passes, and returns false at once when the
+  // operation is not waiting for another rank.
+  virtual bool progresses_without_polling(const Work&) const { return false; }
+  virtual bool wait_for_peers(Work&, std::chrono::microseconds /*limit*/) { return false; }
+
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   void mark_broken(std::string why);
   std::string broken_reason() const;

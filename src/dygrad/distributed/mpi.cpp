@@ -10,13 +10,16 @@
 #ifdef DYGRAD_HAVE_MPI
 #include <mpi.h>
 
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <cstdlib>
 #include <cmath>
@@ -157,6 +160,7 @@ struct MpiOperation {
   bool shm = false;
   int phase = 0;
   int64_t begin = 0, length = 0;
+  int behind = -1;  // the rank whose counter the last test waited for (-1: none, or another operation goes first)
 };
 
 // --- The shared-memory all-reduce ---------------------------------------------------------------------------
@@ -174,10 +178,14 @@ struct MpiOperation {
 // OpenMPI's shared-memory transport moves a large message in fragments that each need an MPI call on both sides
 // (a communication thread that sleeps between polls while compute holds the core stretches them). The fold is in
 // rank order for any group size, so the sum is bitwise that of one process adding the ranks' values in order.
+// A rank that waits for another's counter sleeps on that rank's bell (a futex word in the shared header, which
+// every counter update rings) instead of polling: a rank whose peer is still computing uses no CPU while it waits
+// and wakes as soon as the peer has posted.
 constexpr size_t kShmHeader = 4096;  // the counters; the data starts page-aligned after them
 constexpr size_t kShmMinBytes = 64 << 10;  // smaller all-reduces stay with MPI (latency, not bandwidth)
 constexpr size_t kShmDefaultSlot = 16 << 20;
 enum ShmCounter { kPosted = 0, kReduced = 1, kDone = 2 };
+constexpr size_t kShmBellOffset = 64 * 3;
 
 struct ShmArena {
   MPI_Win window = MPI_WIN_NULL;
@@ -189,10 +197,31 @@ struct ShmArena {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(bases[static_cast<size_t>(rank)] + 64 * which));
   }
   char* data(int rank) const { return bases[static_cast<size_t>(rank)] + kShmHeader; }
-  bool all_reached(ShmCounter which, uint64_t value) const {
+  // The first rank whose counter is below value, -1 when every rank has reached it.
+  int behind(ShmCounter which, uint64_t value) const {
     for (size_t r = 0; r < bases.size(); ++r)
-      if (counter(static_cast<int>(r), which).load(std::memory_order_acquire) < value) return false;
-    return true;
+      if (counter(static_cast<int>(r), which).load(std::memory_order_seq_cst) < value) return static_cast<int>(r);
+    return -1;
+  }
+  uint32_t* bell_word(int rank) const {
+    return reinterpret_cast<uint32_t*>(bases[static_cast<size_t>(rank)] + kShmBellOffset);
+  }
+  std::atomic_ref<uint32_t> bell(int rank) const { return std::atomic_ref<uint32_t>(*bell_word(rank)); }
+  // Publishes this rank's counter and wakes the ranks sleeping on its bell. The bell moves after the counter
+  // (both sequentially consistent), so a waiter that read the bell before checking the counter either sees the
+  // new counter or finds the bell moved and does not sleep.
+  void advance(int me, ShmCounter which, uint64_t value) const {
+    counter(me, which).store(value, std::memory_order_seq_cst);
+    bell(me).fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, bell_word(me), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  // Sleeps until rank's bell rings or `limit` passes; returns at once if its counter has reached value meanwhile.
+  void sleep_on(int rank, ShmCounter which, uint64_t value, std::chrono::microseconds limit) const {
+    const uint32_t seen = bell(rank).load(std::memory_order_seq_cst);
+    if (counter(rank, which).load(std::memory_order_seq_cst) >= value) return;
+    timespec t{static_cast<time_t>(limit.count() / 1000000), static_cast<long>(limit.count() % 1000000) * 1000};
+    // Not FUTEX_PRIVATE: the word is in memory mapped by several processes.
+    syscall(SYS_futex, bell_word(rank), FUTEX_WAIT, seen, &t, nullptr, 0);
   }
 };
 
@@ -346,6 +375,18 @@ class MpiGroup final : public ProcessGroup {
   }
 
   size_t shared_memory_slot_bytes() const override { return shm_ ? shm_->slot : 0; }
+
+  bool progresses_without_polling(const Work& w) const override {
+    const auto* o = static_cast<const MpiOperation*>(w.request);
+    return o && o->shm;
+  }
+
+  bool wait_for_peers(Work& w, std::chrono::microseconds limit) override {
+    const auto* o = static_cast<const MpiOperation*>(w.request);
+    if (!o || !o->shm || o->behind < 0) return false;
+    shm_->sleep_on(o->behind, o->phase == 0 ? kDone : o->phase == 1 ? kPosted : kReduced, shm_->sequence, limit);
+    return true;
+  }
 
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks) override {
     const char* name = "new_group";
@@ -556,6 +597,7 @@ class MpiGroup final : public ProcessGroup {
   // Advances the shared-memory all-reduce as far as the other ranks allow; true once it has finished. The
   // operations run one at a time, in the order they started (the same on every rank).
   bool test_shm(Work& w, MpiOperation& o) {
+    o.behind = -1;
     if (shm_queue_.front() != w.id) return false;
     ShmArena& a = *shm_;
     const Tensor& t = w.output;
@@ -565,15 +607,15 @@ class MpiGroup final : public ProcessGroup {
     const int me = rank(), p = size();
     for (;;) {
       if (o.phase == 0) {  // a new chunk: every rank has finished reading the slots for the last one
-        if (!a.all_reached(kDone, a.sequence)) return false;
+        if ((o.behind = a.behind(kDone, a.sequence)) >= 0) return false;
         o.length = std::min(per_chunk, n - o.begin);
         std::memcpy(a.data(me), base + o.begin * static_cast<int64_t>(item), static_cast<size_t>(o.length) * item);
         ++a.sequence;
-        a.counter(me, kPosted).store(a.sequence, std::memory_order_release);
+        a.advance(me, kPosted, a.sequence);
         o.phase = 1;
       }
       if (o.phase == 1) {  // every rank's chunk is in its slot: fold my part
-        if (!a.all_reached(kPosted, a.sequence)) return false;
+        if ((o.behind = a.behind(kPosted, a.sequence)) >= 0) return false;
         const auto [b, len] = shm_part(o.length, p, me);
         visit_dtype(t.dtype(), [&]<typename T>() {
           if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
@@ -583,18 +625,18 @@ class MpiGroup final : public ProcessGroup {
                         w.op == ReduceOp::Avg);
           }
         });
-        a.counter(me, kReduced).store(a.sequence, std::memory_order_release);
+        a.advance(me, kReduced, a.sequence);
         o.phase = 2;
       }
       // every rank has folded its part: copy theirs
-      if (!a.all_reached(kReduced, a.sequence)) return false;
+      if ((o.behind = a.behind(kReduced, a.sequence)) >= 0) return false;
       for (int r = 0; r < p; ++r) {
         if (r == me) continue;
         const auto [b, len] = shm_part(o.length, p, r);
         std::memcpy(base + (o.begin + b) * static_cast<int64_t>(item), a.data(r) + b * static_cast<int64_t>(item),
                     static_cast<size_t>(len) * item);
       }
-      a.counter(me, kDone).store(a.sequence, std::memory_order_release);
+      a.advance(me, kDone, a.sequence);
       o.begin += o.length;
       o.phase = 0;
       if (o.begin >= n) {
