@@ -43,6 +43,7 @@ void init_distributed(nb::module_& m) {
       .def("broken", &ProcessGroup::broken)
       .def("shared_memory_slot_bytes", &ProcessGroup::shared_memory_slot_bytes)
       .def("all_reduce", &ProcessGroup::all_reduce, "tensor"_a, "op"_a, "async_op"_a)
+      .def("all_reduce_gathered", &ProcessGroup::all_reduce_gathered, "output"_a, "pieces"_a, "op"_a, "async_op"_a)
       .def("broadcast", &ProcessGroup::broadcast, "tensor"_a, "root"_a, "async_op"_a)
       .def("reduce", &ProcessGroup::reduce, "tensor"_a, "root"_a, "op"_a, "async_op"_a)
       .def("all_gather_into_tensor", &ProcessGroup::all_gather_into_tensor, "output"_a, "input"_a, "async_op"_a)

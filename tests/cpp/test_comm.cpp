@@ -81,3 +81,30 @@ TEST(Comm, BarrierOfOneReturns) {
   g->barrier();
   expect_in_flight_drains();
 }
+
+// DistributedDataParallel's buckets: the communication thread reads the pieces and hands them back to the host
+// (Stream::release_on_host), from several threads at once under TSan.
+TEST(Comm, GatheredAllReduceReadsThePiecesFromSeveralThreads) {
+  auto g = dist::single_process_group();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const double v = t * 100 + i;
+        Tensor out = full(Shape{2, 12}, -1.0);
+        std::vector<Tensor> pieces{full(Shape{16}, v), zeros(Shape{0}), full(Shape{2, 4}, v + 1)};
+        auto w = g->all_reduce_gathered(out, std::move(pieces), dist::ReduceOp::Sum, /*async_op=*/i % 2 == 0);
+        if (i % 2 == 0) w->wait_on_stream();
+        const std::vector<double> got = out.to_vector<double>();
+        ASSERT_EQ(got[0], v);
+        ASSERT_EQ(got[15], v);
+        ASSERT_EQ(got[16], v + 1);
+        ASSERT_EQ(got[23], v + 1);
+      }
+    });
+  for (auto& th : threads) th.join();
+  Stream::cpu().synchronize();
+  expect_in_flight_drains();
+  expect_message([&] { g->all_reduce_gathered(zeros(Shape{3}), {zeros(Shape{2})}, dist::ReduceOp::Sum, false); },
+                 "[all_reduce] the pieces have 2 elements in all, the output (3,) has 3");
+}

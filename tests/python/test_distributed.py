@@ -151,7 +151,8 @@ def _rank_order_sum(ranks, n, dtype, average=False):
 ], ids=["two ranks", "three ranks in small chunks", "through MPI", "slot larger than /dev/shm"])
 def test_shared_memory_all_reduce_folds_in_rank_order(ranks, env, slot, tmp_path):
     """The shared-memory all-reduce (docs/distributed.md) against torch folding the ranks' inputs in rank order,
-    bitwise, for each floating dtype, SUM and AVG; several in flight beside MPI operations; a subgroup."""
+    bitwise, for each floating dtype, SUM and AVG, of a tensor and of pieces gathered (DDP's buckets); several in
+    flight beside MPI operations; a subgroup."""
     result = mpirun("shm_all_reduce.py", str(tmp_path), ranks=ranks, env=env, timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     everyone = list(range(ranks))
@@ -164,6 +165,7 @@ def test_shared_memory_all_reduce_folds_in_rank_order(ranks, env, slot, tmp_path
                 for op in ("SUM", "AVG"):
                     want = _digest(_rank_order_sum(everyone, n, dtype, op == "AVG"))
                     assert got[f"{n} {dtype} {op}"] == want, (r, n, dtype, op)
+                    assert got[f"gathered {n} {dtype} {op}"] == want, (r, n, dtype, op)
         want = [_digest(_rank_order_sum(everyone, n, "float32")) for n in (300000, 7, 50000, 3, 120000)]
         assert got["in flight"] == want + [[float(ranks - 1)] * 5]
         if r in (0, ranks - 1):
@@ -196,6 +198,31 @@ def test_group_of_one_needs_no_mpi():
     assert work.is_completed() and work.is_success()
     with pytest.raises(ValueError, match=r"\[send\] Invalid destination rank"):
         dist.send(x, dst=0, group=g)
+
+
+def test_gathered_all_reduce_in_a_group_of_one():
+    """The all-reduce of pieces DistributedDataParallel hands over: their concatenation lands in the output (whose
+    old contents are not read), and the pieces are released once copied; bad pieces raise naming the shapes."""
+    g = dist._single_process_group()
+    a, b = dg.arange(4, dtype=dg.float32), dg.arange(10, 13, dtype=dg.float32).reshape(3, 1)
+    output = dg.full((2, 4), float("nan"))
+    output.view(-1)[7:].fill_(-1.0)
+    work = dist._all_reduce_gathered(output, [a, dg.empty(0), b, output.view(-1)[7:]], op=dist.ReduceOp.AVG, group=g)
+    work.wait()
+    assert output.tolist() == [[0, 1, 2, 3], [10, 11, 12, -1]]
+    del work
+    before = dg.memory_allocated()
+    piece = dg.ones(1 << 20)
+    dist._all_reduce_gathered(dg.empty(1 << 20), [piece], group=g).wait()
+    del piece
+    dg.synchronize()
+    assert dg.memory_allocated() == before + 4 * (1 << 20)  # the output's alone: the piece was dropped
+    with pytest.raises(TypeError, match=r"\[all_reduce\] a piece of dtype float64 for an output of dtype float32"):
+        dist._all_reduce_gathered(dg.empty(3), [dg.zeros(3, dtype=dg.float64)], group=g)
+    with pytest.raises(ValueError, match=r"\[all_reduce\] the pieces have 5 elements in all, the output \(2, 2\) has 4"):
+        dist._all_reduce_gathered(dg.empty(2, 2), [dg.zeros(2), dg.zeros(3)], group=g)
+    with pytest.raises(ValueError, match=r"\[all_reduce\].*contiguous"):
+        dist._all_reduce_gathered(dg.empty(4), [dg.zeros(2, 2).t()], group=g)
 
 
 def test_uninitialized_calls_raise_like_torch():

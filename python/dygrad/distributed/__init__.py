@@ -364,6 +364,17 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     return _result(g._handle.all_reduce(tensor, op, async_op), async_op)
 
 
+def _all_reduce_gathered(output, pieces, op=ReduceOp.SUM, group=None):
+    """Asynchronously all-reduces the concatenation of `pieces` (contiguous tensors of output's dtype, flattened,
+    in order) into `output`: DistributedDataParallel's buckets. The pieces are read by the communication thread
+    (on one machine, copied straight into the shared-memory slot), so none is copied into the output first; they
+    must not be modified until the returned Work has completed."""
+    g = _group(group, "all_reduce")
+    if g is None:
+        return None
+    return Work(g._handle.all_reduce_gathered(output, list(pieces), op, True))
+
+
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     g = _group(group, "broadcast")
     if g is None:

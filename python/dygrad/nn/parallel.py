@@ -3,7 +3,9 @@
 
 Gradients are averaged in buckets (the first of 1 MiB, the rest of bucket_cap_mb = 25 MiB, parameters in reverse
 order of registration, which is about the order backward produces them). Each parameter's post-accumulate hook
-copies its gradient into its bucket; a full bucket is all-reduced (AVG) at once, asynchronously, in bucket order,
+hands its gradient to its bucket; a full bucket is all-reduced (AVG) at once, asynchronously, in bucket order,
+reading the gradients where backward left them (no copy into the bucket first: the communication thread gathers
+them as it copies its input in),
 so the communication runs while backward computes the earlier layers' gradients. The all-reduce averages (the sum,
 then / world); when the last bucket is launched, each .grad becomes its view of its bucket, after the stream has
 waited for the all-reduces, and the next step fills fresh buckets (with gradient_as_bucket_view=False; torch
@@ -33,6 +35,7 @@ class _Bucket:
         self.numel = total
         self.renew()
         self.pending = len(params)
+        self.pieces = [None] * len(params)  # what the all-reduce reads for each parameter (see _mark_ready)
         self.work = None
 
     def renew(self):
@@ -218,14 +221,26 @@ class DistributedDataParallel(Module):
                 self._arrival.append(self._index[_key(param)])
         view = bucket.views[i]
         grad = param.grad
+        # The all-reduce reads each gradient where backward left it (the communication thread copies it in; on
+        # one machine straight into the shared-memory slot), so no pass copies it into the bucket first. A
+        # missing gradient is a zero in the bucket; one the all-reduce cannot read as it is (strided, another
+        # dtype) is copied into the bucket, and the bucket's own view is read.
         if grad is None:
             view.zero_()
-        elif not (self.gradient_as_bucket_view and grad.data_ptr() == view.data_ptr()):
+            piece = view
+        elif self.gradient_as_bucket_view and grad.data_ptr() == view.data_ptr():
+            piece = view
+        elif grad.dtype == bucket.dtype and grad.is_contiguous() and grad.numel() == view.numel():
+            piece = grad
+        else:
             view.copy_(grad)
+            piece = view
+        bucket.pieces[i] = piece
         bucket.pending -= 1
         while self._next_launch < len(self._buckets) and self._buckets[self._next_launch].pending == 0:
             b = self._buckets[self._next_launch]
-            b.work = dist.all_reduce(b.buffer, op=dist.ReduceOp.AVG, group=self.process_group, async_op=True)
+            b.work = dist._all_reduce_gathered(b.buffer, b.pieces, op=dist.ReduceOp.AVG, group=self.process_group)
+            b.pieces = [None] * len(b.params)
             self._next_launch += 1
         if self._next_launch == len(self._buckets):
             self._finish()

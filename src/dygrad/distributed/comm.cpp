@@ -393,6 +393,7 @@ std::shared_ptr<Work> ProcessGroup::launch(std::shared_ptr<Work> work, bool asyn
   ApiNameScope api(name);
   Attrs attrs(CommAttrs{work});
   SmallVector<Tensor, 2> operands;
+  for (const Tensor& t : work->pieces) operands.push_back(t);
   if (work->input.defined()) operands.push_back(work->input);
   if (work->output.defined() && !(work->input.defined() && work->output.shares_storage(work->input))) operands.push_back(work->output);
   enqueue(op_comm_start, std::span<const Tensor>(operands.data(), operands.size()), {}, attrs);
@@ -407,6 +408,48 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
   w->op = op;
   w->input = w->output = tensor;
   return launch(std::move(w), async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce_gathered(const Tensor& output, std::vector<Tensor> pieces,
+                                                        ReduceOp op, bool async_op) {
+  check_tensor("all_reduce", output, "output");
+  check_reduce_op("all_reduce", output, op);
+  int64_t total = 0;
+  for (const Tensor& t : pieces) {
+    check_tensor("all_reduce", t, "a piece");
+    DG_CHECK(t.dtype() == output.dtype(), Type, "[all_reduce] a piece of dtype ", dtype_name(t.dtype()),
+             " for an output of dtype ", dtype_name(output.dtype()));
+    total += t.numel();
+  }
+  DG_CHECK(total == output.numel(), Value, "[all_reduce] the pieces have ", total, " elements in all, the output ",
+           output.shape(), " has ", output.numel());
+  auto w = std::make_shared<Work>(CommKind::AllReduce, shared_from_this());
+  w->op = op;
+  w->output = output;
+  w->pieces = std::move(pieces);
+  return launch(std::move(w), async_op);
+}
+
+void copy_from_pieces(const std::vector<Tensor>& pieces, int64_t begin, int64_t count, void* dst) {
+  char* out = static_cast<char*>(dst);
+  int64_t offset = 0;  // of the current piece in the concatenation
+  for (const Tensor& t : pieces) {
+    const int64_t n = t.numel(), item = static_cast<int64_t>(t.itemsize());
+    const int64_t lo = std::max(begin, offset), hi = std::min(begin + count, offset + n);
+    if (lo < hi) {
+      const char* src = static_cast<const char*>(t.raw_data()) + (lo - offset) * item;
+      char* to = out + (lo - begin) * item;
+      if (src != to) std::memcpy(to, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(item));
+    }
+    offset += n;
+    if (offset >= begin + count) break;
+  }
+}
+
+void gather_pieces(Work& w) {
+  if (w.pieces.empty()) return;
+  copy_from_pieces(w.pieces, 0, w.output.numel(), w.output.raw_data());
+  Stream::cpu().release_on_host(std::move(w.pieces));
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
@@ -507,6 +550,7 @@ class SingleProcessGroup final : public ProcessGroup {
   }
 
   void start(Work& w) override {
+    gather_pieces(w);
     switch (w.kind) {
       case CommKind::AllGather:
       case CommKind::ReduceScatter:

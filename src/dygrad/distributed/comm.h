@@ -42,6 +42,10 @@ class Work : public std::enable_shared_from_this<Work> {
   int tag = 0;
   Tensor input;   // what is sent (all_reduce, broadcast: the same tensor as output)
   Tensor output;  // what is written (undefined for send and barrier)
+  // all_reduce_gathered: the contiguous tensors whose concatenation is the input (the output's old contents are
+  // not read). The backend gathers them as it copies its input in (the shared-memory all-reduce copies them
+  // straight into its slot) or into the output first (gather_pieces), and drops them once copied.
+  std::vector<Tensor> pieces;
   uint64_t id = 0;  // the group's count of operations started, for error messages and debug checks
 
   bool completed() const { return state_.load(std::memory_order_acquire) != kPending; }
@@ -91,6 +95,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // Each validates at the call (raising ValueError/RuntimeError naming the function and the shapes), then
   // enqueues comm_start and, unless async_op, comm_wait. The returned Work is completed later.
   std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, bool async_op);
+  // output = the all-reduce of the concatenation of pieces (flattened, in order), without a copy into output
+  // first: DistributedDataParallel's buckets, whose gradients stay where backward made them until the
+  // communication thread copies them in.
+  std::shared_ptr<Work> all_reduce_gathered(const Tensor& output, std::vector<Tensor> pieces, ReduceOp op,
+                                            bool async_op);
   std::shared_ptr<Work> broadcast(const Tensor& tensor, int root, bool async_op);
   std::shared_ptr<Work> reduce(const Tensor& tensor, int root, ReduceOp op, bool async_op);
   std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op);
@@ -150,6 +159,12 @@ std::shared_ptr<ProcessGroup> world();  // null before init_world / after finali
 // Waits for every operation in flight, stops the communication thread and finalises MPI (skipped after a
 // timeout left a collective pending: MPI cannot cancel one).
 void finalize();
+// Copies a Work's pieces into its output, in order (a piece that is the output's own memory stays), and drops
+// them: for the backends that reduce in the output's memory.
+void gather_pieces(Work& w);
+// Copies elements [begin, begin + count) of the concatenation of pieces to dst.
+void copy_from_pieces(const std::vector<Tensor>& pieces, int64_t begin, int64_t count, void* dst);
+
 // A group of one process that needs no MPI: collectives copy or pass through (tests, and world size 1).
 std::shared_ptr<ProcessGroup> single_process_group();
 

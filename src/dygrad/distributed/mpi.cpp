@@ -475,6 +475,7 @@ class MpiGroup final : public ProcessGroup {
           shm_queue_.push_back(w.id);
           break;
         }
+        gather_pieces(w);
         if (rank_ordered(w, size())) {
           code = start_ordered(w, *operation);
           break;
@@ -609,7 +610,12 @@ class MpiGroup final : public ProcessGroup {
       if (o.phase == 0) {  // a new chunk: every rank has finished reading the slots for the last one
         if ((o.behind = a.behind(kDone, a.sequence)) >= 0) return false;
         o.length = std::min(per_chunk, n - o.begin);
-        std::memcpy(a.data(me), base + o.begin * static_cast<int64_t>(item), static_cast<size_t>(o.length) * item);
+        if (w.pieces.empty()) {
+          std::memcpy(a.data(me), base + o.begin * static_cast<int64_t>(item), static_cast<size_t>(o.length) * item);
+        } else {
+          copy_from_pieces(w.pieces, o.begin, o.length, a.data(me));
+          if (o.begin + o.length >= n) Stream::cpu().release_on_host(std::move(w.pieces));
+        }
         ++a.sequence;
         a.advance(me, kPosted, a.sequence);
         o.phase = 1;

@@ -126,7 +126,23 @@ Stream::~Stream() {
   worker_.join();
 }
 
+void Stream::release_on_host(std::vector<Tensor>&& tensors) {
+  if (tensors.empty()) return;
+  std::lock_guard<std::mutex> lock(handed_over_mutex_);
+  for (Tensor& t : tensors) handed_over_.push_back(std::move(t));
+  tensors.clear();
+  any_handed_over_.store(true, std::memory_order_release);
+}
+
 void Stream::reclaim_completed_locked() {
+  if (any_handed_over_.load(std::memory_order_acquire)) {
+    std::vector<Tensor> dropped;
+    {
+      std::lock_guard<std::mutex> lock(handed_over_mutex_);
+      dropped.swap(handed_over_);
+      any_handed_over_.store(false, std::memory_order_relaxed);
+    }
+  }
   const uint64_t done = completed_.load(std::memory_order_acquire);
   for (; reclaimed_ < done; ++reclaimed_) {
     Task& task = slots_[reclaimed_ % kCapacity];

@@ -65,6 +65,9 @@ class Stream {
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
+  // A thread outside the stream (the communication thread) hands over tensor references it has finished with:
+  // the host drops them at its next enqueue or sync, as it drops the operands of Tasks that have run.
+  void release_on_host(std::vector<Tensor>&& tensors);
   // Process exit (docs/stream.md, "Exit and fork"): runs every queued Task, then stops the worker, so no
   // dygrad thread runs while libraries are torn down. Tasks enqueued afterwards (another thread still
   // issuing ops) run on the calling thread, as in synchronize mode but with errors deferred. Idempotent;
@@ -112,6 +115,9 @@ class Stream {
   uint64_t publish_locked(uint64_t index, bool mark_operands);
 
   std::vector<Task> slots_;
+  std::mutex handed_over_mutex_;
+  std::vector<Tensor> handed_over_;  // release_on_host's references, dropped by reclaim_completed_locked
+  std::atomic<bool> any_handed_over_{false};
   std::vector<uint64_t> alloc_marks_;  // per slot: the allocator's bytes_allocated_total() at its enqueue
   std::atomic<uint64_t> inflight_limit_{kDefaultInflightLimit};
   std::mutex producer_mutex_;

@@ -45,6 +45,21 @@ for n in SIZES:
             dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
             out(f"{n} {dtype} {op}", digest(x))
 
+# Gathered (DistributedDataParallel's buckets): the input is the concatenation of pieces, one of them empty,
+# one a view into a larger tensor, one the output's own memory at its place; the output's old contents are not read.
+for n in SIZES:
+    for dtype in DTYPES:
+        for op in ("SUM", "AVG"):
+            x = source(rank, n, dtype)
+            cuts = [0, 1, n // 3, n // 3, n // 2 + 7, n - 1, n]  # piece 2 is empty
+            pieces = [x[a:b].clone() for a, b in zip(cuts, cuts[1:])]
+            pieces[3] = dg.cat([x[:5], pieces[3]])[5:]  # a view at an offset into a larger tensor
+            output = dg.full((n,), float("nan"), dtype=getattr(dg, dtype))
+            output[n - 1:].copy_(pieces[5])
+            pieces[5] = output[n - 1:]  # the output's own memory, at its place
+            dist._all_reduce_gathered(output, pieces, op=getattr(dist.ReduceOp, op)).wait()
+            out(f"gathered {n} {dtype} {op}", digest(output))
+
 # Several in flight at once, shared-memory and MPI operations interleaved: each result is its own.
 works, tensors = [], []
 for i, n in enumerate((300000, 7, 50000, 3, 120000)):
