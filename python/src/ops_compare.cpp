@@ -103,6 +103,20 @@ PyObject* where_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
   });
 }
 
+// Tensor.where(condition, other): where(condition, self, other), as torch's method.
+PyObject* where_method_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("where", {"self", "condition", "other"}, 3, 3);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("where", "self", a[0]);
+  const Tensor* condition = input ? to_tensor("where", "condition", a[1]) : nullptr;
+  Operand other;
+  if (!condition || !to_operand("where", "other", a[2], other)) return nullptr;
+  return guarded([&] {
+    return wrap(other.tensor ? where(*condition, *input, *other.tensor) : where(*condition, *input, other.scalar));
+  });
+}
+
 // The fill value of masked_fill: a number or a 0-dim Tensor (read on the host, as torch does).
 bool to_fill_value(const char* op, PyObject* o, Scalar& out) {
   if (is_tensor(o)) {
@@ -252,6 +266,22 @@ PyObject* isclose_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
     }
   });
 }
+
+// equal(input, other) -> bool: same shape and elements (a sync).
+PyObject* equal_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("equal", {"input", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("equal", "input", a[0]);
+  const Tensor* other = input ? to_tensor("equal", "other", a[1]) : nullptr;
+  if (!other) return nullptr;
+  return guarded([&]() -> PyObject* {
+    PyObject* result = equal(*input, *other) ? Py_True : Py_False;
+    Py_INCREF(result);
+    return result;
+  });
+}
+
 }  // namespace
 
 // The operators & | ~ for bool tensors (masks): logical_and / logical_or / logical_not, as torch's bitwise ops
@@ -309,6 +339,7 @@ void init_ops_compare(nb::module_& m) {
       {"eq", compare_entry<Eq>, "eq(input, other) -> Tensor (bool)", true, true},
       {"isclose", isclose_entry<false>, "isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> Tensor (bool)", true, true},
       {"allclose", isclose_entry<true>, "allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool", true, true},
+      {"equal", equal_entry, "equal(input, other) -> bool: same shape and elements", true, true},
       {"ne", compare_entry<Ne>, "ne(input, other) -> Tensor (bool)", true, true},
       {"lt", compare_entry<Lt>, "lt(input, other) -> Tensor (bool)", true, true},
       {"le", compare_entry<Le>, "le(input, other) -> Tensor (bool)", true, true},
@@ -323,6 +354,7 @@ void init_ops_compare(nb::module_& m) {
       {"logical_and", logical_and_entry, "logical_and(input, other) -> Tensor (bool)", true, true},
       {"logical_or", logical_or_entry, "logical_or(input, other) -> Tensor (bool)", true, true},
       {"where", where_entry, "where(condition, input, other) -> Tensor", true, false},
+      {"where", where_method_entry, "where(condition, other) -> Tensor: where(condition, self, other)", false, true},
       {"masked_fill", masked_fill_entry, "masked_fill(input, mask, value) -> Tensor", true, true},
       {"masked_fill_", masked_fill_inplace_entry, "masked_fill_(mask, value) -> Tensor: in place, returns self", false, true},
       {"clamp", clamp_entry, "clamp(input, min=None, max=None) -> Tensor", true, true},

@@ -80,6 +80,27 @@ DG_UNARY_INPLACE_ENTRY(sign)
 DG_UNARY_INPLACE_ENTRY(reciprocal)
 #undef DG_UNARY_INPLACE_ENTRY
 
+// round(input, *, decimals=0) and Tensor.round_(*, decimals=0): in place returns self.
+template <bool Inplace>
+PyObject* round_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = Inplace ? "round_" : "round";
+  static const Signature sig(name, {"input", "decimals"}, 1, 1);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  if (!to_tensor(name, "input", a[0])) return nullptr;
+  int64_t decimals = 0;
+  if (a[1] && !to_int_argument(name, "decimals", a[1], decimals)) return nullptr;
+  return guarded([&]() -> PyObject* {
+    if constexpr (Inplace) {
+      round_(unwrap(a[0]), decimals);
+      Py_INCREF(a[0]);
+      return a[0];
+    } else {
+      return wrap(round(unwrap(a[0]), decimals));
+    }
+  });
+}
+
 // gelu(input, approximate='none')
 PyObject* gelu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("gelu", {"input", "approximate"}, 1, 1);
@@ -252,6 +273,7 @@ void init_ops_math(nb::module_& m) {
       {"floor", floor_entry, "floor(input) -> Tensor", true, true},
       {"ceil", ceil_entry, "ceil(input) -> Tensor", true, true},
       {"trunc", trunc_entry, "trunc(input) -> Tensor", true, true},
+      {"round", round_entry<false>, "round(input, *, decimals=0) -> Tensor: half to even", true, true},
       {"fix", trunc_entry, "fix(input) -> Tensor: trunc", true, true},
       {"sign", sign_entry, "sign(input) -> Tensor", true, true},
       {"reciprocal", reciprocal_entry, "reciprocal(input) -> Tensor", true, true},
@@ -270,6 +292,7 @@ void init_ops_math(nb::module_& m) {
       {"floor_", floor_inplace_entry, "floor_(input) -> Tensor: in place, returns input", true, true},
       {"ceil_", ceil_inplace_entry, "ceil_(input) -> Tensor: in place, returns input", true, true},
       {"trunc_", trunc_inplace_entry, "trunc_(input) -> Tensor: in place, returns input", true, true},
+      {"round_", round_entry<true>, "round_(input, *, decimals=0) -> Tensor: in place, returns input", true, true},
       {"fix_", trunc_inplace_entry, "fix_(input) -> Tensor: trunc_", true, true},
       {"sign_", sign_inplace_entry, "sign_(input) -> Tensor: in place, returns input", true, true},
       {"reciprocal_", reciprocal_inplace_entry, "reciprocal_(input) -> Tensor: in place, returns input", true, true},

@@ -84,6 +84,28 @@ PyObject* amax_amin_entry(PyObject* self, PyObject* const* args, Py_ssize_t narg
   return guarded([&] { return wrap(IsMax ? amax(*input, dims, keepdim) : amin(*input, dims, keepdim)); });
 }
 
+// all/any(input, dim=None, keepdim=False): dim an int or a tuple of ints; None reduces all dims.
+template <bool IsAll>
+PyObject* truth_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsAll ? "all" : "any";
+  static const Signature sig(name, {"input", "dim", "keepdim"}, 3, 1);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "input", a[0]);
+  Dims dims;
+  bool keepdim;
+  if (!input || (a[1] && a[1] != Py_None && !to_int_list(name, "dim", a[1], dims)) ||
+      !to_bool_argument(name, "keepdim", a[2], false, keepdim))
+    return nullptr;
+  return guarded([&] {
+    if (a[1] && a[1] != Py_None && dims.empty()) {  // dim=(): over nothing, each element's own truth (torch)
+      Tensor truth = ne(*input, Scalar(0));
+      return wrap(input->dtype() == DType::UInt8 ? to(truth, DType::UInt8) : truth);
+    }
+    return wrap(IsAll ? all(*input, dims, keepdim) : any(*input, dims, keepdim));
+  });
+}
+
 // argmax/argmin(input, dim=None, keepdim=False)
 template <bool IsMax>
 PyObject* arg_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -158,6 +180,8 @@ void init_ops_reduce(nb::module_& m) {
       {"max", max_min_entry<true>, "max(input) | max(input, dim, keepdim=False) -> (values, indices) | max(input, other)", true, true},
       {"min", max_min_entry<false>, "min(input) | min(input, dim, keepdim=False) -> (values, indices) | min(input, other)", true, true},
       {"amax", amax_amin_entry<true>, "amax(input, dim=(), keepdim=False) -> Tensor", true, true},
+      {"all", truth_entry<true>, "all(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
+      {"any", truth_entry<false>, "any(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
       {"amin", amax_amin_entry<false>, "amin(input, dim=(), keepdim=False) -> Tensor", true, true},
       {"argmax", arg_entry<true>, "argmax(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},
       {"argmin", arg_entry<false>, "argmin(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},

@@ -82,6 +82,19 @@ PyObject* type_as_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   });
 }
 
+// Tensor.view_as(other) / expand_as(other): view / expand to other's shape.
+template <bool IsView>
+PyObject* shape_as_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static constexpr const char* name = IsView ? "view_as" : "expand_as";
+  static const Signature sig(name, {"self", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor(name, "self", a[0]);
+  const Tensor* other = input ? to_tensor(name, "other", a[1]) : nullptr;
+  if (!other) return nullptr;
+  return guarded([&] { return wrap(IsView ? view(*input, other->shape()) : expand(*input, other->shape())); });
+}
+
 // Tensor.cpu(memory_format=...): self (dygrad's tensors are on the cpu). Tensor.pin_memory(device=None): a
 // copy, as torch's pinned copy is; dygrad has no page-locked memory, so is_pinned() stays False.
 PyObject* cpu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -202,6 +215,8 @@ void init_tensor(nb::module_& m) {
       {"new_full", new_full_entry, "new_full(size, fill_value, *, dtype=None, device=None, requires_grad=False) -> Tensor",
        false, true},
       {"type_as", type_as_entry, "type_as(other) -> Tensor: self cast to other's dtype", false, true},
+      {"view_as", shape_as_entry<true>, "view_as(other) -> Tensor: view(other.shape)", false, true},
+      {"expand_as", shape_as_entry<false>, "expand_as(other) -> Tensor: expand(other.shape)", false, true},
       {"cpu", cpu_entry, "cpu(memory_format=torch.preserve_format) -> Tensor: self (dygrad's tensors are on the cpu)",
        false, true},
       {"pin_memory", pin_memory_entry, "pin_memory(device=None) -> Tensor: a copy (dygrad has no page-locked memory)",

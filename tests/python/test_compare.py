@@ -161,3 +161,92 @@ def test_dtype_rules_match_torch(name):
     for x in DTYPES:
         for y in DTYPES:
             assert result(dg, x, y) == result(torch, x, y), (name, x, y)
+
+
+TRUTH_DTYPES = ["float32", "float64", "bfloat16", "int64", "int32", "uint8", "bool"]
+
+
+@pytest.mark.parametrize("op", ["all", "any"])
+@pytest.mark.parametrize("dtype", TRUTH_DTYPES)
+def test_all_any_match_torch(op, dtype):
+    """Every dim form torch takes (none, an int, a tuple, an empty tuple), keepdim, the method, empty reductions
+    (all: True, any: False), nan (nonzero, so true), and the result dtype (uint8 stays uint8)."""
+    a = rng.integers(0, 2, size=(3, 4, 5)).astype(np.float64)
+    a[0] = 1  # a slice all true, so `all` is not false everywhere
+    a[1, 1] = 0
+    if dtype in ("float32", "float64", "bfloat16"):
+        a[2, 0, 0] = np.nan
+    d, t = dg.tensor(a).to(getattr(dg, dtype)), torch.tensor(a).to(getattr(torch, dtype))
+    forms = [lambda m, x: getattr(m, op)(x), lambda m, x: getattr(x, op)(),
+             lambda m, x: getattr(m, op)(x, 1), lambda m, x: getattr(m, op)(x, dim=-1, keepdim=True),
+             lambda m, x: getattr(m, op)(x, (0, 2)), lambda m, x: getattr(x, op)(dim=(2, 0), keepdim=True),
+             lambda m, x: getattr(m, op)(x, dim=()), lambda m, x: getattr(m, op)(x[:, :0], 1),
+             lambda m, x: getattr(m, op)(x[:0]), lambda m, x: getattr(m, op)(x.permute(2, 0, 1)[:, ::2], 0)]
+    for form in forms:
+        got, want = form(dg, d), form(torch, t)
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        assert got.tolist() == want.tolist()
+
+
+def test_all_any_errors_name_the_op():
+    with pytest.raises(IndexError, match=r"\[all\].*out of range"):
+        dg.all(dg.zeros(2, 3), dim=2)
+    with pytest.raises(RuntimeError, match=r"\[any\].*appears multiple times|\[any\].*repeat"):
+        dg.any(dg.zeros(2, 3), dim=(1, -1))
+    with pytest.raises(TypeError, match=r"any"):
+        dg.any(dg.zeros(2), dim="x")
+
+
+def test_equal_matches_torch():
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    cases = [(a, a.copy()), (a, a + np.float32(1e-6) * (a > 0)), (a, a[:, :3]), (a, a.reshape(4, 3)),
+             (np.array([1, 2]), np.array([1.0, 2.0])), (np.array([np.nan]), np.array([np.nan])),
+             (np.zeros((0, 2)), np.zeros((0, 2))), (np.array(3.0), np.array([3.0]))]
+    for x, y in cases:
+        want = torch.equal(torch.tensor(x), torch.tensor(y))
+        got = dg.equal(dg.tensor(x), dg.tensor(y))
+        assert got is want, (x, y)
+        assert dg.tensor(x).equal(dg.tensor(y)) is want
+    d = dg.tensor(a)
+    assert dg.equal(d.t(), dg.tensor(a.T.copy()))  # strided operands
+    with pytest.raises(TypeError, match=r"\[equal\] argument 'other' must be Tensor, not int"):
+        dg.equal(d, 3)
+
+
+def assert_same_values(got, want):
+    """Bitwise but for nan payloads: equal values, nan where nan, and the same sign of zero."""
+    x, y = got.double().numpy(), want.double().numpy()
+    np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.signbit(x)[~np.isnan(x)], np.signbit(y)[~np.isnan(y)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_round_matches_torch_bitwise(dtype):
+    """Ties to even, negative zero, large values, nan/inf, decimals of both signs (in float32 for 16-bit floats,
+    as torch), and round_ in place on a view."""
+    a = np.concatenate([np.arange(-6, 6.5, 0.5), [-0.4, 0.4, 1.005, 123.456, -98.765, 2.0 ** 40 + 0.5,
+                                                 np.nan, np.inf, -np.inf]])
+    d, t = dg.tensor(a).to(getattr(dg, dtype)), torch.tensor(a).to(getattr(torch, dtype))
+    for decimals in (0, 1, 2, 3, -1, -2):
+        got, want = dg.round(d, decimals=decimals), torch.round(t, decimals=decimals)
+        assert got.dtype == d.dtype
+        assert_same_values(got, want)
+    assert_same_values(d.round(), t.round())
+    v_d, v_t = d.clone()[::2], t.clone()[::2]
+    assert v_d.round_(decimals=1) is v_d
+    v_t.round_(decimals=1)
+    assert_same_values(v_d, v_t)
+
+
+def test_round_integers_and_errors_match_torch():
+    assert dg.round(dg.tensor([3, -4])).tolist() == [3, -4]
+    assert dg.round(dg.tensor([3, -4], dtype=dg.int32)).dtype == dg.int32
+    with pytest.raises(NotImplementedError, match=r"\[round\] decimals=1 .* int64 of shape \(2,\)"):
+        dg.round(dg.tensor([3, 4]), decimals=1)
+    with pytest.raises(TypeError, match=r"round.*bool"):
+        dg.round(dg.tensor([True]))
+    with pytest.raises(TypeError):
+        dg.round(dg.tensor([1.5]), 1)  # decimals is keyword-only, as torch
+    x = dg.tensor([0.5, 1.5], requires_grad=True)
+    dg.round(x * 3, decimals=1).sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0]  # piecewise constant: torch's zero gradient

@@ -516,6 +516,28 @@ def test_type_as_matches_torch():
         assert x.grad.dtype == lib.float32 and x.grad.tolist() == [1.0, 1.0]
 
 
+def test_view_as_expand_as_where_methods_match_torch():
+    """Tensor.view_as / expand_as (views sharing storage, gradients through them) and Tensor.where(cond, other)."""
+    for lib in (dg, torch):
+        x = lib.arange(6.0).reshape(2, 3).requires_grad_()
+        v = x.view_as(lib.zeros(3, 2))
+        assert tuple(v.shape) == (3, 2) and v.data_ptr() == x.data_ptr()
+        e = lib.tensor([1.0, 2.0, 3.0]).expand_as(x)
+        assert tuple(e.shape) == (2, 3) and e.stride() == (0, 1)
+        cond = x.detach() > 2
+        w = x.where(cond, lib.tensor(-1.0))
+        assert w.tolist() == [[-1.0, -1.0, -1.0], [3.0, 4.0, 5.0]]
+        assert x.detach().where(cond, 0).tolist() == [[0.0, 0.0, 0.0], [3.0, 4.0, 5.0]]
+        (v.sum() + (w * 2).sum()).backward()
+        assert x.grad.tolist() == [[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]]
+    with pytest.raises(RuntimeError, match=r"\[view\] shape '\(4,\)' is invalid for input of size 6"):
+        dg.zeros(2, 3).view_as(dg.zeros(4))
+    with pytest.raises(RuntimeError, match=r"expand"):
+        dg.zeros(2, 3).expand_as(dg.zeros(3, 3))
+    with pytest.raises(TypeError, match=r"\[view_as\] argument 'other'"):
+        dg.zeros(2).view_as((2,))
+
+
 @pytest.mark.parametrize("call", [
     lambda x: x.new_zeros(2, 3), lambda x: x.new_zeros((2, 3)), lambda x: x.new_zeros([4]),
     lambda x: x.new_ones(2, dtype=getattr(type(x).__module__.startswith("torch") and torch or dg, "int64")),

@@ -1,6 +1,7 @@
 // Comparison and selection ops: eq/ne/lt/le/gt/ge, logical ops, where, masked_fill(_), clamp(_), and the
 // compositions isclose / allclose:
 // validation, type promotion, Task creation and the backward formulas (written with dygrad ops).
+#include <algorithm>
 #include <limits>
 
 #include "dygrad/ops/dispatch.h"
@@ -220,6 +221,14 @@ Tensor isclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool 
   const Tensor actual = abs(sub(x, y));
   const Tensor finite = ne(actual, Scalar(std::numeric_limits<double>::infinity()));  // nan fails the <= below
   return logical_or(close, logical_and(finite, le(actual, allowed)));
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  check_defined("equal", a, "input");
+  check_defined("equal", b, "other");
+  if (!std::ranges::equal(a.shape(), b.shape())) return false;
+  NoGradGuard no_grad;
+  return sum(logical_not(eq(a, b))).item<int64_t>() == 0;  // a sync: the caller gets a Python bool
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

@@ -189,6 +189,7 @@ DG_PIECEWISE_CONSTANT_OP(ceil);
 DG_PIECEWISE_CONSTANT_OP(trunc);
 DG_PIECEWISE_CONSTANT_OP(sign);
 #undef DG_PIECEWISE_CONSTANT_OP
+const OpDef op_round("round", attrs_type<RoundAttrs>(), {.fusion = FusionClass::Elementwise, .backward = zero_backward, .cost = elementwise_cost});
 // isnan, isinf, isfinite: bool results, no gradient.
 const OpDef op_isnan("isnan", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
 const OpDef op_isinf("isinf", nullptr, {.fusion = FusionClass::Elementwise, .cost = elementwise_cost});
@@ -297,6 +298,19 @@ Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, save_output); }
 Tensor floor(const Tensor& a) { return numeric_unary(op_floor, a, nullptr); }  // the backward reads nothing
 Tensor ceil(const Tensor& a) { return numeric_unary(op_ceil, a, nullptr); }
 Tensor trunc(const Tensor& a) { return numeric_unary(op_trunc, a, nullptr); }
+namespace {
+// torch has no integer kernel for round with decimals.
+void check_round_decimals(const char* name, const Tensor& a, int64_t decimals) {
+  check_defined(name, a);
+  DG_CHECK(decimals == 0 || is_floating(a.dtype()) || a.dtype() == DType::Bool, NotImplemented, "[", name,
+           "] decimals=", decimals, " is implemented for floating tensors only, got ", dtype_name(a.dtype()),
+           " of shape ", a.shape());
+}
+}  // namespace
+Tensor round(const Tensor& a, int64_t decimals) {
+  check_round_decimals("round", a, decimals);
+  return ElementwiseCall(op_round, "round").input(a).refuse_bool().attrs(RoundAttrs{decimals}).run();
+}
 // Any dtype, bool included (sign of a bool is itself); sign(nan) = 0, as torch's CPU kernel.
 Tensor sign(const Tensor& a) { return ElementwiseCall(op_sign, "sign").input(a).run(); }
 // Integers and bool become float32 (torch: reciprocal(int) is floating).
@@ -320,6 +334,10 @@ Tensor& relu_(Tensor& a) { return unary_inplace(op_relu, "relu_", a, Promotion::
 Tensor& floor_(Tensor& a) { return unary_inplace(op_floor, "floor_", a, Promotion::Promote); }
 Tensor& ceil_(Tensor& a) { return unary_inplace(op_ceil, "ceil_", a, Promotion::Promote); }
 Tensor& trunc_(Tensor& a) { return unary_inplace(op_trunc, "trunc_", a, Promotion::Promote); }
+Tensor& round_(Tensor& a, int64_t decimals) {
+  check_round_decimals("round_", a, decimals);
+  return ElementwiseCall(op_round, "round_").input(a, "self").refuse_bool().attrs(RoundAttrs{decimals}).run_inplace(a);
+}
 Tensor& sign_(Tensor& a) {
   return ElementwiseCall(op_sign, "sign_").input(a, "self").run_inplace(a);
 }

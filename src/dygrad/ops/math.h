@@ -19,6 +19,10 @@ Tensor abs(const Tensor& a);
 // torch.floor / ceil / trunc (integer dtypes kept, bool refused), sign (any dtype), reciprocal (integers become
 // float32), isnan / isinf / isfinite (bool results).
 Tensor floor(const Tensor& a);
+// torch.round: half to even; with decimals d, round(x * 10^d) / 10^d (d < 0: round(x / 10^-d) * 10^-d),
+// computed in float32 for 16-bit floats and rounded once, as torch's kernel. Integers are unchanged (decimals
+// must then be 0: torch has no integer kernel for it); bool is refused.
+Tensor round(const Tensor& a, int64_t decimals = 0);
 Tensor ceil(const Tensor& a);
 Tensor trunc(const Tensor& a);
 Tensor sign(const Tensor& a);
@@ -69,6 +73,9 @@ Tensor ge(const Tensor& a, Scalar b);
 // result. allclose: isclose everywhere, read on the host (a sync).
 Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-05, double atol = 1e-08, bool equal_nan = false);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-05, double atol = 1e-08, bool equal_nan = false);
+// torch.equal: the same shape and every element equal (compared after type promotion; nan equals nothing), read on
+// the host (a sync).
+bool equal(const Tensor& a, const Tensor& b);
 
 Tensor logical_not(const Tensor& a);
 Tensor logical_and(const Tensor& a, const Tensor& b);
@@ -95,6 +102,7 @@ Tensor& clamp_(Tensor& a, const Tensor& min, const Tensor& max);
 Tensor& exp_(Tensor& a);
 Tensor& relu_(Tensor& a);
 Tensor& floor_(Tensor& a);
+Tensor& round_(Tensor& a, int64_t decimals = 0);
 Tensor& ceil_(Tensor& a);
 Tensor& trunc_(Tensor& a);
 Tensor& sign_(Tensor& a);

@@ -278,6 +278,20 @@ Tensor min(const Tensor& a) {
   check_full_reduction_nonempty("min", a);
   return extremum(op_amin, a, {}, false);
 }
+namespace {
+// all / any count the zeros / nonzeros (a sum of bools, exact in int64, zero over nothing) and compare.
+Tensor truth_reduction(const char* name, const Tensor& a, IntSpan dims, bool keepdim, bool every) {
+  check_defined(name, a);
+  const Dims over = reduction_dims(name, dims, a.dim());  // raises naming the op
+  NoGradGuard no_grad;  // a bool result: nothing to differentiate
+  Tensor count = sum(every ? eq(a, Scalar(0)) : ne(a, Scalar(0)), over, keepdim);
+  Tensor out = every ? eq(count, Scalar(0)) : ne(count, Scalar(0));
+  return a.dtype() == DType::UInt8 ? to(out, DType::UInt8) : out;
+}
+}  // namespace
+Tensor all(const Tensor& a, IntSpan dims, bool keepdim) { return truth_reduction("all", a, dims, keepdim, true); }
+Tensor any(const Tensor& a, IntSpan dims, bool keepdim) { return truth_reduction("any", a, dims, keepdim, false); }
+
 Tensor amax(const Tensor& a, IntSpan dims, bool keepdim) { return extremum(op_amax, a, dims, keepdim); }
 Tensor amin(const Tensor& a, IntSpan dims, bool keepdim) { return extremum(op_amin, a, dims, keepdim); }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) { return arg_extremum(op_argmax, a, dim, keepdim); }

@@ -28,6 +28,11 @@ Tensor amin(const Tensor& a, IntSpan dims = {}, bool keepdim = false);
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// torch.all / any: whether every / some element over dims (all dims when empty) is nonzero (nan is nonzero).
+// The result is bool (uint8 for a uint8 input, as torch); over no elements all is true and any false.
+Tensor all(const Tensor& a, IntSpan dims = {}, bool keepdim = false);
+Tensor any(const Tensor& a, IntSpan dims = {}, bool keepdim = false);
+
 // log(sum(exp(a))) over dims, computed as m + log(sum(exp(a - m))) with m the maximum. Integer inputs
 // give float32. An empty reduction gives -inf.
 Tensor logsumexp(const Tensor& a, IntSpan dims, bool keepdim = false);

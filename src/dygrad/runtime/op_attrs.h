@@ -23,6 +23,12 @@ struct ScalarAttrs {
   Scalar value;
 };
 
+// round: half to even after scaling by 10^decimals (decimals < 0: by 1 / 10^-decimals).
+struct RoundAttrs {
+  static constexpr const char* kName = "RoundAttrs";
+  int64_t decimals = 0;
+};
+
 // where_scalar: out = cond ? a : value, or cond ? value : a when scalar_when_true.
 struct WhereScalarAttrs {
   static constexpr const char* kName = "WhereScalarAttrs";

@@ -59,6 +59,10 @@ MATH = [
     unary("floor", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
     unary("ceil", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
     unary("trunc", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
+    # [-3, 3] in bfloat16 and float16 holds the halves (2.5, -1.5 ...): ties, rounded to even as torch
+    unary("round", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
+    unary("round", low=-30.0, high=30.0, variant="decimals",
+          call=lambda m, x: (m.round(x, decimals=1), x.round(decimals=2), m.round(x, decimals=-1))),
     unary("sign", dtypes=FLOATS + ("int64", "int32")),
     unary("reciprocal", **POSITIVE),
     unary("isnan", dtypes=ALL, differentiable=False),

@@ -27,10 +27,12 @@
 //   void sigmoid_kernel(Task& task);
 //   void silu_kernel(Task& task);
 //   void relu_kernel(Task& task);
-// input (x) of any dtype but bool, output of x's dtype: floor, ceil, trunc (integers unchanged)
+// input (x) of any dtype but bool, output of x's dtype: floor, ceil, trunc, round (integers unchanged)
 //   void floor_kernel(Task& task);
 //   void ceil_kernel(Task& task);
 //   void trunc_kernel(Task& task);
+// RoundAttrs: half to even after scaling by 10^decimals
+//   void round_kernel(Task& task);
 // input (x) of any dtype, output of x's dtype: sign(x) in {-1, 0, 1} (0 for nan; bool unchanged)
 //   void sign_kernel(Task& task);
 // input (x), output of x's floating dtype: 1 / x
@@ -159,6 +161,23 @@ void rounding_kernel(Task& task, Round round) {
 void floor_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::floor(x); }); }
 void ceil_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::ceil(x); }); }
 void trunc_kernel(Task& task) { rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::trunc(x); }); }
+// std::nearbyint in the default rounding mode: half to even, as torch. The scale 10^|decimals| is computed in
+// double and cast to the compute type (float32 for 16-bit floats), as torch's round_decimals kernel does.
+void round_kernel(Task& task) {
+  const int64_t decimals = task.attrs.get<RoundAttrs>().decimals;
+  if (decimals == 0) return rounding_kernel(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::nearbyint(x); });
+  const double scale = std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals));
+  if (decimals > 0)
+    rounding_kernel(task, [scale](auto x) DG_VEC_INLINE_LAMBDA {
+      const auto s = static_cast<decltype(x)>(scale);
+      return std::nearbyint(x * s) / s;
+    });
+  else
+    rounding_kernel(task, [scale](auto x) DG_VEC_INLINE_LAMBDA {
+      const auto s = static_cast<decltype(x)>(scale);
+      return std::nearbyint(x / s) * s;
+    });
+}
 
 // (0 < x) - (x < 0): 0 for +-0 and nan, as torch's CPU sign.
 void sign_kernel(Task& task) {
@@ -321,6 +340,7 @@ DG_REGISTER_KERNEL(sqrt, Device::Type::CPU, sqrt_kernel);
 DG_REGISTER_KERNEL(rsqrt, Device::Type::CPU, rsqrt_kernel);
 DG_REGISTER_KERNEL(abs, Device::Type::CPU, abs_kernel);
 DG_REGISTER_KERNEL(floor, Device::Type::CPU, floor_kernel);
+DG_REGISTER_KERNEL(round, Device::Type::CPU, round_kernel);
 DG_REGISTER_KERNEL(ceil, Device::Type::CPU, ceil_kernel);
 DG_REGISTER_KERNEL(trunc, Device::Type::CPU, trunc_kernel);
 DG_REGISTER_KERNEL(sign, Device::Type::CPU, sign_kernel);
