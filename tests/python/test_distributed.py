@@ -307,6 +307,24 @@ def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
 
 
 @needs_mpi
+def test_ddp_broadcasts_rank_zeros_buffers_before_each_forward(tmp_path):
+    """Coalesced per dtype (a non-contiguous buffer, a lone bool buffer, int64, empty, non-persistent); a buffer
+    updated in place by the forward starts from rank 0's value; broadcast_buffers=False keeps each rank's own."""
+    result = mpirun("ddp_buffers.py", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.load(open(tmp_path / f"buffers_rank{r}.json")) for r in (0, 1)]
+    for step in range(3):
+        want = {"scale": [float(step + 1)] * 3, "table": [[float(-step)] * 2] * 3,
+                "mask": [True, True, step % 2 == 0], "steps": 1, "shift": [0.0] * 3,
+                "masked_zero": [False, False, step % 2 == 1]}
+        for r in (0, 1):
+            got = ranks[r][step]
+            assert {k: got[k] for k in want if k != "masked_zero"} == {k: v for k, v in want.items() if k != "masked_zero"}, (r, step)
+            assert got["masked_zero"][2] == want["masked_zero"][2], (r, step)
+    assert ranks[0][3]["scale"] == [7.0] * 3 and ranks[1][3]["scale"] == [8.0] * 3
+
+
+@needs_mpi
 def test_ddp_rebuilds_buckets_in_arrival_order_after_the_first_step(tmp_path):
     """torch's bucket rebuild: the first backward's gradient order (c, then b, then a: not the reverse of
     registration, c was registered first) becomes the bucket plan from step 2 on, the same on every rank; the

@@ -95,9 +95,7 @@ class DistributedDataParallel(Module):
     # --- construction -----------------------------------------------------------------------------------------
     def _sync_module_states(self):
         """Every rank starts from rank 0's parameters and buffers."""
-        root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
-        for t in list(self.module.parameters()) + list(self.module.buffers()):
-            dist.broadcast(t.detach(), src=root, group=self.process_group)
+        self._broadcast_coalesced(list(self.module.parameters()) + list(self.module.buffers()))
 
     def _make_buckets(self, params, cap):
         buckets, where, current, size = [], {}, [], 0
@@ -127,15 +125,42 @@ class DistributedDataParallel(Module):
         if self._should_rebuild():
             self._rebuild_buckets()
         if self.broadcast_buffers and self.require_forward_param_sync:
-            root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
-            for b in self.module.buffers():
-                dist.broadcast(b.detach(), src=root, group=self.process_group)
+            self._sync_buffers()
         if self.gradient_as_bucket_view:
             self._attach_bucket_views()
         output = self.module(*inputs, **kwargs)
         if _C.is_grad_enabled() and self.require_backward_grad_sync:
             self._prepare_for_backward(output)
         return output
+
+    def _sync_buffers(self):
+        self._broadcast_coalesced(list(self.module.buffers()))
+
+    def _broadcast_coalesced(self, tensors):
+        """Rank 0's values of tensors to every rank, as torch's _broadcast_coalesced: one broadcast per dtype (a
+        contiguous tensor alone in its dtype is broadcast in place, the others through one flat copy), all in
+        flight at once. Nothing blocks the host: the stream waits for each broadcast before the copies back and
+        before any later op that reads or writes the tensors."""
+        root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
+        by_dtype = {}
+        for t in tensors:
+            if t.numel() > 0:
+                by_dtype.setdefault(t.dtype, []).append(t.detach())
+        pending = []
+        for group in by_dtype.values():
+            if len(group) == 1 and group[0].is_contiguous():
+                flat, group = group[0], []
+            else:
+                flat = _C.cat([t.reshape(-1) for t in group])
+            pending.append((dist.broadcast(flat, src=root, group=self.process_group, async_op=True), flat, group))
+        copy_back = dist.get_rank() != root
+        for work, flat, group in pending:
+            work.wait()
+            offset = 0
+            for t in group:
+                if copy_back:
+                    t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+                offset += t.numel()
 
     def _should_rebuild(self):
         # torch's Reducer::should_rebuild_buckets: once, after a synchronised backward, unless unused
