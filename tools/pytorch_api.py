@@ -26,6 +26,9 @@ DIFFERS = {
                        "tensor RNG (rand, randn, init, dropout) is dygrad's counter-based generator, not affected",
     "torch.manual_seed": "seeds dygrad's tensor RNG (its own stream of numbers) and the default Generator (torch's)",
     "torch.randperm": "torch's permutation for a seeded Generator",
+    "torch.use_deterministic_algorithms": "dygrad's deterministic mode (set_context): every op bitwise reproducible "
+                                          "across runs and thread counts, so none raises or warns for being "
+                                          "nondeterministic",
     "torch.device": "a str subclass; only 'cpu' holds tensors",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
                   "cannot rebuild torch-only objects (modules, torch classes)",

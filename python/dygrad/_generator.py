@@ -86,6 +86,13 @@ def manual_seed(seed):
     return default_generator.manual_seed(seed)
 
 
+def seed():
+    """Seeds dygrad's tensor RNG and the default Generator from the OS's entropy and returns the seed (torch.seed)."""
+    s = default_generator.seed()
+    _C.manual_seed(s)
+    return s
+
+
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A random permutation of 0..n-1 (int64). With a Generator: torch's permutation for the same seed."""
     if n < 0:

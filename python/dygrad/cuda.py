@@ -31,6 +31,46 @@ def empty_cache():
     """A no-op without a GPU, as torch's."""
 
 
+def _no_cuda(name):
+    # torch built without CUDA raises AssertionError from these calls; dygrad answers the same way.
+    raise AssertionError(f"torch.cuda.{name}: dygrad was built without a CUDA backend (torch.cuda.is_available() is "
+                         "False)")
+
+
+def synchronize(device=None):
+    _no_cuda("synchronize")
+
+
+def current_device():
+    _no_cuda("current_device")
+
+
+def get_device_name(device=None):
+    _no_cuda("get_device_name")
+
+
+def get_device_properties(device=None):
+    _no_cuda("get_device_properties")
+
+
+def is_bf16_supported(including_emulation=True):
+    """False without a GPU, as torch's."""
+    return False
+
+
+def memory_allocated(device=None):
+    """0 without a GPU, as torch's (dygrad.memory_allocated() reports the CPU allocator)."""
+    return 0
+
+
+def max_memory_allocated(device=None):
+    return 0
+
+
+def memory_reserved(device=None):
+    return 0
+
+
 class amp:  # noqa: N801 -- torch.cuda.amp, the deprecated spelling of torch.amp for CUDA
     @staticmethod
     def GradScaler(init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,  # noqa: N802

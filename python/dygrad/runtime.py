@@ -40,3 +40,29 @@ def set_context(context=None, *, deterministic=None, synchronize=None, num_threa
     # 0 keeps the pool as it is (resizing drains the stream and restarts the helper threads).
     _C._set_context(values["deterministic"], values["synchronize"], 0 if n == _C._get_context()[2] else n)
     _C._set_inline_small_ops(values["inline_small_ops"])
+
+
+_warn_only = False
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False):
+    """torch.use_deterministic_algorithms: dygrad's deterministic mode (set_context(deterministic=mode)), under which
+    every op is bitwise reproducible across runs and thread counts, so no op raises or warns for being
+    nondeterministic; warn_only is recorded for is_deterministic_algorithms_warn_only_enabled()."""
+    global _warn_only
+    if not isinstance(mode, bool):
+        raise TypeError(f"use_deterministic_algorithms(): argument 'mode' (position 1) must be bool, not "
+                        f"{type(mode).__name__}")
+    if not isinstance(warn_only, bool):
+        raise TypeError(f"use_deterministic_algorithms(): argument 'warn_only' must be bool, not "
+                        f"{type(warn_only).__name__}")
+    set_context(deterministic=mode)
+    _warn_only = warn_only
+
+
+def are_deterministic_algorithms_enabled():
+    return get_context().deterministic
+
+
+def is_deterministic_algorithms_warn_only_enabled():
+    return _warn_only

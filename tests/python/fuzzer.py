@@ -34,6 +34,7 @@ DENY = {
     "set_printoptions", "empty_cache", "_set_call_site_tracking", "compile", "profile", "start", "stop",
     "generate", "train", "main", "fork", "DataLoader", "TokenDataset", "build_corpus", "sleep", "export_chrome_trace",
     "_set_memory_category", "_set_size_type", "_set_inline_small_ops", "register_at_fork", "_deferred_failure",
+    "use_deterministic_algorithms", "seed",  # process-wide mode (as set_context); entropy (cases would not replay)
 }
 HUGE = [2**31, 2**32, 2**62, 2**63 - 1, -(2**63), 2**64, 2**70]
 

@@ -18,6 +18,48 @@ def test_cuda_probes_answer_as_torch_without_a_gpu():
     assert dg.backends.cudnn.is_available() == torch.backends.cudnn.is_available()
 
 
+@pytest.mark.parametrize("name", ["synchronize", "current_device", "get_device_name", "get_device_properties"])
+def test_cuda_calls_that_need_a_gpu_raise_as_torch(name):
+    for module in (torch, dg):
+        with pytest.raises(AssertionError):
+            getattr(module.cuda, name)(*([0] if name == "get_device_properties" else []))
+
+
+def test_cuda_memory_and_bf16_probes_answer_as_torch():
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        assert getattr(dg.cuda, name)() == getattr(torch.cuda, name)() == 0
+    assert dg.cuda.is_bf16_supported() is torch.cuda.is_bf16_supported() is False
+    assert dg.cuda.is_bf16_supported(including_emulation=False) is False
+
+
+def test_use_deterministic_algorithms_sets_dygrads_deterministic_mode():
+    saved = dg.get_context().deterministic
+    try:
+        for module in (torch, dg):
+            module.use_deterministic_algorithms(True, warn_only=True)
+            assert module.are_deterministic_algorithms_enabled() is True
+            assert module.is_deterministic_algorithms_warn_only_enabled() is True
+            module.use_deterministic_algorithms(False)
+            assert module.are_deterministic_algorithms_enabled() is False
+            assert module.is_deterministic_algorithms_warn_only_enabled() is False
+            with pytest.raises(TypeError, match=r"argument 'mode' \(position 1\) must be bool, not int"):
+                module.use_deterministic_algorithms(1)
+        dg.use_deterministic_algorithms(True)
+        assert dg.get_context().deterministic is True
+    finally:
+        dg.use_deterministic_algorithms(False)
+        dg.set_context(deterministic=saved)
+
+
+def test_seed_reseeds_from_entropy_and_returns_the_seed():
+    s = dg.seed()
+    assert isinstance(s, int) and 0 <= s < 2 ** 64 and dg.default_generator.initial_seed() == s
+    a = dg.rand(4).tolist()
+    dg.manual_seed(s)
+    assert dg.rand(4).tolist() == a  # the tensor RNG was seeded with it too
+    assert dg.seed() != s  # 2**-63 odds of a false failure
+
+
 def test_backend_flags_default_and_round_trip_as_torch():
     assert dg.backends.cuda.matmul.allow_tf32 == torch.backends.cuda.matmul.allow_tf32
     assert dg.backends.cudnn.allow_tf32 == torch.backends.cudnn.allow_tf32
