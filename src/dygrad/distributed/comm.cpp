@@ -431,19 +431,12 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_gathered(const Tensor& output, st
 }
 
 void copy_from_pieces(const std::vector<Tensor>& pieces, int64_t begin, int64_t count, void* dst) {
-  char* out = static_cast<char*>(dst);
-  int64_t offset = 0;  // of the current piece in the concatenation
-  for (const Tensor& t : pieces) {
-    const int64_t n = t.numel(), item = static_cast<int64_t>(t.itemsize());
-    const int64_t lo = std::max(begin, offset), hi = std::min(begin + count, offset + n);
-    if (lo < hi) {
-      const char* src = static_cast<const char*>(t.raw_data()) + (lo - offset) * item;
-      char* to = out + (lo - begin) * item;
-      if (src != to) std::memcpy(to, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(item));
-    }
-    offset += n;
-    if (offset >= begin + count) break;
-  }
+  if (pieces.empty()) return;
+  const int64_t item = static_cast<int64_t>(pieces.front().itemsize());
+  for_each_piece(pieces, begin, count, [&](const char* src, int64_t offset, int64_t n) {
+    char* to = static_cast<char*>(dst) + offset * item;
+    if (src != to) std::memcpy(to, src, static_cast<size_t>(n * item));
+  });
 }
 
 void gather_pieces(Work& w) {

@@ -8,6 +8,7 @@
 //              call, by Work::wait_on_stream for async_op=True.
 // Compute Tasks enqueued between the two overlap the communication; reading the result waits for comm_wait.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -162,6 +163,19 @@ void finalize();
 // Copies a Work's pieces into its output, in order (a piece that is the output's own memory stays), and drops
 // them: for the backends that reduce in the output's memory.
 void gather_pieces(Work& w);
+// Calls f(src, offset, n) for each piece's share of elements [begin, begin + count) of the concatenation of pieces:
+// n elements at src, which are elements [begin + offset, begin + offset + n) of the concatenation.
+template <typename F>
+void for_each_piece(const std::vector<Tensor>& pieces, int64_t begin, int64_t count, F&& f) {
+  int64_t at = 0;  // the current piece's first element in the concatenation
+  for (const Tensor& t : pieces) {
+    const int64_t n = t.numel();
+    const int64_t lo = std::max(begin, at), hi = std::min(begin + count, at + n);
+    if (lo < hi) f(static_cast<const char*>(t.raw_data()) + (lo - at) * static_cast<int64_t>(t.itemsize()), lo - begin, hi - lo);
+    at += n;
+    if (at >= begin + count) break;
+  }
+}
 // Copies elements [begin, begin + count) of the concatenation of pieces to dst.
 void copy_from_pieces(const std::vector<Tensor>& pieces, int64_t begin, int64_t count, void* dst);
 

@@ -307,7 +307,8 @@ std::pair<int64_t, int64_t> shm_part(int64_t length, int parts, int index) {
   return {b, e - b};
 }
 
-// out[i] = mine[i] = fold of slots[r][i] over r in rank order (then / size for AVG). 16-bit floats add in float32
+// out[i] = mine[i] = fold of slots[r][i] over r in rank order (then / size for AVG); the rank's own slot pointer may
+// be out itself (each element is read before it is written). 16-bit floats add in float32
 // and round after each addition, as the MPI user operation does.
 template <typename T>
 void shm_fold(const std::vector<const T*>& slots, T* out, T* mine, int64_t n, bool average) {
@@ -623,27 +624,34 @@ class MpiGroup final : public ProcessGroup {
       if (o.phase == 0) {  // a new chunk: every rank has finished reading the slots for the last one
         if ((o.behind = a.behind(kDone, a.sequence)) >= 0) return false;
         o.length = std::min(per_chunk, n - o.begin);
-        if (w.pieces.empty()) {
-          std::memcpy(a.data(me), base + o.begin * static_cast<int64_t>(item), static_cast<size_t>(o.length) * item);
-        } else {
-          copy_from_pieces(w.pieces, o.begin, o.length, a.data(me));
-          if (o.begin + o.length >= n) Stream::cpu().release_on_host(std::move(w.pieces));
-        }
+        // Into my slot go the parts the other ranks fold; my own part is read where it is when I fold it.
+        const auto [mb, mlen] = shm_part(o.length, p, me);
+        copy_in(w, o.begin, 0, mb, a.data(me), base, item);
+        copy_in(w, o.begin, mb + mlen, o.length, a.data(me), base, item);
         ++a.sequence;
         a.advance(me, kPosted, a.sequence);
         o.phase = 1;
       }
-      if (o.phase == 1) {  // every rank's chunk is in its slot: fold my part
+      if (o.phase == 1) {  // every rank's chunk is in its slot (mine but my part): fold my part
         if ((o.behind = a.behind(kPosted, a.sequence)) >= 0) return false;
         const auto [b, len] = shm_part(o.length, p, me);
         visit_dtype(t.dtype(), [&]<typename T>() {
           if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
             std::vector<const T*> slots(static_cast<size_t>(p));
-            for (int r = 0; r < p; ++r) slots[static_cast<size_t>(r)] = reinterpret_cast<const T*>(a.data(r)) + b;
-            shm_fold<T>(slots, reinterpret_cast<T*>(base) + o.begin + b, reinterpret_cast<T*>(a.data(me)) + b, len,
-                        w.op == ReduceOp::Avg);
+            // One fold per stretch of my part that lies in one piece (the whole part when the output is the
+            // input): my own values from there, the others' from their slots.
+            auto fold = [&](const char* own, int64_t offset, int64_t count) {
+              for (int r = 0; r < p; ++r)
+                slots[static_cast<size_t>(r)] = reinterpret_cast<const T*>(a.data(r)) + b + offset;
+              slots[static_cast<size_t>(me)] = reinterpret_cast<const T*>(own);
+              shm_fold<T>(slots, reinterpret_cast<T*>(base) + o.begin + b + offset,
+                          reinterpret_cast<T*>(a.data(me)) + b + offset, count, w.op == ReduceOp::Avg);
+            };
+            if (w.pieces.empty()) fold(base + (o.begin + b) * static_cast<int64_t>(item), 0, len);
+            else for_each_piece(w.pieces, o.begin + b, len, fold);
           }
         });
+        if (!w.pieces.empty() && o.begin + o.length >= n) Stream::cpu().release_on_host(std::move(w.pieces));
         a.advance(me, kReduced, a.sequence);
         o.phase = 2;
       }
@@ -663,6 +671,14 @@ class MpiGroup final : public ProcessGroup {
         return true;
       }
     }
+  }
+
+  // Elements [lo, hi) of the chunk at `begin` into the slot at dst, from the pieces or from the output.
+  static void copy_in(const Work& w, int64_t begin, int64_t lo, int64_t hi, char* dst, const char* base, size_t item) {
+    if (lo >= hi) return;
+    const int64_t i = static_cast<int64_t>(item);
+    if (w.pieces.empty()) std::memcpy(dst + lo * i, base + (begin + lo) * i, static_cast<size_t>(hi - lo) * item);
+    else copy_from_pieces(w.pieces, begin + lo, hi - lo, dst + lo * i);
   }
 
   static int count(const Tensor& t) { return static_cast<int>(t.numel()); }
