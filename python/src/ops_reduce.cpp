@@ -69,41 +69,43 @@ PyObject* max_min_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
 }
 
 // amax/amin(input, dim=(), keepdim=False): an empty dim reduces all dims (torch).
-template <bool IsMax>
-PyObject* amax_amin_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static constexpr const char* name = IsMax ? "amax" : "amin";
-  static const Signature sig(name, {"input", "dim", "keepdim"}, 3, 1);
-  PyObject* a[3];
-  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
-  const Tensor* input = to_tensor(name, "input", a[0]);
-  Dims dims;
-  bool keepdim;
-  if (!input || (a[1] && a[1] != Py_None && !to_int_list(name, "dim", a[1], dims)) ||
-      !to_bool_argument(name, "keepdim", a[2], false, keepdim))
-    return nullptr;
-  return guarded([&] { return wrap(IsMax ? amax(*input, dims, keepdim) : amin(*input, dims, keepdim)); });
-}
-
-// all/any(input, dim=None, keepdim=False): dim an int or a tuple of ints; None reduces all dims.
+// all/any(input, dim=None, keepdim=False): dim an int or a tuple of ints; None reduces all dims, () none (each
+// element's own truth, as torch).
+struct Amax {
+  static constexpr const char* name = "amax";
+  static Tensor apply(const Tensor& a, IntSpan dims, bool keepdim, bool) { return amax(a, dims, keepdim); }
+};
+struct Amin {
+  static constexpr const char* name = "amin";
+  static Tensor apply(const Tensor& a, IntSpan dims, bool keepdim, bool) { return amin(a, dims, keepdim); }
+};
 template <bool IsAll>
-PyObject* truth_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+struct Truth {
   static constexpr const char* name = IsAll ? "all" : "any";
-  static const Signature sig(name, {"input", "dim", "keepdim"}, 3, 1);
+  static Tensor apply(const Tensor& a, IntSpan dims, bool keepdim, bool over_nothing) {
+    if (over_nothing) {
+      Tensor truth = ne(a, Scalar(0));
+      return a.dtype() == DType::UInt8 ? to(truth, DType::UInt8) : truth;
+    }
+    return IsAll ? all(a, dims, keepdim) : any(a, dims, keepdim);
+  }
+};
+
+// Op(input, dim, keepdim=False) with dim an int, a list of ints or None; Op::apply learns whether an explicit
+// empty list was given.
+template <class Op>
+PyObject* dims_keepdim_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(Op::name, {"input", "dim", "keepdim"}, 3, 1);
   PyObject* a[3];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
-  const Tensor* input = to_tensor(name, "input", a[0]);
+  const Tensor* input = to_tensor(Op::name, "input", a[0]);
+  const bool given = a[1] && a[1] != Py_None;
   Dims dims;
   bool keepdim;
-  if (!input || (a[1] && a[1] != Py_None && !to_int_list(name, "dim", a[1], dims)) ||
-      !to_bool_argument(name, "keepdim", a[2], false, keepdim))
+  if (!input || (given && !to_int_list(Op::name, "dim", a[1], dims)) ||
+      !to_bool_argument(Op::name, "keepdim", a[2], false, keepdim))
     return nullptr;
-  return guarded([&] {
-    if (a[1] && a[1] != Py_None && dims.empty()) {  // dim=(): over nothing, each element's own truth (torch)
-      Tensor truth = ne(*input, Scalar(0));
-      return wrap(input->dtype() == DType::UInt8 ? to(truth, DType::UInt8) : truth);
-    }
-    return wrap(IsAll ? all(*input, dims, keepdim) : any(*input, dims, keepdim));
-  });
+  return guarded([&] { return wrap(Op::apply(*input, dims, keepdim, given && dims.empty())); });
 }
 
 // argmax/argmin(input, dim=None, keepdim=False)
@@ -179,10 +181,10 @@ void init_ops_reduce(nb::module_& m) {
       {"mean", reduce_entry<Mean>, "mean(input, dim=None, keepdim=False, *, dtype=None) -> Tensor", true, true},
       {"max", max_min_entry<true>, "max(input) | max(input, dim, keepdim=False) -> (values, indices) | max(input, other)", true, true},
       {"min", max_min_entry<false>, "min(input) | min(input, dim, keepdim=False) -> (values, indices) | min(input, other)", true, true},
-      {"amax", amax_amin_entry<true>, "amax(input, dim=(), keepdim=False) -> Tensor", true, true},
-      {"all", truth_entry<true>, "all(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
-      {"any", truth_entry<false>, "any(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
-      {"amin", amax_amin_entry<false>, "amin(input, dim=(), keepdim=False) -> Tensor", true, true},
+      {"amax", dims_keepdim_entry<Amax>, "amax(input, dim=(), keepdim=False) -> Tensor", true, true},
+      {"all", dims_keepdim_entry<Truth<true>>, "all(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
+      {"any", dims_keepdim_entry<Truth<false>>, "any(input, dim=None, keepdim=False) -> Tensor (bool; uint8 for uint8)", true, true},
+      {"amin", dims_keepdim_entry<Amin>, "amin(input, dim=(), keepdim=False) -> Tensor", true, true},
       {"argmax", arg_entry<true>, "argmax(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},
       {"argmin", arg_entry<false>, "argmin(input, dim=None, keepdim=False) -> Tensor (int64)", true, true},
       {"logsumexp", logsumexp_entry, "logsumexp(input, dim, keepdim=False) -> Tensor", true, true},

@@ -228,7 +228,7 @@ bool equal(const Tensor& a, const Tensor& b) {
   check_defined("equal", b, "other");
   if (!std::ranges::equal(a.shape(), b.shape())) return false;
   NoGradGuard no_grad;
-  return sum(logical_not(eq(a, b))).item<int64_t>() == 0;  // a sync: the caller gets a Python bool
+  return all(eq(a, b)).item<bool>();  // a sync: the caller gets a Python bool
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
