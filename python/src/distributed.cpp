@@ -70,6 +70,12 @@ void init_distributed(nb::module_& m) {
   });
   // A key for the tensor object behind a Python wrapper (hooks receive new wrappers of the same parameter).
   m.def("_tensor_key", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); });
+  // How many holders t's memory has outside queued Tasks (each tensor over the storage counts once, however many
+  // Python names it has): data parallel reuses a bucket's buffer once its own tensor is the only one left.
+  m.def("_storage_holders", [](const Tensor& t) {
+    const Storage& s = *t.impl()->storage;
+    return s.use_count() - s.task_use_count();
+  });
   // The leaves (parameters) the autograd graphs of `outputs` reach: data parallel's find_unused_parameters.
   m.def("_reachable_leaves", [](std::vector<Tensor> outputs) {
     std::vector<const Node*> stack;

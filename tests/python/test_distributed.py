@@ -290,17 +290,26 @@ def ddp_run(mode, tmp_path, ranks=2):
 
 
 @needs_mpi
-@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused"])
+@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused", "held", "zero_in_place"])
 def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
     """Parameters broadcast from rank 0 (the ranks start from different seeds), gradients averaged in buckets
     during backward: the final parameters are bitwise those of one process that sums the ranks' gradients in
-    rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found."""
+    rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found.
+    Each step's .grads are views of one buffer per bucket; the next step fills the same buffer when the .grads
+    were dropped (set_to_none), and a fresh one while something still holds them: a user's old .grad tensors
+    keep their values (held), and so do .grads zeroed in place and accumulated into (zero_in_place)."""
     r0, r1 = ddp_run(mode, tmp_path)
     assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
-    for bases, bucket in zip(r0["grad_bases"], r0["bucket_bases"]):  # .grad: views of one buffer per bucket
-        assert len(set(bases)) <= 1
-        if bases:  # renewed for the next step, unless the bucket is the .grad itself
-            assert (bases[0] == bucket) == (mode == "bucket_view")
+    steps = r0["grad_bases"]
+    for step in steps:
+        for bases in step:
+            assert len(set(bases)) <= 1  # one buffer per bucket
+    firsts = [[bases[0] for bases in step if bases] for step in steps]
+    if mode in ("plain", "bucket_view", "no_sync"):
+        assert all(f == firsts[0] for f in firsts)  # the same buffers every step: nothing allocated
+    elif mode in ("held", "zero_in_place"):
+        assert all(not set(a) & set(b) for a, b in zip(firsts, firsts[1:]))  # the last step's are still held
+    assert all(r0["held_intact"]) and all(r1["held_intact"])
     assert r0["ddp"] == r1["ddp"]
     assert r0["ddp"] == r0["reference"]
     assert r0["keys"][0].startswith("module.")

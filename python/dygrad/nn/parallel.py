@@ -8,9 +8,9 @@ reading the gradients where backward left them (no copy into the bucket first: t
 them as it copies its input in),
 so the communication runs while backward computes the earlier layers' gradients. The all-reduce averages (the sum,
 then / world); when the last bucket is launched, each .grad becomes its view of its bucket, after the stream has
-waited for the all-reduces, and the next step fills fresh buckets (with gradient_as_bucket_view=False; torch
-instead copies the averages back into the gradients backward made: a pass over every gradient that dygrad
-saves). After the first backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild),
+waited for the all-reduces (with gradient_as_bucket_view=False; torch instead copies the averages back into the
+gradients backward made: a pass over every gradient that dygrad saves). The next step fills the same buffer again
+once those .grads are dropped, and a fresh one while anything still holds them (_Bucket.claim). After the first backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild),
 with rank 0's order on every rank."""
 import contextlib
 
@@ -33,17 +33,31 @@ class _Bucket:
             self.offsets.append(total)
             total += p.numel()
         self.numel = total
-        self.renew()
+        self.buffer = None
+        self.views = None
+        self.claim()
         self.pending = len(params)
         self.pieces = [None] * len(params)  # what the all-reduce reads for each parameter (see _mark_ready)
         self.work = None
 
-    def renew(self):
-        """A fresh flat buffer (every element is written before it is reduced: a gradient or a zero)."""
-        from .. import empty
-        self.buffer = empty(self.numel, dtype=self.dtype)
-        _C._set_memory_category(self.buffer, "gradient")
+    def claim(self):
+        """The flat buffer this step's all-reduce writes, and its views. The last step's buffer is the .grads
+        until they are dropped; once nothing but this bucket holds it (set_to_none, no queued op reading the
+        .grads: the stream runs its users first), it is filled again. Otherwise, while a .grad or a user's name
+        still shows the last step's averages, a fresh buffer (every element is written before it is reduced: a
+        gradient or a zero). A buffer freed each step and allocated again would instead be cut up by the next
+        backward's allocations, which left that backward ~2% slower (docs/distributed.md)."""
+        if self.views is not None:
+            return  # claimed this step (or, with gradient_as_bucket_view, for good)
+        if self.buffer is None or _C._storage_holders(self.buffer) != 1:
+            from .. import empty
+            self.buffer = empty(self.numel, dtype=self.dtype)
+            _C._set_memory_category(self.buffer, "gradient")
         self.views = [self.buffer[o:o + p.numel()].view(p.shape) for o, p in zip(self.offsets, self.params)]
+
+    def hand_over(self):
+        """The views now are the .grads: the bucket keeps only its buffer, and the next step claims again."""
+        self.views = None
 
 
 class DistributedDataParallel(Module):
@@ -244,6 +258,7 @@ class DistributedDataParallel(Module):
             self._used.add(_key(param))
             if not self._has_rebuilt:
                 self._arrival.append(self._index[_key(param)])
+        bucket.claim()
         view = bucket.views[i]
         grad = param.grad
         # The all-reduce reads each gradient where backward left it (the communication thread copies it in; on
@@ -284,7 +299,7 @@ class DistributedDataParallel(Module):
                 if p.grad is None or p.grad.data_ptr() != view.data_ptr():
                     p.grad = view
             if not self.gradient_as_bucket_view:
-                b.renew()
+                b.hand_over()
         self._iteration_active = False
 
     # --- torch's API ------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import dygrad.distributed as dist
 import dygrad.nn as nn
 
 out_dir, mode = sys.argv[1], sys.argv[2]  # plain | bucket_view | no_sync | unused | unused_error | rebuild | deterministic
+#                                           | held | zero_in_place
 dist.init_process_group("mpi")
 if mode == "deterministic":  # more than two ranks: the rank-ordered all-reduce
     dg.set_context(deterministic=True)
@@ -53,7 +54,8 @@ ddp = nn.parallel.DistributedDataParallel(
     find_unused_parameters=(mode == "unused"))
 opt = dg.optim.SGD(ddp.parameters(), lr=0.1)
 names = {id(p): n for n, p in model.named_parameters()}
-result = {"buckets": []}
+result = {"buckets": [], "grad_bases": [], "held_intact": []}
+held = []  # mode held: the user keeps each step's .grad tensors (and a copy of their values) past the next step
 try:
     for step in range(steps):
         for micro in range(accumulate):
@@ -63,13 +65,15 @@ try:
                 loss = ((ddp(x) - y) ** 2).mean()
                 loss.backward()
         result["buckets"].append([[names[id(p)] for p in b.params] for b in ddp._buckets])
-        # each .grad is its view of its bucket's buffer (dygrad's difference from torch, which copies back), a
-        # buffer the next step does not fill again (gradient_as_bucket_view=False: the bucket was renewed)
-        result["grad_bases"] = [[p.grad.data_ptr() - p.grad.storage_offset() * p.grad.element_size()
-                                 for p in b.params if p.grad is not None] for b in ddp._buckets]
-        result["bucket_bases"] = [b.buffer.data_ptr() for b in ddp._buckets]
+        # each .grad is its view of its bucket's buffer (dygrad's difference from torch, which copies back); the
+        # next step fills that buffer again only once nothing else holds the .grads
+        result["grad_bases"].append([[p.grad.data_ptr() - p.grad.storage_offset() * p.grad.element_size()
+                                      for p in b.params if p.grad is not None] for b in ddp._buckets])
+        result["held_intact"].append(all(dg.equal(g, c) for g, c in held))
+        if mode == "held":
+            held = [(p.grad, p.grad.clone()) for p in model.parameters() if p.grad is not None]
         opt.step()
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=(mode != "zero_in_place"))
 except RuntimeError as e:
     result["error"] = str(e)
 result["ddp"] = {n: p.tolist() for n, p in model.state_dict().items()}
