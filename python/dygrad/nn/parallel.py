@@ -167,13 +167,12 @@ class DistributedDataParallel(Module):
             else:
                 flat = _C.cat([t.reshape(-1) for t in group])
             pending.append((dist.broadcast(flat, src=root, group=self.process_group, async_op=True), flat, group))
-        copy_back = dist.get_rank() != root
+        copy_back = dist.get_rank() != root  # the root's tensors already hold what it sent
         for work, flat, group in pending:
             work.wait()
             offset = 0
-            for t in group:
-                if copy_back:
-                    t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+            for t in group if copy_back else ():
+                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
                 offset += t.numel()
 
     def _should_rebuild(self):
