@@ -10,8 +10,9 @@ so the communication runs while backward computes the earlier layers' gradients.
 then / world); when the last bucket is launched, each .grad becomes its view of its bucket, after the stream has
 waited for the all-reduces (with gradient_as_bucket_view=False; torch instead copies the averages back into the
 gradients backward made: a pass over every gradient that dygrad saves). The next step fills the same buffer again
-once those .grads are dropped, and a fresh one while anything still holds them (_Bucket.claim). After the first backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild),
-with rank 0's order on every rank."""
+once those .grads are dropped, and a fresh one while anything still holds them (_Bucket.claim). After the first
+backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild), with rank 0's order on
+every rank."""
 import contextlib
 
 from .. import _C
@@ -170,8 +171,10 @@ class DistributedDataParallel(Module):
         copy_back = dist.get_rank() != root  # the root's tensors already hold what it sent
         for work, flat, group in pending:
             work.wait()
+            if not copy_back:
+                continue
             offset = 0
-            for t in group if copy_back else ():
+            for t in group:
                 t.copy_(flat[offset:offset + t.numel()].view(t.shape))
                 offset += t.numel()
 

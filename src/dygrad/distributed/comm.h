@@ -171,7 +171,10 @@ void for_each_piece(const std::vector<Tensor>& pieces, int64_t begin, int64_t co
   for (const Tensor& t : pieces) {
     const int64_t n = t.numel();
     const int64_t lo = std::max(begin, at), hi = std::min(begin + count, at + n);
-    if (lo < hi) f(static_cast<const char*>(t.raw_data()) + (lo - at) * static_cast<int64_t>(t.itemsize()), lo - begin, hi - lo);
+    if (lo < hi) {
+      const char* src = static_cast<const char*>(t.raw_data()) + (lo - at) * static_cast<int64_t>(t.itemsize());
+      f(src, lo - begin, hi - lo);
+    }
     at += n;
     if (at >= begin + count) break;
   }
