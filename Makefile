@@ -1,5 +1,6 @@
 # dygrad's entry points. `make test` installs what is missing (apt and pip), builds and runs every test.
-#   make test       deps, configure + build in $(BUILD), run the C++ suite (ctest) and the Python tests
+#   make test       deps, configure + build in $(BUILD), run the C++ suite (ctest) and the Python tests, then the
+#                   kernel-sensitive tests at each lower kernel level the CPU runs (make test-levels)
 #   make sanitize   the C++ suite under ASan+UBSan (build-asan), the executor tests under TSan (build-tsan)
 #   make bench      build with the benchmarks and run them (results go into bench/RESULTS.md by hand)
 #   make check-layers  the include-direction check (part of `make test`)
@@ -34,7 +35,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python test-levels check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
 
 all: build
 
@@ -88,7 +89,22 @@ test-gradgrad: install
 check-layers:
 	$(PYTHON) tools/check_layers.py
 
-test: check-layers test-cpp test-python
+test: check-layers test-cpp test-python test-levels
+
+# The kernel-sensitive tests once more at each lower kernel level this CPU runs (docs/ops.md, "One binary for every
+# CPU"): test-python ran them at the highest; DYGRAD_CPU_ISA caps the level. torch runs at its AVX2 capability where
+# the CPU has AVX2 (ATEN_CPU_CAPABILITY=avx2: it contracts into fused multiply-adds as its AVX-512 code does), so
+# every level, the FMA-less baseline included, is compared with a contracting peer: the pairing that failed on an
+# AVX2-only CPU before the tolerances were derived.
+KERNEL_TESTS = tests/python/test_conformance.py tests/python/test_optim.py tests/python/test_llama_parity.py \
+               tests/python/test_port_programs.py tests/python/test_fused.py
+test-levels: install
+	@levels=$$($(PYTHON) -c "import dygrad; print(' '.join(dygrad.backends.cpu.kernel_levels()[:-1]))"); \
+	cap=$$(grep -qw avx2 /proc/cpuinfo && echo avx2 || echo default); \
+	for level in $$levels; do \
+	  echo "== kernel level $$level (torch: ATEN_CPU_CAPABILITY=$$cap)"; \
+	  DYGRAD_CPU_ISA=$$level ATEN_CPU_CAPABILITY=$$cap $(PYTHON) -m pytest -q $(KERNEL_TESTS) || exit 1; \
+	done
 
 # The fuzzer (tests/python/fuzzer.py): `make test` runs it for 60 s with a fixed seed (test_fuzz.py); this
 # runs it as long as wanted. Crashes and hangs it finds go to tests/python/fuzz_regressions/ (replayed by

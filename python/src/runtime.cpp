@@ -225,8 +225,13 @@ void init_runtime(nb::module_& m) {
      "queued op was enqueued (0: no limit). Bounds how far the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
-  // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not the AVX-512 plugin, the CPU's flags.
+  // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not a higher level, the CPU's flags.
   m.def("_cpu_kernel_isa", [] { return nb::make_tuple(cpu_kernel_isa(), cpu_kernel_isa_note(), cpu_features()); });
+  m.def("_cpu_kernel_levels", [] {  // the levels this build has and this CPU runs, lowest first
+    nb::list out;
+    for (const std::string& level : cpu_kernel_levels()) out.append(level);
+    return nb::tuple(out);
+  });
   m.def("_cpu_baseline_isa", [] { return std::string(cpu_baseline_isa()); });  // "x86-64-v3", "x86-64-v2", "native"
   m.def("_bf16_gemm_library", [] { return backend_info(Device::Type::CPU, "bf16_gemm"); });  // "onednn" or "convert"
   m.def("get_num_threads", [] { return get_context().num_threads; });

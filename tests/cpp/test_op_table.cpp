@@ -82,10 +82,11 @@ TEST(OpTable, TheKernelOfTheHighestIsaLevelWinsWhateverTheOrder) {
 }
 
 TEST(OpTable, EveryCpuKernelComesFromTheIsaTheLibraryChose) {
-  // With the AVX-512 plugin loaded every CPU backend kernel is the plugin's; with the baseline kernels, none is.
+  // With a plugin loaded every CPU backend kernel is that plugin's; with the baseline kernels, none is.
   // (The test's own ops, and the communication Tasks, whose kernels live with the process groups in
   // distributed/comm.cpp, are not the backend's.)
-  const int want = cpu_kernel_isa() == "avx512" ? kKernelIsaAvx512 : kKernelIsaBaseline;
+  const std::string isa = cpu_kernel_isa();
+  const int want = isa == "avx512" ? kKernelIsaAvx512 : isa == "avx2" ? kKernelIsaAvx2 : kKernelIsaBaseline;
   for (const OpDef* op : all_ops()) {
     if (std::strncmp(op->name, "test_", 5) == 0 || std::strncmp(op->name, "comm_", 5) == 0 ||
         !op->kernel(Device::Type::CPU))

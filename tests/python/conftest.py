@@ -14,6 +14,22 @@ if os.environ.get("DYGRAD_INLINE_SMALL_OPS") == "0":
     dg.set_context(inline_small_ops=False)
 
 
+def pytest_report_header(config):
+    isa, note, features = dg.backends.cpu.kernel_isa()
+    return [f"dygrad kernels: {isa} ({note or 'the highest level'}; levels here: "
+            f"{' '.join(dg.backends.cpu.kernel_levels())}); CPU: {features}; "
+            f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset)')}"]
+
+
+def pytest_sessionstart(session):
+    """DYGRAD_CPU_ISA=LEVEL (make test-levels) must run that level's kernels: a run that silently ran another would
+    prove nothing about it."""
+    want = os.environ.get("DYGRAD_CPU_ISA")
+    if want and dg.backends.cpu.kernel_isa()[0] not in ("native", want):
+        raise pytest.UsageError(f"DYGRAD_CPU_ISA={want}, but the kernels in use are "
+                                f"{dg.backends.cpu.kernel_isa()}")
+
+
 @pytest.fixture(autouse=True)
 def drained_stream():
     yield

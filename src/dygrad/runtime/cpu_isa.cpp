@@ -1,8 +1,10 @@
-// Loading the AVX-512 kernel plugin at start-up (runtime/cpu_isa.h).
+// Loading the CPU kernel plugin of the highest level the CPU runs at start-up (runtime/cpu_isa.h).
 #include "dygrad/runtime/cpu_isa.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,13 +14,24 @@ namespace dg {
 
 namespace {
 
+// x86-64-v4's AVX-512 subsets: what the avx512 plugin is compiled for (libgcc also checks that the OS saves the
+// AVX-512 state).
 bool cpu_has_avx512() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  // x86-64-v4: what the plugin is compiled for (libgcc also checks that the OS saves the AVX-512 state).
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+// x86-64-v3: AVX, AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE (and the OS saving the YMM state): the avx2 plugin's.
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v3");
 #else
   return false;
 #endif
@@ -37,6 +50,37 @@ bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
 }
 #endif
 
+// The kernel levels, lowest first: the library's own kernels, then each plugin this build has. A plugin's
+// kernels register at its level (DG_KERNEL_ISA) and replace the lower ones (runtime/op_def.h).
+struct Level {
+  const char* name;    // DYGRAD_CPU_ISA's value, kernel_isa()'s answer
+  const char* plugin;  // the module's file name beside the library; null: the library's own kernels
+  bool (*cpu_runs)();  // whether this CPU runs its code
+  const char* lacks;   // why not, for the note
+};
+
+bool always() { return true; }
+
+constexpr Level kLevels[] = {
+    {"baseline", nullptr, always, ""},
+#if defined(DYGRAD_CPU_PLUGIN_AVX2)
+    {"avx2", DYGRAD_CPU_PLUGIN_AVX2, cpu_has_avx2, "the CPU has no AVX2 and FMA (x86-64-v3)"},
+#endif
+#if defined(DYGRAD_CPU_PLUGIN_AVX512)
+    {"avx512", DYGRAD_CPU_PLUGIN_AVX512, cpu_has_avx512, "the CPU has no AVX-512 (x86-64-v4)"},
+#endif
+};
+constexpr int kNumLevels = static_cast<int>(sizeof(kLevels) / sizeof(kLevels[0]));
+
+// The names DYGRAD_CPU_ISA accepts, lowest first, whether or not this build has a plugin for them.
+constexpr const char* kLevelNames[] = {"baseline", "avx2", "avx512"};
+
+int level_rank(const char* name) {
+  for (int i = 0; i < 3; ++i)
+    if (std::strcmp(name, kLevelNames[i]) == 0) return i;
+  return -1;
+}
+
 struct IsaState {
   std::string isa = "baseline";
   std::string note;
@@ -50,33 +94,49 @@ std::string library_directory() {
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
 
+bool plugin_present(const Level& level) {
+  return !level.plugin || access((library_directory() + "/" + level.plugin).c_str(), R_OK) == 0;
+}
+
+std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : b.empty() ? a : a + "; " + b; }
+
 IsaState load_plugin() {
   IsaState s;
 #if defined(DYGRAD_NATIVE_BUILD)
   s.isa = "native";
   return s;
-#elif !defined(DYGRAD_CPU_PLUGIN)
-  s.note = "this build has no AVX-512 kernel plugin";
-  return s;
 #else
+  // The highest level allowed: DYGRAD_CPU_ISA caps it (a level this build has no plugin for caps at the next lower).
+  int cap = kNumLevels - 1;
   const char* want = std::getenv("DYGRAD_CPU_ISA");
-  if (want && std::strcmp(want, "baseline") == 0) {
-    s.note = "DYGRAD_CPU_ISA=baseline";
+  if (want && *want) {
+    const int wanted = level_rank(want);
+    if (wanted < 0) {
+      s.note = std::string("DYGRAD_CPU_ISA=") + want + " is not a kernel level (baseline, avx2, avx512); ignored";
+      std::fprintf(stderr, "dygrad: %s\n", s.note.c_str());
+    } else {
+      while (cap > 0 && level_rank(kLevels[cap].name) > wanted) --cap;
+      if (cap < kNumLevels - 1) s.note = std::string("DYGRAD_CPU_ISA=") + want;
+    }
+  }
+  for (int i = cap; i > 0; --i) {
+    const Level& level = kLevels[i];
+    if (!level.cpu_runs()) {
+      s.note = join(s.note, level.lacks);
+      continue;
+    }
+    const std::string path = library_directory() + "/" + level.plugin;
+    // RTLD_LOCAL, and the plugin's own symbols are hidden: its copies of inline functions, compiled for its ISA,
+    // never stand in for the library's. Its kernels register themselves from its static initialisers.
+    if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      const char* why = dlerror();
+      s.note = join(s.note, "could not load " + path + ": " + (why ? why : "unknown error"));
+      continue;
+    }
+    s.isa = level.name;
     return s;
   }
-  if (!cpu_has_avx512()) {
-    s.note = "the CPU has no AVX-512 (x86-64-v4)";
-    return s;
-  }
-  const std::string path = library_directory() + "/" DYGRAD_CPU_PLUGIN;
-  // RTLD_LOCAL, and the plugin's own symbols are hidden: its copies of inline functions, compiled for AVX-512,
-  // never stand in for the library's. Its kernels register themselves from its static initialisers.
-  if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
-    const char* why = dlerror();
-    s.note = "could not load " + path + ": " + (why ? why : "unknown error");
-    return s;
-  }
-  s.isa = "avx512";
+  if (kNumLevels == 1) s.note = join(s.note, "this build has no kernel plugin");
   return s;
 #endif
 }
@@ -93,6 +153,17 @@ IsaState& state() {
 
 std::string cpu_kernel_isa() { return state().isa; }
 std::string cpu_kernel_isa_note() { return state().note; }
+
+std::vector<std::string> cpu_kernel_levels() {
+#if defined(DYGRAD_NATIVE_BUILD)
+  return {"native"};
+#else
+  std::vector<std::string> out;
+  for (const Level& level : kLevels)
+    if (level.cpu_runs() && plugin_present(level)) out.emplace_back(level.name);
+  return out;
+#endif
+}
 
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__)

@@ -1,19 +1,23 @@
 // One binary for every x86-64 CPU (docs/ops.md, "One binary for every CPU"): the library is compiled for a
-// baseline ISA (x86-64-v2), and the CPU kernels once more for AVX-512 (x86-64-v4) into a plugin,
-// libdygrad_cpu_avx512.so, that the library loads when it starts on a CPU with AVX-512; the plugin's kernels
-// then replace the baseline ones (runtime/op_def.h, kernel ISA levels). DYGRAD_CPU_ISA=baseline in the
-// environment keeps the baseline kernels (tests, side-by-side measurements); cpu_kernel_isa_note() says why the
-// plugin was not loaded.
+// baseline ISA (x86-64-v2), and the CPU kernels once more for each higher level into a plugin beside it:
+// libdygrad_cpu_avx2.so (x86-64-v3: AVX2, FMA) and libdygrad_cpu_avx512.so (x86-64-v4). When it starts, the
+// library loads the plugin of the highest level the CPU runs; its kernels then replace the baseline ones
+// (runtime/op_def.h, kernel ISA levels). DYGRAD_CPU_ISA=baseline|avx2|avx512 in the environment caps the level
+// (tests, side-by-side measurements); cpu_kernel_isa_note() says why a higher level was not loaded.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace dg {
 
-// "avx512" when the plugin's kernels are in use, else "baseline"; a build for the machine it runs on
+// The level whose kernels are in use: "avx512", "avx2" or "baseline"; a build for the machine it runs on
 // (DYGRAD_ISA=native) says "native".
 std::string cpu_kernel_isa();
-// Why the plugin was not loaded ("" when it was, or when the build has none).
+// Why no higher level was loaded ("" when the highest the build has was).
 std::string cpu_kernel_isa_note();
+// The levels this build has and this CPU runs, lowest first, whatever DYGRAD_CPU_ISA says ({"native"} for a
+// native build): the levels `make test-levels` runs the kernel-sensitive tests at.
+std::vector<std::string> cpu_kernel_levels();
 // The CPU's features that matter to dygrad's kernels, by their /proc/cpuinfo names ("avx2 avx512f ... avx512_bf16
 // amx_bf16"), and whether it runs bf16 dot products natively.
 std::string cpu_features();

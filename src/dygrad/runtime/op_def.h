@@ -101,7 +101,7 @@ struct OpDef {
 
   // The kernel for a device type; null when no backend registered one.
   Kernel kernel(Device::Type type) const { return kernels_[static_cast<int>(type)]; }
-  // The ISA level of that kernel (kKernelIsaBaseline, kKernelIsaAvx512).
+  // The ISA level of that kernel (kKernelIsaBaseline, kKernelIsaAvx2, kKernelIsaAvx512).
   int kernel_isa(Device::Type type) const { return kernel_isa_[static_cast<int>(type)]; }
 
  private:
@@ -115,11 +115,13 @@ struct OpDef {
 const std::vector<const OpDef*>& all_ops();
 const OpDef* find_op(const char* name);
 
-// Kernel ISA levels: the CPU kernels are compiled twice, into the library for the baseline ISA and into a plugin
-// for AVX-512 that the library loads at start-up on a CPU that has it (runtime/cpu_isa.h); a kernel of a higher
-// level replaces the baseline one. DG_KERNEL_ISA is the level of the translation unit being compiled.
+// Kernel ISA levels: the CPU kernels are compiled once per level, into the library for the baseline ISA and into a
+// plugin for AVX2 and one for AVX-512, of which the library loads the highest the CPU runs at start-up
+// (runtime/cpu_isa.h); a kernel of a higher level replaces a lower one. DG_KERNEL_ISA is the level of the
+// translation unit being compiled.
 constexpr int kKernelIsaBaseline = 0;
-constexpr int kKernelIsaAvx512 = 1;
+constexpr int kKernelIsaAvx2 = 1;
+constexpr int kKernelIsaAvx512 = 2;
 #ifndef DG_KERNEL_ISA
 #define DG_KERNEL_ISA 0
 #endif

@@ -46,7 +46,25 @@ def workload():
         losses.append(loss.detach())
     out["llama_losses"] = dg.stack(losses)
     out["llama_weight"] = next(iter(model.parameters())).detach()
-    return {k: t.detach().numpy().copy() for k, t in out.items()}
+    result = {k: t.detach().numpy().copy() for k, t in out.items()}
+    result.update(error_scales(a, b, v))
+    return result
+
+
+def error_scales(a, b, v):
+    """scale_<name>: per element of the sums in `name`, n * sum |terms| (float64): a float32 sum of n terms in any
+    order is within n u sum |terms| of the exact one (u = 2^-24), so two kernel levels that order or split it
+    differently (4, 8 or 16 lanes; oneDNN's kernels for the CPU's ISA) agree within twice that."""
+    a, b, v = (np.abs(t.numpy().astype(np.float64)) for t in (a, b, v))
+    n, k, row = a.size, a.shape[1], v.shape[-1]
+    return {
+        "scale_matmul": k * (a @ b),
+        # sum, mean (the sum's error over n, plus the division's rounding), the transpose's sum, the squares' sum
+        "scale_sum_mean": np.array([n * a.sum(), 2 * a.sum(), n * a.sum(), (n + 1) * (a * a).sum()]),
+        # amax is exact; the i-th prefix sum adds i terms
+        "scale_amax_cumsum": np.concatenate([np.zeros(v.shape[:-1]).ravel(),
+                                             (np.cumsum(v, axis=-1) * np.arange(1, row + 1)).ravel()]),
+    }
 
 
 if __name__ == "__main__":
