@@ -16,6 +16,35 @@
 
 namespace dg::cpu::vm {
 
+// a * b + c, the polynomial step of every function below. Where the ISA has fused multiply-add (the avx2 and
+// avx512 kernel levels, a GPU) it is one fma, rounded once: the levels compute the same bits. The baseline level
+// (x86-64-v2) has none, and std::fma there is a libm call (a software fma, ~20x a vector multiply-add, and no
+// loop that calls it vectorises): it multiplies then adds, rounded twice, which keeps the functions within their
+// documented ulps (tests/cpp/test_vec_math.cpp runs on the baseline) and vectorised at 128 bits.
+DG_VEC_INLINE float fmadd(float a, float b, float c) {
+#if defined(__FMA__) || defined(__CUDA_ARCH__)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// The rounding error of a * b, exactly: a * b == round(a * b) + mul_error(a, b) (no overflow or underflow). One
+// fma where the ISA has it; else Dekker's product (Veltkamp's split of each operand into 12-bit halves, whose
+// products are exact), the same value in plain vectorisable arithmetic.
+DG_VEC_INLINE float mul_error(float a, float b) {
+  const float p = a * b;
+#if defined(__FMA__) || defined(__CUDA_ARCH__)
+  return std::fma(a, b, -p);
+#else
+  constexpr float kSplit = 4097.0f;  // 2^12 + 1
+  const float ca = kSplit * a, cb = kSplit * b;
+  const float a_hi = ca - (ca - a), b_hi = cb - (cb - b);
+  const float a_lo = a - a_hi, b_lo = b - b_hi;
+  return ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo;
+#endif
+}
+
 namespace detail {
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693145751953125f;          // ln2's top 15 bits: n * kLn2Hi is exact
@@ -31,13 +60,13 @@ DG_VEC_INLINE float round_nearest(float v) { return (v + kRoundMagic) - kRoundMa
 // exp(r) - 1 for |r| <= ln2/2: Taylor series to r^8 (truncation error below 2^-30 relative).
 DG_VEC_INLINE float expm1_reduced(float r) {
   float p = 2.48015873e-5f;          // 1/8!
-  p = std::fma(p, r, 1.98412698e-4f);  // 1/7!
-  p = std::fma(p, r, 1.38888889e-3f);  // 1/6!
-  p = std::fma(p, r, 8.33333333e-3f);  // 1/5!
-  p = std::fma(p, r, 4.16666667e-2f);  // 1/4!
-  p = std::fma(p, r, 1.66666667e-1f);  // 1/3!
-  p = std::fma(p, r, 0.5f);
-  return std::fma(p * r, r, r);
+  p = fmadd(p, r, 1.98412698e-4f);  // 1/7!
+  p = fmadd(p, r, 1.38888889e-3f);  // 1/6!
+  p = fmadd(p, r, 8.33333333e-3f);  // 1/5!
+  p = fmadd(p, r, 4.16666667e-2f);  // 1/4!
+  p = fmadd(p, r, 1.66666667e-1f);  // 1/3!
+  p = fmadd(p, r, 0.5f);
+  return fmadd(p * r, r, r);
 }
 }  // namespace detail
 
@@ -52,8 +81,8 @@ struct ExpReduced {
 // The reduction of an x clamped to [-104, 89] (or nan, which passes through as n = p = nan).
 DG_VEC_INLINE ExpReduced exp_reduced(float clamped) {
   const float n = round_nearest(clamped * kLog2e);
-  float r = std::fma(-n, kLn2Hi, clamped);
-  r = std::fma(-n, kLn2Lo, r);
+  float r = fmadd(-n, kLn2Hi, clamped);
+  r = fmadd(-n, kLn2Lo, r);
   return {n, 1.0f + expm1_reduced(r)};
 }
 }  // namespace detail
@@ -90,8 +119,8 @@ DG_VEC_INLINE float exp_nonpositive(float x) {
   const float clamped = x < kExpNormalMin ? kExpNormalMin : x;  // nan passes unchanged
   const float t = clamped * kLog2e + kRoundMagic;                // round_nearest(clamped * kLog2e) + magic
   const float n = t - kRoundMagic;
-  float r = std::fma(-n, kLn2Hi, clamped);
-  r = std::fma(-n, kLn2Lo, r);
+  float r = fmadd(-n, kLn2Hi, clamped);
+  r = fmadd(-n, kLn2Lo, r);
   const float p = 1.0f + expm1_reduced(r);
   const float scale = std::bit_cast<float>((std::bit_cast<uint32_t>(t) << 23) + (127u << 23));  // 2^n, normal
   return x < kExpNormalMin ? 0.0f : p * scale;
@@ -103,10 +132,10 @@ DG_VEC_INLINE float expm1_nonpositive(float x) {
   using namespace detail;
   const float clamped = x < -20.0f ? -20.0f : x;  // expm1(-20) rounds to -1
   const float n = round_nearest(clamped * kLog2e);
-  float r = std::fma(-n, kLn2Hi, clamped);
-  r = std::fma(-n, kLn2Lo, r);
+  float r = fmadd(-n, kLn2Hi, clamped);
+  r = fmadd(-n, kLn2Lo, r);
   const float scale = pow2i(static_cast<int32_t>(n == n ? n : 0.0f));
-  return std::fma(scale, expm1_reduced(r), scale - 1.0f);
+  return fmadd(scale, expm1_reduced(r), scale - 1.0f);
 }
 
 // log(x): x = 2^e * m, f = m - 1, s = f / (2 + f), log(m) = 2*atanh(s) = f - s*(f - R(s^2)).
@@ -124,12 +153,12 @@ DG_VEC_INLINE float log(float x) {
   const float s = f / (2.0f + f);
   const float z = s * s;
   float poly = 0.222222222f;               // 2/9
-  poly = std::fma(poly, z, 0.285714286f);  // 2/7
-  poly = std::fma(poly, z, 0.4f);          // 2/5
-  poly = std::fma(poly, z, 0.666666667f);  // 2/3
+  poly = fmadd(poly, z, 0.285714286f);  // 2/7
+  poly = fmadd(poly, z, 0.4f);          // 2/5
+  poly = fmadd(poly, z, 0.666666667f);  // 2/3
   const float log_m = f - s * (f - poly * z);
   const float ef = static_cast<float>(e);
-  float result = std::fma(ef, kLn2Hi, std::fma(ef, kLn2Lo, log_m));
+  float result = fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
   constexpr float inf = std::numeric_limits<float>::infinity();
   result = x == inf ? inf : result;
   result = x == 0.0f ? -inf : result;
@@ -170,30 +199,30 @@ DG_VEC_INLINE double silu(double x) { return x / (1.0 + std::exp(-x)); }
 // a^2 = x^2/2 is carried with its rounding error (fma) so exp(-a^2) keeps full relative accuracy in the tail.
 DG_VEC_INLINE float normal_cdf(float x) {
   const float x2 = x * x;
-  const float x2_error = std::fma(x, x, -x2);
+  const float x2_error = mul_error(x, x);
   const float a = std::fabs(x) * 0.707106781f;
   // erf(a) / a as a polynomial in a^2.
   const float a2 = 0.5f * x2;
   float p = -6.74964103e-4f;
-  p = std::fma(p, a2, 5.11436537e-3f);
-  p = std::fma(p, a2, -2.68346351e-2f);
-  p = std::fma(p, a2, 1.12833768e-1f);
-  p = std::fma(p, a2, -3.76126200e-1f);
-  p = std::fma(p, a2, 1.12837911f);
+  p = fmadd(p, a2, 5.11436537e-3f);
+  p = fmadd(p, a2, -2.68346351e-2f);
+  p = fmadd(p, a2, 1.12833768e-1f);
+  p = fmadd(p, a2, -3.76126200e-1f);
+  p = fmadd(p, a2, 1.12837911f);
   const float erf_a = std::copysign(a * p, x);  // erf(x / sqrt2)
   // erfcx(a) as a polynomial in t = 1/(1+a).
   const float t = 1.0f / (1.0f + (a < 10.0f ? a : 10.0f));
   float q = -2.40737844f;
-  q = std::fma(q, t, 8.25369453f);
-  q = std::fma(q, t, -11.5168285f);
-  q = std::fma(q, t, 7.63983870f);
-  q = std::fma(q, t, -1.58187747f);
-  q = std::fma(q, t, -0.532433391f);
-  q = std::fma(q, t, -0.282469869f);
-  q = std::fma(q, t, 0.279123873f);
-  q = std::fma(q, t, 0.564607918f);
-  q = std::fma(q, t, 0.564164162f);
-  q = std::fma(q, t, 6.00550038e-7f);
+  q = fmadd(q, t, 8.25369453f);
+  q = fmadd(q, t, -11.5168285f);
+  q = fmadd(q, t, 7.63983870f);
+  q = fmadd(q, t, -1.58187747f);
+  q = fmadd(q, t, -0.532433391f);
+  q = fmadd(q, t, -0.282469869f);
+  q = fmadd(q, t, 0.279123873f);
+  q = fmadd(q, t, 0.564607918f);
+  q = fmadd(q, t, 0.564164162f);
+  q = fmadd(q, t, 6.00550038e-7f);
   const float erfc_a = exp(-a2) * (1.0f - 0.5f * x2_error) * q;  // erfc(|x| / sqrt2)
   float result = a < 0.75f ? 0.5f + 0.5f * erf_a : (x > 0.0f ? 1.0f - 0.5f * erfc_a : 0.5f * erfc_a);
   result = a > 20.0f ? (x > 0.0f ? 1.0f : 0.0f) : result;  // also keeps inf away from fma(inf, inf, -inf)

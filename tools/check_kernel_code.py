@@ -1,0 +1,86 @@
+"""Checks the machine code of the float32 transcendental kernels at each kernel level (docs/ops.md, "One binary
+for every CPU"): the loops of exp, log, tanh, sigmoid, silu and gelu must be vectorised at
+the level's width (packed xmm at the baseline, packed fused multiply-adds on ymm at avx2 and zmm at avx512) and
+call no libm function (a call per element is what made the baseline run at scalar speed).
+
+    python3 tools/check_kernel_code.py LEVEL=LIBRARY [LEVEL=LIBRARY ...]
+
+LIBRARY is an unstripped build product (build/libdygrad.so for the baseline, build/libdygrad_cpu_avx2.so ...);
+ctest runs it on the build's own (tests/cpp/CMakeLists.txt)."""
+import re
+import subprocess
+import sys
+
+# The float32 contiguous loop of each kernel: the function (demangled) instantiated with its per-element lambda
+# for float.
+KERNELS = {k: rf"unary_contiguous<dg::cpu::{k}_kernel\(dg::Task&\)::.*, float, float>"
+           for k in ("exp", "log", "tanh", "sigmoid", "silu", "gelu")}
+# What each level's packed float arithmetic looks like: the fma levels must use fused multiply-adds on their full
+# width; the baseline (no FMA) packed multiplies on xmm.
+PACKED = {
+    "baseline": re.compile(r"\bmulps\b.*%xmm"),
+    "avx2": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%ymm"),
+    "avx512": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%zmm"),
+}
+# A call into libm, direct (`call <expf@plt>`) or through the GOT (-fno-plt: `call *...(%rip)  # <fmaf@GLIBC_2.2.5>`).
+LIBM = re.compile(r"\bcall\b.*<(fmaf?|expf?|logf?|tanhf?|erff?|erfcf?|expm1f?|__\w+_finite)(@plt|@GLIBC[\w.]*)?>")
+
+
+def functions(path, patterns):
+    """{demangled name: [instruction lines]} of the functions of a shared object whose names match a pattern: their
+    addresses and sizes from nm, then objdump over each one's range only (a whole plugin takes seconds)."""
+    symbols = subprocess.run(["nm", "-C", "-S", "--defined-only", path], capture_output=True, text=True,
+                             check=True).stdout
+    result = {}
+    for line in symbols.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) < 4 or parts[2] not in "tT" or not any(re.search(p, parts[3]) for p in patterns):
+            continue
+        begin, size = int(parts[0], 16), int(parts[1], 16)
+        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", f"--start-address={begin:#x}",
+                              f"--stop-address={begin + size:#x}", path], capture_output=True, text=True,
+                             check=True).stdout
+        result[parts[3]] = [ln for ln in out.splitlines() if re.match(r"^\s+[0-9a-f]+:\t", ln)]
+    return result
+
+
+def check(level, path):
+    """{kernel: [problems]} of one level's library."""
+    problems = {}
+    code = functions(path, KERNELS.values())
+    for kernel, pattern in KERNELS.items():
+        found = [name for name in code if re.search(pattern, name)]
+        p = problems.setdefault(kernel, [])
+        if not found:
+            p.append(f"{level}: no float32 loop of {kernel} in {path}")
+            continue
+        body = [line for name in found for line in code[name]]
+        if not any(PACKED[level].search(line) for line in body):
+            p.append(f"{level}: the float32 {kernel} loop has no packed {PACKED[level].pattern} ({found[0][:90]})")
+        calls = sorted({m.group(1) for line in body for m in [LIBM.search(line)] if m})
+        if calls:
+            p.append(f"{level}: the float32 {kernel} loop calls libm: {', '.join(calls)}")
+    return problems
+
+
+def main(argv):
+    if not argv:
+        print(__doc__)
+        return 2
+    passed = failed = 0
+    for arg in argv:
+        level, _, path = arg.partition("=")
+        if level not in PACKED:
+            print(f"unknown level {level!r} (baseline, avx2, avx512)")
+            return 2
+        for kernel, problems in check(level, path).items():
+            for p in problems:
+                print("FAIL", p)
+            passed, failed = passed + (not problems), failed + bool(problems)
+        print(f"{level}: {path}: {len(KERNELS)} kernels checked")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
