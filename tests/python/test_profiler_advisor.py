@@ -120,6 +120,48 @@ def test_memory_rules_need_samples_and_size():
     assert not {"activation_memory", "fragmentation"} & set(rules(FakeResult()))
 
 
+BANDWIDTH = 1e10  # a given memory bandwidth, 10 GB/s
+
+
+def kernel_op(name, begin_us, device_us, flops=0.0, nbytes=0.0):
+    from profiler_fakes import op
+    return op(name, begin_us * 1000, begin_us * 1000 + 1, begin_us * 1000 + 2, (begin_us + device_us) * 1000 + 2,
+              flops, nbytes)
+
+
+def test_slow_kernels_are_named_with_their_share_and_roofline():
+    """In a 1 ms step: a compute-bound op at 5% of the 100 GFLOP/s peak for 400 us, a memory-bound op at 10% of the
+    10 GB/s bandwidth for 200 us, a GEMM at its peak, and a fast slow op below the share threshold: the two slow
+    ones are named, largest share first, each with its speed against its own roof."""
+    ops = [kernel_op("matmul", 0, 300, flops=3e7),                  # 100 GFLOP/s: at the peak
+           kernel_op("rotary_attention", 300, 400, flops=2e6),      # 5 GFLOP/s: 5% of the peak
+           kernel_op("exp", 700, 200, nbytes=2e5),                  # 1 GB/s: 10% of the bandwidth
+           kernel_op("silu", 900, 40, nbytes=4e4)]                  # slow, but 4% of the step
+    found = rules(FakeResult(ops=ops), bandwidth=BANDWIDTH)["slow_kernels"]
+    names = [k["op"] for k in found["numbers"]["ops"]]
+    assert names == ["rotary_attention", "exp"], found
+    assert "rotary_attention (40% of the step at 5.0 GFLOP/s, 5% of the 100 GFLOP/s GEMM peak)" in found["evidence"]
+    assert "exp (20% of the step at 1.0 GB/s, 10% of the 10.0 GB/s memory bandwidth)" in found["evidence"]
+    # reaching half their roofline would save 400 - 2*20 + 200 - 2*20 = 520 us of 1000
+    assert found["severity"] == "high" and "2.08x" in found["expected_gain"]
+    # at a quarter of the roofline or above, or below 5% of the step, nothing fires
+    quick = [kernel_op("matmul", 0, 300, flops=3e7), kernel_op("rotary_attention", 300, 400, flops=1e7),
+             kernel_op("exp", 700, 200, nbytes=5e5)]
+    assert "slow_kernels" not in rules(FakeResult(ops=quick), bandwidth=BANDWIDTH)
+
+
+def test_slow_kernels_below_the_cpus_level_say_so(monkeypatch):
+    """Where the kernels run below the highest level the CPU runs (DYGRAD_CPU_ISA), the fix is the level."""
+    ops = [kernel_op("rotary_attention", 0, 900, flops=2e6)]
+    monkeypatch.setattr(dg.backends.cpu, "kernel_isa", lambda: ("baseline", "DYGRAD_CPU_ISA=baseline", "avx2 fma"))
+    monkeypatch.setattr(dg.backends.cpu, "kernel_levels", lambda: ("baseline", "avx2"))
+    found = rules(FakeResult(ops=ops), bandwidth=BANDWIDTH)["slow_kernels"]
+    assert "(kernel level: baseline)" in found["evidence"]
+    assert "run at the baseline level, and this CPU runs avx2 (DYGRAD_CPU_ISA=baseline)" in found["fix"]
+    monkeypatch.setattr(dg.backends.cpu, "kernel_isa", lambda: ("avx2", "", "avx2 fma"))
+    assert "sweep_perf" in rules(FakeResult(ops=ops), bandwidth=BANDWIDTH)["slow_kernels"]["fix"]
+
+
 def test_advice_entries_have_the_contract_fields_and_are_sorted():
     found = build_summary(FakeResult(context={"synchronize": True, "deterministic": True},
                                      buckets={"host_bound": 0.1}), peak=PEAK)["advice"]

@@ -48,6 +48,12 @@ FRAGMENTATION_MIN_BYTES = 8 << 20
 BF16_GEMM_SHARE = 0.20
 BF16_GEMM_SPEEDUP = 2.0
 GEMM_OPS = frozenset({"matmul", "addmm"})
+# Slow-kernel rule: an op whose device time is this far above its roofline time (its FLOPs at the measured GEMM
+# peak or its bytes at the measured memory bandwidth, whichever takes longer) and that takes at least this share
+# of the step. The expected gain assumes it would reach SLOW_KERNEL_TARGET of its roofline.
+SLOW_KERNEL_EFFICIENCY = 0.25
+SLOW_KERNEL_SHARE = 0.05
+SLOW_KERNEL_TARGET = 0.5
 # Severity from the expected saving (fraction of step time or of memory).
 HIGH_GAIN, MEDIUM_GAIN = 0.25, 0.08
 
@@ -415,6 +421,8 @@ def rule_bf16(result, summary):
     if not cpu or dtype not in ("float32", "bfloat16"):
         return None
     native = cpu["avx512_bf16"] or any(f.startswith("amx_bf16") for f in cpu["amx"])
+    # below the avx512 kernel level (DYGRAD_CPU_ISA) bf16 GEMMs convert to float32, as on a CPU without those
+    native = native and (flops.get("kernel_isa") or ["avx512"])[0] in ("avx512", "native")
     total = _total_step_ns(result)
     gemm = sum(_op_cost_ns(op) for op in step_ops(result) if op.name in GEMM_OPS)
     share = gemm / total if total else 0.0
@@ -437,8 +445,73 @@ def rule_bf16(result, summary):
     return None
 
 
+def slow_kernels(result, summary):
+    """Per op name over the profiled steps, the ops that run far below the machine's roofline: a list of
+    {"op", "share", "efficiency", "flops_per_s", "bytes_per_s", "bound", "device_ns", "roofline_ns"}, largest share
+    first (empty without a peak and a bandwidth in the summary)."""
+    flops = summary.get("flops", {})
+    peak, bandwidth = flops.get("peak_flops_per_s"), flops.get("memory_bandwidth_bytes_per_s")
+    total = _total_step_ns(result)
+    if not peak or not bandwidth or not total:
+        return []
+    per_op = {}
+    for op in step_ops(result):
+        if op.device_thread < 0 or op.name.startswith("comm_"):  # communication waits; it does not compute
+            continue
+        entry = per_op.setdefault(op.name, [0, 0.0, 0.0])
+        entry[0] += op.device_end_ns - op.device_begin_ns
+        entry[1] += op.flops
+        entry[2] += op.bytes
+    slow = []
+    for name, (device_ns, op_flops, op_bytes) in per_op.items():
+        compute_ns, memory_ns = op_flops / peak * 1e9, op_bytes / bandwidth * 1e9
+        roofline_ns = max(compute_ns, memory_ns)
+        if device_ns <= 0 or device_ns / total < SLOW_KERNEL_SHARE or roofline_ns >= SLOW_KERNEL_EFFICIENCY * device_ns:
+            continue
+        slow.append({"op": name, "share": device_ns / total, "efficiency": roofline_ns / device_ns,
+                     "flops_per_s": op_flops / device_ns * 1e9, "bytes_per_s": op_bytes / device_ns * 1e9,
+                     "bound": "compute" if compute_ns >= memory_ns else "memory", "device_ns": device_ns,
+                     "roofline_ns": roofline_ns})
+    return sorted(slow, key=lambda k: -k["share"])
+
+
+def rule_slow_kernels(result, summary):
+    """Ops whose kernels run far below the roofline (the GEMM peak the summary measured, and the memory bandwidth),
+    named with their share of the step: on a CPU whose kernels run below its level (DYGRAD_CPU_ISA, a plugin that
+    did not load) the fix is the level; else the kernel itself."""
+    slow = slow_kernels(result, summary)
+    if not slow:
+        return None
+    flops = summary["flops"]
+    peak, bandwidth = flops["peak_flops_per_s"], flops["memory_bandwidth_bytes_per_s"]
+    total = _total_step_ns(result)
+    saving = sum(max(0.0, k["device_ns"] - k["roofline_ns"] / SLOW_KERNEL_TARGET) for k in slow) / total
+
+    def describe(k):
+        speed = (f"{k['flops_per_s'] / 1e9:.1f} GFLOP/s, {k['efficiency']:.0%} of the {peak / 1e9:.0f} GFLOP/s GEMM peak"
+                 if k["bound"] == "compute" else
+                 f"{k['bytes_per_s'] / 1e9:.1f} GB/s, {k['efficiency']:.0%} of the {bandwidth / 1e9:.1f} GB/s memory bandwidth")
+        return f"{k['op']} ({k['share']:.0%} of the step at {speed})"
+
+    isa, note = (flops.get("kernel_isa") or ["", ""])[:2]
+    levels = flops.get("kernel_levels") or []
+    below = bool(levels) and isa in levels and isa != levels[-1]
+    if below:
+        fix = (f"the kernels run at the {isa} level, and this CPU runs {levels[-1]} ({note}): unset DYGRAD_CPU_ISA, or "
+               f"reinstall dygrad so that its kernel plugins sit beside libdygrad (docs/ops.md, 'One binary for every CPU')")
+    else:
+        fix = ("the kernels themselves are slow on this CPU: measure each against torch with python3 bench/sweep_perf.py "
+               "--filter OP and report it; meanwhile the unfused path (model fused=False) may be faster for those ops")
+    numbers = {"ops": slow, "peak_flops_per_s": peak, "memory_bandwidth_bytes_per_s": bandwidth, "kernel_isa": isa,
+               "kernel_levels": levels}
+    return _advice("slow_kernels", "Kernels far below the machine's roofline", _severity(saving),
+                   "; ".join(describe(k) for k in slow) + f" (kernel level: {isa or 'unknown'})", numbers,
+                   _speedup(saving) + f" if they reached {SLOW_KERNEL_TARGET:.0%} of it", fix)
+
+
 RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_exposed_comm, rule_unfused,
-         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16)
+         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
+         rule_slow_kernels)
 
 
 def advise(result, summary=None):

@@ -41,6 +41,34 @@ def measure_peak_flops(dtype=None, n=CALIBRATION_N, repeats=CALIBRATION_REPEATS)
     return _peak_cache[key]
 
 
+_bandwidth_cache = {}  # (num_threads, bytes) -> bytes/s
+
+BANDWIDTH_BYTES = 64 << 20  # large enough to leave every cache: the copy streams from and to memory
+
+
+def measure_memory_bandwidth(nbytes=BANDWIDTH_BYTES, repeats=CALIBRATION_REPEATS):
+    """The machine's memory bandwidth in bytes/s, measured now with dygrad's own copy kernel: copy_ of a float32
+    buffer of `nbytes` into another (nbytes read + nbytes written), best of `repeats` after one warm-up. The
+    denominator of a memory-bound op's roofline (the advisor's slow-kernel rule). Cached per (num_threads, nbytes)
+    for the life of the process."""
+    key = (dg.get_context().num_threads, nbytes)
+    if key not in _bandwidth_cache:
+        src = dg.ones(nbytes // 4)
+        dst = dg.zeros(nbytes // 4)  # both written once: their pages are faulted in before the timing
+        dst.copy_(src)
+        dg.synchronize()
+        best = 0.0
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            dst.copy_(src)
+            dg.synchronize()
+            best = max(best, 2 * nbytes / (time.perf_counter() - begin))
+        _bandwidth_cache[key] = best
+        del src, dst
+        dg.empty_cache()
+    return _bandwidth_cache[key]
+
+
 def cpu_features(path="/proc/cpuinfo"):
     """{"model": the CPU's model name, "avx512_bf16": bool, "amx": [amx_* flags]} from /proc/cpuinfo (empty flags
     where it cannot be read): what a bf16 figure records, and what the advisor's bf16 rule reads."""

@@ -107,13 +107,15 @@ def _autocast_dtype(result):
 
 
 def build_summary(result, *, label="", command="", batch_size=None, seq_len=None, ranks=1, model_config=None,
-                  model=None, optimizer=None, peak=None, dtype=None, advice=True, memory_estimate=None):
+                  model=None, optimizer=None, peak=None, dtype=None, advice=True, memory_estimate=None,
+                  bandwidth=None):
     """The summary.json dict of one session. batch_size is per rank; seq_len defaults to the config's;
     model_config (a LlamaConfig, or the model's `.cfg`) gives the model-formula FLOPs for MFU; peak (FLOP/s)
     overrides the calibration GEMM of `dtype` (default: the autocast dtype when the recording ran CPU autocast
     regions, else the model's parameter dtype, else float32).
     advice=False leaves the advisor out (the advisor itself uses that). memory_estimate: a
-    dygrad.memory.estimate() result, put beside the measured peak (summary.memory.estimate)."""
+    dygrad.memory.estimate() result, put beside the measured peak (summary.memory.estimate). bandwidth (bytes/s)
+    overrides the measured memory bandwidth (the roofline of memory-bound ops, the slow-kernel rule's)."""
     steps = result.breakdown.get("steps") or []
     step_s = [s["step_ns"] / 1e9 for s in steps] or [(result.stop_ns - result.start_ns) / 1e9]
     num_steps = max(1, len(steps))
@@ -145,7 +147,10 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         "flops": {"executed_per_step": executed, "model_per_step": model_flops, "peak_flops_per_s": peak_value,
                   "dtype": str(compute_dtype).replace("dygrad.", ""), "cpu": metrics.cpu_features(),
                   "peak_source": peak_source, "mfu": metrics.mfu(model_flops, mean_s, peak_value),
-                  "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0},
+                  "hfu": metrics.hfu(executed, mean_s, peak_value) or 0.0,
+                  "memory_bandwidth_bytes_per_s": bandwidth or metrics.measure_memory_bandwidth(),
+                  "kernel_isa": list(dg.backends.cpu.kernel_isa()[:2]),
+                  "kernel_levels": list(dg.backends.cpu.kernel_levels())},
         "memory": metrics.memory_report(result, model, optimizer, batch_size, seq_len),
         "ops": _top_ops(result),
         "syncs": _syncs(result, num_steps),
