@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,11 @@ struct IsaState {
   std::string note;
 };
 
+// The level whose plugin dlopen is loading, while it loads: the plugin's static initialisers may ask for the level
+// (fused_blas.cpp does), and state() is still being initialised then. Constant-initialised, so it is null before
+// any initialiser runs.
+std::atomic<const char*> loading_level{nullptr};
+
 std::string library_directory() {
   Dl_info info{};
   if (!dladdr(reinterpret_cast<void*>(&cpu_kernel_isa), &info) || !info.dli_fname) return "";
@@ -128,7 +134,10 @@ IsaState load_plugin() {
     const std::string path = library_directory() + "/" + level.plugin;
     // RTLD_LOCAL, and the plugin's own symbols are hidden: its copies of inline functions, compiled for its ISA,
     // never stand in for the library's. Its kernels register themselves from its static initialisers.
-    if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    loading_level = level.name;
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    loading_level = nullptr;
+    if (!handle) {
       const char* why = dlerror();
       s.note = join(s.note, "could not load " + path + ": " + (why ? why : "unknown error"));
       continue;
@@ -151,7 +160,10 @@ IsaState& state() {
 
 }  // namespace
 
-std::string cpu_kernel_isa() { return state().isa; }
+std::string cpu_kernel_isa() {
+  if (const char* level = loading_level.load()) return level;
+  return state().isa;
+}
 std::string cpu_kernel_isa_note() { return state().note; }
 
 std::vector<std::string> cpu_kernel_levels() {

@@ -11,7 +11,7 @@
 namespace dg {
 
 // The level whose kernels are in use: "avx512", "avx2" or "baseline"; a build for the machine it runs on
-// (DYGRAD_ISA=native) says "native".
+// (DYGRAD_ISA=native) says "native". While a plugin loads, its own level (its static initialisers may ask).
 std::string cpu_kernel_isa();
 // Why no higher level was loaded ("" when the highest the build has was).
 std::string cpu_kernel_isa_note();

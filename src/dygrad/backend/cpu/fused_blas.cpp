@@ -71,8 +71,11 @@ const char* bf16_gemm_library() {
     const char* choice = std::getenv("DYGRAD_BF16_GEMM");
     if (choice != nullptr && std::strcmp(choice, "convert") == 0) return false;
     // oneDNN picks its own kernels at run time; dygrad only decides whether to call it: without AVX512-BF16
-    // oneDNN emulates bf16 dot products and is slower than converting to float32 (runtime/cpu_isa.h).
-    return use_onednn() && dg::cpu_has_avx512_bf16();
+    // oneDNN emulates bf16 dot products and is slower than converting to float32 (runtime/cpu_isa.h). Below the
+    // avx512 level (DYGRAD_CPU_ISA=avx2 or baseline) the convert path too, as on a CPU of that level. (Asked while
+    // the plugin loads: cpu_kernel_isa() answers with the loading plugin's level then.)
+    const std::string level = dg::cpu_kernel_isa();
+    return use_onednn() && dg::cpu_has_avx512_bf16() && (level == "avx512" || level == "native");
   }();
   if (native) return "onednn";
 #endif

@@ -7,9 +7,13 @@
 //
 // Notation: C[M, N] = alpha * op(A)[M, K] B[K, N] + beta C. B is row-major with unit column stride and
 // leading dim ldb; op(A) = A (a[i * lda + p]) or A^T (a[p * lda + i]), read one element at a time and
-// broadcast, so neither needs packing. A micro-tile is kRows rows of C by NV vectors of 16 columns held in
-// registers (6 x 4 vectors = 24 zmm accumulators with AVX-512) while p runs over all of K. beta is 0
-// (C is not read) or 1. Each C element is one sum over p in increasing order.
+// broadcast, so neither needs packing. A micro-tile is kRows rows of C by up to kVecs vectors of kLanes columns
+// held in registers while p runs over all of K, sized per kernel level to the register file: 6 x 4 zmm of 16
+// lanes (24 of AVX-512's 32 registers), 6 x 2 ymm of 8 lanes (12 of AVX2's 16), 6 x 2 xmm of 4 lanes at the
+// baseline (12 of SSE's 16). A vector wider than the ISA's registers is split by the compiler into as many
+// registers per accumulator, and the accumulators spill: AVX-512's blocking compiled for AVX2 ran the attention at
+// 2% of the GEMM peak. beta is 0 (C is not read) or 1. Each C element is one sum over p in increasing order, at
+// every level (with FMA at avx2 and avx512 those two compute the same bits).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -19,32 +23,39 @@
 namespace dg::cpu {
 
 namespace tile_gemm_detail {
-typedef float Vec16 __attribute__((vector_size(64)));
+#if defined(__AVX512F__)
+constexpr int kLanes = 16, kVecs = 4;
+#elif defined(__AVX2__)
+constexpr int kLanes = 8, kVecs = 2;
+#else
+constexpr int kLanes = 4, kVecs = 2;
+#endif
 constexpr int kRows = 6;
+typedef float Vec __attribute__((vector_size(4 * kLanes)));
 
-inline Vec16 load16(const float* p) {
-  Vec16 v;
+inline Vec load(const float* p) {
+  Vec v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store16(float* p, Vec16 v) { std::memcpy(p, &v, sizeof(v)); }
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
 
-// C[R, 16 NV] at c: rows of A at a (element (r, p) at a[r * a_row + p * a_col]), B panel at b.
+// C[R, kLanes NV] at c: rows of A at a (element (r, p) at a[r * a_row + p * a_col]), B panel at b.
 template <int R, int NV>
 inline void micro_tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                        float alpha, bool accumulate, float* c, int64_t ldc) {
-  Vec16 acc[R][NV];
+  Vec acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec16{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
   for (int64_t p = 0; p < k; ++p) {
-    Vec16 bv[NV];
+    Vec bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = load16(b + p * ldb + 16 * v);
+    for (int v = 0; v < NV; ++v) bv[v] = load(b + p * ldb + kLanes * v);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const Vec16 ar = Vec16{} + a[r * a_row + p * a_col];
+      const Vec ar = Vec{} + a[r * a_row + p * a_col];
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = ar * bv[v] + acc[r][v];
     }
@@ -53,9 +64,9 @@ inline void micro_tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, 
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      float* out = c + r * ldc + 16 * v;
-      const Vec16 scaled = acc[r][v] * alpha;
-      store16(out, accumulate ? load16(out) + scaled : scaled);
+      float* out = c + r * ldc + kLanes * v;
+      const Vec scaled = acc[r][v] * alpha;
+      store(out, accumulate ? load(out) + scaled : scaled);
     }
 }
 
@@ -87,14 +98,15 @@ inline void tile_gemm(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha
   const bool accumulate = beta != 0.0f;
   const int64_t a_row = trans_a ? 1 : lda, a_col = trans_a ? lda : 1;
   int64_t j = 0;
-  for (; j + 64 <= n; j += 64) panel<4>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc);
-  switch ((n - j) / 16) {
-    case 3: panel<3>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += 48; break;
-    case 2: panel<2>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += 32; break;
-    case 1: panel<1>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += 16; break;
+  for (; j + kVecs * kLanes <= n; j += kVecs * kLanes)
+    panel<kVecs>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc);
+  switch ((n - j) / kLanes) {  // fewer than kVecs whole vectors of columns left
+    case 3: panel<3>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += 3 * kLanes; break;
+    case 2: panel<2>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += 2 * kLanes; break;
+    case 1: panel<1>(m, k, a, a_row, a_col, b + j, ldb, alpha, accumulate, c + j, ldc); j += kLanes; break;
     default: break;
   }
-  for (; j < n; ++j)  // the last n % 16 columns, one at a time
+  for (; j < n; ++j)  // the last n % kLanes columns, one at a time
     for (int64_t i = 0; i < m; ++i) {
       float total = 0;
       for (int64_t p = 0; p < k; ++p) total += a[i * a_row + p * a_col] * b[p * ldb + j];
