@@ -78,7 +78,12 @@ def test_kernel_isa_reports_what_runs_and_matches_torch_capability_names():
         assert ("avx512" in LEVELS) == ("avx512f" in flags)
         assert ("avx2" in LEVELS) == ("avx2" in flags and "fma" in flags and dg.backends.cpu.baseline_isa() == "x86-64-v2")
         assert ISA == (want_env if want_env in LEVELS else LEVELS[-1]), (ISA, NOTE, LEVELS)
-        assert (NOTE == "") == (ISA == LEVELS[-1]), NOTE
+        # the note says why no higher level runs: the environment's cap, or what the CPU lacks
+        assert (NOTE == "") == (ISA == "avx512"), NOTE
+        if ISA != LEVELS[-1]:
+            assert NOTE.startswith(f"DYGRAD_CPU_ISA={ISA}"), NOTE
+        elif ISA != "avx512" and not want_env:
+            assert "the CPU has no AVX-512 (x86-64-v4)" in NOTE, NOTE
     capability = dg.backends.cpu.get_cpu_capability()
     assert capability == {"avx512": "AVX512", "avx2": "AVX2"}.get(ISA, "DEFAULT" if ISA == "baseline" else capability)
     assert dg.backends.cpu.baseline_isa() in ("x86-64-v3", "x86-64-v2", "native")
