@@ -6,7 +6,7 @@ cross-entropy forward + backward), at whatever kernel level the environment sets
 
 Each round times dygrad then torch (alternating which goes first), `reps` calls each (dygrad's queued back to back
 and synchronized once), and keeps the per-call time; the figure is the median over rounds, the ratio dygrad / torch
-time (below 1: dygrad faster). Both libraries use their default thread count. To compare a forced level on a
+time (below 1: dygrad faster). Both libraries use their default thread count (`--threads N` sets both). To compare a forced level on a
 machine of a higher one as a CPU of that level would run (the GEMM library too), also set ONEDNN_MAX_CPU_ISA and
 MKL_ENABLE_INSTRUCTIONS (bench/RESULTS.md records what each run set).
 """
@@ -75,7 +75,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for both libraries (default: each library's own); 1 on a machine shared with "
+                         "other work, where two threads per library meet the other load at every barrier")
     args = ap.parse_args()
+    if args.threads:
+        dg.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     ours, theirs = cases()
     env = {k: os.environ.get(k, "-") for k in ("DYGRAD_CPU_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
                                                "MKL_ENABLE_INSTRUCTIONS")}
