@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/accumulate.h"
+#include "dygrad/backend/cpu/loops.h"
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/runtime/op_def.h"
@@ -139,8 +140,8 @@ template <bool IsMax, typename C, typename T>
 C row_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end) {
   if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
     if (L.reduced_is_contiguous_row()) {
-      constexpr int kWidth = 32 / sizeof(C);
-      typedef C Lanes __attribute__((vector_size(32)));
+      constexpr int kWidth = kVectorBytes / sizeof(C);  // a select: no wider than the level's registers (loops.h)
+      typedef C Lanes __attribute__((vector_size(kVectorBytes)));
       const C* x = base + begin;
       const int64_t n = end - begin;
       Lanes best, nan_lanes;
