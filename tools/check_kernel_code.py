@@ -1,5 +1,5 @@
 """Checks the machine code of the float32 transcendental kernels at each kernel level (docs/ops.md, "One binary
-for every CPU"): the loops of exp, log, tanh, sigmoid, silu and gelu must be vectorised at
+for every CPU"): the loops of exp, log, tanh, sigmoid, silu, gelu, sin and cos must be vectorised at
 the level's width (packed xmm at the baseline, packed fused multiply-adds on ymm at avx2 and zmm at avx512) and
 call no libm function (a call per element is what made the baseline run at scalar speed).
 
@@ -15,6 +15,11 @@ import sys
 # for float.
 KERNELS = {k: rf"unary_contiguous<dg::cpu::{k}_kernel\(dg::Task&\)::.*, float, float>"
            for k in ("exp", "log", "tanh", "sigmoid", "silu", "gelu")}
+# sin and cos: the float32 block loop of range_reduced_unary (backend/cpu/unary.cpp); its calls to sinf / cosf are
+# the fallback for arguments out of range, outside the vector loop.
+KERNELS.update({k: rf"^dg::cpu::\(anonymous namespace\)::range_reduced_unary<dg::cpu::{k}_kernel\(dg::Task&\)"
+                   rf".*::operator\(\)<float>\(\) const::\{{lambda\(long, long\)#1\}}::operator\(\)\(long, long\)"
+                for k in ("sin", "cos")})
 # What each level's packed float arithmetic looks like: the fma levels must use fused multiply-adds on their full
 # width; the baseline (no FMA) packed multiplies on xmm.
 PACKED = {

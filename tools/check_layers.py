@@ -2,9 +2,10 @@
 """Fails when a lower layer of src/dygrad includes a higher one (../shared/docs/ARCHITECTURE.md, "Layers").
 
     core/        -> nothing of dygrad but core
+    math/        -> nothing of dygrad but math (device-neutral scalar math, standard headers only: docs/ops.md)
     runtime/     -> core
     ops/ autograd/ -> core, runtime (and each other)
-    backend/<device>/ -> core, runtime and its own folder
+    backend/<device>/ -> core, runtime, math and its own folder
     profiler/    -> core, runtime
     jit/ distributed/ io/ -> anything below
     dygrad.h     -> the public API: core, runtime, ops, autograd, profiler
@@ -18,12 +19,13 @@ import sys
 
 ALLOWED = {
     "core": {"core"},
+    "math": {"math"},
     "runtime": {"core", "runtime"},
     "ops": {"core", "runtime", "ops", "autograd"},
     "autograd": {"core", "runtime", "ops", "autograd"},
     "profiler": {"core", "runtime", "profiler"},
 }
-UPPER = {"core", "runtime", "ops", "autograd", "profiler", "backend", "jit", "distributed", "io"}
+UPPER = {"core", "math", "runtime", "ops", "autograd", "profiler", "backend", "jit", "distributed", "io"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"dygrad/([^"]+)"', re.M)
 
 
@@ -43,7 +45,7 @@ def allowed_for(source: pathlib.Path, src_root: pathlib.Path, python_src: pathli
     top = rel[0]
     if top == "backend":
         device = "backend/" + rel[1]
-        return {"core", "runtime", device}, device
+        return {"core", "runtime", "math", device}, device
     if top in ("jit", "distributed", "io"):
         return None, top
     return ALLOWED.get(top), top

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
+#include "dygrad/math/arithmetic.h"
 
 // The kernels of this file and their operands:
 // inputs (a, b) same dtype as output; AddAttrs: out = a + alpha * b: out = a + alpha * b
@@ -44,21 +45,18 @@ void add_kernel(Task& task) {
   const Scalar alpha = task.attrs.get<AddAttrs>().alpha;
   binary_same_type(task, [&]<typename T>() {
     const C<T> al = alpha.to<C<T>>();
-    // alpha == 1 is exact: 1 * y == y, and no contraction into FMA happens under -std=c++20.
-    if constexpr (std::is_same_v<T, bool>) return [al](bool x, bool y) { return x || (al && y); };
-    else return [al](C<T> x, C<T> y) { return x + al * y; };
+    return [al](C<T> x, C<T> y) { return math::add_scaled(x, y, al); };  // math/arithmetic.h
   });
 }
 
 void mul_kernel(Task& task) {
   binary_same_type(task, [&]<typename T>() {
-    if constexpr (std::is_same_v<T, bool>) return [](bool x, bool y) { return x && y; };
-    else return [](C<T> x, C<T> y) { return x * y; };
+    return [](C<T> x, C<T> y) { return math::mul(x, y); };
   });
 }
 
 void div_kernel(Task& task) {
-  binary_same_type(task, [&]<typename T>() { return [](C<T> x, C<T> y) { return x / y; }; });
+  binary_same_type(task, [&]<typename T>() { return [](C<T> x, C<T> y) { return math::div(x, y); }; });
 }
 
 void add_scalar_kernel(Task& task) {
@@ -75,14 +73,14 @@ void div_scalar_kernel(Task& task) {
 }
 void rsub_scalar_kernel(Task& task) {
   const Scalar s = task.attrs.get<ScalarAttrs>().value;
-  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v - x; }; });
+  unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return math::rsub(x, v); }; });
 }
 void rdiv_scalar_kernel(Task& task) {
   const Scalar s = task.attrs.get<ScalarAttrs>().value;
   unary_same_type(task, [&]<typename T>() { const C<T> v = s.to<C<T>>(); return [v](C<T> x) { return v / x; }; });
 }
 void neg_kernel(Task& task) {
-  unary_same_type(task, [&]<typename T>() { return [](C<T> x) { return -x; }; });
+  unary_same_type(task, [&]<typename T>() { return [](C<T> x) { return math::neg(x); }; });
 }
 
 void copy_kernel(Task& task) {

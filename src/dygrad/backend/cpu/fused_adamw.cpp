@@ -14,6 +14,7 @@
 
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
+#include "dygrad/math/arithmetic.h"
 
 // The kernels of this file and their operands:
 // outputs (param_0 .. param_{P-1}, exp_avg_0 .., exp_avg_sq_0 .., step_0 .. step_{P-1}), all contiguous, updated
@@ -45,7 +46,6 @@ void update(const Scalars& k, const G* g, T* p, T* m, T* v, [[maybe_unused]] L* 
   const C c_decay = static_cast<C>(k.decay), weight = static_cast<C>(k.weight), c_beta2 = static_cast<C>(k.beta2);
   const C one_minus_beta2 = static_cast<C>(k.one_minus_beta2), c_eps = static_cast<C>(k.eps);
   const C c_bias2 = static_cast<C>(k.bias2), neg_step = static_cast<C>(k.neg_step), c_l2 = static_cast<C>(k.l2);
-  const bool small_weight = std::fabs(k.weight) < 0.5;  // torch's lerp picks its formula by this
   // Each torch op stores its result in T before the next reads it: round the same way (a no-op for float32 and
   // float64).
   auto stored = [](C x) { return static_cast<C>(static_cast<T>(x)); };
@@ -55,7 +55,7 @@ void update(const Scalars& k, const G* g, T* p, T* m, T* v, [[maybe_unused]] L* 
     const C gi = k.l2 != 0.0 ? stored(g0 + c_l2 * p0) : g0;  // grad.add(p, alpha=wd)
     const C pi = k.decay != 1.0 ? stored(p0 * c_decay) : p0;  // p.mul_(1 - lr wd)
     const C m0 = static_cast<C>(m[i]);
-    const C mi = stored(small_weight ? m0 + weight * (gi - m0) : gi - (gi - m0) * (C(1) - weight));  // lerp_
+    const C mi = stored(math::lerp(m0, gi, weight));  // lerp_ (math/arithmetic.h: torch's two formulas)
     const C vi = stored(stored(static_cast<C>(v[i]) * c_beta2) + one_minus_beta2 * gi * gi);  // mul_, addcmul_
     const C denom = stored(stored(stored(std::sqrt(vi)) / c_bias2) + c_eps);  // sqrt, div_, add_
     const T pn = static_cast<T>(pi + neg_step * mi / denom);

@@ -26,7 +26,7 @@
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
-#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/math/elementary.h"
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -286,14 +286,14 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
         }
         for (int64_t j = 0; j < nk; ++j) row[j] -= m_new;
         if (m_old != m_new) {
-          const T correction = vm::exp_nonpositive(m_old - m_new);  // 0 when m_old = -inf
+          const T correction = math::exp_nonpositive(m_old - m_new);  // 0 when m_old = -inf
           row_sum[static_cast<size_t>(i)] *= correction;
           T* o = acc.data() + i * Dv;
           for (int64_t c = 0; c < Dv; ++c) o[c] *= correction;
           row_max[static_cast<size_t>(i)] = m_new;
         }
       }
-      for (int64_t e = 0; e < nq * nk; ++e) s[e] = vm::exp_nonpositive(s[e]);  // s - m_new <= 0
+      for (int64_t e = 0; e < nq * nk; ++e) s[e] = math::exp_nonpositive(s[e]);  // s - m_new <= 0
       for (int64_t i = 0; i < nq; ++i) {
         const T* row = s + i * nk;
         row_sum[static_cast<size_t>(i)] += eight_lane_sum<T>(nk, [row](int64_t j) { return row[j]; });
@@ -405,7 +405,7 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
           if (l == kNegInf) for (int64_t j = 0; j < nk; ++j) row[j] = kNegInf;
           else for (int64_t j = 0; j < nk; ++j) row[j] -= l;
         }
-        for (int64_t e = 0; e < nq * nk; ++e) p[e] = vm::exp_nonpositive(p[e]);  // s - L: <= 0 up to rounding
+        for (int64_t e = 0; e < nq * nk; ++e) p[e] = math::exp_nonpositive(p[e]);  // s - L: <= 0 up to rounding
         tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * ldv_out, ldv_out);
         tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack.data(), nk_block, T(0), dp, nk);
         for (int64_t i = 0; i < nq; ++i) {

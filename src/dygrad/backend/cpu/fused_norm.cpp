@@ -14,6 +14,7 @@
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/rows.h"
+#include "dygrad/math/rows.h"
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -69,10 +70,10 @@ void rms_norm_kernel(Task& task) {
       for (int64_t r = lo; r < hi; ++r) {
         load_row(row.data(), xp + xv.row_offset(r), cols, xv.column_stride);
         const C mean_square = dot(row.data(), row.data(), cols) / static_cast<C>(cols);
-        const C inv = static_cast<C>(1) / std::sqrt(mean_square + static_cast<C>(eps));
+        const C inv = math::rms_inverse(mean_square, static_cast<C>(eps));
         rstd[r] = inv;
         T* out = y + r * cols;
-        if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv * weight[c]);
+        if (has_weight) for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(math::rms_norm(row[c], inv, weight[c]));
         else for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(row[c] * inv);
       }
     });
@@ -97,9 +98,9 @@ void rms_norm_apply_kernel(Task& task) {
         T* out = y + r * cols;
         // as rms_norm_kernel: the row in the compute type, times inv, times the weight
         if (has_weight && step == 1)
-          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c]) * inv * weight[c]);
+          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(math::rms_norm(static_cast<C>(in[c]), inv, weight[c]));
         else if (has_weight)
-          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c * step]) * inv * weight[c]);
+          for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(math::rms_norm(static_cast<C>(in[c * step]), inv, weight[c]));
         else
           for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(static_cast<C>(in[c * step]) * inv);
       }
@@ -139,7 +140,7 @@ void rms_norm_backward_kernel(Task& task) {
         else for (int64_t c = 0; c < cols; ++c) gw[c] = g[c];
         const C mean_dot = dot(gw.data(), xhat.data(), cols) / static_cast<C>(cols);
         T* out = grad_x + r * cols;
-        for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(inv * (gw[c] - xhat[c] * mean_dot));
+        for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(math::rms_norm_backward(inv, gw[c], xhat[c], mean_dot));
       }
     });
     if (!need_weight) return;

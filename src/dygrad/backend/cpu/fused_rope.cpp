@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/rows.h"
+#include "dygrad/math/rows.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -85,13 +86,13 @@ void rope_kernel(Task& task) {
         load_row(in, xp + j0 * xs0 + j1 * xs1 + j2 * xs2, dim, x_col);
         T* out = y + j0 * ys0 + j1 * ys1 + j2 * ys2;
         if (rotate_half) {
-          for (int64_t p = 0; p < pairs; ++p) out[p] = static_cast<T>(in[p] * cc[p] + in[p + pairs] * ss[p]);
-          for (int64_t p = pairs; p < dim; ++p) out[p] = static_cast<T>(in[p] * cc[p] + in[p - pairs] * ss[p]);
+          for (int64_t p = 0; p < pairs; ++p) out[p] = static_cast<T>(math::rotate(in[p], in[p + pairs], cc[p], ss[p]));
+          for (int64_t p = pairs; p < dim; ++p) out[p] = static_cast<T>(math::rotate(in[p], in[p - pairs], cc[p], ss[p]));
         } else {
           for (int64_t i = 0; i < dim; i += 2) {
             const C a = in[i], b = in[i + 1];
-            out[i] = static_cast<T>(a * cc[i] + b * ss[i]);
-            out[i + 1] = static_cast<T>(b * cc[i + 1] + a * ss[i + 1]);
+            out[i] = static_cast<T>(math::rotate(a, b, cc[i], ss[i]));
+            out[i + 1] = static_cast<T>(math::rotate(b, a, cc[i + 1], ss[i + 1]));
           }
         }
       }

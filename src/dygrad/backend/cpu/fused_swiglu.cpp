@@ -4,7 +4,7 @@
 //   grad_up = g * gate * sg,   grad_gate = g * up * sg * (1 + gate * (1 - sg)).
 // Rows are processed in blocks of kBlock elements gathered into compute-type buffers, so strided
 // operands cost one gather and the arithmetic (with the vectorised exp) runs on contiguous data; the forward
-// reads contiguous float32 rows in place. silu and sigmoid are vm::silu and vm::sigmoid (backend/cpu/vec_math.h:
+// reads contiguous float32 rows in place. silu and sigmoid are math::silu and math::sigmoid (math/activations.h:
 // built on exp(-|gate|) <= 1, one division each), the same functions as the silu and sigmoid ops.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/rows.h"
-#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/math/activations.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -69,7 +69,7 @@ void swiglu_kernel(Task& task) {
           }
           // y is a new tensor: it aliases neither input.
           T* __restrict out = y + r * cols + c0;
-          for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(vm::silu(gate[i]) * u[i]);
+          for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(math::swiglu(gate[i], u[i]));
         }
       }
     });
@@ -97,10 +97,11 @@ void swiglu_backward_kernel(Task& task) {
           load_row(d, dp + dv.row_offset(r) + c0 * dv.column_stride, n, dv.column_stride);
           load_row(gate, gp + gv.row_offset(r) + c0 * gv.column_stride, n, gv.column_stride);
           load_row(u, up + uv.row_offset(r) + c0 * uv.column_stride, n, uv.column_stride);
-          for (int64_t i = 0; i < n; ++i) sg[i] = vm::sigmoid(gate[i]);
+          for (int64_t i = 0; i < n; ++i) sg[i] = math::sigmoid(gate[i]);
           for (int64_t i = 0; i < n; ++i) {
-            out_up[i] = d[i] * (gate[i] * sg[i]);
-            out_gate[i] = d[i] * u[i] * sg[i] * (C(1) + gate[i] * (C(1) - sg[i]));
+            const math::SwigluGrad<C> grad = math::swiglu_backward(d[i], gate[i], u[i], sg[i]);
+            out_gate[i] = grad.a;
+            out_up[i] = grad.b;
           }
           store_row(dgp + dgv.row_offset(r) + c0 * dgv.column_stride, out_gate, n, dgv.column_stride);
           store_row(dup + duv.row_offset(r) + c0 * duv.column_stride, out_up, n, duv.column_stride);

@@ -5,7 +5,7 @@
 #include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/runtime/op_attrs.h"
-#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/math/elementary.h"
 
 #include <cmath>
 #include <vector>
@@ -183,7 +183,7 @@ void logsumexp_kernel(Task& task) {
     };
     if (is_column_layout(L)) {
       reduce_columns<C>(x, L, C(-INFINITY), [](C best, C v, int64_t) { return max_propagating_nan(best, v); }, store_max);
-      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + vm::exp(v - maxima[static_cast<size_t>(o)]); },
+      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + math::exp(v - maxima[static_cast<size_t>(o)]); },
                         finish);
       return;
     }
@@ -195,7 +195,7 @@ void logsumexp_kernel(Task& task) {
         [&](int64_t o, int64_t b, int64_t e) {
           const C m = maxima[static_cast<size_t>(o)];
           if (!std::isfinite(m)) return C(0);
-          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + vm::exp(v - m); }, plus<C>);
+          return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + math::exp(v - m); }, plus<C>);
         },
         plus<C>, finish);
   });
@@ -335,7 +335,7 @@ void logsumexp_backward_kernel(Task& task) {
     for_each_output_pair(La, Lg, [&](int64_t o, int64_t a_row, int64_t g_row) {
       const C lse = static_cast<C>(result[o]), scale = static_cast<C>(gv[o]);
       for_each_reduced_pair(La, Lg, [&](int64_t ao, int64_t go) {
-        out[g_row + go] = static_cast<T>(scale * vm::exp(static_cast<C>(x[a_row + ao]) - lse));
+        out[g_row + go] = static_cast<T>(scale * math::exp(static_cast<C>(x[a_row + ao]) - lse));
       });
     });
   });

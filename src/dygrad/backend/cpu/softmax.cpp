@@ -2,7 +2,7 @@
 // along the softmax / class dim for one index of the other dims) is handled by one thread in a fixed
 // order, so results do not depend on the thread count. Rows in contiguous memory take vectorisable
 // loops; a softmax over a leading dim processes blocks of contiguous columns at once. Every exp here has
-// an argument <= 0 (x - max, or a log-probability), so it uses vm::exp_nonpositive: masked -inf logits
+// an argument <= 0 (x - max, or a log-probability), so it uses math::exp_nonpositive: masked -inf logits
 // then cost no underflow assist. Loops here may use 512-bit vectors (the pragma below; exp is
 // compute-bound on AVX-512 machines, and a no-op elsewhere).
 //
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dygrad/backend/cpu/reduce.h"
-#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/math/elementary.h"
 #include "dygrad/core/error.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -42,59 +42,67 @@ C max_propagating_nan(C a, C b) { return (b > a || b != b) ? b : a; }
 template <typename C>
 C plus(C a, C b) { return a + b; }
 
-// Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of vector lanes, merged in a fixed tree, then the
-// tail: contiguous rows of float/double, vectorised without reassociation by the compiler.
-template <typename C> struct LanesOf;
-template <> struct LanesOf<float> { typedef float type __attribute__((vector_size(64))); };
-template <> struct LanesOf<double> { typedef double type __attribute__((vector_size(64))); };
+// Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of lanes (lane k adds the elements r = k mod 64 / sizeof(C)),
+// merged in a fixed tree, then the tail: contiguous rows of float/double, vectorised without reassociation by the
+// compiler, and the same order, hence the same bits, at every kernel level. The 64 bytes are held as registers of
+// the level's width (kVectorBytes, loops.h: 4 xmm, 2 ymm or 1 zmm): a 64-byte GCC vector on a narrower level kept
+// the accumulator in memory, moved through general registers (log_softmax backward at avx2: 1.5x torch's time).
 template <typename C>
-using Lanes = typename LanesOf<C>::type;
-template <typename C>
-C merge_lanes(Lanes<C> acc) {
-  constexpr int kWidth = 64 / sizeof(C);
-  C v[kWidth];
-  std::memcpy(v, &acc, sizeof(acc));
-  for (int w = kWidth / 2; w > 0; w /= 2)
-    for (int k = 0; k < w; ++k) v[k] += v[k + w];
-  return v[0];
-}
+struct Lanes {
+  typedef C Part __attribute__((vector_size(kVectorBytes)));
+  static constexpr int kParts = 64 / kVectorBytes;
+  static constexpr int64_t kWidth = 64 / sizeof(C);   // elements per step
+  static constexpr int64_t kPartWidth = kVectorBytes / sizeof(C);
+  Part part[kParts] = {};
+
+  static Part load(const C* x) {
+    Part v;
+    std::memcpy(&v, x, sizeof(v));
+    return v;
+  }
+  void add(const C* x) {
+    for (int p = 0; p < kParts; ++p) part[p] += load(x + p * kPartWidth);
+  }
+  void add_products(const C* x, const C* y) {
+    for (int p = 0; p < kParts; ++p) part[p] += load(x + p * kPartWidth) * load(y + p * kPartWidth);
+  }
+  // The lanes in the fixed tree: halves, then quarters, ..., then lane 0.
+  C merge() const {
+    C v[kWidth];
+    std::memcpy(v, part, sizeof(v));
+    for (int64_t w = kWidth / 2; w > 0; w /= 2)
+      for (int64_t k = 0; k < w; ++k) v[k] += v[k + w];
+    return v[0];
+  }
+};
 template <typename C>
 C lanes_sum(const C* x, int64_t n) {
-  constexpr int64_t kWidth = 64 / sizeof(C);
-  Lanes<C> acc = {};
+  Lanes<C> acc;
   int64_t r = 0;
-  for (; r + kWidth <= n; r += kWidth) {
-    Lanes<C> v;
-    std::memcpy(&v, x + r, sizeof(v));
-    acc += v;
-  }
-  C total = merge_lanes<C>(acc);
+  for (; r + Lanes<C>::kWidth <= n; r += Lanes<C>::kWidth) acc.add(x + r);
+  C total = acc.merge();
   for (; r < n; ++r) total += x[r];
   return total;
 }
 template <typename C>
 C lanes_dot(const C* x, const C* y, int64_t n) {
-  constexpr int64_t kWidth = 64 / sizeof(C);
-  Lanes<C> acc = {};
+  Lanes<C> acc;
   int64_t r = 0;
-  for (; r + kWidth <= n; r += kWidth) {
-    Lanes<C> u, v;
-    std::memcpy(&u, x + r, sizeof(u));
-    std::memcpy(&v, y + r, sizeof(v));
-    acc += u * v;
-  }
-  C total = merge_lanes<C>(acc);
+  for (; r + Lanes<C>::kWidth <= n; r += Lanes<C>::kWidth) acc.add_products(x + r, y + r);
+  C total = acc.merge();
   for (; r < n; ++r) total += x[r] * y[r];
   return total;
 }
 
 // The maximum of the non-NaN elements of a contiguous row (-inf if none): four independent vector lanes (no
 // dependency chain through one register), merged, then the tail. A NaN need not be tracked here: exp(NaN
-// - m) makes the row sum, hence the whole softmax / log_softmax row, NaN.
+// - m) makes the row sum, hence the whole softmax / log_softmax row, NaN. The lanes are the level's own width
+// (kVectorBytes, loops.h), not the sums' 64 bytes: the maximum does not depend on the order, and a select on
+// vectors wider than the registers runs element by element.
 template <typename C>
 C lanes_max(const C* x, int64_t n) {
-  constexpr int64_t kWidth = 64 / sizeof(C);
-  using L = Lanes<C>;
+  constexpr int64_t kWidth = kVectorBytes / sizeof(C);
+  typedef C L __attribute__((vector_size(kVectorBytes)));
   L best[4];
   for (L& b : best) b = L{} - C(INFINITY);
   int64_t r = 0;
@@ -120,22 +128,18 @@ C lanes_max(const C* x, int64_t n) {
 // vectorised loop) and added into lanes; the order depends on n alone.
 template <typename C>
 C sum_exp_shifted(const C* x, int64_t n, C m) {
-  constexpr int64_t kWidth = 64 / sizeof(C), kChunk = 256;
+  constexpr int64_t kChunk = 256;
   C buffer[kChunk];
-  Lanes<C> acc = {};
+  Lanes<C> acc;
   C tail = C(0);
   for (int64_t r0 = 0; r0 < n; r0 += kChunk) {
     const int64_t len = std::min(kChunk, n - r0);
-    for (int64_t j = 0; j < len; ++j) buffer[j] = vm::exp_nonpositive(x[r0 + j] - m);
+    for (int64_t j = 0; j < len; ++j) buffer[j] = math::exp_nonpositive(x[r0 + j] - m);
     int64_t j = 0;
-    for (; j + kWidth <= len; j += kWidth) {
-      Lanes<C> v;
-      std::memcpy(&v, buffer + j, sizeof(v));
-      acc += v;
-    }
+    for (; j + Lanes<C>::kWidth <= len; j += Lanes<C>::kWidth) acc.add(buffer + j);
     for (; j < len; ++j) tail += buffer[j];
   }
-  return merge_lanes<C>(acc) + tail;
+  return acc.merge() + tail;
 }
 
 // Asks for the cache lines of a contiguous row of n elements (the next row, while this one computes).
@@ -186,14 +190,14 @@ void softmax_forward(Task& task) {
             for (int64_t j = 0; j < jn; ++j) m[j] = max_propagating_nan(m[j], static_cast<C>(xb[r * sx + j]));
           if constexpr (!Log && std::is_same_v<T, C>) {  // keep exp(x - m) in y, then scale: one exp per element
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = vm::exp_nonpositive(xb[r * sx + j] - m[j]));
+              for (int64_t j = 0; j < jn; ++j) s[j] += (yb[r * sy + j] = math::exp_nonpositive(xb[r * sx + j] - m[j]));
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
               for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] *= s[j];
             continue;
           }
           for (int64_t r = 0; r < D; ++r)
-            for (int64_t j = 0; j < jn; ++j) s[j] += vm::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]);
+            for (int64_t j = 0; j < jn; ++j) s[j] += math::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]);
           if constexpr (Log) {
             for (int64_t j = 0; j < jn; ++j) s[j] = std::log(s[j]);
             for (int64_t r = 0; r < D; ++r)
@@ -201,7 +205,7 @@ void softmax_forward(Task& task) {
           } else {
             for (int64_t j = 0; j < jn; ++j) s[j] = C(1) / s[j];
             for (int64_t r = 0; r < D; ++r)
-              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
+              for (int64_t j = 0; j < jn; ++j) yb[r * sy + j] = static_cast<T>(math::exp_nonpositive(static_cast<C>(xb[r * sx + j]) - m[j]) * s[j]);
           }
         }
       });
@@ -219,7 +223,7 @@ void softmax_forward(Task& task) {
               const C log_s = std::log(sum_exp_shifted(xr, D, m));
               for (int64_t r = 0; r < D; ++r) yr[r] = (xr[r] - m) - log_s;
             } else {  // keep exp(x - m) in y, then scale: one exp per element
-              for (int64_t r = 0; r < D; ++r) yr[r] = vm::exp_nonpositive(xr[r] - m);
+              for (int64_t r = 0; r < D; ++r) yr[r] = math::exp_nonpositive(xr[r] - m);
               const C inv = C(1) / lanes_sum(yr, D);
               for (int64_t r = 0; r < D; ++r) yr[r] *= inv;
             }
@@ -227,7 +231,7 @@ void softmax_forward(Task& task) {
           }
         }
         const C m = row_extremum<true, C>(xr, Lx, 0, D);
-        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
+        const C s = lane_reduce<C>(xr, Lx, 0, D, C(0), [m](C acc, C v) { return acc + math::exp_nonpositive(v - m); }, plus<C>);
         if constexpr (Log) {
           const C log_s = std::log(s);
           if (sx == 1 && sy == 1) {
@@ -238,9 +242,9 @@ void softmax_forward(Task& task) {
         } else {
           const C inv = C(1) / s;
           if (sx == 1 && sy == 1) {
-            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xr[r]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r] = static_cast<T>(math::exp_nonpositive(static_cast<C>(xr[r]) - m) * inv);
           } else {
-            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(vm::exp_nonpositive(static_cast<C>(xr[r * sx]) - m) * inv);
+            for (int64_t r = 0; r < D; ++r) yr[r * sy] = static_cast<T>(math::exp_nonpositive(static_cast<C>(xr[r * sx]) - m) * inv);
           }
         }
       }
@@ -284,7 +288,7 @@ void softmax_backward(Task& task) {
           for (int64_t r = 0; r < D; ++r)
             for (int64_t j = 0; j < jn; ++j) {
               const C yv = static_cast<C>(yb[r * sy + j]), gv = static_cast<C>(gb[r * sg + j]);
-              out[r * sgx + j] = static_cast<T>(Log ? gv - vm::exp_nonpositive(yv) * total[j] : yv * (gv - total[j]));
+              out[r * sgx + j] = static_cast<T>(Log ? gv - math::exp_nonpositive(yv) * total[j] : yv * (gv - total[j]));
             }
         }
       });
@@ -300,7 +304,7 @@ void softmax_backward(Task& task) {
           if (unit) {
             if constexpr (Log) {
               const C total = lanes_sum(gr, D);
-              for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - vm::exp_nonpositive(yr[r]) * total;
+              for (int64_t r = 0; r < D; ++r) out[r] = gr[r] - math::exp_nonpositive(yr[r]) * total;
             } else {
               const C dot = lanes_dot(gr, yr, D);
               for (int64_t r = 0; r < D; ++r) out[r] = yr[r] * (gr[r] - dot);
@@ -313,10 +317,10 @@ void softmax_backward(Task& task) {
                                : eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r * sg]); });
           if (unit) {
             for (int64_t r = 0; r < D; ++r)
-              out[r] = static_cast<T>(static_cast<C>(gr[r]) - vm::exp_nonpositive(static_cast<C>(yr[r])) * total);
+              out[r] = static_cast<T>(static_cast<C>(gr[r]) - math::exp_nonpositive(static_cast<C>(yr[r])) * total);
           } else {
             for (int64_t r = 0; r < D; ++r)
-              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - vm::exp_nonpositive(static_cast<C>(yr[r * sy])) * total);
+              out[r * sgx] = static_cast<T>(static_cast<C>(gr[r * sg]) - math::exp_nonpositive(static_cast<C>(yr[r * sy])) * total);
           }
         } else {
           const C dot = unit ? eight_lane_sum<C>(D, [&](int64_t r) { return static_cast<C>(gr[r]) * static_cast<C>(yr[r]); })
@@ -379,7 +383,7 @@ void cross_entropy_kernel(Task& task) {
         check_target(t, num_classes);
         const T* row = x + L.output_offset(o);
         const C m = num_classes > 0 ? row_extremum<true, C>(row, L, 0, num_classes) : C(-INFINITY);
-        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + vm::exp_nonpositive(v - m); }, plus<C>);
+        const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + math::exp_nonpositive(v - m); }, plus<C>);
         lse[o] = m + std::log(s);
         row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
       }
@@ -433,12 +437,12 @@ void cross_entropy_backward_kernel(Task& task) {
         const T* row = x + L.output_offset(o);
         const C scale = static_cast<C>(g[reduction == LossReduction::None ? o : 0]) / divisor, shift = lse[o];
         if (sx == 1 && sg == 1) {
-          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * vm::exp_nonpositive(static_cast<C>(row[c]) - shift));
+          for (int64_t c = 0; c < num_classes; ++c) dst[c] = static_cast<T>(scale * math::exp_nonpositive(static_cast<C>(row[c]) - shift));
         } else {
           for (int64_t c = 0; c < num_classes; ++c)
-            dst[c * sg] = static_cast<T>(scale * vm::exp_nonpositive(static_cast<C>(row[c * sx]) - shift));
+            dst[c * sg] = static_cast<T>(scale * math::exp_nonpositive(static_cast<C>(row[c * sx]) - shift));
         }
-        dst[t * sg] = static_cast<T>(scale * (vm::exp_nonpositive(static_cast<C>(row[t * sx]) - shift) - C(1)));
+        dst[t * sg] = static_cast<T>(scale * (math::exp_nonpositive(static_cast<C>(row[t * sx]) - shift) - C(1)));
       }
     });
   });

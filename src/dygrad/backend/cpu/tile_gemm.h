@@ -13,12 +13,13 @@
 // baseline (12 of SSE's 16). A vector wider than the ISA's registers is split by the compiler into as many
 // registers per accumulator, and the accumulators spill: AVX-512's blocking compiled for AVX2 ran the attention at
 // 2% of the GEMM peak. beta is 0 (C is not read) or 1. Each C element is one sum over p in increasing order, at
-// every level (with FMA at avx2 and avx512 those two compute the same bits).
+// every level (one fma per step at avx2 and avx512, math::fmadd_lanes: those two compute the same bits).
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "dygrad/backend/cpu/blas.h"
+#include "dygrad/math/scalar.h"
 
 namespace dg::cpu {
 
@@ -57,7 +58,7 @@ inline void micro_tile(int64_t k, const float* a, int64_t a_row, int64_t a_col, 
     for (int r = 0; r < R; ++r) {
       const Vec ar = Vec{} + a[r * a_row + p * a_col];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = ar * bv[v] + acc[r][v];
+      for (int v = 0; v < NV; ++v) acc[r][v] = math::fmadd_lanes(ar, bv[v], acc[r][v]);
     }
   }
 #pragma GCC unroll 8
@@ -109,7 +110,7 @@ inline void tile_gemm(bool trans_a, int64_t m, int64_t n, int64_t k, float alpha
   for (; j < n; ++j)  // the last n % kLanes columns, one at a time
     for (int64_t i = 0; i < m; ++i) {
       float total = 0;
-      for (int64_t p = 0; p < k; ++p) total += a[i * a_row + p * a_col] * b[p * ldb + j];
+      for (int64_t p = 0; p < k; ++p) total = math::fmadd(a[i * a_row + p * a_col], b[p * ldb + j], total);
       float& out = c[i * ldc + j];
       out = accumulate ? out + alpha * total : alpha * total;
     }

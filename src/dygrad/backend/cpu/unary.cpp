@@ -1,15 +1,19 @@
-// CPU kernels: unary math functions, pow and maximum/minimum over strided, broadcast operands. Contiguous
-// float32 loops call the vectorisable functions of vec_math.h; float16/bfloat16 compute in float32.
+// CPU kernels: unary math functions, pow and maximum/minimum over strided, broadcast operands. The per-element
+// math is the device-neutral functions of math/ (elementary.h, activations.h, arithmetic.h), which contiguous
+// float32 loops vectorise; float16/bfloat16 compute in float32.
 //
 // Shapes: out[N...] = f(x[N...]) and out[N...] = f(a[N...], b[N...]), inputs broadcast to the output.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
-#include "dygrad/backend/cpu/vec_math.h"
+#include "dygrad/math/activations.h"
+#include "dygrad/math/arithmetic.h"
+#include "dygrad/math/elementary.h"
 
 // Kernel lambdas carry the whole per-element computation; forcing them inline keeps the loops vectorisable.
 #define DG_VEC_INLINE_LAMBDA __attribute__((always_inline))
@@ -98,6 +102,46 @@ void same_type_binary(Task& task, const Fn& fn) {
 
 // base^exponent in integers, wrapping on overflow as torch does. A negative exponent gives 0 unless
 // |base| == 1 (torch's integer pow).
+// sin and cos (compute type float): math's bounded version over blocks of a contiguous input, with an
+// or-reduction in the same vectorised loop marking whether any element of the block lies outside its range (|x| >
+// math::kSinCosMax, inf, nan); only then are those elements recomputed with libm. A block goes through a buffer,
+// so an in-place call reads every x before it writes. Other layouts choose per element; float64 calls libm.
+template <typename Bounded, typename Libm>
+void range_reduced_unary(Task& task, const Bounded& bounded, const Libm& libm) {
+  visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
+    using V = C<T>;
+    if constexpr (std::is_same_v<V, float>) {
+      const Tensor& out = task.outputs[0];
+      const Tensor& in = task.inputs[0];
+      if (flat_operands(out, {&in})) {
+        T* o = out.data<T>();
+        const T* x = in.data<T>();
+        parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+          constexpr int64_t kBlock = 512;
+          float buffer[kBlock];
+          for (int64_t b = begin; b < end; b += kBlock) {
+            const int64_t n = std::min(kBlock, end - b);
+            int outside = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              const float v = static_cast<float>(x[b + i]);
+              buffer[i] = bounded(v);
+              outside |= !math::sin_cos_in_range(v);
+            }
+            if (outside)
+              for (int64_t i = 0; i < n; ++i)
+                if (const float v = static_cast<float>(x[b + i]); !math::sin_cos_in_range(v)) buffer[i] = libm(v);
+            for (int64_t i = 0; i < n; ++i) o[b + i] = static_cast<T>(buffer[i]);
+          }
+        });
+        return;
+      }
+      unary_map<T>(task, [&](float v) { return math::sin_cos_in_range(v) ? bounded(v) : libm(v); });
+    } else {
+      unary_map<T>(task, libm);
+    }
+  });
+}
+
 template <typename I>
 I integer_pow(I base, I exponent) {
   if constexpr (std::is_signed_v<I>) {
@@ -124,19 +168,25 @@ V power(V base, V exponent) {
 }
 }  // namespace
 
-void exp_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::exp(x); }); }
-void log_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::log(x); }); }
+void exp_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::exp(x); }); }
+void log_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::log(x); }); }
 void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sqrt(x); }); }
 void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
-void sin_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sin(x); }); }
-void cos_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::cos(x); }); }
-void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::tanh(x); }); }
-void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::sigmoid(x); }); }
-void silu_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::silu(x); }); }
+void sin_kernel(Task& task) {
+  range_reduced_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_bounded(x); },
+                      [](auto x) { return std::sin(x); });
+}
+void cos_kernel(Task& task) {
+  range_reduced_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::cos_bounded(x); },
+                      [](auto x) { return std::cos(x); });
+}
+void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::tanh(x); }); }
+void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::sigmoid(x); }); }
+void silu_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::silu(x); }); }
 
 void gelu_kernel(Task& task) {
-  if (!task.attrs.get<GeluAttrs>().tanh_approximation) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_erf(x); });
-  else floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return vm::gelu_tanh(x); });
+  if (!task.attrs.get<GeluAttrs>().tanh_approximation) floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::gelu_erf(x); });
+  else floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::gelu_tanh(x); });
 }
 
 void abs_kernel(Task& task) {
@@ -199,7 +249,7 @@ void predicate_kernel(Task& task, bool integral, Pred pred) {
   visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
     auto fn = [integral, pred](C<T> x) DG_VEC_INLINE_LAMBDA -> bool {
       if constexpr (std::is_floating_point_v<C<T>>) return pred(x);
-      else return integral;
+      return integral;
     };
     unary_loop<decltype(fn), bool, T>(task, fn);
   });
@@ -216,35 +266,25 @@ void relu_kernel(Task& task) {
   });
 }
 
-// gelu'(x) = Phi(x) + x * phi(x) (approximate="none"), or with s = sigmoid(2u), u = k (x + c x^3):
-// d/dx [x s] = s + 2 x s (1 - s) k (1 + 3 c x^2) (approximate="tanh").
+// gelu', sigmoid', tanh', silu', relu': math/activations.h.
 void gelu_backward_kernel(Task& task) {
-  if (!task.attrs.get<GeluAttrs>().tanh_approximation) {
-    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return g * (vm::normal_cdf(x) + x * vm::normal_pdf(x)); });
-  } else {
-    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
-      const V k = V(vm::kGeluTanhScale), c = V(vm::kGeluTanhCubic);
-      const V u = k * (x + c * x * x * x);
-      const V s = V(1) / (V(1) + vm::exp(V(-2) * u));
-      return g * (s + V(2) * x * s * (V(1) - s) * k * (V(1) + V(3) * c * x * x));
-    });
-  }
+  if (!task.attrs.get<GeluAttrs>().tanh_approximation)
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return math::gelu_erf_backward(g, x); });
+  else
+    floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return math::gelu_tanh_backward(g, x); });
 }
 
 void sigmoid_backward_kernel(Task& task) {
-  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (y * (V(1) - y)); });
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return math::sigmoid_backward(g, y); });
 }
 void tanh_backward_kernel(Task& task) {
-  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return g * (V(1) - y * y); });
+  floating_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return math::tanh_backward(g, y); });
 }
 void silu_backward_kernel(Task& task) {
-  floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V {
-    const V s = vm::sigmoid(x);
-    return g * (s * (V(1) + x * (V(1) - s)));
-  });
+  floating_binary(task, []<typename V>(V g, V x) DG_VEC_INLINE_LAMBDA -> V { return math::silu_backward(g, x); });
 }
 void relu_backward_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return y > V(0) ? g : V(0); });
+  same_type_binary(task, []<typename V>(V g, V y) DG_VEC_INLINE_LAMBDA -> V { return math::relu_backward(g, y); });
 }
 
 void pow_kernel(Task& task) {
@@ -290,10 +330,7 @@ void rpow_scalar_kernel(Task& task) {
 
 // nan in either operand gives nan (torch.maximum), unlike std::max.
 void maximum_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
-    if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
-    else return a > b ? a : b;
-  });
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V { return math::maximum(a, b); });
 }
 // inputs (a, b) of one floating dtype: out = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)).
 void logaddexp_kernel(Task& task) {
@@ -307,30 +344,20 @@ void logaddexp_kernel(Task& task) {
     }
   });
 }
-// torch's lerp: out = self + weight * (end - self) for |weight| < 0.5, else end - (end - self) * (1 - weight)
-// (exact at both ends), in the compute type (float32 for 16-bit operands), rounded once.
-template <typename V>
-V lerp_value(V self, V end, V weight) {
-  const V diff = end - self;
-  return (weight < V(0.5) && weight > V(-0.5)) ? self + weight * diff : end - diff * (V(1) - weight);
-}
 // inputs (self, end, weight) of one floating dtype, broadcast.
 void lerp_kernel(Task& task) {
   visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
-    auto fn = [](T a, T b, T w) { return T(lerp_value<C<T>>(C<T>(a), C<T>(b), C<T>(w))); };
+    auto fn = [](T a, T b, T w) { return T(math::lerp<C<T>>(C<T>(a), C<T>(b), C<T>(w))); };
     ternary_loop<decltype(fn), T, T, T, T>(task, fn);
   });
 }
 // inputs (self, end); ScalarAttrs value = weight.
 void lerp_scalar_kernel(Task& task) {
   const double weight = task.attrs.get<ScalarAttrs>().value.to_double();
-  floating_binary(task, [weight]<typename V>(V a, V b) -> V { return lerp_value<V>(a, b, V(weight)); });
+  floating_binary(task, [weight]<typename V>(V a, V b) -> V { return math::lerp<V>(a, b, V(weight)); });
 }
 void minimum_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
-    if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
-    else return a < b ? a : b;
-  });
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V { return math::minimum(a, b); });
 }
 
 

@@ -1,0 +1,245 @@
+// Elementary functions of one float (math/scalar.h: device-neutral, vectorisable). The float32 versions are
+// branch-free range reduction plus a polynomial in plain float arithmetic, so loops that call them vectorise (no
+// libm calls); they stay within a few ulp of the correctly rounded result (tests/cpp/test_vec_math.cpp and
+// test_math.cpp check them against float64: exp over every float, in ulp). The float64 versions call std::
+// functions. No -ffast-math is assumed: inf, nan, signed zero and subnormal results are handled explicitly.
+//
+// Notation: x = n*ln2 + r with |r| <= ln2/2 (exp), x = 2^e * m with m in [sqrt(1/2), sqrt(2)) (log),
+// x = k*pi/2 + r with |r| <= pi/4 (sin, cos).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "dygrad/math/scalar.h"
+
+namespace dg::math {
+
+namespace detail {
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693145751953125f;          // ln2's top 15 bits: n * kLn2Hi is exact
+inline constexpr float kLn2Lo = 1.42860682030941723212e-6f;  // ln2 - kLn2Hi
+inline constexpr float kRoundMagic = 12582912.0f;            // 1.5 * 2^23: (v + magic) - magic rounds v
+inline constexpr int32_t kRoundMagicBits = 0x4B400000;       // its bits: bits(v + magic) - this == round(v)
+
+// 2^n for integral n in [-126, 127], built from the exponent bits.
+DG_MATH float pow2i(int32_t n) { return float_of(static_cast<uint32_t>(n + 127) << 23); }
+
+// x * log2e rounded to the nearest integer, as t = x * log2e + 1.5 * 2^23 (one fma where the target has it):
+// n = t - magic as a float, and as an integer from t's bits (no float-to-int conversion; |x * log2e| < 2^22).
+struct Rounded {
+  float t;  // the rounding sum
+  DG_MATH float n() const { return t - kRoundMagic; }
+  DG_MATH int32_t n_int() const { return static_cast<int32_t>(bits_of(t)) - kRoundMagicBits; }
+};
+DG_MATH Rounded round_log2(float x) { return {fmadd(x, kLog2e, kRoundMagic)}; }
+
+// r = x - n*ln2 in two steps (Cody and Waite): n * kLn2Hi is exact, so the first step loses nothing.
+DG_MATH float reduce_ln2(float x, float n) { return fmadd(-n, kLn2Lo, fmadd(-n, kLn2Hi, x)); }
+
+// exp(r) - 1 for |r| <= ln2/2: Taylor series to r^8 (truncation error below 2^-30 relative).
+DG_MATH float expm1_reduced(float r) {
+  float p = 2.48015873e-5f;         // 1/8!
+  p = fmadd(p, r, 1.98412698e-4f);  // 1/7!
+  p = fmadd(p, r, 1.38888889e-3f);  // 1/6!
+  p = fmadd(p, r, 8.33333333e-3f);  // 1/5!
+  p = fmadd(p, r, 4.16666667e-2f);  // 1/4!
+  p = fmadd(p, r, 1.66666667e-1f);  // 1/3!
+  p = fmadd(p, r, 0.5f);
+  return fmadd(p * r, r, r);
+}
+}  // namespace detail
+
+// exp(x) for every float, rounded like libm at both ends: results below FLT_MIN are subnormal (gradual
+// underflow, rounded once: 2^n is applied in two halves, each a normal float), exp(x > 88.72) = inf,
+// exp(-inf) = 0, exp(nan) = nan. Within 1 ulp of float64 std::exp over every float (tests/cpp/test_math.cpp,
+// "ExpFloat32"). The clamp to [-104, 89] is two integer minima (a nan becomes a bound there, so every later step is
+// finite, and comes back at the end).
+DG_MATH float exp(float x) {
+  using namespace detail;
+  const float clamped = clamp_by_bits(x, -104.0f, 89.0f);
+  const Rounded n = round_log2(clamped);
+  const float p = 1.0f + expm1_reduced(reduce_ln2(clamped, n.n()));
+  const int32_t ni = n.n_int(), half = ni >> 1;  // n in [-150, 128]: both halves in [-75, 64]
+  const float result = (p * pow2i(half)) * pow2i(ni - half);
+  return x != x ? x : result;
+}
+DG_MATH double exp(double x) { return std::exp(x); }
+
+// The largest float below which exp(x) < FLT_MIN (ln FLT_MIN = -87.3365447...): exp_nonpositive flushes there.
+inline constexpr float kExpNormalMin = -87.3365402f;
+
+// exp(x) specialised for the softmax family (arguments x - max(x) <= 0 and log-probabilities): the same
+// reduction and polynomial as exp, with 2^n applied in one factor, and results that exp would give as a
+// subnormal (x < kExpNormalMin) flushed to 0. So no operation underflows: far-negative inputs (masked -inf
+// logits) take no microcode assist (tens of cycles per element on x86). Bitwise equal to exp(x) for x in
+// [kExpNormalMin, 88.37] (tests/cpp/test_vec_math.cpp checks every float there); -inf gives 0, nan gives nan;
+// above 88.37 (2^n would overflow) the result is undefined. 2^n comes from the rounding sum's bits (its low
+// mantissa bits hold n, so bits << 23 == n << 23): no nan fix-up either (a nan x makes p nan, and the product).
+DG_MATH float exp_nonpositive(float x) {
+  using namespace detail;
+  const float clamped = x < kExpNormalMin ? kExpNormalMin : x;  // nan passes unchanged
+  const Rounded n = round_log2(clamped);
+  const float p = 1.0f + expm1_reduced(reduce_ln2(clamped, n.n()));
+  const float scale = float_of((bits_of(n.t) << 23) + (127u << 23));  // 2^n, normal
+  return x < kExpNormalMin ? 0.0f : p * scale;
+}
+DG_MATH double exp_nonpositive(double x) { return std::exp(x); }
+
+// exp(x) - 1 for x <= 0 (tanh's building block): 2^n * expm1(r) + (2^n - 1), exact for n == 0. A nan x gives nan
+// (the callers' own test returns it).
+DG_MATH float expm1_nonpositive(float x) {
+  using namespace detail;
+  const float clamped = clamp_by_bits(x, -20.0f, 1.0f);  // x <= 0; expm1(-20) rounds to -1; a nan becomes a bound
+  const Rounded n = round_log2(clamped);
+  const float scale = float_of((bits_of(n.t) << 23) + (127u << 23));  // 2^n, n in [-29, 0]
+  return fmadd(scale, expm1_reduced(reduce_ln2(clamped, n.n())), scale - 1.0f);
+}
+
+// log(x): x = 2^e * m, f = m - 1, s = f / (2 + f), log(m) = 2*atanh(s) = f - s*(f - R(s^2)).
+DG_MATH float log(float x) {
+  using namespace detail;
+  const bool subnormal = x < kFloatMin;
+  const float scaled = subnormal ? x * 8388608.0f : x;  // * 2^23 makes subnormals normal
+  const int32_t bits = static_cast<int32_t>(bits_of(scaled));
+  int32_t e = ((bits >> 23) & 0xff) - 127 - (subnormal ? 23 : 0);
+  float m = float_of(static_cast<uint32_t>((bits & 0x007fffff) | 0x3f800000));  // [1, 2)
+  const bool high = m > 1.41421356f;
+  m = high ? m * 0.5f : m;
+  e = high ? e + 1 : e;
+  const float f = m - 1.0f;  // exact
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  float poly = 0.222222222f;            // 2/9
+  poly = fmadd(poly, z, 0.285714286f);  // 2/7
+  poly = fmadd(poly, z, 0.4f);          // 2/5
+  poly = fmadd(poly, z, 0.666666667f);  // 2/3
+  const float log_m = f - s * (f - poly * z);
+  const float ef = static_cast<float>(e);
+  float result = fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
+  result = x == kInfinity ? kInfinity : result;
+  result = x == 0.0f ? -kInfinity : result;
+  result = x < 0.0f ? kQuietNan : result;
+  return x != x ? x : result;
+}
+DG_MATH double log(double x) { return std::log(x); }
+
+// tanh(x) = sign(x) * -u / (2 + u) with u = expm1(-2|x|): no cancellation near 0, no overflow for large |x|.
+DG_MATH float tanh(float x) {
+  const float u = expm1_nonpositive(-2.0f * std::fabs(x));
+  const float result = std::copysign(-u / (2.0f + u), x);
+  return x != x ? x : result;
+}
+DG_MATH double tanh(double x) { return std::tanh(x); }
+
+// --- sin and cos ------------------------------------------------------------------------------------------------
+// One odd polynomial, sin(r) for |r| <= pi/2 (Taylor to r^13, error below 7e-10 relative), after reducing x by a
+// multiple of pi/2 that leaves sin: sin x = (-1)^k sin(x - k pi) with k = round(x / pi), and cos x = sin(x + pi/2)
+// = (-1)^((q+1)/2) sin(x - q pi/2) with q odd, q = 2 round(x / pi - 1/2) + 1. The reduction is exact or rounded
+// once: with FMA, the constant in three floats (72 bits) and the first step exact (k c1 and x are multiples of the
+// same power of two and their difference is below 2); without FMA, four parts of 12 significant bits, whose products
+// with k < 2^12 are exact. Valid for |x| <= kSinCosMax; larger, inf and nan arguments are the caller's to hand to
+// std::sin / std::cos (backend/cpu/unary.cpp does, per block).
+#if DG_MATH_HAS_FMA
+inline constexpr float kSinCosMax = 131072.0f;  // 2^17: k < 2^16
+#else
+inline constexpr float kSinCosMax = 4096.0f;  // k < 2^12: the 12-bit parts' products stay exact
+#endif
+
+namespace detail {
+// x - k c for c = pi (Half false) or pi/2 (Half true), k integral.
+template <bool Half>
+DG_MATH float reduce_pi(float x, float k) {
+#if DG_MATH_HAS_FMA
+  constexpr float c1 = Half ? 1.57079637e+00f : 3.14159274e+00f;    // float(c)
+  constexpr float c2 = Half ? -4.37113883e-08f : -8.74227766e-08f;  // float(c - c1)
+  constexpr float c3 = Half ? -1.71512451e-15f : -3.43024902e-15f;  // float(c - c1 - c2)
+  return std::fma(-k, c3, std::fma(-k, c2, std::fma(-k, c1, x)));
+#else
+  constexpr float c1 = Half ? 1.5703125f : 3.140625f;  // 12 significant bits each
+  constexpr float c2 = Half ? 4.83751297e-04f : 9.67502594e-04f;
+  constexpr float c3 = Half ? 7.54953362e-08f : 1.50990672e-07f;
+  constexpr float c4 = Half ? 2.56334407e-12f : 5.12668814e-12f;  // the rest, rounded
+  float r = x - k * c1;
+  r = r - k * c2;
+  r = r - k * c3;
+  return r - k * c4;
+#endif
+}
+// sin(r) for |r| <= pi/2.
+DG_MATH float sin_reduced(float r) {
+  const float z = r * r;
+  float p = 1.60590438e-10f;         // 1/13!
+  p = fmadd(p, z, -2.50521084e-8f);  // -1/11!
+  p = fmadd(p, z, 2.75573192e-6f);   // 1/9!
+  p = fmadd(p, z, -1.98412698e-4f);  // -1/7!
+  p = fmadd(p, z, 8.33333333e-3f);   // 1/5!
+  p = fmadd(p, z, -1.66666667e-1f);  // -1/3!
+  return fmadd(p * z, r, r);
+}
+}  // namespace detail
+
+// sin(x) and cos(x) for |x| <= kSinCosMax (see above), near their zeros too: within 1.99 ulp of float64 with FMA,
+// 2.15 without (every 17th float pattern of the range; tests/cpp/test_vec_math.cpp checks the latter).
+DG_MATH float sin_bounded(float x) {
+  using namespace detail;
+  const float t = fmadd(x, 0.318309886f, kRoundMagic);  // round(x / pi) + magic
+  const float s = sin_reduced(reduce_pi<false>(x, t - kRoundMagic));
+  const int32_t k = static_cast<int32_t>(bits_of(t)) - kRoundMagicBits;
+  // Below 2^-12, sin x rounds to x (x^3/6 is under a quarter ulp): exact, and -0 stays -0 (r + r z p would add +0).
+  return std::fabs(x) < 2.44140625e-4f ? x : ((k & 1) ? -s : s);
+}
+DG_MATH float cos_bounded(float x) {
+  using namespace detail;
+  const float t = fmadd(x, 0.318309886f, -0.5f) + kRoundMagic;  // round(x / pi - 1/2) + magic
+  const float j = t - kRoundMagic;
+  const float s = sin_reduced(reduce_pi<true>(x, fmadd(2.0f, j, 1.0f)));
+  const int32_t m = static_cast<int32_t>(bits_of(t)) - kRoundMagicBits + 1;  // (q + 1) / 2
+  // Below 2^-12, cos x rounds to 1 (x^2/2 is under a quarter ulp): exact there (the polynomial at r = -pi/2 is
+  // within an ulp of -1, not -1 itself).
+  return std::fabs(x) < 2.44140625e-4f ? 1.0f : ((m & 1) ? -s : s);
+}
+// True where sin_bounded / cos_bounded apply (false for inf and nan too).
+DG_MATH bool sin_cos_in_range(float x) { return std::fabs(x) <= kSinCosMax; }
+
+// The standard normal CDF, Phi(x) = erfc(-x / sqrt2) / 2. With a = |x| / sqrt2:
+//   a < 0.75:  erf(a) = a * P(a^2)            (P fitted for relative error 1.5e-9)
+//   a >= 0.75: erfc(a) = exp(-a^2) * Q(1/(1+a)) (Q fitted to erfcx on [0.75, 10], 1.8e-9)
+// a^2 = x^2/2 is carried with its rounding error (mul_error) so exp(-a^2) keeps full relative accuracy in the tail.
+DG_MATH float normal_cdf(float x) {
+  const float x2 = x * x;
+  const float x2_error = mul_error(x, x);
+  const float a = std::fabs(x) * 0.707106781f;
+  // erf(a) / a as a polynomial in a^2.
+  const float a2 = 0.5f * x2;
+  float p = -6.74964103e-4f;
+  p = fmadd(p, a2, 5.11436537e-3f);
+  p = fmadd(p, a2, -2.68346351e-2f);
+  p = fmadd(p, a2, 1.12833768e-1f);
+  p = fmadd(p, a2, -3.76126200e-1f);
+  p = fmadd(p, a2, 1.12837911f);
+  const float erf_a = std::copysign(a * p, x);  // erf(x / sqrt2)
+  // erfcx(a) as a polynomial in t = 1/(1+a).
+  const float t = 1.0f / (1.0f + (a < 10.0f ? a : 10.0f));
+  float q = -2.40737844f;
+  q = fmadd(q, t, 8.25369453f);
+  q = fmadd(q, t, -11.5168285f);
+  q = fmadd(q, t, 7.63983870f);
+  q = fmadd(q, t, -1.58187747f);
+  q = fmadd(q, t, -0.532433391f);
+  q = fmadd(q, t, -0.282469869f);
+  q = fmadd(q, t, 0.279123873f);
+  q = fmadd(q, t, 0.564607918f);
+  q = fmadd(q, t, 0.564164162f);
+  q = fmadd(q, t, 6.00550038e-7f);
+  const float erfc_a = exp(-a2) * (1.0f - 0.5f * x2_error) * q;  // erfc(|x| / sqrt2)
+  float result = a < 0.75f ? 0.5f + 0.5f * erf_a : (x > 0.0f ? 1.0f - 0.5f * erfc_a : 0.5f * erfc_a);
+  result = a > 20.0f ? (x > 0.0f ? 1.0f : 0.0f) : result;  // also keeps inf away from fma(inf, inf, -inf)
+  return x != x ? x : result;
+}
+DG_MATH double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
+
+// The standard normal density phi(x) = exp(-x^2/2) / sqrt(2 pi).
+DG_MATH float normal_pdf(float x) { return 0.398942280f * exp(-0.5f * x * x); }
+DG_MATH double normal_pdf(double x) { return 0.39894228040143267794 * std::exp(-0.5 * x * x); }
+
+}  // namespace dg::math
