@@ -16,13 +16,21 @@
 
 namespace dg::cpu::vm {
 
-// a * b + c, the polynomial step of every function below. Where the ISA has fused multiply-add (the avx2 and
-// avx512 kernel levels, a GPU) it is one fma, rounded once: the levels compute the same bits. The baseline level
-// (x86-64-v2) has none, and std::fma there is a libm call (a software fma, ~20x a vector multiply-add, and no
-// loop that calls it vectorises): it multiplies then adds, rounded twice, which keeps the functions within their
-// documented ulps (tests/cpp/test_vec_math.cpp runs on the baseline) and vectorised at 128 bits.
+// Whether the ISA has fused multiply-add: x86's avx2 and avx512 kernel levels, every aarch64 CPU (the neon level:
+// fmla on vectors, fmadd on scalars), a GPU.
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__CUDA_ARCH__)
+#define DG_VEC_HAVE_FMA 1
+#else
+#define DG_VEC_HAVE_FMA 0
+#endif
+
+// a * b + c, the polynomial step of every function below. Where the ISA has fused multiply-add (DG_VEC_HAVE_FMA)
+// it is one fma, rounded once: those levels compute the same bits. x86's baseline level (x86-64-v2) has none, and
+// std::fma there is a libm call (a software fma, ~20x a vector multiply-add, and no loop that calls it
+// vectorises): it multiplies then adds, rounded twice, which keeps the functions within their documented ulps
+// (tests/cpp/test_vec_math.cpp runs on the baseline) and vectorised at 128 bits.
 DG_VEC_INLINE float fmadd(float a, float b, float c) {
-#if defined(__FMA__) || defined(__CUDA_ARCH__)
+#if DG_VEC_HAVE_FMA
   return std::fma(a, b, c);
 #else
   return a * b + c;
@@ -34,7 +42,7 @@ DG_VEC_INLINE float fmadd(float a, float b, float c) {
 // products are exact), the same value in plain vectorisable arithmetic.
 DG_VEC_INLINE float mul_error(float a, float b) {
   const float p = a * b;
-#if defined(__FMA__) || defined(__CUDA_ARCH__)
+#if DG_VEC_HAVE_FMA
   return std::fma(a, b, -p);
 #else
   constexpr float kSplit = 4097.0f;  // 2^12 + 1
