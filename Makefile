@@ -7,6 +7,8 @@
 #   make sweep      the exhaustive conformance sweep (every op, case, layout, dtype); `make test` runs the fast one
 #   make test-gradgrad  gradcheck and gradgradcheck of every differentiable op on every case of the full sweep,
 #                   and tests/python/test_double_backward.py (`make test` runs them on each op's first case)
+#   make test-aarch64  cross-compile the library, the C++ suite and the Python extension for 64-bit Arm
+#                   (build-aarch64) and run the C++ suite under qemu-aarch64 (not part of `make test`)
 PYTHON ?= python3
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -35,7 +37,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python test-levels check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean
+.PHONY: all deps build install train test test-cpp test-python test-levels check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean deps-aarch64 test-aarch64
 
 all: build
 
@@ -135,6 +137,35 @@ sanitize-tsan: deps
 	cmake --build build-tsan -j $(JOBS) --target dygrad_tests
 	$(TSAN_ENV) build-tsan/tests/cpp/dygrad_tests --gtest_brief=1 --gtest_filter='$(TSAN_TESTS)'
 
+# Arm64 (docs/ops.md, "One binary for every CPU"): cmake/aarch64-linux-gnu.cmake cross-compiles with Debian's
+# g++-aarch64-linux-gnu against Debian's arm64 packages (multiarch: `dpkg --add-architecture arm64`), and ctest runs
+# every test under qemu-aarch64. Its own target, not in CI (README: its time). Without:
+# - oneDNN: Debian 12's libdnnl-dev:arm64 cannot be installed beside the amd64 one (their dnnl_config.h differ),
+#   and its arm64 dnnl_sgemm is the reference GEMM; float32 GEMM goes to the serial OpenBLAS (CMakeLists.txt).
+# - OpenMPI: libopenmpi-dev:arm64 would remove the amd64 openmpi-bin that `make deps` installs; the C++ suite's
+#   collectives run on the one-process group, which needs no MPI.
+# Every C++ test runs; none is excluded. The float-pattern sweeps of tests/cpp/test_vec_math.cpp sample every 51st
+# pattern (DYGRAD_PATTERN_STEP): their default steps took 93 s and 274 s under qemu. The extension is built, not
+# imported: there is no arm64 numpy or torch.
+AARCH64_BUILD ?= build-aarch64
+AARCH64_APT = g++-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user ninja-build cmake \
+              libopenblas-serial-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libpython3.11-dev:arm64
+deps-aarch64:
+	@dpkg --print-foreign-architectures | grep -qx arm64 || { echo "adding the arm64 architecture"; \
+	  dpkg --add-architecture arm64; }
+	@missing=""; for p in $(AARCH64_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@$(PYTHON) -c "import nanobind" 2>/dev/null || $(PYTHON) -m pip install -q nanobind
+
+test-aarch64: deps-aarch64
+	cmake -S . -B $(AARCH64_BUILD) -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+	  -DDYGRAD_BUILD_BENCH=OFF -DDYGRAD_BUILD_PYTHON=ON -DDYGRAD_MPI=OFF >/dev/null
+	cmake --build $(AARCH64_BUILD) -j $(JOBS)
+	cd $(AARCH64_BUILD) && DYGRAD_PATTERN_STEP=51 ctest --output-on-failure -j 1  # serial, as test-cpp
+
 # Benchmarks build in $(BUILD) with DYGRAD_BUILD_BENCH=ON; each bench_* prints its comparison and ratio.
 bench: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDYGRAD_BUILD_BENCH=ON >/dev/null
@@ -145,4 +176,4 @@ bench: deps
 	BUILD=$(BUILD) bench/enqueue_callgrind.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan $(AARCH64_BUILD)

@@ -1,12 +1,14 @@
 """Checks the machine code of the float32 transcendental kernels at each kernel level (docs/ops.md, "One binary
 for every CPU"): the loops of exp, log, tanh, sigmoid, silu, gelu, sin and cos must be vectorised at
-the level's width (packed xmm at the baseline, packed fused multiply-adds on ymm at avx2 and zmm at avx512) and
-call no libm function (a call per element is what made the baseline run at scalar speed).
+the level's width (packed xmm at the baseline, packed fused multiply-adds on ymm at avx2 and zmm at avx512, on
+NEON's four float lanes at aarch64's neon level) and call no libm function (a call per element is what made the
+baseline run at scalar speed).
 
-    python3 tools/check_kernel_code.py LEVEL=LIBRARY [LEVEL=LIBRARY ...]
+    python3 tools/check_kernel_code.py [--objdump OBJDUMP] [--nm NM] LEVEL=LIBRARY [LEVEL=LIBRARY ...]
 
 LIBRARY is an unstripped build product (build/libdygrad.so for the baseline, build/libdygrad_cpu_avx2.so ...);
-ctest runs it on the build's own (tests/cpp/CMakeLists.txt)."""
+ctest runs it on the build's own (tests/cpp/CMakeLists.txt), with the target's binutils (a cross build's
+aarch64-linux-gnu-objdump)."""
 import re
 import subprocess
 import sys
@@ -21,20 +23,25 @@ KERNELS.update({k: rf"^dg::cpu::\(anonymous namespace\)::range_reduced_unary<dg:
                    rf".*::operator\(\)<float>\(\) const::\{{lambda\(long, long\)#1\}}::operator\(\)\(long, long\)"
                 for k in ("sin", "cos")})
 # What each level's packed float arithmetic looks like: the fma levels must use fused multiply-adds on their full
-# width; the baseline (no FMA) packed multiplies on xmm.
+# width; the baseline (no FMA) packed multiplies on xmm; aarch64's neon fmla/fmls on four float lanes (v0.4s).
 PACKED = {
     "baseline": re.compile(r"\bmulps\b.*%xmm"),
     "avx2": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%ymm"),
     "avx512": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%zmm"),
+    "neon": re.compile(r"\bfml[as]\s+v\d+\.4s,"),
 }
-# A call into libm, direct (`call <expf@plt>`) or through the GOT (-fno-plt: `call *...(%rip)  # <fmaf@GLIBC_2.2.5>`).
-LIBM = re.compile(r"\bcall\b.*<(fmaf?|expf?|logf?|tanhf?|erff?|erfcf?|expm1f?|__\w+_finite)(@plt|@GLIBC[\w.]*)?>")
+LIBM_NAMES = r"(fmaf?|expf?|logf?|tanhf?|erff?|erfcf?|expm1f?|__\w+_finite)"
+# A call into libm. x86-64: direct (`call <expf@plt>`) or through the GOT (-fno-plt: `call *...(%rip)  #
+# <fmaf@GLIBC_2.2.5>`). aarch64: direct (`bl <expf@plt>`); a call through the GOT (-fno-plt: `blr x16` after the
+# slot's load) names no function, so any `blr` counts (the float loops call nothing through a pointer).
+LIBM = re.compile(r"\bcall\b.*<" + LIBM_NAMES + r"(@plt|@GLIBC[\w.]*)?>|\bbl\s.*<" + LIBM_NAMES + r"(@plt)?>")
+INDIRECT_CALL = re.compile(r"\bblr\s+(x\d+)")
 
 
-def functions(path, patterns):
+def functions(path, patterns, nm="nm", objdump="objdump"):
     """{demangled name: [instruction lines]} of the functions of a shared object whose names match a pattern: their
     addresses and sizes from nm, then objdump over each one's range only (a whole plugin takes seconds)."""
-    symbols = subprocess.run(["nm", "-C", "-S", "--defined-only", path], capture_output=True, text=True,
+    symbols = subprocess.run([nm, "-C", "-S", "--defined-only", path], capture_output=True, text=True,
                              check=True).stdout
     result = {}
     for line in symbols.splitlines():
@@ -42,17 +49,17 @@ def functions(path, patterns):
         if len(parts) < 4 or parts[2] not in "tT" or not any(re.search(p, parts[3]) for p in patterns):
             continue
         begin, size = int(parts[0], 16), int(parts[1], 16)
-        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", f"--start-address={begin:#x}",
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-C", f"--start-address={begin:#x}",
                               f"--stop-address={begin + size:#x}", path], capture_output=True, text=True,
                              check=True).stdout
         result[parts[3]] = [ln for ln in out.splitlines() if re.match(r"^\s+[0-9a-f]+:\t", ln)]
     return result
 
 
-def check(level, path):
+def check(level, path, nm="nm", objdump="objdump"):
     """{kernel: [problems]} of one level's library."""
     problems = {}
-    code = functions(path, KERNELS.values())
+    code = functions(path, KERNELS.values(), nm, objdump)
     for kernel, pattern in KERNELS.items():
         found = [name for name in code if re.search(pattern, name)]
         p = problems.setdefault(kernel, [])
@@ -62,13 +69,18 @@ def check(level, path):
         body = [line for name in found for line in code[name]]
         if not any(PACKED[level].search(line) for line in body):
             p.append(f"{level}: the float32 {kernel} loop has no packed {PACKED[level].pattern} ({found[0][:90]})")
-        calls = sorted({m.group(1) for line in body for m in [LIBM.search(line)] if m})
+        calls = sorted({m.group(1) or m.group(3) for line in body for m in [LIBM.search(line)] if m})
+        calls += sorted({f"an indirect call (blr {m.group(1)})" for line in body for m in [INDIRECT_CALL.search(line)] if m})
         if calls:
             p.append(f"{level}: the float32 {kernel} loop calls libm: {', '.join(calls)}")
     return problems
 
 
 def main(argv):
+    tools = {"--nm": "nm", "--objdump": "objdump"}
+    while len(argv) >= 2 and argv[0] in tools:
+        tools[argv[0]] = argv[1]
+        argv = argv[2:]
     if not argv:
         print(__doc__)
         return 2
@@ -76,9 +88,9 @@ def main(argv):
     for arg in argv:
         level, _, path = arg.partition("=")
         if level not in PACKED:
-            print(f"unknown level {level!r} (baseline, avx2, avx512)")
+            print(f"unknown level {level!r} ({', '.join(PACKED)})")
             return 2
-        for kernel, problems in check(level, path).items():
+        for kernel, problems in check(level, path, tools["--nm"], tools["--objdump"]).items():
             for p in problems:
                 print("FAIL", p)
             passed, failed = passed + (not problems), failed + bool(problems)

@@ -5,12 +5,12 @@
 
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/spin.h"
 #include "dygrad/runtime/stream.h"
 
 #ifdef DYGRAD_HAVE_MPI
 #include <mpi.h>
 
-#include <immintrin.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/statvfs.h>
@@ -226,9 +226,7 @@ struct ShmArena {
     for (int i = 0;; ++i) {
       if (counter(rank, which).load(std::memory_order_acquire) >= value) return;
       if ((i & 63) == 63 && std::chrono::steady_clock::now() >= spin_until) break;
-#if defined(__x86_64__)
-      _mm_pause();
-#endif
+      cpu_relax();
     }
     const uint32_t seen = bell(rank).load(std::memory_order_seq_cst);
     if (counter(rank, which).load(std::memory_order_seq_cst) >= value) return;

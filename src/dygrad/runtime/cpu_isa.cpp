@@ -3,6 +3,11 @@
 
 #include <dlfcn.h>
 #include <unistd.h>
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -17,7 +22,7 @@ namespace {
 
 // x86-64-v4's AVX-512 subsets: what the avx512 plugin is compiled for (libgcc also checks that the OS saves the
 // AVX-512 state).
-bool cpu_has_avx512() {
+[[maybe_unused]] bool cpu_has_avx512() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -29,7 +34,7 @@ bool cpu_has_avx512() {
 }
 
 // x86-64-v3: AVX, AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE (and the OS saving the YMM state): the avx2 plugin's.
-bool cpu_has_avx2() {
+[[maybe_unused]] bool cpu_has_avx2() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   return __builtin_cpu_supports("x86-64-v3");
@@ -62,6 +67,14 @@ struct Level {
 
 bool always() { return true; }
 
+#if defined(__aarch64__)
+// armv8-a: Advanced SIMD (NEON) and FP are part of every aarch64 Linux CPU; one level, the library's own kernels.
+constexpr Level kLevels[] = {
+    {"neon", nullptr, always, ""},
+};
+// The names DYGRAD_CPU_ISA accepts, lowest first; x86-64's names are not among them (ignored with a warning).
+constexpr const char* kLevelNames[] = {"neon"};
+#else
 constexpr Level kLevels[] = {
     {"baseline", nullptr, always, ""},
 #if defined(DYGRAD_CPU_PLUGIN_AVX2)
@@ -71,19 +84,26 @@ constexpr Level kLevels[] = {
     {"avx512", DYGRAD_CPU_PLUGIN_AVX512, cpu_has_avx512, "the CPU has no AVX-512 (x86-64-v4)"},
 #endif
 };
-constexpr int kNumLevels = static_cast<int>(sizeof(kLevels) / sizeof(kLevels[0]));
-
 // The names DYGRAD_CPU_ISA accepts, lowest first, whether or not this build has a plugin for them.
 constexpr const char* kLevelNames[] = {"baseline", "avx2", "avx512"};
+#endif
+constexpr int kNumLevels = static_cast<int>(sizeof(kLevels) / sizeof(kLevels[0]));
+constexpr int kNumLevelNames = static_cast<int>(sizeof(kLevelNames) / sizeof(kLevelNames[0]));
 
 int level_rank(const char* name) {
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < kNumLevelNames; ++i)
     if (std::strcmp(name, kLevelNames[i]) == 0) return i;
   return -1;
 }
 
+std::string level_names() {  // "baseline, avx2, avx512"
+  std::string out;
+  for (const char* name : kLevelNames) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 struct IsaState {
-  std::string isa = "baseline";
+  std::string isa = kLevels[0].name;
   std::string note;
 };
 
@@ -118,7 +138,7 @@ IsaState load_plugin() {
   if (want && *want) {
     const int wanted = level_rank(want);
     if (wanted < 0) {
-      s.note = std::string("DYGRAD_CPU_ISA=") + want + " is not a kernel level (baseline, avx2, avx512); ignored";
+      s.note = std::string("DYGRAD_CPU_ISA=") + want + " is not a kernel level (" + level_names() + "); ignored";
       std::fprintf(stderr, "dygrad: %s\n", s.note.c_str());
     } else {
       while (cap > 0 && level_rank(kLevels[cap].name) > wanted) --cap;
@@ -145,7 +165,9 @@ IsaState load_plugin() {
     s.isa = level.name;
     return s;
   }
+#if !defined(__aarch64__)  // aarch64 has one level: its kernels are the highest there are
   if (kNumLevels == 1) s.note = join(s.note, "this build has no kernel plugin");
+#endif
   return s;
 #endif
 }
@@ -195,11 +217,11 @@ bool cpu_has_amx_bf16() {
 
 std::string cpu_features() {
   std::string out;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  auto add = [&](bool on, const char* name) {
+  [[maybe_unused]] auto add = [&](bool on, const char* name) {
     if (on) out += (out.empty() ? "" : " ") + std::string(name);
   };
+#if defined(__x86_64__)
+  __builtin_cpu_init();
   add(__builtin_cpu_supports("avx2"), "avx2");
   add(__builtin_cpu_supports("fma"), "fma");
   add(__builtin_cpu_supports("avx512f"), "avx512f");
@@ -208,6 +230,27 @@ std::string cpu_features() {
   add(__builtin_cpu_supports("avx512vnni"), "avx512_vnni");
   add(cpu_has_avx512_bf16(), "avx512_bf16");
   add(cpu_has_amx_bf16(), "amx_bf16");
+#elif defined(__aarch64__)
+  // The auxiliary vector's HWCAP bits, by /proc/cpuinfo's names: FP and Advanced SIMD (every armv8-a CPU), half
+  // precision arithmetic (armv8.2-a), int8 dot products, SVE and SVE2, bf16 (armv8.6-a), int8 matrix multiply, SME;
+  // then the SVE vector length in bits ("sve256": torch's SVE256 capability), which the kernel chooses per process.
+  const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+  add(hwcap & HWCAP_FP, "fp");
+  add(hwcap & HWCAP_ASIMD, "asimd");
+  add(hwcap & HWCAP_FPHP, "fphp");
+  add(hwcap & HWCAP_ASIMDHP, "asimdhp");
+  add(hwcap & HWCAP_ASIMDDP, "asimddp");
+  add(hwcap & HWCAP_ASIMDFHM, "asimdfhm");
+  add(hwcap & HWCAP_SVE, "sve");
+  add(hwcap2 & HWCAP2_SVE2, "sve2");
+  add(hwcap2 & HWCAP2_BF16, "bf16");
+  add(hwcap2 & HWCAP2_SVEBF16, "svebf16");
+  add(hwcap2 & HWCAP2_I8MM, "i8mm");
+  add(hwcap2 & HWCAP2_SME, "sme");
+  if (hwcap & HWCAP_SVE) {
+    const int vl = prctl(PR_SVE_GET_VL);  // bytes in the low bits, flags above
+    if (vl > 0) add(true, ("sve" + std::to_string(8 * (vl & PR_SVE_VL_LEN_MASK))).c_str());
+  }
 #endif
   return out;
 }

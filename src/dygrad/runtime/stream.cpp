@@ -8,24 +8,15 @@
 #include <pthread.h>
 
 #include <chrono>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/spin.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg {
 
 namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 // The worker spins this long for the next Task before sleeping: the host enqueues small ops faster than
 // a futex wake-up (several microseconds) would allow.
 constexpr auto kWorkerSpin = std::chrono::microseconds(100);

@@ -4,22 +4,13 @@
 
 #include <chrono>
 #include <new>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+
+#include "dygrad/runtime/spin.h"
 
 namespace dg {
 
 namespace {
 thread_local bool tls_in_parallel = false;
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 // How long a helper keeps spinning for the next job before it sleeps: long enough to cover the gap
 // between two kernels of one op sequence, short enough not to steal the host's core for long.

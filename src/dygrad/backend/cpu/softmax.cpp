@@ -3,7 +3,7 @@
 // order, so results do not depend on the thread count. Rows in contiguous memory take vectorisable
 // loops; a softmax over a leading dim processes blocks of contiguous columns at once. Every exp here has
 // an argument <= 0 (x - max, or a log-probability), so it uses math::exp_nonpositive: masked -inf logits
-// then cost no underflow assist. Loops here may use 512-bit vectors (the pragma below; exp is
+// then cost no underflow assist. Loops here may use 512-bit vectors (the pragma below, an x86 option; exp is
 // compute-bound on AVX-512 machines, and a no-op elsewhere).
 //
 // Notation: D = size of the softmax dim, m = row maximum, s = sum over the row of exp(x - m).
@@ -20,7 +20,7 @@
 #include "dygrad/math/elementary.h"
 #include "dygrad/core/error.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #pragma GCC target("prefer-vector-width=512")
 #endif
 

@@ -10,10 +10,13 @@
 // broadcast, so neither needs packing. A micro-tile is kRows rows of C by up to kVecs vectors of kLanes columns
 // held in registers while p runs over all of K, sized per kernel level to the register file: 6 x 4 zmm of 16
 // lanes (24 of AVX-512's 32 registers), 6 x 2 ymm of 8 lanes (12 of AVX2's 16), 6 x 2 xmm of 4 lanes at the
-// baseline (12 of SSE's 16). A vector wider than the ISA's registers is split by the compiler into as many
-// registers per accumulator, and the accumulators spill: AVX-512's blocking compiled for AVX2 ran the attention at
-// 2% of the GEMM peak. beta is 0 (C is not read) or 1. Each C element is one sum over p in increasing order, at
-// every level (one fma per step at avx2 and avx512, math::fmadd_lanes: those two compute the same bits).
+// baseline (12 of SSE's 16), 6 x 3 NEON q registers of 4 lanes on aarch64 (18 of its 32; GCC also holds the 3 B
+// vectors and all 6 A elements, 27 in all: 6 x 4 spilled 5 accumulators per step of p in GCC 12's code; neither
+// speed is measured, as nothing is under qemu). A vector wider than the ISA's registers is split by the compiler
+// into as many registers per accumulator, and the accumulators spill: AVX-512's blocking compiled for AVX2 ran the
+// attention at 2% of the GEMM peak. beta is 0 (C is not read) or 1. Each C element is one sum over p in
+// increasing order, at every level (one fma per step at avx2, avx512 and neon, math::fmadd_lanes: those compute
+// the same bits).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -28,6 +31,8 @@ namespace tile_gemm_detail {
 constexpr int kLanes = 16, kVecs = 4;
 #elif defined(__AVX2__)
 constexpr int kLanes = 8, kVecs = 2;
+#elif defined(__aarch64__)
+constexpr int kLanes = 4, kVecs = 3;
 #else
 constexpr int kLanes = 4, kVecs = 2;
 #endif
