@@ -23,6 +23,11 @@ APT_OPTIONAL = libdnnl-dev
 PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0
 PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch
 
+# Whether package $$p is installed for this machine's architecture (or for all): `dpkg -s NAME` fails as ambiguous
+# once the same package is installed for a second architecture too (make test-aarch64 adds arm64's).
+APT_HAS = dpkg-query -W -f='$${Architecture} $${db:Status-Abbrev}\n' $$p 2>/dev/null | \
+          grep -qE "^($$(dpkg --print-architecture)|all) ii"
+
 # Sanitizer builds: -O1 keeps the instrumented code fast enough and compiles in about half the time of -O3.
 SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
                  -DDYGRAD_BUILD_BENCH=OFF -DDYGRAD_BUILD_EXAMPLES=OFF
@@ -43,8 +48,8 @@ all: build
 
 # Installs system and Python packages only when something is missing (no network use otherwise).
 deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	optional=""; for p in $(APT_OPTIONAL); do dpkg -s $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+	@missing=""; for p in $(APT_PACKAGES); do $(APT_HAS) || missing="$$missing $$p"; done; \
+	optional=""; for p in $(APT_OPTIONAL); do $(APT_HAS) || optional="$$optional $$p"; done; \
 	if [ -n "$$missing$$optional" ]; then \
 	  echo "installing:$$missing$$optional"; \
 	  apt-get update -qq; \
