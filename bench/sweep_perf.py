@@ -3,7 +3,7 @@ side on the same inputs, timed interleaved (median of repeats, each dygrad timin
 Prints GB/s or GFLOP/s per op and shape from the op table's cost model (the FLOPs and bytes the profiler records
 for the Tasks one call runs) and the ratio to torch, so weak kernels show at a glance. Never a test.
 
-    python3 bench/sweep_perf.py [--dtype float32] [--filter REGEX] [--repeats 7] [--all-shapes] [--queued]
+    python3 bench/sweep_perf.py [--dtype float32] [--filter REGEX] [--repeats 7] [--all-shapes] [--queued] [--threads N]
 
 By default each dygrad call is followed by dg.synchronize(): the time is a call's latency, the stream's wake-up
 included (the worker sleeps once idle, docs/stream.md). --queued times the calls back to back and synchronizes once
@@ -87,7 +87,11 @@ def main(argv=None):
     parser.add_argument("--all-shapes", action="store_true", help="every case too, not only the large one")
     parser.add_argument("--queued", action="store_true", help="dygrad's calls back to back, one synchronize per "
                         "timing (throughput), instead of one per call (latency)")
+    parser.add_argument("--threads", type=int, default=0, help="threads for both libraries (default: dygrad's "
+                        "count); 1 on a machine shared with other work")
     args = parser.parse_args(argv)
+    if args.threads:
+        dg.set_num_threads(args.threads)
     torch.set_num_threads(max(1, dg.get_context().num_threads))
     print(f"dygrad {dg.__version__} vs torch {torch.__version__}, {dg.get_context().num_threads} threads, "
           f"{args.dtype}, forward only, median of {args.repeats}, {'queued' if args.queued else 'synchronized'} calls")
