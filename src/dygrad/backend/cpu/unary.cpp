@@ -100,8 +100,6 @@ void same_type_binary(Task& task, const Fn& fn) {
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() { binary_loop<Fn, T, T>(task, fn); });
 }
 
-// base^exponent in integers, wrapping on overflow as torch does. A negative exponent gives 0 unless
-// |base| == 1 (torch's integer pow).
 // sin and cos (compute type float): math's bounded version over blocks of a contiguous input, with an
 // or-reduction in the same vectorised loop marking whether any element of the block lies outside its range (|x| >
 // math::kSinCosMax, inf, nan); only then are those elements recomputed with libm. A block goes through a buffer,
@@ -142,6 +140,8 @@ void range_reduced_unary(Task& task, const Bounded& bounded, const Libm& libm) {
   });
 }
 
+// base^exponent in integers, wrapping on overflow as torch does. A negative exponent gives 0 unless
+// |base| == 1 (torch's integer pow).
 template <typename I>
 I integer_pow(I base, I exponent) {
   if constexpr (std::is_signed_v<I>) {
