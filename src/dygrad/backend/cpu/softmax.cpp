@@ -42,16 +42,17 @@ C max_propagating_nan(C a, C b) { return (b > a || b != b) ? b : a; }
 template <typename C>
 C plus(C a, C b) { return a + b; }
 
-// Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of lanes (lane k adds the elements r = k mod 64 / sizeof(C)),
-// merged in a fixed tree, then the tail: contiguous rows of float/double, vectorised without reassociation by the
-// compiler, and the same order, hence the same bits, at every kernel level. The 64 bytes are held as registers of
-// the level's width (kVectorBytes, loops.h: 4 xmm, 2 ymm or 1 zmm): a 64-byte GCC vector on a narrower level kept
-// the accumulator in memory, moved through general registers (log_softmax backward at avx2: 1.5x torch's time).
+// Sum of x[0, n) (and of x[r] * y[r]) over 64 bytes of lanes (lane k adds the elements r with r mod W = k,
+// W = 64 / sizeof(C)), merged in a fixed tree, then the tail: contiguous rows of float/double, vectorised without
+// reassociation by the compiler, and the same order, hence the same bits, at every kernel level. The 64 bytes are
+// held as registers of the level's width (kVectorBytes, loops.h: 4 xmm, 2 ymm or 1 zmm): a 64-byte GCC vector on a
+// narrower level kept the accumulator in memory, moved through general registers (log_softmax backward at avx2:
+// 1.5x torch's time).
 template <typename C>
 struct Lanes {
   typedef C Part __attribute__((vector_size(kVectorBytes)));
   static constexpr int kParts = 64 / kVectorBytes;
-  static constexpr int64_t kWidth = 64 / sizeof(C);   // elements per step
+  static constexpr int64_t kWidth = 64 / sizeof(C);  // W: elements per step
   static constexpr int64_t kPartWidth = kVectorBytes / sizeof(C);
   Part part[kParts] = {};
 
