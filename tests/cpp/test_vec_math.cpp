@@ -163,7 +163,8 @@ TEST(VecMath, SinCosFloat32WithinTwoAndAHalfUlpOfFloat64) {
   int64_t checked = 0;
   const uint32_t last = std::bit_cast<uint32_t>(math::kSinCosMax);
   for (uint64_t bits = 0; bits <= last; bits += step) {
-    for (const float x : {std::bit_cast<float>(static_cast<uint32_t>(bits)), -std::bit_cast<float>(static_cast<uint32_t>(bits))}) {
+    const float magnitude = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    for (const float x : {magnitude, -magnitude}) {
       ASSERT_TRUE(math::sin_cos_in_range(x));
       const double s = ulp_error(math::sin_bounded(x), std::sin(static_cast<double>(x)));
       const double c = ulp_error(math::cos_bounded(x), std::cos(static_cast<double>(x)));
