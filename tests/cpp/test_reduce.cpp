@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
+#include "dygrad/backend/cpu/accumulate.h"
+#include "dygrad/runtime/scratch.h"
 #include "harness.h"
 
 using namespace dg;
@@ -146,6 +149,31 @@ void check_all_dims(const char* name, const std::function<Tensor(const Tensor&, 
 TEST(Reduce, SumAllDims) {
   for (DType t : {DType::Float32, DType::Float64, DType::BFloat16})
     check_all_dims("sum", [](const Tensor& a, IntSpan d, bool k) { return sum(a, d, k); }, ref_sum, t);
+}
+
+// The full sum of a contiguous float32 tensor is the documented order (backend/cpu/accumulate.h): partial sums of
+// kFullReduceChunk values, each in the eight-lane order, added in chunk order. The kernel sums four whole chunks at
+// once (eight_lane_sums<4>); this holds it bitwise to one chunk at a time, for sizes with and without a partial
+// chunk or a group of fewer than four, at whatever kernel level runs (make test-levels runs the others).
+TEST(Reduce, FullSumIsTheChunkedEightLaneOrderBitwise) {
+  for (const int64_t n : {int64_t{5}, kFullReduceChunk * 4, kFullReduceChunk * 5 + 13, kFullReduceChunk * 7,
+                          kFullReduceChunk * 9 + 8, int64_t{100003}}) {
+    const Values raw = random_values(n, 7, -3.0, 3.0);
+    const Tensor x = tensor_from(raw, {n}, DType::Float32);
+    const std::vector<float> values = x.to_vector<float>();
+    float want = 0;
+    if (n <= kFullReduceChunk) {
+      want = cpu::eight_lane_sum<float>(n, [&](int64_t i) { return values[static_cast<size_t>(i)]; });
+    } else {
+      for (int64_t b = 0; b < n; b += kFullReduceChunk) {
+        const int64_t len = std::min(kFullReduceChunk, n - b);
+        want += cpu::eight_lane_sum<float>(len, [&](int64_t i) { return values[static_cast<size_t>(b + i)]; });
+      }
+    }
+    const float got = sum(x).to_vector<float>()[0];
+    EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << "n = " << n << ": " << got << " vs "
+                                                                          << want;
+  }
 }
 
 TEST(Reduce, AmaxAminAllDims) {

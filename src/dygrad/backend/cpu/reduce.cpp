@@ -110,10 +110,33 @@ void sum_kernel(Task& task) {
         // Full reduction: partial sums over fixed chunks, combined in chunk order.
         const int64_t chunks = (L.num_reduced + kFullReduceChunk - 1) / kFullReduceChunk;
         std::vector<A> partial(static_cast<size_t>(chunks));
-        parallel_chunks(chunks, [&](int64_t c) {
-          int64_t b = c * kFullReduceChunk, e = std::min(L.num_reduced, b + kFullReduceChunk);
-          partial[static_cast<size_t>(c)] = sum_strided<T, A>(x, L, b, e);
-        });
+        bool done = false;
+        if constexpr (std::is_same_v<T, A> && std::is_floating_point_v<A>) {
+          if (L.red_sizes.size() == 1 && L.red_strides[0] == 1) {
+            // Contiguous: four whole chunks at a time (accumulate.h, eight_lane_sums: each chunk's sum bitwise as
+            // one at a time, four independent chains), the last partial chunk alone.
+            constexpr int kTogether = 4;
+            const int64_t whole = L.num_reduced / kFullReduceChunk;
+            parallel_chunks((whole + kTogether - 1) / kTogether, [&](int64_t g) {
+              const int64_t c0 = g * kTogether;
+              if (c0 + kTogether <= whole) {
+                eight_lane_sums<kTogether>(x + c0 * kFullReduceChunk, kFullReduceChunk, partial.data() + c0);
+                return;
+              }
+              for (int64_t c = c0; c < whole; ++c)
+                eight_lane_sums<1>(x + c * kFullReduceChunk, kFullReduceChunk, partial.data() + c);
+            });
+            if (whole < chunks)
+              eight_lane_sums<1>(x + whole * kFullReduceChunk, L.num_reduced - whole * kFullReduceChunk,
+                                 partial.data() + whole);
+            done = true;
+          }
+        }
+        if (!done)
+          parallel_chunks(chunks, [&](int64_t c) {
+            int64_t b = c * kFullReduceChunk, e = std::min(L.num_reduced, b + kFullReduceChunk);
+            partial[static_cast<size_t>(c)] = sum_strided<T, A>(x, L, b, e);
+          });
         A total = 0;
         for (A p : partial) total += p;
         y[0] = static_cast<TOut>(total);
