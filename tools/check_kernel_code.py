@@ -32,10 +32,42 @@ PACKED = {
 }
 LIBM_NAMES = r"(fmaf?|expf?|logf?|tanhf?|erff?|erfcf?|expm1f?|__\w+_finite)"
 # A call into libm. x86-64: direct (`call <expf@plt>`) or through the GOT (-fno-plt: `call *...(%rip)  #
-# <fmaf@GLIBC_2.2.5>`). aarch64: direct (`bl <expf@plt>`); a call through the GOT (-fno-plt: `blr x16` after the
-# slot's load) names no function, so any `blr` counts (the float loops call nothing through a pointer).
+# <fmaf@GLIBC_2.2.5>`). aarch64: direct (`bl <expf@plt>`) or through the GOT (-fno-plt: `adrp xM, PAGE; ldr xN,
+# [xM, #OFFSET]; ... blr xN`), which names no function: the slot's address is followed back to its dynamic
+# relocation (`objdump -R`), and a `blr` whose target cannot be followed counts as a failure.
 LIBM = re.compile(r"\bcall\b.*<" + LIBM_NAMES + r"(@plt|@GLIBC[\w.]*)?>|\bbl\s.*<" + LIBM_NAMES + r"(@plt)?>")
+LIBM_SYMBOL = re.compile(r"^" + LIBM_NAMES + r"(@\w[\w.]*)?$")
 INDIRECT_CALL = re.compile(r"\bblr\s+(x\d+)")
+ADRP = re.compile(r"\badrp\s+(x\d+),\s*([0-9a-f]+)\b")
+LDR_SLOT = re.compile(r"\bldr\s+(x\d+),\s*\[(x\d+),\s*#(\d+)\]")
+
+
+def got_slots(path, objdump):
+    """{address of a GOT slot: the symbol its dynamic relocation names} of a shared object."""
+    out = subprocess.run([objdump, "-R", path], capture_output=True, text=True, check=True).stdout
+    slots = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and re.fullmatch(r"[0-9a-f]+", parts[0]):
+            slots[int(parts[0], 16)] = parts[2]
+    return slots
+
+
+def indirect_targets(body, slots):
+    """The functions the `blr` of an aarch64 function body call: for each, the GOT slot its register was last loaded
+    from (an adrp's page plus the ldr's offset) before the call, in address order; None where that cannot be
+    followed (then the call counts as one into libm)."""
+    pages, loaded, targets = {}, {}, []
+    for line in body:
+        if m := ADRP.search(line):
+            pages[m.group(1)] = int(m.group(2), 16)
+            loaded.pop(m.group(1), None)
+        elif m := LDR_SLOT.search(line):
+            base = pages.get(m.group(2))
+            loaded[m.group(1)] = slots.get(base + int(m.group(3))) if base is not None else None
+        elif m := INDIRECT_CALL.search(line):
+            targets.append((m.group(1), loaded.get(m.group(1))))
+    return targets
 
 
 def functions(path, patterns, nm="nm", objdump="objdump"):
@@ -60,6 +92,7 @@ def check(level, path, nm="nm", objdump="objdump"):
     """{kernel: [problems]} of one level's library."""
     problems = {}
     code = functions(path, KERNELS.values(), nm, objdump)
+    slots = None
     for kernel, pattern in KERNELS.items():
         found = [name for name in code if re.search(pattern, name)]
         p = problems.setdefault(kernel, [])
@@ -70,7 +103,11 @@ def check(level, path, nm="nm", objdump="objdump"):
         if not any(PACKED[level].search(line) for line in body):
             p.append(f"{level}: the float32 {kernel} loop has no packed {PACKED[level].pattern} ({found[0][:90]})")
         calls = sorted({m.group(1) or m.group(3) for line in body for m in [LIBM.search(line)] if m})
-        calls += sorted({f"an indirect call (blr {m.group(1)})" for line in body for m in [INDIRECT_CALL.search(line)] if m})
+        if any(INDIRECT_CALL.search(line) for line in body):
+            slots = got_slots(path, objdump) if slots is None else slots
+            calls += sorted({f"an indirect call (blr {reg}) to {target or 'a target not followed to its GOT slot'}"
+                             for reg, target in indirect_targets(body, slots)
+                             if target is None or LIBM_SYMBOL.match(target)})
         if calls:
             p.append(f"{level}: the float32 {kernel} loop calls libm: {', '.join(calls)}")
     return problems
