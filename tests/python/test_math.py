@@ -286,3 +286,29 @@ def test_rounding_sign_reciprocal_and_float_predicates_match_torch():
         dg.tensor([1, 2]).reciprocal_()
     x = dg.tensor([0.3, 2.0]).requires_grad_()
     assert not x.isnan().requires_grad and x.isfinite().dtype == dg.bool
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logaddexp_special_values_and_every_range(dtype):
+    """logaddexp (math::logaddexp, vectorised for float32): infinities, nan, far-apart operands (the log1p term
+    below one ulp of the maximum), subnormal results and a broadcast row, against torch; finite values against the
+    float64 formula within 4 ulps of the larger of the sum's two terms, max(a, b) and log1p(exp(-|a - b|)) (the exp, log
+    and division each round once, the sum once more; where the terms cancel, as torch's formula does too, the error
+    is relative to them, not to the result)."""
+    inf, nan = float("inf"), float("nan")
+    a = [inf, -inf, inf, -inf, nan, 0.0, 1.0, -100.0, -90.0, 20.0, 0.0, -3.0, 1e-30, -104.0]
+    b = [inf, -inf, -inf, 3.0, 1.0, nan, 1.0, -100.0, -110.0, -20.0, -100.0, 2.5, -1e-30, -104.5]
+    da, ta = dg.tensor(a, dtype=getattr(dg, dtype)), torch.tensor(a, dtype=getattr(torch, dtype))
+    db, tb = dg.tensor(b, dtype=getattr(dg, dtype)), torch.tensor(b, dtype=getattr(torch, dtype))
+    got, want = dg.logaddexp(da, db).numpy(), torch.logaddexp(ta, tb).numpy()
+    special = ~np.isfinite(want)
+    np.testing.assert_array_equal(got[special], want[special])
+    x = np.random.default_rng(3).uniform(-30, 30, (64, 40)).astype(dtype)
+    y = np.random.default_rng(4).uniform(-30, 30, (40,)).astype(dtype)
+    got_bc = dg.logaddexp(dg.tensor(x), dg.tensor(y)).numpy().astype(np.float64)
+    for g, (p, q) in ((got[~special], (np.array(a)[~special], np.array(b)[~special])), (got_bc, np.broadcast_arrays(x, y))):
+        p, q = np.asarray(p, np.float64).astype(dtype).astype(np.float64), np.asarray(q, np.float64).astype(dtype).astype(np.float64)
+        ref = np.logaddexp(p, q)
+        scale = np.maximum(np.abs(np.maximum(p, q)), np.log1p(np.exp(-np.abs(p - q))))
+        ulp = np.spacing(scale.astype(dtype)).astype(np.float64)
+        assert np.all(np.abs(g.astype(np.float64) - ref) <= 4 * ulp), np.max(np.abs(g - ref) / ulp)

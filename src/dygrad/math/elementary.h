@@ -123,6 +123,23 @@ DG_MATH float log(float x) {
 }
 DG_MATH double log(double x) { return std::log(x); }
 
+// log(1 + u) for u in [0, 1] (logaddexp's term): v = 1 + u rounded, plus the rounding's first-order correction
+// (u - (v - 1)) / v, so small u keep their digits (u = 0 gives 0, u below 2^-24 gives u).
+DG_MATH float log1p_unit(float u) {
+  const float v = 1.0f + u;
+  return log(v) + (u - (v - 1.0f)) / v;
+}
+DG_MATH double log1p_unit(double u) { return std::log1p(u); }
+
+// log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)) (torch.logaddexp): nan when either is nan; two equal
+// infinities give that infinity (the formula would give nan).
+template <typename V>
+DG_MATH V logaddexp(V a, V b) {
+  const V m = a > b ? a : b;  // nan > b is false: then b + nan below
+  const V sum = m + log1p_unit(exp(-std::fabs(a - b)));
+  return (a == b && std::fabs(a) == V(kInfinity)) ? a : sum;
+}
+
 // tanh(x) = sign(x) * -u / (2 + u) with u = expm1(-2|x|): no cancellation near 0, no overflow for large |x|.
 DG_MATH float tanh(float x) {
   const float u = expm1_nonpositive(-2.0f * std::fabs(x));

@@ -363,7 +363,10 @@ void Stream::worker_loop() {
       while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
         cpu_relax();
-        if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+        if (++polls % 64 != 0) continue;
+        // Give the core to a thread waiting for one (docs/threading.md, "Who spins, who sleeps").
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() > spin_until) {
           uint32_t signal = work_signal_.load(std::memory_order_seq_cst);
           worker_sleeping_.store(true, std::memory_order_seq_cst);
           if (published_.load(std::memory_order_seq_cst) <= done && !stopping_.load()) work_signal_.wait(signal);

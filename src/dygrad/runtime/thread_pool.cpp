@@ -105,7 +105,11 @@ void ThreadPool::helper_loop(int, uint32_t seen) {
     int polls = 0;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
       cpu_relax();
-      if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+      if (++polls % 64 != 0) continue;
+      // Give the core to a thread waiting for one: the host, woken at a sync point, would otherwise wait for
+      // this spin to end (docs/threading.md, "Who spins, who sleeps").
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() > spin_until) {
         sleeping_helpers_.fetch_add(1, std::memory_order_seq_cst);
         generation_.wait(seen, std::memory_order_seq_cst);
         sleeping_helpers_.fetch_sub(1, std::memory_order_seq_cst);

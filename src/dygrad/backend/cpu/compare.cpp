@@ -177,8 +177,15 @@ void clamp_scalar_kernel(Task& task) {
   const Scalar lo_s = attrs.min, hi_s = attrs.max;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     const C<T> lo = lo_s.to<C<T>>(), hi = hi_s.to<C<T>>();
-    auto fn = [=](C<T> x) { return clamp_value(x, lo, hi, has_lo, has_hi); };
-    unary_loop<decltype(fn), T, T>(task, fn);
+    // One loop per set of bounds: the flags are then constants in each (a branch in the loop kept it scalar).
+    auto run = [&]<bool kLo, bool kHi>() {
+      auto fn = [=](C<T> x) { return clamp_value(x, lo, hi, kLo, kHi); };
+      unary_loop<decltype(fn), T, T>(task, fn);
+    };
+    if (has_lo && has_hi) run.template operator()<true, true>();
+    else if (has_lo) run.template operator()<true, false>();
+    else if (has_hi) run.template operator()<false, true>();
+    else run.template operator()<false, false>();
   });
 }
 

@@ -341,11 +341,9 @@ void maximum_kernel(Task& task) {
 }
 // inputs (a, b) of one floating dtype: out = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)).
 void logaddexp_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V a, V b) -> V {
+  same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V {
     if constexpr (std::is_floating_point_v<V>) {
-      if (std::isinf(a) && a == b) return a;  // both -inf or both +inf: the formula would give nan
-      const V m = a > b ? a : b;              // nan when either is nan (nan > b is false: b + nan)
-      return m + std::log1p(std::exp(-std::fabs(a - b)));
+      return math::logaddexp(a, b);  // math/elementary.h: vectorised for float
     } else {
       return a > b ? a : b;  // not reached: the op refuses integral dtypes
     }
