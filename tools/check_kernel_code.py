@@ -16,12 +16,13 @@ import sys
 # The float32 contiguous loop of each kernel: the function (demangled) instantiated with its per-element lambda
 # for float.
 KERNELS = {k: rf"unary_contiguous<dg::cpu::{k}_kernel\(dg::Task&\)::.*, float, float>"
-           for k in ("exp", "log", "tanh", "sigmoid", "silu", "gelu")}
-# sin and cos: the float32 block loop of range_reduced_unary (backend/cpu/unary.cpp); its calls to sinf / cosf are
-# the fallback for arguments out of range, outside the vector loop.
-KERNELS.update({k: rf"^dg::cpu::\(anonymous namespace\)::range_reduced_unary<dg::cpu::{k}_kernel\(dg::Task&\)"
+           for k in ("tanh", "sigmoid", "silu", "gelu")}
+# exp, log, sin and cos: the float32 block loop of guarded_unary (backend/cpu/unary.cpp); the full function for
+# arguments out of range (math::exp, math::log, libm's sinf / cosf) is a function of its own, outside the vector
+# loop.
+KERNELS.update({k: rf"^dg::cpu::\(anonymous namespace\)::guarded_unary<dg::cpu::{k}_kernel\(dg::Task&\)"
                    rf".*::operator\(\)<float>\(\) const::\{{lambda\(long, long\)#1\}}::operator\(\)\(long, long\)"
-                for k in ("sin", "cos")})
+                for k in ("exp", "log", "sin", "cos")})
 # What each level's packed float arithmetic looks like: the fma levels must use fused multiply-adds on their full
 # width; the baseline (no FMA) packed multiplies on xmm; aarch64's neon fmla/fmls on four float lanes (v0.4s).
 PACKED = {

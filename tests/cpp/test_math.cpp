@@ -519,3 +519,62 @@ TEST(Math, SecondOrderGradients) {
     gradcheck(first_derivative, {random_tensor({7}, DType::Float64, 61, -3, 3)}, 1e-6, 1e-6, 1e-5, name);
   }
 }
+
+// The exp and log kernels (backend/cpu/unary.cpp, guarded_unary) compute math::exp_normal_range or
+// math::log_normal_range on blocks whose elements all lie in their fast range and recompute the others with math::exp
+// or math::log. Their results must not depend on which path an element took: a contiguous call (blocks with no,
+// some or only out-of-range values: subnormal and infinite results or arguments, zeros, negatives, +-inf, nan, at
+// every block offset), an in-place one (exp_) and a strided view (per element, no blocks) give the same bits, each within
+// 1 ulp of float64 (the level's own functions: the test binary is compiled for the baseline, the kernels for the
+// CPU's level).
+TEST(Math, ExpAndLogKernelsAreTheSameFunctionInAndOutOfTheirFastRange) {
+  constexpr float kInfF = std::numeric_limits<float>::infinity();
+  struct Case {
+    const char* name;
+    Tensor (*op)(const Tensor&);
+    Tensor& (*op_)(Tensor&);  // the in-place form, or null
+    double (*reference)(double);
+    std::vector<float> outliers;
+    float lo, hi;  // the in-range runs
+  };
+  const Case cases[] = {
+      {"exp", [](const Tensor& x) { return dg::exp(x); }, [](Tensor& x) -> Tensor& { return dg::exp_(x); },
+       [](double x) { return std::exp(x); },
+       {-87.4f, -103.f, -104.5f, 88.5f, 88.8f, 1e30f, -1e30f, kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 0.f, -0.f},
+       -80.f, 88.f},
+      {"log", [](const Tensor& x) { return dg::log(x); }, nullptr,  // no log_ in C++: exp covers the in-place path
+       [](double x) { return std::log(x); },
+       {0.f, -0.f, -1.f, 1e-40f, 1e-45f, kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 3e38f, 1.17549435e-38f},
+       1e-3f, 1e3f},
+  };
+  for (const Case& c : cases) {
+    std::vector<float> values;
+    for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 40961) values.push_back(std::bit_cast<float>(uint32_t(bits)));
+    for (int run = 0; run < 600; ++run)  // runs of in-range values with one outlier each, at every offset
+      for (int i = 0; i < 37; ++i)
+        values.push_back(i == run % 37 ? c.outliers[size_t(run) % c.outliers.size()]
+                                       : c.lo + (c.hi - c.lo) * float((run * 37 + i) % 997) / 997.f);
+    const int64_t n = static_cast<int64_t>(values.size());
+    std::vector<float> interleaved(size_t(2 * n), 1.5f);
+    for (int64_t i = 0; i < n; ++i) interleaved[size_t(2 * i)] = values[size_t(i)];
+    const std::vector<float> flat = c.op(from_vector<float>(values, Shape{n})).to_vector<float>();
+    Tensor y = from_vector<float>(values, Shape{n});
+    if (c.op_) c.op_(y);
+    const std::vector<float> in_place = c.op_ ? y.to_vector<float>() : flat;
+    const std::vector<float> strided = c.op(dg::select(from_vector<float>(interleaved, Shape{n, 2}), 1, 0)).to_vector<float>();
+    int64_t failures = 0;
+    auto bits = [](float v) { return std::isnan(v) ? 0x7fc00000u : std::bit_cast<uint32_t>(v); };
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = size_t(i);
+      const double want = c.reference(double(values[k]));
+      const float w32 = float(want);
+      const double ulp = std::isfinite(w32) ? std::nextafter(std::fabs(w32), INFINITY) - std::fabs(w32) : 0.0;
+      const bool accurate = std::isnan(want) ? std::isnan(flat[k])
+                            : std::isinf(w32) ? flat[k] == w32 : std::fabs(double(flat[k]) - want) <= ulp;
+      if ((!accurate || bits(flat[k]) != bits(in_place[k]) || bits(flat[k]) != bits(strided[k])) && ++failures <= 5)
+        ADD_FAILURE() << c.name << "(" << values[k] << "): contiguous " << flat[k] << ", in place " << in_place[k]
+                      << ", strided " << strided[k] << ", float64 " << want;
+    }
+    EXPECT_EQ(failures, 0) << c.name;
+  }
+}

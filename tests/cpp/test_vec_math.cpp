@@ -188,5 +188,29 @@ TEST(VecMath, SinCosFloat32WithinTwoAndAHalfUlpOfFloat64) {
   EXPECT_EQ(math::cos_bounded(0.0f), 1.0f);
 }
 
+// The fast-range forms the exp and log kernels run on most blocks (backend/cpu/unary.cpp, guarded_unary) are the
+// full functions' arithmetic: bitwise equal to math::exp on [kExpNormalMin, kExpOneScaleMax] and to math::log on
+// the normal positive floats (sampled with an odd step, every exponent and every low-bit residue).
+TEST(VecMath, FastRangeFormsAreBitwiseTheFullFunctions) {
+  const uint32_t step = pattern_step(67);
+  int64_t exp_checked = 0, log_checked = 0, mismatches = 0;
+  for (uint64_t bits = 0; bits <= 0xffffffffull; bits += step) {
+    const float x = std::bit_cast<float>(static_cast<uint32_t>(bits));
+    if (math::exp_in_normal_range(x)) {
+      ++exp_checked;
+      if (std::bit_cast<uint32_t>(math::exp_normal_range(x)) != std::bit_cast<uint32_t>(math::exp(x)) && ++mismatches <= 5)
+        ADD_FAILURE() << "exp_normal_range(" << x << ") = " << math::exp_normal_range(x) << ", exp " << math::exp(x);
+    }
+    if (math::log_in_normal_range(x)) {
+      ++log_checked;
+      if (std::bit_cast<uint32_t>(math::log_normal_range(x)) != std::bit_cast<uint32_t>(math::log(x)) && ++mismatches <= 5)
+        ADD_FAILURE() << "log_normal_range(" << x << ") = " << math::log_normal_range(x) << ", log " << math::log(x);
+    }
+  }
+  EXPECT_GT(exp_checked, 0);
+  EXPECT_GT(log_checked, 0);
+  EXPECT_EQ(mismatches, 0);
+}
+
 }  // namespace
 }  // namespace dg::cpu

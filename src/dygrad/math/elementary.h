@@ -75,13 +75,24 @@ inline constexpr float kExpNormalMin = -87.3365402f;
 // [kExpNormalMin, 88.37] (tests/cpp/test_vec_math.cpp checks every float there); -inf gives 0, nan gives nan;
 // above 88.37 (2^n would overflow) the result is undefined. 2^n comes from the rounding sum's bits (its low
 // mantissa bits hold n, so bits << 23 == n << 23): no nan fix-up either (a nan x makes p nan, and the product).
-DG_MATH float exp_nonpositive(float x) {
+// The largest float for which 2^n (n = round(x * log2e)) is a normal float: exp_normal_range's upper bound.
+inline constexpr float kExpOneScaleMax = 88.37f;
+
+// exp(x) for x in [kExpNormalMin, kExpOneScaleMax], where the result is normal and 2^n one normal factor: the
+// reduction and polynomial of exp, scaled once. Bitwise equal to exp(x) there (the two-factor scaling of exp is
+// exact for normal results too); outside, the value is meaningless (the exp kernel recomputes those elements with
+// exp, exp_nonpositive clamps first).
+DG_MATH float exp_normal_range(float x) {
   using namespace detail;
+  const Rounded n = round_log2(x);
+  const float p = 1.0f + expm1_reduced(reduce_ln2(x, n.n()));
+  return p * float_of((bits_of(n.t) << 23) + (127u << 23));  // 2^n from the rounding sum's low bits
+}
+DG_MATH bool exp_in_normal_range(float x) { return x >= kExpNormalMin && x <= kExpOneScaleMax; }
+
+DG_MATH float exp_nonpositive(float x) {
   const float clamped = x < kExpNormalMin ? kExpNormalMin : x;  // nan passes unchanged
-  const Rounded n = round_log2(clamped);
-  const float p = 1.0f + expm1_reduced(reduce_ln2(clamped, n.n()));
-  const float scale = float_of((bits_of(n.t) << 23) + (127u << 23));  // 2^n, normal
-  return x < kExpNormalMin ? 0.0f : p * scale;
+  return x < kExpNormalMin ? 0.0f : exp_normal_range(clamped);
 }
 DG_MATH double exp_nonpositive(double x) { return std::exp(x); }
 
@@ -122,6 +133,29 @@ DG_MATH float log(float x) {
   return x != x ? x : result;
 }
 DG_MATH double log(double x) { return std::log(x); }
+
+// log(x) for normal positive finite x (log's own arithmetic, bitwise equal to it there: the split at sqrt(2) by an
+// integer subtraction instead of a compare and two selects, no subnormal scaling, no special values); outside, the
+// value is meaningless (the log kernel recomputes those elements with log).
+DG_MATH float log_normal_range(float x) {
+  using namespace detail;
+  // 0x3f3504f4: the float just above sqrt(1/2) (log's split `m > 1.41421356f`, halved). e is x's exponent, plus
+  // one when the mantissa is above the split, and m = x / 2^e lies in [sqrt(1/2), sqrt(2)).
+  const int32_t bits = static_cast<int32_t>(bits_of(x));
+  const int32_t e = (bits - 0x3f3504f4) >> 23;
+  const float m = float_of(static_cast<uint32_t>(bits - e * (1 << 23)));
+  const float f = m - 1.0f;  // exact
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  float poly = 0.222222222f;            // 2/9
+  poly = fmadd(poly, z, 0.285714286f);  // 2/7
+  poly = fmadd(poly, z, 0.4f);          // 2/5
+  poly = fmadd(poly, z, 0.666666667f);  // 2/3
+  const float log_m = f - s * (f - poly * z);
+  const float ef = static_cast<float>(e);
+  return fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
+}
+DG_MATH bool log_in_normal_range(float x) { return x >= kFloatMin && x < kInfinity; }
 
 // log(1 + u) for u in [0, 1] (logaddexp's term): v = 1 + u rounded, plus the rounding's first-order correction
 // (u - (v - 1)) / v, so small u keep their digits (u = 0 gives 0, u below 2^-24 gives u).

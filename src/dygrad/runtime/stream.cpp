@@ -350,6 +350,9 @@ void Stream::worker_loop() {
   // host) move the counters: a host running small ops inline lets the worker go to sleep after kWorkerSpin
   // instead of keeping it polling the counters it writes.
   bool ran_since_spin = true;
+  // Whether the pool's helpers were told this thread has nothing queued (ThreadPool::set_owner_idle; the pool starts
+  // so): they yield their cores while it is.
+  bool marked_idle = true;
   auto spin_until = std::chrono::steady_clock::time_point{};
   for (;;) {
     // Inline Tasks (synchronize mode, small ops) advance both counters from the host: reload them.
@@ -359,6 +362,7 @@ void Stream::worker_loop() {
         spin_until = std::chrono::steady_clock::now() + kWorkerSpin;
         ran_since_spin = false;
       }
+      if (!marked_idle) ThreadPool::instance().set_owner_idle(marked_idle = true);
       int polls = 0;
       while (published_.load(std::memory_order_acquire) <= done) {
         if (stopping_.load(std::memory_order_acquire)) return;
@@ -378,6 +382,7 @@ void Stream::worker_loop() {
     }
     // An inline Task advanced both counters: there is nothing queued to run.
     if (completed_.load(std::memory_order_acquire) != done) continue;
+    if (marked_idle) ThreadPool::instance().set_owner_idle(marked_idle = false);
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     ran_since_spin = true;
     completed_.store(done + 1, std::memory_order_seq_cst);

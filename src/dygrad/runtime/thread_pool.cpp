@@ -106,9 +106,9 @@ void ThreadPool::helper_loop(int, uint32_t seen) {
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
       cpu_relax();
       if (++polls % 64 != 0) continue;
-      // Give the core to a thread waiting for one: the host, woken at a sync point, would otherwise wait for
-      // this spin to end (docs/threading.md, "Who spins, who sleeps").
-      std::this_thread::yield();
+      // While the worker has nothing queued, give the core to a thread waiting for one: the host, woken at a sync
+      // point, would otherwise wait for this spin to end (docs/threading.md, "Who spins, who sleeps").
+      if (owner_idle_.load(std::memory_order_relaxed)) std::this_thread::yield();
       if (std::chrono::steady_clock::now() > spin_until) {
         sleeping_helpers_.fetch_add(1, std::memory_order_seq_cst);
         generation_.wait(seen, std::memory_order_seq_cst);

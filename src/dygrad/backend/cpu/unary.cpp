@@ -100,21 +100,25 @@ void same_type_binary(Task& task, const Fn& fn) {
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() { binary_loop<Fn, T, T>(task, fn); });
 }
 
-// sin and cos (compute type float): math's bounded version over blocks of a contiguous input, with an
-// or-reduction in the same vectorised loop marking whether any element of the block lies outside its range (|x| >
-// math::kSinCosMax, inf, nan); only then are those elements recomputed with libm. A block goes through a buffer,
-// so an in-place call reads every x before it writes. Other layouts choose per element; float64 calls libm.
-// The block's out-of-range elements through libm: a function of its own, called directly from the block loop (never
-// inlined into it), so the vectorised loop holds no call into libm at any level (tools/check_kernel_code.py: on
-// aarch64 a call through the GOT names no function, so the loop must hold none).
-template <typename T, typename Libm>
-[[gnu::noinline, gnu::cold]] void libm_out_of_range(const T* x, float* buffer, int64_t n, const Libm& libm) {
+// exp, log, sin and cos (compute type float): a fast vectorised version valid on a range (`in_range`) over blocks of
+// a contiguous input, with an or-reduction in the same loop marking whether any element of the block lies outside
+// (exp: a subnormal or infinite result, nan; log: x not normal positive finite; sin and cos: |x| > math::kSinCosMax,
+// inf, nan); only then are those elements recomputed with the full function (`full`: math::exp, math::log, libm's
+// sinf and cosf). A call that is not in place
+// writes the output directly; an in-place one goes through a block buffer, so every x is read before it is
+// written. Other layouts choose per element; float64 calls `full`.
+// The out-of-range elements of a block: a function of its own, called directly from the block loop (never inlined
+// into it), so the vectorised loop holds no call into libm at any level (tools/check_kernel_code.py: on aarch64 a
+// call through the GOT names no function, so the loop must hold none).
+template <typename T, typename TOut, typename InRange, typename Full>
+[[gnu::noinline, gnu::cold]] void recompute_out_of_range(const T* x, TOut* out, int64_t n, const InRange& in_range,
+                                                         const Full& full) {
   for (int64_t i = 0; i < n; ++i)
-    if (const float v = static_cast<float>(x[i]); !math::sin_cos_in_range(v)) buffer[i] = libm(v);
+    if (const float v = static_cast<float>(x[i]); !in_range(v)) out[i] = static_cast<TOut>(full(v));
 }
 
-template <typename Bounded, typename Libm>
-void range_reduced_unary(Task& task, const Bounded& bounded, const Libm& libm) {
+template <typename Fast, typename InRange, typename Full>
+void guarded_unary(Task& task, const Fast& fast, const InRange& in_range, const Full& full) {
   visit_floating(task.outputs[0].dtype(), [&]<typename T>() {
     using V = C<T>;
     if constexpr (std::is_same_v<V, float>) {
@@ -123,26 +127,38 @@ void range_reduced_unary(Task& task, const Bounded& bounded, const Libm& libm) {
       if (flat_operands(out, {&in})) {
         T* o = out.data<T>();
         const T* x = in.data<T>();
+        const bool in_place = static_cast<const void*>(o) == static_cast<const void*>(x);
         parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
           constexpr int64_t kBlock = 512;
           float buffer[kBlock];
           for (int64_t b = begin; b < end; b += kBlock) {
             const int64_t n = std::min(kBlock, end - b);
             int outside = 0;
-            for (int64_t i = 0; i < n; ++i) {
-              const float v = static_cast<float>(x[b + i]);
-              buffer[i] = bounded(v);
-              outside |= !math::sin_cos_in_range(v);
+            if (in_place) {
+              for (int64_t i = 0; i < n; ++i) {
+                const float v = static_cast<float>(x[b + i]);
+                buffer[i] = fast(v);
+                outside |= !in_range(v);
+              }
+              if (outside) recompute_out_of_range(x + b, buffer, n, in_range, full);
+              for (int64_t i = 0; i < n; ++i) o[b + i] = static_cast<T>(buffer[i]);
+            } else {
+              T* __restrict ob = o + b;
+              const T* __restrict xb = x + b;
+              for (int64_t i = 0; i < n; ++i) {
+                const float v = static_cast<float>(xb[i]);
+                ob[i] = static_cast<T>(fast(v));
+                outside |= !in_range(v);
+              }
+              if (outside) recompute_out_of_range(xb, ob, n, in_range, full);
             }
-            if (outside) libm_out_of_range(x + b, buffer, n, libm);
-            for (int64_t i = 0; i < n; ++i) o[b + i] = static_cast<T>(buffer[i]);
           }
         });
         return;
       }
-      unary_map<T>(task, [&](float v) { return math::sin_cos_in_range(v) ? bounded(v) : libm(v); });
+      unary_map<T>(task, [&](float v) { return in_range(v) ? fast(v) : full(v); });
     } else {
-      unary_map<T>(task, libm);
+      unary_map<T>(task, full);
     }
   });
 }
@@ -175,17 +191,25 @@ V power(V base, V exponent) {
 }
 }  // namespace
 
-void exp_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::exp(x); }); }
-void log_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::log(x); }); }
+void exp_kernel(Task& task) {
+  guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::exp_normal_range(x); },
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::exp_in_normal_range(x); },
+                [](auto x) DG_VEC_INLINE_LAMBDA { return math::exp(x); });
+}
+void log_kernel(Task& task) {
+  guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::log_normal_range(x); },
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::log_in_normal_range(x); },
+                [](auto x) DG_VEC_INLINE_LAMBDA { return math::log(x); });
+}
 void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sqrt(x); }); }
 void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
 void sin_kernel(Task& task) {
-  range_reduced_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_bounded(x); },
-                      [](auto x) { return std::sin(x); });
+  guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_bounded(x); },
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); }, [](auto x) { return std::sin(x); });
 }
 void cos_kernel(Task& task) {
-  range_reduced_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::cos_bounded(x); },
-                      [](auto x) { return std::cos(x); });
+  guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::cos_bounded(x); },
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); }, [](auto x) { return std::cos(x); });
 }
 void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::tanh(x); }); }
 void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::sigmoid(x); }); }
