@@ -524,11 +524,11 @@ TEST(Math, SecondOrderGradients) {
 // math::log_normal_range on blocks whose elements all lie in their fast range and recompute the others with math::exp
 // or math::log. Their results must not depend on which path an element took: a contiguous call (blocks with no,
 // some or only out-of-range values: subnormal and infinite results or arguments, zeros, negatives, +-inf, nan, at
-// every block offset), an in-place one (exp_) and a strided view (per element, no blocks) give the same bits, each within
-// 1 ulp of float64 (the level's own functions: the test binary is compiled for the baseline, the kernels for the
+// every block offset), an in-place one (exp_) and a strided view (per element, no blocks) give the same bits, each
+// within 1 ulp of float64 (the level's own functions: the test binary is compiled for the baseline, the kernels for the
 // CPU's level).
 TEST(Math, ExpAndLogKernelsAreTheSameFunctionInAndOutOfTheirFastRange) {
-  constexpr float kInfF = std::numeric_limits<float>::infinity();
+  constexpr float kInfF = std::numeric_limits<float>::infinity(), kNaNF = std::numeric_limits<float>::quiet_NaN();
   struct Case {
     const char* name;
     Tensor (*op)(const Tensor&);
@@ -540,16 +540,17 @@ TEST(Math, ExpAndLogKernelsAreTheSameFunctionInAndOutOfTheirFastRange) {
   const Case cases[] = {
       {"exp", [](const Tensor& x) { return dg::exp(x); }, [](Tensor& x) -> Tensor& { return dg::exp_(x); },
        [](double x) { return std::exp(x); },
-       {-87.4f, -103.f, -104.5f, 88.5f, 88.8f, 1e30f, -1e30f, kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 0.f, -0.f},
+       {-87.4f, -103.f, -104.5f, 88.5f, 88.8f, 1e30f, -1e30f, kInfF, -kInfF, kNaNF, 0.f, -0.f},
        -80.f, 88.f},
       {"log", [](const Tensor& x) { return dg::log(x); }, nullptr,  // no log_ in C++: exp covers the in-place path
        [](double x) { return std::log(x); },
-       {0.f, -0.f, -1.f, 1e-40f, 1e-45f, kInfF, -kInfF, std::numeric_limits<float>::quiet_NaN(), 3e38f, 1.17549435e-38f},
+       {0.f, -0.f, -1.f, 1e-40f, 1e-45f, kInfF, -kInfF, kNaNF, 3e38f, 1.17549435e-38f},
        1e-3f, 1e3f},
   };
   for (const Case& c : cases) {
     std::vector<float> values;
-    for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 40961) values.push_back(std::bit_cast<float>(uint32_t(bits)));
+    for (uint64_t bits = 0; bits <= 0xffffffffull; bits += 40961)
+      values.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
     for (int run = 0; run < 600; ++run)  // runs of in-range values with one outlier each, at every offset
       for (int i = 0; i < 37; ++i)
         values.push_back(i == run % 37 ? c.outliers[size_t(run) % c.outliers.size()]
@@ -561,7 +562,8 @@ TEST(Math, ExpAndLogKernelsAreTheSameFunctionInAndOutOfTheirFastRange) {
     Tensor y = from_vector<float>(values, Shape{n});
     if (c.op_) c.op_(y);
     const std::vector<float> in_place = c.op_ ? y.to_vector<float>() : flat;
-    const std::vector<float> strided = c.op(dg::select(from_vector<float>(interleaved, Shape{n, 2}), 1, 0)).to_vector<float>();
+    const Tensor every_other = dg::select(from_vector<float>(interleaved, Shape{n, 2}), 1, 0);
+    const std::vector<float> strided = c.op(every_other).to_vector<float>();
     int64_t failures = 0;
     auto bits = [](float v) { return std::isnan(v) ? 0x7fc00000u : std::bit_cast<uint32_t>(v); };
     for (int64_t i = 0; i < n; ++i) {

@@ -106,7 +106,24 @@ DG_MATH float expm1_nonpositive(float x) {
   return fmadd(scale, expm1_reduced(reduce_ln2(clamped, n.n())), scale - 1.0f);
 }
 
-// log(x): x = 2^e * m, f = m - 1, s = f / (2 + f), log(m) = 2*atanh(s) = f - s*(f - R(s^2)).
+namespace detail {
+// e * ln2 + log(m) for m in [sqrt(1/2), sqrt(2)): f = m - 1, s = f / (2 + f),
+// log(m) = 2 atanh(s) = f - s (f - R(s^2)).
+DG_MATH float log_scaled(float m, int32_t e) {
+  const float f = m - 1.0f;  // exact
+  const float s = f / (2.0f + f);
+  const float z = s * s;
+  float poly = 0.222222222f;            // 2/9
+  poly = fmadd(poly, z, 0.285714286f);  // 2/7
+  poly = fmadd(poly, z, 0.4f);          // 2/5
+  poly = fmadd(poly, z, 0.666666667f);  // 2/3
+  const float log_m = f - s * (f - poly * z);
+  const float ef = static_cast<float>(e);
+  return fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
+}
+}  // namespace detail
+
+// log(x): x = 2^e * m with m in [sqrt(1/2), sqrt(2)), then detail::log_scaled.
 DG_MATH float log(float x) {
   using namespace detail;
   const bool subnormal = x < kFloatMin;
@@ -117,16 +134,7 @@ DG_MATH float log(float x) {
   const bool high = m > 1.41421356f;
   m = high ? m * 0.5f : m;
   e = high ? e + 1 : e;
-  const float f = m - 1.0f;  // exact
-  const float s = f / (2.0f + f);
-  const float z = s * s;
-  float poly = 0.222222222f;            // 2/9
-  poly = fmadd(poly, z, 0.285714286f);  // 2/7
-  poly = fmadd(poly, z, 0.4f);          // 2/5
-  poly = fmadd(poly, z, 0.666666667f);  // 2/3
-  const float log_m = f - s * (f - poly * z);
-  const float ef = static_cast<float>(e);
-  float result = fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
+  float result = log_scaled(m, e);
   result = x == kInfinity ? kInfinity : result;
   result = x == 0.0f ? -kInfinity : result;
   result = x < 0.0f ? kQuietNan : result;
@@ -144,16 +152,7 @@ DG_MATH float log_normal_range(float x) {
   const int32_t bits = static_cast<int32_t>(bits_of(x));
   const int32_t e = (bits - 0x3f3504f4) >> 23;
   const float m = float_of(static_cast<uint32_t>(bits - e * (1 << 23)));
-  const float f = m - 1.0f;  // exact
-  const float s = f / (2.0f + f);
-  const float z = s * s;
-  float poly = 0.222222222f;            // 2/9
-  poly = fmadd(poly, z, 0.285714286f);  // 2/7
-  poly = fmadd(poly, z, 0.4f);          // 2/5
-  poly = fmadd(poly, z, 0.666666667f);  // 2/3
-  const float log_m = f - s * (f - poly * z);
-  const float ef = static_cast<float>(e);
-  return fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
+  return log_scaled(m, e);
 }
 DG_MATH bool log_in_normal_range(float x) { return x >= kFloatMin && x < kInfinity; }
 

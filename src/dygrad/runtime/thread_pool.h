@@ -36,8 +36,8 @@ class ThreadPool {
   // exception a chunk threw.
   void run(int64_t num_chunks, FunctionRef<void(int64_t)> body);
   static bool in_parallel_region();
-  // Set by the thread that runs jobs (the stream worker) while it has no work queued: only then do the helpers, spinning
-  // for the next job, yield their cores (docs/threading.md, "Who spins, who sleeps").
+  // Set by the thread that runs jobs (the stream worker) while it has no work queued: only then do the helpers,
+  // spinning for the next job, yield their cores (docs/threading.md, "Who spins, who sleeps").
   void set_owner_idle(bool idle) { owner_idle_.store(idle, std::memory_order_relaxed); }
   // fork() support (docs/threading.md, "fork"): before, the forking thread takes the run mutex (no job in
   // flight); after, the parent releases it and the child, whose helper threads do not exist, gets new ones.

@@ -205,11 +205,13 @@ void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAM
 void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
 void sin_kernel(Task& task) {
   guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_bounded(x); },
-                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); }, [](auto x) { return std::sin(x); });
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); },
+                [](auto x) { return std::sin(x); });
 }
 void cos_kernel(Task& task) {
   guarded_unary(task, [](float x) DG_VEC_INLINE_LAMBDA { return math::cos_bounded(x); },
-                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); }, [](auto x) { return std::cos(x); });
+                [](float x) DG_VEC_INLINE_LAMBDA { return math::sin_cos_in_range(x); },
+                [](auto x) { return std::cos(x); });
 }
 void tanh_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::tanh(x); }); }
 void sigmoid_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::sigmoid(x); }); }
