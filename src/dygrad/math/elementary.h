@@ -121,20 +121,30 @@ DG_MATH float log_scaled(float m, int32_t e) {
   const float ef = static_cast<float>(e);
   return fmadd(ef, kLn2Hi, fmadd(ef, kLn2Lo, log_m));
 }
+
+// x = 2^e * m with m in [sqrt(1/2), sqrt(2)) for normal positive x, from its bits alone: 0x3f3504f4 is the float
+// just above sqrt(1/2), so bits - 0x3f3504f4 carries into the exponent field exactly when the mantissa is above
+// sqrt(2)'s (then e is one more than x's exponent and m is halved).
+struct MantissaSplit {
+  float m;
+  int32_t e;
+};
+// Unsigned arithmetic throughout: the kernels also call it on negative, zero, infinite and nan arguments (whose
+// results they replace), where signed arithmetic on the bits would overflow.
+DG_MATH MantissaSplit split_at_sqrt2(float x) {
+  const uint32_t bits = bits_of(x);
+  const int32_t e = static_cast<int32_t>(bits - 0x3f3504f4u) >> 23;  // arithmetic shift (C++20)
+  return {float_of(bits - (static_cast<uint32_t>(e) << 23)), e};
+}
 }  // namespace detail
 
-// log(x): x = 2^e * m with m in [sqrt(1/2), sqrt(2)), then detail::log_scaled.
+// log(x): subnormals scaled by 2^23 first, then detail::split_at_sqrt2 and detail::log_scaled; inf, 0, negatives
+// and nan by selects.
 DG_MATH float log(float x) {
   using namespace detail;
   const bool subnormal = x < kFloatMin;
-  const float scaled = subnormal ? x * 8388608.0f : x;  // * 2^23 makes subnormals normal
-  const int32_t bits = static_cast<int32_t>(bits_of(scaled));
-  int32_t e = ((bits >> 23) & 0xff) - 127 - (subnormal ? 23 : 0);
-  float m = float_of(static_cast<uint32_t>((bits & 0x007fffff) | 0x3f800000));  // [1, 2)
-  const bool high = m > 1.41421356f;
-  m = high ? m * 0.5f : m;
-  e = high ? e + 1 : e;
-  float result = log_scaled(m, e);
+  const MantissaSplit split = split_at_sqrt2(subnormal ? x * 8388608.0f : x);  // * 2^23 makes subnormals normal
+  float result = log_scaled(split.m, split.e - (subnormal ? 23 : 0));
   result = x == kInfinity ? kInfinity : result;
   result = x == 0.0f ? -kInfinity : result;
   result = x < 0.0f ? kQuietNan : result;
@@ -142,17 +152,11 @@ DG_MATH float log(float x) {
 }
 DG_MATH double log(double x) { return std::log(x); }
 
-// log(x) for normal positive finite x (log's own arithmetic, bitwise equal to it there: the split at sqrt(2) by an
-// integer subtraction instead of a compare and two selects, no subnormal scaling, no special values); outside, the
-// value is meaningless (the log kernel recomputes those elements with log).
+// log(x) for normal positive finite x: log without the subnormal scaling and the special values (bitwise equal to it
+// there); outside, the value is meaningless (the log kernel recomputes those elements with log).
 DG_MATH float log_normal_range(float x) {
-  using namespace detail;
-  // 0x3f3504f4: the float just above sqrt(1/2) (log's split `m > 1.41421356f`, halved). e is x's exponent, plus
-  // one when the mantissa is above the split, and m = x / 2^e lies in [sqrt(1/2), sqrt(2)).
-  const int32_t bits = static_cast<int32_t>(bits_of(x));
-  const int32_t e = (bits - 0x3f3504f4) >> 23;
-  const float m = float_of(static_cast<uint32_t>(bits - e * (1 << 23)));
-  return log_scaled(m, e);
+  const detail::MantissaSplit split = detail::split_at_sqrt2(x);
+  return detail::log_scaled(split.m, split.e);
 }
 DG_MATH bool log_in_normal_range(float x) { return x >= kFloatMin && x < kInfinity; }
 

@@ -104,12 +104,12 @@ void same_type_binary(Task& task, const Fn& fn) {
 // a contiguous input, with an or-reduction in the same loop marking whether any element of the block lies outside
 // (exp: a subnormal or infinite result, nan; log: x not normal positive finite; sin and cos: |x| > math::kSinCosMax,
 // inf, nan); only then are those elements recomputed with the full function (`full`: math::exp, math::log, libm's
-// sinf and cosf). A call that is not in place
-// writes the output directly; an in-place one goes through a block buffer, so every x is read before it is
-// written. Other layouts choose per element; float64 calls `full`.
-// The out-of-range elements of a block: a function of its own, called directly from the block loop (never inlined
-// into it), so the vectorised loop holds no call into libm at any level (tools/check_kernel_code.py: on aarch64 a
-// call through the GOT names no function, so the loop must hold none).
+// sinf and cosf). A call that is not in place writes the output directly; an in-place one goes through a block
+// buffer, so every x is read before it is written. Other layouts choose per element; float64 calls `full`.
+//
+// recompute_out_of_range: a function of its own, called directly from the block loop (never inlined into it), so
+// the vectorised loop holds no call into libm at any level (tools/check_kernel_code.py: on aarch64 a call through
+// the GOT names no function, so the loop must hold none).
 template <typename T, typename TOut, typename InRange, typename Full>
 [[gnu::noinline, gnu::cold]] void recompute_out_of_range(const T* x, TOut* out, int64_t n, const InRange& in_range,
                                                          const Full& full) {
