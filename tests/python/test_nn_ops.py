@@ -100,6 +100,51 @@ def test_cross_entropy_spatial_and_ignore_index():
         dg.cross_entropy(x_d, dg.tensor(target.astype(np.int32)))
 
 
+@pytest.mark.parametrize("layout", ["rows", "transposed", "spatial"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_many_rows_against_float64_and_thread_counts(layout, weighted, reduction):
+    # More rows than one partial sum (nll_loss sums runs of 4096 rows, merged in order), some ignored, in each
+    # layout the kernel reads: the float64 reference within float32 rounding, and bitwise the same at 1 and 2
+    # threads (the partials' order is fixed by the row count alone).
+    n, c = 9000, 7
+    logp = rng.standard_normal((n, c)).astype(np.float32)
+    target = rng.integers(0, c, size=n)
+    target[::13] = 3  # ignore_index below
+    weight = rng.uniform(0.5, 2.0, size=c).astype(np.float32) if weighted else None
+    x = dg.tensor(logp)
+    if layout == "transposed":
+        x = dg.tensor(np.ascontiguousarray(logp.T)).t()
+    elif layout == "spatial":  # [N', C, d]: rows are (n', d) pairs with the class dim in the middle
+        x = dg.tensor(np.ascontiguousarray(logp.reshape(n // 3, 3, c).transpose(0, 2, 1)))
+    tgt = dg.tensor(target.reshape(n // 3, 3) if layout == "spatial" else target)
+    w = dg.tensor(weight) if weighted else None
+    keep = target != 3
+    wt = (weight[target] if weighted else np.ones(n)).astype(np.float64) * keep
+    rows = -wt * logp.astype(np.float64)[np.arange(n), target]
+    ref = {"none": rows, "sum": rows.sum(), "mean": rows.sum() / wt.sum()}[reduction]
+    results = []
+    for threads in (1, 2):
+        before = dg.get_num_threads()
+        dg.set_num_threads(threads)
+        try:
+            results.append(dg.nn.functional.nll_loss(x, tgt, weight=w, ignore_index=3, reduction=reduction).numpy())
+        finally:
+            dg.set_num_threads(before)
+    assert np.array_equal(results[0], results[1])
+    got = results[0].reshape(-1) if reduction == "none" else results[0]
+    # Each row is one float32 product (half an ulp of the row); the sums add the rows in float64 (exact enough) and
+    # round once to float32 (half an ulp of the result): |error| <= 2^-24 (sum |row| [/ sum w] + |result|).
+    scale = np.abs(rows) if reduction == "none" else np.abs(rows).sum() / (wt.sum() if reduction == "mean" else 1)
+    bound = 2.0 ** -24 * (scale + np.abs(ref))
+    assert np.all(np.abs(got.astype(np.float64) - np.reshape(ref, np.shape(got))) <= np.reshape(bound, np.shape(got)))
+    with pytest.raises(IndexError, match=r"\[nll_loss\] Target 7 is out of bounds"):
+        bad = target.copy()
+        bad[5000] = c
+        dg.nn.functional.nll_loss(x, dg.tensor(bad.reshape(n // 3, 3) if layout == "spatial" else bad),
+                                  weight=w, ignore_index=3, reduction=reduction).numpy()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("T", [5, 37])
 def test_composed_causal_attention_matches_torch(dtype, T):

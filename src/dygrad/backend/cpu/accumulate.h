@@ -31,6 +31,12 @@ inline __attribute__((always_inline)) A eight_lane_sum(int64_t n, Value&& value)
   return eight_lane_reduce<A>(n, A(0), value, plus, plus);
 }
 
+// The merge tree of eight lanes of sums, for loops that keep their own lanes (several sums in one pass).
+template <typename A>
+inline A eight_lane_merge(const A* l) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 // The sums of N runs of n contiguous values each (run c at x + c * n), each in the order above (value i of a run
 // to lane i % 8, the tail to lane 0, the same merge tree), computed together: N independent chains of additions
 // where one run at a time is a single chain, latency-bound (the full sum of 4M float32 values took 1.6x torch's
@@ -44,10 +50,7 @@ inline void eight_lane_sums(const A* x, int64_t n, A* out) {
       for (int k = 0; k < 8; ++k) lane[c][k] += x[c * n + i + k];
   for (int c = 0; c < N; ++c)
     for (int64_t i = body; i < n; ++i) lane[c][0] += x[c * n + i];
-  for (int c = 0; c < N; ++c) {
-    const A* l = lane[c];
-    out[c] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  }
+  for (int c = 0; c < N; ++c) out[c] = eight_lane_merge(lane[c]);
 }
 
 }  // namespace dg::cpu

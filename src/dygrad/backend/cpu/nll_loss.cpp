@@ -1,5 +1,6 @@
 // CPU nll_loss kernels, forward and backward. Rows (one index of the non-class dims) are spread over the pool;
-// the reductions over rows are eight-lane sums in a fixed order, so results do not depend on the thread count.
+// the reductions over rows are eight-lane sums over fixed runs of rows merged in order, so results do not depend
+// on the thread count.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
@@ -31,47 +32,110 @@ inline void check_target(int64_t t, int64_t num_classes) {
 }
 }  // namespace
 
+// Rows per partial sum: fixed, so the partials of the loss and the weight merge in the same order on any pool;
+// small enough that a few thousand rows spread evenly over the threads.
+constexpr int64_t kRowsPerPartial = 4096;
+
+// The operands of one nll_loss call as plain pointers and numbers (the row loop reads nothing through the Task).
+template <typename T>
+struct NllRows {
+  const T* x;
+  const int64_t* target;
+  const T* weight;  // nullptr: every class weighs 1
+  T* loss;          // nullptr: reduced (only the sums are wanted)
+  int64_t num_classes, class_stride, ignore;
+  const ReduceLayout* layout;  // nullptr: [N, C] contiguous, row o starts at o * C
+};
+
+// Rows [b, b + n): writes each row's loss when asked and returns the eight-lane sums (in double) of the rows'
+// weights and losses (40000 float32 rows summed in float32 drift by ~3e-5 relative). A row's weight and loss are
+// 0 where its target is ignore_index; targets were checked before. Branch-free, and one instance per form (a
+// layout, weights, losses per row), so the compiler vectorises the contiguous forms (gathers).
+template <typename T, bool kLayout, bool kWeighted, bool kPerRow>
+void nll_row_sums(const NllRows<T>& r, int64_t b, int64_t n, double& sum_weight, double& sum_loss) {
+  using C = compute_t<T>;
+  const T* __restrict x = r.x;
+  const int64_t* __restrict target = r.target + b;
+  const T* __restrict weight = r.weight;
+  T* __restrict loss = r.loss + b;
+  const int64_t num_classes = r.num_classes, class_stride = r.class_stride, ignore = r.ignore;
+  double lw[8] = {}, lv[8] = {};
+  auto add = [&](int64_t i, int lane) {
+    const int64_t t = target[i];
+    const bool keep = t != ignore;
+    const int64_t k = keep ? t : 0;
+    int64_t start;
+    if constexpr (kLayout) start = r.layout->output_offset(b + i);
+    else start = (b + i) * num_classes;
+    C wk = C(1);
+    if constexpr (kWeighted) wk = static_cast<C>(weight[k]);
+    const C v = keep ? -wk * static_cast<C>(x[start + k * class_stride]) : C(0);
+    if constexpr (kPerRow) loss[i] = static_cast<T>(v);
+    lw[lane] += keep ? double(wk) : 0.0;
+    lv[lane] += double(v);
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) add(i + k, k);
+  for (; i < n; ++i) add(i, 0);
+  sum_weight = eight_lane_merge(lw);
+  sum_loss = eight_lane_merge(lv);
+}
+
+// nll_row_sums for the form of r.
+template <typename T>
+void nll_row_sums_of(const NllRows<T>& r, int64_t b, int64_t n, double& sum_weight, double& sum_loss) {
+  auto run = [&]<bool kLayout, bool kWeighted, bool kPerRow>() {
+    nll_row_sums<T, kLayout, kWeighted, kPerRow>(r, b, n, sum_weight, sum_loss);
+  };
+  auto with_rows = [&]<bool kLayout, bool kWeighted>() {
+    r.loss ? run.template operator()<kLayout, kWeighted, true>() : run.template operator()<kLayout, kWeighted, false>();
+  };
+  auto with_weight = [&]<bool kLayout>() {
+    r.weight ? with_rows.template operator()<kLayout, true>() : with_rows.template operator()<kLayout, false>();
+  };
+  r.layout ? with_weight.template operator()<true>() : with_weight.template operator()<false>();
+}
+
 void nll_loss_kernel(Task& task) {
   const Tensor& input = task.inputs[0];
   const int64_t* target = task.inputs[1].data<int64_t>();
   const NllLossAttrs& attrs = task.attrs.get<NllLossAttrs>();
   ReduceLayout L(input, kClassDim);
-  const int64_t rows = L.num_outputs, num_classes = L.num_reduced;
+  const int64_t rows = L.num_outputs, num_classes = L.num_reduced, ignore = attrs.ignore_index;
+  // Targets first (one branch-free pass): the row loop then reads without a check that raises.
+  uint64_t bad = 0;
+  for (int64_t o = 0; o < rows; ++o)
+    bad |= static_cast<uint64_t>((static_cast<uint64_t>(target[o]) >= static_cast<uint64_t>(num_classes)) &
+                                 (target[o] != ignore));
+  if (bad)
+    for (int64_t o = 0; o < rows; ++o)
+      if (target[o] != ignore) check_target(target[o], num_classes);
   visit_floating(input.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
-    const T* x = input.data<T>();
-    const T* weight = attrs.weighted ? task.inputs[2].data<T>() : nullptr;
-    const int64_t stride = L.red_strides.empty() ? 1 : L.red_strides[0];
+    const bool per_row = attrs.reduction == LossReduction::None;
+    T* loss = task.outputs[0].data<T>();
     // [N, C] contiguous (the usual logits): row o starts at o * C, without the general layout's index arithmetic
     // (ReduceLayout::output_offset took a third of nll_loss's time over [40000, 8]).
     const bool contiguous_rows = input.dim() == 2 && input.is_contiguous();
-    auto row_start = [&](int64_t o) { return contiguous_rows ? o * num_classes : L.output_offset(o); };
-    std::vector<C> row_loss(static_cast<size_t>(rows)), row_weight(static_cast<size_t>(rows));
-    parallel_for(0, rows, kReduceGrain, [&](int64_t lo, int64_t hi) {
-      for (int64_t o = lo; o < hi; ++o) {
-        const int64_t t = target[o];
-        if (t == attrs.ignore_index) {
-          row_loss[static_cast<size_t>(o)] = C(0);
-          row_weight[static_cast<size_t>(o)] = C(0);
-          continue;
-        }
-        check_target(t, num_classes);
-        const C w = weight ? static_cast<C>(weight[t]) : C(1);
-        row_weight[static_cast<size_t>(o)] = w;
-        row_loss[static_cast<size_t>(o)] = -w * static_cast<C>(x[row_start(o) + t * stride]);
-      }
+    const NllRows<T> r{input.data<T>(), target, attrs.weighted ? task.inputs[2].data<T>() : nullptr,
+                       per_row ? loss : nullptr, num_classes, L.red_strides.empty() ? 1 : L.red_strides[0],
+                       ignore, contiguous_rows ? nullptr : &L};
+    const int64_t parts = std::max<int64_t>(1, (rows + kRowsPerPartial - 1) / kRowsPerPartial);
+    std::vector<double> partial(static_cast<size_t>(2 * parts));
+    parallel_chunks(parts, [&](int64_t p) {
+      const int64_t b = p * kRowsPerPartial;
+      nll_row_sums_of(r, b, std::min(rows, b + kRowsPerPartial) - b, partial[static_cast<size_t>(2 * p)],
+                   partial[static_cast<size_t>(2 * p + 1)]);
     });
-    // sums over rows in double (40000 float32 rows summed in float32 drift by ~3e-5 relative)
-    const double total_weight = eight_lane_sum<double>(rows, [&](int64_t o) { return double(row_weight[static_cast<size_t>(o)]); });
-    *task.outputs[1].data<C>() = static_cast<C>(total_weight);
-    T* loss = task.outputs[0].data<T>();
-    if (attrs.reduction == LossReduction::None) {
-      for (int64_t o = 0; o < rows; ++o) loss[o] = static_cast<T>(row_loss[static_cast<size_t>(o)]);
-      return;
+    double total_weight = partial[0], total = partial[1];  // the partials in order
+    for (int64_t p = 1; p < parts; ++p) {
+      total_weight += partial[static_cast<size_t>(2 * p)];
+      total += partial[static_cast<size_t>(2 * p + 1)];
     }
-    const double total = eight_lane_sum<double>(rows, [&](int64_t o) { return double(row_loss[static_cast<size_t>(o)]); });
+    *task.outputs[1].data<C>() = static_cast<C>(total_weight);
     // the mean of no counted row is 0 / 0 = NaN, as torch
-    loss[0] = static_cast<T>(attrs.reduction == LossReduction::Sum ? total : total / total_weight);
+    if (!per_row) loss[0] = static_cast<T>(attrs.reduction == LossReduction::Sum ? total : total / total_weight);
   });
 }
 
