@@ -1,8 +1,8 @@
 """Checks the machine code of the float32 transcendental kernels at each kernel level (docs/ops.md, "One binary
-for every CPU"): the loops of exp, log, tanh, sigmoid, silu, gelu, sin and cos must be vectorised at
+for every CPU"): the loops of exp, log, tanh, sigmoid, silu, gelu, sin, cos and pow must be vectorised at
 the level's width (packed xmm at the baseline, packed fused multiply-adds on ymm at avx2 and zmm at avx512, on
-NEON's four float lanes at aarch64's neon level) and call no libm function (a call per element is what made the
-baseline run at scalar speed).
+NEON's vector lanes at aarch64's neon level; pow's arithmetic is in double, so its packed operations are on
+doubles) and call no libm function (a call per element is what made the baseline run at scalar speed).
 
     python3 tools/check_kernel_code.py [--objdump OBJDUMP] [--nm NM] LEVEL=LIBRARY [LEVEL=LIBRARY ...]
 
@@ -20,18 +20,23 @@ KERNELS = {k: rf"unary_contiguous<dg::cpu::{k}_kernel\(dg::Task&\)::.*, float, f
 # exp, log, sin and cos: the float32 block loop of guarded_unary (backend/cpu/unary.cpp); the full function for
 # arguments out of range (math::exp, math::log, libm's sinf / cosf) is a function of its own, outside the vector
 # loop.
+# pow: the float32 loops of pow (tensor exponent) and of a number raised to a tensor (rpow_scalar: one lambda, where
+# pow_scalar has one per exponent with an exact form).
+KERNELS["pow"] = r"binary_contiguous_out<dg::cpu::pow_kernel\(dg::Task&\)::.*, float, float>"
+KERNELS["rpow_scalar"] = r"unary_contiguous<dg::cpu::rpow_scalar_kernel\(dg::Task&\)::.*, float, float>"
 KERNELS.update({k: rf"^dg::cpu::\(anonymous namespace\)::guarded_unary<dg::cpu::{k}_kernel\(dg::Task&\)"
                    rf".*::operator\(\)<float>\(\) const::\{{lambda\(long, long\)#1\}}::operator\(\)\(long, long\)"
                 for k in ("exp", "log", "sin", "cos")})
-# What each level's packed float arithmetic looks like: the fma levels must use fused multiply-adds on their full
-# width; the baseline (no FMA) packed multiplies on xmm; aarch64's neon fmla/fmls on four float lanes (v0.4s).
+# What each level's packed arithmetic looks like: the fma levels must use fused multiply-adds on their full width;
+# the baseline (no FMA) packed multiplies on xmm; aarch64's neon fmla/fmls on a full vector (v0.4s, v0.2d). Floats
+# or doubles (pow computes in double).
 PACKED = {
-    "baseline": re.compile(r"\bmulps\b.*%xmm"),
-    "avx2": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%ymm"),
-    "avx512": re.compile(r"\bvfn?m(add|sub)\d+ps\b.*%zmm"),
-    "neon": re.compile(r"\bfml[as]\s+v\d+\.4s,"),
+    "baseline": re.compile(r"\bmulp[sd]\b.*%xmm"),
+    "avx2": re.compile(r"\bvfn?m(add|sub)\d+p[sd]\b.*%ymm"),
+    "avx512": re.compile(r"\bvfn?m(add|sub)\d+p[sd]\b.*%zmm"),
+    "neon": re.compile(r"\bfml[as]\s+v\d+\.(4s|2d),"),
 }
-LIBM_NAMES = r"(fmaf?|expf?|logf?|tanhf?|erff?|erfcf?|expm1f?|__\w+_finite)"
+LIBM_NAMES = r"(fmaf?|expf?|logf?|powf?|exp2f?|log2f?|tanhf?|erff?|erfcf?|expm1f?|floorf?|__\w+_finite)"
 # A call into libm. x86-64: direct (`call <expf@plt>`) or through the GOT (-fno-plt: `call *...(%rip)  #
 # <fmaf@GLIBC_2.2.5>`). aarch64: direct (`bl <expf@plt>`) or through the GOT (-fno-plt: `adrp xM, PAGE; ldr xN,
 # [xM, #OFFSET]; ... blr xN`), which names no function: the slot's address is followed back to its dynamic

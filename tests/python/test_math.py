@@ -314,3 +314,41 @@ def test_logaddexp_special_values_and_every_range(dtype):
         scale = np.maximum(np.abs(np.maximum(p, q)), np.log1p(np.exp(-np.abs(p - q))))
         ulp = np.spacing(scale.astype(dtype)).astype(np.float64)
         assert np.all(np.abs(g.astype(np.float64) - ref) <= 4 * ulp), np.max(np.abs(g - ref) / ulp)
+
+
+def test_pow_float32_special_values_and_ranges_against_float64():
+    """math::pow (float32, vectorised, its arithmetic in double): C99's special cases on a grid of signed zeros,
+    infinities, nan, +-1, subnormals, odd and even integers, halves and huge values, against float64's pow (and torch
+    where the result is 0, inf or nan); random bases and exponents over every magnitude (results overflowing,
+    underflowing into subnormals) within half an ulp of float64's value plus 2^-16 ulp (its two double steps err by
+    about 2^-45 relative, so only the final rounding counts), through each kernel: a tensor exponent broadcast over
+    rows, a number exponent, a number base."""
+    grid = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45,
+                     3e-39, 3.4e38, -3.4e38, 0.1, 7.5, -7.5, 16777216.0, 50331651.0, -1e30, 1e-30], np.float32)
+    x, y = (a.ravel() for a in np.meshgrid(grid, grid, indexing="ij"))
+    with np.errstate(all="ignore"):
+        want = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    got = dg.pow(dg.tensor(x), dg.tensor(y)).numpy()
+    np.testing.assert_array_equal(got, want)  # nan where nan, signed zeros and infinities where they belong
+    np.testing.assert_array_equal(np.signbit(got[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
+    special = ~np.isfinite(want) | (want == 0)
+    np.testing.assert_array_equal(got[special], torch.pow(torch.tensor(x), torch.tensor(y)).numpy()[special])
+    rng = np.random.default_rng(7)
+    cases = [(np.exp(rng.uniform(-100, 100, (512, 64))), rng.uniform(-3, 3, (64,))),
+             (rng.uniform(0, 4, (512, 64)), rng.uniform(-70, 70, (64,))),
+             (rng.uniform(0, 4, (512, 64)) * 1e-39, rng.uniform(-2, 2, (64,))),
+             (-np.round(rng.uniform(0, 40, (512, 64))), np.round(rng.uniform(-15, 15, (64,))))]
+    for base, exponent in cases:
+        base, exponent = base.astype(np.float32), exponent.astype(np.float32)
+        d = dg.tensor(base)
+        number = float(exponent[5])
+        for result, b, e in [(dg.pow(d, dg.tensor(exponent)), base, exponent),
+                             (dg.pow(d, number), base, np.float32(number)),
+                             (number ** dg.tensor(base), np.float32(number), base)]:
+            result = result.numpy()
+            with np.errstate(all="ignore"):
+                ref = np.power(np.float64(b) if np.ndim(b) == 0 else b.astype(np.float64), np.asarray(e, np.float64))
+            finite = np.abs(ref) <= np.finfo(np.float32).max
+            ulp = np.spacing(np.abs(ref[finite]).astype(np.float32)).astype(np.float64)
+            assert np.all(np.abs(result[finite].astype(np.float64) - ref[finite]) <= (0.5 + 2.0 ** -16) * ulp)
+            np.testing.assert_array_equal(result[~finite], ref[~finite].astype(np.float32))

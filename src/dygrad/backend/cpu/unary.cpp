@@ -183,9 +183,10 @@ I integer_pow(I base, I exponent) {
   return static_cast<I>(result);
 }
 
+// math::pow for floats (vectorised for float32, std::pow for double), the integer forms otherwise.
 template <typename V>
-V power(V base, V exponent) {
-  if constexpr (std::is_floating_point_v<V>) return std::pow(base, exponent);
+inline __attribute__((always_inline)) V power(V base, V exponent) {
+  if constexpr (std::is_floating_point_v<V>) return math::pow(base, exponent);
   else if constexpr (std::is_same_v<V, bool>) return base || !exponent;
   else return integer_pow(base, exponent);
 }
@@ -321,10 +322,10 @@ void relu_backward_kernel(Task& task) {
 }
 
 void pow_kernel(Task& task) {
-  same_type_binary(task, []<typename V>(V base, V exponent) { return power(base, exponent); });
+  same_type_binary(task, []<typename V>(V base, V exponent) DG_VEC_INLINE_LAMBDA { return power(base, exponent); });
 }
 
-// Exponents with a cheaper exact form get their own loop; the rest call std::pow.
+// Exponents with a cheaper exact form get their own loop; the rest call math::pow.
 void pow_scalar_kernel(Task& task) {
   const Scalar exponent = task.attrs.get<ScalarAttrs>().value;
   const double p = exponent.to_double();
@@ -343,7 +344,7 @@ void pow_scalar_kernel(Task& task) {
         if (p == 0.5) return unary_map<T>(task, [](V x) { return std::sqrt(x); });
         if (p == -0.5) return unary_map<T>(task, [](V x) { return V(1) / std::sqrt(x); });
         const V e = static_cast<V>(p);
-        unary_map<T>(task, [e](V x) { return std::pow(x, e); });
+        unary_map<T>(task, [e](V x) DG_VEC_INLINE_LAMBDA { return math::pow(x, e); });
       } else {
         const V e = exponent.to<V>();
         unary_map<T>(task, [e](V x) { return integer_pow(x, e); });
@@ -357,7 +358,7 @@ void rpow_scalar_kernel(Task& task) {
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     using V = C<T>;
     const V b = base.to<V>();
-    unary_map<T>(task, [b](V x) { return power(b, x); });
+    unary_map<T>(task, [b](V x) DG_VEC_INLINE_LAMBDA { return power(b, x); });
   });
 }
 
