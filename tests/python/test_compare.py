@@ -138,6 +138,21 @@ def test_clamp():
         dg.clamp(x_d, min="0")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_clamp_scalar_nan_and_infinities_match_torch(dtype):
+    # clamp's scalar-bound loop is a packed max/min (a nan element stays nan); a nan bound makes every element nan
+    values = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -2.0, -0.5, 0.25, 0.5, 3.0] * 7, dtype=np.float64)
+    x_d = dg.tensor(values).to(getattr(dg, dtype))
+    x_t = torch.tensor(values).to(getattr(torch, dtype))
+    for kwargs in [dict(min=-0.5, max=0.5), dict(min=0.0), dict(max=-0.0), dict(min=-np.inf, max=np.inf),
+                   dict(min=np.nan), dict(max=np.nan), dict(min=-1.0, max=np.nan), dict(min=1.0, max=-1.0)]:
+        got = x_d.clamp(**kwargs).to(dg.float64).numpy()
+        want = x_t.clamp(**kwargs).to(torch.float64).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=str(kwargs))
+        numbers = ~np.isnan(want)
+        assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers])), kwargs  # -0.0 as torch
+
+
 DTYPES = ["float32", "float64", "int64", "int32", "bool", "bfloat16", "float16"]
 
 

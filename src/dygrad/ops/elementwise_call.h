@@ -22,7 +22,7 @@ enum class Promotion : uint8_t {
   Promote,       // torch.result_type of the promoting operands
   PromoteFloat,  // the same; an integral or bool result becomes float32 (true division, exp, log ...)
   Compare,       // computed in the promoted dtype, written as bool (eq, lt ...)
-  Logical,       // operands cast to bool, bool result (logical_and, logical_or, logical_not)
+  Logical,       // operands cast to bool, bool result (logical_and, logical_or)
 };
 
 // Saves what an op's backward reads. `inputs` are the Task's operands after the cast (in place: operand 0 is a

@@ -5,6 +5,7 @@
 #include "dygrad/runtime/op_def.h"
 
 #include <cstdint>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -176,10 +177,27 @@ void clamp_scalar_kernel(Task& task) {
   const bool has_lo = attrs.has_min, has_hi = attrs.has_max;
   const Scalar lo_s = attrs.min, hi_s = attrs.max;
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
-    const C<T> lo = lo_s.to<C<T>>(), hi = hi_s.to<C<T>>();
-    // One loop per set of bounds: the flags are then constants in each (a branch in the loop kept it scalar).
+    using V = C<T>;
+    const V lo = lo_s.to<V>(), hi = hi_s.to<V>();
+    if constexpr (std::is_floating_point_v<V>) {
+      if ((has_lo && lo != lo) || (has_hi && hi != hi)) {  // a nan bound: nan everywhere, as torch.clamp
+        auto nan = [](V) { return std::numeric_limits<V>::quiet_NaN(); };
+        return unary_loop<decltype(nan), T, T>(task, nan);
+      }
+    }
+    // One loop per set of bounds: the flags are then constants in each (a branch in the loop kept it scalar). With
+    // bounds that are numbers, `lo > x ? lo : x` is one packed max (x86's max returns its second operand, x, when
+    // either is nan: a nan x stays nan), where the general form's nan test on the bound made two blends.
     auto run = [&]<bool kLo, bool kHi>() {
-      auto fn = [=](C<T> x) { return clamp_value(x, lo, hi, kLo, kHi); };
+      auto fn = [=](V x) {
+        if constexpr (std::is_floating_point_v<V>) {
+          if constexpr (kLo) x = lo > x ? lo : x;
+          if constexpr (kHi) x = hi < x ? hi : x;
+          return x;
+        } else {
+          return clamp_value(x, lo, hi, kLo, kHi);
+        }
+      };
       unary_loop<decltype(fn), T, T>(task, fn);
     };
     if (has_lo && has_hi) run.template operator()<true, true>();
