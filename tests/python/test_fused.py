@@ -189,6 +189,22 @@ def test_scaled_dot_product_attention_float32_qkv_views(T, D, causal):
     np.testing.assert_allclose(grad_d, grad_t, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("T,S", [(70, 150), (150, 70), (200, 333), (129, 129)])
+def test_scaled_dot_product_attention_float32_causal_blocks(T, S):
+    # The float32 kernel stops each causal block's GEMMs at the last key a group of query rows sees (top-left
+    # alignment, query i sees keys j <= i, as torch's is_causal): T and S apart, not multiples of the blocks.
+    q, k = rng.standard_normal((2, 3, T, 32)).astype(np.float32), rng.standard_normal((2, 3, S, 32)).astype(np.float32)
+    v, grad = rng.standard_normal((2, 3, S, 48)).astype(np.float32), rng.standard_normal((2, 3, T, 48)).astype(np.float32)
+    results = []
+    for lib, sdpa in ((dg, dg.scaled_dot_product_attention), (torch, F.scaled_dot_product_attention)):
+        leaves = [lib.tensor(a).requires_grad_(True) for a in (q, k, v)]
+        out = sdpa(*leaves, is_causal=True)
+        out.backward(lib.tensor(grad))
+        results.append([out.detach().numpy()] + [x.grad.numpy() for x in leaves])
+    for d, t in zip(*results):
+        np.testing.assert_allclose(d, t, rtol=1e-4, atol=2e-5)
+
+
 def test_sdpa_errors():
     q = dg.ones(1, 2, 3, 4)
     with pytest.raises(TypeError, match=r"\[scaled_dot_product_attention\]"):

@@ -58,6 +58,8 @@ namespace {
 // Query rows per task and per tile; key rows per tile. The causal cut trims each tile to the keys its query
 // rows can see, so a wide key tile costs nothing above the diagonal and keeps the GEMMs large.
 constexpr int64_t kQueryBlock = kAttentionQueryBlock, kKeyBlock = kAttentionKeyBlock;  // runtime/scratch.h
+// Query rows per GEMM call in a causal block that crosses the diagonal (two of the tile GEMM's 6-row tiles).
+constexpr int64_t kCausalRows = 12;
 // std::max as a function object for eight_lane_reduce (the larger; the first when equal or unordered).
 template <typename T>
 T max_of_two(T a, T b) { return std::max(a, b); }
@@ -274,7 +276,18 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
       const int64_t nk = std::min(kKeyBlock, key_end - k0);
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
       T* s = scores.get();
-      tile_gemm(false, nq, nk, D, scale, qb, ldq, k_transposed + k0, S_len, T(0), s, nk);
+      // A causal block that crosses the diagonal: each group of kCausalRows query rows needs only the keys up to its
+      // last row's (visible_keys); the scores right of them are masked anyway (mask_scores' causal cut) and P is 0
+      // there, so both GEMMs stop at that column (for T = 256 they computed 25% more than the causal half).
+      const bool diagonal = cfg.causal && k0 + nk - 1 > q0;
+      auto visible_keys = [&](int64_t i0, int64_t rows) {
+        return diagonal ? std::clamp<int64_t>(q0 + i0 + rows - k0, 0, nk) : nk;
+      };
+      for (int64_t i0 = 0; i0 < nq; i0 += kCausalRows) {
+        const int64_t rows = std::min(kCausalRows, nq - i0);
+        const int64_t cols = std::min(nk, (visible_keys(i0, rows) + 15) / 16 * 16);  // whole vectors of columns
+        tile_gemm(false, rows, cols, D, scale, qb + i0 * ldq, ldq, k_transposed + k0, S_len, T(0), s + i0 * nk, nk);
+      }
       mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
         T* row = s + i * nk;
@@ -298,7 +311,10 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
         const T* row = s + i * nk;
         row_sum[static_cast<size_t>(i)] += eight_lane_sum<T>(nk, [row](int64_t j) { return row[j]; });
       }
-      tile_gemm(false, nq, Dv, nk, T(1), s, nk, vb, ldv, T(1), acc.data(), Dv);
+      for (int64_t i0 = 0; i0 < nq; i0 += kCausalRows) {
+        const int64_t rows = std::min(kCausalRows, nq - i0), keys = visible_keys(i0, rows);
+        if (keys > 0) tile_gemm(false, rows, Dv, keys, T(1), s + i0 * nk, nk, vb, ldv, T(1), acc.data() + i0 * Dv, Dv);
+      }
     }
     S* o = const_cast<S*>(out.matrix(n)) + q0 * out.row_stride;
     for (int64_t i = 0; i < nq; ++i) {
