@@ -252,17 +252,20 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
   const int64_t query_blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
   const T scale = static_cast<T>(cfg.scale);
   // K^T [D, S] of every batch-head, packed once (in the compute type) for all of its query blocks.
-  std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * S_len, 1))]);
+  // Its rows are S_len + 16 apart: at a power-of-two stride (S = 256: 1 KiB) the transpose's 64 destination rows fell
+  // into four L1 sets and every store missed.
+  const int64_t ldkt = S_len + 16;
+  std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * ldkt, 1))]);
   parallel_chunks(batch, [&](int64_t n) {
     std::vector<T> k_pack;
     int64_t ldk;
     const T* kb = rope ? rope.rows(k, k.matrix(n), 0, S_len, k_pack, ldk) : k.block(k.matrix(n), 0, S_len, k_pack, ldk);
-    transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * S_len, S_len);
+    transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * ldkt, ldkt);
   });
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
-    const T* k_transposed = keys_t.get() + n * D * S_len;
+    const T* k_transposed = keys_t.get() + n * D * ldkt;
     std::vector<T> q_pack, v_pack;
     std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
     std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
@@ -286,7 +289,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
       for (int64_t i0 = 0; i0 < nq; i0 += kCausalRows) {
         const int64_t rows = std::min(kCausalRows, nq - i0);
         const int64_t cols = std::min(nk, (visible_keys(i0, rows) + 15) / 16 * 16);  // whole vectors of columns
-        tile_gemm(false, rows, cols, D, scale, qb + i0 * ldq, ldq, k_transposed + k0, S_len, T(0), s + i0 * nk, nk);
+        tile_gemm(false, rows, cols, D, scale, qb + i0 * ldq, ldq, k_transposed + k0, ldkt, T(0), s + i0 * nk, nk);
       }
       mask_scores<T, S>(s, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
       for (int64_t i = 0; i < nq; ++i) {
