@@ -22,6 +22,8 @@ inline constexpr int64_t kAdamWPiece = 16384;
 inline constexpr int64_t kGradNormPiece = 16384;
 // Flash attention's query rows per task and tile, key rows per tile.
 inline constexpr int64_t kAttentionQueryBlock = 64, kAttentionKeyBlock = 128;
+// The forward's K^T of a batch-head has rows S + kAttentionKeyPad elements apart (off a power-of-two stride).
+inline constexpr int64_t kAttentionKeyPad = 16;
 
 // Index kernels (index, index_put, nonzero, cat's pieces) cut their work into parallel chunks of about this many
 // elements.

@@ -254,7 +254,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
   // K^T [D, S] of every batch-head, packed once (in the compute type) for all of its query blocks.
   // Its rows are S_len + 16 apart: at a power-of-two stride (S = 256: 1 KiB) the transpose's 64 destination rows fell
   // into four L1 sets and every store missed.
-  const int64_t ldkt = S_len + 16;
+  const int64_t ldkt = S_len + kAttentionKeyPad;
   std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * ldkt, 1))]);
   parallel_chunks(batch, [&](int64_t n) {
     std::vector<T> k_pack;
