@@ -140,6 +140,7 @@ nb::dict snapshot_dict(const MemorySnapshot& snap) {
 struct FailureAttrs {
   static constexpr const char* kName = "FailureAttrs";
   int64_t index = 0;
+  DG_ATTRS_FIELDS(index);
 };
 void failing_kernel(Task& task) {
   fail(ErrorKind::Index, "[_deferred_failure] index ", task.attrs.get<FailureAttrs>().index,

@@ -1,9 +1,11 @@
 // The op table itself: every op is declared once with a kernel for each built backend, kernels resolve per
 // device at enqueue (a missing one raises there, naming the op and the device), and attributes are typed.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
@@ -28,6 +30,7 @@ Device fake_cuda() {
 struct ProbeAttrs {
   static constexpr const char* kName = "ProbeAttrs";
   int64_t value = 0;
+  DG_ATTRS_FIELDS(value);
 };
 void probe_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] = task.attrs.get<ProbeAttrs>().value; }
 const OpDef op_test_attrs_probe("test_attrs_probe", attrs_type<ProbeAttrs>());
@@ -161,6 +164,93 @@ TEST(OpTable, AttributesAreReadBackByTheirType) {
   copy.get<ReduceAttrs>().dims.push_back(5);
   EXPECT_EQ(attrs.get<ReduceAttrs>().dims.size(), size_t{2});
   EXPECT_EQ(copy.get<ReduceAttrs>().dims.size(), size_t{3});
+}
+
+// Every attribute struct of the table is a value: default-constructed, it equals itself and a copy, hashes as the
+// copy does, prints its name and each declared field, and its visitor reaches every field of the declaration.
+TEST(OpTable, EveryOpsAttributesAreValues) {
+  std::set<std::string> seen;
+  for (const OpDef* op : all_ops()) {
+    const AttrsType* type = op->attrs_type;
+    if (!type || !seen.insert(type->name).second) continue;
+    SCOPED_TRACE(std::string(op->name) + ": " + type->name);
+    ASSERT_TRUE(type->fields && *type->fields);
+    ASSERT_TRUE(type->equal && type->hash && type->print && type->visit && type->make_default);
+    alignas(std::max_align_t) unsigned char a[Attrs::kCapacity], b[Attrs::kCapacity];
+    type->make_default(a);
+    type->make_default(b);
+    EXPECT_TRUE(type->equal(a, b));
+    EXPECT_EQ(type->hash(a), type->hash(b));
+    std::string text;
+    type->print(a, text);
+    EXPECT_EQ(text.rfind(std::string(type->name) + "{", 0), size_t{0}) << text;
+    std::string_view list = type->fields;
+    size_t declared = 0;
+    while (!list.empty()) {
+      const std::string_view name = attrs_detail::next_name(list);
+      const bool shown = text.find(std::string(name) + "=") != std::string::npos ||  // a leaf, or a nested struct's
+                         text.find(std::string(name) + ".") != std::string::npos;    // fields (rng.seed=...)
+      EXPECT_TRUE(shown) << name << " missing from " << text;
+      ++declared;
+    }
+    size_t visited = 0;
+    type->visit(a, &visited, [](void* c, const AttrField&) { ++*static_cast<size_t*>(c); });
+    EXPECT_GE(visited, declared);
+    if (type->destroy) {
+      type->destroy(a);
+      type->destroy(b);
+    }
+  }
+  EXPECT_GT(seen.size(), size_t{25});
+}
+
+TEST(OpTable, AttributeEqualityHashingAndPrinting) {
+  // Scalars compare by kind and bits: alpha 2 (an int) is not alpha 2.0, and -0.0 is not 0.0; a nan equals itself.
+  EXPECT_EQ(Attrs(AddAttrs{2}), Attrs(AddAttrs{2}));
+  EXPECT_NE(Attrs(AddAttrs{2}), Attrs(AddAttrs{2.0}));
+  EXPECT_NE(Attrs(AddAttrs{0.0}), Attrs(AddAttrs{-0.0}));
+  EXPECT_EQ(Attrs(AddAttrs{std::nan("")}), Attrs(AddAttrs{std::nan("")}));
+  EXPECT_EQ(Attrs(AddAttrs{2}).hash(), Attrs(AddAttrs{2}).hash());
+  EXPECT_NE(Attrs(AddAttrs{2}).hash(), Attrs(AddAttrs{3}).hash());
+  // Dims by value; doubles by bits; every field takes part
+  EXPECT_EQ(Attrs(ReduceAttrs{Dims{0, 2}}), Attrs(ReduceAttrs{Dims{0, 2}}));
+  EXPECT_NE(Attrs(ReduceAttrs{Dims{0, 2}}), Attrs(ReduceAttrs{Dims{0, 1}}));
+  EXPECT_NE(Attrs(ReduceAttrs{Dims{0, 2}}).hash(), Attrs(ReduceAttrs{Dims{0, 1}}).hash());
+  AdamWAttrs adam;
+  AdamWAttrs other = adam;
+  EXPECT_EQ(Attrs(adam), Attrs(other));
+  other.decoupled = false;
+  EXPECT_NE(Attrs(adam), Attrs(other));
+  other = adam;
+  other.eps = 1e-7;
+  EXPECT_NE(Attrs(adam), Attrs(other));
+  // Two structs with equal bytes are different attributes; no attributes equal no attributes
+  EXPECT_NE(Attrs(DimAttrs{1}), Attrs(EmbeddingBackwardAttrs{1}));
+  EXPECT_EQ(Attrs(), Attrs());
+  EXPECT_NE(Attrs(), Attrs(DimAttrs{0}));
+  // Printing: enums by name, nested structs flattened, floats exactly
+  EXPECT_EQ(Attrs(NllLossAttrs{-100, LossReduction::Sum, true}).to_string(),
+            "NllLossAttrs{ignore_index=-100, reduction=sum, weighted=true}");
+  EXPECT_EQ(Attrs(RandintAttrs{RngCounter{7, 3}, 0, 10}).to_string(),
+            "RandintAttrs{rng.seed=7, rng.offset=3, low=0, high=10}");
+  EXPECT_EQ(Attrs(ReduceAttrs{Dims{0, 2}}).to_string(), "ReduceAttrs{dims=[0, 2]}");
+  EXPECT_EQ(Attrs(GradNormAttrs{0.1}).to_string(), "GradNormAttrs{norm_type=0.10000000000000001}");
+  EXPECT_EQ(Attrs().to_string(), "{}");
+  // The visitor: kinds and values of each leaf
+  struct Seen {
+    std::vector<std::string> names;
+    std::vector<AttrField::Kind> kinds;
+  } seen;
+  Attrs(AttentionAttrs{0.125, true, AttentionMask::Additive}).visit(&seen, [](void* c, const AttrField& f) {
+    auto& s = *static_cast<Seen*>(c);
+    s.names.emplace_back(f.name);
+    s.kinds.push_back(f.kind);
+    if (f.name == "scale") EXPECT_EQ(f.f, 0.125);
+    if (f.name == "mask") EXPECT_STREQ(f.text, "additive");
+  });
+  EXPECT_EQ(seen.names, (std::vector<std::string>{"scale", "is_causal", "mask"}));
+  EXPECT_EQ(seen.kinds, (std::vector<AttrField::Kind>{AttrField::Kind::Float, AttrField::Kind::Bool,
+                                                       AttrField::Kind::Enum}));
 }
 
 TEST(OpTable, InplaceOpsMustUpdateTheirInputs) {

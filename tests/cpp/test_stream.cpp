@@ -29,6 +29,7 @@ struct CheckedCopyAttrs {
   static constexpr const char* kName = "CheckedCopyAttrs";
   int64_t bad_index = 0;
   bool queued = false;
+  DG_ATTRS_FIELDS(bad_index, queued);
 };
 std::atomic<bool> g_gate_open{true};
 std::atomic<int> g_checked_copy_runs{0};

@@ -96,6 +96,7 @@ namespace {
 struct CommAttrs {
   static constexpr const char* kName = "CommAttrs";
   std::shared_ptr<Work> work;
+  DG_ATTRS_FIELDS(work);
 };
 
 OpCost comm_cost(const Task& task) {

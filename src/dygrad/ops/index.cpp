@@ -22,6 +22,7 @@ struct CatNodeAttrs {
   static constexpr const char* kName = "CatNodeAttrs";
   int64_t dim = 0;
   Dims sizes;
+  DG_ATTRS_FIELDS(dim, sizes);
 };
 void cat_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   int64_t offset = 0;
@@ -209,6 +210,7 @@ struct PiecesAttrs {
   int64_t dim = 0;
   bool dropped_dim = false;
   Dims sizes, input_strides;
+  DG_ATTRS_FIELDS(dim, dropped_dim, sizes, input_strides);
 };
 void pieces_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const IntSpan shape = n.input_meta[0].shape;

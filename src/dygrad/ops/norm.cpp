@@ -21,6 +21,7 @@ struct VectorNormAttrs {
   double ord = 2;
   Dims dims;
   bool keepdim = false;
+  DG_ATTRS_FIELDS(ord, dims, keepdim);
 };
 
 // inputs (x); saved: x, norm (detached). g and norm are unsqueezed back to x's rank when the dims were dropped:

@@ -62,6 +62,7 @@ void expand_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 struct PermuteAttrs {
   static constexpr const char* kName = "PermuteAttrs";
   Dims dims;
+  DG_ATTRS_FIELDS(dims);
 };
 void permute_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   const Dims& dims = n.attrs.get<PermuteAttrs>().dims;
@@ -76,6 +77,7 @@ void permute_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) 
 struct SlicingAttrs {
   static constexpr const char* kName = "SlicingAttrs";
   int64_t dim = 0, start = 0, step = 0, index = 0;
+  DG_ATTRS_FIELDS(dim, start, step, index);
 };
 Attrs slicing_attrs(int64_t dim, int64_t start, int64_t step, int64_t index) {
   return SlicingAttrs{dim, start, step, index};

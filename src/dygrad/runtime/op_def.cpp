@@ -1,6 +1,7 @@
 // The op registry, kernel registration and the default cost model.
 #include "dygrad/runtime/op_def.h"
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -151,6 +152,64 @@ OpCost Task::cost() const {
     c.flops += double(t.numel());
   }
   return c;
+}
+
+namespace attrs_detail {
+std::string field_text(const AttrField& field) {
+  switch (field.kind) {
+    case AttrField::Kind::Bool: return field.b ? "true" : "false";
+    case AttrField::Kind::Int: return std::to_string(field.i);
+    case AttrField::Kind::Float: {
+      char buffer[32];
+      std::snprintf(buffer, sizeof(buffer), "%.17g", field.f);
+      return buffer;
+    }
+    case AttrField::Kind::Scalar: return field.scalar.to_string();
+    case AttrField::Kind::Ints: {
+      std::string text = "[";
+      for (size_t k = 0; k < field.ints.size(); ++k) text += (k ? ", " : "") + std::to_string(field.ints[k]);
+      return text + "]";
+    }
+    case AttrField::Kind::Enum: return field.text ? field.text : std::to_string(field.i);
+    case AttrField::Kind::Opaque: {
+      char buffer[48];
+      std::snprintf(buffer, sizeof(buffer), "%s@%p", field.text ? field.text : "object", field.opaque);
+      return buffer;
+    }
+  }
+  return "?";
+}
+
+void print_attrs(const AttrsType& type, const void* p, std::string& out) {
+  struct Context {
+    std::string* out;
+    bool first = true;
+  } context{&out};
+  out += type.name;
+  out += '{';
+  type.visit(p, &context, [](void* c, const AttrField& field) {
+    Context& ctx = *static_cast<Context*>(c);
+    if (!ctx.first) *ctx.out += ", ";
+    ctx.first = false;
+    ctx.out->append(field.name);
+    *ctx.out += '=';
+    *ctx.out += field_text(field);
+  });
+  out += '}';
+}
+}  // namespace attrs_detail
+
+bool Attrs::operator==(const Attrs& other) const {
+  if (!type_ || !other.type_) return type_ == other.type_;
+  if (type_ != other.type_ && std::strcmp(type_->name, other.type_->name) != 0) return false;
+  return type_->equal(buffer_, other.buffer_);
+}
+
+std::string Attrs::to_string() const {
+  std::string out;
+  if (type_) type_->print(buffer_, out);
+  else out = "{}";
+  return out;
 }
 
 void Attrs::check_same_type(const AttrsType* requested) const {
