@@ -496,7 +496,9 @@ void expect_snapshot_matches_stats() {
       if (b.live) requested += static_cast<int64_t>(b.requested), active += static_cast<int64_t>(b.size);
     }
     EXPECT_EQ(covered, s.size);
-    if (s.expandable) EXPECT_EQ(s.address % CachingAllocator::kPageSize, 0u);
+    if (s.expandable) {  // braces: EXPECT_EQ is an if/else inside (GCC's -Wdangling-else)
+      EXPECT_EQ(s.address % CachingAllocator::kPageSize, 0u);
+    }
   }
   EXPECT_EQ(reserved, snap.stats.reserved);
   EXPECT_EQ(requested, snap.stats.allocated);
