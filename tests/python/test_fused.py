@@ -193,8 +193,8 @@ def test_scaled_dot_product_attention_float32_qkv_views(T, D, causal):
 def test_scaled_dot_product_attention_float32_causal_blocks(T, S):
     # The float32 kernel stops each causal block's GEMMs at the last key a group of query rows sees (top-left
     # alignment, query i sees keys j <= i, as torch's is_causal): T and S apart, not multiples of the blocks.
-    q, k = rng.standard_normal((2, 3, T, 32)).astype(np.float32), rng.standard_normal((2, 3, S, 32)).astype(np.float32)
-    v, grad = rng.standard_normal((2, 3, S, 48)).astype(np.float32), rng.standard_normal((2, 3, T, 48)).astype(np.float32)
+    q, k, v, grad = (rng.standard_normal(shape).astype(np.float32)
+                     for shape in ((2, 3, T, 32), (2, 3, S, 32), (2, 3, S, 48), (2, 3, T, 48)))
     results = []
     for lib, sdpa in ((dg, dg.scaled_dot_product_attention), (torch, F.scaled_dot_product_attention)):
         leaves = [lib.tensor(a).requires_grad_(True) for a in (q, k, v)]

@@ -63,7 +63,8 @@ size_t attention_scratch_of(int64_t batch, int64_t T, int64_t S, int64_t D, int6
     const int64_t query_blocks = (T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
     const int64_t pack_keys = int64_t(scratch_workers(batch)) * at_least_1(S * D);
     const int64_t per_block = at_least_1(bq * D) + at_least_1(bk * Dv) + bq * kAttentionKeyBlock + bq * Dv + 2 * bq;
-    elements = at_least_1(batch * D * (S + kAttentionKeyPad)) + std::max(pack_keys, int64_t(scratch_workers(batch * query_blocks)) * per_block);
+    elements = at_least_1(batch * D * (S + kAttentionKeyPad)) +
+               std::max(pack_keys, int64_t(scratch_workers(batch * query_blocks)) * per_block);
   } else {
     const int64_t accumulators = dtype == DType::Float32 || dtype == DType::Float64 ? 0 : T * D + S * D + S * Dv;
     const int64_t per_head = accumulators + (rotary ? at_least_1(T * D) + at_least_1(S * D) : 0) + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +

@@ -87,7 +87,8 @@ bool tuple_equal(const std::tuple<const F&...>& a, const std::tuple<const F&...>
 template <typename F>
 bool field_equal(const F& a, const F& b) {
   if constexpr (HasFields<F>) return tuple_equal(a.fields(), b.fields());
-  else if constexpr (std::is_floating_point_v<F>) return std::bit_cast<uint64_t>(double(a)) == std::bit_cast<uint64_t>(double(b));
+  else if constexpr (std::is_floating_point_v<F>)
+    return std::bit_cast<uint64_t>(double(a)) == std::bit_cast<uint64_t>(double(b));
   else if constexpr (std::is_same_v<F, Scalar>) return a.kind == b.kind && scalar_bits(a) == scalar_bits(b);
   else return a == b;  // integers, bool, enums, Dims, pointers (identity)
 }
