@@ -204,6 +204,27 @@ TEST(OpTable, EveryOpsAttributesAreValues) {
   EXPECT_GT(seen.size(), size_t{25});
 }
 
+// The RNG trait: an op consumes RNG counters (kOpRandom) exactly when its attributes carry an RngCounter, which
+// Attrs::rng() reaches without knowing the struct (a replay re-reserves counters through it).
+TEST(OpTable, RandomOpsAndOnlyThemCarryAnRngCounter) {
+  size_t random_ops = 0;
+  for (const OpDef* op : all_ops()) {
+    SCOPED_TRACE(op->name);
+    const bool carries = op->attrs_type && op->attrs_type->rng;
+    EXPECT_EQ(carries, (op->flags & kOpRandom) != 0);
+    random_ops += carries;
+  }
+  EXPECT_GE(random_ops, size_t{6});  // rand, randn, randint, bernoulli_mask, bernoulli, multinomial
+  Attrs attrs = MultinomialAttrs{RngCounter{7, 3}, 2, true};
+  ASSERT_NE(attrs.rng(), nullptr);
+  EXPECT_EQ(attrs.rng()->seed, 7u);
+  attrs.rng()->offset = 11;
+  EXPECT_EQ(attrs.get<MultinomialAttrs>().rng.offset, 11u);
+  EXPECT_EQ(attrs.get<MultinomialAttrs>().num_samples, 2);
+  EXPECT_EQ(Attrs(DimAttrs{1}).rng(), nullptr);
+  EXPECT_EQ(Attrs().rng(), nullptr);
+}
+
 TEST(OpTable, AttributeEqualityHashingAndPrinting) {
   // Scalars compare by kind and bits: alpha 2 (an int) is not alpha 2.0, and -0.0 is not 0.0; a nan equals itself.
   EXPECT_EQ(Attrs(AddAttrs{2}), Attrs(AddAttrs{2}));

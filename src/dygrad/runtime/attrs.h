@@ -9,6 +9,7 @@
 // two Tasks with equal attrs compute the same bits.
 #pragma once
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,14 @@
   static constexpr const char* kFields = #__VA_ARGS__
 
 namespace dg {
+
+// The seed and the first Philox counter reserved for a random Task (docs/rng.md). Every random op's attribute
+// struct holds one, named `rng` (the op's kOpRandom trait; OpTable.RandomOpsAndOnlyThemCarryAnRngCounter), so a
+// recorded Task's counter is reached through `Attrs::rng()` without knowing the struct.
+struct RngCounter {
+  uint64_t seed = 0, offset = 0;
+  DG_ATTRS_FIELDS(seed, offset);
+};
 
 // One leaf field of an attribute struct, as the type-erased visitor sees it (nested structs are flattened:
 // "rng.seed"). Enums come as their integer and their name.
@@ -58,6 +67,7 @@ struct AttrsType {
   void (*print)(const void* p, std::string& out);        // "Name{field=value, ...}"
   void (*visit)(const void* p, void* context, AttrFieldVisitor visitor);  // each leaf field in order
   void (*make_default)(void* dst);                       // a default-constructed struct (tests, tools)
+  RngCounter* (*rng)(void* p);                           // its `rng` member; null: the struct has none
 };
 
 // The value semantics of one field type. Overload attr_enum_name(E) beside an enum to print its names.
@@ -217,6 +227,13 @@ size_t hash_attrs(const void* p) {
 template <typename T>
 void make_default_attrs(void* dst) { new (dst) T(); }
 template <typename T>
+RngCounter* rng_of(void* p) { return &static_cast<T*>(p)->rng; }
+template <typename T>
+constexpr RngCounter* (*rng_accessor())(void*) {
+  if constexpr (requires(T& t) { { t.rng } -> std::same_as<RngCounter&>; }) return &rng_of<T>;
+  else return nullptr;
+}
+template <typename T>
 struct AttrsTypeOf {
   static_assert(attrs_detail::HasFields<T>, "an attribute struct declares its fields: DG_ATTRS_FIELDS(...)");
   static_assert(attrs_detail::member_count<T>() == std::tuple_size_v<decltype(std::declval<const T&>().fields())>,
@@ -231,7 +248,8 @@ struct AttrsTypeOf {
                                    &hash_attrs<T>,
                                    &AttrsTypeOf<T>::print,
                                    &attrs_detail::visit_attrs<T>,
-                                   &make_default_attrs<T>};
+                                   &make_default_attrs<T>,
+                                   rng_accessor<T>()};
 };
 template <typename T>
 void AttrsTypeOf<T>::print(const void* p, std::string& out) { attrs_detail::print_attrs(value, p, out); }
@@ -292,6 +310,9 @@ class Attrs {
   void visit(void* context, AttrFieldVisitor visitor) const {
     if (type_) type_->visit(buffer_, context, visitor);
   }
+  // The RNG counter of a random op's attributes (RngCounter above); null for any other struct or none.
+  RngCounter* rng() { return type_ && type_->rng ? type_->rng(buffer_) : nullptr; }
+  const RngCounter* rng() const { return const_cast<Attrs*>(this)->rng(); }
   void reset() {
     if (type_ && type_->destroy) type_->destroy(buffer_);
     type_ = nullptr;

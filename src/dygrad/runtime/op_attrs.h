@@ -151,11 +151,7 @@ struct AdvancedIndexAttrs {
   DG_ATTRS_FIELDS(dims, accumulate);
 };
 
-// Random kernels: the seed and the first Philox counter reserved for the Task (docs/rng.md).
-struct RngCounter {
-  uint64_t seed = 0, offset = 0;
-  DG_ATTRS_FIELDS(seed, offset);
-};
+// Random kernels carry an RngCounter (runtime/attrs.h) named `rng`: `Attrs::rng()` reaches it whatever the struct.
 // Counters a random Task of `numel` elements reserves: every backend maps 4 elements to one Philox counter, or 2
 // for 64-bit values (`wide`), so a seed gives the same numbers on every backend and thread count.
 inline uint64_t philox_counters(int64_t numel, bool wide) {
