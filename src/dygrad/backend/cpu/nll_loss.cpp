@@ -57,7 +57,7 @@ void nll_row_sums(const NllRows<T>& r, int64_t b, int64_t n, double& sum_weight,
   const T* __restrict x = r.x;
   const int64_t* __restrict target = r.target + b;
   const T* __restrict weight = r.weight;
-  T* __restrict loss = r.loss + b;
+  T* __restrict loss = kPerRow ? r.loss + b : nullptr;  // no offset on a null pointer when reduced
   const int64_t num_classes = r.num_classes, class_stride = r.class_stride, ignore = r.ignore;
   double lw[8] = {}, lv[8] = {};
   auto add = [&](int64_t i, int lane) {
