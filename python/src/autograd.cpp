@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common.h"
+#include "dygrad/autograd/recompute_sink.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
@@ -154,60 +155,44 @@ void push_python_saved_tensor_hooks(nb::handle pack, nb::handle unpack) {
 // --- op observer (selective recompute, python/dygrad/utils/checkpoint.py) ----------------------------------------
 // observer(op_name, inputs, outputs) -> None, or the tensors the outputs become: the Task is then not run and each
 // output adopts the given tensor's storage (a result cached in the forward); an empty list skips the Task and
-// leaves the outputs unwritten (a recomputation that stops before anything reads them). Only ops writing fresh
-// outputs (no view, no in-place, no output sharing an input's memory) are shown to it.
-bool fresh_outputs(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-  if (op.flags & kOpInplace || outputs.empty()) return false;
-  for (const Tensor& o : outputs) {
-    if (!o.defined() || o.is_view() || o.storage_offset() != 0 || o.impl()->storage->use_count() != 1) return false;
-    for (const Tensor& i : inputs)
-      if (i.defined() && i.shares_storage(o)) return false;
-  }
-  return true;
-}
-
+// leaves the outputs unwritten (a recomputation that stops before anything reads them). The observer is the policy
+// of this thread's RecomputeSink (autograd/recompute_sink.h), which shows it only ops writing fresh outputs.
 nb::list tensors_to_list(std::span<const Tensor> ts) {
   nb::list out;
   for (const Tensor& t : ts) out.append(t.defined() ? wrap_object(t) : nb::none());
   return out;
 }
 
-void set_python_op_observer(nb::handle fn) {
-  if (fn.is_none()) {
-    set_op_observer({});
-    return;
+// This thread's sink: in the thread's op-sink chain while an observer is set (taken out at thread exit too).
+struct ThreadRecomputeSink {
+  std::unique_ptr<RecomputeSink> sink;
+  void set(std::unique_ptr<RecomputeSink> next) {
+    if (sink) op_sinks::remove(*sink);
+    sink = std::move(next);
+    if (sink) op_sinks::push(*sink);
   }
+  ~ThreadRecomputeSink() { set(nullptr); }
+};
+thread_local ThreadRecomputeSink tls_recompute_sink;
+
+void set_python_op_observer(nb::handle fn) {
+  tls_recompute_sink.set(nullptr);
+  if (fn.is_none()) return;
   DG_CHECK(PyCallable_Check(fn.ptr()), Type, "[_set_op_observer] expected a callable or None, got ",
            type_name(fn.ptr()));
   auto callable = std::make_shared<PythonCallable>(fn.ptr());
-  set_op_observer([callable](const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-    if (!fresh_outputs(op, inputs, outputs)) return false;
+  auto policy = [callable](const OpCall& call, std::vector<Tensor>& cached) {
     nb::gil_scoped_acquire gil;
-    nb::object name = nb::str(op.name);
-    nb::object ins = tensors_to_list(inputs), outs = tensors_to_list(outputs);
+    nb::object name = nb::str(call.op.name);
+    nb::object ins = tensors_to_list(call.inputs), outs = tensors_to_list(call.outputs);
     nb::object result = nb::steal(PyObject_CallFunctionObjArgs(callable->function, name.ptr(), ins.ptr(), outs.ptr(),
                                                                nullptr));
     if (!result.is_valid()) throw nb::python_error();
-    if (result.is_none()) return false;
-    std::vector<Tensor> given = tensor_list(op.name, "cached outputs", result, false);
-    if (given.empty()) return true;  // skipped: nothing reads the outputs (the recomputation stops at its save)
-    DG_CHECK(given.size() == outputs.size(), Runtime, "[", op.name, "] the op observer gave ", given.size(),
-             " tensors for ", outputs.size(), " outputs");
-    for (size_t i = 0; i < given.size(); ++i) {
-      const Tensor& o = outputs[i];
-      DG_CHECK(same_shape(given[i].shape(), o.shape()) && given[i].dtype() == o.dtype() &&
-                   given[i].device() == o.device(), Runtime, "[", op.name, "] a cached output of shape ",
-               given[i].shape(), " does not match the output of shape ", o.shape());
-    }
-    for (size_t i = 0; i < given.size(); ++i) {
-      TensorImpl* dst = outputs[i].impl();
-      const TensorImpl* src = given[i].impl();
-      dst->storage = src->storage;
-      dst->offset = src->offset;
-      dst->strides = src->strides;
-    }
-    return true;
-  });
+    if (result.is_none()) return RecomputeSink::Decision::Run;
+    cached = tensor_list(call.op.name, "cached outputs", result, false);
+    return cached.empty() ? RecomputeSink::Decision::Skip : RecomputeSink::Decision::Adopt;
+  };
+  tls_recompute_sink.set(std::make_unique<RecomputeSink>(std::move(policy)));
 }
 
 std::vector<Tensor> tensor_list(const char* op, const char* argument, nb::handle seq, bool allow_none) {

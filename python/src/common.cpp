@@ -201,6 +201,13 @@ CallSite python_call_site() {
 
 PythonCallSite::PythonCallSite() : scope_(python_call_site()) {}
 
+// The line is looked up only when a sink will be told (a frame walk otherwise saved on every item()).
+PythonHostRead::PythonHostRead(const Tensor& t, const char* reader)
+    : reader_(reader, /*once=*/true), site_(op_sinks::engaged() ? python_call_site() : current_call_site()) {
+  nb::gil_scoped_release release;
+  t.wait_readable();
+}
+
 // --- argument parsing ------------------------------------------------------------------------------------------
 Signature::Signature(const char* op, std::initializer_list<const char*> names, int num_positional, int num_required)
     : op_(op), num_names_(static_cast<int>(names.size())), num_positional_(num_positional), num_required_(num_required) {

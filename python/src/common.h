@@ -12,6 +12,7 @@
 
 #include "dygrad/dygrad.h"
 #include "dygrad/profiler/profiler.h"
+#include "dygrad/runtime/op_sink.h"
 
 namespace nb = nanobind;
 
@@ -62,6 +63,19 @@ class PythonCallSite {
   CallSiteScope scope_;
 };
 CallSite python_call_site();
+
+// A host read from Python (item, tolist, numpy, bool(t)...): for the scope, the op sinks are told `reader` and the
+// user's line (runtime/op_sink.h); the constructor waits for the tensor without holding the GIL.
+class PythonHostRead {
+ public:
+  PythonHostRead(const Tensor& t, const char* reader);
+  PythonHostRead(const PythonHostRead&) = delete;
+  PythonHostRead& operator=(const PythonHostRead&) = delete;
+
+ private:
+  HostReadScope reader_;
+  CallSiteScope site_;
+};
 void set_call_site_tracking(bool on);
 void set_package_dir(const std::string& dir);  // dygrad's Python files: call sites skip frames inside it
 bool call_site_tracking();

@@ -287,10 +287,7 @@ nb::object tensor_to_numpy(const Tensor& t) {
   DG_CHECK(!t.requires_grad(), Runtime, "[numpy] Can't call numpy() on Tensor that requires grad. Use "
            "tensor.detach().numpy() instead.");
   DG_CHECK(t.dtype() != DType::BFloat16, Type, "[numpy] Got unsupported ScalarType BFloat16");
-  {
-    nb::gil_scoped_release release;
-    t.wait_readable();
-  }
+  { PythonHostRead read(t, "numpy"); }
   drain_pending_releases(nullptr);
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
   if (t.numel() == 0) {
@@ -328,10 +325,7 @@ nb::object tensor_to_list(const Tensor& t) {
         lists > (int64_t{1} << 31))
       fail(ErrorKind::Runtime, "[tolist] a tensor of shape ", t.shape(), " would need more than 2**31 nested lists");
   }
-  {
-    nb::gil_scoped_release release;
-    t.wait_readable();
-  }
+  PythonHostRead read(t, "tolist");
   int64_t next = 0;
   if (is_floating(t.dtype())) return list_of(t, t.shape(), 0, t.to_vector<double>(), next);
   return list_of(t, t.shape(), 0, t.to_vector<int64_t>(), next);

@@ -126,10 +126,7 @@ bool to_fill_value(const char* op, PyObject* o, Scalar& out) {
                    static_cast<int>(t.dim()));
       return false;
     }
-    {
-      nb::gil_scoped_release release;
-      t.wait_readable();
-    }
+    PythonHostRead read(t, op);
     out = t.item_scalar();
     return true;
   }

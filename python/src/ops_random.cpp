@@ -248,6 +248,7 @@ PyObject* spaced_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
       return nullptr;
     }
     try {
+      PythonHostRead read(t, op);
       (i == 0 ? start : end) = t.item_scalar();
     } catch (...) {
       set_error_from_current_exception();

@@ -2,6 +2,9 @@
 // synchronisation and the caching allocator's statistics.
 #include <unordered_map>
 
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
+
 #include "common.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
@@ -148,9 +151,55 @@ void failing_kernel(Task& task) {
 }
 const OpDef op_deferred_failure("_deferred_failure", attrs_type<FailureAttrs>());
 DG_REGISTER_KERNEL(_deferred_failure, Device::Type::CPU, failing_kernel);
+
+// An op sink on the calling thread while its `with` block runs (runtime/op_sink.h): records each op (name,
+// attributes) and each host read (reader, file, line), or refuses host reads. For tests and tools; it consumes
+// nothing.
+struct OpRecorder final : OpSink {
+  bool refuse_host_reads = false;
+  std::vector<std::pair<std::string, std::string>> ops;
+  std::vector<std::tuple<std::string, std::string, uint32_t>> host_reads;
+  bool active = false;
+
+  ~OpRecorder() override {
+    if (!active) return;
+    try {
+      op_sinks::remove(*this);
+    } catch (const Error&) {  // collected on another thread: that thread's chain never held it
+    }
+  }
+  bool on_op(const OpCall& call) override {
+    ops.emplace_back(call.op.name, call.attrs.to_string());
+    return false;
+  }
+  void on_host_read(const HostRead& read) override {
+    const std::string file = read.site.file ? read.site.file : "";
+    if (refuse_host_reads)
+      fail(ErrorKind::Runtime, "[", read.reader, "] reads a tensor's values on the host inside a region that refuses "
+           "host reads", file.empty() ? "" : " (at " + file + ":" + std::to_string(read.site.line) + ")");
+    host_reads.emplace_back(read.reader, file, read.site.line);
+  }
+};
 }  // namespace
 
 void init_runtime(nb::module_& m) {
+  nb::class_<OpRecorder>(m, "_OpRecorder")
+      .def("__init__", [](OpRecorder* self, bool refuse) {
+        new (self) OpRecorder();
+        self->refuse_host_reads = refuse;
+      }, nb::arg("refuse_host_reads") = false)
+      .def("__enter__", [](OpRecorder& self) -> OpRecorder& {
+        DG_CHECK(!self.active, Runtime, "[_OpRecorder] already entered");
+        op_sinks::push(self);
+        self.active = true;
+        return self;
+      }, nb::rv_policy::reference)
+      .def("__exit__", [](OpRecorder& self, nb::args) {
+        op_sinks::remove(self);
+        self.active = false;
+      })
+      .def_ro("ops", &OpRecorder::ops)
+      .def_ro("host_reads", &OpRecorder::host_reads);
   m.def("_deferred_failure", [](const Tensor& input, int64_t index) {
     // Enqueues an op whose kernel raises IndexError on the stream: the error surfaces at the next sync point.
     PythonCallSite site;

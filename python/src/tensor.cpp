@@ -132,12 +132,6 @@ nb::object grad_fn_object(const Ref<Node>& node) {
   return nb::cast(GradFn{node});
 }
 
-// Waits for the tensor's producer without holding the GIL (other Python threads keep running).
-void wait_readable_released(const Tensor& t) {
-  nb::gil_scoped_release release;
-  t.wait_readable();
-}
-
 nb::object scalar_object(const Scalar& s) {
   if (s.is_bool()) return nb::bool_(s.v.b);
   if (s.is_integral()) return nb::int_(s.v.i);
@@ -150,7 +144,7 @@ int64_t only_element_check(const Tensor& t, const char* what) {
 }
 
 std::string tensor_repr(const Tensor& t) {
-  wait_readable_released(t);
+  PythonHostRead read(t, "print");
   std::string s = t.str();
   // The C++ printer names dtypes as torch does; Python shows them as dygrad's objects print.
   const std::string from = "dtype=torch.", to = "dtype=dygrad.";
@@ -168,7 +162,7 @@ std::string tensor_repr(const Tensor& t) {
 nb::object item_object(const Tensor& t) {
   profiler::HostOpScope scope("item");
   only_element_check(t, "item");
-  wait_readable_released(t);
+  PythonHostRead read(t, "item");
   return scalar_object(t.item_scalar());
 }
 
@@ -352,19 +346,19 @@ void init_tensor(nb::module_& m) {
         profiler::HostOpScope scope("__bool__");
         DG_CHECK(t.numel() == 1, Runtime, "[bool] Boolean value of Tensor with ",
                  t.numel() == 0 ? "no values" : "more than one value", " is ambiguous");
-        wait_readable_released(t);
+        PythonHostRead read(t, "__bool__");
         return t.item_scalar().to_double() != 0.0;
       })
       .def("__float__", [](const Tensor& t) {
         profiler::HostOpScope scope("__float__");
         only_element_check(t, "float");
-        wait_readable_released(t);
+        PythonHostRead read(t, "__float__");
         return t.item_scalar().to_double();
       })
       .def("__int__", [](const Tensor& t) {
         profiler::HostOpScope scope("__int__");
         only_element_check(t, "int");
-        wait_readable_released(t);
+        PythonHostRead read(t, "__int__");
         // As Python's int(float): exact for any finite value (3e38 is a big int), ValueError for NaN,
         // OverflowError for inf. Never a C++ float-to-int64 conversion, which is undefined out of range.
         const Scalar s = t.item_scalar();
@@ -377,7 +371,7 @@ void init_tensor(nb::module_& m) {
         profiler::HostOpScope scope("__index__");
         DG_CHECK(t.numel() == 1 && is_integral(t.dtype(), false), Type,
                  "[index] only integer tensors of a single element can be converted to an index");
-        wait_readable_released(t);
+        PythonHostRead read(t, "__index__");
         return t.item_scalar().to_int();
       })
       .def_static("_make_subclass", [](nb::handle cls_handle, const Tensor& data, bool requires_grad) {

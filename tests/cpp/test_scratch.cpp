@@ -79,7 +79,6 @@ struct OpRecord {
 struct ScratchObserver : StreamObserver {
   int64_t level = 0;
   std::map<std::string, OpRecord> ops;
-  void on_enqueue(const Task&) override {}
   void on_task_begin(const Task&) override {
     level = live_bytes.load();
     peak_bytes.store(level);

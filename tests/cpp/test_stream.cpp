@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/runtime/op_sink.h"
 #include "harness.h"
 
 using namespace dg;
@@ -121,8 +122,9 @@ class StreamModes : public ::testing::TestWithParam<bool> {
   InlineSmallOps mode_;
 };
 
-// Records what the worker runs and checks the queue bound at every enqueue.
-struct RecordingObserver : StreamObserver {
+// Records what the worker runs and checks the queue bound at every enqueue (as a process op sink, told each Task the
+// stream numbers).
+struct RecordingObserver : StreamObserver, OpSink {
   std::mutex mutex;
   std::vector<std::string> begun;  // op names in the order their kernels began
   std::vector<uint64_t> begun_seq;
@@ -130,7 +132,7 @@ struct RecordingObserver : StreamObserver {
   std::atomic<uint64_t> enqueues{0};
   std::atomic<int> failed{0};
 
-  void on_enqueue(const Task& task) override {
+  void on_enqueued(const Task& task) override {
     // The Task is in its slot but not yet published: it and every unfinished earlier Task are in flight.
     uint64_t in_flight = task.seq - Stream::cpu().completed();
     uint64_t m = max_in_flight.load();
@@ -156,9 +158,14 @@ struct RecordingObserver : StreamObserver {
 
 // Installs an observer for its lifetime; the stream is drained before it is removed.
 struct ObserverScope {
-  explicit ObserverScope(StreamObserver* o) { Stream::cpu().set_observer(o); }
+  RecordingObserver* observer;
+  explicit ObserverScope(RecordingObserver* o) : observer(o) {
+    Stream::cpu().set_observer(o);
+    op_sinks::add_process_sink(*o);
+  }
   ~ObserverScope() {
     drain();
+    op_sinks::remove_process_sink(*observer);
     Stream::cpu().set_observer(nullptr);
   }
 };

@@ -1,5 +1,6 @@
 // The backward engine (see engine.h and docs/autograd.md). Single pass: count each node's dependants
 // below the roots, then run nodes whose gradients are complete, summing gradients that meet.
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/autograd/engine.h"
 
 #include <deque>
@@ -98,6 +99,7 @@ void check_anomaly(const Node& node, std::span<const Tensor> grad_inputs) {
     const Tensor& g = grad_inputs[i];
     if (!g.defined() || !is_floating(g.dtype()) || g.numel() == 0) continue;
     NoGradGuard no_grad;
+    HostReadScope read("detect_anomaly");
     if (sum(ne(g, g)).item_scalar().to_int() == 0) continue;
     const CallSite& site = node.forward_site;
     fail(ErrorKind::Runtime, "[backward] Function '", node.display_name(), "' returned nan values in its ", i,

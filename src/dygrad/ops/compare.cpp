@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/elementwise.h"
@@ -230,12 +231,14 @@ bool equal(const Tensor& a, const Tensor& b) {
   check_defined("equal", b, "other");
   if (!std::ranges::equal(a.shape(), b.shape())) return false;
   NoGradGuard no_grad;
+  HostReadScope read("equal");
   return all(eq(a, b)).item<bool>();  // a sync: the caller gets a Python bool
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
   const Tensor close = isclose(a, b, rtol, atol, equal_nan);
   NoGradGuard no_grad;
+  HostReadScope read("allclose");
   return sum(logical_not(close)).item<int64_t>() == 0;  // a sync: the caller gets a Python bool
 }
 

@@ -2,22 +2,34 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
-
-
 #include "dygrad/core/error.h"
 #include "dygrad/ops/meta_eval.h"
+#include "dygrad/runtime/op_sink.h"
 
 namespace dg {
 
 // --- meta evaluation (ops/meta_eval.h) ----------------------------------------------------------------------
 namespace meta {
+namespace {
+// Meta evaluation is a process sink: it consumes every op, recording the scratch its Task would take. Host reads
+// go ahead and read zeros (a meta buffer is untouched anonymous memory; docs/memory.md, "Dry run").
+struct MetaSink final : OpSink {
+  bool on_op(const OpCall& call) override {
+    meta::enqueue(call.op, call.inputs, call.outputs, call.attrs);
+    return true;
+  }
+} g_sink;
+}  // namespace
+
 void begin() {
   DG_CHECK(!active(), Runtime, "[memory.estimate] a meta evaluation is already running");
   set_active(true);
+  op_sinks::add_process_sink(g_sink);
 }
 
 Stats end() {
   Stats s = current();
+  op_sinks::remove_process_sink(g_sink);
   set_active(false);
   return s;
 }
@@ -38,35 +50,13 @@ void enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Te
 }
 }  // namespace meta
 
-namespace {
-thread_local OpObserver* tls_op_observer = nullptr;
-thread_local bool tls_in_op_observer = false;
-
-// Runs the observer with itself switched off; true when it gave the outputs their values.
-bool observe(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-  struct Reentry {
-    Reentry() { tls_in_op_observer = true; }
-    ~Reentry() { tls_in_op_observer = false; }
-  } reentry;
-  return (*tls_op_observer)(op, inputs, outputs);
-}
-}  // namespace
-
-void set_op_observer(OpObserver observer) {
-  delete tls_op_observer;
-  tls_op_observer = observer ? new OpObserver(std::move(observer)) : nullptr;
-}
-bool has_op_observer() { return tls_op_observer != nullptr; }
-
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
-  if (tls_op_observer && !tls_in_op_observer) [[unlikely]] {
-    if (observe(op, inputs, outputs)) return outputs.empty() ? 0 : outputs[0].storage().last_write_seq();
+  const CallSite site = current_call_site();
+  if (op_sinks::engaged()) [[unlikely]] {
+    if (op_sinks::on_op(OpCall{op, inputs, outputs, attrs, site}))  // consumed: the outputs are as the sink left them
+      return outputs.empty() ? 0 : outputs[0].storage().last_write_seq();
   }
-  if (meta::active()) [[unlikely]] {
-    meta::enqueue(op, inputs, outputs, attrs);
-    return 0;
-  }
-  uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, current_call_site());
+  uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, site);
   for (const Tensor& t : outputs)
     if (t.defined() && t.storage().shared_with_host()) finish_write_if_external(t, seq);
   return seq;

@@ -1,6 +1,5 @@
 // Helpers every op implementation uses: build a Task, enqueue it, and the common validation.
 #pragma once
-#include <functional>
 #include <initializer_list>
 
 #include "dygrad/autograd/node.h"
@@ -17,14 +16,8 @@ uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::ini
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                  const Attrs& attrs = Attrs());
 
-// An observer of the ops issued on this thread (selective recompute, docs/recompute.md): called at each enqueue
-// with the op and its operands before the Task is submitted; when it returns true the Task is not submitted
-// (the observer has given the outputs their values, e.g. by adopting the storage of a cached result). Ops the
-// observer itself issues are not observed. Null by default: enqueue then pays one thread-local test.
-using OpObserver = std::function<bool(const OpDef& op, std::span<const Tensor> inputs,
-                                      std::span<const Tensor> outputs)>;
-void set_op_observer(OpObserver observer);  // an empty function removes it
-bool has_op_observer();
+// Every op passes through the calling thread's chain of op sinks first (runtime/op_sink.h): selective recompute's
+// cache, meta evaluation and the profiler's op recording are sinks; one that consumes the op takes the stream's place.
 
 // Enqueues `op` on `a` into new values (of `shape`, a's dtype) and int64 indices, and records its Node on the values
 // (attributes copied, the indices saved): max/min over a dim, sort, topk.

@@ -1,6 +1,7 @@
 // Indexing ops: x[indices] and x[indices] = value. Basic indices become select/slice/unsqueeze views;
 // integer and boolean tensor indices go through the index / index_put kernels (backend/cpu/indexing.cpp).
 // Boolean masks become integer indices through nonzero (a sync point: the result size depends on data).
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/ops/indexing.h"
 
 #include <algorithm>
@@ -162,6 +163,7 @@ IndexList resolve(const char* op, const Tensor& a, std::span<const TensorIndex> 
           break;
         }
         if (t.dim() == 0) {
+          HostReadScope read(op);
           out.push_back(new_axis_index(t.item<int64_t>() != 0));
           break;
         }
@@ -435,6 +437,7 @@ Tensor nonzero(const Tensor& a) {
     NoGradGuard no_grad;
     input = contiguous(detach(a));
   }
+  HostReadScope read("nonzero");
   input.wait_readable();
   int64_t count = 0;
   visit_dtype(input.dtype(), [&]<typename T>() {

@@ -13,9 +13,10 @@
 #include "dygrad/runtime/op_def.h"
 
 namespace dg::meta {
-// Raises when meta evaluation is already active.
+// Raises when meta evaluation is already active. Between the two, a process op sink (runtime/op_sink.h) consumes
+// every op, recording its Task without running it.
 void begin();
 Stats end();
-// ops/dispatch.cpp's enqueue, while active(): records the Task without running it.
+// What that sink does with one op.
 void enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs);
 }  // namespace dg::meta

@@ -1,6 +1,7 @@
 // F.pad (constant, reflect, replicate, circular) and F.one_hot, composed of existing ops as torch composes
 // them in C++: constant padding is a cat with filled blocks (a negative pad narrows), the other modes an
 // index_select per padded dim with indices computed on the host; gradients come from cat / index_select.
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/ops/nn.h"
 
 #include "dygrad/ops/dispatch.h"
@@ -124,6 +125,7 @@ Tensor one_hot(const Tensor& tensor, int64_t num_classes) {
   if (tensor.numel() == 0) {
     DG_CHECK(num_classes > 0, Runtime, "[one_hot] Can not infer total number of classes from empty tensor.");
   } else {
+    HostReadScope read("one_hot");  // without num_classes too: the class values are checked on the host
     DG_CHECK(min(tensor).item<int64_t>() >= 0, Runtime, "[one_hot] Class values must be non-negative.");
     const int64_t largest = max(tensor).item<int64_t>();
     if (num_classes == -1) num_classes = largest + 1;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/autograd/node.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/core/error.h"
@@ -40,6 +41,7 @@ struct Formatter {
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  HostReadScope read("print");
   std::vector<double> values = to_vector<double>();
   const bool is_bool = dtype() == DType::Bool;
   Formatter f;

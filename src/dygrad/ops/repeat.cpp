@@ -2,6 +2,7 @@
 // gradients come from expand's sum and index_select's index_add).
 #include <optional>
 
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -40,6 +41,7 @@ std::vector<int64_t> repeat_counts(const Tensor& repeats) {
            repeats.shape());
   DG_CHECK(is_integral(repeats.dtype(), false), NotImplemented,
            "[repeat_interleave] repeats must be an integral tensor, got ", dtype_name(repeats.dtype()));
+  HostReadScope read("repeat_interleave");
   std::vector<int64_t> counts = repeats.to_vector<int64_t>();
   for (int64_t c : counts) DG_CHECK(c >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", c);
   return counts;
@@ -49,15 +51,20 @@ void check_output_size(std::optional<int64_t> output_size, int64_t total) {
   DG_CHECK(!output_size || *output_size == total, Runtime, "[repeat_interleave] output_size=", *output_size,
            " does not match the required size ", total, " (the sum of repeats)");
 }
+
+// k repeated counts[k] times, for k in order: the index the tensor forms gather with.
+Tensor repeated_index(const std::vector<int64_t>& counts, std::optional<int64_t> output_size, DType dtype) {
+  std::vector<int64_t> index;
+  for (size_t k = 0; k < counts.size(); ++k)
+    index.insert(index.end(), static_cast<size_t>(counts[k]), static_cast<int64_t>(k));
+  check_output_size(output_size, static_cast<int64_t>(index.size()));
+  const int64_t shape[1] = {static_cast<int64_t>(index.size())};
+  return from_vector(index, shape, dtype);
+}
 }  // namespace
 
 Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_size) {
-  const std::vector<int64_t> counts = repeat_counts(repeats);
-  std::vector<int64_t> index;
-  for (size_t k = 0; k < counts.size(); ++k) index.insert(index.end(), static_cast<size_t>(counts[k]), static_cast<int64_t>(k));
-  check_output_size(output_size, static_cast<int64_t>(index.size()));
-  const int64_t shape[1] = {static_cast<int64_t>(index.size())};
-  return from_vector(index, shape, repeats.dtype());
+  return repeated_index(repeat_counts(repeats), output_size, repeats.dtype());
 }
 
 // Each element (slice along dim) of a repeated `repeats` times in place: a [..., s, ...] viewed as
@@ -89,7 +96,7 @@ Tensor repeat_interleave(const Tensor& a, const Tensor& repeats, std::optional<i
   DG_CHECK(static_cast<int64_t>(counts.size()) == size, Runtime, "[repeat_interleave] repeats must have the same size "
            "as input along dim, but got repeats.size(0) = ", counts.size(), " and input.size(", d, ") = ", size,
            " (input shape ", a.shape(), ")");
-  return index_select(x, d, to(repeat_interleave(repeats, output_size), DType::Int64));
+  return index_select(x, d, repeated_index(counts, output_size, DType::Int64));  // one host read of the counts
 }
 
 }  // namespace dg

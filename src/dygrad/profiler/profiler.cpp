@@ -14,6 +14,7 @@
 #include "dygrad/core/error.h"
 #include "dygrad/core/storage_hooks.h"
 #include "dygrad/profiler/extras.h"
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg::profiler {
@@ -101,7 +102,7 @@ std::atomic<Profiler*> g_current{nullptr};
 
 }  // namespace
 
-struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObserver {
+struct Profiler::Session final : OpSink, StreamObserver, AllocatorObserver, StorageObserver {
   Session(uint64_t id_, const ProfilerOptions& options_) : id(id_), options(options_) {}
 
   const uint64_t id;
@@ -146,8 +147,9 @@ struct Profiler::Session final : StreamObserver, AllocatorObserver, StorageObser
     b.memory.push_back(m);
   }
 
-  // Host thread, inside Stream::submit/enqueue, after the Task is built and numbered.
-  void on_enqueue(const Task& task) override {
+  // The op recording, a process op sink (runtime/op_sink.h): on the host thread, inside Stream::submit, after the
+  // Task is built and numbered.
+  void on_enqueued(const Task& task) override {
     const int64_t t = now_ns();
     ThreadBuffer& b = buffer();
     HostThreadState& h = host_state();
@@ -412,6 +414,7 @@ void Profiler::start() {
   g_session.store(session_.get(), std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
   stream.set_observer(session_.get());
+  op_sinks::add_process_sink(*session_);
   active_ = true;
 }
 
@@ -500,6 +503,7 @@ void Profiler::stop() {
   --host_state().sync_depth;
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
+  op_sinks::remove_process_sink(*session_);
   stream.set_observer(nullptr);
   if (data_.options.profile_memory) {
     CachingAllocator::cpu().set_observer(nullptr);

@@ -11,6 +11,7 @@
 
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/runtime/spin.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -194,7 +195,7 @@ uint64_t Stream::publish_locked(uint64_t index, bool mark_operands) {
     for (const Tensor& t : task.inputs) t.mark_task_ref();
     for (const Tensor& t : task.outputs) t.mark_task_ref();
   }
-  if (StreamObserver* obs = observer()) obs->on_enqueue(task);
+  if (op_sinks::engaged()) op_sinks::on_enqueued(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
     work_signal_.fetch_add(1, std::memory_order_seq_cst);
@@ -257,7 +258,7 @@ uint64_t Stream::run_inline_locked(Task& task) {
   task.seq = seq;
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   Storage::note_tasks_enqueued(seq);
-  if (StreamObserver* obs = observer()) obs->on_enqueue(task);  // synchronize mode with a profiler
+  if (op_sinks::engaged()) op_sinks::on_enqueued(task);  // synchronize mode with a profiler
   run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
   // runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so it never

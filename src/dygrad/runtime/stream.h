@@ -16,10 +16,10 @@
 
 namespace dg {
 
-// Hooks the profiler installs (null when off: one branch per Task).
+// Hooks the profiler installs (null when off: one branch per Task). Its op recording, at enqueue, is an op sink
+// (runtime/op_sink.h): the stream tells the sinks each Task it numbers.
 struct StreamObserver {
   virtual ~StreamObserver() = default;
-  virtual void on_enqueue(const Task& task) = 0;            // host thread, after the Task is published
   virtual void on_task_begin(const Task& task) = 0;         // the thread running the kernel
   virtual void on_task_end(const Task& task, bool failed) = 0;
   // The host thread blocks at a sync point (synchronize, wait_for) from begin to end, raising or not.

@@ -2,20 +2,28 @@
 // layer that owns the stream). See docs/stream.md and docs/async-errors.md.
 #include "dygrad/core/error.h"
 #include "dygrad/core/tensor.h"
+#include "dygrad/runtime/op_sink.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg {
 
-void Tensor::wait_readable() const {
+namespace {
+// Every host read passes here: the op sinks are told first (one may refuse it), then the host waits.
+void wait_readable_as(const Tensor& t, const char* reader) {
+  if (op_sinks::engaged()) [[unlikely]] op_sinks::on_host_read(t, reader);
   Stream& stream = Stream::cpu();
-  stream.wait_for(storage().last_write_seq());
-  if (uint64_t bad = storage().poisoned_by())
-    fail(ErrorKind::Runtime, "tensor data is invalid: it was produced after a failed op: ", stream.failure_message(bad));
+  stream.wait_for(t.storage().last_write_seq());
+  if (uint64_t bad = t.storage().poisoned_by())
+    fail(ErrorKind::Runtime, "tensor data is invalid: it was produced after a failed op: ",
+         stream.failure_message(bad));
 }
+}  // namespace
+
+void Tensor::wait_readable() const { wait_readable_as(*this, "read"); }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  wait_readable();
+  wait_readable_as(*this, "to_vector");
   std::vector<T> out;
   out.reserve(static_cast<size_t>(numel()));
   visit_dtype(dtype(), [&]<typename S>() {
@@ -45,7 +53,7 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 
 Scalar Tensor::item_scalar() const {
   DG_CHECK(numel() == 1, Runtime, "[item] a Tensor with ", numel(), " elements cannot be converted to Scalar");
-  wait_readable();
+  wait_readable_as(*this, "item");
   return visit_dtype(dtype(), [&]<typename S>() -> Scalar {
     S v = *data<S>();
     if constexpr (std::is_same_v<S, bool>) return Scalar(v);
