@@ -211,6 +211,8 @@ PythonHostRead::PythonHostRead(const Tensor& t, const char* reader)
 // --- argument parsing ------------------------------------------------------------------------------------------
 Signature::Signature(const char* op, std::initializer_list<const char*> names, int num_positional, int num_required)
     : op_(op), num_names_(static_cast<int>(names.size())), num_positional_(num_positional), num_required_(num_required) {
+  DG_CHECK(num_names_ <= kMaxNames, Runtime, "[", op, "] internal error: a signature of ", num_names_,
+           " parameters (at most ", kMaxNames, ")");
   int i = 0;
   for (const char* n : names) names_[i++] = n;
 }

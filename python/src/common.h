@@ -133,7 +133,7 @@ class Signature {
   int size() const { return num_names_; }
 
  private:
-  static constexpr int kMaxNames = 12;
+  static constexpr int kMaxNames = 16;
   const char* op_;
   const char* names_[kMaxNames];
   mutable PyObject* interned_[kMaxNames] = {};

@@ -154,10 +154,18 @@ DG_REGISTER_KERNEL(_deferred_failure, Device::Type::CPU, failing_kernel);
 
 // An op sink on the calling thread while its `with` block runs (runtime/op_sink.h): records each op (name,
 // attributes) and each host read (reader, file, line), or refuses host reads. For tests and tools; it consumes
-// nothing.
+// nothing. keep=True also keeps each call (op, operands, attributes), which replay(i) enqueues again: a recorded
+// Task re-run, as a JIT's replay would.
+struct RecordedCall {
+  const OpDef* op;
+  std::vector<Tensor> inputs, outputs;
+  Attrs attrs;
+};
 struct OpRecorder final : OpSink {
   bool refuse_host_reads = false;
-  std::vector<std::pair<std::string, std::string>> ops;
+  bool keep = false;
+  std::vector<RecordedCall> calls;
+  std::vector<std::tuple<std::string, std::string, bool>> ops;  // name, attributes, its host-read trait
   std::vector<std::tuple<std::string, std::string, uint32_t>> host_reads;
   bool active = false;
 
@@ -169,7 +177,10 @@ struct OpRecorder final : OpSink {
     }
   }
   bool on_op(const OpCall& call) override {
-    ops.emplace_back(call.op.name, call.attrs.to_string());
+    ops.emplace_back(call.op.name, call.attrs.to_string(), call.op.reads_host(call.attrs));
+    if (keep)
+      calls.push_back({&call.op, std::vector<Tensor>(call.inputs.begin(), call.inputs.end()),
+                       std::vector<Tensor>(call.outputs.begin(), call.outputs.end()), call.attrs});
     return false;
   }
   void on_host_read(const HostRead& read) override {
@@ -180,14 +191,38 @@ struct OpRecorder final : OpSink {
     host_reads.emplace_back(read.reader, file, read.site.line);
   }
 };
+
+// Names the host reads of Python code inside its `with` block for the op sinks (HostReadScope): a host read in
+// dygrad's own Python (composed Adam's step count, clip_grad_norm_'s non-finite check) is reported as the API the
+// user called, with the user's line.
+struct HostReader {
+  std::string name;
+  std::unique_ptr<HostReadScope> scope;
+};
 }  // namespace
 
 void init_runtime(nb::module_& m) {
+  nb::class_<HostReader>(m, "_HostReader")
+      .def("__init__", [](HostReader* self, std::string name) { new (self) HostReader{std::move(name), nullptr}; },
+           nb::arg("name"))
+      .def("__enter__", [](HostReader& self) {
+        DG_CHECK(!self.scope, Runtime, "[_HostReader] already entered");
+        self.scope = std::make_unique<HostReadScope>(self.name.c_str());
+      })
+      .def("__exit__", [](HostReader& self, nb::args) { self.scope.reset(); });
   nb::class_<OpRecorder>(m, "_OpRecorder")
-      .def("__init__", [](OpRecorder* self, bool refuse) {
+      .def("__init__", [](OpRecorder* self, bool refuse, bool keep) {
         new (self) OpRecorder();
         self->refuse_host_reads = refuse;
-      }, nb::arg("refuse_host_reads") = false)
+        self->keep = keep;
+      }, nb::arg("refuse_host_reads") = false, nb::arg("keep") = false)
+      .def("replay", [](OpRecorder& self, size_t index) {
+        DG_CHECK(index < self.calls.size(), Index, "[_OpRecorder.replay] no kept call ", index, " (", self.calls.size(),
+                 " kept; record with keep=True)");
+        const RecordedCall& c = self.calls[index];
+        PythonCallSite site;
+        enqueue(*c.op, c.inputs, c.outputs, c.attrs);
+      }, nb::arg("index"))
       .def("__enter__", [](OpRecorder& self) -> OpRecorder& {
         DG_CHECK(!self.active, Runtime, "[_OpRecorder] already entered");
         op_sinks::push(self);
@@ -209,7 +244,7 @@ void init_runtime(nb::module_& m) {
   }, nb::arg("input"), nb::arg("index"));
   m.def("_op_table", [] {
     // One dict per OpDef in all_ops(): what the conformance sweep (tests/python/conformance) iterates.
-    static constexpr OpFlag kFlags[] = {kOpSyncs, kOpDataDependentShape, kOpRandom, kOpInplace};
+    static constexpr OpFlag kFlags[] = {kOpDataDependentShape, kOpRandom, kOpSideEffect};
     static constexpr Device::Type kDevices[] = {Device::Type::CPU, Device::Type::CUDA};
     nb::list table;
     for (const OpDef* op : all_ops()) {
@@ -217,6 +252,9 @@ void init_runtime(nb::module_& m) {
       nb::list flags, devices;
       for (OpFlag bit : kFlags)
         if (op->flags & bit) flags.append(op_flag_name(bit));
+      if (op->alias_of) flags.append("inplace");  // some output is an input, updated in place
+      // The host-read trait: "always", "attrs" (depends on the attributes: the recorder evaluates it), or "never".
+      d["host_read"] = op->host_read == host_read_always ? "always" : op->host_read ? "attrs" : "never";
       for (Device::Type type : kDevices)
         if (op->kernel(type)) devices.append(device_type_name(type));
       d["attrs"] = op->attrs_type ? op->attrs_type->name : "";

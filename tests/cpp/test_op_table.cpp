@@ -39,12 +39,16 @@ DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CPU, probe_kernel);
 // kernel of the operands' device.
 void probe_kernel_second_device(Task& task) { task.outputs[0].data<int64_t>()[0] = 1000 + task.attrs.get<ProbeAttrs>().value; }
 DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CUDA, probe_kernel_second_device);
-// Declared with kOpInplace: its Task must list output 0 as input 0.
+// Declared with alias_each_output: its Task must list output 0 as input 0.
 void accumulate_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] += 1; }
-const OpDef op_test_inplace("test_inplace", nullptr, {.flags = kOpInplace});
+const OpDef op_test_inplace("test_inplace", nullptr, {.alias_of = alias_each_output});
 DG_REGISTER_KERNEL(test_inplace, Device::Type::CPU, accumulate_kernel);
 // No kernel on any device.
 const OpDef op_test_no_kernel("test_no_kernel", nullptr);
+// No outputs and no declared side effect: nothing would keep such a Task.
+void no_output_kernel(Task&) {}
+const OpDef op_test_no_output("test_no_output", nullptr);
+DG_REGISTER_KERNEL(test_no_output, Device::Type::CPU, no_output_kernel);
 // Kernels of two ISA levels for one op (the AVX-512 plugin's and the library's): the higher level wins whichever
 // registers first, and whether the OpDef exists yet or not.
 void isa_kernel_baseline(Task&) {}
@@ -237,14 +241,14 @@ TEST(OpTable, AttributeEqualityHashingAndPrinting) {
   EXPECT_EQ(Attrs(ReduceAttrs{Dims{0, 2}}), Attrs(ReduceAttrs{Dims{0, 2}}));
   EXPECT_NE(Attrs(ReduceAttrs{Dims{0, 2}}), Attrs(ReduceAttrs{Dims{0, 1}}));
   EXPECT_NE(Attrs(ReduceAttrs{Dims{0, 2}}).hash(), Attrs(ReduceAttrs{Dims{0, 1}}).hash());
-  AdamWAttrs adam;
-  AdamWAttrs other = adam;
-  EXPECT_EQ(Attrs(adam), Attrs(other));
-  other.decoupled = false;
-  EXPECT_NE(Attrs(adam), Attrs(other));
-  other = adam;
-  other.eps = 1e-7;
-  EXPECT_NE(Attrs(adam), Attrs(other));
+  RotaryAttentionAttrs attention;
+  RotaryAttentionAttrs other = attention;
+  EXPECT_EQ(Attrs(attention), Attrs(other));
+  other.rotate_half = true;
+  EXPECT_NE(Attrs(attention), Attrs(other));
+  other = attention;
+  other.scale = 0.125;
+  EXPECT_NE(Attrs(attention), Attrs(other));
   // Two structs with equal bytes are different attributes; no attributes equal no attributes
   EXPECT_NE(Attrs(DimAttrs{1}), Attrs(EmbeddingBackwardAttrs{1}));
   EXPECT_EQ(Attrs(), Attrs());
@@ -266,8 +270,12 @@ TEST(OpTable, AttributeEqualityHashingAndPrinting) {
     auto& s = *static_cast<Seen*>(c);
     s.names.emplace_back(f.name);
     s.kinds.push_back(f.kind);
-    if (f.name == "scale") EXPECT_EQ(f.f, 0.125);
-    if (f.name == "mask") EXPECT_STREQ(f.text, "additive");
+    if (f.name == "scale") {
+      EXPECT_EQ(f.f, 0.125);
+    }
+    if (f.name == "mask") {
+      EXPECT_STREQ(f.text, "additive");
+    }
   });
   EXPECT_EQ(seen.names, (std::vector<std::string>{"scale", "is_causal", "mask"}));
   EXPECT_EQ(seen.kinds, (std::vector<AttrField::Kind>{AttrField::Kind::Float, AttrField::Kind::Bool,
@@ -283,9 +291,26 @@ TEST(OpTable, InplaceOpsMustUpdateTheirInputs) {
   EXPECT_THROW(enqueue(op_test_inplace, {}, {acc}), Error);
   // The table's own in-place ops: scatter_add_ and index_put_ accumulate into input 0.
   for (const OpDef* op : all_ops())
-    if (op->flags & kOpInplace) {
+    if (op->alias_of) {
       EXPECT_NE(std::string(op->name), "add") << "elementwise in-place forms are not flagged";
     }
+}
+
+// The traits a graph builder reads besides the flags: host reads (from the attributes where they depend on them),
+// side effects (a Task without outputs must declare one), aliases.
+TEST(OpTable, HostReadSideEffectAndAliasTraits) {
+  EXPECT_TRUE(find_op("nonzero")->reads_host(Attrs()));
+  const OpDef* repeat = find_op("repeat_interleave");
+  ASSERT_NE(repeat, nullptr);
+  EXPECT_TRUE(repeat->reads_host(RepeatInterleaveAttrs{6, true}));
+  EXPECT_FALSE(repeat->reads_host(RepeatInterleaveAttrs{6, false}));
+  EXPECT_FALSE(find_op("add")->reads_host(AddAttrs{}));
+  for (const char* name : {"comm_start", "comm_wait"}) EXPECT_TRUE(find_op(name)->flags & kOpSideEffect) << name;
+  Tensor a = zeros(Shape{2});
+  EXPECT_THROW(enqueue(op_test_no_output, {a}, {}), Error);
+  const OpDef* scatter_add = find_op("scatter_add");
+  EXPECT_EQ(scatter_add->output_alias(0, 1), 0);
+  EXPECT_EQ(find_op("add")->output_alias(0, 1), -1);
 }
 
 }  // namespace dg::test

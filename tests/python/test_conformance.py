@@ -189,6 +189,29 @@ def test_entry_runs_its_ops(entry, _):
     assert claimed <= ran, f"[{entry_id(entry)}] claims {sorted(claimed)} but only these Tasks ran: {sorted(ran)}"
 
 
+def host_read_mismatch(entry, ops_seen, reads):
+    """The host-read trait against what a recording sink saw: None, or what disagrees."""
+    declared = sorted({name for name, _, reads_host in ops_seen if reads_host})
+    if bool(declared) == bool(reads):
+        return None
+    seen = ", ".join(f"{reader} at line {line}" for reader, _, line in reads) or "none"
+    return (f"[{entry_id(entry)}] Tasks declaring a host read: {declared or 'none'}; host reads seen: {seen} "
+            "(the OpDef's host_read trait, runtime/op_def.h)")
+
+
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check != "error"]))
+def test_host_reads_match_the_trait(entry, _):
+    """The host-read trait is proved, not assumed (docs/ops.md, "Op sinks"): the entry's call runs under a recording
+    sink, which sees each op with its trait evaluated on the Task's attributes and each read of a value on the host;
+    the call reads on the host exactly when a Task it issues declares so."""
+    ops = Operands(entry.cases[0], entry.dtypes[0])
+    tensors = ops.fresh(dg)
+    with dg._C._OpRecorder() as rec:
+        run(dg, entry, tensors)
+    problem = host_read_mismatch(entry, rec.ops, rec.host_reads)
+    assert problem is None, problem
+
+
 # --- values against torch ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("entry,dtype", params(REFERENCE, with_dtypes=True))
 def test_values(entry, dtype, request):

@@ -363,8 +363,12 @@ def test_repeat_interleave_against_torch():
         dg.repeat_interleave(x_d, dg.tensor([1, -2]), dim=0)
     with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats must be non-negative"):
         dg.repeat_interleave(x_d, -1)
+    # With output_size the counts are not read on the host: a wrong size is the Task's error, raised at the next
+    # sync point (torch, which reads them, raises at the call; docs/pytorch-api.md).
     with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] output_size=5"):
-        dg.repeat_interleave(x_d, dg.tensor([1, 2]), dim=0, output_size=5)
+        dg.repeat_interleave(x_d, dg.tensor([1, 2]), dim=0, output_size=5).tolist()
+    with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats can not be negative"):
+        dg.repeat_interleave(dg.tensor([1, -2]), output_size=1).tolist()
     with pytest.raises(RuntimeError, match=r"\[repeat_interleave\] repeats must be 0-dim or 1-dim"):
         dg.repeat_interleave(x_d, dg.tensor([[1, 2]]), dim=0)
     with pytest.raises(NotImplementedError, match=r"\[repeat_interleave\] repeats must be an integral tensor"):

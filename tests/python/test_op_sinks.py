@@ -19,7 +19,7 @@ def test_ops_are_recorded_with_their_attributes():
     with _C._OpRecorder() as rec:
         y = x.add(x, alpha=2)
         z = y.mul(3.0)
-    assert [name for name, _ in rec.ops] == ["add", "mul_scalar"]
+    assert [name for name, *_ in rec.ops] == ["add", "mul_scalar"]
     assert "alpha=2" in rec.ops[0][1]
     assert "3" in rec.ops[1][1]
     assert z.tolist() == [9.0, 9.0, 9.0]  # recorded, not consumed: the stream ran both
@@ -81,7 +81,7 @@ def test_recompute_meta_and_profiler_run_beside_a_recorder():
     with _C._OpRecorder() as rec:
         out = checkpoint(lambda t: lin(t).relu(), x, use_reentrant=False)
         out.sum().backward()
-    names = [n for n, _ in rec.ops]
+    names = [n for n, *_ in rec.ops]
     assert names.count("relu") == 2  # the forward and its recomputation, both issued on this thread
     assert x.grad is not None and np.isfinite(x.grad.numpy()).all()
 
@@ -91,7 +91,7 @@ def test_recompute_meta_and_profiler_run_beside_a_recorder():
     with _C._OpRecorder() as rec:
         est = dg.memory.estimate(model, batch)
     assert est.peak > 0 and est.tasks > 0
-    assert "matmul" in {n for n, _ in rec.ops} or "addmm" in {n for n, _ in rec.ops}
+    assert "matmul" in {n for n, *_ in rec.ops} or "addmm" in {n for n, *_ in rec.ops}
     assert len(rec.ops) >= est.tasks
 
 
@@ -103,4 +103,18 @@ def test_profiler_records_the_ops_no_sink_consumed():
             (x * 2 + 1).sum()
         dg.synchronize()
     names = {e.name for e in prof.events()}
-    assert {n for n, _ in rec.ops} <= names
+    assert {n for n, *_ in rec.ops} <= names
+
+
+def test_host_reads_in_dygrads_python_are_reported_as_the_api_at_the_users_line():
+    p = dg.nn.Parameter(dg.ones(4))
+    p.grad = dg.full((4,), 0.5)
+    opt = dg.optim.Adam([p], lr=0.1, amsgrad=True)  # amsgrad: the composed path, which reads the step count
+    with _C._OpRecorder() as rec:
+        line = _line() + 1
+        opt.step()
+        dg.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+        fused = dg.optim.AdamW([p], lr=0.1)
+        fused.step()  # the fused Task reads nothing on the host
+    assert [(r, f, ln) for r, f, ln in rec.host_reads] == [("Adam.step", __file__, line),
+                                                           ("clip_grad_norm_", __file__, line + 1)]

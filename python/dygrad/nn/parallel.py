@@ -195,7 +195,8 @@ class DistributedDataParallel(Module):
             t = tensor(order, dtype=int64)
             root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
             dist.broadcast(t, src=root, group=self.process_group)
-            order = t.tolist()
+            with _C._HostReader("DistributedDataParallel"):  # once, at the first rebuild: rank 0's order
+                order = t.tolist()
         self._has_rebuilt = True
         self._arrival = []
         params = [self._params[i] for i in order]

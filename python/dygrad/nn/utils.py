@@ -14,6 +14,12 @@ def _grads(parameters):
     return [p.grad for p in parameters if p.grad is not None]
 
 
+def _finite_on_host(total):
+    """The non-finite check reads the norm on the host (a sync, as torch): the op sinks see it as clip_grad_norm_'s."""
+    with _C._HostReader("clip_grad_norm_"):
+        return math.isfinite(total.item())
+
+
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """The norm_type-norm of all the tensors' elements together: one Task (grad_norm), no host sync unless
     error_if_nonfinite (which reads the norm, as torch)."""
@@ -22,7 +28,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     if not tensors:
         return _C.tensor(0.0)
     total = _C._grad_norm(tensors, norm_type)
-    if error_if_nonfinite and not math.isfinite(total.item()):
+    if error_if_nonfinite and not _finite_on_host(total):
         raise RuntimeError(f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so "
                            "it cannot be clipped. To disable this error and scale the gradients by the non-finite "
                            "norm anyway, set `error_if_nonfinite=False`")

@@ -31,8 +31,8 @@ class Adam(Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
                  foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
                  decoupled_weight_decay=False):
-        if isinstance(lr, Tensor):
-            raise NotImplementedError(f"{type(self).__name__}: lr as a Tensor is not supported by dygrad yet")
+        if isinstance(lr, Tensor) and lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -116,26 +116,34 @@ class Adam(Optimizer):
                                                   "supported by dygrad")
                     masters, grads, exp_avgs, exp_avg_sqs, steps, low = self._master_group(group)
                     if masters:
-                        beta1, beta2 = group["betas"]
-                        _C.adamw_step(masters, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"], beta1=beta1,
-                                      beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                        lr, hyper = group.step_tensors(_adam_hyper)
+                        _C.adamw_step(masters, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, hyper=hyper,
                                       decoupled_weight_decay=group["decoupled_weight_decay"], model_params=low)
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = self._init_group(group)
                 if not params:
                     continue
-                beta1, beta2 = group["betas"]
                 if not group["amsgrad"] and all(p.is_contiguous() for p in params):
-                    _C.adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"], beta1=beta1,
-                                  beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
+                    lr, hyper = group.step_tensors(_adam_hyper)
+                    _C.adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, hyper=hyper,
                                   decoupled_weight_decay=group["decoupled_weight_decay"])
                     continue
                 _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group)
         return loss
 
 
+def _adam_hyper(group):
+    """The values adamw_step reads from its hyper tensor, in its order."""
+    beta1, beta2 = group["betas"]
+    return [beta1, beta2, group["eps"], group["weight_decay"]]
+
+
 def _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group):
-    """torch.optim.adam._single_tensor_adam (capturable=False), op for op: the step count is read on the host."""
+    """torch.optim.adam._single_tensor_adam (capturable=False), op for op: the step count (and a tensor lr, as torch's
+    _to_scalar) is read on the host."""
     lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    if isinstance(lr, Tensor):
+        with _C._HostReader("Adam.step"):
+            lr = lr.item()
     for i, (p, g, m, v, step_t) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, steps)):
         # New values out of place, then one copy_ each: every write into p, m, v reads the gradient, so a
         # poisoned gradient leaves all three unchanged (docs/async-errors.md, "The poisoned-input rule"); the
@@ -152,7 +160,8 @@ def _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
         else:
             m_new = g - (g - m) * beta1
         v_new = (v * beta2).add_(g * (1 - beta2) * g)  # addcmul_(g, g, value=1 - beta2)
-        step = step_t.item()
+        with _C._HostReader("Adam.step"):  # a host read the op sinks see as the optimizer's, at the user's line
+            step = step_t.item()
         bias_correction1 = 1 - beta1 ** step
         bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
         v_denominator = v_new

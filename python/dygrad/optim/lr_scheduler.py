@@ -8,6 +8,7 @@ import weakref
 from bisect import bisect_right
 from functools import wraps
 
+from .._C import Tensor
 from .optimizer import Optimizer
 
 EPOCH_DEPRECATION_WARNING = (
@@ -115,7 +116,13 @@ class LRScheduler:
         finally:
             self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values, strict=True):
-            group["lr"] = lr
+            if isinstance(group["lr"], Tensor):  # torch fills a tensor lr in place (its holders see the value)
+                if isinstance(lr, Tensor):
+                    group["lr"].copy_(lr)  # on the stream: no host read
+                else:
+                    group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
         self._last_lr = _group_values(self.optimizer, "lr")
 
     def _warn_if_called_outside_step(self):

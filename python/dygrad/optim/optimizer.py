@@ -21,6 +21,67 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+class ParamGroup(dict):
+    """A parameter group: torch's dict, whose hyper-parameters a fused step Task also reads as tensors when it runs
+    (issue 31, part 4): `lr` as a 0-d tensor (the user's own when lr is a Tensor, else the group's float64 one) and
+    the optimizer's other values (Adam: betas, eps, weight_decay) as one float64 tensor. Assigning a key (a
+    scheduler, the user) writes the tensors on the stream, after everything enqueued before, so a recorded step
+    re-run later sees the new values. State dicts hold the plain values, as torch's."""
+    __slots__ = ("_lr", "_hyper", "_values_of", "_written")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lr = self._hyper = self._values_of = self._written = None
+
+    def step_tensors(self, values_of):
+        """(lr, hyper): made at the first step from the group's values; `values_of(group)` lists the floats."""
+        if self._hyper is None:
+            self._values_of = values_of
+            self._written = [float(v) for v in values_of(self)]
+            self._hyper = _C.tensor(self._written, dtype=_C.float64)
+            self._lr = _C.tensor(0.0, dtype=_C.float64)
+            self._write_lr()
+        lr = self["lr"]
+        return (lr if isinstance(lr, Tensor) else self._lr), self._hyper
+
+    def _write_lr(self):
+        lr = self["lr"]
+        if not isinstance(lr, Tensor):  # a tensor lr is read where it is (a scheduler fills it in place)
+            with no_grad():
+                self._lr.fill_(float(lr))
+
+    def _write(self, key):
+        if self._hyper is None or key == "params":
+            return
+        if key == "lr":
+            self._write_lr()
+            return
+        values = [float(v) for v in self._values_of(self)]
+        with no_grad():
+            for i, (old, new) in enumerate(zip(self._written, values)):
+                if old != new or (old != old) != (new != new):
+                    self._hyper[i].fill_(new)
+        self._written = values
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._write(key)
+
+    def update(self, *args, **kwargs):
+        changed = dict(*args, **kwargs)
+        super().update(changed)
+        for key in changed:
+            self._write(key)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __reduce__(self):  # copies and pickles hold the values; the tensors are made again at the next step
+        return (ParamGroup, (dict(self),))
+
+
 class Optimizer:
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
@@ -38,7 +99,7 @@ class Optimizer:
             self.add_param_group(g)
 
     def add_param_group(self, group):
-        group = dict(group)
+        group = ParamGroup(group)
         params = group["params"]
         group["params"] = [params] if isinstance(params, Tensor) else list(params)
         for p in group["params"]:

@@ -7,7 +7,7 @@
 namespace dg {
 
 bool RecomputeSink::fresh_outputs(const OpCall& call) {
-  if (call.op.flags & kOpInplace || call.outputs.empty()) return false;
+  if (call.op.alias_of || call.outputs.empty()) return false;
   for (const Tensor& o : call.outputs) {
     if (!o.defined() || o.is_view() || o.storage_offset() != 0 || o.impl()->storage->use_count() != 1) return false;
     for (const Tensor& i : call.inputs)

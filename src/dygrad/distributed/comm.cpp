@@ -106,10 +106,12 @@ OpCost comm_cost(const Task& task) {
   return {0, bytes};
 }
 
-const OpDef op_comm_start("comm_start", attrs_type<CommAttrs>(), {.cost = comm_cost});
-// comm_wait writes its output (the result the communication thread put there): no kOpInplace, since it does not
-// read the old values, and a send or a barrier has no buffer to name.
-const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cost});
+// Both are side effects: comm_start has no output (it hands the collective to the communication thread), and the
+// order of collectives is part of the program (every rank issues them in the same order).
+const OpDef op_comm_start("comm_start", attrs_type<CommAttrs>(), {.cost = comm_cost, .flags = kOpSideEffect});
+// comm_wait writes its output (the result the communication thread put there): no alias, since it does not read
+// the old values, and a send or a barrier has no buffer to name.
+const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cost, .flags = kOpSideEffect});
 
 void comm_start_kernel(Task& task) {
   const CommAttrs& a = task.attrs.get<CommAttrs>();

@@ -8,6 +8,7 @@
 #include "dygrad/autograd/saved_buffers.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/index.h"
 #include "dygrad/ops/layout.h"
 #include "dygrad/ops/math.h"
@@ -341,9 +342,9 @@ Tensor swiglu(const Tensor& x) {
 
 // --- adamw_step ----------------------------------------------------------------------------------------
 namespace {
-// P tensors: inputs are the outputs then P gradients, so P = inputs - outputs; outputs are 4P, or 5P with the
-// low-precision copies of master weights.
-size_t adamw_count(const Task& t) { return t.inputs.size() - t.outputs.size(); }
+// P tensors: inputs are the outputs, then P gradients, then lr and the other hyper-parameters, so P = inputs - outputs
+// - 2; outputs are 4P, or 5P with the low-precision copies of master weights.
+size_t adamw_count(const Task& t) { return t.inputs.size() - t.outputs.size() - 2; }
 OpCost adamw_cost(const Task& t) {
   const size_t count = adamw_count(t);
   const bool copies = t.outputs.size() == 5 * count;
@@ -368,11 +369,32 @@ size_t adamw_scratch(const Task& t) {
   for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
   return pieces * 3 * sizeof(int64_t) + 2 * count * sizeof(double);
 }
-const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .flags = kOpInplace, .scratch = adamw_scratch});
+const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .scratch = adamw_scratch,
+                                                                     .alias_of = alias_each_output});
+
+std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& o) {
+  const int64_t four[1] = {4};
+  return {full(Dims{}, o.lr, {DType::Float64}),
+          from_vector(std::vector<double>{o.beta1, o.beta2, o.eps, o.weight_decay}, four, DType::Float64)};
+}
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                 std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& o,
                 std::span<Tensor> model_params) {
+  const char* name = "adamw_step";
+  DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
+  DG_CHECK(o.eps >= 0, Value, "[", name, "] Invalid epsilon value: ", o.eps);
+  DG_CHECK(o.beta1 >= 0 && o.beta1 < 1, Value, "[", name, "] Invalid beta parameter at index 0: ", o.beta1);
+  DG_CHECK(o.beta2 >= 0 && o.beta2 < 1, Value, "[", name, "] Invalid beta parameter at index 1: ", o.beta2);
+  DG_CHECK(o.weight_decay >= 0, Value, "[", name, "] Invalid weight_decay value: ", o.weight_decay);
+  if (params.empty()) return;
+  const auto [lr, hyper] = adamw_hyper_tensors(o);
+  adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, hyper, o.decoupled_weight_decay, model_params);
+}
+
+void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const Tensor& lr, const Tensor& hyper,
+                bool decoupled_weight_decay, std::span<Tensor> model_params) {
   const char* name = "adamw_step";
   const bool masters = !model_params.empty();
   DG_CHECK(!masters || model_params.size() == params.size(), Value, "[", name, "] expected one model param per master "
@@ -381,11 +403,13 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
                state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
            exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs, ", state_steps.size(), " state_steps");
-  DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
-  DG_CHECK(o.eps >= 0, Value, "[", name, "] Invalid epsilon value: ", o.eps);
-  DG_CHECK(o.beta1 >= 0 && o.beta1 < 1, Value, "[", name, "] Invalid beta parameter at index 0: ", o.beta1);
-  DG_CHECK(o.beta2 >= 0 && o.beta2 < 1, Value, "[", name, "] Invalid beta parameter at index 1: ", o.beta2);
-  DG_CHECK(o.weight_decay >= 0, Value, "[", name, "] Invalid weight_decay value: ", o.weight_decay);
+  check_defined(name, lr, "lr");
+  check_defined(name, hyper, "hyper");
+  DG_CHECK(lr.dim() == 0 && is_floating(lr.dtype()), Value, "[", name, "] lr must be a 0-d floating tensor, got ",
+           dtype_name(lr.dtype()), " of shape ", lr.shape());
+  DG_CHECK(hyper.dtype() == DType::Float64 && hyper.dim() == 1 && hyper.shape()[0] == 4 && hyper.is_contiguous(),
+           Value, "[", name, "] hyper must be a contiguous float64 tensor of shape [4], got ", dtype_name(hyper.dtype()),
+           " of shape ", hyper.shape());
   if (params.empty()) return;
   NoGradGuard no_grad;
   SmallVector<Tensor, 4> inputs;
@@ -425,11 +449,13 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
              "] param ", i, " of shape ", p.shape(), " or its state is not contiguous");
     check_defined(name, state_steps[i], "state_steps");
     check_same_device(name, p, state_steps[i]);
+    check_same_device(name, p, lr);
+    check_same_device(name, p, hyper);
     DG_CHECK(state_steps[i].dtype() == DType::Float32 && state_steps[i].dim() == 0, Type, "[", name, "] state_steps[",
              i, "] must be a 0-d float32 tensor, got ", dtype_name(state_steps[i].dtype()), " of shape ",
              state_steps[i].shape());
   }
-  // Updated in place: outputs, and inputs too (kOpInplace: input i is output i), then the gradients.
+  // Updated in place: outputs, and inputs too (alias_each_output: input i is output i), then the gradients.
   for (Tensor& p : params) outputs.push_back(p);
   for (Tensor& m : exp_avgs) outputs.push_back(m);
   for (Tensor& v : exp_avg_sqs) outputs.push_back(v);
@@ -437,8 +463,10 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
   for (Tensor& l : model_params) outputs.push_back(l);
   for (const Tensor& t : outputs) inputs.push_back(t);
   for (const Tensor& g : grads) inputs.push_back(contiguous(g));
+  inputs.push_back(lr);
+  inputs.push_back(hyper);
   for (Tensor& t : outputs) t.storage().bump_version();
-  const AdamWAttrs attrs{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.decoupled_weight_decay};
+  const AdamWAttrs attrs{decoupled_weight_decay};
   enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
           std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
 }

@@ -2,6 +2,7 @@
 // model would otherwise issue. Results match the composed formulas (tests/cpp/test_fused.cpp) and do not
 // depend on the thread count.
 #pragma once
+#include <utility>
 #include <optional>
 #include <span>
 
@@ -76,5 +77,14 @@ struct AdamWOptions {
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                 std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const AdamWOptions& options = {},
                 std::span<Tensor> model_params = {});
+// The same with the hyper-parameters as tensors the Task reads when it runs (an optimizer's per-group values,
+// rewritten on the stream when a scheduler assigns them): `lr` 0-d floating, `hyper` float64 [4] = {beta1, beta2,
+// eps, weight_decay}, both on the params' device. Nothing about their values is checked here (the optimizer checks
+// them when they are set, as torch's constructors do).
+void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
+                std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const Tensor& lr, const Tensor& hyper,
+                bool decoupled_weight_decay, std::span<Tensor> model_params = {});
+// AdamWOptions as the two tensors (lr float64).
+std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& options);
 
 }  // namespace dg

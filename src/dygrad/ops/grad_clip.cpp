@@ -39,7 +39,7 @@ OpCost clip_cost(const Task& t) {
 }  // namespace
 
 const OpDef op_grad_norm("grad_norm", attrs_type<GradNormAttrs>(), {.fusion = FusionClass::Reduction, .cost = grad_norm_cost, .scratch = grad_norm_scratch});
-const OpDef op_clip_grads_with_norm("clip_grads_with_norm", attrs_type<ClipGradNormAttrs>(), {.cost = clip_cost, .flags = kOpInplace, .scratch = clip_scratch});
+const OpDef op_clip_grads_with_norm("clip_grads_with_norm", attrs_type<ClipGradNormAttrs>(), {.cost = clip_cost, .scratch = clip_scratch, .alias_of = alias_each_output});
 
 Tensor grad_norm(std::span<const Tensor> tensors, double norm_type) {
   const char* name = "grad_norm";

@@ -105,13 +105,13 @@ const OpDef op_gather("gather", attrs_type<DimAttrs>(),
 const OpDef op_index_select("index_select", attrs_type<DimAttrs>(),
                             {.backward = index_select_backward, .cost = copy_cost, .scratch = three_views_scratch});
 const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(),
-                           {.backward = scatter_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+                           {.backward = scatter_add_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
 const OpDef op_index_add("index_add", attrs_type<DimAttrs>(),
-                         {.backward = index_add_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+                         {.backward = index_add_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
 const OpDef op_scatter("scatter", attrs_type<ScatterAttrs>(),
-                       {.backward = scatter_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+                       {.backward = scatter_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
 const OpDef op_scatter_value("scatter_value", attrs_type<ScatterAttrs>(),
-                             {.backward = scatter_backward, .flags = kOpInplace, .scratch = three_views_scratch});
+                             {.backward = scatter_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
 const OpDef op_tril("tril", attrs_type<TriangleAttrs>(), {.backward = tril_backward, .cost = copy_cost});
 const OpDef op_triu("triu", attrs_type<TriangleAttrs>(), {.backward = triu_backward, .cost = copy_cost});
 

@@ -63,8 +63,9 @@ size_t nonzero_scratch(const Task& t) {
 const OpDef op_index("index", attrs_type<AdvancedIndexAttrs>(),
                      {.backward = index_backward, .cost = copy_cost, .scratch = index_scratch});
 const OpDef op_index_put("index_put", attrs_type<AdvancedIndexAttrs>(),
-                         {.backward = index_put_backward, .flags = kOpInplace, .scratch = index_put_scratch});
-const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpSyncs | kOpDataDependentShape, .scratch = nonzero_scratch});
+                         {.backward = index_put_backward, .scratch = index_put_scratch, .alias_of = alias_each_output});
+const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpDataDependentShape, .scratch = nonzero_scratch,
+                                            .host_read = host_read_always});
 
 namespace {
 bool is_mask(const Tensor& t) { return t.dtype() == DType::Bool || t.dtype() == DType::UInt8; }

@@ -1,5 +1,5 @@
-// repeat and repeat_interleave: compositions of views, one copy and index_select (no OpDef of their own; the
-// gradients come from expand's sum and index_select's index_add).
+// repeat and repeat_interleave: compositions of views, one copy and index_select (the gradients come from expand's
+// sum and index_select's index_add), and the index form of repeat_interleave, an OpDef of its own.
 #include <optional>
 
 #include "dygrad/runtime/op_sink.h"
@@ -8,6 +8,7 @@
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/index.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/runtime/op_attrs.h"
 
 namespace dg {
 
@@ -34,17 +35,23 @@ Tensor repeat(const Tensor& a, IntSpan repeats) {
 }
 
 namespace {
-// The repeat counts of a repeats tensor (0-D or 1-D, integral), read on the host (a sync, as in torch).
-std::vector<int64_t> repeat_counts(const Tensor& repeats) {
+// The host-read trait: the call read the counts unless output_size was given.
+bool size_read_on_host(const Attrs& attrs) { return attrs.get<RepeatInterleaveAttrs>().size_read_on_host; }
+}  // namespace
+
+// The index form's Task: inputs (counts, 1-D integral), outputs (index [output_size], the counts' dtype); a negative
+// count or a total other than output_size fails the Task (a deferred error when output_size was given; otherwise
+// the call checked both on the host first).
+const OpDef op_repeat_interleave("repeat_interleave", attrs_type<RepeatInterleaveAttrs>(),
+                                 {.host_read = size_read_on_host});
+
+namespace {
+void check_repeats(const Tensor& repeats) {
   check_defined("repeat_interleave", repeats, "repeats");
   DG_CHECK(repeats.dim() <= 1, Runtime, "[repeat_interleave] repeats must be 0-dim or 1-dim tensor, got shape ",
            repeats.shape());
   DG_CHECK(is_integral(repeats.dtype(), false), NotImplemented,
            "[repeat_interleave] repeats must be an integral tensor, got ", dtype_name(repeats.dtype()));
-  HostReadScope read("repeat_interleave");
-  std::vector<int64_t> counts = repeats.to_vector<int64_t>();
-  for (int64_t c : counts) DG_CHECK(c >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", c);
-  return counts;
 }
 
 void check_output_size(std::optional<int64_t> output_size, int64_t total) {
@@ -52,19 +59,27 @@ void check_output_size(std::optional<int64_t> output_size, int64_t total) {
            " does not match the required size ", total, " (the sum of repeats)");
 }
 
-// k repeated counts[k] times, for k in order: the index the tensor forms gather with.
-Tensor repeated_index(const std::vector<int64_t>& counts, std::optional<int64_t> output_size, DType dtype) {
-  std::vector<int64_t> index;
-  for (size_t k = 0; k < counts.size(); ++k)
-    index.insert(index.end(), static_cast<size_t>(counts[k]), static_cast<int64_t>(k));
-  check_output_size(output_size, static_cast<int64_t>(index.size()));
-  const int64_t shape[1] = {static_cast<int64_t>(index.size())};
-  return from_vector(index, shape, dtype);
+// The repeat counts, read on the host (a sync, as in torch), and their sum.
+int64_t read_total(const Tensor& repeats) {
+  HostReadScope read("repeat_interleave");
+  int64_t total = 0;
+  for (int64_t c : repeats.to_vector<int64_t>()) {
+    DG_CHECK(c >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", c);
+    total += c;
+  }
+  return total;
 }
 }  // namespace
 
 Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_size) {
-  return repeated_index(repeat_counts(repeats), output_size, repeats.dtype());
+  check_repeats(repeats);
+  if (output_size)
+    DG_CHECK(*output_size >= 0, Runtime, "[repeat_interleave] output_size must be non-negative, got ", *output_size);
+  const int64_t total = output_size ? *output_size : read_total(repeats);
+  const int64_t shape[1] = {total};
+  Tensor out = Tensor::empty(shape, repeats.dtype());
+  enqueue(op_repeat_interleave, {reshape(repeats, Dims{-1})}, {out}, RepeatInterleaveAttrs{total, !output_size});
+  return out;
 }
 
 // Each element (slice along dim) of a repeated `repeats` times in place: a [..., s, ...] viewed as
@@ -83,20 +98,26 @@ Tensor repeat_interleave(const Tensor& a, int64_t repeats, std::optional<int64_t
   return view(clone(expand(unsqueeze(x, d + 1), expanded)), result);
 }
 
-// A repeats tensor of one element is the int form; otherwise one count per slice of a along dim, and the result
-// is index_select(a, dim, repeat_interleave(repeats)).
+// A repeats tensor of one element is the int form (its value read on the host, as torch does); otherwise one count
+// per slice of a along dim, and the result is index_select(a, dim, repeat_interleave(repeats, output_size)): no host
+// read when output_size is given.
 Tensor repeat_interleave(const Tensor& a, const Tensor& repeats, std::optional<int64_t> dim,
                          std::optional<int64_t> output_size) {
   check_defined("repeat_interleave", a);
-  const std::vector<int64_t> counts = repeat_counts(repeats);
+  check_repeats(repeats);
+  if (repeats.numel() == 1) {
+    HostReadScope read("repeat_interleave");
+    const int64_t count = repeats.item<int64_t>();
+    DG_CHECK(count >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", count);
+    return repeat_interleave(a, count, dim, output_size);
+  }
   const Tensor x = dim ? a : flatten(a);
   const int64_t d = wrap_dim("repeat_interleave", dim.value_or(0), x.dim());
-  if (counts.size() == 1) return repeat_interleave(a, counts[0], dim, output_size);
   const int64_t size = x.dim() == 0 ? 1 : x.shape()[d];
-  DG_CHECK(static_cast<int64_t>(counts.size()) == size, Runtime, "[repeat_interleave] repeats must have the same size "
-           "as input along dim, but got repeats.size(0) = ", counts.size(), " and input.size(", d, ") = ", size,
-           " (input shape ", a.shape(), ")");
-  return index_select(x, d, repeated_index(counts, output_size, DType::Int64));  // one host read of the counts
+  DG_CHECK(repeats.numel() == size, Runtime, "[repeat_interleave] repeats must have the same size as input along "
+           "dim, but got repeats.size(0) = ", repeats.numel(), " and input.size(", d, ") = ", size, " (input shape ",
+           a.shape(), ")");
+  return index_select(x, d, to(repeat_interleave(repeats, output_size), DType::Int64));
 }
 
 }  // namespace dg

@@ -75,6 +75,15 @@ struct VarianceAttrs {
   DG_ATTRS_FIELDS(dims, correction, standard_deviation);
 };
 
+// repeat_interleave (the index form: k written counts[k] times): the output's length, and whether the call read the
+// counts on the host to find it (no output_size given: the op's host-read trait).
+struct RepeatInterleaveAttrs {
+  static constexpr const char* kName = "RepeatInterleaveAttrs";
+  int64_t output_size = 0;
+  bool size_read_on_host = true;
+  DG_ATTRS_FIELDS(output_size, size_read_on_host);
+};
+
 // One dim: cat (the concatenation dim), gather, index_select, scatter_add, index_add.
 struct DimAttrs {
   static constexpr const char* kName = "DimAttrs";
@@ -289,13 +298,15 @@ struct RotaryAttentionAttrs {
   DG_ATTRS_FIELDS(scale, is_causal, heads, rotate_half);
 };
 
-// adamw_step (AdamW, and Adam with decoupled = false): the hyper-parameters. The step counts are tensors of the
-// Task (torch's 0-d float32 state["step"]), incremented by the kernel.
+// adamw_step (AdamW, and Adam with decoupled = false). The step counts are tensors of the Task (torch's 0-d float32
+// state["step"]), incremented by the kernel; so are the hyper-parameters: the Task reads lr (a 0-d floating tensor)
+// and {beta1, beta2, eps, weight_decay} (a float64 [4] tensor) as its last two inputs, so a recorded Task re-run
+// later sees the values a scheduler or the user wrote since (issue 31, part 4). Only the form of the update is an
+// attribute.
 struct AdamWAttrs {
   static constexpr const char* kName = "AdamWAttrs";
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   bool decoupled = true;  // AdamW: p *= 1 - lr wd; false (Adam): g += wd p
-  DG_ATTRS_FIELDS(lr, beta1, beta2, eps, weight_decay, decoupled);
+  DG_ATTRS_FIELDS(decoupled);
 };
 
 }  // namespace dg

@@ -57,13 +57,15 @@ const char* fusion_class_name(FusionClass f) {
 
 const char* op_flag_name(OpFlag flag) {
   switch (flag) {
-    case kOpSyncs: return "syncs";
     case kOpDataDependentShape: return "data_dependent_shape";
     case kOpRandom: return "random";
-    case kOpInplace: return "inplace";
+    case kOpSideEffect: return "side_effect";
   }
   return "?";
 }
+
+bool host_read_always(const Attrs&) { return true; }
+int alias_each_output(size_t output, size_t) { return static_cast<int>(output); }
 
 void attach_registered_kernels(OpDef& op) {
   for (const KernelRegistration& r : registrations())
@@ -73,7 +75,8 @@ void attach_registered_kernels(OpDef& op) {
 
 OpDef::OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits)
     : name(name_), attrs_type(attrs_type_), fusion(traits.fusion), backward(traits.backward), cost(traits.cost),
-      flags(traits.flags), scratch(traits.scratch), rematerialize(traits.rematerialize) {
+      flags(traits.flags), scratch(traits.scratch), rematerialize(traits.rematerialize), host_read(traits.host_read),
+      alias_of(traits.alias_of) {
   for (const OpDef* op : registry())
     if (std::strcmp(op->name, name) == 0) problems().push_back(std::string(name) + ": declared twice");
   registry().push_back(this);

@@ -27,13 +27,25 @@ const char* fusion_class_name(FusionClass f);
 
 // Op traits the executor, profiler and JIT read (docs/ops.md, "What makes a Task traceable").
 enum OpFlag : uint32_t {
-  kOpSyncs = 1u << 0,                 // the host waits for the Task's result (a JIT graph must end before it)
   kOpDataDependentShape = 1u << 1,    // the output's shape depends on input values (the host reads them)
-  kOpRandom = 1u << 2,                // consumes RNG counters (seed and offset are attributes)
-  kOpInplace = 1u << 3,               // every output i is input i: the Task updates them in place, reading their
-                                      // old values (accumulations, optimizer steps); checked at enqueue
+  kOpRandom = 1u << 2,                // consumes RNG counters (Attrs::rng(): seed and first counter)
+  kOpSideEffect = 1u << 4,            // an effect beyond its outputs (a collective's communication): never dead
+                                      // code, never reordered across another side effect
 };
 const char* op_flag_name(OpFlag flag);
+
+// The host-read trait: whether the call issuing a Task read values of its operands on the host first (a sync, so a
+// traced graph must end before it): to size an output (nonzero's count, repeat_interleave without output_size) or
+// to check values. A function of the attributes where it depends on them; host_read_always where it does not.
+// The conformance sweep checks it against the reads the op sinks see (docs/ops.md, "Op sinks").
+using HostReadFn = bool (*)(const Attrs& attrs);
+bool host_read_always(const Attrs& attrs);
+
+// The aliasing trait: output i of a Task is input alias_of(i, number of outputs), the same tensor, which the Task
+// updates in place reading its old value (accumulations, optimizer steps), or -1: a buffer of its own. Checked at
+// enqueue. alias_each_output: every output i is input i.
+using AliasFn = int (*)(size_t output, size_t num_outputs);
+int alias_each_output(size_t output, size_t num_outputs);
 
 struct OpCost {
   double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
@@ -83,6 +95,8 @@ struct OpTraits {
   uint32_t flags = 0;
   ScratchFn scratch = nullptr;    // null: the kernel needs no memory beyond its outputs
   RematerializeFn rematerialize = nullptr;  // null: a node that saves an output keeps the tensor
+  HostReadFn host_read = nullptr;  // null: the call reads nothing on the host
+  AliasFn alias_of = nullptr;      // null: every output is a buffer of its own
 };
 
 struct OpDef {
@@ -94,6 +108,12 @@ struct OpDef {
   uint32_t flags;
   ScratchFn scratch;
   RematerializeFn rematerialize;
+  HostReadFn host_read;
+  AliasFn alias_of;
+
+  // The traits for one Task's attributes and operands.
+  bool reads_host(const Attrs& attrs) const { return host_read && host_read(attrs); }
+  int output_alias(size_t output, size_t num_outputs) const { return alias_of ? alias_of(output, num_outputs) : -1; }
 
   OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits = {});
   OpDef(const OpDef&) = delete;

@@ -182,19 +182,13 @@ uint64_t Stream::acquire_slot_locked() {
   return index;
 }
 
-uint64_t Stream::publish_locked(uint64_t index, bool mark_operands) {
+uint64_t Stream::publish_locked(uint64_t index) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
   alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   Storage::note_tasks_enqueued(seq);
-  // A Task moved in holds ordinary references: they become task references here, after the count above, so
-  // that a buffer whose last other holder this was goes back in use until this Task.
-  if (mark_operands) {
-    for (const Tensor& t : task.inputs) t.mark_task_ref();
-    for (const Tensor& t : task.outputs) t.mark_task_ref();
-  }
   if (op_sinks::engaged()) op_sinks::on_enqueued(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -210,11 +204,14 @@ void check_attrs(const OpDef& op, const Attrs& attrs) {
   fail(ErrorKind::Runtime, "[", op.name, "] internal error: the op's Tasks carry ",
        op.attrs_type ? op.attrs_type->name : "no attributes", ", this one ", attrs.type() ? attrs.type()->name : "none");
 }
-// kOpInplace: every output i is input i, the same tensor (docs/ops.md).
-void check_inplace_operands(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
-  bool same = !outputs.empty() && inputs.size() >= outputs.size();
-  for (size_t i = 0; same && i < outputs.size(); ++i) same = inputs[i].same(outputs[i]);
-  DG_CHECK(same, Runtime, "[", op.name, "] internal error: an in-place op's output i must be its input i");
+// The aliasing trait: each output the op declares an alias is that input, the same tensor (docs/ops.md).
+void check_aliases(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  DG_CHECK(!outputs.empty(), Runtime, "[", op.name, "] internal error: an op updating inputs in place has no output");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const int a = op.output_alias(i, outputs.size());
+    DG_CHECK(a < 0 || (static_cast<size_t>(a) < inputs.size() && inputs[static_cast<size_t>(a)].same(outputs[i])),
+             Runtime, "[", op.name, "] internal error: output ", i, " must be input ", a, ", the same tensor");
+  }
 }
 
 // A Task whose operands are borrowed (Tensor::borrow) from spans the caller holds for the whole call;
@@ -287,30 +284,21 @@ void check_no_internal_overlap(const OpDef& op, std::span<const Tensor> outputs)
 }
 }  // namespace
 
-uint64_t Stream::enqueue(Task&& task) {
-  check_no_internal_overlap(*task.op, task.outputs);
-  if (synchronize_enabled()) {
-    // Debug mode: earlier async work first, then this Task inline, its error raised right here, on this
-    // thread: another host thread's failure stays pending for that thread's next sync point.
-    synchronize();
-    Failure failure;
-    bool failed = false;
-    {
-      std::lock_guard<std::mutex> lock(producer_mutex_);
-      run_inline_locked(task);
-      failed = take_failure(task.seq, failure);
-    }
-    if (failed) throw Error(failure.kind, failure.message);
-    // Skipped (an input was poisoned): the skip's error, if it made one pending, is raised here too.
-    if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
-    return task.seq;
+uint64_t Stream::run_synchronized(Task& task) {
+  // Debug mode: earlier async work first, then this Task inline, its error raised right here, on this thread:
+  // another host thread's failure stays pending for that thread's next sync point.
+  synchronize();
+  Failure failure;
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(producer_mutex_);
+    run_inline_locked(task);
+    failed = take_failure(task.seq, failure);
   }
-  std::lock_guard<std::mutex> lock(producer_mutex_);
-  if (shut_down_.load(std::memory_order_acquire)) return run_inline_locked(task);
-  if (idle_for_inline_locked() && runs_inline(task)) return run_inline_locked(task);
-  const uint64_t index = acquire_slot_locked();
-  slots_[index % kCapacity] = std::move(task);
-  return publish_locked(index, /*mark_operands=*/true);
+  if (failed) throw Error(failure.kind, failure.message);
+  // Skipped (an input was poisoned): the skip's error, if it made one pending, is raised here too.
+  if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error();
+  return task.seq;
 }
 
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
@@ -318,32 +306,33 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
   const Kernel kernel = resolve_kernel(op, inputs, outputs);
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
-  if (op.flags & kOpInplace) [[unlikely]] check_inplace_operands(op, inputs, outputs);
+  if (op.alias_of) [[unlikely]] check_aliases(op, inputs, outputs);
+  // Nothing depends on a Task without outputs: only its declared side effect keeps it (docs/ops.md).
+  DG_CHECK(!outputs.empty() || (op.flags & kOpSideEffect), Runtime, "[", op.name, "] internal error: a Task with no "
+           "outputs must be declared kOpSideEffect");
   check_no_internal_overlap(op, outputs);
-  // In a ring slot the Task holds task references (core/ref.h); elsewhere ordinary ones.
-  auto fill = [&](Task& task, bool in_slot) {
-    task.op = &op;
-    task.kernel = kernel;
-    for (const Tensor& t : inputs) task.inputs.push_back(in_slot ? Tensor::task_ref(t) : t);
-    for (const Tensor& t : outputs) task.outputs.push_back(in_slot ? Tensor::task_ref(t) : t);
-    task.attrs = attrs;
-    task.site = site;
-  };
-  if (synchronize_enabled()) {
-    Task task;
-    fill(task, /*in_slot=*/false);
-    return enqueue(std::move(task));
+  // Off the ring (synchronize mode, inline execution, after shutdown) the Task is built on the host's stack and
+  // borrows its operands from the caller, whose spans outlive the call: no refcount traffic (docs/stream.md,
+  // "Inline execution").
+  if (synchronize_enabled()) [[unlikely]] {
+    BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
+    return run_synchronized(borrowed.task);
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
   if (idle_for_inline_locked() || shut_down_.load(std::memory_order_acquire)) [[unlikely]] {
-    // Built on the host's stack, never in the ring, and borrowing its operands from the caller, whose
-    // spans outlive the call: no refcount traffic (docs/stream.md, "Inline execution").
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
     if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) return run_inline_locked(borrowed.task);
   }
+  // In a ring slot the Task holds task references (core/ref.h).
   const uint64_t index = acquire_slot_locked();
-  fill(slots_[index % kCapacity], /*in_slot=*/true);
-  return publish_locked(index, /*mark_operands=*/false);
+  Task& task = slots_[index % kCapacity];
+  task.op = &op;
+  task.kernel = kernel;
+  for (const Tensor& t : inputs) task.inputs.push_back(Tensor::task_ref(t));
+  for (const Tensor& t : outputs) task.outputs.push_back(Tensor::task_ref(t));
+  task.attrs = attrs;
+  task.site = site;
+  return publish_locked(index);
 }
 
 void Stream::worker_loop() {

@@ -37,10 +37,9 @@ class Stream {
   static Stream& cpu();
   static constexpr size_t kCapacity = 1024;  // queued Tasks; enqueue blocks (sleeps) when full
 
-  // Runs the Task (synchronize mode: inline, errors thrown here; async: queued, or run inline on the calling
-  // thread when it is tiny and nothing is queued, errors still deferred). Returns its sequence number.
-  uint64_t enqueue(Task&& task);
-  // The same, building the Task in its queue slot (no intermediate Task to move): the op hot path.
+  // Runs op on the operands (synchronize mode: inline, errors thrown here; async: built in its queue slot, or run
+  // inline on the calling thread when it is tiny and nothing is queued, errors still deferred). Returns the Task's
+  // sequence number. The one way in: ops/dispatch.cpp's enqueue, after the op sinks (runtime/op_sink.h).
   uint64_t submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
                   const CallSite& site);
   // Waits until every Task enqueued so far has run; raises a deferred error.
@@ -111,8 +110,10 @@ class Stream {
   void reclaim_completed_locked();
   // Waits for queue space, reclaims finished slots and returns the index of the next free slot.
   uint64_t acquire_slot_locked();
-  // `mark_operands`: the slot's operands hold ordinary references (a moved-in Task), made task references here.
-  uint64_t publish_locked(uint64_t index, bool mark_operands);
+  // Numbers the Task built in slot `index` and hands it to the worker.
+  uint64_t publish_locked(uint64_t index);
+  // Synchronize mode: everything before, then `task` on this thread, its error raised here.
+  uint64_t run_synchronized(Task& task);
 
   std::vector<Task> slots_;
   std::mutex handed_over_mutex_;

@@ -1,5 +1,6 @@
 """Entries of the index ops (ops/index.cpp: cat, gather, index_select, scatter_add, scatter, index_add, tril/triu) and
-of indexing (ops/indexing.cpp: x[index], index_put, nonzero). Index operands draw integers in [0, n)."""
+of indexing (ops/indexing.cpp: x[index], index_put, nonzero) and repeat_interleave's index form (ops/repeat.cpp). Index
+operands draw integers in [0, n)."""
 from .spec import FLOATS, INTEGERS, Entry, Input
 
 ALL = FLOATS + INTEGERS
@@ -78,4 +79,11 @@ ENTRIES = [
     Entry("nonzero", lambda m, x: m.nonzero(x), dtypes=ALL + ("bool",), differentiable=False,
           cases=((Input((4, 5), low=0, high=2, kind="integers"),), (Input((2, 3, 4), low=0, high=2, kind="integers"),)),
           big=(Input((256, 320), low=0, high=2, kind="integers"),), also_runs=()),
+    # The index form: without output_size the call reads the counts on the host (the trait says so); with it, none.
+    Entry("repeat_interleave", lambda m, r: m.repeat_interleave(r), dtypes=("int64", "int32"), differentiable=False,
+          cases=((Input((6,), low=0, high=4, kind="integers"),), (Input((0,), low=0, high=4, kind="integers"),)),
+          big=(Input((5000,), low=0, high=4, kind="integers"),)),
+    Entry("repeat_interleave", lambda m, r: m.repeat_interleave(r, output_size=2 * r.shape[0]), variant="output_size",
+          dtypes=("int64", "int32"), differentiable=False,
+          cases=((Input((6,), low=2, high=3, kind="integers"),),), big=(Input((5000,), low=2, high=3, kind="integers"),)),
 ]

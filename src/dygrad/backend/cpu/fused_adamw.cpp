@@ -19,8 +19,9 @@
 // The kernels of this file and their operands:
 // outputs (param_0 .. param_{P-1}, exp_avg_0 .., exp_avg_sq_0 .., step_0 .. step_{P-1}), all contiguous, updated
 // in place (step_i: a 0-d float32 count, incremented before the update), and inputs (the same 4P tensors, then
-// grad_0 .. grad_{P-1}): an in-place op lists what it updates as inputs too (kOpInplace). AdamWAttrs: lr, betas,
-// eps, weight_decay and whether the decay is decoupled (AdamW) or an L2 term added to the gradient (Adam).
+// grad_0 .. grad_{P-1}, then lr, a 0-d floating tensor, and {beta1, beta2, eps, weight_decay}, a float64 [4]
+// tensor, read when the Task runs): an in-place op lists what it updates as inputs too (alias_each_output).
+// AdamWAttrs: whether the decay is decoupled (AdamW) or an L2 term added to the gradient (Adam).
 // Master weights (ops/fused.h): the params and states are float32 masters, the grads float32 or 16-bit, and 4P
 // more outputs (and inputs) follow the steps: the bfloat16 / float16 model params, written with the updated
 // master rounded once.
@@ -68,21 +69,31 @@ void update(const Scalars& k, const G* g, T* p, T* m, T* v, [[maybe_unused]] L* 
 }  // namespace
 
 void adamw_kernel(Task& task) {
-  // P tensors: the inputs are the outputs then P gradients; outputs are 4P, or 5P with master weights' copies.
-  const int64_t count = static_cast<int64_t>(task.inputs.size() - task.outputs.size());
+  // P tensors: the inputs are the outputs, P gradients, lr and the other hyper-parameters; outputs are 4P, or 5P
+  // with master weights' copies.
+  const int64_t count = static_cast<int64_t>(task.inputs.size() - task.outputs.size() - 2);
   const size_t first_grad = task.outputs.size();
   const bool copies = task.outputs.size() == 5 * static_cast<size_t>(count);
   const AdamWAttrs& attrs = task.attrs.get<AdamWAttrs>();
-  const double lr = attrs.lr, beta1 = attrs.beta1, beta2 = attrs.beta2, eps = attrs.eps;
-  const double weight_decay = attrs.weight_decay;
-  const double decay = attrs.decoupled ? 1.0 - lr * weight_decay : 1.0, l2 = attrs.decoupled ? 0.0 : weight_decay;
+  const Tensor& lr_tensor = task.inputs[task.inputs.size() - 2];
+  const double lr = visit_floating(lr_tensor.dtype(), [&]<typename T>() {  // as torch's lr.item(): exact in double
+    return static_cast<double>(static_cast<compute_t<T>>(*lr_tensor.data<T>()));
+  });
+  const double* hyper = task.inputs.back().data<double>();
+  const double beta1 = hyper[0], beta2 = hyper[1], eps = hyper[2], weight_decay = hyper[3];
+  // torch computes with a Tensor lr as 0-d tensor ops in its dtype: `1 - lr * wd` and `lr / bias_correction1` round
+  // to float32 for a float32 lr (each step exact in double, then rounded once: the float32 result).
+  const bool lr32 = lr_tensor.dtype() == DType::Float32;
+  auto in_lr_dtype = [lr32](double x) { return lr32 ? static_cast<double>(static_cast<float>(x)) : x; };
+  const double decay = attrs.decoupled ? in_lr_dtype(1.0 - in_lr_dtype(lr * in_lr_dtype(weight_decay))) : 1.0;
+  const double l2 = attrs.decoupled ? 0.0 : weight_decay;
   // Per tensor: bump its step count (torch's step_t += 1), then its bias corrections from the new count.
   std::vector<double> step_sizes(static_cast<size_t>(count)), bias2_sqrts(static_cast<size_t>(count));
   for (int64_t t = 0; t < count; ++t) {
     float* step_count = task.outputs[static_cast<size_t>(3 * count + t)].data<float>();
     *step_count += 1.0f;
     const double step = static_cast<double>(*step_count);
-    step_sizes[static_cast<size_t>(t)] = lr / (1.0 - std::pow(beta1, step));
+    step_sizes[static_cast<size_t>(t)] = in_lr_dtype(lr / in_lr_dtype(1.0 - std::pow(beta1, step)));
     bias2_sqrts[static_cast<size_t>(t)] = std::sqrt(1.0 - std::pow(beta2, step));
   }
   int64_t num_pieces = 0;

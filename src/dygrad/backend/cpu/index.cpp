@@ -450,6 +450,31 @@ void triangle_kernel(Task& task) {
   });
 }
 
+// repeat_interleave_kernel: inputs (counts: 1-D, integral), outputs (index [output_size], the counts' dtype): k written
+// counts[k] times. The counts are checked (none negative, their sum output_size) before anything is written.
+void repeat_interleave_kernel(Task& task) {
+  const Tensor& counts = task.inputs[0];
+  Tensor& out = task.outputs[0];
+  const int64_t n = counts.numel(), stride = n ? counts.strides()[0] : 1, size = out.numel();
+  visit_dtype(counts.dtype(), [&]<typename T>() {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const T* c = counts.data<T>();
+      int64_t total = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t r = static_cast<int64_t>(c[k * stride]);
+        DG_CHECK(r >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", r);
+        total += r;
+      }
+      DG_CHECK(total == size, Runtime, "[repeat_interleave] output_size=", size, " does not match the required size ",
+               total, " (the sum of repeats)");
+      T* o = out.data<T>();
+      for (int64_t k = 0, at = 0; k < n; ++k)
+        for (int64_t r = static_cast<int64_t>(c[k * stride]); r > 0; --r) o[at++] = static_cast<T>(k);
+    } else {
+      fail(ErrorKind::Runtime, "[repeat_interleave] internal error: counts of dtype ", dtype_name(counts.dtype()));
+    }
+  });
+}
 
 DG_REGISTER_KERNEL(cat, Device::Type::CPU, cat_kernel);
 DG_REGISTER_KERNEL(gather, Device::Type::CPU, gather_kernel);
@@ -460,5 +485,6 @@ DG_REGISTER_KERNEL(scatter, Device::Type::CPU, scatter_kernel);
 DG_REGISTER_KERNEL(scatter_value, Device::Type::CPU, scatter_kernel);
 DG_REGISTER_KERNEL(tril, Device::Type::CPU, triangle_kernel);
 DG_REGISTER_KERNEL(triu, Device::Type::CPU, triangle_kernel);
+DG_REGISTER_KERNEL(repeat_interleave, Device::Type::CPU, repeat_interleave_kernel);
 
 }  // namespace dg::cpu
