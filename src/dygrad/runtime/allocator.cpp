@@ -4,9 +4,6 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +17,7 @@
 #include <unordered_map>
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/segment_source.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg {
@@ -82,28 +80,7 @@ uint64_t tasks_run() { return Stream::cpu().completed(); }
 bool busy(uint64_t in_use_until) { return in_use_until != 0 && in_use_until > tasks_run(); }
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-void* map_segment(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-// Expandable segments: a reserved range is inaccessible and commits nothing; mapping a part of it replaces that
-// part with ordinary anonymous memory (committed as a segment of the old kind is; its pages fault in on first
-// touch), and unmapping replaces it with an inaccessible range again, which frees the pages at once.
-void* reserve_range(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-bool map_range(void* p, size_t bytes) {
-  return mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
-}
-void unmap_range(void* p, size_t bytes) {
-  if (mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-    madvise(p, bytes, MADV_DONTNEED);  // cannot fail for a range we own; if it did, still drop the pages
-}
 size_t round_down(size_t n, size_t m) { return n / m * m; }
-void unmap_all(const std::vector<std::pair<void*, size_t>>& segments) {
-  for (const auto& [p, n] : segments) munmap(p, n);
-}
 
 std::string format_bytes(int64_t n) {
   char buf[64];
@@ -134,7 +111,7 @@ const char* trace_action_name(TraceAction a) {
 CachingAllocator& CachingAllocator::cpu() {
   // Never destroyed: tensors held in static objects may be freed after main returns.
   static CachingAllocator* instance = [] {
-    auto* allocator = new CachingAllocator();
+    auto* allocator = new CachingAllocator(std::make_unique<HostSegmentSource>());
     register_allocator(Device::Type::CPU, allocator);
     return allocator;
   }();
@@ -145,7 +122,7 @@ namespace {
 [[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
 }  // namespace
 
-CachingAllocator::CachingAllocator() {
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source) : source_(std::move(source)) {
   if (const char* env = std::getenv("DYGRAD_ALLOC_EXPANDABLE_SEGMENTS"); env && *env) expandable_ = std::atoi(env) != 0;
   if (const char* env = std::getenv("DYGRAD_ALLOC_RELEASE_FRACTION"); env && *env) release_fraction_ = std::atof(env);
   if (const char* env = std::getenv("DYGRAD_MEMORY_LIMIT"); env && *env) {
@@ -158,12 +135,16 @@ CachingAllocator::CachingAllocator() {
 }
 
 CachingAllocator::~CachingAllocator() {
-  std::vector<std::pair<void*, size_t>> to_unmap;
+  Released to_unmap;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     release_free_segments_locked(to_unmap);
   }
-  unmap_all(to_unmap);
+  unmap_segments(to_unmap);
+}
+
+void CachingAllocator::unmap_segments(const Released& segments) {
+  for (const auto& [base, bytes] : segments) source_->unmap_segment(base, bytes);
 }
 
 size_t CachingAllocator::round_size(size_t nbytes) {
@@ -247,45 +228,17 @@ void CachingAllocator::erase_free(Node* node) {
 }
 
 // --- expandable segments ---------------------------------------------------------------------------------------
-namespace {
-// The size of a reserved range: the machine's memory (a pool never needs more; another range is reserved if it
-// does), at least 1 GiB; under an address-space limit (RLIMIT_AS), an eighth of it (at least 64 MiB), so that
-// reserved ranges leave the rest of the limit to the process. DYGRAD_ALLOC_RESERVE (bytes) overrides it.
-size_t reserve_bytes() {
-  static const size_t machine = [] {
-    if (const char* v = std::getenv("DYGRAD_ALLOC_RESERVE"); v && *v)
-      return round_up(std::max<size_t>(std::strtoull(v, nullptr, 10), 1), size_t{2} << 20);
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
-    return std::max<size_t>(round_up(ram, size_t{1} << 30), size_t{1} << 30);
-  }();
-  rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
-    return std::min(machine, std::max(round_down(static_cast<size_t>(limit.rlim_cur) / 8, size_t{2} << 20),
-                                      size_t{64} << 20));
-  return machine;
-}
-}  // namespace
-
 CachingAllocator::Segment* CachingAllocator::reserve_segment_locked(bool small, size_t at_least) {
-  // Under an address-space limit (RLIMIT_AS, `ulimit -v`: reserved address space counts) the machine-sized range
-  // may be refused: then halve it, down to the request (another range is reserved when one is full).
-  const size_t needed = round_up(at_least, size_t{2} << 20);
-  size_t bytes = std::max(reserve_bytes(), needed);
-  void* p = reserve_range(bytes);
-  while (!p && bytes > needed) {
-    bytes = std::max(round_up(bytes / 2, size_t{2} << 20), needed);
-    p = reserve_range(bytes);
-  }
-  if (!p) return nullptr;
+  const SegmentSource::Range range = source_->reserve_range(at_least);
+  if (!range.base) return nullptr;
   auto* segment = new Segment();
-  segment->base = static_cast<char*>(p);
-  segment->size = bytes;
+  segment->base = range.base;
+  segment->size = range.size;
   segment->small = small;
   segment->expandable = true;
   auto* node = new Node();
   node->ptr = segment->base;
-  node->size = bytes;
+  node->size = range.size;
   node->segment = segment;
   node->mapped = false;
   segment->first = node;
@@ -322,7 +275,7 @@ CachingAllocator::Node* CachingAllocator::map_placement_locked(const Placement& 
     return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
   };
   const bool small = u->segment->small;
-  if (!map_range(u->ptr, p.cost)) return nullptr;
+  if (!source_->map_pages(u->ptr, p.cost)) return nullptr;
   auto& unmapped = small ? unmapped_small_ : unmapped_large_;
   // Segments (contiguous mapped ranges) before the map: the new range joins the mapped neighbours.
   const bool left = u->prev && u->prev->mapped, right = p.cost == u->size && u->next && u->next->mapped;
@@ -380,7 +333,7 @@ size_t CachingAllocator::unmap_free_block_locked(Node* node) {
     return 0;
   }
   const size_t bytes = last - first;
-  unmap_range(reinterpret_cast<void*>(first), bytes);
+  source_->unmap_pages(reinterpret_cast<void*>(first), bytes);
   Segment* s = node->segment;
   auto& unmapped = s->small ? unmapped_small_ : unmapped_large_;
   // The partial pages at either end stay mapped free blocks.
@@ -570,13 +523,13 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   std::unique_lock<std::mutex> lock(mutex_);
   Node* node = take_free_locked(rounded, small, stream_ordered);
   bool mapped_now = false;  // the block's end was just mapped (an expandable segment's pages)
-  std::vector<std::pair<void*, size_t>> to_unmap;  // legacy segments, unmapped outside the lock
+  Released to_unmap;  // legacy segments, unmapped outside the lock
   auto out_of_memory = [&](size_t needed) {
     ++stats_.num_ooms;
     record_locked(TraceAction::Oom, 0, nbytes, category, context);
     std::string message = oom_message_locked(nbytes, needed);
     lock.unlock();
-    unmap_all(to_unmap);
+    unmap_segments(to_unmap);
     fail(ErrorKind::OutOfMemory, message);
   };
   // Over the memory limit: free blocks that queued Tasks still use come back once those have run. Only the thread
@@ -587,7 +540,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     const uint64_t last = busy_free_segments_locked();
     if (!last) return nullptr;
     lock.unlock();
-    unmap_all(to_unmap);
+    unmap_segments(to_unmap);
     to_unmap.clear();
     Stream::cpu().wait_until_run(last);
     lock.lock();
@@ -642,7 +595,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     }
     if (!to_unmap.empty()) {
       lock.unlock();
-      unmap_all(to_unmap);
+      unmap_segments(to_unmap);
       to_unmap.clear();
       lock.lock();
     }
@@ -665,7 +618,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
         record_locked(TraceAction::Oom, 0, nbytes, category, context);
         std::string message = oom_message_locked(nbytes, bytes);
         lock.unlock();
-        unmap_all(to_unmap);
+        unmap_segments(to_unmap);
         fail(ErrorKind::OutOfMemory, message);
       }
     }
@@ -673,11 +626,11 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
     // holds exactly); the system call is made outside the lock.
     stats_.reserved += static_cast<int64_t>(bytes);
     lock.unlock();
-    unmap_all(to_unmap);
-    void* p = map_segment(bytes);
+    unmap_segments(to_unmap);
+    void* p = source_->map_segment(bytes);
     if (!p) {  // give the cache back and try once more
       empty_cache(/*wait_for_stream=*/false);
-      p = map_segment(bytes);
+      p = source_->map_segment(bytes);
     }
     lock.lock();
     if (!p) {
@@ -834,7 +787,7 @@ void CachingAllocator::reset_peak() {
 }
 
 void CachingAllocator::empty_cache(bool wait_for_stream) {
-  std::vector<std::pair<void*, size_t>> to_unmap;
+  Released to_unmap;
   uint64_t last = 0;
   if (wait_for_stream) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -846,7 +799,7 @@ void CachingAllocator::empty_cache(bool wait_for_stream) {
     release_free_segments_locked(to_unmap);
     release_expandable_locked();  // the idle free blocks' whole pages
   }
-  unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
+  unmap_segments(to_unmap);  // the pages go back to the system: the process RSS drops
 }
 
 void CachingAllocator::set_expandable_segments(bool on) {
@@ -880,7 +833,7 @@ uint64_t CachingAllocator::busy_free_segments_locked() const {
   return last;
 }
 
-void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough) {
+void CachingAllocator::release_free_segments_locked(Released& to_unmap, size_t enough) {
   size_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
     Segment* s = *it;
