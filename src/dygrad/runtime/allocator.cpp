@@ -52,6 +52,32 @@ struct CachingAllocator::Node {
   // A free block: the last Task that may still use its memory (0: none). Only a stream-ordered allocation may
   // take it before that Task has run; its pages stay mapped until then (docs/memory.md, "Stream-ordered reuse").
   uint64_t in_use_until = 0;
+
+  // Cuts this block at `offset`: the rest becomes a new block after it (same segment, mapped alike, the same
+  // in_use_until), which is returned. The caller keeps the pool's sets.
+  Node* split_off(size_t offset) {
+    Node* tail = new Node();
+    tail->ptr = ptr + offset;
+    tail->size = size - offset;
+    tail->segment = segment;
+    tail->mapped = mapped;
+    tail->in_use_until = in_use_until;
+    tail->prev = this;
+    tail->next = next;
+    if (next) next->prev = tail;
+    next = tail;
+    size = offset;
+    return tail;
+  }
+  // Merges the next block into this one, which keeps the later in_use_until; the next block is deleted.
+  void absorb_next() {
+    Node* absorbed = next;
+    size += absorbed->size;
+    in_use_until = std::max(in_use_until, absorbed->in_use_until);
+    next = absorbed->next;
+    if (next) next->prev = this;
+    delete absorbed;
+  }
 };
 
 bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
@@ -198,13 +224,13 @@ size_t CachingAllocator::parse_size(const std::string& text) {
 
 // --- allocation ------------------------------------------------------------------------------------------------
 CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small, bool stream_ordered) {
-  auto& pool = small ? free_small_ : free_large_;
+  auto& free_blocks = pool(small).free;
   Node key;
   key.size = rounded;
-  auto it = pool.lower_bound(&key);
+  auto it = free_blocks.lower_bound(&key);
   if (!stream_ordered)  // the best fit that no queued Task still uses
-    while (it != pool.end() && busy((*it)->in_use_until)) ++it;
-  if (it == pool.end()) return nullptr;
+    while (it != free_blocks.end() && busy((*it)->in_use_until)) ++it;
+  if (it == free_blocks.end()) return nullptr;
   Node* node = *it;
   erase_free(node);
   return node;
@@ -218,12 +244,12 @@ size_t CachingAllocator::releasable(const Node* node) const {
 }
 
 void CachingAllocator::insert_free(Node* node) {
-  (node->segment->small ? free_small_ : free_large_).insert(node);
+  pool(node->segment->small).free.insert(node);
   free_whole_ += static_cast<int64_t>(releasable(node));
 }
 
 void CachingAllocator::erase_free(Node* node) {
-  (node->segment->small ? free_small_ : free_large_).erase(node);
+  pool(node->segment->small).free.erase(node);
   free_whole_ -= static_cast<int64_t>(releasable(node));
 }
 
@@ -243,7 +269,7 @@ CachingAllocator::Segment* CachingAllocator::reserve_segment_locked(bool small, 
   node->mapped = false;
   segment->first = node;
   segments_.insert(segment);
-  (small ? unmapped_small_ : unmapped_large_).insert(node);
+  pool(small).unmapped.insert(node);
   return segment;
 }
 
@@ -256,7 +282,7 @@ CachingAllocator::Placement CachingAllocator::place_expandable_locked(size_t rou
   auto usable = [&](const Node* n) {
     return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
   };
-  for (Node* u : small ? unmapped_small_ : unmapped_large_) {
+  for (Node* u : pool(small).unmapped) {
     const size_t f1 = usable(u->prev) ? u->prev->size : 0, f2 = usable(u->next) ? u->next->size : 0;
     size_t cost;
     if (f1 >= rounded) continue;  // a cache hit, which take_free_locked makes first: not reached
@@ -270,57 +296,33 @@ CachingAllocator::Placement CachingAllocator::place_expandable_locked(size_t rou
 
 CachingAllocator::Node* CachingAllocator::map_placement_locked(const Placement& p, size_t rounded,
                                                                bool stream_ordered) {
-  Node* u = p.unmapped;
+  Node* m = p.unmapped;
   auto usable = [&](const Node* n) {
     return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
   };
-  const bool small = u->segment->small;
-  if (!source_->map_pages(u->ptr, p.cost)) return nullptr;
-  auto& unmapped = small ? unmapped_small_ : unmapped_large_;
+  if (!source_->map_pages(m->ptr, p.cost)) return nullptr;
   // Segments (contiguous mapped ranges) before the map: the new range joins the mapped neighbours.
-  const bool left = u->prev && u->prev->mapped, right = p.cost == u->size && u->next && u->next->mapped;
+  const bool left = m->prev && m->prev->mapped, right = p.cost == m->size && m->next && m->next->mapped;
   stats_.segments += 1 - int64_t{left} - int64_t{right};
   stats_.reserved += static_cast<int64_t>(p.cost);
   stats_.mapped_total += static_cast<int64_t>(p.cost);
   if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   ++stats_.num_segment_allocs;
-  record_locked(TraceAction::SegmentMap, reinterpret_cast<uintptr_t>(u->ptr), p.cost, MemoryCategory::Other, nullptr);
-  // The mapped pages become a free block in U's place.
-  Node* m;
-  unmapped.erase(u);
-  if (p.cost == u->size) {
-    m = u;
-    m->mapped = true;
-  } else {
-    m = new Node();
-    m->ptr = u->ptr;
-    m->size = p.cost;
-    m->segment = u->segment;
-    m->prev = u->prev;
-    m->next = u;
-    if (u->prev) u->prev->next = m;
-    else u->segment->first = m;
-    u->prev = m;
-    u->ptr += p.cost;
-    u->size -= p.cost;
-    unmapped.insert(u);
-  }
+  record_locked(TraceAction::SegmentMap, reinterpret_cast<uintptr_t>(m->ptr), p.cost, MemoryCategory::Other, nullptr);
+  // The mapped pages become a free block at the front of the unmapped one; the rest stays unmapped.
+  auto& unmapped = pool(m->segment->small).unmapped;
+  unmapped.erase(m);
+  if (p.cost < m->size) unmapped.insert(m->split_off(p.cost));
+  m->mapped = true;
   // Merged with the free neighbours it needs (F1 always when usable; F2 only when the block reaches into it).
   if (Node* prev = m->prev; usable(prev)) {
     erase_free(prev);
-    prev->size += m->size;
-    prev->next = m->next;
-    if (m->next) m->next->prev = prev;
-    delete m;
+    prev->absorb_next();
     m = prev;
   }
   if (Node* next = m->next; m->size < rounded && usable(next)) {
     erase_free(next);
-    m->size += next->size;
-    m->in_use_until = std::max(m->in_use_until, next->in_use_until);
-    m->next = next->next;
-    if (next->next) next->next->prev = m;
-    delete next;
+    m->absorb_next();
   }
   return m;
 }
@@ -334,58 +336,32 @@ size_t CachingAllocator::unmap_free_block_locked(Node* node) {
   }
   const size_t bytes = last - first;
   source_->unmap_pages(reinterpret_cast<void*>(first), bytes);
-  Segment* s = node->segment;
-  auto& unmapped = s->small ? unmapped_small_ : unmapped_large_;
-  // The partial pages at either end stay mapped free blocks.
+  // The partial pages at either end stay mapped free blocks (idle: no Task is remembered).
+  node->in_use_until = 0;
   Node* head = nullptr;
   Node* tail = nullptr;
   if (first > begin) {
-    head = new Node();
-    head->ptr = node->ptr;
-    head->size = first - begin;
-    head->segment = s;
-    head->prev = node->prev;
-    head->next = node;
-    if (node->prev) node->prev->next = head;
-    else s->first = head;
-    node->prev = head;
+    head = node;
+    node = head->split_off(first - begin);
   }
-  if (begin + node->size > last) {
-    tail = new Node();
-    tail->ptr = reinterpret_cast<char*>(last);
-    tail->size = begin + node->size - last;
-    tail->segment = s;
-    tail->prev = node;
-    tail->next = node->next;
-    if (node->next) node->next->prev = tail;
-    node->next = tail;
-  }
-  const bool left = head || (node->prev && node->prev->mapped);
-  const bool right = tail || (node->next && node->next->mapped);
+  if (node->size > bytes) tail = node->split_off(bytes);
+  const bool left = node->prev && node->prev->mapped, right = node->next && node->next->mapped;
   stats_.segments += int64_t{left} + int64_t{right} - 1;
   stats_.reserved -= static_cast<int64_t>(bytes);
   stats_.unmapped_total += static_cast<int64_t>(bytes);
   ++stats_.num_segment_frees;
   record_locked(TraceAction::SegmentUnmap, first, bytes, MemoryCategory::Other, nullptr);
-  node->ptr = reinterpret_cast<char*>(first);
-  node->size = bytes;
   node->mapped = false;
-  node->in_use_until = 0;
   // Merged with unmapped neighbours.
+  auto& unmapped = pool(node->segment->small).unmapped;
   if (Node* prev = node->prev; prev && !prev->mapped) {
     unmapped.erase(prev);
-    prev->size += node->size;
-    prev->next = node->next;
-    if (node->next) node->next->prev = prev;
-    delete node;
+    prev->absorb_next();
     node = prev;
   }
   if (Node* next = node->next; next && !next->mapped) {
     unmapped.erase(next);
-    node->size += next->size;
-    node->next = next->next;
-    if (next->next) next->next->prev = node;
-    delete next;
+    node->absorb_next();
   }
   unmapped.insert(node);
   if (head) insert_free(head);
@@ -395,8 +371,8 @@ size_t CachingAllocator::unmap_free_block_locked(Node* node) {
 
 size_t CachingAllocator::release_expandable_locked(size_t enough) {
   std::vector<Node*> candidates;
-  for (auto* pool : {&free_large_, &free_small_})
-    for (Node* n : *pool)
+  for (const Pool* p : {&large_pool_, &small_pool_})
+    for (Node* n : p->free)
       if (n->segment->expandable && !busy(n->in_use_until) && releasable(n)) candidates.push_back(n);
   std::sort(candidates.begin(), candidates.end(), [](const Node* a, const Node* b) {
     if (a->size != b->size) return a->size > b->size;
@@ -420,17 +396,7 @@ void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now)
   // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
   // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
   if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
-  Node* tail = new Node();
-  tail->ptr = node->ptr + rounded;
-  tail->size = rest;
-  tail->segment = node->segment;
-  tail->in_use_until = node->in_use_until;
-  tail->prev = node;
-  tail->next = node->next;
-  if (node->next) node->next->prev = tail;
-  node->next = tail;
-  node->size = rounded;
-  insert_free(tail);
+  insert_free(node->split_off(rounded));
 }
 
 AllocContextPtr CachingAllocator::capture_context(bool for_free) const {
@@ -719,20 +685,12 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
   node->trace_index = UINT64_MAX;
   if (Node* prev = node->prev; prev && !prev->allocated && prev->mapped) {  // merge with the free block before
     erase_free(prev);
-    prev->size += node->size;
-    prev->in_use_until = std::max(prev->in_use_until, node->in_use_until);
-    prev->next = node->next;
-    if (node->next) node->next->prev = prev;
-    delete node;
+    prev->absorb_next();
     node = prev;
   }
   if (Node* next = node->next; next && !next->allocated && next->mapped) {  // and with the one after
     erase_free(next);
-    node->size += next->size;
-    node->in_use_until = std::max(node->in_use_until, next->in_use_until);
-    node->next = next->next;
-    if (next->next) next->next->prev = node;
-    delete next;
+    node->absorb_next();
   }
   insert_free(node);
   if (AllocatorObserver* obs = observer())

@@ -202,10 +202,19 @@ class CachingAllocator final : public Allocator {
   struct ByAddress {
     bool operator()(const Node* a, const Node* b) const;
   };
+  // A pool's cached blocks: the free ones by (size, address), lower_bound being the best fit, and the unmapped
+  // ones of its expandable segments by address.
+  struct Pool {
+    std::set<Node*, BySize> free;
+    std::set<Node*, ByAddress> unmapped;
+  };
   using Released = std::vector<std::pair<void*, size_t>>;  // segments of the old kind, unmapped outside the lock
 
   explicit CachingAllocator(std::unique_ptr<SegmentSource> source);
   ~CachingAllocator();
+  Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
+  const Pool& pool(bool small) const { return small ? small_pool_ : large_pool_; }
+
   // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
   void release_free_segments_locked(Released& to_unmap, size_t enough = SIZE_MAX);
   void unmap_segments(const Released& segments);  // without the lock
@@ -241,8 +250,7 @@ class CachingAllocator final : public Allocator {
 
   const std::unique_ptr<SegmentSource> source_;
   mutable std::mutex mutex_;
-  std::set<Node*, BySize> free_small_, free_large_;
-  std::set<Node*, ByAddress> unmapped_small_, unmapped_large_;  // unmapped blocks of expandable segments
+  Pool small_pool_, large_pool_;
   std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
   bool expandable_ = true;
   double release_fraction_ = kReleaseFraction;
