@@ -222,7 +222,7 @@ size_t CachingAllocator::parse_size(const std::string& text) {
   return static_cast<size_t>(bytes);
 }
 
-// --- allocation ------------------------------------------------------------------------------------------------
+// --- the pools: best fit, splitting ----------------------------------------------------------------------------
 CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small, bool stream_ordered) {
   auto& free_blocks = pool(small).free;
   Node key;
@@ -251,6 +251,15 @@ void CachingAllocator::insert_free(Node* node) {
 void CachingAllocator::erase_free(Node* node) {
   pool(node->segment->small).free.erase(node);
   free_whole_ -= static_cast<int64_t>(releasable(node));
+}
+
+void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now) {
+  const size_t rest = node->size - rounded;
+  const bool small = node->segment->small;
+  // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
+  // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
+  if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
+  insert_free(node->split_off(rounded));
 }
 
 // --- expandable segments ---------------------------------------------------------------------------------------
@@ -390,15 +399,7 @@ size_t CachingAllocator::release_expandable_locked(size_t enough) {
   return released;
 }
 
-void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now) {
-  const size_t rest = node->size - rounded;
-  const bool small = node->segment->small;
-  // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
-  // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
-  if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
-  insert_free(node->split_off(rounded));
-}
-
+// --- trace entries and the out-of-memory report ----------------------------------------------------------------
 AllocContextPtr CachingAllocator::capture_context(bool for_free) const {
   if (for_free ? !g_free_stacks.load(std::memory_order_relaxed) : !g_alloc_stacks.load(std::memory_order_relaxed))
     return nullptr;
@@ -477,152 +478,52 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
   return m.str();
 }
 
+// --- allocate --------------------------------------------------------------------------------------------------
+// A request that no cached block serves, and what its steps leave for the next.
+struct CachingAllocator::Miss {
+  Miss(size_t request, MemoryCategory tag, bool ordered, const AllocContextPtr& stack, bool expandable_segments)
+      : nbytes(request), rounded(round_size(request)), small(request <= kSmallRequest), stream_ordered(ordered),
+        expandable(expandable_segments), category(tag), context(stack) {}
+  const size_t nbytes, rounded;
+  const bool small, stream_ordered;
+  const bool expandable;  // expandable_ when the miss began
+  const MemoryCategory category;
+  const AllocContextPtr& context;
+  Placement placement;       // expandable: the pages to map (none: a new range must be reserved)
+  size_t segment_bytes = 0;  // the old kind: the new segment's size
+  Released to_unmap;         // segments of the old kind given back, unmapped outside the lock
+  bool mapped_now = false;   // the block's end was just mapped (an expandable segment's pages)
+  size_t needed = 0;         // on failure: the bytes that could not be had (the message names them)
+
+  // The bytes this miss would add to `reserved`.
+  size_t bytes_to_map() const {
+    if (!expandable) return segment_bytes;
+    return placement.unmapped ? placement.cost : round_up(rounded, kPageSize);
+  }
+  Node* fail(size_t bytes) {
+    needed = bytes;
+    return nullptr;
+  }
+};
+
 CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category, bool stream_ordered) {
   Block block;
   if (nbytes == 0) return block;
   DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
   const size_t rounded = round_size(nbytes);
-  const bool small = nbytes <= kSmallRequest;
   AllocContextPtr context;
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
     context = capture_context(false);  // outside the lock: it walks the Python frames
-  std::unique_lock<std::mutex> lock(mutex_);
-  Node* node = take_free_locked(rounded, small, stream_ordered);
-  bool mapped_now = false;  // the block's end was just mapped (an expandable segment's pages)
-  Released to_unmap;  // legacy segments, unmapped outside the lock
-  auto out_of_memory = [&](size_t needed) {
-    ++stats_.num_ooms;
-    record_locked(TraceAction::Oom, 0, nbytes, category, context);
-    std::string message = oom_message_locked(nbytes, needed);
-    lock.unlock();
-    unmap_segments(to_unmap);
-    fail(ErrorKind::OutOfMemory, message);
-  };
-  // Over the memory limit: free blocks that queued Tasks still use come back once those have run. Only the thread
-  // that enqueues (a stream-ordered request) may wait for them; another one (the communication thread, which the
-  // stream may be waiting for) must not. Returns a cached block that then fits, or null.
-  auto wait_for_busy_free_blocks = [&]() -> Node* {
-    if (!stream_ordered) return nullptr;
-    const uint64_t last = busy_free_segments_locked();
-    if (!last) return nullptr;
-    lock.unlock();
-    unmap_segments(to_unmap);
-    to_unmap.clear();
-    Stream::cpu().wait_until_run(last);
-    lock.lock();
-    Node* found = take_free_locked(rounded, small, stream_ordered);
-    if (found) ++stats_.cache_hits;
-    return found;
-  };
+  Lock lock(mutex_);
+  Node* node = take_free_locked(rounded, nbytes <= kSmallRequest, stream_ordered);
+  bool mapped_now = false;
   if (node) {
     ++stats_.cache_hits;
-  } else if (expandable_) {
-    // docs/memory.md, "Expandable segments": map the pages of the placement that needs the fewest.
-    Placement p = place_expandable_locked(rounded, small, stream_ordered);
-    auto cost = [&] { return static_cast<int64_t>(p.unmapped ? p.cost : round_up(rounded, kPageSize)); };
-    // Release on a miss: reserved stays within the margin above allocated; the idle free blocks' pages go back
-    // to the system, the largest blocks first, down to half the margin.
-    const int64_t after = stats_.allocated + static_cast<int64_t>(nbytes);
-    if (release_fraction_ >= 0) {
-      const auto margin = std::max(static_cast<int64_t>(kMinReleaseMargin),
-                                   static_cast<int64_t>(release_fraction_ * static_cast<double>(after)));
-      if (const int64_t excess = stats_.reserved + cost() - after; excess > margin) {
-        release_expandable_locked(static_cast<size_t>(excess - margin / 2));
-        p = place_expandable_locked(rounded, small, stream_ordered);
-      }
-    }
-    auto over_limit = [&] { return limit_ && static_cast<size_t>(stats_.reserved + cost()) > limit_; };
-    // Gives the whole idle cache back to the system, then places the request again.
-    auto release_all_and_place = [&] {
-      release_free_segments_locked(to_unmap);
-      release_expandable_locked();
-      p = place_expandable_locked(rounded, small, stream_ordered);
-    };
-    if (over_limit()) {
-      release_all_and_place();  // first give the cache back
-      if (over_limit()) {
-        if ((node = wait_for_busy_free_blocks())) goto have_block;
-        release_all_and_place();
-      }
-      if (over_limit()) out_of_memory(static_cast<size_t>(cost()));
-    }
-    if (!p.unmapped) {  // no reserved range has room: reserve another
-      Segment* segment = reserve_segment_locked(small, rounded);
-      if (!segment) out_of_memory(round_up(rounded, kPageSize));
-      p = {segment->first, round_up(rounded, kPageSize)};
-    }
-    node = map_placement_locked(p, rounded, stream_ordered);
-    mapped_now = node && node->size - rounded < kPageSize;
-    if (!node) {  // the system refused the pages: give the cache back and try once more
-      release_all_and_place();
-      if (p.unmapped) node = map_placement_locked(p, rounded, stream_ordered);
-      if (!node) out_of_memory(static_cast<size_t>(cost()));
-      mapped_now = node->size - rounded < kPageSize;
-    }
-    if (!to_unmap.empty()) {
-      lock.unlock();
-      unmap_segments(to_unmap);
-      to_unmap.clear();
-      lock.lock();
-    }
   } else {
-    size_t bytes = small ? kSmallSegment : segment_size(rounded);
-    // Reserve no more while entirely free segments (which cannot serve this request) could be returned
-    // instead: give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
-    static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
-    if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
-    if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-      release_free_segments_locked(to_unmap);  // first give the cache back
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-        if ((node = wait_for_busy_free_blocks())) goto have_block;
-        release_free_segments_locked(to_unmap);
-      }
-      const size_t tight = round_up(rounded, kPage);
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) bytes = tight;  // no spare room in the segment
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-        ++stats_.num_ooms;
-        record_locked(TraceAction::Oom, 0, nbytes, category, context);
-        std::string message = oom_message_locked(nbytes, bytes);
-        lock.unlock();
-        unmap_segments(to_unmap);
-        fail(ErrorKind::OutOfMemory, message);
-      }
-    }
-    // The segment's bytes count as reserved from here, so that a concurrent allocation sees them (the limit
-    // holds exactly); the system call is made outside the lock.
-    stats_.reserved += static_cast<int64_t>(bytes);
-    lock.unlock();
-    unmap_segments(to_unmap);
-    void* p = source_->map_segment(bytes);
-    if (!p) {  // give the cache back and try once more
-      empty_cache(/*wait_for_stream=*/false);
-      p = source_->map_segment(bytes);
-    }
-    lock.lock();
-    if (!p) {
-      stats_.reserved -= static_cast<int64_t>(bytes);
-      ++stats_.num_ooms;
-      record_locked(TraceAction::Oom, 0, nbytes, category, context);
-      std::string message = oom_message_locked(nbytes, bytes);
-      lock.unlock();
-      fail(ErrorKind::OutOfMemory, message);
-    }
-    if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
-    ++stats_.num_segment_allocs;
-    ++stats_.segments;
-    auto* segment = new Segment();
-    segment->base = static_cast<char*>(p);
-    segment->size = bytes;
-    segment->small = small;
-    node = new Node();
-    node->ptr = segment->base;
-    node->size = bytes;
-    node->segment = segment;
-    segment->first = node;
-    segments_.insert(segment);
-    record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(p), bytes, category, context);
+    Miss miss(nbytes, category, stream_ordered, context, expandable_);
+    node = allocate_on_miss_locked(miss, lock);
+    mapped_now = miss.mapped_now;
   }
-have_block:
   split_locked(node, rounded, mapped_now);
   node->allocated = true;
   node->requested = nbytes;
@@ -631,6 +532,20 @@ have_block:
     node->site = current_call_site();
     node->context = context;
   }
+  count_allocation_locked(node, nbytes, category, std::move(context));
+  block.ptr = node->ptr;
+  block.bin_bytes = node->size;
+  block.handle = node;
+  // A block reused while queued Tasks still use it keeps that Task's number while it is live: its next free
+  // must not forget it (an owner that no Task ever used frees it with in_use_until 0).
+  if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
+  else node->in_use_until = 0;
+  return block;
+}
+
+// The statistics, the trace's alloc entry and the observer of a block handed out.
+void CachingAllocator::count_allocation_locked(Node* node, size_t nbytes, MemoryCategory category,
+                                               AllocContextPtr&& context) {
   ++stats_.num_allocs;
   total_allocated_.fetch_add(nbytes, std::memory_order_relaxed);
   stats_.active += static_cast<int64_t>(node->size);
@@ -648,16 +563,157 @@ have_block:
   node->trace_index = g_trace_pushed != pushed ? pushed : UINT64_MAX;
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Allocate, static_cast<int64_t>(nbytes), category, stats_);
-  block.ptr = node->ptr;
-  block.bin_bytes = node->size;
-  block.handle = node;
-  // A block reused while queued Tasks still use it keeps that Task's number while it is live: its next free
-  // must not forget it (an owner that no Task ever used frees it with in_use_until 0).
-  if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
-  else node->in_use_until = 0;
-  return block;
 }
 
+// A miss: memory from the segment source (pages of an expandable segment, or a new segment of the old kind), or a
+// cached block that fits once queued Tasks have run. Never null: when nothing is left, raises OutOfMemory.
+CachingAllocator::Node* CachingAllocator::allocate_on_miss_locked(Miss& miss, Lock& lock) {
+  Node* node = miss.expandable ? map_pages_locked(miss, lock) : map_new_segment_locked(miss, lock);
+  if (!node) raise_out_of_memory_locked(miss, lock);
+  if (!miss.to_unmap.empty()) {
+    lock.unlock();
+    unmap_segments(miss.to_unmap);
+    miss.to_unmap.clear();
+    lock.lock();
+  }
+  return node;
+}
+
+// docs/memory.md, "Expandable segments": map the pages of the placement that needs the fewest.
+CachingAllocator::Node* CachingAllocator::map_pages_locked(Miss& miss, Lock& lock) {
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+  release_above_margin_locked(miss);
+  if (Node* cached = make_room_locked(miss, lock)) return cached;
+  if (over_limit_locked(miss)) return miss.fail(miss.bytes_to_map());
+  if (!miss.placement.unmapped) {  // no reserved range has room: reserve another
+    Segment* segment = reserve_segment_locked(miss.small, miss.rounded);
+    if (!segment) return miss.fail(round_up(miss.rounded, kPageSize));
+    miss.placement = {segment->first, round_up(miss.rounded, kPageSize)};
+  }
+  Node* node = map_placement_locked(miss.placement, miss.rounded, miss.stream_ordered);
+  if (!node) {  // the system refused the pages: give the cache back and try once more
+    release_cache_locked(miss);
+    if (miss.placement.unmapped) node = map_placement_locked(miss.placement, miss.rounded, miss.stream_ordered);
+    if (!node) return miss.fail(miss.bytes_to_map());
+  }
+  miss.mapped_now = node->size - miss.rounded < kPageSize;
+  return node;
+}
+
+// Release on a miss: `reserved` stays within the margin above `allocated`; the idle free blocks' pages go back to
+// the system, the largest blocks first, down to half the margin (docs/memory.md, "Expandable segments").
+void CachingAllocator::release_above_margin_locked(Miss& miss) {
+  if (release_fraction_ < 0) return;
+  const int64_t after = stats_.allocated + static_cast<int64_t>(miss.nbytes);
+  const auto margin = std::max(static_cast<int64_t>(kMinReleaseMargin),
+                               static_cast<int64_t>(release_fraction_ * static_cast<double>(after)));
+  const int64_t excess = stats_.reserved + static_cast<int64_t>(miss.bytes_to_map()) - after;
+  if (excess <= margin) return;
+  release_expandable_locked(static_cast<size_t>(excess - margin / 2));
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+}
+
+// A segment of the old kind, mapped outside the lock (docs/memory.md, "Pools, segments and splitting").
+CachingAllocator::Node* CachingAllocator::map_new_segment_locked(Miss& miss, Lock& lock) {
+  miss.segment_bytes = miss.small ? kSmallSegment : segment_size(miss.rounded);
+  // Reserve no more while entirely free segments (which cannot serve this request) could be returned instead:
+  // give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
+  static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
+  if (release_on_miss && free_whole_ >= static_cast<int64_t>(miss.segment_bytes))
+    release_free_segments_locked(miss.to_unmap, miss.segment_bytes);
+  if (Node* cached = make_room_locked(miss, lock)) return cached;
+  if (over_limit_locked(miss)) miss.segment_bytes = round_up(miss.rounded, kPage);  // no spare room in the segment
+  if (over_limit_locked(miss)) return miss.fail(miss.segment_bytes);
+  // The segment's bytes count as reserved from here, so that a concurrent allocation sees them (the limit holds
+  // exactly); the system calls are made outside the lock.
+  const size_t bytes = miss.segment_bytes;
+  stats_.reserved += static_cast<int64_t>(bytes);
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  miss.to_unmap.clear();
+  void* base = source_->map_segment(bytes);
+  if (!base) {  // give the cache back and try once more
+    empty_cache(/*wait_for_stream=*/false);
+    base = source_->map_segment(bytes);
+  }
+  lock.lock();
+  if (!base) {
+    stats_.reserved -= static_cast<int64_t>(bytes);
+    return miss.fail(bytes);
+  }
+  return add_segment_locked(base, bytes, miss);
+}
+
+// A new segment of `bytes` at `base`, one free block (not in the free set: the caller takes it).
+CachingAllocator::Node* CachingAllocator::add_segment_locked(void* base, size_t bytes, const Miss& miss) {
+  if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+  ++stats_.num_segment_allocs;
+  ++stats_.segments;
+  auto* segment = new Segment();
+  segment->base = static_cast<char*>(base);
+  segment->size = bytes;
+  segment->small = miss.small;
+  auto* node = new Node();
+  node->ptr = segment->base;
+  node->size = bytes;
+  node->segment = segment;
+  segment->first = node;
+  segments_.insert(segment);
+  record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(base), bytes, miss.category, miss.context);
+  return node;
+}
+
+// --- a miss over the memory limit; out of memory ---------------------------------------------------------------
+bool CachingAllocator::over_limit_locked(const Miss& miss) const {
+  return limit_ && static_cast<size_t>(stats_.reserved) + miss.bytes_to_map() > limit_;
+}
+
+// Gives the whole idle cache back to the system (and places an expandable request again).
+void CachingAllocator::release_cache_locked(Miss& miss) {
+  release_free_segments_locked(miss.to_unmap);
+  if (!miss.expandable) return;
+  release_expandable_locked();
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+}
+
+// Over the memory limit: first the idle cache goes back to the system; then the free blocks that queued Tasks
+// still use, once those have run. Returns a cached block that fits after that wait, or null.
+CachingAllocator::Node* CachingAllocator::make_room_locked(Miss& miss, Lock& lock) {
+  if (!over_limit_locked(miss)) return nullptr;
+  release_cache_locked(miss);
+  if (!over_limit_locked(miss)) return nullptr;
+  if (Node* cached = wait_for_busy_free_blocks_locked(miss, lock)) return cached;
+  release_cache_locked(miss);
+  return nullptr;
+}
+
+// Only the thread that enqueues (a stream-ordered request) may wait for queued Tasks; another one (the
+// communication thread, which the stream may be waiting for) must not.
+CachingAllocator::Node* CachingAllocator::wait_for_busy_free_blocks_locked(Miss& miss, Lock& lock) {
+  if (!miss.stream_ordered) return nullptr;
+  const uint64_t last = busy_free_segments_locked();
+  if (!last) return nullptr;
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  miss.to_unmap.clear();
+  Stream::cpu().wait_until_run(last);
+  lock.lock();
+  Node* found = take_free_locked(miss.rounded, miss.small, miss.stream_ordered);
+  if (found) ++stats_.cache_hits;
+  return found;
+}
+
+// The one way out of a miss that found nothing: counted, traced, reported with the largest live tensors.
+void CachingAllocator::raise_out_of_memory_locked(Miss& miss, Lock& lock) {
+  ++stats_.num_ooms;
+  record_locked(TraceAction::Oom, 0, miss.nbytes, miss.category, miss.context);
+  std::string message = oom_message_locked(miss.nbytes, miss.needed);
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  fail(ErrorKind::OutOfMemory, message);
+}
+
+// --- free, retag, statistics, empty_cache ----------------------------------------------------------------------
 void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until) {
   if (!block.ptr) return;
   AllocContextPtr context;

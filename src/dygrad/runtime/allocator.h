@@ -208,12 +208,27 @@ class CachingAllocator final : public Allocator {
     std::set<Node*, BySize> free;
     std::set<Node*, ByAddress> unmapped;
   };
+  struct Miss;  // a request that no cached block serves, through the steps of allocate_on_miss_locked
+  using Lock = std::unique_lock<std::mutex>;
   using Released = std::vector<std::pair<void*, size_t>>;  // segments of the old kind, unmapped outside the lock
 
   explicit CachingAllocator(std::unique_ptr<SegmentSource> source);
   ~CachingAllocator();
   Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
   const Pool& pool(bool small) const { return small ? small_pool_ : large_pool_; }
+
+  // allocate's steps on a miss (docs/memory.md, "The allocator's structure").
+  Node* allocate_on_miss_locked(Miss& miss, Lock& lock);
+  Node* map_pages_locked(Miss& miss, Lock& lock);        // expandable segments
+  Node* map_new_segment_locked(Miss& miss, Lock& lock);  // a segment of the old kind
+  void release_above_margin_locked(Miss& miss);
+  Node* make_room_locked(Miss& miss, Lock& lock);        // under the memory limit
+  bool over_limit_locked(const Miss& miss) const;
+  void release_cache_locked(Miss& miss);
+  Node* wait_for_busy_free_blocks_locked(Miss& miss, Lock& lock);
+  [[noreturn]] void raise_out_of_memory_locked(Miss& miss, Lock& lock);
+  Node* add_segment_locked(void* base, size_t bytes, const Miss& miss);
+  void count_allocation_locked(Node* node, size_t nbytes, MemoryCategory category, AllocContextPtr&& context);
 
   // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
   void release_free_segments_locked(Released& to_unmap, size_t enough = SIZE_MAX);
