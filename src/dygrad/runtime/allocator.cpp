@@ -203,8 +203,10 @@ size_t CachingAllocator::parse_size(const std::string& text) {
   DG_CHECK(end != s && errno == 0 && std::isfinite(value) && value >= 0, Value,
            "[set_memory_limit] expected a size such as \"2GiB\", \"512MiB\" or a byte count, got \"", text, "\"");
   std::string unit;
-  for (const char* p = end; *p; ++p)
-    if (!std::isspace(static_cast<unsigned char>(*p))) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  for (const char* p = end; *p; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (!std::isspace(c)) unit += static_cast<char>(std::tolower(c));
+  }
   double scale = 0;
   if (unit.empty() || unit == "b") scale = 1;
   else if (unit == "k" || unit == "kib") scale = 1024.0;
@@ -436,8 +438,8 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
     << " bytes)";
   if (limit_)
     m << "; the memory limit is " << format_bytes(static_cast<int64_t>(limit_)) << " (dg.set_memory_limit) and "
-      << format_bytes(stats_.reserved) << " is reserved after returning the cached segments: " << format_bytes(static_cast<int64_t>(needed))
-      << " more would exceed it";
+      << format_bytes(stats_.reserved) << " is reserved after returning the cached segments: "
+      << format_bytes(static_cast<int64_t>(needed)) << " more would exceed it";
   else
     m << "; the system refused a segment of " << format_bytes(static_cast<int64_t>(needed));
   m << ". Allocated " << format_bytes(stats_.allocated) << " (";
@@ -469,8 +471,10 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
     if (j - i > 1) m << " x " << (j - i);
     m << "  " << (n->description.empty() ? "(no shape recorded)" : n->description) << "  "
       << memory_category_name(n->category) << "  ";
-    if (n->site.file) m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
-    else m << "(created before tracking began, or from C++)";
+    if (n->site.file)
+      m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
+    else
+      m << "(created before tracking began, or from C++)";
     i = j;
   }
   m << "\nTo need less memory: recompute activations in the backward pass (dg.utils.checkpoint, "
