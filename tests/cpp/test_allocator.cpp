@@ -296,6 +296,45 @@ TEST(Allocator, MemoryLimitEmptiesTheCacheThenRaisesOutOfMemory) {
   allocator().empty_cache();
 }
 
+// The other way out of a miss: the system refuses the memory (no limit is set; the request is more than a process's
+// address space). Either kind of segment takes the one out-of-memory path: counted, traced, reported, nothing changed.
+TEST(Allocator, TheSystemRefusingTheMemoryRaisesOutOfMemory) {
+  constexpr size_t kHuge = size_t{1} << 49;  // 512 TiB
+  for (const bool expandable : {false, true}) {
+    SCOPED_TRACE(expandable ? "expandable segments" : "segments of the old kind");
+    SegmentKind kind(expandable);
+    HistoryOptions history;
+    history.enabled = true;
+    history.cpp_stacks = false;
+    allocator().record_history(history);
+    CachingAllocator::Block live = allocator().allocate(3 << 20, MemoryCategory::Activation);
+    const MemoryStats s0 = allocator().stats();
+    try {
+      allocator().allocate(kHuge, MemoryCategory::Activation);
+      ADD_FAILURE() << "expected OutOfMemory";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the system refused a segment of"), std::string::npos) << m;
+      EXPECT_NE(m.find("Largest live tensors"), std::string::npos) << m;
+    }
+    const MemoryStats s1 = allocator().stats();
+    EXPECT_EQ(s1.num_ooms, s0.num_ooms + 1);
+    EXPECT_EQ(s1.allocated, s0.allocated);
+    EXPECT_EQ(s1.reserved, s0.reserved);
+    const MemorySnapshot snapshot = allocator().snapshot();
+    ASSERT_FALSE(snapshot.trace.empty());
+    EXPECT_EQ(snapshot.trace.back().action, TraceAction::Oom);
+    EXPECT_EQ(snapshot.trace.back().size, kHuge);
+    allocator().record_history(HistoryOptions{});
+    allocator().free(live, 3 << 20, MemoryCategory::Activation);
+    CachingAllocator::Block retry = allocator().allocate(3 << 20, MemoryCategory::Activation);
+    EXPECT_NE(retry.ptr, nullptr);
+    allocator().free(retry, 3 << 20, MemoryCategory::Activation);
+    allocator().empty_cache();
+  }
+}
+
 TEST(Allocator, HistoryRecordsEveryActionAndTheSnapshotAddsUp) {
   settle();
   HistoryOptions on;

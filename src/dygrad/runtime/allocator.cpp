@@ -4,9 +4,6 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <execinfo.h>
-#include <sys/mman.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -20,6 +17,7 @@
 #include <unordered_map>
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/segment_source.h"
 #include "dygrad/runtime/stream.h"
 
 namespace dg {
@@ -54,6 +52,32 @@ struct CachingAllocator::Node {
   // A free block: the last Task that may still use its memory (0: none). Only a stream-ordered allocation may
   // take it before that Task has run; its pages stay mapped until then (docs/memory.md, "Stream-ordered reuse").
   uint64_t in_use_until = 0;
+
+  // Cuts this block at `offset`: the rest becomes a new block after it (same segment, mapped alike, the same
+  // in_use_until), which is returned. The caller keeps the pool's sets.
+  Node* split_off(size_t offset) {
+    Node* tail = new Node();
+    tail->ptr = ptr + offset;
+    tail->size = size - offset;
+    tail->segment = segment;
+    tail->mapped = mapped;
+    tail->in_use_until = in_use_until;
+    tail->prev = this;
+    tail->next = next;
+    if (next) next->prev = tail;
+    next = tail;
+    size = offset;
+    return tail;
+  }
+  // Merges the next block into this one, which keeps the later in_use_until; the next block is deleted.
+  void absorb_next() {
+    Node* absorbed = next;
+    size += absorbed->size;
+    in_use_until = std::max(in_use_until, absorbed->in_use_until);
+    next = absorbed->next;
+    if (next) next->prev = this;
+    delete absorbed;
+  }
 };
 
 bool CachingAllocator::BySize::operator()(const Node* a, const Node* b) const {
@@ -82,28 +106,7 @@ uint64_t tasks_run() { return Stream::cpu().completed(); }
 bool busy(uint64_t in_use_until) { return in_use_until != 0 && in_use_until > tasks_run(); }
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-void* map_segment(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-// Expandable segments: a reserved range is inaccessible and commits nothing; mapping a part of it replaces that
-// part with ordinary anonymous memory (committed as a segment of the old kind is; its pages fault in on first
-// touch), and unmapping replaces it with an inaccessible range again, which frees the pages at once.
-void* reserve_range(size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-bool map_range(void* p, size_t bytes) {
-  return mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
-}
-void unmap_range(void* p, size_t bytes) {
-  if (mmap(p, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-    madvise(p, bytes, MADV_DONTNEED);  // cannot fail for a range we own; if it did, still drop the pages
-}
 size_t round_down(size_t n, size_t m) { return n / m * m; }
-void unmap_all(const std::vector<std::pair<void*, size_t>>& segments) {
-  for (const auto& [p, n] : segments) munmap(p, n);
-}
 
 std::string format_bytes(int64_t n) {
   char buf[64];
@@ -134,7 +137,7 @@ const char* trace_action_name(TraceAction a) {
 CachingAllocator& CachingAllocator::cpu() {
   // Never destroyed: tensors held in static objects may be freed after main returns.
   static CachingAllocator* instance = [] {
-    auto* allocator = new CachingAllocator();
+    auto* allocator = new CachingAllocator(std::make_unique<HostSegmentSource>());
     register_allocator(Device::Type::CPU, allocator);
     return allocator;
   }();
@@ -145,7 +148,7 @@ namespace {
 [[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
 }  // namespace
 
-CachingAllocator::CachingAllocator() {
+CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source) : source_(std::move(source)) {
   if (const char* env = std::getenv("DYGRAD_ALLOC_EXPANDABLE_SEGMENTS"); env && *env) expandable_ = std::atoi(env) != 0;
   if (const char* env = std::getenv("DYGRAD_ALLOC_RELEASE_FRACTION"); env && *env) release_fraction_ = std::atof(env);
   if (const char* env = std::getenv("DYGRAD_MEMORY_LIMIT"); env && *env) {
@@ -158,12 +161,16 @@ CachingAllocator::CachingAllocator() {
 }
 
 CachingAllocator::~CachingAllocator() {
-  std::vector<std::pair<void*, size_t>> to_unmap;
+  Released to_unmap;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     release_free_segments_locked(to_unmap);
   }
-  unmap_all(to_unmap);
+  unmap_segments(to_unmap);
+}
+
+void CachingAllocator::unmap_segments(const Released& segments) {
+  for (const auto& [base, bytes] : segments) source_->unmap_segment(base, bytes);
 }
 
 size_t CachingAllocator::round_size(size_t nbytes) {
@@ -196,8 +203,10 @@ size_t CachingAllocator::parse_size(const std::string& text) {
   DG_CHECK(end != s && errno == 0 && std::isfinite(value) && value >= 0, Value,
            "[set_memory_limit] expected a size such as \"2GiB\", \"512MiB\" or a byte count, got \"", text, "\"");
   std::string unit;
-  for (const char* p = end; *p; ++p)
-    if (!std::isspace(static_cast<unsigned char>(*p))) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  for (const char* p = end; *p; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (!std::isspace(c)) unit += static_cast<char>(std::tolower(c));
+  }
   double scale = 0;
   if (unit.empty() || unit == "b") scale = 1;
   else if (unit == "k" || unit == "kib") scale = 1024.0;
@@ -215,15 +224,15 @@ size_t CachingAllocator::parse_size(const std::string& text) {
   return static_cast<size_t>(bytes);
 }
 
-// --- allocation ------------------------------------------------------------------------------------------------
+// --- the pools: best fit, splitting ----------------------------------------------------------------------------
 CachingAllocator::Node* CachingAllocator::take_free_locked(size_t rounded, bool small, bool stream_ordered) {
-  auto& pool = small ? free_small_ : free_large_;
+  auto& free_blocks = pool(small).free;
   Node key;
   key.size = rounded;
-  auto it = pool.lower_bound(&key);
+  auto it = free_blocks.lower_bound(&key);
   if (!stream_ordered)  // the best fit that no queued Task still uses
-    while (it != pool.end() && busy((*it)->in_use_until)) ++it;
-  if (it == pool.end()) return nullptr;
+    while (it != free_blocks.end() && busy((*it)->in_use_until)) ++it;
+  if (it == free_blocks.end()) return nullptr;
   Node* node = *it;
   erase_free(node);
   return node;
@@ -237,60 +246,41 @@ size_t CachingAllocator::releasable(const Node* node) const {
 }
 
 void CachingAllocator::insert_free(Node* node) {
-  (node->segment->small ? free_small_ : free_large_).insert(node);
+  pool(node->segment->small).free.insert(node);
   free_whole_ += static_cast<int64_t>(releasable(node));
 }
 
 void CachingAllocator::erase_free(Node* node) {
-  (node->segment->small ? free_small_ : free_large_).erase(node);
+  pool(node->segment->small).free.erase(node);
   free_whole_ -= static_cast<int64_t>(releasable(node));
 }
 
-// --- expandable segments ---------------------------------------------------------------------------------------
-namespace {
-// The size of a reserved range: the machine's memory (a pool never needs more; another range is reserved if it
-// does), at least 1 GiB; under an address-space limit (RLIMIT_AS), an eighth of it (at least 64 MiB), so that
-// reserved ranges leave the rest of the limit to the process. DYGRAD_ALLOC_RESERVE (bytes) overrides it.
-size_t reserve_bytes() {
-  static const size_t machine = [] {
-    if (const char* v = std::getenv("DYGRAD_ALLOC_RESERVE"); v && *v)
-      return round_up(std::max<size_t>(std::strtoull(v, nullptr, 10), 1), size_t{2} << 20);
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t ram = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
-    return std::max<size_t>(round_up(ram, size_t{1} << 30), size_t{1} << 30);
-  }();
-  rlimit limit{};
-  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
-    return std::min(machine, std::max(round_down(static_cast<size_t>(limit.rlim_cur) / 8, size_t{2} << 20),
-                                      size_t{64} << 20));
-  return machine;
+void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now) {
+  const size_t rest = node->size - rounded;
+  const bool small = node->segment->small;
+  // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
+  // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
+  if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
+  insert_free(node->split_off(rounded));
 }
-}  // namespace
 
+// --- expandable segments ---------------------------------------------------------------------------------------
 CachingAllocator::Segment* CachingAllocator::reserve_segment_locked(bool small, size_t at_least) {
-  // Under an address-space limit (RLIMIT_AS, `ulimit -v`: reserved address space counts) the machine-sized range
-  // may be refused: then halve it, down to the request (another range is reserved when one is full).
-  const size_t needed = round_up(at_least, size_t{2} << 20);
-  size_t bytes = std::max(reserve_bytes(), needed);
-  void* p = reserve_range(bytes);
-  while (!p && bytes > needed) {
-    bytes = std::max(round_up(bytes / 2, size_t{2} << 20), needed);
-    p = reserve_range(bytes);
-  }
-  if (!p) return nullptr;
+  const SegmentSource::Range range = source_->reserve_range(at_least);
+  if (!range.base) return nullptr;
   auto* segment = new Segment();
-  segment->base = static_cast<char*>(p);
-  segment->size = bytes;
+  segment->base = range.base;
+  segment->size = range.size;
   segment->small = small;
   segment->expandable = true;
   auto* node = new Node();
   node->ptr = segment->base;
-  node->size = bytes;
+  node->size = range.size;
   node->segment = segment;
   node->mapped = false;
   segment->first = node;
   segments_.insert(segment);
-  (small ? unmapped_small_ : unmapped_large_).insert(node);
+  pool(small).unmapped.insert(node);
   return segment;
 }
 
@@ -303,7 +293,7 @@ CachingAllocator::Placement CachingAllocator::place_expandable_locked(size_t rou
   auto usable = [&](const Node* n) {
     return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
   };
-  for (Node* u : small ? unmapped_small_ : unmapped_large_) {
+  for (Node* u : pool(small).unmapped) {
     const size_t f1 = usable(u->prev) ? u->prev->size : 0, f2 = usable(u->next) ? u->next->size : 0;
     size_t cost;
     if (f1 >= rounded) continue;  // a cache hit, which take_free_locked makes first: not reached
@@ -317,57 +307,33 @@ CachingAllocator::Placement CachingAllocator::place_expandable_locked(size_t rou
 
 CachingAllocator::Node* CachingAllocator::map_placement_locked(const Placement& p, size_t rounded,
                                                                bool stream_ordered) {
-  Node* u = p.unmapped;
+  Node* m = p.unmapped;
   auto usable = [&](const Node* n) {
     return n && !n->allocated && n->mapped && (stream_ordered || !busy(n->in_use_until));
   };
-  const bool small = u->segment->small;
-  if (!map_range(u->ptr, p.cost)) return nullptr;
-  auto& unmapped = small ? unmapped_small_ : unmapped_large_;
+  if (!source_->map_pages(m->ptr, p.cost)) return nullptr;
   // Segments (contiguous mapped ranges) before the map: the new range joins the mapped neighbours.
-  const bool left = u->prev && u->prev->mapped, right = p.cost == u->size && u->next && u->next->mapped;
+  const bool left = m->prev && m->prev->mapped, right = p.cost == m->size && m->next && m->next->mapped;
   stats_.segments += 1 - int64_t{left} - int64_t{right};
   stats_.reserved += static_cast<int64_t>(p.cost);
   stats_.mapped_total += static_cast<int64_t>(p.cost);
   if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
   ++stats_.num_segment_allocs;
-  record_locked(TraceAction::SegmentMap, reinterpret_cast<uintptr_t>(u->ptr), p.cost, MemoryCategory::Other, nullptr);
-  // The mapped pages become a free block in U's place.
-  Node* m;
-  unmapped.erase(u);
-  if (p.cost == u->size) {
-    m = u;
-    m->mapped = true;
-  } else {
-    m = new Node();
-    m->ptr = u->ptr;
-    m->size = p.cost;
-    m->segment = u->segment;
-    m->prev = u->prev;
-    m->next = u;
-    if (u->prev) u->prev->next = m;
-    else u->segment->first = m;
-    u->prev = m;
-    u->ptr += p.cost;
-    u->size -= p.cost;
-    unmapped.insert(u);
-  }
+  record_locked(TraceAction::SegmentMap, reinterpret_cast<uintptr_t>(m->ptr), p.cost, MemoryCategory::Other, nullptr);
+  // The mapped pages become a free block at the front of the unmapped one; the rest stays unmapped.
+  auto& unmapped = pool(m->segment->small).unmapped;
+  unmapped.erase(m);
+  if (p.cost < m->size) unmapped.insert(m->split_off(p.cost));
+  m->mapped = true;
   // Merged with the free neighbours it needs (F1 always when usable; F2 only when the block reaches into it).
   if (Node* prev = m->prev; usable(prev)) {
     erase_free(prev);
-    prev->size += m->size;
-    prev->next = m->next;
-    if (m->next) m->next->prev = prev;
-    delete m;
+    prev->absorb_next();
     m = prev;
   }
   if (Node* next = m->next; m->size < rounded && usable(next)) {
     erase_free(next);
-    m->size += next->size;
-    m->in_use_until = std::max(m->in_use_until, next->in_use_until);
-    m->next = next->next;
-    if (next->next) next->next->prev = m;
-    delete next;
+    m->absorb_next();
   }
   return m;
 }
@@ -380,59 +346,33 @@ size_t CachingAllocator::unmap_free_block_locked(Node* node) {
     return 0;
   }
   const size_t bytes = last - first;
-  unmap_range(reinterpret_cast<void*>(first), bytes);
-  Segment* s = node->segment;
-  auto& unmapped = s->small ? unmapped_small_ : unmapped_large_;
-  // The partial pages at either end stay mapped free blocks.
+  source_->unmap_pages(reinterpret_cast<void*>(first), bytes);
+  // The partial pages at either end stay mapped free blocks (idle: no Task is remembered).
+  node->in_use_until = 0;
   Node* head = nullptr;
   Node* tail = nullptr;
   if (first > begin) {
-    head = new Node();
-    head->ptr = node->ptr;
-    head->size = first - begin;
-    head->segment = s;
-    head->prev = node->prev;
-    head->next = node;
-    if (node->prev) node->prev->next = head;
-    else s->first = head;
-    node->prev = head;
+    head = node;
+    node = head->split_off(first - begin);
   }
-  if (begin + node->size > last) {
-    tail = new Node();
-    tail->ptr = reinterpret_cast<char*>(last);
-    tail->size = begin + node->size - last;
-    tail->segment = s;
-    tail->prev = node;
-    tail->next = node->next;
-    if (node->next) node->next->prev = tail;
-    node->next = tail;
-  }
-  const bool left = head || (node->prev && node->prev->mapped);
-  const bool right = tail || (node->next && node->next->mapped);
+  if (node->size > bytes) tail = node->split_off(bytes);
+  const bool left = node->prev && node->prev->mapped, right = node->next && node->next->mapped;
   stats_.segments += int64_t{left} + int64_t{right} - 1;
   stats_.reserved -= static_cast<int64_t>(bytes);
   stats_.unmapped_total += static_cast<int64_t>(bytes);
   ++stats_.num_segment_frees;
   record_locked(TraceAction::SegmentUnmap, first, bytes, MemoryCategory::Other, nullptr);
-  node->ptr = reinterpret_cast<char*>(first);
-  node->size = bytes;
   node->mapped = false;
-  node->in_use_until = 0;
   // Merged with unmapped neighbours.
+  auto& unmapped = pool(node->segment->small).unmapped;
   if (Node* prev = node->prev; prev && !prev->mapped) {
     unmapped.erase(prev);
-    prev->size += node->size;
-    prev->next = node->next;
-    if (node->next) node->next->prev = prev;
-    delete node;
+    prev->absorb_next();
     node = prev;
   }
   if (Node* next = node->next; next && !next->mapped) {
     unmapped.erase(next);
-    node->size += next->size;
-    node->next = next->next;
-    if (next->next) next->next->prev = node;
-    delete next;
+    node->absorb_next();
   }
   unmapped.insert(node);
   if (head) insert_free(head);
@@ -442,8 +382,8 @@ size_t CachingAllocator::unmap_free_block_locked(Node* node) {
 
 size_t CachingAllocator::release_expandable_locked(size_t enough) {
   std::vector<Node*> candidates;
-  for (auto* pool : {&free_large_, &free_small_})
-    for (Node* n : *pool)
+  for (const Pool* p : {&large_pool_, &small_pool_})
+    for (Node* n : p->free)
       if (n->segment->expandable && !busy(n->in_use_until) && releasable(n)) candidates.push_back(n);
   std::sort(candidates.begin(), candidates.end(), [](const Node* a, const Node* b) {
     if (a->size != b->size) return a->size > b->size;
@@ -461,25 +401,7 @@ size_t CachingAllocator::release_expandable_locked(size_t enough) {
   return released;
 }
 
-void CachingAllocator::split_locked(Node* node, size_t rounded, bool mapped_now) {
-  const size_t rest = node->size - rounded;
-  const bool small = node->segment->small;
-  // The tail stays inside the block when small; except the rest of a page just mapped, which is split off at
-  // any size: the next pages mapped after it join it (docs/memory.md, "Expandable segments").
-  if (rest < (small || mapped_now ? kMinSmallRemainder : kMinLargeRemainder)) return;
-  Node* tail = new Node();
-  tail->ptr = node->ptr + rounded;
-  tail->size = rest;
-  tail->segment = node->segment;
-  tail->in_use_until = node->in_use_until;
-  tail->prev = node;
-  tail->next = node->next;
-  if (node->next) node->next->prev = tail;
-  node->next = tail;
-  node->size = rounded;
-  insert_free(tail);
-}
-
+// --- trace entries and the out-of-memory report ----------------------------------------------------------------
 AllocContextPtr CachingAllocator::capture_context(bool for_free) const {
   if (for_free ? !g_free_stacks.load(std::memory_order_relaxed) : !g_alloc_stacks.load(std::memory_order_relaxed))
     return nullptr;
@@ -516,8 +438,8 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
     << " bytes)";
   if (limit_)
     m << "; the memory limit is " << format_bytes(static_cast<int64_t>(limit_)) << " (dg.set_memory_limit) and "
-      << format_bytes(stats_.reserved) << " is reserved after returning the cached segments: " << format_bytes(static_cast<int64_t>(needed))
-      << " more would exceed it";
+      << format_bytes(stats_.reserved) << " is reserved after returning the cached segments: "
+      << format_bytes(static_cast<int64_t>(needed)) << " more would exceed it";
   else
     m << "; the system refused a segment of " << format_bytes(static_cast<int64_t>(needed));
   m << ". Allocated " << format_bytes(stats_.allocated) << " (";
@@ -549,8 +471,10 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
     if (j - i > 1) m << " x " << (j - i);
     m << "  " << (n->description.empty() ? "(no shape recorded)" : n->description) << "  "
       << memory_category_name(n->category) << "  ";
-    if (n->site.file) m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
-    else m << "(created before tracking began, or from C++)";
+    if (n->site.file)
+      m << n->site.file << ":" << n->site.line << " (" << (n->site.function ? n->site.function : "?") << ")";
+    else
+      m << "(created before tracking began, or from C++)";
     i = j;
   }
   m << "\nTo need less memory: recompute activations in the backward pass (dg.utils.checkpoint, "
@@ -558,152 +482,52 @@ std::string CachingAllocator::oom_message_locked(size_t nbytes, size_t needed) c
   return m.str();
 }
 
+// --- allocate --------------------------------------------------------------------------------------------------
+// A request that no cached block serves, and what its steps leave for the next.
+struct CachingAllocator::Miss {
+  Miss(size_t request, MemoryCategory tag, bool ordered, const AllocContextPtr& stack, bool expandable_segments)
+      : nbytes(request), rounded(round_size(request)), small(request <= kSmallRequest), stream_ordered(ordered),
+        expandable(expandable_segments), category(tag), context(stack) {}
+  const size_t nbytes, rounded;
+  const bool small, stream_ordered;
+  const bool expandable;  // expandable_ when the miss began
+  const MemoryCategory category;
+  const AllocContextPtr& context;
+  Placement placement;       // expandable: the pages to map (none: a new range must be reserved)
+  size_t segment_bytes = 0;  // the old kind: the new segment's size
+  Released to_unmap;         // segments of the old kind given back, unmapped outside the lock
+  bool mapped_now = false;   // the block's end was just mapped (an expandable segment's pages)
+  size_t needed = 0;         // on failure: the bytes that could not be had (the message names them)
+
+  // The bytes this miss would add to `reserved`.
+  size_t bytes_to_map() const {
+    if (!expandable) return segment_bytes;
+    return placement.unmapped ? placement.cost : round_up(rounded, kPageSize);
+  }
+  Node* fail(size_t bytes) {
+    needed = bytes;
+    return nullptr;
+  }
+};
+
 CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory category, bool stream_ordered) {
   Block block;
   if (nbytes == 0) return block;
   DG_CHECK(nbytes < (size_t{1} << 50), Runtime, "[alloc] cannot allocate ", nbytes, " bytes");
   const size_t rounded = round_size(nbytes);
-  const bool small = nbytes <= kSmallRequest;
   AllocContextPtr context;
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
     context = capture_context(false);  // outside the lock: it walks the Python frames
-  std::unique_lock<std::mutex> lock(mutex_);
-  Node* node = take_free_locked(rounded, small, stream_ordered);
-  bool mapped_now = false;  // the block's end was just mapped (an expandable segment's pages)
-  std::vector<std::pair<void*, size_t>> to_unmap;  // legacy segments, unmapped outside the lock
-  auto out_of_memory = [&](size_t needed) {
-    ++stats_.num_ooms;
-    record_locked(TraceAction::Oom, 0, nbytes, category, context);
-    std::string message = oom_message_locked(nbytes, needed);
-    lock.unlock();
-    unmap_all(to_unmap);
-    fail(ErrorKind::OutOfMemory, message);
-  };
-  // Over the memory limit: free blocks that queued Tasks still use come back once those have run. Only the thread
-  // that enqueues (a stream-ordered request) may wait for them; another one (the communication thread, which the
-  // stream may be waiting for) must not. Returns a cached block that then fits, or null.
-  auto wait_for_busy_free_blocks = [&]() -> Node* {
-    if (!stream_ordered) return nullptr;
-    const uint64_t last = busy_free_segments_locked();
-    if (!last) return nullptr;
-    lock.unlock();
-    unmap_all(to_unmap);
-    to_unmap.clear();
-    Stream::cpu().wait_until_run(last);
-    lock.lock();
-    Node* found = take_free_locked(rounded, small, stream_ordered);
-    if (found) ++stats_.cache_hits;
-    return found;
-  };
+  Lock lock(mutex_);
+  Node* node = take_free_locked(rounded, nbytes <= kSmallRequest, stream_ordered);
+  bool mapped_now = false;
   if (node) {
     ++stats_.cache_hits;
-  } else if (expandable_) {
-    // docs/memory.md, "Expandable segments": map the pages of the placement that needs the fewest.
-    Placement p = place_expandable_locked(rounded, small, stream_ordered);
-    auto cost = [&] { return static_cast<int64_t>(p.unmapped ? p.cost : round_up(rounded, kPageSize)); };
-    // Release on a miss: reserved stays within the margin above allocated; the idle free blocks' pages go back
-    // to the system, the largest blocks first, down to half the margin.
-    const int64_t after = stats_.allocated + static_cast<int64_t>(nbytes);
-    if (release_fraction_ >= 0) {
-      const auto margin = std::max(static_cast<int64_t>(kMinReleaseMargin),
-                                   static_cast<int64_t>(release_fraction_ * static_cast<double>(after)));
-      if (const int64_t excess = stats_.reserved + cost() - after; excess > margin) {
-        release_expandable_locked(static_cast<size_t>(excess - margin / 2));
-        p = place_expandable_locked(rounded, small, stream_ordered);
-      }
-    }
-    auto over_limit = [&] { return limit_ && static_cast<size_t>(stats_.reserved + cost()) > limit_; };
-    // Gives the whole idle cache back to the system, then places the request again.
-    auto release_all_and_place = [&] {
-      release_free_segments_locked(to_unmap);
-      release_expandable_locked();
-      p = place_expandable_locked(rounded, small, stream_ordered);
-    };
-    if (over_limit()) {
-      release_all_and_place();  // first give the cache back
-      if (over_limit()) {
-        if ((node = wait_for_busy_free_blocks())) goto have_block;
-        release_all_and_place();
-      }
-      if (over_limit()) out_of_memory(static_cast<size_t>(cost()));
-    }
-    if (!p.unmapped) {  // no reserved range has room: reserve another
-      Segment* segment = reserve_segment_locked(small, rounded);
-      if (!segment) out_of_memory(round_up(rounded, kPageSize));
-      p = {segment->first, round_up(rounded, kPageSize)};
-    }
-    node = map_placement_locked(p, rounded, stream_ordered);
-    mapped_now = node && node->size - rounded < kPageSize;
-    if (!node) {  // the system refused the pages: give the cache back and try once more
-      release_all_and_place();
-      if (p.unmapped) node = map_placement_locked(p, rounded, stream_ordered);
-      if (!node) out_of_memory(static_cast<size_t>(cost()));
-      mapped_now = node->size - rounded < kPageSize;
-    }
-    if (!to_unmap.empty()) {
-      lock.unlock();
-      unmap_all(to_unmap);
-      to_unmap.clear();
-      lock.lock();
-    }
   } else {
-    size_t bytes = small ? kSmallSegment : segment_size(rounded);
-    // Reserve no more while entirely free segments (which cannot serve this request) could be returned
-    // instead: give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
-    static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
-    if (release_on_miss && free_whole_ >= static_cast<int64_t>(bytes)) release_free_segments_locked(to_unmap, bytes);
-    if (limit_ && static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-      release_free_segments_locked(to_unmap);  // first give the cache back
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-        if ((node = wait_for_busy_free_blocks())) goto have_block;
-        release_free_segments_locked(to_unmap);
-      }
-      const size_t tight = round_up(rounded, kPage);
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) bytes = tight;  // no spare room in the segment
-      if (static_cast<size_t>(stats_.reserved) + bytes > limit_) {
-        ++stats_.num_ooms;
-        record_locked(TraceAction::Oom, 0, nbytes, category, context);
-        std::string message = oom_message_locked(nbytes, bytes);
-        lock.unlock();
-        unmap_all(to_unmap);
-        fail(ErrorKind::OutOfMemory, message);
-      }
-    }
-    // The segment's bytes count as reserved from here, so that a concurrent allocation sees them (the limit
-    // holds exactly); the system call is made outside the lock.
-    stats_.reserved += static_cast<int64_t>(bytes);
-    lock.unlock();
-    unmap_all(to_unmap);
-    void* p = map_segment(bytes);
-    if (!p) {  // give the cache back and try once more
-      empty_cache(/*wait_for_stream=*/false);
-      p = map_segment(bytes);
-    }
-    lock.lock();
-    if (!p) {
-      stats_.reserved -= static_cast<int64_t>(bytes);
-      ++stats_.num_ooms;
-      record_locked(TraceAction::Oom, 0, nbytes, category, context);
-      std::string message = oom_message_locked(nbytes, bytes);
-      lock.unlock();
-      fail(ErrorKind::OutOfMemory, message);
-    }
-    if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
-    ++stats_.num_segment_allocs;
-    ++stats_.segments;
-    auto* segment = new Segment();
-    segment->base = static_cast<char*>(p);
-    segment->size = bytes;
-    segment->small = small;
-    node = new Node();
-    node->ptr = segment->base;
-    node->size = bytes;
-    node->segment = segment;
-    segment->first = node;
-    segments_.insert(segment);
-    record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(p), bytes, category, context);
+    Miss miss(nbytes, category, stream_ordered, context, expandable_);
+    node = allocate_on_miss_locked(miss, lock);
+    mapped_now = miss.mapped_now;
   }
-have_block:
   split_locked(node, rounded, mapped_now);
   node->allocated = true;
   node->requested = nbytes;
@@ -712,6 +536,20 @@ have_block:
     node->site = current_call_site();
     node->context = context;
   }
+  count_allocation_locked(node, nbytes, category, std::move(context));
+  block.ptr = node->ptr;
+  block.bin_bytes = node->size;
+  block.handle = node;
+  // A block reused while queued Tasks still use it keeps that Task's number while it is live: its next free
+  // must not forget it (an owner that no Task ever used frees it with in_use_until 0).
+  if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
+  else node->in_use_until = 0;
+  return block;
+}
+
+// The statistics, the trace's alloc entry and the observer of a block handed out.
+void CachingAllocator::count_allocation_locked(Node* node, size_t nbytes, MemoryCategory category,
+                                               AllocContextPtr&& context) {
   ++stats_.num_allocs;
   total_allocated_.fetch_add(nbytes, std::memory_order_relaxed);
   stats_.active += static_cast<int64_t>(node->size);
@@ -729,16 +567,157 @@ have_block:
   node->trace_index = g_trace_pushed != pushed ? pushed : UINT64_MAX;
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Allocate, static_cast<int64_t>(nbytes), category, stats_);
-  block.ptr = node->ptr;
-  block.bin_bytes = node->size;
-  block.handle = node;
-  // A block reused while queued Tasks still use it keeps that Task's number while it is live: its next free
-  // must not forget it (an owner that no Task ever used frees it with in_use_until 0).
-  if (busy(node->in_use_until)) block.in_use_until = node->in_use_until;
-  else node->in_use_until = 0;
-  return block;
 }
 
+// A miss: memory from the segment source (pages of an expandable segment, or a new segment of the old kind), or a
+// cached block that fits once queued Tasks have run. Never null: when nothing is left, raises OutOfMemory.
+CachingAllocator::Node* CachingAllocator::allocate_on_miss_locked(Miss& miss, Lock& lock) {
+  Node* node = miss.expandable ? map_pages_locked(miss, lock) : map_new_segment_locked(miss, lock);
+  if (!node) raise_out_of_memory_locked(miss, lock);
+  if (!miss.to_unmap.empty()) {
+    lock.unlock();
+    unmap_segments(miss.to_unmap);
+    miss.to_unmap.clear();
+    lock.lock();
+  }
+  return node;
+}
+
+// docs/memory.md, "Expandable segments": map the pages of the placement that needs the fewest.
+CachingAllocator::Node* CachingAllocator::map_pages_locked(Miss& miss, Lock& lock) {
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+  release_above_margin_locked(miss);
+  if (Node* cached = make_room_locked(miss, lock)) return cached;
+  if (over_limit_locked(miss)) return miss.fail(miss.bytes_to_map());
+  if (!miss.placement.unmapped) {  // no reserved range has room: reserve another
+    Segment* segment = reserve_segment_locked(miss.small, miss.rounded);
+    if (!segment) return miss.fail(round_up(miss.rounded, kPageSize));
+    miss.placement = {segment->first, round_up(miss.rounded, kPageSize)};
+  }
+  Node* node = map_placement_locked(miss.placement, miss.rounded, miss.stream_ordered);
+  if (!node) {  // the system refused the pages: give the cache back and try once more
+    release_cache_locked(miss);
+    if (miss.placement.unmapped) node = map_placement_locked(miss.placement, miss.rounded, miss.stream_ordered);
+    if (!node) return miss.fail(miss.bytes_to_map());
+  }
+  miss.mapped_now = node->size - miss.rounded < kPageSize;
+  return node;
+}
+
+// Release on a miss: `reserved` stays within the margin above `allocated`; the idle free blocks' pages go back to
+// the system, the largest blocks first, down to half the margin (docs/memory.md, "Expandable segments").
+void CachingAllocator::release_above_margin_locked(Miss& miss) {
+  if (release_fraction_ < 0) return;
+  const int64_t after = stats_.allocated + static_cast<int64_t>(miss.nbytes);
+  const auto margin = std::max(static_cast<int64_t>(kMinReleaseMargin),
+                               static_cast<int64_t>(release_fraction_ * static_cast<double>(after)));
+  const int64_t excess = stats_.reserved + static_cast<int64_t>(miss.bytes_to_map()) - after;
+  if (excess <= margin) return;
+  release_expandable_locked(static_cast<size_t>(excess - margin / 2));
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+}
+
+// A segment of the old kind, mapped outside the lock (docs/memory.md, "Pools, segments and splitting").
+CachingAllocator::Node* CachingAllocator::map_new_segment_locked(Miss& miss, Lock& lock) {
+  miss.segment_bytes = miss.small ? kSmallSegment : segment_size(miss.rounded);
+  // Reserve no more while entirely free segments (which cannot serve this request) could be returned instead:
+  // give back enough of them to cover the new segment (docs/memory.md, "Release on a miss").
+  static const bool release_on_miss = env_size("DYGRAD_ALLOC_RELEASE_ON_MISS", 1) != 0;
+  if (release_on_miss && free_whole_ >= static_cast<int64_t>(miss.segment_bytes))
+    release_free_segments_locked(miss.to_unmap, miss.segment_bytes);
+  if (Node* cached = make_room_locked(miss, lock)) return cached;
+  if (over_limit_locked(miss)) miss.segment_bytes = round_up(miss.rounded, kPage);  // no spare room in the segment
+  if (over_limit_locked(miss)) return miss.fail(miss.segment_bytes);
+  // The segment's bytes count as reserved from here, so that a concurrent allocation sees them (the limit holds
+  // exactly); the system calls are made outside the lock.
+  const size_t bytes = miss.segment_bytes;
+  stats_.reserved += static_cast<int64_t>(bytes);
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  miss.to_unmap.clear();
+  void* base = source_->map_segment(bytes);
+  if (!base) {  // give the cache back and try once more
+    empty_cache(/*wait_for_stream=*/false);
+    base = source_->map_segment(bytes);
+  }
+  lock.lock();
+  if (!base) {
+    stats_.reserved -= static_cast<int64_t>(bytes);
+    return miss.fail(bytes);
+  }
+  return add_segment_locked(base, bytes, miss);
+}
+
+// A new segment of `bytes` at `base`, one free block (not in the free set: the caller takes it).
+CachingAllocator::Node* CachingAllocator::add_segment_locked(void* base, size_t bytes, const Miss& miss) {
+  if (stats_.reserved > stats_.peak_reserved) stats_.peak_reserved = stats_.reserved;
+  ++stats_.num_segment_allocs;
+  ++stats_.segments;
+  auto* segment = new Segment();
+  segment->base = static_cast<char*>(base);
+  segment->size = bytes;
+  segment->small = miss.small;
+  auto* node = new Node();
+  node->ptr = segment->base;
+  node->size = bytes;
+  node->segment = segment;
+  segment->first = node;
+  segments_.insert(segment);
+  record_locked(TraceAction::SegmentAlloc, reinterpret_cast<uintptr_t>(base), bytes, miss.category, miss.context);
+  return node;
+}
+
+// --- a miss over the memory limit; out of memory ---------------------------------------------------------------
+bool CachingAllocator::over_limit_locked(const Miss& miss) const {
+  return limit_ && static_cast<size_t>(stats_.reserved) + miss.bytes_to_map() > limit_;
+}
+
+// Gives the whole idle cache back to the system (and places an expandable request again).
+void CachingAllocator::release_cache_locked(Miss& miss) {
+  release_free_segments_locked(miss.to_unmap);
+  if (!miss.expandable) return;
+  release_expandable_locked();
+  miss.placement = place_expandable_locked(miss.rounded, miss.small, miss.stream_ordered);
+}
+
+// Over the memory limit: first the idle cache goes back to the system; then the free blocks that queued Tasks
+// still use, once those have run. Returns a cached block that fits after that wait, or null.
+CachingAllocator::Node* CachingAllocator::make_room_locked(Miss& miss, Lock& lock) {
+  if (!over_limit_locked(miss)) return nullptr;
+  release_cache_locked(miss);
+  if (!over_limit_locked(miss)) return nullptr;
+  if (Node* cached = wait_for_busy_free_blocks_locked(miss, lock)) return cached;
+  release_cache_locked(miss);
+  return nullptr;
+}
+
+// Only the thread that enqueues (a stream-ordered request) may wait for queued Tasks; another one (the
+// communication thread, which the stream may be waiting for) must not.
+CachingAllocator::Node* CachingAllocator::wait_for_busy_free_blocks_locked(Miss& miss, Lock& lock) {
+  if (!miss.stream_ordered) return nullptr;
+  const uint64_t last = busy_free_segments_locked();
+  if (!last) return nullptr;
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  miss.to_unmap.clear();
+  Stream::cpu().wait_until_run(last);
+  lock.lock();
+  Node* found = take_free_locked(miss.rounded, miss.small, miss.stream_ordered);
+  if (found) ++stats_.cache_hits;
+  return found;
+}
+
+// The one way out of a miss that found nothing: counted, traced, reported with the largest live tensors.
+void CachingAllocator::raise_out_of_memory_locked(Miss& miss, Lock& lock) {
+  ++stats_.num_ooms;
+  record_locked(TraceAction::Oom, 0, miss.nbytes, miss.category, miss.context);
+  std::string message = oom_message_locked(miss.nbytes, miss.needed);
+  lock.unlock();
+  unmap_segments(miss.to_unmap);
+  fail(ErrorKind::OutOfMemory, message);
+}
+
+// --- free, retag, statistics, empty_cache ----------------------------------------------------------------------
 void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until) {
   if (!block.ptr) return;
   AllocContextPtr context;
@@ -766,20 +745,12 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
   node->trace_index = UINT64_MAX;
   if (Node* prev = node->prev; prev && !prev->allocated && prev->mapped) {  // merge with the free block before
     erase_free(prev);
-    prev->size += node->size;
-    prev->in_use_until = std::max(prev->in_use_until, node->in_use_until);
-    prev->next = node->next;
-    if (node->next) node->next->prev = prev;
-    delete node;
+    prev->absorb_next();
     node = prev;
   }
   if (Node* next = node->next; next && !next->allocated && next->mapped) {  // and with the one after
     erase_free(next);
-    node->size += next->size;
-    node->in_use_until = std::max(node->in_use_until, next->in_use_until);
-    node->next = next->next;
-    if (next->next) next->next->prev = node;
-    delete next;
+    node->absorb_next();
   }
   insert_free(node);
   if (AllocatorObserver* obs = observer())
@@ -834,7 +805,7 @@ void CachingAllocator::reset_peak() {
 }
 
 void CachingAllocator::empty_cache(bool wait_for_stream) {
-  std::vector<std::pair<void*, size_t>> to_unmap;
+  Released to_unmap;
   uint64_t last = 0;
   if (wait_for_stream) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -846,7 +817,7 @@ void CachingAllocator::empty_cache(bool wait_for_stream) {
     release_free_segments_locked(to_unmap);
     release_expandable_locked();  // the idle free blocks' whole pages
   }
-  unmap_all(to_unmap);  // the pages go back to the system: the process RSS drops
+  unmap_segments(to_unmap);  // the pages go back to the system: the process RSS drops
 }
 
 void CachingAllocator::set_expandable_segments(bool on) {
@@ -880,7 +851,7 @@ uint64_t CachingAllocator::busy_free_segments_locked() const {
   return last;
 }
 
-void CachingAllocator::release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough) {
+void CachingAllocator::release_free_segments_locked(Released& to_unmap, size_t enough) {
   size_t released = 0;
   for (auto it = segments_.begin(); it != segments_.end() && released < enough;) {
     Segment* s = *it;

@@ -1,13 +1,13 @@
-// The CPU caching allocator: segments obtained from the system (mmap) are split into blocks; a request is served
-// by the best-fitting cached block of its pool (small: <= 1 MiB; large: the rest), whose remainder stays cached,
-// and a freed block merges with its free neighbours. By default a pool's segment is *expandable* (torch's
-// expandable_segments): one reserved virtual range whose pages are mapped on demand, so that all free space of a
-// pool can merge, and the pages of free blocks are unmapped (given back to the system) when `reserved` exceeds
-// `allocated` by more than a margin at a miss. `reserved` counts the mapped bytes. Cached blocks are handed to any
-// later Task of the same stream (in-order execution makes reuse safe). Statistics are exact: `allocated` is the
-// sum of the requested bytes of live blocks, `reserved` the bytes of the segments. An optional memory limit makes
-// an allocation that would reserve more raise OutOfMemory, and history recording keeps a trace of every action
-// for snapshots (PyTorch's memory viewer schema). See docs/memory.md.
+// The CPU caching allocator: a block pool over a segment source. Segments obtained from the source (the host's: mmap,
+// runtime/segment_source.h) are split into blocks; a request is served by the best-fitting cached block of its pool
+// (small: <= 1 MiB; large: the rest), whose remainder stays cached, and a freed block merges with its free neighbours.
+// By default a pool's segment is *expandable* (torch's expandable_segments): one reserved virtual range whose pages are
+// mapped on demand, so that all free space of a pool can merge, and the pages of free blocks are unmapped (given back
+// to the system) when `reserved` exceeds `allocated` by more than a margin at a miss. `reserved` counts the mapped
+// bytes. Cached blocks are handed to any later Task of the same stream (in-order execution makes reuse safe).
+// Statistics are exact: `allocated` is the sum of the requested bytes of live blocks, `reserved` the bytes of the
+// segments. An optional memory limit makes an allocation that would reserve more raise OutOfMemory, and history
+// recording keeps a trace of every action for snapshots (PyTorch's memory viewer schema). See docs/memory.md.
 #pragma once
 #include <array>
 #include <atomic>
@@ -24,6 +24,8 @@
 #include "dygrad/runtime/op_def.h"
 
 namespace dg {
+
+class SegmentSource;
 
 struct MemoryStats {
   int64_t allocated = 0;       // requested bytes of live blocks
@@ -200,10 +202,37 @@ class CachingAllocator final : public Allocator {
   struct ByAddress {
     bool operator()(const Node* a, const Node* b) const;
   };
-  CachingAllocator();
+  // A pool's cached blocks: the free ones by (size, address), lower_bound being the best fit, and the unmapped
+  // ones of its expandable segments by address.
+  struct Pool {
+    std::set<Node*, BySize> free;
+    std::set<Node*, ByAddress> unmapped;
+  };
+  struct Miss;  // a request that no cached block serves, through the steps of allocate_on_miss_locked
+  using Lock = std::unique_lock<std::mutex>;
+  using Released = std::vector<std::pair<void*, size_t>>;  // segments of the old kind, unmapped outside the lock
+
+  explicit CachingAllocator(std::unique_ptr<SegmentSource> source);
   ~CachingAllocator();
+  Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
+  const Pool& pool(bool small) const { return small ? small_pool_ : large_pool_; }
+
+  // allocate's steps on a miss (docs/memory.md, "The allocator's structure").
+  Node* allocate_on_miss_locked(Miss& miss, Lock& lock);
+  Node* map_pages_locked(Miss& miss, Lock& lock);        // expandable segments
+  Node* map_new_segment_locked(Miss& miss, Lock& lock);  // a segment of the old kind
+  void release_above_margin_locked(Miss& miss);
+  Node* make_room_locked(Miss& miss, Lock& lock);        // under the memory limit
+  bool over_limit_locked(const Miss& miss) const;
+  void release_cache_locked(Miss& miss);
+  Node* wait_for_busy_free_blocks_locked(Miss& miss, Lock& lock);
+  [[noreturn]] void raise_out_of_memory_locked(Miss& miss, Lock& lock);
+  Node* add_segment_locked(void* base, size_t bytes, const Miss& miss);
+  void count_allocation_locked(Node* node, size_t nbytes, MemoryCategory category, AllocContextPtr&& context);
+
   // Returns entirely free segments to the system (all of them, or until `enough` bytes are released).
-  void release_free_segments_locked(std::vector<std::pair<void*, size_t>>& to_unmap, size_t enough = SIZE_MAX);
+  void release_free_segments_locked(Released& to_unmap, size_t enough = SIZE_MAX);
+  void unmap_segments(const Released& segments);  // without the lock
   Node* take_free_locked(size_t rounded, bool small, bool stream_ordered);
   // The free-block set of a node's pool; inserting and erasing keep free_whole_ (the releasable bytes).
   void insert_free(Node* node);
@@ -234,9 +263,9 @@ class CachingAllocator final : public Allocator {
   void update_tracking_locked();
   AllocContextPtr capture_context(bool for_free) const;
 
+  const std::unique_ptr<SegmentSource> source_;
   mutable std::mutex mutex_;
-  std::set<Node*, BySize> free_small_, free_large_;
-  std::set<Node*, ByAddress> unmapped_small_, unmapped_large_;  // unmapped blocks of expandable segments
+  Pool small_pool_, large_pool_;
   std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
   bool expandable_ = true;
   double release_fraction_ = kReleaseFraction;
