@@ -134,13 +134,21 @@ void mark_needed(const Node* root, GraphRun& run, std::unordered_map<const Node*
   }
 }
 
-void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads) {
-  EnableGradGuard grad_mode(run.create_graph);
-  // 1. Dependencies: how many gradient contributions each node waits for.
+// The pass's schedule: how many gradient contributions each node still waits for, the contributions gathered
+// for each node's outputs, and the nodes whose contributions are all in (run first in, first out).
+struct Schedule {
   std::unordered_map<const Node*, int> deps;
+  std::unordered_map<const Node*, std::vector<Tensor>> buffers;
+  std::deque<Ref<Node>> ready;
+};
+
+bool leaf_has_hooks(const Edge& e) { return e.leaf && e.leaf->autograd && !e.leaf->autograd->leaf_hooks.empty(); }
+
+// 1. Dependencies: how many gradient contributions each node waits for. Notes on the way whether any hook or
+// retain_grad() target is in the graph (then no gradient buffer is taken as a leaf's .grad).
+void count_dependencies(GraphRun& run, std::span<const Edge> root_edges, std::unordered_map<const Node*, int>& deps) {
   std::vector<Node*> stack;
   std::unordered_set<const Node*> seen;
-  auto leaf_has_hooks = [](const Edge& e) { return e.leaf && e.leaf->autograd && !e.leaf->autograd->leaf_hooks.empty(); };
   for (const Edge& e : root_edges) {
     if (leaf_has_hooks(e)) run.graph_has_hooks = true;
     if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -158,93 +166,135 @@ void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Te
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
     }
   }
-  if (!run.accumulate) {
-    std::unordered_map<const Node*, bool> memo;
-    for (const Edge& e : root_edges)
-      if (e.node) mark_needed(e.node.get(), run, memo);
-  }
-  // 2. Seed the roots.
-  std::unordered_map<const Node*, std::vector<Tensor>> buffers;
-  std::deque<Ref<Node>> ready;
+}
+
+// 2. Seed the roots: a leaf root accumulates at once, a node root gets its gradient in its buffer; root nodes
+// that wait for nothing more are ready, in the order of the roots, each once.
+void seed_roots(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads,
+                Schedule& schedule) {
   for (size_t i = 0; i < root_edges.size(); ++i) {
     const Edge& e = root_edges[i];
     if (e.leaf) {
       accumulate_leaf(run, e.leaf, root_grads[i]);
       continue;
     }
-    auto& buf = buffers[e.node.get()];
+    auto& buf = schedule.buffers[e.node.get()];
     buf.resize(e.node->num_outputs);
     buf[e.output_nr] = sum_grads(buf[e.output_nr], root_grads[i]);
   }
+  std::deque<Ref<Node>>& ready = schedule.ready;
   for (const Edge& e : root_edges)
-    if (e.node && deps[e.node.get()] == 0 && std::find(ready.begin(), ready.end(), e.node) == ready.end())
+    if (e.node && schedule.deps[e.node.get()] == 0 && std::find(ready.begin(), ready.end(), e.node) == ready.end())
       ready.push_back(e.node);
-  // 3. Run nodes in dependency order.
-  while (!ready.empty()) {
-    Ref<Node> node = ready.front();
-    ready.pop_front();
-    // While a profiler records, the node's Tasks (and the leaf accumulations it feeds) belong to the module
-    // its forward op ran in (runtime/module_scope.h).
-    module_scope::NodeScope scope(node.get());
-    std::vector<Tensor> grads = std::move(buffers[node.get()]);
-    buffers.erase(node.get());
-    grads.resize(node->num_outputs);
-    for (size_t k = 0; k < node->output_hooks.size() && k < grads.size(); ++k)
-      for (TensorHook& hook : node->output_hooks[k])
-        if (grads[k].defined()) {
-          Tensor replaced = hook(grads[k]);
-          if (replaced.defined()) grads[k] = checked_hook_result(replaced, grads[k]);
-        }
-    for (size_t k = 0; k < node->retained_outputs.size() && k < grads.size(); ++k)
-      if (node->retained_outputs[k] && grads[k].defined() && run.accumulate) {
-        AutogradMeta& meta = *node->retained_outputs[k]->autograd;
-        meta.grad = meta.grad.defined() ? add(meta.grad, grads[k]) : (run.create_graph ? grads[k] : detach(grads[k]));
-        meta.grad_object.reset();
-      }
-    if (auto cap = run.node_capture.find(node.get()); cap != run.node_capture.end())
-      for (auto [output_nr, slot] : cap->second) run.captured[slot] = sum_grads(run.captured[slot], grads[output_nr]);
+}
 
-    bool skip = !run.accumulate && !run.needed.count(node.get());
-    bool any = false;
-    for (const Tensor& g : grads) any = any || g.defined();
-    std::vector<Tensor> grad_inputs(node->next.size());
-    // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
-    if (!skip && any) {
-      // the formula may write a gradient into a saved tensor's memory when the node's saves die after it
-      // (autograd/saved_buffers.h); restored after, for a backward nested in a formula
-      struct ReleaseScope {
-        bool saved = saved_released_after_backward();
-        explicit ReleaseScope(bool on) { set_saved_released_after_backward(on); }
-        ~ReleaseScope() { set_saved_released_after_backward(saved); }
-      } release_scope(!run.retain_graph);
-      node->apply(grads, grad_inputs);
-      if (anomaly_enabled() && anomaly_check_nan()) check_anomaly(*node, grad_inputs);
-    }
-    // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
-    // node that saved nothing accumulates into them again, as in torch.
-    if (!run.retain_graph) {
-      node->release_saved();
-      if (node->inner) node->inner->release_saved();  // CopySlices: the in-place op's node it ran
-    }
-    for (size_t i = 0; i < node->next.size(); ++i) {
-      const Edge& e = node->next[i];
-      if (!e.valid()) continue;
-      Tensor& g = grad_inputs[i];
-      if (g.defined() && i < node->input_meta.size()) {
-        const InputMeta& meta = node->input_meta[i];
-        DG_CHECK(same_shape(g.shape(), meta.shape), Runtime, "[", node->name(), "] backward returned a gradient of shape ",
-                 g.shape(), " for an input of shape ", IntSpan(meta.shape));
-        if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
+// The gradients of a node's outputs, taken out of the schedule (an output that got none: undefined), after
+// the hooks registered on each output (register_hook on a non-leaf; a hook may return a replacement).
+std::vector<Tensor> take_output_grads(Schedule& schedule, Node& node) {
+  std::vector<Tensor> grads = std::move(schedule.buffers[&node]);
+  schedule.buffers.erase(&node);
+  grads.resize(node.num_outputs);
+  for (size_t k = 0; k < node.output_hooks.size() && k < grads.size(); ++k)
+    for (TensorHook& hook : node.output_hooks[k])
+      if (grads[k].defined()) {
+        Tensor replaced = hook(grads[k]);
+        if (replaced.defined()) grads[k] = checked_hook_result(replaced, grads[k]);
       }
-      if (e.leaf) {
-        if (g.defined()) accumulate_leaf(run, e.leaf, g);
-        continue;
-      }
-      auto& buf = buffers[e.node.get()];
-      buf.resize(e.node->num_outputs);
-      if (g.defined()) buf[e.output_nr] = sum_grads(buf[e.output_nr], g);
-      if (--deps[e.node.get()] == 0) ready.push_back(e.node);
+  return grads;
+}
+
+// Hands a node's output gradients to the retain_grad() targets (backward) and to the captures (autograd.grad).
+void record_output_grads(GraphRun& run, const Node& node, const std::vector<Tensor>& grads) {
+  for (size_t k = 0; k < node.retained_outputs.size() && k < grads.size(); ++k)
+    if (node.retained_outputs[k] && grads[k].defined() && run.accumulate) {
+      AutogradMeta& meta = *node.retained_outputs[k]->autograd;
+      meta.grad = meta.grad.defined() ? add(meta.grad, grads[k])
+                                      : (run.create_graph ? grads[k] : detach(grads[k]));
+      meta.grad_object.reset();
     }
+  if (auto cap = run.node_capture.find(&node); cap != run.node_capture.end())
+    for (auto [output_nr, slot] : cap->second) run.captured[slot] = sum_grads(run.captured[slot], grads[output_nr]);
+}
+
+// The formula may write a gradient into a saved tensor's memory when the node's saves die after it
+// (autograd/saved_buffers.h); restored after, for a backward nested in a formula.
+struct SavedReleaseScope {
+  bool saved = saved_released_after_backward();
+  explicit SavedReleaseScope(bool on) { set_saved_released_after_backward(on); }
+  ~SavedReleaseScope() { set_saved_released_after_backward(saved); }
+};
+
+// The node's input gradients, one per edge (undefined where it gives none): its formula runs unless no output
+// got a gradient or autograd.grad needs nothing from it; anomaly mode checks what it returned.
+std::vector<Tensor> apply_formula(const GraphRun& run, Node& node, const std::vector<Tensor>& grads) {
+  bool skip = !run.accumulate && !run.needed.count(&node);
+  bool any = false;
+  for (const Tensor& g : grads) any = any || g.defined();
+  std::vector<Tensor> grad_inputs(node.next.size());
+  // Backward formulas of multi-output ops treat an undefined output gradient as zeros.
+  if (!skip && any) {
+    SavedReleaseScope release_scope(!run.retain_graph);
+    node.apply(grads, grad_inputs);
+    if (anomaly_enabled() && anomaly_check_nan()) check_anomaly(node, grad_inputs);
+  }
+  return grad_inputs;
+}
+
+// Passes the node's gradient for input i along its edge, after checking its shape against the input's and
+// casting it to a floating input's dtype: into a leaf's .grad, or into the next node's buffer (that node is
+// ready when this was its last awaited contribution).
+void pass_input_grad(GraphRun& run, Schedule& schedule, const Node& node, size_t i, Tensor& g) {
+  const Edge& e = node.next[i];
+  if (!e.valid()) return;
+  if (g.defined() && i < node.input_meta.size()) {
+    const InputMeta& meta = node.input_meta[i];
+    DG_CHECK(same_shape(g.shape(), meta.shape), Runtime, "[", node.name(), "] backward returned a gradient of shape ",
+             g.shape(), " for an input of shape ", IntSpan(meta.shape));
+    if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
+  }
+  if (e.leaf) {
+    if (g.defined()) accumulate_leaf(run, e.leaf, g);
+    return;
+  }
+  auto& buf = schedule.buffers[e.node.get()];
+  buf.resize(e.node->num_outputs);
+  if (g.defined()) buf[e.output_nr] = sum_grads(buf[e.output_nr], g);
+  if (--schedule.deps[e.node.get()] == 0) schedule.ready.push_back(e.node);
+}
+
+// 3. Runs one node whose contributions are all in: its output hooks, retain_grad() targets and captures, its
+// formula, the release of its saved tensors (unless retain_graph), then its input gradients along its edges.
+void run_node(GraphRun& run, Schedule& schedule, const Ref<Node>& node) {
+  // While a profiler records, the node's Tasks (and the leaf accumulations it feeds) belong to the module
+  // its forward op ran in (runtime/module_scope.h).
+  module_scope::NodeScope scope(node.get());
+  std::vector<Tensor> grads = take_output_grads(schedule, *node);
+  record_output_grads(run, *node, grads);
+  std::vector<Tensor> grad_inputs = apply_formula(run, *node, grads);
+  // retain_grad() targets are weak (Node::retained_outputs): they stay, so a second backward through a
+  // node that saved nothing accumulates into them again, as in torch.
+  if (!run.retain_graph) {
+    node->release_saved();
+    if (node->inner) node->inner->release_saved();  // CopySlices: the in-place op's node it ran
+  }
+  for (size_t i = 0; i < node->next.size(); ++i) pass_input_grad(run, schedule, *node, i, grad_inputs[i]);
+}
+
+void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads) {
+  EnableGradGuard grad_mode(run.create_graph);
+  Schedule schedule;
+  count_dependencies(run, root_edges, schedule.deps);
+  if (!run.accumulate) {
+    std::unordered_map<const Node*, bool> memo;
+    for (const Edge& e : root_edges)
+      if (e.node) mark_needed(e.node.get(), run, memo);
+  }
+  seed_roots(run, root_edges, root_grads, schedule);
+  // Nodes run in dependency order, each once.
+  while (!schedule.ready.empty()) {
+    Ref<Node> node = schedule.ready.front();
+    schedule.ready.pop_front();
+    run_node(run, schedule, node);
   }
 }
 
@@ -282,7 +332,8 @@ void backward(std::span<const Tensor> roots, std::span<const Tensor> grad_roots,
 }
 
 std::vector<Tensor> grad(std::span<const Tensor> outputs, std::span<const Tensor> inputs,
-                         std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph, bool allow_unused) {
+                         std::span<const Tensor> grad_outputs, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
   GraphRun run;
   run.retain_graph = retain_graph || create_graph;
   run.create_graph = create_graph;
