@@ -26,6 +26,9 @@ DIFFERS = {
                        "tensor RNG (rand, randn, init, dropout) is dygrad's counter-based generator, not affected",
     "torch.manual_seed": "seeds dygrad's tensor RNG (its own stream of numbers) and the default Generator (torch's)",
     "torch.randperm": "torch's permutation for a seeded Generator",
+    "torch.repeat_interleave": "with `output_size` the counts are not read on the host (no sync): a negative count or "
+                               "a wrong size is the Task's error, raised at the next sync point; torch raises at the "
+                               "call",
     "torch.use_deterministic_algorithms": "dygrad's deterministic mode (set_context): every op bitwise reproducible "
                                           "across runs and thread counts, so none raises or warns for being "
                                           "nondeterministic",
@@ -37,7 +40,8 @@ DIFFERS = {
     "torch.amp.autocast": "CPU (bfloat16 / float16) with torch's CPU op lists for the ops dygrad binds; the cast "
                           "cache also checks versions and grad mode (docs/mixed-precision.md); 'cuda' disabled",
     "torch.cuda.amp.GradScaler": "only disabled (no CUDA)",
-    "torch.optim.Adam": "amsgrad takes the composed (unfused) path; lr as a Tensor and differentiable=True raise",
+    "torch.optim.Adam": "amsgrad takes the composed (unfused) path; differentiable=True raises. lr may be a Tensor "
+                        "(read by the fused Task as it runs)",
     "torch.optim.AdamW": "as Adam; foreach/fused accepted, the step is always dygrad's fused multi-tensor Task",
     "torch.optim.SGD": "composed of in-place ops (no fused kernel); differentiable=True raises",
     "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "

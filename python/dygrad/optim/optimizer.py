@@ -34,7 +34,12 @@ class ParamGroup(dict):
         self._lr = self._hyper = self._values_of = self._written = None
 
     def step_tensors(self, values_of):
-        """(lr, hyper): made at the first step from the group's values; `values_of(group)` lists the floats."""
+        """(lr, hyper): made at the first step from the group's values; `values_of(group)` lists the floats. Made
+        under meta evaluation (memory.estimate), they serve that step only: a meta buffer holds no values."""
+        if self._hyper is None and _C._meta_active():
+            lr = self["lr"]
+            lr = lr if isinstance(lr, Tensor) else _C.tensor(float(lr), dtype=_C.float64)
+            return lr, _C.tensor([float(v) for v in values_of(self)], dtype=_C.float64)
         if self._hyper is None:
             self._values_of = values_of
             self._written = [float(v) for v in values_of(self)]
@@ -52,6 +57,9 @@ class ParamGroup(dict):
 
     def _write(self, key):
         if self._hyper is None or key == "params":
+            return
+        if _C._meta_active():  # the write would not reach the buffer: make the tensors again at the next step
+            self._hyper = self._lr = None
             return
         if key == "lr":
             self._write_lr()
