@@ -216,16 +216,23 @@ void check_aliases(const OpDef& op, std::span<const Tensor> inputs, std::span<co
 
 // A Task whose operands are borrowed (Tensor::borrow) from spans the caller holds for the whole call;
 // the borrow ends when it goes out of scope, whatever the kernel did.
+// Fills an empty Task, each operand held as `hold` makes it (a borrow, or a ring slot's task reference).
+template <typename Hold>
+void fill_task(Task& task, const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+               std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site, Hold hold) {
+  task.op = &op;
+  task.kernel = kernel;
+  for (const Tensor& t : inputs) task.inputs.push_back(hold(t));
+  for (const Tensor& t : outputs) task.outputs.push_back(hold(t));
+  task.attrs = attrs;
+  task.site = site;
+}
+
 struct BorrowedTask {
   Task task;
   BorrowedTask(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                const Attrs& attrs, const CallSite& site) {
-    task.op = &op;
-    task.kernel = kernel;
-    for (const Tensor& t : inputs) task.inputs.push_back(Tensor::borrow(t));
-    for (const Tensor& t : outputs) task.outputs.push_back(Tensor::borrow(t));
-    task.attrs = attrs;
-    task.site = site;
+    fill_task(task, op, kernel, inputs, outputs, attrs, site, [](const Tensor& t) { return Tensor::borrow(t); });
   }
   ~BorrowedTask() {
     for (Tensor& t : task.inputs) t.forget_borrowed();
@@ -325,13 +332,8 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   }
   // In a ring slot the Task holds task references (core/ref.h).
   const uint64_t index = acquire_slot_locked();
-  Task& task = slots_[index % kCapacity];
-  task.op = &op;
-  task.kernel = kernel;
-  for (const Tensor& t : inputs) task.inputs.push_back(Tensor::task_ref(t));
-  for (const Tensor& t : outputs) task.outputs.push_back(Tensor::task_ref(t));
-  task.attrs = attrs;
-  task.site = site;
+  fill_task(slots_[index % kCapacity], op, kernel, inputs, outputs, attrs, site,
+            [](const Tensor& t) { return Tensor::task_ref(t); });
   return publish_locked(index);
 }
 
