@@ -160,7 +160,7 @@ def test_entry_agrees_with_the_table(entry, _):
         f"[{entry.op}] the table says differentiable={op['differentiable']}, the entry {entry.differentiable}")
     assert ("random" in op["flags"]) == (entry.check == "random"), f"[{entry.op}] random flag {op['flags']}"
     if "inplace" in op["flags"]:
-        assert entry.inplace_call or entry.inplace_unchecked, f"[{entry.op}] is kOpInplace: give an inplace_call"
+        assert entry.inplace_call or entry.inplace_unchecked, f"[{entry.op}] is in place (alias_of): give an inplace_call"
     for name in entry.also_runs:
         assert name in TABLE, f"[{entry_id(entry)}] also_runs names {name}, which is not in the op table"
     assert "cpu" in op["devices"], f"[{entry.op}] has no CPU kernel"
@@ -436,7 +436,7 @@ def test_one_and_two_threads_bitwise(entry, _, request, restore_context):
 # --- flags: in place, random, errors --------------------------------------------------------------------------------
 @pytest.mark.parametrize("entry,dtype", params([e for e in ENTRIES if e.inplace_call], with_dtypes=True))
 def test_inplace_writes_input_0(entry, dtype):
-    """kOpInplace: output 0 aliases input 0. The in-place form returns its target, writes it, and matches torch."""
+    """In-place ops (alias_of): output 0 aliases input 0. The in-place form returns its target, writes it, and matches torch."""
     for layout in ["contiguous"] + [l for l in layouts_for(entry.cases[0]) if l != "expanded"]:
         ops = Operands(entry.cases[0], dtype, seed=3, layout=layout)
         target = ops.dygrad[0]

@@ -62,8 +62,8 @@ class Entry:
     big: Optional[tuple] = None
     also_runs: tuple = ()
     check: str = "reference"
-    inplace_call: Optional[Callable] = None  # for kOpInplace OpDefs: call(m, *tensors) writing tensors[0]
-    inplace_unchecked: str = ""  # why a kOpInplace OpDef has no inplace_call (no public in-place form)
+    inplace_call: Optional[Callable] = None  # for in-place OpDefs (alias_of): call(m, *tensors) writing tensors[0]
+    inplace_unchecked: str = ""  # why an in-place OpDef has no inplace_call (no public in-place form)
     tolerance: dict = field(default_factory=dict)        # dtype -> (rtol, atol), overriding TOLERANCE
     grad_tolerance: dict = field(default_factory=dict)   # dtype -> (rtol, atol), overriding GRAD_TOLERANCE
     fd_step: float = 1e-6

@@ -13,8 +13,8 @@
 // grad_norm_kernel: inputs (t_0 .. t_{N-1}: contiguous, floating, any dtypes), output norm[] (their promoted
 // dtype). GradNormAttrs p: inf: max |x|; -inf: min |x|; 0: count of x != 0; else (sum |x|^p)^(1/p), summed in
 // double per piece (p = 2 and 1 without pow).
-// clip_grads_with_norm_kernel: outputs (g_0 .. g_{N-1}: contiguous), inputs (g_0 .. g_{N-1}, norm[]) (kOpInplace):
-// g *= c, c = max_norm / (norm + 1e-6) in norm's dtype, then c = 1 when c > 1 (torch's clamp(max=1): a NaN norm
+// clip_grads_with_norm_kernel: outputs (g_0 .. g_{N-1}: contiguous), inputs (g_0 .. g_{N-1}, norm[])
+// (alias_each_output): g *= c, c = max_norm / (norm + 1e-6) in norm's dtype, then c = 1 when c > 1 (torch's clamp(max=1): a NaN norm
 // gives NaN gradients, as torch).
 
 namespace dg::cpu {
