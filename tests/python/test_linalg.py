@@ -214,6 +214,8 @@ EINSUM_CASES = [
     # a letter repeated within one operand: its diagonal (the implicit output counts letters as written)
     ("ii->i", ((4, 4),)), ("ii", ((3, 3),)), ("iij->j", ((3, 3, 2),)), ("bii->bi", ((2, 3, 3),)),
     ("ij,jj->i", ((2, 3), (3, 3))), ("...ii->...i", ((2, 3, 3),)), ("iji->j", ((3, 2, 3),)), ("iii->i", ((3, 3, 3),)),
+    # a summed letter broadcast in one operand (size 1 there): summed in the other first
+    ("ij,ij->", ((3, 4), (3, 1))), ("ijk,ikl->", ((2, 3, 4), (2, 1, 5))), ("...,...->", ((3, 1), (1, 4))),
 ]
 
 

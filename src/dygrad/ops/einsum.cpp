@@ -76,14 +76,12 @@ Tensor sumproduct_pair(Tensor left, Tensor right, const std::vector<bool>& summe
                  "sizes ", left.size(d), " and ", right.size(d));
         contracted.push_back(d);
         contracted_size *= left.size(d);
-      } else if (in_left) {
-        const int64_t one[1] = {d};
-        left = sum(left, one, true);
-      } else if (in_right) {
-        const int64_t one[1] = {d};
-        right = sum(right, one, true);
       } else {
-        contracted.push_back(d);  // size 1 in both: a trivial contraction
+        // In one operand only: summed there first; then, as a dim of size 1 in both, a trivial contraction.
+        const int64_t one[1] = {d};
+        if (in_left) left = sum(left, one, true);
+        if (in_right) right = sum(right, one, true);
+        contracted.push_back(d);
       }
     } else if (in_left && in_right) {
       DG_CHECK(left.size(d) == right.size(d), Runtime, "[einsum] operands do not broadcast: a subscript has sizes ",
