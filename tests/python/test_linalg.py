@@ -216,6 +216,8 @@ EINSUM_CASES = [
     ("ij,jj->i", ((2, 3), (3, 3))), ("...ii->...i", ((2, 3, 3),)), ("iji->j", ((3, 2, 3),)), ("iii->i", ((3, 3, 3),)),
     # a summed letter broadcast in one operand (size 1 there): summed in the other first
     ("ij,ij->", ((3, 4), (3, 1))), ("ijk,ikl->", ((2, 3, 4), (2, 1, 5))), ("...,...->", ((3, 1), (1, 4))),
+    # an empty contraction: the values are zeros, the gradients empty
+    ("ij,jk->ik", ((2, 0), (0, 3))), ("bij,jk->bik", ((2, 3, 0), (0, 4))),
 ]
 
 
@@ -245,6 +247,8 @@ def test_einsum_errors():
             ("ij,jk", (a,), RuntimeError, r"fewer operands were provided"),
             ("ij", (a, a), RuntimeError, r"more operands were provided"),
             ("ijk", (a,), RuntimeError, r"number of subscripts in the equation \(3\) does not match the number of dimensions \(2\)"),
+            ("iii", (dg.ones(3, 3),), RuntimeError,
+             r"number of subscripts in the equation \(3\) does not match the number of dimensions \(2\)"),
             ("i$", (a,), RuntimeError, r"invalid subscript given at index 1"),
             ("i.j", (a,), RuntimeError, r"not part of a single ellipsis"),
             ("ij->ix", (a,), RuntimeError, r"output subscript x does not appear"),

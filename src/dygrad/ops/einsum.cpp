@@ -161,8 +161,9 @@ std::vector<Term> parse_operand_terms(const std::string& equation, size_t arrow,
 void take_diagonals(std::vector<Term>& terms, std::vector<Tensor>& ops) {
   for (size_t k = 0; k < terms.size(); ++k) {
     Term& term = terms[k];
-    const int64_t covered = term.ellipsis_at < 0 ? 0 : ops[k].dim() - static_cast<int64_t>(term.letters.size());
-    if (covered < 0) continue;  // too many subscripts: reported by collect_labels
+    const int64_t written = static_cast<int64_t>(term.letters.size());
+    const int64_t covered = term.ellipsis_at < 0 ? 0 : ops[k].dim() - written;
+    if (covered < 0 || (term.ellipsis_at < 0 && written != ops[k].dim())) continue;  // reported by collect_labels
     auto dim_of = [&](size_t i) {
       const bool after_ellipsis = term.ellipsis_at >= 0 && static_cast<int>(i) >= term.ellipsis_at;
       return static_cast<int64_t>(i) + (after_ellipsis ? covered : 0);

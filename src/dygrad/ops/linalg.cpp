@@ -21,6 +21,13 @@ int64_t batch_numel(IntSpan shape) {
   for (size_t d = 0; d + 2 < shape.size(); ++d) n *= shape[d];
   return n;
 }
+// t as [rows, last]: every dim but the last stacked (a reshape to {-1, last} is ambiguous when last is 0).
+Tensor stacked_rows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) rows *= t.size(d);
+  const int64_t shape[2] = {rows, t.size(-1)};
+  return reshape(t, shape);
+}
 
 // out [..., M, N] = a [..., M, K] @ b [..., K, N], g = d loss / d out:
 //   grad_a = g @ b^T, grad_b = a^T @ g, each summed over the batch dims its operand was broadcast along.
@@ -33,9 +40,7 @@ void matmul_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
     if (batch_numel(b_shape) == 1 && grad.dim() > 2) {
       // b is shared by every batch (a linear layer): one GEMM over the stacked rows,
       // [K, batch * M] @ [batch * M, N], instead of a batched product summed afterwards.
-      const int64_t K = a.size(-1), N = grad.size(-1);
-      const int64_t a_rows[2] = {-1, K}, g_rows[2] = {-1, N};
-      gi[1] = reshape(matmul(transpose(reshape(a, a_rows), 0, 1), reshape(grad, g_rows)), b_shape);
+      gi[1] = reshape(matmul(transpose(stacked_rows(a), 0, 1), stacked_rows(grad)), b_shape);
     } else {
       gi[1] = sum_to(matmul(transpose(a, -1, -2), grad), b_shape);
     }
@@ -187,8 +192,7 @@ void linear_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
   Tensor x;
   if (n.needs_grad(1)) {  // first: it reads x, whose memory grad_x may take below
     x = n.saved(0);
-    const int64_t x_rows[2] = {-1, x.size(-1)}, g_rows[2] = {-1, grad.size(-1)};
-    gi[1] = matmul(transpose(reshape(grad, g_rows), 0, 1), reshape(x, x_rows));
+    gi[1] = matmul(transpose(stacked_rows(grad), 0, 1), stacked_rows(x));
   }
   if (!n.needs_grad(0)) return;
   const Tensor weight = n.saved(1);
