@@ -245,6 +245,16 @@ PyObject* fill_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, Py
   PyObject* a[2];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* input = to_tensor("fill_", "self", a[0]);
+  if (input && is_tensor(a[1])) {  // a 0-dim tensor value, as torch: copied on the stream, no host read
+    return guarded([&] {
+      const Tensor& value = unwrap(a[1]);
+      DG_CHECK(value.dim() == 0, Runtime, "[fill_] fill_ only supports 0-dimension value tensor but got tensor with ",
+               value.dim(), " dimensions.");
+      copy_(unwrap(a[0]), value);
+      Py_INCREF(a[0]);
+      return a[0];
+    });
+  }
   Scalar value;
   if (!input || !to_scalar_argument("fill_", "value", a[1], 0, value)) return nullptr;
   return guarded([&] {

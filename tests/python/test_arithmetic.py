@@ -202,3 +202,22 @@ def test_gradient_hooks_match_torch():
     x.register_hook(lambda g: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         (x * 2.0).sum().backward()
+
+
+def test_fill_with_a_0d_tensor_value_matches_torch():
+    """torch's fill_(Tensor): the value is copied on the stream (no host read), cast to the target's dtype, and
+    differentiable; a value with dimensions is refused with torch's message."""
+    for dtype, value in [("float32", 2.5), ("int64", 2.7), ("float64", -1.25)]:
+        d, t = dg.zeros(3, dtype=getattr(dg, dtype)), torch.zeros(3, dtype=getattr(torch, dtype))
+        with dg._C._OpRecorder() as rec:
+            d.fill_(dg.tensor(value))
+        t.fill_(torch.tensor(value))
+        assert rec.host_reads == [] and d.tolist() == t.tolist()
+    v_d, v_t = dg.tensor(3.0, requires_grad=True), torch.tensor(3.0, requires_grad=True)
+    x_d, x_t = dg.zeros(4), torch.zeros(4)
+    (x_d.fill_(v_d) * dg.arange(4.0)).sum().backward()
+    (x_t.fill_(v_t) * torch.arange(4.0)).sum().backward()
+    assert v_d.grad.item() == v_t.grad.item() == 6.0
+    with pytest.raises(RuntimeError, match=r"\[fill_\] fill_ only supports 0-dimension value tensor but got tensor "
+                                           r"with 1 dimensions"):
+        dg.zeros(3).fill_(dg.tensor([1.0, 2.0]))

@@ -117,10 +117,7 @@ class LRScheduler:
             self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values, strict=True):
             if isinstance(group["lr"], Tensor):  # torch fills a tensor lr in place (its holders see the value)
-                if isinstance(lr, Tensor):
-                    group["lr"].copy_(lr)  # on the stream: no host read
-                else:
-                    group["lr"].fill_(lr)
+                group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
         self._last_lr = _group_values(self.optimizer, "lr")
