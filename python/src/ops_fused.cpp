@@ -156,37 +156,27 @@ PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
   AdamWOptions o;
   if (a[11] && a[11] != Py_None && !to_tensor_vector("adamw_step", "model_params", a[11], model_params)) return nullptr;
   const bool lr_tensor = a[5] && is_tensor(a[5]), hyper_given = a[12] && a[12] != Py_None;
-  if (lr_tensor || hyper_given) {
-    const Tensor* hyper = hyper_given ? to_tensor("adamw_step", "hyper", a[12]) : nullptr;
-    if ((hyper_given && !hyper) || !to_tensor_vector("adamw_step", "params", a[0], params) ||
-        !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
-        !to_tensor_vector("adamw_step", "exp_avgs", a[2], exp_avgs) ||
-        !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) ||
-        !to_tensor_vector("adamw_step", "state_steps", a[4], state_steps) ||
-        !to_double_argument("adamw_step", "beta1", a[6], o.beta1, o.beta1) ||
-        !to_double_argument("adamw_step", "beta2", a[7], o.beta2, o.beta2) ||
-        !to_double_argument("adamw_step", "eps", a[8], o.eps, o.eps) ||
-        !to_double_argument("adamw_step", "weight_decay", a[9], o.weight_decay, o.weight_decay) ||
-        !to_bool_argument("adamw_step", "decoupled_weight_decay", a[10], true, o.decoupled_weight_decay))
-      return nullptr;
-    if (!lr_tensor && !to_double_argument("adamw_step", "lr", a[5], o.lr, o.lr)) return nullptr;
-    return guarded([&] {
-      auto [lr_default, hyper_default] = adamw_hyper_tensors(o);
-      adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr_tensor ? unwrap(a[5]) : lr_default,
-                 hyper ? *hyper : hyper_default, o.decoupled_weight_decay, model_params);
-      Py_RETURN_NONE;
-    });
-  }
-  if (!to_tensor_vector("adamw_step", "params", a[0], params) || !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
+  const Tensor* hyper = hyper_given ? to_tensor("adamw_step", "hyper", a[12]) : nullptr;
+  if ((hyper_given && !hyper) || !to_tensor_vector("adamw_step", "params", a[0], params) ||
+      !to_tensor_vector("adamw_step", "grads", a[1], grads) ||
       !to_tensor_vector("adamw_step", "exp_avgs", a[2], exp_avgs) ||
-      !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) || !to_tensor_vector("adamw_step", "state_steps", a[4], state_steps) ||
-      !to_double_argument("adamw_step", "lr", a[5], o.lr, o.lr) || !to_double_argument("adamw_step", "beta1", a[6], o.beta1, o.beta1) ||
-      !to_double_argument("adamw_step", "beta2", a[7], o.beta2, o.beta2) || !to_double_argument("adamw_step", "eps", a[8], o.eps, o.eps) ||
+      !to_tensor_vector("adamw_step", "exp_avg_sqs", a[3], exp_avg_sqs) ||
+      !to_tensor_vector("adamw_step", "state_steps", a[4], state_steps) ||
+      (!lr_tensor && !to_double_argument("adamw_step", "lr", a[5], o.lr, o.lr)) ||
+      !to_double_argument("adamw_step", "beta1", a[6], o.beta1, o.beta1) ||
+      !to_double_argument("adamw_step", "beta2", a[7], o.beta2, o.beta2) ||
+      !to_double_argument("adamw_step", "eps", a[8], o.eps, o.eps) ||
       !to_double_argument("adamw_step", "weight_decay", a[9], o.weight_decay, o.weight_decay) ||
       !to_bool_argument("adamw_step", "decoupled_weight_decay", a[10], true, o.decoupled_weight_decay))
     return nullptr;
   return guarded([&] {
-    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o, model_params);
+    if (!lr_tensor && !hyper_given) {  // numbers only: checked and made tensors by the C++ function
+      adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o, model_params);
+      Py_RETURN_NONE;
+    }
+    auto [lr_default, hyper_default] = adamw_hyper_tensors(o);
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr_tensor ? unwrap(a[5]) : lr_default,
+               hyper ? *hyper : hyper_default, o.decoupled_weight_decay, model_params);
     Py_RETURN_NONE;
   });
 }

@@ -36,16 +36,13 @@ class ParamGroup(dict):
     def step_tensors(self, values_of):
         """(lr, hyper): made at the first step from the group's values; `values_of(group)` lists the floats. Made
         under meta evaluation (memory.estimate), they serve that step only: a meta buffer holds no values."""
-        if self._hyper is None and _C._meta_active():
-            lr = self["lr"]
-            lr = lr if isinstance(lr, Tensor) else _C.tensor(float(lr), dtype=_C.float64)
-            return lr, _C.tensor([float(v) for v in values_of(self)], dtype=_C.float64)
         if self._hyper is None:
-            self._values_of = values_of
-            self._written = [float(v) for v in values_of(self)]
-            self._hyper = _C.tensor(self._written, dtype=_C.float64)
-            self._lr = _C.tensor(0.0, dtype=_C.float64)
-            self._write_lr()
+            written = [float(v) for v in values_of(self)]
+            hyper = _C.tensor(written, dtype=_C.float64)
+            own_lr = _C.tensor(0.0 if isinstance(self["lr"], Tensor) else float(self["lr"]), dtype=_C.float64)
+            if _C._meta_active():
+                return (self["lr"] if isinstance(self["lr"], Tensor) else own_lr), hyper
+            self._values_of, self._written, self._hyper, self._lr = values_of, written, hyper, own_lr
         lr = self["lr"]
         return (lr if isinstance(lr, Tensor) else self._lr), self._hyper
 
@@ -67,7 +64,7 @@ class ParamGroup(dict):
         values = [float(v) for v in self._values_of(self)]
         with no_grad():
             for i, (old, new) in enumerate(zip(self._written, values)):
-                if old != new or (old != old) != (new != new):
+                if old != new:  # a nan compares unequal to itself: written again, harmlessly
                     self._hyper[i].fill_(new)
         self._written = values
 
