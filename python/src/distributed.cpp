@@ -42,6 +42,7 @@ void init_distributed(nb::module_& m) {
       .def("timeout", &ProcessGroup::timeout_seconds)
       .def("broken", &ProcessGroup::broken)
       .def("shared_memory_slot_bytes", &ProcessGroup::shared_memory_slot_bytes)
+      .def("executions_registered", &ProcessGroup::executions_registered)
       .def("all_reduce", &ProcessGroup::all_reduce, "tensor"_a, "op"_a, "async_op"_a)
       .def("all_reduce_gathered", &ProcessGroup::all_reduce_gathered, "output"_a, "pieces"_a, "op"_a, "async_op"_a)
       .def("broadcast", &ProcessGroup::broadcast, "tensor"_a, "root"_a, "async_op"_a)

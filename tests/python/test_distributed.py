@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -89,6 +90,12 @@ def test_collectives_match_numpy(collectives):
     assert r1["recv"] == [[0.0, 3.0, 6.0, 9.0, 12.0], 0, [7.0, 7.0]]
     assert r0["new_group"] == 1 and r1["new_group"] == "not a member"
     assert r0["subgroup all_reduce"] == [5.0, 5.0, 5.0]
+    replayed = ((data(0, (5,)) + data(1, (5,))) * 8).tolist()  # the eager call, then 3 re-runs doubling it
+    for r in (r0, r1):
+        assert r["replayed all_reduce"] == pytest.approx(replayed, rel=1e-6)
+        assert r["replayed broadcast and send"] == [[[10.0 + k] * 3, [20.0 + k] * 2] for k in range(3)]
+        assert r["recorded ops"] == ["comm_start", "comm_wait"] * 3
+        assert r["executions left"] == 0
 
 
 @needs_mpi
@@ -228,6 +235,49 @@ def test_gathered_all_reduce_in_a_group_of_one():
         dist._all_reduce_gathered(dg.empty(2, 2), [dg.zeros(2), dg.zeros(3)], group=g)
     with pytest.raises(ValueError, match=r"\[all_reduce\].*contiguous"):
         dist._all_reduce_gathered(dg.empty(4), [dg.zeros(2, 2).t()], group=g)
+
+
+def test_a_recorded_collective_runs_again_with_a_new_work_each_time():
+    """A collective's Tasks carry a description, not its Work (issue 31): comm_start makes the Work of each run
+    from its attributes and operands, so a recorded pair re-run later runs the operation again, each time on the
+    buffers' values then; nothing stays registered in the group once its comm_wait ran or it completed unwaited."""
+    g = dist._single_process_group()
+    x = dg.arange(4, dtype=dg.float32)
+    with dg._C._OpRecorder(keep=True) as rec:
+        dist.all_reduce(x, op=dist.ReduceOp.AVG, group=g)
+    names = [name for name, _, _ in rec.ops]
+    assert names == ["comm_start", "comm_wait"]
+    start_attrs, wait_attrs = rec.ops[0][1], rec.ops[1][1]
+    assert start_attrs == wait_attrs and "kind=all_reduce" in start_attrs and "op=AVG" in start_attrs, start_attrs
+    dg.synchronize()
+    before = dg._C._comm_stats()["operations"]
+    for k in range(3):
+        x.add_(1.0)  # the re-run reads the buffer as it is now
+        rec.replay(0)
+        rec.replay(1)
+        assert x.tolist() == [k + 1.0, k + 2.0, k + 3.0, k + 4.0]
+    assert dg._C._comm_stats()["operations"] == before + 3
+    assert g._handle.executions_registered() == 0
+    # An async handle never waited for leaves the registry once it completes; waited for later, it still works.
+    works = [dist.all_reduce(x, group=g, async_op=True) for _ in range(3)]
+    dg.synchronize()
+    for _ in range(200):
+        if g._handle.executions_registered() == 0:
+            break
+        time.sleep(0.01)
+    assert g._handle.executions_registered() == 0
+    assert works[1].wait() is True
+    dg.synchronize()
+    assert works[1].is_success() and g._handle.executions_registered() == 0
+    # Different launches differ in their attributes (the key), so a graph keyed on them keeps both.
+    with dg._C._OpRecorder() as rec2:
+        dist.all_reduce(x, group=g)
+        dist.all_reduce(x, group=g)
+    assert rec2.ops[0][1] != rec2.ops[2][1]
+    # A re-run comm_wait without its comm_start names the collective (and fails its output, as any failed op).
+    with pytest.raises(RuntimeError, match=r"\[all_reduce\] was not started"):
+        rec.replay(1)
+        dg.synchronize()
 
 
 def test_uninitialized_calls_raise_like_torch():

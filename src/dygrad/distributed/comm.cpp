@@ -92,12 +92,49 @@ double Work::seconds_in_flight() const {
 
 namespace {
 
-// What the two stream Tasks carry: the Work (which owns its buffers and its group until the Tasks are reclaimed).
+// What the two stream Tasks carry: a description of the operation, a value (equality, hashing, printing); each run
+// of comm_start makes the execution's Work from it and the Task's operands (Work's comment, comm.h). comm_start's
+// inputs are the pieces, then the input, then the output when it is another buffer than the input.
 struct CommAttrs {
   static constexpr const char* kName = "CommAttrs";
-  std::shared_ptr<Work> work;
-  DG_ATTRS_FIELDS(work);
+  std::shared_ptr<ProcessGroup> group;  // by identity
+  CommKind kind = CommKind::AllReduce;
+  ReduceOp op = ReduceOp::Sum;
+  int32_t root = 0, peer = -1, tag = 0;
+  int32_t pieces = 0;  // leading inputs of comm_start that are all_reduce_gathered's pieces
+  bool has_input = false, has_output = false, output_is_input = false;
+  uint64_t key = 0;  // the launch: comm_wait finds the execution comm_start registered under it
+  DG_ATTRS_FIELDS(group, kind, op, root, peer, tag, pieces, has_input, has_output, output_is_input, key);
 };
+
+CommAttrs describe(const Work& w) {
+  CommAttrs a;
+  a.group = w.group;
+  a.kind = w.kind;
+  a.op = w.op;
+  a.root = w.root, a.peer = w.peer, a.tag = w.tag;
+  a.pieces = static_cast<int32_t>(w.pieces.size());
+  a.has_input = w.input.defined();
+  a.has_output = w.output.defined();
+  a.output_is_input = a.has_input && a.has_output && w.output.shares_storage(w.input);
+  a.key = w.key;
+  return a;
+}
+
+// A re-run of a recorded comm_start: the execution's Work from the description and the Task's operands.
+std::shared_ptr<Work> work_from_task(const CommAttrs& a, const Task& task) {
+  auto w = std::make_shared<Work>(a.kind, a.group);
+  w->op = a.op;
+  w->root = a.root, w->peer = a.peer, w->tag = a.tag;
+  w->key = a.key;
+  size_t at = 0;
+  for (; at < static_cast<size_t>(a.pieces); ++at) w->pieces.push_back(task.inputs[at]);
+  if (a.has_input) w->input = task.inputs[at++];
+  if (a.output_is_input) w->output = w->input;
+  else if (a.has_output) w->output = task.inputs[at++];
+  DG_CHECK(at == task.inputs.size(), Runtime, "[comm_start] ", task.inputs.size(), " operands for ", at);
+  return w;
+}
 
 OpCost comm_cost(const Task& task) {
   double bytes = 0;
@@ -115,10 +152,11 @@ const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cos
 
 void comm_start_kernel(Task& task) {
   const CommAttrs& a = task.attrs.get<CommAttrs>();
-  a.work->started = std::chrono::steady_clock::now();
-  a.work->started_ns = profiler::now_ns();
-  mark_submitted(*a.work);
-  submit_to_comm_thread(a.work);
+  std::shared_ptr<Work> work = a.group->start_execution(a.key, [&] { return work_from_task(a, task); });
+  work->started = std::chrono::steady_clock::now();
+  work->started_ns = profiler::now_ns();
+  mark_submitted(*work);
+  submit_to_comm_thread(std::move(work));
 }
 
 void comm_wait_kernel(Task& task) {
@@ -130,7 +168,11 @@ void comm_wait_kernel(Task& task) {
                              .count();
     }
   } count{begin};
-  task.attrs.get<CommAttrs>().work->wait_here();
+  const CommAttrs& a = task.attrs.get<CommAttrs>();
+  std::shared_ptr<Work> work = a.group->take_execution(a.key);
+  DG_CHECK(work, Runtime, "[", comm_kind_name(a.kind), "] was not started: an input of it failed in an earlier op (the "
+           "other ranks will time out waiting for this one)");
+  work->wait_here();
 }
 
 DG_REGISTER_KERNEL(comm_start, Device::Type::CPU, comm_start_kernel);
@@ -264,7 +306,10 @@ class CommThread {
         progressed = true;
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto& w : active)
-          if (w->completed()) retired_.push_back(std::move(w));
+          if (w->completed()) {
+            w->group->retire_execution(*w);
+            retired_.push_back(std::move(w));
+          }
         std::erase_if(active, [](const std::shared_ptr<Work>& w) { return !w; });
         in_flight_ -= finished;
         if (in_flight_ == 0) idle_cv_.notify_all();
@@ -339,9 +384,9 @@ void Work::wait_here() {
 }
 
 void Work::wait_on_stream() {
-  if (stream_wait_enqueued_.exchange(true)) return;
+  if (!group->register_for_stream_wait(shared_from_this())) return;  // enqueued already
   ApiNameScope api(comm_kind_name(kind));
-  Attrs attrs(CommAttrs{shared_from_this()});
+  Attrs attrs(describe(*this));
   // The result buffer is the Task's in-place operand (reads of it wait for this Task); a send writes nothing
   // (the Work keeps its buffer alive).
   if (output.defined()) enqueue(op_comm_wait, {}, {output}, attrs);
@@ -358,6 +403,49 @@ void ProcessGroup::mark_broken(std::string why) {
 std::string ProcessGroup::broken_reason() const {
   std::lock_guard<std::mutex> lock(broken_mutex_);
   return broken_reason_;
+}
+
+// The registry's rule: an execution stays from comm_start (or the eager call) until comm_wait takes it, unless it
+// completes with no comm_wait enqueued for it (an async handle not waited for, whose holder keeps it alive).
+template <typename Make>
+std::shared_ptr<Work> ProcessGroup::start_execution(uint64_t key, Make&& make) {
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  std::shared_ptr<Work>& slot = executions_[key];
+  if (!slot || slot->submitted()) {
+    slot = make();
+    slot->stream_wait_enqueued_ = true;  // a re-run: its comm_wait is the recorded one that follows
+  }
+  slot->id = ++started_;
+  return slot;
+}
+
+std::shared_ptr<Work> ProcessGroup::take_execution(uint64_t key) {
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  auto it = executions_.find(key);
+  if (it == executions_.end()) return nullptr;
+  std::shared_ptr<Work> work = std::move(it->second);
+  executions_.erase(it);
+  return work;
+}
+
+void ProcessGroup::retire_execution(const Work& work) {
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  if (work.stream_wait_enqueued_) return;
+  auto it = executions_.find(work.key);
+  if (it != executions_.end() && it->second.get() == &work) executions_.erase(it);
+}
+
+bool ProcessGroup::register_for_stream_wait(const std::shared_ptr<Work>& work) {
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  if (work->stream_wait_enqueued_) return false;
+  work->stream_wait_enqueued_ = true;
+  executions_.try_emplace(work->key, work);  // retired unwaited: registered again for its comm_wait
+  return true;
+}
+
+size_t ProcessGroup::executions_registered() const {
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  return executions_.size();
 }
 
 namespace {
@@ -392,9 +480,13 @@ std::shared_ptr<Work> ProcessGroup::launch(std::shared_ptr<Work> work, bool asyn
   const char* name = comm_kind_name(work->kind);
   if (broken()) throw Error(ErrorKind::Runtime, std::string("[") + name + "] the process group is unusable: " +
                                                     broken_reason());
-  work->id = ++started_;
+  work->key = ++launched_;
+  {
+    std::lock_guard<std::mutex> lock(executions_mutex_);
+    executions_[work->key] = work;  // comm_start's kernel takes it (the user's handle is the same Work)
+  }
   ApiNameScope api(name);
-  Attrs attrs(CommAttrs{work});
+  Attrs attrs(describe(*work));
   SmallVector<Tensor, 2> operands;
   for (const Tensor& t : work->pieces) operands.push_back(t);
   if (work->input.defined()) operands.push_back(work->input);

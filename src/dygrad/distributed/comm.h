@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "dygrad/core/tensor.h"
@@ -24,13 +25,19 @@ namespace dg::dist {
 
 enum class ReduceOp : uint8_t { Sum, Avg, Product, Min, Max };
 const char* reduce_op_name(ReduceOp op);
+inline const char* attr_enum_name(ReduceOp op) { return reduce_op_name(op); }  // printed in CommAttrs
 
 enum class CommKind : uint8_t { AllReduce, Broadcast, AllGather, ReduceScatter, Reduce, Barrier, Send, Recv };
 const char* comm_kind_name(CommKind kind);  // torch's function name: "all_reduce", "all_gather_into_tensor" ...
+inline const char* attr_enum_name(CommKind kind) { return comm_kind_name(kind); }
 
 class ProcessGroup;
 
-// One collective or point-to-point operation: its arguments, and its completion.
+// One execution of a collective or point-to-point operation: its arguments, and its completion. The stream Tasks
+// carry a description (comm.cpp's CommAttrs: the kind, the group, the reduction, ranks, the launch's key), not a
+// Work: comm_start's kernel makes the Work of each execution from it and its operands (an eager call's Work, made
+// at the call for the user's handle, is taken instead) and registers it in the group under the key, where
+// comm_wait's kernel takes it. A recorded pair of Tasks re-run later therefore runs the operation again.
 class Work : public std::enable_shared_from_this<Work> {
  public:
   Work(CommKind kind, std::shared_ptr<ProcessGroup> group) : kind(kind), group(std::move(group)) {}
@@ -47,7 +54,8 @@ class Work : public std::enable_shared_from_this<Work> {
   // not read). The backend gathers them as it copies its input in (the shared-memory all-reduce copies them
   // straight into its slot) or into the output first (gather_pieces), and drops them once copied.
   std::vector<Tensor> pieces;
-  uint64_t id = 0;  // the group's count of operations started, for error messages and debug checks
+  uint64_t key = 0;  // the launch it comes from (the group's count of calls): pairs comm_start with comm_wait
+  uint64_t id = 0;   // the group's count of operations started (in stream order), for error messages and checks
 
   bool completed() const { return state_.load(std::memory_order_acquire) != kPending; }
   bool failed() const { return state_.load(std::memory_order_acquire) == kFailed; }
@@ -76,9 +84,10 @@ class Work : public std::enable_shared_from_this<Work> {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::string error_;
-  std::atomic<bool> stream_wait_enqueued_{false};
+  bool stream_wait_enqueued_ = false;  // under the group's executions mutex
   std::atomic<bool> submitted_{false};
   friend void mark_submitted(Work& w);
+  friend class ProcessGroup;
 };
 
 // A communicator: its ranks, and the operations on it. Ranks are group ranks throughout; the Python layer maps
@@ -136,17 +145,32 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void mark_broken(std::string why);
   std::string broken_reason() const;
 
+  // The executions between comm_start and comm_wait, by launch key (comm.cpp). comm_start's kernel: the Work
+  // registered under `key` and not yet started (an eager call's), else `make()`'s, registered; it is given its
+  // operation number. comm_wait's kernel takes it out (null when comm_start did not run: an input had failed).
+  template <typename Make>
+  std::shared_ptr<Work> start_execution(uint64_t key, Make&& make);
+  std::shared_ptr<Work> take_execution(uint64_t key);
+  // The communication thread, when a Work completes: one that no comm_wait is enqueued for yet (an async call not
+  // waited for) leaves the registry; its handle registers it again if it is waited for later.
+  void retire_execution(const Work& work);
+  size_t executions_registered() const;  // tests: nothing stays behind
+
  protected:
   ProcessGroup(const char* backend, int rank, int size, std::vector<int> world_ranks, double timeout_s)
       : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), backend_(backend), timeout_s_(timeout_s) {}
 
  private:
+  friend class Work;
   std::shared_ptr<Work> launch(std::shared_ptr<Work> work, bool async_op);
   int rank_, size_;
   std::vector<int> world_ranks_;
   const char* backend_;
   double timeout_s_;
-  std::atomic<uint64_t> started_{0};
+  bool register_for_stream_wait(const std::shared_ptr<Work>& work);  // Work::wait_on_stream: false if done before
+  std::atomic<uint64_t> launched_{0}, started_{0};
+  mutable std::mutex executions_mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<Work>> executions_;
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mutex_;
   std::string broken_reason_;

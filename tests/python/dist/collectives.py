@@ -83,6 +83,29 @@ elif rank == 1:
     w.wait()
     out("recv", [r.tolist(), sender, r2.tolist()])
 
+# Recorded collectives re-run (issue 31): each run of a recorded comm_start makes a new Work from its attributes and
+# the buffers as they are then, on every rank; comm_wait finds it by the launch's key.
+acc = dg.from_numpy(data(rank, (5,)))
+bc = dg.zeros(3)
+peer = dg.zeros(2)
+with dg._C._OpRecorder(keep=True) as rec:
+    dist.all_reduce(acc)
+    dist.broadcast(bc, src=0, async_op=True).wait()
+    (dist.isend(peer, dst=1) if rank == 0 else dist.irecv(peer, src=0)).wait()
+received = []
+for k in range(3):
+    if rank == 0:
+        bc.fill_(10.0 + k)
+        peer.fill_(20.0 + k)
+    for i in range(len(rec.ops)):
+        rec.replay(i)
+    received.append([bc.tolist(), peer.tolist()])
+out("replayed all_reduce", acc)
+out("replayed broadcast and send", received)
+out("recorded ops", [name for name, _, _ in rec.ops])
+dg.synchronize()
+out("executions left", dist.group.WORLD._handle.executions_registered())
+
 sub = dist.new_group([0])
 out("new_group", dist.get_world_size(sub) if sub is not dist.GroupMember.NON_GROUP_MEMBER else "not a member")
 if sub is not dist.GroupMember.NON_GROUP_MEMBER:
