@@ -17,6 +17,7 @@ import torch
 
 import dygrad as dg
 import dygrad.distributed as dist
+from dygrad.distributed import run
 from dygrad.distributed.run import mpirun_command
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist")
@@ -306,11 +307,49 @@ def test_openmpi_settings_leave_the_users_choice(monkeypatch):
 
 def test_launcher_builds_the_mpirun_command():
     command = mpirun_command(3, "train.py", ["--steps", "2"], python="/usr/bin/python3")
-    assert command[1:3] == ["-n", "3"] and "--bind-to" in command and command[-4:] == ["/usr/bin/python3",
-                                                                                        "train.py", "--steps", "2"]
-    assert ("--allow-run-as-root" in command) == (os.geteuid() == 0)
+    assert command == ["/usr/bin/python3", "-m", "dygrad.distributed.run", "--nproc-per-node", "3", "--python",
+                       "/usr/bin/python3", "train.py", "--steps", "2"]
+    prefix = run.mpirun_prefix(3)
+    assert prefix[1:3] == ["-n", "3"] and "--bind-to" in prefix and "--enable-recovery" in prefix
+    assert ("--allow-run-as-root" in prefix) == (os.geteuid() == 0)
+    rank = run.rank_command("/tmp/status dir", ["/usr/bin/python3", "train.py"])
+    assert rank[:2] == ["/bin/sh", "-c"] and rank[-2:] == ["/usr/bin/python3", "train.py"]
+    assert "'/tmp/status dir'" in rank[2]  # quoted for the shell
 
 
+RANK_EXITS = """
+import os, sys, time
+r = int(os.environ["OMPI_COMM_WORLD_RANK"])
+mode = sys.argv[1]
+if mode == "raise":
+    raise RuntimeError("rank %d" % r)
+if mode == "exit3" and r == 1:
+    sys.exit(3)
+if mode == "kill" and r == 1:
+    os.kill(os.getpid(), 9)
+if mode == "first" and r == 0:
+    time.sleep(1.0)
+    sys.exit(5)
+if mode == "first" and r == 1:
+    sys.exit(4)
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun missing ('make deps' installs OpenMPI)")
+@pytest.mark.parametrize("mode, status, rank", [("ok", 0, None), ("raise", 1, None), ("exit3", 3, 1),
+                                                 ("kill", 128 + 9, 1), ("first", 4, 1)])
+def test_launcher_exits_with_the_first_failing_ranks_status(mode, status, rank, tmp_path):
+    """mpirun's --enable-recovery (survivors name a dead rank) makes it exit 0 whatever the ranks did (issue 32):
+    the launcher reports the first failing rank's status, as mpirun without it and torchrun do."""
+    script = tmp_path / "exits.py"
+    script.write_text(RANK_EXITS)
+    result = subprocess.run(mpirun_command(2, str(script), [mode]), capture_output=True, text=True, timeout=120)
+    assert result.returncode == status, result.stderr[-2000:]
+    if rank is not None:
+        assert f"rank {rank} exited with status {status}, the first to fail" in result.stderr
+
+
+@needs_mpi
 @needs_mpi
 def test_torch_script_under_the_launcher(tmp_path):
     script = tmp_path / "ddp_probe.py"
