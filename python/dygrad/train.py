@@ -104,6 +104,34 @@ def remove_stale_temp_files(out):
     return removed
 
 
+def repair_metrics(path):
+    """Drops a cut last record of metrics.jsonl (a kill while it was being written leaves a line without its
+    newline), so the records appended next start on their own line and every complete record stays readable.
+    Returns the bytes dropped (0: the file ends with a newline, is empty or does not exist)."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return 0
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        end = size
+        while end > 0:  # back from the end to the last newline, a block at a time
+            begin = max(0, end - 65536)
+            f.seek(begin)
+            block = f.read(end - begin)
+            if end == size and block.endswith(b"\n"):
+                return 0
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                end = begin + newline + 1
+                break
+            end = begin
+        f.truncate(end)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - end
+
+
 def _process_alive(pid):
     try:
         os.kill(pid, 0)
@@ -334,6 +362,11 @@ def main(argv=None):
     # Each rank its own stream of batches (rank 0's is the single-process run's).
     loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
     progress = Progress(args.steps, args.quiet)
+    if rank == 0:
+        dropped = repair_metrics(os.path.join(args.out, "metrics.jsonl"))
+        if dropped:
+            print(f"metrics.jsonl: dropped a cut last record ({dropped} bytes) left by an interrupted run",
+                  file=sys.stderr)
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "a") if rank == 0 else open(os.devnull, "w")
     first_loss = last_loss = None
     step_times = []

@@ -37,6 +37,26 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert losses(split) == losses(full)  # bitwise: same batches, weights, optimizer state and RNG
 
 
+def test_resume_drops_a_cut_last_record(tmp_path, capsys):
+    """A kill while a record was written leaves metrics.jsonl's last line cut (issue 32): --resume drops it and
+    says so, so the next record starts on its own line and every complete record stays readable."""
+    full, split = str(tmp_path / "full"), str(tmp_path / "split")
+    train.main(SMALL + ["--steps", "5", "--out", full, "--sample-tokens", "0"])
+    train.main(SMALL + ["--steps", "5", "--out", split, "--save-interval", "1", "--halt-after", "3",
+                        "--sample-tokens", "0"])
+    with open(os.path.join(split, "metrics.jsonl"), "a") as fh:
+        fh.write('{"step": 4, "loss": 3.14')  # the record being written when the process was killed
+    capsys.readouterr()
+    train.main(SMALL + ["--steps", "5", "--out", split, "--resume", "--sample-tokens", "0"])
+    assert "dropped a cut last record (24 bytes)" in capsys.readouterr().err
+    assert losses(split) == losses(full)  # every line parses, steps 1-5 as in the uninterrupted run
+    assert train.repair_metrics(os.path.join(split, "metrics.jsonl")) == 0
+    assert train.repair_metrics(str(tmp_path / "absent.jsonl")) == 0
+    only_cut = tmp_path / "cut.jsonl"
+    only_cut.write_bytes(b'{"step": 1')
+    assert train.repair_metrics(str(only_cut)) == 10 and only_cut.read_bytes() == b""
+
+
 def test_a_step_is_timed_at_its_loss_read(tmp_path):
     # The loop reads a step's loss one iteration late. Timed at that read, the first step, and the step after an
     # evaluation (which synchronizes), count their whole time rather than their host enqueue time (1 ms against
