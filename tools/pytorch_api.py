@@ -47,7 +47,8 @@ DIFFERS = {
     "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "
                                    "parent wraps batches with from_numpy; pin_memory is a no-op (with torch's "
                                    "warning); in_order=False still returns batches in order; persistent workers "
-                                   "with an IterableDataset raise",
+                                   "with an IterableDataset raise; a worker's exception whose class cannot be pickled "
+                                   "is raised as a RuntimeError naming it (torch waits forever)",
     "torch.utils.data.default_collate": "stacks in NumPy and wraps with from_numpy (one copy, the stack)",
     "torch.distributed.init_process_group": "backend mpi (gloo is an alias of it on the CPU); rank and size from mpirun; "
                                            "a collective does not block the host (reading its result waits)",

@@ -218,6 +218,28 @@ def test_errors_in_samples_reach_the_loop_with_their_type(workers):
         list(dgdata.DataLoader(Failing(), batch_size=2, num_workers=workers))
 
 
+class FailingUnpicklably(dgdata.Dataset):
+    """Raises an exception whose class is local to a function: it cannot be pickled to the main process."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        class LocalError(Exception):
+            pass
+
+        raise LocalError(f"local failure at sample {i}")
+
+
+def test_a_worker_exception_that_cannot_be_pickled_names_its_type():
+    """Such an exception was dropped by the result queue's feeder thread and the loop waited forever (torch too,
+    issue 32): it is raised as a RuntimeError carrying the worker's traceback and the class's name."""
+    loader = dgdata.DataLoader(FailingUnpicklably(), batch_size=2, num_workers=1, timeout=60)
+    with pytest.raises(RuntimeError, match=r"(?s)Caught LocalError in DataLoader worker process 0.*local failure at "
+                                           r"sample 0.*cannot be sent to the main process"):
+        next(iter(loader))
+
+
 def test_workers_get_torchs_seeds_and_worker_info():
     def report(_):
         info = dgdata.get_worker_info()

@@ -224,10 +224,17 @@ class _WorkerError:
         self.exc_type = type(exc)
         self.message = (f"Caught {type(exc).__name__} in DataLoader worker process {worker_id}.\nOriginal "
                         + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        try:  # sent through the result queue, whose feeder thread would drop it silently (a hang in the parent)
+            pickle.dumps(self.exc_type, pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 (a class defined in a function, ...): raised as RuntimeError
+            self.exc_type = None
+            self.message += (f"(raised as RuntimeError: the exception's class "
+                             f"{type(exc).__module__}.{type(exc).__qualname__} cannot be sent to the main process: "
+                             f"{type(e).__name__}: {e})\n")
 
     def reraise(self):
         try:
-            error = self.exc_type(self.message)
+            error = self.exc_type(self.message) if self.exc_type is not None else RuntimeError(self.message)
         except Exception:
             error = RuntimeError(self.message)
         raise error
