@@ -131,6 +131,27 @@ def test_survivors_name_a_rank_that_died(how, size):
     assert seconds < 10, f"found by the liveness check, not the 60 s timeout: {line[0]}"
 
 
+@needs_mpi
+@pytest.mark.parametrize("how,size", [("return", "small"), ("exit", "small"), ("destroy", "small"),
+                                      ("return", "large")])
+def test_a_rank_that_leaves_early_makes_its_peer_raise_at_once(how, size):
+    """A rank whose program ends (or that destroys the group) while a peer waits in a collective for it: both hung
+    for the default 30-minute timeout, its exit finalizing MPI, a barrier (issue 32). Its leaving notice makes the
+    peer raise within seconds, naming it, and its own exit does not wait for the peer."""
+    start = time.monotonic()
+    result = mpirun("leave_early.py", how, size, timeout=120)
+    elapsed = time.monotonic() - start
+    line = [l for l in result.stdout.splitlines() if l.startswith("raised after")]
+    assert line, result.stdout + result.stderr[-2000:]
+    assert "[all_reduce] rank 1 has left (its program ended or it destroyed the process group) while rank 0 of 2" \
+        in line[0]
+    assert float(line[0].split()[2]) < 10, line[0]
+    assert elapsed < 60, f"the run took {elapsed:.0f} s"
+    assert result.returncode == 0, result.stderr[-2000:]
+    if how == "destroy":
+        assert "rank 1 destroyed the group in" in result.stdout
+
+
 SHM_SIZES = (16384, 6149, 1000003)  # tests/python/dist/shm_all_reduce.py's
 
 

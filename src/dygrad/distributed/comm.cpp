@@ -277,6 +277,7 @@ class CommThread {
           if (w->seconds_in_flight() > 1.0 && now - last_liveness_check_ > std::chrono::milliseconds(500)) {
             last_liveness_check_ = now;
             std::string dead = w->group->dead_member();
+            if (dead.empty()) dead = w->group->departed_member(*w);
             if (!dead.empty()) {
               std::string why = std::string("[") + comm_kind_name(w->kind) + "] " + dead + " while rank " +
                                 std::to_string(w->group->rank()) + " of " + std::to_string(w->group->size()) +

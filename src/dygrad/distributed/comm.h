@@ -129,6 +129,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // A description of a member rank known to have died ("" when none is known): the communication thread asks
   // while an operation waits, and fails it at once rather than at the timeout.
   virtual std::string dead_member() { return ""; }
+  // A description of a member rank that has left the group without taking part in `work` (its program ended, or it
+  // destroyed the group: the MPI group's leaving notices), "" when none has. Called by the communication thread.
+  virtual std::string departed_member(const Work&) { return ""; }
+  uint64_t operations_started() const { return started_.load(); }
 
   // The slot size in bytes of the group's shared-memory all-reduce (mpi.cpp; docs/distributed.md), 0 when its
   // all-reduces all go through MPI (ranks on several machines, DYGRAD_SHM_ALLREDUCE=0, the group of one).

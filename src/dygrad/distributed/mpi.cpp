@@ -27,6 +27,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <thread>
 #endif
 
 namespace dg::dist {
@@ -136,6 +137,15 @@ struct MpiState {
   std::vector<int64_t> pids, hosts;
   int64_t my_host = 0;
   bool debug_detail = false;  // DG_DISTRIBUTED_DEBUG=DETAIL: every collective first checks that ranks agree
+  // Leaving notices (docs/distributed.md, "A rank that leaves"): a rank whose program ends (or that destroys the
+  // world group) sends one to every other rank on `control` before it finalizes; each rank keeps a receive posted
+  // for them, tested by the communication thread's liveness check, so a peer waiting for it fails at once.
+  MPI_Comm control = MPI_COMM_NULL;
+  MPI_Request notice_request = MPI_REQUEST_NULL;
+  int64_t notice = 0;  // what a notice carries: the operations its rank started in the world group
+  std::mutex left_mutex;
+  std::vector<int64_t> left;  // by world rank: -1, or the operations it had started in the world group when it left
+  bool recovery = false;   // mpirun --enable-recovery: a rank may leave MPI unfinalized without ending the job
 };
 
 bool process_gone(int64_t pid) {
@@ -148,6 +158,33 @@ bool process_gone(int64_t pid) {
 MpiState& state() {
   static MpiState* s = new MpiState();
   return *s;
+}
+
+constexpr int kLeavingTag = 1;
+
+// Records the leaving notices that have arrived (the thread making MPI calls: the communication thread, or the
+// host while it is stopped) and posts the receive again.
+void receive_notices() {
+  MpiState& s = state();
+  for (;;) {
+    if (s.notice_request == MPI_REQUEST_NULL) return;
+    int done = 0;
+    MPI_Status status;
+    if (MPI_Test(&s.notice_request, &done, &status) != MPI_SUCCESS || !done) return;
+    {
+      std::lock_guard<std::mutex> lock(s.left_mutex);
+      if (status.MPI_SOURCE >= 0 && static_cast<size_t>(status.MPI_SOURCE) < s.left.size())
+        s.left[static_cast<size_t>(status.MPI_SOURCE)] = s.notice;
+    }
+    MPI_Irecv(&s.notice, 1, MPI_INT64_T, MPI_ANY_SOURCE, kLeavingTag, s.control, &s.notice_request);
+  }
+}
+
+// -1 while world_rank has not left; else the operations it had started in the world group.
+int64_t left_after(size_t world_rank) {
+  MpiState& s = state();
+  std::lock_guard<std::mutex> lock(s.left_mutex);
+  return world_rank < s.left.size() ? s.left[world_rank] : -1;
 }
 
 // One operation in flight: its MPI request, and for the rank-ordered all-reduce the state between its stages.
@@ -429,6 +466,20 @@ class MpiGroup final : public ProcessGroup {
       if (static_cast<int>(r) == rank() || w >= st.pids.size() || st.hosts[w] != st.my_host) continue;
       if (process_gone(st.pids[w]))
         return "rank " + std::to_string(r) + " (process " + std::to_string(st.pids[w]) + " on this machine) has died";
+    }
+    return "";
+  }
+
+  // A rank that left had finished every operation it started; in the world group, an operation it took part in
+  // (numbered up to its count) may still be finishing here, and is not failed.
+  std::string departed_member(const Work& w) override {
+    receive_notices();
+    const bool is_world = this == state().world.get();
+    for (size_t r = 0; r < world_ranks().size(); ++r) {
+      if (static_cast<int>(r) == rank()) continue;
+      const int64_t after = left_after(static_cast<size_t>(world_ranks()[r]));
+      if (after >= 0 && !(is_world && static_cast<int64_t>(w.id) <= after))
+        return "rank " + std::to_string(r) + " has left (its program ended or it destroyed the process group)";
     }
     return "";
   }
@@ -737,11 +788,70 @@ std::shared_ptr<ProcessGroup> init_world(double timeout_s) {
     s.pids.push_back(all[2 * static_cast<size_t>(i)]);
     s.hosts.push_back(all[2 * static_cast<size_t>(i) + 1]);
   }
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &s.control), name, "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(s.control, MPI_ERRORS_RETURN);
+  s.left.assign(static_cast<size_t>(size), -1);
+  check_mpi(MPI_Irecv(&s.notice, 1, MPI_INT64_T, MPI_ANY_SOURCE, kLeavingTag, s.control, &s.notice_request), name,
+            "MPI_Irecv");
+  const char* recovery = std::getenv("OMPI_MCA_orte_enable_recovery");
+  s.recovery = recovery && std::string(recovery) == "1";
   std::vector<int> ranks(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) ranks[static_cast<size_t>(i)] = i;
   s.world = std::make_shared<MpiGroup>(comm, rank, size, std::move(ranks), timeout_s);
   return s.world;
 }
+
+namespace {
+
+// Tells every other rank that this one leaves (a 4-byte message each, sent eagerly). Bounded: a notice that does
+// not complete within a second is abandoned.
+void send_notices() {
+  MpiState& s = state();
+  int me = 0, size = 1;
+  MPI_Comm_rank(s.control, &me);
+  MPI_Comm_size(s.control, &size);
+  const int64_t started = s.world ? static_cast<int64_t>(s.world->operations_started()) : 0;
+  std::vector<MPI_Request> sends;
+  for (int r = 0; r < size; ++r) {
+    if (r == me) continue;
+    sends.emplace_back();
+    if (MPI_Isend(&started, 1, MPI_INT64_T, r, kLeavingTag, s.control, &sends.back()) != MPI_SUCCESS) sends.pop_back();
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int done = 0;
+  while (!sends.empty() && std::chrono::steady_clock::now() < until) {
+    if (MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
+      return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+// Waits for every rank to reach its own exit (a barrier on the control communicator) and says whether they all did.
+// Under --enable-recovery it waits at most a second: a rank still busy (or blocked waiting for this one, which its
+// notice makes fail) is not waited for, and this one leaves MPI unfinalized, which the job survives. Otherwise
+// mpirun would end the job over a rank leaving unfinalized, so it waits until the others arrive or one dies.
+bool everyone_at_exit() {
+  MpiState& s = state();
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(s.control, &barrier) != MPI_SUCCESS) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  auto last_check = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    if (MPI_Test(&barrier, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (s.recovery && now >= until) return false;
+    if (now - last_check > std::chrono::milliseconds(500)) {
+      last_check = now;
+      if (s.world && !s.world->dead_member().empty()) return false;
+    }
+    if (polls < 100) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
 
 std::shared_ptr<ProcessGroup> world() { return mpi_initialized() ? state().world : nullptr; }
 
@@ -754,10 +864,21 @@ void finalize() {
   // Freeing a shared-memory window is collective (a barrier among its ranks; MPI_Finalize frees those left): with a
   // member of this machine gone it would wait forever, so the process then leaves MPI unfinalized, as after a
   // timeout, and its exit unmaps the windows.
-  const bool broken = s.world && (s.world->broken() || (!s.windows.empty() && !s.world->dead_member().empty()));
+  bool broken = s.world && (s.world->broken() || (!s.windows.empty() && !s.world->dead_member().empty()));
   if (!broken) {
     Stream::cpu().synchronize();
     stop_comm_thread();
+    // The communication thread is stopped: the host makes the MPI calls now. Peers waiting for this rank are told
+    // it leaves; MPI is finalized only when every rank is at its exit (finalizing is a barrier).
+    send_notices();
+    broken = !everyone_at_exit();
+  }
+  if (!broken) {
+    if (s.notice_request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&s.notice_request);
+      MPI_Wait(&s.notice_request, MPI_STATUS_IGNORE);
+    }
+    MPI_Comm_free(&s.control);
     for (MPI_Win& w : s.windows) MPI_Win_free(&w);
     s.windows.clear();
     for (MPI_Comm& c : s.comms) MPI_Comm_free(&c);
