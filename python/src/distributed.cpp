@@ -43,6 +43,8 @@ void init_distributed(nb::module_& m) {
       .def("broken", &ProcessGroup::broken)
       .def("shared_memory_slot_bytes", &ProcessGroup::shared_memory_slot_bytes)
       .def("executions_registered", &ProcessGroup::executions_registered)
+      .def("collective_check", &ProcessGroup::collective_check)
+      .def("set_collective_check", &ProcessGroup::set_collective_check, "on"_a)
       .def("all_reduce", &ProcessGroup::all_reduce, "tensor"_a, "op"_a, "async_op"_a)
       .def("all_reduce_gathered", &ProcessGroup::all_reduce_gathered, "output"_a, "pieces"_a, "op"_a, "async_op"_a)
       .def("broadcast", &ProcessGroup::broadcast, "tensor"_a, "root"_a, "async_op"_a)

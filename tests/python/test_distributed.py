@@ -204,14 +204,25 @@ def test_shared_memory_all_reduce_folds_in_rank_order(ranks, env, slot, tmp_path
 
 
 @needs_mpi
-def test_debug_detail_catches_mismatched_shapes_on_every_rank():
-    result = mpirun("mismatch.py", env={"DG_DISTRIBUTED_DEBUG": "DETAIL"})
+def test_collectives_that_disagree_raise_on_every_rank_by_default():
+    """Shapes, sizes, dtypes and kinds that differ across ranks: a silently wrong sum on the shared-memory path, or
+    an abort inside MPI, before every collective was checked across ranks by default (issue 32)."""
+    result = mpirun("mismatch.py")
     out = result.stdout
     assert result.returncode == 0, out + result.stderr[-2000:]
+    calls = {"shape": "rank 0: all_reduce float32 (3,) SUM; rank 1: all_reduce float32 (4,) SUM",
+             "large": "rank 0: all_reduce float32 (262144,) SUM; rank 1: all_reduce float32 (524288,) SUM",
+             "dtype": "rank 0: all_reduce float32 (5,) SUM; rank 1: all_reduce float64 (5,) SUM",
+             "kind": "rank 0: all_reduce float32 (5,) SUM; rank 1: broadcast float32 (5,) root 0",
+             "view": "rank 0: all_reduce float32 (2, 3) SUM; rank 1: all_reduce float32 (3, 2) SUM"}
     for r in (0, 1):
-        assert f"rank {r} raised: [all_reduce] the ranks called different collectives" in out, out
-        assert f"rank {r} first [2.0, 2.0, 2.0, 2.0]" in out
-    assert "rank 0: all_reduce float32 (3,) SUM; rank 1: all_reduce float32 (4,) SUM" in out
+        assert f"rank {r} check True" in out
+        for name, text in calls.items():
+            assert f"rank {r} {name}: raised: [" in out and "] the ranks called different collectives" in out, out
+            assert text in [l for l in out.splitlines() if l.startswith(f"rank {r} {name}:")][0], (r, name, out)
+        assert f"rank {r} first [2.0, 2.0, 2.0, 2.0] after [1.0, 1.0, 1.0, 1.0]" in out  # the group still works
+    off = mpirun("mismatch.py", "setting", env={"DYGRAD_COLLECTIVE_CHECK": "0"})
+    assert "rank 0 check False" in off.stdout and "rank 1 check False" in off.stdout, off.stdout + off.stderr
 
 
 def test_group_of_one_needs_no_mpi():

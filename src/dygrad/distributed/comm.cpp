@@ -103,8 +103,9 @@ struct CommAttrs {
   int32_t root = 0, peer = -1, tag = 0;
   int32_t pieces = 0;  // leading inputs of comm_start that are all_reduce_gathered's pieces
   bool has_input = false, has_output = false, output_is_input = false;
+  bool check = false;  // checked across ranks before it starts
   uint64_t key = 0;  // the launch: comm_wait finds the execution comm_start registered under it
-  DG_ATTRS_FIELDS(group, kind, op, root, peer, tag, pieces, has_input, has_output, output_is_input, key);
+  DG_ATTRS_FIELDS(group, kind, op, root, peer, tag, pieces, has_input, has_output, output_is_input, check, key);
 };
 
 CommAttrs describe(const Work& w) {
@@ -117,6 +118,7 @@ CommAttrs describe(const Work& w) {
   a.has_input = w.input.defined();
   a.has_output = w.output.defined();
   a.output_is_input = a.has_input && a.has_output && w.output.shares_storage(w.input);
+  a.check = w.check;
   a.key = w.key;
   return a;
 }
@@ -126,6 +128,7 @@ std::shared_ptr<Work> work_from_task(const CommAttrs& a, const Task& task) {
   auto w = std::make_shared<Work>(a.kind, a.group);
   w->op = a.op;
   w->root = a.root, w->peer = a.peer, w->tag = a.tag;
+  w->check = a.check;
   w->key = a.key;
   size_t at = 0;
   for (; at < static_cast<size_t>(a.pieces); ++at) w->pieces.push_back(task.inputs[at]);
@@ -482,6 +485,7 @@ std::shared_ptr<Work> ProcessGroup::launch(std::shared_ptr<Work> work, bool asyn
   if (broken()) throw Error(ErrorKind::Runtime, std::string("[") + name + "] the process group is unusable: " +
                                                     broken_reason());
   work->key = ++launched_;
+  work->check = collective_check();
   {
     std::lock_guard<std::mutex> lock(executions_mutex_);
     executions_[work->key] = work;  // comm_start's kernel takes it (the user's handle is the same Work)

@@ -54,6 +54,7 @@ class Work : public std::enable_shared_from_this<Work> {
   // not read). The backend gathers them as it copies its input in (the shared-memory all-reduce copies them
   // straight into its slot) or into the output first (gather_pieces), and drops them once copied.
   std::vector<Tensor> pieces;
+  bool check = false;  // a collective checked across ranks before it starts (the group's setting at the call)
   uint64_t key = 0;  // the launch it comes from (the group's count of calls): pairs comm_start with comm_wait
   uint64_t id = 0;   // the group's count of operations started (in stream order), for error messages and checks
 
@@ -145,6 +146,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   virtual bool progresses_without_polling(const Work&) const { return false; }
   virtual bool wait_for_peers(Work&, std::chrono::microseconds /*limit*/) { return false; }
 
+  // Whether collectives called from now on are checked across ranks before they start (the MPI group: shapes,
+  // dtypes, kind, reduction and root must agree, docs/distributed.md). Collective: every rank sets the same value
+  // at the same point of its program.
+  bool collective_check() const { return check_.load(std::memory_order_relaxed); }
+  void set_collective_check(bool on) { check_.store(on, std::memory_order_relaxed); }
+
   bool broken() const { return broken_.load(std::memory_order_acquire); }
   void mark_broken(std::string why);
   std::string broken_reason() const;
@@ -175,6 +182,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<uint64_t> launched_{0}, started_{0};
   mutable std::mutex executions_mutex_;
   std::unordered_map<uint64_t, std::shared_ptr<Work>> executions_;
+  std::atomic<bool> check_{false};
   std::atomic<bool> broken_{false};
   mutable std::mutex broken_mutex_;
   std::string broken_reason_;

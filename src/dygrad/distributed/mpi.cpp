@@ -136,7 +136,7 @@ struct MpiState {
   // whose process is gone (or a zombie) is known dead.
   std::vector<int64_t> pids, hosts;
   int64_t my_host = 0;
-  bool debug_detail = false;  // DG_DISTRIBUTED_DEBUG=DETAIL: every collective first checks that ranks agree
+  bool check_default = true;  // the cross-rank check of new groups: on unless DYGRAD_COLLECTIVE_CHECK=0
   // Leaving notices (docs/distributed.md, "A rank that leaves"): a rank whose program ends (or that destroys the
   // world group) sends one to every other rank on `control` before it finalizes; each rank keeps a receive posted
   // for them, tested by the communication thread's liveness check, so a peer waiting for it fails at once.
@@ -199,7 +199,43 @@ struct MpiOperation {
   int phase = 0;
   int64_t begin = 0, length = 0;
   int behind = -1;  // the rank whose counter the last test waited for (-1: none, or another operation goes first)
+  // The cross-rank check: each rank's description of its call (kCallFields each), gathered before the collective
+  // starts; `waiting` while the collective has not started (its check, or an older collective's, is pending).
+  bool waiting = false, checked = true;
+  MPI_Request check_request = MPI_REQUEST_NULL;
+  std::vector<int64_t> calls;
 };
+
+// A collective as the cross-rank check compares it: kind, reduction, dtype, root, rank and element count of the
+// tensor it is defined by, and its first 8 sizes.
+constexpr int kCallFields = 14;
+void describe_call(const Work& w, int64_t* f) {
+  const Tensor& t = w.output.defined() && w.kind != CommKind::AllGather ? w.output : w.input;
+  std::fill(f, f + kCallFields, int64_t{-1});
+  f[0] = static_cast<int64_t>(w.kind);
+  f[1] = static_cast<int64_t>(w.op);
+  f[3] = w.root;
+  if (!t.defined()) return;
+  f[2] = static_cast<int64_t>(t.dtype());
+  f[4] = t.dim();
+  f[5] = t.numel();
+  for (int64_t d = 0; d < std::min<int64_t>(t.dim(), 8); ++d) f[6 + d] = t.shape()[static_cast<size_t>(d)];
+}
+
+// "all_reduce float32 (3,) SUM": one rank's call, from its description.
+std::string call_text(const int64_t* f) {
+  std::string text = comm_kind_name(static_cast<CommKind>(f[0]));
+  if (f[2] >= 0) {
+    text += std::string(" ") + dtype_name(static_cast<DType>(f[2])) + " (";
+    for (int64_t d = 0; d < f[4] && d < 8; ++d) text += (d ? ", " : "") + std::to_string(f[6 + d]);
+    text += f[4] > 8 ? ", ...)" : f[4] == 1 ? ",)" : ")";
+  }
+  const auto kind = static_cast<CommKind>(f[0]);
+  if (kind == CommKind::AllReduce || kind == CommKind::Reduce || kind == CommKind::ReduceScatter)
+    text += std::string(" ") + reduce_op_name(static_cast<ReduceOp>(f[1]));
+  if (kind == CommKind::Broadcast || kind == CommKind::Reduce) text += " root " + std::to_string(f[3]);
+  return text;
+}
 
 // --- The shared-memory all-reduce ---------------------------------------------------------------------------
 // For groups whose ranks all run on this machine (docs/distributed.md, "The shared-memory all-reduce"). Each rank
@@ -317,6 +353,7 @@ std::unique_ptr<ShmArena> make_shm_arena(MPI_Comm comm, int size) {
     if (ok) MPI_Win_free(&arena->window);
     return nullptr;
   }
+  MPI_Win_set_errhandler(arena->window, MPI_ERRORS_RETURN);
   arena->bases.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     MPI_Aint bytes = 0;
@@ -415,11 +452,15 @@ class MpiGroup final : public ProcessGroup {
   // second stage of ordered all-reduces is made here, collectively.
   MpiGroup(MPI_Comm comm, int rank, int size, std::vector<int> world_ranks, double timeout_s)
       : ProcessGroup("mpi", rank, size, std::move(world_ranks), timeout_s), comm_(comm) {
+    set_collective_check(state().check_default && size > 1);
     if (size > 2) {
       check_mpi(MPI_Comm_dup(comm_, &gather_comm_), "init_process_group", "MPI_Comm_dup");
       MPI_Comm_set_errhandler(gather_comm_, MPI_ERRORS_RETURN);
       state().comms.push_back(gather_comm_);
     }
+    check_mpi(MPI_Comm_dup(comm_, &check_comm_), "init_process_group", "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(check_comm_, MPI_ERRORS_RETURN);
+    state().comms.push_back(check_comm_);
     shm_ = make_shm_arena(comm_, size);
   }
 
@@ -484,50 +525,78 @@ class MpiGroup final : public ProcessGroup {
     return "";
   }
 
-  // DG_DISTRIBUTED_DEBUG=DETAIL: the ranks exchange what they are about to call (kind, reduction, dtype, root,
-  // shape) and every rank raises, naming each rank's call, when they differ.
-  void check_ranks_agree(const Work& w) {
-    constexpr int kFields = 13;
-    const Tensor& t = w.output.defined() && w.kind != CommKind::AllGather ? w.output : w.input;
-    int64_t mine[kFields] = {static_cast<int64_t>(w.kind), static_cast<int64_t>(w.op), -1, w.root, -1};
-    if (t.defined()) {
-      mine[2] = static_cast<int64_t>(t.dtype());
-      mine[4] = t.dim();
-      for (int64_t d = 0; d < std::min<int64_t>(t.dim(), 8); ++d) mine[5 + d] = t.shape()[static_cast<size_t>(d)];
-    }
-    std::vector<int64_t> all(static_cast<size_t>(kFields * size()));
-    check_mpi(MPI_Allgather(mine, kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, comm_),
-              comm_kind_name(w.kind), "the DG_DISTRIBUTED_DEBUG=DETAIL check");
-    bool same = true;
-    for (int r = 1; r < size(); ++r)
-      same = same && std::equal(all.begin(), all.begin() + kFields, all.begin() + r * kFields);
-    if (same) return;
-    std::string calls;
-    for (int r = 0; r < size(); ++r) {
-      const int64_t* f = all.data() + r * kFields;
-      calls += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
-               comm_kind_name(static_cast<CommKind>(f[0]));
-      if (f[2] >= 0) {
-        calls += std::string(" ") + dtype_name(static_cast<DType>(f[2])) + " (";
-        for (int64_t d = 0; d < f[4] && d < 8; ++d) calls += (d ? ", " : "") + std::to_string(f[5 + d]);
-        calls += f[4] == 1 ? ",)" : ")";
-      }
-      if (f[0] == static_cast<int64_t>(CommKind::AllReduce) || f[0] == static_cast<int64_t>(CommKind::Reduce) ||
-          f[0] == static_cast<int64_t>(CommKind::ReduceScatter))
-        calls += std::string(" ") + reduce_op_name(static_cast<ReduceOp>(f[1]));
-      if (f[0] == static_cast<int64_t>(CommKind::Broadcast) || f[0] == static_cast<int64_t>(CommKind::Reduce))
-        calls += " root " + std::to_string(f[3]);
-    }
-    throw Error(ErrorKind::Runtime, std::string("[") + comm_kind_name(w.kind) + "] the ranks called different "
-                "collectives (operation #" + std::to_string(w.id) + " of the group, DG_DISTRIBUTED_DEBUG=DETAIL): " +
-                calls);
-  }
-
+  // Collectives are checked across ranks before they start (docs/distributed.md, "Calls that disagree"): each rank
+  // gathers every rank's description of the call on a communicator of its own, and the collective starts only when
+  // they all agree; otherwise every rank fails it, naming each rank's call. Collectives start in the order they were
+  // started here (MPI requires one order on every rank): one whose check finishes early waits for the older ones.
   void start(Work& w) override {
-    const char* name = comm_kind_name(w.kind);
-    if (state().debug_detail && w.kind != CommKind::Send && w.kind != CommKind::Recv) check_ranks_agree(w);
     auto* operation = new MpiOperation();
     w.request = operation;
+    const bool collective = w.kind != CommKind::Send && w.kind != CommKind::Recv;
+    if (collective && (w.check || !unstarted_.empty())) {
+      operation->waiting = true;
+      unstarted_.push_back(w.id);
+      if (w.check) {
+        operation->checked = false;
+        operation->calls.resize(static_cast<size_t>(kCallFields * (size() + 1)));
+        int64_t* mine = operation->calls.data() + static_cast<ptrdiff_t>(kCallFields) * size();
+        describe_call(w, mine);
+        const int code = MPI_Iallgather(mine, kCallFields, MPI_INT64_T, operation->calls.data(), kCallFields,
+                                        MPI_INT64_T, check_comm_, &operation->check_request);
+        if (code != MPI_SUCCESS) {
+          unstarted_.pop_back();
+          delete operation;
+          w.request = nullptr;
+          check_mpi(code, comm_kind_name(w.kind), "the cross-rank check");
+        }
+      }
+      return;
+    }
+    start_now(w, *operation);
+  }
+
+  // Advances a collective waiting to start; true once it has started.
+  bool advance_waiting(Work& w, MpiOperation& o) {
+    if (!o.checked) {
+      int done = 0;
+      const int code = MPI_Test(&o.check_request, &done, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS || !done) {
+        if (code == MPI_SUCCESS) return false;
+        drop_waiting(w);
+        check_mpi(code, comm_kind_name(w.kind), "the cross-rank check");
+      }
+      o.checked = true;
+      const int64_t* all = o.calls.data();
+      bool same = true;
+      for (int r = 1; r < size(); ++r)
+        same = same && std::equal(all, all + kCallFields, all + static_cast<ptrdiff_t>(r) * kCallFields);
+      if (!same) {
+        std::string calls;
+        for (int r = 0; r < size(); ++r)
+          calls += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
+                   call_text(all + static_cast<ptrdiff_t>(r) * kCallFields);
+        drop_waiting(w);
+        throw Error(ErrorKind::Runtime, std::string("[") + comm_kind_name(w.kind) + "] the ranks called different "
+                    "collectives (operation #" + std::to_string(w.id) + " of the group): " + calls);
+      }
+    }
+    if (unstarted_.front() != w.id) return false;
+    unstarted_.pop_front();
+    o.waiting = false;
+    o.calls = {};
+    start_now(w, o);
+    return true;
+  }
+
+  // A collective that will not start: out of the queue, its operation freed (the caller fails the Work).
+  void drop_waiting(Work& w) {
+    std::erase(unstarted_, w.id);
+    delete static_cast<MpiOperation*>(w.request);
+    w.request = nullptr;
+  }
+
+  void start_now(Work& w, MpiOperation& o) {
+    MpiOperation* operation = &o;
     MPI_Request* req = &operation->request;
     const Tensor& t = w.output.defined() ? w.output : w.input;
     int code = MPI_SUCCESS;
@@ -578,7 +647,7 @@ class MpiGroup final : public ProcessGroup {
     if (code != MPI_SUCCESS) {
       delete operation;
       w.request = nullptr;
-      check_mpi(code, name, "starting the operation");
+      check_mpi(code, comm_kind_name(w.kind), "starting the operation");
     }
   }
 
@@ -606,6 +675,7 @@ class MpiGroup final : public ProcessGroup {
 
   bool test(Work& w) override {
     auto* operation = static_cast<MpiOperation*>(w.request);
+    if (operation->waiting && !advance_waiting(w, *operation)) return false;
     if (operation->shm) {
       if (!test_shm(w, *operation)) return false;
       delete operation;
@@ -735,6 +805,8 @@ class MpiGroup final : public ProcessGroup {
   std::unique_ptr<ShmArena> shm_;          // null: every all-reduce goes through MPI
   std::deque<uint64_t> shm_queue_;         // shared-memory all-reduces started and not finished, oldest first
   MPI_Comm gather_comm_ = MPI_COMM_NULL;  // ordered all-reduce's second stage (groups of more than two)
+  MPI_Comm check_comm_ = MPI_COMM_NULL;   // the cross-rank check's exchanges
+  std::deque<uint64_t> unstarted_;         // collectives waiting to start (their check or an older one's), oldest first
   std::deque<uint64_t> awaiting_gather_;   // ordered all-reduces whose exchange started, oldest first
 };
 
@@ -760,6 +832,9 @@ std::shared_ptr<ProcessGroup> init_world(double timeout_s) {
   DG_CHECK(provided >= MPI_THREAD_SERIALIZED, Runtime, "[", name, "] the MPI library provides thread level ", provided,
            "; dygrad's communication thread needs MPI_THREAD_SERIALIZED");
   s.initialized = true;
+  // Errors return codes, which become Python exceptions naming the operation, on every communicator and window
+  // dygrad makes (set on each) and on MPI_COMM_WORLD, whose default would abort the process inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Type_contiguous(2, MPI_BYTE, &bf16_type);
   MPI_Type_commit(&bf16_type);
   MPI_Type_contiguous(2, MPI_BYTE, &f16_type);
@@ -783,7 +858,8 @@ std::shared_ptr<ProcessGroup> init_world(double timeout_s) {
   check_mpi(MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm), name, "MPI_Allgather");
   s.my_host = mine[1];
   const char* debug = std::getenv("DG_DISTRIBUTED_DEBUG");
-  s.debug_detail = debug && std::string(debug) == "DETAIL";
+  const char* check = std::getenv("DYGRAD_COLLECTIVE_CHECK");
+  s.check_default = (check == nullptr || std::string(check) != "0") || (debug && std::string(debug) == "DETAIL");
   for (int i = 0; i < size; ++i) {
     s.pids.push_back(all[2 * static_cast<size_t>(i)]);
     s.hosts.push_back(all[2 * static_cast<size_t>(i) + 1]);

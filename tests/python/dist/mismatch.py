@@ -1,20 +1,34 @@
-"""Run by tests/python/test_distributed.py with DG_DISTRIBUTED_DEBUG=DETAIL: the ranks all_reduce tensors of
-different shapes; every rank must raise, naming both calls."""
-import os
+"""Run by tests/python/test_distributed.py: the ranks call collectives that disagree (shapes, sizes on the
+shared-memory path, dtypes, kinds); every rank must raise, naming each rank's call, with the default settings, and
+agreeing calls before and after must work."""
+import sys
 
 import dygrad as dg
 import dygrad.distributed as dist
 
 dist.init_process_group("mpi")
 rank = dist.get_rank()
+print(f"rank {rank} check {dist.group.WORLD._handle.collective_check()}", flush=True)
+if sys.argv[1:] == ["setting"]:  # DYGRAD_COLLECTIVE_CHECK=0: the setting alone (the calls below would disagree)
+    dist.destroy_process_group()
+    sys.exit(0)
 ok = dg.ones(4)
 dist.all_reduce(ok)  # agreeing calls pass the check
-x = dg.ones(3 + rank)
-dist.all_reduce(x)
-try:
-    x.tolist()
-    print(f"rank {rank} no error", flush=True)
-except RuntimeError as e:
-    print(f"rank {rank} raised: {e}", flush=True)
-print(f"rank {rank} first {ok.tolist()}", flush=True)
+cases = {
+    "shape": lambda: dist.all_reduce(dg.ones(3 + rank)),
+    "large": lambda: dist.all_reduce(dg.ones((1 << 18) * (1 + rank))),  # 1 MiB and 2 MiB: the shared-memory path
+    "dtype": lambda: dist.all_reduce(dg.ones(5, dtype=dg.float32 if rank == 0 else dg.float64)),
+    "kind": lambda: dist.all_reduce(dg.ones(5)) if rank == 0 else dist.broadcast(dg.ones(5), src=0),
+    "view": lambda: dist.all_reduce(dg.ones(2, 3) if rank == 0 else dg.ones(3, 2)),
+}
+for name, call in cases.items():
+    try:
+        call()
+        dg.synchronize()
+        print(f"rank {rank} {name}: no error", flush=True)
+    except RuntimeError as e:
+        print(f"rank {rank} {name}: raised: {e}", flush=True)
+after = dg.full((4,), float(rank))
+dist.all_reduce(after)
+print(f"rank {rank} first {ok.tolist()} after {after.tolist()}", flush=True)
 dist.destroy_process_group()
