@@ -416,14 +416,17 @@ def ddp_run(mode, tmp_path, ranks=2):
 
 
 @needs_mpi
-@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused", "held", "zero_in_place"])
+@pytest.mark.parametrize("mode", ["plain", "bucket_view", "no_sync", "unused", "held", "zero_in_place", "twice", "tied",
+                                  "unused_shared"])
 def test_ddp_equals_one_process_accumulating_the_ranks_batches(mode, tmp_path):
     """Parameters broadcast from rank 0 (the ranks start from different seeds), gradients averaged in buckets
     during backward: the final parameters are bitwise those of one process that sums the ranks' gradients in
     rank order and divides by the world size; no_sync accumulates locally first; unused parameters are found.
     Each step's .grads are views of one buffer per bucket; the next step fills the same buffer when the .grads
     were dropped (set_to_none), and a fresh one while something still holds them: a user's old .grad tensors
-    keep their values (held), and so do .grads zeroed in place and accumulated into (zero_in_place)."""
+    keep their values (held), and so do .grads zeroed in place and accumulated into (zero_in_place). A layer applied
+    twice, a weight tied between input and output (and with find_unused_parameters) launch their bucket only once
+    every use's gradient is in (issue 32: the first use's partial gradient was all-reduced)."""
     r0, r1 = ddp_run(mode, tmp_path)
     assert "error" not in r0 and "error" not in r1, r0.get("error") or r1.get("error")
     steps = r0["grad_bases"]

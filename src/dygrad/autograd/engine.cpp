@@ -136,21 +136,28 @@ void mark_needed(const Node* root, GraphRun& run, std::unordered_map<const Node*
 
 // The pass's schedule: how many gradient contributions each node still waits for, the contributions gathered
 // for each node's outputs, and the nodes whose contributions are all in (run first in, first out).
+// A leaf gathers its contributions like a node (torch's AccumulateGrad): its hooks see, and its .grad gets, the
+// sum of every use's gradient once, when the last use's is in; post-accumulate hooks (data parallel's buckets)
+// fire once per pass with the whole gradient.
 struct Schedule {
   std::unordered_map<const Node*, int> deps;
   std::unordered_map<const Node*, std::vector<Tensor>> buffers;
+  std::unordered_map<const TensorImpl*, int> leaf_deps;
+  std::unordered_map<const TensorImpl*, Tensor> leaf_buffers;
   std::deque<Ref<Node>> ready;
 };
 
 bool leaf_has_hooks(const Edge& e) { return e.leaf && e.leaf->autograd && !e.leaf->autograd->leaf_hooks.empty(); }
 
-// 1. Dependencies: how many gradient contributions each node waits for. Notes on the way whether any hook or
-// retain_grad() target is in the graph (then no gradient buffer is taken as a leaf's .grad).
-void count_dependencies(GraphRun& run, std::span<const Edge> root_edges, std::unordered_map<const Node*, int>& deps) {
+// 1. Dependencies: how many gradient contributions each node and each leaf waits for. Notes on the way whether
+// any hook or retain_grad() target is in the graph (then no gradient buffer is taken as a leaf's .grad).
+void count_dependencies(GraphRun& run, std::span<const Edge> root_edges, Schedule& schedule) {
+  std::unordered_map<const Node*, int>& deps = schedule.deps;
   std::vector<Node*> stack;
   std::unordered_set<const Node*> seen;
   for (const Edge& e : root_edges) {
     if (leaf_has_hooks(e)) run.graph_has_hooks = true;
+    if (e.leaf) ++schedule.leaf_deps[e.leaf.get()];
     if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }
   while (!stack.empty()) {
@@ -161,6 +168,7 @@ void count_dependencies(GraphRun& run, std::span<const Edge> root_edges, std::un
     if (!n->retained_outputs.empty()) run.graph_has_hooks = true;
     for (const Edge& e : n->next) {
       if (leaf_has_hooks(e)) run.graph_has_hooks = true;
+      if (e.leaf) ++schedule.leaf_deps[e.leaf.get()];
       if (!e.node) continue;
       ++deps[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -168,14 +176,24 @@ void count_dependencies(GraphRun& run, std::span<const Edge> root_edges, std::un
   }
 }
 
-// 2. Seed the roots: a leaf root accumulates at once, a node root gets its gradient in its buffer; root nodes
-// that wait for nothing more are ready, in the order of the roots, each once.
+// One contribution to a leaf's gradient: summed into its buffer; the last one accumulates the sum.
+void pass_leaf_grad(GraphRun& run, Schedule& schedule, const Ref<TensorImpl>& leaf, const Tensor& g) {
+  Tensor& buffer = schedule.leaf_buffers[leaf.get()];
+  if (g.defined()) buffer = sum_grads(buffer, g);
+  if (--schedule.leaf_deps[leaf.get()] > 0) return;
+  Tensor total = std::move(buffer);
+  schedule.leaf_buffers.erase(leaf.get());
+  if (total.defined()) accumulate_leaf(run, leaf, std::move(total));
+}
+
+// 2. Seed the roots: a leaf root contributes its gradient, a node root gets its gradient in its buffer; root
+// nodes that wait for nothing more are ready, in the order of the roots, each once.
 void seed_roots(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads,
                 Schedule& schedule) {
   for (size_t i = 0; i < root_edges.size(); ++i) {
     const Edge& e = root_edges[i];
     if (e.leaf) {
-      accumulate_leaf(run, e.leaf, root_grads[i]);
+      pass_leaf_grad(run, schedule, e.leaf, root_grads[i]);
       continue;
     }
     auto& buf = schedule.buffers[e.node.get()];
@@ -253,7 +271,7 @@ void pass_input_grad(GraphRun& run, Schedule& schedule, const Node& node, size_t
     if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
   }
   if (e.leaf) {
-    if (g.defined()) accumulate_leaf(run, e.leaf, g);
+    pass_leaf_grad(run, schedule, e.leaf, g);
     return;
   }
   auto& buf = schedule.buffers[e.node.get()];
@@ -283,7 +301,7 @@ void run_node(GraphRun& run, Schedule& schedule, const Ref<Node>& node) {
 void execute(GraphRun& run, std::span<const Edge> root_edges, std::span<const Tensor> root_grads) {
   EnableGradGuard grad_mode(run.create_graph);
   Schedule schedule;
-  count_dependencies(run, root_edges, schedule.deps);
+  count_dependencies(run, root_edges, schedule);
   if (!run.accumulate) {
     std::unordered_map<const Node*, bool> memo;
     for (const Edge& e : root_edges)

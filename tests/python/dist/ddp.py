@@ -14,7 +14,7 @@ import dygrad.distributed as dist
 import dygrad.nn as nn
 
 out_dir, mode = sys.argv[1], sys.argv[2]  # plain | bucket_view | no_sync | unused | unused_error | rebuild | deterministic
-#                                           | held | zero_in_place
+#                                           | held | zero_in_place | twice | tied | unused_shared
 dist.init_process_group("mpi")
 if mode == "deterministic":  # more than two ranks: the rank-ordered all-reduce
     dg.set_context(deterministic=True)
@@ -23,8 +23,12 @@ dg.set_num_threads(1)
 
 
 class Net(nn.Module):
-    def __init__(self, unused=False, c_first=False):
+    """twice: layer b is applied twice in one forward; tied: the input projection's weight is also the output
+    head's (transposed), as tied embeddings; each parameter's gradient is then the sum of several uses'."""
+
+    def __init__(self, unused=False, c_first=False, twice=False, tied=False):
         super().__init__()
+        self.twice, self.tied = twice, tied
         if c_first:  # registered in an order backward does not follow: the buckets are rebuilt after step 1
             self.c = nn.Linear(64, 4)
         self.a = nn.Linear(16, 64)
@@ -34,7 +38,12 @@ class Net(nn.Module):
         self.spare = nn.Linear(4, 4) if unused else None
 
     def forward(self, x):
-        return self.c(dg.tanh(self.b(dg.tanh(self.a(x)))))
+        h = dg.tanh(self.b(dg.tanh(self.a(x))))
+        if self.twice:
+            h = dg.tanh(self.b(h))
+        if self.tied:
+            return self.c(h) + (h @ self.a.weight)[:, :4]
+        return self.c(h)
 
 
 def batch(step, r):
@@ -44,14 +53,15 @@ def batch(step, r):
 
 def make(seed):
     dg.manual_seed(seed)
-    return Net(unused=mode.startswith("unused"), c_first=(mode == "rebuild"))
+    return Net(unused=mode.startswith("unused"), c_first=(mode == "rebuild"), twice=mode in ("twice", "unused_shared"),
+               tied=(mode == "tied"))
 
 
 steps, accumulate = 4, (2 if mode == "no_sync" else 1)
 model = make(rank)  # different seeds: DDP must broadcast rank 0's parameters
 ddp = nn.parallel.DistributedDataParallel(
     model, bucket_cap_mb=0.01, gradient_as_bucket_view=(mode == "bucket_view"),
-    find_unused_parameters=(mode == "unused"))
+    find_unused_parameters=mode in ("unused", "unused_shared"))
 opt = dg.optim.SGD(ddp.parameters(), lr=0.1)
 names = {id(p): n for n, p in model.named_parameters()}
 result = {"buckets": [], "grad_bases": [], "held_intact": []}
