@@ -34,7 +34,7 @@ _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 
 def _rebuild_tensor(array, dtype_name, requires_grad):

@@ -3,9 +3,16 @@
 An import hook resolves `torch` and every `torch.<sub>` module to dygrad's (`torch.nn.functional` is
 `dygrad.nn.functional`, `torch.utils.data` is `dygrad.utils.data` ...) through thin alias modules. A name
 dygrad lacks raises TorchNameMissing (an AttributeError, so `hasattr(torch, ...)` probes keep working) that
-names it and points at docs/pytorch-api.md; a missing submodule raises ModuleNotFoundError the same way.
-`install()` sets the hook up in-process (what `import dygrad.as_torch; dygrad.as_torch.install()` does)."""
+names it and points at docs/pytorch-api.md; a missing submodule raises ModuleNotFoundError the same way, and
+`from torch import missing` a TorchImportMissing (an ImportError) with the same message. A dygrad submodule
+reached as an attribute (`torch.nn.init`) is its torch alias, so its missing names are named the same way.
+`torch.__version__` is the API level dygrad implements ("2.13.0+dygrad.0.1.0", a TorchVersion), and where no
+real torch is installed the hook also answers `importlib.metadata` for "torch" with that version, so libraries
+that gate on the installed package (transformers) find it. `install()` sets the hook up in-process (what
+`import dygrad.as_torch; dygrad.as_torch.install()` does)."""
+import dis
 import importlib
+import importlib.metadata
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -25,6 +32,20 @@ class TorchNameMissing(AttributeError):
     """A torch name that dygrad does not provide."""
 
 
+class TorchImportMissing(ImportError):
+    """`from torch... import name` of a name that dygrad does not provide."""
+
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+
+def _importing_from(frame):
+    """True when `frame` is executing `from module import name`: a missing name then raises an ImportError that
+    names it (Python would turn an AttributeError into a bare "cannot import name" naming dygrad's file)."""
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM
+
+
 def _missing_message(qualified):
     return (f"{qualified} is not provided by dygrad (running a PyTorch script through dygrad.as_torch); "
             f"see {DOCS} for what dygrad supports and what differs")
@@ -38,20 +59,31 @@ class _TorchAlias(types.ModuleType):
         object.__setattr__(self, "_dygrad_target", target)
         self.__file__ = getattr(target, "__file__", None)
         self.__path__ = []  # a package, so `import torch.x.y` asks the finder below
+        if name in ("torch", "torch.version"):
+            from .version import as_torch_version
+            self.__version__ = as_torch_version
 
     def __getattr__(self, attr):
         target = object.__getattribute__(self, "_dygrad_target")
+        qualified = f"{self.__name__}.{attr}"
         try:
-            return getattr(target, attr)
+            value = getattr(target, attr)
         except AttributeError:
             pass
+        else:
+            # A dygrad submodule is handed out as its torch alias (torch.nn.init, not dygrad.nn.init), so a name
+            # missing from it is named as torch's too.
+            if isinstance(value, types.ModuleType) and getattr(value, "__name__", "") == dygrad_name(qualified):
+                return importlib.import_module(qualified)
+            return value
         if attr.startswith("__"):
             raise AttributeError(attr)
-        qualified = f"{self.__name__}.{attr}"
         try:  # torch.nn.functional reached as an attribute before it was imported
             return importlib.import_module(qualified)
         except ImportError:
             pass
+        if _importing_from(sys._getframe(1)):
+            raise TorchImportMissing(_missing_message(qualified), name=qualified)
         raise TorchNameMissing(_missing_message(qualified))
 
     def __setattr__(self, attr, value):
@@ -85,6 +117,21 @@ def resolve(torch_name):
         raise ModuleNotFoundError(_missing_message(torch_name) + f" (no module {target})", name=torch_name) from e
 
 
+class _TorchDistribution(importlib.metadata.Distribution):
+    """The package metadata of "torch" where no real torch is installed: its version is the API level dygrad
+    implements, so `importlib.metadata.version("torch")` (transformers' availability check) finds it."""
+
+    def read_text(self, filename):
+        if filename == "METADATA":
+            from .version import as_torch_version
+            return (f"Metadata-Version: 2.1\nName: torch\nVersion: {as_torch_version}\n"
+                    "Summary: dygrad standing in for PyTorch (dygrad.as_torch)\n")
+        return None
+
+    def locate_file(self, path):
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), str(path))
+
+
 class _TorchFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torch" and not fullname.startswith("torch."):
@@ -96,6 +143,21 @@ class _TorchFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         pass
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        if context.name not in ("torch", None) or _real_torch_installed():
+            return iter(())
+        return iter([_TorchDistribution()])
+
+
+def _real_torch_installed():
+    """Whether a torch distribution other than this stand-in is installed (its metadata is then the answer)."""
+    for finder in sys.meta_path:
+        if finder is _FINDER or not hasattr(finder, "find_distributions"):
+            continue
+        if any(True for _ in finder.find_distributions(importlib.metadata.DistributionFinder.Context(name="torch"))):
+            return True
+    return False
 
 
 _FINDER = _TorchFinder()
@@ -147,4 +209,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run by `python3 -m dygrad.as_torch`: the hook of the importable module, so a script that imports
+    # dygrad.as_torch sees the one installed (not a second copy of this file's names).
+    from dygrad.as_torch import main as _main
+    sys.exit(_main())

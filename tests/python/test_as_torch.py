@@ -45,6 +45,8 @@ def test_torch_and_its_submodules_resolve_to_dygrad(tmp_path):
     ("from torch.nn import NoSuchLayer", "torch.nn.NoSuchLayer"),
     ("import torch.no_such_module", "torch.no_such_module"),
     ("torch.zeros(2).no_such_method()", "torch.Tensor.no_such_method"),
+    ("from torch import no_such_constant", "torch.no_such_constant"),
+    ("torch.nn.init.no_such_init_(1)", "torch.nn.init.no_such_init_"),  # a submodule reached as an attribute
 ])
 def test_a_missing_name_is_named_with_a_pointer_to_the_conformance_table(tmp_path, line, name):
     result = run_script(tmp_path, f"""
@@ -59,7 +61,29 @@ def test_a_missing_name_is_named_with_a_pointer_to_the_conformance_table(tmp_pat
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert name in last and "docs/pytorch-api.md" in last, result.stderr
-    assert last.startswith(("dygrad.as_torch.TorchNameMissing", "TorchNameMissing", "ModuleNotFoundError")), last
+    assert last.startswith(("dygrad.as_torch.TorchNameMissing", "TorchNameMissing", "ModuleNotFoundError",
+                            "dygrad.as_torch.TorchImportMissing", "TorchImportMissing")), last
+
+
+def test_torch_version_is_the_api_level_and_the_package_is_found_without_torch(tmp_path):
+    """Libraries gate on torch's version (transformers needs >= 2.6): "0.1.0", dygrad's own, sent them down pre-2.0
+    paths or disabled torch. The API level dygrad implements, with dygrad's version as a local label; and where no
+    real torch is installed, importlib.metadata finds a "torch" of that version (here: pretending none is)."""
+    result = run_script(tmp_path, """
+        import importlib.metadata
+        import torch
+        import dygrad.as_torch
+        from packaging.version import parse
+        v = torch.__version__
+        assert v == "2.13.0+dygrad.0.1.0" and torch.version.__version__ == v, v
+        assert v >= "2.6" and v >= (2, 13) and v < "2.14" and not v < (2, 13, 0) and v != "2.12"
+        assert parse(v) >= parse("2.6.0") and torch.version.cuda is None and torch.version.hip is None
+        assert importlib.metadata.version("torch") != v  # the real torch's metadata (the peer is installed)
+        dygrad.as_torch._real_torch_installed = lambda: False
+        assert importlib.metadata.version("torch") == v
+        print("ok")
+    """)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 
 def test_install_refuses_when_real_torch_is_loaded():
