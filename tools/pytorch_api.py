@@ -20,6 +20,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Where a supported torch name behaves differently in dygrad (kept next to the generator so the table says it).
 DIFFERS = {
+    "torch.nn.attention.sdpa_kernel": "the switches are recorded and reported as torch's "
+                                      "(torch.backends.cuda.*_sdp_enabled); dygrad's attention has one "
+                                      "implementation (its flash kernel) and does not consult them",
+    "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
     "torch.compile": "a pass-through: returns the model or function unchanged (eager) until dygrad has a JIT",
     "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",
     "torch.Generator": "torch's MT19937 draws for randperm/randint (data order); get_state() has dygrad's layout; "
@@ -95,6 +99,19 @@ AREAS = [
                       and callable(getattr(m, n)) and not isinstance(getattr(m, n), type(m))
                       and type(getattr(m, n)).__name__ in ("builtin_function_or_method", "function")
                       and n in _COMMON_OPS)),
+    ("Names programs and libraries probe (issues 37, 41)", "torch",
+     lambda m: ["finfo", "iinfo", "pi", "e", "inf", "nan", "newaxis", "hstack", "vstack", "row_stack", "dstack",
+                "column_stack", "atleast_1d", "atleast_2d", "atleast_3d", "remainder", "fmod", "polar",
+                "view_as_complex", "view_as_real", "complex64", "complex128", "int8", "int16", "uint32", "uint64",
+                "float8_e4m3fn", "float8_e5m2", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "eye",
+                "as_tensor", "asarray", "empty_strided", "normal", "scalar_tensor", "randint_like", "addcmul",
+                "addcdiv", "isin", "get_default_device", "contiguous_format", "compiler", "jit", "onnx",
+                "accelerator", "library", "distributions", "version"]),
+    ("Pytrees", "torch.utils._pytree",
+     lambda m: ["tree_flatten", "tree_unflatten", "tree_leaves", "tree_structure", "tree_map", "tree_map_",
+                "tree_map_only", "tree_iter", "tree_all", "tree_any", "tree_all_only", "tree_any_only",
+                "register_pytree_node", "TreeSpec", "LeafSpec", "tree_flatten_with_path", "register_dataclass"]),
+    ("Attention backend switches", "torch.nn.attention", lambda m: ["SDPBackend", "sdpa_kernel", "flex_attention"]),
     ("Tensor methods", "torch.Tensor",
      lambda m: sorted(n for n in dir(m) if not n.startswith("_") and n in _COMMON_OPS | _COMMON_METHODS)),
 ]

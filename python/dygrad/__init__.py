@@ -35,6 +35,16 @@ _tensor.install()
 _atexit.register(_C._interpreter_exiting)
 
 from .version import __version__  # noqa: E402
+from ._dtype_info import finfo, iinfo  # noqa: E402,F401
+from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack,  # noqa: E402,F401
+                        vstack)
+
+# torch's constants (torch.pi is math.pi ...).
+pi = 3.141592653589793
+e = 2.718281828459045
+inf = __import__("math").inf
+nan = __import__("math").nan
+newaxis = None
 
 
 def _rebuild_tensor(array, dtype_name, requires_grad):

@@ -80,7 +80,16 @@ def _register_post_accumulate_grad_hook(self, hook):
     return _Handle()
 
 
+def _format(self, format_spec):
+    """format(t, spec) as torch's: a 0-dim tensor formats its value (f"{loss:.4f}"), any other tensor as object
+    does (its str() for an empty spec, else TypeError)."""
+    if self.dim() == 0 and type(self) is _C.Tensor:
+        return self.item().__format__(format_spec)
+    return object.__format__(self, format_spec)
+
+
 def install():
+    _C.Tensor.__format__ = _format
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex
     _C.Tensor.__iter__ = _iter

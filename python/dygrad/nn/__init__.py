@@ -6,3 +6,4 @@ from .layers import (  # noqa: F401
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401
+from . import attention, modules  # noqa: E402,F401  (torch.nn.attention, torch.nn.modules.<file> paths)

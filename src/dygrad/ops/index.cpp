@@ -146,7 +146,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
   }
   if (reference < 0) return Tensor::empty(Dims{0}, dtype);
   const Tensor& ref = tensors[static_cast<size_t>(reference)];
-  DG_CHECK(ref.dim() > 0, Value, "[cat] zero-dimensional tensor (at position ", reference, ") cannot be concatenated");
+  DG_CHECK(ref.dim() > 0, Runtime, "[cat] zero-dimensional tensor (at position ", reference, ") cannot be concatenated");
   const int64_t d = wrap_dim("cat", dim, ref.dim());
   Dims shape(ref.shape());
   shape[static_cast<size_t>(d)] = 0;
@@ -155,10 +155,10 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = tensors[k];
     if (t.dim() == 1 && t.numel() == 0) continue;
-    DG_CHECK(t.dim() == ref.dim(), Value, "[cat] tensors must have the same number of dimensions: tensor ", reference,
+    DG_CHECK(t.dim() == ref.dim(), Runtime, "[cat] tensors must have the same number of dimensions: tensor ", reference,
              " has shape ", ref.shape(), " but tensor ", k, " has shape ", t.shape());
     for (int64_t e = 0; e < ref.dim(); ++e)
-      DG_CHECK(e == d || t.shape()[e] == ref.shape()[e], Value, "[cat] sizes of tensors must match except in "
+      DG_CHECK(e == d || t.shape()[e] == ref.shape()[e], Runtime, "[cat] sizes of tensors must match except in "
                "dimension ", d, ": expected size ", ref.shape()[e], " but got size ", t.shape()[e], " for tensor ",
                k, " (shape ", t.shape(), ") at dimension ", e);
     check_same_device("cat", ref, t);

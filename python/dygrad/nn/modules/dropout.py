@@ -1,0 +1,6 @@
+"""torch.nn.modules.dropout: the classes of dygrad.nn that torch defines in this module (pickled torch models and
+torch.serialization.safe_globals name them by this path). A name torch has here and dygrad lacks is missing."""
+
+from ..layers import Dropout  # noqa: F401
+
+__all__ = ['Dropout']

@@ -1,0 +1,6 @@
+"""torch.nn.modules.loss: the classes of dygrad.nn that torch defines in this module (pickled torch models and
+torch.serialization.safe_globals name them by this path). A name torch has here and dygrad lacks is missing."""
+
+from ..loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
+
+__all__ = ['BCEWithLogitsLoss', 'CrossEntropyLoss', 'L1Loss', 'MSELoss', 'NLLLoss']

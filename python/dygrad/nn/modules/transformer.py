@@ -1,0 +1,5 @@
+"""torch.nn.modules.transformer: the classes of dygrad.nn that torch defines in this module (pickled torch models and
+torch.serialization.safe_globals name them by this path). A name torch has here and dygrad lacks is missing."""
+
+
+__all__ = []
