@@ -23,6 +23,10 @@ DIFFERS = {
     "torch.nn.attention.sdpa_kernel": "the switches are recorded and reported as torch's "
                                       "(torch.backends.cuda.*_sdp_enabled); dygrad's attention has one "
                                       "implementation (its flash kernel) and does not consult them",
+    "torch.addcmul": "composed: (value * tensor1) * tensor2 is rounded before the add, where torch fuses it (an "
+                     "FMA): results may differ by 1 ulp; addcdiv is bitwise torch's",
+    "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
+    "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
     "torch.compile": "a pass-through: returns the model or function unchanged (eager) until dygrad has a JIT",
     "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",

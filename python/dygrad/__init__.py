@@ -36,6 +36,11 @@ _atexit.register(_C._interpreter_exiting)
 
 from .version import __version__  # noqa: E402
 from ._dtype_info import finfo, iinfo  # noqa: E402,F401
+from ._factories import (addcdiv, addcmul, as_tensor, asarray, channels_last, channels_last_3d,  # noqa: E402,F401
+                         contiguous_format, eye, get_default_device, isin, memory_format, normal, preserve_format,
+                         randint_like, scalar_tensor, set_default_device)
+from . import _factories  # noqa: E402
+_factories.install()
 from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack,  # noqa: E402,F401
                         vstack)
 

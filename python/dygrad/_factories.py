@@ -1,0 +1,233 @@
+"""torch factories and pointwise functions composed of dygrad's ops in Python (issues 37, 41): eye, as_tensor,
+asarray, normal, scalar_tensor, randint_like, addcmul/addcdiv (and their Tensor methods), isin, the default device
+and the memory_format objects."""
+import numbers
+
+import numpy as np
+
+from . import _C
+from ._probes import device as _device
+
+
+class memory_format:  # noqa: N801 (torch's name)
+    """A memory layout request (torch.contiguous_format ...). dygrad's dense tensors are row-major: every format is
+    accepted where torch accepts one and gives a contiguous result (docs/pytorch-api.md)."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"torch.{self._name}"
+
+    def __reduce__(self):
+        return self._name
+
+
+contiguous_format = memory_format("contiguous_format")
+preserve_format = memory_format("preserve_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+
+
+def _check_device(name, device):
+    if device is not None and _device(device).type != "cpu":
+        raise RuntimeError(f"[{name}] device {device!r}: dygrad's tensors live on the CPU")
+
+
+def get_default_device():
+    """The device factories create tensors on: the CPU."""
+    return _device("cpu")
+
+
+def set_default_device(device):
+    """Accepts the CPU (or None); another device raises, as dygrad has no other yet."""
+    _check_device("set_default_device", device)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False, out=None):
+    """The n x m identity matrix (m defaults to n), float32 unless dtype is given."""
+    if out is not None:
+        raise TypeError("eye(): out= is not supported by dygrad")
+    _check_device("eye", device)
+    m = n if m is None else m
+    for name, v in (("n", n), ("m", m)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(f"eye(): argument '{name}' must be int, not {type(v).__name__}")
+        if v < 0:
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
+    rows, cols = _C.arange(n).reshape(n, 1), _C.arange(m).reshape(1, m)
+    result = (rows == cols).to(dtype if dtype is not None else _C.float32)
+    return result.requires_grad_(True) if requires_grad else result
+
+
+def as_tensor(data, dtype=None, device=None):
+    """data as a tensor, sharing memory where it can: a tensor of the dtype is itself, a NumPy array of a dtype
+    dygrad has shares its buffer (from_numpy); anything else is copied."""
+    _check_device("as_tensor", device)
+    if isinstance(data, _C.Tensor):
+        return data if dtype is None or data.dtype == dtype else data.to(dtype)
+    if isinstance(data, np.ndarray):
+        try:
+            shared = _C.from_numpy(data)
+        except (TypeError, ValueError, RuntimeError):
+            return _C.tensor(data, dtype=dtype)
+        return shared if dtype is None or shared.dtype == dtype else shared.to(dtype)
+    return _C.tensor(data, dtype=dtype)
+
+
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """obj as a tensor: shares memory with a tensor or NumPy array unless copy=True or a conversion is needed
+    (copy=False then raises, as torch)."""
+    _check_device("asarray", device)
+    if isinstance(obj, (_C.Tensor, np.ndarray)):
+        result = as_tensor(obj, dtype=dtype)
+        shares = isinstance(obj, _C.Tensor) and result is obj or (
+            isinstance(obj, np.ndarray) and result.dtype == _C.from_numpy(np.empty(0, obj.dtype)).dtype
+            if obj.dtype.kind in "biuf" else False)
+        if copy is False and not shares:
+            raise ValueError(f"asarray(): can't alias the input of dtype {obj.dtype} as {dtype} without a copy")
+        if copy:
+            result = result.clone()
+    else:
+        if copy is False:
+            raise ValueError("asarray(): can't alias a Python sequence (copy=False)")
+        result = _C.tensor(obj, dtype=dtype)
+    return result.requires_grad_(True) if requires_grad else result
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    """A 0-dim tensor of value s, float32 unless dtype is given (torch: the default dtype, whatever s is)."""
+    _check_device("scalar_tensor", device)
+    result = _C.tensor(s, dtype=dtype if dtype is not None else _C.float32)
+    return result.requires_grad_(True) if requires_grad else result
+
+
+def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, layout=None,  # noqa: A002
+                 memory_format=None, generator=None):
+    """Random integers in [low, high) of input's shape and (unless given) dtype; randint_like(x, high) reads the
+    bound as high, as torch's."""
+    _check_device("randint_like", device)
+    if high is None:
+        low, high = 0, low
+    return _C.randint(low, high, tuple(input.shape), dtype=dtype if dtype is not None else input.dtype,
+                      requires_grad=requires_grad)
+
+
+class _Sampled:
+    """torch's normal(mean, std) is differentiable with a zero gradient for tensor mean and std (the sample is
+    not reparameterized): the same here, through an autograd Function."""
+
+    _function = None
+
+    @classmethod
+    def apply(cls, value, *inputs):
+        if cls._function is None:
+            from .autograd import Function
+
+            class NormalBackward(Function):
+                @staticmethod
+                def forward(ctx, value, *inputs):
+                    ctx.shapes = [(tuple(t.shape), t.dtype) for t in inputs]
+                    return value.clone()
+
+                @staticmethod
+                def backward(ctx, grad):
+                    return (None,) + tuple(_C.zeros(shape, dtype=dtype) for shape, dtype in ctx.shapes)
+
+            cls._function = NormalBackward
+        return cls._function.apply(value, *inputs)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
+    """Samples of N(mean, std): tensor mean and/or std (broadcast against each other), or float mean and std with
+    a size. The numbers are dygrad's generator's (not torch's stream); a Generator is not accepted yet."""
+    if out is not None:
+        raise TypeError("normal(): out= is not supported by dygrad")
+    if generator is not None:
+        raise TypeError("normal(): generator= is not supported by dygrad yet (docs/pytorch-api.md)")
+    _check_device("normal", device)
+    tensors = [t for t in (mean, std) if isinstance(t, _C.Tensor)]
+    if tensors:
+        if size is not None:
+            raise TypeError("normal(): size is given only with a float mean and std")
+        if isinstance(std, numbers.Number) and std < 0 or isinstance(std, _C.Tensor) and bool((std < 0).any()):
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
+        from .autograd import no_grad
+        with no_grad():
+            value = _C.randn(shape, dtype=tensors[0].dtype) * std + mean
+        grad_inputs = [t for t in tensors if t.requires_grad]
+        return _Sampled.apply(value, *grad_inputs) if grad_inputs else value
+    if size is None:
+        raise TypeError("normal(): with a float mean and std, size is required")
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    shape = (size,) if isinstance(size, int) else tuple(size)
+    result = _C.randn(shape, dtype=dtype if dtype is not None else _C.float32) * std + mean
+    return result.requires_grad_(True) if requires_grad else result
+
+
+def _pointwise_check(name, input, tensor1, tensor2):  # noqa: A002
+    for t in (input, tensor1, tensor2):
+        if not isinstance(t, _C.Tensor):
+            raise TypeError(f"{name}(): expected Tensors, got {type(t).__name__}")
+
+
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
+    """input + value * tensor1 * tensor2, evaluated as torch's kernel does: (value * tensor1) * tensor2, then
+    added (broadcasting and promotion as the ops'; differentiable)."""
+    if out is not None:
+        raise TypeError("addcmul(): out= is not supported by dygrad")
+    _pointwise_check("addcmul", input, tensor1, tensor2)
+    return input + (tensor1 * value if value != 1 else tensor1) * tensor2
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
+    """input + value * tensor1 / tensor2, evaluated as torch's kernel does: (value * tensor1) / tensor2, then
+    added. Integer tensor1 and tensor2 raise, as torch."""
+    if out is not None:
+        raise TypeError("addcdiv(): out= is not supported by dygrad")
+    _pointwise_check("addcdiv", input, tensor1, tensor2)
+    if not tensor1.is_floating_point() and not tensor2.is_floating_point():
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future  release addcdiv "
+                           "will perform a true division of tensor1 and tensor2. The historic addcdiv behavior can "
+                           "be implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+                           "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
+                           "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
+                           "for all dtypes.")
+    return input + (tensor1 * value if value != 1 else tensor1) / tensor2
+
+
+def _addcmul_(self, tensor1, tensor2, *, value=1):
+    _pointwise_check("addcmul_", self, tensor1, tensor2)
+    return self.add_((tensor1 * value if value != 1 else tensor1) * tensor2)
+
+
+def _addcdiv_(self, tensor1, tensor2, *, value=1):
+    addcdiv(self, tensor1, tensor2, value=value)  # the same checks
+    return self.add_((tensor1 * value if value != 1 else tensor1) / tensor2)
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element of `elements` is in `test_elements` (either may be a scalar): a boolean tensor of
+    elements' shape. Compares in chunks, so memory stays bounded."""
+    if not isinstance(elements, _C.Tensor) and not isinstance(test_elements, _C.Tensor):
+        raise TypeError("isin(): at least one of elements and test_elements must be a Tensor")
+    a = elements if isinstance(elements, _C.Tensor) else _C.tensor(elements, dtype=test_elements.dtype)
+    b = (test_elements if isinstance(test_elements, _C.Tensor) else _C.tensor(test_elements, dtype=a.dtype)).reshape(-1)
+    flat = a.reshape(-1)
+    found = []
+    chunk = max(1, (1 << 22) // max(1, b.numel()))  # at most ~4M comparisons at once
+    for start in range(0, max(flat.numel(), 1), chunk):
+        part = flat[start:start + chunk]
+        found.append((part.reshape(-1, 1) == b.reshape(1, -1)).any(1) if b.numel() else
+                     _C.zeros(part.numel(), dtype=_C.bool))
+    result = _C.cat(found, 0).reshape(tuple(a.shape)) if found else _C.zeros(tuple(a.shape), dtype=_C.bool)
+    return result.logical_not() if invert else result
+
+
+def install():
+    _C.Tensor.addcmul = addcmul
+    _C.Tensor.addcdiv = addcdiv
+    _C.Tensor.addcmul_ = _addcmul_
+    _C.Tensor.addcdiv_ = _addcdiv_
