@@ -39,6 +39,8 @@ from ._dtype_info import finfo, iinfo  # noqa: E402,F401
 from ._factories import (addcdiv, addcmul, as_tensor, asarray, channels_last, channels_last_3d,  # noqa: E402,F401
                          contiguous_format, eye, get_default_device, isin, memory_format, normal, preserve_format,
                          randint_like, scalar_tensor, set_default_device)
+from ._factories import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor,  # noqa: E402,F401
+                         IntTensor, LongTensor)
 from . import _factories  # noqa: E402
 _factories.install()
 from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack,  # noqa: E402,F401
@@ -76,6 +78,7 @@ from . import nn, optim  # noqa: E402,F401
 from . import data, models, profiler  # noqa: E402,F401
 from . import amp, backends, cpu, cuda, distributed, linalg, ops, serialization, utils  # noqa: E402,F401
 from . import memory  # noqa: E402,F401
+from . import compiler, jit  # noqa: E402,F401
 from .amp import (autocast, autocast_decrement_nesting, autocast_increment_nesting, clear_autocast_cache,  # noqa: E402,F401
                   get_autocast_dtype, is_autocast_cache_enabled, is_autocast_enabled, set_autocast_cache_enabled,
                   set_autocast_dtype, set_autocast_enabled)

@@ -231,3 +231,45 @@ def install():
     _C.Tensor.addcdiv = addcdiv
     _C.Tensor.addcmul_ = _addcmul_
     _C.Tensor.addcdiv_ = _addcdiv_
+
+
+class _LegacyTensorType(type):
+    """torch.LongTensor and its kin: a type whose instances are the tensors of its dtype (isinstance checks the
+    dtype), and whose call builds one: from data (a sequence: torch.LongTensor([1, 2])), or uninitialized of a
+    size (ints or a torch.Size: torch.FloatTensor(2, 3))."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _C.Tensor) and obj.dtype == cls.dtype
+
+    def __call__(cls, *args, device=None):
+        _check_device(cls.__name__, device)
+        if not args:
+            return _C.empty((0,), dtype=cls.dtype)
+        from ._size import Size
+        if len(args) == 1 and not isinstance(args[0], (int, _C.Tensor, Size)) and not isinstance(args[0], bool):
+            data = args[0]
+            if isinstance(data, (tuple, list)) and not cls.dtype.is_floating_point and cls.dtype != _C.bool:
+                data = np.asarray(data)
+                if data.dtype.kind == "f":
+                    data = np.trunc(data)  # torch.LongTensor([1.7]) is tensor([1])
+            return _C.tensor(data, dtype=cls.dtype)
+        if len(args) == 1 and isinstance(args[0], _C.Tensor):
+            if args[0].dtype != cls.dtype:
+                raise TypeError(f"expected {cls.__name__} (got {args[0].dtype})")
+            return args[0]
+        size = args[0] if len(args) == 1 and isinstance(args[0], Size) else args
+        return _C.empty(tuple(int(s) for s in size), dtype=cls.dtype)
+
+
+def _legacy(name, dtype):
+    return _LegacyTensorType(name, (), {"dtype": dtype, "__module__": "torch"})
+
+
+FloatTensor = _legacy("FloatTensor", _C.float32)
+DoubleTensor = _legacy("DoubleTensor", _C.float64)
+HalfTensor = _legacy("HalfTensor", _C.float16)
+BFloat16Tensor = _legacy("BFloat16Tensor", _C.bfloat16)
+LongTensor = _legacy("LongTensor", _C.int64)
+IntTensor = _legacy("IntTensor", _C.int32)
+ByteTensor = _legacy("ByteTensor", _C.uint8)
+BoolTensor = _legacy("BoolTensor", _C.bool)

@@ -279,3 +279,31 @@ def test_default_device_and_memory_formats():
     assert repr(dg.contiguous_format) == repr(torch.contiguous_format)
     assert dg.ones(2, 3).clone(memory_format=dg.contiguous_format).is_contiguous()
     assert dg.ones(2, 3).contiguous(memory_format=dg.contiguous_format).tolist() == [[1.0] * 3] * 2
+
+
+def test_legacy_tensor_types_match_torch():
+    for name in ("FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor", "ByteTensor", "HalfTensor",
+                 "BFloat16Tensor"):
+        ours, theirs = getattr(dg, name), getattr(torch, name)
+        data = [1, 0, 3] if name != "BoolTensor" else [True, False]
+        assert ours(data).tolist() == theirs(data).tolist(), name
+        assert tuple(ours(2, 3).shape) == tuple(theirs(2, 3).shape) == (2, 3)
+        assert ours((4,)).tolist() == theirs((4,)).tolist() and tuple(ours().shape) == tuple(theirs().shape)
+        assert tuple(ours(dg.Size([2, 5])).shape) == tuple(theirs(torch.Size([2, 5])).shape)
+        assert isinstance(ours(data), ours) and not isinstance(dg.ones(1, dtype=dg.int16 if hasattr(dg, "int16")
+                                                                          else dg.uint16), ours)
+        assert str(ours(data).dtype).split(".")[-1] == str(theirs(data).dtype).split(".")[-1]
+    assert dg.LongTensor([1.7, -2.5]).tolist() == torch.LongTensor([1.7, -2.5]).tolist()
+
+
+def test_compiler_dynamo_and_jit_stand_ins():
+    import dygrad._dynamo as dynamo
+    for lib in (dg, torch):
+        assert lib.compiler.is_compiling() is False and lib.jit.is_tracing() is False
+        assert lib.jit.is_scripting() is False
+        assert lib.compiler.disable(lambda x: x + 1)(1) == 2 and lib.compiler.disable()(lambda x: x)(3) == 3
+        assert lib.jit.ignore(lambda x: x)(4) == 4 and lib.jit.unused(lambda x: x)(1) == 1
+    assert dynamo.disable(len)([1, 2]) == 2 and dynamo.allow_in_graph(len) is len and not dynamo.is_compiling()
+    with pytest.raises(RuntimeError, match="torch.jit.script is not provided by dygrad"):
+        dg.jit.script(lambda x: x)
+    assert dg.jit.Final[int] is not None
