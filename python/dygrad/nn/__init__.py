@@ -3,6 +3,8 @@ from . import functional, init, parallel, utils  # noqa: F401
 from .layers import (  # noqa: F401
     GELU, Dropout, Embedding, Flatten, Identity, LayerNorm, Linear, LogSoftmax, ModuleDict, ModuleList, ParameterDict,
     ParameterList, ReLU, RMSNorm, Sequential, Sigmoid, SiLU, Softmax, Tanh, Unflatten)
+from .layers import (GLU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, PReLU, ReLU6,  # noqa: F401
+                     Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from .module import Module  # noqa: F401
 from .parameter import Parameter  # noqa: F401

@@ -229,3 +229,122 @@ def rotary_attention(qkv, cos, sin, heads, mode="interleaved", is_causal=False, 
 
 def swiglu(gate, up=None):
     return _C.swiglu(gate) if up is None else _C.swiglu(gate, up)
+
+
+# --- pointwise activations composed of dygrad's ops (issue 41): torch's formulas and its gradients, including at
+# the points where the pieces meet (strict or inclusive comparisons as torch's backward kernels use them). The
+# in-place forms overwrite the input with copy_, which autograd records, so a non-leaf input stays differentiable.
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    result = _C.where(input > 0, input, input * negative_slope)
+    return input.copy_(result) if inplace else result
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    # min_val where input <= min_val, max_val where input >= max_val: the gradient is 0 at both ends, as torch's
+    result = _C.where(input <= min_val, min_val, _C.where(input >= max_val, max_val, input))
+    return input.copy_(result) if inplace else result
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace=False):
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input, inplace=False):
+    result = hardtanh(input + 3.0, 0.0, 6.0) / 6.0
+    return input.copy_(result) if inplace else result
+
+
+class _Hardswish:
+    """x * min(max(x + 3, 0), 6) / 6 with torch's gradient: 0 up to -3, x / 3 + 0.5 between, 1 from 3."""
+    function = None
+
+    @classmethod
+    def apply(cls, input):
+        if cls.function is None:
+            from ..autograd import Function
+
+            class HardswishBackward0(Function):
+                @staticmethod
+                def forward(ctx, x):
+                    ctx.save_for_backward(x)
+                    return x * hardtanh(x + 3.0, 0.0, 6.0) / 6.0
+
+                @staticmethod
+                def backward(ctx, grad):
+                    (x,) = ctx.saved_tensors
+                    slope = _C.where(x <= -3.0, 0.0, _C.where(x < 3.0, x / 3.0 + 0.5, 1.0))
+                    return grad * slope
+
+            cls.function = HardswishBackward0
+        return cls.function.apply(input)
+
+
+def hardswish(input, inplace=False):
+    if inplace:  # its backward reads the input: computed from a copy, which the overwrite leaves intact
+        return input.copy_(_Hardswish.apply(input.clone()))
+    return _Hardswish.apply(input)
+
+
+def softsign(input):
+    return input / (input.abs() + 1)
+
+
+def tanhshrink(input):
+    return input - _C.tanh(input)
+
+
+def softshrink(input, lambd=0.5):
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return _C.where(input > lambd, input - lambd, _C.where(input < -lambd, input + lambd, 0.0))
+
+
+def hardshrink(input, lambd=0.5):
+    return _C.where((input >= -lambd) & (input <= lambd), 0.0, input)
+
+
+def threshold(input, threshold, value, inplace=False):  # noqa: A002 (torch's names)
+    result = _C.where(input <= threshold, value, input)
+    return input.copy_(result) if inplace else result
+
+
+def threshold_(input, threshold, value):  # noqa: A002
+    return globals()["threshold"](input, threshold, value, inplace=True)
+
+
+def glu(input, dim=-1):
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    size = input.shape[dim]
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim % input.dim()} is size {size}")
+    a, b = input.chunk(2, dim)
+    return a * _C.sigmoid(b)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    if dim is None:
+        dim = _get_softmax_dim("softmin", input.dim(), _stacklevel)
+    return softmax(-input, dim, dtype=dtype)
+
+
+def prelu(input, weight):
+    if weight.numel() != 1:
+        if input.dim() == 0:
+            raise RuntimeError("Not allow zero-dim input tensor.")
+        channels = input.shape[1] if input.dim() >= 2 else 1
+        if weight.numel() != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{weight.numel()} and channel size = {channels}.")
+        weight = weight.reshape((channels,) + (1,) * (input.dim() - 2)) if input.dim() >= 2 else weight
+    return _C.where(input > 0, input, weight * input)
