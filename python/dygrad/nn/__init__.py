@@ -7,5 +7,5 @@ from .layers import (GLU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyReL
                      Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from .module import Module  # noqa: F401
-from .parameter import Parameter  # noqa: F401
+from .parameter import Buffer, Parameter  # noqa: F401
 from . import attention, modules  # noqa: E402,F401  (torch.nn.attention, torch.nn.modules.<file> paths)

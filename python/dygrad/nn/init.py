@@ -156,3 +156,74 @@ def xavier_uniform_(tensor, gain=1.0, generator=None):
 def xavier_normal_(tensor, gain=1.0, generator=None):
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return _no_grad_normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)), generator)
+
+
+def eye_(tensor):
+    """Fills a 2-D tensor with the identity (ones on the diagonal), as torch.nn.init.eye_."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    with no_grad():
+        return tensor.copy_(_C.arange(rows).reshape(rows, 1) == _C.arange(cols).reshape(1, cols))
+
+
+def dirac_(tensor, groups=1):
+    """Fills a 3-, 4- or 5-D convolution weight with the Dirac delta (each output channel of each group passes its
+    input channel through), as torch.nn.init.dirac_."""
+    dims = tensor.dim()
+    if dims not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    sizes = tuple(tensor.shape)
+    if sizes[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    out_per_group = sizes[0] // groups
+    min_dim = min(out_per_group, sizes[1])
+    import numpy as np
+    values = np.zeros(sizes)
+    centre = tuple(s // 2 for s in sizes[2:])
+    for g in range(groups):
+        for d in range(min_dim):
+            values[(g * out_per_group + d, d) + centre] = 1
+    with no_grad():
+        return tensor.copy_(_C.tensor(values, dtype=tensor.dtype))
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """Fills tensor (at least 2-D, flattened to rows x the rest) with a (semi-)orthogonal matrix: the Q of the QR
+    decomposition of a normal sample, its signs fixed by R's diagonal, times gain; as torch.nn.init.orthogonal_
+    (the sample is dygrad's; the decomposition is NumPy's LAPACK)."""
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    import numpy as np
+    rows = tensor.shape[0]
+    cols = tensor.numel() // rows
+    flat = _C.empty((rows, cols), dtype=_C.float64)
+    _no_grad_normal_(flat, 0.0, 1.0, generator)
+    sample = flat.numpy()
+    if rows < cols:
+        sample = sample.T
+    q, r = np.linalg.qr(sample)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    with no_grad():
+        return tensor.copy_(_C.tensor(np.ascontiguousarray(q).reshape(tuple(tensor.shape)) * gain,
+                                      dtype=tensor.dtype))
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """Fills a 2-D tensor from N(0, std) and zeroes ceil(sparsity * rows) random rows of each column, as
+    torch.nn.init.sparse_."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    zeros = int(math.ceil(sparsity * rows))
+    _no_grad_normal_(tensor, 0.0, std, generator)
+    from .._generator import randperm
+    with no_grad():
+        for c in range(cols):
+            for r in randperm(rows, generator=generator)[:zeros].tolist():
+                tensor[r, c] = 0
+    return tensor

@@ -8,7 +8,7 @@ from .. import _C
 from .._C import Tensor
 from ..autograd import no_grad
 from ..utils.hooks import RemovableHandle
-from .parameter import Parameter
+from .parameter import Buffer, Parameter
 from ..profiler import _scopes
 from ..profiler._scopes import TRACKING as _SCOPE_TRACKING
 
@@ -273,6 +273,14 @@ class Module:
             modules[name] = value
             return
         buffers = self.__dict__.get("_buffers")
+        if isinstance(value, Buffer):  # nn.Buffer: registered as a buffer, persistent or not as it says
+            if buffers is None:
+                raise AttributeError("cannot assign buffer before Module.__init__() call")
+            self.__dict__.pop(name, None)
+            params.pop(name, None)
+            modules.pop(name, None)
+            self.register_buffer(name, value, value.persistent)
+            return
         if buffers is not None and name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
@@ -447,6 +455,11 @@ class Module:
 
     def cpu(self):
         return self
+
+    def cuda(self, device=None):
+        """As Tensor.cuda: dygrad has no CUDA device yet, so this raises (torch without CUDA raises too)."""
+        raise RuntimeError("[Module.cuda] dygrad was built with the cpu backend only (dygrad.cuda.is_available() is "
+                           "False)")
 
     def type(self, dst_type):
         """Casts every parameter and buffer to dst_type (torch's Module.type: integer ones too)."""
