@@ -27,6 +27,11 @@ DIFFERS = {
                      "FMA): results may differ by 1 ulp; addcdiv is bitwise torch's",
     "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
     "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
+    "torch.distributed.tensor.DTensor": "a stand-in: nothing is an instance; constructing raises "
+                                        "NotProvidedError (no sharding yet); so are Shard, Replicate, Partial, "
+                                        "DeviceMesh and the fsdp and tensor.parallel names",
+    "torch.library.custom_op": "runs eagerly (no dispatcher): the op is a Python callable, also dg.ops.<ns>.<name>; "
+                               "register_fake is recorded, register_autograd wraps it in an autograd Function",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
     "torch.compile": "a pass-through: returns the model or function unchanged (eager) until dygrad has a JIT",
     "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",
@@ -116,6 +121,13 @@ AREAS = [
                 "tree_map_only", "tree_iter", "tree_all", "tree_any", "tree_all_only", "tree_any_only",
                 "register_pytree_node", "TreeSpec", "LeafSpec", "tree_flatten_with_path", "register_dataclass"]),
     ("Attention backend switches", "torch.nn.attention", lambda m: ["SDPBackend", "sdpa_kernel", "flex_attention"]),
+    ("Stand-ins: import, raise NotProvidedError when used (issue 41)", "torch.distributed.tensor",
+     lambda m: ["DTensor", "Shard", "Replicate", "Partial", "DeviceMesh", "distribute_tensor", "init_device_mesh"]),
+    ("Custom operators", "torch.library", lambda m: ["custom_op", "register_fake", "register_autograd",
+                                                    "register_kernel", "opcheck", "Library", "define", "impl"]),
+    ("Distribution constraints", "torch.distributions.constraints",
+     lambda m: ["real", "positive", "nonnegative", "unit_interval", "interval", "boolean", "simplex",
+                "positive_definite", "lower_cholesky"]),
     ("Tensor methods", "torch.Tensor",
      lambda m: sorted(n for n in dir(m) if not n.startswith("_") and n in _COMMON_OPS | _COMMON_METHODS)),
 ]

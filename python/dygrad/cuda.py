@@ -80,3 +80,38 @@ class amp:  # noqa: N801 -- torch.cuda.amp, the deprecated spelling of torch.amp
     @staticmethod
     def autocast(enabled=True, dtype=None, cache_enabled=True):
         return _amp.autocast("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+
+
+# --- classes and context managers torch code names without a GPU (isinstance, annotations, `with` guards):
+# usable for those checks; constructing one raises, as torch built without CUDA does.
+class Stream:
+    def __new__(cls, *args, **kwargs):
+        raise RuntimeError("torch.cuda.Stream requires CUDA support (dygrad has no CUDA backend yet)")
+
+
+class Event:
+    def __new__(cls, *args, **kwargs):
+        raise RuntimeError("torch.cuda.Event requires CUDA support (dygrad has no CUDA backend yet)")
+
+
+class CUDAGraph:
+    def __new__(cls, *args, **kwargs):
+        raise RuntimeError("torch.cuda.CUDAGraph requires CUDA support (dygrad has no CUDA backend yet)")
+
+
+class graph:  # noqa: N801 (torch's name; a context manager)
+    def __init__(self, cuda_graph, *args, **kwargs):
+        raise RuntimeError("torch.cuda.graph requires CUDA support (dygrad has no CUDA backend yet)")
+
+
+def is_current_stream_capturing():
+    """False: nothing is being captured into a CUDA graph (no CUDA backend)."""
+    return False
+
+
+def current_stream(device=None):
+    _no_cuda("current_stream")
+
+
+def stream(stream):
+    _no_cuda("stream")

@@ -126,4 +126,9 @@ def __getattr__(name):
     try:
         return _handles[name]
     except KeyError:
-        raise AttributeError(f"module 'dygrad.ops' has no op '{name}'") from None
+        pass
+    from .library import namespace  # custom operators (dygrad.library.custom_op): dg.ops.<namespace>.<name>
+    ns = namespace(name)
+    if ns is not None:
+        return ns
+    raise AttributeError(f"module 'dygrad.ops' has no op '{name}'")

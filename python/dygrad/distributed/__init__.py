@@ -398,6 +398,12 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     return _result(g._handle.all_gather_into_tensor(output_tensor, input_tensor, async_op), async_op)
 
 
+from .._not_provided import stand_in_function as _stand_in_function  # noqa: E402
+
+# Not over MPI yet (docs/pytorch-api.md): importable, raises NotProvidedError when called.
+all_to_all_single = _stand_in_function("torch.distributed.all_to_all_single", "no all-to-all collective yet")
+
+
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Gathers into one buffer, then copies each rank's part into tensor_list (ops on the stream)."""
     from .. import empty
@@ -478,3 +484,6 @@ def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
 def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     handle, _ = _recv(tensor, src, group, tag, group_src, True)
     return None if handle is None else Work(handle)
+
+
+from . import device_mesh, fsdp, tensor  # noqa: E402,F401  (stand-ins: no sharding yet)

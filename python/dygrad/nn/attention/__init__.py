@@ -2,7 +2,7 @@
 dygrad.backends.cuda (recorded and reported as torch does; dygrad's attention has one implementation)."""
 import enum
 
-from ..backends import cuda as _cuda
+from ...backends import cuda as _cuda
 
 __all__ = ["SDPBackend", "sdpa_kernel", "WARN_FOR_UNFUSED_KERNELS"]
 
