@@ -281,39 +281,128 @@ PyObject* equal_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
 
 }  // namespace
 
-// The operators & | ~ for bool tensors (masks): logical_and / logical_or / logical_not, as torch's bitwise ops
-// give on bools. Integer bitwise ops do not exist yet: a TypeError naming the op.
+// Bitwise ops on integral and bool tensors (ops/compare.cpp): dygrad.bitwise_and ... with a Tensor or a number on
+// either side, their in-place methods, and the operators & | ^ ~ << >> with their reflected and in-place forms.
 namespace {
-// A bool Tensor, or a Python bool as a 0-dim bool tensor; false (no error) for anything else.
-bool to_bool_operand(PyObject* o, Tensor& out) {
-  if (is_tensor(o)) return out = unwrap(o), true;
-  if (PyBool_Check(o)) return out = full({}, Scalar(o == Py_True), {DType::Bool}), true;
-  return false;
+using BitwiseTT = Tensor (*)(const Tensor&, const Tensor&);
+using BitwiseTS = Tensor (*)(const Tensor&, Scalar);
+using BitwiseInplaceT = Tensor& (*)(Tensor&, const Tensor&);
+using BitwiseInplaceS = Tensor& (*)(Tensor&, Scalar);
+struct BitwiseFns {
+  const char* name;
+  BitwiseTT tt;
+  BitwiseTS ts;
+  BitwiseInplaceT it;
+  BitwiseInplaceS is;
+  bool commutes;
+};
+constexpr BitwiseFns kBitwiseAnd{"bitwise_and", bitwise_and, bitwise_and, bitwise_and_, bitwise_and_, true};
+constexpr BitwiseFns kBitwiseOr{"bitwise_or", bitwise_or, bitwise_or, bitwise_or_, bitwise_or_, true};
+constexpr BitwiseFns kBitwiseXor{"bitwise_xor", bitwise_xor, bitwise_xor, bitwise_xor_, bitwise_xor_, true};
+constexpr BitwiseFns kLeftShift{"bitwise_left_shift", bitwise_left_shift, bitwise_left_shift, bitwise_left_shift_,
+                                bitwise_left_shift_, false};
+constexpr BitwiseFns kRightShift{"bitwise_right_shift", bitwise_right_shift, bitwise_right_shift,
+                                 bitwise_right_shift_, bitwise_right_shift_, false};
+
+// A number on the left of a tensor: a commuting op swaps them; a shift makes the number a 0-dim tensor of the
+// tensor's dtype when both are integral (a wrapped number does not promote), else of the number's own dtype.
+Tensor scalar_first(const BitwiseFns& f, Scalar a, const Tensor& b) {
+  if (f.commutes) return f.ts(b, a);
+  const DType t = a.is_integral() && !is_floating(b.dtype()) && b.dtype() != DType::Bool ? b.dtype()
+                                                                                          : a.default_dtype();
+  return f.tt(full({}, a, {t}), b);
 }
 
-template <bool IsAnd>
-PyObject* logical_slot(PyObject* a, PyObject* b) {
-  static constexpr const char* name = IsAnd ? "bitwise_and" : "bitwise_or";
-  if (!is_tensor(a) && !is_tensor(b)) Py_RETURN_NOTIMPLEMENTED;
-  return guarded([&]() -> PyObject* {
-    Tensor x, y;
-    if (!to_bool_operand(a, x) || !to_bool_operand(b, y)) Py_RETURN_NOTIMPLEMENTED;
-    DG_CHECK(x.dtype() == DType::Bool && y.dtype() == DType::Bool, NotImplemented, "[", name,
-             "] is implemented for bool tensors only, got ", dtype_name(x.dtype()), " and ", dtype_name(y.dtype()));
-    return wrap(IsAnd ? logical_and(x, y) : logical_or(x, y));
+PyObject* bitwise_apply(const BitwiseFns& f, PyObject* a, PyObject* b) {
+  Scalar s;
+  if (is_tensor(a) && is_tensor(b)) return guarded([&] { return wrap(f.tt(unwrap(a), unwrap(b))); });
+  if (is_tensor(a) && to_scalar(b, s)) return guarded([&] { return wrap(f.ts(unwrap(a), s)); });
+  if (is_tensor(b) && to_scalar(a, s)) return guarded([&] { return wrap(scalar_first(f, s, unwrap(b))); });
+  Py_RETURN_NOTIMPLEMENTED;
+}
+
+template <const BitwiseFns& F>
+PyObject* bitwise_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig(F.name, {"input", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  PyObject* result = bitwise_apply(F, a[0], a[1]);
+  if (result == Py_NotImplemented) {
+    Py_DECREF(result);
+    PyErr_Format(PyExc_TypeError, "%s(): arguments must be Tensors or numbers, got %s and %s", F.name,
+                 Py_TYPE(a[0])->tp_name, Py_TYPE(a[1])->tp_name);
+    return nullptr;
+  }
+  return result;
+}
+
+template <const BitwiseFns& F>
+PyObject* bitwise_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const std::string name = std::string(F.name) + "_";
+  static const Signature sig(name.c_str(), {"self", "other"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* target = to_tensor(name.c_str(), "self", a[0]);
+  Operand other;
+  if (!target || !to_operand(name.c_str(), "other", a[1], other)) return nullptr;
+  return guarded([&] {
+    Tensor t = *target;
+    if (other.tensor) F.it(t, *other.tensor);
+    else F.is(t, other.scalar);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* bitwise_not_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("bitwise_not", {"input"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* input = to_tensor("bitwise_not", "input", a[0]);
+  if (!input) return nullptr;
+  return guarded([&] { return wrap(bitwise_not(*input)); });
+}
+PyObject* bitwise_not_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("bitwise_not_", {"self"}, 1, 1);
+  PyObject* a[1];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* target = to_tensor("bitwise_not_", "self", a[0]);
+  if (!target) return nullptr;
+  return guarded([&] {
+    Tensor t = *target;
+    bitwise_not_(t);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+template <const BitwiseFns& F>
+PyObject* bitwise_inplace_slot(PyObject* a, PyObject* b) {
+  Scalar s;
+  if (!is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
+  if (!is_tensor(b) && !to_scalar(b, s)) Py_RETURN_NOTIMPLEMENTED;
+  return guarded([&] {
+    Tensor t = unwrap(a);
+    if (is_tensor(b)) F.it(t, unwrap(b));
+    else F.is(t, s);
+    Py_INCREF(a);
+    return a;
   });
 }
 }  // namespace
 
-PyObject* tensor_and(PyObject* a, PyObject* b) { return logical_slot<true>(a, b); }
-PyObject* tensor_or(PyObject* a, PyObject* b) { return logical_slot<false>(a, b); }
+PyObject* tensor_and(PyObject* a, PyObject* b) { return bitwise_apply(kBitwiseAnd, a, b); }
+PyObject* tensor_or(PyObject* a, PyObject* b) { return bitwise_apply(kBitwiseOr, a, b); }
+PyObject* tensor_xor(PyObject* a, PyObject* b) { return bitwise_apply(kBitwiseXor, a, b); }
+PyObject* tensor_lshift(PyObject* a, PyObject* b) { return bitwise_apply(kLeftShift, a, b); }
+PyObject* tensor_rshift(PyObject* a, PyObject* b) { return bitwise_apply(kRightShift, a, b); }
+PyObject* tensor_iand(PyObject* a, PyObject* b) { return bitwise_inplace_slot<kBitwiseAnd>(a, b); }
+PyObject* tensor_ior(PyObject* a, PyObject* b) { return bitwise_inplace_slot<kBitwiseOr>(a, b); }
+PyObject* tensor_ixor(PyObject* a, PyObject* b) { return bitwise_inplace_slot<kBitwiseXor>(a, b); }
+PyObject* tensor_ilshift(PyObject* a, PyObject* b) { return bitwise_inplace_slot<kLeftShift>(a, b); }
+PyObject* tensor_irshift(PyObject* a, PyObject* b) { return bitwise_inplace_slot<kRightShift>(a, b); }
 PyObject* tensor_invert(PyObject* a) {
-  return guarded([&] {
-    const Tensor& x = unwrap(a);
-    DG_CHECK(x.dtype() == DType::Bool, NotImplemented, "[bitwise_not] is implemented for bool tensors only, got ",
-             dtype_name(x.dtype()));
-    return wrap(logical_not(x));
-  });
+  return guarded([&] { return wrap(bitwise_not(unwrap(a))); });
 }
 
 // tp_richcompare of Tensor: `a == b` etc. with a Tensor or a number on the right; NotImplemented otherwise
@@ -350,6 +439,18 @@ void init_ops_compare(nb::module_& m) {
       {"logical_not", logical_not_entry, "logical_not(input) -> Tensor (bool)", true, true},
       {"logical_and", logical_and_entry, "logical_and(input, other) -> Tensor (bool)", true, true},
       {"logical_or", logical_or_entry, "logical_or(input, other) -> Tensor (bool)", true, true},
+      {"bitwise_and", bitwise_entry<kBitwiseAnd>, "bitwise_and(input, other) -> Tensor: integral or bool", true, true},
+      {"bitwise_or", bitwise_entry<kBitwiseOr>, "bitwise_or(input, other) -> Tensor: integral or bool", true, true},
+      {"bitwise_xor", bitwise_entry<kBitwiseXor>, "bitwise_xor(input, other) -> Tensor: integral or bool", true, true},
+      {"bitwise_left_shift", bitwise_entry<kLeftShift>, "bitwise_left_shift(input, other) -> Tensor: integral", true, true},
+      {"bitwise_right_shift", bitwise_entry<kRightShift>, "bitwise_right_shift(input, other) -> Tensor: integral", true, true},
+      {"bitwise_not", bitwise_not_entry, "bitwise_not(input) -> Tensor: ~input, integral or bool", true, true},
+      {"bitwise_and_", bitwise_inplace_entry<kBitwiseAnd>, "bitwise_and_(other) -> Tensor: in place, returns self", false, true},
+      {"bitwise_or_", bitwise_inplace_entry<kBitwiseOr>, "bitwise_or_(other) -> Tensor: in place, returns self", false, true},
+      {"bitwise_xor_", bitwise_inplace_entry<kBitwiseXor>, "bitwise_xor_(other) -> Tensor: in place, returns self", false, true},
+      {"bitwise_left_shift_", bitwise_inplace_entry<kLeftShift>, "bitwise_left_shift_(other) -> Tensor: in place", false, true},
+      {"bitwise_right_shift_", bitwise_inplace_entry<kRightShift>, "bitwise_right_shift_(other) -> Tensor: in place", false, true},
+      {"bitwise_not_", bitwise_not_inplace_entry, "bitwise_not_() -> Tensor: in place, returns self", false, true},
       {"where", where_entry, "where(condition, input, other) -> Tensor", true, false},
       {"where", where_method_entry, "where(condition, other) -> Tensor: where(condition, self, other)", false, true},
       {"masked_fill", masked_fill_entry, "masked_fill(input, mask, value) -> Tensor", true, true},

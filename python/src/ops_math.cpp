@@ -244,10 +244,18 @@ PyObject* binary_tensor_entry(PyObject* self, PyObject* const* args, Py_ssize_t 
 }
 }  // namespace
 
-// ops_compare.cpp: comparisons, and & | ~ on bool tensors
+// ops_compare.cpp: comparisons, and the bitwise operators & | ^ ~ << >> (in place too)
 PyObject* tensor_richcompare(PyObject* a, PyObject* b, int op);
 PyObject* tensor_and(PyObject* a, PyObject* b);
 PyObject* tensor_or(PyObject* a, PyObject* b);
+PyObject* tensor_xor(PyObject* a, PyObject* b);
+PyObject* tensor_lshift(PyObject* a, PyObject* b);
+PyObject* tensor_rshift(PyObject* a, PyObject* b);
+PyObject* tensor_iand(PyObject* a, PyObject* b);
+PyObject* tensor_ior(PyObject* a, PyObject* b);
+PyObject* tensor_ixor(PyObject* a, PyObject* b);
+PyObject* tensor_ilshift(PyObject* a, PyObject* b);
+PyObject* tensor_irshift(PyObject* a, PyObject* b);
 PyObject* tensor_invert(PyObject* a);
 
 const PyType_Slot* math_operator_slots() {
@@ -257,6 +265,14 @@ const PyType_Slot* math_operator_slots() {
       {Py_tp_richcompare, reinterpret_cast<void*>(tensor_richcompare)},
       {Py_nb_and, reinterpret_cast<void*>(tensor_and)},
       {Py_nb_or, reinterpret_cast<void*>(tensor_or)},
+      {Py_nb_xor, reinterpret_cast<void*>(tensor_xor)},
+      {Py_nb_lshift, reinterpret_cast<void*>(tensor_lshift)},
+      {Py_nb_rshift, reinterpret_cast<void*>(tensor_rshift)},
+      {Py_nb_inplace_and, reinterpret_cast<void*>(tensor_iand)},
+      {Py_nb_inplace_or, reinterpret_cast<void*>(tensor_ior)},
+      {Py_nb_inplace_xor, reinterpret_cast<void*>(tensor_ixor)},
+      {Py_nb_inplace_lshift, reinterpret_cast<void*>(tensor_ilshift)},
+      {Py_nb_inplace_rshift, reinterpret_cast<void*>(tensor_irshift)},
       {Py_nb_invert, reinterpret_cast<void*>(tensor_invert)},
       {0, nullptr},
   };

@@ -307,3 +307,47 @@ def test_compiler_dynamo_and_jit_stand_ins():
     with pytest.raises(RuntimeError, match="torch.jit.script is not provided by dygrad"):
         dg.jit.script(lambda x: x)
     assert dg.jit.Final[int] is not None
+
+
+BITWISE_CASES = [
+    lambda L: L.tensor([5, 3]) & L.tensor([True, False]), lambda L: L.tensor([5, 3]) | 8, lambda L: ~L.tensor([5, -3]),
+    lambda L: L.tensor([5, 3]) ^ L.tensor([1, 1]), lambda L: L.tensor([5, 3]) << 2,
+    lambda L: L.tensor([-8, 8, -8]) >> L.tensor([1, 70, 70]), lambda L: 5 << L.tensor([1]), lambda L: 3 & L.tensor([1]),
+    lambda L: L.tensor([1], dtype=L.uint8) << 9, lambda L: L.tensor([3], dtype=L.uint8) & 300,
+    lambda L: L.tensor([True, False]) ^ True, lambda L: ~L.tensor([True, False]),
+    lambda L: L.bitwise_and(L.tensor([6]), L.tensor([3], dtype=L.int32)),
+    lambda L: L.tensor([5], dtype=L.int32) & L.tensor([True]), lambda L: L.tensor([4, 7]) << L.tensor([-1, 1]),
+    lambda L: L.bitwise_right_shift(L.tensor([-7, 7], dtype=L.int32), 1),
+    # generate()'s mask update: int64 & ~bool
+    lambda L: L.tensor([1, 1, 0]) & ~L.tensor([False, True, False]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BITWISE_CASES)))
+def test_bitwise_operators_match_torch(case):
+    ours, theirs = BITWISE_CASES[case](dg), BITWISE_CASES[case](torch)
+    assert ours.tolist() == theirs.tolist() and str(ours.dtype)[7:] == str(theirs.dtype)[6:]
+
+
+def test_bitwise_in_place_and_errors_match_torch():
+    for lib in (dg, torch):
+        x = lib.tensor([5, 3, 12])
+        x &= 6
+        x |= lib.tensor([1, 0, 0])
+        x ^= 2
+        x <<= 1
+        x >>= lib.tensor([1, 0, 2])
+        assert x.tolist() == [7, 0, 3], lib.__name__
+        y = lib.tensor([1, 2])
+        assert y.bitwise_and_(3) is y and y.bitwise_not_() is y and y.tolist() == [-2, -3]
+        with pytest.raises(NotImplementedError, match='"bitwise_and_cpu" not implemented for'):
+            lib.ones(2) & lib.ones(2)
+        with pytest.raises(NotImplementedError, match='"lshift_cpu" not implemented for'):
+            lib.tensor([True]) << lib.tensor([True])
+        with pytest.raises(TypeError, match="only implemented on integer and Boolean-type tensors"):
+            ~lib.ones(1)
+        with pytest.raises(TypeError):
+            lib.tensor([1]) & None
+    with pytest.raises(NotImplementedError):
+        x = dg.tensor([1, 2])
+        x &= 1.5

@@ -87,6 +87,17 @@ DG_COMPARE_OP(ge);
 const OpDef op_logical_not("logical_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_logical_and("logical_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_logical_or("logical_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_and("bitwise_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_or("bitwise_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_xor("bitwise_xor", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_left_shift("bitwise_left_shift", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_right_shift("bitwise_right_shift", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_and_scalar("bitwise_and_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_or_scalar("bitwise_or_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_xor_scalar("bitwise_xor_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_left_shift_scalar("bitwise_left_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_right_shift_scalar("bitwise_right_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_not("bitwise_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_where("where", nullptr, {.fusion = FusionClass::Elementwise, .backward = where_backward, .cost = select_cost});
 const OpDef op_where_scalar("where_scalar", attrs_type<WhereScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = where_scalar_backward, .cost = select_cost});
 const OpDef op_masked_fill("masked_fill", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = masked_fill_backward, .cost = select_cost});
@@ -131,6 +142,84 @@ Tensor logical_not(const Tensor& a) {
 }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return logical(op_logical_and, a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return logical(op_logical_or, a, b); }
+
+// --- bitwise ops ------------------------------------------------------------------------------------------
+// Integral and bool operands, torch's promotion (int64 & bool is int64); a floating result raises as torch's
+// ("bitwise_and_cpu" not implemented for 'Float'), and shifts refuse bool ("lshift_cpu" ... 'Bool').
+namespace {
+struct Bitwise {
+  const OpDef& tensor_op;
+  const OpDef& scalar_op;
+  const char* kernel_name;  // torch's name in its error: bitwise_and_cpu, lshift_cpu ...
+  bool refuses_bool;
+};
+const Bitwise kAnd{op_bitwise_and, op_bitwise_and_scalar, "bitwise_and_cpu", false};
+const Bitwise kOr{op_bitwise_or, op_bitwise_or_scalar, "bitwise_or_cpu", false};
+const Bitwise kXor{op_bitwise_xor, op_bitwise_xor_scalar, "bitwise_xor_cpu", false};
+const Bitwise kLeft{op_bitwise_left_shift, op_bitwise_left_shift_scalar, "lshift_cpu", true};
+const Bitwise kRight{op_bitwise_right_shift, op_bitwise_right_shift_scalar, "rshift_cpu", true};
+
+void check_bitwise(const Bitwise& op, const ElementwiseCall& call) {
+  const DType t = call.result_dtype();
+  DG_CHECK(!is_floating(t) && !(op.refuses_bool && t == DType::Bool), NotImplemented, "\"", op.kernel_name,
+           "\" not implemented for '", dtype_name(t), "'");
+}
+Tensor bitwise(const Bitwise& op, const Tensor& a, const Tensor& b) {
+  ElementwiseCall call(op.tensor_op, op.tensor_op.name);
+  call.input(a).input(b, "other");
+  check_bitwise(op, call);
+  return call.run();
+}
+Tensor bitwise(const Bitwise& op, const Tensor& a, Scalar b) {
+  ElementwiseCall call(op.scalar_op, op.tensor_op.name);
+  call.input(a).scalar(b).attrs(ScalarAttrs{b});
+  check_bitwise(op, call);
+  return call.run();
+}
+Tensor& bitwise_(const Bitwise& op, const char* name, Tensor& a, const Tensor& b) {
+  ElementwiseCall call(op.tensor_op, name);
+  call.input(a).input(b, "other");
+  check_bitwise(op, call);
+  return call.run_inplace(a);
+}
+Tensor& bitwise_(const Bitwise& op, const char* name, Tensor& a, Scalar b) {
+  ElementwiseCall call(op.scalar_op, name);
+  call.input(a).scalar(b).attrs(ScalarAttrs{b});
+  check_bitwise(op, call);
+  return call.run_inplace(a);
+}
+}  // namespace
+
+Tensor bitwise_and(const Tensor& a, const Tensor& b) { return bitwise(kAnd, a, b); }
+Tensor bitwise_or(const Tensor& a, const Tensor& b) { return bitwise(kOr, a, b); }
+Tensor bitwise_xor(const Tensor& a, const Tensor& b) { return bitwise(kXor, a, b); }
+Tensor bitwise_left_shift(const Tensor& a, const Tensor& b) { return bitwise(kLeft, a, b); }
+Tensor bitwise_right_shift(const Tensor& a, const Tensor& b) { return bitwise(kRight, a, b); }
+Tensor bitwise_and(const Tensor& a, Scalar b) { return bitwise(kAnd, a, b); }
+Tensor bitwise_or(const Tensor& a, Scalar b) { return bitwise(kOr, a, b); }
+Tensor bitwise_xor(const Tensor& a, Scalar b) { return bitwise(kXor, a, b); }
+Tensor bitwise_left_shift(const Tensor& a, Scalar b) { return bitwise(kLeft, a, b); }
+Tensor bitwise_right_shift(const Tensor& a, Scalar b) { return bitwise(kRight, a, b); }
+Tensor& bitwise_and_(Tensor& a, const Tensor& b) { return bitwise_(kAnd, "bitwise_and_", a, b); }
+Tensor& bitwise_or_(Tensor& a, const Tensor& b) { return bitwise_(kOr, "bitwise_or_", a, b); }
+Tensor& bitwise_xor_(Tensor& a, const Tensor& b) { return bitwise_(kXor, "bitwise_xor_", a, b); }
+Tensor& bitwise_left_shift_(Tensor& a, const Tensor& b) { return bitwise_(kLeft, "bitwise_left_shift_", a, b); }
+Tensor& bitwise_right_shift_(Tensor& a, const Tensor& b) { return bitwise_(kRight, "bitwise_right_shift_", a, b); }
+Tensor& bitwise_and_(Tensor& a, Scalar b) { return bitwise_(kAnd, "bitwise_and_", a, b); }
+Tensor& bitwise_or_(Tensor& a, Scalar b) { return bitwise_(kOr, "bitwise_or_", a, b); }
+Tensor& bitwise_xor_(Tensor& a, Scalar b) { return bitwise_(kXor, "bitwise_xor_", a, b); }
+Tensor& bitwise_left_shift_(Tensor& a, Scalar b) { return bitwise_(kLeft, "bitwise_left_shift_", a, b); }
+Tensor& bitwise_right_shift_(Tensor& a, Scalar b) { return bitwise_(kRight, "bitwise_right_shift_", a, b); }
+Tensor bitwise_not(const Tensor& a) {
+  DG_CHECK(!is_floating(a.dtype()), Type, "[bitwise_not] ~ (operator.invert) is only implemented on integer and "
+           "Boolean-type tensors, got ", dtype_name(a.dtype()));
+  return ElementwiseCall(op_bitwise_not, "bitwise_not").input(a).run();
+}
+Tensor& bitwise_not_(Tensor& a) {
+  DG_CHECK(!is_floating(a.dtype()), Type, "[bitwise_not_] ~ (operator.invert) is only implemented on integer and "
+           "Boolean-type tensors, got ", dtype_name(a.dtype()));
+  return ElementwiseCall(op_bitwise_not, "bitwise_not_").input(a).run_inplace(a);
+}
 
 // --- where, masked_fill ----------------------------------------------------------------------------------
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

@@ -81,6 +81,32 @@ Tensor logical_not(const Tensor& a);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 
+// Bitwise ops on integral and bool tensors, broadcast, torch's promotion (a floating result raises
+// NotImplemented, and the shifts refuse bool). Shifting by a count below 0 or at least the width gives 0 (left)
+// or the sign (right), as torch.
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_left_shift(const Tensor& a, const Tensor& b);
+Tensor bitwise_right_shift(const Tensor& a, const Tensor& b);
+Tensor bitwise_and(const Tensor& a, Scalar b);
+Tensor bitwise_or(const Tensor& a, Scalar b);
+Tensor bitwise_xor(const Tensor& a, Scalar b);
+Tensor bitwise_left_shift(const Tensor& a, Scalar b);
+Tensor bitwise_right_shift(const Tensor& a, Scalar b);
+Tensor& bitwise_and_(Tensor& a, const Tensor& b);
+Tensor& bitwise_or_(Tensor& a, const Tensor& b);
+Tensor& bitwise_xor_(Tensor& a, const Tensor& b);
+Tensor& bitwise_left_shift_(Tensor& a, const Tensor& b);
+Tensor& bitwise_right_shift_(Tensor& a, const Tensor& b);
+Tensor& bitwise_and_(Tensor& a, Scalar b);
+Tensor& bitwise_or_(Tensor& a, Scalar b);
+Tensor& bitwise_xor_(Tensor& a, Scalar b);
+Tensor& bitwise_left_shift_(Tensor& a, Scalar b);
+Tensor& bitwise_right_shift_(Tensor& a, Scalar b);
+Tensor bitwise_not(const Tensor& a);
+Tensor& bitwise_not_(Tensor& a);
+
 // cond ? a : b, all three broadcast; a and b promote. Gradients flow to a and b.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);

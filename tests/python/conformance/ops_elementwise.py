@@ -104,6 +104,21 @@ COMPARE += [
            kind="integers", low=-1, high=2),
     binary("logical_or", lambda m, a, b: m.logical_or(a, b), dtypes=ALL + ("bool",), differentiable=False,
            kind="integers", low=-1, high=2),
+    # Bitwise ops: integral and bool dtypes, values across the sign and (shifts) counts past the width.
+    *[binary(op, (lambda name: lambda m, a, b: getattr(m, name)(a, b))(op), dtypes=INTEGERS + ("bool",),
+             differentiable=False, kind="integers", low=-100, high=100)
+      for op in ("bitwise_and", "bitwise_or", "bitwise_xor")],
+    *[scalar(op + "_scalar", (lambda name: lambda m, a: getattr(m, name)(a, 6))(op), dtypes=INTEGERS + ("bool",),
+             differentiable=False, kind="integers", low=-100, high=100)
+      for op in ("bitwise_and", "bitwise_or", "bitwise_xor")],
+    *[binary(op, (lambda name: lambda m, a, b: getattr(m, name)(a, b))(op), dtypes=INTEGERS,
+             differentiable=False, kind="integers", low=-100, high=100, rhs=dict(low=-2, high=70))
+      for op in ("bitwise_left_shift", "bitwise_right_shift")],
+    *[scalar(op + "_scalar", (lambda name: lambda m, a: getattr(m, name)(a, 3))(op), dtypes=INTEGERS,
+             differentiable=False, kind="integers", low=-100, high=100)
+      for op in ("bitwise_left_shift", "bitwise_right_shift")],
+    scalar("bitwise_not", lambda m, a: m.bitwise_not(a), dtypes=INTEGERS + ("bool",), differentiable=False,
+           kind="integers", low=-100, high=100),
     Entry("where", lambda m, c, a, b: m.where(c, a, b),
           cases=((Input((4, 5), kind="mask", high=0.5), Input((4, 5)), Input((4, 5))),
                  (Input((4, 1), kind="mask", high=0.5), Input((3, 1, 5)), Input((5,)))),

@@ -32,6 +32,12 @@
 // inputs (a, b) bool, output bool
 //   void logical_and_kernel(Task& task);
 //   void logical_or_kernel(Task& task);
+// inputs (a, b) of the output's dtype, integral or bool: out = a & b, a | b, a ^ b, a << b, a >> b
+//   void bitwise_and_kernel(Task& task);  (and bitwise_or, bitwise_xor, bitwise_left_shift, bitwise_right_shift)
+// input (a), ScalarAttrs value = s: the same with s as the second operand
+//   void bitwise_and_scalar_kernel(Task& task);  (and the other four)
+// input (a) integral or bool: out = ~a (not, for bool)
+//   void bitwise_not_kernel(Task& task);
 // inputs (cond bool, a, b), a and b of the output's dtype: out = cond ? a : b
 //   void where_kernel(Task& task);
 // inputs (cond bool, a), WhereScalarAttrs: out = cond ? a : value, or cond ? value : a when scalar_when_true
@@ -147,6 +153,74 @@ void logical_not_kernel(Task& task) {
 void logical_and_kernel(Task& task) { map_elements<bool, bool, bool>(task, [](bool a, bool b) { return a && b; }); }
 void logical_or_kernel(Task& task) { map_elements<bool, bool, bool>(task, [](bool a, bool b) { return a || b; }); }
 
+// --- bitwise ops: integral and bool dtypes (the op refuses floating ones before a Task exists) ---
+namespace {
+template <typename T>
+constexpr bool kBitwiseType = std::is_integral_v<T>;
+
+// Shifts as torch defines them for any count: a count below 0 or at least the width gives 0 (left), or the sign
+// (right: -1 for a negative value, else 0); bool operands shift as 0 / 1 integers.
+template <typename T>
+T left_shift(T a, T b) {
+  constexpr int64_t bits = sizeof(T) * 8;
+  if (static_cast<int64_t>(b) < 0 || static_cast<int64_t>(b) >= bits) return T(0);
+  return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) << static_cast<int>(b));
+}
+template <typename T>
+T right_shift(T a, T b) {
+  constexpr int64_t bits = sizeof(T) * 8;
+  if (static_cast<int64_t>(b) < 0 || static_cast<int64_t>(b) >= bits) return std::is_signed_v<T> && a < 0 ? T(-1) : T(0);
+  return static_cast<T>(a >> static_cast<int>(b));
+}
+
+template <typename Fn>
+void bitwise_tensors(Task& task, Fn fn) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    if constexpr (kBitwiseType<T>) {
+      if constexpr (std::is_same_v<T, bool>) map_elements<bool, bool, bool>(task, [fn](bool a, bool b) { return bool(fn(uint8_t(a), uint8_t(b)) & 1); });
+      else map_elements<T, T, T>(task, [fn](T a, T b) { return fn(a, b); });
+    }
+  });
+}
+template <typename Fn>
+void bitwise_scalar(Task& task, Fn fn) {
+  const Scalar s = task.attrs.get<ScalarAttrs>().value;
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    if constexpr (kBitwiseType<T>) {
+      if constexpr (std::is_same_v<T, bool>) {
+        const uint8_t v = s.to<bool>();
+        map_elements<bool, bool>(task, [fn, v](bool a) { return bool(fn(uint8_t(a), v) & 1); });
+      } else {
+        const T v = s.to<T>();
+        map_elements<T, T>(task, [fn, v](T a) { return fn(a, v); });
+      }
+    }
+  });
+}
+constexpr auto kAnd = [](auto a, auto b) { return decltype(a)(a & b); };
+constexpr auto kOr = [](auto a, auto b) { return decltype(a)(a | b); };
+constexpr auto kXor = [](auto a, auto b) { return decltype(a)(a ^ b); };
+constexpr auto kLeft = [](auto a, auto b) { return left_shift(a, b); };
+constexpr auto kRight = [](auto a, auto b) { return right_shift(a, b); };
+}  // namespace
+
+void bitwise_and_kernel(Task& task) { bitwise_tensors(task, kAnd); }
+void bitwise_or_kernel(Task& task) { bitwise_tensors(task, kOr); }
+void bitwise_xor_kernel(Task& task) { bitwise_tensors(task, kXor); }
+void bitwise_left_shift_kernel(Task& task) { bitwise_tensors(task, kLeft); }
+void bitwise_right_shift_kernel(Task& task) { bitwise_tensors(task, kRight); }
+void bitwise_and_scalar_kernel(Task& task) { bitwise_scalar(task, kAnd); }
+void bitwise_or_scalar_kernel(Task& task) { bitwise_scalar(task, kOr); }
+void bitwise_xor_scalar_kernel(Task& task) { bitwise_scalar(task, kXor); }
+void bitwise_left_shift_scalar_kernel(Task& task) { bitwise_scalar(task, kLeft); }
+void bitwise_right_shift_scalar_kernel(Task& task) { bitwise_scalar(task, kRight); }
+void bitwise_not_kernel(Task& task) {
+  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) map_elements<bool, bool>(task, [](bool a) { return !a; });
+    else if constexpr (kBitwiseType<T>) map_elements<T, T>(task, [](T a) { return T(~a); });
+  });
+}
+
 void where_kernel(Task& task) {
   visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
     map_elements<T, bool, T, T>(task, [](bool c, T a, T b) { return c ? a : b; });
@@ -241,6 +315,17 @@ DG_REGISTER_KERNEL(gt_scalar, Device::Type::CPU, gt_scalar_kernel);
 DG_REGISTER_KERNEL(ge_scalar, Device::Type::CPU, ge_scalar_kernel);
 DG_REGISTER_KERNEL(logical_not, Device::Type::CPU, logical_not_kernel);
 DG_REGISTER_KERNEL(logical_and, Device::Type::CPU, logical_and_kernel);
+DG_REGISTER_KERNEL(bitwise_and, Device::Type::CPU, bitwise_and_kernel);
+DG_REGISTER_KERNEL(bitwise_or, Device::Type::CPU, bitwise_or_kernel);
+DG_REGISTER_KERNEL(bitwise_xor, Device::Type::CPU, bitwise_xor_kernel);
+DG_REGISTER_KERNEL(bitwise_left_shift, Device::Type::CPU, bitwise_left_shift_kernel);
+DG_REGISTER_KERNEL(bitwise_right_shift, Device::Type::CPU, bitwise_right_shift_kernel);
+DG_REGISTER_KERNEL(bitwise_and_scalar, Device::Type::CPU, bitwise_and_scalar_kernel);
+DG_REGISTER_KERNEL(bitwise_or_scalar, Device::Type::CPU, bitwise_or_scalar_kernel);
+DG_REGISTER_KERNEL(bitwise_xor_scalar, Device::Type::CPU, bitwise_xor_scalar_kernel);
+DG_REGISTER_KERNEL(bitwise_left_shift_scalar, Device::Type::CPU, bitwise_left_shift_scalar_kernel);
+DG_REGISTER_KERNEL(bitwise_right_shift_scalar, Device::Type::CPU, bitwise_right_shift_scalar_kernel);
+DG_REGISTER_KERNEL(bitwise_not, Device::Type::CPU, bitwise_not_kernel);
 DG_REGISTER_KERNEL(logical_or, Device::Type::CPU, logical_or_kernel);
 DG_REGISTER_KERNEL(where, Device::Type::CPU, where_kernel);
 DG_REGISTER_KERNEL(where_scalar, Device::Type::CPU, where_scalar_kernel);
