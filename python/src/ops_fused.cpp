@@ -1,5 +1,6 @@
 // Fused-op entry points: rms_norm, rotary_position_embedding, swiglu, scaled_dot_product_attention and the
-// multi-tensor adamw_step; and dygrad._C._set_memory_category (nn.Module and the optimizers tag storages).
+// multi-tensor adamw_step and sgd_step; and dygrad._C._set_memory_category (nn.Module and the optimizers tag
+// storages).
 #include <string_view>
 #include <vector>
 
@@ -180,6 +181,44 @@ PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
     Py_RETURN_NONE;
   });
 }
+
+// sgd_step(params, grads, momentum_buffers=None, momentum_initialized=None, lr=1e-3, momentum=0, dampening=0,
+// weight_decay=0, nesterov=False, maximize=False, *, hyper=None): updates params and, with momentum, the buffers and
+// their 0-d bool momentum_initialized flags in place (ops/fused.h); returns None. lr may be a 0-d tensor, and hyper=
+// a float64 [3] tensor {momentum, dampening, weight_decay} (then those numbers are not read): the Task reads both when
+// it runs (an optimizer's per-group values).
+PyObject* sgd_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const char* name = "sgd_step";
+  static const Signature sig(name, {"params", "grads", "momentum_buffers", "momentum_initialized", "lr", "momentum",
+                                    "dampening", "weight_decay", "nesterov", "maximize", "hyper"}, 10, 2);
+  PyObject* a[11];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  std::vector<Tensor> params, grads, buffers, initialized;
+  SgdOptions o;
+  const bool lr_tensor = a[4] && is_tensor(a[4]), hyper_given = a[10] && a[10] != Py_None;
+  const Tensor* hyper = hyper_given ? to_tensor(name, "hyper", a[10]) : nullptr;
+  if ((hyper_given && !hyper) || !to_tensor_vector(name, "params", a[0], params) ||
+      !to_tensor_vector(name, "grads", a[1], grads) ||
+      (a[2] && a[2] != Py_None && !to_tensor_vector(name, "momentum_buffers", a[2], buffers)) ||
+      (a[3] && a[3] != Py_None && !to_tensor_vector(name, "momentum_initialized", a[3], initialized)) ||
+      (!lr_tensor && !to_double_argument(name, "lr", a[4], o.lr, o.lr)) ||
+      !to_double_argument(name, "momentum", a[5], o.momentum, o.momentum) ||
+      !to_double_argument(name, "dampening", a[6], o.dampening, o.dampening) ||
+      !to_double_argument(name, "weight_decay", a[7], o.weight_decay, o.weight_decay) ||
+      !to_bool_argument(name, "nesterov", a[8], false, o.nesterov) ||
+      !to_bool_argument(name, "maximize", a[9], false, o.maximize))
+    return nullptr;
+  return guarded([&] {
+    if (!lr_tensor && !hyper_given) {  // numbers only: checked and made tensors by the C++ function
+      sgd_step(params, grads, buffers, initialized, o);
+      Py_RETURN_NONE;
+    }
+    auto [lr_default, hyper_default] = sgd_hyper_tensors(o);
+    sgd_step(params, grads, buffers, initialized, lr_tensor ? unwrap(a[4]) : lr_default, hyper ? *hyper : hyper_default,
+             o.nesterov, o.maximize);
+    Py_RETURN_NONE;
+  });
+}
 }  // namespace
 
 void init_ops_fused(nb::module_& m) {
@@ -198,6 +237,10 @@ void init_ops_fused(nb::module_& m) {
       {"adamw_step", adamw_step_entry,
        "adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, "
        "weight_decay=1e-2, decoupled_weight_decay=True, *, model_params=None) -> None: in place, state_steps (0-d float32) incremented",
+       true, false},
+      {"sgd_step", sgd_step_entry,
+       "sgd_step(params, grads, momentum_buffers=None, momentum_initialized=None, lr=1e-3, momentum=0, dampening=0, "
+       "weight_decay=0, nesterov=False, maximize=False, *, hyper=None) -> None: in place, as torch.optim.SGD",
        true, false},
   };
   register_ops(m, entries);

@@ -171,6 +171,16 @@ void run_workload(DType dtype) {
     }
     adamw_step(params, grads, ms, vs, steps);
   }
+  {  // SGD with momentum over three tensors, one of several pieces
+    std::vector<Tensor> params, grads, buffers, initialized;
+    for (int64_t n : {40000, 100, 7}) {
+      params.push_back(random_tensor({n}, dtype, 17));
+      grads.push_back(random_tensor({n}, dtype, 18));
+      buffers.push_back(zeros(Shape{n}, {dtype}));
+      initialized.push_back(zeros(Shape{}, {DType::Bool}));
+    }
+    sgd_step(params, grads, buffers, initialized, SgdOptions{.lr = 0.1, .momentum = 0.9});
+  }
   {  // matmul: batched with broadcast batch offsets, a transposed A of an aliasing leading dim, 16-bit tiles
     Tensor a = random_tensor({3, 130, 260}, dtype, 19), b = random_tensor({260, 140}, dtype, 20);
     matmul(a, b), matmul(random_tensor({2, 1, 40, 30}, dtype, 21), random_tensor({3, 30, 20}, dtype, 22));
@@ -233,7 +243,7 @@ TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
   // The ops that must be covered: those that declare scratch (and allocate), and some that allocate nothing.
   for (const char* name : {"rms_norm", "rms_norm_backward", "rms_norm_apply", "rotary_position_embedding", "rotary_position_embedding_backward",
                            "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "rotary_attention",
-                           "rotary_attention_backward", "embedding_backward",
+                           "rotary_attention_backward", "embedding_backward", "sgd_step",
                            "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
                            "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add", "matmul",
                            "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add",

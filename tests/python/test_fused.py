@@ -1,5 +1,6 @@
 """Fused-op bindings against torch compositions: rms_norm, rotary_position_embedding, swiglu,
-scaled_dot_product_attention, rotary_attention, adamw_step (against torch.optim.AdamW); _set_memory_category."""
+scaled_dot_product_attention, rotary_attention, adamw_step (against torch.optim.AdamW), sgd_step (against
+torch.optim.SGD); _set_memory_category."""
 import numpy as np
 import pytest
 import torch
@@ -335,6 +336,45 @@ def test_adamw_step_matches_torch():
         dg.adamw_step(params_d[:1], [dg.zeros(4, 3, dtype=dg.float64)], exp_avgs[:1], exp_avg_sqs[:1],
                       [dg.tensor(0.0, dtype=dg.float64)])
 
+
+
+def test_sgd_step_matches_torch_and_checks_its_arguments():
+    """The binding with numbers (the optimizer passes tensors: test_optim_rebind.py): three steps with momentum and
+    nesterov, the first storing d_p in the buffers (their flags false), then the momentum update; torch's values in
+    float64. Then the argument errors, each naming the op."""
+    shapes = [(4, 3), (5,)]
+    params_t = [torch.nn.Parameter(torch.tensor(rng.standard_normal(s))) for s in shapes]
+    params_d = [dg.tensor(p.detach().numpy().copy()) for p in params_t]
+    buffers = [dg.zeros(*s, dtype=dg.float64) for s in shapes]
+    initialized = [dg.tensor(False) for _ in shapes]
+    opt = torch.optim.SGD(params_t, lr=0.1, momentum=0.9, weight_decay=0.05, nesterov=True, maximize=True)
+    for _ in range(3):
+        grads = [rng.standard_normal(s) for s in shapes]
+        for p, g in zip(params_t, grads):
+            p.grad = torch.tensor(g)
+        opt.step()
+        assert dg.sgd_step(params_d, [dg.tensor(g) for g in grads], buffers, initialized, lr=0.1, momentum=0.9,
+                           weight_decay=0.05, nesterov=True, maximize=True) is None
+        assert [f.item() for f in initialized] == [True, True]  # set by the Task
+    for d, t in zip(params_d, params_t):
+        close(d, t, rtol=1e-12)
+    for d, t in zip(buffers, params_t):
+        close(d, opt.state[t]["momentum_buffer"], rtol=1e-12)
+    g = [dg.zeros(4, 3, dtype=dg.float64)]
+    with pytest.raises(TypeError, match=r"\[sgd_step\]"):
+        dg.sgd_step(params_d[0], [])
+    with pytest.raises(ValueError, match=r"\[sgd_step\] momentum 0.9 with 0 momentum_buffers"):
+        dg.sgd_step(params_d[:1], g, momentum=0.9)
+    with pytest.raises(ValueError, match=r"\[sgd_step\] Nesterov momentum requires a momentum and zero dampening"):
+        dg.sgd_step(params_d[:1], g, buffers[:1], initialized[:1], momentum=0.9, dampening=0.1, nesterov=True)
+    with pytest.raises(TypeError, match=r"\[sgd_step\] momentum_initialized\[0\] must be a 0-d bool"):
+        dg.sgd_step(params_d[:1], g, buffers[:1], [dg.tensor(0.0)], momentum=0.9)
+    with pytest.raises(TypeError, match=r"\[sgd_step\] param 0 is float64 but its grad or momentum buffer is float32"):
+        dg.sgd_step(params_d[:1], [dg.zeros(4, 3)])
+    with pytest.raises(ValueError, match=r"\[sgd_step\] hyper must be a contiguous float64 tensor of shape \[3\]"):
+        dg.sgd_step(params_d[:1], g, lr=dg.tensor(0.1), hyper=dg.zeros(4, dtype=dg.float64))
+    with pytest.raises(ValueError, match=r"\[sgd_step\] param 0 of shape \(3, 4\) is not contiguous"):
+        dg.sgd_step([dg.zeros(4, 3, dtype=dg.float64).t()], [dg.zeros(3, 4, dtype=dg.float64)])
 
 def test_set_memory_category():
     before = dg.memory_stats()

@@ -236,7 +236,7 @@ FUZZ_FUNCTIONS = [
     "logical_and", "softmax", "log_softmax", "embedding", "cross_entropy", "cat", "stack", "split", "chunk",
     "index_select", "gather", "scatter_add", "index_add", "tril", "rms_norm", "swiglu", "rotary_position_embedding",
     "scaled_dot_product_attention", "adamw_step", "rand", "randn", "randint", "arange", "bernoulli_mask", "matmul",
-    "mm", "bmm", "outer", "linear", "floor", "sign", "reciprocal", "isnan", "isfinite", "rotary_attention",
+    "mm", "bmm", "outer", "linear", "floor", "sign", "reciprocal", "isnan", "isfinite", "rotary_attention", "sgd_step",
 ]
 
 

@@ -1,4 +1,4 @@
-// Fused LLM ops (RMSNorm, rotary embedding, SwiGLU, multi-tensor AdamW): validation, Tasks and backward
+// Fused LLM ops (RMSNorm, rotary embedding, SwiGLU, multi-tensor AdamW and SGD): validation, Tasks and backward
 // formulas. Attention lives in fused_attention.cpp. Kernels: backend/cpu/fused_*.cpp.
 #include "dygrad/ops/fused.h"
 
@@ -468,6 +468,124 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
   for (Tensor& t : outputs) t.storage().bump_version();
   const AdamWAttrs attrs{decoupled_weight_decay};
   enqueue(op_adamw, std::span<const Tensor>(inputs.data(), inputs.size()),
+          std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
+}
+
+// --- sgd_step ------------------------------------------------------------------------------------------
+namespace {
+// P tensors: inputs are the outputs (params, then with momentum the buffers and their initialized flags), then P
+// gradients, lr and the other hyper-parameters; so P = inputs - outputs - 2 with and without momentum.
+size_t sgd_count(const Task& t) { return t.inputs.size() - t.outputs.size() - 2; }
+OpCost sgd_cost(const Task& t) {
+  const size_t count = sgd_count(t);
+  const bool momentum = t.outputs.size() == 3 * count;
+  double elements = 0, bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Tensor& p = t.outputs[i];
+    elements += double(p.numel());
+    // read g, p (and buf); write p (and buf)
+    bytes += double(p.numel()) * (double(t.inputs[t.outputs.size() + i].itemsize()) +
+                                  (momentum ? 4.0 : 2.0) * double(p.itemsize()));
+  }
+  return {(momentum ? 8.0 : 4.0) * elements, bytes};
+}
+}  // namespace
+
+// Scratch of the CPU kernel (backend/cpu/fused_sgd.cpp): its list of pieces of kSgdPiece elements, each {tensor,
+// begin, end}; the params are the first P outputs.
+size_t sgd_scratch(const Task& t) {
+  const size_t count = sgd_count(t);
+  size_t pieces = 0;
+  for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kSgdPiece - 1) / kSgdPiece);
+  return pieces * 3 * sizeof(int64_t);
+}
+const OpDef op_sgd("sgd_step", attrs_type<SgdAttrs>(), {.cost = sgd_cost, .scratch = sgd_scratch,
+                                                        .alias_of = alias_each_output});
+
+std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& o) {
+  const int64_t three[1] = {3};
+  return {full(Dims{}, o.lr, {DType::Float64}),
+          from_vector(std::vector<double>{o.momentum, o.dampening, o.weight_decay}, three, DType::Float64)};
+}
+
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              std::span<Tensor> momentum_initialized, const SgdOptions& o) {
+  const char* name = "sgd_step";
+  DG_CHECK(o.lr >= 0, Value, "[", name, "] Invalid learning rate: ", o.lr);
+  DG_CHECK(o.momentum >= 0, Value, "[", name, "] Invalid momentum value: ", o.momentum);
+  DG_CHECK(o.weight_decay >= 0, Value, "[", name, "] Invalid weight_decay value: ", o.weight_decay);
+  DG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), Value, "[", name,
+           "] Nesterov momentum requires a momentum and zero dampening");
+  DG_CHECK((o.momentum != 0) == !momentum_buffers.empty() || params.empty(), Value, "[", name, "] momentum ",
+           o.momentum, " with ", momentum_buffers.size(), " momentum_buffers: expected one buffer per param exactly "
+           "when momentum != 0");
+  if (params.empty()) return;
+  const auto [lr, hyper] = sgd_hyper_tensors(o);
+  sgd_step(params, grads, momentum_buffers, momentum_initialized, lr, hyper, o.nesterov, o.maximize);
+}
+
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              std::span<Tensor> momentum_initialized, const Tensor& lr, const Tensor& hyper, bool nesterov,
+              bool maximize) {
+  const char* name = "sgd_step";
+  const bool momentum = !momentum_buffers.empty();
+  DG_CHECK(grads.size() == params.size() && (!momentum || momentum_buffers.size() == params.size()) &&
+               momentum_initialized.size() == momentum_buffers.size(),
+           Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
+           momentum_buffers.size(), " momentum_buffers (none without momentum), ", momentum_initialized.size(),
+           " momentum_initialized");
+  DG_CHECK(momentum || !nesterov, Value, "[", name, "] Nesterov momentum requires momentum buffers");
+  check_defined(name, lr, "lr");
+  check_defined(name, hyper, "hyper");
+  DG_CHECK(lr.dim() == 0 && is_floating(lr.dtype()), Value, "[", name, "] lr must be a 0-d floating tensor, got ",
+           dtype_name(lr.dtype()), " of shape ", lr.shape());
+  DG_CHECK(hyper.dtype() == DType::Float64 && hyper.dim() == 1 && hyper.shape()[0] == 3 && hyper.is_contiguous(),
+           Value, "[", name, "] hyper must be a contiguous float64 tensor of shape [3], got ", dtype_name(hyper.dtype()),
+           " of shape ", hyper.shape());
+  if (params.empty()) return;
+  NoGradGuard no_grad;
+  SmallVector<Tensor, 4> inputs;
+  SmallVector<Tensor, 2> outputs;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    check_defined(name, p, "params");
+    check_defined(name, grads[i], "grads");
+    check_floating(name, p);
+    DG_CHECK(p.is_leaf(), Runtime, "[", name, "] param ", i, " of shape ", p.shape(), " is not a leaf tensor");
+    DG_CHECK(p.is_contiguous(), Value, "[", name, "] param ", i, " of shape ", p.shape(), " is not contiguous");
+    check_same_device(name, p, lr);
+    check_same_device(name, p, hyper);
+    const Tensor* related[2] = {&grads[i], momentum ? &momentum_buffers[i] : nullptr};
+    for (const Tensor* t : related) {
+      if (!t) continue;
+      check_defined(name, *t, t == &grads[i] ? "grads" : "momentum_buffers");
+      check_same_device(name, p, *t);
+      DG_CHECK(t->dtype() == p.dtype(), Type, "[", name, "] param ", i, " is ", dtype_name(p.dtype()),
+               " but its grad or momentum buffer is ", dtype_name(t->dtype()));
+      DG_CHECK(same_shape(t->shape(), p.shape()), Value, "[", name, "] param ", i, " has shape ", p.shape(),
+               " but its grad or momentum buffer has shape ", t->shape());
+    }
+    if (!momentum) continue;
+    DG_CHECK(momentum_buffers[i].is_contiguous(), Value, "[", name, "] momentum buffer ", i, " of shape ",
+             p.shape(), " is not contiguous");
+    const Tensor& initialized = momentum_initialized[i];
+    check_defined(name, initialized, "momentum_initialized");
+    check_same_device(name, p, initialized);
+    DG_CHECK(initialized.dtype() == DType::Bool && initialized.dim() == 0, Type, "[", name,
+             "] momentum_initialized[", i, "] must be a 0-d bool tensor, got ", dtype_name(initialized.dtype()),
+             " of shape ", initialized.shape());
+  }
+  // Updated in place: outputs, and inputs too (alias_each_output: input i is output i), then the gradients.
+  for (Tensor& p : params) outputs.push_back(p);
+  for (Tensor& b : momentum_buffers) outputs.push_back(b);
+  for (Tensor& f : momentum_initialized) outputs.push_back(f);
+  for (const Tensor& t : outputs) inputs.push_back(t);
+  for (const Tensor& g : grads) inputs.push_back(contiguous(g));
+  inputs.push_back(lr);
+  inputs.push_back(hyper);
+  for (Tensor& t : outputs) t.storage().bump_version();
+  const SgdAttrs attrs{momentum, nesterov, maximize};
+  enqueue(op_sgd, std::span<const Tensor>(inputs.data(), inputs.size()),
           std::span<const Tensor>(outputs.data(), outputs.size()), attrs);
 }
 

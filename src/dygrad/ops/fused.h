@@ -87,4 +87,33 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
 // AdamWOptions as the two tensors (lr float64).
 std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& options);
 
+// One SGD step over lists of tensors, in place, as torch.optim.SGD (single-tensor path, each op rounded to the
+// param's dtype as torch's in-place chain):
+//   g = maximize ? -grad : grad;  g = g + wd p (wd != 0);
+//   momentum: buf = buf * momentum + (1 - dampening) g, or buf = g while its `momentum_initialized` is false
+//   (torch's first step, `buf = g.clone()`; the Task then sets it true); g = nesterov ? g + momentum buf : buf;
+//   p = p - lr g.
+// Without momentum, `momentum_buffers` and `momentum_initialized` are empty. Each param, grad and buffer share shape
+// and dtype; params and buffers are contiguous leaves; `momentum_initialized` holds one 0-d bool tensor per buffer.
+// One Task for all.
+struct SgdOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              std::span<Tensor> momentum_initialized, const SgdOptions& options = {});
+// The same with the hyper-parameters as tensors the Task reads when it runs (an optimizer's per-group values,
+// rewritten on the stream when a scheduler assigns them): `lr` 0-d floating, `hyper` float64 [3] = {momentum,
+// dampening, weight_decay}, both on the params' device. Their values are not checked here (the optimizer checks them
+// when they are set, as torch's constructor does); the formula (momentum or not, nesterov, maximize) is fixed per Task.
+void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
+              std::span<Tensor> momentum_initialized, const Tensor& lr, const Tensor& hyper, bool nesterov,
+              bool maximize);
+// SgdOptions as the two tensors (lr float64).
+std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& options);
+
 }  // namespace dg

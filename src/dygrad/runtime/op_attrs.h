@@ -309,4 +309,16 @@ struct AdamWAttrs {
   DG_ATTRS_FIELDS(decoupled);
 };
 
+// sgd_step (SGD, torch.optim.SGD's single-tensor update). As adamw_step's, the hyper-parameters are tensors the Task
+// reads when it runs: lr (a 0-d floating tensor) and {momentum, dampening, weight_decay} (a float64 [3] tensor);
+// whether a momentum buffer has had its first step is a 0-d bool tensor of the Task per buffer. The attributes are
+// what shapes the kernel: which formula runs, never a value a schedule changes.
+struct SgdAttrs {
+  static constexpr const char* kName = "SgdAttrs";
+  bool momentum = false;  // momentum buffers are outputs (torch's momentum != 0)
+  bool nesterov = false;  // the update is d_p + momentum buf, not buf
+  bool maximize = false;  // the gradient is negated first
+  DG_ATTRS_FIELDS(momentum, nesterov, maximize);
+};
+
 }  // namespace dg

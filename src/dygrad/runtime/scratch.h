@@ -18,6 +18,8 @@ inline constexpr int64_t kFullReduceChunk = 16384;
 inline constexpr int64_t kNormChunkElements = 32768;
 // AdamW cuts its tensors into pieces of this many elements (one unit of pool work each).
 inline constexpr int64_t kAdamWPiece = 16384;
+// SGD cuts its tensors into pieces of this many elements.
+inline constexpr int64_t kSgdPiece = 16384;
 // grad_norm and clip_grads_with_norm cut their tensors into pieces of this many elements.
 inline constexpr int64_t kGradNormPiece = 16384;
 // Flash attention's query rows per task and tile, key rows per tile.

@@ -50,6 +50,31 @@ def adamw(m, p, g, exp_avg, exp_avg_sq):
     return p, exp_avg, exp_avg_sq, count
 
 
+def sgd(nesterov=False, first=False, momentum=0.9):
+    """One SGD step with weight decay (dygrad: the fused op, in place; with momentum its buffer's 0-d bool flag says
+    whether the buffer has had its first step; torch: torch.optim.SGD's single-tensor formula), returning the param
+    and the buffer. `first`: the buffer's first step (torch's buf = d_p.clone()), with maximize."""
+    lr, dampening, wd, maximize = 0.1, 0.0 if nesterov else 0.25, 0.05, first
+
+    def call(m, p, g, *buf):
+        if m.__name__ == "dygrad":
+            flags = [m.tensor(not first, dtype=m.bool)] if buf else []
+            m.sgd_step([p], [g], list(buf), flags, lr=lr, momentum=momentum, dampening=dampening, weight_decay=wd,
+                       nesterov=nesterov, maximize=maximize)
+            return (p, *buf)
+        with m.no_grad():
+            d = (-g if maximize else g).add(p, alpha=wd)
+            if buf:
+                if first:
+                    buf[0].copy_(d)
+                else:
+                    buf[0].mul_(momentum).add_(d, alpha=1 - dampening)
+                d = d.add(buf[0], alpha=momentum) if nesterov else buf[0]
+            p.add_(d, alpha=-lr)
+        return (p, *buf)
+    return call
+
+
 def grad_norm(norm_type):
     """clip_grad_norm_'s total norm of three tensors (dygrad: one grad_norm Task; torch: get_total_norm)."""
     def call(m, a, b, c):
@@ -150,6 +175,17 @@ ENTRIES = [
                   Input((4, 5), low=0.0, high=1.0, layout=False)),),
           big=(Input((256, 320), layout=False), Input((256, 320)), Input((256, 320), layout=False),
                Input((256, 320), low=0.0, high=1.0, layout=False))),
+    # sgd_step requires contiguous parameters and buffers (a ValueError otherwise); the gradient may be strided
+    Entry("sgd_step", sgd(), differentiable=False, inplace_call=sgd(), variant="momentum",
+          cases=((Input((4, 5), layout=False), Input((4, 5)), Input((4, 5), layout=False)),),
+          big=(Input((256, 320), layout=False), Input((256, 320)), Input((256, 320), layout=False))),
+    Entry("sgd_step", sgd(nesterov=True, first=True), differentiable=False, inplace_call=sgd(nesterov=True, first=True),
+          variant="nesterov-first-step",
+          cases=((Input((4, 5), layout=False), Input((4, 5)), Input((4, 5), layout=False)),),
+          big=(Input((256, 320), layout=False), Input((256, 320)), Input((256, 320), layout=False))),
+    Entry("sgd_step", sgd(momentum=0), differentiable=False, inplace_call=sgd(momentum=0), variant="plain",
+          cases=((Input((4, 5), layout=False), Input((4, 5))),),
+          big=(Input((256, 320), layout=False), Input((256, 320)))),
     Entry("grad_norm", grad_norm(2.0), differentiable=False, cases=(GRADS,), big=GRADS_BIG),
     Entry("grad_norm", grad_norm(float("inf")), differentiable=False, cases=(GRADS,), big=GRADS_BIG, variant="inf"),
     Entry("grad_norm", grad_norm(1.5), differentiable=False, cases=(GRADS,), big=GRADS_BIG, variant="p=1.5"),
