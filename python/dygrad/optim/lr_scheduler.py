@@ -9,7 +9,7 @@ from bisect import bisect_right
 from functools import wraps
 
 from .._C import Tensor
-from .optimizer import Optimizer
+from .optimizer import Optimizer, _zero_dim
 
 EPOCH_DEPRECATION_WARNING = (
     "The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where possible. Please "
@@ -117,7 +117,7 @@ class LRScheduler:
             self._get_lr_called_within_step = False
         for group, lr in zip(self.optimizer.param_groups, values, strict=True):
             if isinstance(group["lr"], Tensor):  # torch fills a tensor lr in place (its holders see the value)
-                group["lr"].fill_(lr)
+                group["lr"].fill_(_zero_dim(lr) if isinstance(lr, Tensor) else lr)  # torch's _to_scalar
             else:
                 group["lr"] = lr
         self._last_lr = _group_values(self.optimizer, "lr")

@@ -13,6 +13,13 @@ def state_tensor(tensor):
     return tensor
 
 
+def bookkeeping_tensor(tensor):
+    """Tags a small tensor an optimizer keeps beside its state (a group's hyper-parameter tensors, SGD's first-step
+    flags) as "other" memory and returns it: neither state proportional to the parameters nor an activation."""
+    _C._set_memory_category(tensor, "other")
+    return tensor
+
+
 class _RequiredParameter:
     def __repr__(self):
         return "<required parameter>"
@@ -21,12 +28,19 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 
+def _zero_dim(lr):
+    """A 1-element Tensor lr as the 0-d tensor a step Task reads (torch's _to_scalar squeezes it): a view, so a
+    scheduler's fill_ of the group's tensor reaches it."""
+    return lr if lr.dim() == 0 else lr.reshape(())
+
+
 class ParamGroup(dict):
     """A parameter group: torch's dict, whose hyper-parameters a fused step Task also reads as tensors when it runs
     (issue 31, part 4): `lr` as a 0-d tensor (the user's own when lr is a Tensor, else the group's float64 one) and
-    the optimizer's other values (Adam: betas, eps, weight_decay) as one float64 tensor. Assigning a key (a
-    scheduler, the user) writes the tensors on the stream, after everything enqueued before, so a recorded step
-    re-run later sees the new values. State dicts hold the plain values, as torch's."""
+    the optimizer's other values (Adam: betas, eps, weight_decay; SGD: momentum, dampening, weight_decay) as one
+    float64 tensor. Assigning a key (a scheduler, the user) writes the tensors on the stream, after everything
+    enqueued before, so a recorded step re-run later sees the new values. State dicts hold the plain values, as
+    torch's."""
     __slots__ = ("_lr", "_hyper", "_values_of", "_written")
 
     def __init__(self, *args, **kwargs):
@@ -38,13 +52,14 @@ class ParamGroup(dict):
         under meta evaluation (memory.estimate), they serve that step only: a meta buffer holds no values."""
         if self._hyper is None:
             written = [float(v) for v in values_of(self)]
-            hyper = _C.tensor(written, dtype=_C.float64)
-            own_lr = _C.tensor(0.0 if isinstance(self["lr"], Tensor) else float(self["lr"]), dtype=_C.float64)
+            hyper = bookkeeping_tensor(_C.tensor(written, dtype=_C.float64))
+            own_lr = bookkeeping_tensor(_C.tensor(0.0 if isinstance(self["lr"], Tensor) else float(self["lr"]),
+                                                  dtype=_C.float64))
             if _C._meta_active():
-                return (self["lr"] if isinstance(self["lr"], Tensor) else own_lr), hyper
+                return (_zero_dim(self["lr"]) if isinstance(self["lr"], Tensor) else own_lr), hyper
             self._values_of, self._written, self._hyper, self._lr = values_of, written, hyper, own_lr
         lr = self["lr"]
-        return (lr if isinstance(lr, Tensor) else self._lr), self._hyper
+        return (_zero_dim(lr) if isinstance(lr, Tensor) else self._lr), self._hyper
 
     def _write_lr(self):
         lr = self["lr"]
