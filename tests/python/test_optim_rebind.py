@@ -126,7 +126,9 @@ def assert_one_step_close(pairs, dtype, what):
     a multiply-add into an fma, as torch's AVX2 and AVX-512 add kernels do and dygrad's never do) a few units in the
     last place apart, the unit taken at the values' magnitude (about 1 here). bfloat16 rounds every op to 8 bits, so
     a float32-level difference changes a result only next to a rounding boundary: nearly every element is torch's
-    bit for bit (a wrong cast of a scalar or a missed rounding makes tens of percent differ)."""
+    bit for bit (a wrong cast of a scalar or a missed rounding makes tens of percent differ). That holds against
+    torch's vectorised kernels (AVX2, AVX-512: the level `make test-levels` runs it at); its scalar kernel
+    (ATEN_CPU_CAPABILITY=default) rounds `alpha * g` to bfloat16 before an add, so there only the bound is checked."""
     differ = total = 0
     for i, (d, t) in enumerate(pairs):
         d, t = as_float(d), as_float(t)
@@ -134,7 +136,7 @@ def assert_one_step_close(pairs, dtype, what):
         assert (np.abs(d - t) <= 2 * eps * np.maximum(np.abs(t), 1.0)).all(), \
             f"{what} tensor {i}: max difference {np.abs(d - t).max()}"
         differ, total = differ + int((d != t).sum()), total + d.size
-    if dtype == "bfloat16":
+    if dtype == "bfloat16" and torch.backends.cpu.get_cpu_capability() != "DEFAULT":
         assert differ <= 0.001 * total, f"{what}: {differ} of {total} elements differ from torch's"
 
 
