@@ -1,12 +1,16 @@
 """Reading and writing the safetensors format (a little-endian u64 header length, a JSON header mapping names
 to dtype/shape/data_offsets plus optional string __metadata__, then the raw tensor bytes), with atomic saves:
 the file is written under a temporary name, fsynced, then renamed over the old one, so a crash mid-save never
-loses the previous checkpoint."""
+loses the previous checkpoint. Loading checks the header completely and each
+tensor against its bytes before reading it (_checkpoint_files.read_safetensors_header, check_tensor_record)."""
 import json
 import os
 import struct
 
 import numpy as np
+
+from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, check_tensor_record, contiguous_strides,
+                                file_size_of, normalize_bool, read_safetensors_header)
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
            "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
@@ -47,13 +51,16 @@ def save_file(arrays, path, metadata=None):
 def load_file(path):
     """Returns ({name: numpy array}, metadata dict)."""
     with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(n).decode("utf-8"))
-        data = fh.read()
-    metadata = header.pop("__metadata__", {})
+        entries, metadata, data_size = read_safetensors_header(fh, file_size_of(fh))
+        data = fh.read(data_size)
     arrays = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
-        arrays[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(info["shape"]).copy()
+    for e in entries:
+        if e.dtype not in _DTYPES:
+            raise TypeError(f"[safetensors] dtype {e.dtype} of {e.name} is not supported here")
+        dtype = np.dtype(_DTYPES[e.dtype]).newbyteorder("<")
+        numel = (e.end - e.begin) // SAFETENSORS_ITEMSIZE[e.dtype]
+        shape, _, _, _ = check_tensor_record(repr(e.name), e.shape, contiguous_strides(e.shape), 0, numel,
+                                             dtype.itemsize)
+        array = np.frombuffer(data, dtype=dtype, count=numel, offset=e.begin).reshape(shape).copy()
+        arrays[e.name] = normalize_bool(array) if e.dtype == "BOOL" else array
     return arrays, metadata

@@ -14,20 +14,28 @@ prefix directory (the file's stem; "archive" for a buffer):
 Loading is safe by default (weights_only=True, as torch 2.6+): an allow-list unpickler that resolves only
 containers, tensors, storages, dtypes, Size and device (plus what add_safe_globals allows) and refuses any
 other global with an error naming it, so a crafted file cannot run code. mmap=True maps storages from the
-file (copy-on-write) instead of reading them. A safetensors file loads too (a dict of tensors)."""
+file (copy-on-write) instead of reading them. A safetensors file loads too (a dict of tensors).
+
+Every file is untrusted (docs/reliability.md, "Loading files"): each tensor record is checked against its storage
+before a view is made (_checkpoint_files.check_tensor_record), a storage's size against its zip entry, a
+safetensors header completely; a damaged file raises, it never yields a tensor that reads outside its storage."""
 import codecs
 import collections
 import contextlib
 import io
 import os
 import pickle
+import pickletools
 import random
 import struct
 import zipfile
+import zlib
 
 import numpy as np
 
 from . import _C
+from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, check_tensor_record, contiguous_strides,
+                                file_size_of, normalize_bool, read_safetensors_header)
 from ._C import Tensor
 from ._probes import device
 from ._size import Size
@@ -230,24 +238,37 @@ class _StorageType:
 
 
 class _LoadedStorage:
-    __slots__ = ("array", "dtype")
+    __slots__ = ("array", "dtype", "key")
 
-    def __init__(self, array, dtype):
-        self.array, self.dtype = array, dtype
+    def __init__(self, array, dtype, key):
+        self.array, self.dtype, self.key = array, dtype, key
+
+
+# A bfloat16 record is copied (NumPy has no bfloat16: its bits are widened to float32, then narrowed); a copy
+# larger than its storage (an overlapping or expanded view: size [2**40], stride [0]) is refused past this many
+# elements, so that a 2-byte storage cannot make the loader allocate terabytes.
+_MAX_BFLOAT16_COPY = 1 << 26
 
 
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
+    if not isinstance(storage, _LoadedStorage):
+        raise RuntimeError(f"[load] a tensor record's storage is a {type(storage).__name__}, not a storage")
     array = storage.array
-    view = np.lib.stride_tricks.as_strided(array[storage_offset:], shape=tuple(size),
-                                           strides=tuple(s * array.itemsize for s in stride))
+    size, stride, storage_offset, numel = check_tensor_record(f"over storage {storage.key!r}", size, stride,
+                                                              storage_offset, array.size, array.itemsize)
+    if numel == 0:
+        view = array[:0].reshape(size)
+    else:  # every element the view addresses lies inside the storage (checked just above)
+        view = np.lib.stride_tricks.as_strided(array[storage_offset:], shape=size,
+                                               strides=tuple(s * array.itemsize for s in stride))
     if storage.dtype == "bfloat16":
+        if numel > max(array.size, _MAX_BFLOAT16_COPY):
+            raise RuntimeError(f"[load] tensor over storage {storage.key!r}: a bfloat16 view of {numel} elements "
+                               f"over {array.size} would be copied; dygrad copies at most {_MAX_BFLOAT16_COPY} "
+                               f"elements more than its storage holds")
         t = _C.from_numpy((view.astype("<u4") << 16).view("<f4")).to(_C.bfloat16)
-    else:
-        if not view.flags.c_contiguous:
-            view = np.ascontiguousarray(view)
-        if view.dtype.byteorder == ">":
-            view = view.astype(view.dtype.newbyteorder("="))
-        t = _C.from_numpy(view)  # shares the loaded (or mapped) storage: no copy
+    else:  # a view of the loaded (or mapped) storage, strided as the record says: no copy, as torch's
+        t = _C.from_numpy(view)
     if requires_grad:
         t.requires_grad_(True)
     return t
@@ -265,14 +286,27 @@ def _rebuild_parameter_with_state(data, requires_grad, backward_hooks, state):
     return param
 
 
+def _from_literal(kind):
+    """set, frozenset and bytearray as a file may call them: from the literal (a list, str or bytes) the pickle
+    spells out, as pickle writes them; `bytearray(2**40)` or `set(range(2**40))` would fill memory."""
+    def build(*args):
+        if args and not isinstance(args[0], (list, tuple, str, bytes)):
+            raise pickle.UnpicklingError(f"[load] {kind.__name__}() of a {type(args[0]).__name__}: a file may "
+                                         f"build a {kind.__name__} from a literal only")
+        return kind(*args)
+    build.__name__ = build.__qualname__ = kind.__name__
+    return build
+
+
 def _torch_globals():
     table = {("collections", "OrderedDict"): collections.OrderedDict,
              ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
              ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
              ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter_with_state,
              ("torch", "Size"): Size, ("torch", "device"): device,
-             ("builtins", "set"): set, ("builtins", "frozenset"): frozenset, ("builtins", "complex"): complex,
-             ("builtins", "slice"): slice, ("builtins", "range"): range, ("builtins", "bytearray"): bytearray,
+             ("builtins", "set"): _from_literal(set), ("builtins", "frozenset"): _from_literal(frozenset),
+             ("builtins", "complex"): complex, ("builtins", "slice"): slice, ("builtins", "range"): range,
+             ("builtins", "bytearray"): _from_literal(bytearray),
              ("_codecs", "encode"): codecs.encode}
     for name in _STORAGES:
         table[("torch", name)] = _StorageType(name)
@@ -328,6 +362,9 @@ def _check_location(location, map_location):
         raise RuntimeError("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is "
                            "False. If you are running on a CPU-only machine, please use torch.load with "
                            "map_location=torch.device('cpu') to map your storages to the CPU.")
+    if map_location is None and not (isinstance(location, str) and location.split(":")[0] == "cpu"):
+        raise RuntimeError(f"[load] don't know how to restore data location {str(location)[:50]!r} (as torch: a "
+                           f"storage is 'cpu' or a device's; pass map_location to choose)")
     target = map_location
     if isinstance(map_location, dict):
         target = map_location.get(str(location), str(location))
@@ -341,7 +378,12 @@ def _entry_offset(path_or_file, info):
     """Where an uncompressed entry's bytes start in the file (after its local header)."""
     path_or_file.seek(info.header_offset)
     header = path_or_file.read(30)
+    if len(header) != 30 or header[:4] != b"PK\x03\x04":
+        raise RuntimeError(f"[load] the zip archive is damaged: no local header for {info.filename}")
     name_length, extra_length = struct.unpack("<HH", header[26:30])
+    if path_or_file.read(name_length) != info.filename.encode("utf-8"):  # as zipfile checks when it reads
+        raise RuntimeError(f"[load] the zip archive is damaged: the local header of {info.filename} names "
+                           f"another file")
     return info.header_offset + 30 + name_length + extra_length
 
 
@@ -371,53 +413,122 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
             fh.close()
 
 
+# What zipfile raises on a damaged archive; each becomes a RuntimeError, as torch's reader raises.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, struct.error, zlib.error, NotImplementedError,
+               ValueError, OverflowError)
+
+
 def _load_zip(fh, path, map_location, weights_only, use_mmap):
-    with zipfile.ZipFile(fh) as zf:
+    archive_size = file_size_of(fh)
+    try:
+        zf = zipfile.ZipFile(fh)
+    except _ZIP_ERRORS as e:
+        raise RuntimeError(f"[load] the zip archive is damaged: {e}") from None
+    with zf:
         names = zf.namelist()
         pkl = next((n for n in names if n.endswith("/data.pkl") and n.count("/") == 1), None)
         if pkl is None:
             raise RuntimeError("[load] the zip archive has no <prefix>/data.pkl: not a torch checkpoint")
         prefix = pkl[: -len("data.pkl")]
-        byteorder = zf.read(prefix + "byteorder").decode() if prefix + "byteorder" in names else "little"
+
+        def check_entry(info):
+            if info.compress_type != zipfile.ZIP_STORED:  # (mmap maps the bytes as they are stored)
+                raise RuntimeError(f"[load] {info.filename} is compressed; torch writes every entry stored")
+            if info.flag_bits & 0x1:
+                raise RuntimeError(f"[load] {info.filename} is encrypted")
+            if info.header_offset < 0 or info.header_offset + info.file_size > archive_size:  # before reading: no allocation of a lie
+                raise RuntimeError(f"[load] {info.filename} claims {info.file_size} bytes at offset "
+                                   f"{info.header_offset}, past the end of the {archive_size}-byte archive")
+
+        def read(info):
+            check_entry(info)
+            try:
+                return zf.read(info)
+            except _ZIP_ERRORS as e:
+                raise RuntimeError(f"[load] the zip archive is damaged: {info.filename}: {e}") from None
+
+        byteorder = read(zf.getinfo(prefix + "byteorder")) if prefix + "byteorder" in names else b"little"
+        if byteorder not in (b"little", b"big"):
+            raise RuntimeError(f"[load] {prefix}byteorder is {byteorder[:20]!r}, not 'little' or 'big'")
         loaded = {}
 
         def load_storage(storage_type, key, location, numel):
             _check_location(location, map_location)
             if key in loaded:
                 return loaded[key]
-            info = zf.getinfo(f"{prefix}data/{key}")
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise RuntimeError(f"[load] storage {key} is compressed; torch writes them stored")
-            layout = np.dtype(_NUMPY[storage_type.dtype]).newbyteorder("<" if byteorder == "little" else ">")
+            name = f"{prefix}data/{key}"
+            if name not in names:
+                raise RuntimeError(f"[load] storage {key!r}: the archive has no entry {name}")
+            info = zf.getinfo(name)
+            layout = np.dtype(_NUMPY[storage_type.dtype]).newbyteorder("<" if byteorder == b"little" else ">")
+            if not isinstance(numel, int) or numel < 0 or numel * layout.itemsize != info.file_size:
+                raise RuntimeError(f"[load] storage {key!r}: {name} holds {info.file_size} bytes, the file says "
+                                   f"{numel!r} elements of {layout.itemsize} bytes ({storage_type.name})")
+            check_entry(info)
             if use_mmap:
-                array = np.memmap(path, dtype=layout, mode="c", offset=_entry_offset(fh, info),
-                                  shape=(info.file_size // layout.itemsize,))
+                data_offset = _entry_offset(fh, info)
+                if data_offset + info.file_size > archive_size:
+                    raise RuntimeError(f"[load] storage {key!r}: {name} runs past the end of the archive")
+                array = (np.memmap(path, dtype=layout, mode="c", offset=data_offset, shape=(numel,)) if numel
+                         else np.empty(0, dtype=layout))
             else:
-                array = np.frombuffer(bytearray(zf.read(info)), dtype=layout)
-            if array.size < numel:
-                raise RuntimeError(f"[load] storage {key} holds {array.size} elements, the file says {numel}")
-            loaded[key] = _LoadedStorage(array, storage_type.dtype)
+                array = np.frombuffer(bytearray(read(info)), dtype=layout)
+            if array.dtype.byteorder == ">":  # once per storage: the views are then native, never copied
+                array = array.byteswap().view(array.dtype.newbyteorder("="))
+            if storage_type.dtype == "bool":
+                array = normalize_bool(array)
+            loaded[key] = _LoadedStorage(array, storage_type.dtype, key)
             return loaded[key]
 
-        return _Unpickler(io.BytesIO(zf.read(pkl)), load_storage, weights_only).load()
+        data = read(zf.getinfo(pkl))
+        unpickler = _Unpickler(io.BytesIO(data), load_storage, weights_only)
+        if not weights_only:  # the caller trusts the file: its code's exceptions are its own
+            return unpickler.load()
+        _check_opcodes(data, pkl)
+        try:
+            return unpickler.load()
+        except (RuntimeError, pickle.UnpicklingError, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001: a damaged pickle raises anything; weights_only names it one way
+            raise pickle.UnpicklingError(f"[load] the pickle in {pkl} is damaged: {type(e).__name__}: "
+                                         f"{str(e)[:300]}") from e
+
+
+# Pickle protocol 5's buffer opcodes: torch never writes them, and CPython's C unpickler mishandles a BYTEARRAY8
+# whose length lies (it frees the bytearray while a view of it is exported: "SystemError: deallocated bytearray
+# object has exported buffers").
+_REFUSED_OPCODES = {"BYTEARRAY8", "NEXT_BUFFER", "READONLY_BUFFER"}
+
+
+def _check_opcodes(data, name):
+    """Walks the pickle's opcodes before it is run (pickletools checks each length against the bytes left)."""
+    try:
+        for opcode, _, _ in pickletools.genops(data):
+            if opcode.name in _REFUSED_OPCODES:
+                raise pickle.UnpicklingError(f"[load] the pickle in {name} uses {opcode.name}, which "
+                                             f"weights_only=True refuses (torch never writes it)")
+    except (ValueError, struct.error) as e:
+        raise pickle.UnpicklingError(f"[load] the pickle in {name} is damaged: {e}") from None
+
+
+# safetensors dtype -> (NumPy layout of the bytes, dygrad dtype name); BF16 is read as its 16-bit pattern.
+_SAFETENSORS_DTYPES = {"F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "F16": ("<f2", "float16"),
+                       "BF16": ("<u2", "bfloat16"), "I64": ("<i8", "int64"), "I32": ("<i4", "int32"),
+                       "U16": ("<u2", "uint16"), "U8": ("u1", "uint8"), "BOOL": ("?", "bool")}
 
 
 def _load_safetensors(fh):
-    (n,) = struct.unpack("<Q", fh.read(8))
-    import json
-    header = json.loads(fh.read(n).decode("utf-8"))
-    data = bytearray(fh.read())
-    header.pop("__metadata__", None)
-    kinds = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "U16": "<u2",
-             "U8": "u1", "BOOL": "?"}
+    entries, _, data_size = read_safetensors_header(fh, file_size_of(fh) - fh.tell())
+    data = bytearray(fh.read(data_size))
     out = collections.OrderedDict()
-    for name, meta in header.items():
-        if meta["dtype"] not in kinds:
-            raise TypeError(f"[load] safetensors dtype {meta['dtype']} of {name} is not supported by dygrad")
-        begin, end = meta["data_offsets"]
-        array = np.frombuffer(data, dtype=kinds[meta["dtype"]], count=(end - begin) // np.dtype(kinds[meta["dtype"]]).itemsize,
-                              offset=begin).reshape(meta["shape"])
-        storage = _LoadedStorage(array.reshape(-1), "bfloat16" if meta["dtype"] == "BF16" else "-")
-        out[name] = (_rebuild_tensor_v2(storage, 0, array.shape, [int(s // array.itemsize) for s in array.strides],
-                                        False, None) if meta["dtype"] == "BF16" else _C.from_numpy(array))
+    for e in entries:
+        if e.dtype not in _SAFETENSORS_DTYPES:
+            raise TypeError(f"[load] safetensors dtype {e.dtype} of {e.name} is not supported by dygrad")
+        layout, dtype = _SAFETENSORS_DTYPES[e.dtype]
+        itemsize = SAFETENSORS_ITEMSIZE[e.dtype]
+        array = np.frombuffer(data, dtype=layout, count=(e.end - e.begin) // itemsize, offset=e.begin)
+        if dtype == "bool":
+            array = normalize_bool(array)
+        storage = _LoadedStorage(array, dtype, e.name)
+        out[e.name] = _rebuild_tensor_v2(storage, 0, e.shape, contiguous_strides(e.shape), False, None)
     return out
