@@ -1,8 +1,11 @@
-"""What the checkpoint loaders share: the check of a tensor record against its storage and the complete check of
-a safetensors header (every file is untrusted: docs/reliability.md, "Loading files")."""
+"""What the checkpoint loaders and savers share: the check of a tensor record against its storage, the complete
+check of a safetensors header (every file is untrusted: docs/reliability.md, "Loading files"), and the atomic
+write of a file by path (temp file, fsync, rename, directory fsync)."""
+import contextlib
 import json
 import operator
 import os
+import stat
 import struct
 
 INT64_MAX = 2**63 - 1
@@ -192,3 +195,41 @@ def file_size_of(fh):
     size = fh.seek(0, os.SEEK_END)
     fh.seek(position)
     return size
+
+
+# --- atomic writes -------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def atomic_write(path):
+    """Yields a binary file to write `path`'s new contents into: a temp file `<path>.tmp.<pid>` in the same
+    directory, fsynced and renamed over `path` (atomic on POSIX), then the directory fsynced; on an error the
+    temp file is removed and `path` is untouched. A kill at any moment leaves the old file or the new one, never
+    a torn one (train.remove_stale_temp_files removes a killed save's temp file). A symbolic link is followed
+    (its target is replaced, as writing through it would); a path that exists and is not a regular file (a
+    device, a FIFO) is written in place, as it cannot be replaced."""
+    path = os.path.realpath(os.fspath(path))
+    try:
+        existing = os.stat(path)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        with open(path, "wb") as fh:
+            yield fh
+        return
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as fh:
+            if existing is not None:  # the new file keeps the old one's permissions, as writing in place would
+                os.chmod(tmp, stat.S_IMODE(existing.st_mode))
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+    dir_fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

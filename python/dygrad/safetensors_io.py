@@ -1,15 +1,14 @@
 """Reading and writing the safetensors format (a little-endian u64 header length, a JSON header mapping names
 to dtype/shape/data_offsets plus optional string __metadata__, then the raw tensor bytes), with atomic saves:
 the file is written under a temporary name, fsynced, then renamed over the old one, so a crash mid-save never
-loses the previous checkpoint. Loading checks the header completely and each
+loses the previous checkpoint (_checkpoint_files.atomic_write). Loading checks the header completely and each
 tensor against its bytes before reading it (_checkpoint_files.read_safetensors_header, check_tensor_record)."""
 import json
-import os
 import struct
 
 import numpy as np
 
-from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, check_tensor_record, contiguous_strides,
+from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, atomic_write, check_tensor_record, contiguous_strides,
                                 file_size_of, normalize_bool, read_safetensors_header)
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
@@ -32,20 +31,11 @@ def save_file(arrays, path, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)  # align the data section to 8 bytes
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as fh:
+    with atomic_write(path) as fh:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
         for b in blobs:
             fh.write(b)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def load_file(path):

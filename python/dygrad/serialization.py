@@ -18,7 +18,8 @@ file (copy-on-write) instead of reading them. A safetensors file loads too (a di
 
 Every file is untrusted (docs/reliability.md, "Loading files"): each tensor record is checked against its storage
 before a view is made (_checkpoint_files.check_tensor_record), a storage's size against its zip entry, a
-safetensors header completely; a damaged file raises, it never yields a tensor that reads outside its storage."""
+safetensors header completely; a damaged file raises, it never yields a tensor that reads outside its storage.
+save() to a path is atomic (_checkpoint_files.atomic_write)."""
 import codecs
 import collections
 import contextlib
@@ -34,7 +35,7 @@ import zlib
 import numpy as np
 
 from . import _C
-from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, check_tensor_record, contiguous_strides,
+from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, atomic_write, check_tensor_record, contiguous_strides,
                                 file_size_of, normalize_bool, read_safetensors_header)
 from ._C import Tensor
 from ._probes import device
@@ -209,7 +210,7 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=2, _use_new_zipfile_seria
                                   "zip format torch 1.6+ reads")
     if isinstance(f, (str, os.PathLike)):
         prefix = os.path.splitext(os.path.basename(os.fspath(f)))[0] or "archive"
-        with open(f, "wb") as fh:
+        with atomic_write(f) as fh:  # a failed save (a full disk) keeps the previous file whole
             return _save(obj, fh, prefix)
     return _save(obj, f, "archive")
 

@@ -1,13 +1,15 @@
 """Issue 32, "Every file is untrusted": the hostile-file corpus (hostile_files.py) through every loader
 (dg.load, dg.load(mmap=True), the trainer's safetensors_io.load_file), each file refused with a clean exception
-naming what is wrong or loaded with every element inside its storage; torch 2.13 on the same .pt bytes.
-docs/reliability.md, "Loading files"."""
+naming what is wrong or loaded with every element inside its storage; torch 2.13 on the same .pt bytes; the
+atomic dg.save; and mmap=True against a file replaced under it. docs/reliability.md, "Loading files"."""
 import io
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -104,6 +106,69 @@ def test_corpus_covers_every_finding():
                 "pt_truncated_zip", "pt_pickle_bad_opcode", "pt_storage_huge_numel", "st_header_length_past_eof",
                 "st_header_not_utf8", "st_duplicate_keys"}
     assert findings <= set(CASES)
+
+
+# --- dg.save is atomic ---------------------------------------------------------------------------------------------
+def run_python(code, **kwargs):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                          **kwargs)
+
+
+def test_save_over_a_checkpoint_with_a_full_disk_keeps_the_old_one(tmp_path):
+    """The disk fills (RLIMIT_FSIZE: a write past 64 KiB fails with EFBIG, as ENOSPC would) while dg.save
+    writes a bigger checkpoint over a small one: the save raises and the old file loads as before."""
+    path = str(tmp_path / "ckpt.pt")
+    r = run_python(f"""
+        import resource, signal
+        import dygrad as dg
+        dg.save({{"w": dg.arange(4.0)}}, {path!r})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+        try:
+            dg.save({{"w": dg.ones(1 << 20)}}, {path!r})
+        except OSError as e:
+            print("save failed:", e)
+        else:
+            raise SystemExit("the save did not fail")
+        print(dg.load({path!r})["w"].tolist())
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "save failed" in r.stdout and "[0.0, 1.0, 2.0, 3.0]" in r.stdout, r.stdout + r.stderr
+    assert os.listdir(tmp_path) == ["ckpt.pt"]  # no temp file left behind
+
+
+def test_save_to_a_path_keeps_its_mode_follows_links_and_file_objects_are_written_in_place(tmp_path):
+    target = tmp_path / "step100.pt"
+    dg.save({"w": dg.zeros(2)}, str(target))
+    os.chmod(target, 0o640)
+    link = tmp_path / "latest.pt"
+    link.symlink_to(target.name)
+    dg.save({"w": dg.ones(2)}, str(link))
+    assert link.is_symlink() and stat.S_IMODE(os.stat(target).st_mode) == 0o640
+    assert dg.load(str(target))["w"].tolist() == [1.0, 1.0]
+    assert torch.load(str(link))["w"].tolist() == [1.0, 1.0]
+    buffer = io.BytesIO(b"prefix")
+    buffer.seek(6)
+    dg.save({"w": dg.ones(1)}, buffer)
+    assert buffer.getvalue().startswith(b"prefix")
+    buffer.seek(6)
+    assert dg.load(buffer)["w"].tolist() == [1.0]
+
+
+# --- mmap ----------------------------------------------------------------------------------------------------------
+def test_saving_over_a_mapped_checkpoint_leaves_the_mapping_readable(tmp_path):
+    """dg.load(mmap=True) maps the file; a dg.save over the same path used to truncate it under the mapping
+    (SIGBUS at the next read). The atomic save replaces the name and leaves the mapped file whole."""
+    path = str(tmp_path / "ckpt.pt")
+    r = run_python(f"""
+        import dygrad as dg
+        dg.save({{"w": dg.arange(50000.0)}}, {path!r})
+        mapped = dg.load({path!r}, mmap=True)["w"]
+        dg.save({{"w": dg.zeros(3)}}, {path!r})
+        print(mapped[12345].item(), mapped[-1].item(), dg.load({path!r})["w"].tolist())
+    """)
+    assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.split() == ["12345.0", "49999.0", "[0.0,", "0.0,", "0.0]"]
 
 
 def test_bool_bytes_other_than_zero_and_one_load_as_true():
