@@ -42,7 +42,7 @@ TSAN_ENV = TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Set SANITIZE_IN_TEST=0 to leave the sanitizer runs out of `make test` (see README: CI runs them).
 SANITIZE_IN_TEST ?= 1
 
-.PHONY: all deps build install train test test-cpp test-python test-levels check-layers sweep test-gradgrad fuzz stress sanitize sanitize-asan sanitize-tsan bench clean deps-aarch64 test-aarch64
+.PHONY: all deps build install train test test-cpp test-python test-levels check-layers sweep test-gradgrad fuzz fuzz-loaders stress sanitize sanitize-asan sanitize-tsan bench clean deps-aarch64 test-aarch64
 
 all: build
 
@@ -114,13 +114,18 @@ test-levels: install
 	  DYGRAD_CPU_ISA=$$level ATEN_CPU_CAPABILITY=$$cap $(PYTHON) -m pytest -q $(KERNEL_TESTS) || exit 1; \
 	done
 
-# The fuzzer (tests/python/fuzzer.py): `make test` runs it for 60 s with a fixed seed (test_fuzz.py); this
-# runs it as long as wanted. Crashes and hangs it finds go to tests/python/fuzz_regressions/ (replayed by
-# test_fuzz.py).
+# The fuzzers: `make test` runs them bounded with a fixed seed (test_fuzz.py: 60 s of the op fuzzer,
+# tests/python/fuzzer.py; test_load_fuzz.py: 10000 inputs of the loader fuzzer, tests/python/fuzz_loaders.py);
+# this runs each for FUZZ_SECONDS. What they find goes to tests/python/fuzz_regressions/ (replayed by make test).
+# `make fuzz-loaders` runs the loader fuzzer alone.
 FUZZ_SECONDS ?= 1800
 FUZZ_SEED ?= 1
 fuzz: install
 	$(PYTHON) tests/python/fuzzer.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+	$(PYTHON) tests/python/fuzz_loaders.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
+
+fuzz-loaders: install
+	$(PYTHON) tests/python/fuzz_loaders.py --seconds $(FUZZ_SECONDS) --seed $(FUZZ_SEED)
 
 # The long reliability loops (tools/stress.py): 200 exits with a busy thread, retain_grad and a training
 # loop over 10k iterations with RSS flat. Bounded versions are in tests/python/test_reliability.py.

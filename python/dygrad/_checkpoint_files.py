@@ -58,6 +58,8 @@ def check_tensor_record(name, size, stride, storage_offset, storage_numel, items
         raise refuse("a size is negative")
     if offset < 0:
         raise refuse("the storage offset is negative")
+    if not all(-(2**63) <= s * itemsize <= INT64_MAX for s in stride):  # torch: "Stride calculation overflowed"
+        raise refuse("a stride in bytes overflows int64")
     numel, nonzero = 1, 1
     for n in size:
         numel *= n
