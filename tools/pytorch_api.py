@@ -47,7 +47,8 @@ DIFFERS = {
                                           "nondeterministic",
     "torch.device": "a str subclass; only 'cpu' holds tensors",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
-                  "cannot rebuild torch-only objects (modules, torch classes)",
+                  "cannot rebuild torch-only objects (modules, torch classes); every file is checked as untrusted, "
+                  "and compressed entries are refused (docs/reliability.md, \"Loading files\")",
     "torch.save": "protocol 2 pickle as torch's default; int8/int16/uint16 tensors cannot be saved",
     "torch.amp.GradScaler": "only disabled (enabled=False, or 'cuda' without CUDA, which torch disables too)",
     "torch.amp.autocast": "CPU (bfloat16 / float16) with torch's CPU op lists for the ops dygrad binds; the cast "
