@@ -435,8 +435,8 @@ def _load_zip(fh, path, map_location, weights_only, use_mmap):
         def check_entry(info):
             if info.compress_type != zipfile.ZIP_STORED:  # (mmap maps the bytes as they are stored)
                 raise RuntimeError(f"[load] {info.filename} is compressed; torch writes every entry stored")
-            if info.flag_bits & 0x1:
-                raise RuntimeError(f"[load] {info.filename} is encrypted")
+            if info.flag_bits & 0x61:  # encrypted (0x1, 0x40) or patched (0x20): zipfile refuses to read them
+                raise RuntimeError(f"[load] {info.filename} is encrypted or patched (zip flags {info.flag_bits:#x})")
             if info.header_offset < 0 or info.header_offset + info.file_size > archive_size:  # before reading: no allocation of a lie
                 raise RuntimeError(f"[load] {info.filename} claims {info.file_size} bytes at offset "
                                    f"{info.header_offset}, past the end of the {archive_size}-byte archive")
@@ -455,7 +455,7 @@ def _load_zip(fh, path, map_location, weights_only, use_mmap):
 
         def load_storage(storage_type, key, location, numel):
             _check_location(location, map_location)
-            if key in loaded:
+            if key in loaded:  # the first reference to a storage says what it is; later ones reuse it, as torch
                 return loaded[key]
             name = f"{prefix}data/{key}"
             if name not in names:

@@ -37,7 +37,7 @@ import hostile_files as hf  # noqa: E402
 # What a loader may raise for a damaged file (docs/reliability.md, "Loading files"); anything else is a finding.
 # torch's errors about a tensor record or a storage: where torch raises one, dygrad must refuse the file too.
 TORCH_RECORD_ERRORS = re.compile(r"storage|numel|stride|size|offset|record", re.IGNORECASE)
-TORCH_ARCHIVE_ERRORS = re.compile(r"PytorchStreamReader|hasRecord")  # its zip reader's, not a record's
+TORCH_ARCHIVE_ERRORS = re.compile(r"PytorchStreamReader|hasRecord|inline_container")  # its zip reader's
 LOAD_ERRORS = (RuntimeError, ValueError, TypeError, pickle.UnpicklingError, MemoryError)
 INTERESTING = [0, 1, 2, 3, 4, 7, 8, 12, 16, -1, -2, -4, 2**31 - 1, 2**31, 2**32, 2**40, 2**61, 2**62, 2**63 - 1,
                -(2**63), 2**63, 2**64]
@@ -216,6 +216,15 @@ def safetensors_reference(data):
     return out
 
 
+class _ReferenceArray(np.ndarray):
+    __hash__ = object.__hash__  # a tensor may be a dict key or a set member, as a dygrad tensor may
+
+
+class _ReferenceStorage:
+    def __init__(self, kind, array):
+        self.kind, self.array = kind, array
+
+
 class _ReferenceUnpickler(pickle.Unpickler):
     """A reference reader of torch's format for the fuzzer, written apart from dygrad's: each tensor is gathered
     element by element with NumPy fancy indexing into its zip entry's bytes, so an index outside the entry
@@ -226,6 +235,7 @@ class _ReferenceUnpickler(pickle.Unpickler):
     def __init__(self, data, zf, prefix, byteorder):
         super().__init__(io.BytesIO(data))
         self.zf, self.prefix, self.order = zf, prefix, "<" if byteorder == b"little" else ">"
+        self.storages = {}
 
     def find_class(self, module, name):
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
@@ -238,15 +248,21 @@ class _ReferenceUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         kind, key, numel = pid[1], pid[2], pid[4]
+        if key in self.storages:  # the first reference says what the storage is, as torch reads it
+            return self.storages[key]
         raw = self.zf.read(f"{self.prefix}data/{key}")
         array = np.frombuffer(raw, dtype=self.order + self.LAYOUTS[kind])
         if numel != array.size:
             raise ValueError("reference: storage size")
-        return kind, array
+        self.storages[key] = _ReferenceStorage(kind, array)
+        return self.storages[key]
 
     @staticmethod
     def rebuild(storage, offset, size, stride, *rest):
-        kind, array = storage
+        return _ReferenceUnpickler.gather(storage.kind, storage.array, offset, size, stride).view(_ReferenceArray)
+
+    @staticmethod
+    def gather(kind, array, offset, size, stride):
         size, stride = list(size), list(stride)
         if len(size) != len(stride) or min(size + [0]) < 0 or offset < 0:
             raise ValueError("reference: record")

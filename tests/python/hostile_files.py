@@ -90,16 +90,21 @@ def torch_zip(obj=None, storages=None, data_pkl=None, byteorder=b"little", compr
     return out.getvalue()
 
 
-def patch_entry_size(archive, name, size):
-    """The archive with `name`'s sizes in the central directory (what zipfile reads) set to `size`."""
+def patch_central_directory(archive, name, offset, value):
+    """The archive with the bytes at `offset` of `name`'s central directory record (what zipfile reads) set."""
     data = bytearray(archive)
     at = data.index(b"PK\x01\x02")
     while True:
         name_length = struct.unpack("<H", data[at + 28:at + 30])[0]
         if data[at + 46:at + 46 + name_length] == name.encode():
-            data[at + 20:at + 28] = struct.pack("<II", size, size)
+            data[at + offset:at + offset + len(value)] = value
             return bytes(data)
         at = data.index(b"PK\x01\x02", at + 4)
+
+
+def patch_entry_size(archive, name, size):
+    """The archive with `name`'s compressed and uncompressed sizes in the central directory set to `size`."""
+    return patch_central_directory(archive, name, 20, struct.pack("<II", size, size))
 
 
 FOUR_FLOATS = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
@@ -202,6 +207,8 @@ def corpus():
                 "RuntimeError", "compressed"),
         pt_case("pt_entry_size_lies", patch_entry_size(one_record(0, [2**29 - 4], [1], numel=2**29 - 4), "archive/data/0",
                                                        2**31 - 16), "RuntimeError", "past the end of the"),
+        pt_case("pt_entry_encrypted", patch_central_directory(one_record(0, [4], [1]), "archive/data/0", 8, b"\x01\x00"),
+                "RuntimeError", "encrypted"),
         pt_case("pt_byteorder_garbage", torch_zip({"t": 1}, byteorder=b"sideways"), "RuntimeError", "byteorder"),
         # a pickle that is refused (weights_only) or damaged
         pt_case("pt_pickle_calls_os_system", torch_zip({"t": Call("os", "system", "true")}), "UnpicklingError",
