@@ -33,7 +33,7 @@ def check_tensor_record(name, size, stride, storage_offset, storage_numel, items
     """Checks that the view (size, stride, storage_offset) of a storage of `storage_numel` elements of `itemsize`
     bytes addresses only elements inside it, before any view is made; returns (size, stride, offset, numel) as
     Python ints. The rules are torch's for a storage-backed tensor (set_ / as_strided): sizes >= 0, an element
-    count and a byte extent below 2**62 bytes, offset >= 0, no negative stride on a dimension of size > 1, and
+    count, a byte extent and each stride times its size below 2**62 bytes, offset >= 0, no negative stride on a dimension of size > 1, and
     offset + sum((size - 1) * stride) < storage_numel unless the tensor is empty; every value in [-2**62, 2**63).
     The stride returned for a dimension of size 1 is 0 if negative or huge (it addresses nothing). Raises RuntimeError naming the
     tensor, the record and the storage size."""
@@ -58,8 +58,10 @@ def check_tensor_record(name, size, stride, storage_offset, storage_numel, items
         raise refuse("a size is negative")
     if offset < 0:
         raise refuse("the storage offset is negative")
-    if not all(-(2**63) <= s * itemsize <= INT64_MAX for s in stride):  # torch: "Stride calculation overflowed"
-        raise refuse("a stride in bytes overflows int64")
+    # torch refuses a stride whose step over its dimension overflows, even for an empty tensor ("Stride
+    # calculation overflowed"); dygrad refuses from 2**62 bytes on (no tensor nears 4 EiB)
+    if not all(abs(s) * max(n, 1) * itemsize < MAX_BYTES for n, s in zip(size, stride)):
+        raise refuse("a stride times its size overflows (2**62 bytes or more)")
     numel, nonzero = 1, 1
     for n in size:
         numel *= n
