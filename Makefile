@@ -115,7 +115,7 @@ test-levels: install
 	done
 
 # The fuzzers: `make test` runs them bounded with a fixed seed (test_fuzz.py: 60 s of the op fuzzer,
-# tests/python/fuzzer.py; test_load_fuzz.py: 10000 inputs of the loader fuzzer, tests/python/fuzz_loaders.py);
+# tests/python/fuzzer.py; test_load_fuzz.py: 6000 inputs of the loader fuzzer, tests/python/fuzz_loaders.py);
 # this runs each for FUZZ_SECONDS. What they find goes to tests/python/fuzz_regressions/ (replayed by make test).
 # `make fuzz-loaders` runs the loader fuzzer alone.
 FUZZ_SECONDS ?= 1800

@@ -33,10 +33,10 @@ def check_tensor_record(name, size, stride, storage_offset, storage_numel, items
     """Checks that the view (size, stride, storage_offset) of a storage of `storage_numel` elements of `itemsize`
     bytes addresses only elements inside it, before any view is made; returns (size, stride, offset, numel) as
     Python ints. The rules are torch's for a storage-backed tensor (set_ / as_strided): sizes >= 0, an element
-    count, a byte extent and each stride times its size below 2**62 bytes, offset >= 0, no negative stride on a dimension of size > 1, and
-    offset + sum((size - 1) * stride) < storage_numel unless the tensor is empty; every value in [-2**62, 2**63).
-    The stride returned for a dimension of size 1 is 0 if negative or huge (it addresses nothing). Raises RuntimeError naming the
-    tensor, the record and the storage size."""
+    count, a byte extent and each stride times its size below 2**62 bytes, offset >= 0, no negative stride on a
+    dimension of size > 1, and offset + sum((size - 1) * stride) < storage_numel unless the tensor is empty; every
+    value in [-2**62, 2**63). The stride returned for a dimension of size 1 is 0 if negative or huge (it addresses
+    nothing). Raises RuntimeError naming the tensor, the record and the storage size."""
     size = _ints(size, "size", name)
     stride = _ints(stride, "stride", name)
     try:

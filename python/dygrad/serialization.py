@@ -437,7 +437,8 @@ def _load_zip(fh, path, map_location, weights_only, use_mmap):
                 raise RuntimeError(f"[load] {info.filename} is compressed; torch writes every entry stored")
             if info.flag_bits & 0x61:  # encrypted (0x1, 0x40) or patched (0x20): zipfile refuses to read them
                 raise RuntimeError(f"[load] {info.filename} is encrypted or patched (zip flags {info.flag_bits:#x})")
-            if info.header_offset < 0 or info.header_offset + info.file_size > archive_size:  # before reading: no allocation of a lie
+            # before reading: a size the archive cannot hold is never allocated
+            if info.header_offset < 0 or info.header_offset + info.file_size > archive_size:
                 raise RuntimeError(f"[load] {info.filename} claims {info.file_size} bytes at offset "
                                    f"{info.header_offset}, past the end of the {archive_size}-byte archive")
 

@@ -2,7 +2,8 @@
 sizes, header fields) and loads each with dg.load, dg.load(mmap=True) and the trainer's load_file. Each load
 must either raise one of LOAD_ERRORS or return tensors equal to a reference read that cannot leave the file
 (for .pt, an unpickler here that gathers each element by checked indexing; for safetensors, the bytes the header
-names sliced out of the file in Python), and torch 2.13 must not refuse a .pt dygrad loads for its records. Every loaded tensor is then read whole and written (fill_), so a view past its storage crashes here.
+names sliced out of the file in Python), and torch 2.13 must not refuse a .pt dygrad loads for its records.
+Every loaded tensor is then read whole and written (fill_), so a view past its storage crashes here.
 
 The iterations run in a child process (`python fuzz_loaders.py --child SEED ...`) that writes each input to
 a file before loading it; the parent restarts the child after a crash (a signal) and keeps the input that did

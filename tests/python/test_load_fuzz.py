@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fuzz_loaders  # noqa: E402
 
-ITERATIONS = int(os.environ.get("DYGRAD_LOAD_FUZZ_ITERATIONS", "10000"))
+ITERATIONS = int(os.environ.get("DYGRAD_LOAD_FUZZ_ITERATIONS", "6000"))
 
 
 def test_load_fuzz_bounded_run_finds_nothing():
