@@ -6,7 +6,7 @@ written by the C++ core from the same data.
 import json
 from collections import namedtuple
 
-MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other")
+MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other", "scratch")
 
 OpEvent = namedtuple("OpEvent", "seq name host_thread host_begin_ns enqueue_ns device_thread device_begin_ns "
                                 "device_end_ns flops bytes failed file line input_shapes output_shapes stack")

@@ -9,7 +9,7 @@ namespace dg {
 
 const char* memory_category_name(MemoryCategory c) {
   static constexpr const char* names[kNumMemoryCategories] = {"activation", "parameter", "gradient",
-                                                              "optimizer_state", "temporary", "other"};
+                                                              "optimizer_state", "temporary", "other", "scratch"};
   return names[static_cast<int>(c)];
 }
 

@@ -73,6 +73,13 @@ void note_task(int64_t scratch_bytes) {
   ++g_meta.tasks;
   g_meta.max_scratch = std::max(g_meta.max_scratch, scratch_bytes);
   g_meta.peak_with_scratch = std::max(g_meta.peak_with_scratch, g_meta.allocated + scratch_bytes);
+  // The stream takes the Task's scratch from the allocator for the span of its kernel (runtime/scratch.h): allocated
+  // bytes, in the scratch category, on top of what is live when it runs.
+  if (scratch_bytes > 0 && g_meta.allocated + scratch_bytes > g_meta.peak) {
+    g_meta.peak = g_meta.allocated + scratch_bytes;
+    g_meta.at_peak = g_meta.by_category;
+    g_meta.at_peak[static_cast<int>(MemoryCategory::Scratch)] += scratch_bytes;
+  }
 }
 
 MemoryBlock allocate(size_t nbytes, MemoryCategory category) {

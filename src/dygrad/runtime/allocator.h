@@ -140,8 +140,8 @@ class CachingAllocator final : public Allocator {
   void annotate(const Block& block, const char* description) override;
 
   MemoryStats stats() const;
-  // Bytes handed out by allocate() since start (never decreases): the stream bounds how many of them the
-  // host may allocate while the device lags (docs/memory.md, "In-flight allocation window").
+  // Bytes handed out by allocate() since start (never decreases; Tasks' scratch not counted): the stream bounds
+  // how many of them the host may allocate while the device lags (docs/memory.md, "In-flight allocation window").
   uint64_t bytes_allocated_total() const { return total_allocated_.load(std::memory_order_relaxed); }
   void reset_peak();
   // Returns every entirely free segment to the system (munmap), after waiting for the stream to finish the Tasks

@@ -19,6 +19,7 @@ namespace dg {
 
 struct Task;
 class Node;
+class ScratchArena;
 
 // What a fusing JIT may do with an op: Elementwise (outputs depend on the same index of broadcast inputs),
 // Reduction (over dims), Matmul, Opaque (anything else: the JIT keeps it a Task of its own).
@@ -176,6 +177,8 @@ struct Task {
   Attrs attrs;
   uint64_t seq = 0;  // position on the stream, 1-based
   CallSite site;
+  // While the kernel runs: the Task's scratch (runtime/scratch.h, task_scratch), when its op declares any for it.
+  ScratchArena* scratch = nullptr;
 
   OpCost cost() const;
 };

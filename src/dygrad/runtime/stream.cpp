@@ -12,6 +12,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/runtime/op_sink.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/spin.h"
 #include "dygrad/runtime/thread_pool.h"
 
@@ -419,6 +420,44 @@ bool Stream::run_task(Task& task) {
       return false;
     }
   }
+  if (task.op->scratch) [[unlikely]] return run_task_with_scratch(task);
+  return run_kernel(task);
+}
+
+// The Task's declared scratch, taken from the caching allocator (docs/ops.md, "Scratch space is declared"): not
+// stream-ordered, so only a cached block that no queued Task still uses serves it and the allocator never waits
+// for the stream (this may be the stream's own thread); out of memory (a memory limit) is this Task's failure.
+// Taken before the observer's begin and freed after its end, so the Task's span covers the kernel alone.
+bool Stream::run_task_with_scratch(Task& task) {
+  const size_t bytes = task.op->scratch(task);
+  if (bytes == 0) {  // none for these shapes: an empty arena (a take of nothing succeeds, of more raises)
+    ScratchArena empty(task.op->name, nullptr, 0);
+    task.scratch = &empty;
+    const bool failed = run_kernel(task);
+    task.scratch = nullptr;
+    return failed;
+  }
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  MemoryBlock block;
+  try {
+    block = allocator.allocate(bytes, MemoryCategory::Scratch, /*stream_ordered=*/false);
+  } catch (const Error& e) {
+    StreamObserver* obs = observer();
+    if (obs) obs->on_task_begin(task);
+    record_failure(task, e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(bytes) +
+                                       " bytes: " + e.message());
+    if (obs) obs->on_task_end(task, true);
+    return true;
+  }
+  ScratchArena arena(task.op->name, block.ptr, bytes);
+  task.scratch = &arena;
+  const bool failed = run_kernel(task);
+  task.scratch = nullptr;
+  allocator.free(block, bytes, MemoryCategory::Scratch);
+  return failed;
+}
+
+bool Stream::run_kernel(Task& task) {
   StreamObserver* obs = observer();
   if (obs) obs->on_task_begin(task);
   bool failed = false;
