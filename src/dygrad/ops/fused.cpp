@@ -41,17 +41,21 @@ OpCost rms_norm_backward_cost(const Task& t) {
 }  // namespace
 
 // Scratch of the CPU kernels (backend/cpu/fused_norm.cpp), in the compute type: the weight as one row, then per
-// pool thread one row of x (forward) or three (backward: xhat, g, g * w), and grad_weight's partial rows, one
-// per chunk of about kNormChunkElements elements.
+// pool thread one row of x (forward) or three (backward: xhat, g, g * w, each of whole 64-byte lines), and
+// grad_weight's partial rows, one per chunk of about kNormChunkElements elements.
 size_t rms_norm_scratch_of(const Task& t, bool forward) {
   const Tensor& x = t.inputs[forward ? 0 : 1];
   const RmsNormAttrs& attrs = t.attrs.get<RmsNormAttrs>();
-  const size_t cols = static_cast<size_t>(x.shape()[x.dim() - 1]), row = cols * compute_itemsize(x.dtype());
+  const int64_t cols = x.shape()[x.dim() - 1];
+  const size_t item = compute_itemsize(x.dtype());
   const int64_t rows = forward ? t.outputs[1].numel() : t.inputs[2].numel();
-  if (forward) return row * (attrs.has_weight + scratch_workers(rows));
-  const int64_t chunk_rows = std::max<int64_t>(1, kNormChunkElements / std::max<int64_t>(static_cast<int64_t>(cols), 1));
+  const size_t weight = attrs.has_weight ? scratch_bytes(cols, item) : 0;
+  if (forward) return weight + per_worker_scratch_bytes(cols, item, rows);
+  const int64_t chunk_rows = std::max<int64_t>(1, kNormChunkElements / std::max<int64_t>(cols, 1));
   const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-  return row * (attrs.has_weight + (attrs.need_grad_weight ? static_cast<size_t>(chunks) : 0) + 3 * scratch_workers(chunks));
+  const int64_t row_stride = static_cast<int64_t>(scratch_bytes(cols, item) / item);
+  return weight + (attrs.need_grad_weight ? scratch_bytes(chunks * cols, item) : 0) +
+         per_worker_scratch_bytes(3 * row_stride, item, chunks);
 }
 size_t rms_norm_scratch(const Task& t) { return rms_norm_scratch_of(t, true); }
 size_t rms_norm_backward_scratch(const Task& t) { return rms_norm_scratch_of(t, false); }
@@ -67,7 +71,7 @@ OpCost rms_norm_apply_cost(const Task& t) {
 size_t rms_norm_apply_scratch(const Task& t) {  // the weight as one row in the compute type
   const Tensor& x = t.inputs[0];
   if (!t.attrs.get<RmsNormAttrs>().has_weight) return 0;
-  return static_cast<size_t>(x.shape()[x.dim() - 1]) * compute_itemsize(x.dtype());
+  return scratch_bytes(x.shape()[x.dim() - 1], compute_itemsize(x.dtype()));
 }
 }  // namespace
 const OpDef op_rms_norm_apply("rms_norm_apply", attrs_type<RmsNormAttrs>(), {.cost = rms_norm_apply_cost, .scratch = rms_norm_apply_scratch});
@@ -167,7 +171,7 @@ void rope_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi);
 size_t rope_scratch(const Task& t) {
   const Tensor& x = t.inputs[0];
   const int64_t dim = x.shape()[3], rows = x.shape()[0] * x.shape()[1] * x.shape()[2];
-  return static_cast<size_t>(3 * dim) * compute_itemsize(x.dtype()) * scratch_workers(rows);
+  return per_worker_scratch_bytes(3 * dim, compute_itemsize(x.dtype()), rows);
 }
 const OpDef op_rope("rotary_position_embedding", attrs_type<RopeAttrs>(), {.backward = rope_backward, .scratch = rope_scratch});
 const OpDef op_rope_backward("rotary_position_embedding_backward", attrs_type<RopeAttrs>(), {.scratch = rope_scratch});
@@ -367,7 +371,7 @@ size_t adamw_scratch(const Task& t) {
   const size_t count = adamw_count(t);
   size_t pieces = 0;
   for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
-  return pieces * 3 * sizeof(int64_t) + 2 * count * sizeof(double);
+  return scratch_bytes(static_cast<int64_t>(pieces), 3 * sizeof(int64_t)) + 2 * scratch_bytes<double>(static_cast<int64_t>(count));
 }
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .scratch = adamw_scratch,
                                                                      .alias_of = alias_each_output});

@@ -58,20 +58,18 @@ size_t attention_scratch_of(int64_t batch, int64_t T, int64_t S, int64_t D, int6
                             bool rotary) {
   const int64_t bq = std::min(kAttentionQueryBlock, T), bk = std::min(kAttentionKeyBlock, S);
   auto at_least_1 = [](int64_t n) { return std::max<int64_t>(n, 1); };
-  int64_t elements;
+  const size_t item = compute_itemsize(dtype);
   if (forward) {
     const int64_t query_blocks = (T + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
-    const int64_t pack_keys = int64_t(scratch_workers(batch)) * at_least_1(S * D);
     const int64_t per_block = at_least_1(bq * D) + at_least_1(bk * Dv) + bq * kAttentionKeyBlock + bq * Dv + 2 * bq;
-    elements = at_least_1(batch * D * (S + kAttentionKeyPad)) +
-               std::max(pack_keys, int64_t(scratch_workers(batch * query_blocks)) * per_block);
-  } else {
-    const int64_t accumulators = dtype == DType::Float32 || dtype == DType::Float64 ? 0 : T * D + S * D + S * Dv;
-    const int64_t per_head = accumulators + (rotary ? at_least_1(T * D) + at_least_1(S * D) : 0) + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +
-                             at_least_1(bk * Dv) + (D + Dv) * kAttentionKeyBlock + 2 * kAttentionQueryBlock * kAttentionKeyBlock;
-    elements = int64_t(scratch_workers(batch)) * per_head;
+    return scratch_bytes(at_least_1(batch * D * (S + kAttentionKeyPad)), item) +
+           std::max(per_worker_scratch_bytes(at_least_1(S * D), item, batch),
+                    per_worker_scratch_bytes(per_block, item, batch * query_blocks));
   }
-  return static_cast<size_t>(elements) * compute_itemsize(dtype);
+  const int64_t accumulators = dtype == DType::Float32 || dtype == DType::Float64 ? 0 : T * D + S * D + S * Dv;
+  const int64_t per_head = accumulators + (rotary ? at_least_1(T * D) + at_least_1(S * D) : 0) + T + at_least_1(bq * D) + at_least_1(bq * Dv) + at_least_1(bk * D) +
+                           at_least_1(bk * Dv) + (D + Dv) * kAttentionKeyBlock + 2 * kAttentionQueryBlock * kAttentionKeyBlock;
+  return per_worker_scratch_bytes(per_head, item, batch);
 }
 size_t sdpa_scratch_of(const Task& t, bool forward) {
   const Tensor& q = t.inputs[forward ? 0 : 1];

@@ -4,6 +4,8 @@
 #include "dygrad/ops/linalg.h"
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "dygrad/autograd/saved_buffers.h"
 #include "dygrad/ops/dispatch.h"
@@ -60,25 +62,41 @@ OpCost matmul_cost(const Task& t) {
 }
 }  // namespace
 
-// Scratch of the CPU kernel (backend/cpu/matmul.cpp), an upper bound from the shapes: the per-batch offsets of
-// A and B (two int64 each), and per worker, for floating dtypes, room for packed copies of A and B and for one
-// output tile (the batch folded into M, as the kernel may fold it: a tile is at most batch * M x N) in the
-// compute type, plus 64 KiB of the BLAS's own bookkeeping: this covers dygrad's thread-local C^T tiles, the
-// float32 copies of 16-bit tiles, and the packing buffers oneDNN allocates through operator new (measured by
-// tests/cpp/test_scratch.cpp; OpenBLAS packs in memory of its own, outside any count). Integers: a tile row of
-// uint64 accumulators.
-size_t matmul_scratch(const Task& t) {
-  const Tensor& a = t.inputs[0];
+// Scratch of the CPU kernel (backend/cpu/matmul.cpp), an upper bound from the shapes (a tile is at most the whole
+// output, the batch folded into M: rows = batch * M): the per-batch offsets of A and B (and addmm's input), and per
+// worker a buffer of its tile where the kernel needs one: float32 tiles whose A aliases in the caches (computed as
+// C^T, [tile]: the weight gradient of a layer of 1024 outputs), the float32 blocks of 16-bit tiles (B [K, nb],
+// A [mb, K], C [mb, nb] with mb <= 256 and nb <= 1024 when converted; C [tile] when bf16 takes oneDNN's GEMM: addmm,
+// or DYGRAD_BF16_GEMM=gemm), a tile row of uint64 accumulators for integers. What the BLAS libraries allocate
+// for themselves (oneDNN, OpenBLAS) is theirs, outside the Task's scratch.
+size_t matmul_scratch_of(const Task& t, const Tensor& a, const Tensor& b, bool addmm) {
   const Tensor& out = t.outputs[0];
-  const size_t M = static_cast<size_t>(out.size(-2)), N = static_cast<size_t>(out.size(-1)), K = static_cast<size_t>(a.size(-1));
-  size_t batch = 1;
-  for (int64_t d = 0; d + 2 < out.dim(); ++d) batch *= static_cast<size_t>(out.shape()[d]);
-  const size_t workers = scratch_workers(static_cast<int64_t>(batch) * 64), rows = batch * M;
-  const size_t per_worker = is_floating(out.dtype())
-                                ? (rows * K + K * N + rows * N) * compute_itemsize(out.dtype()) + (size_t{64} << 10)
-                                : N * sizeof(uint64_t);
-  return 2 * batch * sizeof(int64_t) + workers * per_worker;
+  const int64_t M = out.size(-2), N = out.size(-1), K = a.size(-1);
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 2 < out.dim(); ++d) batch *= out.shape()[d];
+  const int64_t rows = batch * M;
+  int64_t per_worker = 0;  // float32 elements (uint64 for integers)
+  size_t item = sizeof(float);
+  if (out.dtype() == DType::Float32) {
+    const BlasLayout lb = blas_layout(K, N, b.stride(-2), b.stride(-1));
+    const bool aliased_a = a.stride(-1) != 1 && (a.stride(-1) * 4) % 4096 == 0 && K >= 256;
+    if (!addmm && aliased_a && lb.ok && !lb.transposed) per_worker = rows * N;
+  } else if (out.dtype() == DType::Float16 || out.dtype() == DType::BFloat16) {
+    const int64_t mb = std::min<int64_t>(rows, 256), nb = std::min<int64_t>(N, 1024);
+    per_worker = K * nb + mb * K + mb * nb;
+    static const bool bf16_gemm = [] {
+      const char* v = std::getenv("DYGRAD_BF16_GEMM");
+      return v != nullptr && std::strcmp(v, "gemm") == 0;
+    }();
+    if (out.dtype() == DType::BFloat16 && (addmm || bf16_gemm)) per_worker = std::max(per_worker, rows * N);
+  } else if (!is_floating(out.dtype())) {
+    per_worker = N;
+    item = sizeof(uint64_t);
+  }
+  if (out.numel() == 0 || K == 0) return 0;
+  return (addmm ? 3 : 2) * scratch_bytes<int64_t>(batch) + per_worker_scratch_bytes(per_worker, item, batch * 64);
 }
+size_t matmul_scratch(const Task& t) { return matmul_scratch_of(t, t.inputs[0], t.inputs[1], false); }
 const OpDef op_matmul("matmul", nullptr,
                       {.fusion = FusionClass::Matmul, .backward = matmul_backward, .cost = matmul_cost, .scratch = matmul_scratch});
 
@@ -279,11 +297,7 @@ OpCost addmm_cost(const Task& t) {
   return c;
 }
 // The kernel is matmul's (backend/cpu/matmul.cpp) with the input read into each output tile: the same scratch.
-size_t addmm_scratch(const Task& t) {
-  Task product = t;
-  product.inputs = {t.inputs[1], t.inputs[2]};
-  return matmul_scratch(product);
-}
+size_t addmm_scratch(const Task& t) { return matmul_scratch_of(t, t.inputs[1], t.inputs[2], true); }
 }  // namespace
 const OpDef op_addmm("addmm", attrs_type<AddmmAttrs>(),
                      {.fusion = FusionClass::Matmul, .backward = addmm_backward, .cost = addmm_cost, .scratch = addmm_scratch});

@@ -88,24 +88,26 @@ void adamw_kernel(Task& task) {
   const double decay = attrs.decoupled ? in_lr_dtype(1.0 - in_lr_dtype(lr * in_lr_dtype(weight_decay))) : 1.0;
   const double l2 = attrs.decoupled ? 0.0 : weight_decay;
   // Per tensor: bump its step count (torch's step_t += 1), then its bias corrections from the new count.
-  std::vector<double> step_sizes(static_cast<size_t>(count)), bias2_sqrts(static_cast<size_t>(count));
+  ScratchArena& scratch = task_scratch(task);
+  double* step_sizes = scratch.take<double>(count);
+  double* bias2_sqrts = scratch.take<double>(count);
   for (int64_t t = 0; t < count; ++t) {
     float* step_count = task.outputs[static_cast<size_t>(3 * count + t)].data<float>();
     *step_count += 1.0f;
     const double step = static_cast<double>(*step_count);
-    step_sizes[static_cast<size_t>(t)] = in_lr_dtype(lr / in_lr_dtype(1.0 - std::pow(beta1, step)));
-    bias2_sqrts[static_cast<size_t>(t)] = std::sqrt(1.0 - std::pow(beta2, step));
+    step_sizes[t] = in_lr_dtype(lr / in_lr_dtype(1.0 - std::pow(beta1, step)));
+    bias2_sqrts[t] = std::sqrt(1.0 - std::pow(beta2, step));
   }
   int64_t num_pieces = 0;
   for (int64_t t = 0; t < count; ++t) num_pieces += (task.outputs[static_cast<size_t>(t)].numel() + kPiece - 1) / kPiece;
-  std::vector<Piece> pieces;
-  pieces.reserve(static_cast<size_t>(num_pieces));  // one allocation, the size adamw_step's scratch declares
+  Piece* pieces = scratch.take<Piece>(num_pieces);
+  int64_t made = 0;
   for (int64_t t = 0; t < count; ++t)
     for (int64_t b = 0, n = task.outputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
-      pieces.push_back({t, b, std::min(n, b + kPiece)});
-  parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+      pieces[made++] = {t, b, std::min(n, b + kPiece)};
+  parallel_for(0, num_pieces, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      const Piece& piece = pieces[static_cast<size_t>(k)];
+      const Piece& piece = pieces[k];
       const size_t t = static_cast<size_t>(piece.tensor);
       const Scalars sc{decay, l2, 1.0 - beta1, beta2, 1.0 - beta2, eps, bias2_sqrts[t], -step_sizes[t]};
       const Tensor& grad = task.inputs[first_grad + t];

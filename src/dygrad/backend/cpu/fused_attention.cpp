@@ -20,9 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 #include <type_traits>
-#include <vector>
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
@@ -95,21 +93,19 @@ struct Batched {
   }
   // Rows [r0, r0 + count) of matrix n as a row-major block of the compute type C with leading dim `ld`: in
   // place when the columns are unit-stride and no conversion is needed (what BLAS reads directly), else
-  // gathered (and converted, for 16-bit floats) into `pack`.
+  // gathered (and converted, for 16-bit floats) into `pack` (room for count * cols).
   template <typename C>
-  const C* block(const T* matrix_base, int64_t r0, int64_t count, std::vector<C>& pack, int64_t& ld) const {
+  const C* block(const T* matrix_base, int64_t r0, int64_t count, C* pack, int64_t& ld) const {
     if constexpr (std::is_same_v<T, C>) {
       if (col_stride == 1 && row_stride >= cols && cols > 0) {
         ld = row_stride;
         return matrix_base + r0 * row_stride;
       }
     }
-    pack.resize(static_cast<size_t>(std::max<int64_t>(count * cols, 1)));
     for (int64_t r = 0; r < count; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        pack[static_cast<size_t>(r * cols + c)] = static_cast<C>(matrix_base[(r0 + r) * row_stride + c * col_stride]);
+      for (int64_t c = 0; c < cols; ++c) pack[r * cols + c] = static_cast<C>(matrix_base[(r0 + r) * row_stride + c * col_stride]);
     ld = std::max<int64_t>(cols, 1);
-    return pack.data();
+    return pack;
   }
 };
 
@@ -198,14 +194,14 @@ struct Rope {
       dst[second] = static_cast<Out>(a * sn + b * c);
     }
   }
-  // Rows [r0, r0 + count) of matrix m (base: its first row), rotated, as a row-major block of the compute type.
+  // Rows [r0, r0 + count) of matrix m (base: its first row), rotated, as a row-major block of the compute type in
+  // `pack` (room for count * cols).
   template <typename T>
-  const T* rows(const Batched<S>& m, const S* base, int64_t r0, int64_t count, std::vector<T>& pack, int64_t& ld) const {
-    pack.resize(static_cast<size_t>(std::max<int64_t>(count * m.cols, 1)));
+  const T* rows(const Batched<S>& m, const S* base, int64_t r0, int64_t count, T* pack, int64_t& ld) const {
     for (int64_t r = 0; r < count; ++r)
-      rotate(base + (r0 + r) * m.row_stride, m.col_stride, pack.data() + r * m.cols, r0 + r, m.cols, false);
+      rotate(base + (r0 + r) * m.row_stride, m.col_stride, pack + r * m.cols, r0 + r, m.cols, false);
     ld = std::max<int64_t>(m.cols, 1);
-    return pack.data();
+    return pack;
   }
 };
 
@@ -237,9 +233,21 @@ Batched<S> heads_of(const Tensor& t, int64_t heads, int64_t parts, int64_t part)
   return m;
 }
 
+// Consecutive buffers cut from one scratch slot (sizes as ops/fused_attention.cpp declares them).
+template <typename T>
+struct Carve {
+  T* next;
+  T* take(int64_t count) {
+    T* p = next;
+    next += count;
+    return p;
+  }
+};
+int64_t at_least_1(int64_t n) { return std::max<int64_t>(n, 1); }
+
 // S: the stored dtype; T: the compute type (float for 16-bit floats).
 template <typename S>
-void attention_forward(const Operands<S>& ops, const Config& cfg) {
+void attention_forward(ScratchArena& scratch, const Operands<S>& ops, const Config& cfg) {
   using T = compute_t<S>;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const Batched<S>&q = ops.q, &k = ops.k, &v = ops.v;
@@ -255,21 +263,37 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
   // Its rows are S_len + 16 apart: at a power-of-two stride (S = 256: 1 KiB) the transpose's 64 destination rows fell
   // into four L1 sets and every store missed.
   const int64_t ldkt = S_len + kAttentionKeyPad;
-  std::unique_ptr<T[]> keys_t(new T[static_cast<size_t>(std::max<int64_t>(batch * D * ldkt, 1))]);
-  parallel_chunks(batch, [&](int64_t n) {
-    std::vector<T> k_pack;
-    int64_t ldk;
-    const T* kb = rope ? rope.rows(k, k.matrix(n), 0, S_len, k_pack, ldk) : k.block(k.matrix(n), 0, S_len, k_pack, ldk);
-    transpose_into(kb, S_len, D, ldk, keys_t.get() + n * D * ldkt, ldkt);
-  });
+  T* keys_t = scratch.take<T>(at_least_1(batch * D * ldkt));
+  {  // per pool thread: one packed K [S, D], given back before the query blocks' buffers are taken
+    ScratchRewind packing(scratch);
+    auto k_packs = scratch.per_worker<T>(at_least_1(S_len * D), batch);
+    parallel_chunks(batch, [&](int64_t n) {
+      const auto k_pack = k_packs.acquire();
+      int64_t ldk;
+      const T* kb = rope ? rope.rows(k, k.matrix(n), 0, S_len, k_pack.data(), ldk)
+                         : k.block(k.matrix(n), 0, S_len, k_pack.data(), ldk);
+      transpose_into(kb, S_len, D, ldk, keys_t + n * D * ldkt, ldkt);
+    });
+  }
+  // Per pool thread: packed Q [Bq, D] and V [Bk, Dv], scores [Bq, Bk], accumulator [Bq, Dv], row max and sum [Bq].
+  const int64_t bq = std::min(kQueryBlock, T_len), bk = std::min(kKeyBlock, S_len);
+  auto blocks = scratch.per_worker<T>(at_least_1(bq * D) + at_least_1(bk * Dv) + bq * kKeyBlock + bq * Dv + 2 * bq,
+                                      batch * query_blocks);
   parallel_chunks(batch * query_blocks, [&](int64_t job) {
     const int64_t n = job / query_blocks, q0 = (job % query_blocks) * kQueryBlock;
     const int64_t nq = std::min(kQueryBlock, T_len - q0);
-    const T* k_transposed = keys_t.get() + n * D * ldkt;
-    std::vector<T> q_pack, v_pack;
-    std::unique_ptr<T[]> scores(new T[static_cast<size_t>(nq * kKeyBlock)]);  // uninitialised: GEMM writes it
-    std::vector<T> acc(static_cast<size_t>(nq * Dv), T(0));
-    std::vector<T> row_max(static_cast<size_t>(nq), kNegInf), row_sum(static_cast<size_t>(nq), T(0));
+    const T* k_transposed = keys_t + n * D * ldkt;
+    const auto held = blocks.acquire();
+    Carve<T> carve{held.data()};
+    T* q_pack = carve.take(at_least_1(bq * D));
+    T* v_pack = carve.take(at_least_1(bk * Dv));
+    T* scores = carve.take(bq * kKeyBlock);  // uninitialised: GEMM writes it
+    T* acc = carve.take(bq * Dv);
+    T* row_max = carve.take(bq);
+    T* row_sum = carve.take(bq);
+    std::fill(acc, acc + nq * Dv, T(0));
+    std::fill(row_max, row_max + nq, kNegInf);
+    std::fill(row_sum, row_sum + nq, T(0));
     int64_t ldq, ldv;
     const T* qb = rope ? rope.rows(q, q.matrix(n), q0, nq, q_pack, ldq) : q.block(q.matrix(n), q0, nq, q_pack, ldq);
     const S* v_matrix = v.matrix(n);
@@ -278,7 +302,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
     for (int64_t k0 = 0; k0 < key_end; k0 += kKeyBlock) {
       const int64_t nk = std::min(kKeyBlock, key_end - k0);
       const T* vb = v.block(v_matrix, k0, nk, v_pack, ldv);
-      T* s = scores.get();
+      T* s = scores;
       // A causal block that crosses the diagonal: each group of kCausalRows query rows needs only the keys up to its
       // last row's (visible_keys); the scores right of them are masked anyway (mask_scores' causal cut) and P is 0
       // there, so both GEMMs stop at that column (for T = 256 they computed 25% more than the causal half).
@@ -304,7 +328,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
         if (m_old != m_new) {
           const T correction = math::exp_nonpositive(m_old - m_new);  // 0 when m_old = -inf
           row_sum[static_cast<size_t>(i)] *= correction;
-          T* o = acc.data() + i * Dv;
+          T* o = acc + i * Dv;
           for (int64_t c = 0; c < Dv; ++c) o[c] *= correction;
           row_max[static_cast<size_t>(i)] = m_new;
         }
@@ -316,7 +340,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
       }
       for (int64_t i0 = 0; i0 < nq; i0 += kCausalRows) {
         const int64_t rows = std::min(kCausalRows, nq - i0), keys = visible_keys(i0, rows);
-        if (keys > 0) tile_gemm(false, rows, Dv, keys, T(1), s + i0 * nk, nk, vb, ldv, T(1), acc.data() + i0 * Dv, Dv);
+        if (keys > 0) tile_gemm(false, rows, Dv, keys, T(1), s + i0 * nk, nk, vb, ldv, T(1), acc + i0 * Dv, Dv);
       }
     }
     S* o = const_cast<S*>(out.matrix(n)) + q0 * out.row_stride;
@@ -330,7 +354,7 @@ void attention_forward(const Operands<S>& ops, const Config& cfg) {
 }
 
 template <typename S>
-void attention_backward(const Operands<S>& ops, const Config& cfg) {
+void attention_backward(ScratchArena& scratch, const Operands<S>& ops, const Config& cfg) {
   using T = compute_t<S>;
   constexpr bool kDirect = std::is_same_v<S, T>;  // gradients accumulate in the outputs themselves
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -344,10 +368,20 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
   const int64_t T_len = q.rows, S_len = k.rows, D = q.cols, Dv = v.cols;
   const int64_t batch = shape_numel(q.lead_sizes);
   const T scale = static_cast<T>(cfg.scale);
+  // Per pool thread (one batch-head at a time): the 16-bit floats' accumulators, rotary_attention's rotated q and
+  // k, Dr, the packed tiles and P, dP (the declaration's order, ops/fused_attention.cpp).
+  const int64_t bq = std::min(kQueryBlock, T_len), bk = std::min(kKeyBlock, S_len);
+  const int64_t accumulators = kDirect ? 0 : T_len * D + S_len * D + S_len * Dv;
+  const int64_t rotated = rope ? at_least_1(T_len * D) + at_least_1(S_len * D) : 0;
+  auto heads = scratch.per_worker<T>(accumulators + rotated + T_len + at_least_1(bq * D) + at_least_1(bq * Dv) +
+                                         at_least_1(bk * D) + at_least_1(bk * Dv) + (D + Dv) * kKeyBlock +
+                                         2 * kQueryBlock * kKeyBlock,
+                                     batch);
   parallel_chunks(batch, [&](int64_t n) {
+    const auto held = heads.acquire();
+    Carve<T> carve{held.data()};
     // 16-bit floats: accumulate in float buffers, rounded once at the end.
     // dq, dk, dv: rows with leading dims ldq_out, ldk_out, ldv_out (the outputs themselves, or float buffers).
-    std::vector<T> dq_acc, dk_acc, dv_acc;
     T *dq, *dk, *dv;
     int64_t ldq_out = D, ldk_out = D, ldv_out = Dv;
     if constexpr (kDirect) {
@@ -358,12 +392,10 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
       ldk_out = gk.row_stride;
       ldv_out = gv.row_stride;
     } else {
-      dq_acc.resize(static_cast<size_t>(T_len * D));
-      dk_acc.resize(static_cast<size_t>(S_len * D));
-      dv_acc.resize(static_cast<size_t>(S_len * Dv));
-      dq = dq_acc.data();
-      dk = dk_acc.data();
-      dv = dv_acc.data();
+      dq = carve.take(T_len * D);
+      dk = carve.take(S_len * D);
+      dv = carve.take(S_len * Dv);
+      std::fill(dq, dq + accumulators, T(0));  // as the vectors were: the three are consecutive
     }
     auto zero_rows = [](T* m, int64_t r0, int64_t count, int64_t cols, int64_t ld) {
       for (int64_t r = r0; r < r0 + count; ++r) std::fill(m + r * ld, m + r * ld + cols, T(0));
@@ -378,7 +410,7 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
     const S* o_matrix = o.matrix(n);
     const void* mask_matrix = mask.matrix(n);
     // Dr[i] = rowsum(dO * O).
-    std::vector<T> row_dot(static_cast<size_t>(T_len));
+    T* row_dot = carve.take(T_len);
     for (int64_t i = 0; i < T_len; ++i) {
       T total = 0;
       for (int64_t c = 0; c < Dv; ++c)
@@ -386,23 +418,31 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
                  static_cast<T>(o_matrix[i * o.row_stride + c * o.col_stride]);
       row_dot[static_cast<size_t>(i)] = total;
     }
-    std::vector<T> q_pack, k_pack, v_pack, do_pack;
+    T* q_pack = carve.take(at_least_1(bq * D));
+    T* do_pack = carve.take(at_least_1(bq * Dv));
+    T* k_pack = carve.take(at_least_1(bk * D));
+    T* v_pack = carve.take(at_least_1(bk * Dv));
     // rotary_attention: q and k of this batch-head rotated once, [T, D] and [S, D], read by every tile.
-    std::vector<T> q_rotated, k_rotated;
+    T* q_rotated = nullptr;
+    T* k_rotated = nullptr;
     int64_t ld_rotated = D;
     if (rope) {
+      q_rotated = carve.take(at_least_1(T_len * D));
+      k_rotated = carve.take(at_least_1(S_len * D));
       rope.rows(q, q_matrix, 0, T_len, q_rotated, ld_rotated);
       rope.rows(k, k_matrix, 0, S_len, k_rotated, ld_rotated);
     }
-    std::vector<T> kt_pack(static_cast<size_t>(D * kKeyBlock)), vt_pack(static_cast<size_t>(Dv * kKeyBlock));
-    std::unique_ptr<T[]> probs(new T[kQueryBlock * kKeyBlock]), dprobs(new T[kQueryBlock * kKeyBlock]);
+    T* kt_pack = carve.take(D * kKeyBlock);
+    T* vt_pack = carve.take(Dv * kKeyBlock);
+    T* probs = carve.take(kQueryBlock * kKeyBlock);
+    T* dprobs = carve.take(kQueryBlock * kKeyBlock);
     int64_t ldq, ldk, ldv, lddo;
     for (int64_t k0 = 0; k0 < S_len; k0 += kKeyBlock) {
       const int64_t nk_block = std::min(kKeyBlock, S_len - k0);
-      const T* kb = rope ? (ldk = ld_rotated, k_rotated.data() + k0 * ld_rotated) : k.block(k_matrix, k0, nk_block, k_pack, ldk);
+      const T* kb = rope ? (ldk = ld_rotated, k_rotated + k0 * ld_rotated) : k.block(k_matrix, k0, nk_block, k_pack, ldk);
       const T* vb = v.block(v_matrix, k0, nk_block, v_pack, ldv);
-      transpose_into(kb, nk_block, D, ldk, kt_pack.data(), nk_block);   // K_blk^T [D, nk_block]
-      transpose_into(vb, nk_block, Dv, ldv, vt_pack.data(), nk_block);  // V_blk^T [Dv, nk_block]
+      transpose_into(kb, nk_block, D, ldk, kt_pack, nk_block);   // K_blk^T [D, nk_block]
+      transpose_into(vb, nk_block, Dv, ldv, vt_pack, nk_block);  // V_blk^T [Dv, nk_block]
       zero_rows(dk, k0, nk_block, D, ldk_out);
       zero_rows(dv, k0, nk_block, Dv, ldv_out);
       // Causal: query rows i < k0 see no key of this block.
@@ -411,12 +451,12 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
         const int64_t nq = std::min(kQueryBlock, T_len - q0);
         // Causal: keys past the block's last query row get P = 0; leave them out of the tile.
         const int64_t nk = cfg.causal ? std::min(nk_block, q0 + nq - k0) : nk_block;
-        const T* qb = rope ? (ldq = ld_rotated, q_rotated.data() + q0 * ld_rotated) : q.block(q_matrix, q0, nq, q_pack, ldq);
+        const T* qb = rope ? (ldq = ld_rotated, q_rotated + q0 * ld_rotated) : q.block(q_matrix, q0, nq, q_pack, ldq);
         const T* dob = dout.block(do_matrix, q0, nq, do_pack, lddo);
-        T* p = probs.get();
-        T* dp = dprobs.get();
+        T* p = probs;
+        T* dp = dprobs;
         // Column j of K^T / V^T is key k0 + j: the first nk columns of the packs, leading dim nk_block.
-        tile_gemm(false, nq, nk, D, scale, qb, ldq, kt_pack.data(), nk_block, T(0), p, nk);
+        tile_gemm(false, nq, nk, D, scale, qb, ldq, kt_pack, nk_block, T(0), p, nk);
         mask_scores<T, S>(p, nq, nk, q0, k0, cfg.causal, cfg.mask_kind, mask_matrix, mask.row_stride, mask.col_stride);
         for (int64_t i = 0; i < nq; ++i) {
           T* row = p + i * nk;
@@ -426,7 +466,7 @@ void attention_backward(const Operands<S>& ops, const Config& cfg) {
         }
         for (int64_t e = 0; e < nq * nk; ++e) p[e] = math::exp_nonpositive(p[e]);  // s - L: <= 0 up to rounding
         tile_gemm(true, nk, Dv, nq, T(1), p, nk, dob, lddo, T(1), dv + k0 * ldv_out, ldv_out);
-        tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack.data(), nk_block, T(0), dp, nk);
+        tile_gemm(false, nq, nk, Dv, T(1), dob, lddo, vt_pack, nk_block, T(0), dp, nk);
         for (int64_t i = 0; i < nq; ++i) {
           const T r = row_dot[static_cast<size_t>(q0 + i)];
           for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - r);
@@ -477,7 +517,7 @@ void attention_kernel(Task& task) {
     Operands<S> ops{.q = Batched<S>(task.inputs[0]), .k = Batched<S>(task.inputs[1]), .v = Batched<S>(task.inputs[2]),
                     .out = Batched<S>(task.outputs[0]), .lse = task.outputs[1].raw_data(),
                     .mask = MaskView(task, 3, cfg.mask_kind)};
-    attention_forward<S>(ops, cfg);
+    attention_forward<S>(task_scratch(task), ops, cfg);
   });
 }
 
@@ -488,7 +528,7 @@ void attention_backward_kernel(Task& task) {
                     .out = Batched<S>(task.inputs[4]), .dout = Batched<S>(task.inputs[0]),
                     .gq = Batched<S>(task.outputs[0]), .gk = Batched<S>(task.outputs[1]), .gv = Batched<S>(task.outputs[2]),
                     .lse = task.inputs[5].raw_data(), .mask = MaskView(task, 6, cfg.mask_kind)};
-    attention_backward<S>(ops, cfg);
+    attention_backward<S>(task_scratch(task), ops, cfg);
   });
 }
 
@@ -501,7 +541,7 @@ void rotary_attention_kernel(Task& task) {
     Operands<S> ops{.q = heads_of<S>(qkv, h, 3, 0), .k = heads_of<S>(qkv, h, 3, 1), .v = heads_of<S>(qkv, h, 3, 2),
                     .out = heads_of<S>(task.outputs[0], h, 1, 0), .lse = task.outputs[1].raw_data(),
                     .rope = rope_of<S>(task.inputs[1], task.inputs[2], attrs.rotate_half)};
-    attention_forward<S>(ops, cfg);
+    attention_forward<S>(task_scratch(task), ops, cfg);
   });
 }
 
@@ -517,7 +557,7 @@ void rotary_attention_backward_kernel(Task& task) {
                     .gq = heads_of<S>(grad_qkv, h, 3, 0), .gk = heads_of<S>(grad_qkv, h, 3, 1),
                     .gv = heads_of<S>(grad_qkv, h, 3, 2), .lse = task.inputs[3].raw_data(),
                     .rope = rope_of<S>(task.inputs[4], task.inputs[5], attrs.rotate_half)};
-    attention_backward<S>(ops, cfg);
+    attention_backward<S>(task_scratch(task), ops, cfg);
   });
 }
 

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/rows.h"
@@ -37,11 +36,11 @@ constexpr int64_t kElementsPerChunk = kNormChunkElements;  // rows per task: thi
 
 int64_t rows_per_chunk(int64_t columns) { return std::max<int64_t>(1, kElementsPerChunk / std::max<int64_t>(columns, 1)); }
 
-// The weight [C] (any stride) as one row in the compute type.
+// The weight [C] (any stride) as one row in the compute type, in the Task's scratch.
 template <typename T, typename C>
-std::vector<C> weight_row(const Tensor& w, int64_t cols) {
-  std::vector<C> row(static_cast<size_t>(cols));
-  load_row(row.data(), w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
+const C* weight_row(ScratchArena& scratch, const Tensor& w, int64_t cols) {
+  C* row = scratch.take<C>(cols);
+  load_row(row, w.data<T>(), cols, cols == 1 ? 1 : w.strides()[0]);
   return row;
 }
 
@@ -64,12 +63,15 @@ void rms_norm_kernel(Task& task) {
     T* y = task.outputs[0].data<T>();
     C* rstd = task.outputs[1].data<C>();
     const T* xp = x.data<T>();
-    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[1], cols) : std::vector<C>();
+    ScratchArena& scratch = task_scratch(task);
+    const C* weight = has_weight ? weight_row<T, C>(scratch, task.inputs[1], cols) : nullptr;
+    auto rows = scratch.per_worker<C>(cols, xv.rows);
     parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
-      std::vector<C> row(static_cast<size_t>(cols));
+      const auto held = rows.acquire();
+      C* row = held.data();
       for (int64_t r = lo; r < hi; ++r) {
-        load_row(row.data(), xp + xv.row_offset(r), cols, xv.column_stride);
-        const C mean_square = dot(row.data(), row.data(), cols) / static_cast<C>(cols);
+        load_row(row, xp + xv.row_offset(r), cols, xv.column_stride);
+        const C mean_square = dot(row, row, cols) / static_cast<C>(cols);
         const C inv = math::rms_inverse(mean_square, static_cast<C>(eps));
         rstd[r] = inv;
         T* out = y + r * cols;
@@ -90,7 +92,7 @@ void rms_norm_apply_kernel(Task& task) {
     T* y = task.outputs[0].data<T>();
     const C* rstd = task.inputs[1].data<C>();
     const T* xp = x.data<T>();
-    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[2], cols) : std::vector<C>();
+    const C* weight = has_weight ? weight_row<T, C>(task_scratch(task), task.inputs[2], cols) : nullptr;
     parallel_for(0, xv.rows, rows_per_chunk(cols), [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
         const C inv = rstd[r];
@@ -120,25 +122,33 @@ void rms_norm_backward_kernel(Task& task) {
     const T* xp = x.data<T>();
     const T* gp = grad.data<T>();
     const C* rstd = task.inputs[2].data<C>();
-    const std::vector<C> weight = has_weight ? weight_row<T, C>(task.inputs[3], cols) : std::vector<C>();
+    ScratchArena& scratch = task_scratch(task);
+    const C* weight = has_weight ? weight_row<T, C>(scratch, task.inputs[3], cols) : nullptr;
     T* grad_x = need_x ? task.outputs[0].data<T>() : nullptr;
     const int64_t chunk_rows = rows_per_chunk(cols);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
     // partial[k, c]: chunk k's share of grad_w.
-    std::vector<C> partial(need_weight ? static_cast<size_t>(chunks * cols) : 0, C(0));
+    C* partial = need_weight ? scratch.take<C>(chunks * cols) : nullptr;
+    if (partial) std::fill(partial, partial + chunks * cols, C(0));
+    // Per pool thread: xhat, g and g * w, one row each (a stride of whole 64-byte lines apart).
+    const int64_t row_stride = static_cast<int64_t>(scratch_bytes<C>(cols) / sizeof(C));
+    auto buffers = scratch.per_worker<C>(3 * row_stride, chunks);
     parallel_chunks(chunks, [&](int64_t k) {
-      std::vector<C> xhat(static_cast<size_t>(cols)), g(static_cast<size_t>(cols)), gw(static_cast<size_t>(cols));
-      C* acc = need_weight ? partial.data() + k * cols : nullptr;
+      const auto held = buffers.acquire();
+      C* xhat = held.data();
+      C* g = xhat + row_stride;
+      C* gw = g + row_stride;
+      C* acc = need_weight ? partial + k * cols : nullptr;
       for (int64_t r = k * chunk_rows, end = std::min(rows, r + chunk_rows); r < end; ++r) {
         const C inv = rstd[r];
-        load_row(xhat.data(), xp + xv.row_offset(r), cols, xv.column_stride);
-        load_row(g.data(), gp + gv.row_offset(r), cols, gv.column_stride);
+        load_row(xhat, xp + xv.row_offset(r), cols, xv.column_stride);
+        load_row(g, gp + gv.row_offset(r), cols, gv.column_stride);
         for (int64_t c = 0; c < cols; ++c) xhat[c] *= inv;
         if (acc) for (int64_t c = 0; c < cols; ++c) acc[c] += g[c] * xhat[c];
         if (!grad_x) continue;
         if (has_weight) for (int64_t c = 0; c < cols; ++c) gw[c] = g[c] * weight[c];
         else for (int64_t c = 0; c < cols; ++c) gw[c] = g[c];
-        const C mean_dot = dot(gw.data(), xhat.data(), cols) / static_cast<C>(cols);
+        const C mean_dot = dot(gw, xhat, cols) / static_cast<C>(cols);
         T* out = grad_x + r * cols;
         for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(math::rms_norm_backward(inv, gw[c], xhat[c], mean_dot));
       }
@@ -148,7 +158,7 @@ void rms_norm_backward_kernel(Task& task) {
     parallel_for(0, cols, 1024, [&](int64_t lo, int64_t hi) {
       for (int64_t c = lo; c < hi; ++c) {
         C total = 0;
-        for (int64_t k = 0; k < chunks; ++k) total += partial[static_cast<size_t>(k * cols + c)];
+        for (int64_t k = 0; k < chunks; ++k) total += partial[k * cols + c];
         grad_w[c] = static_cast<T>(total);
       }
     });

@@ -17,10 +17,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <vector>
 
 #include "dygrad/backend/cpu/rows.h"
 #include "dygrad/math/rows.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -59,9 +59,10 @@ void rope_kernel(Task& task) {
     const T* sp = sin_t.data<T>();
     T* y = y_t.data<T>();
     const int64_t rows = n0 * n1 * n2;
+    // Per pool thread, one buffer: the row of x in the compute type, then the expanded cos and sin rows.
+    auto buffers = task_scratch(task).per_worker<C>(3 * dim, rows);
     parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(dim, 1)), [&](int64_t lo, int64_t hi) {
-      // One buffer: the row of x in the compute type, then the expanded cos and sin rows.
-      std::vector<C> buffer(static_cast<size_t>(3 * dim));
+      const auto buffer = buffers.acquire();
       C* in = buffer.data();
       C* cc = in + dim;
       C* ss = cc + dim;

@@ -46,6 +46,7 @@
 #include "dygrad/backend/cpu/blas.h"
 #include "dygrad/backend/cpu/tile_gemm.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 #include "dygrad/backend/cpu/loops.h"
 
@@ -73,28 +74,30 @@ constexpr int64_t kMinTileN = 128;
 constexpr double kMinTileFlops = 4.0e6;  // about 30 microseconds of one core
 constexpr int64_t kTileAlign = 16;       // the float32 micro-kernel's width under AVX-512
 
-// The batched GEMM a Task describes, with broadcasting resolved into per-batch offsets.
+// The batched GEMM a Task describes, with broadcasting resolved into per-batch offsets (in the Task's scratch).
 struct GemmPlan {
   int64_t batch = 1, M = 0, N = 0, K = 0;
-  std::vector<int64_t> a_offsets, b_offsets;  // element offset of batch i's A and B; C is contiguous
+  int64_t* a_offsets = nullptr;  // [batch] element offset of batch i's A and B; C is contiguous
+  int64_t* b_offsets = nullptr;
+  ScratchArena* scratch = nullptr;  // the Task's: per-worker tile buffers
   int64_t a_row_stride = 0, a_col_stride = 0, b_row_stride = 0, b_col_stride = 0;
   // addmm: C = beta * input + alpha * A @ B, input [..., M, N] broadcast (any strides, 0 included). Null: matmul.
   const void* input = nullptr;
-  std::vector<int64_t> input_offsets;
+  int64_t* input_offsets = nullptr;
   int64_t input_row_stride = 0, input_col_stride = 0;
   double alpha = 1, beta = 0;
 };
 
 // Batch offsets of `t` (a [..., R, C] operand) for every index of the output batch shape, broadcasting
-// its missing and size-1 batch dims.
-void batch_offsets(const Tensor& t, IntSpan out_batch, std::vector<int64_t>& offsets) {
+// its missing and size-1 batch dims, into the Task's scratch. Returns them; `count` is their number.
+int64_t* batch_offsets(ScratchArena& scratch, const Tensor& t, IntSpan out_batch, int64_t& count) {
   const int64_t nb = static_cast<int64_t>(out_batch.size()), lead = nb - (t.dim() - 2);
   Dims strides(static_cast<size_t>(nb), 0);
   for (int64_t d = lead < 0 ? 0 : lead; d < nb; ++d)
     strides[static_cast<size_t>(d)] = t.shape()[d - lead] == 1 ? 0 : t.strides()[d - lead];
-  int64_t count = 1;
+  count = 1;
   for (int64_t s : out_batch) count *= s;
-  offsets.assign(static_cast<size_t>(count), 0);
+  int64_t* offsets = scratch.take<int64_t>(count);
   Dims index(static_cast<size_t>(nb), 0);
   int64_t offset = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -107,24 +110,26 @@ void batch_offsets(const Tensor& t, IntSpan out_batch, std::vector<int64_t>& off
       index[k] = 0;
     }
   }
+  return offsets;
 }
 
-GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool blas, const Tensor* input = nullptr,
-                   double alpha = 1, double beta = 0) {
+GemmPlan make_plan(ScratchArena& scratch, const Tensor& a, const Tensor& b, const Tensor& out, bool blas,
+                   const Tensor* input = nullptr, double alpha = 1, double beta = 0) {
   GemmPlan p;
+  p.scratch = &scratch;
   p.M = out.size(-2);
   p.N = out.size(-1);
   p.K = a.size(-1);
   IntSpan out_batch = out.shape().subspan(0, static_cast<size_t>(out.dim() - 2));
-  batch_offsets(a, out_batch, p.a_offsets);
-  batch_offsets(b, out_batch, p.b_offsets);
-  p.batch = static_cast<int64_t>(p.a_offsets.size());
+  p.a_offsets = batch_offsets(scratch, a, out_batch, p.batch);
+  p.b_offsets = batch_offsets(scratch, b, out_batch, p.batch);
   p.a_row_stride = a.stride(-2);
   p.a_col_stride = a.stride(-1);
   p.b_row_stride = b.stride(-2);
   p.b_col_stride = b.stride(-1);
   if (input) {  // addmm: never folded (input's batches need not stack like A's)
-    batch_offsets(*input, out_batch, p.input_offsets);
+    int64_t count;
+    p.input_offsets = batch_offsets(scratch, *input, out_batch, count);
     p.input = input->raw_data();
     p.input_row_stride = input->stride(-2);
     p.input_col_stride = input->stride(-1);
@@ -134,7 +139,7 @@ GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool bla
   }
   // Fold the batch into M when B is shared and A's batches stack: batch i's rows start at i * M * row stride.
   if (p.batch > 1 && p.batch * p.M <= INT_MAX &&
-      std::all_of(p.b_offsets.begin(), p.b_offsets.end(), [](int64_t o) { return o == 0; })) {
+      std::all_of(p.b_offsets, p.b_offsets + p.batch, [](int64_t o) { return o == 0; })) {
     const int64_t row_stride = p.M == 1 ? p.a_offsets[1] : p.a_row_stride;
     bool stacked = true;
     for (int64_t i = 0; i < p.batch && stacked; ++i) stacked = p.a_offsets[static_cast<size_t>(i)] == i * p.M * row_stride;
@@ -142,22 +147,31 @@ GemmPlan make_plan(const Tensor& a, const Tensor& b, const Tensor& out, bool bla
       p.M *= p.batch;
       p.batch = 1;
       p.a_row_stride = row_stride;
-      p.a_offsets.assign(1, 0);
-      p.b_offsets.assign(1, 0);
+      p.a_offsets[0] = 0;
+      p.b_offsets[0] = 0;
     }
   }
   return p;
 }
 
-// Runs body(batch, m0, tile_m, n0, tile_n) for every tile of the plan, across the pool.
-template <typename Body>
-void for_each_tile(const GemmPlan& p, Body&& body) {
+// Runs body(batch, m0, tile_m, n0, tile_n, buffer) for every tile of the plan, across the pool. buffer: the
+// `buffer_elements(tile_m, tile_n)` elements of U a tile may use for itself (a per-worker slot of the Task's
+// scratch; buffer_elements of the full tile size, 0: none), null when it needs none.
+template <typename U, typename Size, typename Body>
+void for_each_tile(const GemmPlan& p, Size&& buffer_elements, Body&& body) {
   const GemmTiling t = gemm_tiling(p.batch, p.M, p.N, p.K);
   const int64_t per_batch = t.tiles_m * t.tiles_n;
+  const int64_t elements = buffer_elements(t.tile_m, t.tile_n);
+  ScratchSlots<U> buffers = p.scratch->per_worker<U>(elements, elements > 0 ? p.batch * per_batch : 0);
   auto tile = [&](int64_t chunk) {
     const int64_t batch = chunk / per_batch, r = chunk % per_batch;
     const int64_t m0 = (r / t.tiles_n) * t.tile_m, n0 = (r % t.tiles_n) * t.tile_n;
-    body(batch, m0, std::min(t.tile_m, p.M - m0), n0, std::min(t.tile_n, p.N - n0));
+    if (elements == 0) {
+      body(batch, m0, std::min(t.tile_m, p.M - m0), n0, std::min(t.tile_n, p.N - n0), static_cast<U*>(nullptr));
+      return;
+    }
+    const auto held = buffers.acquire();
+    body(batch, m0, std::min(t.tile_m, p.M - m0), n0, std::min(t.tile_n, p.N - n0), held.data());
   };
   // A whole product smaller than one minimum tile (a batch of tiny matrices: attention heads of a short
   // sequence, einsum) runs on this thread: waking the pool costs more than the work. The tiles and their
@@ -198,7 +212,8 @@ void gemm_blas(const GemmPlan& p, const T* A, const T* B, T* C) {
   const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
   DG_CHECK(la.ok && lb.ok, Runtime, "[matmul] internal error: operand layout not readable by BLAS");
   const bool via_transpose = !p.input && aliased_transposed_a(la, lb, p.K, sizeof(T));
-  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+  auto tile_block = [&](int64_t tm, int64_t tn) { return via_transpose ? tm * tn : int64_t{0}; };
+  for_each_tile<T>(p, tile_block, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn, T* block) {
     const size_t i = static_cast<size_t>(batch);
     const T* a = A + p.a_offsets[i] + m0 * p.a_row_stride;  // op(A) rows m0.. (A^T: columns of stored A)
     const T* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
@@ -215,11 +230,9 @@ void gemm_blas(const GemmPlan& p, const T* A, const T* B, T* C) {
       return;
     }
     if (via_transpose) {
-      // C^T [tn, tm] = B^T [tn, K] @ A_stored [K, tm]; then C = (C^T)^T.
-      thread_local std::vector<T> block;
-      block.resize(static_cast<size_t>(tm * tn));
-      blas_gemm(true, false, tn, tm, p.K, b, lb.ld, a, la.ld, block.data(), tm);
-      transpose_into(block.data(), tn, tm, tm, c, p.N);
+      // C^T [tn, tm] = B^T [tn, K] @ A_stored [K, tm] into the worker's block; then C = (C^T)^T.
+      blas_gemm(true, false, tn, tm, p.K, b, lb.ld, a, la.ld, block, tm);
+      transpose_into(block, tn, tm, tm, c, p.N);
       return;
     }
     blas_gemm(la.transposed, lb.transposed, tm, tn, p.K, a, la.ld, b, lb.ld, c, p.N);
@@ -243,14 +256,17 @@ void convert_block(const T* src, int64_t rows, int64_t cols, int64_t row_stride,
 
 template <typename T>
 void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
-  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+  auto blocks = [&](int64_t tm, int64_t tn) {  // B [K, nb], A [mb, K] and C [mb, nb] blocks in float32
+    const int64_t max_rows = std::min(tm, kConvertRows), max_cols = std::min(tn, kConvertColumns);
+    return p.K * max_cols + max_rows * p.K + max_rows * max_cols;
+  };
+  for_each_tile<float>(p, blocks, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn, float* buffer) {
     const int64_t K = p.K, max_rows = std::min(tm, kConvertRows), max_cols = std::min(tn, kConvertColumns);
-    std::unique_ptr<float[]> buffer(new float[static_cast<size_t>(K * max_cols + max_rows * K + max_rows * max_cols)]);
-    float* b_block = buffer.get();
+    float* b_block = buffer;
     float* a_block = b_block + K * max_cols;
     float* c_block = a_block + max_rows * K;
-    const T* a = A + p.a_offsets[static_cast<size_t>(batch)];
-    const T* b = B + p.b_offsets[static_cast<size_t>(batch)];
+    const T* a = A + p.a_offsets[batch];
+    const T* b = B + p.b_offsets[batch];
     for (int64_t n = n0; n < n0 + tn; n += kConvertColumns) {
       const int64_t nb = std::min(kConvertColumns, n0 + tn - n);
       convert_block(b + n * p.b_col_stride, K, nb, p.b_row_stride, p.b_col_stride, b_block);
@@ -265,7 +281,7 @@ void gemm_converted(const GemmPlan& p, const T* A, const T* B, T* C) {
             continue;
           }
           // addmm: alpha * AB + beta * input in float32, rounded once (beta 0: input is not read)
-          const T* in = static_cast<const T*>(p.input) + p.input_offsets[static_cast<size_t>(batch)] +
+          const T* in = static_cast<const T*>(p.input) + p.input_offsets[batch] +
                         (m + i) * p.input_row_stride + n * p.input_col_stride;
           const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
           for (int64_t j = 0; j < nb; ++j)
@@ -328,7 +344,9 @@ void gemm_bf16_native(const GemmPlan& p, const BFloat16* A, const BFloat16* B, B
   const bool primitive = !p.input && bf16_matmul_primitive();
   const BlasLayout la = blas_layout(p.M, p.K, p.a_row_stride, p.a_col_stride);
   const BlasLayout lb = blas_layout(p.K, p.N, p.b_row_stride, p.b_col_stride);
-  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
+  // Other than the primitive: a float32 block of rows x tile width.
+  auto c_blocks = [&](int64_t tm, int64_t tn) { return primitive ? int64_t{0} : std::min(tm, kConvertRows) * tn; };
+  for_each_tile<float>(p, c_blocks, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn, float* c_block) {
     const size_t i = static_cast<size_t>(batch);
     if (primitive) {  // a plain product: the tile in one matmul primitive call, rounded by oneDNN
       const BFloat16* a = A + p.a_offsets[i] + m0 * p.a_row_stride;
@@ -338,18 +356,16 @@ void gemm_bf16_native(const GemmPlan& p, const BFloat16* A, const BFloat16* B, B
                   reinterpret_cast<const uint16_t*>(b), lb.ld, reinterpret_cast<uint16_t*>(c), p.N);
       return;
     }
-    const int64_t max_rows = std::min(tm, kConvertRows);
-    std::unique_ptr<float[]> c_block(new float[static_cast<size_t>(max_rows * tn)]);
     const BFloat16* b = B + p.b_offsets[i] + n0 * p.b_col_stride;
     for (int64_t m = m0; m < m0 + tm; m += kConvertRows) {
       const int64_t mb = std::min(kConvertRows, m0 + tm - m);
       const BFloat16* a = A + p.a_offsets[i] + m * p.a_row_stride;
       gemm_bf16(la.transposed, lb.transposed, mb, tn, p.K, 1.0f, reinterpret_cast<const uint16_t*>(a), la.ld,
-                reinterpret_cast<const uint16_t*>(b), lb.ld, 0.0f, c_block.get(), tn);
+                reinterpret_cast<const uint16_t*>(b), lb.ld, 0.0f, c_block, tn);
       const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
       for (int64_t r = 0; r < mb; ++r) {
         BFloat16* dst = C + (batch * p.M + m + r) * p.N + n0;
-        const float* src = c_block.get() + r * tn;
+        const float* src = c_block + r * tn;
         if (!p.input) {
           round_to_bf16(src, dst, tn);
           continue;
@@ -367,29 +383,29 @@ void gemm_bf16_native(const GemmPlan& p, const BFloat16* A, const BFloat16* B, B
 // Integers: c[i, j] = sum_k a[i, k] * b[k, j] in wrapping 64-bit arithmetic, stored modulo the dtype.
 template <typename T>
 void gemm_integer(const GemmPlan& p, const T* A, const T* B, T* C) {
-  for_each_tile(p, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn) {
-    std::vector<uint64_t> acc(static_cast<size_t>(tn));
-    const T* a = A + p.a_offsets[static_cast<size_t>(batch)] + m0 * p.a_row_stride;
-    const T* b = B + p.b_offsets[static_cast<size_t>(batch)] + n0 * p.b_col_stride;
+  auto accumulators = [](int64_t, int64_t tn) { return tn; };  // a tile row of them
+  for_each_tile<uint64_t>(p, accumulators, [&](int64_t batch, int64_t m0, int64_t tm, int64_t n0, int64_t tn, uint64_t* acc) {
+    const T* a = A + p.a_offsets[batch] + m0 * p.a_row_stride;
+    const T* b = B + p.b_offsets[batch] + n0 * p.b_col_stride;
     for (int64_t i = 0; i < tm; ++i) {
-      std::fill(acc.begin(), acc.end(), 0);
+      std::fill(acc, acc + tn, 0);
       for (int64_t k = 0; k < p.K; ++k) {
         const uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(a[i * p.a_row_stride + k * p.a_col_stride]));
         const T* row = b + k * p.b_row_stride;
         for (int64_t j = 0; j < tn; ++j)
-          acc[static_cast<size_t>(j)] += x * static_cast<uint64_t>(static_cast<int64_t>(row[j * p.b_col_stride]));
+          acc[j] += x * static_cast<uint64_t>(static_cast<int64_t>(row[j * p.b_col_stride]));
       }
       T* dst = C + (batch * p.M + m0 + i) * p.N + n0;
       if (!p.input) {
-        for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<T>(acc[static_cast<size_t>(j)]);
+        for (int64_t j = 0; j < tn; ++j) dst[j] = static_cast<T>(acc[j]);
         continue;
       }
       // addmm: alpha * AB + beta * input, wrapping (alpha and beta as integers, as torch's integral addmm)
-      const T* in = static_cast<const T*>(p.input) + p.input_offsets[static_cast<size_t>(batch)] +
+      const T* in = static_cast<const T*>(p.input) + p.input_offsets[batch] +
                     (m0 + i) * p.input_row_stride + n0 * p.input_col_stride;
       const uint64_t alpha = static_cast<uint64_t>(static_cast<int64_t>(p.alpha)), beta = static_cast<uint64_t>(static_cast<int64_t>(p.beta));
       for (int64_t j = 0; j < tn; ++j)
-        dst[j] = static_cast<T>(alpha * acc[static_cast<size_t>(j)] +
+        dst[j] = static_cast<T>(alpha * acc[j] +
                                 (beta == 0 ? 0 : beta * static_cast<uint64_t>(static_cast<int64_t>(in[j * p.input_col_stride]))));
     }
   });
@@ -455,7 +471,7 @@ void matmul_kernel(Task& task) {
     return;
   }
   const DType dtype = out.dtype();
-  run_gemm("matmul", make_plan(a, b, out, blas_plan(dtype)), a, b, out);
+  run_gemm("matmul", make_plan(task_scratch(task), a, b, out, blas_plan(dtype)), a, b, out);
 }
 
 // inputs (input [..., M, N] broadcast to the output, a [..., M, K], b [..., K, N]) of one dtype; output
@@ -488,8 +504,8 @@ void addmm_kernel(Task& task) {
     });
     return;
   }
-  run_gemm("addmm", make_plan(a, b, out, blas_plan(dtype), &input,
-                              attrs.alpha.to_double(), beta), a, b, out);
+  run_gemm("addmm", make_plan(task_scratch(task), a, b, out, blas_plan(dtype), &input, attrs.alpha.to_double(), beta),
+           a, b, out);
 }
 
 DG_REGISTER_KERNEL(matmul, Device::Type::CPU, matmul_kernel);
