@@ -23,9 +23,14 @@ size_t pieces_of(std::span<const Tensor> tensors) {
   for (const Tensor& t : tensors) pieces += static_cast<size_t>((t.numel() + kGradNormPiece - 1) / kGradNormPiece);
   return pieces;
 }
-// Scratch of the CPU kernels: the list of pieces ({tensor, begin, end}) and, for grad_norm, one double per piece.
-size_t grad_norm_scratch(const Task& t) { return pieces_of(t.inputs) * (3 * sizeof(int64_t) + sizeof(double)); }
-size_t clip_scratch(const Task& t) { return pieces_of(t.outputs) * 3 * sizeof(int64_t); }
+// Scratch of the CPU kernels: the list of pieces ({tensor, begin, end}) and, for grad_norm, one double per piece
+// and one per tensor (the zero norm's count).
+size_t grad_norm_scratch(const Task& t) {
+  const auto pieces = static_cast<int64_t>(pieces_of(t.inputs));
+  return scratch_bytes(pieces, 3 * sizeof(int64_t)) + scratch_bytes<double>(pieces) +
+         scratch_bytes<double>(static_cast<int64_t>(t.inputs.size()));
+}
+size_t clip_scratch(const Task& t) { return scratch_bytes(static_cast<int64_t>(pieces_of(t.outputs)), 3 * sizeof(int64_t)); }
 OpCost grad_norm_cost(const Task& t) {
   double elements = 0, bytes = 0;
   for (const Tensor& g : t.inputs) elements += double(g.numel()), bytes += double(g.numel()) * double(g.itemsize());

@@ -89,29 +89,22 @@ OpCost copy_cost(const Task& t) {
 }
 }  // namespace
 
-// Scratch of the CPU kernel (backend/cpu/index.cpp): its copy plan (one piece of at most kCatPieceBytes per input,
-// reserved at once), the running job counts (a vector of inputs + 1 int64 grown by doubling: at most three times
-// that while it grows) and the view of the output it copies each input into (one TensorImpl at a time).
+// Scratch of the CPU kernel (backend/cpu/index.cpp): its copy plan, one piece of at most kCatPieceBytes per input,
+// and the running job counts (inputs + 1 int64).
 size_t cat_scratch(const Task& t) {
-  const size_t n = t.inputs.size();
-  return n * kCatPieceBytes + 3 * 2 * (n + 1) * sizeof(int64_t) + sizeof(TensorImpl);
+  const int64_t n = static_cast<int64_t>(t.inputs.size());
+  return static_cast<size_t>(n) * kCatPieceBytes + scratch_bytes<int64_t>(n + 1);
 }
 const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost, .scratch = cat_scratch});
-// The gather and scatter kernels walk three views of their operands over the index's positions: three TensorImpls
-// (from the worker's object pool, which allocates when it has none free).
-size_t three_views_scratch(const Task&) { return 3 * sizeof(TensorImpl); }
-const OpDef op_gather("gather", attrs_type<DimAttrs>(),
-                      {.backward = gather_backward, .cost = copy_cost, .scratch = three_views_scratch});
-const OpDef op_index_select("index_select", attrs_type<DimAttrs>(),
-                            {.backward = index_select_backward, .cost = copy_cost, .scratch = three_views_scratch});
-const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(),
-                           {.backward = scatter_add_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
-const OpDef op_index_add("index_add", attrs_type<DimAttrs>(),
-                         {.backward = index_add_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
-const OpDef op_scatter("scatter", attrs_type<ScatterAttrs>(),
-                       {.backward = scatter_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
+// The gather and scatter kernels walk their operands over the index's positions (StridedIteration operands, no
+// views): no scratch.
+const OpDef op_gather("gather", attrs_type<DimAttrs>(), {.backward = gather_backward, .cost = copy_cost});
+const OpDef op_index_select("index_select", attrs_type<DimAttrs>(), {.backward = index_select_backward, .cost = copy_cost});
+const OpDef op_scatter_add("scatter_add", attrs_type<DimAttrs>(), {.backward = scatter_add_backward, .alias_of = alias_each_output});
+const OpDef op_index_add("index_add", attrs_type<DimAttrs>(), {.backward = index_add_backward, .alias_of = alias_each_output});
+const OpDef op_scatter("scatter", attrs_type<ScatterAttrs>(), {.backward = scatter_backward, .alias_of = alias_each_output});
 const OpDef op_scatter_value("scatter_value", attrs_type<ScatterAttrs>(),
-                             {.backward = scatter_backward, .scratch = three_views_scratch, .alias_of = alias_each_output});
+                             {.backward = scatter_backward, .alias_of = alias_each_output});
 const OpDef op_tril("tril", attrs_type<TriangleAttrs>(), {.backward = tril_backward, .cost = copy_cost});
 const OpDef op_triu("triu", attrs_type<TriangleAttrs>(), {.backward = triu_backward, .cost = copy_cost});
 

@@ -34,34 +34,26 @@ OpCost copy_cost(const Task& t) {
 }  // namespace
 
 // Scratch of the CPU kernels (backend/cpu/indexing.cpp). index and index_put walk the k index tensors and one
-// more operand with an offset counter holding one Dims of strides per operand: built by growth on the calling
-// thread (at most three times its k + 1 entries while it grows), copied once by every worker. index_put also
-// keeps three int64 per indexed position (destination and source offsets, row). nonzero: one count per chunk.
+// more operand with an offset counter held inline (no heap up to 7 operands and 6 dims); index_put keeps three
+// int64 per indexed position (destination and source offsets, row). nonzero: one count per chunk.
 // Tensors of more than 6 unmergeable dims would spill Dims to the heap and are not covered (docs/ops.md).
-size_t offset_counter_scratch(const Task& t, size_t positions) {
-  const size_t operands = t.attrs.get<AdvancedIndexAttrs>().dims.size() + 1;
-  return (3 + scratch_workers(static_cast<int64_t>(positions))) * operands * sizeof(Dims);
-}
 size_t index_positions(const Task& t, const Tensor& x, const Tensor& other) {
   const int64_t k = static_cast<int64_t>(t.attrs.get<AdvancedIndexAttrs>().dims.size());
   const int64_t nb = other.dim() - (x.dim() - k);
-  size_t positions = 1;
-  for (int64_t d = 0; d < nb; ++d) positions *= static_cast<size_t>(other.shape()[d]);
-  return positions;
-}
-size_t index_scratch(const Task& t) {
-  return offset_counter_scratch(t, index_positions(t, t.inputs[0], t.outputs[0]));
+  int64_t positions = 1;
+  for (int64_t d = 0; d < nb; ++d) positions *= other.shape()[d];
+  return static_cast<size_t>(positions);
 }
 size_t index_put_scratch(const Task& t) {
-  const size_t positions = index_positions(t, t.outputs[0], t.inputs[t.inputs.size() - 1]);
-  return offset_counter_scratch(t, positions) + 3 * positions * sizeof(int64_t);
+  const int64_t positions = static_cast<int64_t>(index_positions(t, t.outputs[0], t.inputs[t.inputs.size() - 1]));
+  return 3 * scratch_bytes<int64_t>(positions);
 }
 size_t nonzero_scratch(const Task& t) {
   const int64_t n = t.inputs[0].numel();
-  return static_cast<size_t>(std::max<int64_t>(1, (n + kIndexWorkGrain - 1) / kIndexWorkGrain) + 1) * sizeof(int64_t);
+  return scratch_bytes<int64_t>(std::max<int64_t>(1, (n + kIndexWorkGrain - 1) / kIndexWorkGrain) + 1);
 }
 const OpDef op_index("index", attrs_type<AdvancedIndexAttrs>(),
-                     {.backward = index_backward, .cost = copy_cost, .scratch = index_scratch});
+                     {.backward = index_backward, .cost = copy_cost});
 const OpDef op_index_put("index_put", attrs_type<AdvancedIndexAttrs>(),
                          {.backward = index_put_backward, .scratch = index_put_scratch, .alias_of = alias_each_output});
 const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpDataDependentShape, .scratch = nonzero_scratch,

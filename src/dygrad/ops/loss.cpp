@@ -4,6 +4,7 @@
 // (their gradients come from the composition). The plain class-index cross_entropy is the fused op of ops/nn.cpp.
 #include "dygrad/ops/nn.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "dygrad/ops/dispatch.h"
@@ -122,8 +123,8 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduc
 // (the mean's divisor, saved for the backward, whose kernel scatters -weight[t] * g into a zero gradient).
 const OpDef op_nll_loss_backward("nll_loss_backward", attrs_type<NllLossAttrs>());
 namespace {
-size_t nll_loss_scratch(const Task& t) {  // a loss and a weight per row, in the compute type
-  return 2 * static_cast<size_t>(t.inputs[1].numel()) * compute_itemsize(t.inputs[0].dtype());
+size_t nll_loss_scratch(const Task& t) {  // a summed loss and weight (float64) per partial: at most one per row
+  return scratch_bytes<double>(2 * std::max<int64_t>(t.inputs[1].numel(), 1));
 }
 OpCost nll_loss_cost(const Task& t) {
   const double rows = double(t.inputs[1].numel());

@@ -34,8 +34,8 @@ const OpDef op_log_softmax_backward("log_softmax_backward", attrs_type<ReduceAtt
 size_t embedding_backward_scratch(const Task& t) {
   const Tensor& grad = t.outputs[0];
   const int64_t V = t.attrs.get<EmbeddingBackwardAttrs>().num_embeddings, I = t.inputs[1].numel();
-  return sizeof(int64_t) * static_cast<size_t>(2 * V + 1 + I) +
-         static_cast<size_t>(grad.shape()[1]) * compute_itemsize(grad.dtype()) * scratch_workers(V);
+  return scratch_bytes<int64_t>(V + 1) + scratch_bytes<int64_t>(I) + scratch_bytes<int64_t>(V) +
+         per_worker_scratch_bytes(grad.shape()[1], compute_itemsize(grad.dtype()), V);
 }
 const OpDef op_embedding_backward("embedding_backward", attrs_type<EmbeddingBackwardAttrs>(), {.scratch = embedding_backward_scratch});
 const OpDef op_cross_entropy_backward("cross_entropy_backward", attrs_type<CrossEntropyAttrs>());
@@ -105,7 +105,7 @@ const OpDef op_log_softmax("log_softmax", attrs_type<ReduceAttrs>(), {.fusion = 
 const OpDef op_embedding("embedding", nullptr, {.backward = embedding_backward});
 // Scratch of the CPU kernel (backend/cpu/softmax.cpp): one loss per row (target's numel), in the compute type.
 size_t cross_entropy_scratch(const Task& t) {
-  return static_cast<size_t>(t.inputs[1].numel()) * compute_itemsize(t.inputs[0].dtype());
+  return scratch_bytes(t.inputs[1].numel(), compute_itemsize(t.inputs[0].dtype()));
 }
 const OpDef op_cross_entropy("cross_entropy", attrs_type<CrossEntropyAttrs>(), {.fusion = FusionClass::Reduction, .backward = cross_entropy_backward, .scratch = cross_entropy_scratch});
 

@@ -32,7 +32,8 @@ const OpDef op_bernoulli("bernoulli", attrs_type<BernoulliTensorAttrs>(), {.cost
 // The multinomial kernel's per-thread buffers: a key (8 bytes) and an index (8 bytes) per category.
 size_t multinomial_scratch(const Task& t) {
   const Tensor& weights = t.inputs[0];
-  return scratch_workers(weights.shape()[0]) * static_cast<size_t>(weights.shape()[1]) * 16;
+  return per_worker_scratch_bytes<double>(weights.shape()[1], weights.shape()[0]) +
+         per_worker_scratch_bytes<int64_t>(weights.shape()[1], weights.shape()[0]);
 }
 const OpDef op_multinomial("multinomial", attrs_type<MultinomialAttrs>(),
                            {.cost = random_cost, .flags = kOpRandom, .scratch = multinomial_scratch});

@@ -61,16 +61,16 @@ OpCost reduce_cost(const Task& t) {
 // extrema); logsumexp keeps each output's maximum, var and std each output's mean (float64).
 size_t full_reduce_partials(const Task& t, size_t accumulator_bytes) {
   if (t.outputs[0].numel() != 1) return 0;
-  return static_cast<size_t>((t.inputs[0].numel() + kFullReduceChunk - 1) / kFullReduceChunk) * accumulator_bytes;
+  return scratch_bytes((t.inputs[0].numel() + kFullReduceChunk - 1) / kFullReduceChunk, accumulator_bytes);
 }
 size_t sum_scratch(const Task& t) { return full_reduce_partials(t, sizeof(int64_t)); }
 size_t extremum_scratch(const Task& t) { return full_reduce_partials(t, 2 * sizeof(int64_t)); }
 size_t logsumexp_scratch(const Task& t) {
   const size_t item = compute_itemsize(t.inputs[0].dtype());
-  return static_cast<size_t>(t.outputs[0].numel()) * item + full_reduce_partials(t, item);
+  return scratch_bytes(t.outputs[0].numel(), item) + full_reduce_partials(t, item);
 }
 size_t variance_scratch(const Task& t) {
-  return static_cast<size_t>(t.outputs[0].numel()) * sizeof(double) + full_reduce_partials(t, sizeof(double));
+  return scratch_bytes(t.outputs[0].numel(), sizeof(double)) + full_reduce_partials(t, sizeof(double));
 }
 const OpDef op_sum("sum", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = sum_backward, .cost = reduce_cost, .scratch = sum_scratch});
 const OpDef op_amax("amax", attrs_type<ReduceAttrs>(), {.fusion = FusionClass::Reduction, .backward = amax_backward, .cost = reduce_cost, .scratch = extremum_scratch});

@@ -86,21 +86,21 @@ OpCost sort_cost(const Task& t) {
   for (const Tensor& out : t.outputs) c.bytes += double(out.numel()) * double(out.itemsize());
   return c;
 }
-// The sort kernel's per-thread buffers: a line of (key, index) pairs and std::stable_sort's temporary buffer of as
-// many (32 bytes per element: keys are at most 8 bytes, indices 8); topk's: a line of indices (8 bytes each).
+// The sort kernel's per-thread buffers: a line of (key, index) pairs and its merge space of as many (16 bytes per
+// pair: keys are at most 8 bytes, indices 8); topk's: a line of indices (8 bytes each).
 size_t sort_scratch(const Task& t) {
   const Tensor& in = t.inputs[0];
   const int64_t dim = t.attrs.get<SortAttrs>().dim;
   const int64_t line = in.dim() == 0 ? 1 : in.shape()[dim];
   const int64_t lines = line == 0 ? 0 : in.numel() / line;
-  return scratch_workers(lines) * static_cast<size_t>(line) * 32;
+  return per_worker_scratch_bytes(2 * line, 16, lines);
 }
 size_t topk_scratch(const Task& t) {
   const Tensor& in = t.inputs[0];
   const int64_t dim = t.attrs.get<TopkAttrs>().dim;
   const int64_t line = in.dim() == 0 ? 1 : in.shape()[dim];
   const int64_t lines = line == 0 ? 0 : in.numel() / line;
-  return scratch_workers(lines) * static_cast<size_t>(line) * sizeof(int64_t);
+  return per_worker_scratch_bytes<int64_t>(line, lines);
 }
 }  // namespace
 
@@ -110,9 +110,8 @@ const OpDef op_cumsum("cumsum", attrs_type<ScanAttrs>(), {.backward = cumsum_bac
 const OpDef op_cumprod("cumprod", attrs_type<ScanAttrs>(), {.backward = cumprod_backward, .cost = copy_cost});
 // Its own gradient is not implemented: no double backward through cumprod.
 const OpDef op_cumprod_backward("cumprod_backward", attrs_type<ScanAttrs>(), {.cost = copy_cost});
-// The flip kernel reads its input through one view with negated strides: one TensorImpl.
-size_t one_view_scratch(const Task&) { return sizeof(TensorImpl); }
-const OpDef op_flip("flip", attrs_type<FlipAttrs>(), {.backward = flip_backward, .cost = copy_cost, .scratch = one_view_scratch});
+// The flip kernel reads its input with negated strides (a StridedIteration operand, no view): no scratch.
+const OpDef op_flip("flip", attrs_type<FlipAttrs>(), {.backward = flip_backward, .cost = copy_cost});
 
 // --- sort, argsort, topk -----------------------------------------------------------------------------------------
 namespace {

@@ -13,6 +13,7 @@
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg::cpu {
 
@@ -67,29 +68,35 @@ void embedding_backward_kernel(Task& task) {
   const Tensor& indices = task.inputs[1];
   const Tensor& grad = task.outputs[0];
   const int64_t V = task.attrs.get<EmbeddingBackwardAttrs>().num_embeddings, C = grad.shape()[1], I = indices.numel();
-  std::vector<int64_t> row_start(static_cast<size_t>(V + 1), 0), positions(static_cast<size_t>(I));
+  ScratchArena& scratch = task_scratch(task);
+  int64_t* row_start = scratch.take<int64_t>(V + 1);
+  int64_t* positions = scratch.take<int64_t>(I);
+  std::fill(row_start, row_start + V + 1, int64_t{0});
   visit_index_type(indices.dtype(), [&]<typename Index>() {
     const Index* index = indices.data<Index>();
-    for (int64_t i = 0; i < I; ++i) ++row_start[static_cast<size_t>(read_index(index, i, V) + 1)];
-    for (int64_t v = 0; v < V; ++v) row_start[static_cast<size_t>(v + 1)] += row_start[static_cast<size_t>(v)];
-    std::vector<int64_t> next(row_start.begin(), row_start.end() - 1);
-    for (int64_t i = 0; i < I; ++i) positions[static_cast<size_t>(next[static_cast<size_t>(index[i])]++)] = i;
+    for (int64_t i = 0; i < I; ++i) ++row_start[read_index(index, i, V) + 1];
+    for (int64_t v = 0; v < V; ++v) row_start[v + 1] += row_start[v];
+    int64_t* next = scratch.take<int64_t>(V);
+    std::copy(row_start, row_start + V, next);
+    for (int64_t i = 0; i < I; ++i) positions[next[index[i]]++] = i;
   });
   visit_floating(grad.dtype(), [&]<typename T>() {
     using A = compute_t<T>;
     const T* gv = g.data<T>();
     T* out = grad.data<T>();
     const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(C, 1));
+    auto rows = scratch.per_worker<A>(C, V);
     parallel_for(0, V, grain, [&](int64_t lo, int64_t hi) {
-      std::vector<A> row(static_cast<size_t>(C));
+      const auto held = rows.acquire();
+      A* row = held.data();
       for (int64_t v = lo; v < hi; ++v) {
-        std::fill(row.begin(), row.end(), A(0));
-        for (int64_t p = row_start[static_cast<size_t>(v)]; p < row_start[static_cast<size_t>(v + 1)]; ++p) {
-          const T* src = gv + positions[static_cast<size_t>(p)] * C;
-          for (int64_t c = 0; c < C; ++c) row[static_cast<size_t>(c)] += static_cast<A>(src[c]);
+        std::fill(row, row + C, A(0));
+        for (int64_t p = row_start[v]; p < row_start[v + 1]; ++p) {
+          const T* src = gv + positions[p] * C;
+          for (int64_t c = 0; c < C; ++c) row[c] += static_cast<A>(src[c]);
         }
         T* dst = out + v * C;
-        for (int64_t c = 0; c < C; ++c) dst[c] = static_cast<T>(row[static_cast<size_t>(c)]);
+        for (int64_t c = 0; c < C; ++c) dst[c] = static_cast<T>(row[c]);
       }
     });
   });

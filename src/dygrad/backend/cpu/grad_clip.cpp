@@ -24,14 +24,15 @@ struct Piece {
   int64_t tensor, begin, end;
 };
 
-std::vector<Piece> cut(std::span<const Tensor> tensors) {
-  size_t count = 0;
-  for (const Tensor& t : tensors) count += static_cast<size_t>((t.numel() + kGradNormPiece - 1) / kGradNormPiece);
-  std::vector<Piece> pieces;
-  pieces.reserve(count);
+// The tensors cut into pieces of kGradNormPiece elements, in the Task's scratch; `count` is their number.
+Piece* cut(ScratchArena& scratch, std::span<const Tensor> tensors, int64_t& count) {
+  count = 0;
+  for (const Tensor& t : tensors) count += (t.numel() + kGradNormPiece - 1) / kGradNormPiece;
+  Piece* pieces = scratch.take<Piece>(count);
+  int64_t made = 0;
   for (size_t i = 0; i < tensors.size(); ++i)
     for (int64_t b = 0, n = tensors[i].numel(); b < n; b += kGradNormPiece)
-      pieces.push_back({static_cast<int64_t>(i), b, std::min(n, b + kGradNormPiece)});
+      pieces[made++] = {static_cast<int64_t>(i), b, std::min(n, b + kGradNormPiece)};
   return pieces;
 }
 
@@ -68,11 +69,13 @@ void grad_norm_kernel(Task& task) {
   const NormKind kind = p == INFINITY ? NormKind::Max : p == -INFINITY ? NormKind::Min : p == 0 ? NormKind::Count
                         : p == 2 ? NormKind::Two : p == 1 ? NormKind::One : NormKind::Power;
   const std::span<const Tensor> inputs(task.inputs.data(), task.inputs.size());
-  const std::vector<Piece> pieces = cut(inputs);
-  std::vector<double> partial(pieces.size());
-  parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+  ScratchArena& scratch = task_scratch(task);
+  int64_t num_pieces;
+  const Piece* pieces = cut(scratch, inputs, num_pieces);
+  double* partial = scratch.take<double>(num_pieces);
+  parallel_for(0, num_pieces, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      const Piece& piece = pieces[static_cast<size_t>(k)];
+      const Piece& piece = pieces[k];
       visit_floating(inputs[static_cast<size_t>(piece.tensor)].dtype(), [&]<typename T>() {
         const T* x = inputs[static_cast<size_t>(piece.tensor)].data<T>();
         double acc = 0.0;
@@ -84,17 +87,20 @@ void grad_norm_kernel(Task& task) {
           case NormKind::One: acc = lane_sum(x, piece.begin, piece.end, [](double v) { return v; }); break;
           case NormKind::Power: acc = lane_sum(x, piece.begin, piece.end, [p](double v) { return std::pow(v, p); }); break;
         }
-        partial[static_cast<size_t>(k)] = acc;
+        partial[k] = acc;
       });
     }
   });
   double total = kind == NormKind::Min ? INFINITY : 0.0;
   if (kind == NormKind::Count) {  // torch's norm of the per-tensor norms: the count of tensors with a nonzero
-    std::vector<double> counts(inputs.size(), 0.0);
-    for (size_t k = 0; k < pieces.size(); ++k) counts[static_cast<size_t>(pieces[k].tensor)] += partial[k];
-    for (double c : counts) total += c != 0.0;
+    const int64_t tensors = static_cast<int64_t>(inputs.size());
+    double* counts = scratch.take<double>(tensors);
+    std::fill(counts, counts + tensors, 0.0);
+    for (int64_t k = 0; k < num_pieces; ++k) counts[pieces[k].tensor] += partial[k];
+    for (int64_t i = 0; i < tensors; ++i) total += counts[i] != 0.0;
   }
-  for (double v : partial) {
+  for (int64_t k = 0; k < num_pieces; ++k) {
+    const double v = partial[k];
     if (kind == NormKind::Count) break;
     if (kind == NormKind::Max) total = (v > total || v != v) ? v : total;
     else if (kind == NormKind::Min) total = (v < total || v != v) ? v : total;
@@ -103,7 +109,7 @@ void grad_norm_kernel(Task& task) {
   }
   if (kind == NormKind::Two) total = std::sqrt(total);
   else if (kind == NormKind::Power) total = std::pow(total, 1.0 / p);
-  if (kind == NormKind::Min && pieces.empty()) total = 0.0;
+  if (kind == NormKind::Min && num_pieces == 0) total = 0.0;
   visit_floating(task.outputs[0].dtype(), [&]<typename T>() { *task.outputs[0].data<T>() = static_cast<T>(total); });
 }
 
@@ -119,10 +125,11 @@ void clip_grads_with_norm_kernel(Task& task) {
     factor = static_cast<double>(c > C(1) ? C(1) : c);
   });
   const std::span<const Tensor> outputs(task.outputs.data(), count);
-  const std::vector<Piece> pieces = cut(outputs);
-  parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+  int64_t num_pieces;
+  const Piece* pieces = cut(task_scratch(task), outputs, num_pieces);
+  parallel_for(0, num_pieces, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      const Piece& piece = pieces[static_cast<size_t>(k)];
+      const Piece& piece = pieces[k];
       visit_floating(outputs[static_cast<size_t>(piece.tensor)].dtype(), [&]<typename T>() {
         using C = compute_t<T>;
         const C c = static_cast<C>(factor);

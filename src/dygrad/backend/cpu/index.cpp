@@ -9,15 +9,15 @@
 // out[p, v] is reached only from position p, and a position's line is walked in increasing j, so each
 // element's sum is added in the order j = 0, 1, ..., L-1 whatever the number of threads.
 #include "dygrad/runtime/op_attrs.h"
-#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
-
 #include <cstring>
+#include <new>
 
 #include "dygrad/backend/cpu/loops.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/scratch.h"
 
 // The kernels of this file and their operands:
 // inputs t_0..t_{k-1} (output dtype, same dims except DimAttrs dim, any strides); output out (dense, any
@@ -51,16 +51,22 @@ namespace dg::cpu {
 namespace {
 constexpr int64_t kWorkGrain = kIndexWorkGrain;  // elements of work per parallel chunk (runtime/scratch.h)
 
-// A view of `t` over the positions of `shape` (dims other than `dim`), with t's own strides.
-Tensor positions_view(const Tensor& t, IntSpan shape, int64_t dim) {
+// `t` over the positions of `shape` (dims other than `dim`), with t's own strides: the sizes and strides are kept
+// here, the operand points at them (no view is made: a kernel allocates nothing).
+struct PositionsView {
   Dims sizes, strides;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d == dim) continue;
-    sizes.push_back(shape[d]);
-    strides.push_back(t.strides()[d]);
+  StridedIteration::Operand operand;
+  PositionsView(const Tensor& t, IntSpan shape, int64_t dim) {
+    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+      if (d == dim) continue;
+      sizes.push_back(shape[d]);
+      strides.push_back(t.strides()[d]);
+    }
+    operand = {static_cast<char*>(t.raw_data()), sizes, strides, static_cast<int64_t>(t.itemsize())};
   }
-  return Tensor::make_view(t, std::move(sizes), std::move(strides), t.storage_offset());
-}
+  PositionsView(const PositionsView&) = delete;
+  PositionsView& operator=(const PositionsView&) = delete;
+};
 
 // Visits the index dtype (int64 or int32; the op layer has checked).
 template <typename F>
@@ -138,7 +144,8 @@ constexpr int64_t kCopySegment = 16384;  // elements: a long contiguous row is s
 struct CopyPiece {
   StridedIteration it;
   int64_t inner = 1, segments = 1, jobs = 0;
-  explicit CopyPiece(const Tensor operands[2]) : it(std::span<const Tensor>(operands, 2)) {
+  explicit CopyPiece(const StridedIteration::Operand operands[2])
+      : it(std::span<const StridedIteration::Operand>(operands, 2)) {
     if (it.numel == 0) return;
     inner = it.shape.back();
     segments = (inner + kCopySegment - 1) / kCopySegment;
@@ -212,25 +219,36 @@ void cat_kernel(Task& task) {
     });
     return;
   }
-  std::vector<CopyPiece> pieces;
-  std::vector<int64_t> first_job{0};  // first_job[k]: the global number of piece k's job 0
-  pieces.reserve(task.inputs.size());
+  // The copy plan in the Task's scratch: a piece per input, and first_job[k], the global number of piece k's job 0.
+  ScratchArena& scratch = task_scratch(task);
+  const int64_t count = static_cast<int64_t>(task.inputs.size());
+  CopyPiece* pieces = scratch.take<CopyPiece>(count);
+  int64_t* first_job = scratch.take<int64_t>(count + 1);
+  first_job[0] = 0;
   int64_t offset = 0, numel = 0;
-  for (const Tensor& in : task.inputs) {
-    // out[..., offset : offset + n, ...] as a view, then a strided copy into it.
-    Tensor target = Tensor::make_view(out, Dims(in.shape()), Dims(out.strides()),
-                                      out.storage_offset() + offset * out.strides()[dim]);
+  const int64_t out_item = static_cast<int64_t>(out.itemsize());
+  for (int64_t k = 0; k < count; ++k) {
+    const Tensor& in = task.inputs[static_cast<size_t>(k)];
+    // out[..., offset : offset + n, ...] (in's shape, out's strides), then a strided copy into it.
+    const StridedIteration::Operand operands[2] = {  // StridedIteration walks the output in its memory order
+        {static_cast<char*>(out.raw_data()) + offset * out.strides()[dim] * out_item, in.shape(), out.strides(), out_item},
+        {static_cast<char*>(in.raw_data()), in.shape(), in.strides(), static_cast<int64_t>(in.itemsize())}};
     offset += in.shape()[dim];
-    const Tensor operands[2] = {target, in};  // StridedIteration walks the output in its memory order
-    pieces.emplace_back(operands);
-    first_job.push_back(first_job.back() + pieces.back().jobs);
-    numel += pieces.back().it.numel;
+    new (pieces + k) CopyPiece(operands);
+    first_job[k + 1] = first_job[k] + pieces[k].jobs;
+    numel += pieces[k].it.numel;
   }
-  const int64_t jobs = first_job.back();
+  // The pieces own small vectors (no heap: at most 6 dims inline): destroyed when the kernel returns.
+  struct DestroyPieces {
+    CopyPiece* pieces;
+    int64_t count;
+    ~DestroyPieces() { for (int64_t k = 0; k < count; ++k) pieces[k].~CopyPiece(); }
+  } destroy{pieces, count};
+  const int64_t jobs = first_job[count];
   if (jobs == 0) return;
   const int64_t grain = std::max<int64_t>(1, kWorkGrain * jobs / numel);  // about kWorkGrain elements
-  bool same_jobs = pieces.size() > 1;
-  for (const CopyPiece& piece : pieces) same_jobs = same_jobs && piece.jobs == pieces[0].jobs;
+  bool same_jobs = count > 1;
+  for (int64_t k = 0; k < count; ++k) same_jobs = same_jobs && pieces[k].jobs == pieces[0].jobs;
   if (same_jobs) {
     // Equal pieces (stack, the gradient of unbind): blocks of kBlockJobs jobs of every piece in turn, so
     // the writes of a block stay in a small window of the output (for unbind's permuted layout, one
@@ -239,20 +257,20 @@ void cat_kernel(Task& task) {
     const int64_t per_piece = pieces[0].jobs, job_elements = std::max<int64_t>(1, numel / jobs);
     const int64_t kBlockJobs = std::clamp<int64_t>(4096 / job_elements, 1, 32);
     const int64_t blocks = (per_piece + kBlockJobs - 1) / kBlockJobs;
-    const int64_t block_elements = kBlockJobs * job_elements * static_cast<int64_t>(pieces.size());
+    const int64_t block_elements = kBlockJobs * job_elements * count;
     visit_width(out.itemsize(), [&]<typename U>() {
       parallel_for(0, blocks, std::max<int64_t>(1, kWorkGrain / block_elements), [&](int64_t lo, int64_t hi) {
         for (int64_t block = lo; block < hi; ++block)
-          for (const CopyPiece& piece : pieces)
-            copy_jobs<U>(piece, block * kBlockJobs, std::min(per_piece, (block + 1) * kBlockJobs));
+          for (int64_t k = 0; k < count; ++k)
+            copy_jobs<U>(pieces[k], block * kBlockJobs, std::min(per_piece, (block + 1) * kBlockJobs));
       });
     });
     return;
   }
   visit_width(out.itemsize(), [&]<typename U>() {
     parallel_for(0, jobs, grain, [&](int64_t lo, int64_t hi) {
-      size_t k = static_cast<size_t>(std::upper_bound(first_job.begin(), first_job.end(), lo) - first_job.begin() - 1);
-      for (; k < pieces.size() && first_job[k] < hi; ++k) {
+      int64_t k = std::upper_bound(first_job, first_job + count + 1, lo) - first_job - 1;
+      for (; k < count && first_job[k] < hi; ++k) {
         const int64_t b = std::max(lo, first_job[k]), e = std::min(hi, first_job[k + 1]);
         if (b < e) copy_jobs<U>(pieces[k], b - first_job[k], e - first_job[k]);
       }
@@ -286,8 +304,9 @@ void gather_kernel(Task& task) {
     });
     return;
   }
-  const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(a, index.shape(), dim),
-                           positions_view(index, index.shape(), dim)};
+  const PositionsView out_view(out, index.shape(), dim), a_view(a, index.shape(), dim),
+      index_view(index, index.shape(), dim);
+  const StridedIteration::Operand views[3] = {out_view.operand, a_view.operand, index_view.operand};
   StridedIteration it(views);
   const int64_t positions = it.numel;
   if (positions == 0 || lines == 0) return;
@@ -372,8 +391,9 @@ void scatter_lines(Task& task, const char* name, int64_t dim, const Tensor* src,
     return;
   }
   const Tensor& source = src ? *src : index;  // scatter_value: a placeholder view that is never read
-  const Tensor views[3] = {positions_view(out, index.shape(), dim), positions_view(index, index.shape(), dim),
-                           positions_view(source, index.shape(), dim)};
+  const PositionsView out_view(out, index.shape(), dim), index_view(index, index.shape(), dim),
+      source_view(source, index.shape(), dim);
+  const StridedIteration::Operand views[3] = {out_view.operand, index_view.operand, source_view.operand};
   StridedIteration it(views);
   const int64_t positions = it.numel;
   if (positions == 0 || lines == 0) return;

@@ -5,15 +5,14 @@
 // dims. index_put is deterministic: threads own disjoint ranges of destination rows (A positions) and
 // every thread scans the positions b in increasing order, so each element sees its writes in b order.
 #include "dygrad/runtime/op_attrs.h"
-#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels of this file and their operands:
@@ -108,10 +107,12 @@ struct RowWalker {
   }
 };
 
-// Element offsets of several operands over the B dims, stepped in row-major order.
+// Element offsets of several operands over the B dims, stepped in row-major order. Held inline (copied by every
+// worker without a heap allocation) up to kInlineOperands operands and 6 B dims.
+constexpr size_t kInlineOperands = 7;  // k index tensors and one more: a tensor of up to 6 dims
 struct OffsetCounter {
   Dims sizes;
-  std::vector<Dims> strides;  // per operand, per B dim
+  SmallVector<Dims, kInlineOperands> strides;  // per operand, per B dim
   Dims index;
   Dims offsets;
 
@@ -226,7 +227,10 @@ void index_put_kernel(Task& task) {
   for (int64_t j = 0; j < l.k; ++j) idx.push_back(task.inputs[static_cast<size_t>(1 + j)].data<int64_t>());
   // Pass 1 (parallel over b): each position's destination offset, source offset and row number.
   const size_t count = static_cast<size_t>(l.positions);
-  std::vector<int64_t> dst_offset(count), src_offset(count), row_of(count);
+  ScratchArena& scratch = task_scratch(task);
+  int64_t* dst_offset = scratch.take<int64_t>(l.positions);
+  int64_t* src_offset = scratch.take<int64_t>(l.positions);
+  int64_t* row_of = scratch.take<int64_t>(l.positions);
   parallel_for(0, l.positions, kWorkGrain, [&](int64_t lo, int64_t hi) {
     OffsetCounter counter = l.counter;
     counter.seek(lo);
@@ -273,7 +277,8 @@ void nonzero_kernel(Task& task) {
   if (out.shape()[0] == 0) return;
   int64_t* o = out.data<int64_t>();
   const int64_t chunks = std::max<int64_t>(1, (n + kWorkGrain - 1) / kWorkGrain);
-  std::vector<int64_t> first(static_cast<size_t>(chunks) + 1, 0);
+  int64_t* first = task_scratch(task).take<int64_t>(chunks + 1);
+  std::fill(first, first + chunks + 1, int64_t{0});
   visit_dtype(a.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* p = a.data<T>();

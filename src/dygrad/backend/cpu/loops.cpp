@@ -2,25 +2,41 @@
 #include "dygrad/backend/cpu/loops.h"
 
 #include <algorithm>
+#include <array>
 
 #include "dygrad/core/error.h"
 
 namespace dg::cpu {
 
-StridedIteration::StridedIteration(std::span<const Tensor> operands) {
-  num_operands = static_cast<int>(operands.size());
-  const Tensor& out = operands[0];
-  const size_t nd = static_cast<size_t>(out.dim());
-  Dims full_shape(out.shape());
+StridedIteration::StridedIteration(std::span<const Tensor> operands)
+    : StridedIteration([&] {
+        std::array<Operand, kMaxOperands> described{};
+        for (size_t k = 0; k < operands.size(); ++k)
+          described[k] = {static_cast<char*>(operands[k].raw_data()), operands[k].shape(), operands[k].strides(),
+                          static_cast<int64_t>(operands[k].itemsize())};
+        return described;
+      }(), operands.size()) {}
+
+StridedIteration::StridedIteration(std::span<const Operand> operands)
+    : StridedIteration([&] {
+        std::array<Operand, kMaxOperands> described{};
+        std::copy(operands.begin(), operands.end(), described.begin());
+        return described;
+      }(), operands.size()) {}
+
+StridedIteration::StridedIteration(const std::array<Operand, kMaxOperands>& operands, size_t count) {
+  num_operands = static_cast<int>(count);
+  const Operand& out = operands[0];
+  const size_t nd = out.shape.size();
+  Dims full_shape(out.shape);
   SmallVector<int64_t, 6> full_strides[kMaxOperands];
   for (int k = 0; k < num_operands; ++k) {
-    const Tensor& t = operands[k];
-    base[k] = static_cast<char*>(t.raw_data());
-    itemsize[k] = static_cast<int64_t>(t.itemsize());
+    const Operand& t = operands[static_cast<size_t>(k)];
+    base[k] = t.data;
+    itemsize[k] = t.itemsize;
     full_strides[k].resize(nd, 0);
-    size_t lead = nd - static_cast<size_t>(t.dim());
-    for (size_t d = 0; d < static_cast<size_t>(t.dim()); ++d)
-      full_strides[k][lead + d] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+    const size_t dims = t.shape.size(), lead = nd - dims;
+    for (size_t d = 0; d < dims; ++d) full_strides[k][lead + d] = t.shape[d] == 1 ? 0 : t.strides[d];
   }
   for (int64_t s : full_shape) numel *= s;
   // Iteration order: the output's memory order (its dims by decreasing stride; stable, so a contiguous output

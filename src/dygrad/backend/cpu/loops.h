@@ -5,6 +5,7 @@
 // Notation: out[i] = f(in0[i], in1[i], ...) for every index i of the output shape; an input's stride is
 // 0 along a broadcast dimension.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -41,6 +42,15 @@ struct StridedIteration {
   int64_t numel = 1;
 
   StridedIteration(std::span<const Tensor> operands);
+  // An operand described without a Tensor: part of one, as a kernel sees it (a view would allocate a TensorImpl
+  // while the kernel runs; kernels allocate nothing, runtime/scratch.h).
+  struct Operand {
+    char* data = nullptr;
+    IntSpan shape, strides;  // strides in elements
+    int64_t itemsize = 0;
+  };
+  StridedIteration(std::span<const Operand> operands);
+  StridedIteration(const std::array<Operand, kMaxOperands>& operands, size_t count);
 
   // True when every operand is contiguous with the same layout (a single flat loop).
   bool is_flat() const;

@@ -3,6 +3,7 @@
 // on the thread count.
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
+#include "dygrad/runtime/scratch.h"
 
 #include <vector>
 
@@ -122,16 +123,16 @@ void nll_loss_kernel(Task& task) {
                        per_row ? loss : nullptr, num_classes, L.red_strides.empty() ? 1 : L.red_strides[0],
                        ignore, contiguous_rows ? nullptr : &L};
     const int64_t parts = std::max<int64_t>(1, (rows + kRowsPerPartial - 1) / kRowsPerPartial);
-    std::vector<double> partial(static_cast<size_t>(2 * parts));
+    double* partial = task_scratch(task).take<double>(2 * parts);
     parallel_chunks(parts, [&](int64_t p) {
       const int64_t b = p * kRowsPerPartial;
-      nll_row_sums_of(r, b, std::min(rows, b + kRowsPerPartial) - b, partial[static_cast<size_t>(2 * p)],
-                   partial[static_cast<size_t>(2 * p + 1)]);
+      nll_row_sums_of(r, b, std::min(rows, b + kRowsPerPartial) - b, partial[2 * p],
+                   partial[2 * p + 1]);
     });
     double total_weight = partial[0], total = partial[1];  // the partials in order
     for (int64_t p = 1; p < parts; ++p) {
-      total_weight += partial[static_cast<size_t>(2 * p)];
-      total += partial[static_cast<size_t>(2 * p + 1)];
+      total_weight += partial[2 * p];
+      total += partial[2 * p + 1];
     }
     *task.outputs[1].data<C>() = static_cast<C>(total_weight);
     // the mean of no counted row is 0 / 0 = NaN, as torch

@@ -18,6 +18,7 @@
 
 #include "dygrad/core/error.h"
 
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 // The kernels: one contiguous output out[N], no inputs; the Philox counter in the attributes (RngCounter).
@@ -244,9 +245,14 @@ void multinomial_kernel(Task& task) {
     return uniform_from_words(w[2 * k], w[2 * k + 1]);
   };
   visit_floating(weights.dtype(), [&]<typename T>() {
+    ScratchArena& scratch = task_scratch(task);
+    auto keys = scratch.per_worker<double>(categories, rows);    // per pool thread: a key per category
+    auto orders = scratch.per_worker<int64_t>(categories, rows);  // and an index per category
     parallel_for(0, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(categories, 1)), [&](int64_t lo, int64_t hi) {
-      std::vector<double> key(static_cast<size_t>(categories));
-      std::vector<int64_t> order(static_cast<size_t>(categories));
+      const auto held_key = keys.acquire();
+      const auto held_order = orders.acquire();
+      double* key = held_key.data();
+      int64_t* order = held_order.data();
       for (int64_t r = lo; r < hi; ++r) {
         const T* w = weights.data<T>() + r * sr;
         int64_t* sample = out.data<int64_t>() + r * samples;
@@ -256,15 +262,15 @@ void multinomial_kernel(Task& task) {
           if (!(v >= 0.0) || std::isinf(v))
             fail(ErrorKind::Runtime, "[multinomial] probability tensor contains either `inf`, `nan` or element < 0");
           total += v;
-          key[static_cast<size_t>(c)] = total;  // the running sum (with replacement)
+          key[c] = total;  // the running sum (with replacement)
         }
         if (!(total > 0.0))
           fail(ErrorKind::Runtime, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
         if (attrs.replacement) {
           for (int64_t j = 0; j < samples; ++j) {
             const double target = uniform(r * per_row + j) * total;
-            const auto it = std::upper_bound(key.begin(), key.end(), target);
-            sample[j] = std::min<int64_t>(it - key.begin(), categories - 1);
+            const double* it = std::upper_bound(key, key + categories, target);
+            sample[j] = std::min<int64_t>(it - key, categories - 1);
           }
           continue;
         }
@@ -272,14 +278,13 @@ void multinomial_kernel(Task& task) {
           const double v = static_cast<double>(static_cast<compute_t<T>>(w[c * sc]));
           const double arrival = -std::log1p(-uniform(r * per_row + c));  // Exp(1), finite: 1 - u > 0
           // Zero weights come last, in index order (torch draws them once the positive ones run out).
-          key[static_cast<size_t>(c)] = v > 0.0 ? arrival / v : std::numeric_limits<double>::infinity();
-          order[static_cast<size_t>(c)] = c;
+          key[c] = v > 0.0 ? arrival / v : std::numeric_limits<double>::infinity();
+          order[c] = c;
         }
-        std::partial_sort(order.begin(), order.begin() + samples, order.end(), [&](int64_t a, int64_t b) {
-          return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)] ||
-                 (key[static_cast<size_t>(a)] == key[static_cast<size_t>(b)] && a < b);
+        std::partial_sort(order, order + samples, order + categories, [&](int64_t a, int64_t b) {
+          return key[a] < key[b] || (key[a] == key[b] && a < b);
         });
-        for (int64_t j = 0; j < samples; ++j) sample[j] = order[static_cast<size_t>(j)];
+        for (int64_t j = 0; j < samples; ++j) sample[j] = order[j];
       }
     });
   });

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg::cpu {
@@ -109,7 +110,7 @@ void sum_kernel(Task& task) {
       if (L.num_outputs == 1) {
         // Full reduction: partial sums over fixed chunks, combined in chunk order.
         const int64_t chunks = (L.num_reduced + kFullReduceChunk - 1) / kFullReduceChunk;
-        std::vector<A> partial(static_cast<size_t>(chunks));
+        A* partial = task_scratch(task).take<A>(chunks);
         bool done = false;
         if constexpr (std::is_same_v<T, A> && std::is_floating_point_v<A>) {
           if (L.red_sizes.size() == 1 && L.red_strides[0] == 1) {
@@ -120,25 +121,25 @@ void sum_kernel(Task& task) {
             parallel_chunks((whole + kTogether - 1) / kTogether, [&](int64_t g) {
               const int64_t c0 = g * kTogether;
               if (c0 + kTogether <= whole) {
-                eight_lane_sums<kTogether>(x + c0 * kFullReduceChunk, kFullReduceChunk, partial.data() + c0);
+                eight_lane_sums<kTogether>(x + c0 * kFullReduceChunk, kFullReduceChunk, partial + c0);
                 return;
               }
               for (int64_t c = c0; c < whole; ++c)
-                eight_lane_sums<1>(x + c * kFullReduceChunk, kFullReduceChunk, partial.data() + c);
+                eight_lane_sums<1>(x + c * kFullReduceChunk, kFullReduceChunk, partial + c);
             });
             if (whole < chunks)
               eight_lane_sums<1>(x + whole * kFullReduceChunk, L.num_reduced - whole * kFullReduceChunk,
-                                 partial.data() + whole);
+                                 partial + whole);
             done = true;
           }
         }
         if (!done)
           parallel_chunks(chunks, [&](int64_t c) {
             int64_t b = c * kFullReduceChunk, e = std::min(L.num_reduced, b + kFullReduceChunk);
-            partial[static_cast<size_t>(c)] = sum_strided<T, A>(x, L, b, e);
+            partial[c] = sum_strided<T, A>(x, L, b, e);
           });
         A total = 0;
-        for (A p : partial) total += p;
+        for (int64_t c = 0; c < chunks; ++c) total += partial[c];
         y[0] = static_cast<TOut>(total);
         return;
       }
@@ -198,25 +199,25 @@ void logsumexp_kernel(Task& task) {
       for (int64_t o = 0; o < L.num_outputs; ++o) y[o] = static_cast<T>(-INFINITY);
       return;
     }
-    std::vector<C> maxima(static_cast<size_t>(L.num_outputs));
-    auto store_max = [&](int64_t o, C m) { maxima[static_cast<size_t>(o)] = m; };
+    C* maxima = task_scratch(task).take<C>(L.num_outputs);
+    auto store_max = [&](int64_t o, C m) { maxima[o] = m; };
     auto finish = [&](int64_t o, C s) {
-      const C m = maxima[static_cast<size_t>(o)];
+      const C m = maxima[o];
       y[o] = static_cast<T>(std::isfinite(m) ? m + std::log(s) : m);
     };
     if (is_column_layout(L)) {
       reduce_columns<C>(x, L, C(-INFINITY), [](C best, C v, int64_t) { return max_propagating_nan(best, v); }, store_max);
-      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + math::exp(v - maxima[static_cast<size_t>(o)]); },
+      reduce_columns<C>(x, L, C(0), [&](C acc, C v, int64_t o) { return acc + math::exp(v - maxima[o]); },
                         finish);
       return;
     }
     reduce_each_output<C>(
-        L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<true, C>(x + L.output_offset(o), L, b, e); },
+        task_scratch(task), L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<true, C>(x + L.output_offset(o), L, b, e); },
         max_propagating_nan<C>, store_max);
     reduce_each_output<C>(
-        L,
+        task_scratch(task), L,
         [&](int64_t o, int64_t b, int64_t e) {
-          const C m = maxima[static_cast<size_t>(o)];
+          const C m = maxima[o];
           if (!std::isfinite(m)) return C(0);
           return lane_reduce<C>(x + L.output_offset(o), L, b, e, C(0), [m](C acc, C v) { return acc + math::exp(v - m); }, plus<C>);
         },
@@ -239,14 +240,14 @@ void var_kernel(Task& task) {
     T* y = out.data<T>();
     const double count = static_cast<double>(L.num_reduced);
     const double divisor = std::max(count - correction, 0.0);
-    std::vector<double> means(static_cast<size_t>(L.num_outputs));
-    auto store_mean = [&](int64_t o, double s) { means[static_cast<size_t>(o)] = s / count; };
+    double* means = task_scratch(task).take<double>(L.num_outputs);
+    auto store_mean = [&](int64_t o, double s) { means[o] = s / count; };
     auto finish = [&](int64_t o, double squares) {
       const double v = squares / divisor;
       y[o] = static_cast<T>(standard_deviation ? std::sqrt(v) : v);
     };
     auto add_square = [&](double acc, double v, int64_t o) {
-      const double d = v - means[static_cast<size_t>(o)];
+      const double d = v - means[o];
       return acc + d * d;
     };
     if (is_column_layout(L)) {
@@ -255,12 +256,12 @@ void var_kernel(Task& task) {
       return;
     }
     reduce_each_output<double>(
-        L, [&](int64_t o, int64_t b, int64_t e) { return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0, plus<double>, plus<double>); },
+        task_scratch(task), L, [&](int64_t o, int64_t b, int64_t e) { return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0, plus<double>, plus<double>); },
         plus<double>, store_mean);
     reduce_each_output<double>(
-        L,
+        task_scratch(task), L,
         [&](int64_t o, int64_t b, int64_t e) {
-          const double m = means[static_cast<size_t>(o)];
+          const double m = means[o];
           return lane_reduce<double>(x + L.output_offset(o), L, b, e, 0.0,
                                      [m](double acc, double v) { return acc + (v - m) * (v - m); }, plus<double>);
         },

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -73,19 +74,21 @@ void for_each_reduced(const ReduceLayout& L, F&& visit) {
 }
 
 // Runs store(o, partial(o, 0, num_reduced)) for every output, outputs spread over the pool. A reduction
-// to one output splits the reduced range into kFullReduceChunk pieces whose partials merge in order.
+// to one output splits the reduced range into kFullReduceChunk pieces whose partials merge in order (the partials
+// in the Task's scratch, given back when it returns).
 template <typename A, typename Partial, typename Merge, typename Store>
-void reduce_each_output(const ReduceLayout& L, Partial&& partial, Merge&& merge, Store&& store) {
+void reduce_each_output(ScratchArena& scratch, const ReduceLayout& L, Partial&& partial, Merge&& merge, Store&& store) {
   if (L.num_outputs == 0) return;
   if (L.num_outputs == 1 && L.num_reduced > kFullReduceChunk) {
     const int64_t chunks = (L.num_reduced + kFullReduceChunk - 1) / kFullReduceChunk;
-    std::vector<A> parts(static_cast<size_t>(chunks));
+    ScratchRewind rewind(scratch);
+    A* parts = scratch.take<A>(chunks);
     parallel_chunks(chunks, [&](int64_t c) {
       const int64_t b = c * kFullReduceChunk, e = std::min(L.num_reduced, b + kFullReduceChunk);
-      parts[static_cast<size_t>(c)] = partial(int64_t{0}, b, e);
+      new (parts + c) A(partial(int64_t{0}, b, e));
     });
     A total = parts[0];
-    for (size_t c = 1; c < parts.size(); ++c) total = merge(total, parts[c]);
+    for (int64_t c = 1; c < chunks; ++c) total = merge(total, parts[c]);
     store(int64_t{0}, total);
     return;
   }

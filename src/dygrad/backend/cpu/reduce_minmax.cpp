@@ -54,7 +54,7 @@ void extremum_values(Task& task) {
       return;
     }
     reduce_each_output<C>(
-        L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<IsMax, C>(x + L.output_offset(o), L, b, e); },
+        task_scratch(task), L, [&](int64_t o, int64_t b, int64_t e) { return row_extremum<IsMax, C>(x + L.output_offset(o), L, b, e); },
         extremum_step<IsMax, C>, store);
   });
 }
@@ -135,7 +135,7 @@ void extremum_with_index(Task& task, bool with_values) {
       return;
     }
     reduce_each_output<Best>(
-        L, [&](int64_t o, int64_t b, int64_t e) { return first_extremum<IsMax, T, C>(x + L.output_offset(o), L, b, e); },
+        task_scratch(task), L, [&](int64_t o, int64_t b, int64_t e) { return first_extremum<IsMax, T, C>(x + L.output_offset(o), L, b, e); },
         // Partials arrive in index order: a later one wins only when strictly better.
         [](const Best& earlier, const Best& later) { return replaces<IsMax>(earlier.first, later.first) ? later : earlier; },
         [&](int64_t o, const Best& best) {

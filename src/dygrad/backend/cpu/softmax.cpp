@@ -19,6 +19,7 @@
 #include "dygrad/backend/cpu/reduce.h"
 #include "dygrad/math/elementary.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/scratch.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #pragma GCC target("prefer-vector-width=512")
@@ -371,14 +372,14 @@ void cross_entropy_kernel(Task& task) {
     const T* x = logits.data<T>();
     C* lse = task.outputs[1].data<C>();
     T* loss = task.outputs[0].data<T>();
-    std::vector<C> row_loss(static_cast<size_t>(rows));
+    C* row_loss = task_scratch(task).take<C>(rows);
     const int64_t stride = L.red_strides[0];
     parallel_for(0, rows, std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(num_classes, 1)), [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         const int64_t t = target[o];
         if (t == ignore_index) {
           lse[o] = C(0);
-          row_loss[static_cast<size_t>(o)] = C(0);
+          row_loss[o] = C(0);
           continue;
         }
         check_target(t, num_classes);
@@ -386,14 +387,14 @@ void cross_entropy_kernel(Task& task) {
         const C m = num_classes > 0 ? row_extremum<true, C>(row, L, 0, num_classes) : C(-INFINITY);
         const C s = lane_reduce<C>(row, L, 0, num_classes, C(0), [m](C acc, C v) { return acc + math::exp_nonpositive(v - m); }, plus<C>);
         lse[o] = m + std::log(s);
-        row_loss[static_cast<size_t>(o)] = lse[o] - static_cast<C>(row[t * stride]);
+        row_loss[o] = lse[o] - static_cast<C>(row[t * stride]);
       }
     });
     if (reduction == LossReduction::None) {
-      for (int64_t o = 0; o < rows; ++o) loss[o] = static_cast<T>(row_loss[static_cast<size_t>(o)]);
+      for (int64_t o = 0; o < rows; ++o) loss[o] = static_cast<T>(row_loss[o]);
       return;
     }
-    const C total = eight_lane_sum<C>(rows, [&](int64_t o) { return row_loss[static_cast<size_t>(o)]; });
+    const C total = eight_lane_sum<C>(rows, [&](int64_t o) { return row_loss[o]; });
     if (reduction == LossReduction::Sum) {
       loss[0] = static_cast<T>(total);
       return;

@@ -63,6 +63,33 @@ void for_each_line(int64_t positions, int64_t length, F&& body) {
   parallel_for(0, positions, std::max<int64_t>(1, kWorkGrain / std::max<int64_t>(length, 1)), body);
 }
 
+// A stable sort of data[0, n) with `buffer` (room for n) as its merge space: insertion-sorted runs of 32, merged
+// bottom-up (std::merge takes the left run's element on ties). A stable order is unique, so the result is
+// std::stable_sort's, without its heap buffer (the Task's scratch holds this one).
+template <typename E, typename Less>
+void stable_sort_into(E* data, E* buffer, int64_t n, Less less) {
+  constexpr int64_t kRun = 32;
+  for (int64_t b = 0; b < n; b += kRun) {
+    const int64_t e = std::min(n, b + kRun);
+    for (int64_t i = b + 1; i < e; ++i) {
+      E v = data[i];
+      int64_t j = i;
+      for (; j > b && less(v, data[j - 1]); --j) data[j] = data[j - 1];
+      data[j] = v;
+    }
+  }
+  E* from = data;
+  E* to = buffer;
+  for (int64_t width = kRun; width < n; width *= 2) {
+    for (int64_t b = 0; b < n; b += 2 * width) {
+      const int64_t m = std::min(n, b + width), e = std::min(n, b + 2 * width);
+      std::merge(from + b, from + m, from + m, from + e, to + b, less);
+    }
+    std::swap(from, to);
+  }
+  if (from != data) std::copy(from, from + n, data);
+}
+
 // a < b with NaN the largest value (NaNs equal among themselves): torch's sort and topk order.
 template <typename K>
 inline bool less_nan_last(K a, K b) {
@@ -87,19 +114,24 @@ void sort_kernel(Task& task) {
   const bool descending = attrs.descending;
   visit_dtype(a.dtype(), [&]<typename T>() {
     using K = compute_t<T>;
+    using Entry = std::pair<K, int64_t>;
+    // Per pool thread: a line of (key, index) pairs and the sort's merge space, as many.
+    auto lines = task_scratch(task).per_worker<Entry>(2 * L, positions);
     for_each_line(positions, L, [&](int64_t lo, int64_t hi) {
-      std::vector<std::pair<K, int64_t>> line(static_cast<size_t>(L));
+      const auto held = lines.acquire();
+      Entry* line = held.data();
+      Entry* merge_space = line + L;
       for (int64_t p = lo; p < hi; ++p) {
         const T* x = a.data<T>() + line_offset(a, dim, p);
-        for (int64_t j = 0; j < L; ++j) line[static_cast<size_t>(j)] = {static_cast<K>(x[j * sa]), j};
+        for (int64_t j = 0; j < L; ++j) line[j] = {static_cast<K>(x[j * sa]), j};
         if (descending)
-          std::stable_sort(line.begin(), line.end(), [](const auto& u, const auto& v) { return less_nan_last(v.first, u.first); });
+          stable_sort_into(line, merge_space, L, [](const Entry& u, const Entry& v) { return less_nan_last(v.first, u.first); });
         else
-          std::stable_sort(line.begin(), line.end(), [](const auto& u, const auto& v) { return less_nan_last(u.first, v.first); });
+          stable_sort_into(line, merge_space, L, [](const Entry& u, const Entry& v) { return less_nan_last(u.first, v.first); });
         T* out = values.data<T>() + line_offset(values, dim, p);
         int64_t* index = indices.data<int64_t>() + line_offset(indices, dim, p);
         for (int64_t j = 0; j < L; ++j) {
-          const int64_t from = line[static_cast<size_t>(j)].second;
+          const int64_t from = line[j].second;
           out[j * sv] = x[from * sa];
           index[j * sv] = from;
         }
@@ -119,23 +151,25 @@ void topk_kernel(Task& task) {
   const bool largest = attrs.largest;
   visit_dtype(a.dtype(), [&]<typename T>() {
     using K = compute_t<T>;
+    auto orders = task_scratch(task).per_worker<int64_t>(L, positions);  // per pool thread, a line of indices
     for_each_line(positions, L, [&](int64_t lo, int64_t hi) {
-      std::vector<int64_t> order(static_cast<size_t>(L));
+      const auto held = orders.acquire();
+      int64_t* order = held.data();
       for (int64_t p = lo; p < hi; ++p) {
         const T* x = a.data<T>() + line_offset(a, dim, p);
-        std::iota(order.begin(), order.end(), int64_t{0});
+        std::iota(order, order + L, int64_t{0});
         // A total order (value, then index), so partial_sort's result is unique.
         auto before = [&](int64_t i, int64_t j) {
           const K xi = static_cast<K>(x[i * sa]), xj = static_cast<K>(x[j * sa]);
           if (largest) return less_nan_last(xj, xi) || (!less_nan_last(xi, xj) && i < j);
           return less_nan_last(xi, xj) || (!less_nan_last(xj, xi) && i < j);
         };
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+        std::partial_sort(order, order + k, order + L, before);
         T* out = values.data<T>() + line_offset(values, dim, p);
         int64_t* index = indices.data<int64_t>() + line_offset(indices, dim, p);
         for (int64_t j = 0; j < k; ++j) {
-          out[j * sv] = x[order[static_cast<size_t>(j)] * sa];
-          index[j * sv] = order[static_cast<size_t>(j)];
+          out[j * sv] = x[order[j] * sa];
+          index[j * sv] = order[j];
         }
       }
     });
@@ -222,13 +256,17 @@ void flip_kernel(Task& task) {
   const Tensor& a = task.inputs[0];
   const Tensor& out = task.outputs[0];
   if (out.numel() == 0) return;
+  // a with the flipped dims' strides negated, from its last element along them.
   Dims strides(a.strides());
-  int64_t offset = a.storage_offset();
+  int64_t offset = 0;
   for (int64_t d : task.attrs.get<FlipAttrs>().dims) {
     offset += (a.shape()[d] - 1) * strides[static_cast<size_t>(d)];
     strides[static_cast<size_t>(d)] = -strides[static_cast<size_t>(d)];
   }
-  const Tensor operands[2] = {out, Tensor::make_view(a, Dims(a.shape()), std::move(strides), offset)};
+  const int64_t item = static_cast<int64_t>(a.itemsize());
+  const StridedIteration::Operand operands[2] = {
+      {static_cast<char*>(out.raw_data()), out.shape(), out.strides(), static_cast<int64_t>(out.itemsize())},
+      {static_cast<char*>(a.raw_data()) + offset * item, a.shape(), strides, item}};
   StridedIteration it(operands);
   visit_dtype(out.dtype(), [&]<typename T>() {
     for_each_element(it, [&](char** ptr, const int64_t* st, int64_t n) {
