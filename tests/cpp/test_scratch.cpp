@@ -1,19 +1,27 @@
-// Every op's scratch declaration (OpTraits::scratch, runtime/op_def.h) against what its CPU kernel allocates.
-// This binary replaces the global operator new/delete with counting versions; a stream observer turns the count
-// on at each Task's begin and off at its end (synchronize mode: the kernel runs on the host thread and the pool's
-// helpers, and nothing else allocates meanwhile). The peak of bytes live on all threads above the level at the
-// begin is what the kernel took for itself; it must not exceed op.scratch(task) (0 when the op declares none).
+// Kernel scratch (runtime/scratch.h): every kernel takes its temporary memory from the Task's arena, which the stream
+// takes from the caching allocator for the span of the Task, and allocates nothing itself.
+// This binary replaces the global operator new/delete with counting versions; a stream observer turns the count on
+// at each Task's begin and off at its end (synchronize mode: the kernel runs on the host thread and the pool's
+// helpers, and nothing else allocates meanwhile). The bytes a kernel allocates itself (the peak live on all threads
+// above the level at the begin) must be 0 for every op, and the bytes it took from its arena (the arena's
+// high-water mark) at most the declaration (op.scratch(task)), and more than 0 for the ops that use scratch.
 // Memory that BLAS libraries take through malloc (oneDNN, OpenBLAS) is not seen.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <array>
 #include <map>
+#include <memory>
 #include <new>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "dygrad/dygrad.h"
+#include "dygrad/runtime/allocator.h"
+#include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/stream.h"
 #include "harness.h"
 
@@ -69,12 +77,19 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_delete
 namespace dg::test {
 namespace {
 
-// Per op: the largest allocation seen in one Task, and its declaration for that Task.
+// Per op: the most bytes one Task allocated itself (operator new), the most it took from its arena, and that
+// Task's declaration.
 struct OpRecord {
-  int64_t tasks = 0, most_used = 0;
-  size_t declared_then = 0;
-  std::string worst;  // "used U > declared D" for the first Task over its declaration
+  int64_t tasks = 0, most_allocated = 0;
+  size_t most_taken = 0, declared_then = 0;
+  std::string worst;  // the first Task that allocated, took more than declared, or whose scratch was not live
 };
+
+std::string operands_of(const Task& task) {
+  std::string s = "(";
+  for (const Tensor& t : task.inputs) s += std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " ";
+  return s + ")";
+}
 
 struct ScratchObserver : StreamObserver {
   int64_t level = 0;
@@ -86,17 +101,23 @@ struct ScratchObserver : StreamObserver {
   }
   void on_task_end(const Task& task, bool) override {
     counting.store(false);
-    const int64_t used = peak_bytes.load() - level;
+    const int64_t allocated = peak_bytes.load() - level;
     const size_t declared = task.op->scratch ? task.op->scratch(task) : 0;
+    const size_t taken = task.scratch ? task.scratch->high_water() : 0;
+    // While the Task runs, its declared scratch is a live block of the caching allocator, in its own category.
+    const int64_t live_scratch =
+        CachingAllocator::cpu().stats().allocated_by_category[static_cast<size_t>(MemoryCategory::Scratch)];
     OpRecord& r = ops[task.op->name];
     ++r.tasks;
-    if (used > r.most_used) r.most_used = used, r.declared_then = declared;
-    if (used > static_cast<int64_t>(declared) && r.worst.empty())
-    {
-      r.worst = "used " + std::to_string(used) + " > declared " + std::to_string(declared) + " (";
-      for (const Tensor& t : task.inputs) r.worst += std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + " ";
-      r.worst += ")";
-    }
+    r.most_allocated = std::max(r.most_allocated, allocated);
+    if (taken >= r.most_taken) r.most_taken = taken, r.declared_then = declared;
+    if (!r.worst.empty()) return;
+    if (allocated > 0) r.worst = "allocated " + std::to_string(allocated) + " bytes itself " + operands_of(task);
+    else if (taken > declared)
+      r.worst = "took " + std::to_string(taken) + " > declared " + std::to_string(declared) + " " + operands_of(task);
+    else if (live_scratch != static_cast<int64_t>(declared))
+      r.worst = "scratch live in the allocator " + std::to_string(live_scratch) + " != declared " +
+                std::to_string(declared) + " " + operands_of(task);
   }
 };
 
@@ -152,6 +173,13 @@ void run_workload(DType dtype) {
     for (int64_t i = 0; i < 40; ++i) t[static_cast<size_t>(i)] = (i * 7) % 30;
     cross_entropy(logits, from_vector<int64_t>(t, Shape{40}, DType::Int64)).backward();
     cross_entropy(logits, from_vector<int64_t>(t, Shape{40}, DType::Int64), "none");
+    nll_loss(logits, from_vector<int64_t>(t, Shape{40}, DType::Int64));
+  }
+  {  // the gradient norm of several tensors (pieces of kGradNormPiece), and clipping by it
+    std::vector<Tensor> grads = {random_tensor({40000}, dtype, 40), random_tensor({7, 3}, dtype, 41)};
+    Tensor norm = grad_norm(grads);
+    grad_norm(grads, 0.0);
+    clip_grads_with_norm_(grads, 0.5, norm);
   }
   {  // reductions: to one output over several chunks, over a dim, and over a leading dim
     Tensor big = random_tensor({70000}, dtype, 12), mat = random_tensor({300, 70}, dtype, 13);
@@ -223,7 +251,7 @@ void run_workload(DType dtype) {
   Stream::cpu().synchronize();
 }
 
-TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
+TEST(Scratch, KernelsAllocateNothingAndTakeAtMostTheirDeclaration) {
   ScratchObserver observer;
   const Context saved = get_context();
   set_synchronize(true);
@@ -240,23 +268,136 @@ TEST(Scratch, KernelsAllocateAtMostTheirDeclaredScratch) {
     Stream::cpu().set_observer(nullptr);
   }
   set_context(saved);
-  // The ops that must be covered: those that declare scratch (and allocate), and some that allocate nothing.
+  // Every Task's scratch went back to the allocator.
+  EXPECT_EQ(CachingAllocator::cpu().stats().allocated_by_category[static_cast<size_t>(MemoryCategory::Scratch)], 0);
+  // The ops that must be covered: those that declare scratch, and some that need none.
   for (const char* name : {"rms_norm", "rms_norm_backward", "rms_norm_apply", "rotary_position_embedding", "rotary_position_embedding_backward",
                            "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "rotary_attention",
                            "rotary_attention_backward", "embedding_backward", "sgd_step",
                            "cross_entropy", "sum", "amax", "max_dim", "argmax", "logsumexp", "var", "std", "adamw_step",
                            "softmax", "softmax_backward", "log_softmax_backward", "exp", "swiglu", "add", "matmul",
                            "cat", "index", "index_put", "nonzero", "gather", "index_select", "scatter_add", "index_add",
-                           "sort", "topk", "cumsum", "cumprod", "cumprod_backward", "flip", "multinomial"})
+                           "sort", "topk", "cumsum", "cumprod", "cumprod_backward", "flip", "multinomial", "nll_loss",
+                           "grad_norm", "clip_grads_with_norm"})
     EXPECT_GT(observer.ops[name].tasks, 0) << name << " did not run";
   for (const auto& [name, r] : observer.ops) {
     EXPECT_TRUE(r.worst.empty()) << name << ": " << r.worst;
-    std::printf("%-40s %4lld tasks, most scratch used %8lld bytes (declared %8zu)\n", name.c_str(),
-                static_cast<long long>(r.tasks), static_cast<long long>(r.most_used), r.declared_then);
+    std::printf("%-40s %4lld tasks, allocated itself %6lld bytes, most scratch taken %8zu bytes (declared %8zu)\n",
+                name.c_str(), static_cast<long long>(r.tasks), static_cast<long long>(r.most_allocated), r.most_taken,
+                r.declared_then);
   }
-  // The counter sees the allocating kernels at all (a hook that counted nothing would pass everything).
-  EXPECT_GT(observer.ops["scaled_dot_product_attention"].most_used, 0);
-  EXPECT_GT(observer.ops["rms_norm"].most_used, 0);
+  // The arena's count sees the kernels that use scratch (a hook that counted nothing would pass everything), and the
+  // operator-new count sees allocations at all (checked below, ScratchCounter.SeesAnAllocation).
+  for (const char* name : {"rms_norm", "rms_norm_backward", "rms_norm_apply", "rotary_position_embedding",
+                           "scaled_dot_product_attention", "scaled_dot_product_attention_backward", "rotary_attention",
+                           "rotary_attention_backward", "embedding_backward", "cross_entropy", "sum", "amax", "argmax",
+                           "logsumexp", "var", "std", "adamw_step", "matmul", "cat", "index_put", "nonzero", "sort",
+                           "topk", "multinomial", "nll_loss", "grad_norm", "clip_grads_with_norm"})
+    EXPECT_GT(observer.ops[name].most_taken, 0u) << name << " took no scratch";
+}
+
+// The operator-new count is live: an allocation between a Task's begin and end is seen (so "allocated 0 bytes"
+// above is a measurement, not a hook that never runs).
+TEST(Scratch, TheCounterSeesAnAllocation) {
+  const int64_t level = live_bytes.load();
+  peak_bytes.store(level);
+  counting.store(true);
+  auto* block = new std::array<char, 4096>();
+  counting.store(false);
+  EXPECT_GE(peak_bytes.load() - level, 4096);
+  delete block;
+}
+
+// A take past the declaration is an internal error naming the op and the bytes, and writes nothing.
+TEST(Scratch, TakingMoreThanDeclaredRaises) {
+  alignas(64) static char block[256];
+  ScratchArena arena("some_op", block, sizeof(block));
+  EXPECT_NE(arena.take<float>(16), nullptr);  // 64 bytes
+  EXPECT_NE(arena.take<double>(9), nullptr);  // 72 bytes, rounded to 128: 192 taken
+  EXPECT_EQ(arena.high_water(), 192u);
+  try {
+    arena.take<float>(17);  // 68 bytes, rounded to 128, with 64 left
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.message();
+    EXPECT_NE(m.find("[some_op]"), std::string::npos) << m;
+    EXPECT_NE(m.find("takes 128 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("192 of its declared 256"), std::string::npos) << m;
+  }
+  EXPECT_EQ(arena.used(), 192u);  // nothing handed out
+  {
+    ScratchRewind rewind(arena);
+    arena.take<char>(64);
+    EXPECT_EQ(arena.used(), 256u);
+  }
+  EXPECT_EQ(arena.used(), 192u);
+  EXPECT_EQ(arena.high_water(), 256u);
+}
+
+// Per-worker slots: as many holders at once as slots; one more is an internal error, never a shared buffer.
+TEST(Scratch, PerWorkerSlotsAreHeldOneEach) {
+  alignas(64) static char block[1024];
+  ScratchArena arena("some_op", block, sizeof(block));
+  const size_t slots = scratch_workers(1000);
+  ASSERT_LE(slots * 64, sizeof(block));
+  auto buffers = arena.per_worker<float>(10, 1000);  // 40 bytes: one 64-byte line per slot
+  EXPECT_EQ(buffers.slots(), slots);
+  EXPECT_EQ(arena.used(), slots * 64);
+  {
+    std::vector<std::unique_ptr<ScratchSlots<float>::Held>> held;
+    std::set<float*> distinct;
+    for (size_t i = 0; i < slots; ++i) {
+      held.push_back(std::make_unique<ScratchSlots<float>::Held>(buffers.acquire()));
+      distinct.insert(held.back()->data());
+    }
+    EXPECT_EQ(distinct.size(), slots);
+    EXPECT_THROW(buffers.acquire(), Error);
+  }
+  const auto again = buffers.acquire();  // released: free again
+  EXPECT_NE(again.data(), nullptr);
+}
+
+// A Task's scratch is a block of the caching allocator, in the scratch category, while the Task runs, and is
+// returned after it; out of memory there is the kernel's error, raised like any kernel failure, never a crash.
+TEST(Scratch, TheStreamTakesTheScratchFromTheAllocator) {
+  const Context saved = get_context();
+  set_synchronize(true);
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  const auto scratch_live = [&] {
+    return allocator.stats().allocated_by_category[static_cast<size_t>(MemoryCategory::Scratch)];
+  };
+  struct Seen : StreamObserver {
+    int64_t live = -1, declared = -1;
+    void on_task_begin(const Task&) override {}
+    void on_task_end(const Task& task, bool) override {
+      if (std::string(task.op->name) != "var") return;
+      live = CachingAllocator::cpu().stats().allocated_by_category[static_cast<size_t>(MemoryCategory::Scratch)];
+      declared = static_cast<int64_t>(task.op->scratch(task));
+    }
+  } seen;
+  Tensor x = random_tensor({1 << 20, 2}, DType::Float32, 1);
+  Stream::cpu().set_observer(&seen);
+  var(x, std::vector<int64_t>{1});
+  Stream::cpu().set_observer(nullptr);
+  EXPECT_EQ(seen.declared, int64_t{8} << 20);  // a float64 mean per output
+  EXPECT_EQ(seen.live, seen.declared);
+  EXPECT_EQ(scratch_live(), 0);
+  // A memory limit with room for the output (4 MiB) but not the scratch (8 MiB).
+  allocator.empty_cache();
+  allocator.set_memory_limit(static_cast<size_t>(allocator.stats().reserved) + (6 << 20));
+  try {
+    var(x, std::vector<int64_t>{1});
+    ADD_FAILURE() << "expected OutOfMemory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+    EXPECT_NE(e.message().find("[var] its scratch of 8388608 bytes"), std::string::npos) << e.message();
+  }
+  allocator.set_memory_limit(0);
+  EXPECT_EQ(scratch_live(), 0);
+  Tensor again = var(x, std::vector<int64_t>{1});  // the stream goes on
+  Stream::cpu().synchronize();
+  EXPECT_EQ(again.numel(), 1 << 20);
+  set_context(saved);
 }
 
 }  // namespace
