@@ -357,8 +357,9 @@ TEST(Scratch, PerWorkerSlotsAreHeldOneEach) {
   EXPECT_NE(again.data(), nullptr);
 }
 
-// A Task's scratch is a block of the caching allocator, in the scratch category, while the Task runs, and is
-// returned after it; out of memory there is the kernel's error, raised like any kernel failure, never a crash.
+// A Task's scratch is a block of the caching allocator, in the scratch category, taken at the enqueue. In
+// synchronize mode it is live while the Task runs and returned after it; out of memory there is the op's error,
+// raised at the call (never a crash), and the stream goes on.
 TEST(Scratch, TheStreamTakesTheScratchFromTheAllocator) {
   const Context saved = get_context();
   set_synchronize(true);
@@ -397,6 +398,29 @@ TEST(Scratch, TheStreamTakesTheScratchFromTheAllocator) {
   Tensor again = var(x, std::vector<int64_t>{1});  // the stream goes on
   Stream::cpu().synchronize();
   EXPECT_EQ(again.numel(), 1 << 20);
+  set_context(saved);
+}
+
+// Asynchronously the block is taken at the enqueue and given back stream-ordered right after it (busy until the Task
+// has run, like a temporary the program drops): the allocator counts it at the enqueue, as the meta evaluation
+// (dg.memory.estimate) predicts, however far the worker lags.
+TEST(Scratch, AsynchronouslyTheScratchIsCountedAtTheEnqueue) {
+  const Context saved = get_context();
+  set_synchronize(false);
+  CachingAllocator& allocator = CachingAllocator::cpu();
+  Tensor x = random_tensor({1 << 20, 2}, DType::Float32, 2);
+  Stream::cpu().synchronize();
+  allocator.reset_peak();
+  const int64_t before = allocator.stats().allocated;
+  Tensor y = var(x, std::vector<int64_t>{1});  // a 4 MiB output, 8 MiB of scratch
+  const MemoryStats enqueued = allocator.stats();
+  EXPECT_EQ(enqueued.allocated - before, int64_t{4} << 20);  // the scratch went back at once
+  EXPECT_EQ(enqueued.peak_allocated - before, int64_t{12} << 20);  // after it was counted with the output
+  EXPECT_EQ(enqueued.peak_by_category[static_cast<size_t>(MemoryCategory::Scratch)], int64_t{8} << 20);
+  Stream::cpu().synchronize();
+  Tensor ref = var(to(x, DType::Float64), std::vector<int64_t>{1});
+  EXPECT_TRUE(allclose(to(y, DType::Float64), ref, 1e-5, 1e-6));
+  EXPECT_EQ(allocator.stats().allocated_by_category[static_cast<size_t>(MemoryCategory::Scratch)], 0);
   set_context(saved);
 }
 

@@ -551,7 +551,8 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
 void CachingAllocator::count_allocation_locked(Node* node, size_t nbytes, MemoryCategory category,
                                                AllocContextPtr&& context) {
   ++stats_.num_allocs;
-  // A Task's scratch, taken and freed by the thread running it, is not the host running ahead (the window).
+  // A Task's scratch, given back stream-ordered as soon as the Task is enqueued, is not the host running ahead
+  // of the device (the in-flight allocation window).
   if (category != MemoryCategory::Scratch) total_allocated_.fetch_add(nbytes, std::memory_order_relaxed);
   stats_.active += static_cast<int64_t>(node->size);
   stats_.allocated += static_cast<int64_t>(nbytes);

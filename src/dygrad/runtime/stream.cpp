@@ -5,6 +5,8 @@
 #include "dygrad/runtime/allocator.h"
 
 #include <cstring>
+#include <new>
+#include <type_traits>
 #include <pthread.h>
 
 #include <chrono>
@@ -127,6 +129,51 @@ void Stream::release_on_host(std::vector<Tensor>&& tensors) {
   any_handed_over_.store(true, std::memory_order_release);
 }
 
+namespace {
+// Drops a ring slot's operands (on the host). The slot's references are task references (core/ref.h): dropping the
+// last one frees the tensor.
+void clear_slot(Task& task) {
+  for (Tensor& t : task.inputs) t.reset_task_ref();
+  for (Tensor& t : task.outputs) t.reset_task_ref();
+  task.inputs.clear();
+  task.outputs.clear();
+  task.attrs.reset();
+  task.op = nullptr;
+  task.kernel = nullptr;
+}
+
+// A Task's declared scratch (docs/ops.md, "Scratch space is declared"), taken on the host at enqueue from the
+// caching allocator, stream-ordered, into `arena`, which Task::scratch points at (an empty arena when the op
+// declares 0 bytes for these shapes: a take of nothing succeeds, of more raises). A ring Task's block is given back
+// right after the Task is enqueued, with its number: as a temporary the program drops, its memory then serves
+// later Tasks only (stream-ordered reuse, docs/memory.md), so the allocator counts it at the enqueue, as the meta
+// evaluation does, whatever the worker's lag, and the worker never calls the allocator. Off the ring (synchronize
+// mode, inline execution) the Task runs before its block is given back: live while it runs.
+MemoryBlock take_scratch(Task& task, ScratchArena* arena) {
+  const size_t bytes = task.op->scratch(task);
+  MemoryBlock block;
+  if (bytes > 0) {
+    try {
+      block = CachingAllocator::cpu().allocate(bytes, MemoryCategory::Scratch);
+    } catch (const Error& e) {
+      throw Error(e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(bytes) +
+                                " bytes: " + e.message());
+    }
+  }
+  task.scratch = new (arena) ScratchArena(task.op->name, block.ptr, bytes);
+  return block;
+}
+void give_back_scratch(const Task& task, const MemoryBlock& block, uint64_t seq) {
+  if (block.ptr) CachingAllocator::cpu().free(block, task.scratch->capacity(), MemoryCategory::Scratch, seq);
+}
+// The ring slots' arenas (Stream::cpu() is the one stream with a ring): the slot's Task points at its own.
+struct alignas(ScratchArena) ArenaStorage {
+  unsigned char bytes[sizeof(ScratchArena)];
+};
+ArenaStorage g_ring_arenas[Stream::kCapacity];
+static_assert(std::is_trivially_destructible_v<ScratchArena>, "arenas are rebuilt in place, never destroyed");
+}  // namespace
+
 void Stream::reclaim_completed_locked() {
   if (any_handed_over_.load(std::memory_order_acquire)) {
     std::vector<Tensor> dropped;
@@ -137,17 +184,7 @@ void Stream::reclaim_completed_locked() {
     }
   }
   const uint64_t done = completed_.load(std::memory_order_acquire);
-  for (; reclaimed_ < done; ++reclaimed_) {
-    Task& task = slots_[reclaimed_ % kCapacity];
-    // The slot's references are task references (core/ref.h): dropping the last one frees the tensor.
-    for (Tensor& t : task.inputs) t.reset_task_ref();
-    for (Tensor& t : task.outputs) t.reset_task_ref();
-    task.inputs.clear();
-    task.outputs.clear();
-    task.attrs.reset();
-    task.op = nullptr;
-    task.kernel = nullptr;
-  }
+  for (; reclaimed_ < done; ++reclaimed_) clear_slot(slots_[reclaimed_ % kCapacity]);
 }
 
 namespace {
@@ -324,18 +361,45 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   // "Inline execution").
   if (synchronize_enabled()) [[unlikely]] {
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
+    if (!op.scratch) return run_synchronized(borrowed.task);
+    ArenaStorage arena;
+    struct GiveBack {  // after the Task ran, also when its error is raised here
+      const Task& task;
+      MemoryBlock block;
+      ~GiveBack() { give_back_scratch(task, block, 0); }
+    } scratch{borrowed.task, take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena))};
     return run_synchronized(borrowed.task);
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
   if (idle_for_inline_locked() || shut_down_.load(std::memory_order_acquire)) [[unlikely]] {
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
-    if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) return run_inline_locked(borrowed.task);
+    if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) {
+      if (!op.scratch) return run_inline_locked(borrowed.task);
+      ArenaStorage arena;
+      const MemoryBlock block = take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena));
+      const uint64_t seq = run_inline_locked(borrowed.task);  // records a kernel error, never throws one
+      give_back_scratch(borrowed.task, block, 0);
+      return seq;
+    }
   }
   // In a ring slot the Task holds task references (core/ref.h).
   const uint64_t index = acquire_slot_locked();
-  fill_task(slots_[index % kCapacity], op, kernel, inputs, outputs, attrs, site,
-            [](const Tensor& t) { return Tensor::task_ref(t); });
-  return publish_locked(index);
+  Task& task = slots_[index % kCapacity];
+  fill_task(task, op, kernel, inputs, outputs, attrs, site, [](const Tensor& t) { return Tensor::task_ref(t); });
+  if (!op.scratch) [[likely]] {
+    task.scratch = nullptr;
+    return publish_locked(index);
+  }
+  MemoryBlock block;
+  try {
+    block = take_scratch(task, reinterpret_cast<ScratchArena*>(&g_ring_arenas[index % kCapacity]));
+  } catch (...) {
+    clear_slot(task);  // never published: the slot stays free
+    throw;
+  }
+  const uint64_t seq = publish_locked(index);
+  give_back_scratch(task, block, seq);
+  return seq;
 }
 
 void Stream::worker_loop() {
@@ -420,41 +484,7 @@ bool Stream::run_task(Task& task) {
       return false;
     }
   }
-  if (task.op->scratch) [[unlikely]] return run_task_with_scratch(task);
   return run_kernel(task);
-}
-
-// The Task's declared scratch, taken from the caching allocator (docs/ops.md, "Scratch space is declared"): not
-// stream-ordered, so only a cached block that no queued Task still uses serves it and the allocator never waits
-// for the stream (this may be the stream's own thread); out of memory (a memory limit) is this Task's failure.
-// Taken before the observer's begin and freed after its end, so the Task's span covers the kernel alone.
-bool Stream::run_task_with_scratch(Task& task) {
-  const size_t bytes = task.op->scratch(task);
-  if (bytes == 0) {  // none for these shapes: an empty arena (a take of nothing succeeds, of more raises)
-    ScratchArena empty(task.op->name, nullptr, 0);
-    task.scratch = &empty;
-    const bool failed = run_kernel(task);
-    task.scratch = nullptr;
-    return failed;
-  }
-  CachingAllocator& allocator = CachingAllocator::cpu();
-  MemoryBlock block;
-  try {
-    block = allocator.allocate(bytes, MemoryCategory::Scratch, /*stream_ordered=*/false);
-  } catch (const Error& e) {
-    StreamObserver* obs = observer();
-    if (obs) obs->on_task_begin(task);
-    record_failure(task, e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(bytes) +
-                                       " bytes: " + e.message());
-    if (obs) obs->on_task_end(task, true);
-    return true;
-  }
-  ScratchArena arena(task.op->name, block.ptr, bytes);
-  task.scratch = &arena;
-  const bool failed = run_kernel(task);
-  task.scratch = nullptr;
-  allocator.free(block, bytes, MemoryCategory::Scratch);
-  return failed;
 }
 
 bool Stream::run_kernel(Task& task) {
