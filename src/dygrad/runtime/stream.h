@@ -86,8 +86,7 @@ class Stream {
   Stream();
   void worker_loop();
   bool run_task(Task& task);  // true when the kernel failed
-  bool run_task_with_scratch(Task& task);  // its op declares scratch: the arena around run_kernel
-  bool run_kernel(Task& task);             // the observer's begin and end around the kernel; errors recorded
+  bool run_kernel(Task& task);  // the observer's begin and end around the kernel; errors recorded
   // fork(): the parent drains and holds the producer mutex across the fork; the child, which has no worker
   // thread, resets the ring's bookkeeping and starts a new worker (docs/stream.md, "Exit and fork").
   void before_fork();
