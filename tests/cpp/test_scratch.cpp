@@ -247,6 +247,9 @@ void run_workload(DType dtype) {
     x.set_requires_grad(true);
     sum(mul(softmax(x, 1), log_softmax(x, 0))).backward();
     exp(x), sigmoid(x), gelu(x), swiglu(x, x), add(x, transpose(random_tensor({200, 64}, dtype, 18), 0, 1));
+    // an elementwise result laid out like its permuted input: the iteration orders the dims itself
+    Tensor permuted = transpose(random_tensor({3, 40, 50}, dtype, 39), 0, 2);
+    exp(permuted), add(permuted, permuted);
   }
   Stream::cpu().synchronize();
 }

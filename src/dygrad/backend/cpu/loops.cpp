@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "dygrad/core/error.h"
 
@@ -46,8 +47,10 @@ StridedIteration::StridedIteration(const std::array<Operand, kMaxOperands>& oper
   for (size_t d = 0; d < nd; ++d)
     if (full_shape[d] != 1) order.push_back(d);
   const auto& out_strides = full_strides[0];
-  if (!std::is_sorted(order.begin(), order.end(), [&](size_t x, size_t y) { return out_strides[x] > out_strides[y]; }))
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return out_strides[x] > out_strides[y]; });
+  // A stable insertion sort of the few dims: std::stable_sort would take a temporary buffer from operator new, and
+  // a kernel allocates nothing (runtime/scratch.h). A stable order is unique: the same order as it gave.
+  for (size_t i = 1; i < order.size(); ++i)
+    for (size_t j = i; j > 0 && out_strides[order[j]] > out_strides[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
   // Then merge neighbours d-1, d when stride[d-1] == stride[d] * size[d] for all operands.
   for (size_t d : order) {
     if (!shape.empty()) {
