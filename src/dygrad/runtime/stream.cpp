@@ -149,22 +149,27 @@ void clear_slot(Task& task) {
 // later Tasks only (stream-ordered reuse, docs/memory.md), so the allocator counts it at the enqueue, as the meta
 // evaluation does, whatever the worker's lag, and the worker never calls the allocator. Off the ring (synchronize
 // mode, inline execution) the Task runs before its block is given back: live while it runs.
-MemoryBlock take_scratch(Task& task, ScratchArena* arena) {
-  const size_t bytes = task.op->scratch(task);
+struct ScratchBlock {
   MemoryBlock block;
-  if (bytes > 0) {
+  size_t bytes = 0;
+};
+ScratchBlock take_scratch(Task& task, ScratchArena* arena) {
+  ScratchBlock taken;
+  taken.bytes = task.op->scratch(task);
+  if (taken.bytes > 0) {
     try {
-      block = CachingAllocator::cpu().allocate(bytes, MemoryCategory::Scratch);
+      taken.block = CachingAllocator::cpu().allocate(taken.bytes, MemoryCategory::Scratch);
     } catch (const Error& e) {
-      throw Error(e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(bytes) +
+      throw Error(e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(taken.bytes) +
                                 " bytes: " + e.message());
     }
   }
-  task.scratch = new (arena) ScratchArena(task.op->name, block.ptr, bytes);
-  return block;
+  task.scratch = new (arena) ScratchArena(task.op->name, taken.block.ptr, taken.bytes);
+  return taken;
 }
-void give_back_scratch(const Task& task, const MemoryBlock& block, uint64_t seq) {
-  if (block.ptr) CachingAllocator::cpu().free(block, task.scratch->capacity(), MemoryCategory::Scratch, seq);
+// `seq`: the last Task that uses the block (0: none is queued, it has run).
+void give_back_scratch(const ScratchBlock& taken, uint64_t seq) {
+  if (taken.block.ptr) CachingAllocator::cpu().free(taken.block, taken.bytes, MemoryCategory::Scratch, seq);
 }
 // The ring slots' arenas (Stream::cpu() is the one stream with a ring): the slot's Task points at its own.
 struct alignas(ScratchArena) ArenaStorage {
@@ -364,10 +369,9 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     if (!op.scratch) return run_synchronized(borrowed.task);
     ArenaStorage arena;
     struct GiveBack {  // after the Task ran, also when its error is raised here
-      const Task& task;
-      MemoryBlock block;
-      ~GiveBack() { give_back_scratch(task, block, 0); }
-    } scratch{borrowed.task, take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena))};
+      ScratchBlock taken;
+      ~GiveBack() { give_back_scratch(taken, 0); }
+    } scratch{take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena))};
     return run_synchronized(borrowed.task);
   }
   std::lock_guard<std::mutex> lock(producer_mutex_);
@@ -376,9 +380,9 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) {
       if (!op.scratch) return run_inline_locked(borrowed.task);
       ArenaStorage arena;
-      const MemoryBlock block = take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena));
+      const ScratchBlock taken = take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena));
       const uint64_t seq = run_inline_locked(borrowed.task);  // records a kernel error, never throws one
-      give_back_scratch(borrowed.task, block, 0);
+      give_back_scratch(taken, 0);
       return seq;
     }
   }
@@ -390,15 +394,15 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     task.scratch = nullptr;
     return publish_locked(index);
   }
-  MemoryBlock block;
+  ScratchBlock taken;
   try {
-    block = take_scratch(task, reinterpret_cast<ScratchArena*>(&g_ring_arenas[index % kCapacity]));
+    taken = take_scratch(task, reinterpret_cast<ScratchArena*>(&g_ring_arenas[index % kCapacity]));
   } catch (...) {
     clear_slot(task);  // never published: the slot stays free
     throw;
   }
   const uint64_t seq = publish_locked(index);
-  give_back_scratch(task, block, seq);
+  give_back_scratch(taken, seq);  // the worker may be running it already: only the host's copy is read
   return seq;
 }
 
