@@ -5,7 +5,8 @@
 // helpers, and nothing else allocates meanwhile). The bytes a kernel allocates itself (the peak live on all threads
 // above the level at the begin) must be 0 for every op, and the bytes it took from its arena (the arena's
 // high-water mark) at most the declaration (op.scratch(task)), and more than 0 for the ops that use scratch.
-// Memory that BLAS libraries take through malloc (oneDNN, OpenBLAS) is not seen.
+// Memory that BLAS libraries take for themselves is not counted: through malloc (oneDNN, OpenBLAS) it is not seen,
+// through operator new inside a library call it is marked (runtime/library_allocation.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "dygrad/dygrad.h"
 #include "dygrad/runtime/allocator.h"
+#include "dygrad/runtime/library_allocation.h"
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/stream.h"
 #include "harness.h"
@@ -29,7 +31,9 @@ namespace {
 std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
 std::atomic<bool> counting{false};
 
-// Each block carries its size and the address malloc returned, in the 64 bytes before the pointer handed out.
+// Each block carries its counted size and the address malloc returned, in the 64 bytes before the pointer handed
+// out. A block a library makes for itself inside a kernel (runtime/library_allocation.h: oneDNN's primitives and
+// the bookkeeping of their execution) is not counted: its counted size is 0.
 constexpr size_t kHeader = 64;
 void* counted_new(size_t size, size_t alignment, bool nothrow) {
   const size_t align = std::max(alignment, kHeader);
@@ -39,9 +43,10 @@ void* counted_new(size_t size, size_t alignment, bool nothrow) {
     throw std::bad_alloc();
   }
   char* p = static_cast<char*>(base) + align;
-  reinterpret_cast<size_t*>(p)[-1] = size;
+  const size_t counted = dg::in_library_allocation_scope() ? 0 : size;
+  reinterpret_cast<size_t*>(p)[-1] = counted;
   reinterpret_cast<void**>(p)[-2] = base;
-  const int64_t now = live_bytes.fetch_add(static_cast<int64_t>(size)) + static_cast<int64_t>(size);
+  const int64_t now = live_bytes.fetch_add(static_cast<int64_t>(counted)) + static_cast<int64_t>(counted);
   if (counting.load(std::memory_order_relaxed)) {
     int64_t peak = peak_bytes.load();
     while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {}

@@ -19,6 +19,7 @@
 
 #include "dygrad/backend/cpu/blas.h"
 #include "dygrad/core/error.h"
+#include "dygrad/runtime/library_allocation.h"
 #include "dygrad/runtime/cpu_isa.h"
 #include "dygrad/runtime/op_def.h"
 
@@ -202,33 +203,40 @@ struct ThreadMatmuls {
 void matmul_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                  const uint16_t* b, int64_t ldb, uint16_t* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  make_onednn_serial();  // before the primitive is made: it plans for the calling thread's team
-  thread_local ThreadMatmuls mine;
   const MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc};
-  auto found = mine.primitives.find(key);
-  if (found == mine.primitives.end()) {
-    if (mine.primitives.size() >= kMaxMatmulPrimitives) mine.primitives.clear();
-    found = mine.primitives.emplace(key, make_matmul_primitive(key)).first;
+  thread_local ThreadMatmuls mine;
+  MatmulPrimitive* primitive;
+  {  // the thread's cache of primitives, its stream and scratchpad outlive the Task: oneDNN's, not its scratch
+    LibraryAllocationScope library;
+    make_onednn_serial();  // before the primitive is made: it plans for the calling thread's team
+    auto found = mine.primitives.find(key);
+    if (found == mine.primitives.end()) {
+      if (mine.primitives.size() >= kMaxMatmulPrimitives) mine.primitives.clear();
+      found = mine.primitives.emplace(key, make_matmul_primitive(key)).first;
+    }
+    primitive = found->second.get();
+    if (!mine.stream)
+      check_onednn(dnnl_stream_create(&mine.stream, onednn_engine(), dnnl_stream_default_flags), "stream", key);
+    if (primitive->scratchpad_bytes > mine.scratchpad_buffer.size()) {
+      mine.scratchpad_buffer.resize(primitive->scratchpad_bytes);
+      if (mine.scratchpad) dnnl_memory_destroy(mine.scratchpad);
+      mine.scratchpad = nullptr;
+    }
+    if (!mine.scratchpad && !mine.scratchpad_buffer.empty()) {
+      const dnnl_dims_t bytes = {static_cast<int64_t>(mine.scratchpad_buffer.size())};
+      dnnl_memory_desc_t md;
+      check_onednn(dnnl_memory_desc_init_by_tag(&md, 1, bytes, dnnl_u8, dnnl_a), "scratchpad desc", key);
+      check_onednn(dnnl_memory_create(&mine.scratchpad, &md, onednn_engine(), mine.scratchpad_buffer.data()),
+                   "scratchpad", key);
+    }
   }
-  MatmulPrimitive& p = *found->second;
-  if (!mine.stream) check_onednn(dnnl_stream_create(&mine.stream, onednn_engine(), dnnl_stream_default_flags), "stream", key);
-  if (p.scratchpad_bytes > mine.scratchpad_buffer.size()) {
-    mine.scratchpad_buffer.resize(p.scratchpad_bytes);
-    if (mine.scratchpad) dnnl_memory_destroy(mine.scratchpad);
-    mine.scratchpad = nullptr;
-  }
-  if (!mine.scratchpad && !mine.scratchpad_buffer.empty()) {
-    const dnnl_dims_t bytes = {static_cast<int64_t>(mine.scratchpad_buffer.size())};
-    dnnl_memory_desc_t md;
-    check_onednn(dnnl_memory_desc_init_by_tag(&md, 1, bytes, dnnl_u8, dnnl_a), "scratchpad desc", key);
-    check_onednn(dnnl_memory_create(&mine.scratchpad, &md, onednn_engine(), mine.scratchpad_buffer.data()),
-                 "scratchpad", key);
-  }
+  MatmulPrimitive& p = *primitive;
   check_onednn(dnnl_memory_set_data_handle(p.src, const_cast<uint16_t*>(a)), "src handle", key);
   check_onednn(dnnl_memory_set_data_handle(p.weights, const_cast<uint16_t*>(b)), "weights handle", key);
   check_onednn(dnnl_memory_set_data_handle(p.dst, c), "dst handle", key);
   dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.src}, {DNNL_ARG_WEIGHTS, p.weights}, {DNNL_ARG_DST, p.dst},
                              {DNNL_ARG_SCRATCHPAD, mine.scratchpad}};
+  LibraryAllocationScope library;  // oneDNN's bookkeeping of the execution (its map of arguments)
   check_onednn(dnnl_primitive_execute(p.primitive, mine.stream, mine.scratchpad ? 4 : 3, args), "execute", key);
 }
 
