@@ -365,9 +365,11 @@ void init_runtime(nb::module_& m) {
     d["num_allocs"] = s.num_allocs;
     d["num_frees"] = s.num_frees;
     d["cache_hits"] = s.cache_hits;
-    for (int c = 0; c < kNumMemoryCategories; ++c)
-      d[(std::string("allocated_bytes.") + memory_category_name(static_cast<MemoryCategory>(c))).c_str()] =
-          s.allocated_by_category[static_cast<size_t>(c)];
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      const std::string name = memory_category_name(static_cast<MemoryCategory>(c));
+      d[("allocated_bytes." + name).c_str()] = s.allocated_by_category[static_cast<size_t>(c)];
+      d[("peak_bytes." + name).c_str()] = s.peak_by_category[static_cast<size_t>(c)];  // since reset_peak
+    }
     return d;
   });
   CachingAllocator::set_python_frame_provider(&python_frames);

@@ -620,11 +620,13 @@ class RecomputeCosts:
     """What measure() found: the plain step's peak (bytes above what was allocated before it) and time (s); per
     option, per layer: `held` (bytes a layer keeps after the forward), `saved` (bytes it stops keeping against
     plain), `recompute_s` and `recompute_flops` (what the backward runs again, from the profiler's per-op
-    figures)."""
+    figures); `scratch`: the most kernel scratch the plain step held at once (bytes: the stream takes each Task's
+    from the allocator, docs/ops.md "Scratch space is declared")."""
 
-    def __init__(self, n_layers, plain_peak, plain_time, held, saved, recompute_s, recompute_flops):
+    def __init__(self, n_layers, plain_peak, plain_time, held, saved, recompute_s, recompute_flops, scratch=0):
         self.n_layers, self.plain_peak, self.plain_time = n_layers, plain_peak, plain_time
         self.held, self.saved, self.recompute_s, self.recompute_flops = held, saved, recompute_s, recompute_flops
+        self.scratch = scratch
 
     def recomputed_flops(self, modes):
         return sum(self.recompute_flops[m] for m in modes)
@@ -664,6 +666,7 @@ def measure(model, step_fn, layers=None, repeats=1):
     apply_recompute(layers, ["none"] * n)
     _timed_step(model, step_fn)  # warm-up
     plain = [_timed_step(model, step_fn) for _ in range(max(1, repeats))]
+    scratch = dg.memory_stats().get("peak_bytes.scratch", 0)  # since the last step's reset: its largest
     plain_peak = min(p for p, _ in plain)
     plain_time = min(t for _, t in plain)
     for p in model.parameters():
@@ -686,7 +689,7 @@ def measure(model, step_fn, layers=None, repeats=1):
     # recomputed time and FLOPs per layer, from the profiler's per-op figures of one plain forward
     apply_recompute(layers, ["none"] * n)
     cost_s, cost_flops = _recompute_cost_per_layer(model, step_fn, layers)
-    return RecomputeCosts(n, plain_peak, plain_time, held, saved, cost_s, cost_flops)
+    return RecomputeCosts(n, plain_peak, plain_time, held, saved, cost_s, cost_flops, scratch)
 
 
 def plan(model, step_fn, budget, layers=None, repeats=1, costs=None, verify=3):
@@ -724,9 +727,12 @@ def plan(model, step_fn, budget, layers=None, repeats=1, costs=None, verify=3):
         # The backward runs the layers last to first; while layer i's MLP half runs its backward, the layers
         # after it are freed, that half holds all its activations again (recomputed or not), the layer's
         # attention half holds what its option keeps, and the layers before it hold what theirs keep. The
-        # plain peak is the i = n-1 case with nothing saved.
-        return max(plain_peak - sum(saved[m] for m in modes[:i]) - attention_saved(modes[i])
-                   - (n - 1 - i) * layer_bytes for i in range(n))
+        # plain peak is the i = n-1 case with nothing saved. It includes the kernel scratch of the Task running
+        # at it; a case below it may peak at another Task's, bounded by the step's largest (costs.scratch).
+        def case(i):
+            below = sum(saved[m] for m in modes[:i]) + attention_saved(modes[i]) + (n - 1 - i) * layer_bytes
+            return plain_peak - below + (costs.scratch if below > 0 else 0)
+        return max(case(i) for i in range(n))
 
     candidates = []
     # the last layer's backward comes first: recomputing its MLP half saves nothing at the peak, so that stays
