@@ -501,7 +501,7 @@ size_t sgd_scratch(const Task& t) {
   const size_t count = sgd_count(t);
   size_t pieces = 0;
   for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kSgdPiece - 1) / kSgdPiece);
-  return pieces * 3 * sizeof(int64_t);
+  return scratch_bytes(static_cast<int64_t>(pieces), 3 * sizeof(int64_t));
 }
 const OpDef op_sgd("sgd_step", attrs_type<SgdAttrs>(), {.cost = sgd_cost, .scratch = sgd_scratch,
                                                         .alias_of = alias_each_output});

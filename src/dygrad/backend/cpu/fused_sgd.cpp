@@ -10,8 +10,6 @@
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
 
-#include <vector>
-
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/thread_pool.h"
 #include "dygrad/math/arithmetic.h"
@@ -81,15 +79,15 @@ void sgd_kernel(Task& task) {
   const Scalars scalars{hyper[0], 1.0 - hyper[1], hyper[2], -lr};
   int64_t num_pieces = 0;
   for (int64_t t = 0; t < count; ++t) num_pieces += (task.outputs[static_cast<size_t>(t)].numel() + kPiece - 1) / kPiece;
-  std::vector<Piece> pieces;
-  pieces.reserve(static_cast<size_t>(num_pieces));  // one allocation, the size sgd_step's scratch declares
+  Piece* pieces = task_scratch(task).take<Piece>(num_pieces);  // what sgd_step's scratch declares
+  int64_t made = 0;
   for (int64_t t = 0; t < count; ++t)
     for (int64_t b = 0, n = task.outputs[static_cast<size_t>(t)].numel(); b < n; b += kPiece)
-      pieces.push_back({t, b, std::min(n, b + kPiece)});
+      pieces[made++] = {t, b, std::min(n, b + kPiece)};
   const size_t buffers = static_cast<size_t>(count), flags = 2 * static_cast<size_t>(count);
-  parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, num_pieces, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
-      const Piece& piece = pieces[static_cast<size_t>(k)];
+      const Piece& piece = pieces[k];
       const size_t t = static_cast<size_t>(piece.tensor);
       const Tensor& param = task.outputs[t];
       const Tensor& grad = task.inputs[first_grad + t];
