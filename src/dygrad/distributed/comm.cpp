@@ -114,7 +114,7 @@ CommAttrs describe(const Work& w) {
   a.kind = w.kind;
   a.op = w.op;
   a.root = w.root, a.peer = w.peer, a.tag = w.tag;
-  a.pieces = static_cast<int32_t>(w.pieces.size());
+  a.pieces = w.piece_count;
   a.has_input = w.input.defined();
   a.has_output = w.output.defined();
   a.output_is_input = a.has_input && a.has_output && w.output.shares_storage(w.input);
@@ -132,6 +132,7 @@ std::shared_ptr<Work> work_from_task(const CommAttrs& a, const Task& task) {
   w->key = a.key;
   size_t at = 0;
   for (; at < static_cast<size_t>(a.pieces); ++at) w->pieces.push_back(task.inputs[at]);
+  w->piece_count = a.pieces;
   if (a.has_input) w->input = task.inputs[at++];
   if (a.output_is_input) w->output = w->input;
   else if (a.has_output) w->output = task.inputs[at++];
@@ -527,6 +528,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce_gathered(const Tensor& output, st
   w->op = op;
   w->output = output;
   w->pieces = std::move(pieces);
+  w->piece_count = static_cast<int32_t>(w->pieces.size());
   return launch(std::move(w), async_op);
 }
 

@@ -54,6 +54,9 @@ class Work : public std::enable_shared_from_this<Work> {
   // not read). The backend gathers them as it copies its input in (the shared-memory all-reduce copies them
   // straight into its slot) or into the output first (gather_pieces), and drops them once copied.
   std::vector<Tensor> pieces;
+  // How many pieces the call had: the description of the call (comm.cpp's CommAttrs) reads this, never `pieces`,
+  // which the communication thread drops once copied.
+  int32_t piece_count = 0;
   bool check = false;  // a collective checked across ranks before it starts (the group's setting at the call)
   uint64_t key = 0;  // the launch it comes from (the group's count of calls): pairs comm_start with comm_wait
   uint64_t id = 0;   // the group's count of operations started (in stream order), for error messages and checks
