@@ -8,6 +8,14 @@ import time
 import dygrad as dg
 import dygrad.distributed as dist
 
+
+
+def say(line):
+    """One write per line (both ranks share the pipe)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 dist.init_process_group("mpi")
 rank = dist.get_rank()
 warm = dg.ones(4)
@@ -19,7 +27,7 @@ if rank == 1:
         sys.exit(0)
     if sys.argv[1] == "destroy":
         dist.destroy_process_group()
-        print(f"rank 1 destroyed the group in {time.monotonic() - start:.1f} s", flush=True)
+        say(f"rank 1 destroyed the group in {time.monotonic() - start:.1f} s")
         time.sleep(5)  # goes on with other work while rank 0 waits
 else:
     x = dg.ones(1 << 20 if sys.argv[2:] == ["large"] else 8)
@@ -27,6 +35,6 @@ else:
     dist.all_reduce(x)
     try:
         x.tolist()
-        print("no error", flush=True)
+        say("no error")
     except RuntimeError as e:
-        print(f"raised after {time.monotonic() - start:.1f} s: {e}", flush=True)
+        say(f"raised after {time.monotonic() - start:.1f} s: {e}")

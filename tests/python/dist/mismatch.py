@@ -6,9 +6,17 @@ import sys
 import dygrad as dg
 import dygrad.distributed as dist
 
+
+
+def say(line):
+    """One write per line: both ranks share the pipe, and print's separate newline write lets lines interleave."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 dist.init_process_group("mpi")
 rank = dist.get_rank()
-print(f"rank {rank} check {dist.group.WORLD._handle.collective_check()}", flush=True)
+say(f"rank {rank} check {dist.group.WORLD._handle.collective_check()}")
 if sys.argv[1:] == ["setting"]:  # DYGRAD_COLLECTIVE_CHECK=0: the setting alone (the calls below would disagree)
     dist.destroy_process_group()
     sys.exit(0)
@@ -25,10 +33,10 @@ for name, call in cases.items():
     try:
         call()
         dg.synchronize()
-        print(f"rank {rank} {name}: no error", flush=True)
+        say(f"rank {rank} {name}: no error")
     except RuntimeError as e:
-        print(f"rank {rank} {name}: raised: {e}", flush=True)
+        say(f"rank {rank} {name}: raised: {e}")
 after = dg.full((4,), float(rank))
 dist.all_reduce(after)
-print(f"rank {rank} first {ok.tolist()} after {after.tolist()}", flush=True)
+say(f"rank {rank} first {ok.tolist()} after {after.tolist()}")
 dist.destroy_process_group()
