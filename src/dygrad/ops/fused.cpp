@@ -364,6 +364,21 @@ OpCost adamw_cost(const Task& t) {
 }
 }  // namespace
 
+namespace {
+// The hyper-parameter tensors a fused optimizer step reads when it runs: lr a 0-d floating tensor, hyper a
+// contiguous float64 vector of `count` values (adamw_step: betas, eps, weight decay; sgd_step: momentum, dampening,
+// weight decay).
+void check_step_scalars(const char* name, const Tensor& lr, const Tensor& hyper, int64_t count) {
+  check_defined(name, lr, "lr");
+  check_defined(name, hyper, "hyper");
+  DG_CHECK(lr.dim() == 0 && is_floating(lr.dtype()), Value, "[", name, "] lr must be a 0-d floating tensor, got ",
+           dtype_name(lr.dtype()), " of shape ", lr.shape());
+  DG_CHECK(hyper.dtype() == DType::Float64 && hyper.dim() == 1 && hyper.shape()[0] == count && hyper.is_contiguous(),
+           Value, "[", name, "] hyper must be a contiguous float64 tensor of shape [", count, "], got ",
+           dtype_name(hyper.dtype()), " of shape ", hyper.shape());
+}
+}  // namespace
+
 // Scratch of the CPU kernel (backend/cpu/fused_adamw.cpp): its list of pieces of kAdamWPiece elements, each
 // {tensor, begin, end}, and two doubles per tensor (its step size and bias correction); outputs are (params,
 // exp_avgs, exp_avg_sqs, steps), count each.
@@ -407,13 +422,7 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
                state_steps.size() == params.size(),
            Value, "[", name, "] expected lists of one length: ", params.size(), " params, ", grads.size(), " grads, ",
            exp_avgs.size(), " exp_avgs, ", exp_avg_sqs.size(), " exp_avg_sqs, ", state_steps.size(), " state_steps");
-  check_defined(name, lr, "lr");
-  check_defined(name, hyper, "hyper");
-  DG_CHECK(lr.dim() == 0 && is_floating(lr.dtype()), Value, "[", name, "] lr must be a 0-d floating tensor, got ",
-           dtype_name(lr.dtype()), " of shape ", lr.shape());
-  DG_CHECK(hyper.dtype() == DType::Float64 && hyper.dim() == 1 && hyper.shape()[0] == 4 && hyper.is_contiguous(),
-           Value, "[", name, "] hyper must be a contiguous float64 tensor of shape [4], got ", dtype_name(hyper.dtype()),
-           " of shape ", hyper.shape());
+  check_step_scalars(name, lr, hyper, 4);
   if (params.empty()) return;
   NoGradGuard no_grad;
   SmallVector<Tensor, 4> inputs;
@@ -539,13 +548,7 @@ void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span
            momentum_buffers.size(), " momentum_buffers (none without momentum), ", momentum_initialized.size(),
            " momentum_initialized");
   DG_CHECK(momentum || !nesterov, Value, "[", name, "] Nesterov momentum requires momentum buffers");
-  check_defined(name, lr, "lr");
-  check_defined(name, hyper, "hyper");
-  DG_CHECK(lr.dim() == 0 && is_floating(lr.dtype()), Value, "[", name, "] lr must be a 0-d floating tensor, got ",
-           dtype_name(lr.dtype()), " of shape ", lr.shape());
-  DG_CHECK(hyper.dtype() == DType::Float64 && hyper.dim() == 1 && hyper.shape()[0] == 3 && hyper.is_contiguous(),
-           Value, "[", name, "] hyper must be a contiguous float64 tensor of shape [3], got ", dtype_name(hyper.dtype()),
-           " of shape ", hyper.shape());
+  check_step_scalars(name, lr, hyper, 3);
   if (params.empty()) return;
   NoGradGuard no_grad;
   SmallVector<Tensor, 4> inputs;
