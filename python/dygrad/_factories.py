@@ -60,18 +60,24 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, layout=None,
     return result.requires_grad_(True) if requires_grad else result
 
 
+def _shared_or_converted(data, dtype):
+    """(tensor, whether it shares data's memory) for a tensor or NumPy array: a tensor of the dtype is itself, a
+    NumPy array of a dtype dygrad has shares its buffer (from_numpy); anything else is converted (a copy)."""
+    if isinstance(data, _C.Tensor):
+        return (data, True) if dtype is None or data.dtype == dtype else (data.to(dtype), False)
+    try:
+        shared = _C.from_numpy(data)
+    except (TypeError, ValueError, RuntimeError):
+        return _C.tensor(data, dtype=dtype), False
+    return (shared, True) if dtype is None or shared.dtype == dtype else (shared.to(dtype), False)
+
+
 def as_tensor(data, dtype=None, device=None):
     """data as a tensor, sharing memory where it can: a tensor of the dtype is itself, a NumPy array of a dtype
     dygrad has shares its buffer (from_numpy); anything else is copied."""
     _check_device("as_tensor", device)
-    if isinstance(data, _C.Tensor):
-        return data if dtype is None or data.dtype == dtype else data.to(dtype)
-    if isinstance(data, np.ndarray):
-        try:
-            shared = _C.from_numpy(data)
-        except (TypeError, ValueError, RuntimeError):
-            return _C.tensor(data, dtype=dtype)
-        return shared if dtype is None or shared.dtype == dtype else shared.to(dtype)
+    if isinstance(data, (_C.Tensor, np.ndarray)):
+        return _shared_or_converted(data, dtype)[0]
     return _C.tensor(data, dtype=dtype)
 
 
@@ -80,13 +86,10 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
     (copy=False then raises, as torch)."""
     _check_device("asarray", device)
     if isinstance(obj, (_C.Tensor, np.ndarray)):
-        result = as_tensor(obj, dtype=dtype)
-        shares = isinstance(obj, _C.Tensor) and result is obj or (
-            isinstance(obj, np.ndarray) and result.dtype == _C.from_numpy(np.empty(0, obj.dtype)).dtype
-            if obj.dtype.kind in "biuf" else False)
+        result, shares = _shared_or_converted(obj, dtype)
         if copy is False and not shares:
             raise ValueError(f"asarray(): can't alias the input of dtype {obj.dtype} as {dtype} without a copy")
-        if copy:
+        if copy and shares:
             result = result.clone()
     else:
         if copy is False:

@@ -163,22 +163,6 @@ def seed_files(dg):
 
 
 # --- one iteration: load, check -------------------------------------------------------------------------------------
-def tensors_of(value, kind):
-    out = []
-
-    def walk(v):
-        if isinstance(v, kind):
-            out.append(v)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-    walk(value)
-    return out
-
-
 def corners(t):
     """The tensor itself, or for one too big to read whole (an expanded view: size [2**32], stride [0]) the view
     of its first and last index along every dimension, which holds its lowest and highest addressed elements."""
@@ -295,7 +279,7 @@ def reference_pt(data):
         pkl = next(n for n in names if n.endswith("/data.pkl") and n.count("/") == 1)
         prefix = pkl[: -len("data.pkl")]
         byteorder = zf.read(prefix + "byteorder") if prefix + "byteorder" in names else b"little"
-        return tensors_of(_ReferenceUnpickler(zf.read(pkl), zf, prefix, byteorder).load(), np.ndarray)
+        return hf.tensors_of(_ReferenceUnpickler(zf.read(pkl), zf, prefix, byteorder).load(), np.ndarray)
 
 
 def check_one(dg, load_file, torch, fmt, data, path):
@@ -317,7 +301,7 @@ def check_one(dg, load_file, torch, fmt, data, path):
             continue
         except Exception as e:  # noqa: BLE001: any other exception type is a finding
             return f"{loader}: unclean exception {type(e).__name__}: {str(e)[:300]}"
-        ours = tensors_of(value, dg.Tensor)
+        ours = hf.tensors_of(value, dg.Tensor)
         arrays = [as_array(t) for t in ours]  # every element read
         for t in ours:
             try:

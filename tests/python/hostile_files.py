@@ -287,13 +287,13 @@ def corpus():
 
 
 # --- the child: load each file, report each attempt ----------------------------------------------------------------
-def touch_everything(dg, value):
-    """Reads every element of every tensor in `value` and writes into each tensor (what a caller would do)."""
-    tensors = []
+def tensors_of(value, kind):
+    """The tensors (instances of `kind`) in a loaded value, through dicts, lists and tuples, in order."""
+    out = []
 
     def walk(v):
-        if isinstance(v, dg.Tensor):
-            tensors.append(v)
+        if isinstance(v, kind):
+            out.append(v)
         elif isinstance(v, dict):
             for x in v.values():
                 walk(x)
@@ -301,6 +301,12 @@ def touch_everything(dg, value):
             for x in v:
                 walk(x)
     walk(value)
+    return out
+
+
+def touch_everything(dg, value):
+    """Reads every element of every tensor in `value` and writes into each tensor (what a caller would do)."""
+    tensors = tensors_of(value, dg.Tensor)
     summary = {i: t.float().tolist() if t.dtype == dg.bfloat16 else t.tolist() for i, t in enumerate(tensors)}
     for t in tensors:  # after every read: tensors of one storage share it, as torch's do
         t.detach().fill_(0)

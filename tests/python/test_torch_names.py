@@ -200,6 +200,9 @@ def test_as_tensor_and_asarray_share_memory_as_torch():
         assert lib.asarray(x, copy=True) is not x
         assert str(lib.as_tensor([1, 2]).dtype).endswith("int64") and str(lib.asarray([1.0]).dtype).endswith("float32")
         assert str(lib.as_tensor(x, dtype=lib.float64).dtype).endswith("float64")
+        assert lib.asarray(x, copy=False) is x
+        with pytest.raises(ValueError):
+            lib.asarray(np.ones(2), dtype=lib.float32, copy=False)  # float64 -> float32 needs a copy
 
 
 def test_scalar_tensor_and_randint_like_match_torch():

@@ -57,18 +57,7 @@ def corpus_results(tmp_path_factory):
 
 def torch_values(value):
     """What hostile_files.touch_everything reports, for torch's result."""
-    tensors = []
-
-    def walk(v):
-        if isinstance(v, torch.Tensor):
-            tensors.append(v)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-    walk(value)
+    tensors = hostile_files.tensors_of(value, torch.Tensor)
     return {str(i): (t.float() if t.dtype == torch.bfloat16 else t).tolist() for i, t in enumerate(tensors)}
 
 

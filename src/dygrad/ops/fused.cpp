@@ -344,13 +344,24 @@ Tensor swiglu(const Tensor& x) {
   return y;
 }
 
+// --- the fused optimizer steps (adamw_step, sgd_step) ---------------------------------------------------
+namespace {
+// P tensors: a step's inputs are its outputs (updated in place), then P gradients, then lr and the other
+// hyper-parameters, so P = inputs - outputs - 2 (adamw_step: outputs 4P, or 5P with the low-precision copies of
+// master weights; sgd_step: the params, then with momentum the buffers and their initialized flags).
+size_t step_count(const Task& t) { return t.inputs.size() - t.outputs.size() - 2; }
+// The pieces of `piece` elements the P params (the first P outputs) are cut into: the kernels' work list.
+size_t step_pieces(const Task& t, int64_t piece) {
+  size_t pieces = 0;
+  for (size_t i = 0; i < step_count(t); ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + piece - 1) / piece);
+  return pieces;
+}
+}  // namespace
+
 // --- adamw_step ----------------------------------------------------------------------------------------
 namespace {
-// P tensors: inputs are the outputs, then P gradients, then lr and the other hyper-parameters, so P = inputs - outputs
-// - 2; outputs are 4P, or 5P with the low-precision copies of master weights.
-size_t adamw_count(const Task& t) { return t.inputs.size() - t.outputs.size() - 2; }
 OpCost adamw_cost(const Task& t) {
-  const size_t count = adamw_count(t);
+  const size_t count = step_count(t);
   const bool copies = t.outputs.size() == 5 * count;
   double elements = 0, bytes = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -383,9 +394,7 @@ void check_step_scalars(const char* name, const Tensor& lr, const Tensor& hyper,
 // {tensor, begin, end}, and two doubles per tensor (its step size and bias correction); outputs are (params,
 // exp_avgs, exp_avg_sqs, steps), count each.
 size_t adamw_scratch(const Task& t) {
-  const size_t count = adamw_count(t);
-  size_t pieces = 0;
-  for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kAdamWPiece - 1) / kAdamWPiece);
+  const size_t count = step_count(t), pieces = step_pieces(t, kAdamWPiece);
   return scratch_bytes(static_cast<int64_t>(pieces), 3 * sizeof(int64_t)) + 2 * scratch_bytes<double>(static_cast<int64_t>(count));
 }
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .scratch = adamw_scratch,
@@ -486,11 +495,8 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
 
 // --- sgd_step ------------------------------------------------------------------------------------------
 namespace {
-// P tensors: inputs are the outputs (params, then with momentum the buffers and their initialized flags), then P
-// gradients, lr and the other hyper-parameters; so P = inputs - outputs - 2 with and without momentum.
-size_t sgd_count(const Task& t) { return t.inputs.size() - t.outputs.size() - 2; }
 OpCost sgd_cost(const Task& t) {
-  const size_t count = sgd_count(t);
+  const size_t count = step_count(t);
   const bool momentum = t.outputs.size() == 3 * count;
   double elements = 0, bytes = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -507,9 +513,7 @@ OpCost sgd_cost(const Task& t) {
 // Scratch of the CPU kernel (backend/cpu/fused_sgd.cpp): its list of pieces of kSgdPiece elements, each {tensor,
 // begin, end}; the params are the first P outputs.
 size_t sgd_scratch(const Task& t) {
-  const size_t count = sgd_count(t);
-  size_t pieces = 0;
-  for (size_t i = 0; i < count; ++i) pieces += static_cast<size_t>((t.outputs[i].numel() + kSgdPiece - 1) / kSgdPiece);
+  const size_t pieces = step_pieces(t, kSgdPiece);
   return scratch_bytes(static_cast<int64_t>(pieces), 3 * sizeof(int64_t));
 }
 const OpDef op_sgd("sgd_step", attrs_type<SgdAttrs>(), {.cost = sgd_cost, .scratch = sgd_scratch,
