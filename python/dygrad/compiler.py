@@ -1,18 +1,20 @@
-"""torch.compiler: the queries and decorators torch code calls around compilation. dygrad runs eagerly until its
-JIT lands ("JIT (1 of 2)"): nothing is ever being compiled, so is_compiling() is False and the decorators return
-what they decorate; dg.compile is the pass-through of docs/pytorch-api.md."""
-from ._probes import compile  # noqa: F401
+"""torch.compiler: the queries and decorators torch code calls around compilation, on dygrad.jit (docs/jit.md).
+is_compiling() is True while dygrad.jit captures a function or runs its segments (so code that skips host checks
+under torch.compile skips them here too); the decorators return what they decorate (a dispatcher-level capture sees
+every op whatever Python function issued it)."""
+from . import _C
+from .jit import compile_ as compile  # noqa: F401
 
 __all__ = ["compile", "is_compiling", "is_dynamo_compiling", "is_exporting", "disable", "allow_in_graph",
            "assume_constant_result", "reset", "list_backends", "substitute_in_graph", "set_stance"]
 
 
 def is_compiling():
-    return False
+    return _C._jit_active()
 
 
 def is_dynamo_compiling():
-    return False
+    return _C._jit_active()
 
 
 def is_exporting():
@@ -20,7 +22,8 @@ def is_exporting():
 
 
 def disable(fn=None, recursive=True, *, reason=None):
-    """Marks fn as never compiled: dygrad never compiles, so fn itself (also as @disable() with arguments)."""
+    """Returns fn itself (also as @disable() with arguments): a capture at the dispatcher records the ops fn issues
+    like any others (docs/jit.md, "torch.compiler's decorators")."""
     if fn is None:
         return lambda f: f
     return fn
@@ -39,7 +42,7 @@ def substitute_in_graph(original_fn, *, can_constant_fold_through=False, skip_si
 
 
 def reset():
-    """Clears compilation caches: dygrad keeps none yet."""
+    """Clears compilation caches: each dygrad.jit function keeps its own (its .reset() forgets them)."""
 
 
 def list_backends(exclude_tags=("debug", "experimental")):

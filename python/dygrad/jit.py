@@ -1,10 +1,54 @@
-"""torch.jit: what eager code queries and decorates with. dygrad has no TorchScript: is_tracing() and
-is_scripting() are False (nothing is ever traced or scripted), ignore/unused/export return what they decorate,
-and script/trace/save/load raise the not-provided error naming what was asked. "JIT (1 of 2)" gives dygrad its
-own capture, which this module will expose."""
+"""dygrad.jit: capture eager code at the dispatcher and replay it as one Task (docs/jit.md).
 
-__all__ = ["is_tracing", "is_scripting", "ignore", "unused", "export", "script", "trace", "annotate", "Final",
-           "save", "load", "ScriptModule"]
+`dg.jit(fn)` (MindSpore's signature) and `dg.compile(fn)` (torch.compile's) wrap a function, a Module's forward or a
+whole training step. The first call with a set of guards runs eagerly (lazily made optimizer state and DDP buckets
+come to exist), the second is captured (it runs eagerly too, while an op sink records every op it issues), and the
+calls after it replay the captured graph as one Task with no Python at all. A function that reads values on the host
+(`.item()`, `bool(t)`, printing, a data-dependent shape) is cut there: Python runs it on every call, and the ops
+between two cuts go to the stream as one Task each. `dg.jit.explain` and a one-time warning name every cut.
+
+It is also `torch.jit` under `dygrad.as_torch`: is_scripting/is_tracing are False, ignore/unused/export return what
+they decorate, script and trace return the function or module unchanged (it runs eagerly, as TorchScript's semantics
+are Python's), save/load raise the not-provided error.
+"""
+import functools
+import inspect
+import logging
+import os
+import sys
+import types
+import warnings
+import weakref
+from typing import Final  # noqa: F401  (torch.jit.Final[int]: only TorchScript reads it)
+
+from . import _C
+from .nn.module import Module
+
+__all__ = ["jit", "explain", "graph", "mark_dynamic", "reset", "is_tracing", "is_scripting", "ignore", "unused",
+           "export", "script", "trace", "annotate", "Final", "save", "load", "ScriptModule", "OptimizedModule",
+           "JitRecompileWarning", "JitGraphBreakWarning"]
+
+RECOMPILE_LIMIT = 8  # torch._dynamo.config.recompile_limit's default
+_log = logging.getLogger("dygrad.jit")
+
+
+def _log_enabled(kind):
+    return kind in os.environ.get("DG_JIT_LOG", "").replace(" ", "").split(",")
+
+
+def _emit(kind, message):
+    """DG_JIT_LOG=recompiles (or graph_breaks, captures; comma-separated) prints these on stderr."""
+    if _log_enabled(kind):
+        sys.stderr.write(f"[dygrad.jit {kind}] {message}\n")
+    _log.debug("%s: %s", kind, message)
+
+
+class JitRecompileWarning(UserWarning):
+    """A compiled function went past its recompile limit and runs eagerly from now on."""
+
+
+class JitGraphBreakWarning(UserWarning):
+    """A compiled function reads values on the host: it runs as segments with Python between them."""
 
 
 class _NotProvided(RuntimeError):
@@ -13,9 +57,10 @@ class _NotProvided(RuntimeError):
 
 def _not_provided(name):
     return _NotProvided(f"torch.jit.{name} is not provided by dygrad: it has no TorchScript (dygrad runs the "
-                        f"model eagerly; see docs/pytorch-api.md)")
+                        f"model eagerly, and dygrad.jit captures it; see docs/jit.md)")
 
 
+# --- torch.jit's names -----------------------------------------------------------------------------------------
 def is_tracing():
     return False
 
@@ -42,20 +87,22 @@ def annotate(the_type, the_value):
     return the_value
 
 
-from typing import Final  # noqa: E402,F401  (torch.jit.Final[int]: only TorchScript reads it)
-
-
 class ScriptModule:
     def __init__(self, *args, **kwargs):
         raise _not_provided("ScriptModule")
 
 
 def script(obj=None, *args, **kwargs):
-    raise _not_provided("script")
+    """torch.jit.script: TorchScript's semantics are Python's, so the function or module is returned as it is (it
+    runs eagerly; wrap it in dygrad.jit to capture it)."""
+    if obj is None:
+        return lambda o: o
+    return obj
 
 
-def trace(func, *args, **kwargs):
-    raise _not_provided("trace")
+def trace(func, example_inputs=None, *args, **kwargs):
+    """torch.jit.trace: returns `func` unchanged (see script)."""
+    return func
 
 
 def save(m, f, *args, **kwargs):
@@ -64,3 +111,575 @@ def save(m, f, *args, **kwargs):
 
 def load(f, *args, **kwargs):
     raise _not_provided("load")
+
+
+# --- what a compiled function is guarded on ------------------------------------------------------------------------
+def _flatten(tree):
+    from .utils._pytree import tree_flatten
+    return tree_flatten(tree)
+
+
+def _is_tensor(x):
+    return isinstance(x, _C.Tensor)
+
+
+_SIMPLE = (bool, int, float, str, bytes, type(None), complex)
+
+
+def _discover(fn, args, kwargs):
+    """The Modules and Optimizers a function reaches: its own object (a bound method's self, a Module), its closure
+    cells, the globals its code names, one level of attributes of those objects, and its arguments."""
+    from .optim.optimizer import Optimizer
+    found, seen = [], set()
+
+    def add(obj, depth=0):
+        if id(obj) in seen:
+            return
+        if isinstance(obj, (Module, Optimizer)):
+            seen.add(id(obj))
+            found.append(obj)
+            return
+        if depth == 0 and hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            seen.add(id(obj))
+            for v in list(vars(obj).values()):
+                add(v, 1)
+
+    target = fn
+    while isinstance(target, functools.partial):
+        for a in target.args:
+            add(a)
+        target = target.func
+    if inspect.ismethod(target):
+        add(target.__self__)
+        target = target.__func__
+    if isinstance(target, Module):
+        add(target)
+        target = type(target).forward
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        for cell in target.__closure__ or ():
+            try:
+                add(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        g = getattr(target, "__globals__", {})
+        names = set(code.co_names)
+        for const in code.co_consts:  # names used by nested functions and comprehensions
+            if isinstance(const, types.CodeType):
+                names.update(const.co_names)
+        for name in names:
+            if name in g:
+                add(g[name])
+    for a in list(args) + list(kwargs.values()):
+        add(a)
+    modules = [m for m in found if isinstance(m, Module)]
+    optimizers = [o for o in found if not isinstance(o, Module)]
+    return modules, optimizers
+
+
+def _leaves_of(modules, optimizers):
+    """The leaf tensors whose .grad the function may set: parameters of the modules and of the optimizers."""
+    params, seen = [], set()
+    for m in modules:
+        for p in m.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    for o in optimizers:
+        for group in o.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+    return params
+
+
+def _structure(tree, leaves):
+    """Flattens lists, tuples and dicts (and namedtuples) into `leaves`; returns the structure as a hashable value."""
+    t = type(tree)
+    if t is tuple or t is list:
+        return (t.__name__, tuple(_structure(x, leaves) for x in tree))
+    if t is dict:
+        return ("dict", tuple(tree.keys()), tuple(_structure(x, leaves) for x in tree.values()))
+    if isinstance(tree, tuple) and hasattr(t, "_fields"):
+        return (t, tuple(_structure(x, leaves) for x in tree))
+    leaves.append(tree)
+    return None
+
+
+class _Guards:
+    """What a capture depends on beyond the ops it recorded, as one hashable key: the arguments' structure, Python
+    values and tensor geometry, grad mode, autocast, and (walked in C++, every call) the modules' training flags,
+    parameters, .grad states and buffers and the optimizers' groups and state sizes."""
+
+    def __init__(self, fn, args, kwargs):
+        from . import amp
+        from .autograd import is_grad_enabled
+        leaves = []
+        structure = _structure((args, kwargs), leaves)
+        self.tensors, values = [], []
+        for x in leaves:
+            if _is_tensor(x):
+                self.tensors.append(x)
+                values.append(0)
+            elif isinstance(x, _SIMPLE):
+                values.append((type(x), x))
+            else:
+                values.append(("object", id(x)))
+        self.modules, self.optimizers = _discover(fn, args, kwargs)
+        self.leaves = []
+        state = _C._jit_guard_state(self.tensors, self.modules, self.optimizers, self.leaves)
+        self.key = (structure, tuple(values), is_grad_enabled(), amp.is_autocast_enabled(),
+                    amp.get_autocast_dtype("cpu"), state)
+
+
+class _Detail:
+    """The same guards spelled out, to say in words why a call missed (computed only on a miss)."""
+
+    def __init__(self, guards):
+        from . import amp
+        from .autograd import is_grad_enabled
+        parts = []
+        for i, x in enumerate(guards.tensors):
+            parts.append(("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype), x.requires_grad))
+        self.parts = tuple(parts)
+        self.values = guards.key[1]
+        self.structure = guards.key[0]
+        state = [("grad mode", is_grad_enabled()), ("autocast", amp.is_autocast_enabled(),
+                                                      str(amp.get_autocast_dtype("cpu")))]
+        for m in guards.modules:
+            state.append(("a module's training flag (train()/eval())", tuple(sub.training for sub in m.modules())))
+            state.append(("a module's buffers", tuple(_C._storage_address(b) if b is not None else 0
+                                                      for b in m.buffers())))
+        for p in guards.leaves:
+            g = p.grad
+            state.append(("a parameter", id(p), _C._storage_address(p), tuple(p.shape)))
+            state.append(("a parameter's .grad", None if g is None else (tuple(g.shape), tuple(g.stride()))))
+        for o in guards.optimizers:
+            state.append(("an optimizer's groups", len(o.param_groups),
+                          tuple(len(g["params"]) for g in o.param_groups)))
+            state.append(("an optimizer's state", len(o.state)))
+        self.state = tuple(state)
+
+    def difference(self, other):
+        """Why `self` (this call) does not match `other` (an earlier call), in words."""
+        if self.structure != other.structure:
+            return "the arguments' structure changed"
+        for i, (a, b) in enumerate(zip(self.parts, other.parts)):
+            if a != b:
+                for n, x, y in zip(["kind", "shape", "stride", "dtype", "requires_grad"], a, b):
+                    if x != y:
+                        return f"tensor argument {i}: {n} {y} -> {x}"
+        if self.values != other.values:
+            for i, (a, b) in enumerate(zip(self.values, other.values)):
+                if a != b:
+                    return f"argument {i} changed: {b[1] if isinstance(b, tuple) else b!r} -> " \
+                           f"{a[1] if isinstance(a, tuple) else a!r}"
+        if len(self.state) != len(other.state):
+            return "the set of parameters changed"
+        for a, b in zip(self.state, other.state):
+            if a != b:
+                if a[0] == "a parameter's .grad":
+                    return f"a parameter's .grad is {'None' if a[1] is None else 'defined'} now" \
+                        if (a[1] is None) != (b[1] is None) else "a parameter's .grad changed shape"
+                if a[0] == "a parameter":
+                    return "a parameter was replaced"
+                return f"{a[0]} changed: {b[1:]} -> {a[1:]}"
+        return "tensor aliasing between the arguments changed"
+
+
+class _Entry:
+    """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
+    __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
+                 "describe", "num_results", "identity")
+
+    def __init__(self, guards):
+        self.guards = guards
+        self.calls = 0
+        self.graph = None
+        self.segments = False
+        self.cuts = []
+        self.problems = []
+        self.describe = []
+        self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
+
+
+class _Compiled:
+    """A function compiled by dygrad.jit / dygrad.compile."""
+
+    def __init__(self, fn, *, fullgraph=False, dynamic=None, recompile_limit=None, name=None, jit_level="O0"):
+        self._fn = fn
+        self._fullgraph = fullgraph
+        self._dynamic = dynamic
+        self._limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
+        self._name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+        self._jit_level = jit_level
+        self._entries = {}
+        self._order = []  # guard keys in capture order
+        self._captures = 0
+        self._eager_reason = None
+        self._warned_cuts = False
+        self._warmed_up = False
+        self.stats = {"captures": 0, "replays": 0, "segment_calls": 0, "eager_calls": 0, "recompiles": 0}
+        functools.update_wrapper(self, fn, updated=())
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __repr__(self):
+        return f"<dygrad.jit compiled {self._name}>"
+
+    # -- the call ---------------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self._eager_reason is not None or _C._jit_active() or _C._meta_active() or _C._get_context()[1]:
+            self.stats["eager_calls"] += 1
+            return self._fn(*args, **kwargs)
+        guards = _Guards(self._fn, args, kwargs)
+        entry = self._entries.get(guards.key)
+        if entry is None:
+            captured = [k for k in self._order if self._entries[k].graph is not None or self._entries[k].segments]
+            if self._order:
+                # A new guard key after a capture is a recompile (a key that only ever had its warm-up call, such as
+                # the first step's before the optimizer made its state, is not).
+                last = self._entries[(captured or self._order)[-1]].guards
+                reason = _Detail(guards).difference(last)
+                if captured:
+                    self.stats["recompiles"] += 1
+                    _emit("recompiles", f"recompiling {self._name}: {reason}")
+                if len(captured) >= self._limit or len(self._order) >= 2 * self._limit + 2:
+                    self._eager_reason = (f"{self._name} was recompiled {len(captured)} times (the recompile "
+                                          f"limit is {self._limit}); the last reason: {reason}")
+                    warnings.warn(f"dygrad.jit: {self._eager_reason}. It runs eagerly from now on.",
+                                  JitRecompileWarning, stacklevel=2)
+                    self.stats["eager_calls"] += 1
+                    return self._fn(*args, **kwargs)
+            entry = self._entries[guards.key] = _Entry(_Detail(guards))
+            self._order.append(guards.key)
+        entry.calls += 1
+        if entry.graph is not None:
+            for p, address in entry.identity:
+                if p.grad is None or _C._storage_address(p.grad) != address:
+                    self.stats["recompiles"] += 1
+                    _emit("recompiles", f"recompiling {self._name}: a .grad the graph accumulates into was replaced")
+                    entry.graph = None
+                    break
+        if entry.graph is not None:
+            try:
+                return self._replay(entry, guards)
+            except Exception as e:  # an argument that cannot be bound: run this call eagerly
+                _emit("recompiles", f"{self._name}: replay refused ({e}); running eagerly")
+                entry.graph = None
+                self.stats["eager_calls"] += 1
+                return self._fn(*args, **kwargs)
+        if entry.segments:
+            return self._run_segments(args, kwargs)
+        if entry.calls == 1 and not self._warmed_up:
+            # The function's first call runs eagerly (optimizer state, DDP buckets and caches made lazily come to
+            # exist); a later guard key is captured at its first call.
+            self._warmed_up = True
+            self.stats["eager_calls"] += 1
+            return self._fn(*args, **kwargs)
+        return self._capture(entry, guards, args, kwargs)
+
+    def _run_segments(self, args, kwargs):
+        self.stats["segment_calls"] += 1
+        with _C._JitSegments():
+            return self._fn(*args, **kwargs)
+
+    def _capture(self, entry, guards, args, kwargs):
+        leaves = guards.leaves
+        grads_before = [p.grad for p in leaves]
+        capture = _C._JitCapture(guards.tensors, fullgraph=self._fullgraph)
+        try:
+            try:
+                out = self._fn(*args, **kwargs)
+            finally:
+                capture.end()
+            self.stats["captures"] += 1
+            _emit("captures", f"captured {self._name}: {capture.num_ops} ops, {len(capture.cuts)} cuts")
+            entry.cuts = list(capture.cuts)
+            entry.describe = capture.describe()
+            out_leaves, out_spec = _flatten(out)
+            results, layout, problems = [], [], []
+            arg_ids = {id(t): i for i, t in enumerate(guards.tensors)}
+            for x in out_leaves:
+                if _is_tensor(x):
+                    if id(x) in arg_ids:
+                        layout.append(("arg", arg_ids[id(x)]))
+                    else:
+                        layout.append(("result", len(results)))
+                        results.append(x)
+                elif x is None:
+                    layout.append(("none", None))
+                else:
+                    layout.append(("none", None))
+                    problems.append(f"it returns a Python {type(x).__name__}, which only Python can compute")
+            grad_slots = []
+            for i, p in enumerate(leaves):
+                g = p.grad
+                if g is grads_before[i]:
+                    continue
+                if g is None:
+                    grad_slots.append((p, None))
+                else:
+                    grad_slots.append((p, len(results)))
+                    results.append(g)
+            graph = capture.build(results) if not entry.cuts else None
+            entry.problems = list(capture.problems) + problems
+            if self._fullgraph and (entry.cuts or entry.problems):
+                raise RuntimeError(f"dygrad.jit(fullgraph=True): {self._name} cannot be captured whole: "
+                                   + "; ".join(self._reasons(entry)))
+            if graph is None or problems:
+                entry.segments = True
+                if not self._warned_cuts:
+                    self._warned_cuts = True
+                    warnings.warn(f"dygrad.jit: {self._name} runs as compiled segments with Python between them "
+                                  f"(docs/jit.md): " + "; ".join(self._reasons(entry)), JitGraphBreakWarning,
+                                  stacklevel=3)
+                _emit("graph_breaks", f"{self._name}: " + "; ".join(self._reasons(entry)))
+                return out
+            entry.graph = graph
+            fixed = set(graph.fixed_addresses())
+            entry.identity = [(p, _C._storage_address(g)) for p, g in zip(leaves, grads_before)
+                              if g is not None and _C._storage_address(g) in fixed]
+            entry.grad_slots = grad_slots
+            entry.arg_results = layout
+            entry.spec = out_spec
+            entry.num_results = len(results)
+            return out
+        finally:
+            capture.close()
+
+    @staticmethod
+    def _reasons(entry):
+        reasons = [f"{reader} at {file}:{line}" if file else reader for _, reader, file, line in entry.cuts]
+        return reasons + list(entry.problems)
+
+    def _replay(self, entry, guards):
+        from .utils._pytree import tree_unflatten
+        results = entry.graph.launch(guards.tensors)
+        for p, slot in entry.grad_slots:
+            p.grad = None if slot is None else results[slot]
+        leaves = []
+        for kind, i in entry.arg_results:
+            leaves.append(results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None)
+        self.stats["replays"] += 1
+        return tree_unflatten(leaves, entry.spec)
+
+    # -- introspection -------------------------------------------------------------------------------------------
+    def graphs(self):
+        """The captured graphs' descriptions, one list of lines per guard key."""
+        return [e.describe for e in self._entries.values() if e.describe]
+
+    def reset(self):
+        """Forgets every capture (the next call starts over with a warm-up call)."""
+        self._entries.clear()
+        self._order.clear()
+        self._eager_reason = None
+        self._warned_cuts = False
+        self._warmed_up = False
+
+
+def _check_options(capture_mode, jit_level, backend):
+    if capture_mode not in ("trace",):
+        raise NotImplementedError(f"dygrad.jit: capture_mode={capture_mode!r} is not implemented; dygrad captures "
+                                  f"at the dispatcher: use capture_mode='trace' (docs/jit.md)")
+    if jit_level not in ("O0", "O1", "O2"):
+        raise ValueError(f"dygrad.jit: jit_level must be 'O0', 'O1' or 'O2', got {jit_level!r}")
+    if callable(backend):
+        raise NotImplementedError("dygrad.jit/compile: a callable backend is not supported (dygrad has no FX graph "
+                                  "to hand it); use the default backend")
+
+
+def jit(function=None, *, capture_mode="trace", jit_level="O0", dynamic=0, fullgraph=False, backend="", **options):
+    """mindspore.jit's signature: a decorator (with or without arguments) or a call, on a function, a Module (its
+    forward is compiled: an OptimizedModule is returned) or a whole training step. See docs/jit.md."""
+    _check_options(capture_mode, jit_level, backend)
+    recompile_limit = options.pop("recompile_limit", None)
+    if options:
+        raise TypeError(f"dygrad.jit got unexpected options {sorted(options)}")
+    if function is None:
+        return functools.partial(jit, capture_mode=capture_mode, jit_level=jit_level, dynamic=dynamic,
+                                 fullgraph=fullgraph, backend=backend, recompile_limit=recompile_limit)
+    return _wrap(function, fullgraph=bool(fullgraph), dynamic=dynamic, recompile_limit=recompile_limit,
+                 jit_level=jit_level)
+
+
+def _wrap(function, **kw):
+    if isinstance(function, Module):
+        return OptimizedModule(function, **kw)
+    if isinstance(function, _Compiled):
+        return function
+    if not callable(function):
+        raise TypeError(f"dygrad.jit: expected a function or a Module, got {type(function).__name__}")
+    if dynamic_requested(kw.get("dynamic")):
+        _warn_dynamic()
+    return _Compiled(function, **kw)
+
+
+def dynamic_requested(dynamic):
+    return dynamic is True or (isinstance(dynamic, int) and not isinstance(dynamic, bool) and dynamic > 0)
+
+
+_dynamic_warned = False
+
+
+def _warn_dynamic():
+    global _dynamic_warned
+    if not _dynamic_warned:
+        _dynamic_warned = True
+        warnings.warn("dygrad.jit: dynamic shapes are not symbolic yet: each distinct set of shapes is captured on "
+                      "its own (up to the recompile limit); see docs/jit.md", UserWarning, stacklevel=3)
+
+
+def mark_dynamic(t, dim, **kwargs):
+    """torch._dynamo.mark_dynamic: accepted; dygrad does not make dimensions symbolic yet (docs/jit.md), so a new
+    size is a new capture."""
+    _warn_dynamic()
+
+
+def compile_(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,
+             disable=False, recompile_limit=None, isolate_recompiles=False, shapes_spec=None):
+    """torch.compile's signature on dygrad.jit's machinery; works called and as a decorator with or without
+    arguments. `disable=True` returns the model unchanged; `mode` and `options` are accepted and change nothing
+    (dygrad has one replay)."""
+    if model is None:
+        return functools.partial(compile_, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options, name=name, disable=disable, recompile_limit=recompile_limit,
+                                 isolate_recompiles=isolate_recompiles, shapes_spec=shapes_spec)
+    if not callable(model):
+        raise RuntimeError("torch.compile: the model or function to compile must be callable")
+    if disable:
+        return model
+    if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: default, reduce-overhead, max-autotune, "
+                           f"max-autotune-no-cudagraphs")
+    _check_options("trace", "O0", backend)
+    return _wrap(model, fullgraph=bool(fullgraph), dynamic=dynamic, recompile_limit=recompile_limit)
+
+
+class OptimizedModule(Module):
+    """torch._dynamo's OptimizedModule: the compiled wrapper of a Module. Attribute reads go to the original
+    (`_orig_mod`); its state_dict keys carry the `_orig_mod.` prefix, as torch's."""
+
+    def __init__(self, mod, **kw):
+        super().__init__()
+        self._orig_mod = mod
+        object.__setattr__(self, "_compiled_forward", _Compiled(mod, **kw))
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+
+# --- seeing what was captured -------------------------------------------------------------------------------------
+class ExplainOutput:
+    """What dygrad.jit.explain found: graphs (compiled segments), the cuts between them with their reasons, and the
+    problems that keep the function from replaying without Python."""
+
+    def __init__(self, ops, cuts, problems, lines):
+        self.ops_per_graph = []
+        start = 0
+        for before, *_ in cuts:
+            self.ops_per_graph.append(before - start)
+            start = before
+        self.ops_per_graph.append(ops - start)
+        self.graph_count = len(self.ops_per_graph)
+        self.graph_break_count = len(cuts)
+        self.break_reasons = [f"{reader} at {file}:{line}" if file else reader for _, reader, file, line in cuts]
+        self.problems = list(problems)
+        self.lines = list(lines)
+
+    def __str__(self):
+        out = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
+               f"Op Count: {sum(self.ops_per_graph)}"]
+        if self.break_reasons:
+            out.append("Break Reasons:")
+            out += [f"  Break Reason {i + 1}: host read: {r}" for i, r in enumerate(self.break_reasons)]
+        if self.problems:
+            out.append("Replays need Python because:")
+            out += [f"  {p}" for p in self.problems]
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+
+def _capture_once(fn, args, kwargs):
+    if isinstance(fn, _Compiled):
+        fn = fn._fn
+    if isinstance(fn, Module) and hasattr(fn, "_compiled_forward"):
+        fn = fn._compiled_forward._fn
+    guards = _Guards(fn, args, kwargs)
+    capture = _C._JitCapture(guards.tensors)
+    try:
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            capture.end()
+        lines = capture.describe()
+        out_leaves, _ = _flatten(out)
+        problems = [f"it returns a Python {type(x).__name__}, which only Python can compute"
+                    for x in out_leaves if not _is_tensor(x) and x is not None]
+        cuts = list(capture.cuts)
+        if not cuts:
+            capture.build([x for x in out_leaves if _is_tensor(x)])
+        return ExplainOutput(capture.num_ops, cuts, list(capture.problems) + problems, lines)
+    finally:
+        capture.close()
+
+
+def explain(fn, *args, **kwargs):
+    """Runs `fn(*args, **kwargs)` once under a capture (eagerly: its effects happen) and returns an ExplainOutput:
+    the compiled segments, every cut with its reader, file and line, and why a replay would need Python."""
+    return _capture_once(fn, args, kwargs)
+
+
+def graph(fn, *args, **kwargs):
+    """Runs `fn(*args, **kwargs)` once under a capture and returns its graph as text: one line per op (its name,
+    input and output shapes, dtype, and the source line that issued it), cuts marked where they fall."""
+    if isinstance(fn, _Compiled):
+        target = fn._fn
+    else:
+        target = fn
+    if isinstance(target, Module) and hasattr(target, "_compiled_forward"):
+        target = target._compiled_forward._fn
+    guards = _Guards(target, args, kwargs)
+    capture = _C._JitCapture(guards.tensors)
+    try:
+        try:
+            target(*args, **kwargs)
+        finally:
+            capture.end()
+        lines = capture.describe()
+        cuts = {before: (reader, file, line) for before, reader, file, line in capture.cuts}
+    finally:
+        capture.close()
+    out = []
+    for i, line in enumerate(lines):
+        if i in cuts:
+            reader, file, ln = cuts[i]
+            out.append(f"--- cut: {reader} at {file}:{ln} ---")
+        out.append(f"{i:4d}  {line}")
+    if len(lines) in cuts:
+        reader, file, ln = cuts[len(lines)]
+        out.append(f"--- cut: {reader} at {file}:{ln} ---")
+    return "\n".join(out)
+
+
+def reset():
+    """torch._dynamo.reset: nothing global to forget (each compiled function keeps its own captures)."""
+
+
+class _JitModule(types.ModuleType):
+    """The module is callable: `dygrad.jit(fn)` is `dygrad.jit.jit(fn)`."""
+
+    def __call__(self, function=None, **kwargs):
+        return jit(function, **kwargs)
+
+
+sys.modules[__name__].__class__ = _JitModule

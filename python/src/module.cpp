@@ -3,6 +3,7 @@
 
 namespace dg::py {
 void init_indexing(nb::module_& m);  // indexing.cpp
+void init_jit(nb::module_& m);       // jit.cpp
 }
 
 NB_MODULE(_C, m) {
@@ -32,4 +33,5 @@ NB_MODULE(_C, m) {
   init_runtime(m);
   init_profiler(m);
   init_distributed(m);
+  init_jit(m);
 }

@@ -307,8 +307,10 @@ def test_compiler_dynamo_and_jit_stand_ins():
         assert lib.compiler.disable(lambda x: x + 1)(1) == 2 and lib.compiler.disable()(lambda x: x)(3) == 3
         assert lib.jit.ignore(lambda x: x)(4) == 4 and lib.jit.unused(lambda x: x)(1) == 1
     assert dynamo.disable(len)([1, 2]) == 2 and dynamo.allow_in_graph(len) is len and not dynamo.is_compiling()
-    with pytest.raises(RuntimeError, match="torch.jit.script is not provided by dygrad"):
-        dg.jit.script(lambda x: x)
+    f = lambda x: x  # noqa: E731
+    assert dg.jit.script(f) is f and dg.jit.trace(f, (dg.ones(1),)) is f  # TorchScript's semantics are Python's
+    with pytest.raises(RuntimeError, match="torch.jit.save is not provided by dygrad"):
+        dg.jit.save(f, "x.pt")
     assert dg.jit.Final[int] is not None
 
 

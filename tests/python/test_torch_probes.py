@@ -136,11 +136,15 @@ def test_grad_scaler_for_cuda_without_cuda_disables_with_a_warning_as_torch():
         dg.amp.GradScaler("cpu", enabled=True)
 
 
-def test_compile_is_a_pass_through_in_every_form_torch_accepts():
+def test_compile_accepts_every_form_torch_accepts():
     model = dg.nn.Linear(4, 2)
     x = dg.randn(3, 4)
-    assert dg.compile(model) is model
-    assert dg.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False) is model
+    compiled = dg.compile(model)
+    assert isinstance(compiled, dg.jit.OptimizedModule) and compiled._orig_mod is model
+    assert dg.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)._orig_mod is model
+    assert dg.compile(model, disable=True) is model
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):
+        dg.compile(model, mode="fastest")
 
     @dg.compile
     def f(a):
@@ -150,7 +154,9 @@ def test_compile_is_a_pass_through_in_every_form_torch_accepts():
     def g(a):
         return a + 1
 
-    assert f(x).tolist() == (x * 2).tolist() and g(x).tolist() == (x + 1).tolist()
+    for _ in range(3):  # warm-up, capture, replay
+        assert f(x).tolist() == (x * 2).tolist() and g(x).tolist() == (x + 1).tolist()
+    assert f.stats["replays"] == 1 and g.stats["replays"] == 1
     import inspect
     torch_params = list(inspect.signature(torch.compile).parameters)
     assert list(inspect.signature(dg.compile).parameters) == torch_params

@@ -1,5 +1,5 @@
 """torch._dynamo: the decorators and queries libraries import from it (disable, allow_in_graph, is_compiling,
-reset, config), with torch.compiler's meaning: dygrad compiles nothing yet, so they return what they decorate."""
+reset, config, explain), with torch.compiler's meaning on dygrad.jit (docs/jit.md)."""
 import types
 
 from ..compiler import allow_in_graph, disable, is_compiling, reset  # noqa: F401
@@ -10,7 +10,15 @@ def mark_static_address(tensor, guard=True):
 
 
 def mark_dynamic(tensor, index, *, min=None, max=None, specialize_on=None):  # noqa: A002 (torch's names)
-    """A hint for compiled graphs: nothing to do eagerly."""
+    """dygrad.jit.mark_dynamic: shapes are not symbolic yet (docs/jit.md): a new size is a new capture."""
+    from ..jit import mark_dynamic as mark
+    mark(tensor, index)
+
+
+def explain(f, *args, **kwargs):
+    """torch._dynamo.explain(f)(*args): dygrad.jit.explain."""
+    from ..jit import explain as run
+    return lambda *a, **k: run(f, *a, **k) if not args and not kwargs else run(f, *args, **kwargs)
 
 
 def maybe_mark_dynamic(tensor, index):

@@ -29,6 +29,7 @@ class LlamaConfig:
     batch_size: int = 8
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    dropout: float = 0.0  # residual dropout after the attention and MLP projections (nanoGPT's); 0 in BENCHMARKS.md
 
     @property
     def head_dim(self):
@@ -87,7 +88,7 @@ LAST_BLOCK_MODE = {"memory_bound": "attention:memory_bound", "memory_bound_and_q
 class Block(nn.Module):
     def __init__(self, cfg, fused):
         super().__init__()
-        self.n_heads, self.fused = cfg.n_heads, fused
+        self.n_heads, self.fused, self.dropout = cfg.n_heads, fused, cfg.dropout
         self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, fused)
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps, fused)
         self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
@@ -115,14 +116,17 @@ class Block(nn.Module):
             att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
             att = att.masked_fill(mask, float("-inf")).softmax(-1)
             y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        return x + self.o(y)
+        return x + self._drop(self.o(y))
+
+    def _drop(self, y):
+        return F.dropout(y, self.dropout, self.training) if self.dropout > 0 else y
 
     def mlp(self, x):
         """The MLP half: x + w2(swiglu(w1(h), w3(h))), h = mlp_norm(x)."""
         h = self.mlp_norm(x)
         if self.fused:
-            return x + self.w2(F.swiglu(self.w1(h), self.w3(h)))
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+            return x + self._drop(self.w2(F.swiglu(self.w1(h), self.w3(h))))
+        return x + self._drop(self.w2(F.silu(self.w1(h)) * self.w3(h)))
 
     def recompute(self, mode=True, policy=None, parts=PARTS, **kwargs):
         """Module.recompute per half: the attention half and the MLP half run under separate checkpoints (each

@@ -10,6 +10,7 @@
 #include <new>
 #include <thread>
 
+#include "dygrad/core/error.h"
 #include "dygrad/core/storage_hooks.h"
 
 namespace dg {
@@ -27,6 +28,10 @@ void notify(F&& f) {
   g_observer_calls.fetch_sub(1);
 }
 std::atomic<bool> g_meta_active{false};
+std::atomic<StorageLifeLog*> g_life_log{nullptr};
+inline void log_birth(const Storage* s, bool external) {
+  if (StorageLifeLog* log = g_life_log.load(std::memory_order_acquire)) [[unlikely]] log->on_storage_born(s, external);
+}
 std::atomic<Storage::TasksRunFn> g_tasks_run{nullptr};
 std::atomic<Storage::WaitRunFn> g_wait_run{nullptr};
 thread_local bool tls_host_allocation = false;
@@ -144,6 +149,17 @@ void Storage::on_only_task_refs() const {
   notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
 }
 
+void set_storage_life_log(StorageLifeLog* log) {
+  StorageLifeLog* expected = nullptr;
+  if (!log) {
+    g_life_log.store(nullptr, std::memory_order_release);
+    return;
+  }
+  DG_CHECK(g_life_log.compare_exchange_strong(expected, log), Runtime,
+           "[jit] internal error: a storage life log is already set (one capture at a time)");
+}
+StorageLifeLog* storage_life_log() { return g_life_log.load(std::memory_order_acquire); }
+
 Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
@@ -158,6 +174,7 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   s->device_ = device;
   if (nbytes > 0 && !meta::is_meta(s->block_))
     notify([&](StorageObserver* o) { o->on_storage_allocate(s.get(), nbytes, s->category_); });
+  log_birth(s.get(), false);
   return s;
 }
 
@@ -168,6 +185,7 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
   s->external_release_ = release;
   s->external_context_ = context;
   s->category_ = MemoryCategory::Other;
+  log_birth(s.get(), true);
   return s;
 }
 
@@ -186,6 +204,7 @@ void Storage::annotate(const char* description) const {
 }
 
 Storage::~Storage() {
+  if (StorageLifeLog* log = g_life_log.load(std::memory_order_acquire)) [[unlikely]] log->on_storage_died(this);
   if (external_release_) {
     external_release_(external_context_);
   } else if (meta::is_meta(block_)) [[unlikely]] {

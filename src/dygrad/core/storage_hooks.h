@@ -24,6 +24,21 @@ struct StorageObserver {
 void set_storage_observer(StorageObserver* observer);
 StorageObserver* storage_observer();
 
+// --- the JIT's storage life log ---------------------------------------------------------------------------------
+// While one is set (process-wide, one at a time: a capture or a compiled segment of dygrad.jit, docs/jit.md),
+// every Storage made (allocated or wrapping external memory) and every Storage destroyed is reported, on the
+// thread that made or destroyed it. It tells buffers made inside a captured function from those that existed
+// before it (a pointer may be reused once its Storage is gone: the log sees the death first).
+class Storage;
+struct StorageLifeLog {
+  virtual ~StorageLifeLog() = default;
+  virtual void on_storage_born(const Storage* s, bool external) = 0;
+  virtual void on_storage_died(const Storage* s) = 0;
+};
+// Raises unless no log is set (or `log` is null: clears it).
+void set_storage_life_log(StorageLifeLog* log);
+StorageLifeLog* storage_life_log();
+
 // --- meta evaluation -----------------------------------------------------------------------------------------
 // While active (process-wide; the thread that began it must be the only one issuing ops), Storage::allocate
 // only reserves address space (an anonymous mapping: no page is touched, so no memory is used) and counts the

@@ -1,0 +1,208 @@
+// dygrad.jit's C++ side (jit/graph.h): the capture, the replayed graph and the segment batcher, driven by
+// python/dygrad/jit.py (docs/jit.md).
+#include "common.h"
+#include "dygrad/jit/graph.h"
+
+#include <unordered_set>
+
+namespace dg::py {
+namespace {
+using namespace dg::jit;
+
+std::vector<Tensor> tensors_of(nb::handle seq) {
+  std::vector<Tensor> out;
+  for (nb::handle item : seq) {
+    if (item.is_none()) out.emplace_back();
+    else if (is_tensor(item.ptr())) out.push_back(unwrap(item.ptr()));
+    else throw nb::type_error("[jit] expected a list of Tensors or None");
+  }
+  return out;
+}
+
+nb::list wrap_list(std::vector<Tensor> tensors) {
+  nb::list out;
+  for (Tensor& t : tensors) {
+    if (t.defined()) out.append(wrap_object(std::move(t)));
+    else out.append(nb::none());
+  }
+  return out;
+}
+
+struct PyCapture {
+  std::unique_ptr<Capture> capture;
+};
+struct PyGraph {
+  std::shared_ptr<Graph> graph;
+};
+struct PySegments {
+  std::unique_ptr<SegmentBatcher> batcher;
+  size_t segments = 0, ops = 0;
+};
+
+// The guard state of one dygrad.jit call, as bytes (python/dygrad/jit.py, _Guards): for each tensor argument its
+// geometry, dtype, requires_grad and which earlier argument shares its storage; for each module reached (each
+// submodule once) its training flag, its parameters (identity, storage, offset, shape, whether .grad is defined and
+// its geometry) and its buffers' storages; for each optimizer its groups' sizes and parameters and its state's size.
+// The leaves (parameters, each once) are appended to `leaves`. Walks the modules' dicts directly: it runs every call.
+struct GuardWriter {
+  std::vector<int64_t> words;
+  void put(int64_t v) { words.push_back(v); }
+  void put_geometry(const Tensor& t) {
+    put(static_cast<int64_t>(t.dtype()));
+    put(t.dim());
+    for (int64_t s : t.shape()) put(s);
+    for (int64_t s : t.strides()) put(s);
+  }
+};
+
+void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unordered_set<PyObject*>& seen_modules,
+                 std::unordered_set<PyObject*>& seen_leaves) {
+  if (!seen_modules.insert(module).second) return;
+  PyObject* dict = PyObject_GenericGetDict(module, nullptr);
+  if (!dict) throw nb::python_error();
+  nb::object owned = nb::steal(dict);
+  PyObject* training = PyDict_GetItemString(dict, "training");
+  w.put(training == Py_True ? 1 : training == Py_False ? 0 : 2);
+  PyObject* params = PyDict_GetItemString(dict, "_parameters");
+  PyObject* buffers = PyDict_GetItemString(dict, "_buffers");
+  PyObject* children = PyDict_GetItemString(dict, "_modules");
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  if (params && PyDict_Check(params)) {
+    w.put(PyDict_Size(params));
+    while (PyDict_Next(params, &pos, &key, &value)) {
+      if (!is_tensor(value)) {
+        w.put(-1);
+        continue;
+      }
+      const Tensor& p = unwrap(value);
+      w.put(reinterpret_cast<int64_t>(value));
+      w.put(reinterpret_cast<int64_t>(p.storage().address()));
+      w.put(p.storage_offset());
+      w.put_geometry(p);
+      const Tensor g = p.grad();
+      w.put(g.defined() ? 1 : 0);
+      if (g.defined()) w.put_geometry(g);
+      if (seen_leaves.insert(value).second) leaves.append(nb::handle(value));
+    }
+  }
+  if (buffers && PyDict_Check(buffers)) {
+    pos = 0;
+    w.put(PyDict_Size(buffers));
+    while (PyDict_Next(buffers, &pos, &key, &value))
+      w.put(is_tensor(value) ? reinterpret_cast<int64_t>(unwrap(value).storage().address()) : -1);
+  }
+  if (children && PyDict_Check(children)) {
+    pos = 0;
+    w.put(PyDict_Size(children));
+    while (PyDict_Next(children, &pos, &key, &value))
+      if (value != Py_None) walk_module(value, w, leaves, seen_modules, seen_leaves);
+  }
+}
+
+nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimizers, nb::list leaves) {
+  GuardWriter w;
+  std::vector<const void*> storages;
+  for (nb::handle item : tensors) {
+    const Tensor& t = unwrap(item.ptr());
+    w.put_geometry(t);
+    w.put(t.requires_grad() ? 1 : 0);
+    const void* s = t.numel() ? t.storage().address() : nullptr;
+    int64_t alias = static_cast<int64_t>(storages.size());
+    for (size_t i = 0; i < storages.size() && s; ++i)
+      if (storages[i] == s) {
+        alias = static_cast<int64_t>(i);
+        break;
+      }
+    storages.push_back(s);
+    w.put(alias);
+  }
+  std::unordered_set<PyObject*> seen_modules, seen_leaves;
+  for (nb::handle m : modules) walk_module(m.ptr(), w, leaves, seen_modules, seen_leaves);
+  for (nb::handle o : optimizers) {
+    nb::object groups = o.attr("param_groups");
+    w.put(static_cast<int64_t>(nb::len(groups)));
+    for (nb::handle group : groups) {
+      nb::object ps = group["params"];
+      w.put(static_cast<int64_t>(nb::len(ps)));
+      w.put(static_cast<int64_t>(nb::len(group)));
+      for (nb::handle p : ps) {
+        w.put(reinterpret_cast<int64_t>(p.ptr()));
+        if (seen_leaves.insert(p.ptr()).second && is_tensor(p.ptr())) {
+          const Tensor& t = unwrap(p.ptr());
+          const Tensor g = t.grad();
+          w.put(reinterpret_cast<int64_t>(t.storage().address()));
+          w.put(g.defined() ? 1 : 0);
+          if (g.defined()) w.put_geometry(g);
+          leaves.append(p);
+        }
+      }
+    }
+    nb::object state = o.attr("state");
+    w.put(static_cast<int64_t>(nb::len(state)));
+  }
+  return nb::bytes(reinterpret_cast<const char*>(w.words.data()), w.words.size() * sizeof(int64_t));
+}
+}  // namespace
+
+void init_jit(nb::module_& m) {
+  m.def("_jit_guard_state", &guard_state, nb::arg("tensors"), nb::arg("modules"), nb::arg("optimizers"),
+        nb::arg("leaves"));
+  nb::class_<PyGraph>(m, "_JitGraph")
+      .def("launch", [](PyGraph& self, nb::handle args) {
+        std::vector<Tensor> a = tensors_of(args);
+        PythonCallSite site;
+        return wrap_list(self.graph->launch(a));
+      }, nb::arg("args"))
+      .def("describe", [](PyGraph& self) { return self.graph->describe(); })
+      .def("fixed_addresses", [](PyGraph& self) { return self.graph->fixed_addresses(); })
+      .def_prop_ro("num_ops", [](PyGraph& self) { return self.graph->num_ops(); })
+      .def_prop_ro("arena_bytes", [](PyGraph& self) { return self.graph->arena_bytes(); })
+      .def_prop_ro("max_scratch", [](PyGraph& self) { return self.graph->max_scratch(); })
+      .def_prop_ro("num_escaping", [](PyGraph& self) { return self.graph->num_escaping(); });
+
+  nb::class_<PyCapture>(m, "_JitCapture")
+      .def("__init__", [](PyCapture* self, nb::handle args, bool fullgraph) {
+        new (self) PyCapture();
+        self->capture = std::make_unique<Capture>(tensors_of(args), fullgraph);
+      }, nb::arg("args"), nb::arg("fullgraph") = false)
+      .def("end", [](PyCapture& self) { self.capture->end(); })
+      .def("build", [](PyCapture& self, nb::handle results) -> nb::object {
+        std::shared_ptr<Graph> g = self.capture->build(tensors_of(results));
+        if (!g) return nb::none();
+        return nb::cast(PyGraph{std::move(g)});
+      }, nb::arg("results"))
+      .def("close", [](PyCapture& self) { self.capture.reset(); })
+      .def_prop_ro("cuts", [](PyCapture& self) {
+        nb::list out;
+        for (const Cut& c : self.capture->cuts()) out.append(nb::make_tuple(c.before_op, c.reader, c.file, c.line));
+        return out;
+      })
+      .def_prop_ro("problems", [](PyCapture& self) { return self.capture->problems(); })
+      .def_prop_ro("num_ops", [](PyCapture& self) { return self.capture->num_ops(); })
+      .def("describe", [](PyCapture& self) { return self.capture->describe(); });
+
+  nb::class_<PySegments>(m, "_JitSegments")
+      .def(nb::init<>())
+      .def("__enter__", [](PySegments& self) -> PySegments& {
+        DG_CHECK(!self.batcher, Runtime, "[jit] segments already entered");
+        self.batcher = std::make_unique<SegmentBatcher>();
+        return self;
+      }, nb::rv_policy::reference)
+      .def("__exit__", [](PySegments& self, nb::args) {
+        if (!self.batcher) return;
+        std::unique_ptr<SegmentBatcher> b = std::move(self.batcher);
+        PythonCallSite site;
+        b->end();
+        self.segments = b->segments();
+        self.ops = b->ops_gathered();
+      })
+      .def_ro("segments", &PySegments::segments)
+      .def_ro("ops_gathered", &PySegments::ops);
+  m.def("_storage_address", [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.storage().address());
+  }, nb::arg("tensor"));
+  m.def("_jit_active", [] { return active_on_this_thread(); });
+}
+
+}  // namespace dg::py
