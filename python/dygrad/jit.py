@@ -229,8 +229,16 @@ class _Guards:
         self.modules, self.optimizers = _discover(fn, args, kwargs)
         self.leaves = []
         state = _C._jit_guard_state(self.tensors, self.modules, self.optimizers, self.leaves)
+        seen = {id(p) for p in self.leaves}
+        # Tensor arguments whose .grad the function may set: by position, as each call passes new ones.
+        self.arg_leaves = [i for i, t in enumerate(self.tensors) if t.requires_grad and t.is_leaf and id(t) not in seen]
+
         self.key = (structure, tuple(values), is_grad_enabled(), amp.is_autocast_enabled(),
                     amp.get_autocast_dtype("cpu"), state)
+
+    def targets(self):
+        """(how to find the leaf at a replay, the leaf now): parameters by identity, arguments by position."""
+        return [(p, p) for p in self.leaves] + [(("arg", i), self.tensors[i]) for i in self.arg_leaves]
 
 
 class _Detail:
@@ -291,7 +299,7 @@ class _Detail:
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "num_results", "identity")
+                 "describe", "num_results", "identity", "attempts")
 
     def __init__(self, guards):
         self.guards = guards
@@ -301,6 +309,7 @@ class _Entry:
         self.cuts = []
         self.problems = []
         self.describe = []
+        self.attempts = 0  # captures that found cuts or problems
         self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
 
 
@@ -357,7 +366,8 @@ class _Compiled:
             self._order.append(guards.key)
         entry.calls += 1
         if entry.graph is not None:
-            for p, address in entry.identity:
+            for where, address in entry.identity:
+                p = guards.tensors[where[1]] if isinstance(where, tuple) else where
                 if p.grad is None or _C._storage_address(p.grad) != address:
                     self.stats["recompiles"] += 1
                     _emit("recompiles", f"recompiling {self._name}: a .grad the graph accumulates into was replaced")
@@ -387,8 +397,8 @@ class _Compiled:
             return self._fn(*args, **kwargs)
 
     def _capture(self, entry, guards, args, kwargs):
-        leaves = guards.leaves
-        grads_before = [p.grad for p in leaves]
+        targets = guards.targets()
+        grads_before = [p.grad for _, p in targets]
         capture = _C._JitCapture(guards.tensors, fullgraph=self._fullgraph)
         try:
             try:
@@ -415,14 +425,14 @@ class _Compiled:
                     layout.append(("none", None))
                     problems.append(f"it returns a Python {type(x).__name__}, which only Python can compute")
             grad_slots = []
-            for i, p in enumerate(leaves):
+            for i, (where, p) in enumerate(targets):
                 g = p.grad
                 if g is grads_before[i]:
                     continue
                 if g is None:
-                    grad_slots.append((p, None))
+                    grad_slots.append((where, None))
                 else:
-                    grad_slots.append((p, len(results)))
+                    grad_slots.append((where, len(results)))
                     results.append(g)
             graph = capture.build(results) if not entry.cuts else None
             entry.problems = list(capture.problems) + problems
@@ -430,6 +440,13 @@ class _Compiled:
                 raise RuntimeError(f"dygrad.jit(fullgraph=True): {self._name} cannot be captured whole: "
                                    + "; ".join(self._reasons(entry)))
             if graph is None or problems:
+                entry.attempts += 1
+                if entry.attempts < 2:
+                    # One more capture first: a host read or a cached tensor may be one-time work of the second
+                    # call (DDP rebuilds its buckets from the first backward's order at the second step).
+                    _emit("graph_breaks", f"{self._name}: capture {entry.attempts} found " +
+                          "; ".join(self._reasons(entry)) + "; capturing once more")
+                    return out
                 entry.segments = True
                 if not self._warned_cuts:
                     self._warned_cuts = True
@@ -440,7 +457,7 @@ class _Compiled:
                 return out
             entry.graph = graph
             fixed = set(graph.fixed_addresses())
-            entry.identity = [(p, _C._storage_address(g)) for p, g in zip(leaves, grads_before)
+            entry.identity = [(where, _C._storage_address(g)) for (where, _), g in zip(targets, grads_before)
                               if g is not None and _C._storage_address(g) in fixed]
             entry.grad_slots = grad_slots
             entry.arg_results = layout
@@ -458,8 +475,9 @@ class _Compiled:
     def _replay(self, entry, guards):
         from .utils._pytree import tree_unflatten
         results = entry.graph.launch(guards.tensors)
-        for p, slot in entry.grad_slots:
-            p.grad = None if slot is None else results[slot]
+        for where, slot in entry.grad_slots:
+            leaf = guards.tensors[where[1]] if isinstance(where, tuple) else where
+            leaf.grad = None if slot is None else results[slot]
         leaves = []
         for kind, i in entry.arg_results:
             leaves.append(results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None)

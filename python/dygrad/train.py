@@ -65,6 +65,8 @@ def parse_args(argv=None):
                         "projection); auto (per block, to keep the peak under --recompute-budget)")
     p.add_argument("--recompute-budget", default="60%",
                    help="auto's peak budget: a percentage of the plain step's peak, or bytes (K/M/G/KiB/MiB/GiB)")
+    p.add_argument("--jit", action="store_true", help="compile the training step with dygrad.jit (docs/jit.md): "
+                   "after a warm-up and a capture step, each step is replayed as one Task with no Python")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--on-error", default="stop", choices=["stop", "skip"],
                    help="a step whose ops fail (a bad batch: an index out of range...): log it and stop, or skip "
@@ -436,6 +438,15 @@ def main(argv=None):
             if args.on_error == "stop":
                 raise
 
+    def train_step(x, y):
+        with autocast:
+            loss = train_model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    run_step = dg.jit(train_step) if args.jit else train_step
     try:
         for step in range(start, args.steps):
             x, y = next(loader)
@@ -445,11 +456,7 @@ def main(argv=None):
             lr = lr_at(step, args)
             for g in optimizer.param_groups:
                 g["lr"] = lr
-            with autocast:
-                loss = train_model(x, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            loss = run_step(x, y)
             if pending is not None:
                 report_or_skip(pending)
             pending = (step, loss, lr, loader.last_wait, dg._C._stream_mark())

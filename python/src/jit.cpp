@@ -58,6 +58,7 @@ struct GuardWriter {
 void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unordered_set<PyObject*>& seen_modules,
                  std::unordered_set<PyObject*>& seen_leaves) {
   if (!seen_modules.insert(module).second) return;
+  if (!PyObject_HasAttrString(module, "_modules")) throw nb::type_error("[jit] guard state: expected Modules");
   PyObject* dict = PyObject_GenericGetDict(module, nullptr);
   if (!dict) throw nb::python_error();
   nb::object owned = nb::steal(dict);
@@ -104,9 +105,11 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
   GuardWriter w;
   std::vector<const void*> storages;
   for (nb::handle item : tensors) {
+    if (!is_tensor(item.ptr())) throw nb::type_error("[jit] guard state: expected a list of Tensors");
     const Tensor& t = unwrap(item.ptr());
     w.put_geometry(t);
     w.put(t.requires_grad() ? 1 : 0);
+    if (t.requires_grad()) w.put(t.grad().defined() ? 1 : 0);
     const void* s = t.numel() ? t.storage().address() : nullptr;
     int64_t alias = static_cast<int64_t>(storages.size());
     for (size_t i = 0; i < storages.size() && s; ++i)

@@ -54,6 +54,7 @@ const char* range_kind_name(profiler::RangeKind k) {
     case profiler::RangeKind::Comm: return "comm";
     case profiler::RangeKind::Backpressure: return "backpressure";
     case profiler::RangeKind::Sync: return "sync";
+    case profiler::RangeKind::SubOp: return "sub_op";
   }
   return "user";
 }

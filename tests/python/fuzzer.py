@@ -35,6 +35,7 @@ DENY = {
     "generate", "train", "main", "fork", "DataLoader", "TokenDataset", "build_corpus", "sleep", "export_chrome_trace",
     "_set_memory_category", "_set_size_type", "_set_inline_small_ops", "register_at_fork", "_deferred_failure",
     "use_deterministic_algorithms", "seed",  # process-wide mode (as set_context); entropy (cases would not replay)
+    "set_memory_limit", "_set_memory_limit",  # process-wide: a limit of a few bytes fails every later case
 }
 HUGE = [2**31, 2**32, 2**62, 2**63 - 1, -(2**63), 2**64, 2**70]
 

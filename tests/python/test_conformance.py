@@ -476,3 +476,39 @@ def test_error(entry, _):
     with pytest.raises(entry.raises, match=rf"\[{entry.op}\]"):
         entry.call(dg, *ops.dygrad)
         dg.synchronize()
+
+
+# --- capture and replay (docs/jit.md) -------------------------------------------------------------------------------
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check != "error"
+                                            and e.op not in ("jit_graph", "jit_segment")]))
+def test_capture_and_replay(entry, _, request):
+    """Every entry's call, forward and backward, compiled with dygrad.jit: the replays (one jit_graph Task, or
+    jit_segment Tasks where the call reads values on the host) give the bits eager gives, outputs and gradients."""
+    import warnings
+    xfail(request, entry, "jit")
+    dtype = entry.dtypes[0]
+    ops = Operands(entry.cases[0], dtype, seed=11)
+    wrt = [i for i, s in enumerate(ops.specs) if entry.differentiable and s.grad and ops.dtypes[i] in FLOATS]
+
+    def step(*tensors):
+        outs = run(dg, entry, list(tensors))
+        diff = [o for o in outs if o.requires_grad]
+        if diff:
+            sum((o * 1.5).sum() for o in diff).backward()
+        return [o.detach() for o in outs]
+
+    compiled = dg.jit(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.jit.JitGraphBreakWarning)
+        for call in range(5):  # warm-up, capture, replays (or a second capture, then segments, at a cut)
+            seed = 5 + call
+            dg.manual_seed(seed)
+            tensors = ops.fresh(dg, requires_grad=wrt)
+            want = [bits(o) for o in step(*tensors)] + [bits(tensors[i].grad) for i in wrt if tensors[i].grad is not None]
+            dg.manual_seed(seed)
+            tensors = ops.fresh(dg, requires_grad=wrt)
+            got = [bits(o) for o in compiled(*tensors)]
+            got += [bits(tensors[i].grad) for i in wrt if tensors[i].grad is not None]
+            assert got == want, f"[{entry_id(entry)}] {dtype}: call {call} differs from eager ({compiled.stats})"
+    stats = compiled.stats
+    assert stats["replays"] + stats["segment_calls"] >= 2, f"[{entry_id(entry)}] never replayed: {stats}"

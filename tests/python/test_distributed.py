@@ -313,6 +313,19 @@ def test_a_recorded_collective_runs_again_with_a_new_work_each_time():
         dg.synchronize()
 
 
+@needs_mpi
+def test_a_compiled_ddp_step_is_bitwise_eager_on_two_ranks(tmp_path):
+    """dygrad.jit over a DistributedDataParallel step (docs/jit.md): its bucket all-reduces are captured and replayed
+    (a new Work per replay), and 12 steps give each rank's eager parameters bit for bit, the same on both ranks."""
+    result = mpirun("ddp_jit.py", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.load(open(tmp_path / f"jit_rank{r}.json")) for r in range(2)]
+    for r in ranks:
+        assert r["jit"] == r["eager"]
+        assert r["stats"]["replays"] >= 9 and r["stats"]["segment_calls"] == 0, r["stats"]
+    assert ranks[0]["jit"] == ranks[1]["jit"]
+
+
 def test_uninitialized_calls_raise_like_torch():
     with pytest.raises(ValueError, match="Default process group has not been initialized"):
         dist.get_rank()

@@ -38,6 +38,15 @@ def test_time_fraction_rules_and_their_gain(bucket, rule):
     assert rule not in rules(FakeResult(buckets={bucket: low}))
 
 
+def test_jit_rule_fires_on_host_bound_steps_not_already_replayed():
+    found = rules(FakeResult(buckets={"host_bound": 0.5}, ops=ops_from_names(["add"] * 50)))["jit"]
+    assert "dg.jit(step)" in found["fix"] and "2.00x" in found["expected_gain"]
+    segmented = rules(FakeResult(buckets={"host_bound": 0.5}, ops=ops_from_names(["jit_segment", "add"])))["jit"]
+    assert "segments" in found["title"] or "dg.jit.explain" in segmented["fix"]
+    assert "jit" not in rules(FakeResult(buckets={"host_bound": 0.5}, ops=ops_from_names(["jit_graph"])))
+    assert "jit" not in rules(FakeResult(buckets={"host_bound": advisor.HOST_BOUND_FRACTION * 0.9}))
+
+
 COMPOSED = {
     "rms_norm": ["pow_scalar", "sum", "div_scalar", "add_scalar", "rsqrt", "mul", "mul"],
     "rope": ["mul", "mul", "sub", "mul", "mul", "add", "cat"],

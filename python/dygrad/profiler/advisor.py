@@ -137,6 +137,33 @@ def rule_host_bound(result, summary):
         "(F.rms_norm, F.swiglu, F.scaled_dot_product_attention, F.cross_entropy), avoid syncs that drain the queue")
 
 
+def rule_jit(result, summary):
+    """Host-bound and not compiled: dygrad.jit replays the step as one Task with no Python (docs/jit.md)."""
+    fraction = summary["breakdown"].get("fractions", {}).get("host_bound", 0.0)
+    names = {o.name for o in result.ops}
+    if fraction < HOST_BOUND_FRACTION or "jit_graph" in names:
+        return None
+    bd = summary["breakdown"]
+    ops = bd.get("num_ops", 0)
+    if "jit_segment" in names:
+        return _advice(
+            "jit", "The compiled step runs as segments", _severity(fraction),
+            f"host-bound idle is {fraction:.0%} of the step and the step ran as jit_segment Tasks: dygrad.jit found "
+            f"host reads in it, so its Python runs every call",
+            {"host_bound_fraction": fraction, "ops_per_step": ops},
+            _speedup(fraction),
+            "dg.jit.explain(step, *args) names each cut with its line: move those reads (.item(), bool(t), "
+            "printing, nonzero) out of the step or every N steps, and the step replays with no Python")
+    return _advice(
+        "jit", "Compile the step with dygrad.jit", _severity(fraction),
+        f"host-bound idle is {fraction:.0%} of the step over {ops:.0f} ops a step: each is a Python call and a "
+        f"dispatch, while dygrad.jit would replay the step as one Task",
+        {"host_bound_fraction": fraction, "ops_per_step": ops},
+        _speedup(fraction),
+        "wrap the whole step (forward, backward, optimizer step, zero_grad) in dg.jit(step) or dg.compile(step), "
+        "or train with --jit (docs/jit.md)")
+
+
 def rule_data_wait(result, summary):
     fraction = summary["breakdown"].get("fractions", {}).get("data_wait", 0.0)
     if fraction < DATA_WAIT_FRACTION:
@@ -509,8 +536,8 @@ def rule_slow_kernels(result, summary):
                    _speedup(saving) + f" if they reached {SLOW_KERNEL_TARGET:.0%} of it", fix)
 
 
-RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_data_wait, rule_exposed_comm, rule_unfused,
-         rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
+RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_jit, rule_data_wait, rule_exposed_comm,
+         rule_unfused, rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
          rule_slow_kernels)
 
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <vector>
 
 #include "dygrad/core/error.h"
 #include "dygrad/core/storage_hooks.h"
@@ -159,6 +160,23 @@ void set_storage_life_log(StorageLifeLog* log) {
            "[jit] internal error: a storage life log is already set (one capture at a time)");
 }
 StorageLifeLog* storage_life_log() { return g_life_log.load(std::memory_order_acquire); }
+
+namespace {
+std::mutex g_release_hooks_mutex;
+std::vector<ReleaseHook> g_release_hooks;
+}  // namespace
+void add_release_hook(ReleaseHook hook) {
+  std::lock_guard<std::mutex> lock(g_release_hooks_mutex);
+  g_release_hooks.push_back(hook);
+}
+void run_release_hooks() {
+  std::vector<ReleaseHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(g_release_hooks_mutex);
+    hooks = g_release_hooks;
+  }
+  for (ReleaseHook h : hooks) h();
+}
 
 Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());

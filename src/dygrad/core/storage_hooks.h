@@ -39,6 +39,13 @@ struct StorageLifeLog {
 void set_storage_life_log(StorageLifeLog* log);
 StorageLifeLog* storage_life_log();
 
+// Holders of tensor references outside the stream (the communication thread's finished operations, which a host
+// thread releases later) register how to drop them now; the JIT's capture runs them before it checks which buffers
+// made inside a function are still referenced. Hooks are added once, for the process.
+using ReleaseHook = void (*)();
+void add_release_hook(ReleaseHook hook);
+void run_release_hooks();
+
 // --- meta evaluation -----------------------------------------------------------------------------------------
 // While active (process-wide; the thread that began it must be the only one issuing ops), Storage::allocate
 // only reserves address space (an anonymous mapping: no page is touched, so no memory is used) and counts the

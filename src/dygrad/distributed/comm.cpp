@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "dygrad/core/error.h"
+#include "dygrad/core/storage_hooks.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/profiler/profiler.h"
 #include "dygrad/runtime/op_def.h"
@@ -229,6 +230,17 @@ class CommThread {
     retired_.clear();
   }
 
+  // Waits (at most `limit`) until no operation is in flight, then releases the finished ones (a JIT capture's check
+  // of which buffers are still referenced: storage_hooks.h, run_release_hooks).
+  void settle(std::chrono::milliseconds limit) {
+    std::vector<std::shared_ptr<Work>> done;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      idle_cv_.wait_for(lock, limit, [&] { return in_flight_ == 0; });
+      done.swap(retired_);
+    }
+  }
+
   // Finished Works are released here, on a host thread, so their buffers go back to the allocator there.
   void release_retired() {
     std::vector<std::shared_ptr<Work>> done;
@@ -240,6 +252,8 @@ class CommThread {
 
  private:
   void start_locked() {
+    static const bool hooked = (add_release_hook([] { CommThread::get().settle(std::chrono::seconds(10)); }), true);
+    (void)hooked;
     running_ = true;
     thread_ = std::thread([this] {
       // Its buffers (the ordered all-reduce's gathered chunks) are written here, outside the stream's order.

@@ -8,6 +8,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/core/storage.h"
 #include "dygrad/ops/dispatch.h"
+#include "dygrad/profiler/profiler.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/stream.h"
@@ -37,8 +38,10 @@ struct GraphAttrs {
 struct SegmentAttrs {
   static constexpr const char* kName = "SegmentAttrs";
   std::shared_ptr<SegmentBatcher::Pending> pending;
-  DG_ATTRS_FIELDS(pending);
+  bool cut = false;  // enqueued at a host read (the host-read trait), not at the function's end
+  DG_ATTRS_FIELDS(pending, cut);
 };
+bool segment_reads_host(const Attrs& attrs) { return attrs.get<SegmentAttrs>().cut; }
 
 std::string site_text(const CallSite& site) {
   if (!site.file) return "";
@@ -71,7 +74,17 @@ bool covers_storage(const Tensor& out) {
 
 // `existed(i)`: output i's buffer existed before the launch (a parameter, optimizer state, an argument).
 template <typename Existed>
+void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& state);
+// With the profiler on, each sub-op is a range named with its source line, inside its Task's device span.
+template <typename Existed>
 void run_sub(Task& sub, size_t scratch, Existed existed, SubRun& state) {
+  if (!profiler::recording()) [[likely]] return run_sub_unprofiled(sub, scratch, existed, state);
+  const int64_t begin = profiler::now_ns();
+  run_sub_unprofiled(sub, scratch, existed, state);
+  profiler::record_sub_op(sub.op->name, sub.site, begin, profiler::now_ns());
+}
+template <typename Existed>
+void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& state) {
   for (const Tensor& in : sub.inputs) {
     if (!in.defined()) continue;
     if (const uint64_t bad = in.storage().poisoned_by()) {
@@ -84,7 +97,8 @@ void run_sub(Task& sub, size_t scratch, Existed existed, SubRun& state) {
     }
   }
   alignas(ScratchArena) unsigned char arena_bytes[sizeof(ScratchArena)];
-  sub.scratch = scratch > 0 ? new (arena_bytes) ScratchArena(sub.op->name, state.scratch_base, scratch) : nullptr;
+  // As the stream does: an op that declares scratch gets an arena, empty when it declares 0 bytes for these shapes.
+  sub.scratch = sub.op->scratch ? new (arena_bytes) ScratchArena(sub.op->name, state.scratch_base, scratch) : nullptr;
   auto fail_with = [&](ErrorKind kind, std::string message) {
     for (Tensor& out : sub.outputs)
       if (out.defined()) out.storage().poison(state.seq);
@@ -139,7 +153,8 @@ OpCost graph_cost(const Task& task);
 const OpDef op_jit_graph("jit_graph", attrs_type<GraphAttrs>(),
                          {.cost = graph_cost, .flags = kOpSideEffect, .scratch = graph_scratch});
 const OpDef op_jit_segment("jit_segment", attrs_type<SegmentAttrs>(),
-                           {.cost = segment_cost, .flags = kOpSideEffect, .scratch = segment_scratch});
+                           {.cost = segment_cost, .flags = kOpSideEffect, .scratch = segment_scratch,
+                            .host_read = segment_reads_host});
 DG_REGISTER_KERNEL(jit_graph, Device::Type::CPU, graph_kernel);
 DG_REGISTER_KERNEL(jit_segment, Device::Type::CPU, segment_kernel);
 
@@ -359,6 +374,7 @@ std::shared_ptr<Graph> Capture::build(const std::vector<Tensor>& results) {
   // only errors of Tasks up to 0: none).
   Stream& stream = Stream::cpu();
   stream.wait_until_run(stream.enqueued());
+  run_release_hooks();  // the communication thread's finished operations drop their tensors
   stream.wait_for(0);
   std::vector<int32_t> result_values;
   for (const Tensor& r : results) {
@@ -397,6 +413,16 @@ std::shared_ptr<Graph> Capture::build(const std::vector<Tensor>& results) {
   g->files_ = std::move(files_);
   g->results_ = std::move(result_values);
 
+  // An operand of a side-effect op (a collective's comm_start) is read or written outside the stream, by the
+  // communication thread, until its comm_wait: its buffer lives to the end of the graph (eager keeps it alive through
+  // the Work's reference; a shorter lifetime would let a later sub-op reuse its arena slot meanwhile).
+  const int32_t end = static_cast<int32_t>(g->ops_.size());
+  for (const GraphOp& op : g->ops_) {
+    if (!(op.op->flags & kOpSideEffect)) continue;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (int32_t v : *list)
+        if (v >= 0) g->buffers_[size_t(g->values_[size_t(v)].buffer)].last = end;
+  }
   // The arena: Internal buffers placed by lifetime (ops first..last), largest first, each at the lowest offset free
   // over its lifetime.
   std::vector<int32_t> internal;
@@ -716,7 +742,7 @@ bool SegmentBatcher::on_op(const OpCall& call) {
 
 void SegmentBatcher::on_host_read(const HostRead& read) {
   (void)read;
-  flush();
+  flush(true);
 }
 
 void SegmentBatcher::on_storage_born(const Storage* s, bool external) {
@@ -730,7 +756,7 @@ void SegmentBatcher::on_storage_died(const Storage* s) {
   born_.erase(s);
 }
 
-void SegmentBatcher::flush() {
+void SegmentBatcher::flush(bool at_host_read) {
   if (!pending_ || flushing_) return;
   std::shared_ptr<Pending> p = std::move(pending_);
   pending_.reset();
@@ -744,7 +770,8 @@ void SegmentBatcher::flush() {
   for (const Task& t : p->tasks)
     for (const Tensor& out : t.outputs)
       if (out.defined()) written.push_back(&out.storage());
-  const uint64_t seq = enqueue(op_jit_segment, std::span<const Tensor>(), std::span<const Tensor>(), SegmentAttrs{p});
+  const uint64_t seq = enqueue(op_jit_segment, std::span<const Tensor>(), std::span<const Tensor>(),
+                               SegmentAttrs{p, at_host_read});
   if (seq > 0)
     for (Storage* s : written) s->set_last_write_seq(seq);
   ++segments_;

@@ -186,7 +186,7 @@ class SegmentBatcher final : public OpSink, public StorageLifeLog {
   ~SegmentBatcher() override;
   SegmentBatcher(const SegmentBatcher&) = delete;
   SegmentBatcher& operator=(const SegmentBatcher&) = delete;
-  void flush();  // enqueues what is pending
+  void flush(bool at_host_read = false);  // enqueues what is pending (the segment's Task: jit_segment)
   void end();    // flush(), then leaves the sinks and the log; idempotent
   size_t segments() const { return segments_; }
   size_t ops_gathered() const { return ops_gathered_; }

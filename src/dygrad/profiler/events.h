@@ -64,6 +64,8 @@ enum class RangeKind : uint8_t {
   Comm,      // record_comm: a collective or transfer
   Backpressure,  // the host waited at enqueue for the device ("queue full", "allocation window")
   Sync,      // the host blocked at a sync point (named by the innermost open op scope: "item", "numpy", ...)
+  SubOp,     // a sub-op of a Task that runs several (a dygrad.jit replay or segment), on the thread that ran it:
+             // "name (file:line)", the line that issued it when it was captured (docs/jit.md)
 };
 struct RangeRecord {
   RangeKind kind = RangeKind::User;

@@ -368,6 +368,14 @@ void record_comm(std::string_view name, int64_t begin_ns, int64_t end_ns, bool a
     s->add_range(RangeKind::Comm, std::string(name), begin_ns, std::max(begin_ns, end_ns), async);
 }
 
+void record_sub_op(const char* op, const CallSite& site, int64_t begin_ns, int64_t end_ns) {
+  if (Profiler::Session* s = g_session.load(std::memory_order_acquire)) {
+    std::string name = op;
+    if (site.file) name += std::string(" (") + site.file + ":" + std::to_string(site.line) + ")";
+    s->add_range(RangeKind::SubOp, std::move(name), begin_ns, std::max(begin_ns, end_ns), false);
+  }
+}
+
 void step() {
   if (Profiler* p = Profiler::current()) p->step();
 }

@@ -95,6 +95,10 @@ void record_data_wait(int64_t begin_ns, int64_t end_ns);
 // A collective or transfer. async: it ran on a communication stream beside compute (its exposed part is
 // what compute did not hide); false: it blocked the issuing thread.
 void record_comm(std::string_view name, int64_t begin_ns, int64_t end_ns, bool async);
+// One sub-op of a Task that runs several (dygrad.jit's jit_graph and jit_segment), on the calling (device) thread,
+// named with the line that issued it.
+void record_sub_op(const char* op, const CallSite& site, int64_t begin_ns, int64_t end_ns);
+inline bool recording() { return detail::recording(); }
 // Marks a step boundary on the active Profiler.
 void step();
 

@@ -181,6 +181,9 @@ std::string chrome_trace_json(const ProfileData& data) {
       case RangeKind::Sync:
         host_tracks[r.thread].slices.push_back({"sync (" + r.name + ")", "sync", r.begin_ns, r.end_ns, "", 0, 0});
         break;
+      case RangeKind::SubOp:  // inside its jit_graph / jit_segment kernel slice, on the same device track
+        device_tracks[r.thread].slices.push_back({r.name, "sub_op", r.begin_ns, r.end_ns, "", 0, 0});
+        break;
     }
   }
   for (size_t i = 0; i + 1 < data.step_markers.size(); ++i)
