@@ -127,3 +127,18 @@ def test_a_failed_step_is_logged_and_skipped_or_stops_the_run(tmp_path):
     with pytest.raises(IndexError, match=r"\[embedding\]"):
         train.main(SMALL + ["--steps", "6", "--out", str(tmp_path / "stop"), "--sample-tokens", "0",
                             "--inject-bad-step", "3"])
+
+
+def test_jit_trains_bitwise_as_eager_and_skips_a_failed_step(tmp_path):
+    """--jit (docs/jit.md): the compiled step's losses are eager's bit for bit (the learning rate changes every
+    step outside the compiled function), and a bad batch in a replayed step fails and changes no parameter."""
+    eager, jit = str(tmp_path / "eager"), str(tmp_path / "jit")
+    common = SMALL + ["--steps", "7", "--sample-tokens", "0", "--inject-bad-step", "5", "--on-error", "skip"]
+    assert train.main(common + ["--out", eager]) == 0
+    assert train.main(common + ["--out", jit, "--jit"]) == 0
+    recs = {}
+    for name, out in (("eager", eager), ("jit", jit)):
+        rec = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+        assert [r["step"] for r in rec if "error" in r] == [5], name
+        recs[name] = {r["step"]: r["loss"] for r in rec if "loss" in r}
+    assert recs["jit"] == recs["eager"] and sorted(recs["jit"]) == [1, 2, 3, 4, 6, 7]
