@@ -30,8 +30,16 @@ void notify(F&& f) {
 }
 std::atomic<bool> g_meta_active{false};
 std::atomic<StorageLifeLog*> g_life_log{nullptr};
+std::atomic<int> g_life_log_calls{0};  // calls in progress: clearing the log waits for them (another thread's)
+template <typename F>
+inline void tell_life_log(F&& f) {
+  if (!g_life_log.load(std::memory_order_acquire)) [[likely]] return;
+  g_life_log_calls.fetch_add(1, std::memory_order_seq_cst);  // seq_cst with the clearing side (Dekker's pattern)
+  if (StorageLifeLog* log = g_life_log.load(std::memory_order_seq_cst)) f(log);
+  g_life_log_calls.fetch_sub(1, std::memory_order_seq_cst);
+}
 inline void log_birth(const Storage* s, bool external) {
-  if (StorageLifeLog* log = g_life_log.load(std::memory_order_acquire)) [[unlikely]] log->on_storage_born(s, external);
+  tell_life_log([&](StorageLifeLog* log) { log->on_storage_born(s, external); });
 }
 std::atomic<Storage::TasksRunFn> g_tasks_run{nullptr};
 std::atomic<Storage::WaitRunFn> g_wait_run{nullptr};
@@ -153,7 +161,8 @@ void Storage::on_only_task_refs() const {
 void set_storage_life_log(StorageLifeLog* log) {
   StorageLifeLog* expected = nullptr;
   if (!log) {
-    g_life_log.store(nullptr, std::memory_order_release);
+    g_life_log.store(nullptr, std::memory_order_seq_cst);
+    while (g_life_log_calls.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();  // another thread's call
     return;
   }
   DG_CHECK(g_life_log.compare_exchange_strong(expected, log), Runtime,
@@ -222,7 +231,7 @@ void Storage::annotate(const char* description) const {
 }
 
 Storage::~Storage() {
-  if (StorageLifeLog* log = g_life_log.load(std::memory_order_acquire)) [[unlikely]] log->on_storage_died(this);
+  tell_life_log([&](StorageLifeLog* log) { log->on_storage_died(this); });
   if (external_release_) {
     external_release_(external_context_);
   } else if (meta::is_meta(block_)) [[unlikely]] {
