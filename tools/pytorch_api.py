@@ -33,7 +33,12 @@ DIFFERS = {
     "torch.library.custom_op": "runs eagerly (no dispatcher): the op is a Python callable, also dg.ops.<ns>.<name>; "
                                "register_fake is recorded, register_autograd wraps it in an autograd Function",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
-    "torch.compile": "a pass-through: returns the model or function unchanged (eager) until dygrad has a JIT",
+    "torch.compile": "dygrad.jit's capture and replay (docs/jit.md): the first call runs eagerly, the second is "
+                     "captured, then each call is one Task; mode/options change nothing; a callable backend raises "
+                     "NotImplementedError; a Module gives an OptimizedModule (state_dict keys _orig_mod.)",
+    "torch.jit.script": "returns the function or module unchanged (it runs eagerly: TorchScript's semantics are "
+                        "Python's); wrap it in dygrad.jit to capture it",
+    "torch.jit.trace": "returns the function or module unchanged (see torch.jit.script)",
     "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",
     "torch.Generator": "torch's MT19937 draws for randperm/randint (data order); get_state() has dygrad's layout; "
                        "tensor RNG (rand, randn, init, dropout) is dygrad's counter-based generator, not affected",
