@@ -22,6 +22,7 @@ import weakref
 from typing import Final  # noqa: F401  (torch.jit.Final[int]: only TorchScript reads it)
 
 from . import _C
+from .autograd.function import Function
 from .nn.module import Module
 
 __all__ = ["jit", "explain", "graph", "mark_dynamic", "reset", "is_tracing", "is_scripting", "ignore", "unused",
@@ -236,6 +237,15 @@ class _Guards:
         self.key = (structure, tuple(values), is_grad_enabled(), amp.is_autocast_enabled(),
                     amp.get_autocast_dtype("cpu"), state)
 
+    def target_spec(self):
+        """What gradients a compiled forward's backward computes: parameters that require grad (by identity) and
+        tensor arguments that require grad (by position)."""
+        return [p for p in self.leaves if p.requires_grad] + \
+               [("arg", i) for i, t in enumerate(self.tensors) if t.requires_grad]
+
+    def target_tensors(self):
+        return [self.tensors[w[1]] if isinstance(w, tuple) else w for w in self.target_spec()]
+
     def targets(self):
         """(how to find the leaf at a replay, the leaf now): parameters by identity, arguments by position."""
         return [(p, p) for p in self.leaves] + [(("arg", i), self.tensors[i]) for i in self.arg_leaves]
@@ -296,10 +306,92 @@ class _Detail:
         return "tensor aliasing between the arguments changed"
 
 
+class _Backward:
+    """A compiled forward's backward: captured at its first run, then replayed."""
+
+    def __init__(self, name, num_results, diff, target_spec):
+        self.name = name
+        self.num_results = num_results
+        self.diff = diff              # which results carry gradients
+        self.target_spec = target_spec
+        self.backward = None          # the backward graph, once captured
+        self.grad_slots = None        # per target: its index among the backward graph's results, or None
+        self.failed = None            # why the backward could not be captured
+
+
+def entry_failed_reason(entry):
+    return f"its backward cannot be replayed: {entry.fb.failed}" if entry.fb else "its backward cannot be replayed"
+
+
+def _check_once_differentiable(name):
+    from .autograd import is_grad_enabled
+    if is_grad_enabled():
+        raise RuntimeError(f"dygrad.jit: {name}: a double backward (create_graph=True) through a compiled forward is "
+                           f"not supported; call the function eagerly for it")
+
+
+class _CaptureBackward(Function):
+    """The captured call's outputs: their backward runs the eager autograd graph of the capture under a capture of
+    its own, which becomes the backward graph of the later replays."""
+
+    @staticmethod
+    def forward(ctx, state, eager_outs, saved, *targets):
+        ctx.state, ctx.eager_outs, ctx.saved, ctx.targets = state, eager_outs, saved, targets
+        return tuple(o.detach() for o in eager_outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from .autograd import grad as autograd_grad
+        state = ctx.state
+        _check_once_differentiable(state.name)
+        grads = [g.contiguous() for g in grads]
+        if state.backward is not None:  # a second backward of the captured call (retain_graph)
+            return (None, None, None) + _run_backward(state, grads, ctx.saved)
+        capture = _C._JitCapture(grads + list(ctx.saved))
+        try:
+            try:
+                got = autograd_grad(ctx.eager_outs, ctx.targets, grads, retain_graph=True, allow_unused=True)
+            finally:
+                capture.end()
+            results = [g for g in got if g is not None]
+            graph = capture.build(results) if not capture.cuts else None
+            if graph is None:
+                cuts = [f"{reader} at {file}:{line}" for _, reader, file, line in capture.cuts]
+                state.failed = "; ".join(cuts + list(capture.problems)) or "its backward reads the host"
+            else:
+                slots, k = [], 0
+                for g in got:
+                    slots.append(None if g is None else k)
+                    k += g is not None
+                state.backward, state.grad_slots = graph, slots
+        finally:
+            capture.close()
+        return (None, None, None) + tuple(got)
+
+
+def _run_backward(state, grads, flats):
+    out = state.backward.launch(list(grads) + list(flats))
+    return tuple(None if slot is None else out[slot] for slot in state.grad_slots)
+
+
+class _ReplayBackward(Function):
+    """A replayed forward's outputs: their backward replays the captured backward on this call's saved buffers."""
+
+    @staticmethod
+    def forward(ctx, state, outs, flats, *targets):
+        ctx.state, ctx.flats = state, flats
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _check_once_differentiable(ctx.state.name)
+        return (None, None, None) + _run_backward(ctx.state, [g.contiguous() for g in grads], ctx.flats)
+
+
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "num_results", "identity", "attempts")
+                 "describe", "num_results", "identity", "attempts", "fb")
 
     def __init__(self, guards):
         self.guards = guards
@@ -310,6 +402,7 @@ class _Entry:
         self.problems = []
         self.describe = []
         self.attempts = 0  # captures that found cuts or problems
+        self.fb = None  # a forward whose backward runs outside: its _Backward
         self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
 
 
@@ -373,6 +466,13 @@ class _Compiled:
                     _emit("recompiles", f"recompiling {self._name}: a .grad the graph accumulates into was replaced")
                     entry.graph = None
                     break
+        if entry.fb is not None and entry.fb.backward is None:
+            if entry.fb.failed:  # its backward could not be captured: Python runs it each call
+                entry.graph, entry.fb, entry.segments = None, None, True
+                entry.problems.append(entry_failed_reason(entry))
+                self._warn_segments(entry)
+            else:  # the backward of the captured call has not run yet: capture again (eagerly)
+                entry.graph, entry.fb = None, None
         if entry.graph is not None:
             try:
                 return self._replay(entry, guards)
@@ -424,6 +524,12 @@ class _Compiled:
                 else:
                     layout.append(("none", None))
                     problems.append(f"it returns a Python {type(x).__name__}, which only Python can compute")
+            from .autograd import is_grad_enabled
+            # Outputs with an autograd graph not yet run (a forward whose backward runs outside the function); a step
+            # that ran its backward returns a loss whose graph is consumed: a plain replay.
+            if not entry.cuts and is_grad_enabled() and any(
+                    x.requires_grad and x.grad_fn is not None and not x.grad_fn._released for x in results):
+                return self._capture_forward(entry, guards, capture, out_spec, layout, results, problems)
             grad_slots = []
             for i, (where, p) in enumerate(targets):
                 g = p.grad
@@ -467,6 +573,46 @@ class _Compiled:
         finally:
             capture.close()
 
+    def _capture_forward(self, entry, guards, capture, out_spec, layout, results, problems):
+        """A forward whose backward runs outside the function (a compiled Module's forward under grad mode): the
+        forward graph also returns what its autograd graph saved; the backward is captured when it first runs
+        (through _CaptureBackward), and later calls replay both (docs/jit.md, "A forward whose backward runs
+        outside")."""
+        from .utils._pytree import tree_unflatten
+        built = capture.build_with_saved(results) if not problems else None
+        entry.problems = list(capture.problems) + problems
+        leaves = [results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None
+                  for kind, i in layout]
+        if built is None:
+            if self._fullgraph:
+                raise RuntimeError(f"dygrad.jit(fullgraph=True): {self._name} cannot be captured whole: "
+                                   + "; ".join(self._reasons(entry)))
+            entry.attempts += 1
+            if entry.attempts >= 2:
+                entry.segments = True
+                self._warn_segments(entry)
+            return tree_unflatten(leaves, out_spec)
+        graph, saved = built
+        state = _Backward(self._name, len(results), [i for i, x in enumerate(results) if x.requires_grad],
+                          guards.target_spec())
+        entry.graph, entry.fb, entry.arg_results, entry.spec = graph, state, layout, out_spec
+        entry.num_results = len(results)
+        # What the backward may read besides its gradients: the forward's saved buffers and its tensor arguments.
+        wrapped = _CaptureBackward.apply(state, [results[i] for i in state.diff], saved + list(guards.tensors),
+                                         *guards.target_tensors())
+        for k, i in enumerate(state.diff):
+            results[i] = wrapped[k] if isinstance(wrapped, tuple) else wrapped
+        leaves = [results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None
+                  for kind, i in layout]
+        return tree_unflatten(leaves, out_spec)
+
+    def _warn_segments(self, entry):
+        if not self._warned_cuts:
+            self._warned_cuts = True
+            warnings.warn(f"dygrad.jit: {self._name} runs as compiled segments with Python between them "
+                          f"(docs/jit.md): " + "; ".join(self._reasons(entry)), JitGraphBreakWarning, stacklevel=4)
+        _emit("graph_breaks", f"{self._name}: " + "; ".join(self._reasons(entry)))
+
     @staticmethod
     def _reasons(entry):
         reasons = [f"{reader} at {file}:{line}" if file else reader for _, reader, file, line in entry.cuts]
@@ -474,6 +620,8 @@ class _Compiled:
 
     def _replay(self, entry, guards):
         from .utils._pytree import tree_unflatten
+        if entry.fb is not None:
+            return self._replay_forward(entry, guards)
         results = entry.graph.launch(guards.tensors)
         for where, slot in entry.grad_slots:
             leaf = guards.tensors[where[1]] if isinstance(where, tuple) else where
@@ -481,6 +629,21 @@ class _Compiled:
         leaves = []
         for kind, i in entry.arg_results:
             leaves.append(results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None)
+        self.stats["replays"] += 1
+        return tree_unflatten(leaves, entry.spec)
+
+    def _replay_forward(self, entry, guards):
+        from .utils._pytree import tree_unflatten
+        state = entry.fb
+        launched = entry.graph.launch(guards.tensors)
+        results, flats = launched[:state.num_results], launched[state.num_results:]
+        if state.diff:
+            wrapped = _ReplayBackward.apply(state, [results[i] for i in state.diff], flats + list(guards.tensors),
+                                            *guards.target_tensors())
+            for k, i in enumerate(state.diff):
+                results[i] = wrapped[k] if isinstance(wrapped, tuple) else wrapped
+        leaves = [results[i] if kind == "result" else guards.tensors[i] if kind == "arg" else None
+                  for kind, i in entry.arg_results]
         self.stats["replays"] += 1
         return tree_unflatten(leaves, entry.spec)
 

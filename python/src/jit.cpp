@@ -175,6 +175,12 @@ void init_jit(nb::module_& m) {
         if (!g) return nb::none();
         return nb::cast(PyGraph{std::move(g)});
       }, nb::arg("results"))
+      .def("build_with_saved", [](PyCapture& self, nb::handle results) -> nb::object {
+        std::vector<Tensor> saved;
+        std::shared_ptr<Graph> g = self.capture->build_with_saved(tensors_of(results), saved);
+        if (!g) return nb::none();
+        return nb::make_tuple(nb::cast(PyGraph{std::move(g)}), wrap_list(std::move(saved)));
+      }, nb::arg("results"))
       .def("close", [](PyCapture& self) { self.capture.reset(); })
       .def_prop_ro("cuts", [](PyCapture& self) {
         nb::list out;

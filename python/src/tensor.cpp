@@ -192,7 +192,9 @@ void init_tensor(nb::module_& m) {
         }
         return nb::tuple(out);
       })
-      .def("__repr__", [](const GradFn& f) { return "<" + node_display_name(*f.node) + " object>"; });
+      .def("__repr__", [](const GradFn& f) { return "<" + node_display_name(*f.node) + " object>"; })
+      // A backward without retain_graph ran through it (dygrad.jit: a graph already consumed needs no backward).
+      .def_prop_ro("_released", [](const GradFn& f) { return f.node->released(); });
 
   m.def("_set_size_type", [](nb::handle type) {
     Py_XINCREF(type.ptr());

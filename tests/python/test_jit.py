@@ -349,16 +349,64 @@ def test_module_forward_compiled():
         for _ in range(4):
             assert dg.equal(cm(x), m(x))
     assert cm._compiled_forward.stats["replays"] == 2
-    # With grad, the outputs carry an autograd graph whose backward runs outside: segments, gradients as eager.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(3):
-            m.zero_grad()
-            cm(x).sum().backward()
-            g1 = [p.grad.clone() for p in m.parameters()]
-            m.zero_grad()
-            m(x).sum().backward()
-            assert all(dg.equal(a, p.grad) for a, p in zip(g1, m.parameters()))
+    # With grad, the outputs carry an autograd graph whose backward runs outside: the forward replays, and the
+    # backward (captured at its first run) replays too; gradients of parameters and of the input as eager's.
+    for _ in range(4):
+        x = dg.randn(3, 4).requires_grad_()
+        m.zero_grad()
+        cm(x).pow(2).sum().backward()
+        got = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+        m.zero_grad()
+        x.grad = None
+        m(x).pow(2).sum().backward()
+        assert all(dg.equal(a, p.grad) for a, p in zip(got, list(m.parameters()) + [x]))
+    assert cm._compiled_forward.stats["replays"] == 2 + 3 and cm._compiled_forward.stats["segment_calls"] == 0
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_a_compiled_model_trained_eagerly_is_bitwise_eager(fused):
+    """nanoGPT's `model = torch.compile(model)`: the forward (with its loss) is compiled, backward, clipping and the
+    optimizer run eagerly around it."""
+    cfg = llama.LlamaConfig(n_layers=2, dim=64, n_heads=4, ffn_dim=172, seq_len=16, batch_size=2, dropout=0.1)
+
+    def run(compiled):
+        dg.manual_seed(0)
+        m = llama.Llama(cfg, fused=fused)
+        model = dg.compile(m) if compiled else m
+        opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+        dg.manual_seed(1)
+        losses = []
+        for _ in range(12):
+            loss = model(dg.randint(0, 256, (2, 16)), dg.randint(0, 256, (2, 16)))
+            loss.backward()
+            nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        return m, losses, model
+
+    m1, l1, _ = run(False)
+    m2, l2, model = run(True)
+    assert model._compiled_forward.stats["replays"] == 10
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+
+
+def test_a_compiled_forward_refuses_double_backward_and_allows_retain_graph():
+    lin = nn.Linear(3, 3)
+    f = dg.compile(lin)
+    x = dg.randn(2, 3)
+    for _ in range(3):
+        y = f(x).sum()
+        y.backward(retain_graph=True)
+        y.backward()  # the replayed backward runs again on the same saved buffers
+    g = lin.weight.grad.clone()
+    lin.zero_grad()
+    for _ in range(2):
+        lin(x).sum().backward()
+    assert dg.allclose(g / 6, lin.weight.grad / 2)  # six backwards, then two
+    with pytest.raises(RuntimeError, match="double backward"):
+        dg.autograd.grad(f(x).sum(), [lin.weight], create_graph=True)
 
 
 def test_nested_and_synchronize_mode_run_inline():
@@ -462,3 +510,21 @@ def test_a_host_read_made_once_is_captured_again():
     for _ in range(5):
         assert dg.equal(jf(x), x * 2)
     assert jf.stats["captures"] == 2 and jf.stats["replays"] == 2 and calls["n"] == 3
+
+
+def test_a_step_returning_its_loss_after_backward_replays_plainly():
+    lin = nn.Linear(3, 1)
+    opt = dg.optim.SGD(lin.parameters(), lr=0.1)
+
+    @dg.jit
+    def step(x):
+        loss = lin(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss  # its graph was consumed by backward: nothing is saved for a later backward
+
+    x = dg.randn(4, 3)
+    for _ in range(4):
+        loss = step(x)
+    assert step.stats["replays"] == 2 and not loss.requires_grad

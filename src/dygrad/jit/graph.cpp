@@ -367,7 +367,13 @@ static std::vector<std::string> describe_ops(const std::vector<GraphOp>& ops, co
 
 std::vector<std::string> Capture::describe() const { return describe_ops(ops_, values_, buffers_); }
 
-std::shared_ptr<Graph> Capture::build(const std::vector<Tensor>& results) {
+std::shared_ptr<Graph> Capture::build(const std::vector<Tensor>& results) { return build_impl(results, nullptr); }
+
+std::shared_ptr<Graph> Capture::build_with_saved(const std::vector<Tensor>& results, std::vector<Tensor>& saved) {
+  return build_impl(results, &saved);
+}
+
+std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, std::vector<Tensor>* saved) {
   DG_CHECK(ended_, Runtime, "[jit] internal error: build() before end()");
   // Tasks that have run drop their operands: what is still alive afterwards is held by someone. A kernel error of
   // the capture stays pending for the caller's next sync point, as eager's would (wait_for(0) reclaims and raises
@@ -389,6 +395,21 @@ std::shared_ptr<Graph> Capture::build(const std::vector<Tensor>& results) {
       b.kind = BufferKind::Escaping;
     }
     result_values.push_back(v);
+  }
+  if (saved && cuts_.empty()) {
+    // Every buffer made by an op inside and still alive escapes: a flat view of it ends the results.
+    for (size_t bi = 0; bi < buffers_.size(); ++bi) {
+      Buffer& b = buffers_[bi];
+      const bool made = b.kind == BufferKind::Escaping || (b.kind == BufferKind::Internal && b.alive && b.first >= 0);
+      if (!made || !b.written || b.host_memory || !b.capture_storage) continue;
+      b.kind = BufferKind::Escaping;
+      Ref<Storage> storage(const_cast<Storage*>(b.capture_storage));  // alive: the life log saw no death
+      auto impl = make_ref<TensorImpl>(std::move(storage), Dims{static_cast<int64_t>(b.nbytes)}, Dims{1}, 0,
+                                       DType::UInt8);
+      Tensor flat(std::move(impl));
+      result_values.push_back(value_of(flat, false, ops_.size()));
+      saved->push_back(std::move(flat));
+    }
   }
   set_storage_life_log(nullptr);
   log_in_ = false;

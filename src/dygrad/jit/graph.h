@@ -101,6 +101,12 @@ class Capture final : public OpSink, public StorageLifeLog {
   // inside the function, else views of the arguments or of fixed buffers). Synchronizes (a kernel error of the
   // capture raises here). Null when it cannot be replayed without Python: `problems()` says why.
   std::shared_ptr<Graph> build(const std::vector<Tensor>& results);
+  // The forward of a backward that runs outside the function (a compiled Module's forward under grad mode): the
+  // buffers made inside and still alive (what the autograd graph saved, and the results' own) escape too. Each is
+  // appended to the graph's results as a flat uint8 view of its whole buffer, and `saved` gets the same views of
+  // the capture's buffers, in the same order: a capture of the backward takes them as arguments, so its replay
+  // binds each to the forward replay's buffer.
+  std::shared_ptr<Graph> build_with_saved(const std::vector<Tensor>& results, std::vector<Tensor>& saved);
 
   const std::vector<Cut>& cuts() const { return cuts_; }
   const std::vector<std::string>& problems() const { return problems_; }
@@ -109,6 +115,7 @@ class Capture final : public OpSink, public StorageLifeLog {
   std::vector<std::string> describe() const;
 
  private:
+  std::shared_ptr<Graph> build_impl(const std::vector<Tensor>& results, std::vector<Tensor>* saved);
   int32_t buffer_of(const Tensor& t, bool as_output, size_t op_index);
   int32_t value_of(const Tensor& t, bool as_output, size_t op_index);
   const char* intern(const char* file);
