@@ -90,7 +90,16 @@ def dygrad_run(name, blocks, steps):
         dg.synchronize()
     kernels = sum(o.device_end_ns - o.device_begin_ns for o in prof.result.ops if o.device_thread >= 0) / steps / 1e9
     e, j = statistics.median(eager), statistics.median(jit)
-    return {"eager_s": e, "jit_s": j, "kernels_s": kernels, "ceiling": e / kernels, "speedup": e / j,
+    graph = next(en.graph for en in compiled._entries.values() if en.graph is not None)
+    dg.synchronize()
+    dg.memory.reset_peak_memory_stats()
+    timed(step, 3)
+    eager_peak = dg.memory.max_memory_allocated()
+    dg.memory.reset_peak_memory_stats()
+    timed(compiled, 3)
+    jit_peak = dg.memory.max_memory_allocated()
+    return {"arena_mb": graph.arena_bytes / 2**20, "eager_peak_mb": eager_peak / 2**20, "jit_peak_mb": jit_peak / 2**20,
+            "eager_s": e, "jit_s": j, "kernels_s": kernels, "ceiling": e / kernels, "speedup": e / j,
             "of_ceiling": (e / j) / (e / kernels), "capture_extra_s": capture_s - eager_one,
             "ops_per_step": len(prof.result.ops) / steps, "tokens": B * T}
 
@@ -150,7 +159,9 @@ def main():
         print(f"{name}: dygrad eager {r['eager_s'] * 1e3:.3f} ms/step, jit {r['jit_s'] * 1e3:.3f} ms/step, "
               f"speedup {r['speedup']:.2f}x; kernels {r['kernels_s'] * 1e3:.3f} ms/step ({r['ops_per_step']:.0f} ops), "
               f"ceiling {r['ceiling']:.2f}x, jit reaches {r['of_ceiling']:.2f} of it; "
-              f"capture adds {r['capture_extra_s'] * 1e3:.1f} ms; {r['tokens'] / r['jit_s']:.0f} tok/s compiled")
+              f"capture adds {r['capture_extra_s'] * 1e3:.1f} ms; {r['tokens'] / r['jit_s']:.0f} tok/s compiled; "
+              f"peak allocated eager {r['eager_peak_mb']:.1f} MB, jit {r['jit_peak_mb']:.1f} MB "
+              f"(arena {r['arena_mb']:.1f} MB)")
         if not a.no_torch:
             t = torch_run(name, a.blocks, a.steps)
             if "error" in t:
