@@ -26,7 +26,7 @@ from .autograd import (enable_grad, inference_mode, is_grad_enabled, is_inferenc
 from .runtime import (Context, are_deterministic_algorithms_enabled, get_context,  # noqa: E402,F401
                       is_deterministic_algorithms_warn_only_enabled, set_context, use_deterministic_algorithms)
 from ._generator import Generator, default_generator, manual_seed, randperm, seed  # noqa: E402,F401
-from ._probes import compile, device, get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
+from ._probes import device, get_float32_matmul_precision, set_float32_matmul_precision  # noqa: E402,F401
 
 _C._set_size_type(Size)
 _C._set_cpu_device(device("cpu"))  # Tensor.device

@@ -46,16 +46,3 @@ class device(str):  # noqa: N801 -- torch's spelling
 
     def __repr__(self):
         return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
-
-
-def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None, options=None, name=None,  # noqa: A001
-            disable=False, recompile_limit=None, isolate_recompiles=False, shapes_spec=None):
-    """torch.compile's signature, returning the model or function unchanged (eager) until dygrad's JIT lands.
-    As torch's, it works called (`compile(model)`) and as a decorator with or without arguments."""
-    if model is None:
-        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
-                                 options=options, name=name, disable=disable, recompile_limit=recompile_limit,
-                                 isolate_recompiles=isolate_recompiles, shapes_spec=shapes_spec)
-    if not callable(model):
-        raise RuntimeError("torch.compile: the model or function to compile must be callable")
-    return model

@@ -790,7 +790,9 @@ class ExplainOutput:
     __repr__ = __str__
 
 
-def _capture_once(fn, args, kwargs):
+def _run_captured(fn, args, kwargs):
+    """Runs fn (a compiled function or Module is unwrapped) once under a capture, eagerly: (ops captured, cuts,
+    problems, one line per op)."""
     if isinstance(fn, _Compiled):
         fn = fn._fn
     if isinstance(fn, Module) and hasattr(fn, "_compiled_forward"):
@@ -803,13 +805,14 @@ def _capture_once(fn, args, kwargs):
         finally:
             capture.end()
         lines = capture.describe()
+        num_ops = capture.num_ops
         out_leaves, _ = _flatten(out)
         problems = [f"it returns a Python {type(x).__name__}, which only Python can compute"
                     for x in out_leaves if not _is_tensor(x) and x is not None]
         cuts = list(capture.cuts)
         if not cuts:
-            capture.build([x for x in out_leaves if _is_tensor(x)])
-        return ExplainOutput(capture.num_ops, cuts, list(capture.problems) + problems, lines)
+            capture.build([x for x in out_leaves if _is_tensor(x)])  # finds what only Python can compute
+        return num_ops, cuts, list(capture.problems) + problems, lines
     finally:
         capture.close()
 
@@ -817,29 +820,14 @@ def _capture_once(fn, args, kwargs):
 def explain(fn, *args, **kwargs):
     """Runs `fn(*args, **kwargs)` once under a capture (eagerly: its effects happen) and returns an ExplainOutput:
     the compiled segments, every cut with its reader, file and line, and why a replay would need Python."""
-    return _capture_once(fn, args, kwargs)
+    return ExplainOutput(*_run_captured(fn, args, kwargs))
 
 
 def graph(fn, *args, **kwargs):
     """Runs `fn(*args, **kwargs)` once under a capture and returns its graph as text: one line per op (its name,
     input and output shapes, dtype, and the source line that issued it), cuts marked where they fall."""
-    if isinstance(fn, _Compiled):
-        target = fn._fn
-    else:
-        target = fn
-    if isinstance(target, Module) and hasattr(target, "_compiled_forward"):
-        target = target._compiled_forward._fn
-    guards = _Guards(target, args, kwargs)
-    capture = _C._JitCapture(guards.tensors)
-    try:
-        try:
-            target(*args, **kwargs)
-        finally:
-            capture.end()
-        lines = capture.describe()
-        cuts = {before: (reader, file, line) for before, reader, file, line in capture.cuts}
-    finally:
-        capture.close()
+    _, cut_list, _, lines = _run_captured(fn, args, kwargs)
+    cuts = {before: (reader, file, line) for before, reader, file, line in cut_list}
     out = []
     for i, line in enumerate(lines):
         if i in cuts:

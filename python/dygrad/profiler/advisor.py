@@ -143,25 +143,20 @@ def rule_jit(result, summary):
     names = {o.name for o in result.ops}
     if fraction < HOST_BOUND_FRACTION or "jit_graph" in names:
         return None
-    bd = summary["breakdown"]
-    ops = bd.get("num_ops", 0)
+    ops = summary["breakdown"].get("num_ops", 0)
     if "jit_segment" in names:
-        return _advice(
-            "jit", "The compiled step runs as segments", _severity(fraction),
-            f"host-bound idle is {fraction:.0%} of the step and the step ran as jit_segment Tasks: dygrad.jit found "
-            f"host reads in it, so its Python runs every call",
-            {"host_bound_fraction": fraction, "ops_per_step": ops},
-            _speedup(fraction),
-            "dg.jit.explain(step, *args) names each cut with its line: move those reads (.item(), bool(t), "
-            "printing, nonzero) out of the step or every N steps, and the step replays with no Python")
-    return _advice(
-        "jit", "Compile the step with dygrad.jit", _severity(fraction),
-        f"host-bound idle is {fraction:.0%} of the step over {ops:.0f} ops a step: each is a Python call and a "
-        f"dispatch, while dygrad.jit would replay the step as one Task",
-        {"host_bound_fraction": fraction, "ops_per_step": ops},
-        _speedup(fraction),
-        "wrap the whole step (forward, backward, optimizer step, zero_grad) in dg.jit(step) or dg.compile(step), "
-        "or train with --jit (docs/jit.md)")
+        title = "The compiled step runs as segments"
+        evidence = "the step ran as jit_segment Tasks: dygrad.jit found host reads in it, so its Python runs every call"
+        fix = ("dg.jit.explain(step, *args) names each cut with its line: move those reads (.item(), bool(t), "
+               "printing, nonzero) out of the step or every N steps, and the step replays with no Python")
+    else:
+        title = "Compile the step with dygrad.jit"
+        evidence = (f"over {ops:.0f} ops a step, each is a Python call and a dispatch, while dygrad.jit would replay "
+                    "the step as one Task")
+        fix = ("wrap the whole step (forward, backward, optimizer step, zero_grad) in dg.jit(step) or "
+               "dg.compile(step), or train with --jit (docs/jit.md)")
+    return _advice("jit", title, _severity(fraction), f"host-bound idle is {fraction:.0%} of the step; " + evidence,
+                   {"host_bound_fraction": fraction, "ops_per_step": ops}, _speedup(fraction), fix)
 
 
 def rule_data_wait(result, summary):
