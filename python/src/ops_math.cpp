@@ -31,6 +31,8 @@ PyObject* unary_impl(const char* name, PyObject* self, PyObject* const* args, Py
   }
 DG_UNARY_ENTRY(exp)
 DG_UNARY_ENTRY(log)
+DG_UNARY_ENTRY(expm1)
+DG_UNARY_ENTRY(log1p)
 DG_UNARY_ENTRY(sqrt)
 DG_UNARY_ENTRY(rsqrt)
 DG_UNARY_ENTRY(abs)
@@ -283,6 +285,8 @@ void init_ops_math(nb::module_& m) {
   static const OpEntry entries[] = {
       {"exp", exp_entry, "exp(input) -> Tensor", true, true},
       {"log", log_entry, "log(input) -> Tensor: natural logarithm", true, true},
+      {"expm1", expm1_entry, "expm1(input) -> Tensor: exp(input) - 1, accurate near 0", true, true},
+      {"log1p", log1p_entry, "log1p(input) -> Tensor: log(1 + input), accurate near 0", true, true},
       {"sqrt", sqrt_entry, "sqrt(input) -> Tensor", true, true},
       {"rsqrt", rsqrt_entry, "rsqrt(input) -> Tensor: 1 / sqrt(input)", true, true},
       {"abs", abs_entry, "abs(input) -> Tensor", true, true},

@@ -13,7 +13,7 @@ namespace m = dg::math;
 template <typename C>
 __device__ C every_function(C x) {
   C total = m::exp(x) + m::log(x) + m::tanh(x) + m::sigmoid(x) + m::silu(x) + m::gelu_erf(x) + m::gelu_tanh(x);
-  total += m::normal_cdf(x) + m::normal_pdf(x) + m::exp_nonpositive(-x * x);
+  total += m::normal_cdf(x) + m::normal_pdf(x) + m::exp_nonpositive(-x * x) + m::expm1(x) + m::log1p(x);
   total += m::gelu_erf_backward(C(1), x) + m::gelu_tanh_backward(C(1), x) + m::sigmoid_backward(C(1), x) +
            m::tanh_backward(C(1), x) + m::relu_backward(C(1), x) + m::silu_backward(C(1), x) + m::swiglu(x, C(2));
   const m::SwigluGrad<C> g = m::swiglu_backward(C(1), x, C(2), m::sigmoid(x));

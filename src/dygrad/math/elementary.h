@@ -249,6 +249,32 @@ DG_MATH V logaddexp(V a, V b) {
   return (a == b && std::fabs(a) == V(kInfinity)) ? a : sum;
 }
 
+// exp(x) - 1 for every float (torch.expm1): 2^n * expm1(r) + (2^n - 1) as expm1_nonpositive, for x in [-20, 20]
+// (exact reduction for n == 0, so no cancellation near 0); above 20 exp(x) itself (1 is below half an ulp of it);
+// below -20 the clamp gives -1 (exp(-20) is below half an ulp of 1). -0 stays -0, nan stays nan, inf gives inf.
+DG_MATH float expm1(float x) {
+  using namespace detail;
+  const float clamped = clamp_by_bits(x, -20.0f, 20.0f);  // a nan becomes a bound (returned below)
+  const Rounded n = round_log2(clamped);
+  const float scale = float_of((bits_of(n.t) << 23) + (127u << 23));  // 2^n, n in [-29, 29]
+  const float result = fmadd(scale, expm1_reduced(reduce_ln2(clamped, n.n())), scale - 1.0f);
+  return (x != x) | (x == 0.0f) ? x : (x > 20.0f ? exp(x) : result);
+}
+DG_MATH double expm1(double x) { return std::expm1(x); }
+
+// log(1 + x) for every float (torch.log1p): u = 1 + x rounded, then log(u) plus the rounding's first-order
+// correction (x - (u - 1)) / u, as log1p_unit (u - 1 is exact for u below 2^24; above, the correction is below an
+// ulp of the result). Small x keep their digits (|x| below 2^-24 gives x, -0 stays -0); -1 gives -inf, x < -1
+// nan, inf inf, nan nan.
+DG_MATH float log1p(float x) {
+  const float u = 1.0f + x;
+  float result = log(u) + (x - (u - 1.0f)) / u;
+  result = u == 0.0f ? -kInfinity : result;
+  result = x == kInfinity ? kInfinity : result;
+  return (x != x) | (x == 0.0f) ? x : result;
+}
+DG_MATH double log1p(double x) { return std::log1p(x); }
+
 // tanh(x) = sign(x) * -u / (2 + u) with u = expm1(-2|x|): no cancellation near 0, no overflow for large |x|.
 DG_MATH float tanh(float x) {
   const float u = expm1_nonpositive(-2.0f * std::fabs(x));

@@ -28,6 +28,10 @@ Tensor saved_output(Node& n) { return n.saved_output(0); }
 
 void exp_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], saved_output(n)); }  // y
 void log_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], n.saved(0)); }        // x
+// expm1: exp(x), not torch's y + 1, which loses exp(x) where it is below half an ulp of 1 (x < -17 in float32), so
+// the ELU family composed on it has torch's elu_backward, alpha exp(x), to the last digit
+void expm1_backward(Node& n, Grads g, GradInputs gi) { gi[0] = mul(g[0], exp(n.saved(0))); }  // x
+void log1p_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], add(n.saved(0), 1)); }       // x: 1 / (1 + x)
 void sqrt_backward(Node& n, Grads g, GradInputs gi) { gi[0] = div(g[0], mul(saved_output(n), 2)); }  // y
 void rsqrt_backward(Node& n, Grads g, GradInputs gi) {  // y: d/dx x^(-1/2) = -y^3 / 2
   Tensor y = saved_output(n);
@@ -162,6 +166,8 @@ OpCost transcendental_cost(const Task& t) {
   const OpDef op_##name(#name, attrs, {.fusion = FusionClass::Elementwise, .backward = name##_backward, .cost = cost_fn})
 DG_UNARY_OP(exp, nullptr, transcendental_cost);
 DG_UNARY_OP(log, nullptr, transcendental_cost);
+DG_UNARY_OP(expm1, nullptr, transcendental_cost);
+DG_UNARY_OP(log1p, nullptr, transcendental_cost);
 DG_UNARY_OP(sqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(rsqrt, nullptr, elementwise_cost);
 DG_UNARY_OP(abs, nullptr, elementwise_cost);
@@ -285,6 +291,8 @@ void detail::check_no_internal_overlap(const char* op, const Tensor& t) {
 
 Tensor exp(const Tensor& a) { return floating_unary(op_exp, a, save_output); }
 Tensor log(const Tensor& a) { return floating_unary(op_log, a, save_input); }
+Tensor expm1(const Tensor& a) { return floating_unary(op_expm1, a, save_input); }
+Tensor log1p(const Tensor& a) { return floating_unary(op_log1p, a, save_input); }
 Tensor sqrt(const Tensor& a) { return floating_unary(op_sqrt, a, save_output); }
 Tensor rsqrt(const Tensor& a) { return floating_unary(op_rsqrt, a, save_output); }
 Tensor sin(const Tensor& a) { return floating_unary(op_sin, a, save_input); }

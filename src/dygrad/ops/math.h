@@ -13,6 +13,8 @@ namespace dg {
 // Unary functions (integers promote to float32; abs and relu keep the dtype).
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
+Tensor expm1(const Tensor& a);  // exp(a) - 1, accurate near 0
+Tensor log1p(const Tensor& a);  // log(1 + a), accurate near 0
 Tensor sqrt(const Tensor& a);
 Tensor rsqrt(const Tensor& a);  // 1 / sqrt(a)
 Tensor abs(const Tensor& a);

@@ -55,6 +55,8 @@ ARITHMETIC = [
 
 MATH = [
     unary("exp"), unary("log", **POSITIVE), unary("sqrt", **POSITIVE), unary("rsqrt", **POSITIVE),
+    # expm1 and log1p: across 0, where exp(x) - 1 and log(1 + x) would cancel; log1p down to -0.75
+    unary("expm1", -3, 3), unary("log1p", -0.75, 3),
     unary("abs", dtypes=FLOATS + ("int64", "int32")),
     unary("floor", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
     unary("ceil", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),

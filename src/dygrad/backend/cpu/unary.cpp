@@ -22,6 +22,8 @@
 // input (x), output out of x's floating dtype (abs and relu also take integers): out = f(x)
 //   void exp_kernel(Task& task);
 //   void log_kernel(Task& task);
+//   void expm1_kernel(Task& task);
+//   void log1p_kernel(Task& task);
 //   void sqrt_kernel(Task& task);
 //   void rsqrt_kernel(Task& task);
 //   void abs_kernel(Task& task);
@@ -202,6 +204,9 @@ void log_kernel(Task& task) {
                 [](float x) DG_VEC_INLINE_LAMBDA { return math::log_in_normal_range(x); },
                 [](auto x) DG_VEC_INLINE_LAMBDA { return math::log(x); });
 }
+// math/elementary.h: vectorised for float32 (selects for the special values), libm for float64.
+void expm1_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::expm1(x); }); }
+void log1p_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return math::log1p(x); }); }
 void sqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return std::sqrt(x); }); }
 void rsqrt_kernel(Task& task) { floating_unary(task, [](auto x) DG_VEC_INLINE_LAMBDA { return decltype(x)(1) / std::sqrt(x); }); }
 void sin_kernel(Task& task) {
@@ -395,6 +400,8 @@ void minimum_kernel(Task& task) {
 
 DG_REGISTER_KERNEL(exp, Device::Type::CPU, exp_kernel);
 DG_REGISTER_KERNEL(log, Device::Type::CPU, log_kernel);
+DG_REGISTER_KERNEL(expm1, Device::Type::CPU, expm1_kernel);
+DG_REGISTER_KERNEL(log1p, Device::Type::CPU, log1p_kernel);
 DG_REGISTER_KERNEL(sqrt, Device::Type::CPU, sqrt_kernel);
 DG_REGISTER_KERNEL(rsqrt, Device::Type::CPU, rsqrt_kernel);
 DG_REGISTER_KERNEL(abs, Device::Type::CPU, abs_kernel);
