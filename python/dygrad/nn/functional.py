@@ -348,3 +348,69 @@ def prelu(input, weight):
                                f"{weight.numel()} and channel size = {channels}.")
         weight = weight.reshape((channels,) + (1,) * (input.dim() - 2)) if input.dim() >= 2 else weight
     return _C.where(input > 0, input, weight * input)
+
+
+# --- the exponential activations of issue 41 (ELU family, softplus, mish, logsigmoid): torch's formulas, with
+# expm1 and log1p where torch's kernels use them. The branch not taken is fed a harmless value (where(x > 0, 0, x)),
+# so an overflow there never reaches the gradient as inf * 0.
+def _elu(input, alpha, scale, input_scale):
+    """torch's elu kernel: x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale. Its gradient is torch's,
+    1 * scale above 0 and alpha * scale * input_scale * exp(x * input_scale) at and below 0."""
+    negative = _C.where(input > 0, 0.0, input)
+    return _C.where(input > 0, input * scale if scale != 1.0 else input,
+                    _C.expm1(negative * input_scale if input_scale != 1.0 else negative) * (alpha * scale))
+
+
+def elu(input, alpha=1.0, inplace=False):
+    result = _elu(input, alpha, 1.0, 1.0)
+    return input.copy_(result) if inplace else result
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, inplace=True)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    result = _elu(input, _SELU_ALPHA, _SELU_SCALE, 1.0)
+    return input.copy_(result) if inplace else result
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    result = _elu(input, alpha, 1.0, 1.0 / alpha)
+    return input.copy_(result) if inplace else result
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, inplace=True)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """torch's: x * beta > threshold ? x : log1p(exp(x * beta)) / beta."""
+    scaled = input * beta if beta != 1.0 else input
+    linear = scaled > threshold
+    smooth = _C.log1p(_C.exp(_C.where(linear, 0.0, scaled)))
+    return _C.where(linear, input, smooth / beta if beta != 1.0 else smooth)
+
+
+def mish(input, inplace=False):
+    """x * tanh(softplus(x)). torch's kernel takes log1p(exp(x)) without softplus's threshold; above 20 both
+    round tanh to 1 exactly, and the threshold keeps exp's overflow out of the gradient."""
+    if inplace:  # the product's backward reads x: computed from a copy, which the overwrite leaves intact
+        return input.copy_(mish(input.clone()))
+    return input * _C.tanh(softplus(input))
+
+
+def logsigmoid(input):
+    """min(x, 0) - log1p(exp(-|x|)), as torch's kernel; minimum splits the gradient at 0 as torch's backward
+    (0.5 there)."""
+    return _C.minimum(input, _C.zeros((), dtype=input.dtype)) - _C.log1p(_C.exp(-input.abs()))

@@ -57,6 +57,14 @@ MATH = [
     unary("exp"), unary("log", **POSITIVE), unary("sqrt", **POSITIVE), unary("rsqrt", **POSITIVE),
     # expm1 and log1p: across 0, where exp(x) - 1 and log(1 + x) would cancel; log1p down to -0.75
     unary("expm1", -3, 3), unary("log1p", -0.75, 3),
+    # the activations nn/functional.py composes over them (issue 41): the ELU family on expm1, softplus, mish and
+    # logsigmoid on log1p; float32 and float64 (16-bit operands would round at every composed step)
+    *[unary("expm1", -3, 3, variant=name, dtypes=("float32", "float64"), call=call) for name, call in (
+        ("elu", lambda m, x: m.nn.functional.elu(x, 0.7)), ("selu", lambda m, x: m.nn.functional.selu(x)),
+        ("celu", lambda m, x: m.nn.functional.celu(x, 1.5)))],
+    *[unary("log1p", -4, 4, variant=name, dtypes=("float32", "float64"), call=call) for name, call in (
+        ("softplus", lambda m, x: m.nn.functional.softplus(x, 2.0, 6.0)), ("mish", lambda m, x: m.nn.functional.mish(x)),
+        ("logsigmoid", lambda m, x: m.nn.functional.logsigmoid(x)))],
     unary("abs", dtypes=FLOATS + ("int64", "int32")),
     unary("floor", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
     unary("ceil", low=-3.0, high=3.0, dtypes=FLOATS + ("int64", "int32")),
