@@ -73,6 +73,10 @@ DIFFERS = {
                                            "a collective does not block the host (reading its result waits)",
     "torch.distributed.Work.wait": "orders later ops after the collective without blocking the host (as NCCL)",
     "torch.nn.utils.clip_grad_norm_": "foreach is accepted and ignored",
+    "torch.nn.Conv1d": "composed: an im2col of strided slices and one matmul per group (python/dygrad/nn/conv.py "
+                       "says why); the columns hold prod(kernel) copies of the input. So are Conv2d and Conv3d",
+    "torch.nn.ConvTranspose1d": "composed: the convolution of the stride-dilated input with the flipped weight; so "
+                                "are ConvTranspose2d and ConvTranspose3d",
     "torch.nn.functional.mish": "x * tanh(softplus(x)) with softplus's threshold 20, where torch's kernel takes "
                                 "log1p(exp(x)): equal values (tanh rounds to 1 there), no overflow in the gradient",
 }

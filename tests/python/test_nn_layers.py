@@ -1,7 +1,8 @@
 """The layers of issue 41, part 2, against torch 2.13: the exponential activations (elu, selu, celu, softplus, mish,
-logsigmoid). Each module is built in both libraries with torch's initial weights copied into dygrad's; outputs,
-input gradients and every parameter's gradient are compared in float64 (tight tolerances), state_dict keys and
-reprs must be equal, and bad arguments must raise torch's exception type."""
+logsigmoid) and convolutions (conv1d/2d/3d, the transposed ones). Each module is built in both libraries with
+torch's initial weights copied into dygrad's; outputs, input gradients and every parameter's gradient are compared
+in float64 (tight tolerances), state_dict keys and reprs must be equal, and bad arguments must raise torch's
+exception type."""
 import numpy as np
 import pytest
 import torch
@@ -119,3 +120,136 @@ def test_activation_modules_repr_forward_and_errors_match_torch():
         np.testing.assert_allclose(ours(dg.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(), rtol=1e-14)
         assert getattr(dg.nn.modules.activation, name) is getattr(dg.nn, name)
     same_error(lambda: F.celu(dg.ones(3), alpha=0.0), lambda: TF.celu(torch.ones(3), alpha=0.0), "alpha cannot be 0")
+
+
+# --- convolutions ---------------------------------------------------------------------------------------------------
+CONVS = [  # spatial dims, in, out, kernel, keyword arguments, input spatial size
+    (1, 4, 6, 3, {}, (11,)),
+    (1, 4, 6, 3, {"stride": 2, "padding": 1}, (11,)),
+    (1, 4, 6, 4, {"padding": "same", "dilation": 2}, (10,)),
+    (1, 2, 3, 4, {"padding": "same"}, (7,)),  # an odd total padding: the extra zero goes at the end
+    (1, 6, 6, 4, {"groups": 6, "padding": 3, "bias": False}, (9,)),  # Mamba's depthwise causal conv
+    (1, 4, 6, 3, {"padding": "valid", "groups": 2, "dilation": 3}, (12,)),
+    (2, 3, 4, 3, {}, (7, 8)),
+    (2, 3, 4, (3, 2), {"stride": (2, 1), "padding": (1, 2), "dilation": (1, 2)}, (9, 7)),
+    (2, 4, 6, 3, {"padding": "same", "groups": 2}, (6, 5)),
+    (2, 3, 4, 1, {"bias": False}, (5, 5)),
+    (3, 2, 4, 2, {"stride": 2, "padding": 1}, (4, 5, 3)),
+]
+
+
+def conv_pair(spatial, cin, cout, kernel, kwargs):
+    torch.manual_seed(0)
+    theirs = getattr(torch.nn, f"Conv{spatial}d")(cin, cout, kernel, dtype=torch.float64, **kwargs)
+    ours = copy_module(theirs, getattr(dg.nn, f"Conv{spatial}d")(cin, cout, kernel, dtype=dg.float64, **kwargs))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("spatial,cin,cout,kernel,kwargs,size", CONVS)
+def test_conv_forward_and_gradients_match_torch(spatial, cin, cout, kernel, kwargs, size):
+    ours, theirs = conv_pair(spatial, cin, cout, kernel, kwargs)
+    assert repr(ours) == repr(theirs)
+    for batch in ((2,), ()):  # batched and unbatched
+        d, t = both(rand(*batch, cin, *size, seed=2))
+        out_d, out_t = ours(d), theirs(t)
+        assert tuple(out_d.shape) == tuple(out_t.shape)
+        close(out_d, out_t)
+        ours.zero_grad()
+        theirs.zero_grad()
+        backward_both(out_d, out_t)
+        close(d.grad, t.grad)
+        compare_grads(ours, theirs)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv_padding_modes_match_torch(mode):
+    ours, theirs = conv_pair(2, 2, 3, 3, {"padding": (1, 2), "padding_mode": mode})
+    assert repr(ours) == repr(theirs)
+    d, t = both(rand(2, 2, 5, 6, seed=3))
+    close(ours(d), theirs(t))
+
+
+TRANSPOSED = [  # spatial dims, in, out, kernel, keyword arguments, input spatial size
+    (1, 4, 6, 3, {}, (5,)),
+    (1, 4, 6, 3, {"stride": 2, "padding": 1, "output_padding": 1}, (5,)),
+    (1, 4, 6, 4, {"stride": 3, "padding": 5, "groups": 2, "dilation": 2, "bias": False}, (6,)),
+    (2, 3, 4, 3, {"stride": 2}, (4, 3)),
+    (2, 4, 6, (3, 2), {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2), "groups": 2}, (3, 4)),
+    (2, 2, 2, 2, {"dilation": 2, "padding": 1}, (3, 3)),
+    (3, 2, 2, 2, {"stride": 2}, (2, 3, 2)),
+]
+
+
+@pytest.mark.parametrize("spatial,cin,cout,kernel,kwargs,size", TRANSPOSED)
+def test_conv_transpose_forward_and_gradients_match_torch(spatial, cin, cout, kernel, kwargs, size):
+    torch.manual_seed(1)
+    theirs = getattr(torch.nn, f"ConvTranspose{spatial}d")(cin, cout, kernel, dtype=torch.float64, **kwargs)
+    ours = copy_module(theirs, getattr(dg.nn, f"ConvTranspose{spatial}d")(cin, cout, kernel, dtype=dg.float64,
+                                                                           **kwargs))
+    assert repr(ours) == repr(theirs) and tuple(ours.weight.shape) == tuple(theirs.weight.shape)
+    for batch in ((2,), ()):
+        d, t = both(rand(*batch, cin, *size, seed=4))
+        out_d, out_t = ours(d), theirs(t)
+        close(out_d, out_t)
+        ours.zero_grad()
+        theirs.zero_grad()
+        backward_both(out_d, out_t)
+        close(d.grad, t.grad)
+        compare_grads(ours, theirs)
+
+
+def test_conv_transpose_output_size_matches_torch():
+    torch.manual_seed(2)
+    theirs = torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, dtype=torch.float64)
+    ours = copy_module(theirs, dg.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, dtype=dg.float64))
+    d, t = both(rand(1, 2, 4, 4, seed=5))
+    for size in ([8, 8], [1, 3, 7, 8]):
+        close(ours(d, output_size=size), theirs(t, output_size=size))
+    same_error(lambda: ours(d, output_size=[12, 12]), lambda: theirs(t, output_size=[12, 12]))
+
+
+def test_conv_init_matches_torch_distribution_and_layout():
+    for cls, shape in (("Conv1d", (6, 2, 3)), ("Conv2d", (6, 2, 3, 3)), ("ConvTranspose2d", (4, 3, 3, 3))):
+        ours, theirs = getattr(dg.nn, cls)(4, 6, 3, groups=2), getattr(torch.nn, cls)(4, 6, 3, groups=2)
+        assert tuple(ours.weight.shape) == tuple(theirs.weight.shape) == shape
+        fan_in = shape[1] * int(np.prod(shape[2:]))
+        bound = 1 / np.sqrt(fan_in)
+        assert np.abs(ours.weight.detach().numpy()).max() <= bound and np.abs(ours.bias.detach().numpy()).max() <= bound
+        assert list(ours.state_dict()) == list(theirs.state_dict())
+        for attr in ("kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "transposed",
+                     "padding_mode"):
+            assert getattr(ours, attr) == getattr(theirs, attr), attr
+    c_d, c_t = dg.nn.Conv2d(3, 4, (3, 2), padding="same", dilation=(1, 3)), torch.nn.Conv2d(3, 4, (3, 2), padding="same",
+                                                                                          dilation=(1, 3))
+    assert list(c_d._reversed_padding_repeated_twice) == list(c_t._reversed_padding_repeated_twice)
+    assert isinstance(dg.nn.Conv1d(1, 1, 1), dg.nn.modules.conv._ConvNd)
+
+
+def test_conv_errors_match_torch():
+    x_d, x_t = dg.ones(2, 5, 8, 8), torch.ones(2, 5, 8, 8)
+    w_d, w_t = dg.ones(4, 3, 3, 3), torch.ones(4, 3, 3, 3)
+    cases = [
+        (lambda m, x, w: m.conv2d(x, w), "expected input\\[2, 5, 8, 8\\] to have 3 channels"),
+        (lambda m, x, w: m.conv2d(x[:, :3, :2, :2], w), "Kernel size can't be greater than actual input size"),
+        (lambda m, x, w: m.conv2d(x[0, 0], w), "Expected 3D \\(unbatched\\) or 4D \\(batched\\) input to conv2d"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, x[0, 0, 0, :5]), "expected bias to be 1-dimensional with 4 elements"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, stride=2, padding="same"), "not supported for strided convolutions"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, padding="foo"), "Invalid padding string: 'foo'"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, stride=(1, 1, 1)), "expected stride to be a single integer"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, stride=0), "non-positive stride is not supported"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, padding=-1), "negative padding is not supported"),
+        (lambda m, x, w: m.conv2d(x[:, :3], w, dilation=0), "non-positive dilation is not supported"),
+        (lambda m, x, w: m.conv1d(x[0], w[0, 0]), "weight should have at least three dimensions"),
+        (lambda m, x, w: m.conv1d(x[0], w[:3, :, 0], groups=2), "expected weight to be divisible by 2"),
+        (lambda m, x, w: m.conv_transpose2d(x, w), "Given transposed=1, weight of size \\[4, 3, 3, 3\\]"),
+        (lambda m, x, w: m.conv_transpose1d(x[0, :4], w[:, :, 0], stride=2, output_padding=2),
+         "output padding must be smaller than either stride or dilation"),
+    ]
+    for call, match in cases:
+        same_error(lambda: call(F, x_d, w_d), lambda: call(TF, x_t, w_t), match)
+    for args, kwargs in [((3, 4, 3), {"padding_mode": "x"}), ((3, 4, 3), {"groups": 2}), ((4, 3, 3), {"groups": 2}),
+                         ((4, 4, 3), {"padding": "same", "stride": 2}), ((4, 4, 3), {"padding": "foo"}),
+                         ((4, 4, 3), {"groups": 0})]:
+        same_error(lambda: dg.nn.Conv2d(*args, **kwargs), lambda: torch.nn.Conv2d(*args, **kwargs))
+    same_error(lambda: dg.nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect"),
+               lambda: torch.nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect"), "Only \"zeros\" padding mode")

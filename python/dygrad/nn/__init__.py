@@ -6,6 +6,7 @@ from .layers import (  # noqa: F401
 from .layers import (GLU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, PReLU, ReLU6,  # noqa: F401
                      Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .activations import CELU, ELU, SELU, LogSigmoid, Mish, Softplus  # noqa: F401
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d  # noqa: F401
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from .module import Module  # noqa: F401
 from .parameter import Buffer, Parameter  # noqa: F401

@@ -414,3 +414,7 @@ def logsigmoid(input):
     """min(x, 0) - log1p(exp(-|x|)), as torch's kernel; minimum splits the gradient at 0 as torch's backward
     (0.5 there)."""
     return _C.minimum(input, _C.zeros((), dtype=input.dtype)) - _C.log1p(_C.exp(-input.abs()))
+
+
+# The convolutions are defined beside their modules (conv.py), exported here under torch's names.
+from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: E402,F401

@@ -209,6 +209,15 @@ ENTRIES = [
           # the big case sums K = 256 products of magnitude ~1: float32 rounding reaches ~sqrt(K) eps sum|a b| ~ 1e-5
           big=(Input((192, 256)), Input((256, 160))),
           tolerance={"float32": (2e-5, 1e-4), "bfloat16": (2e-2, 3e-2), "float16": (3e-3, 3e-3)}),
+    # the convolutions of nn/conv.py (issue 41): an im2col of strided slices, one matmul per group
+    Entry("matmul", lambda m, x, w, b: m.nn.functional.conv1d(x, w, b, stride=2, padding=2, dilation=2, groups=2),
+          variant="conv1d", dtypes=("float32", "float64"),
+          cases=((Input((2, 4, 9)), Input((6, 2, 3)), Input((6,))),)),
+    Entry("matmul", lambda m, x, w: m.nn.functional.conv2d(x, w, padding="same"), variant="conv2d",
+          dtypes=("float32", "float64"), cases=((Input((2, 3, 5, 4)), Input((4, 3, 3, 2))),)),
+    Entry("matmul", lambda m, x, w, b: m.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+          variant="conv_transpose2d", dtypes=("float32", "float64"),
+          cases=((Input((2, 3, 3, 4)), Input((3, 2, 3, 3)), Input((2,))),)),
     # addmm (ops/linalg.cpp): beta * input + alpha * the product in one GEMM Task; baddbmm and addbmm run it too
     Entry("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=0.5, alpha=-2.0),
           cases=((Input((5,)), Input((3, 4)), Input((4, 5))), (Input((3, 5)), Input((3, 4)), Input((4, 5))),
