@@ -1,8 +1,8 @@
 """The layers of issue 41, part 2, against torch 2.13: the exponential activations (elu, selu, celu, softplus, mish,
-logsigmoid) and convolutions (conv1d/2d/3d, the transposed ones). Each module is built in both libraries with
-torch's initial weights copied into dygrad's; outputs, input gradients and every parameter's gradient are compared
-in float64 (tight tolerances), state_dict keys and reprs must be equal, and bad arguments must raise torch's
-exception type."""
+logsigmoid), convolutions (conv1d/2d/3d, the transposed ones) and batch and group norm. Each module is built in
+both libraries with torch's initial weights copied into dygrad's; outputs, input gradients and every parameter's
+gradient are compared in float64 (tight tolerances), state_dict keys and reprs must be equal, and bad arguments
+must raise torch's exception type."""
 import numpy as np
 import pytest
 import torch
@@ -253,3 +253,83 @@ def test_conv_errors_match_torch():
         same_error(lambda: dg.nn.Conv2d(*args, **kwargs), lambda: torch.nn.Conv2d(*args, **kwargs))
     same_error(lambda: dg.nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect"),
                lambda: torch.nn.ConvTranspose2d(4, 4, 3, padding_mode="reflect"), "Only \"zeros\" padding mode")
+
+
+# --- batch and group norm -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls,shape,kwargs", [
+    ("BatchNorm1d", (6, 3), {}), ("BatchNorm1d", (4, 3, 5), {"momentum": None}),
+    ("BatchNorm2d", (3, 4, 3, 5), {"affine": False}), ("BatchNorm2d", (2, 4, 3, 3), {"momentum": 0.3, "eps": 1e-3}),
+    ("BatchNorm2d", (2, 4, 3, 3), {"track_running_stats": False}), ("BatchNorm1d", (5, 3), {"bias": False}),
+    ("BatchNorm3d", (2, 2, 3, 2, 2), {})])
+def test_batch_norm_training_steps_and_eval_match_torch(cls, shape, kwargs):
+    theirs = getattr(torch.nn, cls)(shape[1], dtype=torch.float64, **kwargs)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rand(*p.shape, seed=7)))
+    ours = copy_module(theirs, getattr(dg.nn, cls)(shape[1], dtype=dg.float64, **kwargs))
+    assert repr(ours) == repr(theirs)
+    for step in range(3):  # training: batch statistics, running statistics updated
+        d, t = both(rand(*shape, seed=10 + step, scale=2.0) + step)
+        out_d, out_t = ours(d), theirs(t)
+        close(out_d, out_t)
+        ours.zero_grad()
+        theirs.zero_grad()
+        backward_both(out_d, out_t)
+        close(d.grad, t.grad, rtol=1e-9, atol=1e-10)
+        compare_grads(ours, theirs, rtol=1e-9, atol=1e-10)
+        for name, buffer in theirs.named_buffers():
+            close(dict(ours.named_buffers())[name], buffer)
+    ours.eval()
+    theirs.eval()
+    d, t = both(rand(*shape, seed=20))
+    out_d, out_t = ours(d), theirs(t)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(d.grad, t.grad)
+    if theirs.num_batches_tracked is not None:
+        assert ours.num_batches_tracked.item() == 3 and ours.num_batches_tracked.dtype == dg.int64
+
+
+@pytest.mark.parametrize("groups,channels,shape,kwargs", [(2, 4, (3, 4, 5), {}), (1, 3, (2, 3, 4, 4), {}),
+                                                          (3, 3, (2, 3), {"affine": False}),
+                                                          (2, 6, (2, 6, 2, 3), {"eps": 1e-2, "bias": False})])
+def test_group_norm_matches_torch(groups, channels, shape, kwargs):
+    theirs = torch.nn.GroupNorm(groups, channels, dtype=torch.float64, **kwargs)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.tensor(rand(*p.shape, seed=3)))
+    ours = copy_module(theirs, dg.nn.GroupNorm(groups, channels, dtype=dg.float64, **kwargs))
+    assert repr(ours) == repr(theirs)
+    d, t = both(rand(*shape, seed=4, scale=3.0) + 1)
+    out_d, out_t = ours(d), theirs(t)
+    close(out_d, out_t)
+    backward_both(out_d, out_t)
+    close(d.grad, t.grad, rtol=1e-9, atol=1e-10)
+    compare_grads(ours, theirs, rtol=1e-9, atol=1e-10)
+
+
+def test_norm_errors_and_functional_forms_match_torch():
+    cases = [
+        (lambda m, nn, lib: m.group_norm(lib.ones(2, 6, 4), 4), "divisible by num_groups"),
+        (lambda m, nn, lib: m.group_norm(lib.ones(2), 1), "Expected at least 2 dimensions"),
+        (lambda m, nn, lib: m.group_norm(lib.ones(1, 2, 1), 2), "Expected more than 1 value per channel"),
+        (lambda m, nn, lib: m.group_norm(lib.ones(2, 6, 4), 3, lib.ones(5)), "Expected weight to be a vector"),
+        (lambda m, nn, lib: nn.GroupNorm(4, 6), "num_channels \\(6\\) must be divisible by num_groups \\(4\\)"),
+        (lambda m, nn, lib: m.batch_norm(lib.ones(1, 3), lib.zeros(3), lib.ones(3), training=True),
+         "Expected more than 1 value per channel when training"),
+        (lambda m, nn, lib: m.batch_norm(lib.ones(2, 3), None, None), "running_mean must be defined in evaluation"),
+        (lambda m, nn, lib: m.batch_norm(lib.ones(2, 4), lib.zeros(3), lib.ones(3)), "running_mean should contain 4"),
+        (lambda m, nn, lib: nn.BatchNorm1d(3)(lib.ones(2, 3, 4, 5)), "expected 2D or 3D input \\(got 4D input\\)"),
+        (lambda m, nn, lib: nn.BatchNorm2d(3)(lib.ones(2, 3, 4)), "expected 4D input \\(got 3D input\\)"),
+    ]
+    for call, match in cases:
+        same_error(lambda: call(F, dg.nn, dg), lambda: call(TF, torch.nn, torch), match)
+    x = rand(4, 3, 5, seed=6)
+    mean_d, var_d = dg.zeros(3, dtype=dg.float64), dg.ones(3, dtype=dg.float64)
+    mean_t, var_t = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    close(F.batch_norm(dg.tensor(x), mean_d, var_d, training=True, momentum=0.5),
+          TF.batch_norm(torch.tensor(x), mean_t, var_t, training=True, momentum=0.5))
+    close(mean_d, mean_t)
+    close(var_d, var_t)
+    close(F.batch_norm(dg.tensor(x), mean_d, var_d), TF.batch_norm(torch.tensor(x), mean_t, var_t))
+    close(F.group_norm(dg.tensor(x), 3), TF.group_norm(torch.tensor(x), 3))

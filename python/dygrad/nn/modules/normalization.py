@@ -2,5 +2,6 @@
 torch.serialization.safe_globals name them by this path). A name torch has here and dygrad lacks is missing."""
 
 from ..layers import LayerNorm, RMSNorm  # noqa: F401
+from ..norms import GroupNorm  # noqa: F401
 
-__all__ = ['LayerNorm', 'RMSNorm']
+__all__ = ['LayerNorm', 'GroupNorm', 'RMSNorm']
