@@ -77,6 +77,8 @@ DIFFERS = {
                        "says why); the columns hold prod(kernel) copies of the input. So are Conv2d and Conv3d",
     "torch.nn.ConvTranspose1d": "composed: the convolution of the stride-dilated input with the flipped weight; so "
                                 "are ConvTranspose2d and ConvTranspose3d",
+    "torch.nn.LSTM": "composed, one time step after another (the input projection of each layer in one matmul); a "
+                     "PackedSequence input raises NotImplementedError; so do GRU and RNN",
     "torch.nn.BatchNorm1d": "momentum=None reads num_batches_tracked on the host (a sync), as torch's float() does",
     "torch.nn.functional.mish": "x * tanh(softplus(x)) with softplus's threshold 20, where torch's kernel takes "
                                 "log1p(exp(x)): equal values (tanh rounds to 1 there), no overflow in the gradient",

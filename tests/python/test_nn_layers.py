@@ -1,8 +1,8 @@
 """The layers of issue 41, part 2, against torch 2.13: the exponential activations (elu, selu, celu, softplus, mish,
-logsigmoid), convolutions (conv1d/2d/3d, the transposed ones) and batch and group norm. Each module is built in
-both libraries with torch's initial weights copied into dygrad's; outputs, input gradients and every parameter's
-gradient are compared in float64 (tight tolerances), state_dict keys and reprs must be equal, and bad arguments
-must raise torch's exception type."""
+logsigmoid), convolutions (conv1d/2d/3d, the transposed ones), batch and group norm and the recurrent layers (RNN,
+LSTM, GRU and their cells). Each module is built in both libraries with torch's initial weights copied into
+dygrad's; outputs, input gradients and every parameter's gradient are compared in float64 (tight tolerances),
+state_dict keys and reprs must be equal, and bad arguments must raise torch's exception type."""
 import numpy as np
 import pytest
 import torch
@@ -333,3 +333,127 @@ def test_norm_errors_and_functional_forms_match_torch():
     close(var_d, var_t)
     close(F.batch_norm(dg.tensor(x), mean_d, var_d), TF.batch_norm(torch.tensor(x), mean_t, var_t))
     close(F.group_norm(dg.tensor(x), 3), TF.group_norm(torch.tensor(x), 3))
+
+
+# --- recurrent layers -------------------------------------------------------------------------------------------------
+RNNS = [("LSTM", {}), ("LSTM", {"num_layers": 2, "bidirectional": True}),
+        ("LSTM", {"batch_first": True, "bias": False}), ("LSTM", {"proj_size": 3, "num_layers": 2}),
+        ("LSTM", {"proj_size": 2, "bidirectional": True, "batch_first": True}),
+        ("GRU", {}), ("GRU", {"num_layers": 2, "bidirectional": True, "batch_first": True}),
+        ("GRU", {"bias": False}), ("RNN", {"nonlinearity": "relu", "num_layers": 2}),
+        ("RNN", {"bidirectional": True})]
+
+
+def rnn_pair(cls, kwargs, input_size=4, hidden=5):
+    torch.manual_seed(3)
+    theirs = getattr(torch.nn, cls)(input_size, hidden, dtype=torch.float64, **kwargs)
+    ours = copy_module(theirs, getattr(dg.nn, cls)(input_size, hidden, dtype=dg.float64, **kwargs))
+    return ours, theirs
+
+
+@pytest.mark.parametrize("cls,kwargs", RNNS, ids=[f"{c}{k}" for c, k in RNNS])
+def test_recurrent_layers_match_torch(cls, kwargs):
+    ours, theirs = rnn_pair(cls, kwargs)
+    assert repr(ours) == repr(theirs) and ours._flat_weights_names == theirs._flat_weights_names
+    layers = kwargs.get("num_layers", 1) * (2 if kwargs.get("bidirectional") else 1)
+    real = kwargs.get("proj_size") or 5
+    batch_first = kwargs.get("batch_first", False)
+    for with_state in (False, True):
+        x = rand(3, 6, 4, seed=1) if batch_first else rand(6, 3, 4, seed=1)
+        d, t = both(x)
+        states_d = states_t = None
+        if with_state:
+            h_d, h_t = both(rand(layers, 3, real, seed=2))
+            if cls == "LSTM":
+                c_d, c_t = both(rand(layers, 3, 5, seed=3))
+                states_d, states_t = (h_d, c_d), (h_t, c_t)
+            else:
+                states_d, states_t = h_d, h_t
+        out_d, hidden_d = ours(d, states_d)
+        out_t, hidden_t = theirs(t, states_t)
+        flat_d = (out_d,) + (hidden_d if cls == "LSTM" else (hidden_d,))
+        flat_t = (out_t,) + (hidden_t if cls == "LSTM" else (hidden_t,))
+        for a, b in zip(flat_d, flat_t):
+            assert tuple(a.shape) == tuple(b.shape)
+            close(a, b)
+        ours.zero_grad()
+        theirs.zero_grad()
+        backward_both(flat_d, flat_t)
+        close(d.grad, t.grad)
+        compare_grads(ours, theirs)
+        if with_state:
+            close(h_d.grad, h_t.grad)
+    x = rand(6, 4, seed=5)  # unbatched
+    out_d, hidden_d = ours(dg.tensor(x))
+    out_t, hidden_t = theirs(torch.tensor(x))
+    close(out_d, out_t)
+    close(hidden_d[0] if cls == "LSTM" else hidden_d, hidden_t[0] if cls == "LSTM" else hidden_t)
+
+
+def test_recurrent_dropout_and_initialisation():
+    ours, theirs = rnn_pair("LSTM", {"num_layers": 2, "dropout": 0.5})
+    ours.eval()
+    theirs.eval()
+    x = rand(5, 2, 4, seed=6)
+    close(ours(dg.tensor(x))[0], theirs(torch.tensor(x))[0])  # no dropout in eval mode
+    ours.train()
+    a, b = ours(dg.tensor(x))[0], ours(dg.tensor(x))[0]
+    assert not np.allclose(a.detach().numpy(), b.detach().numpy())  # dropout between the layers in training
+    lstm = dg.nn.LSTM(3, 8, num_layers=2, bidirectional=True)
+    for p in lstm.parameters():
+        assert np.abs(p.detach().numpy()).max() <= 1 / np.sqrt(8)
+    assert len(lstm.all_weights) == 4 and lstm.weight_ih_l1_reverse.shape == (32, 16)
+    with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+        dg.nn.GRU(3, 4, dropout=0.2)
+
+
+@pytest.mark.parametrize("cls", ["LSTMCell", "GRUCell", "RNNCell"])
+def test_recurrent_cells_match_torch(cls):
+    torch.manual_seed(4)
+    theirs = getattr(torch.nn, cls)(4, 5, dtype=torch.float64)
+    ours = copy_module(theirs, getattr(dg.nn, cls)(4, 5, dtype=dg.float64))
+    assert repr(ours) == repr(theirs)
+    d, t = both(rand(3, 4, seed=1))
+    h_d, h_t = both(rand(3, 5, seed=2))
+    c_d, c_t = both(rand(3, 5, seed=3))
+    hx_d, hx_t = ((h_d, c_d), (h_t, c_t)) if cls == "LSTMCell" else (h_d, h_t)
+    for steps in range(2):  # two steps: the state's gradient flows through the first
+        out_d, out_t = ours(d, hx_d), theirs(t, hx_t)
+        hx_d, hx_t = out_d, out_t
+    flat_d = out_d if cls == "LSTMCell" else (out_d,)
+    flat_t = out_t if cls == "LSTMCell" else (out_t,)
+    for a, b in zip(flat_d, flat_t):
+        close(a, b)
+    backward_both(tuple(flat_d), tuple(flat_t))
+    close(d.grad, t.grad)
+    close(h_d.grad, h_t.grad)
+    compare_grads(ours, theirs)
+    unbatched_d, unbatched_t = ours(dg.tensor(rand(4, seed=4))), theirs(torch.tensor(rand(4, seed=4)))
+    close(unbatched_d[0] if cls == "LSTMCell" else unbatched_d, unbatched_t[0] if cls == "LSTMCell" else unbatched_t)
+    assert repr(dg.nn.RNNCell(2, 3, bias=False, nonlinearity="relu")) == repr(
+        torch.nn.RNNCell(2, 3, bias=False, nonlinearity="relu"))
+
+
+def test_recurrent_errors_match_torch():
+    cases = [
+        (lambda lib: lib.nn.LSTM(3, 4)(lib.ones(5, 2, 3, 1)), "LSTM: Expected input to be 2D or 3D, got 4D instead"),
+        (lambda lib: lib.nn.GRU(3, 4)(lib.ones(5, 2, 7)), "input.size\\(-1\\) must be equal to input_size"),
+        (lambda lib: lib.nn.GRU(3, 4)(lib.ones(5, 2, 3), lib.ones(2, 2, 4)), "Expected hidden size \\(1, 2, 4\\)"),
+        (lambda lib: lib.nn.LSTM(3, 4)(lib.ones(5, 2, 3), (lib.ones(1, 2, 4), lib.ones(1, 3, 4))),
+         "Expected hidden\\[1\\] size"),
+        (lambda lib: lib.nn.LSTM(3, 4)(lib.ones(5, 2, 3), (lib.ones(2, 4), lib.ones(2, 4))),
+         "For batched 3-D input, hx and cx should also be 3-D"),
+        (lambda lib: lib.nn.RNN(3, 4)(lib.ones(5, 3), lib.ones(1, 2, 4)), "For unbatched 2-D input, hx should"),
+        (lambda lib: lib.nn.LSTM(3, 4)(lib.ones(5, 2, 3, dtype=lib.float64)), "does not match weight dtype"),
+        (lambda lib: lib.nn.LSTMCell(3, 4)(lib.ones(2, 3, 3)), "LSTMCell: Expected input to be 1D or 2D"),
+        (lambda lib: lib.nn.LSTMCell(3, 4)(lib.ones(2, 5)), "input has inconsistent input_size: got 5 expected 3"),
+        (lambda lib: lib.nn.GRUCell(3, 4)(lib.ones(2, 3), lib.ones(3, 4)), "Input batch size 2 doesn't match hidden0"),
+        (lambda lib: lib.nn.GRUCell(3, 4)(lib.ones(2, 3), lib.ones(2, 5)), "hidden0 has inconsistent hidden_size"),
+        (lambda lib: lib.nn.LSTM(3, 4, dropout=2.0), "dropout should be a number in range"),
+        (lambda lib: lib.nn.LSTM(3, 0), "hidden_size must be greater than zero"),
+        (lambda lib: lib.nn.LSTM(3, 4, proj_size=4), "proj_size has to be smaller than hidden_size"),
+        (lambda lib: lib.nn.GRU(3, 4, proj_size=2), "proj_size argument is only supported for LSTM"),
+        (lambda lib: lib.nn.RNN(3, 4, nonlinearity="gelu"), "Unknown nonlinearity 'gelu'"),
+    ]
+    for call, match in cases:
+        same_error(lambda: call(dg), lambda: call(torch), match)
