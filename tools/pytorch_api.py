@@ -79,7 +79,10 @@ DIFFERS = {
                                 "are ConvTranspose2d and ConvTranspose3d",
     "torch.nn.LSTM": "composed, one time step after another (the input projection of each layer in one matmul); a "
                      "PackedSequence input raises NotImplementedError; so do GRU and RNN",
+    "torch.nn.MultiheadAttention": "torch's Python path only (no nested-tensor fast path, which computes the same); "
+                                   "need_weights=False runs dygrad's flash attention",
     "torch.nn.BatchNorm1d": "momentum=None reads num_batches_tracked on the host (a sync), as torch's float() does",
+    "torch.nn.TransformerEncoder": "enable_nested_tensor is accepted and ignored (no nested tensors)",
     "torch.nn.functional.mish": "x * tanh(softplus(x)) with softplus's threshold 20, where torch's kernel takes "
                                 "log1p(exp(x)): equal values (tanh rounds to 1 there), no overflow in the gradient",
 }

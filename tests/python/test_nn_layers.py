@@ -1,8 +1,11 @@
-"""The layers of issue 41, part 2, against torch 2.13: the exponential activations (elu, selu, celu, softplus, mish,
-logsigmoid), convolutions (conv1d/2d/3d, the transposed ones), batch and group norm and the recurrent layers (RNN,
-LSTM, GRU and their cells). Each module is built in both libraries with torch's initial weights copied into
-dygrad's; outputs, input gradients and every parameter's gradient are compared in float64 (tight tolerances),
-state_dict keys and reprs must be equal, and bad arguments must raise torch's exception type."""
+"""The layers of issue 41, part 2, against torch 2.13: the exponential activations (elu, selu, celu, softplus,
+mish, logsigmoid), convolutions (conv1d/2d/3d, the transposed ones), batch and group norm, the recurrent layers
+(RNN, LSTM, GRU and their cells), multi-head attention and the Transformer stacks. Each module is built in both
+libraries with torch's initial weights copied into dygrad's; outputs, input gradients and every parameter's
+gradient are compared in float64 (tight tolerances), state_dict keys and reprs must be equal, and bad arguments
+must raise torch's exception type."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -457,3 +460,185 @@ def test_recurrent_errors_match_torch():
     ]
     for call, match in cases:
         same_error(lambda: call(dg), lambda: call(torch), match)
+
+
+# --- multi-head attention and the Transformer ---------------------------------------------------------------------
+def mha_pair(embed=8, heads=2, **kwargs):
+    torch.manual_seed(5)
+    theirs = torch.nn.MultiheadAttention(embed, heads, dtype=torch.float64, **kwargs)
+    ours = copy_module(theirs, dg.nn.MultiheadAttention(embed, heads, dtype=dg.float64, **kwargs))
+    with torch.no_grad():  # non-zero biases, so their gradients and effects are compared
+        for name, p in theirs.named_parameters():
+            if "bias" in name:
+                p.copy_(torch.tensor(rand(*p.shape, seed=hash(name) % 1000, scale=0.1)))
+    return copy_module(theirs, ours), theirs
+
+
+def mask_pair(array):
+    return dg.tensor(array), torch.tensor(array)
+
+
+MHAS = [({}, {}), ({"batch_first": True}, {"need_weights": False}), ({"kdim": 5, "vdim": 3}, {}),
+        ({}, {"average_attn_weights": False}), ({"bias": False, "add_bias_kv": True}, {}),
+        ({"add_zero_attn": True, "batch_first": True}, {}), ({"add_bias_kv": True, "add_zero_attn": True}, {})]
+
+
+@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")  # both libraries warn (bool + float)
+@pytest.mark.parametrize("kwargs,call", MHAS, ids=[f"{k}{c}" for k, c in MHAS])
+@pytest.mark.parametrize("masks", ["none", "bool", "float", "both"])
+def test_multihead_attention_matches_torch(kwargs, call, masks):
+    ours, theirs = mha_pair(**kwargs)
+    assert repr(ours) == repr(theirs)
+    batch_first = kwargs.get("batch_first", False)
+    L, S, N = 4, 5, 3
+    kdim, vdim = kwargs.get("kdim", 8), kwargs.get("vdim", 8)
+    shape = (lambda seq, dim: (N, seq, dim)) if batch_first else (lambda seq, dim: (seq, N, dim))
+    q_d, q_t = both(rand(*shape(L, 8), seed=1))
+    k_d, k_t = both(rand(*shape(S, kdim), seed=2))
+    v_d, v_t = both(rand(*shape(S, vdim), seed=3))
+    extra_d, extra_t = {}, {}
+    padding = np.zeros((N, S), bool)
+    padding[0, -2:] = True
+    attn = np.triu(np.ones((L, S), bool), 2)
+    if masks in ("bool", "both"):
+        extra_d["key_padding_mask"], extra_t["key_padding_mask"] = mask_pair(padding)
+    if masks in ("float", "both"):
+        extra_d["attn_mask"], extra_t["attn_mask"] = mask_pair(np.where(attn, -1e9, rand(L, S, seed=4) * 0.1))
+    out_d, w_d = ours(q_d, k_d, v_d, **extra_d, **call)
+    out_t, w_t = theirs(q_t, k_t, v_t, **extra_t, **call)
+    close(out_d, out_t)
+    assert (w_d is None) == (w_t is None)
+    if w_t is not None:
+        close(w_d, w_t)
+    backward_both((out_d, w_d), (out_t, w_t))
+    for a, b in ((q_d, q_t), (k_d, k_t), (v_d, v_t)):
+        close(a.grad, b.grad)
+    compare_grads(ours, theirs)
+
+
+def test_multihead_self_attention_masks_and_unbatched_match_torch():
+    ours, theirs = mha_pair(batch_first=True)
+    x_d, x_t = both(rand(2, 4, 8, seed=1))
+    causal = np.triu(np.ones((4, 4), bool), 1)
+    for masks in ({"attn_mask": causal}, {"attn_mask": causal, "is_causal": True},
+                  {"attn_mask": np.repeat(causal[None], 4, 0)}, {"key_padding_mask": np.array([[0, 0, 0, 1]] * 2, bool)}):
+        for need in (True, False):
+            md = {k: dg.tensor(v) if isinstance(v, np.ndarray) else v for k, v in masks.items()}
+            mt = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in masks.items()}
+            close(ours(x_d, x_d, x_d, need_weights=need, **md)[0], theirs(x_t, x_t, x_t, need_weights=need, **mt)[0])
+    u_d, u_t = both(rand(4, 8, seed=2))
+    for need in (True, False):
+        a, b = ours(u_d, u_d, u_d, need_weights=need), theirs(u_t, u_t, u_t, need_weights=need)
+        close(a[0], b[0])
+    assert list(dg.nn.MultiheadAttention(8, 2, kdim=3).state_dict()) == list(
+        torch.nn.MultiheadAttention(8, 2, kdim=3).state_dict())
+
+
+def test_multihead_attention_errors_match_torch():
+    def run(lib, q, k, v, **kw):
+        m = lib.nn.MultiheadAttention(8, 2)
+        return m(lib.ones(*q), lib.ones(*k), lib.ones(*v), **kw)
+
+    cases = [
+        (lambda lib: run(lib, (4, 2, 8), (5, 8), (5, 2, 8)), "expected `key` and `value` to be 3-D"),
+        (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), attn_mask=lib.ones(3, 3, dtype=lib.bool)),
+         "The shape of the 2D attn_mask is"),
+        (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), attn_mask=lib.ones(3, 4, 5, dtype=lib.bool)),
+         "The shape of the 3D attn_mask is"),
+        (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), is_causal=True), "Need attn_mask if specifying"),
+        (lambda lib: run(lib, (4, 2, 6), (5, 2, 6), (5, 2, 6)), "was expecting embedding dimension of 8"),
+        (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), key_padding_mask=lib.ones(2, 5, dtype=lib.int64)),
+         "only bool and floating types of key_padding_mask"),
+        (lambda lib: lib.nn.MultiheadAttention(8, 3), "embed_dim must be divisible by num_heads"),
+        (lambda lib: lib.nn.MultiheadAttention(0, 3), "embed_dim and num_heads must be greater than 0"),
+    ]
+    for call, match in cases:
+        same_error(lambda: call(dg), lambda: call(torch), match)
+
+
+def transformer_pair(cls, *args, **kwargs):
+    torch.manual_seed(6)
+    theirs = getattr(torch.nn, cls)(*args, dtype=torch.float64, **kwargs)
+    ours = copy_module(theirs, getattr(dg.nn, cls)(*args, dtype=dg.float64, **kwargs))
+    theirs.eval()
+    ours.eval()
+    return ours, theirs
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"norm_first": True, "activation": "gelu", "batch_first": True}])
+def test_transformer_layers_match_torch(kwargs):
+    batch_first = kwargs.get("batch_first", False)
+    seq = (lambda n: (2, n, 8)) if batch_first else (lambda n: (n, 2, 8))
+    src_d, src_t = both(rand(*seq(5), seed=1))
+    tgt_d, tgt_t = both(rand(*seq(4), seed=2))
+    causal = np.triu(np.full((4, 4), -np.inf), 1)
+    padding = np.array([[0, 0, 0, 0, 1], [0, 0, 0, 0, 0]], bool)
+    ours, theirs = transformer_pair("TransformerEncoderLayer", 8, 2, 16, **kwargs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    out = ours(src_d, src_key_padding_mask=dg.tensor(padding)), theirs(src_t, src_key_padding_mask=torch.tensor(padding))
+    close(*out)
+    backward_both(*out)
+    close(src_d.grad, src_t.grad)
+    compare_grads(ours, theirs)
+    ours, theirs = transformer_pair("TransformerDecoderLayer", 8, 2, 16, **kwargs)
+    out = (ours(tgt_d, src_d, tgt_mask=dg.tensor(causal), memory_key_padding_mask=dg.tensor(padding)),
+           theirs(tgt_t, src_t, tgt_mask=torch.tensor(causal), memory_key_padding_mask=torch.tensor(padding)))
+    close(*out)
+    backward_both(*out)
+    close(tgt_d.grad, tgt_t.grad)
+    compare_grads(ours, theirs)
+    ours, theirs = transformer_pair("Transformer", 8, 2, 2, 1, 16, **kwargs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note about nested tensors and norm_first
+        out = (ours(src_d, tgt_d, tgt_mask=dg.nn.Transformer.generate_square_subsequent_mask(4, dtype=dg.float64)),
+               theirs(src_t, tgt_t, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)))
+    close(*out)
+    ours.zero_grad()
+    theirs.zero_grad()
+    backward_both(*out)
+    compare_grads(ours, theirs)
+
+
+def test_transformer_construction_and_errors_match_torch():
+    torch_layer = torch.nn.TransformerEncoderLayer(8, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.nn.TransformerEncoder(torch_layer, 3, norm=torch.nn.LayerNorm(8))
+    ours = dg.nn.TransformerEncoder(dg.nn.TransformerEncoderLayer(8, 2), 3, norm=dg.nn.LayerNorm(8))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert ours.layers[0].linear1.weight is not ours.layers[1].linear1.weight
+    torch.manual_seed(7)
+    theirs = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(8, 2, 16, dtype=torch.float64), 2,
+                                         norm=torch.nn.LayerNorm(8, dtype=torch.float64)).eval()
+    ours = copy_module(theirs, dg.nn.TransformerDecoder(dg.nn.TransformerDecoderLayer(8, 2, 16, dtype=dg.float64), 2,
+                                                        norm=dg.nn.LayerNorm(8, dtype=dg.float64))).eval()
+    memory, tgt = rand(5, 2, 8, seed=1), rand(3, 2, 8, seed=2)
+    causal = np.triu(np.full((3, 3), -np.inf), 1)
+    close(ours(dg.tensor(tgt), dg.tensor(memory), tgt_mask=dg.tensor(causal)),
+          theirs(torch.tensor(tgt), torch.tensor(memory), tgt_mask=torch.tensor(causal)))
+    np.testing.assert_array_equal(dg.nn.Transformer.generate_square_subsequent_mask(3).numpy(),
+                                  torch.nn.Transformer.generate_square_subsequent_mask(3).numpy())
+    same_error(lambda: dg.nn.TransformerEncoderLayer(8, 2, activation="tanh"),
+               lambda: torch.nn.TransformerEncoderLayer(8, 2, activation="tanh"), "activation should be relu/gelu")
+    for lib in (dg, torch):
+        model = lib.nn.Transformer(8, 2, 1, 1, 16)
+        with pytest.raises(RuntimeError, match="the batch number of src and tgt must be equal"):
+            model(lib.ones(5, 2, 8), lib.ones(4, 3, 8))
+        with pytest.raises(RuntimeError, match="the feature number of src and tgt must be equal to d_model"):
+            model(lib.ones(5, 2, 6), lib.ones(4, 2, 6))
+
+
+def test_exported_where_torch_exports_them():
+    import dygrad.nn.modules as modules
+    for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
+        assert getattr(modules.conv, name) is getattr(dg.nn, name)
+    for path, names in ((modules.batchnorm, ("BatchNorm1d", "BatchNorm2d")), (modules.normalization, ("GroupNorm",)),
+                        (modules.rnn, ("LSTM", "GRU", "LSTMCell", "GRUCell", "RNNBase", "RNNCellBase")),
+                        (modules.transformer, ("Transformer", "TransformerEncoderLayer", "TransformerDecoder")),
+                        (modules.activation, ("MultiheadAttention", "ELU", "Mish"))):
+        for name in names:
+            assert getattr(path, name) is getattr(dg.nn, name), name
+    for name in ("elu", "selu", "celu", "softplus", "mish", "logsigmoid", "conv1d", "conv2d", "conv_transpose1d",
+                 "conv_transpose2d", "group_norm", "batch_norm", "multi_head_attention_forward"):
+        assert callable(getattr(F, name)), name

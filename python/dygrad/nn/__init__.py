@@ -7,8 +7,11 @@ from .layers import (GLU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyReL
                      Softmin, Softshrink, Softsign, Tanhshrink, Threshold)
 from .activations import CELU, ELU, SELU, LogSigmoid, Mish, Softplus  # noqa: F401
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d  # noqa: F401
+from .multihead import MultiheadAttention  # noqa: F401
 from .norms import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm  # noqa: F401
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,  # noqa: F401
+                          TransformerEncoder, TransformerEncoderLayer)
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
 from .module import Module  # noqa: F401
 from .parameter import Buffer, Parameter  # noqa: F401

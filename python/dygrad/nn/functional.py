@@ -416,7 +416,8 @@ def logsigmoid(input):
     return _C.minimum(input, _C.zeros((), dtype=input.dtype)) - _C.log1p(_C.exp(-input.abs()))
 
 
-# The convolutions and batch and group norm are defined beside their modules (conv.py, norms.py), exported here
-# under torch's names.
+# The convolutions, batch and group norm and multi-head attention are defined beside their modules (conv.py,
+# norms.py, multihead.py) and exported here under torch's names; last, since multihead.py imports this module.
 from .conv import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: E402,F401
+from .multihead import multi_head_attention_forward  # noqa: E402,F401
 from .norms import batch_norm, group_norm  # noqa: E402,F401
