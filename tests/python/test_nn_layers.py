@@ -549,6 +549,8 @@ def test_multihead_attention_errors_match_torch():
         (lambda lib: run(lib, (4, 2, 6), (5, 2, 6), (5, 2, 6)), "was expecting embedding dimension of 8"),
         (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), key_padding_mask=lib.ones(2, 5, dtype=lib.int64)),
          "only bool and floating types of key_padding_mask"),
+        (lambda lib: run(lib, (4, 2, 8), (5, 2, 8), (5, 2, 8), key_padding_mask=lib.ones(2, 4, dtype=lib.bool)),
+         "Expected key_padded_mask.shape\\[1\\] to be 5, but got 4"),
         (lambda lib: lib.nn.MultiheadAttention(8, 3), "embed_dim must be divisible by num_heads"),
         (lambda lib: lib.nn.MultiheadAttention(0, 3), "embed_dim and num_heads must be greater than 0"),
     ]

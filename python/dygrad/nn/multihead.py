@@ -154,9 +154,10 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         attn_mask, key_padding_mask = _pad_last(attn_mask), _pad_last(key_padding_mask)
     src_len = k.shape[1]
     if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (bsz, src_len):
-            raise RuntimeError(f"expecting key_padding_mask shape of {(bsz, src_len)}, but got "
-                               f"{key_padding_mask.shape}")
+        for dim, want in enumerate((bsz, src_len)):
+            if key_padding_mask.shape[dim] != want:
+                raise AssertionError(f"Expected key_padded_mask.shape[{dim}] to be {want}, but got "
+                                     f"{key_padding_mask.shape[dim]}")
         key_padding_mask = key_padding_mask.reshape(bsz, 1, 1, src_len).expand(-1, num_heads, -1, -1) \
             .reshape(bsz * num_heads, 1, src_len)
         attn_mask = key_padding_mask if attn_mask is None else attn_mask + key_padding_mask
