@@ -33,6 +33,8 @@ std::vector<UnaryCase> unary_cases() {
   return {
       {"exp", [](const Tensor& x) { return dg::exp(x); }, [](double x) { return std::exp(x); }, -20, 20, 1e-6},
       {"log", [](const Tensor& x) { return dg::log(x); }, [](double x) { return std::log(x); }, 1e-3, 50, 1e-6},
+      {"expm1", [](const Tensor& x) { return dg::expm1(x); }, [](double x) { return std::expm1(x); }, -20, 20, 1e-6},
+      {"log1p", [](const Tensor& x) { return dg::log1p(x); }, [](double x) { return std::log1p(x); }, -0.9, 50, 1e-6},
       {"sqrt", [](const Tensor& x) { return dg::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 50, 1e-6},
       {"rsqrt", [](const Tensor& x) { return dg::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 1e-3, 50, 1e-6},
       {"abs", [](const Tensor& x) { return dg::abs(x); }, [](double x) { return std::fabs(x); }, -5, 5, 0},
@@ -113,11 +115,13 @@ TEST(Math, VectorisedFloat32SweepsWithinTolerance) {
     if (std::string(c.name) == "exp") sweeps.push_back({c, -103, 88.7});  // subnormal results to overflow
     else if (std::string(c.name) == "log") sweeps.push_back({c, 1e-44, 3e38});  // subnormal inputs included
     else if (std::string(c.name) == "tanh") sweeps.push_back({c, -10, 10});
+    else if (std::string(c.name) == "expm1") sweeps.push_back({c, -30, 88.7});  // the clamp at -20, exp above 20
+    else if (std::string(c.name) == "log1p") sweeps.push_back({c, -0.999, 1e4});
     else if (std::string(c.name) == "sigmoid" || std::string(c.name) == "silu") sweeps.push_back({c, -80, 80});
     else if (std::string(c.name) == "gelu") sweeps.push_back({c, -12, 12});
     else if (std::string(c.name) == "gelu_tanh") sweeps.push_back({c, -6, 6});
   }
-  ASSERT_EQ(sweeps.size(), 7u);
+  ASSERT_EQ(sweeps.size(), 9u);
   const int64_t n = 200003;
   for (const Sweep& s : sweeps) {
     std::vector<float> values(static_cast<size_t>(n));
