@@ -222,8 +222,8 @@ def test_conv_init_matches_torch_distribution_and_layout():
         for attr in ("kernel_size", "stride", "padding", "dilation", "output_padding", "groups", "transposed",
                      "padding_mode"):
             assert getattr(ours, attr) == getattr(theirs, attr), attr
-    c_d, c_t = dg.nn.Conv2d(3, 4, (3, 2), padding="same", dilation=(1, 3)), torch.nn.Conv2d(3, 4, (3, 2), padding="same",
-                                                                                          dilation=(1, 3))
+    c_d = dg.nn.Conv2d(3, 4, (3, 2), padding="same", dilation=(1, 3))
+    c_t = torch.nn.Conv2d(3, 4, (3, 2), padding="same", dilation=(1, 3))
     assert list(c_d._reversed_padding_repeated_twice) == list(c_t._reversed_padding_repeated_twice)
     assert isinstance(dg.nn.Conv1d(1, 1, 1), dg.nn.modules.conv._ConvNd)
 
@@ -521,7 +521,8 @@ def test_multihead_self_attention_masks_and_unbatched_match_torch():
     x_d, x_t = both(rand(2, 4, 8, seed=1))
     causal = np.triu(np.ones((4, 4), bool), 1)
     for masks in ({"attn_mask": causal}, {"attn_mask": causal, "is_causal": True},
-                  {"attn_mask": np.repeat(causal[None], 4, 0)}, {"key_padding_mask": np.array([[0, 0, 0, 1]] * 2, bool)}):
+                  {"attn_mask": np.repeat(causal[None], 4, 0)},
+                  {"key_padding_mask": np.array([[0, 0, 0, 1]] * 2, bool)}):
         for need in (True, False):
             md = {k: dg.tensor(v) if isinstance(v, np.ndarray) else v for k, v in masks.items()}
             mt = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in masks.items()}
@@ -577,7 +578,8 @@ def test_transformer_layers_match_torch(kwargs):
     padding = np.array([[0, 0, 0, 0, 1], [0, 0, 0, 0, 0]], bool)
     ours, theirs = transformer_pair("TransformerEncoderLayer", 8, 2, 16, **kwargs)
     assert list(ours.state_dict()) == list(theirs.state_dict())
-    out = ours(src_d, src_key_padding_mask=dg.tensor(padding)), theirs(src_t, src_key_padding_mask=torch.tensor(padding))
+    out = (ours(src_d, src_key_padding_mask=dg.tensor(padding)),
+           theirs(src_t, src_key_padding_mask=torch.tensor(padding)))
     close(*out)
     backward_both(*out)
     close(src_d.grad, src_t.grad)
@@ -593,8 +595,9 @@ def test_transformer_layers_match_torch(kwargs):
     assert list(ours.state_dict()) == list(theirs.state_dict())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's note about nested tensors and norm_first
-        out = (ours(src_d, tgt_d, tgt_mask=dg.nn.Transformer.generate_square_subsequent_mask(4, dtype=dg.float64)),
-               theirs(src_t, tgt_t, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)))
+        mask_d = dg.nn.Transformer.generate_square_subsequent_mask(4, dtype=dg.float64)
+        mask_t = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
+        out = ours(src_d, tgt_d, tgt_mask=mask_d), theirs(src_t, tgt_t, tgt_mask=mask_t)
     close(*out)
     ours.zero_grad()
     theirs.zero_grad()

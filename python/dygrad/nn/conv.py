@@ -55,8 +55,8 @@ def _check_channels(input, weight, bias, groups, transposed):
     expected = weight_size[0] if transposed else weight_size[1] * groups
     if input.shape[1] != expected:
         if transposed:
-            raise RuntimeError(f"Given transposed=1, weight of size {weight_size}, expected input{list(input.shape)} to "
-                               f"have {expected} channels, but got {input.shape[1]} channels instead")
+            raise RuntimeError(f"Given transposed=1, weight of size {weight_size}, expected input{list(input.shape)} "
+                               f"to have {expected} channels, but got {input.shape[1]} channels instead")
         raise RuntimeError(f"Given groups={groups}, weight of size {weight_size}, expected input{list(input.shape)} to "
                            f"have {expected} channels, but got {input.shape[1]} channels instead")
     out_channels = weight_size[1] * groups if transposed else weight_size[0]
@@ -191,15 +191,18 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups, dilation)
+    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
 
 
 # --- modules ----------------------------------------------------------------------------------------------------
@@ -333,7 +336,8 @@ class _ConvTransposeNd(_ConvNd):
         result = []
         for d in range(n):
             size = input.shape[input.dim() - n + d]
-            smallest = (size - 1) * self.stride[d] - 2 * self.padding[d] + self.dilation[d] * (self.kernel_size[d] - 1) + 1
+            smallest = ((size - 1) * self.stride[d] - 2 * self.padding[d]
+                        + self.dilation[d] * (self.kernel_size[d] - 1) + 1)
             largest = smallest + self.stride[d] - 1
             if not smallest <= output_size[d] <= largest:
                 raise ValueError(f"requested an output size of {output_size}, but valid sizes range from "
