@@ -528,3 +528,18 @@ def test_a_step_returning_its_loss_after_backward_replays_plainly():
     for _ in range(4):
         loss = step(x)
     assert step.stats["replays"] == 2 and not loss.requires_grad
+
+
+def test_replayed_gradients_are_counted_as_gradients():
+    lin = nn.Linear(64, 64)
+
+    @dg.jit
+    def step(x):
+        lin.zero_grad()
+        lin(x).sum().backward()
+
+    x = dg.randn(8, 64)
+    for _ in range(3):
+        step(x)
+        dg.synchronize()
+        assert dg.memory_stats()["allocated_bytes.gradient"] >= 64 * 64 * 4, dg.memory_stats()

@@ -393,6 +393,7 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
     if (b.kind == BufferKind::Internal) {
       if (!b.written) problem("it returns a tensor made from host data inside the function (dg.tensor, from_numpy)");
       b.kind = BufferKind::Escaping;
+      b.category = r.storage().category();  // as it is now: a gradient is retagged after it is made
     }
     result_values.push_back(v);
   }
@@ -403,6 +404,7 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
       const bool made = b.kind == BufferKind::Escaping || (b.kind == BufferKind::Internal && b.alive && b.first >= 0);
       if (!made || !b.written || b.host_memory || !b.capture_storage) continue;
       b.kind = BufferKind::Escaping;
+      b.category = b.capture_storage->category();
       Ref<Storage> storage(const_cast<Storage*>(b.capture_storage));  // alive: the life log saw no death
       auto impl = make_ref<TensorImpl>(std::move(storage), Dims{static_cast<int64_t>(b.nbytes)}, Dims{1}, 0,
                                        DType::UInt8);
