@@ -125,7 +125,9 @@ TEST(JitGraph, AFailingSubOpPoisonsWhatFollowsAndKeepsBuffersThatExisted) {
     capture.end();
     (fail ? bad : good) = capture.build({z});
     for (const std::string& p : capture.problems()) ADD_FAILURE() << p;
-    if (fail) EXPECT_THROW(drain(), Error);  // the capture ran eagerly: its own failure, at the sync
+    if (fail) {
+      EXPECT_THROW(drain(), Error);  // the capture ran eagerly: its own failure, at the sync
+    }
   }
   ASSERT_TRUE(good && bad);
   drain();
