@@ -2,28 +2,71 @@
 defaultdicts, deques and registered classes) into leaves and a TreeSpec, and mapping functions over the leaves.
 Same functions, node types and leaf order as torch 2.13's (None is a leaf there, and here)."""
 import collections
-from typing import Callable, NamedTuple
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
 
 __all__ = ["TreeSpec", "LeafSpec", "register_pytree_node", "tree_flatten", "tree_unflatten", "tree_leaves",
            "tree_structure", "tree_map", "tree_map_", "tree_map_only", "tree_iter", "tree_all", "tree_any",
-           "tree_all_only", "tree_any_only", "is_namedtuple", "SUPPORTED_NODES"]
+           "tree_all_only", "tree_any_only", "is_namedtuple", "SUPPORTED_NODES", "tree_flatten_with_path",
+           "tree_leaves_with_path", "keystr", "MappingKey", "SequenceKey", "GetAttrKey"]
 
 
 class NodeDef(NamedTuple):
     type: type
     flatten_fn: Callable   # node -> (children, context)
     unflatten_fn: Callable  # (children, context) -> node
+    flatten_with_keys_fn: Optional[Callable] = None  # node -> ([(key, child)], context)
 
 
 SUPPORTED_NODES = {}
 
 
+# The key of a child within its node, as torch names them: a leaf's path is the tuple of keys from the root.
+@dataclasses.dataclass(frozen=True, slots=True)
+class MappingKey:
+    key: Any
+
+    def __str__(self):
+        return f"[{self.key!r}]"
+
+    def get(self, mapping):
+        return mapping[self.key]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SequenceKey:
+    idx: int
+
+    def __str__(self):
+        return f"[{self.idx!r}]"
+
+    def get(self, sequence):
+        return sequence[self.idx]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GetAttrKey:
+    name: str
+
+    def __str__(self):
+        return f".{self.name}"
+
+    def get(self, obj):
+        return getattr(obj, self.name)
+
+
+def keystr(kp):
+    """A key path printed: (MappingKey('a'), SequenceKey(0)) -> "['a'][0]"."""
+    return "".join(str(k) for k in kp)
+
+
 def register_pytree_node(cls, flatten_fn, unflatten_fn, *, serialized_type_name=None, to_dumpable_context=None,
                          from_dumpable_context=None, flatten_with_keys_fn=None):
-    """Makes instances of `cls` nodes: flatten_fn(node) -> (children, context), unflatten_fn(children, context)."""
+    """Makes instances of `cls` nodes: flatten_fn(node) -> (children, context), unflatten_fn(children, context);
+    flatten_with_keys_fn(node) -> ([(key, child)], context) gives the leaves' paths (tree_flatten_with_path)."""
     if cls in SUPPORTED_NODES:
         raise ValueError(f"{cls} is already registered as pytree node.")
-    SUPPORTED_NODES[cls] = NodeDef(cls, flatten_fn, unflatten_fn)
+    SUPPORTED_NODES[cls] = NodeDef(cls, flatten_fn, unflatten_fn, flatten_with_keys_fn)
 
 
 def is_namedtuple(obj):
@@ -35,15 +78,43 @@ def _dict_flatten(d):
     return list(d.values()), list(d.keys())
 
 
-register_pytree_node(list, lambda x: (list(x), None), lambda children, _: list(children))
-register_pytree_node(tuple, lambda x: (list(x), None), lambda children, _: tuple(children))
-register_pytree_node(dict, _dict_flatten, lambda children, keys: dict(zip(keys, children)))
+def _dict_flatten_with_keys(d):
+    values, keys = _dict_flatten(d)
+    return [(MappingKey(k), v) for k, v in zip(keys, values)], keys
+
+
+def _sequence_flatten_with_keys(flatten_fn):
+    def flatten_with_keys(node):
+        children, context = flatten_fn(node)
+        return [(SequenceKey(i), c) for i, c in enumerate(children)], context
+    return flatten_with_keys
+
+
+def _defaultdict_flatten(d):
+    return list(d.values()), (d.default_factory, list(d.keys()))
+
+
+def _defaultdict_flatten_with_keys(d):
+    values, context = _defaultdict_flatten(d)
+    return [(MappingKey(k), v) for k, v in zip(context[1], values)], context
+
+
+def _sequence_node(cls, flatten_fn, unflatten_fn):
+    register_pytree_node(cls, flatten_fn, unflatten_fn, flatten_with_keys_fn=_sequence_flatten_with_keys(flatten_fn))
+
+
+_sequence_node(list, lambda x: (list(x), None), lambda children, _: list(children))
+_sequence_node(tuple, lambda x: (list(x), None), lambda children, _: tuple(children))
+register_pytree_node(dict, _dict_flatten, lambda children, keys: dict(zip(keys, children)),
+                     flatten_with_keys_fn=_dict_flatten_with_keys)
 register_pytree_node(collections.OrderedDict, _dict_flatten,
-                     lambda children, keys: collections.OrderedDict(zip(keys, children)))
-register_pytree_node(collections.defaultdict, lambda d: (list(d.values()), (d.default_factory, list(d.keys()))),
-                     lambda children, c: collections.defaultdict(c[0], zip(c[1], children)))
-register_pytree_node(collections.deque, lambda d: (list(d), d.maxlen),
-                     lambda children, maxlen: collections.deque(children, maxlen=maxlen))
+                     lambda children, keys: collections.OrderedDict(zip(keys, children)),
+                     flatten_with_keys_fn=_dict_flatten_with_keys)
+register_pytree_node(collections.defaultdict, _defaultdict_flatten,
+                     lambda children, c: collections.defaultdict(c[0], zip(c[1], children)),
+                     flatten_with_keys_fn=_defaultdict_flatten_with_keys)
+_sequence_node(collections.deque, lambda d: (list(d), d.maxlen),
+               lambda children, maxlen: collections.deque(children, maxlen=maxlen))
 
 
 def _node_def(tree):
@@ -51,7 +122,8 @@ def _node_def(tree):
     if cls in SUPPORTED_NODES:
         return SUPPORTED_NODES[cls]
     if is_namedtuple(cls):
-        return NodeDef(cls, lambda x: (list(x), cls), lambda children, c: c._make(children))
+        return NodeDef(cls, lambda x: (list(x), cls), lambda children, c: c._make(children),
+                       lambda x: ([(GetAttrKey(f), v) for f, v in zip(cls._fields, x)], cls))
     return None
 
 
@@ -133,6 +205,29 @@ def tree_flatten(tree, is_leaf=None):
 
     spec = walk(tree)
     return leaves, spec
+
+
+def tree_flatten_with_path(tree, is_leaf=None):
+    """([(key path, leaf)], spec): tree_flatten's leaves, each with the keys that lead to it from the root."""
+    paths = []
+
+    def walk(path, node):
+        node_def = None if is_leaf is not None and is_leaf(node) else _node_def(node)
+        if node_def is None:
+            paths.append((path, node))
+            return
+        if node_def.flatten_with_keys_fn is None:
+            raise ValueError(f"Did not find a flatten_with_keys_fn for type: {node_def.type}. Please pass a "
+                             "flatten_with_keys_fn argument to register_pytree_node.")
+        for key, child in node_def.flatten_with_keys_fn(node)[0]:
+            walk((*path, key), child)
+
+    walk((), tree)
+    return paths, tree_structure(tree, is_leaf)
+
+
+def tree_leaves_with_path(tree, is_leaf=None):
+    return tree_flatten_with_path(tree, is_leaf)[0]
 
 
 def tree_unflatten(leaves, treespec):
