@@ -113,5 +113,21 @@ def current_stream(device=None):
     _no_cuda("current_stream")
 
 
+class StreamContext:
+    """`with torch.cuda.stream(s)`: selects stream s; a no-op for None (as torch's), the only stream a CPU-only build
+    can be given (a Stream cannot be constructed)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        if self.stream is not None:
+            _no_cuda("StreamContext")
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
+
+
 def stream(stream):
-    _no_cuda("stream")
+    return StreamContext(stream)

@@ -14,12 +14,12 @@ import dygrad as dg
 
 def test_stand_ins_import_and_raise_when_used():
     from dygrad.distributed.fsdp import FullyShardedDataParallel, fully_shard
-    from dygrad.distributed.tensor import DeviceMesh, DTensor, Replicate, Shard, distribute_tensor
+    from dygrad.distributed.tensor import DeviceMesh, DTensor, distribute_tensor
     from dygrad.distributed.tensor.parallel import ColwiseParallel, parallelize_module
     from dygrad.nn.attention.flex_attention import BlockMask, and_masks, create_block_mask, flex_attention, or_masks
     assert not isinstance(dg.ones(2), DTensor) and not isinstance(dg.nn.Linear(1, 1), FullyShardedDataParallel)
-    for call, name in [(lambda: Shard(0), "torch.distributed.tensor.Shard"), (Replicate, "Replicate"),
-                       (lambda: DeviceMesh("cpu", [0]), "DeviceMesh"), (lambda: distribute_tensor(1), "distribute_tensor"),
+    # (the placements Shard, Replicate, Partial are torch's values: tests/python/test_transformers_names.py)
+    for call, name in [(DTensor, "torch.distributed.tensor.DTensor"), (lambda: DeviceMesh("cpu", [0]), "DeviceMesh"), (lambda: distribute_tensor(1), "distribute_tensor"),
                        (lambda: fully_shard(dg.nn.Linear(1, 1)), "fully_shard"), (ColwiseParallel, "ColwiseParallel"),
                        (lambda: parallelize_module(None, None), "parallelize_module"),
                        (lambda: flex_attention(1, 2, 3), "flex_attention"), (lambda: create_block_mask(None), "create_block_mask"),

@@ -51,3 +51,46 @@ def test_pytree_registered_node_with_keys():
         dg_pytree.tree_flatten_with_path(Bare())
 
 
+def test_dtensor_placements_are_torch_values():
+    from dygrad.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from dygrad.distributed.tensor.placement_types import _StridedShard
+    from torch.distributed.tensor import Partial as TPartial, Replicate as TReplicate, Shard as TShard
+    from torch.distributed.tensor.placement_types import _StridedShard as TStrided
+    for ours, theirs in [(Shard(0), TShard(0)), (Shard(-1), TShard(-1)), (Replicate(), TReplicate()),
+                         (Partial(), TPartial()), (Partial("max"), TPartial("max")),
+                         (_StridedShard(1, split_factor=2), TStrided(1, split_factor=2))]:
+        assert (repr(ours), str(ours)) == (repr(theirs), str(theirs))
+        assert (ours.is_shard(), ours.is_replicate(), ours.is_partial()) == \
+            (theirs.is_shard(), theirs.is_replicate(), theirs.is_partial())
+    assert Shard(1) == Shard(1) and Shard(1) != Shard(0) and Replicate() == Replicate() and Shard(2).dim == 2
+    assert len({Shard(0), Shard(0), Replicate()}) == 2 and Shard(1).is_shard(1) and not Shard(1).is_shard(0)
+    for size, chunks in [(10, 4), (8, 4), (3, 4), (0, 2)]:
+        for rank in range(chunks):
+            assert Shard.local_shard_size_and_offset(size, chunks, rank) == \
+                tuple(TShard.local_shard_size_and_offset(size, chunks, rank)), (size, chunks, rank)
+    assert Shard(0)._local_shard_size_and_offset(10, 4, 3) == (1, 9)
+    with pytest.raises(dg.NotProvidedError, match="DTensor"):
+        DTensor()
+
+
+def test_small_names_libraries_import():
+    from dygrad._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    from dygrad.distributed._composable.fsdp import CPUOffloadPolicy, fully_shard
+    from dygrad.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
+    from dygrad.distributed.tensor._utils import compute_local_shape_and_global_offset
+    from dygrad.nn.attention.flex_attention import _DEFAULT_SPARSE_BLOCK_SIZE, AuxRequest
+    from torch.nn.attention import flex_attention as torch_flex
+    x = dg.ones(2)
+    assert wait_tensor(x) is x and dg._dynamo.assume_constant_result(len) is len
+    assert _DEFAULT_SPARSE_BLOCK_SIZE == torch_flex._DEFAULT_SPARSE_BLOCK_SIZE
+    assert AuxRequest(lse=True) == tuple(torch_flex.AuxRequest(lse=True))
+    assert AuxRequest._fields == torch_flex.AuxRequest._fields
+    for call in (TransformGetItemToIndex, CPUOffloadPolicy, lambda: fully_shard(None),
+                 lambda: compute_local_shape_and_global_offset((2,), None, []),
+                 lambda: all_to_all_single_autograd(x, None, None, None)):
+        with pytest.raises(dg.NotProvidedError, match="is not provided by dygrad"):
+            call()
+    for lib in (dg, torch):
+        with lib.cuda.stream(None) as s:  # a no-op for None, as torch's
+            assert s is None
+        assert isinstance(lib.cuda.stream(None), lib.cuda.StreamContext)

@@ -1,8 +1,9 @@
-"""torch._dynamo: the decorators and queries libraries import from it (disable, allow_in_graph, is_compiling,
-reset, config, explain), with torch.compiler's meaning on dygrad.jit (docs/jit.md)."""
+"""torch._dynamo: the decorators and queries libraries import from it (disable, allow_in_graph,
+assume_constant_result, is_compiling, reset, config, explain), with torch.compiler's meaning on dygrad.jit
+(docs/jit.md)."""
 import types
 
-from ..compiler import allow_in_graph, disable, is_compiling, reset  # noqa: F401
+from ..compiler import allow_in_graph, assume_constant_result, disable, is_compiling, reset  # noqa: F401
 
 
 def mark_static_address(tensor, guard=True):

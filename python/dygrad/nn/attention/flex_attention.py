@@ -2,7 +2,18 @@
 mask modifiers yet). The names import, so libraries that gate flex attention on torch's version load; calling
 flex_attention or building a block mask raises NotProvidedError. The mask combinators are plain functions and
 work."""
+from typing import NamedTuple
+
 from ..._not_provided import stand_in, stand_in_function
+
+_DEFAULT_SPARSE_BLOCK_SIZE = 128  # torch's block size of a BlockMask, which libraries read at import
+
+
+class AuxRequest(NamedTuple):
+    """Which auxiliary outputs flex_attention should return (torch's request; a plain value)."""
+    lse: bool = False
+    max_scores: bool = False
+
 
 _WHY = "no flex attention (score_mod / block masks) yet; use scaled_dot_product_attention"
 BlockMask = stand_in("BlockMask", __name__, _WHY)
