@@ -12,15 +12,23 @@ class finfo:  # noqa: N801 (torch's name)
         "float32": (32, 2.0 ** -23, (2 - 2.0 ** -23) * 2.0 ** 127, 2.0 ** -126, 1e-06),
         "float16": (16, 2.0 ** -10, 65504.0, 2.0 ** -14, 0.001),
         "bfloat16": (16, 2.0 ** -7, (2 - 2.0 ** -7) * 2.0 ** 127, 2.0 ** -126, 0.01),
+        # the float8 dtypes dygrad names but has no storage for yet (libraries read their limits at import)
+        "float8_e4m3fn": (8, 2.0 ** -3, 448.0, 2.0 ** -6, 1.0),
+        "float8_e5m2": (8, 2.0 ** -2, 57344.0, 2.0 ** -14, 1.0),
+        "float8_e4m3fnuz": (8, 2.0 ** -3, 240.0, 2.0 ** -7, 1.0),
+        "float8_e5m2fnuz": (8, 2.0 ** -3, 57344.0, 2.0 ** -15, 1.0),
+        "float8_e8m0fnu": (8, 1.0, 2.0 ** 127, 2.0 ** -127, 1.0),
     }
+    _COMPLEX_PARTS = {"complex64": "float32", "complex128": "float64"}  # a complex dtype's limits are its parts'
 
     def __init__(self, type=None):  # noqa: A002 (torch's argument name)
         name = _dtype_name(type if type is not None else _C.float32)
+        name = self._COMPLEX_PARTS.get(name, name)
         if name not in self._TABLE:
             raise TypeError(f"torch.finfo() requires a floating point input type. Use torch.iinfo to handle "
                             f"'torch.finfo' (got {name})")
         self.bits, self.eps, self.max, self.smallest_normal, self.resolution = self._TABLE[name]
-        self.min = -self.max
+        self.min = -self.max if name != "float8_e8m0fnu" else self.smallest_normal  # e8m0 has no sign
         self.tiny = self.smallest_normal
         self.dtype = name
 
@@ -57,6 +65,7 @@ class iinfo:  # noqa: N801 (torch's name)
 
 
 def _dtype_name(dtype):
-    if not isinstance(dtype, _C.dtype):
+    from ._not_provided import NotProvidedDtype
+    if not isinstance(dtype, (_C.dtype, NotProvidedDtype)):
         raise TypeError(f"expected a dtype, got {type(dtype).__name__}")
     return str(dtype).rpartition(".")[2]

@@ -29,6 +29,29 @@ channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 
 
+class layout:  # noqa: N801 (torch's name)
+    """How a tensor's elements are stored: dygrad's tensors are all dense (strided); the sparse layouts are names
+    libraries compare against, which no tensor has."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __repr__(self):
+        return f"torch.{self._name}"
+
+    def __reduce__(self):
+        return self._name
+
+
+strided = layout("strided")
+sparse_coo = layout("sparse_coo")
+sparse_csr = layout("sparse_csr")
+
+
+def _layout(tensor):
+    return strided
+
+
 def _check_device(name, device):
     if device is not None and _device(device).type != "cpu":
         raise RuntimeError(f"[{name}] device {device!r}: dygrad's tensors live on the CPU")
@@ -42,6 +65,21 @@ def get_default_device():
 def set_default_device(device):
     """Accepts the CPU (or None); another device raises, as dygrad has no other yet."""
     _check_device("set_default_device", device)
+
+
+def get_default_dtype():
+    """The dtype floating factories and Python floats take: float32 (dygrad's factories are fixed to it)."""
+    return _C.float32
+
+
+def set_default_dtype(d):
+    """float32 is accepted (the default: nothing changes); a non-floating dtype raises TypeError as torch's; another
+    floating dtype raises NotProvidedError: dygrad's factories cannot take a different default yet."""
+    if not getattr(d, "is_floating_point", False):
+        raise TypeError("only floating-point types are supported as the default type")
+    if d != _C.float32:
+        from ._not_provided import not_provided
+        raise not_provided(f"torch.set_default_dtype({d})", "the default dtype is float32; pass dtype= to factories")
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False, out=None):
@@ -230,6 +268,7 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
 
 
 def install():
+    _C.Tensor.layout = property(_layout)
     _C.Tensor.addcmul = addcmul
     _C.Tensor.addcdiv = addcdiv
     _C.Tensor.addcmul_ = _addcmul_

@@ -31,3 +31,42 @@ def stand_in_function(qualified, why):
     function.__name__ = qualified.rpartition(".")[2]
     function.__qualname__ = function.__name__
     return function
+
+
+class NotProvidedDtype:
+    """A torch dtype dygrad has no storage for yet (issue 41, part 2: int8, int16, uint32, uint64, complex, float8).
+    It exists so that libraries can name it (safetensors' dtype tables, dtype checks, `x.dtype == torch.int8`), and
+    it carries torch's properties; no tensor has it: a factory or conversion given one raises, and nothing compares
+    equal to it but itself."""
+
+    def __init__(self, name, itemsize, is_floating_point=False, is_signed=True, is_complex=False):
+        self._name, self.itemsize = name, itemsize
+        self.is_floating_point, self.is_signed, self.is_complex = is_floating_point, is_signed, is_complex
+
+    def __repr__(self):
+        return f"dygrad.{self._name}"
+
+    def __reduce__(self):
+        return (_dtype_named, (self._name,))
+
+    def to_real(self):
+        raise not_provided(f"torch.{self._name}.to_real", "no complex dtypes yet")
+
+    def to_complex(self):
+        raise not_provided(f"torch.{self._name}.to_complex", "no complex dtypes yet")
+
+
+def _dtype_named(name):
+    """Unpickles a NotProvidedDtype: the one dygrad.<name>."""
+    import dygrad
+    return getattr(dygrad, name)
+
+
+# torch's dtypes without storage in dygrad: name -> (itemsize, is_floating_point, is_signed, is_complex).
+UNPROVIDED_DTYPES = {
+    "int8": (1, False, True, False), "int16": (2, False, True, False), "uint32": (4, False, False, False),
+    "uint64": (8, False, False, False), "complex64": (8, False, True, True), "complex128": (16, False, True, True),
+    "float8_e4m3fn": (1, True, True, False), "float8_e5m2": (1, True, True, False),
+    "float8_e4m3fnuz": (1, True, True, False), "float8_e5m2fnuz": (1, True, True, False),
+    "float8_e8m0fnu": (1, True, False, False),
+}

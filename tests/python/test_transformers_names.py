@@ -14,6 +14,35 @@ import torch.utils._pytree as torch_pytree
 import dygrad as dg
 import dygrad.utils._pytree as dg_pytree
 
+def test_layouts_and_the_default_dtype_as_torch():
+    assert repr(dg.strided) == repr(torch.strided) and dg.ones(2).layout is dg.strided
+    assert dg.ones(2).layout != dg.sparse_coo and pickle.loads(pickle.dumps(dg.strided)) is dg.strided
+    assert str(dg.get_default_dtype()) == "dygrad.float32" and str(torch.get_default_dtype()) == "torch.float32"
+    dg.set_default_dtype(dg.float32)
+    for lib in (dg, torch):
+        with pytest.raises(TypeError, match="only floating-point types are supported as the default type"):
+            lib.set_default_dtype(lib.int32)
+    with pytest.raises(dg.NotProvidedError, match="set_default_dtype"):
+        dg.set_default_dtype(dg.float64)
+
+
+def test_dtypes_without_storage_are_named_with_torch_properties():
+    for name in dg._not_provided.UNPROVIDED_DTYPES:
+        ours, theirs = getattr(dg, name), getattr(torch, name)
+        assert repr(ours).split(".")[-1] == repr(theirs).split(".")[-1] == name
+        assert (ours.itemsize, ours.is_floating_point, ours.is_signed, ours.is_complex) == \
+            (theirs.itemsize, theirs.is_floating_point, theirs.is_signed, theirs.is_complex), name
+        assert pickle.loads(pickle.dumps(ours)) is ours and ours != dg.float32 and {ours: 1}[ours] == 1
+        with pytest.raises(TypeError):
+            dg.zeros(2, dtype=ours)  # no tensor has it yet
+    assert dg.short is dg.int16 and dg.cfloat is dg.complex64 and dg.cdouble is dg.complex128
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+                 "complex64", "complex128"):
+        assert repr(dg.finfo(getattr(dg, name))) == repr(torch.finfo(getattr(torch, name))), name
+    for name in ("int8", "int16", "uint32", "uint64"):
+        assert repr(dg.iinfo(getattr(dg, name))) == repr(torch.iinfo(getattr(torch, name))), name
+
+
 Point = collections.namedtuple("Point", "x y")
 TREES = [[1, (2, None), {"b": 3, "a": 4}], {"x": [1, 2], "y": (3,)}, Point(1, [2, 3]),
          collections.OrderedDict(a=1, b=[2]), collections.defaultdict(list, {"k": [5]}), collections.deque([1, 2]), 7]
