@@ -26,6 +26,50 @@ def test_layouts_and_the_default_dtype_as_torch():
         dg.set_default_dtype(dg.float64)
 
 
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(2))
+        self.count = 3
+
+    def get_extra_state(self):
+        return {"count": self.count}
+
+    def set_extra_state(self, state):
+        self.count = state["count"]
+
+
+class _DgCounter(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = dg.nn.Parameter(dg.ones(2))
+        self.count = 3
+
+    get_extra_state, set_extra_state = _Counter.get_extra_state, _Counter.set_extra_state
+
+
+def test_extra_state_is_saved_and_loaded_as_torch():
+    import dygrad.nn.modules.module as dg_module
+    assert dg_module._EXTRA_STATE_KEY_SUFFIX == torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+    for make, lib in ((_DgCounter, dg), (_Counter, torch)):
+        outer = lib.nn.Sequential(make())
+        state = outer.state_dict()
+        assert list(state) == ["0.weight", "0._extra_state"] and state["0._extra_state"] == {"count": 3}
+        other = lib.nn.Sequential(make())
+        other[0].count = 0
+        other.load_state_dict(state)
+        assert other[0].count == 3
+        with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "0._extra_state"'):
+            other.load_state_dict({"0.weight": lib.ones(2)})
+        with pytest.raises(RuntimeError, match='Unexpected key\\(s\\) in state_dict: "_extra_state"'):
+            lib.nn.Linear(1, 1).load_state_dict({"weight": lib.ones(1, 1), "bias": lib.ones(1), "_extra_state": 1})
+        with pytest.raises(RuntimeError, match="Module.get_extra_state\\(\\) that should never be called"):
+            lib.nn.Linear(1, 1).get_extra_state()
+    linear = dg.nn.Linear(1, 1)
+    linear.register_buffer("table", dg.ones(1), persistent=False)
+    assert linear._non_persistent_buffers_set == {"table"}  # torch's attribute name (libraries read it)
+
+
 def test_dtypes_without_storage_are_named_with_torch_properties():
     for name in dg._not_provided.UNPROVIDED_DTYPES:
         ours, theirs = getattr(dg, name), getattr(torch, name)

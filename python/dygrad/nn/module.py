@@ -17,6 +17,8 @@ _HOOK_STORES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forwar
                 "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 _IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+# The state_dict key of a module's extra state (what an overridden get_extra_state returns), after its prefix.
+_EXTRA_STATE_KEY_SUFFIX = "_extra_state"
 
 
 class Module:
@@ -28,7 +30,7 @@ class Module:
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
-        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_non_persistent_buffers_set", set())
         object.__setattr__(self, "_modules", OrderedDict())
         for store in _HOOK_STORES:
             object.__setattr__(self, store, OrderedDict())
@@ -227,9 +229,9 @@ class Module:
                             "(dygrad.Tensor or None required)")
         self._buffers[name] = tensor
         if persistent:
-            self._non_persistent_buffers.discard(name)
+            self._non_persistent_buffers_set.discard(name)
         else:
-            self._non_persistent_buffers.add(name)
+            self._non_persistent_buffers_set.add(name)
 
     def add_module(self, name, module):
         self._check_ready()
@@ -300,7 +302,7 @@ class Module:
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
                 del store[name]
-                self._non_persistent_buffers.discard(name)
+                self._non_persistent_buffers_set.discard(name)
                 return
         object.__delattr__(self, name)
 
@@ -526,14 +528,28 @@ class Module:
             if p is not None:
                 destination[prefix + name] = p if keep_vars else p.detach()
         for name, b in self._buffers.items():
-            if b is not None and name not in self._non_persistent_buffers:
+            if b is not None and name not in self._non_persistent_buffers_set:
                 destination[prefix + name] = b if keep_vars else b.detach()
+        if type(self).get_extra_state is not Module.get_extra_state:
+            destination[prefix + _EXTRA_STATE_KEY_SUFFIX] = self.get_extra_state()
+
+    def get_extra_state(self):
+        """Extra state (any picklable object) a subclass saves in its state_dict by overriding this."""
+        raise RuntimeError("Reached a code path in Module.get_extra_state() that should never be called. Please file an "
+                           "issue at https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml to report "
+                           "this bug.")
+
+    def set_extra_state(self, state):
+        """Restores what get_extra_state returned (a subclass overrides both)."""
+        raise RuntimeError("Reached a code path in Module.set_extra_state() that should never be called. Please file an "
+                           "issue at https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml to report "
+                           "this bug.")
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
         for hook in self._load_state_dict_pre_hooks.values():
             hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        persistent = {k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers}
+        persistent = {k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers_set}
         local_state = {k: v for k, v in list(self._parameters.items()) + list(persistent.items()) if v is not None}
         assign = local_metadata.get("assign_to_params_buffers", False)
         for name, target in local_state.items():
@@ -556,9 +572,17 @@ class Module:
             else:
                 with no_grad():
                     target.copy_(value)
+        extra_state_key = prefix + _EXTRA_STATE_KEY_SUFFIX
+        if type(self).set_extra_state is not Module.set_extra_state:
+            if extra_state_key in state_dict:
+                self.set_extra_state(state_dict[extra_state_key])
+            elif strict:
+                missing_keys.append(extra_state_key)
+        elif strict and extra_state_key in state_dict:
+            unexpected_keys.append(extra_state_key)
         if strict:
             for key in state_dict.keys():
-                if key.startswith(prefix):
+                if key.startswith(prefix) and key != extra_state_key:
                     input_name = key[len(prefix):].split(".", 1)
                     if input_name[0] not in self._modules and input_name[0] not in local_state:
                         unexpected_keys.append(key)
