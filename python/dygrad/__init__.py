@@ -49,6 +49,8 @@ from ._factories import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, F
                          IntTensor, LongTensor)
 from . import _factories  # noqa: E402
 _factories.install()
+from .storage import UntypedStorage, untyped_storage as _untyped_storage  # noqa: E402,F401
+Tensor.untyped_storage = _untyped_storage
 from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack,  # noqa: E402,F401
                         vstack)
 

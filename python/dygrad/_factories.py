@@ -123,6 +123,9 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
     """obj as a tensor: shares memory with a tensor or NumPy array unless copy=True or a conversion is needed
     (copy=False then raises, as torch)."""
     _check_device("asarray", device)
+    from .storage import UntypedStorage, _tensor_of
+    if isinstance(obj, UntypedStorage):  # its bytes read as dtype, sharing its memory
+        obj, dtype = _tensor_of(obj, dtype), None
     if isinstance(obj, (_C.Tensor, np.ndarray)):
         result, shares = _shared_or_converted(obj, dtype)
         if copy is False and not shares:

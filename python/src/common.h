@@ -191,6 +191,7 @@ bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out);
 PyObject* dtype_object(DType t);  // borrowed
 // A dtype argument: a dygrad dtype, a NumPy dtype or type, or float/int/bool. False with a TypeError.
 bool to_dtype(const char* op, PyObject* o, DType& out);
+bool is_dtype_object(PyObject* o);  // a dygrad dtype (dygrad.float32 ...)
 // NumPy's type for a DType ("float32"); nullptr for bfloat16.
 const char* numpy_dtype_name(DType t);
 

@@ -21,6 +21,8 @@ constexpr const char* kNumpyNames[kNumDTypes] = {"bool", "uint8", "uint16", "int
 PyObject* dtype_object(DType t) { return g_dtype_objects[static_cast<int>(t)]; }
 const char* numpy_dtype_name(DType t) { return kNumpyNames[static_cast<int>(t)]; }
 
+bool is_dtype_object(PyObject* o) { return Py_TYPE(o) == g_dtype_type; }
+
 bool to_dtype(const char* op, PyObject* o, DType& out) {
   if (Py_TYPE(o) == g_dtype_type) {
     out = nb::inst_ptr<DTypeObject>(o)->value;

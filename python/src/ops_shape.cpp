@@ -1,4 +1,4 @@
-// Shape and view entry points: view, reshape, expand, permute (shape given as ints or one sequence, as
+// Shape and view entry points: view (of a shape, or of a dtype), reshape, expand, permute (shape given as ints or one sequence, as
 // torch takes them), transpose, t, detach, narrow, select, squeeze, unsqueeze, flatten, unflatten. Views share storage; nothing is copied here.
 #include <algorithm>
 
@@ -168,11 +168,24 @@ PyObject* unflatten_entry(PyObject* self, PyObject* const* args, Py_ssize_t narg
     return nullptr;
   return guarded([&] { return wrap(unflatten(*input, dim, sizes)); });
 }
+// Tensor.view(*shape) / view(shape), or view(dtype) / view(dtype=...): the same bytes read as another dtype.
+PyObject* view_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  const bool by_keyword = nargs == 0 && nkw == 1 &&
+                          PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "dtype") == 0;
+  if (!by_keyword && !(nargs == 1 && nkw == 0 && is_dtype_object(args[0])))
+    return int_list_entry<View>(self, args, nargs, kwnames);
+  const Tensor* tensor = to_tensor("view", "input", self);
+  DType dtype;
+  if (!tensor || !to_dtype("view", args[0], dtype)) return nullptr;
+  return guarded([&] { return wrap(view_dtype(*tensor, dtype)); });
+}
 }  // namespace
 
 void init_ops_shape(nb::module_& m) {
   static const OpEntry entries[] = {
-      {"view", int_list_entry<View>, "view(*shape) -> Tensor: a view with the given shape (-1 infers one dim)", false, true},
+      {"view", view_entry, "view(*shape) -> Tensor: a view with the given shape (-1 infers one dim); view(dtype) -> "
+                           "Tensor: the same bytes as another dtype", false, true},
       {"reshape", int_list_entry<Reshape>, "reshape(input, shape) -> Tensor: a view when possible, else a copy", true, true},
       {"expand", int_list_entry<Expand>, "expand(*sizes) -> Tensor: broadcast view (-1 keeps a dim)", false, true},
       {"broadcast_to", int_list_entry<BroadcastTo>, "broadcast_to(input, size) -> Tensor", true, true},

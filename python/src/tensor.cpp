@@ -309,6 +309,7 @@ void init_tensor(nb::module_& m) {
       .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
       .def("element_size", [](const Tensor& t) { return t.itemsize(); })
       .def("storage_offset", [](const Tensor& t) { return t.storage_offset(); })
+      .def("_storage_bytes", [](const Tensor& t) { return storage_bytes(t); })  // see dygrad/storage.py
       // The address only: no wait for queued Tasks that may still use reused memory (Storage::address).
       .def("data_ptr", [](const Tensor& t) {
         return reinterpret_cast<uintptr_t>(t.storage().address()) + static_cast<uintptr_t>(t.storage_offset()) * t.itemsize();

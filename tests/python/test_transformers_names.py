@@ -14,6 +14,72 @@ import torch.utils._pytree as torch_pytree
 import dygrad as dg
 import dygrad.utils._pytree as dg_pytree
 
+VIEW_CASES = [((2, 8), "uint8", "float32"), ((3, 4), "float32", "int32"), ((2, 4), "float32", "uint8"),
+              ((4,), "float32", "float16"), ((2, 6), "float16", "bfloat16"), ((2, 4), "int64", "float64"),
+              ((3, 2), "float64", "int32"), ((5,), "uint8", "bool")]
+
+
+@pytest.mark.parametrize("shape,src,dst", VIEW_CASES, ids=str)
+def test_view_dtype_reads_the_same_bytes_as_torch(shape, src, dst):
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 2, size=shape) if src == "uint8" and dst == "bool" else rng.integers(0, 200, size=shape)
+    ours, theirs = dg.tensor(raw).to(getattr(dg, src)), torch.tensor(raw).to(getattr(torch, src))
+    got, expected = ours.view(getattr(dg, dst)), theirs.view(dtype=getattr(torch, dst))
+    assert tuple(got.shape) == tuple(expected.shape) and got.stride() == expected.stride()
+    if dst == "bfloat16":  # NumPy has no bfloat16: compare its bits as float16's
+        got, expected = got.view(dg.float16), expected.view(torch.float16)
+    assert got.numpy().tobytes() == expected.numpy().tobytes()
+    assert ours.view(dtype=getattr(dg, dst)).dtype == getattr(dg, dst)
+
+
+def test_view_dtype_aliases_and_its_errors_match_torch():
+    for lib in (dg, torch):
+        a = lib.ones(4)
+        b = a.view(lib.int32)
+        b[0] = 0
+        if lib is dg:
+            dg.synchronize()
+        assert a.tolist() == [0.0, 1.0, 1.0, 1.0]
+        assert lib.ones(3, requires_grad=True).view(lib.float32).requires_grad is False  # no history, as torch
+        z = lib.zeros(2, 4, dtype=lib.uint8)
+        for bad, message in [(z[:, 1:], "self.size\\(-1\\) must be divisible by 2"),
+                             (z.t(), "self.stride\\(-1\\) must be 1"), (lib.tensor(1, dtype=lib.uint8),
+                                                                       "self.dim\\(\\) cannot be 0")]:
+            with pytest.raises(RuntimeError, match=message):
+                bad.view(lib.float16)
+        assert lib.zeros(2, 8, dtype=lib.uint8)[:, 4:].view(lib.int32).shape == (2, 1)
+
+
+def test_untyped_storage_and_asarray_of_a_storage_as_torch():
+    for lib in (dg, torch):
+        t = lib.arange(6.0)[2:]
+        storage = t.untyped_storage()
+        assert storage.nbytes() == 24 and storage.data_ptr() == t.data_ptr() - 8 and len(storage[4:12]) == 8
+        assert lib.asarray(storage[8:16], dtype=lib.float32).tolist() == [2.0, 3.0]
+        assert lib.asarray(lib.UntypedStorage(16)).dtype == lib.int64 and lib.UntypedStorage(3).nbytes() == 3
+
+
+def test_a_storage_from_a_file_is_mapped_privately_or_shared_as_torch(tmp_path):
+    path = tmp_path / "weights.bin"
+    np.arange(8, dtype="<f4").tofile(path)
+    for lib in (dg, torch):
+        private = lib.UntypedStorage.from_file(str(path), shared=False, nbytes=32)
+        x = lib.asarray(private[8:24], dtype=lib.uint8).view(dtype=lib.float32).reshape(2, 2)
+        assert x.tolist() == [[2.0, 3.0], [4.0, 5.0]]
+        x.mul_(10)
+        if lib is dg:
+            dg.synchronize()
+        assert lib.asarray(private, dtype=lib.float32).tolist()[2] == 20.0  # the tensor is the storage's memory
+        assert np.fromfile(path, dtype="<f4")[2] == 2.0  # shared=False: the file is untouched
+    shared = dg.UntypedStorage.from_file(str(path), shared=True, nbytes=32)
+    dg.asarray(shared, dtype=dg.float32)[0] = 7.0
+    dg.synchronize()
+    del shared
+    assert np.fromfile(path, dtype="<f4")[0] == 7.0
+    with pytest.raises(RuntimeError, match="file is too small"):
+        dg.UntypedStorage.from_file(str(path), nbytes=64)
+
+
 def test_layouts_and_the_default_dtype_as_torch():
     assert repr(dg.strided) == repr(torch.strided) and dg.ones(2).layout is dg.strided
     assert dg.ones(2).layout != dg.sparse_coo and pickle.loads(pickle.dumps(dg.strided)) is dg.strided

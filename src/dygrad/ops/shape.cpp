@@ -153,6 +153,50 @@ Tensor detach(const Tensor& a) {
   return Tensor(std::move(impl));
 }
 
+Tensor view_dtype(const Tensor& a, DType dtype) {
+  check_defined("view", a);
+  Dims sizes = a.impl()->sizes, strides = a.impl()->strides;
+  int64_t offset = a.storage_offset();
+  const int64_t from = static_cast<int64_t>(a.itemsize()), to = static_cast<int64_t>(itemsize(dtype));
+  if (from != to) {
+    const char *from_name = dtype_name(a.dtype()), *to_name = dtype_name(dtype);
+    DG_CHECK(a.dim() > 0, Runtime, "[view] self.dim() cannot be 0 to view ", from_name, " as ", to_name,
+             " (different element sizes)");
+    DG_CHECK(strides.back() == 1, Runtime, "[view] self.stride(-1) must be 1 to view ", from_name, " as ", to_name,
+             " (different element sizes), but got ", strides.back());
+    if (to > from) {  // several elements become one: the last size, the other strides and the offset divide
+      const int64_t ratio = to / from;
+      DG_CHECK(sizes.back() % ratio == 0, Runtime, "[view] self.size(-1) must be divisible by ", ratio, " to view ",
+               from_name, " as ", to_name, " (different element sizes), but got ", sizes.back());
+      DG_CHECK(offset % ratio == 0, Runtime, "[view] self.storage_offset() must be divisible by ", ratio, " to view ",
+               from_name, " as ", to_name, " (different element sizes), but got ", offset);
+      for (size_t d = 0; d + 1 < strides.size(); ++d)
+        DG_CHECK(strides[d] % ratio == 0, Runtime, "[view] self.stride(", static_cast<int64_t>(d), ") must be "
+                 "divisible by ", ratio, " to view ", from_name, " as ", to_name, " (different element sizes), but got ",
+                 strides[d]);
+      sizes.back() /= ratio;
+      for (size_t d = 0; d + 1 < strides.size(); ++d) strides[d] /= ratio;
+      offset /= ratio;
+    } else {  // one element becomes several
+      const int64_t ratio = from / to;
+      sizes.back() *= ratio;
+      for (size_t d = 0; d + 1 < strides.size(); ++d) strides[d] *= ratio;
+      offset *= ratio;
+    }
+  }
+  auto impl = make_ref<TensorImpl>(a.impl()->storage, std::move(sizes), std::move(strides), offset, dtype);
+  impl->is_view = true;
+  return Tensor(std::move(impl));
+}
+
+Tensor storage_bytes(const Tensor& a) {
+  check_defined("untyped_storage", a);
+  auto impl = make_ref<TensorImpl>(a.impl()->storage, Dims{static_cast<int64_t>(a.storage().nbytes())}, Dims{1}, 0,
+                                   DType::UInt8);
+  impl->is_view = true;
+  return Tensor(std::move(impl));
+}
+
 Tensor as_strided(const Tensor& a, IntSpan sizes, IntSpan strides, int64_t storage_offset) {
   check_defined("as_strided", a);
   DG_CHECK(sizes.size() == strides.size(), Value, "[as_strided] sizes ", sizes, " and strides ", strides,

@@ -6,6 +6,11 @@
 namespace dg {
 
 Tensor detach(const Tensor& a);  // same storage and view, no autograd history
+// torch's view(dtype): the same bytes read as `dtype` (no autograd history, as torch's). A different element size
+// scales the last dimension, which must have stride 1.
+Tensor view_dtype(const Tensor& a, DType dtype);
+// Every byte of a's storage as a 1-D uint8 tensor over the same memory (torch's untyped_storage()).
+Tensor storage_bytes(const Tensor& a);
 Tensor as_strided(const Tensor& a, IntSpan sizes, IntSpan strides, int64_t storage_offset);  // internal use
 Tensor view(const Tensor& a, IntSpan shape);     // -1 infers one dim; raises if strides forbid a view
 Tensor reshape(const Tensor& a, IntSpan shape);  // a view when possible, else a contiguous copy
