@@ -30,6 +30,7 @@ from ._probes import device, get_float32_matmul_precision, set_float32_matmul_pr
 
 _C._set_size_type(Size)
 _C._set_cpu_device(device("cpu"))  # Tensor.device
+_C._set_meta_device(device("meta"))  # the device of a tensor made under torch.device("meta")
 _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)

@@ -58,8 +58,9 @@ def _check_device(name, device):
 
 
 def get_default_device():
-    """The device factories create tensors on: the CPU."""
-    return _device("cpu")
+    """The device factories create tensors on: the CPU, or meta inside `with torch.device("meta")`."""
+    from ._probes import _default_devices
+    return _default_devices[-1] if _default_devices else _device("cpu")
 
 
 def set_default_device(device):

@@ -46,3 +46,55 @@ class device(str):  # noqa: N801 -- torch's spelling
 
     def __repr__(self):
         return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+
+    # `with torch.device(d):` makes d the default device of the factories inside: the CPU, or "meta", where
+    # libraries build a model before loading its weights. Another device raises.
+    def __enter__(self):
+        if self.type == "meta":
+            _enter_meta()
+        elif self.type != "cpu":
+            raise RuntimeError(f"[device] {self!r} as the default device: dygrad's tensors live on the CPU")
+        elif _meta_depth:
+            from ._not_provided import not_provided
+            raise not_provided("a CPU default device inside torch.device('meta')")
+        _default_devices.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _default_devices.pop()
+        if self.type == "meta":
+            _exit_meta()
+        return False
+
+
+# The devices of the `with torch.device(...)` blocks the program is in, innermost last.
+_default_devices = []
+
+# Meta tensors (torch.device("meta")): inside the block every op runs under meta evaluation (ops/meta_eval.h, as
+# dg.memory.estimate): it computes its outputs' shapes and dtypes, allocates address space only and runs no kernel.
+# A tensor made there reports device "meta" (meta::is_meta_storage) after the block too; it holds no data
+# (docs/memory.md, "Meta tensors"). As in torch, building on meta draws no random numbers: the generators' states
+# are put back.
+_meta_depth = 0
+_meta_saved_rng = None
+
+
+def _enter_meta():
+    global _meta_depth, _meta_saved_rng
+    from . import _C
+    if _meta_depth == 0:
+        from ._generator import default_generator
+        _meta_saved_rng = (default_generator.get_state(), _C.get_rng_state())
+        _C._meta_begin()
+    _meta_depth += 1
+
+
+def _exit_meta():
+    global _meta_depth
+    from . import _C
+    _meta_depth -= 1
+    if _meta_depth == 0:
+        from ._generator import default_generator
+        _C._meta_end()
+        default_generator.set_state(_meta_saved_rng[0])
+        _C.set_rng_state(_meta_saved_rng[1])

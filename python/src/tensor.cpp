@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "dygrad/core/storage_hooks.h"
 
 namespace dg::py {
 
@@ -18,8 +19,10 @@ const PyType_Slot* linalg_operator_slots();  // ops_linalg.cpp: @ and @=
 namespace {
 PyObject* g_size_type = nullptr;  // dygrad.Size, set from Python (dygrad/__init__.py); a tuple until then
 PyObject* g_cpu_device = nullptr;  // dygrad.device("cpu"), set from Python; the string "cpu" until then
+PyObject* g_meta_device = nullptr;  // dygrad.device("meta"), a meta tensor's (meta::is_meta_storage)
 
 nb::object device_object(const Tensor& t) {
+  if (g_meta_device && meta::is_meta_storage(&t.storage())) [[unlikely]] return nb::borrow(g_meta_device);
   if (g_cpu_device && t.device().type == Device::Type::CPU) return nb::borrow(g_cpu_device);
   return nb::str(t.device().str().c_str());
 }
@@ -204,6 +207,10 @@ void init_tensor(nb::module_& m) {
     Py_XINCREF(device.ptr());
     g_cpu_device = device.ptr();
   });
+  m.def("_set_meta_device", [](nb::handle device) {
+    Py_XINCREF(device.ptr());
+    g_meta_device = device.ptr();
+  });
   static const OpEntry entries[] = {
       {"new_empty", new_empty_entry, "new_empty(*size, *, dtype=None, device=None, requires_grad=False) -> Tensor", false, true},
       {"new_zeros", new_zeros_entry, "new_zeros(*size, *, dtype=None, device=None, requires_grad=False) -> Tensor", false, true},
@@ -226,6 +233,7 @@ void init_tensor(nb::module_& m) {
       .def_prop_ro("_version", [](const Tensor& t) { return t.version(); })  // bumped by every in-place write
       .def_prop_ro("device", [](const Tensor& t) { return device_object(t); })
       .def_prop_ro("is_cuda", [](const Tensor&) { return false; })
+      .def_prop_ro("is_meta", [](const Tensor& t) { return meta::is_meta_storage(&t.storage()); })
       .def_prop_ro("is_cpu", [](const Tensor& t) { return t.device().type == Device::Type::CPU; })
       .def("get_device", [](const Tensor& t) -> int64_t {
         return t.device().type == Device::Type::CPU ? -1 : t.device().index;

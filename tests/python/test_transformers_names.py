@@ -92,6 +92,27 @@ def test_layouts_and_the_default_dtype_as_torch():
         dg.set_default_dtype(dg.float64)
 
 
+def test_meta_device_builds_without_data_or_random_draws_as_torch():
+    for lib in (dg, torch):
+        lib.manual_seed(0)
+        before = lib.rand(3).tolist()
+        lib.manual_seed(0)
+        with lib.device("meta"):
+            assert str(lib.get_default_device()) == "meta"
+            layer = lib.nn.Linear(1000, 1000)  # no memory, no kernel, no random numbers drawn
+            empty = lib.tensor([])
+            y = layer.weight * 2
+        assert str(lib.get_default_device()) == "cpu"
+        assert layer.weight.is_meta and str(layer.weight.device) == "meta" and str(empty.device) == "meta"
+        assert y.is_meta and tuple(y.shape) == (1000, 1000) and y.dtype == layer.weight.dtype
+        assert not lib.ones(1).is_meta and lib.rand(3).tolist() == before
+        real = lib.empty_like(layer.weight, device="cpu")
+        assert str(real.device) == "cpu" and tuple(real.shape) == (1000, 1000)
+    with pytest.raises(RuntimeError, match="dygrad's tensors live on the CPU"):
+        with dg.device("cuda"):
+            pass
+
+
 class _Counter(torch.nn.Module):
     def __init__(self):
         super().__init__()

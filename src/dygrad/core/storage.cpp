@@ -9,6 +9,7 @@
 #include <mutex>
 #include <new>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "dygrad/core/error.h"
@@ -49,7 +50,18 @@ thread_local bool tls_host_allocation = false;
 std::atomic<int> g_host_allocation_scopes{0};
 std::mutex g_meta_mutex;
 meta::Stats g_meta;
+// The storages made under meta evaluation and still alive: meta tensors (torch.device("meta"), docs/memory.md
+// "Meta tensors"). A set beside Storage rather than a field in it (storage.h is included everywhere); the count
+// lets every other storage's destructor skip the lock.
+std::unordered_set<const Storage*> g_meta_storages;
+std::atomic<int64_t> g_meta_storage_count{0};
 }  // namespace
+
+bool meta::is_meta_storage(const Storage* s) {
+  if (g_meta_storage_count.load(std::memory_order_relaxed) == 0) [[likely]] return false;
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  return g_meta_storages.count(s) != 0;
+}
 
 // Once this returns, no call to the previous observer is in flight.
 void set_storage_observer(StorageObserver* observer) {
@@ -199,6 +211,11 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
+  if (meta::active()) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(g_meta_mutex);
+    g_meta_storages.insert(s.get());
+    g_meta_storage_count.fetch_add(1, std::memory_order_relaxed);
+  }
   if (nbytes > 0 && !meta::is_meta(s->block_))
     notify([&](StorageObserver* o) { o->on_storage_allocate(s.get(), nbytes, s->category_); });
   log_birth(s.get(), false);
@@ -232,6 +249,10 @@ void Storage::annotate(const char* description) const {
 
 Storage::~Storage() {
   tell_life_log([&](StorageLifeLog* log) { log->on_storage_died(this); });
+  if (g_meta_storage_count.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(g_meta_mutex);
+    if (g_meta_storages.erase(this) != 0) g_meta_storage_count.fetch_sub(1, std::memory_order_relaxed);
+  }
   if (external_release_) {
     external_release_(external_context_);
   } else if (meta::is_meta(block_)) [[unlikely]] {

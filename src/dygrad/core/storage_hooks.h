@@ -12,6 +12,8 @@
 
 namespace dg {
 
+class Storage;
+
 // --- the profiler's storage observer ---------------------------------------------------------------------------
 // Called on the thread that allocated, freed or retagged a buffer of the allocator (external memory is not
 // reported). `id` identifies the Storage while it lives; an id may be reused after its free.
@@ -70,6 +72,10 @@ void set_active(bool on);  // on: resets the statistics
 Stats current();
 void reset_peak();
 void note_task(int64_t scratch_bytes);  // ops/dispatch.cpp, for every Task that would have run
+
+// Whether `s` was made under meta evaluation: the storage of a meta tensor
+// (torch.device("meta"), docs/memory.md "Meta tensors"), 0-byte ones included.
+bool is_meta_storage(const Storage* s);
 
 constexpr size_t kMetaBit = size_t(1) << (sizeof(size_t) * 8 - 1);
 inline bool is_meta(const MemoryBlock& b) { return (b.bin_bytes & kMetaBit) != 0; }
