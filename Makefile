@@ -16,12 +16,13 @@ JOBS ?= $(shell nproc)
 # without AVX-512 runs the baseline kernels (docs/ops.md, "One binary for every CPU").
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
                libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev qemu-user
-# torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk).
+# torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk); transformers (pinned)
+# is the library tests/python/test_transformers.py runs on both (issue 41).
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.
 APT_OPTIONAL = libdnnl-dev
-PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0
-PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch
+PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0 transformers==5.25.0
+PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch, transformers
 
 # Whether package $$p is installed for this machine's architecture (or for all): `dpkg -s NAME` fails as ambiguous
 # once the same package is installed for a second architecture too (make test-aarch64 adds arm64's).
