@@ -28,8 +28,9 @@ DIFFERS = {
     "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
     "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
     "torch.distributed.tensor.DTensor": "a stand-in: nothing is an instance; constructing raises "
-                                        "NotProvidedError (no sharding yet); so are Shard, Replicate, Partial, "
-                                        "DeviceMesh and the fsdp and tensor.parallel names",
+                                        "NotProvidedError (no sharding yet); so are DeviceMesh and the fsdp and "
+                                        "tensor.parallel names. The placements (Shard, Replicate, Partial) are "
+                                        "torch's values (descriptions libraries build plans from)",
     "torch.library.custom_op": "runs eagerly (no dispatcher): the op is a Python callable, also dg.ops.<ns>.<name>; "
                                "register_fake is recorded, register_autograd wraps it in an autograd Function",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
@@ -50,7 +51,18 @@ DIFFERS = {
     "torch.use_deterministic_algorithms": "dygrad's deterministic mode (set_context): every op bitwise reproducible "
                                           "across runs and thread counts, so none raises or warns for being "
                                           "nondeterministic",
-    "torch.device": "a str subclass; only 'cpu' holds tensors",
+    "torch.device": "a str subclass; only 'cpu' holds tensors. `with torch.device('meta')` makes meta tensors: "
+                    "inside it every op runs under meta evaluation (shapes and dtypes, address space only, no "
+                    "kernel; docs/memory.md \"Meta tensors\"); after the block an op on a meta tensor reads zeros, "
+                    "where torch's result would be a meta tensor too",
+    "torch.get_default_dtype": "always float32",
+    "torch.set_default_dtype": "float32 only: another floating dtype raises NotProvidedError (dygrad's factories "
+                               "are fixed to float32; pass dtype=)",
+    "torch.UntypedStorage": "a flat NumPy uint8 buffer: from_file maps the file (shared=False copy-on-write), "
+                            "slices share memory; Tensor.untyped_storage() views a tensor's whole storage",
+    "torch.int8": "named with torch's properties (itemsize, finfo/iinfo) but no tensor can have it yet (issue 41 "
+                  "part 2 brings the storage); so are int16, uint32, uint64, complex64, complex128 and the "
+                  "float8 dtypes",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
                   "cannot rebuild torch-only objects (modules, torch classes); every file is checked as untrusted, "
                   "and compressed entries are refused (docs/reliability.md, \"Loading files\")",
@@ -133,7 +145,10 @@ AREAS = [
                 "float8_e4m3fn", "float8_e5m2", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "eye",
                 "as_tensor", "asarray", "empty_strided", "normal", "scalar_tensor", "randint_like", "addcmul",
                 "addcdiv", "isin", "get_default_device", "contiguous_format", "compiler", "jit", "onnx",
-                "accelerator", "library", "distributions", "version"]),
+                "accelerator", "library", "distributions", "version",
+                # what transformers' runs reach (tests/python/test_transformers.py)
+                "get_default_dtype", "set_default_dtype", "UntypedStorage", "strided", "layout", "short", "cfloat",
+                "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]),
     ("Pytrees", "torch.utils._pytree",
      lambda m: ["tree_flatten", "tree_unflatten", "tree_leaves", "tree_structure", "tree_map", "tree_map_",
                 "tree_map_only", "tree_iter", "tree_all", "tree_any", "tree_all_only", "tree_any_only",
@@ -162,7 +177,7 @@ triu unbind unique unsqueeze var view_as_complex view_as_real where zeros zeros_
 _COMMON_METHODS = set("""backward contiguous cpu cuda data_ptr detach dim double expand expand_as float half int item
 long masked_fill_ numpy repeat requires_grad_ size to tolist type type_as view view_as zero_ fill_ copy_ add_ mul_
 clamp_ uniform_ normal_ is_contiguous element_size nelement ndimension new_zeros new_ones new_tensor new_empty
-register_hook retain_grad stride storage_offset""".split())
+register_hook retain_grad stride storage_offset untyped_storage""".split())
 
 
 def dygrad_has(qualified):
