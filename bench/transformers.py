@@ -5,11 +5,13 @@ heads, ffn 1024, byte vocabulary, 256 positions), attn_implementation "sdpa".
 
     python3 bench/transformers.py [--rounds 5] [--steps 5] [--new-tokens 64] [--profile DIR]
 
-Each measurement is a fresh process; rounds alternate the order (dygrad, torch), (torch, dygrad), ... (A B B A),
+Each measurement is a fresh process; rounds alternate the order of the variants, forward then reversed (A B B A),
 and the figure is the median over rounds of each process's figure: training, the median step time after one
 warm-up step (batch 8 x 256 tokens, AdamW); generation, one greedy generate() of --new-tokens tokens from a
-16-token prompt after a warm-up generate(). Both frameworks run at their default thread counts. --profile DIR
-also writes dygrad's profile of each case (docs/profiler-python.md) into DIR."""
+16-token prompt after a warm-up generate(). dygrad runs at its default threads; torch at its default threads and
+at 1 thread (on a busy 2-core machine torch's spinning OpenMP threads lost 10x here), and the
+ratio is against the faster torch. --profile DIR also writes dygrad's profile of each case (docs/profiler-python.md)
+into DIR."""
 import argparse
 import os
 import re
@@ -24,7 +26,10 @@ BENCH_CONFIG = dict(vocab_size=256, hidden_size=384, intermediate_size=1024, num
 BATCH, SEQ, PROMPT = 8, 256, 16
 
 
-def worker(framework, case, steps, new_tokens, profile_dir):
+VARIANTS = {"dygrad": ("dygrad", None), "torch": ("torch", None), "torch 1 thread": ("torch", 1)}
+
+
+def worker(framework, case, steps, new_tokens, profile_dir, threads=None):
     # This file is named transformers.py: the library, not this script, is what `import transformers` must find.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
@@ -36,6 +41,8 @@ def worker(framework, case, steps, new_tokens, profile_dir):
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
+    if threads:
+        torch.set_num_threads(threads)
     sync = (lambda: __import__("dygrad").synchronize()) if framework == "dygrad" else (lambda: None)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**BENCH_CONFIG))
@@ -94,9 +101,10 @@ def start_profile():
     return profiler
 
 
-def run(framework, case, args):
+def run(variant, case, args):
+    framework, threads = VARIANTS[variant]
     cmd = [sys.executable, __file__, "--worker", framework, case, "--steps", str(args.steps), "--new-tokens",
-           str(args.new_tokens)]
+           str(args.new_tokens)] + (["--threads", str(threads)] if threads else [])
     if args.profile and framework == "dygrad":
         cmd += ["--profile", args.profile]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -114,27 +122,30 @@ def main():
     ap.add_argument("--cases", default="train,generate")
     ap.add_argument("--profile", default="", help="a directory for dygrad's profiles of each case")
     ap.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CASE"))
+    ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     if args.worker:
-        return worker(*args.worker, args.steps, args.new_tokens, args.profile)
+        return worker(*args.worker, args.steps, args.new_tokens, args.profile, args.threads)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     cases = [c for c in args.cases.split(",") if c]
-    results = {(f, c): [] for c in cases for f in ("dygrad", "torch")}
+    results = {(v, c): [] for c in cases for v in VARIANTS}
     for r in range(args.rounds):
-        order = ("dygrad", "torch") if r % 2 == 0 else ("torch", "dygrad")
+        order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))
         for case in cases:
-            for framework in order:
-                figure, line = run(framework, case, args)
-                results[(framework, case)].append(figure)
-                print(f"round {r} {line}", flush=True)
+            for variant in order:
+                figure, line = run(variant, case, args)
+                results[(variant, case)].append(figure)
+                print(f"round {r} {variant}: {line}", flush=True)
     print(f"\nLlamaForCausalLM (transformers) of the bench size, sdpa; median of {args.rounds} interleaved rounds")
-    print(f"{'case':34s} {'dygrad tok/s':>13s} {'torch tok/s':>12s} {'dygrad/torch':>13s}")
+    print(f"{'case':34s} {'dygrad':>8s} {'torch':>8s} {'torch 1t':>9s} {'dygrad/best torch':>18s}  (tokens/s)")
     names = {"train": f"training step (batch {BATCH} x {SEQ})",
              "generate": f"greedy generation (batch 1, {args.new_tokens} new)"}
     for case in cases:
-        d, t = statistics.median(results[("dygrad", case)]), statistics.median(results[("torch", case)])
-        print(f"{names[case]:34s} {d:13.1f} {t:12.1f} {d / t:13.2f}")
+        med = {v: statistics.median(results[(v, case)]) for v in VARIANTS}
+        best = max(med["torch"], med["torch 1 thread"])
+        print(f"{names[case]:34s} {med['dygrad']:8.1f} {med['torch']:8.1f} {med['torch 1 thread']:9.1f} "
+              f"{med['dygrad'] / best:18.2f}")
 
 
 if __name__ == "__main__":
