@@ -152,6 +152,8 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--configs", default="host,bench")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--torch-blocks", type=int, default=2, help="torch's alternation (eager, compiled): blocks")
+    p.add_argument("--torch-steps", type=int, default=10, help="torch's steps per block")
     a = p.parse_args()
     print(f"cpu: {cpu_model()}, {os.cpu_count()} cores")
     for name in a.configs.split(","):
@@ -163,7 +165,7 @@ def main():
               f"peak allocated eager {r['eager_peak_mb']:.1f} MB, jit {r['jit_peak_mb']:.1f} MB "
               f"(arena {r['arena_mb']:.1f} MB)")
         if not a.no_torch:
-            t = torch_run(name, a.blocks, a.steps)
+            t = torch_run(name, a.torch_blocks, a.torch_steps)
             if "error" in t:
                 print(f"{name}: torch failed: {t['error']}")
             else:
