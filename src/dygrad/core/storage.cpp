@@ -178,7 +178,8 @@ void set_storage_life_log(StorageLifeLog* log) {
     return;
   }
   DG_CHECK(g_life_log.compare_exchange_strong(expected, log), Runtime,
-           "[jit] internal error: a storage life log is already set (one capture at a time)");
+           "[jit] another thread is capturing a function or running one's segments: dygrad.jit captures and runs "
+           "segments on one thread at a time");
 }
 StorageLifeLog* storage_life_log() { return g_life_log.load(std::memory_order_acquire); }
 
