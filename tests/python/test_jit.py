@@ -543,3 +543,25 @@ def test_replayed_gradients_are_counted_as_gradients():
         step(x)
         dg.synchronize()
         assert dg.memory_stats()["allocated_bytes.gradient"] >= 64 * 64 * 4, dg.memory_stats()
+
+
+def test_one_thread_captures_at_a_time():
+    import threading
+    errors = []
+    capture = dg._C._JitCapture([])
+    try:
+        def other():
+            try:
+                dg._C._JitCapture([])
+            except RuntimeError as e:
+                errors.append(str(e))
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    finally:
+        capture.end()
+        capture.close()
+    assert len(errors) == 1 and "another thread is capturing" in errors[0]
+    jf = dg.jit(lambda x: x + 1)
+    for _ in range(3):
+        assert dg.equal(jf(dg.ones(2)), dg.full((2,), 2.0))  # the log was given back: captures work again
