@@ -90,12 +90,14 @@ TEST(OpTable, TheKernelOfTheHighestIsaLevelWinsWhateverTheOrder) {
 
 TEST(OpTable, EveryCpuKernelComesFromTheIsaTheLibraryChose) {
   // With a plugin loaded every CPU backend kernel is that plugin's; with the baseline kernels, none is.
-  // (The test's own ops, and the communication Tasks, whose kernels live with the process groups in
-  // distributed/comm.cpp, are not the backend's.)
+  // (The test's own ops, the communication Tasks, whose kernels live with the process groups in
+  // distributed/comm.cpp, and dygrad.jit's replay and segment Tasks, whose kernels run other kernels (jit/graph.cpp),
+  // are not the backend's.)
   const std::string isa = cpu_kernel_isa();
   const int want = isa == "avx512" ? kKernelIsaAvx512 : isa == "avx2" ? kKernelIsaAvx2 : kKernelIsaBaseline;
   for (const OpDef* op : all_ops()) {
     if (std::strncmp(op->name, "test_", 5) == 0 || std::strncmp(op->name, "comm_", 5) == 0 ||
+        std::strncmp(op->name, "jit_", 4) == 0 ||
         !op->kernel(Device::Type::CPU))
       continue;
     EXPECT_EQ(op->kernel_isa(Device::Type::CPU), want) << op->name << " (kernels: " << cpu_kernel_isa() << ", "
