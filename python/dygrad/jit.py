@@ -391,7 +391,7 @@ class _ReplayBackward(Function):
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "num_results", "identity", "attempts", "fb")
+                 "describe", "identity", "attempts", "fb")
 
     def __init__(self, guards):
         self.guards = guards
@@ -410,15 +410,13 @@ class _Compiled:
     """A function compiled by dygrad.jit / dygrad.compile."""
 
     def __init__(self, fn, *, fullgraph=False, dynamic=None, recompile_limit=None, name=None, jit_level="O0"):
+        # dynamic: warned at wrapping (shapes are not symbolic yet); jit_level: one level until part 2 fuses.
         self._fn = fn
         self._fullgraph = fullgraph
-        self._dynamic = dynamic
         self._limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
         self._name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
-        self._jit_level = jit_level
         self._entries = {}
         self._order = []  # guard keys in capture order
-        self._captures = 0
         self._eager_reason = None
         self._warned_cuts = False
         self._warmed_up = False
@@ -568,7 +566,6 @@ class _Compiled:
             entry.grad_slots = grad_slots
             entry.arg_results = layout
             entry.spec = out_spec
-            entry.num_results = len(results)
             return out
         finally:
             capture.close()
@@ -596,7 +593,6 @@ class _Compiled:
         state = _Backward(self._name, len(results), [i for i, x in enumerate(results) if x.requires_grad],
                           guards.target_spec())
         entry.graph, entry.fb, entry.arg_results, entry.spec = graph, state, layout, out_spec
-        entry.num_results = len(results)
         # What the backward may read besides its gradients: the forward's saved buffers and its tensor arguments.
         wrapped = _CaptureBackward.apply(state, [results[i] for i in state.diff], saved + list(guards.tensors),
                                          *guards.target_tensors())
