@@ -9,9 +9,8 @@ from . import _C
 from ._probes import device as _device
 
 
-class memory_format:  # noqa: N801 (torch's name)
-    """A memory layout request (torch.contiguous_format ...). dygrad's dense tensors are row-major: every format is
-    accepted where torch accepts one and gives a contiguous result (docs/pytorch-api.md)."""
+class _TorchConstant:
+    """A named torch constant object: prints as torch's (`torch.<name>`) and pickles by name."""
 
     def __init__(self, name):
         self._name = name
@@ -21,6 +20,11 @@ class memory_format:  # noqa: N801 (torch's name)
 
     def __reduce__(self):
         return self._name
+
+
+class memory_format(_TorchConstant):  # noqa: N801 (torch's name)
+    """A memory layout request (torch.contiguous_format ...). dygrad's dense tensors are row-major: every format is
+    accepted where torch accepts one and gives a contiguous result (docs/pytorch-api.md)."""
 
 
 contiguous_format = memory_format("contiguous_format")
@@ -29,18 +33,9 @@ channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 
 
-class layout:  # noqa: N801 (torch's name)
+class layout(_TorchConstant):  # noqa: N801 (torch's name)
     """How a tensor's elements are stored: dygrad's tensors are all dense (strided); the sparse layouts are names
     libraries compare against, which no tensor has."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def __repr__(self):
-        return f"torch.{self._name}"
-
-    def __reduce__(self):
-        return self._name
 
 
 strided = layout("strided")
