@@ -266,9 +266,13 @@ DG_MATH double expm1(double x) { return std::expm1(x); }
 // correction (x - (u - 1)) / u, as log1p_unit (u - 1 is exact for u below 2^24; above, the correction is below an
 // ulp of the result). Small x keep their digits (|x| below 2^-24 gives x, -0 stays -0); -1 gives -inf, x < -1
 // nan, inf inf, nan nan.
+// u is never subnormal (the float spacing just above -1 is 2^-24), so the log of its normal range serves, bitwise
+// the full log there, and the other values of u (0, negative, inf, nan) are selects: the loop vectorises as the log
+// kernel's fast path does (the full log's subnormal scaling kept it 5x slower than log).
 DG_MATH float log1p(float x) {
   const float u = 1.0f + x;
-  float result = log(u) + (x - (u - 1.0f)) / u;
+  float result = log_normal_range(u) + (x - (u - 1.0f)) / u;
+  result = u < 0.0f ? kQuietNan : result;
   result = u == 0.0f ? -kInfinity : result;
   result = x == kInfinity ? kInfinity : result;
   return (x != x) | (x == 0.0f) ? x : result;
