@@ -60,6 +60,16 @@ def compare_grads(ours, theirs, **tol):
             np.testing.assert_allclose(p.grad.numpy(), grads[name].grad.numpy(), err_msg=name, **(tol or TOL))
 
 
+def backward_and_compare(ours, theirs, out_d, out_t, inputs=(), **tol):
+    """Fresh gradients on both modules, the same weighted backward, then every input's and parameter's gradient."""
+    ours.zero_grad()
+    theirs.zero_grad()
+    backward_both(out_d, out_t)
+    for d, t in inputs:
+        close(d.grad, t.grad, **tol)
+    compare_grads(ours, theirs, **tol)
+
+
 def same_error(call_ours, call_theirs, match=None):
     with pytest.raises(Exception) as theirs:
         call_theirs()
@@ -157,11 +167,7 @@ def test_conv_forward_and_gradients_match_torch(spatial, cin, cout, kernel, kwar
         out_d, out_t = ours(d), theirs(t)
         assert tuple(out_d.shape) == tuple(out_t.shape)
         close(out_d, out_t)
-        ours.zero_grad()
-        theirs.zero_grad()
-        backward_both(out_d, out_t)
-        close(d.grad, t.grad)
-        compare_grads(ours, theirs)
+        backward_and_compare(ours, theirs, out_d, out_t, [(d, t)])
 
 
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
@@ -194,11 +200,7 @@ def test_conv_transpose_forward_and_gradients_match_torch(spatial, cin, cout, ke
         d, t = both(rand(*batch, cin, *size, seed=4))
         out_d, out_t = ours(d), theirs(t)
         close(out_d, out_t)
-        ours.zero_grad()
-        theirs.zero_grad()
-        backward_both(out_d, out_t)
-        close(d.grad, t.grad)
-        compare_grads(ours, theirs)
+        backward_and_compare(ours, theirs, out_d, out_t, [(d, t)])
 
 
 def test_conv_transpose_output_size_matches_torch():
@@ -275,11 +277,7 @@ def test_batch_norm_training_steps_and_eval_match_torch(cls, shape, kwargs):
         d, t = both(rand(*shape, seed=10 + step, scale=2.0) + step)
         out_d, out_t = ours(d), theirs(t)
         close(out_d, out_t)
-        ours.zero_grad()
-        theirs.zero_grad()
-        backward_both(out_d, out_t)
-        close(d.grad, t.grad, rtol=1e-9, atol=1e-10)
-        compare_grads(ours, theirs, rtol=1e-9, atol=1e-10)
+        backward_and_compare(ours, theirs, out_d, out_t, [(d, t)], rtol=1e-9, atol=1e-10)
         for name, buffer in theirs.named_buffers():
             close(dict(ours.named_buffers())[name], buffer)
     ours.eval()
@@ -379,11 +377,7 @@ def test_recurrent_layers_match_torch(cls, kwargs):
         for a, b in zip(flat_d, flat_t):
             assert tuple(a.shape) == tuple(b.shape)
             close(a, b)
-        ours.zero_grad()
-        theirs.zero_grad()
-        backward_both(flat_d, flat_t)
-        close(d.grad, t.grad)
-        compare_grads(ours, theirs)
+        backward_and_compare(ours, theirs, flat_d, flat_t, [(d, t)])
         if with_state:
             close(h_d.grad, h_t.grad)
     x = rand(6, 4, seed=5)  # unbatched
@@ -599,10 +593,7 @@ def test_transformer_layers_match_torch(kwargs):
         mask_t = torch.nn.Transformer.generate_square_subsequent_mask(4, dtype=torch.float64)
         out = ours(src_d, tgt_d, tgt_mask=mask_d), theirs(src_t, tgt_t, tgt_mask=mask_t)
     close(*out)
-    ours.zero_grad()
-    theirs.zero_grad()
-    backward_both(*out)
-    compare_grads(ours, theirs)
+    backward_and_compare(ours, theirs, *out)
 
 
 def test_transformer_construction_and_errors_match_torch():
