@@ -10,6 +10,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/profiler/profiler.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/poison.h"
 #include "dygrad/runtime/scratch.h"
 #include "dygrad/runtime/stream.h"
 
@@ -61,17 +62,6 @@ struct SubRun {
   size_t scratch_capacity = 0;
 };
 
-bool reads_storage(const Task& task, const Tensor& t) {
-  for (const Tensor& in : task.inputs)
-    if (in.defined() && in.shares_storage(t)) return true;
-  return false;
-}
-bool covers_storage(const Tensor& out) {
-  if (!out.is_view()) return true;
-  return out.storage_offset() == 0 && out.is_contiguous() &&
-         static_cast<size_t>(out.numel()) * out.itemsize() == out.storage().nbytes();
-}
-
 // `existed(i)`: output i's buffer existed before the launch (a parameter, optimizer state, an argument).
 template <typename Existed>
 void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& state);
@@ -117,9 +107,7 @@ void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& stat
     return;
   }
   sub.scratch = nullptr;
-  for (Tensor& out : sub.outputs)
-    if (out.defined() && out.storage().poisoned_by() && covers_storage(out) && !reads_storage(sub, out))
-      out.storage().poison(0);
+  clear_poison_of_overwritten(sub);
 }
 
 size_t round_up(size_t n) { return (n + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }

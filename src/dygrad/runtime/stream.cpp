@@ -1,6 +1,7 @@
 // Stream implementation: a bounded single-consumer ring of Tasks. Producers take a mutex (uncontended on
 // the hot path), publish with a release store, and wake the worker only when it sleeps. See docs/stream.md.
 #include "dygrad/runtime/stream.h"
+#include "dygrad/runtime/poison.h"
 
 #include "dygrad/runtime/allocator.h"
 
@@ -454,21 +455,6 @@ void Stream::worker_loop() {
   }
 }
 
-namespace {
-bool reads_storage(const Task& task, const Tensor& t) {
-  for (const Tensor& in : task.inputs)
-    if (in.shares_storage(t)) return true;
-  return false;
-}
-// The Task's kernel writes every element of `out`'s storage: a tensor that is not a view (it owns its
-// storage) or a dense view of all of it.
-bool covers_storage(const Tensor& out) {
-  if (!out.is_view()) return true;
-  return out.storage_offset() == 0 && out.is_contiguous() &&
-         static_cast<size_t>(out.numel()) * out.itemsize() == out.storage().nbytes();
-}
-}  // namespace
-
 bool Stream::run_task(Task& task) {
   // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
   // writes nothing. An output whose buffer existed before the failed Task was enqueued (parameters,
@@ -504,11 +490,7 @@ bool Stream::run_kernel(Task& task) {
     failed = true;
     record_failure(task, ErrorKind::Runtime, std::string("[") + task.op->name + "] " + e.what());
   }
-  // A buffer the kernel overwrote completely without reading it is valid again (fill_, zero_, copy_ into a
-  // whole tensor): poison is cleared by a full overwrite, never by a partial one.
-  if (!failed)
-    for (Tensor& out : task.outputs)
-      if (out.storage().poisoned_by() && covers_storage(out) && !reads_storage(task, out)) out.storage().poison(0);
+  if (!failed) clear_poison_of_overwritten(task);  // runtime/poison.h
   if (obs) obs->on_task_end(task, failed);
   return failed;
 }
