@@ -21,6 +21,7 @@ from ._size import Size  # noqa: E402
 from . import return_types  # noqa: E402,F401
 from . import _tensor  # noqa: E402
 from . import autograd  # noqa: E402
+from . import testing  # noqa: E402,F401
 from .autograd import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,  # noqa: E402,F401
                        set_grad_enabled)
 from .runtime import (Context, are_deterministic_algorithms_enabled, get_context,  # noqa: E402,F401
@@ -31,6 +32,9 @@ from ._probes import device, get_float32_matmul_precision, set_float32_matmul_pr
 _C._set_size_type(Size)
 _C._set_cpu_device(device("cpu"))  # Tensor.device
 _C._set_meta_device(device("meta"))  # the device of a tensor made under torch.device("meta")
+_C._set_device_class(device)  # the other devices' Tensor.device
+if __import__("os").environ.get("DYGRAD_TEST_DEVICES"):  # the asynchronous test device (docs/devices.md)
+    _C._enable_test_device(int(__import__("os").environ["DYGRAD_TEST_DEVICES"]))
 _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)

@@ -25,8 +25,8 @@ def get_float32_matmul_precision():
 
 
 class device(str):  # noqa: N801 -- torch's spelling
-    """torch.device: 'cpu' (the only device dygrad has) or a name probed and not used, such as 'cuda'.
-    A str, so tensor.device == dygrad.device('cpu') and .to(device) take it as they take 'cpu'."""
+    """torch.device: 'cpu', 'test:N' (the asynchronous test device, docs/devices.md, when it is on), or a name probed
+    and not used, such as 'cuda'. A str, so tensor.device == dygrad.device('cpu') and .to(device) take it as 'cpu'."""
 
     def __new__(cls, type, index=None):  # noqa: A002 -- torch's argument name
         if isinstance(type, device):
@@ -38,8 +38,9 @@ class device(str):  # noqa: N801 -- torch's spelling
             if index is not None:
                 raise RuntimeError(f"type (string) must not include an index because index was passed explicitly: {type}")
             index = int(number)
-        if name not in ("cpu", "cuda", "mps", "meta", "xpu"):
-            raise RuntimeError(f"Expected one of cpu, cuda, mps, meta, xpu device type at start of device string: {type}")
+        if name not in ("cpu", "cuda", "mps", "meta", "xpu", "test"):
+            raise RuntimeError(f"Expected one of cpu, cuda, mps, meta, xpu, test device type at start of device string: "
+                               f"{type}")
         self = super().__new__(cls, name if index is None else f"{name}:{index}")
         self.type, self.index = name, index
         return self

@@ -2,6 +2,8 @@
 // parsing and registration of op entry points as module functions and Tensor methods.
 #include "common.h"
 
+#include "dygrad/runtime/stream.h"
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -433,14 +435,69 @@ bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* 
   return true;
 }
 
+namespace {
+bool parse_device_string(std::string_view text, Device& out) {
+  const size_t colon = text.find(':');
+  const std::string_view name = text.substr(0, colon);
+  int index = 0;
+  if (colon != std::string_view::npos) {
+    const std::string_view digits = text.substr(colon + 1);
+    if (digits.empty() || digits.size() > 4) return false;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+      index = index * 10 + (c - '0');
+    }
+  }
+  if (name == "cpu") out = Device::cpu();
+  else if (name == "test") out = Device{Device::Type::Test, static_cast<int16_t>(index)};
+  else if (name == "cuda") out = Device{Device::Type::CUDA, static_cast<int16_t>(index)};
+  else return false;
+  return name != "cpu" || index == 0;
+}
+}  // namespace
+
+bool looks_like_device(PyObject* o) {
+  if (!PyUnicode_Check(o)) return false;
+  const char* text = PyUnicode_AsUTF8(o);
+  Device d;
+  if (!text) return PyErr_Clear(), false;
+  return parse_device_string(text, d) || std::string_view(text).starts_with("meta") ||
+         std::string_view(text).starts_with("mps") || std::string_view(text).starts_with("xpu");
+}
+
+bool to_device_arg(const char* op, PyObject* o, Device& out) {
+  if (PyLong_Check(o) && !PyBool_Check(o)) {
+    const long index = PyLong_AsLong(o);
+    if (index < 0 || index >= kMaxCudaDevices) {
+      PyErr_Format(PyExc_RuntimeError, "[%s] invalid device index %ld", op, index);
+      return false;
+    }
+    out = Device{Device::Type::CUDA, static_cast<int16_t>(index)};
+    return true;
+  }
+  const char* text = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : nullptr;
+  if (!text) {
+    if (!PyErr_Occurred()) type_error(op, "expected a device (a str such as 'cpu' or 'test:0'), got %s", Py_TYPE(o)->tp_name);
+    return false;
+  }
+  if (!parse_device_string(text, out)) {
+    PyErr_Format(PyExc_RuntimeError, "[%s] device '%s' is not available (dygrad's devices: cpu, test:N when the test "
+                 "device is on, cuda:N with the CUDA backend)", op, text);
+    return false;
+  }
+  return true;
+}
+
 bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out) {
   out.dtype = fallback;
   if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
   if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
-  if (o.device && o.device != Py_None) {
-    const char* device = PyUnicode_Check(o.device) ? PyUnicode_AsUTF8(o.device) : nullptr;
-    if (!device || !std::string_view(device).starts_with("cpu")) {
-      PyErr_Format(PyExc_RuntimeError, "[%s] only the cpu device is available", op);
+  if (o.device && o.device != Py_None && !to_device_arg(op, o.device, out.device)) return false;
+  if (!out.device.is_cpu()) {
+    try {
+      Stream::of(out.device);
+    } catch (const Error& e) {
+      PyErr_Format(PyExc_RuntimeError, "[%s] device '%s' is not available: %s", op, out.device.str().c_str(), e.what());
       return false;
     }
   }

@@ -191,6 +191,11 @@ bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out);
 PyObject* dtype_object(DType t);  // borrowed
 // A dtype argument: a dygrad dtype, a NumPy dtype or type, or float/int/bool. False with a TypeError.
 bool to_dtype(const char* op, PyObject* o, DType& out);
+// A device argument: "cpu", "test", "test:1", "cuda:0" (a str or dygrad.device), or an int (a CUDA index, as torch).
+// False with a Python error naming the op when it is not a device; whether the device exists is the op's check.
+bool to_device_arg(const char* op, PyObject* o, Device& out);
+// Whether `o` names a device (a str that parses as one), for arguments that take a device or a dtype.
+bool looks_like_device(PyObject* o);
 bool is_dtype_object(PyObject* o);  // a dygrad dtype (dygrad.float32 ...)
 // NumPy's type for a DType ("float32"); nullptr for bfloat16.
 const char* numpy_dtype_name(DType t);

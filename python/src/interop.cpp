@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "dygrad/ops/device.h"
 
 namespace dg::py {
 
@@ -238,15 +239,11 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   if (a[1] && a[1] != Py_None && !to_dtype("tensor", a[1], dtype)) return nullptr;
   bool requires_grad;
   if (!to_bool_argument("tensor", "requires_grad", a[3], false, requires_grad)) return nullptr;
-  if (a[2] && a[2] != Py_None) {
-    const char* device = PyUnicode_Check(a[2]) ? PyUnicode_AsUTF8(a[2]) : nullptr;
-    if (!device || std::strncmp(device, "cpu", 3) != 0) {
-      PyErr_SetString(PyExc_RuntimeError, "[tensor] only the cpu device is available");
-      return nullptr;
-    }
-  }
+  Device device;
+  if (a[2] && a[2] != Py_None && !to_device_arg("tensor", a[2], device)) return nullptr;
   return guarded([&] {
     Tensor t = tensor_from_data(a[0], a[1] && a[1] != Py_None ? &dtype : nullptr);
+    if (!device.is_cpu()) t = to_device(t, device);  // built on the host, then copied (docs/devices.md)
     if (requires_grad) t.set_requires_grad(true);
     return wrap(std::move(t));
   });
@@ -377,7 +374,7 @@ void init_interop(nb::module_& m) {
       // kernels while libraries are torn down, even if other Python threads still issue ops (theirs then
       // run on their own thread). A deferred error nobody read is dropped.
       nb::gil_scoped_release release;
-      Stream::cpu().shutdown();
+      Stream::shutdown_all();
     }
     drain_pending_releases(nullptr);
     g_interpreter_exiting.store(true);

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "common.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
@@ -165,7 +166,8 @@ PyObject* positive_slot(PyObject* a) {
 }
 
 // --- casts -----------------------------------------------------------------------------------------------------------
-// Tensor.to(dtype) / to(other) / to(device) / to(device, dtype), with copy=False.
+// Tensor.to(dtype) / to(other) / to(device) / to(device, dtype), with copy=False: the dtype cast on the tensor's own
+// device, then the copy between devices (ops/device.h).
 PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("to", {"self", "a", "b", "dtype", "device", "copy", "non_blocking", "memory_format"}, 3, 1);
   PyObject* a[8];
@@ -173,22 +175,24 @@ PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
   const Tensor* input = to_tensor("to", "self", a[0]);
   if (!input) return nullptr;
   DType dtype = input->dtype();
-  auto take = [&](PyObject* o) -> bool {
+  Device device = input->device();
+  auto take = [&](PyObject* o, bool device_slot) -> bool {
     if (!o || o == Py_None) return true;
-    if (is_tensor(o)) return dtype = unwrap(o).dtype(), true;
-    if (PyUnicode_Check(o)) {  // a device: only the CPU exists today
-      const char* device = PyUnicode_AsUTF8(o);
-      if (device && std::string_view(device).starts_with("cpu")) return true;
-      PyErr_Format(PyExc_RuntimeError, "[to] device '%s' is not available (dygrad has the cpu backend only)", device);
-      return false;
+    if (is_tensor(o)) {
+      const Tensor& other = unwrap(o);
+      dtype = other.dtype();
+      device = other.device();
+      return true;
     }
+    if (device_slot || PyUnicode_Check(o) || (PyLong_Check(o) && !PyBool_Check(o))) return to_device_arg("to", o, device);
     return to_dtype("to", o, dtype);
   };
-  if (!take(a[1]) || !take(a[2]) || !take(a[3]) || !take(a[4])) return nullptr;
-  bool copy;
+  if (!take(a[1], false) || !take(a[2], false) || !take(a[3], false) || !take(a[4], true)) return nullptr;
+  bool copy, non_blocking;
   if (!to_bool_argument("to", "copy", a[5], false, copy)) return nullptr;
+  if (!to_bool_argument("to", "non_blocking", a[6], false, non_blocking)) return nullptr;
   return guarded([&] {
-    Tensor out = to(*input, dtype, copy);
+    Tensor out = input->device() == device ? to(*input, dtype, copy) : to_device(to(*input, dtype), device, non_blocking);
     // torch returns self itself when nothing changes (x.to(x.dtype) is x).
     return out.impl() == input->impl() ? Py_NewRef(a[0]) : wrap(std::move(out));
   });

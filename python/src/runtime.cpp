@@ -6,10 +6,20 @@
 #include <nanobind/stl/tuple.h>
 
 #include "common.h"
+#include "dygrad/runtime/devices.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
 
 namespace dg::py {
+namespace {
+Device parse_device_or_raise(const char* op, const std::string& text) {
+  Device d;
+  nb::str s(text.c_str());
+  if (!to_device_arg(op, s.ptr(), d)) throw nb::python_error();
+  return d;
+}
+}  // namespace
+
 
 extern PyObject* g_out_of_memory_error;  // python/src/common.cpp
 
@@ -287,12 +297,29 @@ void init_runtime(nb::module_& m) {
     profiler::HostOpScope scope("synchronize");
     {
       nb::gil_scoped_release release;
-      Stream::cpu().synchronize();
+      Stream::synchronize_all();
     }
     nb::module_::import_("dygrad._C").attr("_drain_pending_releases")();
   }, "Waits until every queued op has run; raises a deferred kernel error.");
   // A point in the stream and a wait for it (what a CUDA event's record and synchronize give): the training CLI
   // times a step at the end of its last Task, not at its loss (which only needs the forward).
+  // Devices (docs/devices.md): the test device, and the hooks its tests use.
+  m.def("_enable_test_device", [](int count) { return enable_devices(Device::Type::Test, count); }, nb::arg("count") = 1,
+        "Makes test devices 0..count-1 (docs/devices.md, 'The test device'); returns how many there are.");
+  m.def("_device_count", [](const std::string& type) {
+    Device d = parse_device_or_raise("device_count", type);
+    return device_count(d.type);
+  });
+  m.def("_device_synchronize", [](const std::string& device) {
+    Device d = parse_device_or_raise("synchronize", device);
+    nb::gil_scoped_release release;
+    Stream::of(d).synchronize();
+  });
+  m.def("_set_stream_paused", [](const std::string& device, bool paused) {
+    Stream::of(parse_device_or_raise("_set_stream_paused", device)).set_paused(paused);
+  }, "Tests: holds (or releases) a device's launcher, so a missing wait shows every time.");
+  m.def("_set_host_waits_skipped", [](bool on) { set_host_waits_skipped(on); },
+        "Tests: host reads stop waiting for device copies into their buffer (a planted missed sync).");
   m.def("_stream_mark", [] { return Stream::cpu().enqueued(); }, "The sequence number of the op enqueued last.");
   m.def("_stream_wait", [](uint64_t seq) {
     const uint64_t enqueued = Stream::cpu().enqueued();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/core/storage_hooks.h"
 
 namespace dg::py {
@@ -20,10 +21,12 @@ namespace {
 PyObject* g_size_type = nullptr;  // dygrad.Size, set from Python (dygrad/__init__.py); a tuple until then
 PyObject* g_cpu_device = nullptr;  // dygrad.device("cpu"), set from Python; the string "cpu" until then
 PyObject* g_meta_device = nullptr;  // dygrad.device("meta"), a meta tensor's (meta::is_meta_storage)
+PyObject* g_device_class = nullptr;  // dygrad.device, for the other devices' objects
 
 nb::object device_object(const Tensor& t) {
   if (g_meta_device && meta::is_meta_storage(&t.storage())) [[unlikely]] return nb::borrow(g_meta_device);
   if (g_cpu_device && t.device().type == Device::Type::CPU) return nb::borrow(g_cpu_device);
+  if (g_device_class) return nb::borrow(g_device_class)(nb::str(t.device().str().c_str()));
   return nb::str(t.device().str().c_str());
 }
 
@@ -98,14 +101,16 @@ PyObject* shape_as_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
   return guarded([&] { return wrap(IsView ? view(*input, other->shape()) : expand(*input, other->shape())); });
 }
 
-// Tensor.cpu(memory_format=...): self (dygrad's tensors are on the cpu). Tensor.pin_memory(device=None): a
-// copy, as torch's pinned copy is; dygrad has no page-locked memory, so is_pinned() stays False.
+// Tensor.cpu(memory_format=...): self when on the cpu, else a copy to it (ops/device.h). Tensor.pin_memory(device=None):
+// a copy, as torch's pinned copy is; dygrad has no page-locked memory, so is_pinned() stays False.
 PyObject* cpu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("cpu", {"self", "memory_format"}, 1, 1);
   PyObject* a[2];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
-  if (!to_tensor("cpu", "self", a[0])) return nullptr;
-  return Py_NewRef(a[0]);
+  const Tensor* input = to_tensor("cpu", "self", a[0]);
+  if (!input) return nullptr;
+  if (input->device().is_cpu()) return Py_NewRef(a[0]);
+  return guarded([&] { return wrap(to_device(*input, Device::cpu())); });
 }
 PyObject* pin_memory_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("pin_memory", {"self", "device"}, 1, 1);
@@ -207,6 +212,10 @@ void init_tensor(nb::module_& m) {
     Py_XINCREF(device.ptr());
     g_cpu_device = device.ptr();
   });
+  m.def("_set_device_class", [](nb::handle cls) {
+    Py_XINCREF(cls.ptr());
+    g_device_class = cls.ptr();
+  });
   m.def("_set_meta_device", [](nb::handle device) {
     Py_XINCREF(device.ptr());
     g_meta_device = device.ptr();
@@ -276,7 +285,7 @@ void init_tensor(nb::module_& m) {
                      // Queued Tasks read x's metadata on the stream worker: let them finish first.
                      {
                        nb::gil_scoped_release release;
-                       Stream::cpu().synchronize();
+                       Stream::synchronize_all();
                      }
                      TensorImpl& dst = *t.impl();
                      const TensorImpl& src = *value.impl();

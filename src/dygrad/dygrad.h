@@ -5,6 +5,7 @@
 #include "dygrad/core/dtype.h"
 #include "dygrad/core/error.h"
 #include "dygrad/core/tensor.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
@@ -18,4 +19,5 @@
 #include "dygrad/ops/sort.h"
 #include "dygrad/runtime/allocator.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/devices.h"
 #include "dygrad/runtime/stream.h"

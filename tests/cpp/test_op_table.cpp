@@ -9,6 +9,7 @@
 
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
+#include "dygrad/runtime/devices.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "harness.h"
 
@@ -35,10 +36,10 @@ struct ProbeAttrs {
 void probe_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] = task.attrs.get<ProbeAttrs>().value; }
 const OpDef op_test_attrs_probe("test_attrs_probe", attrs_type<ProbeAttrs>());
 DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CPU, probe_kernel);
-// A second device's kernel for the same op (the fake CUDA device's memory is host memory): the stream runs the
-// kernel of the operands' device.
+// A second device's kernel for the same op (the test device, which otherwise runs the CPU's): the stream of the
+// operands' device runs the kernel of that device.
 void probe_kernel_second_device(Task& task) { task.outputs[0].data<int64_t>()[0] = 1000 + task.attrs.get<ProbeAttrs>().value; }
-DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::CUDA, probe_kernel_second_device);
+DG_REGISTER_KERNEL(test_attrs_probe, Device::Type::Test, probe_kernel_second_device);
 // Declared with alias_each_output: its Task must list output 0 as input 0.
 void accumulate_kernel(Task& task) { task.outputs[0].data<int64_t>()[0] += 1; }
 const OpDef op_test_inplace("test_inplace", nullptr, {.alias_of = alias_each_output});
@@ -144,12 +145,13 @@ TEST(OpTable, NoAllocatorForABackendThatIsNotBuilt) {
 }
 
 TEST(OpTable, TheKernelOfTheOperandsDeviceRuns) {
-  Tensor on_cpu = Tensor::empty(Shape{1}, DType::Int64), on_second = Tensor::empty(Shape{1}, DType::Int64, fake_cuda());
+  enable_devices(Device::Type::Test, 1);
+  const Device test0{Device::Type::Test, 0};
+  Tensor on_cpu = Tensor::empty(Shape{1}, DType::Int64), on_second = Tensor::empty(Shape{1}, DType::Int64, test0);
   enqueue(op_test_attrs_probe, {}, {on_cpu}, ProbeAttrs{7});
   enqueue(op_test_attrs_probe, {}, {on_second}, ProbeAttrs{7});
-  Stream::cpu().synchronize();
-  EXPECT_EQ(on_cpu.data<int64_t>()[0], 7);
-  EXPECT_EQ(on_second.data<int64_t>()[0], 1007);
+  EXPECT_EQ(on_cpu.to_vector<int64_t>()[0], 7);
+  EXPECT_EQ(on_second.to_vector<int64_t>()[0], 1007);  // read through a copy to the host
   // Operands on two devices are refused before anything runs.
   EXPECT_THROW(enqueue(op_test_attrs_probe, {on_cpu}, {on_second}, ProbeAttrs{1}), Error);
 }

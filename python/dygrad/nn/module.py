@@ -6,6 +6,7 @@ from collections import OrderedDict, namedtuple
 
 from .. import _C
 from .._C import Tensor
+from .._probes import device as _device
 from ..autograd import no_grad
 from ..utils.hooks import RemovableHandle
 from .parameter import Buffer, Parameter
@@ -434,33 +435,43 @@ class Module:
         return self
 
     def to(self, *args, dtype=None, **kwargs):
-        """module.to(dtype) casts floating parameters and buffers, as torch; devices other than cpu raise."""
+        """module.to(device), .to(dtype), .to(device, dtype), .to(tensor), as torch: floating parameters and buffers take
+        the dtype, every parameter and buffer (and gradient) the device; the Parameter objects stay the same."""
         kwargs.pop("non_blocking", None)
         kwargs.pop("memory_format", None)
+        device = kwargs.pop("device", None)
+        if kwargs:
+            raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
         for a in args:
             if isinstance(a, _C.dtype):
                 dtype = a
             elif isinstance(a, Tensor):
-                dtype = a.dtype
+                dtype, device = a.dtype, a.device
             elif isinstance(a, bool):  # non_blocking given by position
                 continue
-            elif str(a) != "cpu":
-                raise NotImplementedError(f"Module.to: device {a!r} is not available")
-        device = kwargs.pop("device", None)
-        if device is not None and str(device) != "cpu":
-            raise NotImplementedError(f"Module.to: device {device!r} is not available")
-        if dtype is None:
-            return self
-        if not dtype.is_floating_point:
+            else:
+                device = a
+        if dtype is not None and not dtype.is_floating_point:
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
-        return self._apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t)
+        if device is not None:
+            device = _device(device)
+            if device.type not in ("cpu", "test", "cuda"):
+                raise NotImplementedError(f"Module.to: device {device!r} is not available")
+        if dtype is None and device is None:
+            return self
+
+        def convert(t):
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            return t if device is None else t.to(device)
+        return self._apply_to_tensors(convert)
 
     def cpu(self):
-        return self
+        return self.to("cpu")
 
     def cuda(self, device=None):
-        """As Tensor.cuda: dygrad has no CUDA device yet, so this raises (torch without CUDA raises too)."""
-        raise RuntimeError("[Module.cuda] dygrad was built with the cpu backend only (dygrad.cuda.is_available() is "
+        """As Tensor.cuda: dygrad has no CUDA backend yet, so this raises (torch without CUDA raises too)."""
+        raise RuntimeError("[Module.cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() is "
                            "False)")
 
     def type(self, dst_type):

@@ -268,6 +268,8 @@ void pass_input_grad(GraphRun& run, Schedule& schedule, const Node& node, size_t
     const InputMeta& meta = node.input_meta[i];
     DG_CHECK(same_shape(g.shape(), meta.shape), Runtime, "[", node.name(), "] backward returned a gradient of shape ",
              g.shape(), " for an input of shape ", IntSpan(meta.shape));
+    DG_CHECK(g.device() == meta.device, Runtime, "[", node.name(), "] invalid gradient at index ", i,
+             " - expected device ", meta.device.str(), " but got ", g.device().str());
     if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
   }
   if (e.leaf) {

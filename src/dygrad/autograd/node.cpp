@@ -252,7 +252,8 @@ Ref<Node> record_node(Ref<Node> node, std::span<const Tensor> inputs, std::span<
   node->input_meta.reserve(inputs.size());
   for (const Tensor& in : inputs) {
     node->next.push_back(gradient_edge(in));
-    node->input_meta.push_back({in.defined() ? Dims(in.shape()) : Dims(), in.defined() ? in.dtype() : DType::Float32});
+    node->input_meta.push_back({in.defined() ? Dims(in.shape()) : Dims(), in.defined() ? in.dtype() : DType::Float32,
+                                in.defined() ? in.device() : Device::cpu()});
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined()) set_history(outputs[i], node, static_cast<uint32_t>(i));

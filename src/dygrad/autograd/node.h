@@ -55,6 +55,7 @@ struct SavedTensor {
 struct InputMeta {
   Dims shape;
   DType dtype = DType::Float32;
+  Device device = Device::cpu();
 };
 
 class Node : public RefCounted {

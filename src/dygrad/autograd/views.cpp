@@ -144,7 +144,7 @@ void rebase_history(const Tensor& t, Ref<Node> node) {
   copy_slices->named_as_is = true;
   copy_slices->forward_site = node->forward_site;
   copy_slices->next.push_back(gradient_edge(base));
-  copy_slices->input_meta.push_back({Dims(base.shape()), base.dtype()});
+  copy_slices->input_meta.push_back({Dims(base.shape()), base.dtype(), base.device()});
   for (size_t i = 1; i < node->next.size(); ++i) {
     copy_slices->next.push_back(node->next[i]);
     copy_slices->input_meta.push_back(node->input_meta[i]);

@@ -15,7 +15,8 @@ const char* memory_category_name(MemoryCategory c) {
 
 namespace {
 thread_local MemoryCategory tls_category = MemoryCategory::Activation;
-Allocator* allocators[kNumDeviceTypes] = {};
+Allocator* allocators[kNumDeviceTypes] = {};   // a device type's, for every index (register_allocator(type))
+std::atomic<Allocator*> device_allocators[kMaxStreams] = {};  // one device's, ahead of its type's
 std::atomic<bool> only_cpu{true};
 std::atomic<bool> tracking{false};
 }  // namespace
@@ -30,10 +31,21 @@ void register_allocator(Device::Type type, Allocator* allocator) {
   // Once another device has had memory, its tensors may still exist: the flag never goes back.
   if (type != Device::Type::CPU && allocator) only_cpu.store(false, std::memory_order_relaxed);
 }
+void register_device_allocator(Device device, Allocator* allocator) {
+  device_allocators[stream_id(device)].store(allocator, std::memory_order_release);
+  if (device.type != Device::Type::CPU && allocator) only_cpu.store(false, std::memory_order_relaxed);
+}
 bool cpu_only() { return only_cpu.load(std::memory_order_relaxed); }
 
 Allocator& allocator_for(Device device) {
-  Allocator* a = allocators[static_cast<int>(device.type)];
+  if (device.type == Device::Type::CPU) [[likely]] {
+    Allocator* a = allocators[0];
+    DG_CHECK(a != nullptr, NotImplemented, "[alloc] no allocator for the cpu");
+    return *a;
+  }
+  DG_CHECK(device_index_valid(device), Value, "[alloc] invalid device ", device.str());
+  Allocator* a = device_allocators[stream_id(device)].load(std::memory_order_acquire);
+  if (!a) a = allocators[static_cast<int>(device.type)];
   DG_CHECK(a != nullptr, NotImplemented, "[alloc] no allocator for device ", device.str(), ": dygrad was built "
            "without the ", device_type_name(device.type), " backend");
   return *a;

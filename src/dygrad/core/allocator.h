@@ -36,6 +36,10 @@ struct MemoryBlock {
   // Stream-ordered reuse (docs/memory.md): the memory may still be used by the stream's Tasks up to this
   // sequence number (0: by none). Only Tasks enqueued later may touch it before they have run.
   uint64_t in_use_until = 0;
+  // An event (core/device.h) of another device's stream that used the block (a copy between devices read or wrote
+  // it): the allocator reuses the block only after it has run, as CUDA's caching allocator does with the events of
+  // record_stream (docs/devices.md, "Memory and streams"). 0: no other stream used it. Set by Storage at the free.
+  uint64_t foreign_use = 0;
 };
 
 class Allocator {
@@ -59,6 +63,8 @@ class Allocator {
 // The allocator of a device type: set once by its backend at load time. `allocator_for` raises when the
 // device's backend is not built ("[alloc] no allocator for device cuda: ...").
 void register_allocator(Device::Type type, Allocator* allocator);
+// One device's allocator (a test device's, each with its own memory), ahead of its type's.
+void register_device_allocator(Device device, Allocator* allocator);
 Allocator& allocator_for(Device device);
 // True while only the CPU has an allocator: every tensor is then a CPU tensor, and enqueue need not look at the
 // operands' devices (runtime/op_def.h, resolve_kernel).

@@ -42,8 +42,10 @@ inline void tell_life_log(F&& f) {
 inline void log_birth(const Storage* s, bool external) {
   tell_life_log([&](StorageLifeLog* log) { log->on_storage_born(s, external); });
 }
-std::atomic<Storage::TasksRunFn> g_tasks_run{nullptr};
-std::atomic<Storage::WaitRunFn> g_wait_run{nullptr};
+std::atomic<Storage::EventDoneFn> g_event_done{nullptr};
+std::atomic<Storage::WaitEventFn> g_wait_event{nullptr};
+thread_local bool tls_runs_device_kernels = false;
+thread_local int tls_stream = -1;
 thread_local bool tls_host_allocation = false;
 // Scopes alive on any thread: while none is, an allocation need not read the thread-local flag (a TLS access in a
 // shared library is a call).
@@ -147,25 +149,54 @@ HostAllocationScope::~HostAllocationScope() {
   g_host_allocation_scopes.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Storage::set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run) {
-  g_tasks_run.store(tasks_run, std::memory_order_release);
-  g_wait_run.store(wait_run, std::memory_order_release);
+void Storage::set_stream_hooks(EventDoneFn done, WaitEventFn wait) {
+  g_event_done.store(done, std::memory_order_release);
+  g_wait_event.store(wait, std::memory_order_release);
 }
 
+void Storage::set_thread_runs_device_kernels(bool on) { tls_runs_device_kernels = on; }
+void Storage::set_thread_stream(int stream) { tls_stream = stream; }
+
 void Storage::wait_until_unused() const {
+  if (device_.type != Device::Type::CPU && !tls_runs_device_kernels && data_)
+    fail(ErrorKind::Runtime, "[", device_.str(), "] the host touched device memory (", nbytes_, " bytes): a device's "
+         "tensor is read on the host through a copy (Tensor.cpu(), Tensor.to('cpu')) (docs/devices.md)");
+  if (const uint64_t w = foreign_write_.load(std::memory_order_acquire)) {
+    // Memory another device's copy writes: every reader waits for its event first (Tensor::wait_readable, a Task's
+    // wait_event). Reaching it before is a missed wait; the copy's own thread is the writer.
+    if (g_event_done.load(std::memory_order_acquire)(w)) {
+      uint64_t expected = w;
+      foreign_write_.compare_exchange_strong(expected, 0);
+    } else if (event_stream(w) != tls_stream) {
+      fail(ErrorKind::Runtime, "[", device_of_stream(event_stream(w)).str(), "] missed sync: a buffer (", nbytes_,
+           " bytes) was touched before the device's copy into it had finished (Task ", event_seq(w), " of its "
+           "stream); read it after a sync point (Tensor.tolist(), .numpy(), dygrad.synchronize()) (docs/devices.md)");
+    }
+  }
   const uint64_t until = in_use_until_.load(std::memory_order_acquire);
   if (until == 0) return;
   // A Task's kernel (the worker, a pool thread helping it, a Task run inline) sees every earlier Task done: the
   // first check passes. Only a thread outside the stream can find it still in use, and then waits.
-  if (g_tasks_run.load(std::memory_order_acquire)() < until) g_wait_run.load(std::memory_order_acquire)(until);
+  if (!g_event_done.load(std::memory_order_acquire)(until)) g_wait_event.load(std::memory_order_acquire)(until);
   in_use_until_.store(0, std::memory_order_relaxed);
+}
+
+void Storage::note_foreign_use(uint64_t event, bool written) {
+  uint64_t old = foreign_use_.load(std::memory_order_acquire);
+  // One pending foreign event is kept: a second stream's use waits for the first's (rare: three devices copying
+  // through one buffer at once).
+  if (old != 0 && event_stream(old) != event_stream(event) && !g_event_done.load()(old)) g_wait_event.load()(old);
+  foreign_use_.store(event, std::memory_order_release);
+  if (written) foreign_write_.store(event, std::memory_order_release);
 }
 
 void Storage::on_only_task_refs() const {
   if (external_release_ || nbytes_ == 0 || !block_.ptr || meta::is_meta(block_) ||
       exported_.load(std::memory_order_relaxed))
     return;
-  allocator_for(device_).free(block_, nbytes_, category_, tasks_enqueued_.load(std::memory_order_acquire));
+  MemoryBlock block = block_;
+  block.foreign_use = foreign_use_.load(std::memory_order_acquire);
+  allocator_for(device_).free(block, nbytes_, category_, tasks_enqueued_[stream_id(device_)].load(std::memory_order_acquire));
   block_released_.store(true, std::memory_order_release);
   notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
 }
@@ -208,10 +239,12 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
     const bool host = g_host_allocation_scopes.load(std::memory_order_relaxed) != 0 && tls_host_allocation;
     s->block_ = allocator_for(device).allocate(nbytes, s->category_, /*stream_ordered=*/!host);
   }
-  s->in_use_until_.store(s->block_.in_use_until, std::memory_order_relaxed);
+  const int stream = stream_id(device);
+  s->in_use_until_.store(make_event(stream, s->block_.in_use_until), std::memory_order_relaxed);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
   s->device_ = device;
+  s->birth_seq_ = tasks_enqueued_[stream].load(std::memory_order_relaxed);
   if (meta::active()) [[unlikely]] {
     std::lock_guard<std::mutex> lock(g_meta_mutex);
     g_meta_storages.insert(s.get());
@@ -230,6 +263,7 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
   s->external_release_ = release;
   s->external_context_ = context;
   s->category_ = MemoryCategory::Other;
+  s->birth_seq_ = tasks_enqueued_[0].load(std::memory_order_relaxed);
   log_birth(s.get(), true);
   return s;
 }
@@ -259,7 +293,9 @@ Storage::~Storage() {
   } else if (meta::is_meta(block_)) [[unlikely]] {
     meta::free(block_, nbytes_, category_);
   } else if (!block_released_.load(std::memory_order_acquire)) {
-    allocator_for(device_).free(block_, nbytes_, category_);
+    MemoryBlock block = block_;
+    block.foreign_use = foreign_use_.load(std::memory_order_acquire);
+    allocator_for(device_).free(block, nbytes_, category_);
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
   }
 }

@@ -26,7 +26,9 @@ class Storage : public RefCounted {
   // docs/memory.md) is first waited for when a thread outside the stream touches it; a Task never waits (every
   // Task that used the memory before runs first).
   void* data() const {
-    if (in_use_until_.load(std::memory_order_relaxed) != 0) [[unlikely]] wait_until_unused();
+    if ((in_use_until_.load(std::memory_order_relaxed) | foreign_write_.load(std::memory_order_relaxed)) != 0 ||
+        device_.type != Device::Type::CPU) [[unlikely]]
+      wait_until_unused();
     return data_;
   }
   // The memory's address, for identity only (never waits: Storage::data() is the way to touch it).
@@ -46,14 +48,26 @@ class Storage : public RefCounted {
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
-  // Stream bookkeeping, written on the host at enqueue.
+  // Stream bookkeeping, written on the host at enqueue. Sequence numbers are of the stream of the storage's device
+  // (core/device.h, stream_id); an event (make_event) names the stream too.
+  uint64_t last_write_event() const { return make_event(stream_id(device_), last_write_seq()); }
   uint64_t last_write_seq() const { return last_write_seq_.load(std::memory_order_acquire); }
   void set_last_write_seq(uint64_t s) { last_write_seq_.store(s, std::memory_order_release); }
   // How many Tasks had been enqueued when this buffer was made: it tells state that existed before a
   // failed op (born before it) from buffers made after it (docs/async-errors.md, "The poisoned-input rule").
   // The stream reports its count with note_tasks_enqueued at every enqueue (core cannot ask it).
   uint64_t birth_seq() const { return birth_seq_; }
-  static void note_tasks_enqueued(uint64_t count) { tasks_enqueued_.store(count, std::memory_order_relaxed); }
+  static void note_tasks_enqueued(int stream, uint64_t count) {
+    tasks_enqueued_[stream].store(count, std::memory_order_relaxed);
+  }
+  // A Task of another device's stream reads or writes this buffer (a copy between devices): the event of that
+  // Task. A later Task of this storage's own stream that writes it waits for the event first, and the allocator
+  // reuses the memory only after it (docs/devices.md, "Memory and streams"). 0: none.
+  uint64_t foreign_use() const { return foreign_use_.load(std::memory_order_acquire); }
+  // The same, for such a Task that writes it (a copy into it): readers wait for it; a thread that touches the memory
+  // before it has run (a missed wait) raises (Storage::data()).
+  uint64_t foreign_write() const { return foreign_write_.load(std::memory_order_acquire); }
+  void note_foreign_use(uint64_t event, bool written);
   // 0 when valid; otherwise the sequence number of the failed Task whose error invalidated this buffer.
   uint64_t poisoned_by() const { return poisoned_by_.load(std::memory_order_acquire); }
   void poison(uint64_t failed_seq) { poisoned_by_.store(failed_seq, std::memory_order_release); }
@@ -63,9 +77,17 @@ class Storage : public RefCounted {
 
   // Set by the runtime (runtime/stream.cpp) when the stream starts: how many Tasks have run, and a wait for
   // Task `seq` that raises nothing (core cannot call the stream).
-  using TasksRunFn = uint64_t (*)();
-  using WaitRunFn = void (*)(uint64_t seq);
-  static void set_stream_hooks(TasksRunFn tasks_run, WaitRunFn wait_run);
+  // Events (core/device.h): whether one has run, and a wait for it that raises nothing.
+  using EventDoneFn = bool (*)(uint64_t event);
+  using WaitEventFn = void (*)(uint64_t event);
+  static void set_stream_hooks(EventDoneFn done, WaitEventFn wait);
+  // Device memory (a device other than the CPU) is touched only by that device's kernels: the threads that run them
+  // say so (the device's launcher thread, the intra-op pool's helpers). Elsewhere Storage::data() raises: the host
+  // reads a device's tensor through a copy (docs/devices.md, "The host never touches device memory").
+  static void set_thread_runs_device_kernels(bool on);
+  // The stream whose Tasks this thread runs (a stream's worker; -1 elsewhere): its own copy into a buffer is no
+  // missed wait.
+  static void set_thread_stream(int stream);
 
  private:
   Storage() = default;
@@ -82,12 +104,14 @@ class Storage : public RefCounted {
   MemoryCategory category_ = MemoryCategory::Activation;
   std::atomic<uint32_t> version_{0};
   std::atomic<uint64_t> last_write_seq_{0};
-  uint64_t birth_seq_ = tasks_enqueued_.load(std::memory_order_relaxed);
-  static inline std::atomic<uint64_t> tasks_enqueued_{0};
+  uint64_t birth_seq_ = 0;
+  static inline std::atomic<uint64_t> tasks_enqueued_[kMaxStreams] = {};
+  std::atomic<uint64_t> foreign_use_{0};
+  mutable std::atomic<uint64_t> foreign_write_{0};  // cleared by the first access after it has run
   std::atomic<uint64_t> poisoned_by_{0};
   std::atomic<bool> exported_{false};
   mutable std::atomic<bool> block_released_{false};  // by on_only_task_refs: the destructor frees nothing
-  mutable std::atomic<uint64_t> in_use_until_{0};  // 0 once no earlier Task uses the memory
+  mutable std::atomic<uint64_t> in_use_until_{0};  // an event of the own stream; 0 once no earlier Task uses it
 };
 
 // While one lives, the thread's allocations take only memory that no queued Task still uses: buffers the host

@@ -2,6 +2,7 @@
 // elementwise op is its OpDef, its backward formula and a call of the elementwise builder
 // (ops/elementwise_call.h), which does validation, promotion, layout, the in-place form and saving.
 #include "dygrad/core/shape.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/elementwise_call.h"
@@ -221,7 +222,7 @@ Ref<Node> overwrite_node(const char* name, BackwardFn backward, std::span<const 
 Tensor to(const Tensor& a, DType dtype, bool copy) {
   check_defined("to", a);
   if (a.dtype() == dtype && !copy) return a;
-  Tensor out = Tensor::empty(a.shape(), dtype);
+  Tensor out = Tensor::empty(a.shape(), dtype, a.device());
   enqueue(op_copy, {a}, {out});
   if (is_floating(dtype) && needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
@@ -240,6 +241,7 @@ Tensor contiguous(const Tensor& a) {
 Tensor& copy_(Tensor& dst, const Tensor& src) {
   check_defined("copy_", dst, "self");
   check_defined("copy_", src, "src");
+  if (dst.device() != src.device()) [[unlikely]] return copy_across_devices(dst, src);
   Dims shape = broadcast_shapes("copy_", dst.shape(), src.shape());
   DG_CHECK(same_shape(shape, dst.shape()), Value, "[copy_] source of shape ", src.shape(),
            " cannot be broadcast to the destination shape ", dst.shape());

@@ -56,10 +56,35 @@ uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<cons
     if (op_sinks::on_op(OpCall{op, inputs, outputs, attrs, site}))  // consumed: the outputs are as the sink left them
       return outputs.empty() ? 0 : outputs[0].storage().last_write_seq();
   }
-  uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, site);
+  if (cpu_only()) [[likely]] {
+    uint64_t seq = Stream::cpu().submit(op, inputs, outputs, attrs, site);
+    for (const Tensor& t : outputs)
+      if (t.defined() && t.storage().shared_with_host()) finish_write_if_external(t, seq);
+    return seq;
+  }
+  const Device device = task_device(op, inputs, outputs);
+  // A device without a kernel says so first (its stream may not exist either: a backend that is not built).
+  if (!(op.flags & kOpCrossDevice) && !op.kernel(device.type)) [[unlikely]] raise_no_kernel(op, device);
+  Stream& stream = Stream::of(device);
+  uint64_t seq = stream.submit(op, inputs, outputs, attrs, site);
   for (const Tensor& t : outputs)
-    if (t.defined() && t.storage().shared_with_host()) finish_write_if_external(t, seq);
+    if (t.defined() && t.storage().shared_with_host()) stream.wait_for(seq);
   return seq;
+}
+
+Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  // A copy between devices runs on the device's stream (a host-device copy is the device's DMA, as on CUDA): the
+  // first operand not on the CPU, inputs first, so a copy from one device to another runs on the source's.
+  if (op.flags & kOpCrossDevice) {
+    for (std::span<const Tensor> operands : {inputs, outputs})
+      for (const Tensor& t : operands)
+        if (t.defined() && !t.device().is_cpu()) return t.device();
+    return Device::cpu();
+  }
+  for (std::span<const Tensor> operands : {inputs, outputs})
+    for (const Tensor& t : operands)
+      if (t.defined()) return t.device();
+  return Device::cpu();
 }
 
 uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs,
@@ -89,7 +114,7 @@ void check_floating(const char* op, const Tensor& t) {
 }
 
 void finish_write_if_external(const Tensor& dst, uint64_t seq) {
-  if (dst.storage().shared_with_host()) Stream::cpu().wait_for(seq);
+  if (dst.storage().shared_with_host()) Stream::cpu().wait_for(seq);  // seq: a CPU Task's (external memory is host's)
 }
 
 }  // namespace dg

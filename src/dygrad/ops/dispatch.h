@@ -16,6 +16,10 @@ uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::ini
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                  const Attrs& attrs = Attrs());
 
+// The device whose stream runs a Task: its operands' (resolve_kernel checks they agree), or for a copy between devices
+// (kOpCrossDevice) the first operand not on the CPU, inputs first (docs/devices.md).
+Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+
 // Every op passes through the calling thread's chain of op sinks first (runtime/op_sink.h): selective recompute's
 // cache, meta evaluation and the profiler's op recording are sinks; one that consumes the op takes the stream's place.
 

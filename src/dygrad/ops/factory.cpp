@@ -16,13 +16,13 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 }  // namespace
 
 Tensor empty(IntSpan shape, TensorOptions options) {
-  return finish(Tensor::empty(shape, options.dtype, Device::cpu(), "empty"), options);
+  return finish(Tensor::empty(shape, options.dtype, options.device, "empty"), options);
 }
 
 namespace {
 Tensor full_named(const char* op, IntSpan shape, Scalar value, TensorOptions options) {
   check_scalar_fits(op, value, options.dtype);  // before allocating: a huge shape with a bad value names the value
-  Tensor t = Tensor::empty(shape, options.dtype, Device::cpu(), op);
+  Tensor t = Tensor::empty(shape, options.dtype, options.device, op);
   fill_(t, value);
   return finish(t, options);
 }
@@ -31,10 +31,12 @@ Tensor full_named(const char* op, IntSpan shape, Scalar value, TensorOptions opt
 Tensor full(IntSpan shape, Scalar value, TensorOptions options) { return full_named("full", shape, value, options); }
 Tensor zeros(IntSpan shape, TensorOptions options) { return full_named("zeros", shape, 0, options); }
 Tensor ones(IntSpan shape, TensorOptions options) { return full_named("ones", shape, 1, options); }
-Tensor empty_like(const Tensor& a) { return Tensor::empty(a.shape(), a.dtype()); }
-Tensor zeros_like(const Tensor& a) { return full(a.shape(), 0, {a.dtype()}); }
-Tensor ones_like(const Tensor& a) { return full(a.shape(), 1, {a.dtype()}); }
-Tensor full_like(const Tensor& a, Scalar value) { return full(a.shape(), value, {a.dtype()}); }
+Tensor empty_like(const Tensor& a) { return Tensor::empty(a.shape(), a.dtype(), a.device()); }
+Tensor zeros_like(const Tensor& a) { return full(a.shape(), 0, {.dtype = a.dtype(), .device = a.device()}); }
+Tensor ones_like(const Tensor& a) { return full(a.shape(), 1, {.dtype = a.dtype(), .device = a.device()}); }
+Tensor full_like(const Tensor& a, Scalar value) {
+  return full(a.shape(), value, {.dtype = a.dtype(), .device = a.device()});
+}
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype) {

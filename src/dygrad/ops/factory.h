@@ -10,6 +10,7 @@ namespace dg {
 struct TensorOptions {
   DType dtype = DType::Float32;
   bool requires_grad = false;
+  Device device = Device::cpu();
 };
 
 Tensor empty(IntSpan shape, TensorOptions options = {});

@@ -100,10 +100,6 @@ int64_t steady_ns() {
 
 constexpr size_t kPage = 4096;
 
-// Tasks the CPU stream has run; a block whose in_use_until is at most this is idle. Asked only about blocks that
-// were freed while Tasks still used them, so a program that never enqueues never starts the stream here.
-uint64_t tasks_run() { return Stream::cpu().completed(); }
-bool busy(uint64_t in_use_until) { return in_use_until != 0 && in_use_until > tasks_run(); }
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 size_t round_down(size_t n, size_t m) { return n / m * m; }
@@ -137,18 +133,44 @@ const char* trace_action_name(TraceAction a) {
 CachingAllocator& CachingAllocator::cpu() {
   // Never destroyed: tensors held in static objects may be freed after main returns.
   static CachingAllocator* instance = [] {
-    auto* allocator = new CachingAllocator(std::make_unique<HostSegmentSource>());
+    auto* allocator = new CachingAllocator(Device::cpu(), std::make_unique<HostSegmentSource>());
     register_allocator(Device::Type::CPU, allocator);
     return allocator;
   }();
   return *instance;
+}
+
+CachingAllocator& CachingAllocator::create(Device device, std::unique_ptr<SegmentSource> source) {
+  auto* allocator = new CachingAllocator(device, std::move(source));
+  register_device_allocator(device, allocator);
+  return *allocator;
+}
+
+uint64_t CachingAllocator::tasks_run() const {
+  if (device_.type == Device::Type::CPU) [[likely]] return Stream::cpu().completed();
+  Stream* s = Stream::by_id(stream_id(device_));
+  return s ? s->completed() : 0;
+}
+
+void CachingAllocator::wait_until_run(uint64_t seq) const {
+  if (Stream* s = Stream::by_id(stream_id(device_))) s->wait_until_run(seq);
+}
+
+void CachingAllocator::process_pending_locked() {
+  size_t kept = 0;
+  for (Pending& p : pending_) {
+    if (Stream::event_done(p.block.foreign_use)) free_locked(p.block, p.nbytes, p.category, p.in_use_until, nullptr);
+    else pending_[kept++] = p;
+  }
+  pending_.resize(kept);
 }
 namespace {
 // Registers the CPU allocator when the library loads, before any Storage is made.
 [[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
 }  // namespace
 
-CachingAllocator::CachingAllocator(std::unique_ptr<SegmentSource> source) : source_(std::move(source)) {
+CachingAllocator::CachingAllocator(Device device, std::unique_ptr<SegmentSource> source)
+    : device_(device), source_(std::move(source)) {
   if (const char* env = std::getenv("DYGRAD_ALLOC_EXPANDABLE_SEGMENTS"); env && *env) expandable_ = std::atoi(env) != 0;
   if (const char* env = std::getenv("DYGRAD_ALLOC_RELEASE_FRACTION"); env && *env) release_fraction_ = std::atof(env);
   if (const char* env = std::getenv("DYGRAD_MEMORY_LIMIT"); env && *env) {
@@ -519,6 +541,7 @@ CachingAllocator::Block CachingAllocator::allocate(size_t nbytes, MemoryCategory
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
     context = capture_context(false);  // outside the lock: it walks the Python frames
   Lock lock(mutex_);
+  if (!pending_.empty()) [[unlikely]] process_pending_locked();
   Node* node = take_free_locked(rounded, nbytes <= kSmallRequest, stream_ordered);
   bool mapped_now = false;
   if (node) {
@@ -702,7 +725,7 @@ CachingAllocator::Node* CachingAllocator::wait_for_busy_free_blocks_locked(Miss&
   lock.unlock();
   unmap_segments(miss.to_unmap);
   miss.to_unmap.clear();
-  Stream::cpu().wait_until_run(last);
+  wait_until_run(last);
   lock.lock();
   Node* found = take_free_locked(miss.rounded, miss.small, miss.stream_ordered);
   if (found) ++stats_.cache_hits;
@@ -726,6 +749,17 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
   if (history_on_.load(std::memory_order_relaxed)) [[unlikely]]
     context = capture_context(true);
   std::lock_guard<std::mutex> lock(mutex_);
+  // Another device's stream may still use the block (a copy between devices): it waits, out of the pools and still
+  // counted as allocated, until that event has run (docs/devices.md, "Memory and streams").
+  if (block.foreign_use != 0 && !Stream::event_done(block.foreign_use)) [[unlikely]] {
+    pending_.push_back(Pending{block, nbytes, category, in_use_until});
+    return;
+  }
+  free_locked(block, nbytes, category, in_use_until, std::move(context));
+}
+
+void CachingAllocator::free_locked(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until,
+                                   AllocContextPtr context) {
   Node* node = static_cast<Node*>(block.handle);
   ++stats_.num_frees;
   stats_.active -= static_cast<int64_t>(node->size);
@@ -811,9 +845,10 @@ void CachingAllocator::empty_cache(bool wait_for_stream) {
   uint64_t last = 0;
   if (wait_for_stream) {
     std::lock_guard<std::mutex> lock(mutex_);
+    process_pending_locked();
     last = busy_free_segments_locked();
   }
-  if (last) Stream::cpu().wait_until_run(last);
+  if (last) wait_until_run(last);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     release_free_segments_locked(to_unmap);

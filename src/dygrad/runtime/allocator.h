@@ -132,6 +132,10 @@ class CachingAllocator final : public Allocator {
  public:
   // The CPU's; registered as Device::Type::CPU's allocator (core/allocator.h) when the library loads.
   static CachingAllocator& cpu();
+  // Another device's block pool over its own segment source (the test device's arena; docs/devices.md), registered
+  // as that device's allocator. Lives for the process.
+  static CachingAllocator& create(Device device, std::unique_ptr<SegmentSource> source);
+  Device device() const { return device_; }
 
   using Block = MemoryBlock;
   Block allocate(size_t nbytes, MemoryCategory category, bool stream_ordered = true) override;
@@ -212,8 +216,23 @@ class CachingAllocator final : public Allocator {
   using Lock = std::unique_lock<std::mutex>;
   using Released = std::vector<std::pair<void*, size_t>>;  // segments of the old kind, unmapped outside the lock
 
-  explicit CachingAllocator(std::unique_ptr<SegmentSource> source);
+  CachingAllocator(Device device, std::unique_ptr<SegmentSource> source);
   ~CachingAllocator();
+  // Tasks the device's stream has run; a block whose in_use_until is at most this is idle. Asked only about blocks
+  // freed while Tasks still used them, so a program that never enqueues never starts the stream here.
+  uint64_t tasks_run() const;
+  bool busy(uint64_t in_use_until) const { return in_use_until != 0 && in_use_until > tasks_run(); }
+  void wait_until_run(uint64_t seq) const;
+  // Blocks freed while another device's stream may still use them (MemoryBlock::foreign_use), held out of the pools
+  // until its event has run; process_pending_locked frees those whose event has.
+  struct Pending {
+    Block block;
+    size_t nbytes;
+    MemoryCategory category;
+    uint64_t in_use_until;
+  };
+  void free_locked(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until, AllocContextPtr context);
+  void process_pending_locked();
   Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
   const Pool& pool(bool small) const { return small ? small_pool_ : large_pool_; }
 
@@ -263,8 +282,10 @@ class CachingAllocator final : public Allocator {
   void update_tracking_locked();
   AllocContextPtr capture_context(bool for_free) const;
 
+  const Device device_;
   const std::unique_ptr<SegmentSource> source_;
   mutable std::mutex mutex_;
+  std::vector<Pending> pending_;
   Pool small_pool_, large_pool_;
   std::set<Segment*> segments_;  // every segment held (snapshot() lists them by base address)
   bool expandable_ = true;

@@ -30,11 +30,11 @@ void set_context(const Context& context) {
 
 void set_deterministic(bool on) { g_deterministic.store(on); }
 void set_synchronize(bool on) {
-  if (on) Stream::cpu().synchronize();  // queued work runs before inline work starts
+  if (on) Stream::synchronize_all();  // queued work runs before inline work starts
   g_synchronize.store(on);
 }
 void set_num_threads(int n) {
-  Stream::cpu().synchronize();
+  Stream::synchronize_all();
   ThreadPool::instance().resize(n);
 }
 // No drain needed either way: a Task runs inline only when nothing is queued (docs/stream.md).

@@ -60,6 +60,7 @@ const char* op_flag_name(OpFlag flag) {
     case kOpDataDependentShape: return "data_dependent_shape";
     case kOpRandom: return "random";
     case kOpSideEffect: return "side_effect";
+    case kOpCrossDevice: return "cross_device";
   }
   return "?";
 }

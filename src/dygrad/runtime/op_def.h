@@ -32,6 +32,8 @@ enum OpFlag : uint32_t {
   kOpRandom = 1u << 2,                // consumes RNG counters (Attrs::rng(): seed and first counter)
   kOpSideEffect = 1u << 4,            // an effect beyond its outputs (a collective's communication): never dead
                                       // code, never reordered across another side effect
+  kOpCrossDevice = 1u << 5,           // operands on two devices (a copy between them): the Task runs on the stream
+                                      // ops/dispatch.cpp picks, with that device's kernel (docs/devices.md)
 };
 const char* op_flag_name(OpFlag flag);
 
@@ -121,9 +123,16 @@ struct OpDef {
   OpDef& operator=(const OpDef&) = delete;
 
   // The kernel for a device type; null when no backend registered one.
-  Kernel kernel(Device::Type type) const { return kernels_[static_cast<int>(type)]; }
+  // The test device runs the CPU's kernels on its launcher, unless one is registered for it (docs/devices.md).
+  Kernel kernel(Device::Type type) const {
+    const Kernel k = kernels_[static_cast<int>(type)];
+    return type == Device::Type::Test && !k ? kernels_[0] : k;
+  }
   // The ISA level of that kernel (kKernelIsaBaseline, kKernelIsaAvx2, kKernelIsaAvx512).
-  int kernel_isa(Device::Type type) const { return kernel_isa_[static_cast<int>(type)]; }
+  int kernel_isa(Device::Type type) const {
+    return type == Device::Type::Test && !kernels_[static_cast<int>(type)] ? kernel_isa_[0]
+                                                                           : kernel_isa_[static_cast<int>(type)];
+  }
 
  private:
   friend void register_kernel(const char* op_name, Device::Type type, Kernel kernel, int isa);
@@ -176,6 +185,9 @@ struct Task {
   SmallVector<Tensor, 2> outputs;
   Attrs attrs;
   uint64_t seq = 0;  // position on the stream, 1-based
+  // An event (core/device.h) of another stream this Task waits for before it runs (a copy between devices, or a
+  // write into a buffer such a copy still reads): CUDA's cudaStreamWaitEvent. 0: none.
+  uint64_t wait_event = 0;
   CallSite site;
   // While the kernel runs: the Task's scratch (runtime/scratch.h, task_scratch), when its op declares any for it.
   ScratchArena* scratch = nullptr;

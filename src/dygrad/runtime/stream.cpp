@@ -45,26 +45,81 @@ std::string format_site(const CallSite& site) {
 }
 }  // namespace
 
+std::atomic<Stream*> Stream::streams_[kMaxStreams] = {};
+
 Stream& Stream::cpu() {
-  static Stream* stream = new Stream();  // never destroyed: Tensors in static objects outlive main
+  // Never destroyed: Tensors in static objects outlive main.
+  static Stream* stream = new Stream(Device::cpu(), CachingAllocator::cpu());
   return *stream;
 }
 
-Stream::Stream() : slots_(kCapacity), alloc_marks_(kCapacity, 0) {
+Stream& Stream::of(Device device) {
+  if (device.type == Device::Type::CPU) [[likely]] return cpu();
+  Stream* s = device_index_valid(device) ? by_id(stream_id(device)) : nullptr;
+  DG_CHECK(s != nullptr, Runtime, "[stream] device ", device.str(), " is not available (",
+           device.type == Device::Type::Test ? "the test device is off: dygrad.testing.enable_test_device()"
+                                             : "its backend is not built or the device does not exist", ")");
+  return *s;
+}
+
+Stream& Stream::create(Device device, CachingAllocator& allocator) {
+  DG_CHECK(device.type != Device::Type::CPU && device_index_valid(device), Runtime, "[stream] cannot create a stream "
+           "for ", device.str());
+  cpu();  // the CPU's stream sets the storage hooks and the fork handlers first
+  if (Stream* s = by_id(stream_id(device))) return *s;
+  return *new Stream(device, allocator);
+}
+
+void Stream::synchronize_all() {
+  for (int id = kMaxStreams - 1; id >= 1; --id)  // devices first: their copies may feed CPU Tasks
+    if (Stream* s = by_id(id)) s->synchronize();
+  cpu().synchronize();
+}
+
+void Stream::shutdown_all() {
+  for (int id = kMaxStreams - 1; id >= 1; --id)
+    if (Stream* s = by_id(id)) s->shutdown();
+  cpu().shutdown();
+}
+
+ScratchArena* Stream::ring_arena(uint64_t slot) {
+  auto base = reinterpret_cast<uintptr_t>(ring_arenas_.get());
+  base = (base + alignof(ScratchArena) - 1) & ~(uintptr_t{alignof(ScratchArena)} - 1);
+  return reinterpret_cast<ScratchArena*>(base + slot * sizeof(ScratchArena));
+}
+
+void Stream::set_paused(bool paused) {
+  DG_CHECK(id_ != 0, Runtime, "[stream] the cpu stream cannot be paused");
+  paused_.store(paused ? 1 : 0, std::memory_order_seq_cst);
+  paused_.notify_all();
+}
+
+Stream::Stream(Device device, CachingAllocator& allocator)
+    : slots_(kCapacity), alloc_marks_(kCapacity, 0), device_(device), id_(stream_id(device)), allocator_(allocator),
+      ring_arenas_(new unsigned char[kCapacity * sizeof(ScratchArena) + alignof(ScratchArena)]) {
   ThreadPool::instance();  // the pool exists before the worker uses it
-  // Stream-ordered reuse (docs/memory.md): a thread outside the stream that touches a reused buffer waits for
-  // the Tasks that still use it.
-  Storage::set_stream_hooks([] { return Stream::cpu().completed(); }, [](uint64_t seq) { Stream::cpu().wait_until_run(seq); });
+  streams_[id_].store(this, std::memory_order_release);
+  if (id_ == 0) {
+    // Stream-ordered reuse (docs/memory.md): a thread outside the stream that touches a reused buffer waits for
+    // the Tasks that still use it.
+    Storage::set_stream_hooks([](uint64_t e) { return Stream::event_done(e); }, [](uint64_t e) { Stream::wait_event(e); });
+  }
   start_worker();
   // Registered after the pool's: prepare handlers run in reverse order (the stream drains before the pool
-  // is locked), child handlers in order (the pool has helpers again before the worker starts).
-  pthread_atfork([] { Stream::cpu().before_fork(); }, [] { Stream::cpu().after_fork_parent(); },
-                 [] { Stream::cpu().after_fork_child(); });
+  // is locked), child handlers in order (the pool has helpers again before the worker starts). A device's stream
+  // does not survive fork (as CUDA's does not): the child has no launcher thread.
+  if (id_ == 0)
+    pthread_atfork([] { Stream::cpu().before_fork(); }, [] { Stream::cpu().after_fork_parent(); },
+                   [] { Stream::cpu().after_fork_child(); });
 }
 
 void Stream::start_worker() {
   stopping_.store(false, std::memory_order_seq_cst);
-  worker_ = std::thread([this] { worker_loop(); });
+  worker_ = std::thread([this] {
+    if (id_ != 0) Storage::set_thread_runs_device_kernels(true);  // the device's launcher
+    Storage::set_thread_stream(id_);
+    worker_loop();
+  });
 }
 
 // --- exit and fork (docs/stream.md, "Exit and fork") ------------------------------------------------------
@@ -154,12 +209,12 @@ struct ScratchBlock {
   MemoryBlock block;
   size_t bytes = 0;
 };
-ScratchBlock take_scratch(Task& task, ScratchArena* arena) {
+ScratchBlock take_scratch(CachingAllocator& allocator, Task& task, ScratchArena* arena) {
   ScratchBlock taken;
   taken.bytes = task.op->scratch(task);
   if (taken.bytes > 0) {
     try {
-      taken.block = CachingAllocator::cpu().allocate(taken.bytes, MemoryCategory::Scratch);
+      taken.block = allocator.allocate(taken.bytes, MemoryCategory::Scratch);
     } catch (const Error& e) {
       throw Error(e.kind(), std::string("[") + task.op->name + "] its scratch of " + std::to_string(taken.bytes) +
                                 " bytes: " + e.message());
@@ -169,14 +224,13 @@ ScratchBlock take_scratch(Task& task, ScratchArena* arena) {
   return taken;
 }
 // `seq`: the last Task that uses the block (0: none is queued, it has run).
-void give_back_scratch(const ScratchBlock& taken, uint64_t seq) {
-  if (taken.block.ptr) CachingAllocator::cpu().free(taken.block, taken.bytes, MemoryCategory::Scratch, seq);
+void give_back_scratch(CachingAllocator& allocator, const ScratchBlock& taken, uint64_t seq) {
+  if (taken.block.ptr) allocator.free(taken.block, taken.bytes, MemoryCategory::Scratch, seq);
 }
-// The ring slots' arenas (Stream::cpu() is the one stream with a ring): the slot's Task points at its own.
+// An arena on the stack (a Task off the ring); a ring slot's Task points at the stream's own (ring_arenas_).
 struct alignas(ScratchArena) ArenaStorage {
   unsigned char bytes[sizeof(ScratchArena)];
 };
-ArenaStorage g_ring_arenas[Stream::kCapacity];
 static_assert(std::is_trivially_destructible_v<ScratchArena>, "arenas are rebuilt in place, never destroyed");
 }  // namespace
 
@@ -215,7 +269,7 @@ uint64_t Stream::acquire_slot_locked() {
   // device ever wait here; the device keeps up to `limit` bytes of work queued meanwhile.
   if (const uint64_t limit = inflight_limit_.load(std::memory_order_relaxed)) {
     const uint64_t done = completed_.load(std::memory_order_acquire);
-    const uint64_t total = CachingAllocator::cpu().bytes_allocated_total();
+    const uint64_t total = allocator_.bytes_allocated_total();
     if (done < index && total - alloc_marks_[done % kCapacity] > limit) {
       uint64_t oldest = done + 1;
       while (oldest < index && total - alloc_marks_[oldest % kCapacity] > limit) ++oldest;
@@ -230,9 +284,15 @@ uint64_t Stream::publish_locked(uint64_t index) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
-  alloc_marks_[index % kCapacity] = CachingAllocator::cpu().bytes_allocated_total();
-  for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-  Storage::note_tasks_enqueued(seq);
+  alloc_marks_[index % kCapacity] = allocator_.bytes_allocated_total();
+  if (cpu_only()) [[likely]] {
+    for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
+  } else {
+    for (Tensor& out : task.outputs)
+      if (out.device() == device_) out.storage().set_last_write_seq(seq);
+    note_foreign_operands(task);
+  }
+  Storage::note_tasks_enqueued(id_, seq);
   if (op_sinks::engaged()) op_sinks::on_enqueued(task);
   published_.store(seq, std::memory_order_seq_cst);
   if (worker_sleeping_.load(std::memory_order_seq_cst)) {
@@ -305,7 +365,7 @@ uint64_t Stream::run_inline_locked(Task& task) {
   const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
   task.seq = seq;
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
-  Storage::note_tasks_enqueued(seq);
+  Storage::note_tasks_enqueued(id_, seq);
   if (op_sinks::engaged()) op_sinks::on_enqueued(task);  // synchronize mode with a profiler
   run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
@@ -355,7 +415,10 @@ uint64_t Stream::run_synchronized(Task& task) {
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
   // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
-  const Kernel kernel = resolve_kernel(op, inputs, outputs);
+  const Kernel kernel = (op.flags & kOpCrossDevice) ? op.kernel(device_.type) : resolve_kernel(op, inputs, outputs);
+  if (!kernel) [[unlikely]] raise_no_kernel(op, device_);
+  // Once a second device exists: the event of another stream this Task must wait for (docs/devices.md).
+  const uint64_t wait = cpu_only() ? 0 : cross_stream_wait(op, inputs, outputs);
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.alias_of) [[unlikely]] check_aliases(op, inputs, outputs);
   // Nothing depends on a Task without outputs: only its declared side effect keeps it (docs/ops.md).
@@ -365,25 +428,42 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   // Off the ring (synchronize mode, inline execution, after shutdown) the Task is built on the host's stack and
   // borrows its operands from the caller, whose spans outlive the call: no refcount traffic (docs/stream.md,
   // "Inline execution").
-  if (synchronize_enabled()) [[unlikely]] {
+  if (synchronize_enabled() && id_ == 0 && wait == 0) [[unlikely]] {
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
     if (!op.scratch) return run_synchronized(borrowed.task);
     ArenaStorage arena;
     struct GiveBack {  // after the Task ran, also when its error is raised here
       ScratchBlock taken;
-      ~GiveBack() { give_back_scratch(taken, 0); }
-    } scratch{take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena))};
+      CachingAllocator& allocator;
+      ~GiveBack() { give_back_scratch(allocator, taken, 0); }
+    } scratch{take_scratch(allocator_, borrowed.task, reinterpret_cast<ScratchArena*>(&arena)), allocator_};
     return run_synchronized(borrowed.task);
   }
+  // A device's stream in synchronize mode (or a Task that waits for another stream): the Task goes through the
+  // ring to the launcher, as always, and the host waits for it here, raising its error here.
+  if (synchronize_enabled() && (id_ != 0 || wait != 0)) [[unlikely]] {
+    const uint64_t seq = submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
+    wait_for(seq);
+    return seq;
+  }
+  return submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
+}
+
+uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+                                std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site,
+                                uint64_t wait) {
   std::lock_guard<std::mutex> lock(producer_mutex_);
-  if (idle_for_inline_locked() || shut_down_.load(std::memory_order_acquire)) [[unlikely]] {
+  // Inline execution is the CPU's (a device's kernels run on its launcher, never on the host).
+  if ((id_ == 0 && wait == 0 && idle_for_inline_locked()) || shut_down_.load(std::memory_order_acquire)) [[unlikely]] {
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
     if (runs_inline(borrowed.task) || shut_down_.load(std::memory_order_relaxed)) {
+      if (wait) wait_event(wait);  // after shutdown: the other stream runs its Tasks inline too
       if (!op.scratch) return run_inline_locked(borrowed.task);
       ArenaStorage arena;
-      const ScratchBlock taken = take_scratch(borrowed.task, reinterpret_cast<ScratchArena*>(&arena));
+      const ScratchBlock taken = take_scratch(allocator_, borrowed.task, reinterpret_cast<ScratchArena*>(&arena));
+      if (wait) wait_event(wait);  // after shutdown
       const uint64_t seq = run_inline_locked(borrowed.task);  // records a kernel error, never throws one
-      give_back_scratch(taken, 0);
+      give_back_scratch(allocator_, taken, 0);
       return seq;
     }
   }
@@ -391,20 +471,56 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   const uint64_t index = acquire_slot_locked();
   Task& task = slots_[index % kCapacity];
   fill_task(task, op, kernel, inputs, outputs, attrs, site, [](const Tensor& t) { return Tensor::task_ref(t); });
+  task.wait_event = wait;
   if (!op.scratch) [[likely]] {
     task.scratch = nullptr;
     return publish_locked(index);
   }
   ScratchBlock taken;
   try {
-    taken = take_scratch(task, reinterpret_cast<ScratchArena*>(&g_ring_arenas[index % kCapacity]));
+    taken = take_scratch(allocator_, task, ring_arena(index % kCapacity));
   } catch (...) {
     clear_slot(task);  // never published: the slot stays free
     throw;
   }
   const uint64_t seq = publish_locked(index);
-  give_back_scratch(taken, seq);  // the worker may be running it already: only the host's copy is read
+  give_back_scratch(allocator_, taken, seq);  // the worker may be running it already: only the host's copy is read
   return seq;
+}
+
+uint64_t Stream::cross_stream_wait(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
+  // The events to wait for: for an operand of this stream's device, a pending use by another stream's Task (a copy
+  // reading it, or writing it); for an operand of another device (only a kOpCrossDevice op has one), its last
+  // writer, and for an output, also its pending foreign use. One event is kept per Task; when events of two other
+  // streams are due, the host waits for the earlier-found ones here (rare: three devices meet in one Task).
+  uint64_t wait = 0;
+  auto need = [&](uint64_t event) {
+    if (event == 0 || event_stream(event) == id_ || event_done(event)) return;
+    if (wait != 0 && event_stream(wait) != event_stream(event)) wait_event(wait);
+    else if (wait != 0 && event_seq(wait) > event_seq(event)) return;
+    wait = event;
+  };
+  auto visit = [&](const Tensor& t, bool written) {
+    if (!t.defined()) return;
+    const Storage& st = t.storage();
+    need(written ? st.foreign_use() : st.foreign_write());  // a write waits for every foreign use, a read for writes
+    if (t.device() != device_) {
+      DG_CHECK(op.flags & kOpCrossDevice, Runtime, "[", op.name, "] expected all tensors to be on the same device, "
+               "but found ", device_.str(), " and ", t.device().str());
+      need(st.last_write_event());
+    }
+  };
+  for (const Tensor& t : inputs) visit(t, false);
+  for (const Tensor& t : outputs) visit(t, true);
+  return wait;
+}
+
+void Stream::note_foreign_operands(const Task& task) {
+  const uint64_t event = event_of(task.seq);
+  for (const Tensor& t : task.inputs)
+    if (t.defined() && t.device() != device_) t.storage().note_foreign_use(event, false);
+  for (const Tensor& t : task.outputs)
+    if (t.defined() && t.device() != device_) t.storage().note_foreign_use(event, true);
 }
 
 void Stream::worker_loop() {
@@ -444,6 +560,10 @@ void Stream::worker_loop() {
     }
     // An inline Task advanced both counters: there is nothing queued to run.
     if (completed_.load(std::memory_order_acquire) != done) continue;
+    if (paused_.load(std::memory_order_acquire)) [[unlikely]] {  // tests hold a device's launcher
+      paused_.wait(1, std::memory_order_acquire);
+      continue;
+    }
     if (marked_idle) ThreadPool::instance().set_owner_idle(marked_idle = false);
     run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
     ran_since_spin = true;
@@ -456,6 +576,9 @@ void Stream::worker_loop() {
 }
 
 bool Stream::run_task(Task& task) {
+  // Another stream's event first (cudaStreamWaitEvent): the copy that feeds this Task, or the one still reading a
+  // buffer it overwrites. It was enqueued before this Task, so the waits never form a cycle.
+  if (task.wait_event) [[unlikely]] wait_event(task.wait_event);
   // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
   // writes nothing. An output whose buffer existed before the failed Task was enqueued (parameters,
   // gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays readable, so
@@ -464,13 +587,16 @@ bool Stream::run_task(Task& task) {
   // nothing downstream uses them.
   for (const Tensor& in : task.inputs) {
     if (uint64_t bad = in.storage().poisoned_by()) {
+      // Poison marks are events (the CPU's are its sequence numbers); birth is compared on this stream's numbers, and
+      // a failure on another stream (a copy that fed this one) counts as before every buffer here.
+      const uint64_t bad_here = event_stream(bad) == id_ ? event_seq(bad) : 0;
       bool kept = false;
       for (Tensor& out : task.outputs) {
         if (out.storage().poisoned_by()) continue;  // keeps the failure it names
-        if (out.storage().birth_seq() < bad) kept = true;
+        if (out.storage().birth_seq() < bad_here) kept = true;
         else out.storage().poison(bad);
       }
-      if (kept) note_skipped_update(task, bad);
+      if (kept) note_skipped_update(task, bad_here);
       return false;
     }
   }
@@ -527,7 +653,7 @@ bool Stream::take_failure(uint64_t seq, Failure& out) {
 }
 
 void Stream::record_failure(Task& task, ErrorKind kind, const std::string& message) {
-  for (Tensor& out : task.outputs) out.storage().poison(task.seq);
+  for (Tensor& out : task.outputs) out.storage().poison(event_of(task.seq));
   Failure f{task.seq, kind, message + format_site(task.site)};
   std::lock_guard<std::mutex> lock(failure_mutex_);
   if (failures_.size() >= kKeptFailures) failures_.erase(failures_.begin());

@@ -1,7 +1,8 @@
-// The CPU stream: Tasks run in enqueue order on one worker thread, which is thread 0 of the intra-op pool.
-// The host gets its outputs at once; sync points wait for producers. A kernel error is kept, poisons the
-// failed Task's outputs, and is raised once at the next sync point. See docs/stream.md and
-// docs/async-errors.md.
+// A device's stream: Tasks run in enqueue order on one worker thread (the CPU's is thread 0 of the intra-op pool; a
+// device's is its launcher). The host gets its outputs at once; sync points wait for producers. A kernel error is
+// kept, poisons the failed Task's outputs, and is raised once at the next sync point. Each device has one stream
+// with its own sequence numbers; a Task waits for another stream's event before it runs (Task::wait_event). See
+// docs/stream.md, docs/devices.md and docs/async-errors.md.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "dygrad/runtime/op_def.h"
+#include "dygrad/core/device.h"
 #include "dygrad/core/error.h"
 
 namespace dg {
@@ -32,9 +34,35 @@ struct StreamObserver {
   }
 };
 
+class CachingAllocator;
+
 class Stream {
  public:
   static Stream& cpu();
+  // The stream of a device: the CPU's, or one a backend made (create); raises naming the device when it has none.
+  static Stream& of(Device device);
+  // By number (core/device.h, stream_id); null when that device has no stream.
+  static Stream* by_id(int id) { return streams_[id].load(std::memory_order_acquire); }
+  // A backend makes its device's stream once, with the allocator its Tasks' scratch comes from. Never destroyed.
+  static Stream& create(Device device, CachingAllocator& allocator);
+  // Events (core/device.h): whether Task event_seq(e) of stream event_stream(e) has run; a wait for it (raises
+  // nothing).
+  static bool event_done(uint64_t event) {
+    return event == 0 || by_id(event_stream(event))->completed() >= event_seq(event);
+  }
+  static void wait_event(uint64_t event) {
+    if (!event_done(event)) by_id(event_stream(event))->wait_until_run(event_seq(event));
+  }
+  // Waits for every stream; raises the first deferred error found (dygrad.synchronize()).
+  static void synchronize_all();
+  // Every stream (shutdown at exit).
+  static void shutdown_all();
+  Device device() const { return device_; }
+  int id() const { return id_; }
+  uint64_t event_of(uint64_t seq) const { return make_event(id_, seq); }
+  // A device stream's worker can be held (tests: the launcher does not start Tasks while paused, so a race a
+  // missing wait would lose shows every time). The CPU stream is never paused.
+  void set_paused(bool paused);
   static constexpr size_t kCapacity = 1024;  // queued Tasks; enqueue blocks (sleeps) when full
 
   // Runs op on the operands (synchronize mode: inline, errors thrown here; async: built in its queue slot, or run
@@ -55,6 +83,11 @@ class Stream {
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   // The message of the Task whose failure poisoned a buffer (for errors raised when reading it).
   std::string failure_message(uint64_t seq) const;
+  // The same for a poison mark, an event of any stream (Storage::poisoned_by).
+  static std::string failure_message_of(uint64_t event) {
+    Stream* s = by_id(event_stream(event));
+    return s ? s->failure_message(event_seq(event)) : "an earlier op failed";
+  }
   void set_observer(StreamObserver* observer) { observer_.store(observer, std::memory_order_release); }
   // The in-flight allocation window: at each enqueue the host waits while it has allocated more than this
   // many bytes since the oldest Task still queued was enqueued (0: no limit, the default). It bounds how far ahead
@@ -83,7 +116,15 @@ class Stream {
     std::string message;  // "[op] what went wrong (issued at file:line)"
     uint64_t raised_after = UINT64_MAX;  // Tasks enqueued when it was raised at a sync point (none: not yet)
   };
-  Stream();
+  Stream(Device device, CachingAllocator& allocator);
+  static std::atomic<Stream*> streams_[kMaxStreams];
+  // Cross-stream ordering at enqueue (only once a second device exists): the event this Task waits for, and for
+  // operands of another device, the use noted on their storage.
+  uint64_t cross_stream_wait(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
+  void note_foreign_operands(const Task& task);
+  uint64_t submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+                          std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site, uint64_t wait);
+  ScratchArena* ring_arena(uint64_t slot);  // the ring slot's scratch arena
   void worker_loop();
   bool run_task(Task& task);  // true when the kernel failed
   bool run_kernel(Task& task);  // the observer's begin and end around the kernel; errors recorded
@@ -138,6 +179,11 @@ class Stream {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> shut_down_{false};
   std::atomic<StreamObserver*> observer_{nullptr};
+  const Device device_;
+  const int id_;
+  CachingAllocator& allocator_;  // the device's: Tasks' scratch, the allocation window
+  std::unique_ptr<unsigned char[]> ring_arenas_;  // kCapacity ScratchArenas, one per ring slot
+  std::atomic<uint32_t> paused_{0};
 
   mutable std::mutex failure_mutex_;
   std::vector<Failure> failures_;          // recent failures, for poisoned-buffer messages
@@ -145,5 +191,13 @@ class Stream {
   Failure pending_error_{};                // the first failure not yet raised
   std::thread worker_;
 };
+
+// How the host reads a device's tensor (Tensor::to_vector, item): a copy to the CPU, registered by ops/device.cpp.
+using HostCopyFn = Tensor (*)(const Tensor&);
+void set_host_copy(HostCopyFn f);
+// Tests only (docs/devices.md, "A missed sync"): host reads stop waiting for another device's copy into the buffer
+// they read, as a runtime that forgot that wait would; the test device then catches the read.
+void set_host_waits_skipped(bool on);
+bool host_waits_skipped();
 
 }  // namespace dg

@@ -1,5 +1,8 @@
 // Tensor's host access: sync points that wait for the stream (declared in core/tensor.h; defined here, in the
 // layer that owns the stream). See docs/stream.md and docs/async-errors.md.
+#include <atomic>
+
+#include "dygrad/core/allocator.h"
 #include "dygrad/core/error.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/runtime/op_sink.h"
@@ -8,21 +11,44 @@
 namespace dg {
 
 namespace {
-// Every host read passes here: the op sinks are told first (one may refuse it), then the host waits.
+std::atomic<HostCopyFn> g_host_copy{nullptr};
+
+// Every host read passes here: the op sinks are told first (one may refuse it), then the host waits: for the last
+// writer on the storage's own stream, and for another device's copy still writing it (docs/devices.md).
 void wait_readable_as(const Tensor& t, const char* reader) {
   if (op_sinks::engaged()) [[unlikely]] op_sinks::on_host_read(t, reader);
-  Stream& stream = Stream::cpu();
-  stream.wait_for(t.storage().last_write_seq());
-  if (uint64_t bad = t.storage().poisoned_by())
+  const Storage& storage = t.storage();
+  Stream::of(t.device()).wait_for(storage.last_write_seq());
+  if (!cpu_only()) [[unlikely]] {
+    if (uint64_t foreign = storage.foreign_write())
+      if (!host_waits_skipped()) Stream::by_id(event_stream(foreign))->wait_for(event_seq(foreign));
+  }
+  if (uint64_t bad = storage.poisoned_by())
     fail(ErrorKind::Runtime, "tensor data is invalid: it was produced after a failed op: ",
-         stream.failure_message(bad));
+         Stream::failure_message_of(bad));
+}
+
+// A device's tensor is read on the host through a copy to the CPU (ops/device.cpp registers it).
+Tensor host_copy(const Tensor& t) {
+  HostCopyFn f = g_host_copy.load(std::memory_order_acquire);
+  DG_CHECK(f != nullptr, Runtime, "[read] no copy to the host is registered for ", t.device().str());
+  return f(t);
 }
 }  // namespace
+
+void set_host_copy(HostCopyFn f) { g_host_copy.store(f, std::memory_order_release); }
+
+namespace {
+std::atomic<bool> g_skip_host_waits{false};
+}
+void set_host_waits_skipped(bool on) { g_skip_host_waits.store(on, std::memory_order_relaxed); }
+bool host_waits_skipped() { return g_skip_host_waits.load(std::memory_order_relaxed); }
 
 void Tensor::wait_readable() const { wait_readable_as(*this, "read"); }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (!device().is_cpu()) [[unlikely]] return host_copy(*this).to_vector<T>();
   wait_readable_as(*this, "to_vector");
   std::vector<T> out;
   out.reserve(static_cast<size_t>(numel()));
@@ -53,6 +79,7 @@ template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
 
 Scalar Tensor::item_scalar() const {
   DG_CHECK(numel() == 1, Runtime, "[item] a Tensor with ", numel(), " elements cannot be converted to Scalar");
+  if (!device().is_cpu()) [[unlikely]] return host_copy(*this).item_scalar();
   wait_readable_as(*this, "item");
   return visit_dtype(dtype(), [&]<typename S>() -> Scalar {
     S v = *data<S>();

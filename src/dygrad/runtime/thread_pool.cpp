@@ -1,6 +1,7 @@
 // Thread pool implementation: a generation counter announces a job, helpers claim chunks from an atomic
 // counter, the caller waits on a completion count. See docs/threading.md for the spin/sleep policy.
 #include "dygrad/runtime/thread_pool.h"
+#include "dygrad/core/storage.h"
 
 #include <chrono>
 #include <new>
@@ -98,6 +99,7 @@ void ThreadPool::work_on_job(Job& job) {
 
 void ThreadPool::helper_loop(int, uint32_t seen) {
   tls_in_parallel = true;
+  Storage::set_thread_runs_device_kernels(true);  // helpers run chunks of any device's kernels (docs/devices.md)
   for (;;) {
     // Spin for a short while, then sleep until the generation changes.
     auto spin_until = std::chrono::steady_clock::now() + kHelperSpin;

@@ -1,0 +1,18 @@
+// The devices a process has, by type (docs/devices.md): a backend registers how to bring its devices up and count
+// them; the bindings and tests ask here, never the backend itself (the layer rule, docs/ops.md).
+#pragma once
+#include "dygrad/core/device.h"
+
+namespace dg {
+
+struct DeviceBackendHooks {
+  int (*enable)(int count) = nullptr;  // brings devices 0..count-1 up; returns how many there are
+  int (*count)() = nullptr;            // how many are up
+};
+void register_device_backend(Device::Type type, DeviceBackendHooks hooks);
+// Raises NotImplemented naming the type when no backend of it is built.
+int enable_devices(Device::Type type, int count);
+// 0 when no backend of the type is built; the CPU: 1.
+int device_count(Device::Type type);
+
+}  // namespace dg
