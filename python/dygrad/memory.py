@@ -1,4 +1,5 @@
-"""dygrad.memory: the CPU caching allocator's statistics, memory limit and snapshots (docs/memory.md).
+"""dygrad.memory: the caching allocators' statistics, memory limit and snapshots (docs/memory.md). Each device has its
+own pool (docs/devices.md): the functions take torch.cuda.memory's `device=` (None: the CPU's; "test:0", ...).
 
 The names follow torch.cuda.memory: memory_allocated / memory_reserved / memory_stats / empty_cache, and the
 snapshot API `_record_memory_history`, `_snapshot`, `_dump_snapshot` (also spelt without the underscore:
@@ -30,8 +31,16 @@ __all__ = ["OutOfMemoryError", "empty_cache", "memory_allocated", "max_memory_al
 
 
 def _device_check(device, api):
-    if device is not None and str(device) not in ("cpu", "cpu:0"):
-        raise ValueError(f"[{api}] dygrad's allocator is the CPU's: device must be None or 'cpu', got {device!r}")
+    """None, or a device that has a pool (the CPU, a test device that is on); raises ValueError naming `api`."""
+    if device is None:
+        return None
+    if isinstance(device, int) and not isinstance(device, bool):
+        raise ValueError(f"[{api}] device {device!r}: dygrad has no CUDA device; pass None, 'cpu' or 'test:N'")
+    try:
+        _C.memory_allocated(str(device))
+    except RuntimeError as e:
+        raise ValueError(f"[{api}] device {device!r} has no memory pool: {e}") from None
+    return str(device)
 
 
 def set_memory_limit(limit):
@@ -79,12 +88,12 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
         raise ValueError(f"[record_history] context must be one of {_CONTEXT}, got {context!r}")
     if stacks not in _STACKS:
         raise ValueError(f"[record_history] stacks must be one of {_STACKS}, got {stacks!r}")
-    _device_check(device, "record_history")
+    device = _device_check(device, "record_history")
     if clear_history:
-        _C._record_memory_history(False, True, False, False, False, 0)
+        _C._record_memory_history(False, True, False, False, False, 0, device)
     on = enabled is not None
     _C._record_memory_history(on, enabled == "all", on and context is not None, on and context == "all",
-                              stacks == "all", min(int(max_entries), 2 ** 62))
+                              stacks == "all", min(int(max_entries), 2 ** 62), device)
 
 
 record_history = _record_memory_history
@@ -95,8 +104,7 @@ def _snapshot(device=None):
     "allocator_settings": {...}}. Blocks and trace entries carry dygrad's extra keys "category" (and blocks
     "description": shape and dtype; trace entries "allocated" after the action and "time_ns"); torch's tools
     ignore them. The segments' requested sizes sum to memory_allocated(), their sizes to memory_reserved()."""
-    _device_check(device, "snapshot")
-    return _C._memory_snapshot()
+    return _C._memory_snapshot(_device_check(device, "snapshot"))
 
 
 snapshot = _snapshot

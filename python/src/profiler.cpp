@@ -116,7 +116,8 @@ nb::list ops_list(const ProfileData& d) {
     out.append(nb::make_tuple(r.seq, r.name, r.host_thread, r.host_begin_ns, r.enqueue_ns, r.device_thread,
                               r.device_begin_ns, r.device_end_ns, r.flops, r.bytes, r.failed,
                               r.site.file ? r.site.file : "", static_cast<int>(r.site.line),
-                              shapes_object(r.input_shapes, shapes), shapes_object(r.output_shapes, shapes), stack));
+                              shapes_object(r.input_shapes, shapes), shapes_object(r.output_shapes, shapes), stack,
+                              r.device.str()));
   }
   return out;
 }

@@ -18,6 +18,13 @@ Device parse_device_or_raise(const char* op, const std::string& text) {
   if (!to_device_arg(op, s.ptr(), d)) throw nb::python_error();
   return d;
 }
+// The allocator of a `device=` argument of the memory functions (torch.cuda.memory's): None is the CPU's.
+CachingAllocator& pool_of(const char* op, nb::handle device) {
+  if (device.is_none()) return CachingAllocator::cpu();
+  Device d;
+  if (!to_device_arg(op, device.ptr(), d)) throw nb::python_error();
+  return CachingAllocator::of(d);
+}
 }  // namespace
 
 
@@ -80,11 +87,11 @@ nb::list frames_list(const AllocContextPtr& context, const CallSite& site) {
   return frames;
 }
 
-nb::dict snapshot_dict(const MemorySnapshot& snap) {
+nb::dict snapshot_dict(const MemorySnapshot& snap, int device_index = 0) {
   nb::list segments;
   for (const SnapshotSegment& s : snap.segments) {
     nb::dict seg;
-    seg["device"] = 0;
+    seg["device"] = device_index;
     seg["address"] = s.address;
     seg["total_size"] = s.size;
     seg["stream"] = 0;
@@ -355,16 +362,24 @@ void init_runtime(nb::module_& m) {
     nb::gil_scoped_release release;
     set_num_threads(n);
   }, nb::arg("num_threads"));
-  m.def("memory_allocated", [] { return CachingAllocator::cpu().stats().allocated; },
-        "Bytes of live tensors (requested sizes).");
-  m.def("max_memory_allocated", [] { return CachingAllocator::cpu().stats().peak_allocated; });
-  m.def("memory_reserved", [] { return CachingAllocator::cpu().stats().reserved; },
-        "Bytes held from the system: live blocks plus the cache.");
-  m.def("max_memory_reserved", [] { return CachingAllocator::cpu().stats().peak_reserved; });
-  m.def("reset_peak_memory_stats", [] { CachingAllocator::cpu().reset_peak(); });
-  m.def("empty_cache", [] { CachingAllocator::cpu().empty_cache(); });
-  m.def("memory_stats", [] {
-    MemoryStats s = CachingAllocator::cpu().stats();
+  // Each takes torch.cuda.memory's `device=None` (the CPU's pool; a device's own pool, docs/devices.md).
+  m.def("memory_allocated", [](nb::handle d) { return pool_of("memory_allocated", d).stats().allocated; },
+        nb::arg("device") = nb::none(), "Bytes of live tensors (requested sizes).");
+  m.def("max_memory_allocated", [](nb::handle d) { return pool_of("max_memory_allocated", d).stats().peak_allocated; },
+        nb::arg("device") = nb::none());
+  m.def("memory_reserved", [](nb::handle d) { return pool_of("memory_reserved", d).stats().reserved; },
+        nb::arg("device") = nb::none(), "Bytes held from the system: live blocks plus the cache.");
+  m.def("max_memory_reserved", [](nb::handle d) { return pool_of("max_memory_reserved", d).stats().peak_reserved; },
+        nb::arg("device") = nb::none());
+  m.def("reset_peak_memory_stats", [](nb::handle d) { pool_of("reset_peak_memory_stats", d).reset_peak(); },
+        nb::arg("device") = nb::none());
+  m.def("empty_cache", [](nb::handle d) {
+    CachingAllocator& pool = pool_of("empty_cache", d);
+    nb::gil_scoped_release release;
+    pool.empty_cache();
+  }, nb::arg("device") = nb::none());
+  m.def("memory_stats", [](nb::handle device) {
+    MemoryStats s = pool_of("memory_stats", device).stats();
     nb::dict d;
     // torch.cuda.memory_stats's names (docs/memory.md: "allocated" here is the requested bytes, as dygrad's
     // memory_allocated(); torch's allocated_bytes counts rounded blocks, which is active_bytes here).
@@ -398,7 +413,7 @@ void init_runtime(nb::module_& m) {
       d[("peak_bytes." + name).c_str()] = s.peak_by_category[static_cast<size_t>(c)];  // since reset_peak
     }
     return d;
-  });
+  }, nb::arg("device") = nb::none());
   CachingAllocator::set_python_frame_provider(&python_frames);
   g_out_of_memory_error = PyErr_NewExceptionWithDoc(
       "dygrad.OutOfMemoryError", "An allocation would exceed the memory limit (dg.set_memory_limit) or the system's "
@@ -417,7 +432,7 @@ void init_runtime(nb::module_& m) {
   m.def("_release_fraction", [] { return CachingAllocator::cpu().release_fraction(); });
   m.def("_parse_size", [](const std::string& text) { return CachingAllocator::parse_size(text); }, nb::arg("text"));
   m.def("_record_memory_history", [](bool enabled, bool trace, bool alloc_stacks, bool free_stacks, bool cpp_stacks,
-                                     int64_t max_entries) {
+                                     int64_t max_entries, nb::handle device) {
     DG_CHECK(max_entries >= 0, Value, "[record_history] max_entries must be >= 0, got ", max_entries);
     HistoryOptions o;
     o.enabled = enabled;
@@ -426,13 +441,14 @@ void init_runtime(nb::module_& m) {
     o.free_stacks = free_stacks;
     o.cpp_stacks = cpp_stacks;
     o.max_entries = static_cast<size_t>(max_entries);
-    CachingAllocator::cpu().record_history(o);
+    pool_of("record_history", device).record_history(o);
   }, nb::arg("enabled"), nb::arg("trace"), nb::arg("alloc_stacks"), nb::arg("free_stacks"), nb::arg("cpp_stacks"),
-     nb::arg("max_entries"));
-  m.def("_memory_snapshot", [] {
+     nb::arg("max_entries"), nb::arg("device") = nb::none());
+  m.def("_memory_snapshot", [](nb::handle device) {
     // As torch's, no sync: blocks still held by queued Tasks are live (docs/memory.md, "Snapshots").
-    return snapshot_dict(CachingAllocator::cpu().snapshot());
-  });
+    CachingAllocator& pool = pool_of("snapshot", device);
+    return snapshot_dict(pool.snapshot(), pool.device().index);
+  }, nb::arg("device") = nb::none());
   m.def("_set_package_dir", [](const std::string& dir) { set_package_dir(dir); }, nb::arg("dir"),
         "Frames of files under `dir` (dygrad's own Python code) are skipped when an op records its call site.");
   m.def("_set_call_site_tracking", [](bool on) { set_call_site_tracking(on); }, nb::arg("enabled"),

@@ -15,7 +15,7 @@ BUCKETS = ("compute", "exposed_comm", "data_wait", "host_bound", "other_idle")
 
 def op(name, host_begin, enqueue, device_begin, device_end, flops=0.0, nbytes=0.0, thread=0):
     return OpEvent(next(_seq), name, thread, host_begin, enqueue, 1, device_begin, device_end, flops, nbytes, False, "",
-                   0, None, None, None)
+                   0, None, None, None, "cpu")
 
 
 def sync(name, begin, end):

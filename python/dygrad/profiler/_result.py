@@ -8,8 +8,10 @@ from collections import namedtuple
 
 MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other", "scratch")
 
+# seq: the Task's event (the CPU's Tasks: its stream's sequence number; another device's carry the stream's number in
+# the top byte, docs/devices.md); device: the device whose stream ran it ("cpu", "test:0").
 OpEvent = namedtuple("OpEvent", "seq name host_thread host_begin_ns enqueue_ns device_thread device_begin_ns "
-                                "device_end_ns flops bytes failed file line input_shapes output_shapes stack")
+                                "device_end_ns flops bytes failed file line input_shapes output_shapes stack device")
 OpEvent.ran = property(lambda self: self.device_thread >= 0)
 OpEvent.device_ns = property(lambda self: self.device_end_ns - self.device_begin_ns if self.device_thread >= 0 else 0)
 OpEvent.host_ns = property(lambda self: self.enqueue_ns - self.host_begin_ns)

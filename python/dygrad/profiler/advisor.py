@@ -27,6 +27,9 @@ BACKWARD_FACTOR = 3.0
 # least copy volume per step worth a finding.
 COPY_BYTES_FRACTION = 0.10
 COPY_MIN_BYTES_PER_STEP = 1 << 20
+# Copies between the host and a device (docs/devices.md): advised from this many a step, or this share of it.
+DEVICE_COPIES_PER_STEP = 8
+DEVICE_COPY_SHARE = 0.05
 # Host syncs (item, numpy, tolist, synchronize, ...) per step above which the pipeline drain is worth a finding
 # (one loss.item() per step for logging is common and cheap).
 MAX_SYNCS_PER_STEP = 2
@@ -289,6 +292,30 @@ def rule_copies(result, summary):
         "place (add_, mul_), build tensors with from_numpy (no copy)")
 
 
+def rule_device_copies(result, summary):
+    """Copies between the host and a device (copy_device Tasks, docs/devices.md) every step: on a GPU each crosses
+    PCIe at a fraction of device memory's bandwidth, and a copy to the host is a sync the program then waits for."""
+    ops = [op for op in step_ops(result) if op.name == "copy_device"]
+    if not ops:
+        return None
+    num_steps = max(1, summary["steps"]["count"])
+    step_ns = _total_step_ns(result)
+    per_step = len(ops) / num_steps
+    nbytes = sum(op.bytes for op in ops) / 2 / num_steps  # the cost counts each byte read and written
+    share = sum(_op_cost_ns(op) for op in ops) / step_ns if step_ns else 0.0
+    if per_step < DEVICE_COPIES_PER_STEP and share < DEVICE_COPY_SHARE:
+        return None
+    return _advice(
+        "device_copies", "Tensors cross between the host and a device every step", _severity(share),
+        f"{per_step:.3g} copies between devices a step ({nbytes / MIB:.2f} MiB), {share:.1%} of the step; "
+        "small ones cost a launch and a transfer each, and a copy to the host is a sync point",
+        {"device_copies_per_step": per_step, "device_copy_bytes_per_step": nbytes, "device_copy_share_of_step": share},
+        _speedup(share),
+        "create tensors on the device (device= in the factories, Module.to(device) once), move each batch with one "
+        ".to(device, non_blocking=True) from pinned memory (DataLoader(pin_memory=True)), and read values back "
+        "(.item(), .cpu()) every N steps instead of every step")
+
+
 def _idle_after_syncs(result, syncs):
     """Device idle from each sync's end to the next device span's begin (at most to its step's end): the refill of
     the queue the sync drained."""
@@ -532,7 +559,7 @@ def rule_slow_kernels(result, summary):
 
 
 RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_jit, rule_data_wait, rule_exposed_comm,
-         rule_unfused, rule_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
+         rule_unfused, rule_copies, rule_device_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
          rule_slow_kernels)
 
 

@@ -11,12 +11,14 @@ import contextlib
 from .. import _C
 
 __all__ = ["enable_test_device", "test_device_count", "paused"]
-enable_test_device.__test__ = False  # not a pytest test
 
 
 def enable_test_device(count=1):
     """Makes test devices 0..count-1 (at most 4; they stay for the process). Returns how many there are."""
     return _C._enable_test_device(count)
+
+
+enable_test_device.__test__ = False  # not a pytest test
 
 
 def test_device_count():

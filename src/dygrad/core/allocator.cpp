@@ -13,11 +13,12 @@ const char* memory_category_name(MemoryCategory c) {
   return names[static_cast<int>(c)];
 }
 
+std::atomic<bool> g_only_cpu{true};
+
 namespace {
 thread_local MemoryCategory tls_category = MemoryCategory::Activation;
 Allocator* allocators[kNumDeviceTypes] = {};   // a device type's, for every index (register_allocator(type))
 std::atomic<Allocator*> device_allocators[kMaxStreams] = {};  // one device's, ahead of its type's
-std::atomic<bool> only_cpu{true};
 std::atomic<bool> tracking{false};
 }  // namespace
 bool allocation_tracking() { return tracking.load(std::memory_order_relaxed); }
@@ -29,13 +30,12 @@ MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
 void register_allocator(Device::Type type, Allocator* allocator) {
   allocators[static_cast<int>(type)] = allocator;
   // Once another device has had memory, its tensors may still exist: the flag never goes back.
-  if (type != Device::Type::CPU && allocator) only_cpu.store(false, std::memory_order_relaxed);
+  if (type != Device::Type::CPU && allocator) g_only_cpu.store(false, std::memory_order_relaxed);
 }
 void register_device_allocator(Device device, Allocator* allocator) {
   device_allocators[stream_id(device)].store(allocator, std::memory_order_release);
-  if (device.type != Device::Type::CPU && allocator) only_cpu.store(false, std::memory_order_relaxed);
+  if (device.type != Device::Type::CPU && allocator) g_only_cpu.store(false, std::memory_order_relaxed);
 }
-bool cpu_only() { return only_cpu.load(std::memory_order_relaxed); }
 
 Allocator& allocator_for(Device device) {
   if (device.type == Device::Type::CPU) [[likely]] {

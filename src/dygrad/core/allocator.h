@@ -3,6 +3,7 @@
 // registers itself for the CPU (runtime/allocator.h), a backend registers its device's (docs/memory.md).
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 
 #include "dygrad/core/device.h"
@@ -68,7 +69,8 @@ void register_device_allocator(Device device, Allocator* allocator);
 Allocator& allocator_for(Device device);
 // True while only the CPU has an allocator: every tensor is then a CPU tensor, and enqueue need not look at the
 // operands' devices (runtime/op_def.h, resolve_kernel).
-bool cpu_only();
+extern std::atomic<bool> g_only_cpu;  // defined (and cleared) in core/allocator.cpp; read through cpu_only()
+inline bool cpu_only() { return g_only_cpu.load(std::memory_order_relaxed); }
 
 // True while an allocator records who made each block (a memory limit is set, or history is recorded):
 // Tensor::empty then describes its buffer (shape, dtype). Off, it costs one relaxed load per allocation.

@@ -25,7 +25,7 @@ class Storage : public RefCounted {
   // The memory. A buffer reused from one that queued Tasks may still be using (stream-ordered reuse,
   // docs/memory.md) is first waited for when a thread outside the stream touches it; a Task never waits (every
   // Task that used the memory before runs first).
-  void* data() const {
+  [[gnu::always_inline]] void* data() const {
     if ((in_use_until_.load(std::memory_order_relaxed) | foreign_write_.load(std::memory_order_relaxed)) != 0 ||
         device_.type != Device::Type::CPU) [[unlikely]]
       wait_until_unused();

@@ -111,10 +111,10 @@ class Tensor {
   uint32_t version() const { return impl_->storage->version(); }
 
   // Raw data pointers for kernels (no synchronisation: only Tasks on the stream may use them).
-  void* raw_data() const {
+  [[gnu::always_inline]] void* raw_data() const {
     return static_cast<char*>(impl_->storage->data()) + impl_->offset * static_cast<int64_t>(itemsize());
   }
-  template <typename T> T* data() const { return static_cast<T*>(raw_data()); }
+  template <typename T> [[gnu::always_inline]] T* data() const { return static_cast<T*>(raw_data()); }
 
   // Host access: waits for the Task that last writes this tensor's storage (a sync point: a deferred
   // kernel error is raised here) and checks that the data is valid.

@@ -34,7 +34,9 @@ struct ThreadInfo {
 
 // One Task: the host span (op entry to enqueue) and the device span (kernel begin to end) it flows into.
 struct OpRecord {
-  uint64_t seq = 0;              // the stream sequence number: the flow id linking both spans
+  uint64_t seq = 0;              // the Task's event (core/device.h: the CPU's are its stream's sequence numbers):
+                                 // the flow id linking both spans
+  Device device;                 // the device whose stream ran it
   const OpDef* op = nullptr;
   const char* name = "";         // op->name (OpDefs are static)
   int host_thread = -1;          // ThreadInfo::index

@@ -107,7 +107,8 @@ struct Profiler::Session final : OpSink, StreamObserver, AllocatorObserver, Stor
 
   const uint64_t id;
   const ProfilerOptions options;
-  uint64_t first_seq = 0;  // Tasks before this were enqueued before start()
+  uint64_t first_seq[kMaxStreams] = {};  // per stream: Tasks before this were enqueued before start()
+  bool before_start(uint64_t event) const { return event_seq(event) < first_seq[event_stream(event)]; }
   std::mutex buffers_mutex;
   std::vector<std::unique_ptr<ThreadBuffer>> buffers;
   std::mutex steps_mutex;
@@ -154,7 +155,9 @@ struct Profiler::Session final : OpSink, StreamObserver, AllocatorObserver, Stor
     ThreadBuffer& b = buffer();
     HostThreadState& h = host_state();
     OpRecord& r = b.ops.emplace_back();
-    r.seq = task.seq;
+    const uint64_t key = make_event(task.stream, task.seq);
+    r.seq = key;
+    r.device = device_of_stream(task.stream);
     r.op = task.op;
     r.name = task.op->name;
     r.host_thread = b.index;
@@ -168,8 +171,8 @@ struct Profiler::Session final : OpSink, StreamObserver, AllocatorObserver, Stor
       }
     }
     h.last_mark_ns = t;
-    h.last_seq = task.seq;
-    if (const uint32_t scope = dg::module_scope::current()) b.op_modules.emplace_back(task.seq, scope);
+    h.last_seq = key;
+    if (const uint32_t scope = dg::module_scope::current()) b.op_modules.emplace_back(key, scope);
     const OpCost cost = task.cost();
     r.flops = cost.flops;
     r.bytes = cost.bytes;
@@ -195,8 +198,9 @@ struct Profiler::Session final : OpSink, StreamObserver, AllocatorObserver, Stor
   void on_task_end(const Task& task, bool failed) override {
     const int64_t t = now_ns();
     ThreadBuffer& b = buffer();
-    DeviceSpan d{task.seq, task.op, b.index, b.task_begin_ns, t, failed, 0, 0};
-    if (task.seq < first_seq) {
+    const uint64_t key = make_event(task.stream, task.seq);
+    DeviceSpan d{key, task.op, b.index, b.task_begin_ns, t, failed, 0, 0};
+    if (before_start(key)) {
       const OpCost cost = task.cost();
       d.flops = cost.flops;
       d.bytes = cost.bytes;
@@ -409,8 +413,8 @@ void Profiler::start() {
   data_ = ProfileData();
   data_.options = options;
   session_ = std::make_unique<Session>(g_next_session_id.fetch_add(1), options);
-  Stream& stream = Stream::cpu();
-  session_->first_seq = stream.enqueued() + 1;
+  for (int id = 0; id < kMaxStreams; ++id)
+    if (Stream* s = Stream::by_id(id)) session_->first_seq[id] = s->enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
   data_.start_ns = now_ns();
   dg::module_scope::set_tagging(true);  // clears the tags of an earlier session
@@ -421,7 +425,9 @@ void Profiler::start() {
   }
   g_session.store(session_.get(), std::memory_order_release);
   detail::g_recording.store(true, std::memory_order_release);
-  stream.set_observer(session_.get());
+  // Every device's stream: its worker's (launcher's) kernel spans are the device track (docs/devices.md).
+  for (int id = 0; id < kMaxStreams; ++id)
+    if (Stream* s = Stream::by_id(id)) s->set_observer(session_.get());
   op_sinks::add_process_sink(*session_);
   active_ = true;
 }
@@ -435,7 +441,9 @@ void Profiler::step() {
 
 namespace {
 // Merges the buffers of a finished session into `data` (every thread is quiet).
-void merge_buffers(std::vector<std::unique_ptr<ThreadBuffer>>& buffers, uint64_t first_seq, ProfileData& data) {
+void merge_buffers(std::vector<std::unique_ptr<ThreadBuffer>>& buffers, const uint64_t (&first_seq)[kMaxStreams],
+                   ProfileData& data) {
+  auto before_session = [&](uint64_t event) { return event_seq(event) < first_seq[event_stream(event)]; };
   std::vector<DeviceSpan> device;
   for (auto& b : buffers) {
     ThreadInfo info;
@@ -469,9 +477,10 @@ void merge_buffers(std::vector<std::unique_ptr<ThreadBuffer>>& buffers, uint64_t
     OpRecord* r = nullptr;
     if (op_index < data.ops.size() && data.ops[op_index].seq == d.seq) {
       r = &data.ops[op_index];
-    } else if (d.seq < first_seq) {
+    } else if (before_session(d.seq)) {
       OpRecord& o = before_start.emplace_back();
       o.seq = d.seq;
+      o.device = device_of_stream(event_stream(d.seq));
       o.op = d.op;
       o.name = d.op ? d.op->name : "";
       o.host_begin_ns = o.enqueue_ns = d.begin_ns;  // unknown: enqueued before the session
@@ -498,13 +507,12 @@ void merge_buffers(std::vector<std::unique_ptr<ThreadBuffer>>& buffers, uint64_t
 
 void Profiler::stop() {
   if (!active_) return;
-  Stream& stream = Stream::cpu();
   std::exception_ptr error;
   // Drain first so every Task of the session has its device span, then remove the hooks, then drain again
   // so no kernel still holds the observer.
   ++host_state().sync_depth;  // the profiler's own drain is not one of the program's sync points
   try {
-    stream.synchronize();
+    Stream::synchronize_all();
   } catch (...) {
     error = std::current_exception();
   }
@@ -512,13 +520,14 @@ void Profiler::stop() {
   data_.stop_ns = now_ns();
   detail::g_recording.store(false, std::memory_order_release);
   op_sinks::remove_process_sink(*session_);
-  stream.set_observer(nullptr);
+  for (int id = 0; id < kMaxStreams; ++id)
+    if (Stream* s = Stream::by_id(id)) s->set_observer(nullptr);
   if (data_.options.profile_memory) {
     CachingAllocator::cpu().set_observer(nullptr);
     set_storage_observer(nullptr);
   }
   try {
-    stream.synchronize();
+    Stream::synchronize_all();
   } catch (...) {
     if (!error) error = std::current_exception();
   }

@@ -140,10 +140,24 @@ CachingAllocator& CachingAllocator::cpu() {
   return *instance;
 }
 
+namespace {
+std::atomic<CachingAllocator*> g_device_pools[kMaxStreams] = {};
+}
+
 CachingAllocator& CachingAllocator::create(Device device, std::unique_ptr<SegmentSource> source) {
+  DG_CHECK(!device.is_cpu() && device_index_valid(device), Runtime, "[alloc] cannot create a pool for ", device.str());
   auto* allocator = new CachingAllocator(device, std::move(source));
+  g_device_pools[stream_id(device)].store(allocator, std::memory_order_release);
   register_device_allocator(device, allocator);
   return *allocator;
+}
+
+CachingAllocator& CachingAllocator::of(Device device) {
+  if (device.is_cpu()) return cpu();
+  CachingAllocator* a = device_index_valid(device) ? g_device_pools[stream_id(device)].load(std::memory_order_acquire)
+                                                   : nullptr;
+  DG_CHECK(a != nullptr, Runtime, "[alloc] device ", device.str(), " is not available");
+  return *a;
 }
 
 uint64_t CachingAllocator::tasks_run() const {
@@ -826,6 +840,9 @@ void CachingAllocator::set_observer(AllocatorObserver* observer) {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Blocks another stream has finished with are freed: what is still counted is what a stream may still use. (The
+  // pending list is bookkeeping of frees already asked for, so the statistics stay a const query.)
+  if (!pending_.empty()) const_cast<CachingAllocator*>(this)->process_pending_locked();
   MemoryStats s = stats_;
   s.inactive_split = s.reserved - s.active - free_whole_;
   s.limit = static_cast<int64_t>(limit_);
@@ -954,6 +971,7 @@ HistoryOptions CachingAllocator::history_options() const {
 MemorySnapshot CachingAllocator::snapshot() const {
   MemorySnapshot out;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!pending_.empty()) const_cast<CachingAllocator*>(this)->process_pending_locked();  // as stats()
   out.segments.reserve(segments_.size());
   for (const Segment* s : segments_) {
     SnapshotSegment seg;

@@ -135,6 +135,8 @@ class CachingAllocator final : public Allocator {
   // Another device's block pool over its own segment source (the test device's arena; docs/devices.md), registered
   // as that device's allocator. Lives for the process.
   static CachingAllocator& create(Device device, std::unique_ptr<SegmentSource> source);
+  // A device's block pool (the CPU's, or one create() made); raises naming the device when it has none.
+  static CachingAllocator& of(Device device);
   Device device() const { return device_; }
 
   using Block = MemoryBlock;

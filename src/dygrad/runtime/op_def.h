@@ -185,6 +185,7 @@ struct Task {
   SmallVector<Tensor, 2> outputs;
   Attrs attrs;
   uint64_t seq = 0;  // position on the stream, 1-based
+  uint8_t stream = 0;  // the stream's number (core/device.h, stream_id): (stream, seq) names the Task
   // An event (core/device.h) of another stream this Task waits for before it runs (a copy between devices, or a
   // write into a buffer such a copy still reads): CUDA's cudaStreamWaitEvent. 0: none.
   uint64_t wait_event = 0;

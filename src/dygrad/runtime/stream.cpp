@@ -284,6 +284,7 @@ uint64_t Stream::publish_locked(uint64_t index) {
   Task& task = slots_[index % kCapacity];
   const uint64_t seq = index + 1;
   task.seq = seq;
+  task.stream = static_cast<uint8_t>(id_);
   alloc_marks_[index % kCapacity] = allocator_.bytes_allocated_total();
   if (cpu_only()) [[likely]] {
     for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
@@ -334,11 +335,11 @@ void fill_task(Task& task, const OpDef& op, Kernel kernel, std::span<const Tenso
 
 struct BorrowedTask {
   Task task;
-  BorrowedTask(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
-               const Attrs& attrs, const CallSite& site) {
+  [[gnu::always_inline]] BorrowedTask(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+                                      std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site) {
     fill_task(task, op, kernel, inputs, outputs, attrs, site, [](const Tensor& t) { return Tensor::borrow(t); });
   }
-  ~BorrowedTask() {
+  [[gnu::always_inline]] ~BorrowedTask() {
     for (Tensor& t : task.inputs) t.forget_borrowed();
     for (Tensor& t : task.outputs) t.forget_borrowed();
   }
@@ -364,10 +365,19 @@ uint64_t Stream::run_inline_locked(Task& task) {
   reclaim_completed_locked();  // as an enqueue does: drops the operands of Tasks that have run
   const uint64_t seq = published_.load(std::memory_order_relaxed) + 1;
   task.seq = seq;
+  task.stream = static_cast<uint8_t>(id_);
   for (Tensor& out : task.outputs) out.storage().set_last_write_seq(seq);
   Storage::note_tasks_enqueued(id_, seq);
   if (op_sinks::engaged()) op_sinks::on_enqueued(task);  // synchronize mode with a profiler
-  run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
+  if (id_ != 0) [[unlikely]] {  // a device's stream after shutdown: this thread stands in for its launcher
+    Storage::set_thread_runs_device_kernels(true);
+    Storage::set_thread_stream(id_);
+    run_task(task);
+    Storage::set_thread_runs_device_kernels(false);
+    Storage::set_thread_stream(-1);
+  } else {
+    run_task(task);  // a kernel error is recorded (pending), exactly as on the worker
+  }
   // completed_ moves before published_: the worker, which may still be spinning after the last queued Task,
   // runs a slot only when published_ passes completed_ and rechecks completed_ when it does, so it never
   // takes this Task for queued work (its ring slot is empty). The worker is not woken: nothing is queued.
@@ -415,20 +425,34 @@ uint64_t Stream::run_synchronized(Task& task) {
 uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
   // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
-  const Kernel kernel = (op.flags & kOpCrossDevice) ? op.kernel(device_.type) : resolve_kernel(op, inputs, outputs);
-  if (!kernel) [[unlikely]] raise_no_kernel(op, device_);
-  // Once a second device exists: the event of another stream this Task must wait for (docs/devices.md).
-  const uint64_t wait = cpu_only() ? 0 : cross_stream_wait(op, inputs, outputs);
+  Kernel kernel;
+  if (op.flags & kOpCrossDevice) [[unlikely]] {
+    kernel = op.kernel(device_.type);
+    if (!kernel) raise_no_kernel(op, device_);
+  } else {
+    kernel = resolve_kernel(op, inputs, outputs);
+  }
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.alias_of) [[unlikely]] check_aliases(op, inputs, outputs);
   // Nothing depends on a Task without outputs: only its declared side effect keeps it (docs/ops.md).
   DG_CHECK(!outputs.empty() || (op.flags & kOpSideEffect), Runtime, "[", op.name, "] internal error: a Task with no "
            "outputs must be declared kOpSideEffect");
   check_no_internal_overlap(op, outputs);
+  // Once a second device exists: the event of another stream this Task must wait for (docs/devices.md). A device's
+  // stream in synchronize mode, or a Task that waits for another stream, goes through the ring as always (a
+  // device's kernels run on its launcher) and the host waits for it here, raising its error here.
+  if (!cpu_only()) [[unlikely]] {
+    const uint64_t wait = cross_stream_wait(op, inputs, outputs);
+    if (id_ != 0 || wait != 0) {
+      const uint64_t seq = submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
+      if (synchronize_enabled()) wait_for(seq);
+      return seq;
+    }
+  }
   // Off the ring (synchronize mode, inline execution, after shutdown) the Task is built on the host's stack and
   // borrows its operands from the caller, whose spans outlive the call: no refcount traffic (docs/stream.md,
   // "Inline execution").
-  if (synchronize_enabled() && id_ == 0 && wait == 0) [[unlikely]] {
+  if (synchronize_enabled()) [[unlikely]] {
     BorrowedTask borrowed(op, kernel, inputs, outputs, attrs, site);
     if (!op.scratch) return run_synchronized(borrowed.task);
     ArenaStorage arena;
@@ -439,17 +463,10 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
     } scratch{take_scratch(allocator_, borrowed.task, reinterpret_cast<ScratchArena*>(&arena)), allocator_};
     return run_synchronized(borrowed.task);
   }
-  // A device's stream in synchronize mode (or a Task that waits for another stream): the Task goes through the
-  // ring to the launcher, as always, and the host waits for it here, raising its error here.
-  if (synchronize_enabled() && (id_ != 0 || wait != 0)) [[unlikely]] {
-    const uint64_t seq = submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
-    wait_for(seq);
-    return seq;
-  }
-  return submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
+  return submit_to_ring(op, kernel, inputs, outputs, attrs, site, 0);
 }
 
-uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+[[gnu::always_inline]] inline uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
                                 std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site,
                                 uint64_t wait) {
   std::lock_guard<std::mutex> lock(producer_mutex_);
@@ -575,10 +592,14 @@ void Stream::worker_loop() {
   }
 }
 
+namespace {
+[[gnu::noinline]] void wait_event_out_of_line(uint64_t event) { Stream::wait_event(event); }
+}  // namespace
+
 bool Stream::run_task(Task& task) {
   // Another stream's event first (cudaStreamWaitEvent): the copy that feeds this Task, or the one still reading a
   // buffer it overwrites. It was enqueued before this Task, so the waits never form a cycle.
-  if (task.wait_event) [[unlikely]] wait_event(task.wait_event);
+  if (task.wait_event) [[unlikely]] wait_event_out_of_line(task.wait_event);
   // A Task that reads a poisoned buffer does not run (docs/async-errors.md, "The poisoned-input rule"): it
   // writes nothing. An output whose buffer existed before the failed Task was enqueued (parameters,
   // gradients being accumulated, optimizer states, a copy_ target) keeps its values and stays readable, so
