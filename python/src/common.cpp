@@ -488,16 +488,18 @@ bool to_device_arg(const char* op, PyObject* o, Device& out) {
   return true;
 }
 
-bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out) {
+bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out,
+                             Device fallback_device) {
   out.dtype = fallback;
+  out.device = fallback_device;
   if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
   if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
   if (o.device && o.device != Py_None && !to_device_arg(op, o.device, out.device)) return false;
   if (!out.device.is_cpu()) {
     try {
-      Stream::of(out.device);
+      check_device_available(op, out.device);
     } catch (const Error& e) {
-      PyErr_Format(PyExc_RuntimeError, "[%s] device '%s' is not available: %s", op, out.device.str().c_str(), e.what());
+      PyErr_SetString(PyExc_RuntimeError, e.what());
       return false;
     }
   }

@@ -168,7 +168,7 @@ bool to_string_argument(const char* op, const char* argument, PyObject* o, std::
 bool to_shape(const char* op, PyObject* const* args, Py_ssize_t count, Dims& out);
 
 // --- factory keywords ---------------------------------------------------------------------------------------
-// The keywords torch's factories take: dtype, requires_grad, device (cpu only), size, and the ignored
+// The keywords torch's factories take: dtype, requires_grad, device, size, and the ignored
 // layout/pin_memory/memory_format (generator=None too when `accepts_generator`). Op-specific keywords are
 // named in `extra_names` and returned in extra_values (borrowed; untouched when not given).
 struct FactoryOptions {
@@ -180,8 +180,10 @@ struct FactoryOptions {
 bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* kwnames, FactoryOptions& o,
                            bool accepts_generator = false, std::initializer_list<const char*> extra_names = {},
                            PyObject** extra_values = nullptr);
-// dtype (else `fallback`), requires_grad; raises RuntimeError for a device other than the cpu.
-bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out);
+// dtype (else `fallback`), requires_grad, device (else `fallback_device`: the input's for the *_like and new_*
+// forms, as torch); RuntimeError naming the op for a device that is not available.
+bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out,
+                             Device fallback_device = Device::cpu());
 // The shape from `size=` or from the positional arguments (*size or one sequence).
 bool factory_shape(const char* op, PyObject* const* args, Py_ssize_t nargs, const FactoryOptions& o, Dims& shape);
 bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out);

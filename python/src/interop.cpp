@@ -284,6 +284,8 @@ nb::object tensor_to_numpy(const Tensor& t) {
   DG_CHECK(!t.requires_grad(), Runtime, "[numpy] Can't call numpy() on Tensor that requires grad. Use "
            "tensor.detach().numpy() instead.");
   DG_CHECK(t.dtype() != DType::BFloat16, Type, "[numpy] Got unsupported ScalarType BFloat16");
+  DG_CHECK(t.device().is_cpu(), Type, "[numpy] can't convert ", t.device().str(), " device type tensor to numpy. Use "
+           "Tensor.cpu() to copy the tensor to host memory first.");
   { PythonHostRead read(t, "numpy"); }
   drain_pending_releases(nullptr);
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());

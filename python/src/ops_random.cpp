@@ -32,7 +32,7 @@ PyObject* random_like(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObje
   if (nargs > 1) return type_error(op, "takes 1 positional argument but %zd were given", nargs);
   const Tensor* input = to_tensor(op, "input", nargs == 1 ? args[0] : input_kw);
   TensorOptions options;
-  if (!input || !resolve_factory_options(op, o, input->dtype(), options)) return nullptr;
+  if (!input || !resolve_factory_options(op, o, input->dtype(), options, input->device())) return nullptr;
   return guarded([&] { return wrap(Normal ? randn(input->shape(), options) : rand(input->shape(), options)); });
 }
 
@@ -59,7 +59,7 @@ PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
   TensorOptions options;
   if (!resolve_factory_options("randint", o, DType::Int64, options)) return nullptr;
   return guarded([&] {
-    Tensor out = randint(lo, hi, shape, options.dtype);
+    Tensor out = randint(lo, hi, shape, options.dtype, options.device);
     if (options.requires_grad) out.set_requires_grad(true);
     return wrap(out);
   });
@@ -95,24 +95,29 @@ PyObject* arange_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   bool requires_grad;
   if (!to_bool_argument("arange", "requires_grad", o.requires_grad, false, requires_grad)) return nullptr;
   return guarded([&] {
-    Tensor out = arange(s, e, st, dtype);
+    Tensor out = arange(s, e, st, dtype, checked.device);
     if (requires_grad) out.set_requires_grad(true);
     return wrap(out);
   });
 }
 
-// bernoulli_mask(size, p, *, dtype=bool): 1 with probability p (dygrad-specific; dropout builds on it).
+// bernoulli_mask(size, p, *, dtype=bool, device=None): 1 with probability p (dygrad-specific; dropout builds on it).
 PyObject* bernoulli_mask_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  static const Signature sig("bernoulli_mask", {"size", "p", "dtype"}, 2, 2);
-  PyObject* a[3];
+  static const Signature sig("bernoulli_mask", {"size", "p", "dtype", "device"}, 2, 2);
+  PyObject* a[4];
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   Dims shape;
   Scalar p;
-  DType dtype = DType::Bool;
+  FactoryOptions o;
+  o.dtype = a[2];
+  o.device = a[3];
+  TensorOptions options;
   if (!to_int_list("bernoulli_mask", "size", a[0], shape) || !to_scalar_argument("bernoulli_mask", "p", a[1], 0, p) ||
-      (a[2] && a[2] != Py_None && !to_dtype("bernoulli_mask", a[2], dtype)))
+      !resolve_factory_options("bernoulli_mask", o, DType::Bool, options))
     return nullptr;
-  return guarded([&] { return wrap(bernoulli_mask(shape, p.to_double(), dtype)); });
+  return guarded([&] {
+    return wrap(bernoulli_mask(shape, p.to_double(), options.dtype, std::nullopt, options.device));
+  });
 }
 
 // Tensor.uniform_(from=0, to=1) / normal_(mean=0, std=1): in place, without autograd history (torch).
@@ -134,7 +139,8 @@ PyObject* fill_random_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
              "] a leaf Variable that requires grad is being used in an in-place operation (use dygrad.no_grad())");
     NoGradGuard no_grad;
     const double a0 = p0.to_double(), a1 = p1.to_double();
-    Tensor r = Normal ? randn(input->shape(), {input->dtype()}) : rand(input->shape(), {input->dtype()});
+    const TensorOptions options{.dtype = input->dtype(), .device = input->device()};
+    Tensor r = Normal ? randn(input->shape(), options) : rand(input->shape(), options);
     // uniform: from + (to - from) * u; normal: mean + std * z.
     const double scale = Normal ? a1 : a1 - a0;
     if (scale != 1.0) r = mul(r, scale);
@@ -173,7 +179,9 @@ PyObject* bernoulli_entry(PyObject* self, PyObject* const* args, Py_ssize_t narg
   if (!a[1] || a[1] == Py_None) return guarded([&] { return wrap(bernoulli(*input, seed)); });
   Scalar p;
   if (!to_scalar_argument("bernoulli", "p", a[1], 0, p)) return nullptr;
-  return guarded([&] { return wrap(bernoulli_mask(input->shape(), p.to_double(), input->dtype(), seed)); });
+  return guarded([&] {
+    return wrap(bernoulli_mask(input->shape(), p.to_double(), input->dtype(), seed, input->device()));
+  });
 }
 
 // Tensor.bernoulli_(p=0.5, *, generator=None): p a number or a tensor of probabilities (broadcast to self).
@@ -193,7 +201,7 @@ PyObject* bernoulli_inplace_entry(PyObject* self, PyObject* const* args, Py_ssiz
     {
       NoGradGuard no_grad;
       draws = p_tensor ? bernoulli(expand(*p_tensor, target->shape()), seed)
-                       : bernoulli_mask(target->shape(), p.to_double(), target->dtype(), seed);
+                       : bernoulli_mask(target->shape(), p.to_double(), target->dtype(), seed, target->device());
     }
     copy_(unwrap(a[0]), draws);
     Py_INCREF(a[0]);
@@ -261,7 +269,8 @@ PyObject* spaced_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
       !resolve_factory_options(op, o, DType::Float32, options))
     return nullptr;
   return guarded([&] {
-    Tensor out = Log ? logspace(start, end, steps, base.to_double(), options.dtype) : linspace(start, end, steps, options.dtype);
+    Tensor out = Log ? logspace(start, end, steps, base.to_double(), options.dtype, options.device)
+                     : linspace(start, end, steps, options.dtype, options.device);
     if (options.requires_grad) out.set_requires_grad(true);
     return wrap(out);
   });
@@ -276,7 +285,7 @@ void init_ops_random(nb::module_& m) {
       {"randn_like", random_like<true>, "randn_like(input, *, dtype=None, requires_grad=False) -> Tensor", true, false},
       {"randint", randint_entry, "randint(low=0, high, size, *, dtype=int64, requires_grad=False) -> Tensor", true, false},
       {"arange", arange_entry, "arange(start=0, end, step=1, *, dtype=None, requires_grad=False) -> Tensor", true, false},
-      {"bernoulli_mask", bernoulli_mask_entry, "bernoulli_mask(size, p, dtype=bool) -> Tensor: 1 with probability p", true, false},
+      {"bernoulli_mask", bernoulli_mask_entry, "bernoulli_mask(size, p, dtype=bool, device=None) -> Tensor: 1 with probability p", true, false},
       {"uniform_", fill_random_entry<false>, "uniform_(from=0, to=1) -> Tensor: in place, returns self", false, true},
       {"bernoulli", bernoulli_entry, "bernoulli(input, p=None, *, generator=None) -> Tensor: 1 with probability input (or p)", true, true},
       {"bernoulli_", bernoulli_inplace_entry, "bernoulli_(p=0.5, *, generator=None) -> Tensor: in place, returns self", false, true},

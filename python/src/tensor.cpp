@@ -55,7 +55,7 @@ PyObject* new_factory(const char* op, PyObject* self, PyObject* const* args, Py_
     return nullptr;
   }
   TensorOptions options;
-  if (!resolve_factory_options(op, o, unwrap(self).dtype(), options)) return nullptr;
+  if (!resolve_factory_options(op, o, unwrap(self).dtype(), options, unwrap(self).device())) return nullptr;
   return guarded([&] {
     if constexpr (kind == NewFill::Empty) return wrap(empty(shape, options));
     else return wrap(full(shape, value, options));

@@ -568,6 +568,24 @@ def test_new_factories_requires_grad_and_errors():
             x.new_zeros(2, bogus=1)
 
 
+def test_like_and_new_factories_follow_the_input_device():
+    """torch's rule: empty_like/zeros_like/ones_like/full_like/rand_like/randn_like and new_* make their tensor on the
+    input's device unless device= says otherwise; the plain factories honor device=."""
+    dg.testing.enable_test_device(1)
+    x = dg.arange(6.0).reshape(2, 3).to("test:0")
+    made = [dg.empty_like(x), dg.zeros_like(x), dg.ones_like(x), dg.full_like(x, 2.5), dg.rand_like(x),
+            dg.randn_like(x), x.new_empty(2), x.new_zeros(2), x.new_ones(2), x.new_full((2,), 1.5)]
+    assert [str(t.device) for t in made] == ["test:0"] * len(made)
+    assert dg.zeros_like(x, device="cpu").device == "cpu" and x.new_ones(2, device="cpu").device == "cpu"
+    assert dg.full_like(x, 2.5).cpu().tolist() == [[2.5] * 3] * 2
+    made = [dg.zeros(2, device="test:0"), dg.full((2,), 3, device="test:0"), dg.arange(4, device="test:0"),
+            dg.linspace(0, 1, 3, device="test:0"), dg.rand(2, device="test:0"), dg.randint(0, 5, (3,), device="test:0")]
+    assert [str(t.device) for t in made] == ["test:0"] * len(made)
+    assert made[2].cpu().tolist() == [0, 1, 2, 3] and made[3].cpu().tolist() == [0.0, 0.5, 1.0]
+    with pytest.raises(TypeError, match=r"\[numpy\] can't convert test:0 device type tensor to numpy"):
+        x.numpy()
+
+
 def test_clamp_in_place_matches_torch():
     array = np.array([-2.0, -0.5, 0.3, 4.0])
     for args, kwargs in [((-1.0, 1.0), {}), ((), {"min": 0.0}), ((), {"max": 0.1})]:

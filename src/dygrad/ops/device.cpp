@@ -5,6 +5,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
+#include "dygrad/runtime/devices.h"
 
 namespace dg {
 
@@ -30,7 +31,7 @@ Tensor to_device(const Tensor& a, Device device, bool non_blocking) {
   check_defined("to", a);
   if (a.device() == device) return a;
   DG_CHECK(device_index_valid(device), Runtime, "[to] invalid device ", device.str());
-  Stream::of(device);  // raises naming the device when it is not available
+  check_device_available("to", device);
   const Tensor src = contiguous(a);  // on a's device
   Tensor out;
   if (device.is_cpu()) {

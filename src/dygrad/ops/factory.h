@@ -26,17 +26,20 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype = dtype_of<T>::value);
 
 // [start, end) in steps; the dtype is int64 when all three are integers, else float32 (torch.arange).
-Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt);
-Tensor arange(Scalar end);
+// The factories make their tensor on `device` (options.device), the CPU by default.
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt,
+              Device device = Device::cpu());
+Tensor arange(Scalar end, Device device = Device::cpu());
 // Uniform [0, 1) and standard normal, from the counter-based generator (runtime/context.h).
 Tensor rand(IntSpan shape, TensorOptions options = {});
 Tensor randn(IntSpan shape, TensorOptions options = {});
-Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64);
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64, Device device = Device::cpu());
 // `generator_seed`: the draws of a torch-style Generator= argument. Given, the op's counters start at 0 under that
 // seed and the process generator is not advanced; absent, they are reserved from the process generator.
 using GeneratorSeed = std::optional<uint64_t>;
 // 1 with probability p, else 0 (dropout masks), from the same generator.
-Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool, GeneratorSeed generator_seed = std::nullopt);
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool, GeneratorSeed generator_seed = std::nullopt,
+                      Device device = Device::cpu());
 // out[i] = 1 with probability p[i], else 0, in p's (floating) dtype; p in [0, 1] (checked by the kernel).
 Tensor bernoulli(const Tensor& p, GeneratorSeed generator_seed = std::nullopt);
 // Per row of `weights` ([C] or [R, C], non-negative, finite, not all zero; checked by the kernel): num_samples
@@ -46,7 +49,8 @@ Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement 
 
 // `steps` values from start to end, evenly spaced; computed from both ends as torch (the first half from start,
 // the second from end) so the values are torch's. logspace: base ** those values.
-Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype = DType::Float32);
-Tensor logspace(Scalar start, Scalar end, int64_t steps, double base = 10.0, DType dtype = DType::Float32);
+Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype = DType::Float32, Device device = Device::cpu());
+Tensor logspace(Scalar start, Scalar end, int64_t steps, double base = 10.0, DType dtype = DType::Float32,
+                Device device = Device::cpu());
 
 }  // namespace dg

@@ -50,9 +50,9 @@ RngCounter counters_for(uint64_t count, GeneratorSeed generator_seed) {
 
 // Allocates the output, reserves its counters and enqueues the random op.
 template <typename A>
-Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, A attrs, bool wide,
+Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, Device device, A attrs, bool wide,
                      GeneratorSeed generator_seed = std::nullopt) {
-  Tensor out = Tensor::empty(shape, dtype);
+  Tensor out = Tensor::empty(shape, dtype, device);
   attrs.rng = counters_for(philox_counters(out.numel(), wide), generator_seed);
   enqueue(op, {}, {out}, attrs);
   return out;
@@ -61,7 +61,7 @@ Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, A attrs, bool 
 Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& options) {
   DG_CHECK(is_floating(options.dtype), Type, "[", op.name, "] expected a floating point dtype, got ",
            dtype_name(options.dtype));
-  Tensor out = random_tensor(op, shape, options.dtype, RandomAttrs{}, options.dtype == DType::Float64);
+  Tensor out = random_tensor(op, shape, options.dtype, options.device, RandomAttrs{}, options.dtype == DType::Float64);
   if (options.requires_grad) out.set_requires_grad(true);
   return out;
 }
@@ -70,7 +70,7 @@ Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& opti
 Tensor rand(IntSpan shape, TensorOptions options) { return random_floating(op_rand, shape, options); }
 Tensor randn(IntSpan shape, TensorOptions options) { return random_floating(op_randn, shape, options); }
 
-Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype) {
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype, Device device) {
   DG_CHECK(low < high, Value, "[randint] expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
   DG_CHECK(dtype != DType::Bool || (low >= 0 && high <= 2), Value, "[randint] range [", low, ", ", high,
            ") does not fit dtype bool");
@@ -78,17 +78,17 @@ Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype) {
   attrs.low = low;
   attrs.high = high;
   const bool wide = static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > (uint64_t{1} << 32);
-  return random_tensor(op_randint, shape, dtype, attrs, wide);
+  return random_tensor(op_randint, shape, dtype, device, attrs, wide);
 }
 
-Tensor bernoulli_mask(IntSpan shape, double p, DType dtype, GeneratorSeed generator_seed) {
+Tensor bernoulli_mask(IntSpan shape, double p, DType dtype, GeneratorSeed generator_seed, Device device) {
   DG_CHECK(p >= 0.0 && p <= 1.0, Value, "[bernoulli_mask] probability p must be in [0, 1], got ", p);
   BernoulliAttrs attrs;
   attrs.p = p;
-  return random_tensor(op_bernoulli_mask, shape, dtype, attrs, false, generator_seed);
+  return random_tensor(op_bernoulli_mask, shape, dtype, device, attrs, false, generator_seed);
 }
 
-Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype) {
+Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, Device device) {
   const bool integers = !start.is_floating() && !end.is_floating() && !step.is_floating();
   const DType out_dtype = dtype.value_or(integers ? DType::Int64 : DType::Float32);
   const double s = start.to_double(), e = end.to_double(), d = step.to_double();
@@ -104,20 +104,20 @@ Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype)
     size = static_cast<int64_t>(std::ceil((e - s) / d));
   }
   DG_CHECK(size >= 0, Value, "[arange] invalid size ", size);
-  Tensor out = Tensor::empty(Dims{size}, out_dtype);
+  Tensor out = Tensor::empty(Dims{size}, out_dtype, device);
   const Attrs attrs = ArangeAttrs{start, step};
   enqueue(op_arange, {}, {out}, attrs);
   return out;
 }
 
-Tensor arange(Scalar end) { return arange(0, end, 1); }
+Tensor arange(Scalar end, Device device) { return arange(0, end, 1, std::nullopt, device); }
 
 Tensor bernoulli(const Tensor& p, GeneratorSeed generator_seed) {
   check_defined("bernoulli", p);
   DG_CHECK(is_floating(p.dtype()), NotImplemented, "[bernoulli] not implemented for '", dtype_name(p.dtype()),
            "': the probabilities must be a floating point tensor");
   Tensor probabilities = p.is_contiguous() ? p : clone(detach(p));
-  Tensor out = Tensor::empty(p.shape(), p.dtype());
+  Tensor out = Tensor::empty(p.shape(), p.dtype(), p.device());
   BernoulliTensorAttrs attrs;
   attrs.rng = counters_for(philox_counters(out.numel(), false), generator_seed);
   enqueue(op_bernoulli, {probabilities}, {out}, attrs);
@@ -136,7 +136,7 @@ Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement,
            "samples without replacement (n_sample = ", num_samples, ", input shape ", weights.shape(), ")");
   DG_CHECK(categories > 0, Runtime, "[multinomial] the number of categories cannot be 0 (input shape ", weights.shape(), ")");
   const Tensor rows = weights.dim() == 1 ? reshape(weights, Dims{1, categories}) : weights;
-  Tensor out = Tensor::empty(Dims{rows.shape()[0], num_samples}, DType::Int64);
+  Tensor out = Tensor::empty(Dims{rows.shape()[0], num_samples}, DType::Int64, weights.device());
   MultinomialAttrs attrs;
   attrs.num_samples = num_samples;
   attrs.replacement = replacement;
@@ -148,10 +148,11 @@ Tensor multinomial(const Tensor& weights, int64_t num_samples, bool replacement,
 }
 
 namespace {
-Tensor spaced(const char* op, Scalar start, Scalar end, int64_t steps, double base, bool logarithmic, DType dtype) {
+Tensor spaced(const char* op, Scalar start, Scalar end, int64_t steps, double base, bool logarithmic, DType dtype,
+              Device device) {
   DG_CHECK(steps >= 0, Runtime, "[", op, "] number of steps must be non-negative, got ", steps);
   DG_CHECK(dtype != DType::Bool, Runtime, "[", op, "] not implemented for 'Bool'");
-  Tensor out = Tensor::empty(Dims{steps}, dtype);
+  Tensor out = Tensor::empty(Dims{steps}, dtype, device);
   LinspaceAttrs attrs;
   attrs.start = start;
   attrs.end = end;
@@ -162,11 +163,11 @@ Tensor spaced(const char* op, Scalar start, Scalar end, int64_t steps, double ba
 }
 }  // namespace
 
-Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype) {
-  return spaced("linspace", start, end, steps, 10.0, false, dtype);
+Tensor linspace(Scalar start, Scalar end, int64_t steps, DType dtype, Device device) {
+  return spaced("linspace", start, end, steps, 10.0, false, dtype, device);
 }
-Tensor logspace(Scalar start, Scalar end, int64_t steps, double base, DType dtype) {
-  return spaced("logspace", start, end, steps, base, true, dtype);
+Tensor logspace(Scalar start, Scalar end, int64_t steps, double base, DType dtype, Device device) {
+  return spaced("logspace", start, end, steps, base, true, dtype, device);
 }
 
 }  // namespace dg

@@ -1,6 +1,8 @@
 // The device backends' hooks (runtime/devices.h).
 #include "dygrad/runtime/devices.h"
 
+#include <string>
+
 #include "dygrad/core/error.h"
 
 namespace dg {
@@ -23,6 +25,16 @@ int device_count(Device::Type type) {
   if (type == Device::Type::CPU) return 1;
   const DeviceBackendHooks& h = g_hooks[static_cast<int>(type)];
   return h.count ? h.count() : 0;
+}
+
+void check_device_available(const char* op, Device device) {
+  if (device.is_cpu() || (device.index >= 0 && device.index < device_count(device.type))) [[likely]] return;
+  std::string has = "only the cpu device";
+  for (Device::Type type : {Device::Type::Test, Device::Type::CUDA})
+    if (const int n = device_count(type))
+      has += std::string(" and ") + device_type_name(type) + ":0.." + std::to_string(n - 1);
+  fail(ErrorKind::Runtime, "[", op, "] device ", device.str(), " is not available: this process has ", has,
+       device.type == Device::Type::Test ? " (dygrad.testing.enable_test_device(n) makes test devices)" : "");
 }
 
 }  // namespace dg

@@ -14,5 +14,8 @@ void register_device_backend(Device::Type type, DeviceBackendHooks hooks);
 int enable_devices(Device::Type type, int count);
 // 0 when no backend of the type is built; the CPU: 1.
 int device_count(Device::Type type);
+// Raises "[op] device cuda:0 is not available: this process has only the cpu device" (naming the test devices that are
+// on) unless the process has `device`.
+void check_device_available(const char* op, Device device);
 
 }  // namespace dg
