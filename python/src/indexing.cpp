@@ -178,7 +178,8 @@ PyObject* nonzero_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
     const int64_t columns = std::max<int64_t>(input->dim(), 1);
     nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(columns)));
     for (int64_t d = 0; d < columns; ++d) {
-      Tensor column = input->dim() == 0 ? Tensor::empty(Dims{rows.shape()[0]}, DType::Int64) : select(rows, 1, d);
+      Tensor column = input->dim() == 0 ? Tensor::empty(Dims{rows.shape()[0]}, DType::Int64, input->device())
+                                        : select(rows, 1, d);
       if (input->dim() == 0) fill_(column, Scalar(0));
       PyObject* item = wrap(std::move(column));
       if (!item) return nullptr;

@@ -99,7 +99,7 @@ PyObject* where_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
     DType t = input.scalar.is_floating() || other.scalar.is_floating() ? DType::Float32
               : input.scalar.is_bool() && other.scalar.is_bool()      ? DType::Bool
                                                                        : DType::Int64;
-    return wrap(where(*condition, full({}, input.scalar, {t}), other.scalar));
+    return wrap(where(*condition, full({}, input.scalar, {.dtype = t, .device = condition->device()}), other.scalar));
   });
 }
 
@@ -310,7 +310,7 @@ Tensor scalar_first(const BitwiseFns& f, Scalar a, const Tensor& b) {
   if (f.commutes) return f.ts(b, a);
   const DType t = a.is_integral() && !is_floating(b.dtype()) && b.dtype() != DType::Bool ? b.dtype()
                                                                                           : a.default_dtype();
-  return f.tt(full({}, a, {t}), b);
+  return f.tt(full({}, a, {.dtype = t, .device = b.device()}), b);
 }
 
 PyObject* bitwise_apply(const BitwiseFns& f, PyObject* a, PyObject* b) {

@@ -175,7 +175,8 @@ PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
       adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o, model_params);
       Py_RETURN_NONE;
     }
-    auto [lr_default, hyper_default] = adamw_hyper_tensors(o);
+    const Device device = params.empty() ? Device::cpu() : params[0].device();
+    auto [lr_default, hyper_default] = adamw_hyper_tensors(o, device);
     adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr_tensor ? unwrap(a[5]) : lr_default,
                hyper ? *hyper : hyper_default, o.decoupled_weight_decay, model_params);
     Py_RETURN_NONE;
@@ -213,7 +214,8 @@ PyObject* sgd_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       sgd_step(params, grads, buffers, initialized, o);
       Py_RETURN_NONE;
     }
-    auto [lr_default, hyper_default] = sgd_hyper_tensors(o);
+    const Device device = params.empty() ? Device::cpu() : params[0].device();
+    auto [lr_default, hyper_default] = sgd_hyper_tensors(o, device);
     sgd_step(params, grads, buffers, initialized, lr_tensor ? unwrap(a[4]) : lr_default, hyper ? *hyper : hyper_default,
              o.nesterov, o.maximize);
     Py_RETURN_NONE;

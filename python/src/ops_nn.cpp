@@ -51,7 +51,7 @@ PyObject* embedding_entry(PyObject* self, PyObject* const* args, Py_ssize_t narg
     if (padding_idx < 0) padding_idx += rows;
     if (!weight->requires_grad() || !grad_enabled()) return wrap(embedding(*weight, *indices));
     const int64_t column[2] = {rows, 1};
-    Tensor keep = reshape(to(ne(arange(rows), Scalar(padding_idx)), weight->dtype()), column);
+    Tensor keep = reshape(to(ne(arange(rows, weight->device()), Scalar(padding_idx)), weight->dtype()), column);
     Tensor masked = add(mul(*weight, keep), mul(detach(*weight), rsub(keep, 1)));
     return wrap(embedding(masked, *indices));
   });

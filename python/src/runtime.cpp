@@ -255,7 +255,7 @@ void init_runtime(nb::module_& m) {
   m.def("_deferred_failure", [](const Tensor& input, int64_t index) {
     // Enqueues an op whose kernel raises IndexError on the stream: the error surfaces at the next sync point.
     PythonCallSite site;
-    Tensor out = Tensor::empty(input.shape(), input.dtype());
+    Tensor out = Tensor::empty(input.shape(), input.dtype(), input.device());
     enqueue(op_deferred_failure, {input}, {out}, FailureAttrs{index});
     return out;
   }, nb::arg("input"), nb::arg("index"));

@@ -31,14 +31,14 @@ struct Geometry {
 
 // The flat (row-major) index in the base of each element of the view, as an int64 vector of the view's
 // element count: a window of the storage spanned by the base holds each base element's flat index, and is
-// read back with the view's strides. No grad (index arithmetic), enqueued like any op.
-Tensor view_indices_in_base(const Geometry& base, const Geometry& view) {
+// read back with the view's strides. No grad (index arithmetic), enqueued like any op, on the gradient's `device`.
+Tensor view_indices_in_base(const Geometry& base, const Geometry& view, Device device) {
   NoGradGuard no_grad;
   int64_t extent = 1;
   for (size_t d = 0; d < base.sizes.size(); ++d) extent += (base.sizes[d] - 1) * base.strides[d];
-  Tensor window = empty(Dims{extent}, {DType::Int64});
+  Tensor window = empty(Dims{extent}, {.dtype = DType::Int64, .device = device});
   Tensor as_base = as_strided(window, base.sizes, base.strides, 0);
-  copy_(as_base, reshape(arange(Scalar(0), Scalar(base.numel()), Scalar(1), DType::Int64), base.sizes));
+  copy_(as_base, reshape(arange(Scalar(0), Scalar(base.numel()), Scalar(1), DType::Int64, device), base.sizes));
   return reshape(as_strided(window, view.sizes, view.strides, view.offset - base.offset), Dims{view.numel()});
 }
 
@@ -47,8 +47,10 @@ Tensor flat(const Tensor& t) { return reshape(t, Dims{t.numel()}); }
 // AsStridedBackward0: the gradient of a view as the base's, zeros outside the view's elements (overlapping
 // views, such as an expand, add up). Differentiable (index_add), so create_graph goes through it.
 Tensor scatter_into_base(const Tensor& g, const Geometry& base, const Geometry& view) {
-  if (view.numel() == 0 || base.numel() == 0) return zeros(base.sizes, {g.dtype()});
-  Tensor summed = index_add(zeros(Dims{base.numel()}, {g.dtype()}), 0, view_indices_in_base(base, view), flat(g));
+  const TensorOptions options{.dtype = g.dtype(), .device = g.device()};
+  if (view.numel() == 0 || base.numel() == 0) return zeros(base.sizes, options);
+  const Tensor indices = view_indices_in_base(base, view, g.device());
+  Tensor summed = index_add(zeros(Dims{base.numel()}, options), 0, indices, flat(g));
   return reshape(summed, base.sizes);
 }
 
@@ -154,8 +156,9 @@ void rebase_history(const Tensor& t, Ref<Node> node) {
                              Node& n, Grads g, GradInputs gi) {
     Node& op = *n.inner;
     const bool empty_view = view_geometry.numel() == 0;
-    const Tensor indices = empty_view ? Tensor() : view_indices_in_base(base_geometry, view_geometry);
-    Tensor slice = empty_view ? zeros(view_geometry.sizes, {g[0].dtype()})
+    const TensorOptions options{.dtype = g[0].dtype(), .device = g[0].device()};
+    const Tensor indices = empty_view ? Tensor() : view_indices_in_base(base_geometry, view_geometry, g[0].device());
+    Tensor slice = empty_view ? zeros(view_geometry.sizes, options)
                               : reshape(index_select(flat(g[0]), 0, indices), view_geometry.sizes);
     std::vector<Tensor> op_grads(op.next.size());
     Tensor op_outputs[1] = {slice};
@@ -167,7 +170,7 @@ void rebase_history(const Tensor& t, Ref<Node> node) {
       return;
     }
     // The view's old value got op_grads[0] (undefined: the op overwrote it, so zeros).
-    Tensor replaced = op_grads[0].defined() ? to(op_grads[0], g[0].dtype()) : zeros(view_geometry.sizes, {g[0].dtype()});
+    Tensor replaced = op_grads[0].defined() ? to(op_grads[0], g[0].dtype()) : zeros(view_geometry.sizes, options);
     Tensor result = clone(flat(g[0]));
     TensorIndex at[1] = {TensorIndex::tensor_index(indices)};
     index_put_(result, at, flat(replaced), false);

@@ -204,11 +204,11 @@ namespace {
 // which the write overwrote, so its gradient is zeros; copy_'s input 1 is the source, which gets the gradient
 // summed back to its shape (the engine casts it to the source's dtype).
 void copy_into_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {g[0].dtype()});
+  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = n.input_meta[0].device});
   if (n.needs_grad(1)) gi[1] = sum_to(g[0], n.input_meta[1].shape);
 }
 void fill_into_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {g[0].dtype()});
+  if (n.needs_grad(0)) gi[0] = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = n.input_meta[0].device});
 }
 // Recorded before the write bumps the version (input 0's edge is the old value's history), rebased after.
 Ref<Node> overwrite_node(const char* name, BackwardFn backward, std::span<const Tensor> inputs) {

@@ -178,7 +178,7 @@ void take_diagonals(std::vector<Term>& terms, std::vector<Tensor>& ops) {
       Dims row(static_cast<size_t>(ops[k].dim()), 1), column(static_cast<size_t>(ops[k].dim()), 1);
       row[static_cast<size_t>(dp)] = n;
       column[static_cast<size_t>(dq)] = n;
-      const Tensor index = arange(n);
+      const Tensor index = arange(n, ops[k].device());
       const Tensor identity = to(eq(reshape(index, row), reshape(index, column)), ops[k].dtype());
       const int64_t reduce[1] = {dq};
       ops[k] = sum(mul(ops[k], identity), reduce);

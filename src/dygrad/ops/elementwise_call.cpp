@@ -114,7 +114,8 @@ Tensor ElementwiseCall::run() {
   const IntSpan shape = broadcast_shape(storage);
   SmallVector<Tensor, 4> inputs = cast_operands(compute);
   const std::span<const Tensor> in(inputs.data(), inputs.size());
-  Tensor outputs[1] = {contiguous_output_ ? Tensor::empty(shape, result) : empty_elementwise(shape, result, in)};
+  Tensor outputs[1] = {contiguous_output_ ? Tensor::empty(shape, result, in[0].device())
+                                          : empty_elementwise(shape, result, in)};
   enqueue(op_, in, outputs, attrs_);
   if (op_.backward && needs_grad_any(in)) {
     Ref<Node> node = record_node(&op_, in, outputs);

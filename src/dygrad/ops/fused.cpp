@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "dygrad/autograd/saved_buffers.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -101,7 +102,7 @@ Tensor rms_norm_rematerialize(Node& n, uint32_t output_nr) {
   const Tensor x = n.saved(0), rstd = n.saved(1), weight = n.saved(2);
   const RmsNormAttrs& attrs = n.attrs.get<RmsNormAttrs>();
   if (grad_enabled()) return rms_norm(x, weight, attrs.eps);
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   if (weight.defined()) enqueue(op_rms_norm_apply, {x, rstd, weight}, {y}, attrs);
   else enqueue(op_rms_norm_apply, {x, rstd}, {y}, attrs);
   return y;
@@ -116,8 +117,8 @@ void rms_norm_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi)
   attrs.need_grad_input = need_x;
   attrs.need_grad_weight = need_weight;
   Tensor grad = to(g[0], x.dtype());
-  Tensor grad_x = need_x ? Tensor::empty(x.shape(), x.dtype()) : Tensor();
-  Tensor grad_weight = need_weight ? Tensor::empty(weight.shape(), weight.dtype()) : Tensor();
+  Tensor grad_x = need_x ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+  Tensor grad_weight = need_weight ? Tensor::empty(weight.shape(), weight.dtype(), weight.device()) : Tensor();
   SmallVector<Tensor, 4> inputs{grad, x, rstd};
   if (weight.defined()) inputs.push_back(weight);
   SmallVector<Tensor, 2> outputs;
@@ -144,8 +145,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   }
   DG_CHECK(eps >= 0, Value, "[rms_norm] eps must be non-negative, got ", eps);
   const int64_t rows = channels == 0 ? shape_numel(x.shape().first(x.shape().size() - 1)) : x.numel() / channels;
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
-  Tensor rstd = Tensor::empty(Dims{rows}, compute_dtype(x.dtype()));
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor rstd = Tensor::empty(Dims{rows}, compute_dtype(x.dtype()), x.device());
   const Attrs attrs = RmsNormAttrs{eps, weight.defined()};
   if (weight.defined()) enqueue(op_rms_norm, {x, weight}, {y, rstd}, attrs);
   else enqueue(op_rms_norm, {x}, {y, rstd}, attrs);
@@ -283,8 +284,8 @@ void swiglu_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
     grad_gate = reuse_saved_buffer(gate, n.holds_saved(0));
     grad_up = reuse_saved_buffer(up, n.holds_saved(1));
   }
-  if (!grad_gate.defined()) grad_gate = Tensor::empty(gate.shape(), gate.dtype());
-  if (!grad_up.defined()) grad_up = Tensor::empty(up.shape(), up.dtype());
+  if (!grad_gate.defined()) grad_gate = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
+  if (!grad_up.defined()) grad_up = Tensor::empty(up.shape(), up.dtype(), up.device());
   enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
   if (n.needs_grad(0)) gi[0] = grad_gate;
   if (n.needs_grad(1)) gi[1] = grad_up;
@@ -300,7 +301,7 @@ void swiglu_packed_backward(Node& n, std::span<const Tensor> g, std::span<Tensor
   }
   Tensor grad = to(g[0], x.dtype());
   auto [gate, up] = halves(x);
-  Tensor grad_x = Tensor::empty(x.shape(), x.dtype());
+  Tensor grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
   auto [grad_gate, grad_up] = halves(grad_x);
   enqueue(op_swiglu_backward, {grad, gate, up}, {grad_gate, grad_up});
   gi[0] = grad_x;
@@ -317,7 +318,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   DG_CHECK(gate.dtype() == up.dtype(), Type, "[swiglu] gate dtype ", dtype_name(gate.dtype()), " differs from up dtype ",
            dtype_name(up.dtype()));
   DG_CHECK(gate.dim() >= 1, Value, "[swiglu] expected inputs with at least 1 dim, got shape ", gate.shape());
-  Tensor y = Tensor::empty(gate.shape(), gate.dtype());
+  Tensor y = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
   enqueue(op_swiglu, {gate, up}, {y});
   if (needs_grad_any({gate, up})) {
     Tensor inputs[2] = {gate, up}, outputs[1] = {y};
@@ -334,7 +335,7 @@ Tensor swiglu(const Tensor& x) {
   DG_CHECK(x.dim() >= 1 && x.shape()[x.dim() - 1] % 2 == 0, Value,
            "[swiglu] the single-input form needs a last dim of even size (gate, up), got shape ", x.shape());
   auto [gate, up] = halves(x);
-  Tensor y = Tensor::empty(gate.shape(), x.dtype());
+  Tensor y = Tensor::empty(gate.shape(), x.dtype(), x.device());
   enqueue(op_swiglu_packed, {gate, up}, {y});
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {y};
@@ -400,10 +401,11 @@ size_t adamw_scratch(const Task& t) {
 const OpDef op_adamw("adamw_step", attrs_type<AdamWAttrs>(), {.cost = adamw_cost, .scratch = adamw_scratch,
                                                                      .alias_of = alias_each_output});
 
-std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& o) {
+std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& o, Device device) {
   const int64_t four[1] = {4};
-  return {full(Dims{}, o.lr, {DType::Float64}),
-          from_vector(std::vector<double>{o.beta1, o.beta2, o.eps, o.weight_decay}, four, DType::Float64)};
+  return {full(Dims{}, o.lr, {.dtype = DType::Float64, .device = device}),
+          to_device(from_vector(std::vector<double>{o.beta1, o.beta2, o.eps, o.weight_decay}, four, DType::Float64),
+                    device)};
 }
 
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
@@ -416,7 +418,7 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
   DG_CHECK(o.beta2 >= 0 && o.beta2 < 1, Value, "[", name, "] Invalid beta parameter at index 1: ", o.beta2);
   DG_CHECK(o.weight_decay >= 0, Value, "[", name, "] Invalid weight_decay value: ", o.weight_decay);
   if (params.empty()) return;
-  const auto [lr, hyper] = adamw_hyper_tensors(o);
+  const auto [lr, hyper] = adamw_hyper_tensors(o, params[0].device());
   adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, hyper, o.decoupled_weight_decay, model_params);
 }
 
@@ -519,10 +521,11 @@ size_t sgd_scratch(const Task& t) {
 const OpDef op_sgd("sgd_step", attrs_type<SgdAttrs>(), {.cost = sgd_cost, .scratch = sgd_scratch,
                                                         .alias_of = alias_each_output});
 
-std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& o) {
+std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& o, Device device) {
   const int64_t three[1] = {3};
-  return {full(Dims{}, o.lr, {DType::Float64}),
-          from_vector(std::vector<double>{o.momentum, o.dampening, o.weight_decay}, three, DType::Float64)};
+  return {full(Dims{}, o.lr, {.dtype = DType::Float64, .device = device}),
+          to_device(from_vector(std::vector<double>{o.momentum, o.dampening, o.weight_decay}, three, DType::Float64),
+                    device)};
 }
 
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
@@ -537,7 +540,7 @@ void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span
            o.momentum, " with ", momentum_buffers.size(), " momentum_buffers: expected one buffer per param exactly "
            "when momentum != 0");
   if (params.empty()) return;
-  const auto [lr, hyper] = sgd_hyper_tensors(o);
+  const auto [lr, hyper] = sgd_hyper_tensors(o, params[0].device());
   sgd_step(params, grads, momentum_buffers, momentum_initialized, lr, hyper, o.nesterov, o.maximize);
 }
 

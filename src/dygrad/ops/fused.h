@@ -84,8 +84,8 @@ void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::sp
 void adamw_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> exp_avgs,
                 std::span<Tensor> exp_avg_sqs, std::span<Tensor> state_steps, const Tensor& lr, const Tensor& hyper,
                 bool decoupled_weight_decay, std::span<Tensor> model_params = {});
-// AdamWOptions as the two tensors (lr float64).
-std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& options);
+// AdamWOptions as the two tensors (lr float64), on the params' `device`.
+std::pair<Tensor, Tensor> adamw_hyper_tensors(const AdamWOptions& options, Device device = Device::cpu());
 
 // One SGD step over lists of tensors, in place, as torch.optim.SGD (single-tensor path, each op rounded to the
 // param's dtype as torch's in-place chain):
@@ -113,7 +113,7 @@ void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span
 void sgd_step(std::span<Tensor> params, std::span<const Tensor> grads, std::span<Tensor> momentum_buffers,
               std::span<Tensor> momentum_initialized, const Tensor& lr, const Tensor& hyper, bool nesterov,
               bool maximize);
-// SgdOptions as the two tensors (lr float64).
-std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& options);
+// SgdOptions as the two tensors (lr float64), on the params' `device`.
+std::pair<Tensor, Tensor> sgd_hyper_tensors(const SgdOptions& options, Device device = Device::cpu());
 
 }  // namespace dg

@@ -127,7 +127,8 @@ Tensor masked_scores(const Tensor& q, const Tensor& k, const Tensor& mask, bool 
   const int64_t T = q.shape()[q.dim() - 2], S = k.shape()[k.dim() - 2];
   Tensor scores = mul(matmul(q, transpose(k, -2, -1)), Scalar(scale));
   if (is_causal) {
-    Tensor keep_causal = ge(unsqueeze(arange(Scalar(T)), 1), arange(Scalar(S)));  // [T, S]: key j <= query i
+    const Device device = q.device();
+    Tensor keep_causal = ge(unsqueeze(arange(Scalar(T), device), 1), arange(Scalar(S), device));  // [T, S]: j <= i
     return masked_fill(scores, logical_not(keep_causal), Scalar(-INFINITY));
   }
   if (!mask.defined()) return scores;
@@ -205,7 +206,7 @@ void rotary_attention_backward(Node& n, std::span<const Tensor> g, std::span<Ten
   if (grad_enabled()) return rotary_attention_composed(n, g[0], gi);
   Tensor qkv = n.saved(0), out = n.saved(1), lse = n.saved(2), cos = n.saved(3), sin = n.saved(4);
   Tensor grad = to(g[0], qkv.dtype());
-  Tensor grad_qkv = Tensor::empty(qkv.shape(), qkv.dtype());
+  Tensor grad_qkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
   enqueue(op_rotary_attention_backward, {grad, qkv, out, lse, cos, sin}, {grad_qkv}, n.attrs);
   gi[0] = grad_qkv;
 }
@@ -233,7 +234,7 @@ Tensor attention_with_dropout(const Tensor& q, const Tensor& k, const Tensor& v,
   if (p >= 1.0) {
     probabilities = mul(probabilities, Scalar(0.0));
   } else {
-    Tensor keep = bernoulli_mask(probabilities.shape(), 1.0 - p, probabilities.dtype());
+    Tensor keep = bernoulli_mask(probabilities.shape(), 1.0 - p, probabilities.dtype(), std::nullopt, q.device());
     probabilities = mul(mul(probabilities, keep), Scalar(1.0 / (1.0 - p)));
   }
   return matmul(probabilities, v);
@@ -304,11 +305,14 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key_in, c
   out_shape.push_back(Dv);
   // 4-D: the output is stored as [B, T, H, Dv] and returned as its [B, H, T, Dv] view (as torch's CPU flash
   // kernel does), so the usual out.transpose(1, 2).reshape(B, T, H * Dv) that follows is free.
-  Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype()), Dims{0, 2, 1, 3})
-                       : Tensor::empty(out_shape, query.dtype());
+  const Device device = query.device();
+  Tensor out = nd == 4 ? permute(Tensor::empty(Dims{out_shape[0], T, out_shape[1], Dv}, query.dtype(), device),
+                                 Dims{0, 2, 1, 3})
+                       : Tensor::empty(out_shape, query.dtype(), device);
   out.impl()->is_view = false;  // it owns its storage alone: not a view of any tensor the user holds
   out.impl()->view_base.reset();
-  Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  const DType lse_dtype = query.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  Tensor lse = Tensor::empty(Dims{shape_numel(lead), T}, lse_dtype, device);
   const Attrs attrs = AttentionAttrs{scale_value, is_causal, mask_kind};
   if (mask.defined()) enqueue(op_attention, {query, key, value, mask}, {out, lse}, attrs);
   else enqueue(op_attention, {query, key, value}, {out, lse}, attrs);
@@ -351,8 +355,9 @@ Tensor rotary_attention(const Tensor& qkv, const Tensor& cos, const Tensor& sin,
            dtype_name(cos.dtype()), " and ", dtype_name(sin.dtype()));
   Tensor c = to(detach(cos), qkv.dtype()), s = to(detach(sin), qkv.dtype());
   const double scale_value = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
-  Tensor out = Tensor::empty(Dims{B, T, heads * D}, qkv.dtype());
-  Tensor lse = Tensor::empty(Dims{B * heads, T}, qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  Tensor out = Tensor::empty(Dims{B, T, heads * D}, qkv.dtype(), qkv.device());
+  Tensor lse = Tensor::empty(Dims{B * heads, T}, qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32,
+                             qkv.device());
   const Attrs attrs = RotaryAttentionAttrs{scale_value, is_causal, heads, mode == RopeMode::RotateHalf};
   enqueue(op_rotary_attention, {qkv, c, s}, {out, lse}, attrs);
   if (needs_grad_any({qkv})) {

@@ -59,7 +59,7 @@ Tensor grad_norm(std::span<const Tensor> tensors, double norm_type) {
     dtype = promote_types(dtype, tensors[i].dtype());
     inputs.push_back(contiguous(detach(tensors[i])));
   }
-  Tensor out = Tensor::empty(IntSpan(), dtype);
+  Tensor out = Tensor::empty(IntSpan(), dtype, tensors[0].device());
   const Tensor outputs[1] = {out};
   enqueue(op_grad_norm, std::span<const Tensor>(inputs.data(), inputs.size()), outputs, GradNormAttrs{norm_type});
   return out;

@@ -34,16 +34,18 @@ void cat_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
 }
 // saved(0) = index.
 void gather_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = scatter_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
+  const Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = g[0].device()});
+  gi[0] = scatter_add(zero, n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
 }
 void index_select_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = index_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
+  const Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = g[0].device()});
+  gi[0] = index_add(zero, n.attrs.get<DimAttrs>().dim, n.saved(0), g[0]);
 }
 // The gradient of a scatter's src: g gathered at the index (`picked`, of index's shape), zero where src is
 // larger than the index (the elements the scatter did not read).
 Tensor gathered_source_grad(const Tensor& picked, const Tensor& index, IntSpan src_shape) {
   if (same_shape(picked.shape(), src_shape)) return picked;
-  Tensor full_grad = zeros(src_shape, {picked.dtype()});
+  Tensor full_grad = zeros(src_shape, {.dtype = picked.dtype(), .device = picked.device()});
   NoGradGuard no_grad;
   Tensor corner = full_grad;
   for (int64_t d = 0; d < index.dim(); ++d) corner = narrow(corner, d, 0, index.shape()[d]);
@@ -137,7 +139,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
     dtype = promote_types(dtype, tensors[k].dtype());
     if (reference < 0 && !(tensors[k].dim() == 1 && tensors[k].numel() == 0)) reference = static_cast<int>(k);
   }
-  if (reference < 0) return Tensor::empty(Dims{0}, dtype);
+  if (reference < 0) return Tensor::empty(Dims{0}, dtype, tensors[0].device());
   const Tensor& ref = tensors[static_cast<size_t>(reference)];
   DG_CHECK(ref.dim() > 0, Runtime, "[cat] zero-dimensional tensor (at position ", reference, ") cannot be concatenated");
   const int64_t d = wrap_dim("cat", dim, ref.dim());
@@ -159,7 +161,7 @@ Tensor join(std::span<const Tensor> tensors, int64_t dim, IntSpan out_strides) {
     inputs.push_back(to(t, dtype));
     node_attrs.sizes.push_back(t.shape()[d]);
   }
-  Tensor out = Tensor::empty(shape, dtype);
+  Tensor out = Tensor::empty(shape, dtype, ref.device());
   if (!out_strides.empty() && static_cast<int64_t>(out_strides.size()) == out.dim()) {
     // The same storage seen with the requested dense strides: a fresh tensor, not a view of another.
     Tensor strided = Tensor::make_view(out, shape, Dims(out_strides), 0);
@@ -180,6 +182,7 @@ Tensor stack(std::span<const Tensor> tensors, int64_t dim) {
   DG_CHECK(!tensors.empty(), Value, "[stack] expects a non-empty list of tensors");
   for (size_t k = 0; k < tensors.size(); ++k) {
     DG_CHECK(tensors[k].defined(), Value, "[stack] tensor ", k, " is undefined");
+    check_same_device("stack", tensors[0], tensors[k]);
     DG_CHECK(same_shape(tensors[k].shape(), tensors[0].shape()), Value, "[stack] expects each tensor to be equal "
              "size, but got ", tensors[0].shape(), " at entry 0 and ", tensors[k].shape(), " at entry ", k);
   }
@@ -223,7 +226,7 @@ void pieces_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
       parts.push_back(dropped_dim ? unsqueeze(g[k], dim) : g[k]);
       continue;
     }
-    if (!zero.defined()) zero = zeros(Dims{}, {dtype});
+    if (!zero.defined()) zero = zeros(Dims{}, {.dtype = dtype, .device = n.input_meta[0].device});
     Dims piece_shape(shape);
     piece_shape[static_cast<size_t>(dim)] = sizes[k];
     parts.push_back(expand(zero, piece_shape));
@@ -361,7 +364,7 @@ Tensor index_select(const Tensor& a_in, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim("index_select", dim, a.dim());
   Dims shape(a.shape());
   shape[static_cast<size_t>(d)] = index.numel();
-  Tensor out = Tensor::empty(shape, a.dtype());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   const Attrs attrs = DimAttrs{d};
   enqueue(op_index_select, {a, expand_index(index, shape, d)}, {out}, attrs);
   if (needs_grad_any({a})) {
@@ -402,7 +405,7 @@ Tensor gather(const Tensor& a_in, int64_t dim, const Tensor& index_in) {
   const Tensor a = at_least_1d(a_in), index = at_least_1d(index_in);
   const int64_t d = wrap_dim("gather", dim, a.dim());
   check_index_shape("gather", index, a, "input", d, false);
-  Tensor out = Tensor::empty(index.shape(), a.dtype());
+  Tensor out = Tensor::empty(index.shape(), a.dtype(), a.device());
   const Attrs attrs = DimAttrs{d};
   enqueue(op_gather, {a, index}, {out}, attrs);
   if (needs_grad_any({a})) {
@@ -581,7 +584,7 @@ Tensor triangle(const OpDef& op, const Tensor& a, int64_t diagonal, bool upper) 
   // overflow (tril(a, 2**63 - 1) is a copy of a, as in torch).
   const int64_t rows = a.shape()[a.dim() - 2], cols = a.shape()[a.dim() - 1];
   diagonal = std::clamp<int64_t>(diagonal, -rows - 1, cols + 1);
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const Attrs attrs = TriangleAttrs{diagonal, upper};
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -99,8 +100,9 @@ Tensor strip_leading_ones(const Tensor& v, int64_t ndim) {
 // A Python bool (or 0-d mask) index: a new axis of size 1, indexed by [0] (true) or [] (false). Marked by
 // TensorIndex::integer == kNewAxis on a Tensor entry.
 constexpr int64_t kNewAxis = 1;
-TensorIndex new_axis_index(bool keep) {
-  TensorIndex ix = TensorIndex::tensor_index(keep ? from_vector<int64_t>({0}, Dims{1}) : Tensor::empty(Dims{0}, DType::Int64));
+TensorIndex new_axis_index(bool keep, Device device) {
+  TensorIndex ix = TensorIndex::tensor_index(keep ? to_device(from_vector<int64_t>({0}, Dims{1}), device)
+                                                  : Tensor::empty(Dims{0}, DType::Int64, device));
   ix.integer = kNewAxis;
   return ix;
 }
@@ -147,7 +149,7 @@ IndexList resolve(const char* op, const Tensor& a, std::span<const TensorIndex> 
         for (int64_t k = 0; k < a.dim() - consumed; ++k) out.push_back(TensorIndex::slice());
         dim += a.dim() - consumed;
         break;
-      case TensorIndex::Kind::Boolean: out.push_back(new_axis_index(ix.integer != 0)); break;
+      case TensorIndex::Kind::Boolean: out.push_back(new_axis_index(ix.integer != 0, a.device())); break;
       case TensorIndex::Kind::Tensor: {
         const Tensor& t = ix.tensor;
         if (!is_mask(t)) {
@@ -157,7 +159,7 @@ IndexList resolve(const char* op, const Tensor& a, std::span<const TensorIndex> 
         }
         if (t.dim() == 0) {
           HostReadScope read(op);
-          out.push_back(new_axis_index(t.item<int64_t>() != 0));
+          out.push_back(new_axis_index(t.item<int64_t>() != 0, a.device()));
           break;
         }
         for (int64_t e = 0; e < t.dim(); ++e)
@@ -233,9 +235,9 @@ Plan make_plan(const char* op, const Tensor& x, IntSpan dims, std::span<const Te
              IntSpan(p.b_shape), ", ", s);
     p.b_shape = std::move(merged);
   }
-  for (const Tensor& t : indices) {
+  for (const Tensor& t : indices) {  // index tensors on the CPU may index a device's tensor (torch)
     NoGradGuard no_grad;
-    p.indices.push_back(broadcast_view(to(t, DType::Int64), p.b_shape));
+    p.indices.push_back(broadcast_view(to_device(to(t, DType::Int64), x.device()), p.b_shape));
   }
   bool adjacent = true;
   for (size_t j = 1; j < dims.size(); ++j) adjacent = adjacent && dims[j] == dims[j - 1] + 1;
@@ -264,7 +266,7 @@ Attrs plan_attrs(IntSpan dims, bool accumulate) {
 Tensor gather_advanced(const Tensor& x, IntSpan dims, std::span<const Tensor> indices,
                        std::span<const TensorIndex> originals = {}) {
   Plan p = make_plan("index", x, dims, indices);
-  Tensor out = Tensor::empty(p.shape, x.dtype());
+  Tensor out = Tensor::empty(p.shape, x.dtype(), x.device());
   std::vector<Tensor> inputs{permuted_view(x, p.x_perm)};
   for (const Tensor& t : p.indices) inputs.push_back(t);
   const Attrs attrs = plan_attrs(dims, false);
@@ -284,6 +286,7 @@ Tensor gather_advanced(const Tensor& x, IntSpan dims, std::span<const Tensor> in
 // x[..., idx_0, ..., idx_k, ...] = values (or +=), in place, no autograd (callers record it).
 void put_advanced(Tensor& x, IntSpan dims, std::span<const Tensor> indices, const Tensor& values_in, bool accumulate) {
   NoGradGuard no_grad;
+  check_same_device("index_put_", x, values_in);
   Plan p = make_plan("index_put_", x, dims, indices);
   Tensor values = strip_leading_ones(to(values_in, x.dtype()), static_cast<int64_t>(p.shape.size()));
   DG_CHECK(broadcasts_to(values.shape(), p.shape), Runtime, "[index_put_] shape mismatch: value tensor of shape ",
@@ -300,7 +303,7 @@ void put_advanced(Tensor& x, IntSpan dims, std::span<const Tensor> indices, cons
 
 // zeros(shape) with g accumulated at the indices: index's gradient. Differentiable in g (create_graph).
 Tensor accumulate_into_zeros(IntSpan shape, IntSpan dims, std::span<const Tensor> indices, const Tensor& g) {
-  Tensor out = zeros(shape, {g.dtype()});
+  Tensor out = zeros(shape, {.dtype = g.dtype(), .device = g.device()});
   put_advanced(out, dims, indices, g, true);
   if (needs_grad_any({g})) {
     Tensor inputs[1] = {g}, outputs[1] = {out};
@@ -360,9 +363,11 @@ Tensor index(const Tensor& a, std::span<const TensorIndex> indices) {
   return gather_advanced(s.view, s.dims, s.indices, indices);
 }
 
-Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor& value, bool accumulate) {
+Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor& value_in, bool accumulate) {
   check_defined("index_put_", a, "self");
-  check_defined("index_put_", value, "value");
+  check_defined("index_put_", value_in, "value");
+  // A 0-dim value may live on the CPU (torch's CPU scalars); the advanced path needs any other on a's device.
+  const Tensor value = value_in.dim() == 0 ? to_device(value_in, a.device()) : value_in;
   check_inplace("index_put_", a, value.requires_grad());
   const IndexList resolved = resolve("index_put_", a, indices);
   const bool record = is_floating(a.dtype()) && needs_grad_any({a, value});
@@ -403,7 +408,7 @@ Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor
 Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, Scalar value) {
   check_defined("index_put_", a, "self");
   check_inplace("index_put_", a);
-  if (needs_grad_any({a})) return index_put_(a, indices, full(Dims{}, value, {a.dtype()}));
+  if (needs_grad_any({a})) return index_put_(a, indices, full(Dims{}, value, {.dtype = a.dtype(), .device = a.device()}));
   // A lone bool mask over leading dims: masked_fill_ with the mask broadcast over the trailing dims.
   if (indices.size() == 1 && indices[0].kind == TensorIndex::Kind::Tensor && indices[0].tensor.defined() &&
       indices[0].tensor.dtype() == DType::Bool && indices[0].tensor.dim() > 0 && indices[0].tensor.dim() <= a.dim()) {
@@ -419,7 +424,7 @@ Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, Scalar value
   NoGradGuard no_grad;
   Split s = apply_basic("index_put_", a, resolved);
   if (s.dims.empty()) fill_(s.view, value);
-  else put_advanced(s.view, s.dims, s.indices, full(Dims{}, value, {a.dtype()}), false);
+  else put_advanced(s.view, s.dims, s.indices, full(Dims{}, value, {.dtype = a.dtype(), .device = a.device()}), false);
   return a;
 }
 
@@ -431,14 +436,15 @@ Tensor nonzero(const Tensor& a) {
     input = contiguous(detach(a));
   }
   HostReadScope read("nonzero");
-  input.wait_readable();
+  const Tensor on_host = to_device(input, Device::cpu());  // a device's tensor is counted through a copy
+  on_host.wait_readable();
   int64_t count = 0;
-  visit_dtype(input.dtype(), [&]<typename T>() {
+  visit_dtype(on_host.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
-    const T* p = input.data<T>();
-    for (int64_t i = 0; i < input.numel(); ++i) count += static_cast<C>(p[i]) != C(0);
+    const T* p = on_host.data<T>();
+    for (int64_t i = 0; i < on_host.numel(); ++i) count += static_cast<C>(p[i]) != C(0);
   });
-  Tensor out = Tensor::empty(Dims{count, input.dim()}, DType::Int64);
+  Tensor out = Tensor::empty(Dims{count, input.dim()}, DType::Int64, input.device());
   enqueue(op_nonzero, {input}, {out});
   return out;
 }

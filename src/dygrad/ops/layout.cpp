@@ -17,8 +17,9 @@ Dims dense_strides(IntSpan shape, std::span<const size_t> order) {
 }
 
 Tensor empty_elementwise(IntSpan shape, DType dtype, std::span<const Tensor> inputs) {
+  const Device device = inputs.empty() ? Device::cpu() : inputs[0].device();
   if (std::all_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.is_contiguous(); }))
-    return Tensor::empty(shape, dtype);
+    return Tensor::empty(shape, dtype, device);
   const size_t nd = shape.size();
   // Stride of input k along output dim d (0 where it is broadcast or the dim has size 1).
   auto stride_of = [&](const Tensor& t, size_t d) -> int64_t {
@@ -44,15 +45,16 @@ Tensor empty_elementwise(IntSpan shape, DType dtype, std::span<const Tensor> inp
   }
   bool logical = true;
   for (size_t k = 0; k < nd; ++k) logical = logical && order[k] == k;
-  if (logical) return Tensor::empty(shape, dtype);
-  return Tensor::empty_strided(shape, dense_strides(shape, std::span<const size_t>(order.begin(), order.end())), dtype);
+  if (logical) return Tensor::empty(shape, dtype, device);
+  return Tensor::empty_strided(shape, dense_strides(shape, std::span<const size_t>(order.begin(), order.end())), dtype,
+                               device);
 }
 
 Tensor empty_rows_like(const Tensor& like, DType dtype) {
   const Tensor inputs[1] = {like};
   Tensor out = empty_elementwise(like.shape(), dtype, inputs);
   if (out.dim() > 0 && out.strides()[out.dim() - 1] != 1 && out.shape()[out.dim() - 1] > 1)
-    return Tensor::empty(like.shape(), dtype);
+    return Tensor::empty(like.shape(), dtype, like.device());
   return out;
 }
 

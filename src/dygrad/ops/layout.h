@@ -14,7 +14,8 @@ Dims dense_strides(IntSpan shape, std::span<const size_t> order);
 // The output of an elementwise op of `shape` over `inputs` (broadcast to shape): contiguous when every input
 // is contiguous; otherwise its dims are ordered by the inputs' strides, outermost first: the first input whose
 // strides differ on two dims decides their order, broadcast (stride 0) and size-1 dims decide nothing, and
-// undecided dims keep their logical order. Contiguous when that order is the logical one.
+// undecided dims keep their logical order. Contiguous when that order is the logical one. On the inputs' device
+// (they share one: the op checked it).
 Tensor empty_elementwise(IntSpan shape, DType dtype, std::span<const Tensor> inputs);
 
 // The output of a row-wise op (one that reads and writes whole rows of the last dim: rotary embedding, the

@@ -134,7 +134,7 @@ Tensor matmul_nd(const char* name, const Tensor& a, const Tensor& b) {
   const Dims shape = product_shape(name, a, b);
   Tensor x, y;
   blas_operands(a, b, x, y);
-  Tensor out = Tensor::empty(shape, a.dtype());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   enqueue(op_matmul, {x, y}, {out});
   if (needs_grad_any({a, b})) {
     Tensor inputs[2] = {a, b}, outputs[1] = {out};
@@ -320,7 +320,7 @@ Tensor addmm_nd(const char* name, const Tensor& input, const Tensor& a, const Te
   Tensor x, y;
   blas_operands(a, b, x, y);
   const Tensor base = detach(broadcast_to(input, shape));
-  Tensor out = Tensor::empty(shape, a.dtype());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
   const Attrs attrs = AddmmAttrs{beta, alpha};
   enqueue(op_addmm, {base, x, y}, {out}, attrs);
   if (needs_grad_any({input, a, b})) {

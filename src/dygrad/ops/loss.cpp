@@ -152,7 +152,7 @@ void nll_loss_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi)
     gi[0] = mul(mask, unsqueeze(neg(mul(weights, scale)), 1));
     return;
   }
-  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype, n.input_meta[0].device);
   SmallVector<Tensor, 4> inputs{n.saved(0)};
   if (weighted) inputs.push_back(n.saved(1));
   inputs.push_back(n.saved(weighted ? 2 : 1));
@@ -176,8 +176,9 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target_in, const Tensor& w
   Tensor classes = contiguous(target);
   Tensor weights = weight.defined() ? contiguous(detach(weight)) : Tensor();
   const Attrs attrs = NllLossAttrs{ignore_index, mode, weights.defined()};
-  Tensor loss = Tensor::empty(mode == LossReduction::None ? target.shape() : IntSpan(), input.dtype());
-  Tensor total_weight = Tensor::empty(IntSpan(), input.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  Tensor loss = Tensor::empty(mode == LossReduction::None ? target.shape() : IntSpan(), input.dtype(), input.device());
+  Tensor total_weight = Tensor::empty(IntSpan(), input.dtype() == DType::Float64 ? DType::Float64 : DType::Float32,
+                                      input.device());
   SmallVector<Tensor, 3> inputs{input, classes};
   if (weights.defined()) inputs.push_back(weights);
   const Tensor outputs[2] = {loss, total_weight};
@@ -262,7 +263,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   check_floating(op, input);
   DG_CHECK(is_floating(target.dtype()), Runtime, "[", op, "] expected a floating target, got ",
            dtype_name(target.dtype()));
-  Tensor zero = zeros(IntSpan(), {.dtype = input.dtype()});
+  Tensor zero = zeros(IntSpan(), {.dtype = input.dtype(), .device = input.device()});
   Tensor log_sigmoid = neg(logaddexp(zero, neg(input)));
   if (pos_weight.defined()) {
     check_same_device(op, input, pos_weight);

@@ -266,7 +266,7 @@ Tensor fused_backward(const OpDef& op, const Tensor& g, const Tensor& v) {
 }
 
 Tensor gelu_derivative_times(const Tensor& g, const Tensor& x, bool tanh_approximation) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   const Attrs attrs = GeluAttrs{tanh_approximation};
   Tensor grad = to(g, x.dtype());
   enqueue(op_gelu_backward, {grad, x}, {out}, attrs);

@@ -56,7 +56,7 @@ void softmax_family_backward(Node& n, std::span<const Tensor> g, std::span<Tenso
     gi[0] = to(result, dtype);
     return;
   }
-  Tensor grad = Tensor::empty(n.input_meta[0].shape, dtype);
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, dtype, n.input_meta[0].device);
   enqueue(BackwardOp, {n.saved(0), g[0]}, {grad}, n.attrs);
   gi[0] = grad;
 }
@@ -67,10 +67,10 @@ void embedding_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi
     const IntSpan shape = n.input_meta[0].shape;
     Tensor index = flatten(to(n.saved(0), DType::Int64));
     const int64_t rows[2] = {index.numel(), shape[1]};
-    gi[0] = index_add(zeros(shape, {.dtype = g[0].dtype()}), 0, index, reshape(g[0], rows));
+    gi[0] = index_add(zeros(shape, {.dtype = g[0].dtype(), .device = g[0].device()}), 0, index, reshape(g[0], rows));
     return;
   }
-  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype, n.input_meta[0].device);
   enqueue(op_embedding_backward, {contiguous(g[0]), n.saved(0)}, {grad}, n.attrs);
   gi[0] = grad;
 }
@@ -94,7 +94,7 @@ void cross_entropy_backward(Node& n, std::span<const Tensor> g, std::span<Tensor
     gi[0] = to(mul(sub(probabilities, one_hot), unsqueeze(scale, 1)), logits.dtype());
     return;
   }
-  Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   enqueue(op_cross_entropy_backward, {logits, n.saved(1), n.saved(2), contiguous(g[0])}, {grad}, n.attrs);
   gi[0] = grad;
 }
@@ -115,7 +115,7 @@ Tensor softmax_family(const OpDef& op, const Tensor& a, int64_t dim) {
   check_floating(op.name, a);
   const int64_t d = wrap_dim(op.name, dim, a.dim());
   const Attrs attrs = ReduceAttrs{reduction_dims(op.name, IntSpan(&d, 1), a.dim())};
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
@@ -132,7 +132,7 @@ Tensor softmax(const Tensor& a, int64_t dim) { return softmax_family(op_softmax,
 Tensor class_mask(const Tensor& target, int64_t classes) {
   Dims shape(static_cast<size_t>(target.dim() + 1), 1);
   shape[1] = classes;
-  return eq(unsqueeze(target, 1), reshape(arange(Scalar(classes)), shape));
+  return eq(unsqueeze(target, 1), reshape(arange(Scalar(classes), target.device()), shape));
 }
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_family(op_log_softmax, a, dim); }
 
@@ -147,7 +147,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor index = contiguous(indices);
   Dims shape(indices.shape().begin(), indices.shape().end());
   shape.push_back(weight.shape()[1]);
-  Tensor out = Tensor::empty(shape, weight.dtype());
+  Tensor out = Tensor::empty(shape, weight.dtype(), weight.device());
   enqueue(op_embedding, {weight, index}, {out});
   if (needs_grad_any({weight})) {
     Tensor inputs[1] = {weight}, outputs[1] = {out};
@@ -184,9 +184,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::string_vie
            " expect a target of shape ", IntSpan(target_shape), ", got ", target.shape());
   Tensor classes = contiguous(target);
   const Attrs attrs = CrossEntropyAttrs{ignore_index, mode};
-  Tensor loss = Tensor::empty(mode == LossReduction::None ? IntSpan(target_shape) : IntSpan(), logits.dtype());
+  Tensor loss = Tensor::empty(mode == LossReduction::None ? IntSpan(target_shape) : IntSpan(), logits.dtype(),
+                              logits.device());
   const int64_t rows = shape_numel(target_shape);
-  Tensor lse = Tensor::empty(IntSpan(&rows, 1), logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+  Tensor lse = Tensor::empty(IntSpan(&rows, 1), logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32,
+                             logits.device());
   enqueue(op_cross_entropy, {logits, classes}, {loss, lse}, attrs);
   if (needs_grad_any({logits})) {
     Tensor inputs[1] = {logits}, outputs[1] = {loss};

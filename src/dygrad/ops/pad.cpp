@@ -4,6 +4,7 @@
 #include "dygrad/runtime/op_sink.h"
 #include "dygrad/ops/nn.h"
 
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
@@ -39,12 +40,12 @@ Tensor constant_pad(const Tensor& input, IntSpan pad, Scalar value) {
     Dims block(out.shape().begin(), out.shape().end());
     if (left > 0) {
       block[static_cast<size_t>(dim)] = left;
-      pieces.push_back(full(block, value, {.dtype = input.dtype()}));
+      pieces.push_back(full(block, value, {.dtype = input.dtype(), .device = input.device()}));
     }
     pieces.push_back(out);
     if (right > 0) {
       block[static_cast<size_t>(dim)] = right;
-      pieces.push_back(full(block, value, {.dtype = input.dtype()}));
+      pieces.push_back(full(block, value, {.dtype = input.dtype(), .device = input.device()}));
     }
     out = cat(std::span<const Tensor>(pieces.data(), pieces.size()), dim);
   }
@@ -96,7 +97,7 @@ Tensor index_pad(const Tensor& input, IntSpan pad, std::string_view mode) {
       else indices.push_back(j < 0 ? 0 : (j >= size ? size - 1 : j));
     }
     const int64_t count = static_cast<int64_t>(indices.size());
-    out = index_select(out, dim, from_vector(indices, IntSpan(&count, 1)));
+    out = index_select(out, dim, to_device(from_vector(indices, IntSpan(&count, 1)), input.device()));
   }
   return out.same(input) ? clone(input) : out;
 }
@@ -131,7 +132,8 @@ Tensor one_hot(const Tensor& tensor, int64_t num_classes) {
     if (num_classes == -1) num_classes = largest + 1;
     DG_CHECK(largest < num_classes, Runtime, "[one_hot] Class values must be smaller than num_classes.");
   }
-  return to(eq(unsqueeze(tensor, -1), arange(Scalar(int64_t(0)), Scalar(num_classes))), DType::Int64);
+  const Tensor classes = arange(Scalar(int64_t(0)), Scalar(num_classes), 1, std::nullopt, tensor.device());
+  return to(eq(unsqueeze(tensor, -1), classes), DType::Int64);
 }
 
 }  // namespace dg

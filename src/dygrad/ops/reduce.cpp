@@ -37,7 +37,7 @@ Tensor keepdim_contiguous(const Tensor& t, const Node& n) {
 }
 // Runs a backward kernel: inputs (...) -> a gradient of the input's shape and dtype.
 Tensor run_backward_kernel(const OpDef& op, const Node& n, std::initializer_list<Tensor> inputs) {
-  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype);
+  Tensor grad = Tensor::empty(n.input_meta[0].shape, n.input_meta[0].dtype, n.input_meta[0].device);
   enqueue(op, inputs, {grad}, n.attrs);
   return grad;
 }
@@ -111,7 +111,7 @@ void max_dim_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) 
   if (grad_enabled()) {
     const Dims& dims = reduce_dims(n);
     if (dims.empty()) return void(gi[0] = reshape(g[0], n.input_meta[0].shape));  // a 0-dim input
-    Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype()});
+    Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = g[0].device()});
     gi[0] = scatter(zero, dims[0], keepdim_view(n.saved(0), n), keepdim_view(g[0], n));
     return;
   }
@@ -181,7 +181,7 @@ namespace {
 // the input and the output when its backward formula needs them.
 Tensor reduce_to_new(const OpDef& op, const Tensor& x, const ReduceAttrs& attrs, bool keepdim, DType dtype,
                      bool save_input_and_output) {
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.dims, keepdim), dtype);
+  Tensor out = Tensor::empty(reduced_shape(x.shape(), attrs.dims, keepdim), dtype, x.device());
   enqueue(op, {x}, {out}, attrs);
   if (needs_grad_any({x})) {
     Tensor inputs[1] = {x}, outputs[1] = {out};
@@ -260,7 +260,7 @@ Tensor arg_extremum(const OpDef& op, const Tensor& a, std::optional<int64_t> dim
     attrs.dims = reduction_dims(op.name, {}, a.dim());
     shape = keepdim ? Dims(static_cast<size_t>(a.dim()), 1) : Dims();
   }
-  Tensor out = Tensor::empty(shape, DType::Int64);
+  Tensor out = Tensor::empty(shape, DType::Int64, a.device());
   enqueue(op, {a}, {out}, attrs);
   return out;
 }
@@ -313,7 +313,7 @@ Tensor variance(const OpDef& op, const Tensor& a, IntSpan dims, double correctio
            dtype_name(a.dtype()));
   DG_CHECK(std::isfinite(correction), Value, "[", op.name, "] correction must be finite, got ", correction);
   VarianceAttrs attrs{reduction_dims(op.name, dims, a.dim()), correction, standard_deviation};
-  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.dims, keepdim), a.dtype());
+  Tensor out = Tensor::empty(reduced_shape(a.shape(), attrs.dims, keepdim), a.dtype(), a.device());
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
@@ -335,7 +335,7 @@ Tensor std_dev(const Tensor& a, IntSpan dims, double correction, bool keepdim) {
 
 // ops/dispatch.h: shared by max/min over a dim, sort and topk.
 ValuesIndices enqueue_values_indices(const OpDef& op, const Tensor& a, IntSpan shape, const Attrs& attrs) {
-  ValuesIndices out{Tensor::empty(shape, a.dtype()), Tensor::empty(shape, DType::Int64)};
+  ValuesIndices out{Tensor::empty(shape, a.dtype(), a.device()), Tensor::empty(shape, DType::Int64, a.device())};
   enqueue(op, {a}, {out.values, out.indices}, attrs);
   if (needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out.values};

@@ -77,7 +77,7 @@ Tensor repeat_interleave(const Tensor& repeats, std::optional<int64_t> output_si
     DG_CHECK(*output_size >= 0, Runtime, "[repeat_interleave] output_size must be non-negative, got ", *output_size);
   const int64_t total = output_size ? *output_size : read_total(repeats);
   const int64_t shape[1] = {total};
-  Tensor out = Tensor::empty(shape, repeats.dtype());
+  Tensor out = Tensor::empty(shape, repeats.dtype(), repeats.device());
   enqueue(op_repeat_interleave, {reshape(repeats, Dims{-1})}, {out}, RepeatInterleaveAttrs{total, !output_size});
   return out;
 }
@@ -111,6 +111,7 @@ Tensor repeat_interleave(const Tensor& a, const Tensor& repeats, std::optional<i
     DG_CHECK(count >= 0, Runtime, "[repeat_interleave] repeats can not be negative, got ", count);
     return repeat_interleave(a, count, dim, output_size);
   }
+  check_same_device("repeat_interleave", a, repeats);
   const Tensor x = dim ? a : flatten(a);
   const int64_t d = wrap_dim("repeat_interleave", dim.value_or(0), x.dim());
   const int64_t size = x.dim() == 0 ? 1 : x.shape()[d];

@@ -96,7 +96,7 @@ void place_gradient_backward(Node& n, std::span<const Tensor> g, std::span<Tenso
 
 // zeros(shape) with `g` copied into the slicing view: the gradient of the view's input.
 Tensor place_gradient(const Tensor& g, IntSpan input_shape, const Attrs& attrs) {
-  Tensor out = zeros(input_shape, {g.dtype()});
+  Tensor out = zeros(input_shape, {.dtype = g.dtype(), .device = g.device()});
   {
     NoGradGuard no_grad;
     const SlicingAttrs& s = attrs.get<SlicingAttrs>();

@@ -30,7 +30,8 @@ int64_t selection_dim(const Node& n) {
   return (n.attrs.type() == attrs_type<SortAttrs>()) ? n.attrs.get<SortAttrs>().dim : n.attrs.get<TopkAttrs>().dim;
 }
 void selection_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) {
-  gi[0] = scatter_add(zeros(n.input_meta[0].shape, {g[0].dtype()}), selection_dim(n), n.saved(0), g[0]);
+  const Tensor zero = zeros(n.input_meta[0].shape, {.dtype = g[0].dtype(), .device = g[0].device()});
+  gi[0] = scatter_add(zero, selection_dim(n), n.saved(0), g[0]);
 }
 
 Tensor scan(const OpDef& op, const Tensor& a, int64_t dim, bool reverse);
@@ -47,7 +48,7 @@ Tensor cumprod_composed(const Tensor& x, const Tensor& g, int64_t dim) {
   const int64_t n = x.dim() == 0 ? 1 : x.shape()[dim];
   Tensor xt = x.dim() == 0 ? reshape(x, Dims{1}) : transpose(x, dim, -1);  // [..., n]
   Tensor gt = x.dim() == 0 ? reshape(g, Dims{1}) : transpose(g, dim, -1);
-  Tensor positions = arange(Scalar(n));
+  Tensor positions = arange(Scalar(n), x.device());
   Tensor k_index = unsqueeze(positions, 1), j_index = unsqueeze(positions, 0);  // [n, 1] and [1, n]
   Tensor products = cumprod(where(eq(k_index, j_index), Scalar(1.0), unsqueeze(xt, -2)), -1);  // [..., k, j]
   Tensor terms = where(ge(j_index, k_index), mul(products, unsqueeze(gt, -2)), Scalar(0.0));
@@ -60,7 +61,7 @@ void cumprod_backward(Node& n, std::span<const Tensor> g, std::span<Tensor> gi) 
   Tensor x = n.saved(0);
   if (grad_enabled()) return void(gi[0] = cumprod_composed(x, to(g[0], x.dtype()), n.attrs.get<ScanAttrs>().dim));
   Tensor grad = to(g[0], x.dtype());
-  Tensor result = Tensor::empty(x.shape(), x.dtype());
+  Tensor result = Tensor::empty(x.shape(), x.dtype(), x.device());
   enqueue(op_cumprod_backward, {x, grad}, {result}, n.attrs);
   gi[0] = result;
 }
@@ -158,7 +159,7 @@ namespace {
 // The scan of `a` (already in the result dtype) along dim, recorded when a requires grad.
 Tensor scan(const OpDef& op, const Tensor& a_in, int64_t dim, bool reverse) {
   const Tensor a = at_least_1d(a_in);
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const Attrs attrs = ScanAttrs{dim, reverse};
   enqueue(op, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
@@ -203,7 +204,7 @@ Tensor& cumprod_(Tensor& a, int64_t dim, std::optional<DType> dtype) { return sc
 namespace {
 // `dims` wrapped and distinct.
 Tensor flip_impl(const Tensor& a, Dims dims) {
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   const Attrs attrs = FlipAttrs{std::move(dims)};
   enqueue(op_flip, {a}, {out}, attrs);
   if (needs_grad_any({a})) {
