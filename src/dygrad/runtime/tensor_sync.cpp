@@ -13,10 +13,9 @@ namespace dg {
 namespace {
 std::atomic<HostCopyFn> g_host_copy{nullptr};
 
-// Every host read passes here: the op sinks are told first (one may refuse it), then the host waits: for the last
-// writer on the storage's own stream, and for another device's copy still writing it (docs/devices.md).
-void wait_readable_as(const Tensor& t, const char* reader) {
-  if (op_sinks::engaged()) [[unlikely]] op_sinks::on_host_read(t, reader);
+// The host waits for the last writer on the storage's own stream and for another device's copy still writing it
+// (docs/devices.md); data a failed op produced raises, naming that op.
+void wait_until_readable(const Tensor& t) {
   const Storage& storage = t.storage();
   Stream::of(t.device()).wait_for(storage.last_write_seq());
   if (!cpu_only()) [[unlikely]] {
@@ -28,8 +27,17 @@ void wait_readable_as(const Tensor& t, const char* reader) {
          Stream::failure_message_of(bad));
 }
 
-// A device's tensor is read on the host through a copy to the CPU (ops/device.cpp registers it).
+// Every host read passes here: the op sinks are told first (one may refuse it), then the host waits.
+void wait_readable_as(const Tensor& t, const char* reader) {
+  if (op_sinks::engaged()) [[unlikely]] op_sinks::on_host_read(t, reader);
+  wait_until_readable(t);
+}
+
+// A device's tensor is read on the host through a copy to the CPU (ops/device.cpp registers it), whose own read tells
+// the op sinks. Data a failed op produced raises first, naming that op: the copy of it would be skipped (its inputs
+// are poisoned, docs/async-errors.md) and the read would name the copy.
 Tensor host_copy(const Tensor& t) {
+  wait_until_readable(t);
   HostCopyFn f = g_host_copy.load(std::memory_order_acquire);
   DG_CHECK(f != nullptr, Runtime, "[read] no copy to the host is registered for ", t.device().str());
   return f(t);
