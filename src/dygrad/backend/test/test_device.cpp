@@ -38,6 +38,30 @@ class ArenaSource final : public SegmentSource {
   HostSegmentSource host_;
 };
 
+// The device's allocator as tensors see it: the caching allocator over the arena, with every block handed out that
+// no queued Task still uses poisoned again, so that a reused block reads as NaN until a kernel writes it, as fresh
+// memory does. A block still in use by earlier Tasks of the device's stream (stream-ordered reuse) is left as it is:
+// the host must not write what those Tasks read.
+class PoisoningAllocator final : public Allocator {
+ public:
+  explicit PoisoningAllocator(CachingAllocator& cache) : cache_(cache) {}
+  MemoryBlock allocate(size_t nbytes, MemoryCategory category, bool stream_ordered) override {
+    MemoryBlock block = cache_.allocate(nbytes, category, stream_ordered);
+    if (block.ptr && block.in_use_until == 0) std::memset(block.ptr, kPoison, block.bin_bytes);
+    return block;
+  }
+  void free(MemoryBlock block, size_t nbytes, MemoryCategory category, uint64_t in_use_until) override {
+    cache_.free(block, nbytes, category, in_use_until);
+  }
+  void retag(const MemoryBlock& block, size_t nbytes, MemoryCategory from, MemoryCategory to) override {
+    cache_.retag(block, nbytes, from, to);
+  }
+  void annotate(const MemoryBlock& block, const char* description) override { cache_.annotate(block, description); }
+
+ private:
+  CachingAllocator& cache_;
+};
+
 std::mutex g_mutex;
 int g_count = 0;
 
@@ -52,6 +76,7 @@ int enable(int count) {
   for (int i = g_count; i < count; ++i) {
     const Device device{Device::Type::Test, static_cast<int16_t>(i)};
     CachingAllocator& allocator = CachingAllocator::create(device, std::make_unique<ArenaSource>());
+    register_device_allocator(device, new PoisoningAllocator(allocator));  // lives for the process, as the cache
     Stream::create(device, allocator);
   }
   if (count > g_count) g_count = count;

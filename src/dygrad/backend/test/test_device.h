@@ -2,8 +2,9 @@
 // configuration and off by default, so the runtime's multi-device paths (streams and events per device, memory that
 // the host must not touch, copies, errors that surface at a sync) run in CI on machines without a GPU.
 // - Memory: each test device has its own caching allocator over its own host arena (separate mappings, filled with
-//   0xFF bytes - NaN for floats - when mapped, so a kernel that reads memory it never wrote shows it). The host
-//   touching it outside a kernel raises (Storage::data()).
+//   0xFF bytes - NaN for floats - when mapped, and a cached block again when it is handed out while no queued Task
+//   uses it, so a kernel that reads memory it never wrote shows it). The host touching it outside a kernel raises
+//   (Storage::data()).
 // - Kernels: the CPU's, run on the device's launcher thread (its stream's worker): a launch returns at once,
 //   completion is the stream's events. A kernel's data error is kept as the device's error and raised at the next
 //   sync point with the op and the Python line; the device stays usable.
