@@ -7,6 +7,10 @@ calls after it replay the captured graph as one Task with no Python at all. A fu
 (`.item()`, `bool(t)`, printing, a data-dependent shape) is cut there: Python runs it on every call, and the ops
 between two cuts go to the stream as one Task each. `dg.jit.explain` and a one-time warning name every cut.
 
+Not supported yet: tensors on a device other than the CPU. A compiled function whose arguments, modules or optimizers
+hold one, or that touches one, raises RuntimeError "[jit] captures cpu tensors only; got test:0 (...)" (replays run on
+the CPU's stream); call such a function without dygrad.jit.
+
 It is also `torch.jit` under `dygrad.as_torch`: is_scripting/is_tracing are False, ignore/unused/export return what
 they decorate, script and trace return the function or module unchanged (it runs eagerly, as TorchScript's semantics
 are Python's), save/load raise the not-provided error.

@@ -77,6 +77,7 @@ void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unorde
         continue;
       }
       const Tensor& p = unwrap(value);
+      require_cpu(p, "a module's parameter");
       w.put(reinterpret_cast<int64_t>(value));
       w.put(reinterpret_cast<int64_t>(p.storage().address()));
       w.put(p.storage_offset());
@@ -90,8 +91,10 @@ void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unorde
   if (buffers && PyDict_Check(buffers)) {
     pos = 0;
     w.put(PyDict_Size(buffers));
-    while (PyDict_Next(buffers, &pos, &key, &value))
+    while (PyDict_Next(buffers, &pos, &key, &value)) {
+      if (is_tensor(value)) require_cpu(unwrap(value), "a module's buffer");
       w.put(is_tensor(value) ? reinterpret_cast<int64_t>(unwrap(value).storage().address()) : -1);
+    }
   }
   if (children && PyDict_Check(children)) {
     pos = 0;
@@ -107,6 +110,7 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
   for (nb::handle item : tensors) {
     if (!is_tensor(item.ptr())) throw nb::type_error("[jit] guard state: expected a list of Tensors");
     const Tensor& t = unwrap(item.ptr());
+    require_cpu(t, "a tensor argument");
     w.put_geometry(t);
     w.put(t.requires_grad() ? 1 : 0);
     if (t.requires_grad()) w.put(t.grad().defined() ? 1 : 0);
@@ -133,6 +137,7 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
         w.put(reinterpret_cast<int64_t>(p.ptr()));
         if (seen_leaves.insert(p.ptr()).second && is_tensor(p.ptr())) {
           const Tensor& t = unwrap(p.ptr());
+          require_cpu(t, "an optimizer's parameter");
           const Tensor g = t.grad();
           w.put(reinterpret_cast<int64_t>(t.storage().address()));
           w.put(g.defined() ? 1 : 0);

@@ -49,6 +49,14 @@ std::string site_text(const CallSite& site) {
   return std::string(" (at ") + site.file + ":" + std::to_string(site.line) + ", in a graph dygrad.jit replayed)";
 }
 
+// An op a capture or a segment would take: its operands all on the CPU (require_cpu).
+void require_cpu_operands(const OpCall& call) {
+  for (std::span<const Tensor> operands : {call.inputs, call.outputs})
+    for (const Tensor& t : operands)
+      if (t.defined() && !t.device().is_cpu()) [[unlikely]]
+        require_cpu(t, (std::string("an operand of ") + call.op.name).c_str());
+}
+
 // One sub-op of a replay or a segment, with the stream's rules (runtime/stream.cpp run_task / run_kernel) applied
 // per sub-op: a sub-op reading a poisoned buffer does not run; of its outputs, buffers that existed before the
 // launch keep their values, the others are poisoned; a failing kernel poisons its outputs; a full overwrite clears
@@ -146,9 +154,16 @@ const OpDef op_jit_segment("jit_segment", attrs_type<SegmentAttrs>(),
 DG_REGISTER_KERNEL(jit_graph, Device::Type::CPU, graph_kernel);
 DG_REGISTER_KERNEL(jit_segment, Device::Type::CPU, segment_kernel);
 
+void require_cpu(const Tensor& t, const char* what) {
+  DG_CHECK(t.device().is_cpu(), Runtime, "[jit] captures cpu tensors only; got ", t.device().str(), " (", what,
+           "): compiling a function that runs on another device is not supported yet; call it without dygrad.jit");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Capture
 Capture::Capture(std::vector<Tensor> args, bool fullgraph) : args_(std::move(args)), fullgraph_(fullgraph) {
+  for (const Tensor& t : args_)
+    if (t.defined()) require_cpu(t, "a tensor argument");
   for (size_t k = 0; k < args_.size(); ++k) {
     const Tensor& t = args_[k];
     if (!t.defined() || live_.count(&t.storage())) continue;
@@ -244,6 +259,7 @@ int32_t Capture::value_of(const Tensor& t, bool as_output, size_t op_index) {
 }
 
 bool Capture::on_op(const OpCall& call) {
+  require_cpu_operands(call);
   if (op_sinks::detail::tls_first != this)
     problem("an op sink opened inside the function (a recompute or checkpoint context) sees its ops first");
   const size_t index = ops_.size();
@@ -713,6 +729,7 @@ void SegmentBatcher::end() {
 }
 
 bool SegmentBatcher::on_op(const OpCall& call) {
+  require_cpu_operands(call);
   bool host_shared = false;
   for (const Tensor& t : call.outputs) host_shared = host_shared || (t.defined() && t.storage().shared_with_host());
   if ((call.op.flags & kOpSideEffect) || host_shared || call.attrs.type() != call.op.attrs_type || flushing_) {

@@ -81,6 +81,11 @@ struct Cut {
 
 class Graph;
 
+// dygrad.jit captures CPU tensors only: a graph replays on the CPU stream, and a device's replay Task is not written
+// yet. A tensor on another device raises "[jit] captures cpu tensors only; got test:0 (`what`) ..." (a RuntimeError),
+// at the call (its arguments, its modules' parameters and buffers) and at the first op that touches one.
+void require_cpu(const Tensor& t, const char* what);
+
 // The capture: on the calling thread from construction to end(). Ops run as usual (it consumes nothing).
 class Capture final : public OpSink, public StorageLifeLog {
  public:
