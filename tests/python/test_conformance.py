@@ -1,8 +1,8 @@
 """The conformance sweep (tests/python/conformance/README.md): every OpDef in dygrad._C._op_table() has an entry,
 and each entry's op, run on every built backend and supported dtype, matches torch on float64 copies of the same
 inputs, on contiguous and non-contiguous operands, with float64 finite-difference gradients, gradcheck and
-gradgradcheck (the double backward, also against torch's), bitwise the same on 1 and 2 threads. DYGRAD_SWEEP=full
-(make sweep) runs every case, layout and dtype."""
+gradgradcheck (the double backward, also against torch's), bitwise the same on 1 and 2 threads, and on the test device
+bitwise the CPU's. DYGRAD_SWEEP=full (make sweep) runs every case, layout and dtype."""
 import numpy as np
 import pytest
 import torch
@@ -512,3 +512,81 @@ def test_capture_and_replay(entry, _, request):
             assert got == want, f"[{entry_id(entry)}] {dtype}: call {call} differs from eager ({compiled.stats})"
     stats = compiled.stats
     assert stats["replays"] + stats["segment_calls"] >= 2, f"[{entry_id(entry)}] never replayed: {stats}"
+
+
+# --- on the test device (dygrad.testing) -----------------------------------------------------------------------------
+ON_DEVICE = [e for e in ENTRIES if e.check in ("reference", "random")]
+
+
+@pytest.fixture(scope="module")
+def test_device():
+    """The asynchronous test device: the CPU's kernels on a stream and memory of its own (dygrad.testing)."""
+    assert dg.testing.enable_test_device(2) >= 2
+    return "test:0"
+
+
+def placed(case, dtype, seed, layout, device, wrt):
+    """The case's operands (the values Operands draws) as dygrad tensors on `device` (None: the CPU) in `layout`, the
+    view taken on that device; the float operands in `wrt` are leaves that require grad (the view's base)."""
+    rng = np.random.default_rng(seed)
+    dtypes = [dtype_of(s, dtype) for s in case]
+    tensors, leaves = [], []
+    for i, (s, dt) in enumerate(zip(case, dtypes)):
+        where = layout if applies(s, layout) else "contiguous"
+        if i in wrt:
+            view, base = build(dg, draw(s, dt, rng), dt, where, requires_grad=True, device=device)
+            leaves.append(base)
+        else:
+            view = build(dg, draw(s, dt, rng), dt, where, device=device)
+        tensors.append(view)
+    return tensors, leaves
+
+
+def cotangents(outs, device):
+    """Fixed random upstream gradients for the differentiable outputs, in each output's dtype, on `device`."""
+    rng = np.random.default_rng(99)
+    return [dg.tensor(rounded(rng.standard_normal(tuple(o.shape)), name_of(o.dtype)), dtype=o.dtype, device=device)
+            for o in outs]
+
+
+def run_placed(entry, case, dtype, seed, layout, device):
+    """The entry's call on operands placed on `device` (a random entry from a fixed seed), and, when it is
+    differentiable, backward with fixed upstream gradients: (outputs, the leaves' gradients)."""
+    dtypes = [dtype_of(s, dtype) for s in case]
+    wrt = [i for i, s in enumerate(case) if entry.differentiable and s.grad and dtypes[i] in FLOATS]
+    tensors, leaves = placed(case, dtype, seed, layout, device, wrt)
+    if entry.check == "random":
+        dg.manual_seed(1234 + seed)
+    outs = run(dg, entry, tensors)
+    diff = [o for o in outs if o.requires_grad]
+    if diff:
+        dg.autograd.backward(diff, cotangents(diff, device))
+    return outs, [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("entry,dtype", params(ON_DEVICE, with_dtypes=True))
+def test_on_test_device(entry, dtype, request, test_device):
+    """Every entry on the test device against the same call on the CPU, in the contiguous and the non-contiguous
+    layouts (views taken on the device): outputs on the device in the CPU run's dtype, shape and strides and bitwise
+    its values (the same kernels); the gradients of the same upstream gradient on the leaves' device and bitwise the
+    CPU's; a random entry draws the CPU's values from the same seed. The device's own reads go through copies."""
+    xfail(request, entry, "device", dtype)
+    for c, case in enumerate(entry.fast_cases()):
+        for layout in ["contiguous"] + layouts_for(case):
+            what = f"[{entry_id(entry)}] {dtype} case {c} {layout}"
+            want, want_grads = run_placed(entry, case, dtype, c, layout, None)
+            got, got_grads = run_placed(entry, case, dtype, c, layout, test_device)
+            assert len(got) == len(want), f"{what}: {len(got)} outputs on the device, {len(want)} on the cpu"
+            for k, (d, t) in enumerate(zip(got, want)):
+                assert str(d.device) == test_device, f"{what} output {k}: on {d.device}, not {test_device}"
+                assert (d.dtype, tuple(d.shape), d.stride()) == (t.dtype, tuple(t.shape), t.stride()), (
+                    f"{what} output {k}: {d.dtype} {tuple(d.shape)} strides {d.stride()} on the device, "
+                    f"{t.dtype} {tuple(t.shape)} strides {t.stride()} on the cpu")
+                assert bits(d.cpu()) == bits(t), f"{what} output {k}: the device's values differ from the cpu's"
+            for i, (d, t) in enumerate(zip(got_grads, want_grads)):
+                assert (d is None) == (t is None), f"{what} leaf {i}: gradient {d is not None} on the device, " \
+                                                   f"{t is not None} on the cpu"
+                if d is None:
+                    continue
+                assert str(d.device) == test_device, f"{what} leaf {i}: gradient on {d.device}, not {test_device}"
+                assert bits(d.cpu()) == bits(t), f"{what} leaf {i}: the device's gradient differs from the cpu's"

@@ -14,5 +14,7 @@ def all_reduce_alone(m, x):
 ENTRIES = [
     Entry("comm_start", all_reduce_alone, ref=lambda torch, x: x.detach().clone(), cases=((Input((3, 5)),),),
           dtypes=tuple(FLOATS) + tuple(INTEGERS), differentiable=False, also_runs=("comm_wait",),
+          xfail={"device": "collectives communicate cpu tensors (the MPI backend): all_reduce of a test:0 tensor "
+                           "raises NotImplementedError naming the device"},
           note="a group of one: the value passes through the communication thread unchanged"),
 ]

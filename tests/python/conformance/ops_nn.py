@@ -37,10 +37,10 @@ def adamw(m, p, g, exp_avg, exp_avg_sq):
     increments from 2; torch: its formula), returning the states and the count."""
     lr, b1, b2, eps, wd, step = 1e-2, 0.8, 0.95, 1e-6, 0.1, 3
     if m.__name__ == "dygrad":
-        count = m.full((), float(step - 1))
+        count = m.full((), float(step - 1), device=p.device)
         m.adamw_step([p], [g], [exp_avg], [exp_avg_sq], [count], lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
         return p, exp_avg, exp_avg_sq, count
-    count = m.full((), float(step))
+    count = m.full((), float(step), device=p.device)
     with m.no_grad():
         p.mul_(1 - lr * wd)
         exp_avg.mul_(b1).add_(g, alpha=1 - b1)
@@ -58,7 +58,7 @@ def sgd(nesterov=False, first=False, momentum=0.9):
 
     def call(m, p, g, *buf):
         if m.__name__ == "dygrad":
-            flags = [m.tensor(not first, dtype=m.bool)] if buf else []
+            flags = [m.tensor(not first, dtype=m.bool, device=p.device)] if buf else []
             m.sgd_step([p], [g], list(buf), flags, lr=lr, momentum=momentum, dampening=dampening, weight_decay=wd,
                        nesterov=nesterov, maximize=maximize)
             return (p, *buf)
@@ -215,8 +215,13 @@ ENTRIES = [
           cases=((Input((2, 4, 9)), Input((6, 2, 3)), Input((6,))),)),
     Entry("matmul", lambda m, x, w: m.nn.functional.conv2d(x, w, padding="same"), variant="conv2d",
           dtypes=("float32", "float64"), cases=((Input((2, 3, 5, 4)), Input((4, 3, 3, 2))),)),
+    # dygrad bug (python/dygrad/nn/conv.py, _dilate): the zeros between a strided transposed convolution's inputs are
+    # made on the cpu (`_C.zeros(..., dtype=x.dtype)` without device=x.device), so on test:0 the cat raises
     Entry("matmul", lambda m, x, w, b: m.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
           variant="conv_transpose2d", dtypes=("float32", "float64"),
+          xfail={"device": "dygrad bug: conv_transpose2d with stride 2 makes its dilation zeros on the cpu "
+                           "(nn/conv.py _dilate, no device=): on test:0 it raises '[cat] expected all tensors to be "
+                           "on the same device'"},
           cases=((Input((2, 3, 3, 4)), Input((3, 2, 3, 3)), Input((2,))),)),
     # addmm (ops/linalg.cpp): beta * input + alpha * the product in one GEMM Task; baddbmm and addbmm run it too
     Entry("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=0.5, alpha=-2.0),

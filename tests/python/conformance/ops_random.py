@@ -44,7 +44,7 @@ def multinomial_moments(v):
 
 
 def multinomial_call(m, x):
-    weights = m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype).expand(x.shape[0], 4)
+    weights = m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype, device=x.device).expand(x.shape[0], 4)
     return m.multinomial(weights, x.shape[1], replacement=True)
 
 
@@ -57,28 +57,34 @@ def without_replacement_moments(v):
 
 
 ENTRIES = [
-    Entry("rand", lambda m, x: m.rand(*x.shape, dtype=x.dtype), cases=(SHAPE,), big=BIG, check="random",
-          differentiable=False, moments=uniform_moments),
-    Entry("randn", lambda m, x: m.randn(*x.shape, dtype=x.dtype), cases=(SHAPE,), big=BIG, check="random",
+    Entry("rand", lambda m, x: m.rand(*x.shape, dtype=x.dtype, device=x.device), cases=(SHAPE,), big=BIG,
+          check="random", differentiable=False, moments=uniform_moments),
+    Entry("randn", lambda m, x: m.randn(*x.shape, dtype=x.dtype, device=x.device), cases=(SHAPE,), big=BIG,
+          check="random",
           differentiable=False, moments=normal_moments),
-    Entry("randint", lambda m, x: m.randint(-3, 5, tuple(x.shape), dtype=x.dtype), cases=(SHAPE,), big=BIG,
+    Entry("randint", lambda m, x: m.randint(-3, 5, tuple(x.shape), dtype=x.dtype, device=x.device), cases=(SHAPE,),
+          big=BIG,
           check="random", differentiable=False, moments=randint_moments, dtypes=("int64", "int32", "float32")),
-    Entry("bernoulli_mask", lambda m, x: m.bernoulli_mask(tuple(x.shape), 0.3), check="random",
+    Entry("bernoulli_mask", lambda m, x: m.bernoulli_mask(tuple(x.shape), 0.3, device=x.device), check="random",
           ref=lambda torch, x: torch.rand(tuple(x.shape)) < 0.3, differentiable=False, cases=(SHAPE,), big=BIG,
           dtypes=("float32",), moments=bernoulli_moments),
-    Entry("bernoulli", lambda m, x: m.bernoulli(m.full(tuple(x.shape), 0.3, dtype=x.dtype)), check="random",
+    Entry("bernoulli", lambda m, x: m.bernoulli(m.full(tuple(x.shape), 0.3, dtype=x.dtype, device=x.device)),
+          check="random",
           differentiable=False, cases=(SHAPE,), big=BIG, moments=bernoulli_moments),
     Entry("multinomial", multinomial_call, check="random", differentiable=False, cases=(SHAPE,), big=BIG,
           dtypes=("float32", "float64"), moments=multinomial_moments),
-    Entry("multinomial", lambda m, x: m.multinomial(m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype).expand(x.shape[0], 4), 2),
+    Entry("multinomial", lambda m, x: m.multinomial(
+              m.tensor([1.0, 2.0, 3.0, 4.0], dtype=x.dtype, device=x.device).expand(x.shape[0], 4), 2),
           variant="without replacement", check="random", differentiable=False, cases=(SHAPE,), big=BIG,
           dtypes=("float32",), moments=without_replacement_moments),
-    Entry("linspace", lambda m, x: (m.linspace(0, 1, x.shape[0], dtype=x.dtype), m.linspace(-3, 7.5, 7, dtype=x.dtype),
-                                    m.logspace(-1, 2, x.shape[0], dtype=x.dtype), m.linspace(5, -2, 1, dtype=x.dtype)),
+    Entry("linspace", lambda m, x: (m.linspace(0, 1, x.shape[0], dtype=x.dtype, device=x.device),
+                                    m.linspace(-3, 7.5, 7, dtype=x.dtype, device=x.device),
+                                    m.logspace(-1, 2, x.shape[0], dtype=x.dtype, device=x.device),
+                                    m.linspace(5, -2, 1, dtype=x.dtype, device=x.device)),
           differentiable=False, cases=((Input((10,), grad=False),),), big=(Input((65000,), grad=False),),
           dtypes=FLOATS + ("int64", "int32")),
-    Entry("arange", lambda m, x: (m.arange(0, x.shape[0], dtype=x.dtype), m.arange(2, 11, 3, dtype=x.dtype),
-                                  m.arange(x.shape[0])),
+    Entry("arange", lambda m, x: (m.arange(0, x.shape[0], dtype=x.dtype, device=x.device),
+                                  m.arange(2, 11, 3, dtype=x.dtype, device=x.device), m.arange(x.shape[0], device=x.device)),
           differentiable=False, cases=((Input((10,), grad=False),),), big=(Input((65000,), grad=False),),  # float16 holds up to 65504
           dtypes=FLOATS + ("int64", "int32")),
     Entry("_deferred_failure", lambda m, x: m._C._deferred_failure(x, 7), cases=(SHAPE,), check="error",

@@ -144,18 +144,21 @@ def layouts_for(specs):
     return out
 
 
-def build(lib, values, dtype, layout="contiguous", requires_grad=False):
+def build(lib, values, dtype, layout="contiguous", requires_grad=False, device=None):
     """`values` (NumPy) as a tensor of lib (dygrad or torch) in `dtype`, laid out as `layout`.
 
     transposed: the last two dims of a contiguous tensor swapped back; strided: every other element of a tensor
     twice as long in the last dim; expanded: row 0 broadcast along dim 0 (stride 0; the values repeat, and
     the caller reads the values back from the tensor it got). requires_grad: returns (view, the leaf it views).
+    device: the leaf is copied there and the view taken on that device (the layout is the device tensor's own).
     """
     dt = getattr(lib, dtype)
     shape = values.shape
 
     def leaf(array):
         t = lib.tensor(np.ascontiguousarray(array), dtype=dt)
+        if device is not None:
+            t = t.to(device)
         return t.requires_grad_(True) if requires_grad else t
 
     if layout == "transposed" and len(shape) >= 2:

@@ -1,0 +1,21 @@
+"""Entries of the copies between devices (ops/device.cpp: copy_device, behind Tensor.to(device) and .cpu()), run
+through the test device (dygrad.testing): on the CPU a round trip to test:1 and back, on a test device one to the
+other test device and back; torch: a copy."""
+from .spec import FLOATS, INTEGERS, Entry, Input
+
+
+def round_trip(m, x):
+    """x copied to test:1 (from test:1: to test:0) and back to x's device: two copy_device Tasks, differentiable (the
+    gradient is copied back the same way)."""
+    m.testing.enable_test_device(2)
+    there = "test:0" if str(x.device) == "test:1" else "test:1"
+    return x.to(there).to(x.device)
+
+
+ENTRIES = [
+    Entry("copy_device", round_trip, ref=lambda torch, x: x.clone(), dtypes=FLOATS + INTEGERS + ("bool",),
+          cases=((Input((4, 5)),), (Input((2, 3, 7)),), (Input(()),), (Input((0, 5)),)), big=(Input((256, 320)),),
+          xfail={"jit": "dygrad.jit captures cpu tensors only (not supported yet): the round trip's copy to test:1 "
+                        "raises '[jit] captures cpu tensors only'"},
+          note="contiguous copies of the bytes; a non-contiguous operand is made contiguous on its own device first"),
+]
