@@ -33,8 +33,7 @@ _C._set_size_type(Size)
 _C._set_cpu_device(device("cpu"))  # Tensor.device
 _C._set_meta_device(device("meta"))  # the device of a tensor made under torch.device("meta")
 _C._set_device_class(device)  # the other devices' Tensor.device
-if __import__("os").environ.get("DYGRAD_TEST_DEVICES"):  # the asynchronous test device (docs/devices.md)
-    _C._enable_test_device(int(__import__("os").environ["DYGRAD_TEST_DEVICES"]))
+testing._enable_from_environment()  # DYGRAD_TEST_DEVICES=n: the asynchronous test device (docs/devices.md)
 _tensor.install()
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)

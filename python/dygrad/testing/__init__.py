@@ -7,6 +7,7 @@ whose launcher thread runs the CPU's kernels asynchronously, and errors that sur
 exercises every path a GPU backend takes, on any machine; it is not faster than the CPU.
 """
 import contextlib
+import os
 
 from .. import _C
 
@@ -27,6 +28,13 @@ def test_device_count():
 
 
 test_device_count.__test__ = False  # not a pytest test
+
+
+def _enable_from_environment():
+    """DYGRAD_TEST_DEVICES=n in the environment before import turns test devices 0..n-1 on (dygrad/__init__.py)."""
+    count = os.environ.get("DYGRAD_TEST_DEVICES")
+    if count:
+        enable_test_device(int(count))
 
 
 @contextlib.contextmanager
