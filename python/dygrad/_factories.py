@@ -1,6 +1,11 @@
 """torch factories and pointwise functions composed of dygrad's ops in Python (issues 37, 41): eye, as_tensor,
 asarray, normal, scalar_tensor, randint_like, addcmul/addcdiv (and their Tensor methods), isin, the default device
-and the memory_format objects."""
+and the memory_format objects.
+
+device= as torch's: an available device (cpu, test:N when the test device is on, docs/devices.md), torch's error for
+a device type it does not know, and the default device (set_default_device, `with dygrad.device(d):`) for the
+factories torch's DeviceContext gives it to (eye, as_tensor, asarray, scalar_tensor; not randint_like, which takes its
+input's, nor normal). These factories build on the host, then copy to the device (_placed)."""
 import numbers
 
 import numpy as np
@@ -48,19 +53,38 @@ def _layout(tensor):
 
 
 def _check_device(name, device):
-    if device is not None and _device(device).type != "cpu":
-        raise RuntimeError(f"[{name}] device {device!r}: dygrad's tensors live on the CPU")
+    """For what lives in host memory only (UntypedStorage): the CPU, or None."""
+    if device is not None and _device(_C._check_device(name, device)).type != "cpu":
+        raise RuntimeError(f"[{name}] device {str(device)!r}: a {name} is host memory (the cpu device only)")
+
+
+def _factory_device(name, device, default=None):
+    """The device a factory builds on: device= (checked: torch's error for an unknown device type, a RuntimeError for
+    one not available), else `default`, else the default device."""
+    if device is None:
+        return default if default is not None else get_default_device()
+    return _device(_C._check_device(name, device))
+
+
+def _placed(t, device, requires_grad=False):
+    """t (built on the host, no history) on `device`, then requires_grad: the result is a leaf. Under
+    `with device("meta")` the tensor is a meta tensor already."""
+    if device.type != "meta" and str(t.device) != str(device):
+        t = t.to(device)
+    return t.requires_grad_(True) if requires_grad else t
 
 
 def get_default_device():
-    """The device factories create tensors on: the CPU, or meta inside `with torch.device("meta")`."""
+    """The device factories create tensors on (torch's: per thread): "meta" inside `with torch.device("meta")`, else
+    the one `with torch.device(d)` or set_default_device gave, else the CPU."""
     from ._probes import _default_devices
-    return _default_devices[-1] if _default_devices else _device("cpu")
+    return _default_devices[-1] if _default_devices else _device(_C._get_default_device())
 
 
 def set_default_device(device):
-    """Accepts the CPU (or None); another device raises, as dygrad has no other yet."""
-    _check_device("set_default_device", device)
+    """This thread's default device of the factories that are given none (torch's; None: the CPU again). Unlike torch,
+    which fails at the next factory, a device that is not available raises here."""
+    _C._set_default_device("cpu" if device is None else device)
 
 
 def get_default_dtype():
@@ -82,16 +106,15 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, layout=None,
     """The n x m identity matrix (m defaults to n), float32 unless dtype is given."""
     if out is not None:
         raise TypeError("eye(): out= is not supported by dygrad")
-    _check_device("eye", device)
+    device = _factory_device("eye", device)
     m = n if m is None else m
     for name, v in (("n", n), ("m", m)):
         if not isinstance(v, numbers.Integral) or isinstance(v, bool):
             raise TypeError(f"eye(): argument '{name}' must be int, not {type(v).__name__}")
         if v < 0:
             raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
-    rows, cols = _C.arange(n).reshape(n, 1), _C.arange(m).reshape(1, m)
-    result = (rows == cols).to(dtype if dtype is not None else _C.float32)
-    return result.requires_grad_(True) if requires_grad else result
+    rows, cols = _C.arange(n, device="cpu").reshape(n, 1), _C.arange(m, device="cpu").reshape(1, m)
+    return _placed((rows == cols).to(dtype if dtype is not None else _C.float32), device, requires_grad)
 
 
 def _shared_or_converted(data, dtype):
@@ -106,24 +129,39 @@ def _shared_or_converted(data, dtype):
     return (shared, True) if dtype is None or shared.dtype == dtype else (shared.to(dtype), False)
 
 
+def _source_device(name, data, device):
+    """Where as_tensor/asarray put `data`: device=, else a tensor's own device while the default device is the CPU (no
+    copy, as torch without a default device), else the default device."""
+    if device is None and isinstance(data, _C.Tensor) and _C._get_default_device() == "cpu":
+        return _device(str(data.device))
+    return _factory_device(name, device)
+
+
 def as_tensor(data, dtype=None, device=None):
-    """data as a tensor, sharing memory where it can: a tensor of the dtype is itself, a NumPy array of a dtype
-    dygrad has shares its buffer (from_numpy); anything else is copied."""
-    _check_device("as_tensor", device)
+    """data as a tensor, sharing memory where it can: a tensor of the dtype on the device is itself, a NumPy array of a
+    dtype dygrad has shares its buffer (from_numpy) on the CPU; anything else is copied."""
+    device = _source_device("as_tensor", data, device)
     if isinstance(data, (_C.Tensor, np.ndarray)):
-        return _shared_or_converted(data, dtype)[0]
-    return _C.tensor(data, dtype=dtype)
+        result = _shared_or_converted(data, dtype)[0]
+    else:
+        result = _C.tensor(data, dtype=dtype, device="cpu")
+    return _placed(result, device)
 
 
 def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
     """obj as a tensor: shares memory with a tensor or NumPy array unless copy=True or a conversion is needed
     (copy=False then raises, as torch)."""
-    _check_device("asarray", device)
+    device = _source_device("asarray", obj, device)
     from .storage import UntypedStorage, _tensor_of
     if isinstance(obj, UntypedStorage):  # its bytes read as dtype, sharing its memory
         obj, dtype = _tensor_of(obj, dtype), None
     if isinstance(obj, (_C.Tensor, np.ndarray)):
         result, shares = _shared_or_converted(obj, dtype)
+        source = str(obj.device) if isinstance(obj, _C.Tensor) else "cpu"
+        if device.type != "meta" and source != str(device):
+            if copy is False:
+                raise ValueError(f"can't alias tensor from device '{source}' to '{device}'.")
+            return _placed(result, device, requires_grad)  # the copy between devices is the copy
         if copy is False and not shares:
             raise ValueError(f"asarray(): can't alias the input of dtype {obj.dtype} as {dtype} without a copy")
         if copy and shares:
@@ -131,26 +169,25 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
     else:
         if copy is False:
             raise ValueError("asarray(): can't alias a Python sequence (copy=False)")
-        result = _C.tensor(obj, dtype=dtype)
-    return result.requires_grad_(True) if requires_grad else result
+        result = _C.tensor(obj, dtype=dtype, device="cpu")
+    return _placed(result, device, requires_grad)
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     """A 0-dim tensor of value s, float32 unless dtype is given (torch: the default dtype, whatever s is)."""
-    _check_device("scalar_tensor", device)
-    result = _C.tensor(s, dtype=dtype if dtype is not None else _C.float32)
-    return result.requires_grad_(True) if requires_grad else result
+    device = _factory_device("scalar_tensor", device)
+    return _placed(_C.tensor(s, dtype=dtype if dtype is not None else _C.float32, device="cpu"), device, requires_grad)
 
 
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, layout=None,  # noqa: A002
                  memory_format=None, generator=None):
-    """Random integers in [low, high) of input's shape and (unless given) dtype; randint_like(x, high) reads the
-    bound as high, as torch's."""
-    _check_device("randint_like", device)
+    """Random integers in [low, high) of input's shape, dtype and device (unless given); randint_like(x, high) reads
+    the bound as high, as torch's."""
+    device = _factory_device("randint_like", device, default=_device(str(input.device)))
     if high is None:
         low, high = 0, low
     return _C.randint(low, high, tuple(input.shape), dtype=dtype if dtype is not None else input.dtype,
-                      requires_grad=requires_grad)
+                      requires_grad=requires_grad, device=device)
 
 
 class _Sampled:
@@ -167,25 +204,27 @@ class _Sampled:
             class NormalBackward(Function):
                 @staticmethod
                 def forward(ctx, value, *inputs):
-                    ctx.shapes = [(tuple(t.shape), t.dtype) for t in inputs]
+                    ctx.shapes = [(tuple(t.shape), t.dtype, t.device) for t in inputs]
                     return value.clone()
 
                 @staticmethod
                 def backward(ctx, grad):
-                    return (None,) + tuple(_C.zeros(shape, dtype=dtype) for shape, dtype in ctx.shapes)
+                    return (None,) + tuple(_C.zeros(shape, dtype=dtype, device=device)
+                                           for shape, dtype, device in ctx.shapes)
 
             cls._function = NormalBackward
         return cls._function.apply(value, *inputs)
 
 
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
-    """Samples of N(mean, std): tensor mean and/or std (broadcast against each other), or float mean and std with
-    a size. The numbers are dygrad's generator's (not torch's stream); a Generator is not accepted yet."""
+    """Samples of N(mean, std): tensor mean and/or std (broadcast against each other; on their device), or float mean
+    and std with a size (on device=, else the CPU: torch's normal does not take the default device). The numbers are
+    dygrad's generator's (not torch's stream); a Generator is not accepted yet."""
     if out is not None:
         raise TypeError("normal(): out= is not supported by dygrad")
     if generator is not None:
         raise TypeError("normal(): generator= is not supported by dygrad yet (docs/pytorch-api.md)")
-    _check_device("normal", device)
+    device = _factory_device("normal", device, default=_device("cpu"))
     tensors = [t for t in (mean, std) if isinstance(t, _C.Tensor)]
     if tensors:
         if size is not None:
@@ -195,7 +234,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
         shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
         from .autograd import no_grad
         with no_grad():
-            value = _C.randn(shape, dtype=tensors[0].dtype) * std + mean
+            value = _C.randn(shape, dtype=tensors[0].dtype, device=tensors[0].device) * std + mean
         grad_inputs = [t for t in tensors if t.requires_grad]
         return _Sampled.apply(value, *grad_inputs) if grad_inputs else value
     if size is None:
@@ -203,8 +242,8 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     shape = (size,) if isinstance(size, int) else tuple(size)
-    result = _C.randn(shape, dtype=dtype if dtype is not None else _C.float32) * std + mean
-    return result.requires_grad_(True) if requires_grad else result
+    result = _C.randn(shape, dtype=dtype if dtype is not None else _C.float32, device="cpu") * std + mean
+    return _placed(result, device, requires_grad)
 
 
 def _pointwise_check(name, input, tensor1, tensor2):  # noqa: A002
@@ -277,15 +316,19 @@ def install():
 class _LegacyTensorType(type):
     """torch.LongTensor and its kin: a type whose instances are the tensors of its dtype (isinstance checks the
     dtype), and whose call builds one: from data (a sequence: torch.LongTensor([1, 2])), or uninitialized of a
-    size (ints or a torch.Size: torch.FloatTensor(2, 3))."""
+    size (ints or a torch.Size: torch.FloatTensor(2, 3)). They are the CPU's types, as torch's: the default device
+    does not move them, and device= names the CPU or raises torch's error."""
 
     def __instancecheck__(cls, obj):
         return isinstance(obj, _C.Tensor) and obj.dtype == cls.dtype
 
     def __call__(cls, *args, device=None):
-        _check_device(cls.__name__, device)
+        requested = None if device is None else _device(_C._check_device(cls.__name__, device))
+        if requested is not None and requested.type != "cpu":
+            raise RuntimeError(f"legacy constructor expects device type: cpu but device type: {requested.type} was "
+                               f"passed")
         if not args:
-            return _C.empty((0,), dtype=cls.dtype)
+            return _C.empty((0,), dtype=cls.dtype, device="cpu")
         from ._size import Size
         if len(args) == 1 and not isinstance(args[0], (int, _C.Tensor, Size)) and not isinstance(args[0], bool):
             data = args[0]
@@ -293,13 +336,13 @@ class _LegacyTensorType(type):
                 data = np.asarray(data)
                 if data.dtype.kind == "f":
                     data = np.trunc(data)  # torch.LongTensor([1.7]) is tensor([1])
-            return _C.tensor(data, dtype=cls.dtype)
+            return _C.tensor(data, dtype=cls.dtype, device="cpu")
         if len(args) == 1 and isinstance(args[0], _C.Tensor):
             if args[0].dtype != cls.dtype:
                 raise TypeError(f"expected {cls.__name__} (got {args[0].dtype})")
             return args[0]
         size = args[0] if len(args) == 1 and isinstance(args[0], Size) else args
-        return _C.empty(tuple(int(s) for s in size), dtype=cls.dtype)
+        return _C.empty(tuple(int(s) for s in size), dtype=cls.dtype, device="cpu")
 
 
 def _legacy(name, dtype):

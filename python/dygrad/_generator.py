@@ -94,9 +94,12 @@ def seed():
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """A random permutation of 0..n-1 (int64). With a Generator: torch's permutation for the same seed."""
+    """A random permutation of 0..n-1 (int64) on device= (else the default device). With a Generator: torch's
+    permutation for the same seed."""
+    from ._factories import _factory_device, _placed
+    device = _factory_device("randperm", device)
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
     perm = (generator or default_generator)._randperm(int(n))
-    out = _C.tensor(perm, dtype=_C.int64) if perm else _C.zeros((0,), dtype=_C.int64)
-    return out if dtype is None else out.to(dtype)
+    out = _C.tensor(perm, dtype=_C.int64, device="cpu") if perm else _C.zeros((0,), dtype=_C.int64, device="cpu")
+    return _placed(out if dtype is None else out.to(dtype), device, requires_grad)

@@ -26,7 +26,8 @@ def get_float32_matmul_precision():
 
 class device(str):  # noqa: N801 -- torch's spelling
     """torch.device: 'cpu', 'test:N' (the asynchronous test device, docs/devices.md, when it is on), or a name probed
-    and not used, such as 'cuda'. A str, so tensor.device == dygrad.device('cpu') and .to(device) take it as 'cpu'."""
+    and not used, such as 'cuda'. A str, so tensor.device == dygrad.device('cpu') and .to(device) take it as 'cpu'
+    (torch's device compares unequal to a str: a deliberate difference)."""
 
     def __new__(cls, type, index=None):  # noqa: A002 -- torch's argument name
         if isinstance(type, device):
@@ -48,27 +49,48 @@ class device(str):  # noqa: N801 -- torch's spelling
     def __repr__(self):
         return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
 
-    # `with torch.device(d):` makes d the default device of the factories inside: the CPU, or "meta", where
-    # libraries build a model before loading its weights. Another device raises.
+    # `with torch.device(d):` makes d the default device of the factories inside that take no device= (torch's
+    # DeviceContext): the CPU, "test:N" (when the test device is on), or "meta", where libraries build a model
+    # before loading its weights. Per thread, as torch's; the device before the block is the default again after it.
     def __enter__(self):
         if self.type == "meta":
             _enter_meta()
-        elif self.type != "cpu":
-            raise RuntimeError(f"[device] {self!r} as the default device: dygrad's tensors live on the CPU")
-        elif _meta_depth:
-            from ._not_provided import not_provided
-            raise not_provided("a CPU default device inside torch.device('meta')")
-        _default_devices.append(self)
+            saved = None
+        else:
+            if _meta_depth:
+                from ._not_provided import not_provided
+                raise not_provided(f"a {self.type} default device inside torch.device('meta')")
+            from . import _C
+            saved = _C._get_default_device()
+            _C._set_default_device(self, "device")  # raises when the device is not available
+        _scopes().append((self, saved))
+        if self.type == "meta":
+            _default_devices.append(self)
         return self
 
     def __exit__(self, *exc):
-        _default_devices.pop()
-        if self.type == "meta":
+        entered, saved = _scopes().pop()
+        if entered.type == "meta":
+            _default_devices.pop()
             _exit_meta()
+        else:
+            from . import _C
+            _C._set_default_device(saved, "device")
         return False
 
 
-# The devices of the `with torch.device(...)` blocks the program is in, innermost last.
+# This thread's `with torch.device(...)` blocks, innermost last: (the device, the default device before the block).
+_thread_state = __import__("threading").local()
+
+
+def _scopes():
+    scopes = getattr(_thread_state, "scopes", None)
+    if scopes is None:
+        scopes = _thread_state.scopes = []
+    return scopes
+
+
+# The `with torch.device("meta")` blocks the program is in (meta evaluation is process-wide, docs/memory.md).
 _default_devices = []
 
 # Meta tensors (torch.device("meta")): inside the block every op runs under meta evaluation (ops/meta_eval.h, as

@@ -52,11 +52,21 @@ def _type(self, dtype=None, non_blocking=False, **kwargs):
 
 
 def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
-    # A copy of data with self's dtype unless dtype= is given (torch.Tensor.new_tensor).
+    # A copy of data with self's dtype and device unless dtype= / device= are given (torch.Tensor.new_tensor).
+    dtype = dtype if dtype is not None else self.dtype
+    if device is not None:
+        device = _C._check_device("new_tensor", device)
+    elif not self.is_meta:  # (a meta tensor's copy is made as the default device says)
+        device = str(self.device)
     if isinstance(data, _C.Tensor):
-        out = data.detach().to(dtype if dtype is not None else self.dtype, copy=True)
+        out = data.detach()
+        if device is not None and str(out.device) != device:
+            out = out.to(device)  # the copy between devices is the copy
+            out = out.to(dtype)
+        else:
+            out = out.to(dtype, copy=True)
     else:
-        out = _C.tensor(data, dtype=dtype if dtype is not None else self.dtype, device=device)
+        out = _C.tensor(data, dtype=dtype, device=device)
     return out.requires_grad_(True) if requires_grad else out
 
 

@@ -2,7 +2,8 @@
 // parsing and registration of op entry points as module functions and Tensor methods.
 #include "common.h"
 
-#include "dygrad/runtime/stream.h"
+#include "dygrad/ops/device.h"
+#include "dygrad/runtime/devices.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -436,6 +437,7 @@ bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* 
 }
 
 namespace {
+// "cpu", "cpu:N" (the CPU, as torch takes it), "test", "test:N", "cuda", "cuda:N"; false for anything else.
 bool parse_device_string(std::string_view text, Device& out) {
   const size_t colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
@@ -452,17 +454,27 @@ bool parse_device_string(std::string_view text, Device& out) {
   else if (name == "test") out = Device{Device::Type::Test, static_cast<int16_t>(index)};
   else if (name == "cuda") out = Device{Device::Type::CUDA, static_cast<int16_t>(index)};
   else return false;
-  return name != "cpu" || index == 0;
+  return true;
 }
+
+// The device types dygrad.device() knows but dygrad has no tensors on (a str naming them is a device, unavailable).
+bool known_unavailable_type(std::string_view text) {
+  const std::string_view name = text.substr(0, text.find(':'));
+  return name == "meta" || name == "mps" || name == "xpu";
+}
+
+thread_local Device t_default_device = Device::cpu();
 }  // namespace
+
+Device default_device() { return t_default_device; }
+void set_default_device(Device device) { t_default_device = device; }
 
 bool looks_like_device(PyObject* o) {
   if (!PyUnicode_Check(o)) return false;
   const char* text = PyUnicode_AsUTF8(o);
   Device d;
   if (!text) return PyErr_Clear(), false;
-  return parse_device_string(text, d) || std::string_view(text).starts_with("meta") ||
-         std::string_view(text).starts_with("mps") || std::string_view(text).starts_with("xpu");
+  return parse_device_string(text, d) || known_unavailable_type(text);
 }
 
 bool to_device_arg(const char* op, PyObject* o, Device& out) {
@@ -480,30 +492,45 @@ bool to_device_arg(const char* op, PyObject* o, Device& out) {
     if (!PyErr_Occurred()) type_error(op, "expected a device (a str such as 'cpu' or 'test:0'), got %s", Py_TYPE(o)->tp_name);
     return false;
   }
-  if (!parse_device_string(text, out)) {
+  if (parse_device_string(text, out)) return true;
+  if (known_unavailable_type(text))
     PyErr_Format(PyExc_RuntimeError, "[%s] device '%s' is not available (dygrad's devices: cpu, test:N when the test "
                  "device is on, cuda:N with the CUDA backend)", op, text);
+  else  // torch's message for a device type it does not know
+    PyErr_Format(PyExc_RuntimeError, "[%s] Expected one of cpu, cuda, mps, meta, xpu, test device type at start of "
+                 "device string: %s", op, text);
+  return false;
+}
+
+bool check_device_available(const char* op, Device device) {
+  if (device.is_cpu()) [[likely]] return true;
+  try {
+    dg::check_device_available(op, device);  // the one message (runtime/devices.h)
+    return true;
+  } catch (const Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
     return false;
   }
-  return true;
 }
 
 bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out,
-                             Device fallback_device) {
+                             const Device* fallback_device) {
   out.dtype = fallback;
   out.device = fallback_device;
   if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
   if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
-  if (o.device && o.device != Py_None && !to_device_arg(op, o.device, out.device)) return false;
-  if (!out.device.is_cpu()) {
-    try {
-      check_device_available(op, out.device);
-    } catch (const Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-      return false;
-    }
+  if (o.device && o.device != Py_None) {
+    if (!to_device_arg(op, o.device, out.device)) return false;
+  } else {
+    out.device = fallback_device ? *fallback_device : t_default_device;
   }
-  return true;
+  return check_device_available(op, out.device);
+}
+
+Tensor factory_on_device(Tensor t, const TensorOptions& options) {
+  if (t.device() != options.device) t = to_device(t, options.device);  // t has no history: the copy has none
+  if (options.requires_grad) t.set_requires_grad(true);
+  return t;
 }
 
 bool factory_shape(const char* op, PyObject* const* args, Py_ssize_t nargs, const FactoryOptions& o, Dims& shape) {

@@ -180,10 +180,25 @@ struct FactoryOptions {
 bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* kwnames, FactoryOptions& o,
                            bool accepts_generator = false, std::initializer_list<const char*> extra_names = {},
                            PyObject** extra_values = nullptr);
-// dtype (else `fallback`), requires_grad, device (else `fallback_device`: the input's for the *_like and new_*
-// forms, as torch); RuntimeError naming the op for a device that is not available.
+// dtype (else `fallback`), requires_grad, and the device: device= if given, else `fallback_device` (the *_like and
+// new_* factories pass their input's), else this thread's default device. False with a Python error naming the op
+// when the device is not a device or is not available.
 bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out,
-                             Device fallback_device = Device::cpu());
+                             const Device* fallback_device = nullptr);
+// The device factories build on when they are given none: dygrad.set_default_device / `with dygrad.device(d):`.
+// Per thread, as torch's (a new thread starts on the CPU); the CPU until set.
+Device default_device();
+void set_default_device(Device device);
+// False with a RuntimeError naming the op when `device` is not available (the test device off, no CUDA backend).
+bool check_device_available(const char* op, Device device);
+// A factory whose op builds on the host (the random and range ops take no device): called with
+// `without_grad(options)`, its result goes through factory_on_device, which copies it to options.device (nothing
+// when the op already built it there) and then sets requires_grad, so the tensor returned is a leaf.
+inline TensorOptions without_grad(TensorOptions options) {
+  options.requires_grad = false;
+  return options;
+}
+Tensor factory_on_device(Tensor t, const TensorOptions& options);
 // The shape from `size=` or from the positional arguments (*size or one sequence).
 bool factory_shape(const char* op, PyObject* const* args, Py_ssize_t nargs, const FactoryOptions& o, Dims& shape);
 bool to_int_list(const char* op, const char* argument, PyObject* o, Dims& out);
@@ -194,7 +209,8 @@ PyObject* dtype_object(DType t);  // borrowed
 // A dtype argument: a dygrad dtype, a NumPy dtype or type, or float/int/bool. False with a TypeError.
 bool to_dtype(const char* op, PyObject* o, DType& out);
 // A device argument: "cpu", "test", "test:1", "cuda:0" (a str or dygrad.device), or an int (a CUDA index, as torch).
-// False with a Python error naming the op when it is not a device; whether the device exists is the op's check.
+// False with a Python error naming the op when it is not a device; whether the device exists is the op's check
+// (check_device_available).
 bool to_device_arg(const char* op, PyObject* o, Device& out);
 // Whether `o` names a device (a str that parses as one), for arguments that take a device or a dtype.
 bool looks_like_device(PyObject* o);

@@ -1,5 +1,5 @@
 // Factory entry points: empty/zeros/ones(*size), full(size, fill_value) and the *_like forms, with
-// dtype= and requires_grad= as torch takes them.
+// dtype=, device= and requires_grad= as torch takes them (the *_like forms default to their input's device).
 #include <string_view>
 
 #include "common.h"
@@ -63,7 +63,8 @@ PyObject* like_factory(const char* op, PyObject* const* args, Py_ssize_t nargs, 
   Scalar value = kind == Fill::Ones ? Scalar(1) : Scalar(0);
   if (with_value && !to_scalar_argument(op, "fill_value", nargs > 1 ? args[1] : fill_value, 0, value)) return nullptr;
   TensorOptions options;
-  if (!resolve_factory_options(op, o, input->dtype(), options, input->device())) return nullptr;
+  const Device input_device = input->device();
+  if (!resolve_factory_options(op, o, input->dtype(), options, &input_device)) return nullptr;
   return guarded([&] {
     if (kind == Fill::Empty && !with_value) return wrap(empty(input->shape(), options));
     return wrap(full(input->shape(), value, options));

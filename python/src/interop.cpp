@@ -239,11 +239,21 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   if (a[1] && a[1] != Py_None && !to_dtype("tensor", a[1], dtype)) return nullptr;
   bool requires_grad;
   if (!to_bool_argument("tensor", "requires_grad", a[3], false, requires_grad)) return nullptr;
-  Device device;
+  // The device: device=, else the default device; a tensor's copy stays on its device while that is the CPU (torch
+  // copies a tensor where it is unless a default device is set).
+  Device device = is_tensor(a[0]) && default_device().is_cpu() ? unwrap(a[0]).device() : default_device();
   if (a[2] && a[2] != Py_None && !to_device_arg("tensor", a[2], device)) return nullptr;
+  if (!check_device_available("tensor", device)) return nullptr;
   return guarded([&] {
-    Tensor t = tensor_from_data(a[0], a[1] && a[1] != Py_None ? &dtype : nullptr);
-    if (!device.is_cpu()) t = to_device(t, device);  // built on the host, then copied (docs/devices.md)
+    const DType* cast = a[1] && a[1] != Py_None ? &dtype : nullptr;
+    Tensor t;
+    if (is_tensor(a[0]) && unwrap(a[0]).device() != device) {  // the copy between devices is the copy torch makes
+      t = to_device(detach(unwrap(a[0])), device);
+      if (cast) t = to(t, *cast);
+    } else {
+      t = tensor_from_data(a[0], cast);
+    }
+    if (t.device() != device) t = to_device(t, device);  // built on the host, then copied (docs/devices.md)
     if (requires_grad) t.set_requires_grad(true);
     return wrap(std::move(t));
   });

@@ -187,7 +187,9 @@ PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
     if (device_slot || PyUnicode_Check(o) || (PyLong_Check(o) && !PyBool_Check(o))) return to_device_arg("to", o, device);
     return to_dtype("to", o, dtype);
   };
-  if (!take(a[1], false) || !take(a[2], false) || !take(a[3], false) || !take(a[4], true)) return nullptr;
+  if (!take(a[1], false) || !take(a[2], false) || !take(a[3], false) || !take(a[4], true) ||
+      !check_device_available("to", device))
+    return nullptr;
   bool copy, non_blocking;
   if (!to_bool_argument("to", "copy", a[5], false, copy)) return nullptr;
   if (!to_bool_argument("to", "non_blocking", a[6], false, non_blocking)) return nullptr;

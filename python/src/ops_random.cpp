@@ -1,4 +1,5 @@
-// Random and range factories: rand, randn (*size, dtype=None, requires_grad=False), randint, rand_like,
+// Random and range factories (device= as torch's: their ops build on the host, then factory_on_device places the
+// result): rand, randn (*size, dtype=None, requires_grad=False), randint, rand_like,
 // randn_like, arange, linspace, logspace, bernoulli_mask, bernoulli(_), multinomial; the in-place fills
 // uniform_/normal_; get_rng_state/set_rng_state.
 #include <string_view>
@@ -19,7 +20,10 @@ PyObject* random_factory(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
   if (!factory_shape(op, args, nargs, o, shape)) return nullptr;
   TensorOptions options;
   if (!resolve_factory_options(op, o, DType::Float32, options)) return nullptr;
-  return guarded([&] { return wrap(Normal ? randn(shape, options) : rand(shape, options)); });
+  return guarded([&] {
+    const TensorOptions built = without_grad(options);
+    return wrap(factory_on_device(Normal ? randn(shape, built) : rand(shape, built), options));
+  });
 }
 
 // rand_like/randn_like(input, *, dtype=None, requires_grad=False)
@@ -31,9 +35,14 @@ PyObject* random_like(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObje
   if (!parse_factory_options(op, args + nargs, kwnames, o, true, {"input"}, &input_kw)) return nullptr;
   if (nargs > 1) return type_error(op, "takes 1 positional argument but %zd were given", nargs);
   const Tensor* input = to_tensor(op, "input", nargs == 1 ? args[0] : input_kw);
+  if (!input) return nullptr;
   TensorOptions options;
-  if (!input || !resolve_factory_options(op, o, input->dtype(), options, input->device())) return nullptr;
-  return guarded([&] { return wrap(Normal ? randn(input->shape(), options) : rand(input->shape(), options)); });
+  const Device input_device = input->device();
+  if (!resolve_factory_options(op, o, input->dtype(), options, &input_device)) return nullptr;
+  return guarded([&] {
+    const TensorOptions built = without_grad(options);
+    return wrap(factory_on_device(Normal ? randn(input->shape(), built) : rand(input->shape(), built), options));
+  });
 }
 
 // randint(high, size) / randint(low, high, size), *, dtype=int64, requires_grad=False.
@@ -58,11 +67,7 @@ PyObject* randint_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyOb
     return nullptr;
   TensorOptions options;
   if (!resolve_factory_options("randint", o, DType::Int64, options)) return nullptr;
-  return guarded([&] {
-    Tensor out = randint(lo, hi, shape, options.dtype, options.device);
-    if (options.requires_grad) out.set_requires_grad(true);
-    return wrap(out);
-  });
+  return guarded([&] { return wrap(factory_on_device(randint(lo, hi, shape, options.dtype), options)); });
 }
 
 // arange(end) / arange(start, end, step=1), *, dtype=None, requires_grad=False: the dtype follows the
@@ -84,21 +89,11 @@ PyObject* arange_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   if (!to_scalar_argument("arange", "start", start, 0, s) || !to_scalar_argument("arange", "end", end, 0, e) ||
       !to_scalar_argument("arange", "step", step, 1, st))
     return nullptr;
-  TensorOptions checked;  // validates dtype, requires_grad and device; the dtype itself is inferred below
-  if (!resolve_factory_options("arange", o, DType::Float32, checked)) return nullptr;
+  TensorOptions options;  // dtype, requires_grad and device; the dtype itself is inferred below unless given
+  if (!resolve_factory_options("arange", o, DType::Float32, options)) return nullptr;
   std::optional<DType> dtype;
-  if (o.dtype && o.dtype != Py_None) {
-    DType t;
-    if (!to_dtype("arange", o.dtype, t)) return nullptr;
-    dtype = t;
-  }
-  bool requires_grad;
-  if (!to_bool_argument("arange", "requires_grad", o.requires_grad, false, requires_grad)) return nullptr;
-  return guarded([&] {
-    Tensor out = arange(s, e, st, dtype, checked.device);
-    if (requires_grad) out.set_requires_grad(true);
-    return wrap(out);
-  });
+  if (o.dtype && o.dtype != Py_None) dtype = options.dtype;
+  return guarded([&] { return wrap(factory_on_device(arange(s, e, st, dtype), options)); });
 }
 
 // bernoulli_mask(size, p, *, dtype=bool, device=None): 1 with probability p (dygrad-specific; dropout builds on it).
@@ -269,10 +264,8 @@ PyObject* spaced_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
       !resolve_factory_options(op, o, DType::Float32, options))
     return nullptr;
   return guarded([&] {
-    Tensor out = Log ? logspace(start, end, steps, base.to_double(), options.dtype, options.device)
-                     : linspace(start, end, steps, options.dtype, options.device);
-    if (options.requires_grad) out.set_requires_grad(true);
-    return wrap(out);
+    Tensor out = Log ? logspace(start, end, steps, base.to_double(), options.dtype) : linspace(start, end, steps, options.dtype);
+    return wrap(factory_on_device(out, options));
   });
 }
 }  // namespace

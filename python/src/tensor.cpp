@@ -31,7 +31,8 @@ nb::object device_object(const Tensor& t) {
 }
 
 // Tensor.new_empty/new_zeros/new_ones(*size, *, dtype=None, device=None, requires_grad=False) and
-// new_full(size, fill_value, ...): a new tensor with self's dtype unless dtype= says otherwise (never its shape).
+// new_full(size, fill_value, ...): a new tensor with self's dtype and device unless dtype= / device= say otherwise
+// (never its shape).
 enum class NewFill { Empty, Zeros, Ones, Full };
 template <NewFill kind>
 PyObject* new_factory(const char* op, PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -55,7 +56,8 @@ PyObject* new_factory(const char* op, PyObject* self, PyObject* const* args, Py_
     return nullptr;
   }
   TensorOptions options;
-  if (!resolve_factory_options(op, o, unwrap(self).dtype(), options, unwrap(self).device())) return nullptr;
+  const Device self_device = unwrap(self).device();
+  if (!resolve_factory_options(op, o, unwrap(self).dtype(), options, &self_device)) return nullptr;
   return guarded([&] {
     if constexpr (kind == NewFill::Empty) return wrap(empty(shape, options));
     else return wrap(full(shape, value, options));

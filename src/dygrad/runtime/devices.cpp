@@ -33,8 +33,10 @@ void check_device_available(const char* op, Device device) {
   for (Device::Type type : {Device::Type::Test, Device::Type::CUDA})
     if (const int n = device_count(type))
       has += std::string(" and ") + device_type_name(type) + ":0.." + std::to_string(n - 1);
-  fail(ErrorKind::Runtime, "[", op, "] device ", device.str(), " is not available: this process has ", has,
-       device.type == Device::Type::Test ? " (dygrad.testing.enable_test_device(n) makes test devices)" : "");
+  const char* why = device.type == Device::Type::Test ? " (dygrad.testing.enable_test_device(n) makes test devices)"
+                    : device_count(device.type) == 0 && !g_hooks[static_cast<int>(device.type)].enable
+                        ? " (dygrad was built without its backend)" : "";
+  fail(ErrorKind::Runtime, "[", op, "] device ", device.str(), " is not available: this process has ", has, why);
 }
 
 }  // namespace dg
