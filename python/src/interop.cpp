@@ -291,6 +291,9 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
 }
 
 nb::object tensor_to_numpy(const Tensor& t) {
+  // A device's memory is not the host's: NumPy cannot view it (torch's TypeError, with the device's name).
+  DG_CHECK(t.device().is_cpu(), Type, "[numpy] can't convert ", t.device().str(), " device type tensor to numpy. Use "
+           "Tensor.cpu() to copy the tensor to host memory first.");
   DG_CHECK(!t.requires_grad(), Runtime, "[numpy] Can't call numpy() on Tensor that requires grad. Use "
            "tensor.detach().numpy() instead.");
   DG_CHECK(t.dtype() != DType::BFloat16, Type, "[numpy] Got unsupported ScalarType BFloat16");

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <string>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "common.h"
@@ -120,7 +121,11 @@ PyObject* pin_memory_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* input = to_tensor("pin_memory", "self", a[0]);
   if (!input) return nullptr;
-  return guarded([&] { return wrap(clone(*input)); });
+  return guarded([&] {
+    DG_CHECK(input->device().is_cpu(), Runtime, "[pin_memory] cannot pin a ", input->device().str(), " tensor: only "
+             "dense CPU tensors can be pinned");
+    return wrap(clone(*input));
+  });
 }
 
 nb::object shape_object(IntSpan shape) {
@@ -159,6 +164,13 @@ std::string tensor_repr(const Tensor& t) {
   // The C++ printer names dtypes as torch does; Python shows them as dygrad's objects print.
   const std::string from = "dtype=torch.", to = "dtype=dygrad.";
   if (size_t at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
+  // A device's tensor names its device first among the suffixes, as torch's (tensor([1.], device='test:0')).
+  if (!t.device().is_cpu()) {
+    size_t at = s.size() - 1;  // the closing parenthesis
+    for (const char* suffix : {", size=", ", dtype=", ", grad_fn=", ", requires_grad="})
+      if (size_t found = s.find(suffix); found != std::string::npos) at = std::min(at, found);
+    s.insert(at, ", device='" + t.device().str() + "'");
+  }
   // ... and grad_fn by its torch-style node name (AddBackward0).
   const std::string grad_fn = "grad_fn=<";
   if (size_t at = s.rfind(grad_fn); at != std::string::npos && t.grad_fn()) {
