@@ -66,9 +66,9 @@ nan = __import__("math").nan
 newaxis = None
 
 
-def _rebuild_tensor(array, dtype_name, requires_grad):
-    """Unpickles a Tensor (see dygrad/_tensor.py)."""
-    t = tensor(array, dtype=getattr(_C, dtype_name.split(".")[-1]))
+def _rebuild_tensor(array, dtype_name, requires_grad, device="cpu"):
+    """Unpickles a Tensor (see dygrad/_tensor.py): onto the device it was pickled from."""
+    t = tensor(array, dtype=getattr(_C, dtype_name.split(".")[-1]), device=device)
     return t.requires_grad_(True) if requires_grad else t
 
 

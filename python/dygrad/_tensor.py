@@ -18,11 +18,15 @@ def _deepcopy(self, memo):
 
 
 def _reduce_ex(self, protocol):
-    # Pickled through NumPy (a copy of the data); autograd history is not kept, requires_grad is.
+    # Pickled through NumPy (a copy of the data); autograd history is not kept, requires_grad is, and so is the
+    # device (a device's tensor is pickled from its host copy and unpickled onto its device, as torch's).
     from . import _rebuild_tensor
 
-    return (_rebuild_tensor, (self.detach().contiguous().numpy().copy() if self.dtype is not _C.bfloat16
-                              else self.detach().float().numpy(), str(self.dtype), self.requires_grad))
+    host = self.detach() if self.is_cpu else self.detach().cpu()
+    array = host.contiguous().numpy().copy() if self.dtype is not _C.bfloat16 else host.float().numpy()
+    if self.is_cpu:
+        return (_rebuild_tensor, (array, str(self.dtype), self.requires_grad))
+    return (_rebuild_tensor, (array, str(self.dtype), self.requires_grad, str(self.device)))
 
 
 def _iter(self):

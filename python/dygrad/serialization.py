@@ -11,6 +11,11 @@ prefix directory (the file's stem; "archive" for a buffer):
     {prefix}/byteorder               "little";   {prefix}/version "3";   {prefix}/.format_version "1"
     {prefix}/.storage_alignment      "64";       {prefix}/.data/serialization_id (an opaque id)
 
+Devices (docs/devices.md): a tensor on a device is saved as its host copy with the device as its storage's location
+('test:0'), as torch records 'cuda:0'; loading puts each storage where map_location says, in torch's forms (None: the
+saved location; a str or device; a dict remapping locations; a callable(storage, location), given the storage on the
+host). On a device, the contiguous tensors over one storage are views of one copy of it (tied weights stay tied).
+
 Loading is safe by default (weights_only=True, as torch 2.6+): an allow-list unpickler that resolves only
 containers, tensors, storages, dtypes, Size and device (plus what add_safe_globals allows) and refuses any
 other global with an error naming it, so a crafted file cannot run code. mmap=True maps storages from the
@@ -111,10 +116,10 @@ _REBUILD_PARAMETER = _TorchGlobal("torch._utils", "_rebuild_parameter")
 
 
 class _StorageRef:
-    __slots__ = ("key", "tensor", "dtype")
+    __slots__ = ("key", "tensor", "dtype", "location")
 
-    def __init__(self, key, tensor, dtype):
-        self.key, self.tensor, self.dtype = key, tensor, dtype
+    def __init__(self, key, tensor, dtype, location):
+        self.key, self.tensor, self.dtype, self.location = key, tensor, dtype, location
 
 
 class _TorchPickler(pickle._Pickler):
@@ -137,10 +142,14 @@ class _TorchPickler(pickle._Pickler):
         dtype = _dtype_name(t.dtype)
         if dtype not in _STORAGE_OF:
             raise TypeError(f"[save] tensors of dtype {dtype} have no storage type in torch's format")
-        identity = (t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()))  # one storage for a tensor saved twice
+        # one storage for a tensor saved twice
+        identity = (str(t.device), t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()))
         ref = self._storage_of.get(identity)
         if ref is None:
-            ref = _StorageRef(str(len(self.storages)), t.detach().contiguous(), dtype)
+            if t.is_cpu or t.is_meta:
+                ref = _StorageRef(str(len(self.storages)), t.detach().contiguous(), dtype, "cpu")
+            else:  # a device's tensor: its host copy, saved with the device as its location (torch's 'cuda:0')
+                ref = _StorageRef(str(len(self.storages)), t.detach().cpu(), dtype, str(t.device))
             self.storages.append(ref)
             self._storage_of[identity] = ref
         return ref
@@ -173,7 +182,8 @@ class _TorchPickler(pickle._Pickler):
 
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRef):
-            return ("storage", _TorchGlobal("torch", _STORAGE_OF[obj.dtype]), obj.key, "cpu", obj.tensor.numel())
+            return ("storage", _TorchGlobal("torch", _STORAGE_OF[obj.dtype]), obj.key, obj.location,
+                    obj.tensor.numel())
         return None
 
 
@@ -239,10 +249,12 @@ class _StorageType:
 
 
 class _LoadedStorage:
-    __slots__ = ("array", "dtype", "key")
+    """A storage read from a file: its elements on the host (`array`), and the device its tensors go to (None: the
+    CPU, as views of `array`); `on_device` is the storage copied there, made at its first contiguous tensor."""
+    __slots__ = ("array", "dtype", "key", "device", "on_device")
 
-    def __init__(self, array, dtype, key):
-        self.array, self.dtype, self.key = array, dtype, key
+    def __init__(self, array, dtype, key, device=None):
+        self.array, self.dtype, self.key, self.device, self.on_device = array, dtype, key, device, None
 
 
 # A bfloat16 record is copied (NumPy has no bfloat16: its bits are widened to float32, then narrowed); a copy
@@ -270,9 +282,29 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, bac
         t = _C.from_numpy((view.astype("<u4") << 16).view("<f4")).to(_C.bfloat16)
     else:  # a view of the loaded (or mapped) storage, strided as the record says: no copy, as torch's
         t = _C.from_numpy(view)
+    if storage.device is not None:
+        t = _on_device(storage, t, storage_offset, size, stride, numel)
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def _host_elements(storage):
+    """The storage's elements as a 1-d tensor on the host (bfloat16 widened from its bits, as _rebuild_tensor_v2)."""
+    if storage.dtype == "bfloat16":
+        return _C.from_numpy((storage.array.astype("<u4") << 16).view("<f4")).to(_C.bfloat16)
+    return _C.from_numpy(storage.array)
+
+
+def _on_device(storage, host_view, storage_offset, size, stride, numel):
+    """A loaded tensor on its storage's device: a contiguous one is a view of the storage copied there once, so the
+    tensors over one storage share its memory there as on the host (torch's); any other layout is a copy of its own
+    (dygrad has no strided view of a flat buffer)."""
+    if tuple(stride) == contiguous_strides(size):
+        if storage.on_device is None:
+            storage.on_device = _host_elements(storage).to(storage.device)
+        return storage.on_device[storage_offset:storage_offset + numel].view(size)
+    return host_view.to(storage.device)
 
 
 def _rebuild_parameter(data, requires_grad, backward_hooks):
@@ -358,21 +390,61 @@ class _Unpickler(pickle.Unpickler):
         return self._storage_loader(pid[1], pid[2], pid[3], int(pid[4]))
 
 
-def _check_location(location, map_location):
-    if map_location is None and str(location).startswith("cuda"):
+def _restore_location(location):
+    """The device a storage tagged `location` is restored to (torch's default_restore_location): None for the CPU."""
+    if not isinstance(location, str):
+        raise RuntimeError(f"[load] don't know how to restore data location {str(location)[:50]!r} (a storage's "
+                           f"location is a str such as 'cpu' or 'test:0')")
+    kind = location.split(":")[0]
+    if kind == "cpu":
+        return None
+    if kind == "cuda":
         raise RuntimeError("Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is "
                            "False. If you are running on a CPU-only machine, please use torch.load with "
                            "map_location=torch.device('cpu') to map your storages to the CPU.")
-    if map_location is None and not (isinstance(location, str) and location.split(":")[0] == "cpu"):
-        raise RuntimeError(f"[load] don't know how to restore data location {str(location)[:50]!r} (as torch: a "
-                           f"storage is 'cpu' or a device's; pass map_location to choose)")
-    target = map_location
-    if isinstance(map_location, dict):
-        target = map_location.get(str(location), str(location))
-    if callable(map_location) and not isinstance(map_location, str):
-        return
-    if target is not None and str(target).split(":")[0] != "cpu":
-        raise RuntimeError(f"[load] map_location {target!r}: dygrad has the cpu device only")
+    if kind == "test":
+        try:
+            return device(_C._check_device("load", location))
+        except RuntimeError as e:
+            raise RuntimeError(f"[load] attempting to deserialize a storage on device {location!r}, which is not "
+                               f"available ({e}); pass map_location (such as 'cpu') to put it elsewhere") from None
+    raise RuntimeError(f"[load] don't know how to restore data location {location[:50]!r} (as torch: a storage is "
+                       f"'cpu' or a device's; pass map_location to choose)")
+
+
+def _map_storage(storage, location, map_location):
+    """Sets where the tensors of a storage saved at `location` go, as torch's map_location says: None, the saved
+    location; a str or device, that device; a dict, the location it maps `location` to (itself when absent); a
+    callable, called with the storage (on the host, a dygrad.UntypedStorage) and the location: None means the saved
+    location, a host storage its bytes on the host (dygrad's storages are host memory: map to a device with a str,
+    device or dict)."""
+    if map_location is None:
+        target = location
+    elif isinstance(map_location, dict):
+        target = map_location.get(location, location)
+    elif isinstance(map_location, str):
+        target = map_location
+    elif callable(map_location):
+        from .storage import UntypedStorage
+        given = UntypedStorage._of(storage.array.reshape(-1).view(np.uint8))
+        result = map_location(given, location)
+        if result is None:
+            target = location
+        elif isinstance(result, UntypedStorage):
+            if result is not given:
+                if result.nbytes() != given.nbytes():
+                    raise RuntimeError(f"[load] map_location returned a storage of {result.nbytes()} bytes for "
+                                       f"storage {storage.key!r} of {given.nbytes()} bytes")
+                storage.array = result._bytes.view(storage.array.dtype)
+            return
+        else:
+            raise RuntimeError(f"[load] map_location(storage, location) returned a {type(result).__name__}: expected "
+                            f"None or a storage (to put storages on a device, pass map_location as a str, a "
+                            f"device or a dict)")
+    else:
+        raise TypeError(f"[load] map_location must be None, a str, a device, a dict or a callable, not "
+                        f"{type(map_location).__name__}")
+    storage.device = _restore_location(str(target))
 
 
 def _entry_offset(path_or_file, info):
@@ -406,7 +478,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
             return _load_zip(fh, os.fspath(f) if is_path else None, map_location, weights_only, bool(mmap))
         if len(magic) == 8 and fh.read(9)[8:9] == b"{":
             fh.seek(start)
-            return _load_safetensors(fh)
+            return _load_safetensors(fh, map_location)
         raise RuntimeError("[load] not a checkpoint dygrad reads: expected torch's zip format (torch >= 1.6) or "
                            "safetensors; the legacy (pre-1.6) torch format is not supported")
     finally:
@@ -455,7 +527,6 @@ def _load_zip(fh, path, map_location, weights_only, use_mmap):
         loaded = {}
 
         def load_storage(storage_type, key, location, numel):
-            _check_location(location, map_location)
             if key in loaded:  # the first reference to a storage says what it is; later ones reuse it, as torch
                 return loaded[key]
             name = f"{prefix}data/{key}"
@@ -479,8 +550,10 @@ def _load_zip(fh, path, map_location, weights_only, use_mmap):
                 array = array.byteswap().view(array.dtype.newbyteorder("="))
             if storage_type.dtype == "bool":
                 array = normalize_bool(array)
-            loaded[key] = _LoadedStorage(array, storage_type.dtype, key)
-            return loaded[key]
+            storage = _LoadedStorage(array, storage_type.dtype, key)
+            _map_storage(storage, location, map_location)
+            loaded[key] = storage
+            return storage
 
         data = read(zf.getinfo(pkl))
         unpickler = _Unpickler(io.BytesIO(data), load_storage, weights_only)
@@ -519,7 +592,7 @@ _SAFETENSORS_DTYPES = {"F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "F1
                        "U16": ("<u2", "uint16"), "U8": ("u1", "uint8"), "BOOL": ("?", "bool")}
 
 
-def _load_safetensors(fh):
+def _load_safetensors(fh, map_location=None):
     entries, _, data_size = read_safetensors_header(fh, file_size_of(fh) - fh.tell())
     data = bytearray(fh.read(data_size))
     out = collections.OrderedDict()
@@ -532,5 +605,6 @@ def _load_safetensors(fh):
         if dtype == "bool":
             array = normalize_bool(array)
         storage = _LoadedStorage(array, dtype, e.name)
+        _map_storage(storage, "cpu", map_location)  # a safetensors file's tensors are saved from the host
         out[e.name] = _rebuild_tensor_v2(storage, 0, e.shape, contiguous_strides(e.shape), False, None)
     return out
