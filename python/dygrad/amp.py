@@ -28,7 +28,7 @@ def use_main_grad(params):
     for p in params:
         if not p.requires_grad:
             continue
-        p.main_grad = _C.zeros(tuple(p.shape), dtype=_C.float32)
+        p.main_grad = _C.zeros(tuple(p.shape), dtype=_C.float32, device=p.device)
 
         def accumulate(_, param=p):  # the hook's argument is the leaf, not this Python object: bind p
             with no_grad():

@@ -20,11 +20,12 @@ import math
 from .. import _C
 from .._C import Tensor
 from ..autograd import no_grad
-from .optimizer import Optimizer, state_tensor
+from .optimizer import Optimizer, by_device, state_tensor
 
 
-def _step_tensor(value=0.0):
-    return _C.tensor(float(value), dtype=_C.float32)
+def _step_tensor(param, value=0.0):
+    """A parameter's step count: a 0-d float32 tensor on its device (the fused step increments it there)."""
+    return _C.tensor(float(value), dtype=_C.float32, device=param.device)
 
 
 class Adam(Optimizer):
@@ -57,7 +58,7 @@ class Adam(Optimizer):
             for p in group["params"]:
                 state = self.state.get(p)
                 if state and not isinstance(state["step"], Tensor):  # a count saved as a number
-                    state["step"] = _step_tensor(state["step"])
+                    state["step"] = _step_tensor(p, state["step"])
 
     def _init_group(self, group):
         params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = [], [], [], [], [], []
@@ -66,7 +67,7 @@ class Adam(Optimizer):
                 continue
             state = self.state[p]
             if not state:
-                state["step"] = _step_tensor()
+                state["step"] = _step_tensor(p)
                 state["exp_avg"] = state_tensor(_C.zeros_like(p))
                 state["exp_avg_sq"] = state_tensor(_C.zeros_like(p))
                 if group["amsgrad"]:
@@ -94,7 +95,7 @@ class Adam(Optimizer):
                 continue
             state = self.state[p]
             if not state:
-                state["step"] = _step_tensor()
+                state["step"] = _step_tensor(p)
                 state["master_param"] = state_tensor(p.detach().to(_C.float32, copy=True))
                 state["exp_avg"] = state_tensor(_C.zeros_like(state["master_param"]))
                 state["exp_avg_sq"] = state_tensor(_C.zeros_like(state["master_param"]))
@@ -115,17 +116,19 @@ class Adam(Optimizer):
                         raise NotImplementedError(f"{type(self).__name__}: master_weights with amsgrad is not "
                                                   "supported by dygrad")
                     masters, grads, exp_avgs, exp_avg_sqs, steps, low = self._master_group(group)
-                    if masters:
-                        lr, hyper = group.step_tensors(_adam_hyper)
-                        _C.adamw_step(masters, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, hyper=hyper,
-                                      decoupled_weight_decay=group["decoupled_weight_decay"], model_params=low)
+                    for device, lists in (by_device(masters, grads, exp_avgs, exp_avg_sqs, steps, low).items()
+                                          if masters else ()):
+                        lr, hyper = group.step_tensors(_adam_hyper, device)
+                        _C.adamw_step(*lists[:5], lr=lr, hyper=hyper,
+                                      decoupled_weight_decay=group["decoupled_weight_decay"], model_params=lists[5])
                 params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps = self._init_group(group)
                 if not params:
                     continue
                 if not group["amsgrad"] and all(p.is_contiguous() for p in params):
-                    lr, hyper = group.step_tensors(_adam_hyper)
-                    _C.adamw_step(params, grads, exp_avgs, exp_avg_sqs, steps, lr=lr, hyper=hyper,
-                                  decoupled_weight_decay=group["decoupled_weight_decay"])
+                    for device, lists in by_device(params, grads, exp_avgs, exp_avg_sqs, steps).items():
+                        lr, hyper = group.step_tensors(_adam_hyper, device)
+                        _C.adamw_step(*lists, lr=lr, hyper=hyper,
+                                      decoupled_weight_decay=group["decoupled_weight_decay"])
                     continue
                 _composed_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group)
         return loss

@@ -1,4 +1,9 @@
-"""The Optimizer base class: parameter groups, per-parameter state, zero_grad and state_dict, as torch.optim."""
+"""The Optimizer base class: parameter groups, per-parameter state, zero_grad and state_dict, as torch.optim.
+
+Devices (docs/devices.md): every state tensor lives on its parameter's device, the step counts too (the fused step
+Task increments them on the stream: torch keeps them on the CPU unless fused or capturable), and a group's
+hyper-parameter tensors exist once per device its parameters are on. A group may hold parameters of several devices:
+the fused steps run once per device (by_device), as torch's foreach and fused steps group their tensors."""
 from collections import defaultdict
 
 from .. import _C
@@ -34,38 +39,75 @@ def _zero_dim(lr):
     return lr if lr.dim() == 0 else lr.reshape(())
 
 
+def _lr_on(lr, own_lr, device):
+    """The lr a step on `device` reads: the group's own tensor there, or the user's Tensor lr (a view of it; copied
+    when it is on another device, at each step, so a scheduler's fill_ before the step reaches it, as torch's fused
+    step copies it)."""
+    if not isinstance(lr, Tensor):
+        return own_lr
+    lr = _zero_dim(lr)
+    return lr if lr.is_cpu and device == "cpu" or str(lr.device) == device else lr.to(device)
+
+
+def on_device_of(value, param, dtype=None):
+    """A state tensor loaded for `param`: a copy of `value` on param's device (cast to `dtype` when given), as torch's
+    load_state_dict moves state to its parameter."""
+    dtype = value.dtype if dtype is None else dtype
+    if value.is_cpu and param.is_cpu or str(value.device) == str(param.device):
+        return value.to(dtype, copy=True)
+    return value.to(param.device).to(dtype)  # the copy between devices is the copy
+
+
+def by_device(*lists):
+    """Parallel lists split by the device of the first list's tensors: {device name: [list, ...]}, devices in order of
+    first appearance (the fused steps take the tensors of one device at a time). All on the CPU: the lists themselves,
+    without asking each tensor for its device object."""
+    if all(t.is_cpu for t in lists[0]):
+        return {"cpu": list(lists)}
+    groups = {}
+    for items in zip(*lists):
+        buckets = groups.setdefault(str(items[0].device), [[] for _ in lists])
+        for bucket, item in zip(buckets, items):
+            bucket.append(item)
+    return groups
+
+
 class ParamGroup(dict):
     """A parameter group: torch's dict, whose hyper-parameters a fused step Task also reads as tensors when it runs
     (issue 31, part 4): `lr` as a 0-d tensor (the user's own when lr is a Tensor, else the group's float64 one) and
     the optimizer's other values (Adam: betas, eps, weight_decay; SGD: momentum, dampening, weight_decay) as one
-    float64 tensor. Assigning a key (a scheduler, the user) writes the tensors on the stream, after everything
-    enqueued before, so a recorded step re-run later sees the new values. State dicts hold the plain values, as
-    torch's."""
+    float64 tensor, each once per device the group's parameters are on. Assigning a key (a scheduler, the user)
+    writes the tensors on the stream, after everything enqueued before, so a recorded step re-run later sees the new
+    values. State dicts hold the plain values, as torch's."""
     __slots__ = ("_lr", "_hyper", "_values_of", "_written")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._lr = self._hyper = self._values_of = self._written = None
 
-    def step_tensors(self, values_of):
-        """(lr, hyper): made at the first step from the group's values; `values_of(group)` lists the floats. Made
-        under meta evaluation (memory.estimate), they serve that step only: a meta buffer holds no values."""
-        if self._hyper is None:
-            written = [float(v) for v in values_of(self)]
-            hyper = bookkeeping_tensor(_C.tensor(written, dtype=_C.float64))
-            own_lr = bookkeeping_tensor(_C.tensor(0.0 if isinstance(self["lr"], Tensor) else float(self["lr"]),
-                                                  dtype=_C.float64))
-            if _C._meta_active():
-                return (_zero_dim(self["lr"]) if isinstance(self["lr"], Tensor) else own_lr), hyper
-            self._values_of, self._written, self._hyper, self._lr = values_of, written, hyper, own_lr
+    def step_tensors(self, values_of, device="cpu"):
+        """(lr, hyper) on `device`: made at the first step there from the group's values; `values_of(group)` lists
+        the floats. Made under meta evaluation (memory.estimate), they serve that step only: a meta buffer holds no
+        values."""
         lr = self["lr"]
-        return (_zero_dim(lr) if isinstance(lr, Tensor) else self._lr), self._hyper
+        if self._hyper is None or device not in self._hyper:
+            written = [float(v) for v in values_of(self)]
+            hyper = bookkeeping_tensor(_C.tensor(written, dtype=_C.float64, device=device))
+            own_lr = bookkeeping_tensor(_C.tensor(0.0 if isinstance(lr, Tensor) else float(lr), dtype=_C.float64,
+                                                  device=device))
+            if _C._meta_active():
+                return _lr_on(lr, own_lr, device), hyper
+            if self._hyper is None:
+                self._values_of, self._written, self._hyper, self._lr = values_of, written, {}, {}
+            self._hyper[device], self._lr[device] = hyper, own_lr
+        return _lr_on(lr, self._lr[device], device), self._hyper[device]
 
     def _write_lr(self):
         lr = self["lr"]
         if not isinstance(lr, Tensor):  # a tensor lr is read where it is (a scheduler fills it in place)
             with no_grad():
-                self._lr.fill_(float(lr))
+                for own_lr in self._lr.values():
+                    own_lr.fill_(float(lr))
 
     def _write(self, key):
         if self._hyper is None or key == "params":
@@ -80,7 +122,8 @@ class ParamGroup(dict):
         with no_grad():
             for i, (old, new) in enumerate(zip(self._written, values)):
                 if old != new:  # a nan compares unequal to itself: written again, harmlessly
-                    self._hyper[i].fill_(new)
+                    for hyper in self._hyper.values():
+                        hyper[i].fill_(new)
         self._written = values
 
     def __setitem__(self, key, value):
@@ -202,11 +245,11 @@ class Optimizer:
                 if not isinstance(v, Tensor):
                     restored[k] = v
                 elif k == "step":  # torch keeps step counts float32 whatever the param's dtype
-                    restored[k] = v.clone()
+                    restored[k] = on_device_of(v, p)
                 elif v.is_floating_point() and v.dtype != p.dtype:  # moments follow the param, as torch casts
-                    restored[k] = state_tensor(v.to(p.dtype))
+                    restored[k] = state_tensor(on_device_of(v, p, p.dtype))
                 else:
-                    restored[k] = state_tensor(v.clone())
+                    restored[k] = state_tensor(on_device_of(v, p))
             self.state[p] = restored
 
     def __repr__(self):

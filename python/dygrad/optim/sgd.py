@@ -15,7 +15,7 @@ exist in dygrad; weight_decay must be a number (torch also takes a Tensor)."""
 from .. import _C
 from .._C import Tensor
 from ..autograd import no_grad
-from .optimizer import Optimizer, bookkeeping_tensor, required, state_tensor
+from .optimizer import Optimizer, bookkeeping_tensor, by_device, required, state_tensor
 
 
 class SGD(Optimizer):
@@ -56,9 +56,13 @@ class SGD(Optimizer):
                         buf, flag = self._buffer_and_flag(p)
                         buffers.append(buf)
                         initialized.append(flag)
-                lr, hyper = group.step_tensors(_sgd_hyper)
-                _C.sgd_step(params, grads, buffers, initialized, lr=lr, hyper=hyper,
-                            nesterov=momentum and group["nesterov"], maximize=group["maximize"])
+                lists = (params, grads, buffers, initialized) if momentum else (params, grads)
+                for device, on_device in by_device(*lists).items():
+                    lr, hyper = group.step_tensors(_sgd_hyper, device)
+                    ps, gs = on_device[:2]
+                    bufs, flags = on_device[2:] if momentum else ([], [])
+                    _C.sgd_step(ps, gs, bufs, flags, lr=lr, hyper=hyper, nesterov=momentum and group["nesterov"],
+                                maximize=group["maximize"])
         return loss
 
     def _fusable(self, params, grads, momentum):
@@ -83,7 +87,7 @@ class SGD(Optimizer):
         first = buf is None
         if first:
             buf = state["momentum_buffer"] = state_tensor(_C.zeros_like(p))
-        flag = bookkeeping_tensor(_C.tensor(not first, dtype=_C.bool))
+        flag = bookkeeping_tensor(_C.tensor(not first, dtype=_C.bool, device=p.device))
         if not _C._meta_active():
             self._initialized[p] = (buf, flag)
         return buf, flag
