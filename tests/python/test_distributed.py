@@ -225,6 +225,29 @@ def test_collectives_that_disagree_raise_on_every_rank_by_default():
     assert "rank 0 check False" in off.stdout and "rank 1 check False" in off.stdout, off.stdout + off.stderr
 
 
+@needs_mpi
+def test_device_tensors_are_refused_at_the_call_on_every_rank():
+    """A test-device tensor given to any collective (or DistributedDataParallel a module on the device) raises at the
+    call on each rank, naming the function and the device, before anything is read or launched: the group still
+    works after them (tests/python/dist/devices.py)."""
+    result = mpirun("devices.py")
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-2000:]
+    refused = "NotImplementedError: [{}] the mpi process group takes cpu tensors; got {} on test:0"
+    for r in (0, 1):
+        lines = {line.split()[2].rstrip(":"): line for line in out.splitlines() if line.startswith(f"rank {r} ")}
+        expected = {"all_reduce": ("all_reduce", "tensor"), "all_reduce_async": ("all_reduce", "tensor"),
+                    "broadcast": ("broadcast", "tensor"), "reduce": ("reduce", "tensor"),
+                    "all_gather_into_tensor": ("all_gather_into_tensor", "output_tensor"),
+                    "all_gather": ("all_gather", "tensor"), "reduce_scatter_tensor": ("reduce_scatter_tensor", "input"),
+                    "send_recv": ("send" if r == 0 else "recv", "tensor"),
+                    "isend_irecv": ("send" if r == 0 else "recv", "tensor"),
+                    "DistributedDataParallel": ("DistributedDataParallel", "weight")}
+        for case, (function, argument) in expected.items():
+            assert refused.format(function, argument) in lines[case], (r, case, out)
+        assert lines["after"] == f"rank {r} after [1.0, 1.0, 1.0, 1.0]", out
+
+
 def test_group_of_one_needs_no_mpi():
     g = dist._single_process_group()
     x = dg.arange(6, dtype=dg.float32).reshape(2, 3)

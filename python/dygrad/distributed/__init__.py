@@ -347,6 +347,15 @@ def _result(handle, async_op):
     return Work(handle) if async_op else None
 
 
+def _check_host_tensors(name, g, tensors):
+    """The collectives composed here refuse a device's tensor before making anything, with the message the
+    collectives of the C++ groups give (distributed/comm.cpp check_tensor): the groups communicate host memory."""
+    for argument, t in tensors:
+        if not t.is_cpu:
+            raise NotImplementedError(f"[{name}] the {g._backend} process group takes cpu tensors; got {argument} on "
+                                      f"{t.device} (copy it to the host with .cpu() first)")
+
+
 def _peer(g, global_rank, group_rank, name, what):
     if group_rank is not None:
         if global_rank is not None:
@@ -410,13 +419,14 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     g = _group(group, "all_gather")
     if g is None:
         return None
+    _check_host_tensors("all_gather", g, [("tensor", tensor)] + [("tensor_list", t) for t in tensor_list])
     if len(tensor_list) != g.size():
         raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} tensors for a group of size {g.size()}")
     for t in tensor_list:
         if t.shape != tensor.shape or t.dtype != tensor.dtype:
             raise ValueError(f"all_gather: every tensor of tensor_list must have the input's shape {tuple(tensor.shape)} "
                              f"and dtype {tensor.dtype}, got {tuple(t.shape)} {t.dtype}")
-    flat = empty((g.size(),) + tuple(tensor.shape), dtype=tensor.dtype)
+    flat = empty((g.size(),) + tuple(tensor.shape), dtype=tensor.dtype, device="cpu")
     work = g._handle.all_gather_into_tensor(flat, tensor.contiguous(), False)
     for i, t in enumerate(tensor_list):
         t.copy_(flat[i])

@@ -52,7 +52,7 @@ class _Bucket:
             return  # claimed this step (or, with gradient_as_bucket_view, for good)
         if self.buffer is None or _C._storage_holders(self.buffer) != 1:
             from .. import empty
-            self.buffer = empty(self.numel, dtype=self.dtype)
+            self.buffer = empty(self.numel, dtype=self.dtype, device="cpu")  # not the default device: the group's
             _C._set_memory_category(self.buffer, "gradient")
         self.views = [self.buffer[o:o + p.numel()].view(p.shape) for o, p in zip(self.offsets, self.params)]
 
@@ -71,6 +71,12 @@ class DistributedDataParallel(Module):
         super().__init__()
         if device_ids not in (None, [], ["cpu"]) or output_device not in (None, "cpu"):
             raise ValueError("DistributedDataParallel: device_ids and output_device must be None for CPU modules")
+        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+            if not t.is_cpu:  # before anything is broadcast or bucketed: the groups communicate host memory
+                group = process_group if process_group is not None else dist.group.WORLD
+                backend = group._backend if group is not None else "mpi"
+                raise NotImplementedError(f"[DistributedDataParallel] the {backend} process group takes cpu "
+                                          f"tensors; got {name} on {t.device} (keep the module on the cpu)")
         for unsupported, name in ((mixed_precision, "mixed_precision"), (device_mesh, "device_mesh"),
                                   (delay_all_reduce_named_params, "delay_all_reduce_named_params"),
                                   (param_to_hook_all_reduce, "param_to_hook_all_reduce")):
@@ -192,7 +198,7 @@ class DistributedDataParallel(Module):
         order = self._arrival + [self._index[_key(p)] for b in self._buckets for p in b.params
                                  if self._index[_key(p)] not in seen]
         if self.process_group.size() > 1:
-            t = tensor(order, dtype=int64)
+            t = tensor(order, dtype=int64, device="cpu")
             root = dist.get_global_rank(self.process_group, 0) if self.process_group is not dist.group.WORLD else 0
             dist.broadcast(t, src=root, group=self.process_group)
             with _C._HostReader("DistributedDataParallel"):  # once, at the first rebuild: rank 0's order

@@ -469,10 +469,12 @@ size_t ProcessGroup::executions_registered() const {
 
 namespace {
 
-void check_tensor(const char* name, const Tensor& t, const char* argument) {
+// Every operand is checked at the call, before any Task reads it: a device's tensor is refused here (the groups
+// communicate host memory; a device's memory is not the host's to read, docs/devices.md).
+void check_tensor(const ProcessGroup& g, const char* name, const Tensor& t, const char* argument) {
   DG_CHECK(t.defined(), Value, "[", name, "] ", argument, " is not a tensor");
-  DG_CHECK(t.device().type == Device::Type::CPU, NotImplemented, "[", name, "] ", argument, " is on ",
-           t.device().str(), ": the MPI backend communicates CPU tensors");
+  DG_CHECK(t.device().is_cpu(), NotImplemented, "[", name, "] the ", g.backend(), " process group takes cpu tensors; "
+           "got ", argument, " on ", t.device().str(), " (copy it to the host with .cpu() first)");
   DG_CHECK(t.is_contiguous(), Value, "[", name, "] ", argument, " of shape ", t.shape(), " with strides ",
            t.strides(), ": Tensors must be contiguous");
   DG_CHECK(t.numel() <= INT_MAX, Value, "[", name, "] ", argument, " of shape ", t.shape(), " has more than ", INT_MAX,
@@ -517,7 +519,7 @@ std::shared_ptr<Work> ProcessGroup::launch(std::shared_ptr<Work> work, bool asyn
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op, bool async_op) {
-  check_tensor("all_reduce", tensor, "tensor");
+  check_tensor(*this, "all_reduce", tensor, "tensor");
   check_reduce_op("all_reduce", tensor, op);
   auto w = std::make_shared<Work>(CommKind::AllReduce, shared_from_this());
   w->op = op;
@@ -527,11 +529,11 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(const Tensor& tensor, ReduceOp op
 
 std::shared_ptr<Work> ProcessGroup::all_reduce_gathered(const Tensor& output, std::vector<Tensor> pieces,
                                                         ReduceOp op, bool async_op) {
-  check_tensor("all_reduce", output, "output");
+  check_tensor(*this, "all_reduce", output, "output");
   check_reduce_op("all_reduce", output, op);
   int64_t total = 0;
   for (const Tensor& t : pieces) {
-    check_tensor("all_reduce", t, "a piece");
+    check_tensor(*this, "all_reduce", t, "a piece");
     DG_CHECK(t.dtype() == output.dtype(), Type, "[all_reduce] a piece of dtype ", dtype_name(t.dtype()),
              " for an output of dtype ", dtype_name(output.dtype()));
     total += t.numel();
@@ -562,7 +564,7 @@ void gather_pieces(Work& w) {
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
-  check_tensor("broadcast", tensor, "tensor");
+  check_tensor(*this, "broadcast", tensor, "tensor");
   check_rank("broadcast", *this, root, "source");
   auto w = std::make_shared<Work>(CommKind::Broadcast, shared_from_this());
   w->root = root;
@@ -571,7 +573,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bo
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op, bool async_op) {
-  check_tensor("reduce", tensor, "tensor");
+  check_tensor(*this, "reduce", tensor, "tensor");
   check_reduce_op("reduce", tensor, op);
   check_rank("reduce", *this, root, "destination");
   auto w = std::make_shared<Work>(CommKind::Reduce, shared_from_this());
@@ -583,8 +585,8 @@ std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, Reduc
 
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op) {
   const char* name = "all_gather_into_tensor";
-  check_tensor(name, output, "output_tensor");
-  check_tensor(name, input, "input_tensor");
+  check_tensor(*this, name, output, "output_tensor");
+  check_tensor(*this, name, input, "input_tensor");
   DG_CHECK(output.dtype() == input.dtype(), Type, "[", name, "] output tensor must have the same type as input tensor"
            " (", dtype_name(output.dtype()), " vs ", dtype_name(input.dtype()), ")");
   DG_CHECK(output.numel() == input.numel() * size(), Value, "[", name, "] output tensor size must be equal to "
@@ -600,8 +602,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(const Tensor& output,
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
                                                           bool async_op) {
   const char* name = "reduce_scatter_tensor";
-  check_tensor(name, output, "output");
-  check_tensor(name, input, "input");
+  check_tensor(*this, name, output, "output");
+  check_tensor(*this, name, input, "input");
   check_reduce_op(name, input, op);
   DG_CHECK(output.dtype() == input.dtype(), Type, "[", name, "] input tensor must be the same type as the output "
            "tensor (", dtype_name(input.dtype()), " vs ", dtype_name(output.dtype()), ")");
@@ -616,7 +618,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(const Tensor& output, 
 }
 
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag, bool async_op) {
-  check_tensor("send", tensor, "tensor");
+  check_tensor(*this, "send", tensor, "tensor");
   check_rank("send", *this, dst, "destination");
   DG_CHECK(dst != rank(), Value, "[send] Invalid destination rank: should not be the same as rank of the current "
            "process (", dst, ")");
@@ -628,7 +630,7 @@ std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag,
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag, bool async_op) {
-  check_tensor("recv", tensor, "tensor");
+  check_tensor(*this, "recv", tensor, "tensor");
   check_rank("recv", *this, src, "source", /*allow_any=*/true);
   DG_CHECK(src != rank(), Value, "[recv] Invalid source rank: should not be the same as rank of the current process (",
            src, ")");
