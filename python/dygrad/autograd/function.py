@@ -56,8 +56,8 @@ class FunctionCtx:
         """Called by the engine (C++) with one gradient per output (None where none arrived); returns one
         gradient (or None) per tensor input."""
         if self._materialize_grads:
-            grads = tuple(_C.zeros(shape, dtype=dtype) if g is None else g
-                          for g, (shape, dtype) in zip(grads, self._output_meta))
+            grads = tuple(_C.zeros(shape, dtype=dtype, device=device) if g is None else g
+                          for g, (shape, dtype, device) in zip(grads, self._output_meta))
         self._saved_access = saved_access
         try:
             result = self._function_class.backward(self, *grads)
@@ -170,8 +170,8 @@ class Function(_SingleLevelFunction):
                 o = o.detach()  # an input returned as is: a new tensor sharing its data gets the history (torch: a view)
             wrapped.append(o)
             recorded.append(None if id(o) in non_diff_ids or not o.is_floating_point() else o)
-        ctx._output_meta = tuple((tuple(o.shape), o.dtype) if isinstance(o, _C.Tensor) else ((), _C.float32)
-                                 for o in wrapped)
+        ctx._output_meta = tuple((tuple(o.shape), o.dtype, None if o.is_meta else o.device) if isinstance(o, _C.Tensor)
+                                 else ((), _C.float32, None) for o in wrapped)
         to_save = ctx._to_save or ()
         ctx._to_save = None  # the node keeps them (and frees them after backward), not the ctx
         _C._function_record(ctx, cls.__name__ + "Backward", tuple(inputs), tuple(recorded), tuple(to_save),

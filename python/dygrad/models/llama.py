@@ -216,7 +216,7 @@ class Llama(nn.Module):
                 logits = self.forward(window)[:, -1, :] / max(temperature, 1e-6)
                 probs = F.softmax(logits.double(), dim=-1).numpy()
                 picks = [[min(int(np.searchsorted(np.cumsum(row), rng.random())), len(row) - 1)] for row in probs]
-                idx = _C.cat((idx, _C.tensor(picks, dtype=_C.int64)), 1)
+                idx = _C.cat((idx, _C.tensor(picks, dtype=_C.int64, device=idx.device)), 1)
         return idx
 
 

@@ -136,7 +136,7 @@ def _dilate(x, dim, stride):
     if stride == 1:
         return x
     shape = tuple(x.shape)
-    gaps = _C.zeros(shape[:dim + 1] + (stride - 1,) + shape[dim + 1:], dtype=x.dtype)
+    gaps = _C.zeros(shape[:dim + 1] + (stride - 1,) + shape[dim + 1:], dtype=x.dtype, device=x.device)
     spread = _C.cat([x.unsqueeze(dim + 1), gaps], dim + 1)  # [..., n, stride, ...]
     spread = spread.reshape(shape[:dim] + (shape[dim] * stride,) + shape[dim + 1:])
     return spread.narrow(dim, 0, (shape[dim] - 1) * stride + 1)

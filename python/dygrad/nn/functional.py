@@ -176,7 +176,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
         return input
     if p == 1.0:
         return input * 0.0
-    keep = _C.rand(tuple(input.shape), dtype=input.dtype) >= p
+    keep = _C.rand(tuple(input.shape), dtype=input.dtype, device=input.device) >= p
     out = input * keep.to(input.dtype) * (1.0 / (1.0 - p))
     if inplace:
         input.copy_(out)
@@ -413,7 +413,7 @@ def mish(input, inplace=False):
 def logsigmoid(input):
     """min(x, 0) - log1p(exp(-|x|)), as torch's kernel; minimum splits the gradient at 0 as torch's backward
     (0.5 there)."""
-    return _C.minimum(input, _C.zeros((), dtype=input.dtype)) - _C.log1p(_C.exp(-input.abs()))
+    return _C.minimum(input, _C.zeros((), dtype=input.dtype, device=input.device)) - _C.log1p(_C.exp(-input.abs()))
 
 
 # The convolutions, batch and group norm and multi-head attention are defined beside their modules (conv.py,

@@ -1,6 +1,8 @@
 """Parameter initialisation, as torch.nn.init: in-place fills under no_grad. Draws come from dygrad's
 counter-based RNG (docs/rng.md), or, when a dygrad.Generator is passed, from that generator's own stream (so a
-seeded Generator gives the same values every time, independently of the global seed; not torch's numbers)."""
+seeded Generator gives the same values every time, independently of the global seed; not torch's numbers). The values
+are made on the host, whatever the default device, and copied into the tensor wherever it lives (the draws are the
+same numbers on every device)."""
 import math
 import warnings
 
@@ -12,21 +14,21 @@ def _host_draw(tensor, generator, kind, a, b):
     """Values drawn from a dygrad.Generator's stream on the host, as a tensor of tensor's shape and dtype."""
     shape = tuple(tensor.shape)
     values = generator._state.uniform(a, b, size=shape) if kind == "uniform" else generator._state.normal(a, b, size=shape)
-    return _C.tensor(values.astype("float64"), dtype=tensor.dtype) if shape else _C.tensor(float(values), dtype=tensor.dtype)
+    return _C.tensor(values.astype("float64") if shape else float(values), dtype=tensor.dtype, device="cpu")
 
 
 def _no_grad_uniform_(tensor, a, b, generator=None):
     with no_grad():
         if generator is not None:
             return tensor.copy_(_host_draw(tensor, generator, "uniform", a, b))
-        return tensor.copy_(_C.rand(tuple(tensor.shape), dtype=tensor.dtype) * (b - a) + a)
+        return tensor.copy_(_C.rand(tuple(tensor.shape), dtype=tensor.dtype, device="cpu") * (b - a) + a)
 
 
 def _no_grad_normal_(tensor, mean, std, generator=None):
     with no_grad():
         if generator is not None:
             return tensor.copy_(_host_draw(tensor, generator, "normal", mean, std))
-        return tensor.copy_(_C.randn(tuple(tensor.shape), dtype=tensor.dtype) * std + mean)
+        return tensor.copy_(_C.randn(tuple(tensor.shape), dtype=tensor.dtype, device="cpu") * std + mean)
 
 
 def uniform_(tensor, a=0.0, b=1.0, generator=None):
@@ -64,7 +66,8 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
                       "be incorrect.", stacklevel=2)
     with no_grad():
         low, high = norm_cdf((a - mean) / std), norm_cdf((b - mean) / std)
-        work = _C.empty(tuple(tensor.shape), dtype=_C.float64 if tensor.dtype == _C.float64 else _C.float32)
+        work = _C.empty(tuple(tensor.shape), dtype=_C.float64 if tensor.dtype == _C.float64 else _C.float32,
+                        device="cpu")
         _no_grad_uniform_(work, 2 * low - 1, 2 * high - 1, generator)
         values = _C.clamp(_erfinv(work) * (std * math.sqrt(2.0)) + mean, min=a, max=b)
         tensor.copy_(values)
@@ -164,7 +167,7 @@ def eye_(tensor):
         raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape
     with no_grad():
-        return tensor.copy_(_C.arange(rows).reshape(rows, 1) == _C.arange(cols).reshape(1, cols))
+        return tensor.copy_(_C.arange(rows, device="cpu").reshape(rows, 1) == _C.arange(cols, device="cpu").reshape(1, cols))
 
 
 def dirac_(tensor, groups=1):
@@ -185,7 +188,7 @@ def dirac_(tensor, groups=1):
         for d in range(min_dim):
             values[(g * out_per_group + d, d) + centre] = 1
     with no_grad():
-        return tensor.copy_(_C.tensor(values, dtype=tensor.dtype))
+        return tensor.copy_(_C.tensor(values, dtype=tensor.dtype, device="cpu"))
 
 
 def orthogonal_(tensor, gain=1, generator=None):
@@ -199,7 +202,7 @@ def orthogonal_(tensor, gain=1, generator=None):
     import numpy as np
     rows = tensor.shape[0]
     cols = tensor.numel() // rows
-    flat = _C.empty((rows, cols), dtype=_C.float64)
+    flat = _C.empty((rows, cols), dtype=_C.float64, device="cpu")
     _no_grad_normal_(flat, 0.0, 1.0, generator)
     sample = flat.numpy()
     if rows < cols:
@@ -210,7 +213,7 @@ def orthogonal_(tensor, gain=1, generator=None):
         q = q.T
     with no_grad():
         return tensor.copy_(_C.tensor(np.ascontiguousarray(q).reshape(tuple(tensor.shape)) * gain,
-                                      dtype=tensor.dtype))
+                                      dtype=tensor.dtype, device="cpu"))
 
 
 def sparse_(tensor, sparsity, std=0.01, generator=None):

@@ -27,7 +27,7 @@ def _canonical_mask(mask, mask_name, other_type, other_name, target_type, check_
         warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. Use same type for both "
                       "instead.", stacklevel=3)
     if not is_float:
-        mask = _C.zeros(tuple(mask.shape), dtype=target_type).masked_fill(mask, float("-inf"))
+        mask = _C.zeros(tuple(mask.shape), dtype=target_type, device=mask.device).masked_fill(mask, float("-inf"))
     return mask
 
 
@@ -149,7 +149,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     k = static_k if static_k is not None else k.reshape(k.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
     v = static_v if static_v is not None else v.reshape(v.shape[0], bsz * num_heads, head_dim).transpose(0, 1)
     if add_zero_attn:
-        zeros = _C.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype)
+        zeros = _C.zeros((bsz * num_heads, 1, head_dim), dtype=k.dtype, device=k.device)
         k, v = _C.cat([k, zeros], 1), _C.cat([v, zeros], 1)
         attn_mask, key_padding_mask = _pad_last(attn_mask), _pad_last(key_padding_mask)
     src_len = k.shape[1]

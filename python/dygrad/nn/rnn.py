@@ -192,8 +192,9 @@ class RNNBase(Module):
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         lstm = self.mode == "LSTM"
         if hx is None:
-            zeros = _C.zeros((self.num_layers * directions, batch, real_hidden), dtype=input.dtype)
-            hx = (zeros, _C.zeros((self.num_layers * directions, batch, self.hidden_size), dtype=input.dtype)) \
+            zeros = _C.zeros((self.num_layers * directions, batch, real_hidden), dtype=input.dtype, device=input.device)
+            hx = (zeros, _C.zeros((self.num_layers * directions, batch, self.hidden_size), dtype=input.dtype,
+                                  device=input.device)) \
                 if lstm else (zeros,)
         final_h, final_c = [], []
         layer_input = input
@@ -219,7 +220,7 @@ class RNNBase(Module):
                                       self.mode == "RNN_RELU")
                     sequence[t] = h
                 outputs.append(_C.stack(sequence, 0) if steps else
-                               _C.zeros((0, batch, real_hidden), dtype=input.dtype))
+                               _C.zeros((0, batch, real_hidden), dtype=input.dtype, device=input.device))
                 final_h.append(h)
                 if lstm:
                     final_c.append(c)
@@ -324,7 +325,7 @@ class RNNCellBase(Module):
         prepared = []
         for i, s in enumerate(states):
             if s is None:
-                s = _C.zeros((input.shape[0], self.hidden_size), dtype=input.dtype)
+                s = _C.zeros((input.shape[0], self.hidden_size), dtype=input.dtype, device=input.device)
             elif not batched:
                 s = s.unsqueeze(0)
             if input.shape[0] != s.shape[0]:

@@ -25,7 +25,7 @@ def _get_clones(module, n):
 
 def _generate_square_subsequent_mask(sz, device=None, dtype=None):
     """-inf above the diagonal, 0 on and below it: [sz, sz]."""
-    return _C.triu(_C.full((sz, sz), float("-inf"), dtype=dtype if dtype is not None else _C.float32), 1)
+    return _C.triu(_C.full((sz, sz), float("-inf"), dtype=dtype if dtype is not None else _C.float32, device=device), 1)
 
 
 def _detect_is_causal_mask(mask, is_causal=None, size=None):
@@ -33,7 +33,7 @@ def _detect_is_causal_mask(mask, is_causal=None, size=None):
     make_causal = is_causal is True
     if is_causal is None and mask is not None:
         sz = size if size is not None else mask.shape[-2]
-        causal = _generate_square_subsequent_mask(sz, dtype=mask.dtype)
+        causal = _generate_square_subsequent_mask(sz, device=mask.device, dtype=mask.dtype)
         make_causal = tuple(mask.shape) == tuple(causal.shape) and bool((mask == causal).all())
     return make_causal
 
