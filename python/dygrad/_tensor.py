@@ -75,7 +75,7 @@ def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, lay
 
 
 def _cuda(self, device=None, non_blocking=False, memory_format=None):
-    raise RuntimeError("[cuda] dygrad was built with the cpu backend only (dygrad.cuda.is_available() is False)")
+    raise RuntimeError("[cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() is False)")
 
 
 def _register_post_accumulate_grad_hook(self, hook):

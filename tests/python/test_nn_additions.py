@@ -33,7 +33,7 @@ def test_buffer_registers_persistent_or_not_as_torch():
 
 
 def test_module_cuda_raises_without_cuda():
-    with pytest.raises(RuntimeError, match="cpu backend only"):
+    with pytest.raises(RuntimeError, match="built without the cuda backend"):
         dg.nn.Linear(2, 2).cuda()
 
 

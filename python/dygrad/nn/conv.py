@@ -242,9 +242,9 @@ class _ConvNd(Module):
         else:
             self._reversed_padding_repeated_twice = tuple(p for p in reversed(padding) for _ in range(2))
         shape = (in_channels, out_channels // groups) if transposed else (out_channels, in_channels // groups)
-        self.weight = Parameter(_C.empty(shape + tuple(kernel_size), dtype=dtype))
+        self.weight = Parameter(_C.empty(shape + tuple(kernel_size), device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(_C.empty((out_channels,), dtype=dtype))
+            self.bias = Parameter(_C.empty((out_channels,), device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()

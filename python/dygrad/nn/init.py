@@ -167,7 +167,8 @@ def eye_(tensor):
         raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape
     with no_grad():
-        return tensor.copy_(_C.arange(rows, device="cpu").reshape(rows, 1) == _C.arange(cols, device="cpu").reshape(1, cols))
+        rows_index, cols_index = _C.arange(rows, device="cpu"), _C.arange(cols, device="cpu")
+        return tensor.copy_(rows_index.reshape(rows, 1) == cols_index.reshape(1, cols))
 
 
 def dirac_(tensor, groups=1):

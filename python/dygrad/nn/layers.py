@@ -13,13 +13,13 @@ from .parameter import Parameter
 
 
 class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True, dtype=None):
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
         super().__init__()
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(_C.empty((out_features, in_features), dtype=dtype))
+        self.weight = Parameter(_C.empty((out_features, in_features), device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(_C.empty((out_features,), dtype=dtype))
+            self.bias = Parameter(_C.empty((out_features,), device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -38,14 +38,14 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, dtype=None):
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, device=None, dtype=None):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings
         self.padding_idx = padding_idx
-        self.weight = Parameter(_C.empty((num_embeddings, embedding_dim), dtype=dtype))
+        self.weight = Parameter(_C.empty((num_embeddings, embedding_dim), device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -65,7 +65,7 @@ class Embedding(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -73,9 +73,9 @@ class LayerNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(_C.ones(self.normalized_shape, dtype=dtype))
+            self.weight = Parameter(_C.ones(self.normalized_shape, device=device, dtype=dtype))
             if bias:
-                self.bias = Parameter(_C.zeros(self.normalized_shape, dtype=dtype))
+                self.bias = Parameter(_C.zeros(self.normalized_shape, device=device, dtype=dtype))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -90,7 +90,7 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, dtype=None):
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -98,7 +98,7 @@ class RMSNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(_C.ones(self.normalized_shape, dtype=dtype))
+            self.weight = Parameter(_C.ones(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
 
@@ -673,8 +673,8 @@ class PReLU(Module):
     def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
         super().__init__()
         self.num_parameters, self.init = num_parameters, init
-        self.weight = Parameter(_C.full((num_parameters,), float(init), dtype=dtype if dtype is not None
-                                        else _C.float32))
+        self.weight = Parameter(_C.full((num_parameters,), float(init), device=device,
+                                        dtype=dtype if dtype is not None else _C.float32))
 
     def reset_parameters(self):
         with no_grad():

@@ -207,25 +207,25 @@ class MultiheadAttention(Module):
         if self.head_dim * num_heads != embed_dim:
             raise AssertionError("embed_dim must be divisible by num_heads")
         if not self._qkv_same_embed_dim:
-            self.q_proj_weight = Parameter(_C.empty((embed_dim, embed_dim), dtype=dtype))
-            self.k_proj_weight = Parameter(_C.empty((embed_dim, self.kdim), dtype=dtype))
-            self.v_proj_weight = Parameter(_C.empty((embed_dim, self.vdim), dtype=dtype))
+            self.q_proj_weight = Parameter(_C.empty((embed_dim, embed_dim), device=device, dtype=dtype))
+            self.k_proj_weight = Parameter(_C.empty((embed_dim, self.kdim), device=device, dtype=dtype))
+            self.v_proj_weight = Parameter(_C.empty((embed_dim, self.vdim), device=device, dtype=dtype))
             self.register_parameter("in_proj_weight", None)
         else:
-            self.in_proj_weight = Parameter(_C.empty((3 * embed_dim, embed_dim), dtype=dtype))
+            self.in_proj_weight = Parameter(_C.empty((3 * embed_dim, embed_dim), device=device, dtype=dtype))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
         if bias:
-            self.in_proj_bias = Parameter(_C.empty((3 * embed_dim,), dtype=dtype))
+            self.in_proj_bias = Parameter(_C.empty((3 * embed_dim,), device=device, dtype=dtype))
         else:
             self.register_parameter("in_proj_bias", None)
         from .modules.linear import NonDynamicallyQuantizableLinear  # modules/ imports this file
 
-        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, dtype=dtype)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
         if add_bias_kv:
-            self.bias_k = Parameter(_C.empty((1, 1, embed_dim), dtype=dtype))
-            self.bias_v = Parameter(_C.empty((1, 1, embed_dim), dtype=dtype))
+            self.bias_k = Parameter(_C.empty((1, 1, embed_dim), device=device, dtype=dtype))
+            self.bias_v = Parameter(_C.empty((1, 1, embed_dim), device=device, dtype=dtype))
         else:
             self.bias_k = self.bias_v = None
         self.add_zero_attn = add_zero_attn

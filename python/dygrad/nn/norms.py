@@ -93,18 +93,18 @@ class _NormBase(Module):
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
-            self.weight = Parameter(_C.empty((num_features,), dtype=dtype))
+            self.weight = Parameter(_C.empty((num_features,), device=device, dtype=dtype))
             if bias:
-                self.bias = Parameter(_C.empty((num_features,), dtype=dtype))
+                self.bias = Parameter(_C.empty((num_features,), device=device, dtype=dtype))
             else:
                 self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", _C.zeros((num_features,), dtype=dtype))
-            self.register_buffer("running_var", _C.ones((num_features,), dtype=dtype))
-            self.register_buffer("num_batches_tracked", _C.tensor(0, dtype=_C.int64))
+            self.register_buffer("running_mean", _C.zeros((num_features,), device=device, dtype=dtype))
+            self.register_buffer("running_var", _C.ones((num_features,), device=device, dtype=dtype))
+            self.register_buffer("num_batches_tracked", _C.tensor(0, dtype=_C.int64, device=device))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
@@ -173,9 +173,9 @@ class GroupNorm(Module):
             raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         if affine:
-            self.weight = Parameter(_C.empty((num_channels,), dtype=dtype))
+            self.weight = Parameter(_C.empty((num_channels,), device=device, dtype=dtype))
             if bias:
-                self.bias = Parameter(_C.empty((num_channels,), dtype=dtype))
+                self.bias = Parameter(_C.empty((num_channels,), device=device, dtype=dtype))
             else:
                 self.register_parameter("bias", None)
         else:

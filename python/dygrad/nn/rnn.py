@@ -93,7 +93,7 @@ class RNNBase(Module):
                 names = []
                 for base, shape in shapes:
                     name = f"{base}_l{layer}{suffix}"
-                    setattr(self, name, Parameter(_C.empty(shape, dtype=dtype)))
+                    setattr(self, name, Parameter(_C.empty(shape, device=device, dtype=dtype)))
                     names.append(name)
                 self._flat_weights_names.extend(names)
                 self._all_weights.append(names)
@@ -287,11 +287,11 @@ class RNNCellBase(Module):
     def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        self.weight_ih = Parameter(_C.empty((num_chunks * hidden_size, input_size), dtype=dtype))
-        self.weight_hh = Parameter(_C.empty((num_chunks * hidden_size, hidden_size), dtype=dtype))
+        self.weight_ih = Parameter(_C.empty((num_chunks * hidden_size, input_size), device=device, dtype=dtype))
+        self.weight_hh = Parameter(_C.empty((num_chunks * hidden_size, hidden_size), device=device, dtype=dtype))
         if bias:
-            self.bias_ih = Parameter(_C.empty((num_chunks * hidden_size,), dtype=dtype))
-            self.bias_hh = Parameter(_C.empty((num_chunks * hidden_size,), dtype=dtype))
+            self.bias_ih = Parameter(_C.empty((num_chunks * hidden_size,), device=device, dtype=dtype))
+            self.bias_hh = Parameter(_C.empty((num_chunks * hidden_size,), device=device, dtype=dtype))
         else:
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)

@@ -43,13 +43,13 @@ class TransformerEncoderLayer(Module):
                  batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                            dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+                                            device=device, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.activation = _get_activation_fn(activation) if isinstance(activation, str) else activation
@@ -81,16 +81,16 @@ class TransformerDecoderLayer(Module):
                  batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias,
-                                            dtype=dtype)
+                                            device=device, dtype=dtype)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias,
-                                                 dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+                                                 device=device, dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, device=device, dtype=dtype)
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, device=device, dtype=dtype)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.dropout3 = Dropout(dropout)
@@ -174,16 +174,16 @@ class Transformer(Module):
             self.encoder = custom_encoder
         else:
             layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                                            batch_first, norm_first, bias, dtype=dtype)
-            self.encoder = TransformerEncoder(layer, num_encoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+                                            batch_first, norm_first, bias, device=device, dtype=dtype)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, norm)
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
             layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
-                                            batch_first, norm_first, bias, dtype=dtype)
-            self.decoder = TransformerDecoder(layer, num_decoder_layers,
-                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+                                            batch_first, norm_first, bias, device=device, dtype=dtype)
+            norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, device=device, dtype=dtype)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers, norm)
         self._reset_parameters()
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
 
