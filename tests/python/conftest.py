@@ -21,6 +21,11 @@ def pytest_report_header(config):
             f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset)')}"]
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_device_ops: runs ops on the test device (passes once every op allocates "
+                                       "its outputs on its inputs' device, issue 34's op sweep)")
+
+
 def pytest_sessionstart(session):
     """DYGRAD_CPU_ISA=LEVEL (make test-levels) must run that level's kernels: a run that silently ran another would
     prove nothing about it."""
