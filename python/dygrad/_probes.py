@@ -53,29 +53,26 @@ class device(str):  # noqa: N801 -- torch's spelling
     # DeviceContext): the CPU, "test:N" (when the test device is on), or "meta", where libraries build a model
     # before loading its weights. Per thread, as torch's; the device before the block is the default again after it.
     def __enter__(self):
+        from . import _C
+        if self.type != "meta" and _meta_depth:
+            from ._not_provided import not_provided
+            raise not_provided(f"a {self.type} default device inside torch.device('meta')")
+        saved = _C._get_default_device()
+        # meta evaluation builds its tensors as the CPU's (address space only), whatever the default device was
+        _C._set_default_device("cpu" if self.type == "meta" else self, "device")  # raises when not available
         if self.type == "meta":
             _enter_meta()
-            saved = None
-        else:
-            if _meta_depth:
-                from ._not_provided import not_provided
-                raise not_provided(f"a {self.type} default device inside torch.device('meta')")
-            from . import _C
-            saved = _C._get_default_device()
-            _C._set_default_device(self, "device")  # raises when the device is not available
-        _scopes().append((self, saved))
-        if self.type == "meta":
             _default_devices.append(self)
+        _scopes().append((self, saved))
         return self
 
     def __exit__(self, *exc):
+        from . import _C
         entered, saved = _scopes().pop()
         if entered.type == "meta":
             _default_devices.pop()
             _exit_meta()
-        else:
-            from . import _C
-            _C._set_default_device(saved, "device")
+        _C._set_default_device(saved, "device")
         return False
 
 

@@ -363,6 +363,15 @@ def test_with_device_nests_and_restores(default_device):
     assert dg.get_default_device() == dg.device("test:0")
 
 
+def test_meta_inside_a_default_device_builds_meta_tensors(default_device):
+    dg.set_default_device("test:1")
+    with dg.device("meta"):
+        assert str(dg.get_default_device()) == "meta"
+        layer = nn.Linear(4, 4)
+        assert layer.weight.is_meta and str(layer.weight.device) == "meta"
+    assert dg.get_default_device() == dg.device("test:1") and dev(dg.zeros(1)) == "test:1"
+
+
 def test_the_default_device_is_per_thread_as_torch(default_device):
     seen = {}
 
