@@ -158,7 +158,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
         norm = magnitude.sum(dim, keepdim=True)
     elif p == 2.0:  # sqrt(clamp(sum x^2, eps^2)) = clamp(norm, eps), without sqrt's infinite slope at a zero row
         return input / _C.clamp((input * input).sum(dim, keepdim=True), min=eps * eps).sqrt()
-    elif eps ** p > 0 and _C.tensor(eps ** p, dtype=input.dtype).item() > 0:  # the same trick: clamp before the root
+    elif eps ** p > 0 and _C.tensor(eps ** p, dtype=input.dtype, device="cpu").item() > 0:  # (clamp before the root)
         return input / _C.clamp((magnitude ** p).sum(dim, keepdim=True), min=eps ** p) ** (1.0 / p)
     else:
         norm = (magnitude ** p).sum(dim, keepdim=True) ** (1.0 / p)
