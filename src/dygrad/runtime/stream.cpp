@@ -614,7 +614,8 @@ bool Stream::run_task(Task& task) {
       bool kept = false;
       for (Tensor& out : task.outputs) {
         if (out.storage().poisoned_by()) continue;  // keeps the failure it names
-        if (out.storage().birth_seq() < bad_here) kept = true;
+        // A buffer of another device (a copy's destination) counts its birth on its own stream: born after.
+        if (out.device() == device_ && out.storage().birth_seq() < bad_here) kept = true;
         else out.storage().poison(bad);
       }
       if (kept) note_skipped_update(task, bad_here);
