@@ -502,7 +502,7 @@ bool to_device_arg(const char* op, PyObject* o, Device& out) {
   return false;
 }
 
-bool check_device_available(const char* op, Device device) {
+bool device_available(const char* op, Device device) {
   if (device.is_cpu()) [[likely]] return true;
   try {
     dg::check_device_available(op, device);  // the one message (runtime/devices.h)
@@ -516,7 +516,6 @@ bool check_device_available(const char* op, Device device) {
 bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fallback, TensorOptions& out,
                              const Device* fallback_device) {
   out.dtype = fallback;
-  out.device = fallback_device;
   if (o.dtype && o.dtype != Py_None && !to_dtype(op, o.dtype, out.dtype)) return false;
   if (!to_bool_argument(op, "requires_grad", o.requires_grad, false, out.requires_grad)) return false;
   if (o.device && o.device != Py_None) {
@@ -524,7 +523,7 @@ bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fall
   } else {
     out.device = fallback_device ? *fallback_device : t_default_device;
   }
-  return check_device_available(op, out.device);
+  return device_available(op, out.device);
 }
 
 Tensor factory_on_device(Tensor t, const TensorOptions& options) {

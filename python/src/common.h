@@ -190,7 +190,7 @@ bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fall
 Device default_device();
 void set_default_device(Device device);
 // False with a RuntimeError naming the op when `device` is not available (the test device off, no CUDA backend).
-bool check_device_available(const char* op, Device device);
+bool device_available(const char* op, Device device);
 // A factory whose op builds on the host (the random and range ops take no device): called with
 // `without_grad(options)`, its result goes through factory_on_device, which copies it to options.device (nothing
 // when the op already built it there) and then sets requires_grad, so the tensor returned is a leaf.
@@ -210,7 +210,7 @@ PyObject* dtype_object(DType t);  // borrowed
 bool to_dtype(const char* op, PyObject* o, DType& out);
 // A device argument: "cpu", "test", "test:1", "cuda:0" (a str or dygrad.device), or an int (a CUDA index, as torch).
 // False with a Python error naming the op when it is not a device; whether the device exists is the op's check
-// (check_device_available).
+// (device_available).
 bool to_device_arg(const char* op, PyObject* o, Device& out);
 // Whether `o` names a device (a str that parses as one), for arguments that take a device or a dtype.
 bool looks_like_device(PyObject* o);

@@ -243,7 +243,7 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   // copies a tensor where it is unless a default device is set).
   Device device = is_tensor(a[0]) && default_device().is_cpu() ? unwrap(a[0]).device() : default_device();
   if (a[2] && a[2] != Py_None && !to_device_arg("tensor", a[2], device)) return nullptr;
-  if (!check_device_available("tensor", device)) return nullptr;
+  if (!device_available("tensor", device)) return nullptr;
   return guarded([&] {
     const DType* cast = a[1] && a[1] != Py_None ? &dtype : nullptr;
     Tensor t;

@@ -188,7 +188,7 @@ PyObject* to_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyOb
     return to_dtype("to", o, dtype);
   };
   if (!take(a[1], false) || !take(a[2], false) || !take(a[3], false) || !take(a[4], true) ||
-      !check_device_available("to", device))
+      !device_available("to", device))
     return nullptr;
   bool copy, non_blocking;
   if (!to_bool_argument("to", "copy", a[5], false, copy)) return nullptr;

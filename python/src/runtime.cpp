@@ -316,14 +316,14 @@ void init_runtime(nb::module_& m) {
   // The default device of factories (python/dygrad/_factories.py set_default_device, `with dygrad.device(d):`).
   m.def("_set_default_device", [](const std::string& device, const std::string& op) {
     const Device d = parse_device_or_raise(op.c_str(), device);
-    if (!check_device_available(op.c_str(), d)) throw nb::python_error();
+    if (!device_available(op.c_str(), d)) throw nb::python_error();
     set_default_device(d);
   }, nb::arg("device"), nb::arg("op") = "set_default_device",
      "Sets this thread's default device of factories (one that is available; `op` names the caller in errors).");
   m.def("_get_default_device", [] { return default_device().str(); });
   m.def("_check_device", [](const std::string& op, nb::handle device) {
     Device d;
-    if (!to_device_arg(op.c_str(), device.ptr(), d) || !check_device_available(op.c_str(), d)) throw nb::python_error();
+    if (!to_device_arg(op.c_str(), device.ptr(), d) || !device_available(op.c_str(), d)) throw nb::python_error();
     return d.str();
   }, nb::arg("op"), nb::arg("device"),
      "The device a device= argument names ('cpu', 'test:0'), checked as the C++ factories check it.");

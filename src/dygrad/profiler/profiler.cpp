@@ -413,6 +413,7 @@ void Profiler::start() {
   data_ = ProfileData();
   data_.options = options;
   session_ = std::make_unique<Session>(g_next_session_id.fetch_add(1), options);
+  Stream::cpu();  // made now if no op ran yet, so the loops below see it
   for (int id = 0; id < kMaxStreams; ++id)
     if (Stream* s = Stream::by_id(id)) session_->first_seq[id] = s->enqueued() + 1;
   data_.memory_at_start = CachingAllocator::cpu().stats();
