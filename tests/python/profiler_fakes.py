@@ -4,7 +4,7 @@ import itertools
 from collections import namedtuple
 
 OpEvent = namedtuple("OpEvent", "seq name host_thread host_begin_ns enqueue_ns device_thread device_begin_ns "
-                                "device_end_ns flops bytes failed file line input_shapes output_shapes stack")
+                                "device_end_ns flops bytes failed file line input_shapes output_shapes stack device")
 Range = namedtuple("Range", "kind name thread begin_ns end_ns async_")
 MemorySample = namedtuple("MemorySample", "ts_ns allocated reserved by_category")
 Row = namedtuple("Row", "name input_shapes count ran device_total_ns device_mean_ns host_total_ns flops bytes "

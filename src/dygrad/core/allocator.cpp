@@ -27,8 +27,11 @@ MemoryCategory current_memory_category() { return tls_category; }
 MemoryCategoryScope::MemoryCategoryScope(MemoryCategory c) : saved_(tls_category) { tls_category = c; }
 MemoryCategoryScope::~MemoryCategoryScope() { tls_category = saved_; }
 
+Allocator* detail::g_cpu_allocator = nullptr;
+
 void register_allocator(Device::Type type, Allocator* allocator) {
   allocators[static_cast<int>(type)] = allocator;
+  if (type == Device::Type::CPU) detail::g_cpu_allocator = allocator;
   // Once another device has had memory, its tensors may still exist: the flag never goes back.
   if (type != Device::Type::CPU && allocator) g_only_cpu.store(false, std::memory_order_relaxed);
 }

@@ -67,6 +67,14 @@ void register_allocator(Device::Type type, Allocator* allocator);
 // One device's allocator (a test device's, each with its own memory), ahead of its type's.
 void register_device_allocator(Device device, Allocator* allocator);
 Allocator& allocator_for(Device device);
+namespace detail {
+extern Allocator* g_cpu_allocator;  // allocators[CPU], read on the hot path without a call
+}
+// The CPU's, once registered, without a call; anything else through allocator_for.
+inline Allocator& allocator_of(Device device) {
+  if (device.type == Device::Type::CPU && detail::g_cpu_allocator) [[likely]] return *detail::g_cpu_allocator;
+  return allocator_for(device);
+}
 // True while only the CPU has an allocator: every tensor is then a CPU tensor, and enqueue need not look at the
 // operands' devices (runtime/op_def.h, resolve_kernel).
 extern std::atomic<bool> g_only_cpu;  // defined (and cleared) in core/allocator.cpp; read through cpu_only()

@@ -196,7 +196,8 @@ void Storage::on_only_task_refs() const {
     return;
   MemoryBlock block = block_;
   block.foreign_use = foreign_use_.load(std::memory_order_acquire);
-  allocator_for(device_).free(block, nbytes_, category_, tasks_enqueued_[stream_id(device_)].load(std::memory_order_acquire));
+  allocator_of(device_).free(block, nbytes_, category_,
+                             tasks_enqueued_[device_.is_cpu() ? 0 : stream_id(device_)].load(std::memory_order_acquire));
   block_released_.store(true, std::memory_order_release);
   notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
 }
@@ -237,9 +238,9 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   if (meta::active() && nbytes > 0) [[unlikely]] s->block_ = meta::allocate(nbytes, s->category_);
   else {
     const bool host = g_host_allocation_scopes.load(std::memory_order_relaxed) != 0 && tls_host_allocation;
-    s->block_ = allocator_for(device).allocate(nbytes, s->category_, /*stream_ordered=*/!host);
+    s->block_ = allocator_of(device).allocate(nbytes, s->category_, /*stream_ordered=*/!host);
   }
-  const int stream = stream_id(device);
+  const int stream = device.is_cpu() ? 0 : stream_id(device);
   s->in_use_until_.store(make_event(stream, s->block_.in_use_until), std::memory_order_relaxed);
   s->data_ = s->block_.ptr;
   s->nbytes_ = nbytes;
@@ -293,9 +294,13 @@ Storage::~Storage() {
   } else if (meta::is_meta(block_)) [[unlikely]] {
     meta::free(block_, nbytes_, category_);
   } else if (!block_released_.load(std::memory_order_acquire)) {
-    MemoryBlock block = block_;
-    block.foreign_use = foreign_use_.load(std::memory_order_acquire);
-    allocator_for(device_).free(block, nbytes_, category_);
+    if (const uint64_t foreign = foreign_use_.load(std::memory_order_acquire)) [[unlikely]] {
+      MemoryBlock block = block_;
+      block.foreign_use = foreign;
+      allocator_of(device_).free(block, nbytes_, category_);
+    } else {
+      allocator_of(device_).free(block_, nbytes_, category_);
+    }
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
   }
 }

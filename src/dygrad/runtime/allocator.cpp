@@ -170,14 +170,6 @@ void CachingAllocator::wait_until_run(uint64_t seq) const {
   if (Stream* s = Stream::by_id(stream_id(device_))) s->wait_until_run(seq);
 }
 
-void CachingAllocator::process_pending_locked() {
-  size_t kept = 0;
-  for (Pending& p : pending_) {
-    if (Stream::event_done(p.block.foreign_use)) free_locked(p.block, p.nbytes, p.category, p.in_use_until, nullptr);
-    else pending_[kept++] = p;
-  }
-  pending_.resize(kept);
-}
 namespace {
 // Registers the CPU allocator when the library loads, before any Storage is made.
 [[maybe_unused]] const bool cpu_allocator_registered = (CachingAllocator::cpu(), true);
@@ -769,11 +761,11 @@ void CachingAllocator::free(Block block, size_t nbytes, MemoryCategory category,
     pending_.push_back(Pending{block, nbytes, category, in_use_until});
     return;
   }
-  free_locked(block, nbytes, category, in_use_until, std::move(context));
+  free_locked(block, nbytes, category, in_use_until, context);
 }
 
-void CachingAllocator::free_locked(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until,
-                                   AllocContextPtr context) {
+[[gnu::always_inline]] inline void CachingAllocator::free_locked(Block block, size_t nbytes, MemoryCategory category,
+                                                                 uint64_t in_use_until, AllocContextPtr& context) {
   Node* node = static_cast<Node*>(block.handle);
   ++stats_.num_frees;
   stats_.active -= static_cast<int64_t>(node->size);
@@ -805,6 +797,16 @@ void CachingAllocator::free_locked(Block block, size_t nbytes, MemoryCategory ca
   insert_free(node);
   if (AllocatorObserver* obs = observer())
     obs->on_memory_event(MemoryEventKind::Free, static_cast<int64_t>(nbytes), category, stats_);
+}
+
+void CachingAllocator::process_pending_locked() {
+  size_t kept = 0;
+  for (Pending& p : pending_) {
+    AllocContextPtr none;
+    if (Stream::event_done(p.block.foreign_use)) free_locked(p.block, p.nbytes, p.category, p.in_use_until, none);
+    else pending_[kept++] = p;
+  }
+  pending_.resize(kept);
 }
 
 void CachingAllocator::retag(const Block& block, size_t nbytes, MemoryCategory from, MemoryCategory to) {

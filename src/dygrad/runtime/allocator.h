@@ -233,7 +233,8 @@ class CachingAllocator final : public Allocator {
     MemoryCategory category;
     uint64_t in_use_until;
   };
-  void free_locked(Block block, size_t nbytes, MemoryCategory category, uint64_t in_use_until, AllocContextPtr context);
+  [[gnu::always_inline]] inline void free_locked(Block block, size_t nbytes, MemoryCategory category,
+                                                 uint64_t in_use_until, AllocContextPtr& context);
   void process_pending_locked();
   Pool& pool(bool small) { return small ? small_pool_ : large_pool_; }
   const Pool& pool(bool small) const { return small ? small_pool_ : large_pool_; }

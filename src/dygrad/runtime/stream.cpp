@@ -323,7 +323,7 @@ void check_aliases(const OpDef& op, std::span<const Tensor> inputs, std::span<co
 // the borrow ends when it goes out of scope, whatever the kernel did.
 // Fills an empty Task, each operand held as `hold` makes it (a borrow, or a ring slot's task reference).
 template <typename Hold>
-void fill_task(Task& task, const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+[[gnu::always_inline]] inline void fill_task(Task& task, const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
                std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site, Hold hold) {
   task.op = &op;
   task.kernel = kernel;
@@ -422,16 +422,10 @@ uint64_t Stream::run_synchronized(Task& task) {
   return task.seq;
 }
 
-uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+[[gnu::flatten]] uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                         const Attrs& attrs, const CallSite& site) {
   // Checked here, on the calling thread, so a mistake raises where the op is issued (docs/ops.md).
-  Kernel kernel;
-  if (op.flags & kOpCrossDevice) [[unlikely]] {
-    kernel = op.kernel(device_.type);
-    if (!kernel) raise_no_kernel(op, device_);
-  } else {
-    kernel = resolve_kernel(op, inputs, outputs);
-  }
+  const Kernel kernel = (op.flags & kOpCrossDevice) ? cross_device_kernel(op) : resolve_kernel(op, inputs, outputs);
   if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
   if (op.alias_of) [[unlikely]] check_aliases(op, inputs, outputs);
   // Nothing depends on a Task without outputs: only its declared side effect keeps it (docs/ops.md).
@@ -442,12 +436,8 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   // stream in synchronize mode, or a Task that waits for another stream, goes through the ring as always (a
   // device's kernels run on its launcher) and the host waits for it here, raising its error here.
   if (!cpu_only()) [[unlikely]] {
-    const uint64_t wait = cross_stream_wait(op, inputs, outputs);
-    if (id_ != 0 || wait != 0) {
-      const uint64_t seq = submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
-      if (synchronize_enabled()) wait_for(seq);
-      return seq;
-    }
+    uint64_t seq = 0;
+    if (submit_across_streams(op, kernel, inputs, outputs, attrs, site, seq)) return seq;
   }
   // Off the ring (synchronize mode, inline execution, after shutdown) the Task is built on the host's stack and
   // borrows its operands from the caller, whose spans outlive the call: no refcount traffic (docs/stream.md,
@@ -466,7 +456,23 @@ uint64_t Stream::submit(const OpDef& op, std::span<const Tensor> inputs, std::sp
   return submit_to_ring(op, kernel, inputs, outputs, attrs, site, 0);
 }
 
-[[gnu::always_inline]] inline uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+Kernel Stream::cross_device_kernel(const OpDef& op) const {
+  const Kernel kernel = op.kernel(device_.type);
+  if (!kernel) raise_no_kernel(op, device_);
+  return kernel;
+}
+
+bool Stream::submit_across_streams(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+                                   std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site,
+                                   uint64_t& seq) {
+  const uint64_t wait = cross_stream_wait(op, inputs, outputs);
+  if (id_ == 0 && wait == 0) return false;  // the CPU's own path (inline execution, synchronize mode)
+  seq = submit_to_ring(op, kernel, inputs, outputs, attrs, site, wait);
+  if (synchronize_enabled()) wait_for(seq);
+  return true;
+}
+
+uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
                                 std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site,
                                 uint64_t wait) {
   std::lock_guard<std::mutex> lock(producer_mutex_);

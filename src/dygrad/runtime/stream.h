@@ -122,7 +122,13 @@ class Stream {
   // operands of another device, the use noted on their storage.
   uint64_t cross_stream_wait(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);
   void note_foreign_operands(const Task& task);
-  uint64_t submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+  // submit's rarer paths, kept out of its body (the host path's instructions, bench/enqueue_callgrind.sh): a copy
+  // between devices' kernel; a Task of a device's stream or one that waits for another stream (true: submitted).
+  [[gnu::noinline]] Kernel cross_device_kernel(const OpDef& op) const;
+  [[gnu::noinline]] bool submit_across_streams(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
+                                               std::span<const Tensor> outputs, const Attrs& attrs,
+                                               const CallSite& site, uint64_t& seq);
+  [[gnu::always_inline]] inline uint64_t submit_to_ring(const OpDef& op, Kernel kernel, std::span<const Tensor> inputs,
                           std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site, uint64_t wait);
   ScratchArena* ring_arena(uint64_t slot);  // the ring slot's scratch arena
   void worker_loop();
