@@ -35,7 +35,7 @@ SANITIZE_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RE
 # TSan runs the executor and threading suites: every thread in them is dygrad's own (the stream worker, the
 # pool helpers, the communication thread, the tests' threads) and the BLAS is the serial one, so every thread is
 # instrumented.
-TSAN_TESTS ?= Stream*:ThreadPool*:Allocator*:ExpandableSegments*:Context*:Comm*:OpSink*:Scratch*:Jit*
+TSAN_TESTS ?= Stream*:ThreadPool*:Allocator*:ExpandableSegments*:Context*:Comm*:OpSink*:Scratch*:Jit*:Device*
 # Report the first error and fail; nothing of dygrad's is suppressed.
 ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

@@ -39,7 +39,8 @@ def _device_check(device, api):
     try:
         _C.memory_allocated(str(device))
     except RuntimeError as e:
-        raise ValueError(f"[{api}] device {device!r} has no memory pool: {e}") from None
+        raise ValueError(f"[{api}] device {device!r} has no memory pool (the cpu's, and each test device's when it "
+                         f"is on): {e}") from None
     return str(device)
 
 

@@ -114,7 +114,7 @@ def test_factory_keywords_are_checked_alike():
     assert tuple(dg.rand(2, device="cpu", generator=None).shape) == (2,)
     for make in (lambda: dg.zeros(2, device="cuda"), lambda: dg.rand(2, device="cuda"),
                  lambda: dg.arange(3, device="cuda")):
-        with pytest.raises(RuntimeError, match=r"^\[(zeros|rand|arange)\] device 'cuda:0' is not available"):
+        with pytest.raises(RuntimeError, match=r"^\[(zeros|rand|arange)\] device cuda:0 is not available"):
             make()
     with pytest.raises(TypeError, match=r"\[zeros\].*fill_value"):
         dg.zeros(2, fill_value=1)

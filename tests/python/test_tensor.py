@@ -455,7 +455,7 @@ def test_deepcopy_and_pickle():
         restored = pickle.loads(pickle.dumps(original))
         assert restored.dtype is original.dtype and restored.tolist() == original.tolist()
         assert restored.requires_grad == original.requires_grad
-    with pytest.raises(RuntimeError, match=r"\[tensor\] device 'cuda:0' is not available"):
+    with pytest.raises(RuntimeError, match=r"\[tensor\] device cuda:0 is not available"):
         dg.tensor([1.0], device="cuda")
 
 
@@ -490,7 +490,7 @@ def test_to_device_dtype_other_and_flags_match_torch():
         assert x.type(lib.float64).dtype == lib.float64 and x.type(lib.float32) is x
     assert dg.ones(1).type() == "dygrad.FloatTensor" and torch.ones(1).type() == "torch.FloatTensor"
     assert dg.ones(1).type("torch.DoubleTensor").dtype == dg.float64
-    with pytest.raises(RuntimeError, match=r"\[to\] device 'cuda:0' is not available"):
+    with pytest.raises(RuntimeError, match=r"\[to\] device cuda:0 is not available"):
         dg.ones(1).to("cuda")
     with pytest.raises(RuntimeError, match="built without the cuda backend"):
         dg.ones(1).cuda()

@@ -215,13 +215,8 @@ ENTRIES = [
           cases=((Input((2, 4, 9)), Input((6, 2, 3)), Input((6,))),)),
     Entry("matmul", lambda m, x, w: m.nn.functional.conv2d(x, w, padding="same"), variant="conv2d",
           dtypes=("float32", "float64"), cases=((Input((2, 3, 5, 4)), Input((4, 3, 3, 2))),)),
-    # dygrad bug (python/dygrad/nn/conv.py, _dilate): the zeros between a strided transposed convolution's inputs are
-    # made on the cpu (`_C.zeros(..., dtype=x.dtype)` without device=x.device), so on test:0 the cat raises
     Entry("matmul", lambda m, x, w, b: m.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
           variant="conv_transpose2d", dtypes=("float32", "float64"),
-          xfail={"device": "dygrad bug: conv_transpose2d with stride 2 makes its dilation zeros on the cpu "
-                           "(nn/conv.py _dilate, no device=): on test:0 it raises '[cat] expected all tensors to be "
-                           "on the same device'"},
           cases=((Input((2, 3, 3, 4)), Input((3, 2, 3, 3)), Input((2,))),)),
     # addmm (ops/linalg.cpp): beta * input + alpha * the product in one GEMM Task; baddbmm and addbmm run it too
     Entry("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=0.5, alpha=-2.0),
