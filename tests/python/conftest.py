@@ -52,3 +52,11 @@ def synchronize_mode():
     dg.set_context(synchronize=True)
     yield
     dg.set_context(old)
+
+
+@pytest.fixture
+def restore_context():
+    """The context (threads, deterministic, synchronize) as it was before the test, whatever the test set."""
+    original = dg.get_context()
+    yield
+    dg.set_context(original)

@@ -384,13 +384,6 @@ def test_gradgradcheck(entry, _, request):
 
 
 # --- threads -------------------------------------------------------------------------------------------------------
-@pytest.fixture
-def restore_context():
-    original = dg.get_context()
-    yield
-    dg.set_context(original)
-
-
 def bits(t):
     t = t.detach()
     if name_of(t.dtype) in ("bfloat16", "float16"):

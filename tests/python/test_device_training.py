@@ -16,13 +16,6 @@ def test_devices():
     assert dg.testing.enable_test_device(1) >= 1
 
 
-@pytest.fixture
-def restore_context():
-    original = dg.get_context()
-    yield
-    dg.set_context(original)
-
-
 def bits(t):
     return t.detach().cpu().contiguous().view(dg.int32).numpy().copy() if t.dtype == dg.float32 else t.detach().cpu().numpy()
 
