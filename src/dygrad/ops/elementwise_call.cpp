@@ -2,6 +2,7 @@
 #include "dygrad/ops/elementwise_call.h"
 
 #include "dygrad/core/shape.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/layout.h"
@@ -20,9 +21,27 @@ ElementwiseCall::ElementwiseCall(const OpDef& op, const char* name) : op_(op), n
 
 const char* ElementwiseCall::name() const { return api_name(name_); }
 
-ElementwiseCall& ElementwiseCall::input(const Tensor& t, const char* argument, bool promotes) {
-  if (!t.defined()) [[unlikely]] check_defined(name(), t, argument);
-  if (!operands_.empty() && t.device() != operands_[0]->device()) [[unlikely]] check_same_device(name(), *operands_[0], t);
+const Tensor& ElementwiseCall::on_common_device(const Tensor& t) {
+  const Device common = operands_[0]->device();
+  auto keep = [&](Tensor moved) -> const Tensor& {
+    if (!moved_) moved_ = std::make_unique<std::deque<Tensor>>();
+    return moved_->emplace_back(std::move(moved));
+  };
+  if (common != Device::cpu() && t.device().is_cpu() && t.dim() == 0) return keep(to_device(t, common));
+  bool cpu_scalars = true;
+  for (const Tensor* o : operands_) cpu_scalars = cpu_scalars && o->device().is_cpu() && o->dim() == 0;
+  if (cpu_scalars) {
+    for (const Tensor*& o : operands_) o = &keep(to_device(*o, t.device()));
+    moved_first_ = true;
+    return t;
+  }
+  check_same_device(name(), *operands_[0], t);  // raises, naming both
+  return t;
+}
+
+ElementwiseCall& ElementwiseCall::input(const Tensor& t_in, const char* argument, bool promotes) {
+  if (!t_in.defined()) [[unlikely]] check_defined(name(), t_in, argument);
+  const Tensor& t = !operands_.empty() && t_in.device() != operands_[0]->device() ? on_common_device(t_in) : t_in;
   if (promotes) {
     promoting_ |= 1u << operands_.size();
     promotion_types_.add_tensor(t.dtype(), t.dim());
@@ -127,6 +146,9 @@ Tensor ElementwiseCall::run() {
 
 Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const char* api = name();
+  DG_CHECK(!moved_first_, Runtime, "[", api, "] expected all tensors to be on the same device, but found ",
+           self.device().str(), " and ", operands_[0]->device().str(), " (a cpu scalar tensor is written in place only "
+           "by cpu tensors)");
   DG_CHECK(!operands_.empty() && operands_[0]->same(self), Runtime, "[", api, "] internal error: operand 0 must be self");
   const DType result = result_dtype();
   DG_CHECK(can_cast_result(result, self.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),

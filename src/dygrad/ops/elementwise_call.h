@@ -9,6 +9,8 @@
 //     return ElementwiseCall(op_add, "sub").input(a).input(b, "other").attrs(AddAttrs{-alpha}).run();
 //   }
 #pragma once
+#include <deque>
+#include <memory>
 #include <span>
 
 #include "dygrad/autograd/node.h"
@@ -72,6 +74,10 @@ class ElementwiseCall {
   SmallVector<Tensor, 4> cast_operands(DType dtype) const;
   void check_bool_rule(DType compute) const;
   const char* name() const;
+  // An operand on another device than the ones before it: a 0-dim CPU tensor beside device tensors (torch's CPU
+  // scalar) is copied to their device, and 0-dim CPU operands before a device tensor move to its device; any other
+  // mix raises naming both devices.
+  const Tensor& on_common_device(const Tensor& t);
 
   const OpDef& op_;
   const char* name_;
@@ -84,6 +90,8 @@ class ElementwiseCall {
   bool reads_old_self_ = false;
   const char* bool_refusal_ = nullptr;
   bool contiguous_output_ = false;
+  bool moved_first_ = false;                    // operand 0 (self, in place) is a moved CPU scalar
+  std::unique_ptr<std::deque<Tensor>> moved_;  // the device copies of CPU scalars (stable addresses)
 };
 
 // torch.can_cast for in-place and out= results: a floating result does not go into an integral or bool tensor,
