@@ -59,6 +59,9 @@ Stream& Stream::of(Device device) {
   DG_CHECK(s != nullptr, Runtime, "[stream] device ", device.str(), " is not available (",
            device.type == Device::Type::Test ? "the test device is off: dygrad.testing.enable_test_device()"
                                              : "its backend is not built or the device does not exist", ")");
+  DG_CHECK(!s->forked_away_.load(std::memory_order_relaxed), Runtime, "[stream] device ", device.str(), " cannot be "
+           "used in a forked child process: its launcher thread does not survive fork() (nor does CUDA's). Use "
+           "devices in the parent, or start the child with the 'spawn' method");
   return *s;
 }
 
@@ -140,6 +143,10 @@ void Stream::shutdown() {
 }
 
 void Stream::before_fork() {
+  // Devices first: a CPU Task may wait for a device's copy, so the devices' queues are empty before the CPU's drains
+  // (a device Task waiting for a CPU Task still finds the CPU's worker running).
+  for (int id = kMaxStreams - 1; id >= 1; --id)
+    if (Stream* s = by_id(id)) s->before_fork_device();
   producer_mutex_.lock();  // no producer publishes across the fork
   const uint64_t last = published_.load(std::memory_order_acquire);
   if (completed_.load(std::memory_order_acquire) < last) wait_until_completed(last);  // the ring is empty
@@ -152,6 +159,37 @@ void Stream::after_fork_parent() {
   ThreadPool::instance().after_fork_parent();
   failure_mutex_.unlock();
   producer_mutex_.unlock();
+  for (int id = 1; id < kMaxStreams; ++id)
+    if (Stream* s = by_id(id)) s->after_fork_parent_device();
+}
+
+void Stream::before_fork_device() {
+  producer_mutex_.lock();
+  const uint64_t last = published_.load(std::memory_order_acquire);
+  // Its events all done (a launcher held by a test, Stream::set_paused, is not waited for: the fork would hang).
+  if (completed_.load(std::memory_order_acquire) < last && !paused_.load(std::memory_order_acquire))
+    wait_until_completed(last);
+  reclaim_completed_locked();
+  failure_mutex_.lock();
+}
+
+void Stream::after_fork_parent_device() {
+  failure_mutex_.unlock();
+  producer_mutex_.unlock();
+}
+
+void Stream::after_fork_child_device() {
+  // No launcher here (the handle names the parent's thread: leaked unjoined); the counters stay, so every event of
+  // the parent's reads as done, and its tensors may still be dropped (their memory goes back to the pool).
+  new std::thread(std::move(worker_));
+  worker_ = std::thread();
+  new (&producer_mutex_) std::mutex();
+  new (&failure_mutex_) std::mutex();
+  new (&waiter_mutex_) std::mutex();
+  waiting_hosts_ = 0;
+  wait_target_.store(UINT64_MAX);
+  worker_sleeping_.store(false);
+  forked_away_.store(true);
 }
 
 void Stream::after_fork_child() {
@@ -168,6 +206,8 @@ void Stream::after_fork_child() {
   wait_target_.store(UINT64_MAX);
   worker_sleeping_.store(false);
   if (!shut_down_.load()) start_worker();
+  for (int id = 1; id < kMaxStreams; ++id)
+    if (Stream* s = by_id(id)) s->after_fork_child_device();
 }
 
 Stream::~Stream() {

@@ -139,6 +139,11 @@ class Stream {
   void before_fork();
   void after_fork_parent();
   void after_fork_child();
+  // A device's stream across fork: drained and held by the parent as the CPU's; in the child it is left without its
+  // launcher and refuses new work (Stream::of raises), as CUDA refuses a forked child.
+  void before_fork_device();
+  void after_fork_parent_device();
+  void after_fork_child_device();
   void start_worker();
   // The error of Task `seq` if it failed, taken out of the pending slot (synchronize mode raises it on the
   // thread that issued it, not on whichever thread syncs first).
@@ -190,6 +195,7 @@ class Stream {
   CachingAllocator& allocator_;  // the device's: Tasks' scratch, the allocation window
   std::unique_ptr<unsigned char[]> ring_arenas_;  // kCapacity ScratchArenas, one per ring slot
   std::atomic<uint32_t> paused_{0};
+  std::atomic<bool> forked_away_{false};  // a device's stream in a forked child (after_fork_child_device)
 
   mutable std::mutex failure_mutex_;
   std::vector<Failure> failures_;          // recent failures, for poisoned-buffer messages
