@@ -66,9 +66,13 @@ def _factory_device(name, device, default=None):
     return _device(_C._check_device(name, device))
 
 
-def _placed(t, device, requires_grad=False):
-    """t (built on the host, no history) on `device`, then requires_grad: the result is a leaf. Under
-    `with device("meta")` the tensor is a meta tensor already."""
+def _placed(t, device, requires_grad=False, pin_memory=False):
+    """t (built on the host, no history) on `device`, pinned with pin_memory=True (a CPU tensor only, as torch's),
+    then requires_grad: the result is a leaf. Under `with device("meta")` the tensor is a meta tensor already."""
+    if pin_memory:
+        if device.type != "cpu":
+            raise RuntimeError(f"only dense CPU tensors can be pinned, not {device} ones")
+        t = t.pin_memory()
     if device.type != "meta" and str(t.device) != str(device):
         t = t.to(device)
     return t.requires_grad_(True) if requires_grad else t
@@ -114,7 +118,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False, layout=None,
         if v < 0:
             raise RuntimeError(f"{name} must be greater or equal to 0, got {v}")
     rows, cols = _C.arange(n, device="cpu").reshape(n, 1), _C.arange(m, device="cpu").reshape(1, m)
-    return _placed((rows == cols).to(dtype if dtype is not None else _C.float32), device, requires_grad)
+    return _placed((rows == cols).to(dtype if dtype is not None else _C.float32), device, requires_grad, pin_memory)
 
 
 def _shared_or_converted(data, dtype):
@@ -176,7 +180,8 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     """A 0-dim tensor of value s, float32 unless dtype is given (torch: the default dtype, whatever s is)."""
     device = _factory_device("scalar_tensor", device)
-    return _placed(_C.tensor(s, dtype=dtype if dtype is not None else _C.float32, device="cpu"), device, requires_grad)
+    return _placed(_C.tensor(s, dtype=dtype if dtype is not None else _C.float32, device="cpu"), device, requires_grad,
+                   pin_memory)
 
 
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, layout=None,  # noqa: A002

@@ -102,4 +102,4 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False,
         raise RuntimeError(f"n must be non-negative, got{n}")
     perm = (generator or default_generator)._randperm(int(n))
     out = _C.tensor(perm, dtype=_C.int64, device="cpu") if perm else _C.zeros((0,), dtype=_C.int64, device="cpu")
-    return _placed(out if dtype is None else out.to(dtype), device, requires_grad)
+    return _placed(out if dtype is None else out.to(dtype), device, requires_grad, pin_memory)

@@ -71,6 +71,10 @@ def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, lay
             out = out.to(dtype, copy=True)
     else:
         out = _C.tensor(data, dtype=dtype, device=device)
+    if pin_memory:
+        if out.device.type != "cpu":
+            raise RuntimeError(f"only dense CPU tensors can be pinned, not {out.device} ones")
+        out = out.pin_memory()
     return out.requires_grad_(True) if requires_grad else out
 
 

@@ -25,8 +25,15 @@ max_memory_reserved = _C.max_memory_reserved
 reset_peak_memory_stats = _C.reset_peak_memory_stats
 memory_stats = _C.memory_stats
 
+
+def host_memory_stats():
+    """The pinned host pool's statistics (torch.cuda.host_memory_stats's role; memory_stats's keys): the page-locked
+    memory of pin_memory(), pin_memory=True factories and the staging of copies to and from devices. All zero while
+    no device backend provides pinned memory (docs/devices.md, "Pinned host memory")."""
+    return _C._host_memory_stats()
+
 __all__ = ["OutOfMemoryError", "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
-           "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "set_memory_limit", "get_memory_limit",
+           "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "host_memory_stats", "set_memory_limit", "get_memory_limit",
            "record_history", "snapshot", "dump_snapshot", "estimate", "MemoryEstimate"]
 
 

@@ -418,7 +418,8 @@ bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* 
     else if (name == "requires_grad") o.requires_grad = value;
     else if (name == "device") o.device = value;
     else if (name == "size") o.size = value;
-    else if (name == "layout" || name == "pin_memory" || name == "memory_format") continue;
+    else if (name == "pin_memory") o.pin_memory = value;
+    else if (name == "layout" || name == "memory_format") continue;
     else if (name == "generator" && accepts_generator && value == Py_None) continue;
     else {
       int i = 0;
@@ -523,10 +524,22 @@ bool resolve_factory_options(const char* op, const FactoryOptions& o, DType fall
   } else {
     out.device = fallback_device ? *fallback_device : t_default_device;
   }
-  return device_available(op, out.device);
+  if (!device_available(op, out.device)) return false;
+  if (!to_bool_argument(op, "pin_memory", o.pin_memory, false, out.pinned)) return false;
+  if (!out.pinned) [[likely]] return true;
+  try {  // torch's checks: a CPU tensor, and an accelerator whose pinned memory it takes
+    DG_CHECK(out.device.is_cpu(), Runtime, "[", op, "] only dense CPU tensors can be pinned, not ", out.device.str(),
+             " ones");
+    check_pinned_memory_available(op);
+    return true;
+  } catch (const Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return false;
+  }
 }
 
 Tensor factory_on_device(Tensor t, const TensorOptions& options) {
+  if (options.pinned && !t.storage().is_pinned()) t = pin_memory(t);  // t has no history: neither has the copy
   if (t.device() != options.device) t = to_device(t, options.device);  // t has no history: the copy has none
   if (options.requires_grad) t.set_requires_grad(true);
   return t;

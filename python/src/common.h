@@ -176,6 +176,7 @@ struct FactoryOptions {
   PyObject* requires_grad = nullptr;
   PyObject* device = nullptr;
   PyObject* size = nullptr;
+  PyObject* pin_memory = nullptr;
 };
 bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* kwnames, FactoryOptions& o,
                            bool accepts_generator = false, std::initializer_list<const char*> extra_names = {},

@@ -244,7 +244,11 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
   Device device = is_tensor(a[0]) && default_device().is_cpu() ? unwrap(a[0]).device() : default_device();
   if (a[2] && a[2] != Py_None && !to_device_arg("tensor", a[2], device)) return nullptr;
   if (!device_available("tensor", device)) return nullptr;
+  bool pinned;
+  if (!to_bool_argument("tensor", "pin_memory", a[4], false, pinned)) return nullptr;
   return guarded([&] {
+    DG_CHECK(!pinned || device.is_cpu(), Runtime, "[tensor] only dense CPU tensors can be pinned, not ", device.str(),
+             " ones");
     const DType* cast = a[1] && a[1] != Py_None ? &dtype : nullptr;
     Tensor t;
     if (is_tensor(a[0]) && unwrap(a[0]).device() != device) {  // the copy between devices is the copy torch makes
@@ -254,6 +258,7 @@ PyObject* tensor_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
       t = tensor_from_data(a[0], cast);
     }
     if (t.device() != device) t = to_device(t, device);  // built on the host, then copied (docs/devices.md)
+    if (pinned) t = pin_memory(t);  // a copy (torch's pinned tensor is a copy too)
     if (requires_grad) t.set_requires_grad(true);
     return wrap(std::move(t));
   });

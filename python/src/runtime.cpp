@@ -25,6 +25,42 @@ CachingAllocator& pool_of(const char* op, nb::handle device) {
   if (!to_device_arg(op, device.ptr(), d)) throw nb::python_error();
   return CachingAllocator::of(d);
 }
+
+nb::dict memory_stats_dict(const MemoryStats& s) {
+  nb::dict d;
+  // torch.cuda.memory_stats's names (docs/memory.md: "allocated" here is the requested bytes, as dygrad's
+  // memory_allocated(); torch's allocated_bytes counts rounded blocks, which is active_bytes here).
+  d["allocated_bytes.all.current"] = s.allocated;
+  d["allocated_bytes.all.peak"] = s.peak_allocated;
+  d["requested_bytes.all.current"] = s.allocated;
+  d["requested_bytes.all.peak"] = s.peak_allocated;
+  d["active_bytes.all.current"] = s.active;
+  d["reserved_bytes.all.current"] = s.reserved;
+  d["reserved_bytes.all.peak"] = s.peak_reserved;
+  d["inactive_split_bytes.all.current"] = s.inactive_split;
+  d["segment.all.current"] = s.segments;
+  d["num_alloc_retries"] = 0;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_segment_allocs;
+  d["num_device_free"] = s.num_segment_frees;
+  d["mapped_bytes_total"] = s.mapped_total;
+  d["unmapped_bytes_total"] = s.unmapped_total;
+  d["reserved_bytes_at_peak"] = s.reserved_at_peak;
+  d["memory_limit"] = s.limit;
+  d["allocated_bytes"] = s.allocated;
+  d["reserved_bytes"] = s.reserved;
+  d["peak_allocated_bytes"] = s.peak_allocated;
+  d["peak_reserved_bytes"] = s.peak_reserved;
+  d["num_allocs"] = s.num_allocs;
+  d["num_frees"] = s.num_frees;
+  d["cache_hits"] = s.cache_hits;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    const std::string name = memory_category_name(static_cast<MemoryCategory>(c));
+    d[("allocated_bytes." + name).c_str()] = s.allocated_by_category[static_cast<size_t>(c)];
+    d[("peak_bytes." + name).c_str()] = s.peak_by_category[static_cast<size_t>(c)];  // since reset_peak
+  }
+  return d;
+}
 }  // namespace
 
 
@@ -392,42 +428,14 @@ void init_runtime(nb::module_& m) {
     nb::gil_scoped_release release;
     pool.empty_cache();
   }, nb::arg("device") = nb::none());
-  m.def("memory_stats", [](nb::handle device) {
-    MemoryStats s = pool_of("memory_stats", device).stats();
-    nb::dict d;
-    // torch.cuda.memory_stats's names (docs/memory.md: "allocated" here is the requested bytes, as dygrad's
-    // memory_allocated(); torch's allocated_bytes counts rounded blocks, which is active_bytes here).
-    d["allocated_bytes.all.current"] = s.allocated;
-    d["allocated_bytes.all.peak"] = s.peak_allocated;
-    d["requested_bytes.all.current"] = s.allocated;
-    d["requested_bytes.all.peak"] = s.peak_allocated;
-    d["active_bytes.all.current"] = s.active;
-    d["reserved_bytes.all.current"] = s.reserved;
-    d["reserved_bytes.all.peak"] = s.peak_reserved;
-    d["inactive_split_bytes.all.current"] = s.inactive_split;
-    d["segment.all.current"] = s.segments;
-    d["num_alloc_retries"] = 0;
-    d["num_ooms"] = s.num_ooms;
-    d["num_device_alloc"] = s.num_segment_allocs;
-    d["num_device_free"] = s.num_segment_frees;
-    d["mapped_bytes_total"] = s.mapped_total;
-    d["unmapped_bytes_total"] = s.unmapped_total;
-    d["reserved_bytes_at_peak"] = s.reserved_at_peak;
-    d["memory_limit"] = s.limit;
-    d["allocated_bytes"] = s.allocated;
-    d["reserved_bytes"] = s.reserved;
-    d["peak_allocated_bytes"] = s.peak_allocated;
-    d["peak_reserved_bytes"] = s.peak_reserved;
-    d["num_allocs"] = s.num_allocs;
-    d["num_frees"] = s.num_frees;
-    d["cache_hits"] = s.cache_hits;
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      const std::string name = memory_category_name(static_cast<MemoryCategory>(c));
-      d[("allocated_bytes." + name).c_str()] = s.allocated_by_category[static_cast<size_t>(c)];
-      d[("peak_bytes." + name).c_str()] = s.peak_by_category[static_cast<size_t>(c)];  // since reset_peak
-    }
-    return d;
-  }, nb::arg("device") = nb::none());
+  m.def("memory_stats", [](nb::handle device) { return memory_stats_dict(pool_of("memory_stats", device).stats()); },
+        nb::arg("device") = nb::none());
+  // The pinned host pool's (docs/devices.md, "Pinned host memory"): torch.cuda.host_memory_stats's role.
+  m.def("_host_memory_stats", [] {
+    CachingAllocator* pool = CachingAllocator::pinned();
+    return memory_stats_dict(pool ? pool->stats() : MemoryStats{});
+  });
+  m.def("_pinned_memory_available", [] { return pinned_allocator() != nullptr; });
   CachingAllocator::set_python_frame_provider(&python_frames);
   g_out_of_memory_error = PyErr_NewExceptionWithDoc(
       "dygrad.OutOfMemoryError", "An allocation would exceed the memory limit (dg.set_memory_limit) or the system's "

@@ -105,7 +105,7 @@ PyObject* shape_as_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
 }
 
 // Tensor.cpu(memory_format=...): self when on the cpu, else a copy to it (ops/device.h). Tensor.pin_memory(device=None):
-// a copy, as torch's pinned copy is; dygrad has no page-locked memory, so is_pinned() stays False.
+// self when pinned, else a copy in pinned memory (ops/device.h; docs/devices.md "Pinned host memory").
 PyObject* cpu_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   static const Signature sig("cpu", {"self", "memory_format"}, 1, 1);
   PyObject* a[2];
@@ -121,11 +121,8 @@ PyObject* pin_memory_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
   const Tensor* input = to_tensor("pin_memory", "self", a[0]);
   if (!input) return nullptr;
-  return guarded([&] {
-    DG_CHECK(input->device().is_cpu(), Runtime, "[pin_memory] cannot pin a ", input->device().str(), " tensor: only "
-             "dense CPU tensors can be pinned");
-    return wrap(clone(*input));
-  });
+  if (input->device().is_cpu() && input->storage().is_pinned()) return Py_NewRef(a[0]);  // torch: self
+  return guarded([&] { return wrap(pin_memory(*input)); });
 }
 
 nb::object shape_object(IntSpan shape) {
@@ -245,7 +242,7 @@ void init_tensor(nb::module_& m) {
       {"expand_as", shape_as_entry<false>, "expand_as(other) -> Tensor: expand(other.shape)", false, true},
       {"cpu", cpu_entry, "cpu(memory_format=torch.preserve_format) -> Tensor: self (dygrad's tensors are on the cpu)",
        false, true},
-      {"pin_memory", pin_memory_entry, "pin_memory(device=None) -> Tensor: a copy (dygrad has no page-locked memory)",
+      {"pin_memory", pin_memory_entry, "pin_memory(device=None) -> Tensor: self if pinned, else a copy in page-locked memory",
        false, true},
   };
   register_ops(m, entries);
@@ -261,7 +258,8 @@ void init_tensor(nb::module_& m) {
       .def("get_device", [](const Tensor& t) -> int64_t {
         return t.device().type == Device::Type::CPU ? -1 : t.device().index;
       })
-      .def("is_pinned", [](const Tensor&, nb::handle) { return false; }, nb::arg("device") = nb::none())
+      .def("is_pinned", [](const Tensor& t, nb::handle) { return t.device().is_cpu() && t.storage().is_pinned(); },
+           nb::arg("device") = nb::none())
       .def_prop_rw("requires_grad", [](const Tensor& t) { return t.requires_grad(); },
                    [](Tensor& t, bool value) { t.set_requires_grad(value); })
       .def_prop_rw("grad", [](const Tensor& t) -> nb::object {

@@ -99,15 +99,15 @@ TEST(Device, MemoryFreedWhileAnotherStreamUsesItIsReusedOnlyAfterItsEvent) {
   const void* freed = nullptr;
   {
     Paused hold(kTest0);
-    Tensor a = iota(n);
+    Tensor a = pin_memory(iota(n));  // pinned: the device's copy reads it directly
     Stream::cpu().synchronize();
     freed = a.storage().address();
     on_dev = to_device(a, kTest0);  // queued behind the held launcher: it still has to read a
-    a = Tensor();                   // the program drops the source: its block goes back to the CPU allocator
-    // The next CPU allocations of that size must not get the block before the copy's event, or the fill below
+    a = Tensor();                   // the program drops the source: its block goes back to the pinned pool
+    // The next pinned allocations of that size must not get the block before the copy's event, or the fill below
     // would overwrite what the copy has yet to read.
     for (int i = 0; i < 4; ++i) {
-      Tensor c = full(Shape{n}, -7.0);
+      Tensor c = full(Shape{n}, -7.0, {.pinned = true});
       EXPECT_NE(c.storage().address(), freed) << "reused before the test stream's event";
       Stream::cpu().synchronize();
     }
@@ -117,9 +117,36 @@ TEST(Device, MemoryFreedWhileAnotherStreamUsesItIsReusedOnlyAfterItsEvent) {
   EXPECT_EQ(got[static_cast<size_t>(n - 1)], static_cast<float>(n));
 }
 
+TEST(Device, PageableMemoryIsStagedThroughPinnedBuffersReusedOnlyAfterTheCopy) {
+  enable();
+  const int64_t n = 1 << 16;
+  Tensor on_dev;
+  {
+    Paused hold(kTest0);
+    Tensor a = iota(n);
+    ASSERT_FALSE(a.storage().is_pinned());
+    on_dev = to_device(a, kTest0);  // a CPU copy into a pinned staging buffer, then the device's copy (held) from it
+    a = Tensor();
+    // The staging buffer was dropped at once; pinned allocations of its size that are filled now must not be it.
+    std::vector<Tensor> fills;
+    for (int i = 0; i < 4; ++i) {
+      fills.push_back(full(Shape{n}, -7.0, {.pinned = true}));
+      Stream::cpu().synchronize();
+    }
+  }
+  const std::vector<float> got = to_device(on_dev, Device::cpu()).to_vector<float>();
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[static_cast<size_t>(n / 2)], static_cast<float>(n / 2 + 1));
+  EXPECT_EQ(got[static_cast<size_t>(n - 1)], static_cast<float>(n));
+  // Both directions go through pinned memory: a blocking copy back lands in pageable memory, a non-blocking one in
+  // pinned memory (torch's).
+  EXPECT_FALSE(to_device(on_dev, Device::cpu()).storage().is_pinned());
+  EXPECT_TRUE(to_device(on_dev, Device::cpu(), /*non_blocking=*/true).storage().is_pinned());
+}
+
 TEST(Device, AWriteIntoABufferACopyStillReadsWaitsForTheCopy) {
   enable();
-  Tensor a = iota(1024);
+  Tensor a = pin_memory(iota(1024));  // pinned: the device's copy reads a itself
   Stream::cpu().synchronize();
   Tensor on_dev;
   {
@@ -138,7 +165,9 @@ TEST(Device, AMissedSyncIsCaught) {
   Tensor host;
   {
     Paused hold(kTest0);
-    host = to_device(x_dev, Device::cpu());  // the copy is queued, not run
+    // The copy is queued, not run; non-blocking, so the device's copy writes `host` itself (pinned memory; a blocking
+    // copy lands in pinned staging and a CPU copy, which waits for the device's event, fills `host`).
+    host = to_device(x_dev, Device::cpu(), /*non_blocking=*/true);
     // Planted: host reads that skip the wait for the device's copy. Touching the buffer then raises.
     set_host_waits_skipped(true);
     const std::string m = message_of([&] { (void)host.to_vector<float>(); });

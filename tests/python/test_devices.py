@@ -7,7 +7,9 @@ behaviour is compared (torch.device("meta") plays test:0: a device whose memory 
 
 The tests marked `needs_device_ops` run ops on the device (a forward, a backward, composed optimizer steps): they pass
 once every op allocates its outputs on its inputs' device (the op sweep of issue 34)."""
+import collections
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -139,17 +141,150 @@ def test_numpy_of_a_device_tensor_raises_as_torch():
     assert t.cpu().numpy().tolist() == [1.0, 1.0]
 
 
-def test_pinned_memory_is_sane():
-    x = dg.ones(3)
-    assert not x.is_pinned() and not torch.ones(3).is_pinned()
-    pinned = x.pin_memory()  # a copy on the host; dygrad has no page-locked memory (is_pinned stays False)
-    assert pinned is not x and pinned.tolist() == x.tolist() and pinned.is_cpu and not pinned.is_pinned()
-    d = dg.ones(3, device="test:0")
-    assert not d.is_pinned()
+def test_pinned_memory_from_the_device_backend():
+    # The test device's backend provides pinned memory (docs/devices.md, "Pinned host memory"); torch's semantics.
+    x = dg.arange(6.0).reshape(2, 3)
+    assert not x.is_pinned()
+    pinned = x.pin_memory()
+    assert pinned is not x and pinned.is_pinned() and pinned.is_cpu and pinned.tolist() == x.tolist()
+    assert pinned.pin_memory() is pinned  # torch: self when pinned already
+    assert pinned[1:].is_pinned() and pinned.t().is_pinned()  # views share the pinned storage
+    assert not pinned.clone().is_pinned() and not (pinned + 1).is_pinned()  # op outputs are pageable, as torch's
+    with pytest.raises(RuntimeError, match=r"\[pin_memory\] cannot pin a test:0 tensor: only dense CPU tensors can "
+                                           r"be pinned"):
+        dg.ones(3, device="test:0").pin_memory()
     assert "only dense CPU tensors can be pinned" in torch_message(lambda: torch.ones(1, device="meta").pin_memory())
-    with pytest.raises(RuntimeError, match=r"\[pin_memory\] cannot pin a test:0 tensor: only dense CPU tensors can be "
-                                           r"pinned"):
-        d.pin_memory()
+    assert not dg.ones(3, device="test:0").is_pinned()
+    # Gradients pass through it (torch's pin_memory is differentiable).
+    w = dg.tensor([1.0, 2.0], requires_grad=True)
+    (w.pin_memory() * 3).sum().backward()
+    assert w.grad.tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dg.empty(2, 3, pin_memory=True), lambda: dg.zeros(2, pin_memory=True), lambda: dg.ones(2, pin_memory=True),
+    lambda: dg.full((2,), 7.0, pin_memory=True), lambda: dg.randn(4, pin_memory=True),
+    lambda: dg.rand(4, pin_memory=True), lambda: dg.randint(0, 5, (3,), pin_memory=True),
+    lambda: dg.arange(5, pin_memory=True), lambda: dg.linspace(0, 1, 5, pin_memory=True),
+    lambda: dg.tensor([1, 2], pin_memory=True), lambda: dg.eye(3, pin_memory=True),
+    lambda: dg.scalar_tensor(2.0, pin_memory=True), lambda: dg.randperm(4, pin_memory=True),
+    lambda: dg.empty_like(dg.ones(2), pin_memory=True), lambda: dg.zeros_like(dg.ones(2), pin_memory=True),
+    lambda: dg.ones(2).new_tensor([1.0, 2.0], pin_memory=True),
+])
+def test_factories_take_pin_memory(make):
+    t = make()
+    assert t.is_pinned() and t.is_cpu
+
+
+def test_pin_memory_on_a_device_is_refused_as_torch():
+    for make in (lambda: dg.ones(2, device="test:0", pin_memory=True),
+                 lambda: dg.tensor([1.0], device="test:0", pin_memory=True),
+                 lambda: dg.eye(2, device="test:0", pin_memory=True)):
+        with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+            make()
+    with pytest.raises(TypeError, match="pin_memory"):
+        dg.ones(2, pin_memory="yes")
+
+
+def test_copies_go_through_pinned_memory():
+    x = dg.arange(12.0).reshape(3, 4)
+    before = dg.memory.host_memory_stats()["num_allocs"]
+    for source in (x, x.pin_memory(), x.t(), x.t().pin_memory()):  # pageable sources are staged; pinned ones not
+        d = source.to("test:0", non_blocking=True)
+        assert d.device == dg.device("test:0") and d.tolist() == source.tolist()
+    assert dg.memory.host_memory_stats()["num_allocs"] > before  # staging buffers came from the pinned pool
+    d = x.to("test:0")
+    back = d.to("cpu", non_blocking=True)  # torch's non-blocking copy to the host lands in pinned memory
+    assert back.is_pinned() and back.tolist() == x.tolist()
+    back = d.to("cpu")
+    assert not back.is_pinned() and back.tolist() == x.tolist()
+    assert not d.cpu().is_pinned()
+    out = dg.zeros(4, 3)
+    out.copy_(d.t())  # into pageable memory through pinned staging, any strides
+    assert out.tolist() == x.t().tolist()
+    dst = dg.zeros(3, 4, device="test:1")
+    dst.copy_(x.t().t())
+    assert dst.tolist() == x.tolist()
+
+
+def test_data_loader_pins_its_batches():
+    from dygrad.utils import data as dgdata
+    ds = dgdata.TensorDataset(dg.arange(8.0).reshape(4, 2), dg.arange(4))
+    batches = list(dgdata.DataLoader(ds, batch_size=2, pin_memory=True))
+    assert all(t.is_pinned() for batch in batches for t in batch)
+    assert batches[1][0].tolist() == [[4.0, 5.0], [6.0, 7.0]]
+    assert not any(t.is_pinned() for t in next(iter(dgdata.DataLoader(ds, batch_size=2))))
+
+    class Dicts(dgdata.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return {"x": dg.full((2,), float(i)), "meta": ("id", i)}
+
+    batch = next(iter(dgdata.DataLoader(Dicts(), batch_size=2, pin_memory=True)))
+    assert batch["x"].is_pinned() and batch["x"].tolist() == [[0.0, 0.0], [1.0, 1.0]]
+    assert batch["meta"][0] == ("id", "id") and batch["meta"][1].is_pinned()  # strings stay as collated
+    from dygrad.utils.data.dataloader import pin_memory
+    Pair = collections.namedtuple("Pair", "a b")
+    pinned = pin_memory(Pair(dg.ones(1), [dg.ones(1), "s"]))
+    assert type(pinned) is Pair and pinned.a.is_pinned() and pinned.b[0].is_pinned() and pinned.b[1] == "s"
+
+
+def test_a_cpu_scalar_tensor_is_an_operand_of_device_ops_as_in_torch():
+    x = dg.arange(6.0).reshape(2, 3)
+    d = x.to("test:0")
+    s = dg.tensor(2.0)
+    for f in (lambda a, b: a * b, lambda a, b: b - a, lambda a, b: dg.maximum(a, b), lambda a, b: a > b,
+              lambda a, b: dg.where(a > 2, b, a), lambda a, b: dg.lerp(a, a * 2, b)):
+        got = f(d, s)
+        assert got.device == dg.device("test:0") and got.tolist() == f(x, s).tolist()
+    assert (s + d).device == dg.device("test:0") and dg.add(s, d).tolist() == (s + x).tolist()
+    d.mul_(s)
+    assert d.tolist() == (x * 2).tolist()
+    with pytest.raises(RuntimeError, match=r"expected all tensors to be on the same device, but found cpu and test:0"):
+        s.add_(d)  # the CPU scalar is written only by CPU tensors (torch's rule)
+    with pytest.raises(RuntimeError, match="expected all tensors to be on the same device"):
+        d + dg.ones(3)  # a CPU tensor with dimensions is no scalar
+    with pytest.raises(RuntimeError, match="expected all tensors to be on the same device"):
+        d + dg.tensor(1.0, device="test:1")  # two devices
+    # Gradients reach the CPU scalar on the CPU, as torch's.
+    w = dg.tensor(3.0, requires_grad=True)
+    v = dg.ones(2, 3, device="test:0", requires_grad=True)
+    (v * w * v).sum().backward()
+    tw = torch.tensor(3.0, requires_grad=True)
+    tv = torch.ones(2, 3, requires_grad=True)
+    (tv * tw * tv).sum().backward()
+    assert w.grad.device == dg.device("cpu") and w.grad.item() == tw.grad.item()
+    assert v.grad.device == dg.device("test:0") and v.grad.tolist() == tv.grad.tolist()
+
+
+def test_a_forked_child_cannot_use_a_device_but_runs_on_the_cpu():
+    d = dg.ones(4, device="test:0") * 3  # the device has run work before the fork
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            os.close(r)
+            outcome = []
+            try:
+                (d + 1).tolist()
+                outcome.append("device ran")
+            except RuntimeError as e:
+                outcome.append("refused" if "forked child" in str(e) else f"other: {e}")
+            outcome.append(str((dg.ones(3) * 2).tolist()))
+            os.write(w, "|".join(outcome).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == "refused|[2.0, 2.0, 2.0]"
+    assert (d + 1).tolist() == [4.0] * 4  # the parent's device goes on
 
 
 def test_accelerator_and_cuda_probes_ignore_the_test_device():

@@ -20,6 +20,7 @@ thread_local MemoryCategory tls_category = MemoryCategory::Activation;
 Allocator* allocators[kNumDeviceTypes] = {};   // a device type's, for every index (register_allocator(type))
 std::atomic<Allocator*> device_allocators[kMaxStreams] = {};  // one device's, ahead of its type's
 std::atomic<bool> tracking{false};
+std::atomic<Allocator*> g_pinned{nullptr};
 }  // namespace
 bool allocation_tracking() { return tracking.load(std::memory_order_relaxed); }
 void set_allocation_tracking(bool on) { tracking.store(on, std::memory_order_relaxed); }
@@ -39,6 +40,12 @@ void register_device_allocator(Device device, Allocator* allocator) {
   device_allocators[stream_id(device)].store(allocator, std::memory_order_release);
   if (device.type != Device::Type::CPU && allocator) g_only_cpu.store(false, std::memory_order_relaxed);
 }
+
+void register_pinned_allocator(Allocator* allocator) {
+  Allocator* none = nullptr;
+  g_pinned.compare_exchange_strong(none, allocator, std::memory_order_acq_rel);
+}
+Allocator* pinned_allocator() { return g_pinned.load(std::memory_order_acquire); }
 
 Allocator& allocator_for(Device device) {
   if (device.type == Device::Type::CPU) [[likely]] {

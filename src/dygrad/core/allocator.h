@@ -67,6 +67,12 @@ void register_allocator(Device::Type type, Allocator* allocator);
 // One device's allocator (a test device's, each with its own memory), ahead of its type's.
 void register_device_allocator(Device device, Allocator* allocator);
 Allocator& allocator_for(Device device);
+// Page-locked ("pinned") host memory, torch's pin_memory: CPU memory that a device's copies read and write directly,
+// without staging through a buffer of their own (docs/devices.md, "Pinned host memory"). A device backend provides
+// the pool when it is brought up (the first one to do so keeps it); null while none has. Pinned tensors are CPU
+// tensors whose storage came from this pool (Storage::is_pinned).
+void register_pinned_allocator(Allocator* allocator);
+Allocator* pinned_allocator();
 namespace detail {
 extern Allocator* g_cpu_allocator;  // allocators[CPU], read on the hot path without a call
 }

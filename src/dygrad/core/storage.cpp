@@ -47,7 +47,8 @@ std::atomic<Storage::WaitEventFn> g_wait_event{nullptr};
 thread_local bool tls_runs_device_kernels = false;
 thread_local int tls_stream = -1;
 thread_local bool tls_host_allocation = false;
-// Scopes alive on any thread: while none is, an allocation need not read the thread-local flag (a TLS access in a
+thread_local bool tls_pinned_allocation = false;
+// Host and pinned scopes alive on any thread: while none is, an allocation need not read the thread-local flag (a TLS access in a
 // shared library is a call).
 std::atomic<int> g_host_allocation_scopes{0};
 std::mutex g_meta_mutex;
@@ -149,6 +150,23 @@ HostAllocationScope::~HostAllocationScope() {
   g_host_allocation_scopes.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void check_pinned_memory_available(const char* op) {
+  DG_CHECK(pinned_allocator() != nullptr, Runtime, "[", op, "] pinned memory needs an accelerator, and no device "
+           "backend is enabled (dygrad.testing.enable_test_device(n) brings up the test device, whose backend "
+           "provides it)");
+}
+PinnedAllocationScope::PinnedAllocationScope(const char* op, bool on) : on_(on), saved_(tls_pinned_allocation) {
+  if (!on_) return;
+  check_pinned_memory_available(op);
+  g_host_allocation_scopes.fetch_add(1, std::memory_order_relaxed);
+  tls_pinned_allocation = true;
+}
+PinnedAllocationScope::~PinnedAllocationScope() {
+  if (!on_) return;
+  tls_pinned_allocation = saved_;
+  g_host_allocation_scopes.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void Storage::set_stream_hooks(EventDoneFn done, WaitEventFn wait) {
   g_event_done.store(done, std::memory_order_release);
   g_wait_event.store(wait, std::memory_order_release);
@@ -196,8 +214,8 @@ void Storage::on_only_task_refs() const {
     return;
   MemoryBlock block = block_;
   block.foreign_use = foreign_use_.load(std::memory_order_acquire);
-  allocator_of(device_).free(block, nbytes_, category_,
-                             tasks_enqueued_[device_.is_cpu() ? 0 : stream_id(device_)].load(std::memory_order_acquire));
+  owner().free(block, nbytes_, category_,
+               tasks_enqueued_[device_.is_cpu() ? 0 : stream_id(device_)].load(std::memory_order_acquire));
   block_released_.store(true, std::memory_order_release);
   notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
 }
@@ -236,10 +254,8 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
   Ref<Storage> s(new Storage());
   s->category_ = current_memory_category();
   if (meta::active() && nbytes > 0) [[unlikely]] s->block_ = meta::allocate(nbytes, s->category_);
-  else {
-    const bool host = g_host_allocation_scopes.load(std::memory_order_relaxed) != 0 && tls_host_allocation;
-    s->block_ = allocator_of(device).allocate(nbytes, s->category_, /*stream_ordered=*/!host);
-  }
+  else if (g_host_allocation_scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] s->allocate_in_scope(nbytes, device);
+  else s->block_ = allocator_of(device).allocate(nbytes, s->category_, /*stream_ordered=*/true);
   const int stream = device.is_cpu() ? 0 : stream_id(device);
   s->in_use_until_.store(make_event(stream, s->block_.in_use_until), std::memory_order_relaxed);
   s->data_ = s->block_.ptr;
@@ -255,6 +271,16 @@ Ref<Storage> Storage::allocate(size_t nbytes, Device device) {
     notify([&](StorageObserver* o) { o->on_storage_allocate(s.get(), nbytes, s->category_); });
   log_birth(s.get(), false);
   return s;
+}
+
+void Storage::allocate_in_scope(size_t nbytes, Device device) {
+  const bool stream_ordered = !tls_host_allocation;
+  if (tls_pinned_allocation && device.is_cpu()) {
+    pinned_ = true;
+    block_ = pinned_allocator()->allocate(nbytes, category_, stream_ordered);
+  } else {
+    block_ = allocator_of(device).allocate(nbytes, category_, stream_ordered);
+  }
 }
 
 Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context) {
@@ -273,14 +299,15 @@ void Storage::set_category(MemoryCategory c) {
   if (meta::is_meta(block_)) {
     meta::retag(nbytes_, category_, c);
   } else if (!is_external()) {
-    allocator_for(device_).retag(block_, nbytes_, category_, c);
+    (pinned_ ? *pinned_allocator() : allocator_for(device_)).retag(block_, nbytes_, category_, c);
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_retag(this, nbytes_, c); });
   }
   category_ = c;
 }
 
 void Storage::annotate(const char* description) const {
-  if (!is_external() && block_.ptr && !meta::is_meta(block_)) allocator_for(device_).annotate(block_, description);
+  if (!is_external() && block_.ptr && !meta::is_meta(block_))
+    (pinned_ ? *pinned_allocator() : allocator_for(device_)).annotate(block_, description);
 }
 
 Storage::~Storage() {
@@ -297,9 +324,9 @@ Storage::~Storage() {
     if (const uint64_t foreign = foreign_use_.load(std::memory_order_acquire)) [[unlikely]] {
       MemoryBlock block = block_;
       block.foreign_use = foreign;
-      allocator_of(device_).free(block, nbytes_, category_);
+      owner().free(block, nbytes_, category_);
     } else {
-      allocator_of(device_).free(block_, nbytes_, category_);
+      owner().free(block_, nbytes_, category_);
     }
     if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
   }

@@ -36,6 +36,8 @@ class Storage : public RefCounted {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool is_external() const { return external_release_ != nullptr; }
+  // Page-locked host memory from the pinned pool (core/allocator.h): made under a PinnedAllocationScope.
+  bool is_pinned() const { return pinned_; }
   // Memory a NumPy array also sees (external, or exported by Tensor.numpy()): dygrad's writes into it
   // finish before the op call returns (ops/dispatch.cpp).
   bool shared_with_host() const { return external_release_ != nullptr || exported_.load(std::memory_order_relaxed); }
@@ -95,6 +97,9 @@ class Storage : public RefCounted {
   // the last Task enqueued so far (docs/memory.md, "Stream-ordered reuse").
   void on_only_task_refs() const override;
   void wait_until_unused() const;
+  void allocate_in_scope(size_t nbytes, Device device);
+  // The allocator the block came from and goes back to.
+  Allocator& owner() const { return pinned_ ? *pinned_allocator() : allocator_of(device_); }
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   MemoryBlock block_;
@@ -110,6 +115,7 @@ class Storage : public RefCounted {
   mutable std::atomic<uint64_t> foreign_write_{0};  // cleared by the first access after it has run
   std::atomic<uint64_t> poisoned_by_{0};
   std::atomic<bool> exported_{false};
+  bool pinned_ = false;
   mutable std::atomic<bool> block_released_{false};  // by on_only_task_refs: the destructor frees nothing
   mutable std::atomic<uint64_t> in_use_until_{0};  // an event of the own stream; 0 once no earlier Task uses it
 };
@@ -127,5 +133,22 @@ class HostAllocationScope {
  private:
   bool saved_;
 };
+
+// While one lives, the thread's CPU allocations take page-locked memory from the pinned pool (core/allocator.h):
+// Tensor.pin_memory(), the factories' pin_memory=True, a device copy's host staging buffer. Raises naming `op` when
+// no device backend provides pinned memory (torch: no accelerator). `on` false: no effect.
+class PinnedAllocationScope {
+ public:
+  explicit PinnedAllocationScope(const char* op, bool on = true);
+  ~PinnedAllocationScope();
+  PinnedAllocationScope(const PinnedAllocationScope&) = delete;
+  PinnedAllocationScope& operator=(const PinnedAllocationScope&) = delete;
+
+ private:
+  bool on_;
+  bool saved_;
+};
+// Raises "[op] pinned memory needs an accelerator ..." unless a device backend provides pinned memory.
+void check_pinned_memory_available(const char* op);
 
 }  // namespace dg

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "dygrad/core/storage.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 
@@ -13,16 +14,22 @@ Tensor finish(Tensor t, const TensorOptions& options) {
   if (options.requires_grad) t.set_requires_grad(true);
   return t;
 }
+// A factory's buffer, pinned when asked (torch: only a CPU tensor can be).
+Tensor allocate(const char* op, IntSpan shape, const TensorOptions& options) {
+  if (!options.pinned) [[likely]] return Tensor::empty(shape, options.dtype, options.device, op);
+  DG_CHECK(options.device.is_cpu(), Runtime, "[", op, "] only dense CPU tensors can be pinned, not ",
+           options.device.str(), " ones");
+  PinnedAllocationScope pinned(op);
+  return Tensor::empty(shape, options.dtype, options.device, op);
+}
 }  // namespace
 
-Tensor empty(IntSpan shape, TensorOptions options) {
-  return finish(Tensor::empty(shape, options.dtype, options.device, "empty"), options);
-}
+Tensor empty(IntSpan shape, TensorOptions options) { return finish(allocate("empty", shape, options), options); }
 
 namespace {
 Tensor full_named(const char* op, IntSpan shape, Scalar value, TensorOptions options) {
   check_scalar_fits(op, value, options.dtype);  // before allocating: a huge shape with a bad value names the value
-  Tensor t = Tensor::empty(shape, options.dtype, options.device, op);
+  Tensor t = allocate(op, shape, options);
   fill_(t, value);
   return finish(t, options);
 }

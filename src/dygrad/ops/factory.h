@@ -11,6 +11,7 @@ struct TensorOptions {
   DType dtype = DType::Float32;
   bool requires_grad = false;
   Device device = Device::cpu();
+  bool pinned = false;  // pin_memory=True: page-locked host memory (a CPU tensor; ops/device.h, pin_memory)
 };
 
 Tensor empty(IntSpan shape, TensorOptions options = {});

@@ -152,6 +152,23 @@ CachingAllocator& CachingAllocator::create(Device device, std::unique_ptr<Segmen
   return *allocator;
 }
 
+namespace {
+std::mutex g_pinned_mutex;
+std::atomic<CachingAllocator*> g_pinned_pool{nullptr};
+}  // namespace
+
+CachingAllocator& CachingAllocator::create_pinned(std::unique_ptr<SegmentSource> source) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  if (CachingAllocator* existing = g_pinned_pool.load(std::memory_order_acquire)) return *existing;
+  auto* allocator = new CachingAllocator(Device::cpu(), std::move(source));  // lives for the process
+  allocator->expandable_ = false;
+  g_pinned_pool.store(allocator, std::memory_order_release);
+  register_pinned_allocator(allocator);
+  return *allocator;
+}
+
+CachingAllocator* CachingAllocator::pinned() { return g_pinned_pool.load(std::memory_order_acquire); }
+
 CachingAllocator& CachingAllocator::of(Device device) {
   if (device.is_cpu()) return cpu();
   CachingAllocator* a = device_index_valid(device) ? g_device_pools[stream_id(device)].load(std::memory_order_acquire)

@@ -137,6 +137,13 @@ class CachingAllocator final : public Allocator {
   static CachingAllocator& create(Device device, std::unique_ptr<SegmentSource> source);
   // A device's block pool (the CPU's, or one create() made); raises naming the device when it has none.
   static CachingAllocator& of(Device device);
+  // The pinned host pool (core/allocator.h, docs/devices.md "Pinned host memory"): made by the first device backend
+  // brought up, over the page-locked memory its source gives (cudaHostAlloc for CUDA; the test device's own host
+  // mappings); a second call returns the first pool. Its blocks are CPU memory, ordered by the CPU's stream, and reused
+  // only after the device copies that used them (the pending list). Segments are never expandable (page-locked memory
+  // is pinned whole). `pinned()`: null while none exists.
+  static CachingAllocator& create_pinned(std::unique_ptr<SegmentSource> source);
+  static CachingAllocator* pinned();
   Device device() const { return device_; }
 
   using Block = MemoryBlock;

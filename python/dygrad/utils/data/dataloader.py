@@ -6,6 +6,7 @@ switching dygrad to synchronous execution first (a forked child has no stream wo
 queued op would never run; inline ops do). A worker fetches samples and collates them into NumPy arrays,
 never dygrad tensors; the parent wraps each batch array with from_numpy. Every wait of the training loop for
 a batch is timed into the profiler's data-wait bucket."""
+import collections.abc
 import itertools
 import multiprocessing
 import os
@@ -162,6 +163,34 @@ def _fetch_map(dataset, indices, auto_collation):
     return dataset[indices]
 
 
+def pin_memory(data):
+    """data with every tensor in it pinned (torch.utils.data's pin_memory): tensors, mappings, named tuples, tuples and
+    lists, and objects with a pin_memory() method; anything else as it is."""
+    if isinstance(data, _C.Tensor):
+        return data.pin_memory()
+    if isinstance(data, (str, bytes)):
+        return data
+    if isinstance(data, collections.abc.Mapping):
+        pinned = {k: pin_memory(v) for k, v in data.items()}
+        try:
+            return type(data)(pinned)
+        except TypeError:  # a mapping type that cannot be made from a dict
+            return pinned
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
+        return type(data)(*(pin_memory(v) for v in data))
+    if isinstance(data, tuple):
+        return tuple(pin_memory(v) for v in data)
+    if isinstance(data, collections.abc.Sequence):
+        pinned = [pin_memory(v) for v in data]
+        try:
+            return type(data)(pinned)
+        except TypeError:
+            return pinned
+    if hasattr(data, "pin_memory"):
+        return data.pin_memory()
+    return data
+
+
 class _BaseIter:
     def __init__(self, loader):
         self._loader = loader
@@ -170,7 +199,10 @@ class _BaseIter:
         self._sampler_iter = iter(loader._index_sampler) if not loader._iterable else None
         self._base_seed = (loader.generator or _generator.default_generator)._random64() % (1 << 63)
         self._num_yielded = 0
-        if loader.pin_memory:
+        # torch's: batches in page-locked memory while a device backend provides it (a device's non-blocking copy then
+        # reads them directly, docs/devices.md "Pinned host memory"), else a warning and pageable batches.
+        self._pin = bool(loader.pin_memory) and _C._pinned_memory_available()
+        if loader.pin_memory and not self._pin:
             warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned "
                           "memory won't be used.")
 
@@ -183,6 +215,8 @@ class _BaseIter:
     def __next__(self):
         with data_wait():  # the profiler's data-loading bucket: the whole time the loop waits for a batch
             data = self._next_data()
+            if self._pin:
+                data = pin_memory(data)
         self._num_yielded += 1
         return data
 

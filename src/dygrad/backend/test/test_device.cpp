@@ -73,6 +73,8 @@ int enable(int count) {
   std::lock_guard<std::mutex> lock(g_mutex);
   register_backend(Device::Type::Test);
   set_backend_info(Device::Type::Test, "kernels", "cpu");
+  // Its pinned host memory: mappings of their own, poisoned when mapped, as its arena (CUDA's: cudaHostAlloc).
+  CachingAllocator::create_pinned(std::make_unique<ArenaSource>());
   for (int i = g_count; i < count; ++i) {
     const Device device{Device::Type::Test, static_cast<int16_t>(i)};
     CachingAllocator& allocator = CachingAllocator::create(device, std::make_unique<ArenaSource>());

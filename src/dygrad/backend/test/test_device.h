@@ -8,6 +8,9 @@
 // - Kernels: the CPU's, run on the device's launcher thread (its stream's worker): a launch returns at once,
 //   completion is the stream's events. A kernel's data error is kept as the device's error and raised at the next
 //   sync point with the op and the Python line; the device stays usable.
+// - Pinned host memory (Tensor.pin_memory(), the staging of copies from pageable memory): the backend provides the
+//   pinned pool, host mappings of its own poisoned when mapped, so a copy that reads staging before it was filled
+//   shows it.
 #pragma once
 
 namespace dg::testdev {
