@@ -217,7 +217,7 @@ class _Guards:
     values and tensor geometry, grad mode, autocast, and (walked in C++, every call) the modules' training flags,
     parameters, .grad states and buffers and the optimizers' groups and state sizes."""
 
-    def __init__(self, fn, args, kwargs):
+    def __init__(self, fn, args, kwargs, dynamic=False):
         from . import amp
         from .autograd import is_grad_enabled
         leaves = []
@@ -233,7 +233,16 @@ class _Guards:
                 values.append(("object", id(x)))
         self.modules, self.optimizers = _discover(fn, args, kwargs)
         self.leaves = []
-        state = _C._jit_guard_state(self.tensors, self.modules, self.optimizers, self.leaves)
+        # Symbolic shapes (docs/jit.md): the dynamic dims' sizes leave the key and are the point the key's symbolic
+        # graph serves (one name per dim, for its messages).
+        dims = _dynamic_dims(self.tensors, dynamic) if dynamic is not False else None
+        self.point, self.symbols = (), []
+        if dims and 0 < sum(map(len, dims)) <= MAX_DYNAMIC_DIMS:
+            self.point = tuple(self.tensors[i].shape[d] for i, ds in enumerate(dims) for d in ds)
+            self.symbols = [f"tensor argument {i} dim {d}" for i, ds in enumerate(dims) for d in ds]
+        else:
+            dims = None
+        state = _C._jit_guard_state(self.tensors, self.modules, self.optimizers, self.leaves, dims)
         seen = {id(p) for p in self.leaves}
         # Tensor arguments whose .grad the function may set: by position, as each call passes new ones.
         self.arg_leaves = [i for i, t in enumerate(self.tensors) if t.requires_grad and t.is_leaf and id(t) not in seen]
@@ -395,7 +404,7 @@ class _ReplayBackward(Function):
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "identity", "attempts", "fb")
+                 "describe", "identity", "attempts", "fb", "sample", "instance")
 
     def __init__(self, guards):
         self.guards = guards
@@ -408,13 +417,54 @@ class _Entry:
         self.attempts = 0  # captures that found cuts or problems
         self.fb = None  # a forward whose backward runs outside: its _Backward
         self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
+        self.sample = False  # captured to teach a symbolic graph (not a recompile)
+        self.instance = None  # an instance of a symbolic graph at these sizes: (its family, its point)
+
+
+MAX_DYNAMIC_DIMS = 16  # beyond, every size specialises
+MAX_SAMPLES = 8  # captures a symbolic graph may take before each new size is a recompile
+MAX_INSTANCES = 8  # instances (each with its arena) a symbolic graph keeps, the least recently used dropped first
+
+
+class _Family:
+    """The captures of one guard key whose dynamic dims vary (docs/jit.md, "Symbolic shapes"): the samples teach
+    `symbolic` (C++, jit/symbolic.h) how every size follows the symbols; its instances serve new sizes."""
+
+    def __init__(self, symbols):
+        self.symbols = symbols
+        self.symbolic = _C._JitSymbolic(symbols)
+        self.proto = None      # the first sample's entry: what every instance returns, and where
+        self.disabled = None   # why this function cannot have a symbolic graph: each size is then captured
+        self.instances = {}    # point -> its guard key in _Compiled._entries (in use order)
+        self.refused = set()   # points whose instance failed at launch
+
+    def same_layout(self, entry):
+        """Whether a sample returns what the first did, where it did (else it cannot join)."""
+        def ids(slots):
+            return [(w if isinstance(w, tuple) else id(w), s) for w, s in slots]
+        p = self.proto
+        return (ids(entry.grad_slots) == ids(p.grad_slots) and entry.arg_results == p.arg_results
+                and str(entry.spec) == str(p.spec) and entry.identity == p.identity)
+
+
+def _dynamic_dims(tensors, dynamic):
+    """Per tensor argument, the dims a symbolic graph may serve: every dim (dynamic=True) or those marked with
+    mark_dynamic (dynamic=None). Sizes 0 and 1 always specialise, as torch's do (broadcasting depends on them)."""
+    out = []
+    for t in tensors:
+        dims = range(t.dim()) if dynamic is True else _marked_dims(t)
+        out.append([d for d in dims if t.shape[d] >= 2])
+    return out
 
 
 class _Compiled:
     """A function compiled by dygrad.jit / dygrad.compile."""
 
     def __init__(self, fn, *, fullgraph=False, dynamic=None, recompile_limit=None, name=None, jit_level="O0"):
-        # dynamic: warned at wrapping (shapes are not symbolic yet); jit_level: one level until part 2 fuses.
+        # dynamic: True makes every dim of the tensor arguments symbolic, False none, None (and 0) those marked with
+        # mark_dynamic (docs/jit.md, "Symbolic shapes"); jit_level: one level until part 2 fuses.
+        self._dynamic = True if dynamic_requested(dynamic) else False if dynamic is False else None
+        self._families = {}  # guard key -> _Family, for keys with dynamic dims
         self._fn = fn
         self._fullgraph = fullgraph
         self._limit = RECOMPILE_LIMIT if recompile_limit is None else int(recompile_limit)
@@ -424,7 +474,8 @@ class _Compiled:
         self._eager_reason = None
         self._warned_cuts = False
         self._warmed_up = False
-        self.stats = {"captures": 0, "replays": 0, "segment_calls": 0, "eager_calls": 0, "recompiles": 0}
+        self.stats = {"captures": 0, "replays": 0, "segment_calls": 0, "eager_calls": 0, "recompiles": 0,
+                      "samples": 0, "symbolic_instances": 0}
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, obj, objtype=None):
@@ -438,27 +489,27 @@ class _Compiled:
         if self._eager_reason is not None or _C._jit_active() or _C._meta_active() or _C._get_context()[1]:
             self.stats["eager_calls"] += 1
             return self._fn(*args, **kwargs)
-        guards = _Guards(self._fn, args, kwargs)
-        entry = self._entries.get(guards.key)
+        guards = _Guards(self._fn, args, kwargs, self._dynamic)
+        key = (guards.key, guards.point)
+        entry = self._entries.get(key)
         if entry is None:
-            captured = [k for k in self._order if self._entries[k].graph is not None or self._entries[k].segments]
-            if self._order:
-                # A new guard key after a capture is a recompile (a key that only ever had its warm-up call, such as
-                # the first step's before the optimizer made its state, is not).
-                last = self._entries[(captured or self._order)[-1]].guards
-                reason = _Detail(guards).difference(last)
-                if captured:
-                    self.stats["recompiles"] += 1
-                    _emit("recompiles", f"recompiling {self._name}: {reason}")
-                if len(captured) >= self._limit or len(self._order) >= 2 * self._limit + 2:
-                    self._eager_reason = (f"{self._name} was recompiled {len(captured)} times (the recompile "
-                                          f"limit is {self._limit}); the last reason: {reason}")
-                    warnings.warn(f"dygrad.jit: {self._eager_reason}. It runs eagerly from now on.",
-                                  JitRecompileWarning, stacklevel=2)
+            family = self._families.get(guards.key)
+            if family is not None:
+                entry = self._new_point(family, guards, key)
+                if entry is None:
                     self.stats["eager_calls"] += 1
                     return self._fn(*args, **kwargs)
-            entry = self._entries[guards.key] = _Entry(_Detail(guards))
-            self._order.append(guards.key)
+            else:
+                if not self._new_key(guards):
+                    self.stats["eager_calls"] += 1
+                    return self._fn(*args, **kwargs)
+                entry = self._entries[key] = _Entry(_Detail(guards))
+                self._order.append(key)
+                if guards.point:
+                    self._families[guards.key] = _Family(guards.symbols)
+        elif entry.instance is not None:  # most recently used last
+            family, point = entry.instance
+            family.instances[point] = family.instances.pop(point)
         entry.calls += 1
         if entry.graph is not None:
             for where, address in entry.identity:
@@ -481,6 +532,10 @@ class _Compiled:
             except Exception as e:  # an argument that cannot be bound: run this call eagerly
                 _emit("recompiles", f"{self._name}: replay refused ({e}); running eagerly")
                 entry.graph = None
+                if entry.instance is not None:  # the next call at these sizes is captured
+                    family, point = entry.instance
+                    family.refused.add(point)
+                    self._drop_instance(family, point)
                 self.stats["eager_calls"] += 1
                 return self._fn(*args, **kwargs)
         if entry.segments:
@@ -492,6 +547,96 @@ class _Compiled:
             self.stats["eager_calls"] += 1
             return self._fn(*args, **kwargs)
         return self._capture(entry, guards, args, kwargs)
+
+    def _captured_keys(self):
+        """Keys captured as a recompile: the samples of a symbolic graph do not count."""
+        return [k for k in self._order if (self._entries[k].graph is not None or self._entries[k].segments)
+                and not self._entries[k].sample]
+
+    def _new_key(self, guards, reason=None):
+        """A guard key not seen before: a recompile once something was captured. False past the recompile limit (the
+        function runs eagerly from then on)."""
+        captured = self._captured_keys()
+        if not self._order:
+            return True
+        # A new guard key after a capture is a recompile (a key that only ever had its warm-up call, such as the
+        # first step's before the optimizer made its state, is not).
+        last = self._entries[(captured or self._order)[-1]].guards
+        reason = reason or _Detail(guards).difference(last)
+        if captured:
+            self.stats["recompiles"] += 1
+            _emit("recompiles", f"recompiling {self._name}: {reason}")
+        if len(captured) >= self._limit or len(self._order) >= 2 * self._limit + 2 * MAX_SAMPLES + 2:
+            self._eager_reason = (f"{self._name} was recompiled {len(captured)} times (the recompile "
+                                  f"limit is {self._limit}); the last reason: {reason}")
+            warnings.warn(f"dygrad.jit: {self._eager_reason}. It runs eagerly from now on.",
+                          JitRecompileWarning, stacklevel=3)
+            return False
+        return True
+
+    def _new_point(self, family, guards, key):
+        """New sizes of a guard key with dynamic dims: an instance of its symbolic graph, else an entry to capture
+        (a sample when the symbolic graph needs one more, else a recompile with the reason). None: run eagerly."""
+        point = guards.point
+        sizes = ", ".join(f"{name} = {v}" for name, v in zip(family.symbols, point))
+        reason, more = family.disabled, False
+        if reason is None and family.proto is not None:
+            if point in family.refused:
+                reason = "its symbolic instance at these sizes was refused at launch"
+            else:
+                graph, reason, more = family.symbolic.instantiate(list(point), guards.tensors)
+                if graph is not None:
+                    proto = family.proto
+                    entry = _Entry(proto.guards)
+                    entry.calls = 1  # past the warm-up
+                    entry.graph, entry.grad_slots, entry.arg_results = graph, proto.grad_slots, proto.arg_results
+                    entry.spec, entry.identity, entry.describe = proto.spec, proto.identity, proto.describe
+                    entry.instance = (family, point)
+                    self._entries[key] = entry
+                    family.instances[point] = key
+                    while len(family.instances) > MAX_INSTANCES:
+                        self._drop_instance(family, next(iter(family.instances)))
+                    self.stats["symbolic_instances"] += 1
+                    _emit("captures", f"{self._name}: its symbolic graph serves {sizes}")
+                    return entry
+        if more and family.symbolic.num_samples < MAX_SAMPLES:
+            _emit("captures", f"capturing {self._name} at {sizes} as a sample of its symbolic graph: {reason}")
+            entry = self._entries[key] = _Entry(_Detail(guards))
+            entry.sample = True
+            self._order.append(key)
+            return entry
+        if family.proto is not None and reason is not None:
+            reason = f"{_Detail(guards).difference(family.proto.guards)}; no symbolic graph serves it: {reason}"
+        if not self._new_key(guards, reason):
+            return None
+        entry = self._entries[key] = _Entry(_Detail(guards))
+        self._order.append(key)
+        return entry
+
+    def _drop_instance(self, family, point):
+        key = family.instances.pop(point, None)
+        if key is not None:
+            self._entries.pop(key, None)
+
+    def _join(self, entry, guards, graph=None, why=None):
+        """A capture of a guard key with dynamic dims: it joins the key's symbolic graph as a sample, or says why
+        none can serve this function (each size is then captured on its own, a recompile)."""
+        family = self._families.get(guards.key)
+        if family is None or family.disabled is not None:
+            return
+        if why is None:
+            if family.proto is None:
+                family.proto = entry
+            elif not family.same_layout(entry):
+                why = "its results or the .grad it sets are laid out otherwise at these sizes"
+        if why is None:
+            why = family.symbolic.add(graph, list(guards.point), guards.tensors) or None
+        if why is None:
+            if entry.sample:
+                self.stats["samples"] += 1
+            return
+        family.disabled = why
+        _emit("recompiles", f"{self._name}: no symbolic graph: {why}; each size is captured on its own")
 
     def _run_segments(self, args, kwargs):
         self.stats["segment_calls"] += 1
@@ -556,6 +701,8 @@ class _Compiled:
                           "; ".join(self._reasons(entry)) + "; capturing once more")
                     return out
                 entry.segments = True
+                if guards.point:
+                    self._join(entry, guards, why="it runs as segments (Python runs between its host reads)")
                 if not self._warned_cuts:
                     self._warned_cuts = True
                     warnings.warn(f"dygrad.jit: {self._name} runs as compiled segments with Python between them "
@@ -570,6 +717,8 @@ class _Compiled:
             entry.grad_slots = grad_slots
             entry.arg_results = layout
             entry.spec = out_spec
+            if guards.point:
+                self._join(entry, guards, graph)
             return out
         finally:
             capture.close()
@@ -593,6 +742,9 @@ class _Compiled:
                 entry.segments = True
                 self._warn_segments(entry)
             return tree_unflatten(leaves, out_spec)
+        if guards.point:
+            self._join(entry, guards, why="its backward runs outside the function (a compiled forward under grad "
+                                          "mode): symbolic shapes serve whole steps and forwards without grad")
         graph, saved = built
         state = _Backward(self._name, len(results), [i for i, x in enumerate(results) if x.requires_grad],
                           guards.target_spec())
@@ -656,6 +808,7 @@ class _Compiled:
         """Forgets every capture (the next call starts over with a warm-up call)."""
         self._entries.clear()
         self._order.clear()
+        self._families.clear()
         self._eager_reason = None
         self._warned_cuts = False
         self._warmed_up = False
@@ -693,8 +846,6 @@ def _wrap(function, **kw):
         return function
     if not callable(function):
         raise TypeError(f"dygrad.jit: expected a function or a Module, got {type(function).__name__}")
-    if dynamic_requested(kw.get("dynamic")):
-        _warn_dynamic()
     return _Compiled(function, **kw)
 
 
@@ -702,21 +853,39 @@ def dynamic_requested(dynamic):
     return dynamic is True or (isinstance(dynamic, int) and not isinstance(dynamic, bool) and dynamic > 0)
 
 
-_dynamic_warned = False
+# Marks of mark_dynamic: id(tensor) -> (its identity check, its dims). A Tensor takes no Python attributes and no weak
+# references, so a mark is found by id and checked against the tensor's storage and geometry (an id reused by another
+# tensor misses); the oldest marks go past MAX_MARKS. A mark only ever allows a symbolic graph, which is guarded itself.
+_marks = {}
+MAX_MARKS = 4096
 
 
-def _warn_dynamic():
-    global _dynamic_warned
-    if not _dynamic_warned:
-        _dynamic_warned = True
-        warnings.warn("dygrad.jit: dynamic shapes are not symbolic yet: each distinct set of shapes is captured on "
-                      "its own (up to the recompile limit); see docs/jit.md", UserWarning, stacklevel=3)
+def _mark_identity(t):
+    return (_C._storage_address(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+def _marked_dims(t):
+    mark = _marks.get(id(t))
+    return sorted(mark[1]) if mark is not None and mark[0] == _mark_identity(t) else ()
 
 
 def mark_dynamic(t, dim, **kwargs):
-    """torch._dynamo.mark_dynamic: accepted; dygrad does not make dimensions symbolic yet (docs/jit.md), so a new
-    size is a new capture."""
-    _warn_dynamic()
+    """torch._dynamo.mark_dynamic: the size of `t`'s dim `dim` (an int or a list) is symbolic in the functions `t` is
+    passed to (docs/jit.md, "Symbolic shapes"), unless compiled with dynamic=False. `min`/`max` are accepted."""
+    if not _is_tensor(t):
+        raise TypeError(f"[mark_dynamic] expected a Tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise IndexError(f"[mark_dynamic] dim {d!r} is out of range for a tensor of shape {tuple(t.shape)}")
+    identity = _mark_identity(t)
+    mark = _marks.pop(id(t), None)
+    if mark is None or mark[0] != identity:
+        mark = (identity, set())
+    mark[1].update(d % t.dim() for d in dims)
+    _marks[id(t)] = mark
+    while len(_marks) > MAX_MARKS:
+        del _marks[next(iter(_marks))]
 
 
 def compile_(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,

@@ -2,6 +2,7 @@
 // python/dygrad/jit.py (docs/jit.md).
 #include "common.h"
 #include "dygrad/jit/graph.h"
+#include "dygrad/jit/symbolic.h"
 
 #include <unordered_set>
 
@@ -34,6 +35,9 @@ struct PyCapture {
 struct PyGraph {
   std::shared_ptr<Graph> graph;
 };
+struct PySymbolic {
+  std::unique_ptr<SymbolicGraph> symbolic;
+};
 struct PySegments {
   std::unique_ptr<SegmentBatcher> batcher;
   size_t segments = 0, ops = 0;
@@ -52,6 +56,19 @@ struct GuardWriter {
     put(t.dim());
     for (int64_t s : t.shape()) put(s);
     for (int64_t s : t.strides()) put(s);
+  }
+  // A tensor argument with dynamic dims (docs/jit.md, "Symbolic shapes"): their sizes are the symbolic graph's to
+  // check, and its strides, which follow them, too; what stays is whether it is contiguous.
+  void put_dynamic_geometry(const Tensor& t, nb::handle dims) {
+    std::vector<uint8_t> dynamic(static_cast<size_t>(t.dim()), 0);
+    for (nb::handle d : dims) {
+      const int64_t i = nb::cast<int64_t>(d);
+      if (i >= 0 && i < t.dim()) dynamic[size_t(i)] = 1;
+    }
+    put(static_cast<int64_t>(t.dtype()));
+    put(t.dim());
+    for (int64_t i = 0; i < t.dim(); ++i) put(dynamic[size_t(i)] ? -1 : t.shape()[size_t(i)]);
+    put(t.is_contiguous() ? 1 : 0);
   }
 };
 
@@ -104,14 +121,19 @@ void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unorde
   }
 }
 
-nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimizers, nb::list leaves) {
+nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimizers, nb::list leaves,
+                      nb::handle dynamic) {
   GuardWriter w;
   std::vector<const void*> storages;
+  size_t index = 0;
   for (nb::handle item : tensors) {
     if (!is_tensor(item.ptr())) throw nb::type_error("[jit] guard state: expected a list of Tensors");
     const Tensor& t = unwrap(item.ptr());
     require_cpu(t, "a tensor argument");
-    w.put_geometry(t);
+    nb::handle dims = dynamic.is_none() ? nb::handle() : nb::handle(dynamic[index]);
+    ++index;
+    if (dims.is_valid() && !dims.is_none() && nb::len(dims) > 0) w.put_dynamic_geometry(t, dims);
+    else w.put_geometry(t);
     w.put(t.requires_grad() ? 1 : 0);
     if (t.requires_grad()) w.put(t.grad().defined() ? 1 : 0);
     const void* s = t.numel() ? t.storage().address() : nullptr;
@@ -155,7 +177,21 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
 
 void init_jit(nb::module_& m) {
   m.def("_jit_guard_state", &guard_state, nb::arg("tensors"), nb::arg("modules"), nb::arg("optimizers"),
-        nb::arg("leaves"));
+        nb::arg("leaves"), nb::arg("dynamic") = nb::none());
+  nb::class_<PySymbolic>(m, "_JitSymbolic")
+      .def("__init__", [](PySymbolic* self, std::vector<std::string> names) {
+        new (self) PySymbolic();
+        self->symbolic = std::make_unique<SymbolicGraph>(std::move(names));
+      }, nb::arg("symbol_names"))
+      .def("add", [](PySymbolic& self, PyGraph& graph, std::vector<int64_t> point, nb::handle args) {
+        return self.symbolic->add(graph.graph, point, tensors_of(args));
+      }, nb::arg("graph"), nb::arg("point"), nb::arg("args"))
+      .def("instantiate", [](PySymbolic& self, std::vector<int64_t> point, nb::handle args) {
+        SymbolicGraph::Instance r = self.symbolic->instantiate(point, tensors_of(args));
+        nb::object graph = r.graph ? nb::cast(PyGraph{std::move(r.graph)}) : nb::none();
+        return nb::make_tuple(graph, r.reason, r.more_samples);
+      }, nb::arg("point"), nb::arg("args"))
+      .def_prop_ro("num_samples", [](PySymbolic& self) { return self.symbolic->num_samples(); });
   nb::class_<PyGraph>(m, "_JitGraph")
       .def("launch", [](PyGraph& self, nb::handle args) {
         std::vector<Tensor> a = tensors_of(args);

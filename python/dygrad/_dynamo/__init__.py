@@ -11,7 +11,7 @@ def mark_static_address(tensor, guard=True):
 
 
 def mark_dynamic(tensor, index, *, min=None, max=None, specialize_on=None):  # noqa: A002 (torch's names)
-    """dygrad.jit.mark_dynamic: shapes are not symbolic yet (docs/jit.md): a new size is a new capture."""
+    """dygrad.jit.mark_dynamic: the dim's size is symbolic in compiled functions (docs/jit.md, "Symbolic shapes")."""
     from ..jit import mark_dynamic as mark
     mark(tensor, index)
 
@@ -23,7 +23,9 @@ def explain(f, *args, **kwargs):
 
 
 def maybe_mark_dynamic(tensor, index):
-    """A hint for compiled graphs: nothing to do eagerly."""
+    """torch's softer mark_dynamic: dygrad's marks never raise when a dim specialises, so it is mark_dynamic."""
+    from ..jit import mark_dynamic as mark
+    mark(tensor, index)
 
 
 # torch._dynamo.config: libraries read and set a few fields (cache sizes, suppress_errors).

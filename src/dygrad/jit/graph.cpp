@@ -439,31 +439,40 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
   g->ops_ = std::move(ops_);
   g->files_ = std::move(files_);
   g->results_ = std::move(result_values);
+  g->rng_total_ = rng_state().offset - rng_first_;
+  g->prepare();
+  return g;
+}
 
+// ---------------------------------------------------------------------------------------------------------------
+// Graph
+void Graph::prepare() {
+  // Sizes are the graph's own (a capture's, or an instance of a symbolic graph: jit/symbolic.h), so is everything
+  // planned from them here: the arena, the prebuilt Tasks and each sub-op's declared scratch.
   // An operand of a side-effect op (a collective's comm_start) is read or written outside the stream, by the
   // communication thread, until its comm_wait: its buffer lives to the end of the graph (eager keeps it alive through
   // the Work's reference; a shorter lifetime would let a later sub-op reuse its arena slot meanwhile).
-  const int32_t end = static_cast<int32_t>(g->ops_.size());
-  for (const GraphOp& op : g->ops_) {
+  const int32_t end = static_cast<int32_t>(ops_.size());
+  for (const GraphOp& op : ops_) {
     if (!(op.op->flags & kOpSideEffect)) continue;
     for (const auto* list : {&op.inputs, &op.outputs})
       for (int32_t v : *list)
-        if (v >= 0) g->buffers_[size_t(g->values_[size_t(v)].buffer)].last = end;
+        if (v >= 0) buffers_[size_t(values_[size_t(v)].buffer)].last = end;
   }
   // The arena: Internal buffers placed by lifetime (ops first..last), largest first, each at the lowest offset free
   // over its lifetime.
   std::vector<int32_t> internal;
-  for (size_t i = 0; i < g->buffers_.size(); ++i)
-    if (g->buffers_[i].kind == BufferKind::Internal && g->buffers_[i].first >= 0) internal.push_back(int32_t(i));
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].kind == BufferKind::Internal && buffers_[i].first >= 0) internal.push_back(int32_t(i));
   std::stable_sort(internal.begin(), internal.end(), [&](int32_t a, int32_t b) {
-    return g->buffers_[size_t(a)].nbytes > g->buffers_[size_t(b)].nbytes;
+    return buffers_[size_t(a)].nbytes > buffers_[size_t(b)].nbytes;
   });
   std::vector<int32_t> placed;
   for (int32_t bi : internal) {
-    Buffer& b = g->buffers_[size_t(bi)];
+    Buffer& b = buffers_[size_t(bi)];
     std::vector<std::pair<size_t, size_t>> busy;
     for (int32_t pi : placed) {
-      const Buffer& p = g->buffers_[size_t(pi)];
+      const Buffer& p = buffers_[size_t(pi)];
       if (p.first <= b.last && b.first <= p.last) busy.emplace_back(p.arena_offset, p.arena_offset + round_up(p.nbytes));
     }
     std::sort(busy.begin(), busy.end());
@@ -474,68 +483,64 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
       offset = std::max(offset, hi);
     }
     b.arena_offset = offset;
-    g->arena_bytes_ = std::max(g->arena_bytes_, offset + need);
+    arena_bytes_ = std::max(arena_bytes_, offset + need);
     placed.push_back(bi);
   }
-  g->internal_.resize(g->buffers_.size());
-  if (g->arena_bytes_ > 0) {
+  internal_.resize(buffers_.size());
+  if (arena_bytes_ > 0) {
     MemoryCategoryScope category(MemoryCategory::Activation);
-    g->arena_ = Storage::allocate(g->arena_bytes_);
-    char* base = static_cast<char*>(g->arena_->data());
+    arena_ = Storage::allocate(arena_bytes_);
+    char* base = static_cast<char*>(arena_->data());
     for (int32_t bi : internal) {
-      const Buffer& b = g->buffers_[size_t(bi)];
-      g->internal_[size_t(bi)] = Storage::wrap_external(base + b.arena_offset, b.nbytes, [](void*) {}, nullptr);
+      const Buffer& b = buffers_[size_t(bi)];
+      internal_[size_t(bi)] = Storage::wrap_external(base + b.arena_offset, b.nbytes, [](void*) {}, nullptr);
     }
   }
 
   // Bound slots: values over Argument and Escaping buffers.
-  g->value_bound_.assign(g->values_.size(), -1);
-  for (size_t v = 0; v < g->values_.size(); ++v) {
-    const int32_t bi = g->values_[v].buffer;
+  value_bound_.assign(values_.size(), -1);
+  for (size_t v = 0; v < values_.size(); ++v) {
+    const int32_t bi = values_[v].buffer;
     if (bi < 0) continue;
-    const BufferKind k = g->buffers_[size_t(bi)].kind;
+    const BufferKind k = buffers_[size_t(bi)].kind;
     if (k == BufferKind::Argument || k == BufferKind::Escaping) {
-      g->value_bound_[v] = static_cast<int32_t>(g->bound_values_.size());
-      g->bound_values_.push_back(static_cast<int32_t>(v));
+      value_bound_[v] = static_cast<int32_t>(bound_values_.size());
+      bound_values_.push_back(static_cast<int32_t>(v));
     }
   }
   // The prebuilt Tasks.
-  g->tasks_.resize(g->ops_.size());
-  for (size_t i = 0; i < g->ops_.size(); ++i) {
-    const GraphOp& op = g->ops_[i];
-    Task& t = g->tasks_[i];
+  tasks_.resize(ops_.size());
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const GraphOp& op = ops_[i];
+    Task& t = tasks_[i];
     t.op = op.op;
     t.kernel = op.kernel;
     t.attrs = op.attrs;
     t.site = op.site;
     auto add = [&](int32_t v, bool output, uint32_t position) {
       if (v < 0) return Tensor();
-      if (g->value_bound_[size_t(v)] >= 0) {
-        g->patches_.push_back({uint32_t(i), output, position, uint32_t(g->value_bound_[size_t(v)])});
+      if (value_bound_[size_t(v)] >= 0) {
+        patches_.push_back({uint32_t(i), output, position, uint32_t(value_bound_[size_t(v)])});
         return Tensor();
       }
-      const Value& val = g->values_[size_t(v)];
-      const Buffer& b = g->buffers_[size_t(val.buffer)];
-      return g->make_tensor(val, b.kind == BufferKind::Fixed ? b.fixed : g->internal_[size_t(val.buffer)], 0);
+      const Value& val = values_[size_t(v)];
+      const Buffer& b = buffers_[size_t(val.buffer)];
+      return make_tensor(val, b.kind == BufferKind::Fixed ? b.fixed : internal_[size_t(val.buffer)], 0);
     };
     for (size_t j = 0; j < op.inputs.size(); ++j) t.inputs.push_back(add(op.inputs[j], false, uint32_t(j)));
     for (size_t j = 0; j < op.outputs.size(); ++j) t.outputs.push_back(add(op.outputs[j], true, uint32_t(j)));
-    g->max_scratch_ = std::max(g->max_scratch_, op.scratch);
+    max_scratch_ = std::max(max_scratch_, op.scratch);
     if (op.random) {
-      g->uses_rng_ = true;
+      uses_rng_ = true;
     }
   }
-  g->rng_total_ = rng_state().offset - rng_first_;
-  for (size_t bi = 0; bi < g->buffers_.size(); ++bi) {
-    const Buffer& b = g->buffers_[bi];
+  for (size_t bi = 0; bi < buffers_.size(); ++bi) {
+    const Buffer& b = buffers_[bi];
     if ((b.kind == BufferKind::Fixed || b.kind == BufferKind::Argument) && b.bumps > 0)
-      g->bumps_.emplace_back(int32_t(bi), b.bumps);
+      bumps_.emplace_back(int32_t(bi), b.bumps);
   }
-  return g;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Graph
 Tensor Graph::make_tensor(const Value& v, const Ref<Storage>& storage, int64_t byte_shift) const {
   const int64_t item = static_cast<int64_t>(itemsize(v.dtype));
   DG_CHECK(byte_shift % item == 0, Value, "[jit] an argument's storage offset moved by ", byte_shift,

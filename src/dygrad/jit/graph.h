@@ -162,6 +162,9 @@ class Graph : public std::enable_shared_from_this<Graph> {
 
  private:
   friend class Capture;
+  friend class SymbolicGraph;
+  // Plans what follows from the sizes: the arena, the internal buffers' storages, the bound slots, the prebuilt Tasks.
+  void prepare();
   Tensor make_tensor(const Value& v, const Ref<Storage>& storage, int64_t byte_shift) const;
   std::vector<Buffer> buffers_;
   std::vector<Value> values_;

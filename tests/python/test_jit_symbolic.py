@@ -1,0 +1,241 @@
+"""dygrad.jit's symbolic shapes (docs/jit.md, "Symbolic shapes"; src/dygrad/jit/symbolic.{h,cpp}): dims marked dynamic
+are served by one symbolic graph at sizes never captured, bitwise equal to eager, with no recompile; what a symbolic
+replay cannot re-derive is a logged recompile naming the reason."""
+import math
+
+import pytest
+
+import dygrad as dg
+import dygrad.nn as nn
+import dygrad.nn.functional as F
+from dygrad.models import llama
+
+
+def recompile_lines(capfd):
+    return [line for line in capfd.readouterr().err.splitlines() if "recompil" in line]
+
+
+def run_sizes(fn, sizes, make_args, seed=1):
+    dg.manual_seed(seed)
+    return [fn(*make_args(*s)) for s in sizes]
+
+
+def same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a.shape == b.shape and dg.equal(a, b)
+
+
+# --- plain functions ----------------------------------------------------------------------------------------------
+def test_sizes_never_captured_replay_bitwise_eager_with_no_recompile(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles,captures")
+
+    def f(x, w):  # a mean's divisor, a T x T product, a softmax over a dynamic dim and a view by the sizes
+        B, T, C = x.shape
+        s = (x @ x.transpose(1, 2)).softmax(-1) @ x                     # [B, T, C], through [B, T, T]
+        return (s.reshape(B * T, C) @ w).relu().mean(0), s.sum(1).exp()
+
+    jf = dg.jit(f, dynamic=True)
+    w = dg.randn(16, 8)
+    sizes = [(2, 8), (2, 8), (2, 16), (4, 8), (4, 16), (3, 40), (6, 24), (2, 8), (5, 40)]
+    got = run_sizes(jf, sizes, lambda b, t: (dg.randn(b, t, 16), w))
+    want = run_sizes(f, sizes, lambda b, t: (dg.randn(b, t, 16), w))
+    assert all(same(a, b) for a, b in zip(got, want))
+    # (2, 8) warm-up and capture, (2, 16) and (4, 8) teach it T and B; the others are instances
+    assert jf.stats["captures"] == 3 and jf.stats["samples"] == 2 and jf.stats["recompiles"] == 0
+    assert jf.stats["symbolic_instances"] == 4 and jf.stats["replays"] == 5
+    err = capfd.readouterr().err
+    assert "recompiling" not in err and "its symbolic graph serves" in err
+
+
+def test_mark_dynamic_makes_only_the_marked_dim_symbolic(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+
+    def f(x):
+        return (x * 3).sum(0)
+
+    jf = dg.jit(f)
+    for n in (4, 4, 8, 16, 12):
+        x = dg.randn(n, 5)
+        dg.jit.mark_dynamic(x, 0)
+        assert same(jf(x), f(x))
+    assert jf.stats["recompiles"] == 0 and jf.stats["symbolic_instances"] == 2
+    x = dg.randn(12, 7)  # dim 1 is not marked: a recompile
+    dg.jit.mark_dynamic(x, 0)
+    assert same(jf(x), f(x))
+    assert jf.stats["recompiles"] == 1 and "shape" in "".join(recompile_lines(capfd))
+    with pytest.raises(IndexError, match=r"\[mark_dynamic\] dim 2 is out of range for a tensor of shape \(12, 7\)"):
+        dg.jit.mark_dynamic(x, 2)
+    # dynamic=False specialises, marks or not
+    sf = dg.jit(f, dynamic=False)
+    for n in (4, 4, 8, 8):
+        x = dg.randn(n, 5)
+        dg.jit.mark_dynamic(x, 0)
+        assert same(sf(x), f(x))
+    assert sf.stats["recompiles"] == 1 and sf.stats["symbolic_instances"] == 0
+
+
+def test_rng_draws_at_new_sizes_are_eagers(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+
+    def f(x):
+        return F.dropout(x, 0.5, True) + dg.randn(x.shape[0], 1) + dg.rand(3)
+
+    jf = dg.jit(f, dynamic=True)
+    sizes = [(4,), (4,), (8,), (12,), (20,), (12,), (6,)]
+    got = run_sizes(jf, sizes, lambda n: (dg.ones(n, 3),), seed=5)
+    want = run_sizes(f, sizes, lambda n: (dg.ones(n, 3),), seed=5)
+    # 12 and 20 are instances; at 6 the dropout draws ceil(18 / 4) counters, which the fit 18 / 4 cannot say
+    assert jf.stats["symbolic_instances"] == 2 and jf.stats["recompiles"] == 1
+    assert "no whole number" in "".join(recompile_lines(capfd))
+    assert all(same(a, b) for a, b in zip(got, want))
+    assert not dg.equal(got[3][:8], got[5][:8])  # draws differ between calls at one size
+    dg.manual_seed(5)
+    [jf(dg.ones(n, 3)) for n, in sizes]
+    after_jit = dg.rand(4)
+    dg.manual_seed(5)
+    [f(dg.ones(n, 3)) for n, in sizes]
+    assert dg.equal(after_jit, dg.rand(4))  # a replay reserves what eager draws at its sizes
+
+
+def test_an_affine_size_needs_a_third_capture_and_a_half_size_refuses_odd_lengths(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles,captures")
+
+    def diff(x):  # sizes T - 1: two terms, fitted from three captures
+        return x[:, 1:] - x[:, :-1]
+
+    jd = dg.jit(diff, dynamic=True)
+    for t in (8, 8, 16, 32, 24, 100):
+        x = dg.randn(2, t)
+        assert same(jd(x), diff(x))
+    assert jd.stats["samples"] == 2 and jd.stats["symbolic_instances"] == 2 and jd.stats["recompiles"] == 0
+
+    def half(x):  # sizes T / 2: served at even lengths, an odd one is a recompile naming why
+        return x[:, : x.shape[1] // 2] * 2
+
+    jh = dg.jit(half, dynamic=True)
+    for t in (8, 8, 16, 12, 11):
+        x = dg.randn(2, t)
+        assert same(jh(x), half(x))
+    assert jh.stats["symbolic_instances"] == 1 and jh.stats["recompiles"] == 1
+    assert "no whole number" in "".join(recompile_lines(capfd))
+
+
+# --- what a symbolic replay cannot re-derive: recompiles, each with its reason ------------------------------------
+def test_a_value_python_computed_from_a_size_is_a_logged_recompile(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+
+    def scaled(x):
+        return x * (1.0 / math.sqrt(x.shape[-1]))
+
+    js = dg.jit(scaled, dynamic=True)
+    for t in (4, 4, 9, 16, 16, 25):
+        x = dg.randn(3, t)
+        assert same(js(x), scaled(x))
+    lines = recompile_lines(capfd)
+    assert any("no symbolic graph: [mul_scalar]" in line and "a value Python computed from a dynamic size" in line
+               for line in lines)
+    assert js.stats["symbolic_instances"] == 0 and js.stats["recompiles"] == 2  # 16 and 25; 9 was the sample
+
+    def branchy(x):  # Python chooses its ops by the size
+        return x.exp() if x.shape[0] > 4 else x.relu()
+
+    jb = dg.jit(branchy, dynamic=True)
+    for n in (4, 4, 8, 12):
+        x = dg.randn(n)
+        assert same(jb(x), branchy(x))
+    assert any("Python chose its ops by the sizes" in line for line in recompile_lines(capfd))
+    assert jb.stats["symbolic_instances"] == 0 and jb.stats["recompiles"] == 1
+
+
+def test_a_forward_whose_backward_runs_outside_is_captured_per_size(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+    m = nn.Linear(4, 3)
+    cm = dg.compile(m, dynamic=True)
+    for n in (2, 2, 5, 7):
+        x = dg.randn(n, 4)
+        cm(x).sum().backward()
+    assert any("its backward runs outside the function" in line for line in recompile_lines(capfd))
+    with dg.no_grad():  # without grad mode the forward is one graph: served symbolically
+        cf = dg.compile(m, dynamic=True)
+        for n in (2, 2, 5, 7, 9):
+            x = dg.randn(n, 4)
+            assert same(cf(x), m(x))
+        assert cf._compiled_forward.stats["symbolic_instances"] == 2
+
+
+# --- training steps -----------------------------------------------------------------------------------------------
+def test_mlp_step_at_batches_never_captured_is_bitwise_eager(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+
+    def run(jit):
+        dg.manual_seed(0)
+        m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 4))
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = F.mse_loss(m(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        step = dg.jit(step, dynamic=True) if jit else step
+        dg.manual_seed(1)
+        losses = [step(dg.randn(b, 8), dg.randn(b, 4)) for b in [4, 4, 8, 4, 16, 12, 8, 33, 4, 6]]
+        return m, opt, losses, step
+
+    m1, o1, l1, _ = run(False)
+    m2, o2, l2, step = run(True)
+    assert step.stats["recompiles"] == 0 and step.stats["captures"] == 2 and step.stats["symbolic_instances"] == 4
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        assert dg.equal(o1.state[p]["momentum_buffer"], o2.state[q]["momentum_buffer"])
+    assert recompile_lines(capfd) == []
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+@pytest.mark.parametrize("marking", ["dynamic=True", "mark_dynamic"])
+def test_llama_step_over_seq_64_128_256_and_batch_4_8_is_one_symbolic_graph(fused, marking, capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+    cfg = llama.LlamaConfig(n_layers=2, dim=32, n_heads=2, ffn_dim=64, seq_len=256, batch_size=4, dropout=0.1,
+                            vocab_size=64)
+    shapes = [(4, 64), (4, 64), (4, 128), (4, 256), (8, 64), (8, 128), (8, 256), (4, 64), (4, 256)]
+
+    def run(jit):
+        dg.manual_seed(0)
+        m = llama.Llama(cfg, fused=fused)
+        opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+
+        def step(x, y):
+            loss = m(x, y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        if jit:
+            step = dg.jit(step, dynamic=True) if marking == "dynamic=True" else dg.jit(step)
+        dg.manual_seed(1)
+        losses = []
+        for b, t in shapes:
+            x, y = dg.randint(0, 64, (b, t)), dg.randint(0, 64, (b, t))
+            if marking == "mark_dynamic":
+                dg.jit.mark_dynamic(x, [0, 1])
+                dg.jit.mark_dynamic(y, [0, 1])
+            losses.append(step(x, y))
+        return m, losses, step
+
+    m1, l1, _ = run(False)
+    m2, l2, step = run(True)
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+    # captures at (4, 64), (4, 128) and (8, 64); (4, 256), (8, 128), (8, 256) are instances of the symbolic graph
+    assert step.stats["recompiles"] == 0 and step.stats["captures"] == 3 and step.stats["symbolic_instances"] == 3
+    assert recompile_lines(capfd) == []
+    # the instance at (8, 256) plans its own arena, larger than any capture's
+    captured = [e.graph.arena_bytes for e in step._entries.values() if e.graph is not None and e.instance is None]
+    instances = {e.instance[1]: e.graph for e in step._entries.values() if e.instance is not None}
+    assert instances[(8, 256, 8, 256)].arena_bytes > 2 * max(captured)
