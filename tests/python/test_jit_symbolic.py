@@ -110,6 +110,16 @@ def test_an_affine_size_needs_a_third_capture_and_a_half_size_refuses_odd_length
         assert same(jd(x), diff(x))
     assert jd.stats["samples"] == 2 and jd.stats["symbolic_instances"] == 2 and jd.stats["recompiles"] == 0
 
+    def trim(x):  # sizes T - 6: at T = 7 a size would be 1, where ops take other paths: a recompile
+        return x[:, : x.shape[1] - 6].exp()
+
+    jt = dg.jit(trim, dynamic=True)
+    for t in (8, 8, 16, 32, 9, 7):
+        x = dg.randn(2, t)
+        assert same(jt(x), trim(x))
+    assert jt.stats["symbolic_instances"] == 1 and jt.stats["recompiles"] == 1
+    assert "would be 1 at these sizes" in "".join(recompile_lines(capfd))
+
     def half(x):  # sizes T / 2: served at even lengths, an odd one is a recompile naming why
         return x[:, : x.shape[1] // 2] * 2
 

@@ -368,6 +368,11 @@ std::string SymbolicGraph::predict(const Quantity& q, const std::vector<int64_t>
              " x a monomial is no whole number at these sizes";
     const i128 value = total / f.den;
     if (value > INT64_MAX || value < INT64_MIN + 1) return "a size overflows at these sizes";
+    // 0, 1 and negative values are where ops take other paths (broadcasting, empty tensors): never reached by a fit.
+    const bool small = value < 2 && std::none_of(q.values.begin(), q.values.end(), [&](int64_t x) { return x < 2; });
+    if (small)
+      return "a size that was at least 2 at every capture " + point_text(q.values) + " would be " +
+             std::to_string(int64_t(value)) + " at these sizes";
     if (first) {
       out = static_cast<int64_t>(value);
       first = false;
