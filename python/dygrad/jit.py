@@ -28,6 +28,7 @@ from typing import Final  # noqa: F401  (torch.jit.Final[int]: only TorchScript 
 from . import _C
 from .autograd.function import Function
 from .nn.module import Module
+from ._jit_symbolic import MAX_DYNAMIC_DIMS, MAX_INSTANCES, MAX_SAMPLES, _dynamic_dims, _Family, mark_dynamic
 
 __all__ = ["jit", "explain", "graph", "mark_dynamic", "reset", "is_tracing", "is_scripting", "ignore", "unused",
            "export", "script", "trace", "annotate", "Final", "save", "load", "ScriptModule", "OptimizedModule",
@@ -419,42 +420,6 @@ class _Entry:
         self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
         self.sample = False  # captured to teach a symbolic graph (not a recompile)
         self.instance = None  # an instance of a symbolic graph at these sizes: (its family, its point)
-
-
-MAX_DYNAMIC_DIMS = 16  # beyond, every size specialises
-MAX_SAMPLES = 8  # captures a symbolic graph may take before each new size is a recompile
-MAX_INSTANCES = 8  # instances (each with its arena) a symbolic graph keeps, the least recently used dropped first
-
-
-class _Family:
-    """The captures of one guard key whose dynamic dims vary (docs/jit.md, "Symbolic shapes"): the samples teach
-    `symbolic` (C++, jit/symbolic.h) how every size follows the symbols; its instances serve new sizes."""
-
-    def __init__(self, symbols):
-        self.symbols = symbols
-        self.symbolic = _C._JitSymbolic(symbols)
-        self.proto = None      # the first sample's entry: what every instance returns, and where
-        self.disabled = None   # why this function cannot have a symbolic graph: each size is then captured
-        self.instances = {}    # point -> its guard key in _Compiled._entries (in use order)
-        self.refused = set()   # points whose instance failed at launch
-
-    def same_layout(self, entry):
-        """Whether a sample returns what the first did, where it did (else it cannot join)."""
-        def ids(slots):
-            return [(w if isinstance(w, tuple) else id(w), s) for w, s in slots]
-        p = self.proto
-        return (ids(entry.grad_slots) == ids(p.grad_slots) and entry.arg_results == p.arg_results
-                and str(entry.spec) == str(p.spec) and entry.identity == p.identity)
-
-
-def _dynamic_dims(tensors, dynamic):
-    """Per tensor argument, the dims a symbolic graph may serve: every dim (dynamic=True) or those marked with
-    mark_dynamic (dynamic=None). Sizes 0 and 1 always specialise, as torch's do (broadcasting depends on them)."""
-    out = []
-    for t in tensors:
-        dims = range(t.dim()) if dynamic is True else _marked_dims(t)
-        out.append([d for d in dims if t.shape[d] >= 2])
-    return out
 
 
 class _Compiled:
@@ -851,41 +816,6 @@ def _wrap(function, **kw):
 
 def dynamic_requested(dynamic):
     return dynamic is True or (isinstance(dynamic, int) and not isinstance(dynamic, bool) and dynamic > 0)
-
-
-# Marks of mark_dynamic: id(tensor) -> (its identity check, its dims). A Tensor takes no Python attributes and no weak
-# references, so a mark is found by id and checked against the tensor's storage and geometry (an id reused by another
-# tensor misses); the oldest marks go past MAX_MARKS. A mark only ever allows a symbolic graph, which is guarded itself.
-_marks = {}
-MAX_MARKS = 4096
-
-
-def _mark_identity(t):
-    return (_C._storage_address(t), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
-
-
-def _marked_dims(t):
-    mark = _marks.get(id(t))
-    return sorted(mark[1]) if mark is not None and mark[0] == _mark_identity(t) else ()
-
-
-def mark_dynamic(t, dim, **kwargs):
-    """torch._dynamo.mark_dynamic: the size of `t`'s dim `dim` (an int or a list) is symbolic in the functions `t` is
-    passed to (docs/jit.md, "Symbolic shapes"), unless compiled with dynamic=False. `min`/`max` are accepted."""
-    if not _is_tensor(t):
-        raise TypeError(f"[mark_dynamic] expected a Tensor, got {type(t).__name__}")
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    for d in dims:
-        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
-            raise IndexError(f"[mark_dynamic] dim {d!r} is out of range for a tensor of shape {tuple(t.shape)}")
-    identity = _mark_identity(t)
-    mark = _marks.pop(id(t), None)
-    if mark is None or mark[0] != identity:
-        mark = (identity, set())
-    mark[1].update(d % t.dim() for d in dims)
-    _marks[id(t)] = mark
-    while len(_marks) > MAX_MARKS:
-        del _marks[next(iter(_marks))]
 
 
 def compile_(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,
