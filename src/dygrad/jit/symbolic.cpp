@@ -211,6 +211,7 @@ std::string SymbolicGraph::difference(const Graph& a, const Graph& b, const std:
 std::string SymbolicGraph::add(std::shared_ptr<Graph> graph, const std::vector<int64_t>& point,
                                const std::vector<Tensor>& args) {
   DG_CHECK(graph && point.size() == names_.size(), Value, "[jit] a sample needs a graph and a value per symbol");
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!samples_.empty()) {
     const std::string why = difference(*samples_[0].graph, *graph, point_text(point));
     if (!why.empty()) return why;
@@ -390,6 +391,7 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
   Instance result;
   DG_CHECK(point.size() == names_.size(), Value, "[jit] expected ", names_.size(), " symbol values, got ",
            point.size());
+  std::lock_guard<std::mutex> lock(mutex_);
   if (samples_.size() < 2) {
     result.more_samples = true;
     result.reason = "one capture so far: a second at other sizes teaches it which sizes follow the symbols";

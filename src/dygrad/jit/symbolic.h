@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,10 @@ class SymbolicGraph {
   // The graph at `point` for these arguments, or a refusal.
   Instance instantiate(const std::vector<int64_t>& point, const std::vector<Tensor>& args);
 
-  size_t num_samples() const { return samples_.size(); }
+  size_t num_samples() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return samples_.size();
+  }
   size_t num_symbols() const { return names_.size(); }
 
   // Exact products of sizes and fitted coefficients (a GCC/Clang extension).
@@ -71,6 +75,7 @@ class SymbolicGraph {
   std::string predict(const Quantity& q, const std::vector<int64_t>& point, int64_t& out, bool& more) const;
 
   std::vector<std::string> names_;
+  std::mutex mutex_;  // replays, hence instances, may be asked for from any thread
   std::vector<Sample> samples_;
   std::vector<std::vector<int64_t>> sample_quantities_;  // per sample, in the layout of quantities_of()
   std::vector<int32_t> layout_;                          // per quantity slot: its index in quantities_
