@@ -2,6 +2,7 @@
 #include "dygrad/jit/symbolic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <unordered_map>
 
@@ -34,8 +35,8 @@ std::string where(const GraphOp& op) {
 // A scalar attribute as a quantity: its value when it is a whole number (a mean's divisor), else kNotIntegral.
 int64_t scalar_quantity(const Scalar& s) {
   if (s.is_integral()) return s.v.i;
-  if (s.is_floating() && s.v.f == static_cast<double>(static_cast<int64_t>(s.v.f)) && s.v.f > -9.0e15 &&
-      s.v.f < 9.0e15)
+  // The range test first: it also keeps inf and nan (a mask's -inf) out of the conversion.
+  if (s.is_floating() && s.v.f > -9.0e15 && s.v.f < 9.0e15 && s.v.f == std::trunc(s.v.f))
     return static_cast<int64_t>(s.v.f);
   return kNotIntegral;
 }
@@ -43,7 +44,7 @@ int64_t scalar_quantity(const Scalar& s) {
 // Every integer of a graph that may follow the sizes, in one fixed order (the same for graphs of one structure):
 // io(x) reads or, with `write`, replaces each. `args`: each tensor argument's sizes and strides.
 template <typename Io>
-void walk_quantities(Graph& g, std::vector<Buffer>& buffers, std::vector<Value>& values, std::vector<GraphOp>& ops,
+void walk_quantities(std::vector<Buffer>& buffers, std::vector<Value>& values, std::vector<GraphOp>& ops,
                      uint64_t& rng_total, std::vector<std::pair<Dims, Dims>>& args, bool write, Io&& io) {
   for (Buffer& b : buffers) {
     if (b.kind != BufferKind::Internal && b.kind != BufferKind::Escaping) continue;
@@ -107,7 +108,6 @@ void walk_quantities(Graph& g, std::vector<Buffer>& buffers, std::vector<Value>&
     for (int64_t& s : sizes) io(s);
     for (int64_t& s : strides) io(s);
   }
-  (void)g;
 }
 
 std::vector<std::pair<Dims, Dims>> geometry_of(const std::vector<Tensor>& args) {
@@ -164,7 +164,7 @@ std::vector<int64_t> SymbolicGraph::quantities_of(Graph& g, const std::vector<Te
   std::vector<int64_t> out;
   std::vector<std::pair<Dims, Dims>> geometry = geometry_of(args);
   uint64_t total = g.rng_total_;
-  walk_quantities(g, g.buffers_, g.values_, g.ops_, total, geometry, false, [&](int64_t& x) { out.push_back(x); });
+  walk_quantities(g.buffers_, g.values_, g.ops_, total, geometry, false, [&](int64_t& x) { out.push_back(x); });
   return out;
 }
 
@@ -445,7 +445,7 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
   std::vector<std::pair<Dims, Dims>> geometry = geometry_of(args);
   try {
     size_t slot = 0;
-    walk_quantities(*g, g->buffers_, g->values_, g->ops_, g->rng_total_, geometry, true,
+    walk_quantities(g->buffers_, g->values_, g->ops_, g->rng_total_, geometry, true,
                     [&](int64_t& x) { x = predicted[size_t(layout_[slot++])]; });
     DG_CHECK(slot == layout_.size(), Value, "[jit] internal error: ", slot, " quantities of ", layout_.size());
     const std::vector<std::pair<Dims, Dims>> actual = geometry_of(args);
