@@ -178,9 +178,10 @@ void Stream::after_fork_parent_device() {
   producer_mutex_.unlock();
 }
 
-void Stream::after_fork_child_device() {
-  // No launcher here (the handle names the parent's thread: leaked unjoined); the counters stay, so every event of
-  // the parent's reads as done, and its tensors may still be dropped (their memory goes back to the pool).
+void Stream::forget_parent_threads() {
+  // Only the forking thread exists in the child. The worker's handle names a thread of the parent: it is leaked
+  // unjoined, the mutexes (held by this thread, or by host threads that do not exist here) are made anew, and the
+  // counters stay: the ring was drained at the fork, so published_ == completed_.
   new std::thread(std::move(worker_));
   worker_ = std::thread();
   new (&producer_mutex_) std::mutex();
@@ -189,22 +190,18 @@ void Stream::after_fork_child_device() {
   waiting_hosts_ = 0;
   wait_target_.store(UINT64_MAX);
   worker_sleeping_.store(false);
+}
+
+void Stream::after_fork_child_device() {
+  // No launcher here: every event of the parent reads as done, and its tensors may still be dropped (their memory
+  // goes back to the pool); new work is refused (Stream::of).
+  forget_parent_threads();
   forked_away_.store(true);
 }
 
 void Stream::after_fork_child() {
-  // Only the forking thread exists here. The worker's handle names a thread of the parent: it is leaked
-  // unjoined, the mutexes (held by this thread, or by host threads that do not exist here) are made anew,
-  // and the counters stay: the ring was empty at the fork, so published_ == completed_.
   ThreadPool::instance().after_fork_child();
-  new std::thread(std::move(worker_));
-  worker_ = std::thread();
-  new (&producer_mutex_) std::mutex();
-  new (&failure_mutex_) std::mutex();
-  new (&waiter_mutex_) std::mutex();
-  waiting_hosts_ = 0;
-  wait_target_.store(UINT64_MAX);
-  worker_sleeping_.store(false);
+  forget_parent_threads();
   if (!shut_down_.load()) start_worker();
   for (int id = 1; id < kMaxStreams; ++id)
     if (Stream* s = by_id(id)) s->after_fork_child_device();

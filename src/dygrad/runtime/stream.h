@@ -144,6 +144,7 @@ class Stream {
   void before_fork_device();
   void after_fork_parent_device();
   void after_fork_child_device();
+  void forget_parent_threads();  // the child's part both share
   void start_worker();
   // The error of Task `seq` if it failed, taken out of the pending slot (synchronize mode raises it on the
   // thread that issued it, not on whichever thread syncs first).
