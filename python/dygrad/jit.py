@@ -7,9 +7,9 @@ calls after it replay the captured graph as one Task with no Python at all. A fu
 (`.item()`, `bool(t)`, printing, a data-dependent shape) is cut there: Python runs it on every call, and the ops
 between two cuts go to the stream as one Task each. `dg.jit.explain` and a one-time warning name every cut.
 
-Not supported yet: tensors on a device other than the CPU. A compiled function whose arguments, modules or optimizers
-hold one, or that touches one, raises RuntimeError "[jit] captures cpu tensors only; got test:0 (...)" (replays run on
-the CPU's stream); call such a function without dygrad.jit.
+On a device (the test device, later CUDA) a graph replays on that device's stream, its arena and new buffers in the
+device's memory; a function that copies between devices inside runs as segments, one device's ops each, with the
+copies between them (docs/jit.md, "On a device").
 
 It is also `torch.jit` under `dygrad.as_torch`: is_scripting/is_tracing are False, ignore/unused/export return what
 they decorate, script and trace return the function or module unchanged (it runs eagerly, as TorchScript's semantics
@@ -273,7 +273,8 @@ class _Detail:
         from .autograd import is_grad_enabled
         parts = []
         for i, x in enumerate(guards.tensors):
-            parts.append(("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype), x.requires_grad))
+            parts.append(("tensor", tuple(x.shape), tuple(x.stride()), str(x.dtype), x.requires_grad,
+                          str(x.device)))
         self.parts = tuple(parts)
         self.values = guards.key[1]
         self.structure = guards.key[0]
@@ -299,7 +300,7 @@ class _Detail:
             return "the arguments' structure changed"
         for i, (a, b) in enumerate(zip(self.parts, other.parts)):
             if a != b:
-                for n, x, y in zip(["kind", "shape", "stride", "dtype", "requires_grad"], a, b):
+                for n, x, y in zip(["kind", "shape", "stride", "dtype", "requires_grad", "device"], a, b):
                     if x != y:
                         return f"tensor argument {i}: {n} {y} -> {x}"
         if self.values != other.values:

@@ -46,12 +46,14 @@ struct PySegments {
 // The guard state of one dygrad.jit call, as bytes (python/dygrad/jit.py, _Guards): for each tensor argument its
 // geometry, dtype, requires_grad and which earlier argument shares its storage; for each module reached (each
 // submodule once) its training flag, its parameters (identity, storage, offset, shape, whether .grad is defined and
-// its geometry) and its buffers' storages; for each optimizer its groups' sizes and parameters and its state's size.
+// its geometry) and its buffers' storages (a geometry includes the device); for each optimizer its groups' sizes and parameters and its state's size.
 // The leaves (parameters, each once) are appended to `leaves`. Walks the modules' dicts directly: it runs every call.
 struct GuardWriter {
   std::vector<int64_t> words;
   void put(int64_t v) { words.push_back(v); }
+  // A tensor's device is in its geometry: a graph replays on one device's stream (docs/jit.md, "On a device").
   void put_geometry(const Tensor& t) {
+    put(stream_id(t.device()));
     put(static_cast<int64_t>(t.dtype()));
     put(t.dim());
     for (int64_t s : t.shape()) put(s);
@@ -65,6 +67,7 @@ struct GuardWriter {
       const int64_t i = nb::cast<int64_t>(d);
       if (i >= 0 && i < t.dim()) dynamic[size_t(i)] = 1;
     }
+    put(stream_id(t.device()));
     put(static_cast<int64_t>(t.dtype()));
     put(t.dim());
     for (int64_t i = 0; i < t.dim(); ++i) put(dynamic[size_t(i)] ? -1 : t.shape()[size_t(i)]);
@@ -94,7 +97,6 @@ void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unorde
         continue;
       }
       const Tensor& p = unwrap(value);
-      require_cpu(p, "a module's parameter");
       w.put(reinterpret_cast<int64_t>(value));
       w.put(reinterpret_cast<int64_t>(p.storage().address()));
       w.put(p.storage_offset());
@@ -109,7 +111,6 @@ void walk_module(PyObject* module, GuardWriter& w, nb::list& leaves, std::unorde
     pos = 0;
     w.put(PyDict_Size(buffers));
     while (PyDict_Next(buffers, &pos, &key, &value)) {
-      if (is_tensor(value)) require_cpu(unwrap(value), "a module's buffer");
       w.put(is_tensor(value) ? reinterpret_cast<int64_t>(unwrap(value).storage().address()) : -1);
     }
   }
@@ -129,7 +130,6 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
   for (nb::handle item : tensors) {
     if (!is_tensor(item.ptr())) throw nb::type_error("[jit] guard state: expected a list of Tensors");
     const Tensor& t = unwrap(item.ptr());
-    require_cpu(t, "a tensor argument");
     nb::handle dims = dynamic.is_none() ? nb::handle() : nb::handle(dynamic[index]);
     ++index;
     if (dims.is_valid() && !dims.is_none() && nb::len(dims) > 0) w.put_dynamic_geometry(t, dims);
@@ -159,7 +159,6 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
         w.put(reinterpret_cast<int64_t>(p.ptr()));
         if (seen_leaves.insert(p.ptr()).second && is_tensor(p.ptr())) {
           const Tensor& t = unwrap(p.ptr());
-          require_cpu(t, "an optimizer's parameter");
           const Tensor g = t.grad();
           w.put(reinterpret_cast<int64_t>(t.storage().address()));
           w.put(g.defined() ? 1 : 0);

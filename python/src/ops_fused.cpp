@@ -175,10 +175,13 @@ PyObject* adamw_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nar
       adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, o, model_params);
       Py_RETURN_NONE;
     }
+    // Only a tensor not given is made from the numbers: made anyway, it is an op per step that nothing reads, and on
+    // a device a copy from the host that a compiled step would have to run as segments (docs/jit.md, "On a device").
     const Device device = params.empty() ? Device::cpu() : params[0].device();
-    auto [lr_default, hyper_default] = adamw_hyper_tensors(o, device);
-    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr_tensor ? unwrap(a[5]) : lr_default,
-               hyper ? *hyper : hyper_default, o.decoupled_weight_decay, model_params);
+    std::pair<Tensor, Tensor> made;
+    if (!lr_tensor || !hyper) made = adamw_hyper_tensors(o, device);
+    adamw_step(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr_tensor ? unwrap(a[5]) : made.first,
+               hyper ? *hyper : made.second, o.decoupled_weight_decay, model_params);
     Py_RETURN_NONE;
   });
 }
@@ -215,8 +218,9 @@ PyObject* sgd_step_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs
       Py_RETURN_NONE;
     }
     const Device device = params.empty() ? Device::cpu() : params[0].device();
-    auto [lr_default, hyper_default] = sgd_hyper_tensors(o, device);
-    sgd_step(params, grads, buffers, initialized, lr_tensor ? unwrap(a[4]) : lr_default, hyper ? *hyper : hyper_default,
+    std::pair<Tensor, Tensor> made;  // as adamw_step's: only what is not given
+    if (!lr_tensor || !hyper) made = sgd_hyper_tensors(o, device);
+    sgd_step(params, grads, buffers, initialized, lr_tensor ? unwrap(a[4]) : made.first, hyper ? *hyper : made.second,
              o.nesterov, o.maximize);
     Py_RETURN_NONE;
   });

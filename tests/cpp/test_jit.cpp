@@ -1,16 +1,18 @@
 // dygrad.jit's core (jit/graph.h): a capture's buffers, the replay as one Task (results, arena reuse, RNG, the
-// poisoned-input rule per sub-op, version counters) and the segment batcher. The Python API and the bitwise
-// training steps: tests/python/test_jit.py.
+// poisoned-input rule per sub-op, version counters), the segment batcher, and a graph on the test device (its
+// stream, its memory). The Python API and the bitwise training steps: tests/python/test_jit.py, test_jit_device.py.
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "dygrad/jit/graph.h"
+#include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/runtime/context.h"
+#include "dygrad/runtime/devices.h"
 #include "harness.h"
 
 namespace dg::test {
@@ -35,7 +37,7 @@ void jit_checked_kernel(Task& task) {
 const OpDef op_test_jit_checked("test_jit_checked", attrs_type<JitCheckedAttrs>());
 DG_REGISTER_KERNEL(test_jit_checked, Device::Type::CPU, jit_checked_kernel);
 Tensor checked(const Tensor& a, bool fail) {
-  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
   enqueue(op_test_jit_checked, {a}, {out}, JitCheckedAttrs{fail});
   return out;
 }
@@ -217,6 +219,111 @@ TEST(JitSegments, TheOpsBetweenHostReadsRunAsOneTaskEach) {
   EXPECT_EQ(Stream::cpu().enqueued(), before + 2);
   EXPECT_EQ(read, std::vector<float>(3, 4.0f));
   EXPECT_EQ(values(z), std::vector<float>(3, 1.0f));
+}
+
+// --- on the test device (docs/jit.md, "On a device") --------------------------------------------------------------
+const Device kTest0{Device::Type::Test, 0};
+void enable_test_devices() { ASSERT_GE(enable_devices(Device::Type::Test, 1), 1); }
+Tensor on_test0(const Tensor& t) { return to_device(t, kTest0); }
+
+TEST(JitDevice, AGraphOfDeviceTensorsReplaysAsOneTaskOnTheDevicesStreamWithTheCpusValues) {
+  enable_test_devices();
+  Stream& device = Stream::of(kTest0);
+  auto body = [](const Tensor& x, const Tensor& w) { return add(mul(exp(x), w), x); };
+  Tensor w = on_test0(full(Shape{4}, 2.0));
+  Tensor x0 = on_test0(full(Shape{4}, 0.5));
+  device.synchronize();
+  std::shared_ptr<Graph> graph;
+  {
+    Capture capture({x0});
+    Tensor y = body(x0, w);
+    capture.end();
+    graph = capture.build({y});
+    ASSERT_TRUE(graph) << (capture.problems().empty() ? "" : capture.problems()[0]);
+  }
+  EXPECT_EQ(graph->device(), kTest0);
+  EXPECT_GT(graph->arena_bytes(), 0u);
+  for (float v : {0.25f, -1.0f, 3.0f}) {
+    Tensor x = on_test0(full(Shape{4}, v));
+    device.synchronize();
+    drain();
+    const uint64_t on_device = device.enqueued(), on_cpu = Stream::cpu().enqueued();
+    std::vector<Tensor> out = graph->launch({x});
+    EXPECT_EQ(device.enqueued(), on_device + 1);  // one Task, on the device's stream
+    EXPECT_EQ(Stream::cpu().enqueued(), on_cpu);
+    EXPECT_EQ(out[0].device(), kTest0);  // a new buffer of the device
+    EXPECT_EQ(values(out[0]), values(body(full(Shape{4}, v), full(Shape{4}, 2.0))));
+  }
+}
+
+TEST(JitDevice, AFailingSubOpOnTheDevicePoisonsWhatFollowsAndKeepsBuffersThatExisted) {
+  enable_test_devices();
+  Stream& device = Stream::of(kTest0);
+  Tensor state = on_test0(full(Shape{4}, 1.0));
+  Tensor flag = on_test0(full(Shape{1}, 0.0));
+  std::shared_ptr<Graph> good, bad;
+  for (bool fail : {false, true}) {
+    CallSiteScope site(CallSite{"model.py", "step", 12});
+    Capture capture({flag});
+    Tensor z;
+    {
+      Tensor v = checked(full(Shape{4}, 5.0, {.device = kTest0}), false);  // made on the device: no copy
+      Tensor y = checked(v, fail);
+      z = add(y, 1.0);
+      copy_(state, add(state, z));
+    }
+    capture.end();
+    (fail ? bad : good) = capture.build({z});
+    for (const std::string& p : capture.problems()) ADD_FAILURE() << p;
+    if (fail) EXPECT_THROW(device.synchronize(), Error);
+  }
+  ASSERT_TRUE(good && bad);
+  drain();
+  device.synchronize();
+  const std::vector<float> before = values(state);
+  std::vector<Tensor> out = bad->launch({flag});
+  try {
+    device.synchronize();
+    FAIL() << "the replay's failure must raise at the device's sync";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[test_jit_checked] a bad value"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(at model.py:12, in a graph dygrad.jit replayed)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(values(state), before);
+  // The poison mark is the device's event: reading the result names the failure of the device's stream.
+  ASSERT_NE(out[0].storage().poisoned_by(), 0u);
+  EXPECT_EQ(event_stream(out[0].storage().poisoned_by()), stream_id(kTest0));
+  good->launch({flag});
+  EXPECT_EQ(values(state), std::vector<float>(4, before[0] + 6.0f));
+}
+
+TEST(JitDevice, AFunctionThatCopiesBetweenDevicesIsNoGraphAndItsSegmentsRunPerDevice) {
+  enable_test_devices();
+  Tensor x = full(Shape{3}, 1.5);
+  drain();
+  {
+    Capture capture({x});
+    Tensor y = to_device(mul(on_test0(x), 2.0), Device::cpu());
+    capture.end();
+    EXPECT_FALSE(capture.build({y}));
+    bool named = false;
+    for (const std::string& p : capture.problems()) named = named || p.find("[copy_device] copies from") == 0;
+    EXPECT_TRUE(named);
+  }
+  Stream& device = Stream::of(kTest0);
+  device.synchronize();
+  const uint64_t on_device = device.enqueued();
+  Tensor z;
+  {
+    SegmentBatcher batcher;
+    Tensor d = mul(add(on_test0(x), 1.0), 2.0);  // the copy passes through; add and mul: one device segment
+    z = add(to_device(d, Device::cpu()), 1.0);
+    batcher.end();
+  }
+  EXPECT_EQ(values(z), std::vector<float>(3, 6.0f));
+  // The device's stream ran two copies and one segment (not two ops).
+  EXPECT_EQ(device.enqueued(), on_device + 3);
 }
 
 }  // namespace

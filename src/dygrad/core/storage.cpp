@@ -283,14 +283,15 @@ void Storage::allocate_in_scope(size_t nbytes, Device device) {
   }
 }
 
-Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context) {
+Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context, Device device) {
   Ref<Storage> s(new Storage());
   s->data_ = data;
   s->nbytes_ = nbytes;
   s->external_release_ = release;
   s->external_context_ = context;
   s->category_ = MemoryCategory::Other;
-  s->birth_seq_ = tasks_enqueued_[0].load(std::memory_order_relaxed);
+  s->device_ = device;
+  s->birth_seq_ = tasks_enqueued_[stream_id(device)].load(std::memory_order_relaxed);
   log_birth(s.get(), true);
   return s;
 }

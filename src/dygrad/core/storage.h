@@ -18,9 +18,10 @@ class Storage : public RefCounted {
  public:
   // A buffer from the caching allocator, tagged with the thread's current memory category.
   static Ref<Storage> allocate(size_t nbytes, Device device = Device::cpu());
-  // Memory owned elsewhere (a NumPy array): never returned to the cache; `release(context)` runs when the
-  // last view is gone.
-  static Ref<Storage> wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context);
+  // Memory owned elsewhere (a NumPy array; on `device`, a slot of a buffer of that device: dygrad.jit's arena): never
+  // returned to the cache; `release(context)` runs when the last view is gone.
+  static Ref<Storage> wrap_external(void* data, size_t nbytes, void (*release)(void*), void* context,
+                                    Device device = Device::cpu());
 
   // The memory. A buffer reused from one that queued Tasks may still be using (stream-ordered reuse,
   // docs/memory.md) is first waited for when a thread outside the stream touches it; a Task never waits (every

@@ -49,12 +49,12 @@ std::string site_text(const CallSite& site) {
   return std::string(" (at ") + site.file + ":" + std::to_string(site.line) + ", in a graph dygrad.jit replayed)";
 }
 
-// An op a capture or a segment would take: its operands all on the CPU (require_cpu).
-void require_cpu_operands(const OpCall& call) {
-  for (std::span<const Tensor> operands : {call.inputs, call.outputs})
-    for (const Tensor& t : operands)
-      if (t.defined() && !t.device().is_cpu()) [[unlikely]]
-        require_cpu(t, (std::string("an operand of ") + call.op.name).c_str());
+// The devices a copy between devices joins, for messages: "cpu to test:0".
+std::string copy_devices(const OpCall& call) {
+  const Tensor* from = call.inputs.empty() ? nullptr : &call.inputs[0];
+  const Tensor* to = call.outputs.empty() ? nullptr : &call.outputs[0];
+  return (from && from->defined() ? from->device().str() : std::string("?")) + " to " +
+         (to && to->defined() ? to->device().str() : std::string("?"));
 }
 
 // One sub-op of a replay or a segment, with the stream's rules (runtime/stream.cpp run_task / run_kernel) applied
@@ -62,7 +62,9 @@ void require_cpu_operands(const OpCall& call) {
 // launch keep their values, the others are poisoned; a failing kernel poisons its outputs; a full overwrite clears
 // poison. The first failure is kept and raised by the caller once every sub-op has had its turn.
 struct SubRun {
-  uint64_t seq = 0;
+  uint64_t seq = 0;    // the Task's sequence number on its stream
+  uint64_t event = 0;  // the same as an event (core/device.h): the poison mark of what a failing sub-op makes
+  int stream = 0;
   bool failed = false;
   ErrorKind kind = ErrorKind::Runtime;
   std::string message;
@@ -86,10 +88,13 @@ void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& stat
   for (const Tensor& in : sub.inputs) {
     if (!in.defined()) continue;
     if (const uint64_t bad = in.storage().poisoned_by()) {
+      // Birth is compared on this stream's numbers; a failure on another stream counts as before every buffer here
+      // (runtime/stream.cpp, run_task).
+      const uint64_t bad_here = event_stream(bad) == state.stream ? event_seq(bad) : 0;
       for (size_t i = 0; i < sub.outputs.size(); ++i) {
         Tensor& out = sub.outputs[i];
         if (!out.defined() || out.storage().poisoned_by()) continue;
-        if (!(existed(i) && out.storage().birth_seq() < bad)) out.storage().poison(bad);
+        if (!(existed(i) && out.storage().birth_seq() < bad_here)) out.storage().poison(bad);
       }
       return;
     }
@@ -99,7 +104,7 @@ void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& stat
   sub.scratch = sub.op->scratch ? new (arena_bytes) ScratchArena(sub.op->name, state.scratch_base, scratch) : nullptr;
   auto fail_with = [&](ErrorKind kind, std::string message) {
     for (Tensor& out : sub.outputs)
-      if (out.defined()) out.storage().poison(state.seq);
+      if (out.defined()) out.storage().poison(state.event);
     if (state.failed) return;
     state.failed = true;
     state.kind = kind;
@@ -154,16 +159,9 @@ const OpDef op_jit_segment("jit_segment", attrs_type<SegmentAttrs>(),
 DG_REGISTER_KERNEL(jit_graph, Device::Type::CPU, graph_kernel);
 DG_REGISTER_KERNEL(jit_segment, Device::Type::CPU, segment_kernel);
 
-void require_cpu(const Tensor& t, const char* what) {
-  DG_CHECK(t.device().is_cpu(), Runtime, "[jit] captures cpu tensors only; got ", t.device().str(), " (", what,
-           "): compiling a function that runs on another device is not supported yet; call it without dygrad.jit");
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Capture
 Capture::Capture(std::vector<Tensor> args, bool fullgraph) : args_(std::move(args)), fullgraph_(fullgraph) {
-  for (const Tensor& t : args_)
-    if (t.defined()) require_cpu(t, "a tensor argument");
   for (size_t k = 0; k < args_.size(); ++k) {
     const Tensor& t = args_[k];
     if (!t.defined() || live_.count(&t.storage())) continue;
@@ -206,6 +204,27 @@ void Capture::end() {
 
 void Capture::problem(std::string text) {
   if (std::find(problems_.begin(), problems_.end(), text) == problems_.end()) problems_.push_back(std::move(text));
+}
+
+void Capture::note_device(const OpCall& call) {
+  // A graph replays as one Task on one device's stream (docs/jit.md, "On a device"): every op of it on that device.
+  // A copy between devices runs on a stream of its own choice and the other side's memory is ordered by another
+  // stream; such a function runs as segments, one device's ops each, the copies between them as eager issues them.
+  const Device device = task_device(call.op, call.inputs, call.outputs);
+  streams_ |= 1u << stream_id(device);
+  if (call.op.flags & kOpCrossDevice) {
+    problem(std::string("[") + call.op.name + "] copies from " + copy_devices(call) + " inside the function" +
+            site_text(call.site) + ": a graph replays on one device's stream, so the function runs as segments, "
+            "one device's ops each, with the copies between them; copy the data before the call to replay it whole");
+    return;
+  }
+  if (!device_seen_) {
+    device_seen_ = true;
+    device_ = device;
+  } else if (device != device_) {
+    problem(std::string("[") + call.op.name + "] runs on " + device.str() + ", ops before it on " + device_.str() +
+            site_text(call.site) + ": a graph replays on one device's stream, so the function runs as segments");
+  }
 }
 
 const char* Capture::intern(const char* file) {
@@ -259,13 +278,14 @@ int32_t Capture::value_of(const Tensor& t, bool as_output, size_t op_index) {
 }
 
 bool Capture::on_op(const OpCall& call) {
-  require_cpu_operands(call);
+  if (!cpu_only()) [[unlikely]] note_device(call);
   if (op_sinks::detail::tls_first != this)
     problem("an op sink opened inside the function (a recompute or checkpoint context) sees its ops first");
   const size_t index = ops_.size();
   GraphOp g;
   g.op = &call.op;
-  g.kernel = resolve_kernel(call.op, call.inputs, call.outputs);
+  // A copy between devices is never replayed (note_device: a problem), and its operands' devices differ.
+  g.kernel = (call.op.flags & kOpCrossDevice) ? nullptr : resolve_kernel(call.op, call.inputs, call.outputs);
   g.attrs = call.attrs;
   g.site = call.site;
   g.site.file = intern(call.site.file);
@@ -382,10 +402,12 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
   // Tasks that have run drop their operands: what is still alive afterwards is held by someone. A kernel error of
   // the capture stays pending for the caller's next sync point, as eager's would (wait_for(0) reclaims and raises
   // only errors of Tasks up to 0: none).
-  Stream& stream = Stream::cpu();
-  stream.wait_until_run(stream.enqueued());
+  // Every stream the capture's ops ran on (the CPU's, and a device's).
+  for (int id = 0; id < kMaxStreams; ++id)
+    if ((streams_ >> id) & 1u) Stream::by_id(id)->wait_until_run(Stream::by_id(id)->enqueued());
   run_release_hooks();  // the communication thread's finished operations drop their tensors
-  stream.wait_for(0);
+  for (int id = 0; id < kMaxStreams; ++id)
+    if ((streams_ >> id) & 1u) Stream::by_id(id)->wait_for(0);
   std::vector<int32_t> result_values;
   for (const Tensor& r : results) {
     if (!r.defined()) {
@@ -434,6 +456,7 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
   if (!problems_.empty()) return nullptr;
 
   auto g = std::make_shared<Graph>();
+  g->device_ = device_;
   g->buffers_ = std::move(buffers_);
   g->values_ = std::move(values_);
   g->ops_ = std::move(ops_);
@@ -489,11 +512,13 @@ void Graph::prepare() {
   internal_.resize(buffers_.size());
   if (arena_bytes_ > 0) {
     MemoryCategoryScope category(MemoryCategory::Activation);
-    arena_ = Storage::allocate(arena_bytes_);
-    char* base = static_cast<char*>(arena_->data());
+    arena_ = Storage::allocate(arena_bytes_, device_);
+    // A device's memory is never touched on the host: its address only (the replay's sub-ops touch it).
+    char* base = device_.is_cpu() ? static_cast<char*>(arena_->data())
+                                  : static_cast<char*>(const_cast<void*>(arena_->address()));
     for (int32_t bi : internal) {
       const Buffer& b = buffers_[size_t(bi)];
-      internal_[size_t(bi)] = Storage::wrap_external(base + b.arena_offset, b.nbytes, [](void*) {}, nullptr);
+      internal_[size_t(bi)] = Storage::wrap_external(base + b.arena_offset, b.nbytes, [](void*) {}, nullptr, device_);
     }
   }
 
@@ -582,7 +607,7 @@ std::vector<Tensor> Graph::launch(const std::vector<Tensor>& args) {
       shifts[bi] = a.storage_offset() * static_cast<int64_t>(a.itemsize()) - b.arg_byte_offset;
     } else if (b.kind == BufferKind::Escaping) {
       MemoryCategoryScope category(b.category);
-      storages[bi] = Storage::allocate(b.nbytes);
+      storages[bi] = Storage::allocate(b.nbytes, device_);
     }
   }
   launch->bound.reserve(bound_values_.size());
@@ -613,10 +638,14 @@ std::vector<Tensor> Graph::launch(const std::vector<Tensor>& args) {
     Storage& s = buffers_[size_t(bi)].kind == BufferKind::Fixed ? *buffers_[size_t(bi)].fixed : *storages[size_t(bi)];
     for (uint32_t k = 0; k < n; ++k) s.bump_version();
   }
-  // The Task holds the graph (the kernel runs it) and this launch's buffers until it has run.
+  // The Task holds the graph (the kernel runs it) and this launch's buffers until it has run. On a device's stream
+  // (or after another stream's event) it goes in as a batch (docs/jit.md, "On a device").
   std::shared_ptr<Graph> self = shared_from_this();
-  const uint64_t seq = enqueue(op_jit_graph, std::span<const Tensor>(), std::span<const Tensor>(),
-                               GraphAttrs{self, launch});
+  const uint64_t wait = cpu_only() ? 0 : foreign_wait(storages);
+  const uint64_t seq = device_.is_cpu() && wait == 0
+                           ? enqueue(op_jit_graph, std::span<const Tensor>(), std::span<const Tensor>(),
+                                     GraphAttrs{self, launch})
+                           : enqueue_batch(device_, op_jit_graph, GraphAttrs{self, launch}, wait);
   if (seq > 0) {
     bool external = false;
     for (size_t bi = 0; bi < buffers_.size(); ++bi) {
@@ -627,9 +656,23 @@ std::vector<Tensor> Graph::launch(const std::vector<Tensor>& args) {
       s->set_last_write_seq(seq);
       external = external || s->shared_with_host();
     }
-    if (external) Stream::cpu().wait_for(seq);
+    if (external) Stream::of(device_).wait_for(seq);
   }
   return results;
+}
+
+uint64_t Graph::foreign_wait(const std::vector<Ref<Storage>>& storages) const {
+  // What cross_stream_wait gives an eager Task, per buffer that existed before the launch: a read waits for another
+  // stream's pending write (a copy into it), a write for its pending use (a copy still reading it).
+  const Stream& stream = Stream::of(device_);
+  uint64_t wait = 0;
+  for (size_t bi = 0; bi < buffers_.size(); ++bi) {
+    const Buffer& b = buffers_[bi];
+    const Storage* s = b.kind == BufferKind::Fixed ? b.fixed.get() : b.kind == BufferKind::Argument ? storages[bi].get()
+                                                                                                     : nullptr;
+    if (s) wait = stream.fold_wait(wait, b.written ? s->foreign_use() : s->foreign_write());
+  }
+  return wait;
 }
 
 void Graph::run(Task& task, Launch& launch) {
@@ -637,6 +680,8 @@ void Graph::run(Task& task, Launch& launch) {
     if (s) s->poison(0);  // a failed earlier replay's marks (the arena is reused)
   SubRun state;
   state.seq = task.seq;
+  state.stream = task.stream;
+  state.event = make_event(task.stream, task.seq);
   if (max_scratch_ > 0) state.scratch_base = task_scratch(task).take<char>(static_cast<int64_t>(max_scratch_));
   size_t next_patch = 0;
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -670,6 +715,8 @@ void Graph::run(Task& task, Launch& launch) {
 // ---------------------------------------------------------------------------------------------------------------
 // The segment batcher
 struct SegmentBatcher::Pending {
+  Device device = Device::cpu();  // the stream it runs on: its ops' device
+  uint64_t wait = 0;              // another stream's event it waits for (a copy into or from its buffers)
   std::vector<Task> tasks;
   std::vector<std::vector<uint8_t>> existed;  // per task, per output
   std::vector<size_t> scratch;
@@ -678,10 +725,13 @@ struct SegmentBatcher::Pending {
 };
 
 namespace {
+void gather_device(const OpCall& call, SegmentBatcher::Pending& p);
 void segment_kernel(Task& task) {
   SegmentBatcher::Pending& p = *task.attrs.get<SegmentAttrs>().pending;
   SubRun state;
   state.seq = task.seq;
+  state.stream = task.stream;
+  state.event = make_event(task.stream, task.seq);
   if (p.max_scratch > 0) state.scratch_base = task_scratch(task).take<char>(static_cast<int64_t>(p.max_scratch));
   for (size_t i = 0; i < p.tasks.size(); ++i) {
     Task& sub = p.tasks[i];
@@ -734,7 +784,9 @@ void SegmentBatcher::end() {
 }
 
 bool SegmentBatcher::on_op(const OpCall& call) {
-  require_cpu_operands(call);
+  if (!cpu_only()) [[unlikely]] {
+    if (route_by_device(call)) return false;
+  }
   bool host_shared = false;
   for (const Tensor& t : call.outputs) host_shared = host_shared || (t.defined() && t.storage().shared_with_host());
   if ((call.op.flags & kOpSideEffect) || host_shared || call.attrs.type() != call.op.attrs_type || flushing_) {
@@ -763,6 +815,7 @@ bool SegmentBatcher::on_op(const OpCall& call) {
     for (const Tensor& x : call.outputs) existed.push_back(x.defined() && !born_.count(&x.storage()));
   }
   p.existed.push_back(std::move(existed));
+  if (!cpu_only()) [[unlikely]] gather_device(call, p);
   const size_t scratch = declared_scratch(t);
   p.scratch.push_back(scratch);
   p.max_scratch = std::max(p.max_scratch, scratch);
@@ -772,6 +825,29 @@ bool SegmentBatcher::on_op(const OpCall& call) {
   ++ops_gathered_;
   return true;
 }
+
+bool SegmentBatcher::route_by_device(const OpCall& call) {
+  const Device device = task_device(call.op, call.inputs, call.outputs);
+  if (call.op.flags & kOpCrossDevice) {
+    flush();  // what was gathered first, then the copy on the stream eager gives it
+    return true;
+  }
+  if (pending_ && pending_->device != device) flush();
+  return false;
+}
+
+namespace {
+// A gathered op's device is its segment's; the segment's Task waits for what an eager Task of its operands would
+// (Stream::cross_stream_wait).
+[[gnu::noinline]] void gather_device(const OpCall& call, SegmentBatcher::Pending& p) {
+  if (p.tasks.size() == 1) p.device = task_device(call.op, call.inputs, call.outputs);
+  const Stream& stream = Stream::of(p.device);
+  for (const Tensor& t : call.inputs)
+    if (t.defined()) p.wait = stream.fold_wait(p.wait, t.storage().foreign_write());
+  for (const Tensor& t : call.outputs)
+    if (t.defined()) p.wait = stream.fold_wait(p.wait, t.storage().foreign_use());
+}
+}  // namespace
 
 void SegmentBatcher::on_host_read(const HostRead& read) {
   (void)read;
@@ -803,8 +879,10 @@ void SegmentBatcher::flush(bool at_host_read) {
   for (const Task& t : p->tasks)
     for (const Tensor& out : t.outputs)
       if (out.defined()) written.push_back(&out.storage());
-  const uint64_t seq = enqueue(op_jit_segment, std::span<const Tensor>(), std::span<const Tensor>(),
-                               SegmentAttrs{p, at_host_read});
+  const uint64_t seq = p->device.is_cpu() && p->wait == 0
+                           ? enqueue(op_jit_segment, std::span<const Tensor>(), std::span<const Tensor>(),
+                                     SegmentAttrs{p, at_host_read})
+                           : enqueue_batch(p->device, op_jit_segment, SegmentAttrs{p, at_host_read}, p->wait);
   if (seq > 0)
     for (Storage* s : written) s->set_last_write_seq(seq);
   ++segments_;

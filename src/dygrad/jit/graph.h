@@ -81,11 +81,6 @@ struct Cut {
 
 class Graph;
 
-// dygrad.jit captures CPU tensors only: a graph replays on the CPU stream, and a device's replay Task is not written
-// yet. A tensor on another device raises "[jit] captures cpu tensors only; got test:0 (`what`) ..." (a RuntimeError),
-// at the call (its arguments, its modules' parameters and buffers) and at the first op that touches one.
-void require_cpu(const Tensor& t, const char* what);
-
 // The capture: on the calling thread from construction to end(). Ops run as usual (it consumes nothing).
 class Capture final : public OpSink, public StorageLifeLog {
  public:
@@ -113,6 +108,8 @@ class Capture final : public OpSink, public StorageLifeLog {
   // binds each to the forward replay's buffer.
   std::shared_ptr<Graph> build_with_saved(const std::vector<Tensor>& results, std::vector<Tensor>& saved);
 
+  // The device whose stream the graph replays on: its ops' (docs/jit.md, "On a device").
+  Device device() const { return device_; }
   const std::vector<Cut>& cuts() const { return cuts_; }
   const std::vector<std::string>& problems() const { return problems_; }
   size_t num_ops() const { return ops_.size(); }
@@ -125,6 +122,8 @@ class Capture final : public OpSink, public StorageLifeLog {
   int32_t value_of(const Tensor& t, bool as_output, size_t op_index);
   const char* intern(const char* file);
   void problem(std::string text);
+  // Once a second device exists: the op's device, which must be the graph's; a copy between devices is a problem.
+  [[gnu::noinline]] void note_device(const OpCall& call);
 
   std::vector<Tensor> args_;
   std::mutex mutex_;  // the storage life log may be told from another thread
@@ -136,6 +135,9 @@ class Capture final : public OpSink, public StorageLifeLog {
   std::vector<std::string> problems_;
   std::vector<std::unique_ptr<std::string>> files_;
   uint64_t rng_seed_ = 0, rng_first_ = 0;
+  Device device_ = Device::cpu();
+  uint32_t streams_ = 1;  // bit per stream id its ops ran on (the CPU's always)
+  bool device_seen_ = false;
   bool sink_in_ = false, log_in_ = false, ended_ = false, fullgraph_ = false;
   friend class Graph;
 };
@@ -149,6 +151,7 @@ class Graph : public std::enable_shared_from_this<Graph> {
   std::vector<Tensor> launch(const std::vector<Tensor>& args);
 
   size_t num_ops() const { return ops_.size(); }
+  Device device() const { return device_; }
   size_t arena_bytes() const { return arena_bytes_; }
   size_t max_scratch() const { return max_scratch_; }
   size_t num_escaping() const;
@@ -166,6 +169,10 @@ class Graph : public std::enable_shared_from_this<Graph> {
   // Plans what follows from the sizes: the arena, the internal buffers' storages, the bound slots, the prebuilt Tasks.
   void prepare();
   Tensor make_tensor(const Value& v, const Ref<Storage>& storage, int64_t byte_shift) const;
+  // Once a second device exists: the other streams' event the replay waits for (a copy still reading or writing a
+  // buffer it uses), folded over its fixed and argument buffers.
+  [[gnu::noinline]] uint64_t foreign_wait(const std::vector<Ref<Storage>>& storages) const;
+  Device device_ = Device::cpu();  // the stream it replays on; its arena and escaping buffers are this device's
   std::vector<Buffer> buffers_;
   std::vector<Value> values_;
   std::vector<GraphOp> ops_;
@@ -212,6 +219,9 @@ class SegmentBatcher final : public OpSink, public StorageLifeLog {
   void on_storage_died(const Storage* s) override;
 
   struct Pending;
+  // Once a second device exists: a segment gathers one device's ops (an op of another device flushes it first) and
+  // a copy between devices passes through as eager issues it. True: the op goes to the stream as eager.
+  [[gnu::noinline]] bool route_by_device(const OpCall& call);
 
  private:
   std::mutex mutex_;

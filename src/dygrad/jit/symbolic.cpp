@@ -430,6 +430,7 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
   // The instance: the first sample's structure with the predicted integers.
   const Graph& base = *samples_[0].graph;
   auto g = std::make_shared<Graph>();
+  g->device_ = base.device_;
   g->buffers_ = base.buffers_;
   g->values_ = base.values_;
   g->ops_ = base.ops_;

@@ -72,6 +72,14 @@ uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<cons
   return seq;
 }
 
+uint64_t enqueue_batch(Device device, const OpDef& op, const Attrs& attrs, uint64_t wait) {
+  const CallSite site = current_call_site();
+  if (op_sinks::engaged()) [[unlikely]] {
+    if (op_sinks::on_op(OpCall{op, {}, {}, attrs, site})) return 0;
+  }
+  return Stream::of(device).submit_batch(op, attrs, site, wait);
+}
+
 Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs) {
   // A copy between devices runs on the device's stream (a host-device copy is the device's DMA, as on CUDA): the
   // first operand not on the CPU, inputs first, so a copy from one device to another runs on the source's.

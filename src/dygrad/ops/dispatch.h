@@ -16,6 +16,11 @@ uint64_t enqueue(const OpDef& op, std::initializer_list<Tensor> inputs, std::ini
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                  const Attrs& attrs = Attrs());
 
+// Enqueues a Task without operands that runs a batch of sub-ops (dygrad.jit's jit_graph and jit_segment, jit/graph.h)
+// on `device`'s stream, after another stream's event `wait` (0: none; Stream::fold_wait folds the sub-ops' operands'
+// events into one). It passes the op sinks as enqueue does.
+uint64_t enqueue_batch(Device device, const OpDef& op, const Attrs& attrs, uint64_t wait);
+
 // The device whose stream runs a Task: its operands' (resolve_kernel checks they agree), or for a copy between devices
 // (kOpCrossDevice) the first operand not on the CPU, inputs first (docs/devices.md).
 Device task_device(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs);

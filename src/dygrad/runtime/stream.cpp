@@ -554,12 +554,7 @@ uint64_t Stream::cross_stream_wait(const OpDef& op, std::span<const Tensor> inpu
   // writer, and for an output, also its pending foreign use. One event is kept per Task; when events of two other
   // streams are due, the host waits for the earlier-found ones here (rare: three devices meet in one Task).
   uint64_t wait = 0;
-  auto need = [&](uint64_t event) {
-    if (event == 0 || event_stream(event) == id_ || event_done(event)) return;
-    if (wait != 0 && event_stream(wait) != event_stream(event)) wait_event(wait);
-    else if (wait != 0 && event_seq(wait) > event_seq(event)) return;
-    wait = event;
-  };
+  auto need = [&](uint64_t event) { wait = fold_wait(wait, event); };
   auto visit = [&](const Tensor& t, bool written) {
     if (!t.defined()) return;
     const Storage& st = t.storage();
@@ -573,6 +568,23 @@ uint64_t Stream::cross_stream_wait(const OpDef& op, std::span<const Tensor> inpu
   for (const Tensor& t : inputs) visit(t, false);
   for (const Tensor& t : outputs) visit(t, true);
   return wait;
+}
+
+uint64_t Stream::fold_wait(uint64_t wait, uint64_t event) const {
+  if (event == 0 || event_stream(event) == id_ || event_done(event)) return wait;
+  if (wait != 0 && event_stream(wait) != event_stream(event)) wait_event(wait);
+  else if (wait != 0 && event_seq(wait) > event_seq(event)) return wait;
+  return event;
+}
+
+uint64_t Stream::submit_batch(const OpDef& op, const Attrs& attrs, const CallSite& site, uint64_t wait) {
+  // The CPU's batch that waits for nothing takes submit's own path (inline execution, synchronize mode).
+  if (id_ == 0 && wait == 0) return submit(op, {}, {}, attrs, site);
+  const Kernel kernel = cross_device_kernel(op);
+  if (attrs.type() != op.attrs_type) [[unlikely]] check_attrs(op, attrs);
+  const uint64_t seq = submit_to_ring(op, kernel, {}, {}, attrs, site, wait);
+  if (synchronize_enabled()) wait_for(seq);
+  return seq;
 }
 
 void Stream::note_foreign_operands(const Task& task) {

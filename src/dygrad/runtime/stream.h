@@ -70,6 +70,14 @@ class Stream {
   // sequence number. The one way in: ops/dispatch.cpp's enqueue, after the op sinks (runtime/op_sink.h).
   uint64_t submit(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs,
                   const CallSite& site);
+  // A Task without operands that runs a batch of sub-ops (dygrad.jit's replay and segment Tasks, jit/graph.h) after
+  // another stream's event `wait` (0: none), which the caller folded from the sub-ops' operands with fold_wait. Its
+  // kernel is the op's for this stream's device. The one way in: ops/dispatch.cpp's enqueue_batch.
+  uint64_t submit_batch(const OpDef& op, const Attrs& attrs, const CallSite& site, uint64_t wait);
+  // The event a Task of this stream waits for, given the one found so far (`wait`) and another operand's `event`: an
+  // event of this stream or one that has run adds nothing; of two streams' events the host waits here for the
+  // earlier found one (cross_stream_wait's rule, docs/devices.md).
+  uint64_t fold_wait(uint64_t wait, uint64_t event) const;
   // Waits until every Task enqueued so far has run; raises a deferred error.
   void synchronize();
   // Waits until Task `seq` has run; raises a deferred error.

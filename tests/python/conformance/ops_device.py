@@ -6,7 +6,8 @@ from .spec import FLOATS, INTEGERS, Entry, Input
 
 def round_trip(m, x):
     """x copied to test:1 (from test:1: to test:0) and back to x's device: two copy_device Tasks, differentiable (the
-    gradient is copied back the same way)."""
+    gradient is copied back the same way). Compiled, it runs as segments with the copies between them (docs/jit.md,
+    "On a device")."""
     m.testing.enable_test_device(2)
     there = "test:0" if str(x.device) == "test:1" else "test:1"
     return x.to(there).to(x.device)
@@ -15,7 +16,5 @@ def round_trip(m, x):
 ENTRIES = [
     Entry("copy_device", round_trip, ref=lambda torch, x: x.clone(), dtypes=FLOATS + INTEGERS + ("bool",),
           cases=((Input((4, 5)),), (Input((2, 3, 7)),), (Input(()),), (Input((0, 5)),)), big=(Input((256, 320)),),
-          xfail={"jit": "dygrad.jit captures cpu tensors only (not supported yet): the round trip's copy to test:1 "
-                        "raises '[jit] captures cpu tensors only'"},
           note="contiguous copies of the bytes; a non-contiguous operand is made contiguous on its own device first"),
 ]

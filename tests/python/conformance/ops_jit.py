@@ -42,13 +42,10 @@ def segmented_ref(torch, a, b):
 
 
 CASES = ((Input((3, 5)), Input((3, 5))),)
-# Not supported yet: dygrad.jit replays on the CPU's stream and refuses tensors on another device at the call.
-ON_DEVICE = {"device": "dygrad.jit captures cpu tensors only (not supported yet): a compiled function given test:0 "
-                       "tensors raises '[jit] captures cpu tensors only'"}
+# On the test device (test_on_test_device) both replay on the device's stream (docs/jit.md, "On a device").
 ENTRIES = [
-    Entry("jit_graph", replayed, ref=body, cases=CASES, dtypes=tuple(FLOATS), differentiable=False, xfail=ON_DEVICE,
+    Entry("jit_graph", replayed, ref=body, cases=CASES, dtypes=tuple(FLOATS), differentiable=False,
           note="a compiled function's replay: the same kernels as eager, so torch's values"),
     Entry("jit_segment", segmented, ref=segmented_ref, cases=CASES, dtypes=tuple(FLOATS), differentiable=False,
-          xfail=ON_DEVICE,
           note="a function with a cut: its segments"),
 ]
