@@ -89,14 +89,14 @@ class Operands:
         return [torch.tensor(v, dtype=getattr(torch, "float64" if float64 and dt in FLOATS else dt))
                 for v, dt in zip(self.values, self.dtypes)]
 
-    def fresh(self, lib, values=None, requires_grad=(), float64=False):
+    def fresh(self, lib, values=None, requires_grad=(), float64=False, device=None):
         """New contiguous tensors of lib holding `values` (default: self.values), leaves where requires_grad;
-        float64: float operands in float64."""
+        float64: float operands in float64; on `device` when given (dygrad's test device)."""
         values = self.values if values is None else values
         out = []
         for i, (v, dt) in enumerate(zip(values, self.dtypes)):
             dt = "float64" if float64 and dt in FLOATS else dt
-            t = lib.tensor(np.ascontiguousarray(v), dtype=getattr(lib, dt))
+            t = lib.tensor(np.ascontiguousarray(v), dtype=getattr(lib, dt), **({"device": device} if device else {}))
             out.append(t.requires_grad_(True) if i in requires_grad else t)
         return out
 
@@ -385,7 +385,7 @@ def test_gradgradcheck(entry, _, request):
 
 # --- threads -------------------------------------------------------------------------------------------------------
 def bits(t):
-    t = t.detach()
+    t = t.detach() if t.is_cpu else t.detach().cpu()
     if name_of(t.dtype) in ("bfloat16", "float16"):
         t = t.to(dg.float32)  # exact: the bits of a 16-bit float survive the widening
     return t.numpy().tobytes()
@@ -477,8 +477,25 @@ def test_error(entry, _):
 def test_capture_and_replay(entry, _, request):
     """Every entry's call, forward and backward, compiled with dygrad.jit: the replays (one jit_graph Task, or
     jit_segment Tasks where the call reads values on the host) give the bits eager gives, outputs and gradients."""
-    import warnings
     xfail(request, entry, "jit")
+    check_capture_and_replay(entry, None)
+
+
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check != "error"
+                                            and e.op not in ("jit_graph", "jit_segment")]))
+def test_capture_and_replay_on_test_device(entry, _, request):
+    """The same, every operand on the test device: the replays run on its stream (docs/jit.md, "On a device") and
+    give the bits eager gives on the CPU, outputs and gradients."""
+    assert dg.testing.enable_test_device(2) >= 2
+    xfail(request, entry, "jit")
+    xfail(request, entry, "device", entry.dtypes[0])
+    check_capture_and_replay(entry, "test:0")
+
+
+def check_capture_and_replay(entry, device):
+    """Five calls of the entry's step compiled (warm-up, capture, replays) against eager on the CPU, bitwise; the
+    compiled one's operands on `device` (None: the CPU)."""
+    import warnings
     dtype = entry.dtypes[0]
     ops = Operands(entry.cases[0], dtype, seed=11)
     wrt = [i for i, s in enumerate(ops.specs) if entry.differentiable and s.grad and ops.dtypes[i] in FLOATS]
@@ -499,7 +516,7 @@ def test_capture_and_replay(entry, _, request):
             tensors = ops.fresh(dg, requires_grad=wrt)
             want = [bits(o) for o in step(*tensors)] + [bits(tensors[i].grad) for i in wrt if tensors[i].grad is not None]
             dg.manual_seed(seed)
-            tensors = ops.fresh(dg, requires_grad=wrt)
+            tensors = ops.fresh(dg, requires_grad=wrt, device=device)
             got = [bits(o) for o in compiled(*tensors)]
             got += [bits(tensors[i].grad) for i in wrt if tensors[i].grad is not None]
             assert got == want, f"[{entry_id(entry)}] {dtype}: call {call} differs from eager ({compiled.stats})"
