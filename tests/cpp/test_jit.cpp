@@ -314,16 +314,18 @@ TEST(JitDevice, AFunctionThatCopiesBetweenDevicesIsNoGraphAndItsSegmentsRunPerDe
   Stream& device = Stream::of(kTest0);
   device.synchronize();
   const uint64_t on_device = device.enqueued();
-  Tensor z;
+  Tensor z, e;
   {
     SegmentBatcher batcher;
     Tensor d = mul(add(on_test0(x), 1.0), 2.0);  // the copy passes through; add and mul: one device segment
-    z = add(to_device(d, Device::cpu()), 1.0);
+    z = add(to_device(d, Device::cpu()), 1.0);    // the copy back passes through; a CPU segment follows
+    e = mul(d, 3.0);  // a device op right after CPU ops, no copy between: a segment of its own, on the device
     batcher.end();
   }
+  // The device's stream ran two copies and two segments (not three ops); reading e copies it, after this count.
+  EXPECT_EQ(device.enqueued(), on_device + 4);
   EXPECT_EQ(values(z), std::vector<float>(3, 6.0f));
-  // The device's stream ran two copies and one segment (not two ops).
-  EXPECT_EQ(device.enqueued(), on_device + 3);
+  EXPECT_EQ(values(e), std::vector<float>(3, 15.0f));
 }
 
 }  // namespace
