@@ -11,14 +11,77 @@
 namespace dg {
 
 size_t itemsize(DType t) {
-  static constexpr size_t sizes[kNumDTypes] = {1, 1, 2, 4, 8, 2, 2, 4, 8};
+  static constexpr size_t sizes[kNumDTypes] = {1, 1, 1, 2, 2, 4, 8, 2, 2, 4, 8, 4, 8, 1, 1};
   return sizes[static_cast<int>(t)];
 }
 
 const char* dtype_name(DType t) {
-  static constexpr const char* names[kNumDTypes] = {"bool", "uint8", "uint16", "int32", "int64",
-                                                    "float16", "bfloat16", "float32", "float64"};
+  static constexpr const char* names[kNumDTypes] = {
+      "bool", "uint8", "int8", "int16", "uint16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+      "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"};
   return names[static_cast<int>(t)];
+}
+
+const char* dtype_torch_name(DType t) {
+  static constexpr const char* names[kNumDTypes] = {
+      "Bool", "Byte", "Char", "Short", "UInt16", "Int", "Long", "Half", "BFloat16", "Float", "Double",
+      "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2"};
+  return names[static_cast<int>(t)];
+}
+
+void raise_storage_only_dtype(DType t) {
+  DG_CHECK(false, NotImplemented, "[kernel] not implemented for '", dtype_torch_name(t), "'");
+  __builtin_unreachable();
+}
+
+uint8_t Float8_e4m3fn::from_float(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return sign | 0x7fu;             // NaN
+  if (absu >= 0x43e00000u) return sign | 0x7eu;            // >= 448 (inf too): saturates to the largest finite
+  if (absu < 0x3c800000u) {                                // below 2**-6: a multiple of 2**-9, or zero
+    float a;
+    std::memcpy(&a, &absu, 4);
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // exact scaling, rounds to nearest even
+  }
+  // Rebias the exponent (127 -> 7) and round the 23-bit mantissa to 3 bits, to nearest even.
+  return sign | static_cast<uint8_t>((absu - (120u << 23) + 0x7ffffu + ((absu >> 20) & 1u)) >> 20);
+}
+
+float Float8_e4m3fn::to_float(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+  float out;
+  if ((b & 0x7fu) == 0x7fu) {
+    const uint32_t nan = sign | 0x7fc00000u;
+    std::memcpy(&out, &nan, 4);
+    return out;
+  }
+  if (exp == 0) {
+    out = std::ldexp(static_cast<float>(mant), -9);
+    return sign ? -out : out;
+  }
+  const uint32_t u = sign | ((exp + 120u) << 23) | (mant << 20);
+  std::memcpy(&out, &u, 4);
+  return out;
+}
+
+uint8_t Float8_e5m2::from_float(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return sign | 0x7fu;             // NaN
+  if (absu >= 0x47800000u) return sign | 0x7cu;            // >= 65536 (inf too): infinity
+  if (absu < 0x38800000u) {                                // below 2**-14: a multiple of 2**-16, or zero
+    float a;
+    std::memcpy(&a, &absu, 4);
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 65536.0f));
+  }
+  // Rebias the exponent (127 -> 15) and round the mantissa to 2 bits, to nearest even (57344's upper half: inf).
+  return sign | static_cast<uint8_t>((absu - (112u << 23) + 0xfffffu + ((absu >> 21) & 1u)) >> 21);
 }
 
 uint16_t Half::from_float(float f) {
@@ -70,8 +133,19 @@ std::string Scalar::to_string() const {
   return buf;
 }
 
+bool promotes(DType a, DType b) {
+  if (a == b) return true;
+  if (is_float8(a) || is_float8(b)) return false;  // torch promotes a float8 type with nothing but itself
+  // uint16, uint32 and uint64 promote with themselves and the four floating types only (torch 2.13).
+  auto wide_unsigned = [](DType t) { return t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64; };
+  return !((wide_unsigned(a) && !is_floating(b)) || (wide_unsigned(b) && !is_floating(a)));
+}
+
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  DG_CHECK(promotes(a, b), Runtime, "[promote_types] Promotion for ", is_float8(a) || is_float8(b) ? "Float8 Types" :
+           "uint16, uint32, uint64 types", " is not supported, attempted to promote ", dtype_torch_name(a), " and ",
+           dtype_torch_name(b));
   if (a == DType::Bool) return b;
   if (b == DType::Bool) return a;
   bool fa = is_floating(a), fb = is_floating(b);
@@ -82,9 +156,11 @@ DType promote_types(DType a, DType b) {
     if (is_reduced_float(a) && is_reduced_float(b)) return DType::Float32;
     return itemsize(a) >= itemsize(b) ? a : b;
   }
-  // Both integral. dygrad's signed types (int32, int64) are wider than its unsigned ones (uint8, uint16),
-  // so the wider type always holds both; torch refuses uint16 promotion, dygrad extends it this way.
-  return itemsize(a) >= itemsize(b) ? a : b;
+  // Two of bool's integral neighbours uint8, int8, int16, int32, int64 (the wide unsigned ones were refused): the
+  // wider, except that uint8 with int8 needs int16 (torch's table: the smallest signed type holding both).
+  if (is_signed(a) == is_signed(b)) return itemsize(a) >= itemsize(b) ? a : b;
+  const DType u = is_signed(a) ? b : a, s = is_signed(a) ? a : b;  // u is uint8 here
+  return itemsize(s) > itemsize(u) ? s : DType::Int16;
 }
 
 namespace {
@@ -117,8 +193,12 @@ bool scalar_fits(const Scalar& s, DType t) {
   double lo = 0, hi = 0;
   switch (t) {
     case DType::UInt8: lo = -255, hi = 255; break;
+    case DType::Int8: lo = -128, hi = 127; break;
+    case DType::Int16: lo = -32768, hi = 32767; break;
     case DType::UInt16: lo = -65535, hi = 65535; break;
     case DType::Int32: lo = -2147483648.0, hi = 2147483647; break;
+    case DType::UInt32: lo = -4294967295.0, hi = 4294967295.0; break;
+    case DType::UInt64: return !s.is_floating() || (std::isfinite(s.v.f) && s.v.f > -0x1p64 && s.v.f < 0x1p64);
     default: return !s.is_floating() || (std::isfinite(s.v.f) && s.v.f >= -0x1p63 && s.v.f < 0x1p63);  // int64
   }
   const double v = s.is_floating() ? s.v.f : static_cast<double>(s.v.i);  // exact for these ranges

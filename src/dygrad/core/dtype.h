@@ -8,8 +8,15 @@
 
 namespace dg {
 
-enum class DType : uint8_t { Bool, UInt8, UInt16, Int32, Int64, Float16, BFloat16, Float32, Float64 };
-inline constexpr int kNumDTypes = 9;
+// The compute dtypes come first (kernels are instantiated for them: visit_dtype), then the storage-only ones
+// (uint32, uint64, float8: created, converted, copied and compared, as torch allows on the CPU; every other op
+// refuses them at enqueue, naming itself: kOpAnyDType in runtime/op_def.h). The ordinals are process-local: files
+// and pickles carry dtype names (docs/dtypes.md, "The dtypes").
+enum class DType : uint8_t {
+  Bool, UInt8, Int8, Int16, UInt16, Int32, Int64, Float16, BFloat16, Float32, Float64,
+  UInt32, UInt64, Float8_e4m3fn, Float8_e5m2
+};
+inline constexpr int kNumDTypes = 15;
 
 // IEEE binary16, stored as bits; arithmetic happens in float32 (rounded once on store).
 struct Half {
@@ -41,18 +48,55 @@ struct BFloat16 {
   }
 };
 
+// float8_e4m3fn (OCP FP8 E4M3, "fn": finite, no infinity; 0x7f and 0xff are NaN): bias 7, max 448. A float32
+// rounds to nearest even and saturates to +-448 (infinities too), as torch 2.13's conversion; NaN keeps its sign.
+struct Float8_e4m3fn {
+  uint8_t bits = 0;
+  Float8_e4m3fn() = default;
+  Float8_e4m3fn(float f) : bits(from_float(f)) {}
+  operator float() const { return to_float(bits); }
+  static uint8_t from_float(float f);
+  static float to_float(uint8_t b);
+};
+
+// float8_e5m2 (OCP FP8 E5M2): the top byte of a float16 (bias 15, max 57344, infinities and NaNs). A float32
+// rounds to nearest even, overflowing to infinity, as torch's conversion; NaN becomes 0x7f with its sign.
+struct Float8_e5m2 {
+  uint8_t bits = 0;
+  Float8_e5m2() = default;
+  Float8_e5m2(float f) : bits(from_float(f)) {}
+  operator float() const { return Half::to_float(static_cast<uint16_t>(bits << 8)); }
+  static uint8_t from_float(float f);
+};
+
 size_t itemsize(DType t);
 const char* dtype_name(DType t);  // "float32", as torch prints it without the "torch." prefix
-inline bool is_floating(DType t) { return t >= DType::Float16; }
+inline constexpr uint32_t dtype_bit(DType t) { return 1u << static_cast<int>(t); }
+inline constexpr uint32_t kFloatingDTypes = dtype_bit(DType::Float16) | dtype_bit(DType::BFloat16) |
+    dtype_bit(DType::Float32) | dtype_bit(DType::Float64) | dtype_bit(DType::Float8_e4m3fn) |
+    dtype_bit(DType::Float8_e5m2);
+inline constexpr uint32_t kUnsignedDTypes = dtype_bit(DType::Bool) | dtype_bit(DType::UInt8) |
+    dtype_bit(DType::UInt16) | dtype_bit(DType::UInt32) | dtype_bit(DType::UInt64);
+inline bool is_floating(DType t) { return (kFloatingDTypes >> static_cast<int>(t)) & 1u; }
 inline bool is_integral(DType t, bool include_bool) {
-  return (t > DType::Bool && t < DType::Float16) || (include_bool && t == DType::Bool);
+  return t == DType::Bool ? include_bool : !is_floating(t);
 }
+inline bool is_signed(DType t) { return !((kUnsignedDTypes >> static_cast<int>(t)) & 1u); }
 inline bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+inline bool is_float8(DType t) { return t == DType::Float8_e4m3fn || t == DType::Float8_e5m2; }
+// uint32, uint64 and the float8 types: storage with conversions, copies and few ops (docs/dtypes.md).
+inline bool is_storage_only(DType t) { return t >= DType::UInt32; }
 
-// The C++ type that stores each dtype, and the type a kernel computes in (float for 16-bit floats).
+// The C++ type that stores each dtype, and the type a kernel computes in (float for 16-bit and 8-bit floats).
 template <typename T> struct dtype_of;
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::UInt8; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::Int8; };
+template <> struct dtype_of<int16_t> { static constexpr DType value = DType::Int16; };
+template <> struct dtype_of<uint32_t> { static constexpr DType value = DType::UInt32; };
+template <> struct dtype_of<uint64_t> { static constexpr DType value = DType::UInt64; };
+template <> struct dtype_of<Float8_e4m3fn> { static constexpr DType value = DType::Float8_e4m3fn; };
+template <> struct dtype_of<Float8_e5m2> { static constexpr DType value = DType::Float8_e5m2; };
 template <> struct dtype_of<uint16_t> { static constexpr DType value = DType::UInt16; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::Int32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
@@ -64,6 +108,8 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::Floa
 template <typename T> struct compute_type { using type = T; };
 template <> struct compute_type<Half> { using type = float; };
 template <> struct compute_type<BFloat16> { using type = float; };
+template <> struct compute_type<Float8_e4m3fn> { using type = float; };
+template <> struct compute_type<Float8_e5m2> { using type = float; };
 template <typename T> using compute_t = typename compute_type<T>::type;
 
 // A number: what a Python int/float/bool becomes when passed to an op. Never allocates a tensor.
@@ -102,7 +148,9 @@ struct Scalar {
 template <typename T>
 T Scalar::to() const {
   if constexpr (std::is_same_v<T, bool>) return to_double() != 0.0;
-  else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(float(to_double()));
+  else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Float8_e4m3fn> ||
+                     std::is_same_v<T, Float8_e5m2>)
+    return T(float(to_double()));
   else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(to_double());
   else return static_cast<T>(kind == Kind::Float ? static_cast<int64_t>(v.f) : to_int());
 }
@@ -114,7 +162,9 @@ bool scalar_fits(const Scalar& s, DType t);
 // Raises RuntimeError "[op] value 4611686018427387904 cannot be converted to type int32 without overflow".
 void check_scalar_fits(const char* op, const Scalar& s, DType t);
 
-// torch.promote_types.
+// torch.promote_types; raises RuntimeError where torch refuses (uint16/32/64 with another integral type, float8
+// with anything but itself). promotes(a, b): whether it would not.
+bool promotes(DType a, DType b);
 DType promote_types(DType a, DType b);
 
 // torch.result_type over operands of three priorities: tensors with dims, zero-dim tensors, and
@@ -129,12 +179,21 @@ class ResultType {
   int dim_ = -1, zero_ = -1, wrapped_ = -1;  // -1: none seen
 };
 
-// Dispatch a runtime dtype to a templated lambda: visit_dtype(t, [&]<typename T>() { ... }).
+// Raises NotImplemented "[kernel] not implemented for 'UInt32'": a storage-only dtype reached a kernel compiled for
+// the compute dtypes only (enqueue refuses it first, naming the op; this is the backstop).
+[[noreturn]] void raise_storage_only_dtype(DType t);
+// torch's ScalarType name ("UInt32", "Float8_e4m3fn"), for errors that mirror torch's.
+const char* dtype_torch_name(DType t);
+
+// Dispatch a runtime dtype to a templated lambda: visit_dtype(t, [&]<typename T>() { ... }). Compute dtypes only:
+// the kernels of ops without kOpAnyDType are instantiated for these eleven.
 template <typename F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
     case DType::Bool: return f.template operator()<bool>();
     case DType::UInt8: return f.template operator()<uint8_t>();
+    case DType::Int8: return f.template operator()<int8_t>();
+    case DType::Int16: return f.template operator()<int16_t>();
     case DType::UInt16: return f.template operator()<uint16_t>();
     case DType::Int32: return f.template operator()<int32_t>();
     case DType::Int64: return f.template operator()<int64_t>();
@@ -142,8 +201,26 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::BFloat16: return f.template operator()<BFloat16>();
     case DType::Float32: return f.template operator()<float>();
     case DType::Float64: return f.template operator()<double>();
+    default: break;
   }
-  __builtin_unreachable();
+  raise_storage_only_dtype(t);
+}
+// Every dtype, the storage-only ones too: conversions, copies, fills, comparisons for equality, host reads.
+template <typename F>
+decltype(auto) visit_any_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::UInt32: return f.template operator()<uint32_t>();
+    case DType::UInt64: return f.template operator()<uint64_t>();
+    case DType::Float8_e4m3fn: return f.template operator()<Float8_e4m3fn>();
+    case DType::Float8_e5m2: return f.template operator()<Float8_e5m2>();
+    default: return visit_dtype(t, static_cast<F&&>(f));
+  }
+}
+// visit_any_dtype where kAny, else visit_dtype: a kernel shared by ops of both kinds picks at compile time.
+template <bool kAny, typename F>
+decltype(auto) visit_dtypes(DType t, F&& f) {
+  if constexpr (kAny) return visit_any_dtype(t, static_cast<F&&>(f));
+  else return visit_dtype(t, static_cast<F&&>(f));
 }
 // Only the floating dtypes; the caller has checked is_floating(t).
 template <typename F>
@@ -152,6 +229,7 @@ decltype(auto) visit_floating(DType t, F&& f) {
     case DType::Float16: return f.template operator()<Half>();
     case DType::BFloat16: return f.template operator()<BFloat16>();
     case DType::Float64: return f.template operator()<double>();
+    case DType::Float8_e4m3fn: case DType::Float8_e5m2: raise_storage_only_dtype(t);
     default: return f.template operator()<float>();
   }
 }

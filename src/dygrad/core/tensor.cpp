@@ -3,6 +3,7 @@
 // layers that own those concepts (docs/tensor.md, "Layers").
 #include "dygrad/core/tensor.h"
 
+#include <atomic>
 #include <sstream>
 
 #include "dygrad/core/error.h"
@@ -10,9 +11,17 @@
 
 namespace dg {
 
+namespace {
+std::atomic<bool> g_storage_only_dtype_seen{false};
+}
+
+bool storage_only_dtype_seen() { return g_storage_only_dtype_seen.load(std::memory_order_relaxed); }
+
 TensorImpl::TensorImpl(Ref<Storage> storage_, Dims sizes_, Dims strides_, int64_t offset_, DType dtype_)
     : storage(std::move(storage_)), sizes(std::move(sizes_)), strides(std::move(strides_)), offset(offset_),
-      numel(shape_numel(sizes)), dtype(dtype_) {}
+      numel(shape_numel(sizes)), dtype(dtype_) {
+  if (is_storage_only(dtype_)) [[unlikely]] g_storage_only_dtype_seen.store(true, std::memory_order_relaxed);
+}
 
 TensorImpl::~TensorImpl() {
   if (storage_ref_is_task_ref.load(std::memory_order_acquire)) storage.reset_task_ref();

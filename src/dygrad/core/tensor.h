@@ -29,6 +29,10 @@ enum class ViewCreation : uint8_t { Default, NoGrad, MultiOutput };
 // The creation mode of a view made now: NoGrad while grad mode is off. Defined in autograd/views.cpp.
 ViewCreation current_view_creation();
 
+// Whether a tensor of a storage-only dtype (uint32, uint64, float8: core/dtype.h) was ever made in this process.
+// Until one is, enqueue skips its operand dtype check (docs/dtypes.md, "Storage-only dtypes").
+bool storage_only_dtype_seen();
+
 class TensorImpl : public RefCounted {
  public:
   TensorImpl(Ref<Storage> storage, Dims sizes, Dims strides, int64_t offset, DType dtype);

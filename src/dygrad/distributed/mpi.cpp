@@ -87,7 +87,12 @@ MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::Bool: return MPI_C_BOOL;
     case DType::UInt8: return MPI_UINT8_T;
+    case DType::Int8: return MPI_INT8_T;
+    case DType::Int16: return MPI_INT16_T;
     case DType::UInt16: return MPI_UINT16_T;
+    case DType::UInt32: return MPI_UINT32_T;
+    case DType::UInt64: return MPI_UINT64_T;
+    case DType::Float8_e4m3fn: case DType::Float8_e5m2: return MPI_UINT8_T;  // bytes: reductions refuse them
     case DType::Int32: return MPI_INT32_T;
     case DType::Int64: return MPI_INT64_T;
     case DType::Float16: return f16_type;

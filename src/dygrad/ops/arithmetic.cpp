@@ -81,8 +81,11 @@ const OpDef op_div_scalar("div_scalar", attrs_type<ScalarAttrs>(), elementwise(d
 const OpDef op_rsub_scalar("rsub_scalar", attrs_type<ScalarAttrs>(), elementwise(rsub_scalar_backward));
 const OpDef op_rdiv_scalar("rdiv_scalar", attrs_type<ScalarAttrs>(), elementwise(rdiv_scalar_backward));
 const OpDef op_neg("neg", nullptr, elementwise(neg_backward));
-const OpDef op_copy("copy", nullptr, elementwise(copy_backward));
-const OpDef op_fill("fill", attrs_type<ScalarAttrs>(), elementwise(nullptr));
+// copy and fill take every dtype, the storage-only ones too (kOpAnyDType: docs/dtypes.md).
+const OpDef op_copy("copy", nullptr, {.fusion = FusionClass::Elementwise, .backward = copy_backward,
+                                      .cost = arithmetic_cost, .flags = kOpAnyDType});
+const OpDef op_fill("fill", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = arithmetic_cost,
+                                                        .flags = kOpAnyDType});
 
 DType result_type(const Tensor& a, const Tensor& b) {
   ResultType r;

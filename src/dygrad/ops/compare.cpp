@@ -73,28 +73,30 @@ OpCost select_cost(const Task& t) {
 }
 }  // namespace
 
-#define DG_COMPARE_OP(name)                                                                                    \
-  const OpDef op_##name(#name, nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});                \
+// flags: kOpAnyDType for eq and ne, which torch runs on uint32, uint64 and float8 too (docs/dtypes.md).
+#define DG_COMPARE_OP(name, flags_)                                                                            \
+  const OpDef op_##name(#name, nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = flags_});\
   const OpDef op_##name##_scalar(#name "_scalar", attrs_type<ScalarAttrs>(),                                        \
-                                 {.fusion = FusionClass::Elementwise, .cost = select_cost})
-DG_COMPARE_OP(eq);
-DG_COMPARE_OP(ne);
-DG_COMPARE_OP(lt);
-DG_COMPARE_OP(le);
-DG_COMPARE_OP(gt);
-DG_COMPARE_OP(ge);
+                                 {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = flags_})
+DG_COMPARE_OP(eq, kOpAnyDType);
+DG_COMPARE_OP(ne, kOpAnyDType);
+DG_COMPARE_OP(lt, 0);
+DG_COMPARE_OP(le, 0);
+DG_COMPARE_OP(gt, 0);
+DG_COMPARE_OP(ge, 0);
 #undef DG_COMPARE_OP
 const OpDef op_logical_not("logical_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_logical_and("logical_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_logical_or("logical_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_and("bitwise_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_or("bitwise_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_xor("bitwise_xor", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
+// bitwise and/or/xor run on uint32 and uint64 as in torch (kOpAnyDType; the op refuses floating dtypes itself).
+const OpDef op_bitwise_and("bitwise_and", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
+const OpDef op_bitwise_or("bitwise_or", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
+const OpDef op_bitwise_xor("bitwise_xor", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
 const OpDef op_bitwise_left_shift("bitwise_left_shift", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_bitwise_right_shift("bitwise_right_shift", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_and_scalar("bitwise_and_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_or_scalar("bitwise_or_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_bitwise_xor_scalar("bitwise_xor_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
+const OpDef op_bitwise_and_scalar("bitwise_and_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
+const OpDef op_bitwise_or_scalar("bitwise_or_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
+const OpDef op_bitwise_xor_scalar("bitwise_xor_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost, .flags = kOpAnyDType});
 const OpDef op_bitwise_left_shift_scalar("bitwise_left_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_bitwise_right_shift_scalar("bitwise_right_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_bitwise_not("bitwise_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
@@ -162,7 +164,7 @@ const Bitwise kRight{op_bitwise_right_shift, op_bitwise_right_shift_scalar, "rsh
 void check_bitwise(const Bitwise& op, const ElementwiseCall& call) {
   const DType t = call.result_dtype();
   DG_CHECK(!is_floating(t) && !(op.refuses_bool && t == DType::Bool), NotImplemented, "\"", op.kernel_name,
-           "\" not implemented for '", dtype_name(t), "'");
+           "\" not implemented for '", dtype_torch_name(t), "'");
 }
 Tensor bitwise(const Bitwise& op, const Tensor& a, const Tensor& b) {
   ElementwiseCall call(op.tensor_op, op.tensor_op.name);

@@ -20,7 +20,8 @@ OpCost copy_device_cost(const Task& task) {
 }  // namespace
 
 const OpDef op_copy_device("copy_device", nullptr,
-                           {.backward = copy_device_backward, .cost = copy_device_cost, .flags = kOpCrossDevice});
+                           {.backward = copy_device_backward, .cost = copy_device_cost,
+                            .flags = kOpCrossDevice | kOpAnyDType});
 
 namespace {
 Tensor to_cpu(const Tensor& a) { return to_device(a, Device::cpu()); }

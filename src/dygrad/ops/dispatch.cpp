@@ -50,8 +50,22 @@ void enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Te
 }
 }  // namespace meta
 
+namespace {
+// torch's NotImplementedError for an op without a kernel for a dtype: `"[add] not implemented for 'UInt32'"`.
+[[gnu::noinline]] void check_operand_dtypes(const OpDef& op, std::span<const Tensor> inputs,
+                                            std::span<const Tensor> outputs) {
+  if (op.flags & kOpAnyDType) return;
+  for (std::span<const Tensor> operands : {inputs, outputs})
+    for (const Tensor& t : operands)
+      DG_CHECK(!t.defined() || !is_storage_only(t.dtype()), NotImplemented, "[", api_name(op.name),
+               "] not implemented for '", dtype_torch_name(t.dtype()), "'");
+}
+}  // namespace
+
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
   const CallSite site = current_call_site();
+  // One relaxed load until a uint32/uint64/float8 tensor exists: the check costs nothing before.
+  if (storage_only_dtype_seen()) [[unlikely]] check_operand_dtypes(op, inputs, outputs);
   if (op_sinks::engaged()) [[unlikely]] {
     if (op_sinks::on_op(OpCall{op, inputs, outputs, attrs, site}))  // consumed: the outputs are as the sink left them
       return outputs.empty() ? 0 : outputs[0].storage().last_write_seq();

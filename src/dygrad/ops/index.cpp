@@ -97,7 +97,9 @@ size_t cat_scratch(const Task& t) {
   const int64_t n = static_cast<int64_t>(t.inputs.size());
   return static_cast<size_t>(n) * kCatPieceBytes + scratch_bytes<int64_t>(n + 1);
 }
-const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost, .scratch = cat_scratch});
+// cat moves elements by width: it takes the storage-only dtypes too (kOpAnyDType, docs/dtypes.md).
+const OpDef op_cat("cat", attrs_type<DimAttrs>(), {.backward = cat_backward, .cost = copy_cost, .flags = kOpAnyDType,
+                                                   .scratch = cat_scratch});
 // The gather and scatter kernels walk their operands over the index's positions (StridedIteration operands, no
 // views): no scratch.
 const OpDef op_gather("gather", attrs_type<DimAttrs>(), {.backward = gather_backward, .cost = copy_cost});

@@ -53,8 +53,9 @@ size_t nonzero_scratch(const Task& t) {
   const int64_t n = t.inputs[0].numel();
   return scratch_bytes<int64_t>(std::max<int64_t>(1, (n + kIndexWorkGrain - 1) / kIndexWorkGrain) + 1);
 }
+// index gathers elements by width: it takes the storage-only dtypes too (kOpAnyDType, docs/dtypes.md).
 const OpDef op_index("index", attrs_type<AdvancedIndexAttrs>(),
-                     {.backward = index_backward, .cost = copy_cost});
+                     {.backward = index_backward, .cost = copy_cost, .flags = kOpAnyDType});
 const OpDef op_index_put("index_put", attrs_type<AdvancedIndexAttrs>(),
                          {.backward = index_put_backward, .scratch = index_put_scratch, .alias_of = alias_each_output});
 const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpDataDependentShape, .scratch = nonzero_scratch,
@@ -439,6 +440,8 @@ Tensor nonzero(const Tensor& a) {
   const Tensor on_host = to_device(input, Device::cpu());  // a device's tensor is counted through a copy
   on_host.wait_readable();
   int64_t count = 0;
+  DG_CHECK(!is_storage_only(on_host.dtype()), NotImplemented, "[nonzero] not implemented for '",
+           dtype_torch_name(on_host.dtype()), "'");  // the count below visits the compute dtypes only
   visit_dtype(on_host.dtype(), [&]<typename T>() {
     using C = compute_t<T>;
     const T* p = on_host.data<T>();

@@ -61,6 +61,7 @@ const char* op_flag_name(OpFlag flag) {
     case kOpRandom: return "random";
     case kOpSideEffect: return "side_effect";
     case kOpCrossDevice: return "cross_device";
+    case kOpAnyDType: return "any_dtype";
   }
   return "?";
 }

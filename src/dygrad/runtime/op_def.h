@@ -34,6 +34,9 @@ enum OpFlag : uint32_t {
                                       // code, never reordered across another side effect
   kOpCrossDevice = 1u << 5,           // operands on two devices (a copy between them): the Task runs on the stream
                                       // ops/dispatch.cpp picks, with that device's kernel (docs/devices.md)
+  kOpAnyDType = 1u << 6,              // its kernels take the storage-only dtypes too (uint32, uint64, float8:
+                                      // copies, fills, equality); enqueue refuses them for every other op
+                                      // (docs/dtypes.md, "Storage-only dtypes")
 };
 const char* op_flag_name(OpFlag flag);
 

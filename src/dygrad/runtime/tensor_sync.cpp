@@ -60,7 +60,7 @@ std::vector<T> Tensor::to_vector() const {
   wait_readable_as(*this, "to_vector");
   std::vector<T> out;
   out.reserve(static_cast<size_t>(numel()));
-  visit_dtype(dtype(), [&]<typename S>() {
+  visit_any_dtype(dtype(), [&]<typename S>() {
     const S* base = data<S>();
     Dims index(static_cast<size_t>(dim()), 0);
     for (int64_t n = 0; n < numel(); ++n) {
@@ -68,7 +68,7 @@ std::vector<T> Tensor::to_vector() const {
       for (size_t d = 0; d < index.size(); ++d) off += index[d] * impl_->strides[d];
       S v = base[off];
       if constexpr (std::is_same_v<T, bool>) out.push_back(static_cast<float>(v) != 0.0f);
-      else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16>) out.push_back(static_cast<T>(static_cast<float>(v)));
+      else if constexpr (!std::is_arithmetic_v<S>) out.push_back(static_cast<T>(static_cast<float>(v)));  // 16, 8-bit floats
       else out.push_back(static_cast<T>(v));
       for (size_t d = index.size(); d-- > 0;) {
         if (++index[d] < impl_->sizes[d]) break;
@@ -84,15 +84,18 @@ template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
 template std::vector<bool> Tensor::to_vector<bool>() const;
 template std::vector<uint8_t> Tensor::to_vector<uint8_t>() const;
+template std::vector<uint64_t> Tensor::to_vector<uint64_t>() const;
 
 Scalar Tensor::item_scalar() const {
   DG_CHECK(numel() == 1, Runtime, "[item] a Tensor with ", numel(), " elements cannot be converted to Scalar");
   if (!device().is_cpu()) [[unlikely]] return host_copy(*this).item_scalar();
   wait_readable_as(*this, "item");
-  return visit_dtype(dtype(), [&]<typename S>() -> Scalar {
+  // A uint64 above 2**63 - 1 wraps to a negative int64 here (Scalar has no unsigned kind); Python's item() reads
+  // those itself.
+  return visit_any_dtype(dtype(), [&]<typename S>() -> Scalar {
     S v = *data<S>();
     if constexpr (std::is_same_v<S, bool>) return Scalar(v);
-    else if constexpr (std::is_same_v<S, Half> || std::is_same_v<S, BFloat16> || std::is_floating_point_v<S>)
+    else if constexpr (!std::is_arithmetic_v<S> || std::is_floating_point_v<S>)
       return Scalar(static_cast<double>(static_cast<compute_t<S>>(v)));
     else return Scalar(static_cast<int64_t>(v));
   });

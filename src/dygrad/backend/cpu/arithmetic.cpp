@@ -87,6 +87,70 @@ void neg_kernel(Task& task) {
   unary_same_type(task, [&]<typename T>() { return [](C<T> x) { return math::neg(x); }; });
 }
 
+namespace {
+// One element's conversion, as torch's on x86-64 (c10's static_cast_with_inter_type and the code the compiler makes of
+// it): a floating value reaches int8/int16 through int32 (70000.0 -> int16 4464), uint8 through int64 (2**32 + 5
+// -> 5), uint32 through int32 below 2**31 and int32 of x - 2**31 above, uint64 the same with int64 and 2**63. Values
+// out of the route's range (and NaN) are undefined in torch, whose results differ between its vector and scalar
+// loops; these routes give what x86's truncating conversions give in torch's vector loop. The other targets (bool,
+// uint16, int32, int64, floating) keep a plain static_cast.
+template <typename TOut, typename V>
+C<TOut> convert(V x) {
+  if constexpr (std::is_same_v<TOut, bool>) return x != V(0);
+  else if constexpr (!std::is_floating_point_v<V>) return static_cast<C<TOut>>(x);
+  else if constexpr (std::is_same_v<TOut, int8_t> || std::is_same_v<TOut, int16_t>)
+    return static_cast<TOut>(static_cast<int32_t>(x));
+  else if constexpr (std::is_same_v<TOut, uint8_t>) return static_cast<uint8_t>(static_cast<int64_t>(x));
+  else if constexpr (std::is_same_v<TOut, uint32_t>)
+    return x < V(0x1p31) ? static_cast<uint32_t>(static_cast<int32_t>(x))
+                         : static_cast<uint32_t>(static_cast<int32_t>(x - V(0x1p31))) ^ (uint32_t{1} << 31);
+  else if constexpr (std::is_same_v<TOut, uint64_t>)
+    return x >= V(0x1p63) ? static_cast<uint64_t>(static_cast<int64_t>(x - V(0x1p63))) ^ (uint64_t{1} << 63)
+                          : static_cast<uint64_t>(static_cast<int64_t>(x));
+  else return static_cast<C<TOut>>(x);
+}
+
+// Conversions that involve a storage-only dtype (uint32, uint64, float8) go through a pivot, so that the vectorised
+// loops above stay instantiated for the 11 x 11 compute dtypes only (docs/dtypes.md, "Storage-only dtypes"): each
+// element is widened to its source's pivot (double for a floating source, which holds every float of it exactly;
+// uint64 for an unsigned one; int64 otherwise, bool included) and convert<TOut> takes it from there, which gives the
+// bits of the direct conversion. 15 loaders and 15 x 3 storers, scalar loops over chunks; one thread (these
+// conversions are rare: a checkpoint's float8 weights widened once).
+//   in: any dtype, out: any dtype, either storage-only; out = convert<TOut>(pivot(in)), elementwise over strides
+template <typename T>
+using pivot_t = std::conditional_t<!std::is_arithmetic_v<T> || std::is_floating_point_v<T>, double,
+                                   std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, uint64_t,
+                                                      int64_t>>;
+
+template <typename TIn>
+void load_pivot(pivot_t<TIn>* to, const char* from, int64_t stride_bytes, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    to[i] = static_cast<pivot_t<TIn>>(static_cast<C<TIn>>(*reinterpret_cast<const TIn*>(from + i * stride_bytes)));
+}
+template <typename TOut, typename P>
+void store_pivot(char* to, int64_t stride_bytes, const P* from, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) *reinterpret_cast<TOut*>(to + i * stride_bytes) = static_cast<TOut>(convert<TOut>(from[i]));
+}
+
+void copy_through_pivot(const Tensor& out, const Tensor& in) {
+  const Tensor operands[2] = {out, in};
+  StridedIteration it(operands);
+  visit_any_dtype(in.dtype(), [&]<typename TIn>() {
+    using P = pivot_t<TIn>;
+    const auto store = visit_any_dtype(out.dtype(), [&]<typename TOut>() { return &store_pivot<TOut, P>; });
+    for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t kChunk = 256;
+      P pivot[kChunk];
+      for (int64_t b = 0; b < n; b += kChunk) {
+        const int64_t m = std::min(kChunk, n - b);
+        load_pivot<TIn>(pivot, p[1] + b * s[1], s[1], m);
+        store(p[0] + b * s[0], s[0], pivot, m);
+      }
+    });
+  });
+}
+}  // namespace
+
 void copy_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const Tensor& in = task.inputs[0];
@@ -116,13 +180,10 @@ void copy_kernel(Task& task) {
       return;
     }
   }
+  if (is_storage_only(out.dtype()) || is_storage_only(in.dtype())) [[unlikely]] return copy_through_pivot(out, in);
   visit_dtype(out.dtype(), [&]<typename TOut>() {
     visit_dtype(in.dtype(), [&]<typename TIn>() {
-      auto cast = [](C<TIn> x) {
-        if constexpr (std::is_same_v<TOut, bool>) return x != C<TIn>(0);
-        else if constexpr (std::is_same_v<TIn, bool>) return static_cast<C<TOut>>(x);
-        else return static_cast<C<TOut>>(x);
-      };
+      auto cast = [](C<TIn> x) { return convert<TOut>(x); };
       unary_loop<decltype(cast), TOut, TIn>(task, cast);
     });
   });
@@ -131,7 +192,7 @@ void copy_kernel(Task& task) {
 void fill_kernel(Task& task) {
   const Tensor& out = task.outputs[0];
   const Scalar s = task.attrs.get<ScalarAttrs>().value;
-  visit_dtype(out.dtype(), [&]<typename T>() {
+  visit_any_dtype(out.dtype(), [&]<typename T>() {
     const T v = s.to<T>();
     const Tensor operands[1] = {out};
     StridedIteration it(operands);

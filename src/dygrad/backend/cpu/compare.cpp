@@ -99,18 +99,20 @@ void map_elements(Task& task, const Fn& fn) {
   }(std::index_sequence_for<TIn...>{});
 }
 
-template <typename Compare>
+// kAnyDType: eq and ne, which take the storage-only dtypes too (the other comparisons are compiled for the compute
+// dtypes only).
+template <bool kAnyDType = false, typename Compare>
 void compare_tensors(Task& task, Compare cmp) {
-  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+  visit_dtypes<kAnyDType>(task.inputs[0].dtype(), [&]<typename T>() {
     auto fn = [cmp](C<T> a, C<T> b) { return cmp(a, b); };
     binary_loop<decltype(fn), bool, T>(task, fn);
   });
 }
 
-template <typename Compare>
+template <bool kAnyDType = false, typename Compare>
 void compare_scalar(Task& task, Compare cmp) {
   const Scalar s = task.attrs.get<ScalarAttrs>().value;
-  visit_dtype(task.inputs[0].dtype(), [&]<typename T>() {
+  visit_dtypes<kAnyDType>(task.inputs[0].dtype(), [&]<typename T>() {
     const C<T> v = s.to<C<T>>();
     auto fn = [cmp, v](C<T> a) { return cmp(a, v); };
     unary_loop<decltype(fn), bool, T>(task, fn);
@@ -131,14 +133,14 @@ V clamp_value(V x, V lo, V hi, bool has_lo, bool has_hi) {
 }
 }  // namespace
 
-void eq_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a == b; }); }
-void ne_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a != b; }); }
+void eq_kernel(Task& task) { compare_tensors<true>(task, [](auto a, auto b) { return a == b; }); }
+void ne_kernel(Task& task) { compare_tensors<true>(task, [](auto a, auto b) { return a != b; }); }
 void lt_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a < b; }); }
 void le_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a <= b; }); }
 void gt_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a > b; }); }
 void ge_kernel(Task& task) { compare_tensors(task, [](auto a, auto b) { return a >= b; }); }
-void eq_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a == b; }); }
-void ne_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a != b; }); }
+void eq_scalar_kernel(Task& task) { compare_scalar<true>(task, [](auto a, auto b) { return a == b; }); }
+void ne_scalar_kernel(Task& task) { compare_scalar<true>(task, [](auto a, auto b) { return a != b; }); }
 void lt_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a < b; }); }
 void le_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a <= b; }); }
 void gt_scalar_kernel(Task& task) { compare_scalar(task, [](auto a, auto b) { return a > b; }); }
@@ -173,19 +175,19 @@ T right_shift(T a, T b) {
   return static_cast<T>(a >> static_cast<int>(b));
 }
 
-template <typename Fn>
+template <bool kAnyDType = false, typename Fn>
 void bitwise_tensors(Task& task, Fn fn) {
-  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+  visit_dtypes<kAnyDType>(task.outputs[0].dtype(), [&]<typename T>() {
     if constexpr (kBitwiseType<T>) {
       if constexpr (std::is_same_v<T, bool>) map_elements<bool, bool, bool>(task, [fn](bool a, bool b) { return bool(fn(uint8_t(a), uint8_t(b)) & 1); });
       else map_elements<T, T, T>(task, [fn](T a, T b) { return fn(a, b); });
     }
   });
 }
-template <typename Fn>
+template <bool kAnyDType = false, typename Fn>
 void bitwise_scalar(Task& task, Fn fn) {
   const Scalar s = task.attrs.get<ScalarAttrs>().value;
-  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+  visit_dtypes<kAnyDType>(task.outputs[0].dtype(), [&]<typename T>() {
     if constexpr (kBitwiseType<T>) {
       if constexpr (std::is_same_v<T, bool>) {
         const uint8_t v = s.to<bool>();
@@ -204,14 +206,14 @@ constexpr auto kLeft = [](auto a, auto b) { return left_shift(a, b); };
 constexpr auto kRight = [](auto a, auto b) { return right_shift(a, b); };
 }  // namespace
 
-void bitwise_and_kernel(Task& task) { bitwise_tensors(task, kAnd); }
-void bitwise_or_kernel(Task& task) { bitwise_tensors(task, kOr); }
-void bitwise_xor_kernel(Task& task) { bitwise_tensors(task, kXor); }
+void bitwise_and_kernel(Task& task) { bitwise_tensors<true>(task, kAnd); }
+void bitwise_or_kernel(Task& task) { bitwise_tensors<true>(task, kOr); }
+void bitwise_xor_kernel(Task& task) { bitwise_tensors<true>(task, kXor); }
 void bitwise_left_shift_kernel(Task& task) { bitwise_tensors(task, kLeft); }
 void bitwise_right_shift_kernel(Task& task) { bitwise_tensors(task, kRight); }
-void bitwise_and_scalar_kernel(Task& task) { bitwise_scalar(task, kAnd); }
-void bitwise_or_scalar_kernel(Task& task) { bitwise_scalar(task, kOr); }
-void bitwise_xor_scalar_kernel(Task& task) { bitwise_scalar(task, kXor); }
+void bitwise_and_scalar_kernel(Task& task) { bitwise_scalar<true>(task, kAnd); }
+void bitwise_or_scalar_kernel(Task& task) { bitwise_scalar<true>(task, kOr); }
+void bitwise_xor_scalar_kernel(Task& task) { bitwise_scalar<true>(task, kXor); }
 void bitwise_left_shift_scalar_kernel(Task& task) { bitwise_scalar(task, kLeft); }
 void bitwise_right_shift_scalar_kernel(Task& task) { bitwise_scalar(task, kRight); }
 void bitwise_not_kernel(Task& task) {

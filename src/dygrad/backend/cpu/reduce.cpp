@@ -45,6 +45,8 @@ int64_t offset_of(int64_t linear, const Dims& sizes, const Dims& strides) {
 template <typename T> struct SumAcc { using type = compute_t<T>; };
 template <> struct SumAcc<bool> { using type = int64_t; };
 template <> struct SumAcc<uint8_t> { using type = int64_t; };
+template <> struct SumAcc<int8_t> { using type = int64_t; };
+template <> struct SumAcc<int16_t> { using type = int64_t; };
 template <> struct SumAcc<uint16_t> { using type = int64_t; };
 template <> struct SumAcc<int32_t> { using type = int64_t; };
 

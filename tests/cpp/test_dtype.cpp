@@ -1,0 +1,132 @@
+// core/dtype: the dtype table, torch's promotion lattice, the float8 conversions, and the storage-only dtypes'
+// refusal at enqueue (docs/dtypes.md). The Python suite (tests/python/test_dtypes.py) checks all of it against torch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "dygrad/dygrad.h"
+
+using namespace dg;
+
+namespace {
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+}  // namespace
+
+TEST(CoreDType, TableNamesSizesAndCategories) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType t = static_cast<DType>(i);
+    EXPECT_EQ(is_floating(t), std::string(dtype_name(t)).rfind("float", 0) == 0 || t == DType::BFloat16) << i;
+    EXPECT_EQ(is_integral(t, true), !is_floating(t)) << i;
+    EXPECT_EQ(is_signed(t), std::string(dtype_name(t)).find("uint") == std::string::npos && t != DType::Bool) << i;
+  }
+  EXPECT_EQ(itemsize(DType::Int8), 1u);
+  EXPECT_EQ(itemsize(DType::Int16), 2u);
+  EXPECT_EQ(itemsize(DType::UInt32), 4u);
+  EXPECT_EQ(itemsize(DType::UInt64), 8u);
+  EXPECT_EQ(itemsize(DType::Float8_e4m3fn), 1u);
+  EXPECT_STREQ(dtype_name(DType::Float8_e5m2), "float8_e5m2");
+  EXPECT_STREQ(dtype_torch_name(DType::Int8), "Char");
+  EXPECT_TRUE(is_storage_only(DType::UInt32) && is_storage_only(DType::Float8_e5m2));
+  EXPECT_FALSE(is_storage_only(DType::Int16) || is_storage_only(DType::Float64));
+}
+
+TEST(CoreDType, PromotionIsTorchsTable) {
+  EXPECT_EQ(promote_types(DType::UInt8, DType::Int8), DType::Int16);  // no 8-bit type holds both
+  EXPECT_EQ(promote_types(DType::Int8, DType::UInt8), DType::Int16);
+  EXPECT_EQ(promote_types(DType::UInt8, DType::Int16), DType::Int16);
+  EXPECT_EQ(promote_types(DType::Int8, DType::Int32), DType::Int32);
+  EXPECT_EQ(promote_types(DType::Bool, DType::Int8), DType::Int8);
+  EXPECT_EQ(promote_types(DType::Int16, DType::Float16), DType::Float16);
+  EXPECT_EQ(promote_types(DType::UInt32, DType::BFloat16), DType::BFloat16);
+  EXPECT_EQ(promote_types(DType::UInt64, DType::UInt64), DType::UInt64);
+  EXPECT_EQ(promote_types(DType::Float8_e4m3fn, DType::Float8_e4m3fn), DType::Float8_e4m3fn);
+  EXPECT_FALSE(promotes(DType::UInt16, DType::Int32));  // torch 2.13 refuses; dygrad promoted by width before
+  EXPECT_FALSE(promotes(DType::UInt64, DType::Int64));
+  EXPECT_FALSE(promotes(DType::UInt32, DType::Bool));
+  EXPECT_FALSE(promotes(DType::Float8_e5m2, DType::Float32));
+  EXPECT_FALSE(promotes(DType::Float8_e5m2, DType::Float8_e4m3fn));
+  try {
+    promote_types(DType::UInt16, DType::Int64);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+    EXPECT_NE(std::string(e.what()).find("attempted to promote UInt16 and Long"), std::string::npos) << e.what();
+  }
+  ResultType r;  // a uint8 tensor with an int8 zero-dim tensor: the dims tier decides, as in torch
+  r.add_tensor(DType::UInt8, 1);
+  r.add_tensor(DType::Int8, 0);
+  EXPECT_EQ(r.result(), DType::UInt8);
+}
+
+TEST(CoreDType, ScalarRangesOfTheNewIntegers) {
+  EXPECT_TRUE(scalar_fits(Scalar(int64_t{-128}), DType::Int8));
+  EXPECT_FALSE(scalar_fits(Scalar(int64_t{128}), DType::Int8));
+  EXPECT_FALSE(scalar_fits(Scalar(int64_t{-32769}), DType::Int16));
+  EXPECT_TRUE(scalar_fits(Scalar(int64_t{-4294967295}), DType::UInt32));
+  EXPECT_FALSE(scalar_fits(Scalar(int64_t{4294967296}), DType::UInt32));
+  EXPECT_TRUE(scalar_fits(Scalar(int64_t{-1}), DType::UInt64));
+  EXPECT_FALSE(scalar_fits(Scalar(1e30), DType::UInt64));
+}
+
+TEST(CoreDType, Float8RoundTripsEveryFiniteCode) {
+  for (int b = 0; b < 256; ++b) {
+    const auto code = static_cast<uint8_t>(b);
+    const float e4m3 = Float8_e4m3fn::to_float(code);
+    if ((code & 0x7f) == 0x7f) EXPECT_TRUE(std::isnan(e4m3)) << b;
+    else EXPECT_EQ(Float8_e4m3fn::from_float(e4m3), code) << b;
+    Float8_e5m2 e5m2;
+    e5m2.bits = code;
+    const float wide = e5m2;
+    if ((code & 0x7f) > 0x7c) EXPECT_TRUE(std::isnan(wide)) << b;
+    else EXPECT_EQ(Float8_e5m2::from_float(wide), code) << b;
+  }
+  EXPECT_EQ(Float8_e4m3fn::to_float(0x7e), 448.0f);
+  EXPECT_EQ(Float8_e4m3fn::to_float(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(bits_of(Float8_e4m3fn::to_float(0x80)), 0x80000000u);   // -0
+}
+
+TEST(CoreDType, Float8RoundsToNearestEvenSaturatesE4m3AndOverflowsE5m2) {
+  EXPECT_EQ(Float8_e4m3fn::from_float(1.0625f), 0x38);   // halfway between 1 and 1.125: even (1)
+  EXPECT_EQ(Float8_e4m3fn::from_float(1.1875f), 0x3a);   // halfway between 1.125 and 1.25: even (1.25)
+  EXPECT_EQ(Float8_e4m3fn::from_float(464.0f), 0x7e);    // the tie above 448 saturates, never NaN
+  EXPECT_EQ(Float8_e4m3fn::from_float(-INFINITY), 0xfe);
+  EXPECT_EQ(Float8_e4m3fn::from_float(-NAN), 0xff);
+  EXPECT_EQ(Float8_e4m3fn::from_float(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal: even (0)
+  EXPECT_EQ(Float8_e5m2::from_float(61440.0f), 0x7c);    // the tie above 57344 rounds to inf
+  EXPECT_EQ(Float8_e5m2::from_float(60000.0f), 0x7b);
+  EXPECT_EQ(Float8_e5m2::from_float(NAN), 0x7f);
+  EXPECT_EQ(Float8_e5m2::from_float(std::ldexp(3.0f, -17)), 0x02);  // 1.5 subnormal steps: even (2)
+}
+
+TEST(CoreDType, SmallIntegersComputeAndPromoteAsTorch) {
+  Tensor a = to(from_vector<int64_t>({100, -100, 127}, std::vector<int64_t>{3}), DType::Int8);
+  Tensor b = to(from_vector<int64_t>({200, 255, 0}, std::vector<int64_t>{3}), DType::UInt8);
+  Tensor sum = add(a, b);
+  EXPECT_EQ(sum.dtype(), DType::Int16);
+  EXPECT_EQ(sum.to_vector<int64_t>(), (std::vector<int64_t>{300, 155, 127}));
+  Tensor wrapped = add(a, a);  // int8 + int8 stays int8 and wraps
+  EXPECT_EQ(wrapped.dtype(), DType::Int8);
+  EXPECT_EQ(wrapped.to_vector<int64_t>(), (std::vector<int64_t>{-56, 56, -2}));
+}
+
+TEST(CoreDType, StorageOnlyDTypesAreRefusedAtEnqueueNamingTheOp) {
+  Tensor x = to(from_vector<int64_t>({1, 2, 3}, std::vector<int64_t>{3}), DType::UInt32);
+  EXPECT_EQ(to(x, DType::Float32).to_vector<float>(), (std::vector<float>{1, 2, 3}));  // copy: every dtype
+  try {
+    add(x, x);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
+    EXPECT_STREQ(e.what(), "[add] not implemented for 'UInt32'");
+  }
+  Tensor f8 = to(from_vector<float>({1.5f, -2.0f}, std::vector<int64_t>{2}), DType::Float8_e4m3fn);
+  EXPECT_EQ(to(f8, DType::Float32).to_vector<float>(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_THROW(mul(f8, f8), Error);
+  EXPECT_EQ(eq(f8, f8).to_vector<bool>(), (std::vector<bool>{true, true}));  // eq runs on every dtype
+}
