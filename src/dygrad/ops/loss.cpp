@@ -43,7 +43,7 @@ Tensor pointwise_difference(const char* op, const Tensor& input, const Tensor& t
   check_same_device(op, input, target);
   Tensor difference = sub(input, target);
   DG_CHECK(is_floating(difference.dtype()), NotImplemented, "[", op, "] not implemented for '",
-           dtype_name(difference.dtype()), "' (floating inputs expected)");
+           dtype_torch_name(difference.dtype()), "' (floating inputs expected)");
   return difference;
 }
 

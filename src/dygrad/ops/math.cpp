@@ -383,7 +383,7 @@ Tensor logaddexp(const Tensor& a, const Tensor& b) {
   ElementwiseCall call(op_logaddexp, "logaddexp");
   call.input(a).input(b, "other").save(save_operands);
   DG_CHECK(is_floating(call.compute_dtype()), NotImplemented, "[logaddexp] not implemented for '",
-           dtype_name(call.compute_dtype()), "'");
+           dtype_torch_name(call.compute_dtype()), "'");
   return call.run();
 }
 
@@ -404,7 +404,8 @@ ElementwiseCall lerp_call(const char* name, const Tensor& self, const Tensor& en
     DG_CHECK(weight->dim() == 0 || weight->dtype() == self.dtype(), Runtime, "[", name, "] expected dtype ",
              dtype_name(self.dtype()), " for `weight` but got dtype ", dtype_name(weight->dtype()));
   }
-  DG_CHECK(is_floating(self.dtype()), NotImplemented, "[", name, "] not implemented for '", dtype_name(self.dtype()), "'");
+  DG_CHECK(is_floating(self.dtype()), NotImplemented, "[", name, "] not implemented for '",
+           dtype_torch_name(self.dtype()), "'");
   ElementwiseCall call(weight ? op_lerp : op_lerp_scalar, name);
   call.input(self).input(end, "end");
   if (weight) call.input(*weight, "weight");
