@@ -161,19 +161,7 @@ std::string tensor_repr(const Tensor& t) {
   // The C++ printer names dtypes as torch does; Python shows them as dygrad's objects print.
   const std::string from = "dtype=torch.", to = "dtype=dygrad.";
   if (size_t at = s.find(from); at != std::string::npos) s.replace(at, from.size(), to);
-  // A device's tensor names its device first among the suffixes, as torch's (tensor([1.], device='test:0')).
-  if (!t.device().is_cpu()) {
-    size_t at = s.size() - 1;  // the closing parenthesis
-    for (const char* suffix : {", size=", ", dtype=", ", grad_fn=", ", requires_grad="})
-      if (size_t found = s.find(suffix); found != std::string::npos) at = std::min(at, found);
-    s.insert(at, ", device='" + t.device().str() + "'");
-  }
-  // ... and grad_fn by its torch-style node name (AddBackward0).
-  const std::string grad_fn = "grad_fn=<";
-  if (size_t at = s.rfind(grad_fn); at != std::string::npos && t.grad_fn()) {
-    size_t begin = at + grad_fn.size(), end = s.find('>', begin);
-    if (end != std::string::npos) s.replace(begin, end - begin, node_display_name(*t.grad_fn()));
-  }
+  // (The device suffix, grad_fn's torch-style name and the line breaks are the C++ printer's: ops/print.cpp.)
   return s;
 }
 }  // namespace
@@ -182,7 +170,10 @@ nb::object item_object(const Tensor& t) {
   profiler::HostOpScope scope("item");
   only_element_check(t, "item");
   PythonHostRead read(t, "item");
-  return scalar_object(t.item_scalar());
+  const Scalar value = t.item_scalar();
+  // uint64 beyond int64: the Scalar wrapped it; Python's int takes the unsigned value back.
+  if (t.dtype() == DType::UInt64) return nb::steal(PyLong_FromUnsignedLongLong(static_cast<uint64_t>(value.v.i)));
+  return scalar_object(value);
 }
 
 void init_tensor(nb::module_& m) {

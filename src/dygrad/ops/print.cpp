@@ -2,6 +2,8 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "dygrad/runtime/op_sink.h"
 #include "dygrad/autograd/node.h"
@@ -94,14 +96,29 @@ std::string Tensor::str() const {
   else if (numel() == 0) os << "[]";
   else print(print, 0, 0);
   bool default_dtype = dtype() == DType::Float32 || dtype() == DType::Int64 || dtype() == DType::Bool;
-  if (numel() == 0 && sizes.size() > 1) os << ", size=" << shape_str(sizes);
-  if (!default_dtype) os << ", dtype=torch." << dtype_name(dtype());
-  if (requires_grad()) {
-    if (grad_fn()) os << ", grad_fn=<" << grad_fn()->name() << "Backward>";
-    else os << ", requires_grad=True";
+  // The suffixes in torch's order: a device other than the CPU first, then size, dtype and the autograd one.
+  std::vector<std::string> suffixes;
+  if (!device().is_cpu()) suffixes.push_back("device='" + device().str() + "'");
+  if (numel() == 0 && sizes.size() > 1) suffixes.push_back("size=" + shape_str(sizes));
+  if (!default_dtype) suffixes.push_back(std::string("dtype=torch.") + dtype_name(dtype()));
+  if (requires_grad())
+    suffixes.push_back(grad_fn() ? "grad_fn=<" + grad_fn()->display_name() + ">" : "requires_grad=True");
+  // torch's rule for the suffixes (torch/_tensor_str.py, _add_suffixes, line width 80): one that would take the last
+  // line past the width starts a line of its own, under the first element. Its count of the last line (one more
+  // than the characters after the last newline, two more without one) is kept as torch has it.
+  std::string text = os.str();
+  const size_t newline = text.rfind('\n');
+  size_t last_line = newline == std::string::npos ? text.size() + 2 : text.size() - newline + 1;
+  for (const std::string& suffix : suffixes) {
+    if (last_line + suffix.size() + 2 > 80) {
+      text += ",\n" + indent + suffix;
+      last_line = indent.size() + suffix.size();
+    } else {
+      text += ", " + suffix;
+      last_line += suffix.size() + 2;
+    }
   }
-  os << ")";
-  return os.str();
+  return text + ")";
 }
 
 }  // namespace dg
