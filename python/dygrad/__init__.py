@@ -41,7 +41,7 @@ _atexit.register(_C._interpreter_exiting)
 from .version import __version__  # noqa: E402
 from ._dtype_info import finfo, iinfo  # noqa: E402,F401
 from ._not_provided import UNPROVIDED_DTYPES as _UNPROVIDED_DTYPES, NotProvidedDtype  # noqa: E402
-for _name, _properties in _UNPROVIDED_DTYPES.items():  # torch's dtypes dygrad has no storage for yet
+for _name, _properties in _UNPROVIDED_DTYPES.items():  # torch's dtypes dygrad has no storage for yet (complex, ...)
     globals()[_name] = NotProvidedDtype(_name, *_properties)
 short, cfloat, cdouble = int16, complex64, complex128  # noqa: F821 (torch's aliases)
 del _name, _properties
@@ -49,8 +49,8 @@ from ._factories import (addcdiv, addcmul, as_tensor, asarray, channels_last, ch
                          contiguous_format, eye, get_default_device, get_default_dtype, isin, memory_format, normal,
                          preserve_format, randint_like, scalar_tensor, set_default_device, set_default_dtype,
                          layout, sparse_coo, sparse_csr, strided)
-from ._factories import (BFloat16Tensor, BoolTensor, ByteTensor, DoubleTensor, FloatTensor, HalfTensor,  # noqa: E402,F401
-                         IntTensor, LongTensor)
+from ._factories import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor,  # noqa: E402,F401
+                         FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor)
 from . import _factories  # noqa: E402
 _factories.install()
 from .storage import UntypedStorage, untyped_storage as _untyped_storage  # noqa: E402,F401

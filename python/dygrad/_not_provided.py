@@ -34,7 +34,7 @@ def stand_in_function(qualified, why):
 
 
 class NotProvidedDtype:
-    """A torch dtype dygrad has no storage for yet (issue 41, part 2: int8, int16, uint32, uint64, complex, float8).
+    """A torch dtype dygrad has no storage for yet (issue 41, part 2: complex, the fnuz and e8m0 float8 types).
     It exists so that libraries can name it (safetensors' dtype tables, dtype checks, `x.dtype == torch.int8`), and
     it carries torch's properties; no tensor has it: a factory or conversion given one raises, and nothing compares
     equal to it but itself."""
@@ -64,9 +64,7 @@ def _dtype_named(name):
 
 # torch's dtypes without storage in dygrad: name -> (itemsize, is_floating_point, is_signed, is_complex).
 UNPROVIDED_DTYPES = {
-    "int8": (1, False, True, False), "int16": (2, False, True, False), "uint32": (4, False, False, False),
-    "uint64": (8, False, False, False), "complex64": (8, False, True, True), "complex128": (16, False, True, True),
-    "float8_e4m3fn": (1, True, True, False), "float8_e5m2": (1, True, True, False),
+    "complex64": (8, False, True, True), "complex128": (16, False, True, True),
     "float8_e4m3fnuz": (1, True, True, False), "float8_e5m2fnuz": (1, True, True, False),
     "float8_e8m0fnu": (1, True, False, False),
 }

@@ -23,7 +23,9 @@ def _reduce_ex(self, protocol):
     from . import _rebuild_tensor
 
     host = self.detach() if self.is_cpu else self.detach().cpu()
-    array = host.contiguous().numpy().copy() if self.dtype is not _C.bfloat16 else host.float().numpy()
+    # NumPy has no bfloat16 or float8: those travel as float32, which holds each of their values exactly.
+    widened = self.dtype in (_C.bfloat16, _C.float8_e4m3fn, _C.float8_e5m2)
+    array = host.float().numpy() if widened else host.contiguous().numpy().copy()
     if self.is_cpu:
         return (_rebuild_tensor, (array, str(self.dtype), self.requires_grad))
     return (_rebuild_tensor, (array, str(self.dtype), self.requires_grad, str(self.device)))

@@ -48,12 +48,20 @@ from ._size import Size
 
 # torch storage type name <-> dtype name (dygrad's name == torch's) and the NumPy layout of the bytes.
 _STORAGES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
-             "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ByteStorage": "uint8",
-             "BoolStorage": "bool"}
-_STORAGE_OF = {v: k for k, v in _STORAGES.items()}
+             "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
+             "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+             "UntypedStorage": "uint8"}
+# torch has no typed storage for uint16/32/64 and float8: it saves their tensors with _rebuild_tensor_v3 over an
+# UntypedStorage (bytes) and the dtype; dygrad writes and reads them the same way.
+_STORAGE_OF = {v: k for k, v in _STORAGES.items() if k != "UntypedStorage"}
+_UNTYPED_DTYPES = ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
 _NUMPY = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "bfloat16": "<u2", "int64": "<i8", "int32": "<i4",
-          "uint8": "u1", "bool": "?"}
-_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool", "uint16")
+          "int16": "<i2", "int8": "i1", "uint8": "u1", "bool": "?", "uint16": "<u2", "uint32": "<u4",
+          "uint64": "<u8", "float8_e4m3fn": "u1", "float8_e5m2": "u1"}
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+                "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+# NumPy has no float8: their bytes travel as uint8 and are viewed as the dtype (Tensor.view(dtype)).
+_FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _ALIGNMENT = 64
 
 
@@ -112,6 +120,7 @@ class _TorchGlobal:
 
 
 _REBUILD_TENSOR = _TorchGlobal("torch._utils", "_rebuild_tensor_v2")
+_REBUILD_TENSOR_V3 = _TorchGlobal("torch._utils", "_rebuild_tensor_v3")
 _REBUILD_PARAMETER = _TorchGlobal("torch._utils", "_rebuild_parameter")
 
 
@@ -140,7 +149,7 @@ class _TorchPickler(pickle._Pickler):
 
     def _storage(self, t):
         dtype = _dtype_name(t.dtype)
-        if dtype not in _STORAGE_OF:
+        if dtype not in _STORAGE_OF and dtype not in _UNTYPED_DTYPES:
             raise TypeError(f"[save] tensors of dtype {dtype} have no storage type in torch's format")
         # one storage for a tensor saved twice
         identity = (str(t.device), t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()))
@@ -167,6 +176,9 @@ class _TorchPickler(pickle._Pickler):
             for n in reversed(shape):
                 stride.append(s)
                 s *= n
+            if ref.dtype in _UNTYPED_DTYPES:
+                return (_REBUILD_TENSOR_V3, (ref, 0, shape, tuple(reversed(stride)), obj.requires_grad,
+                                             collections.OrderedDict(), obj.dtype))
             return (_REBUILD_TENSOR, (ref, 0, shape, tuple(reversed(stride)), obj.requires_grad,
                                       collections.OrderedDict()))
         if isinstance(obj, Size):
@@ -182,6 +194,9 @@ class _TorchPickler(pickle._Pickler):
 
     def persistent_id(self, obj):
         if isinstance(obj, _StorageRef):
+            if obj.dtype in _UNTYPED_DTYPES:  # an UntypedStorage counts bytes
+                return ("storage", _TorchGlobal("torch.storage", "UntypedStorage"), obj.key, obj.location,
+                        obj.tensor.numel() * obj.tensor.element_size())
             return ("storage", _TorchGlobal("torch", _STORAGE_OF[obj.dtype]), obj.key, obj.location,
                     obj.tensor.numel())
         return None
@@ -191,6 +206,8 @@ def _storage_bytes(ref):
     t = ref.tensor
     if ref.dtype == "bfloat16":  # NumPy has no bfloat16: its bits are the top half of the float32's
         array = (t.float().numpy().view("<u4") >> 16).astype("<u2")
+    elif ref.dtype in _FLOAT8:
+        array = t.view(_C.uint8).numpy()
     else:
         array = t.numpy()
     array = np.ascontiguousarray(array).reshape(-1)
@@ -282,6 +299,8 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, bac
         t = _C.from_numpy((view.astype("<u4") << 16).view("<f4")).to(_C.bfloat16)
     else:  # a view of the loaded (or mapped) storage, strided as the record says: no copy, as torch's
         t = _C.from_numpy(view)
+        if storage.dtype in _FLOAT8:
+            t = t.view(getattr(_C, storage.dtype))
     if storage.device is not None:
         t = _on_device(storage, t, storage_offset, size, stride, numel)
     if requires_grad:
@@ -289,10 +308,27 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, bac
     return t
 
 
+def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype, metadata=None):
+    """torch's record for dtypes without a typed storage: a view of an UntypedStorage's bytes as `dtype`."""
+    if not isinstance(storage, _LoadedStorage) or storage.dtype != "uint8":
+        raise RuntimeError("[load] a _rebuild_tensor_v3 record's storage is not an UntypedStorage")
+    name = _dtype_name(dtype)
+    if not isinstance(dtype, _C.dtype) or name not in _NUMPY:
+        raise RuntimeError(f"[load] a _rebuild_tensor_v3 record of dtype {dtype!r}, which dygrad does not load")
+    layout = np.dtype(_NUMPY[name])
+    if storage.array.size % layout.itemsize:
+        raise RuntimeError(f"[load] storage {storage.key!r}: {storage.array.size} bytes do not hold whole {name} "
+                           f"elements")
+    typed = _LoadedStorage(storage.array.view(layout), name, storage.key, storage.device)
+    return _rebuild_tensor_v2(typed, storage_offset, size, stride, requires_grad, backward_hooks, metadata)
+
+
 def _host_elements(storage):
     """The storage's elements as a 1-d tensor on the host (bfloat16 widened from its bits, as _rebuild_tensor_v2)."""
     if storage.dtype == "bfloat16":
         return _C.from_numpy((storage.array.astype("<u4") << 16).view("<f4")).to(_C.bfloat16)
+    if storage.dtype in _FLOAT8:
+        return _C.from_numpy(storage.array).view(getattr(_C, storage.dtype))
     return _C.from_numpy(storage.array)
 
 
@@ -334,6 +370,7 @@ def _from_literal(kind):
 def _torch_globals():
     table = {("collections", "OrderedDict"): collections.OrderedDict,
              ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+             ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
              ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
              ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter_with_state,
              ("torch", "Size"): Size, ("torch", "device"): device,
@@ -343,10 +380,11 @@ def _torch_globals():
              ("_codecs", "encode"): codecs.encode}
     for name in _STORAGES:
         table[("torch", name)] = _StorageType(name)
+    table[("torch.storage", "UntypedStorage")] = table[("torch", "UntypedStorage")]  # where torch's pickles name it
     for name in _DTYPE_NAMES:
         table[("torch", name)] = getattr(_C, name)
     for alias, name in (("float", "float32"), ("double", "float64"), ("half", "float16"), ("long", "int64"),
-                        ("int", "int32")):
+                        ("int", "int32"), ("short", "int16")):
         table[("torch", alias)] = getattr(_C, name)
     return table
 
@@ -589,7 +627,9 @@ def _check_opcodes(data, name):
 # safetensors dtype -> (NumPy layout of the bytes, dygrad dtype name); BF16 is read as its 16-bit pattern.
 _SAFETENSORS_DTYPES = {"F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "F16": ("<f2", "float16"),
                        "BF16": ("<u2", "bfloat16"), "I64": ("<i8", "int64"), "I32": ("<i4", "int32"),
-                       "U16": ("<u2", "uint16"), "U8": ("u1", "uint8"), "BOOL": ("?", "bool")}
+                       "I16": ("<i2", "int16"), "I8": ("i1", "int8"), "U64": ("<u8", "uint64"),
+                       "U32": ("<u4", "uint32"), "U16": ("<u2", "uint16"), "U8": ("u1", "uint8"),
+                       "BOOL": ("?", "bool"), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2")}
 
 
 def _load_safetensors(fh, map_location=None):

@@ -13,9 +13,10 @@ struct DTypeObject {
 PyObject* g_dtype_objects[kNumDTypes] = {};  // kept for the process (no destructor at exit)
 PyTypeObject* g_dtype_type = nullptr;
 
-// NumPy's name for each dtype (bfloat16 has none).
-constexpr const char* kNumpyNames[kNumDTypes] = {"bool", "uint8", "uint16", "int32", "int64",
-                                                 "float16", nullptr, "float32", "float64"};
+// NumPy's name for each dtype (bfloat16 and the float8 types have none).
+constexpr const char* kNumpyNames[kNumDTypes] = {
+    "bool", "uint8", "int8", "int16", "uint16", "int32", "int64", "float16", nullptr, "float32", "float64",
+    "uint32", "uint64", nullptr, nullptr};
 }  // namespace
 
 PyObject* dtype_object(DType t) { return g_dtype_objects[static_cast<int>(t)]; }
@@ -54,9 +55,7 @@ bool to_dtype(const char* op, PyObject* o, DType& out) {
 void init_dtype(nb::module_& m) {
   nb::class_<DTypeObject> cls(m, "dtype");
   cls.def_prop_ro("is_floating_point", [](const DTypeObject& d) { return is_floating(d.value); })
-      .def_prop_ro("is_signed", [](const DTypeObject& d) {
-        return d.value != DType::Bool && d.value != DType::UInt8 && d.value != DType::UInt16;
-      })
+      .def_prop_ro("is_signed", [](const DTypeObject& d) { return is_signed(d.value); })
       .def_prop_ro("itemsize", [](const DTypeObject& d) { return itemsize(d.value); })
       .def("__repr__", [](const DTypeObject& d) { return std::string("dygrad.") + dtype_name(d.value); })
       .def("__str__", [](const DTypeObject& d) { return std::string("dygrad.") + dtype_name(d.value); })
@@ -72,6 +71,7 @@ void init_dtype(nb::module_& m) {
   m.attr("half") = nb::borrow(dtype_object(DType::Float16));
   m.attr("long") = nb::borrow(dtype_object(DType::Int64));
   m.attr("int") = nb::borrow(dtype_object(DType::Int32));
+  m.attr("short") = nb::borrow(dtype_object(DType::Int16));
 }
 
 }  // namespace dg::py

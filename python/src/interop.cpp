@@ -53,7 +53,8 @@ void release_python_object(PyObject* o) {
 namespace {
 // --- NumPy buffers -> dtype --------------------------------------------------------------------------------------
 constexpr const char* kSupportedNumpyTypes =
-    "The only supported types are: float64, float32, float16, int64, int32, uint16, uint8, and bool.";
+    "The only supported types are: float64, float32, float16, int64, int32, int16, int8, uint64, uint32, uint16, "
+    "uint8, and bool.";
 
 bool dtype_from_format(const Py_buffer& view, DType& out) {
   const char* f = view.format ? view.format : "B";
@@ -62,10 +63,16 @@ bool dtype_from_format(const Py_buffer& view, DType& out) {
   switch (*f) {
     case '?': out = DType::Bool; return view.itemsize == 1;
     case 'B': out = DType::UInt8; return view.itemsize == 1;
+    case 'b': out = DType::Int8; return view.itemsize == 1;
+    case 'h': out = DType::Int16; return view.itemsize == 2;
     case 'H': out = DType::UInt16; return view.itemsize == 2;
     case 'i': case 'l': case 'q':
       if (view.itemsize == 4) return out = DType::Int32, true;
       if (view.itemsize == 8) return out = DType::Int64, true;
+      return false;
+    case 'I': case 'L': case 'Q':
+      if (view.itemsize == 4) return out = DType::UInt32, true;
+      if (view.itemsize == 8) return out = DType::UInt64, true;
       return false;
     case 'e': out = DType::Float16; return view.itemsize == 2;
     case 'f': out = DType::Float32; return view.itemsize == 4;
@@ -284,9 +291,14 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
   switch (t) {
     case DType::Bool: return make(dtype_code::Bool, 8);
     case DType::UInt8: return make(dtype_code::UInt, 8);
+    case DType::Int8: return make(dtype_code::Int, 8);
+    case DType::Int16: return make(dtype_code::Int, 16);
     case DType::UInt16: return make(dtype_code::UInt, 16);
+    case DType::UInt32: return make(dtype_code::UInt, 32);
+    case DType::UInt64: return make(dtype_code::UInt, 64);
     case DType::Int32: return make(dtype_code::Int, 32);
     case DType::Int64: return make(dtype_code::Int, 64);
+    case DType::Float8_e4m3fn: case DType::Float8_e5m2: break;  // NumPy has no float8 (numpy() refuses them)
     case DType::Float16: return make(dtype_code::Float, 16);
     case DType::BFloat16: return make(dtype_code::Bfloat, 16);
     case DType::Float32: return make(dtype_code::Float, 32);
@@ -301,7 +313,8 @@ nb::object tensor_to_numpy(const Tensor& t) {
            "Tensor.cpu() to copy the tensor to host memory first.");
   DG_CHECK(!t.requires_grad(), Runtime, "[numpy] Can't call numpy() on Tensor that requires grad. Use "
            "tensor.detach().numpy() instead.");
-  DG_CHECK(t.dtype() != DType::BFloat16, Type, "[numpy] Got unsupported ScalarType BFloat16");
+  DG_CHECK(t.dtype() != DType::BFloat16 && !is_float8(t.dtype()), Type, "[numpy] Got unsupported ScalarType ",
+           dtype_torch_name(t.dtype()));
   DG_CHECK(t.device().is_cpu(), Type, "[numpy] can't convert ", t.device().str(), " device type tensor to numpy. Use "
            "Tensor.cpu() to copy the tensor to host memory first.");
   { PythonHostRead read(t, "numpy"); }
@@ -324,7 +337,8 @@ nb::object list_of(const Tensor& t, IntSpan shape, size_t depth, const auto& val
     auto v = values[static_cast<size_t>(next++)];
     if (t.dtype() == DType::Bool) return nb::bool_(static_cast<bool>(v));
     if (is_floating(t.dtype())) return nb::float_(static_cast<double>(v));
-    return nb::int_(static_cast<int64_t>(v));
+    if constexpr (std::is_same_v<decltype(v), uint64_t>) return nb::steal(PyLong_FromUnsignedLongLong(v));
+    else return nb::int_(static_cast<int64_t>(v));
   }
   nb::object list = nb::steal(PyList_New(shape[depth]));
   if (!list.is_valid()) throw nb::python_error();  // MemoryError: never write into a list that is not there
@@ -345,6 +359,7 @@ nb::object tensor_to_list(const Tensor& t) {
   PythonHostRead read(t, "tolist");
   int64_t next = 0;
   if (is_floating(t.dtype())) return list_of(t, t.shape(), 0, t.to_vector<double>(), next);
+  if (t.dtype() == DType::UInt64) return list_of(t, t.shape(), 0, t.to_vector<uint64_t>(), next);
   return list_of(t, t.shape(), 0, t.to_vector<int64_t>(), next);
 }
 }  // namespace

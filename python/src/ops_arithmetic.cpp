@@ -297,6 +297,19 @@ PyObject* result_type_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
   });
 }
 
+PyObject* promote_types_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("promote_types", {"type1", "type2"}, 2, 2);
+  PyObject* a[2];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  DType first, second;
+  if (!to_dtype("promote_types", a[0], first) || !to_dtype("promote_types", a[1], second)) return nullptr;
+  return guarded([&] {
+    PyObject* o = dtype_object(promote_types(first, second));
+    Py_INCREF(o);
+    return o;
+  });
+}
+
 PyType_Slot g_number_slots[] = {
     {Py_nb_add, reinterpret_cast<void*>(binary_slot<Add>)},
     {Py_nb_subtract, reinterpret_cast<void*>(binary_slot<Sub>)},
@@ -345,6 +358,8 @@ void init_ops_arithmetic(nb::module_& m) {
       {"fill_", fill_entry, "fill_(value) -> Tensor", false, true},
       {"zero_", zero_entry, "zero_() -> Tensor", false, true},
       {"result_type", result_type_entry, "result_type(tensor, other) -> dtype", true, false},
+      {"promote_types", promote_types_entry, "promote_types(type1, type2) -> dtype: the smallest dtype both "
+       "promote to (torch's table, docs/dtypes.md)", true, false},
   };
   register_ops(m, entries);
 }
