@@ -11,8 +11,8 @@ import torch.utils._pytree as torch_pytree
 import dygrad as dg
 import dygrad.utils._pytree as dg_pytree
 
-FLOATS = ["float32", "float64", "float16", "bfloat16"]
-INTS = ["int32", "int64", "uint8", "uint16"]
+FLOATS = ["float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+INTS = ["int32", "int64", "uint8", "uint16", "int8", "int16", "uint32", "uint64"]
 
 
 @pytest.mark.parametrize("name", FLOATS)
@@ -287,15 +287,15 @@ def test_default_device_and_memory_formats():
 
 def test_legacy_tensor_types_match_torch():
     for name in ("FloatTensor", "DoubleTensor", "LongTensor", "IntTensor", "BoolTensor", "ByteTensor", "HalfTensor",
-                 "BFloat16Tensor"):
+                 "BFloat16Tensor", "ShortTensor", "CharTensor"):
         ours, theirs = getattr(dg, name), getattr(torch, name)
         data = [1, 0, 3] if name != "BoolTensor" else [True, False]
         assert ours(data).tolist() == theirs(data).tolist(), name
         assert tuple(ours(2, 3).shape) == tuple(theirs(2, 3).shape) == (2, 3)
         assert ours((4,)).tolist() == theirs((4,)).tolist() and tuple(ours().shape) == tuple(theirs().shape)
         assert tuple(ours(dg.Size([2, 5])).shape) == tuple(theirs(torch.Size([2, 5])).shape)
-        int16 = dg.int16 if isinstance(dg.int16, dg.dtype) else dg.uint16  # int16 is named, without storage yet
-        assert isinstance(ours(data), ours) and not isinstance(dg.ones(1, dtype=int16), ours)
+        other = dg.int16 if name != "ShortTensor" else dg.uint16
+        assert isinstance(ours(data), ours) and not isinstance(dg.ones(1, dtype=other), ours)
         assert str(ours(data).dtype).split(".")[-1] == str(theirs(data).dtype).split(".")[-1]
     assert dg.LongTensor([1.7, -2.5]).tolist() == torch.LongTensor([1.7, -2.5]).tolist()
 

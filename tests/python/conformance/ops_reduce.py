@@ -14,7 +14,7 @@ def reduction(op, call, dtypes=FLOATS, kind="uniform", also=(), differentiable=T
 
 ENTRIES = [
     reduction("sum", lambda m, x: (m.sum(x), x.sum(-1), x.sum(0, keepdim=True)),
-              dtypes=FLOATS + ("int64", "int32", "uint8", "bool"), extra=((Input((0, 5)),), (Input((33, 65)),)),
+              dtypes=FLOATS + ("int64", "int32", "uint8", "int16", "int8", "bool"), extra=((Input((0, 5)),), (Input((33, 65)),)),
               # the big case's full sum of 120000 terms cancels to ~20: float32 error ~ sqrt(n) eps sum|x| ~ 1e-3
               tolerance={"float32": (2e-5, 2e-3)}),
     # distinct values: no ties, so the gradient (which goes to the extremum) is the same in both libraries

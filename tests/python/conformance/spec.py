@@ -10,7 +10,7 @@ import numpy as np
 FULL = os.environ.get("DYGRAD_SWEEP", "fast") == "full"
 
 FLOATS = ("float32", "float64", "bfloat16", "float16")
-INTEGERS = ("int64", "int32", "uint8")
+INTEGERS = ("int64", "int32", "uint8", "int16", "int8")
 # Tolerances of values against the float64 reference, per dtype of the op: (rtol, atol). 16-bit floats are
 # computed in float32 and rounded once (docs/dtypes.md), so their error is about one rounding of the result.
 TOLERANCE = {"float64": (1e-10, 1e-12), "float32": (2e-5, 2e-6), "bfloat16": (1.6e-2, 1e-2),
