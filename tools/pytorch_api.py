@@ -60,13 +60,19 @@ DIFFERS = {
                                "are fixed to float32; pass dtype=)",
     "torch.UntypedStorage": "a flat NumPy uint8 buffer: from_file maps the file (shared=False copy-on-write), "
                             "slices share memory; Tensor.untyped_storage() views a tensor's whole storage",
-    "torch.int8": "named with torch's properties (itemsize, finfo/iinfo) but no tensor can have it yet (issue 41 "
-                  "part 2 brings the storage); so are int16, uint32, uint64, complex64, complex128 and the "
-                  "float8 dtypes",
+    "torch.uint32": "storage-only, as torch on the CPU: creation, conversions, copies, cat/stack, indexing, eq/ne "
+                    "and bitwise and/or/xor; mul, sum, sort, where, isnan and isfinite, which torch 2.13 runs on it, "
+                    "raise NotImplementedError naming op and dtype (docs/dtypes.md); so does uint64",
+    "torch.float8_e4m3fn": "storage with torch's conversions (bitwise); eq/ne, copies, cat/stack and indexing run; "
+                           "mul, abs, mm, where, index_select, index_put_ and isnan, which torch runs on it, raise "
+                           "NotImplementedError (docs/dtypes.md); so does float8_e5m2",
+    "torch.complex64": "named with torch's properties (itemsize, finfo) but no tensor can have it yet; so are "
+                       "complex128 and the fnuz/e8m0 float8 dtypes",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
                   "cannot rebuild torch-only objects (modules, torch classes); every file is checked as untrusted, "
                   "and compressed entries are refused (docs/reliability.md, \"Loading files\")",
-    "torch.save": "protocol 2 pickle as torch's default; int8/int16/uint16 tensors cannot be saved",
+    "torch.save": "protocol 2 pickle as torch's default (uint16/32/64 and float8 through _rebuild_tensor_v3, as "
+                  "torch)",
     "torch.amp.GradScaler": "only disabled (enabled=False, or 'cuda' without CUDA, which torch disables too)",
     "torch.amp.autocast": "CPU (bfloat16 / float16) with torch's CPU op lists for the ops dygrad binds; the cast "
                           "cache also checks versions and grad mode (docs/mixed-precision.md); 'cuda' disabled",
@@ -142,7 +148,8 @@ AREAS = [
      lambda m: ["finfo", "iinfo", "pi", "e", "inf", "nan", "newaxis", "hstack", "vstack", "row_stack", "dstack",
                 "column_stack", "atleast_1d", "atleast_2d", "atleast_3d", "remainder", "fmod", "polar",
                 "view_as_complex", "view_as_real", "complex64", "complex128", "int8", "int16", "uint32", "uint64",
-                "float8_e4m3fn", "float8_e5m2", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "eye",
+                "float8_e4m3fn", "float8_e5m2", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "ShortTensor",
+                "CharTensor", "promote_types", "eye",
                 "as_tensor", "asarray", "empty_strided", "normal", "scalar_tensor", "randint_like", "addcmul",
                 "addcdiv", "isin", "get_default_device", "contiguous_format", "compiler", "jit", "onnx",
                 "accelerator", "library", "distributions", "version",
