@@ -174,7 +174,7 @@ def corners(t):
 def as_array(t):
     """A tensor's values as NumPy (bfloat16 as float32; bool as 0/1, whatever byte a file held)."""
     t = corners(t)
-    if "bfloat16" in str(t.dtype):
+    if "bfloat16" in str(t.dtype) or "float8" in str(t.dtype):  # NumPy has neither
         return t.detach().float().numpy()
     array = np.array(t.detach().numpy())
     return array.view(np.uint8) != 0 if array.dtype == np.bool_ else array
@@ -184,8 +184,10 @@ def safetensors_reference(data):
     """{name: array} read by slicing the file in Python (never outside it), for a file a loader accepted."""
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
-    layouts = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "U16": "<u2", "U8": "u1",
-               "BOOL": "u1", "BF16": "<u2"}
+    layouts = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+               "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "u1", "BF16": "<u2", "F8_E4M3": "u1",
+               "F8_E5M2": "u1"}
+    float8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}  # decoded by torch, the peer
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -195,6 +197,9 @@ def safetensors_reference(data):
         array = np.frombuffer(raw, dtype=layouts[info["dtype"]]).reshape(info["shape"])
         if info["dtype"] == "BF16":
             array = (array.astype("<u4") << 16).view("<f4")
+        elif info["dtype"] in float8:
+            import torch
+            array = torch.from_numpy(array.copy()).view(getattr(torch, float8[info["dtype"]])).float().numpy()
         elif info["dtype"] == "BOOL":
             array = array != 0
         out[name] = array

@@ -40,6 +40,25 @@ def test_torch_and_its_submodules_resolve_to_dygrad(tmp_path):
     assert "argv ['--lr', '0.1'] __main__ dygrad" in result.stdout
 
 
+def test_the_new_dtypes_are_torchs_names_under_as_torch(tmp_path):
+    result = run_script(tmp_path, """
+        import torch
+        from torch import float8_e4m3fn, int8
+        x = torch.tensor([1, -2, 3], dtype=int8)
+        assert x.dtype == torch.int8 and str(x.dtype) == "dygrad.int8" and torch.int16 is torch.short
+        assert (x + torch.tensor([200], dtype=torch.uint8)).dtype == torch.int16
+        w = torch.tensor([1.5, -448.0]).to(float8_e4m3fn)
+        assert w.tolist() == [1.5, -448.0] and w.dtype.itemsize == 1 and w.dtype.is_floating_point
+        assert torch.zeros(2, dtype=torch.uint64).tolist() == [0, 0] and torch.iinfo(torch.uint32).max == 2 ** 32 - 1
+        try:
+            w * w
+        except NotImplementedError as e:
+            print("refused:", e)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "refused: [mul] not implemented for 'Float8_e4m3fn'" in result.stdout
+
+
 @pytest.mark.parametrize("line,name", [
     ("torch.no_such_function(1)", "torch.no_such_function"),
     ("from torch.nn import NoSuchLayer", "torch.nn.NoSuchLayer"),
