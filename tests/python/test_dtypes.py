@@ -291,12 +291,9 @@ def test_small_signed_integers_run_int32s_ops_as_torch(dtype):
 # --- the storage-only dtypes: what runs, what raises -----------------------------------------------------------------
 # Ops torch 2.13 runs on the dtype that dygrad refuses with NotImplementedError (docs/dtypes.md lists them); the
 # test fails when one starts to work, so that the list and the docs follow.
-GAPS = {
-    "uint32": {"mul", "sum", "sort", "where", "isnan", "isfinite"},
-    "float8_e4m3fn": {"mul", "abs", "mm", "where", "index_select", "index_put", "isnan"},
-}
+GAPS = {"uint32": {"mul", "sum", "sort"}, "float8_e4m3fn": {"mul", "abs", "mm", "index_select", "index_put"}}
 GAPS["uint64"] = GAPS["uint32"]
-GAPS["float8_e5m2"] = GAPS["float8_e4m3fn"] | {"isfinite"}
+GAPS["float8_e5m2"] = GAPS["float8_e4m3fn"]
 PROBES = {
     "add": lambda m, a: a + a, "add_scalar": lambda m, a: a + 1, "sub": lambda m, a: a - a, "mul": lambda m, a: a * a,
     "div": lambda m, a: a / a, "neg": lambda m, a: -a, "abs": lambda m, a: a.abs(), "lt": lambda m, a: a < a,
@@ -305,7 +302,8 @@ PROBES = {
     "lshift": lambda m, a: a << a, "sum": lambda m, a: a.sum(),
     "max": lambda m, a: a.max(), "argmax": lambda m, a: a.argmax(), "cumsum": lambda m, a: a.cumsum(0),
     "sort": lambda m, a: a.sort().values, "topk": lambda m, a: a.topk(2).values,
-    "where": lambda m, a: m.where(m.tensor([True, False, True, True]), a, a), "clamp": lambda m, a: a.clamp(0, 2),
+    "where": lambda m, a: m.where(m.tensor([True, False, True, True]), a, a[m.tensor([3, 2, 1, 0])]),
+    "clamp": lambda m, a: a.clamp(0, 2),
     "index": lambda m, a: a[m.tensor([0, 2])], "gather": lambda m, a: a.gather(0, m.tensor([0, 1])),
     "index_select": lambda m, a: a.index_select(0, m.tensor([1])),
     "index_put": lambda m, a: a.clone().index_put_((m.tensor([0]),), a[:1]),
@@ -347,6 +345,19 @@ def test_storage_only_dtypes_run_torchs_ops_or_raise_naming_op_and_dtype(dtype):
         assert name_of(ours.dtype) == name_of(theirs.dtype), op
         assert raw_bytes(ours) == raw_bytes(theirs), op
     assert gaps == GAPS[dtype]
+
+
+@pytest.mark.parametrize("dtype", FLOAT8)
+def test_float8_isnan_isfinite_and_where_as_torch(dtype):
+    values = [1.0, float("nan"), float("inf"), -float("inf"), -0.0, 448.0]
+    ours, theirs = both(values, dtype)
+    assert ours.isnan().tolist() == theirs.isnan().tolist()
+    if dtype == "float8_e5m2":  # torch has no isfinite for float8_e4m3fn
+        assert ours.isfinite().tolist() == theirs.isfinite().tolist()
+    cond = [True, False, False, True, True, False]
+    got = dg.where(dg.tensor(cond), ours, ours[dg.tensor([5, 4, 3, 2, 1, 0])])
+    want = torch.where(torch.tensor(cond), theirs, theirs[torch.tensor([5, 4, 3, 2, 1, 0])])
+    assert got.dtype == ours.dtype and raw_bytes(got) == raw_bytes(want)
 
 
 def test_storage_only_error_is_raised_at_the_call_and_names_the_op():

@@ -100,7 +100,9 @@ const OpDef op_bitwise_xor_scalar("bitwise_xor_scalar", attrs_type<ScalarAttrs>(
 const OpDef op_bitwise_left_shift_scalar("bitwise_left_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_bitwise_right_shift_scalar("bitwise_right_shift_scalar", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .cost = select_cost});
 const OpDef op_bitwise_not("bitwise_not", nullptr, {.fusion = FusionClass::Elementwise, .cost = select_cost});
-const OpDef op_where("where", nullptr, {.fusion = FusionClass::Elementwise, .backward = where_backward, .cost = select_cost});
+// where selects elements: it takes the storage-only dtypes too (kOpAnyDType; the kernel moves them by width).
+const OpDef op_where("where", nullptr, {.fusion = FusionClass::Elementwise, .backward = where_backward, .cost = select_cost,
+                                        .flags = kOpAnyDType});
 const OpDef op_where_scalar("where_scalar", attrs_type<WhereScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = where_scalar_backward, .cost = select_cost});
 const OpDef op_masked_fill("masked_fill", attrs_type<ScalarAttrs>(), {.fusion = FusionClass::Elementwise, .backward = masked_fill_backward, .cost = select_cost});
 const OpDef op_clamp_scalar("clamp_scalar", attrs_type<ClampAttrs>(), {.fusion = FusionClass::Elementwise, .backward = clamp_scalar_backward, .cost = select_cost});

@@ -324,9 +324,20 @@ Tensor sign(const Tensor& a) { return ElementwiseCall(op_sign, "sign").input(a).
 // Integers and bool become float32 (torch: reciprocal(int) is floating).
 Tensor reciprocal(const Tensor& a) { return floating_unary(op_reciprocal, a, save_output); }
 // Any dtype; integers and bool are finite, never nan or inf.
-Tensor isnan(const Tensor& a) { return ElementwiseCall(op_isnan, "isnan").input(a).promotion(Promotion::Compare).run(); }
+// The storage-only dtypes (docs/dtypes.md) have no isnan/isfinite kernel; torch runs both on uint32/uint64 and
+// float8, so they are composed of what takes them: an integer is never NaN and always finite, a float8 NaN is the
+// value unequal to itself, and a float8_e5m2 is finite where its exact float32 is (torch has no isfinite for
+// float8_e4m3fn: it reaches the op and is refused there).
+Tensor isnan(const Tensor& a) {
+  if (is_storage_only(a.dtype())) [[unlikely]]
+    return is_floating(a.dtype()) ? ne(a, a) : full(a.shape(), false, {.dtype = DType::Bool, .device = a.device()});
+  return ElementwiseCall(op_isnan, "isnan").input(a).promotion(Promotion::Compare).run();
+}
 Tensor isinf(const Tensor& a) { return ElementwiseCall(op_isinf, "isinf").input(a).promotion(Promotion::Compare).run(); }
 Tensor isfinite(const Tensor& a) {
+  if (is_storage_only(a.dtype()) && a.dtype() != DType::Float8_e4m3fn) [[unlikely]]
+    return is_floating(a.dtype()) ? isfinite(to(a, DType::Float32))
+                                  : full(a.shape(), true, {.dtype = DType::Bool, .device = a.device()});
   return ElementwiseCall(op_isfinite, "isfinite").input(a).promotion(Promotion::Compare).run();
 }
 

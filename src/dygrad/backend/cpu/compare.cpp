@@ -224,7 +224,9 @@ void bitwise_not_kernel(Task& task) {
 }
 
 void where_kernel(Task& task) {
-  visit_dtype(task.outputs[0].dtype(), [&]<typename T>() {
+  // Selection moves elements unchanged: a float8 runs as the uint8 of its bits (uint32 and uint64 as themselves).
+  const DType t = task.outputs[0].dtype();
+  visit_any_dtype(is_float8(t) ? DType::UInt8 : t, [&]<typename T>() {
     map_elements<T, bool, T, T>(task, [](bool c, T a, T b) { return c ? a : b; });
   });
 }
