@@ -82,8 +82,9 @@ DIFFERS = {
     "torch.optim.AdamW": "as Adam; foreach/fused accepted, the step is always dygrad's fused multi-tensor Task",
     "torch.optim.SGD": "composed of in-place ops (no fused kernel); differentiable=True raises",
     "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "
-                                   "parent wraps batches with from_numpy; pin_memory is a no-op (with torch's "
-                                   "warning); in_order=False still returns batches in order; persistent workers "
+                                   "parent wraps batches with from_numpy; pin_memory=True pins each batch while a "
+                                   "device backend provides pinned memory, else warns as torch and is a no-op "
+                                   "(docs/devices.md); in_order=False still returns batches in order; persistent workers "
                                    "with an IterableDataset raise; a worker's exception whose class cannot be pickled "
                                    "is raised as a RuntimeError naming it (torch waits forever)",
     "torch.utils.data.default_collate": "stacks in NumPy and wraps with from_numpy (one copy, the stack)",
