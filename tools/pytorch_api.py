@@ -84,8 +84,8 @@ DIFFERS = {
     "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "
                                    "parent wraps batches with from_numpy; pin_memory=True pins each batch while a "
                                    "device backend provides pinned memory, else warns as torch and is a no-op "
-                                   "(docs/devices.md); in_order=False still returns batches in order; persistent workers "
-                                   "with an IterableDataset raise; a worker's exception whose class cannot be pickled "
+                                   "(docs/devices.md); in_order=False still returns batches in order; persistent "
+                                   "workers with an IterableDataset raise; a worker's exception whose class cannot be pickled "
                                    "is raised as a RuntimeError naming it (torch waits forever)",
     "torch.utils.data.default_collate": "stacks in NumPy and wraps with from_numpy (one copy, the stack)",
     "torch.distributed.init_process_group": "backend mpi (gloo is an alias of it on the CPU); rank and size from mpirun; "
