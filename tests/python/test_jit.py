@@ -12,6 +12,7 @@ import dygrad as dg
 import dygrad.nn as nn
 import dygrad.nn.functional as F
 from dygrad.models import llama
+from jit_steps import llama_step, mlp_sgd
 
 
 def run_steps(step, make_batch, n):
@@ -123,16 +124,7 @@ def test_rng_draws_differ_between_calls_exactly_as_eager():
 
 # --- training steps, bitwise against eager ----------------------------------------------------------------------
 def mlp_run(jit):
-    dg.manual_seed(0)
-    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 4))
-    opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(m(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    m, opt, step = mlp_sgd(0)
 
     step = dg.jit(step) if jit else step
     losses = run_steps(step, lambda: (dg.randn(5, 8), dg.randn(5, 4)), 20)
@@ -160,13 +152,7 @@ def test_llama_step_with_dropout_clipping_and_cosine_schedule_is_bitwise_eager(f
         opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
         sched = dg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)
 
-        def step(x, y):
-            loss = m(x, y)
-            loss.backward()
-            nn.utils.clip_grad_norm_(m.parameters(), 0.5)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.detach()
+        step = llama_step(m, opt)
 
         step = dg.jit(step) if jit else step
         dg.manual_seed(1)

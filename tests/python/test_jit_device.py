@@ -9,6 +9,7 @@ import pytest
 import dygrad as dg
 import dygrad.nn as nn
 from dygrad.models import llama
+from jit_steps import llama_step
 
 DEVICE = "test:0"
 
@@ -112,13 +113,7 @@ def llama_run(device, compiled, steps=20, fused=True):
     opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
     sched = dg.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
 
-    def step(x, y):
-        loss = m(x, y)
-        loss.backward()
-        nn.utils.clip_grad_norm_(m.parameters(), 0.5)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
+    step = llama_step(m, opt)
 
     run = dg.jit(step) if compiled else step
     dg.manual_seed(1)

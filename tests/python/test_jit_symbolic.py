@@ -9,6 +9,7 @@ import dygrad as dg
 import dygrad.nn as nn
 import dygrad.nn.functional as F
 from dygrad.models import llama
+from jit_steps import llama_step, mlp_sgd
 
 
 def recompile_lines(capfd):
@@ -179,16 +180,7 @@ def test_mlp_step_at_batches_never_captured_is_bitwise_eager(capfd, monkeypatch)
     monkeypatch.setenv("DG_JIT_LOG", "recompiles")
 
     def run(jit):
-        dg.manual_seed(0)
-        m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 4))
-        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = F.mse_loss(m(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        m, opt, step = mlp_sgd(0)
 
         step = dg.jit(step, dynamic=True) if jit else step
         dg.manual_seed(1)
@@ -218,13 +210,7 @@ def test_llama_step_over_seq_64_128_256_and_batch_4_8_is_one_symbolic_graph(fuse
         m = llama.Llama(cfg, fused=fused)
         opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
 
-        def step(x, y):
-            loss = m(x, y)
-            loss.backward()
-            nn.utils.clip_grad_norm_(m.parameters(), 0.5)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.detach()
+        step = llama_step(m, opt)
 
         if jit:
             step = dg.jit(step, dynamic=True) if marking == "dynamic=True" else dg.jit(step)
