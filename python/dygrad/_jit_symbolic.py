@@ -5,20 +5,19 @@ from . import _C
 
 MAX_DYNAMIC_DIMS = 16  # beyond, every size specialises
 MAX_SAMPLES = 8  # captures a symbolic graph may take before each new size is a recompile
+MAX_REGIMES = 4  # paths through Python's comparisons of sizes with a symbolic graph each
 MAX_INSTANCES = 8  # instances (each with its arena) a symbolic graph keeps, the least recently used dropped first
 
 
-class _Family:
-    """The captures of one guard key whose dynamic dims vary (docs/jit.md, "Symbolic shapes"): the samples teach
-    `symbolic` (C++, jit/symbolic.h) how every size follows the symbols; its instances serve new sizes."""
+class _Regime:
+    """The captures of one guard key that took one path through Python's comparisons of sizes (docs/jit.md, "Python
+    comparing sizes"): the samples teach `symbolic` (C++, jit/symbolic.h) how every size follows the symbols."""
 
-    def __init__(self, symbols):
-        self.symbols = symbols
+    def __init__(self, symbols, guards):
         self.symbolic = _C._JitSymbolic(symbols)
+        self.guards = guards   # the first capture's _jit_symint.Guards: the comparisons every sample made alike
         self.proto = None      # the first sample's entry: what every instance returns, and where
-        self.disabled = None   # why this function cannot have a symbolic graph: each size is then captured
-        self.instances = {}    # point -> its guard key in _Compiled._entries (in use order)
-        self.refused = set()   # points whose instance failed at launch
+        self.disabled = None   # why its captures cannot share a graph: each of its sizes is then captured alone
 
     def same_layout(self, entry):
         """Whether a sample returns what the first did, where it did (else it cannot join)."""
@@ -27,6 +26,28 @@ class _Family:
         p = self.proto
         return (ids(entry.grad_slots) == ids(p.grad_slots) and entry.arg_results == p.arg_results
                 and str(entry.spec) == str(p.spec) and entry.identity == p.identity)
+
+
+class _Family:
+    """The captures of one guard key whose dynamic dims vary, in regimes: one per path Python took through its
+    comparisons of sizes (a branch on `T > 1024` makes two), each with its own symbolic graph."""
+
+    def __init__(self, symbols):
+        self.symbols = symbols
+        self.regimes = []
+        self.disabled = None   # why this function cannot have a symbolic graph: each size is then captured
+        self.instances = {}    # point -> its guard key in _Compiled._entries (in use order)
+        self.refused = set()   # points whose instance failed at launch
+
+    @property
+    def proto(self):
+        return self.regimes[0].proto if self.regimes else None
+
+    def regime_of(self, guards):
+        for r in self.regimes:
+            if r.guards.difference(guards) is None:
+                return r
+        return None
 
 
 def _dynamic_dims(tensors, dynamic):

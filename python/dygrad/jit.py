@@ -28,7 +28,9 @@ from typing import Final  # noqa: F401  (torch.jit.Final[int]: only TorchScript 
 from . import _C
 from .autograd.function import Function
 from .nn.module import Module
-from ._jit_symbolic import MAX_DYNAMIC_DIMS, MAX_INSTANCES, MAX_SAMPLES, _dynamic_dims, _Family, mark_dynamic
+from ._jit_symbolic import (MAX_DYNAMIC_DIMS, MAX_INSTANCES, MAX_REGIMES, MAX_SAMPLES, _dynamic_dims, _Family, _Regime,
+                            mark_dynamic)
+from ._jit_symint import SizeTracer
 
 __all__ = ["jit", "explain", "graph", "mark_dynamic", "reset", "is_tracing", "is_scripting", "ignore", "unused",
            "export", "script", "trace", "annotate", "Final", "save", "load", "ScriptModule", "OptimizedModule",
@@ -406,7 +408,7 @@ class _ReplayBackward(Function):
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "identity", "attempts", "fb", "sample", "instance")
+                 "describe", "identity", "attempts", "fb", "sample", "instance", "size_guards")
 
     def __init__(self, guards):
         self.guards = guards
@@ -421,6 +423,7 @@ class _Entry:
         self.identity = []  # (leaf, address): a .grad the graph reads or accumulates into must still be that buffer
         self.sample = False  # captured to teach a symbolic graph (not a recompile)
         self.instance = None  # an instance of a symbolic graph at these sizes: (its family, its point)
+        self.size_guards = None  # what Python compared of the sizes during its capture (_jit_symint.Guards)
 
 
 class _Compiled:
@@ -532,51 +535,70 @@ class _Compiled:
         if captured:
             self.stats["recompiles"] += 1
             _emit("recompiles", f"recompiling {self._name}: {reason}")
-        if len(captured) >= self._limit or len(self._order) >= 2 * self._limit + 2 * MAX_SAMPLES + 2:
+        return not self._past_limit(captured, reason, stacklevel=4)
+
+    def _past_limit(self, captured, reason, stacklevel):
+        """Past the recompile limit the function runs eagerly from now on, with a warning saying why."""
+        if len(captured) >= self._limit or len(self._order) >= 2 * self._limit + 2 * MAX_REGIMES * MAX_SAMPLES + 2:
             self._eager_reason = (f"{self._name} was recompiled {len(captured)} times (the recompile "
                                   f"limit is {self._limit}); the last reason: {reason}")
             warnings.warn(f"dygrad.jit: {self._eager_reason}. It runs eagerly from now on.",
-                          JitRecompileWarning, stacklevel=3)
-            return False
-        return True
+                          JitRecompileWarning, stacklevel=stacklevel)
+            return True
+        return False
 
     def _new_point(self, family, guards, key):
-        """New sizes of a guard key with dynamic dims: an instance of its symbolic graph, else an entry to capture
-        (a sample when the symbolic graph needs one more, else a recompile with the reason). None: run eagerly."""
+        """New sizes of a guard key with dynamic dims: an instance of a symbolic graph of one of its regimes whose
+        comparisons of sizes come out at these sizes as at its captures, else an entry to capture (a sample when a
+        symbolic graph needs one more, else a recompile with the reason). None: run eagerly."""
         point = guards.point
         sizes = ", ".join(f"{name} = {v}" for name, v in zip(family.symbols, point))
-        reason, more = family.disabled, False
-        if reason is None and family.proto is not None:
-            if point in family.refused:
-                reason = "its symbolic instance at these sizes was refused at launch"
-            else:
-                graph, reason, more = family.symbolic.instantiate(list(point), guards.tensors)
+        reasons, more = [], False
+        if family.disabled is not None:
+            reasons.append(family.disabled)
+        elif point in family.refused:
+            reasons.append("its symbolic instance at these sizes was refused at launch")
+        else:
+            for regime in family.regimes:
+                if regime.disabled is not None or regime.proto is None:
+                    reasons.append(regime.disabled or "its capture did not join")
+                    continue
+                graph, reason, need, extras = regime.symbolic.instantiate(list(point), guards.tensors)
                 if graph is not None:
-                    proto = family.proto
-                    entry = _Entry(proto.guards)
-                    entry.calls = 1  # past the warm-up
-                    entry.graph, entry.grad_slots, entry.arg_results = graph, proto.grad_slots, proto.arg_results
-                    entry.spec, entry.identity, entry.describe = proto.spec, proto.identity, proto.describe
-                    entry.instance = (family, point)
-                    self._entries[key] = entry
-                    family.instances[point] = key
-                    while len(family.instances) > MAX_INSTANCES:
-                        self._drop_instance(family, next(iter(family.instances)))
-                    self.stats["symbolic_instances"] += 1
-                    _emit("captures", f"{self._name}: its symbolic graph serves {sizes}")
-                    return entry
-        if more and family.symbolic.num_samples < MAX_SAMPLES:
-            _emit("captures", f"capturing {self._name} at {sizes} as a sample of its symbolic graph: {reason}")
+                    reason = regime.guards.check(extras)
+                    if reason is None:
+                        return self._serve(family, regime, graph, point, key, sizes)
+                more = more or (need and regime.symbolic.num_samples < MAX_SAMPLES)
+                reasons.append(reason)
+        if more:
+            _emit("captures", f"capturing {self._name} at {sizes} as a sample of its symbolic graph: "
+                  + "; ".join(dict.fromkeys(reasons)))
             entry = self._entries[key] = _Entry(_Detail(guards))
             entry.sample = True
             self._order.append(key)
             return entry
-        if family.proto is not None and reason is not None:
+        reason = "; ".join(dict.fromkeys(reasons))
+        if family.proto is not None:
             reason = f"{_Detail(guards).difference(family.proto.guards)}; no symbolic graph serves it: {reason}"
         if not self._new_key(guards, reason):
             return None
         entry = self._entries[key] = _Entry(_Detail(guards))
         self._order.append(key)
+        return entry
+
+    def _serve(self, family, regime, graph, point, key, sizes):
+        proto = regime.proto
+        entry = _Entry(proto.guards)
+        entry.calls = 1  # past the warm-up
+        entry.graph, entry.grad_slots, entry.arg_results = graph, proto.grad_slots, proto.arg_results
+        entry.spec, entry.identity, entry.describe = proto.spec, proto.identity, proto.describe
+        entry.instance = (family, point)
+        self._entries[key] = entry
+        family.instances[point] = key
+        while len(family.instances) > MAX_INSTANCES:
+            self._drop_instance(family, next(iter(family.instances)))
+        self.stats["symbolic_instances"] += 1
+        _emit("captures", f"{self._name}: its symbolic graph serves {sizes}")
         return entry
 
     def _drop_instance(self, family, point):
@@ -585,24 +607,50 @@ class _Compiled:
             self._entries.pop(key, None)
 
     def _join(self, entry, guards, graph=None, why=None):
-        """A capture of a guard key with dynamic dims: it joins the key's symbolic graph as a sample, or says why
-        none can serve this function (each size is then captured on its own, a recompile)."""
+        """A capture of a guard key with dynamic dims joins the regime of its path through Python's comparisons of
+        sizes as a sample (a new path is a new regime: a recompile when the capture was meant as a sample), or says
+        why none can serve this function (each size is then captured on its own, a recompile)."""
         family = self._families.get(guards.key)
         if family is None or family.disabled is not None:
             return
+        if why is not None:
+            family.disabled = why
+            _emit("recompiles", f"{self._name}: no symbolic graph: {why}; each size is captured on its own")
+            return
+        regime = family.regime_of(entry.size_guards)
+        if regime is None:
+            first = family.regimes[0] if family.regimes else None
+            if len(family.regimes) >= MAX_REGIMES:
+                return self._alone(entry, f"{first.guards.difference(entry.size_guards)}, and {MAX_REGIMES} paths "
+                                          f"have a symbolic graph already")
+            regime = _Regime(family.symbols, entry.size_guards)
+            family.regimes.append(regime)
+            if first is not None and entry.sample:
+                self._alone(entry, first.guards.difference(entry.size_guards))
+        if regime.disabled is not None:
+            return self._alone(entry, regime.disabled)
+        if regime.proto is None:
+            regime.proto = entry
+        elif not regime.same_layout(entry):
+            why = "its results or the .grad it sets are laid out otherwise at these sizes"
         if why is None:
-            if family.proto is None:
-                family.proto = entry
-            elif not family.same_layout(entry):
-                why = "its results or the .grad it sets are laid out otherwise at these sizes"
-        if why is None:
-            why = family.symbolic.add(graph, list(guards.point), guards.tensors) or None
+            why = regime.symbolic.add(graph, list(guards.point), guards.tensors, entry.size_guards.extras) or None
         if why is None:
             if entry.sample:
                 self.stats["samples"] += 1
             return
-        family.disabled = why
+        regime.disabled = why
+        self._alone(entry, why)
         _emit("recompiles", f"{self._name}: no symbolic graph: {why}; each size is captured on its own")
+
+    def _alone(self, entry, reason):
+        """A capture meant as a sample that serves only its own sizes: a recompile, with its reason."""
+        if not entry.sample:
+            return
+        entry.sample = False
+        self.stats["recompiles"] += 1
+        _emit("recompiles", f"recompiling {self._name}: {reason}")
+        self._past_limit(self._captured_keys(), reason, stacklevel=5)
 
     def _run_segments(self, args, kwargs):
         self.stats["segment_calls"] += 1
@@ -615,7 +663,12 @@ class _Compiled:
         capture = _C._JitCapture(guards.tensors, fullgraph=self._fullgraph)
         try:
             try:
-                out = self._fn(*args, **kwargs)
+                if guards.point:  # Python's comparisons of the sizes are guards of the symbolic graph
+                    with SizeTracer() as tracer:
+                        out = self._fn(*args, **kwargs)
+                    entry.size_guards = tracer.result()
+                else:
+                    out = self._fn(*args, **kwargs)
             finally:
                 capture.end()
             self.stats["captures"] += 1

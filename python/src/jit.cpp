@@ -182,13 +182,14 @@ void init_jit(nb::module_& m) {
         new (self) PySymbolic();
         self->symbolic = std::make_unique<SymbolicGraph>(std::move(names));
       }, nb::arg("symbol_names"))
-      .def("add", [](PySymbolic& self, PyGraph& graph, std::vector<int64_t> point, nb::handle args) {
-        return self.symbolic->add(graph.graph, point, tensors_of(args));
-      }, nb::arg("graph"), nb::arg("point"), nb::arg("args"))
+      .def("add", [](PySymbolic& self, PyGraph& graph, std::vector<int64_t> point, nb::handle args,
+                     std::vector<int64_t> extras) {
+        return self.symbolic->add(graph.graph, point, tensors_of(args), extras);
+      }, nb::arg("graph"), nb::arg("point"), nb::arg("args"), nb::arg("extras") = std::vector<int64_t>{})
       .def("instantiate", [](PySymbolic& self, std::vector<int64_t> point, nb::handle args) {
         SymbolicGraph::Instance r = self.symbolic->instantiate(point, tensors_of(args));
         nb::object graph = r.graph ? nb::cast(PyGraph{std::move(r.graph)}) : nb::none();
-        return nb::make_tuple(graph, r.reason, r.more_samples);
+        return nb::make_tuple(graph, r.reason, r.more_samples, r.extras);
       }, nb::arg("point"), nb::arg("args"))
       .def_prop_ro("num_samples", [](PySymbolic& self) { return self.symbolic->num_samples(); });
   nb::class_<PyGraph>(m, "_JitGraph")

@@ -144,19 +144,107 @@ def test_a_value_python_computed_from_a_size_is_a_logged_recompile(capfd, monkey
         x = dg.randn(3, t)
         assert same(js(x), scaled(x))
     lines = recompile_lines(capfd)
-    assert any("no symbolic graph: [mul_scalar]" in line and "a value Python computed from a dynamic size" in line
-               for line in lines)
-    assert js.stats["symbolic_instances"] == 0 and js.stats["recompiles"] == 2  # 16 and 25; 9 was the sample
+    # float() of a size specialises it: each size is its own path through Python, a logged recompile
+    assert any("Python used the size shape[1]" in line and "as a plain number (float())" in line
+               and "it was 4 at the first capture and is 9" in line for line in lines)
+    assert js.stats["symbolic_instances"] == 0 and js.stats["recompiles"] == 3  # 9, 16 and 25
 
-    def branchy(x):  # Python chooses its ops by the size
+    def branchy(x):  # Python chooses its ops by the size: two paths, each with its own symbolic graph
         return x.exp() if x.shape[0] > 4 else x.relu()
 
     jb = dg.jit(branchy, dynamic=True)
-    for n in (4, 4, 8, 12):
+    for n in (4, 4, 8, 12, 16, 3, 2, 20):
         x = dg.randn(n)
         assert same(jb(x), branchy(x))
-    assert any("Python chose its ops by the sizes" in line for line in recompile_lines(capfd))
-    assert jb.stats["symbolic_instances"] == 0 and jb.stats["recompiles"] == 1
+    assert any("Python compared sizes at test_jit_symbolic.py:" in line and "shape[0]" in line and "> 4 was False "
+               "at the first capture and True at these sizes" in line for line in recompile_lines(capfd))
+    # 8 is the recompile (the other path), 12 and 3 samples, 16, 2 and 20 instances (of either path)
+    assert jb.stats["recompiles"] == 1 and jb.stats["samples"] == 2 and jb.stats["symbolic_instances"] == 3
+
+
+# --- Python comparing sizes (docs/jit.md): guards a symbolic instance re-evaluates ---------------------------------
+def test_a_branch_on_a_size_with_the_same_ops_is_never_replayed_the_wrong_way(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+
+    def f(x):  # the same op either way: only the comparison tells the paths apart
+        k = 2 if x.shape[0] > 8 else 3
+        return x * k
+
+    jf = dg.jit(f, dynamic=True)
+    for n in (4, 4, 6, 8, 16, 5, 7, 32, 12, 3):
+        x = dg.randn(n)
+        assert same(jf(x), f(x)), n
+    lines = recompile_lines(capfd)
+    assert len(lines) == 1 and "shape[0] (read at test_jit_symbolic.py:" in lines[0]
+    assert "> 8 was False at the captures and True at these sizes" in lines[0]
+    assert jf.stats["recompiles"] == 1 and jf.stats["symbolic_instances"] == 5
+
+
+@pytest.mark.parametrize("case", ["min", "mod", "bool", "int", "len", "hash", "size(dim)", "numel"])
+def test_what_python_does_with_a_size_is_guarded(case, capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+    cache = {}
+
+    def f(x):
+        t = x.size(0) if case == "size(dim)" else x.numel() if case == "numel" else x.shape[0]
+        if case == "min":
+            k = min(t, 10)                       # min compares: a guard
+            return x * (2 if k == t else 3)
+        if case == "mod":
+            return x * (2 if (t * 3 + 1) % 4 == 1 else 3)
+        if case == "bool":
+            return x * (2 if t - 8 else 3)       # truth of an expression
+        if case == "int":
+            return x * (2 if int(t) > 8 else 3)  # int() specialises
+        if case == "len":
+            return x * (2 if len(x) > 8 else 3)  # len() specialises
+        if case == "hash":
+            cache.setdefault(t, len(cache))     # a dict keyed by the size specialises
+            return x * (2 if cache[t] else 3)
+        return x * (2 if t > 8 else 3)
+
+    jf = dg.jit(f, dynamic=True)
+    sizes = (4, 4, 6, 8, 9, 12, 16, 5, 20, 7)
+    for n in sizes:
+        x = dg.randn(n)
+        cache_before = dict(cache)
+        want = f(x)
+        cache.clear(), cache.update(cache_before)
+        assert same(jf(x), want), (case, n)
+    stats = jf.stats
+    lines = recompile_lines(capfd)
+    if case in ("int", "len", "hash"):  # each size its own path: recompiles up to the limit, then eager
+        assert stats["symbolic_instances"] == 0 and stats["recompiles"] >= 6 and "as a plain number" in lines[0]
+    else:
+        assert stats["symbolic_instances"] >= 3 and stats["recompiles"] == 1 and "Python compared sizes" in lines[0]
+
+
+def test_sizes_read_outside_a_capture_are_plain_ints():
+    kept = []
+
+    def f(x):
+        kept.append(x.shape[0])
+        return x + 1
+
+    jf = dg.jit(f, dynamic=True)
+    for n in (4, 4, 6):
+        jf(dg.randn(n))
+    s = kept[1]  # read during the capture
+    assert type(s).__name__ == "SymInt" and s == 4 and s + 1 == 5 and type(s + 1) is int and not s._live()
+    assert type(dg.randn(3).shape[0]) is int and dg.Tensor.__dict__["shape"].fget.__module__ != "dygrad._jit_symint"
+
+    import threading
+    seen = []
+
+    def g(x):  # another thread reading sizes while this one captures sees plain ints
+        th = threading.Thread(target=lambda: seen.append(type(x.shape[0])))
+        th.start(), th.join()
+        return x * 2
+
+    jg = dg.jit(g, dynamic=True)
+    for n in (4, 4):
+        jg(dg.randn(n))
+    assert seen == [int, int]
 
 
 def test_a_forward_whose_backward_runs_outside_is_captured_per_size(capfd, monkeypatch):

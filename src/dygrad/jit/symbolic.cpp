@@ -209,7 +209,7 @@ std::string SymbolicGraph::difference(const Graph& a, const Graph& b, const std:
 }
 
 std::string SymbolicGraph::add(std::shared_ptr<Graph> graph, const std::vector<int64_t>& point,
-                               const std::vector<Tensor>& args) {
+                               const std::vector<Tensor>& args, const std::vector<int64_t>& extras) {
   DG_CHECK(graph && point.size() == names_.size(), Value, "[jit] a sample needs a graph and a value per symbol");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!samples_.empty()) {
@@ -217,8 +217,13 @@ std::string SymbolicGraph::add(std::shared_ptr<Graph> graph, const std::vector<i
     if (!why.empty()) return why;
   }
   std::vector<int64_t> q = quantities_of(*graph, args);
-  if (!sample_quantities_.empty() && q.size() != sample_quantities_[0].size())
+  if (!sample_quantities_.empty() && q.size() + extras.size() != sample_quantities_[0].size())
     return "the tensor arguments have another rank at the sizes " + point_text(point);
+  if (!sample_quantities_.empty() && extras.size() != num_extras_)
+    return "Python compared " + std::to_string(extras.size()) + " sizes at the sizes " + point_text(point) +
+           " where it compared " + std::to_string(num_extras_) + " at the first capture";
+  num_extras_ = extras.size();
+  q.insert(q.end(), extras.begin(), extras.end());
   samples_.push_back({std::move(graph), point, {}});
   sample_quantities_.push_back(std::move(q));
   fitted_ = false;
@@ -448,7 +453,9 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
     size_t slot = 0;
     walk_quantities(g->buffers_, g->values_, g->ops_, g->rng_total_, geometry, true,
                     [&](int64_t& x) { x = predicted[size_t(layout_[slot++])]; });
-    DG_CHECK(slot == layout_.size(), Value, "[jit] internal error: ", slot, " quantities of ", layout_.size());
+    DG_CHECK(slot + num_extras_ == layout_.size(), Value, "[jit] internal error: ", slot, " quantities of ",
+             layout_.size());
+    for (size_t i = 0; i < num_extras_; ++i) result.extras.push_back(predicted[size_t(layout_[slot + i])]);
     const std::vector<std::pair<Dims, Dims>> actual = geometry_of(args);
     for (size_t a = 0; a < actual.size(); ++a)
       if (actual[a] != geometry[a]) {

@@ -31,12 +31,17 @@ class SymbolicGraph {
 
   // Adds a capture made at `point` (each symbol's value) with these tensor arguments. Returns "" or why it cannot
   // join the earlier samples (they differ in more than sizes): the caller then captures each size on its own.
-  std::string add(std::shared_ptr<Graph> graph, const std::vector<int64_t>& point, const std::vector<Tensor>& args);
+  // `extras`: integers the caller fits beside the graph's own (the sizes Python compared during the capture, whose
+  // comparisons it re-evaluates at an instance's point: docs/jit.md, "Python comparing sizes"); every sample gives as
+  // many.
+  std::string add(std::shared_ptr<Graph> graph, const std::vector<int64_t>& point, const std::vector<Tensor>& args,
+                  const std::vector<int64_t>& extras = {});
 
   struct Instance {
     std::shared_ptr<Graph> graph;  // null: refused
     std::string reason;            // why not
     bool more_samples = false;     // a capture at this point would teach the fits what they miss
+    std::vector<int64_t> extras;   // the extras of add() at this point
   };
   // The graph at `point` for these arguments, or a refusal.
   Instance instantiate(const std::vector<int64_t>& point, const std::vector<Tensor>& args);
@@ -83,6 +88,7 @@ class SymbolicGraph {
   std::vector<size_t> class_of_;  // per dynamic dim: its symbol (dims equal at every sample share one)
   std::vector<size_t> classes_;   // per symbol: its first dim
   std::vector<uint8_t> settled_;  // per symbol: two samples differ in it alone
+  size_t num_extras_ = 0;  // the trailing quantity slots that are add()'s extras
   bool fitted_ = false;
 };
 
