@@ -18,6 +18,47 @@ class _Regime:
         self.guards = guards   # the first capture's _jit_symint.Guards: the comparisons every sample made alike
         self.proto = None      # the first sample's entry: what every instance returns, and where
         self.disabled = None   # why its captures cannot share a graph: each of its sizes is then captured alone
+        self.symbols = symbols
+        self.fb = False        # a compiled forward whose backward runs outside: its samples join with their backward
+        self.backward = None   # then the symbolic graph of the backward, fitted on the same samples
+        self.backward_spec = None
+        self.backward_proto = None  # the first joined sample's backward state
+
+    def join_backward(self, state, sample, graph, args):
+        """A sample of a compiled forward joins when its backward first ran (captured then as `graph`, with `args`):
+        the forward's graph the forward fits, the backward's the backward fits; both or neither."""
+        if self.disabled is not None:
+            return
+        if graph is None:
+            self.disabled = f"its backward cannot be replayed: {state.failed}"
+            return
+        targets = tuple(w if isinstance(w, tuple) else id(w) for w in state.target_spec)
+        spec = (state.num_results, tuple(state.diff), targets, state.num_flats, tuple(state.grad_slots))
+        if self.backward is None:
+            self.backward, self.backward_spec = _C._JitSymbolic(self.symbols), spec
+        elif spec != self.backward_spec:
+            self.disabled = "its backward returns other gradients at the sizes " + str(tuple(sample[1]))
+            return
+        why = self.symbolic.add(*sample) or self.backward.add(graph, sample[1], args)
+        if why:
+            self.disabled = f"{why} (a compiled forward and its backward)"
+        else:
+            self.backward_proto = state
+
+    def backward_at(self, point, tensors):
+        """The backward state of an instance of a compiled forward at `point`: its backward graph instantiated from
+        the backward's fits before the gradients exist (their geometry predicted, checked when they arrive).
+        Returns (state, reason, more)."""
+        from .jit import _Backward
+        proto = self.backward_proto
+        k = len(proto.diff) + proto.num_flats
+        graph, reason, more, _, geometry = self.backward.instantiate(list(point), [None] * k + list(tensors))
+        if graph is None:
+            return None, f"its backward: {reason}", more
+        state = _Backward(proto.name, proto.num_results, proto.diff, proto.target_spec)
+        state.num_flats, state.grad_slots, state.backward = proto.num_flats, proto.grad_slots, graph
+        state.expect = [tuple(g) for g in geometry[:k]]
+        return state, None, False
 
     def same_layout(self, entry):
         """Whether a sample returns what the first did, where it did (else it cannot join)."""

@@ -334,6 +334,9 @@ class _Backward:
         self.backward = None          # the backward graph, once captured
         self.grad_slots = None        # per target: its index among the backward graph's results, or None
         self.failed = None            # why the backward could not be captured
+        self.num_flats = 0            # the saved buffers the forward graph returns after its results
+        self.sample = None            # a sample of a symbolic graph: (its _Regime, its point): the backward joins
+        self.expect = None            # an instance's: the geometry its backward graph binds (gradients, saved)
 
 
 def entry_failed_reason(entry):
@@ -381,12 +384,22 @@ class _CaptureBackward(Function):
                     slots.append(None if g is None else k)
                     k += g is not None
                 state.backward, state.grad_slots = graph, slots
+            if state.sample is not None:  # a symbolic graph's sample: its forward and backward join the fits
+                regime, sample = state.sample
+                state.sample = None
+                regime.join_backward(state, sample, graph, grads + list(ctx.saved))
         finally:
             capture.close()
         return (None, None, None) + tuple(got)
 
 
 def _run_backward(state, grads, flats):
+    if state.expect is not None:  # an instance's backward: bound only where its geometry is the predicted one
+        got = [(tuple(t.shape), tuple(t.stride())) for t in list(grads) + list(flats)[:state.num_flats]]
+        if got != state.expect:
+            raise RuntimeError(f"dygrad.jit: {state.name}: the backward of its symbolic instance expected gradients "
+                               f"and saved buffers laid out as {state.expect}, got {got}; compile it with "
+                               f"dynamic=False")
     out = state.backward.launch(list(grads) + list(flats))
     return tuple(None if slot is None else out[slot] for slot in state.grad_slots)
 
@@ -563,11 +576,16 @@ class _Compiled:
                 if regime.disabled is not None or regime.proto is None:
                     reasons.append(regime.disabled or "its capture did not join")
                     continue
-                graph, reason, need, extras = regime.symbolic.instantiate(list(point), guards.tensors)
+                graph, reason, need, extras, _ = regime.symbolic.instantiate(list(point), guards.tensors)
                 if graph is not None:
                     reason = regime.guards.check(extras)
-                    if reason is None:
-                        return self._serve(family, regime, graph, point, key, sizes)
+                if graph is not None and reason is None and regime.fb:
+                    fb, reason, backward_needs = regime.backward_at(point, guards.tensors)
+                    need = need or backward_needs
+                    if fb is not None:
+                        return self._serve(family, regime, graph, point, key, sizes, fb)
+                elif graph is not None and reason is None:
+                    return self._serve(family, regime, graph, point, key, sizes)
                 more = more or (need and regime.symbolic.num_samples < MAX_SAMPLES)
                 reasons.append(reason)
         if more:
@@ -586,10 +604,11 @@ class _Compiled:
         self._order.append(key)
         return entry
 
-    def _serve(self, family, regime, graph, point, key, sizes):
+    def _serve(self, family, regime, graph, point, key, sizes, fb=None):
         proto = regime.proto
         entry = _Entry(proto.guards)
         entry.calls = 1  # past the warm-up
+        entry.fb = fb
         entry.graph, entry.grad_slots, entry.arg_results = graph, proto.grad_slots, proto.arg_results
         entry.spec, entry.identity, entry.describe = proto.spec, proto.identity, proto.describe
         entry.instance = (family, point)
@@ -606,7 +625,7 @@ class _Compiled:
         if key is not None:
             self._entries.pop(key, None)
 
-    def _join(self, entry, guards, graph=None, why=None):
+    def _join(self, entry, guards, graph=None, why=None, fb=None):
         """A capture of a guard key with dynamic dims joins the regime of its path through Python's comparisons of
         sizes as a sample (a new path is a new regime: a recompile when the capture was meant as a sample), or says
         why none can serve this function (each size is then captured on its own, a recompile)."""
@@ -633,6 +652,12 @@ class _Compiled:
             regime.proto = entry
         elif not regime.same_layout(entry):
             why = "its results or the .grad it sets are laid out otherwise at these sizes"
+        if why is None and fb is not None:  # a compiled forward: it joins with its backward, once that has run
+            regime.fb = True
+            fb.sample = (regime, (graph, list(guards.point), list(guards.tensors), entry.size_guards.extras))
+            if entry.sample:
+                self.stats["samples"] += 1
+            return
         if why is None:
             why = regime.symbolic.add(graph, list(guards.point), guards.tensors, entry.size_guards.extras) or None
         if why is None:
@@ -761,13 +786,14 @@ class _Compiled:
                 entry.segments = True
                 self._warn_segments(entry)
             return tree_unflatten(leaves, out_spec)
-        if guards.point:
-            self._join(entry, guards, why="its backward runs outside the function (a compiled forward under grad "
-                                          "mode): symbolic shapes serve whole steps and forwards without grad")
         graph, saved = built
         state = _Backward(self._name, len(results), [i for i, x in enumerate(results) if x.requires_grad],
                           guards.target_spec())
+        state.num_flats = len(saved)
         entry.graph, entry.fb, entry.arg_results, entry.spec = graph, state, layout, out_spec
+        entry.grad_slots = []
+        if guards.point:  # a sample of the forward's and the backward's fits, joined when its backward runs
+            self._join(entry, guards, graph, fb=state)
         # What the backward may read besides its gradients: the forward's saved buffers and its tensor arguments.
         wrapped = _CaptureBackward.apply(state, [results[i] for i in state.diff], saved + list(guards.tensors),
                                          *guards.target_tensors())

@@ -20,6 +20,12 @@ std::vector<Tensor> tensors_of(nb::handle seq) {
   return out;
 }
 
+nb::tuple dims_tuple(const Dims& d) {
+  nb::list out;
+  for (int64_t x : d) out.append(x);
+  return nb::tuple(out);
+}
+
 nb::list wrap_list(std::vector<Tensor> tensors) {
   nb::list out;
   for (Tensor& t : tensors) {
@@ -189,7 +195,10 @@ void init_jit(nb::module_& m) {
       .def("instantiate", [](PySymbolic& self, std::vector<int64_t> point, nb::handle args) {
         SymbolicGraph::Instance r = self.symbolic->instantiate(point, tensors_of(args));
         nb::object graph = r.graph ? nb::cast(PyGraph{std::move(r.graph)}) : nb::none();
-        return nb::make_tuple(graph, r.reason, r.more_samples, r.extras);
+        nb::list geometry;
+        for (const auto& [sizes, strides] : r.arg_geometry)
+          geometry.append(nb::make_tuple(dims_tuple(sizes), dims_tuple(strides)));
+        return nb::make_tuple(graph, r.reason, r.more_samples, r.extras, geometry);
       }, nb::arg("point"), nb::arg("args"))
       .def_prop_ro("num_samples", [](PySymbolic& self) { return self.symbolic->num_samples(); });
   nb::class_<PyGraph>(m, "_JitGraph")

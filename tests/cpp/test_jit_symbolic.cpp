@@ -70,6 +70,28 @@ TEST(JitSymbolic, TwoCapturesServeSizesNeverCapturedAsOneTaskEqualToEager) {
   EXPECT_NE(strided.reason.find("tensor argument 0 has the strides"), std::string::npos) << strided.reason;
 }
 
+TEST(JitSymbolic, ExtrasAreFittedAndAnUndefinedArgumentTakesThePredictedGeometry) {
+  drain();
+  Tensor w = randn(Shape{3});
+  SymbolicGraph symbolic({"x dim 0", "x dim 1"});
+  std::vector<Tensor> args;
+  // extras: integers the caller fits beside the graph's own (Python's reads of sizes): 2 N and 3
+  EXPECT_EQ(symbolic.add(capture_at(4, w, args), {4, 3}, args, {8, 3}), "");
+  EXPECT_EQ(symbolic.add(capture_at(8, w, args), {8, 3}, args, {16, 3}), "");
+  EXPECT_NE(symbolic.add(capture_at(6, w, args), {6, 3}, args, {7}).find("Python compared 1 sizes"), std::string::npos);
+  SymbolicGraph::Instance inst = symbolic.instantiate({8, 3}, {randn(Shape{8, 3})});
+  ASSERT_TRUE(inst.graph) << inst.reason;
+  SymbolicGraph::Instance at = symbolic.instantiate({20, 3}, {Tensor()});  // before the argument exists
+  ASSERT_TRUE(at.graph) << at.reason;
+  EXPECT_EQ(at.extras, (std::vector<int64_t>{40, 3}));
+  ASSERT_EQ(at.arg_geometry.size(), 1u);
+  EXPECT_EQ(at.arg_geometry[0].first, (Dims{20, 3}));
+  EXPECT_EQ(at.arg_geometry[0].second, (Dims{3, 1}));
+  Tensor x = randn(Shape{20, 3});
+  x.wait_readable();
+  EXPECT_EQ(at.graph->launch({x})[0].to_vector<float>(), body(x, w).to_vector<float>());
+}
+
 TEST(JitSymbolic, CapturesThatDifferInMoreThanSizesCannotJoin) {
   drain();
   Tensor w = randn(Shape{3});

@@ -247,20 +247,58 @@ def test_sizes_read_outside_a_capture_are_plain_ints():
     assert seen == [int, int]
 
 
-def test_a_forward_whose_backward_runs_outside_is_captured_per_size(capfd, monkeypatch):
+def test_a_compiled_forward_whose_backward_runs_outside_is_served_with_its_backward(capfd, monkeypatch):
     monkeypatch.setenv("DG_JIT_LOG", "recompiles")
-    m = nn.Linear(4, 3)
-    cm = dg.compile(m, dynamic=True)
-    for n in (2, 2, 5, 7):
-        x = dg.randn(n, 4)
-        cm(x).sum().backward()
-    assert any("its backward runs outside the function" in line for line in recompile_lines(capfd))
-    with dg.no_grad():  # without grad mode the forward is one graph: served symbolically
-        cf = dg.compile(m, dynamic=True)
+
+    def run(jit):
+        dg.manual_seed(0)
+        m = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Dropout(0.1), nn.Linear(8, 3))
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        cm = dg.compile(m, dynamic=True) if jit else m
+        dg.manual_seed(1)
+        losses, grads = [], []
+        for n in (2, 2, 5, 7, 9, 3, 12, 5, 30):
+            x = dg.randn(n, 4, requires_grad=True)
+            loss = (cm(x) ** 2).mean()
+            loss.backward()
+            grads.append(x.grad)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        return m, losses, grads, cm
+
+    m1, l1, g1, _ = run(False)
+    m2, l2, g2, cm = run(True)
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2)) and all(dg.equal(a, b) for a, b in zip(g1, g2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+    # (2, 4) and (5, 4) captured with their backward; 7, 9, 3, 12 and 30 are instances of both graphs
+    stats = cm._compiled_forward.stats
+    assert stats["captures"] == 2 and stats["symbolic_instances"] == 5 and stats["recompiles"] == 0
+    assert recompile_lines(capfd) == []
+    m2.eval()  # no dropout: the eager call and the compiled one below draw no random numbers
+    with dg.no_grad():  # without grad mode the forward is one graph: served symbolically too
+        cf = dg.compile(m2, dynamic=True)
         for n in (2, 2, 5, 7, 9):
             x = dg.randn(n, 4)
-            assert same(cf(x), m(x))
+            assert same(cf(x), m2(x))
         assert cf._compiled_forward.stats["symbolic_instances"] == 2
+
+
+def test_a_compiled_forward_whose_backward_cannot_join_is_captured_per_size(capfd, monkeypatch):
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+    m = nn.Linear(4, 3)
+
+    def f(x):  # the backward reads the host: it cannot be replayed, so the forward runs as segments
+        y = m(x)
+        return y * y.detach().sum().item()
+
+    jf = dg.jit(f, dynamic=True)
+    for n in (2, 2, 2, 2, 5, 7):  # at 2: the warm-up, two captures finding the cut, then segments
+        x = dg.randn(n, 4)
+        y = jf(x)
+        assert same(y, f(x))
+        y.sum().backward()
+    assert jf.stats["symbolic_instances"] == 0 and jf.stats["segment_calls"] >= 1
 
 
 # --- training steps -----------------------------------------------------------------------------------------------
@@ -323,3 +361,38 @@ def test_llama_step_over_seq_64_128_256_and_batch_4_8_is_one_symbolic_graph(fuse
     captured = [e.graph.arena_bytes for e in step._entries.values() if e.graph is not None and e.instance is None]
     instances = {e.instance[1]: e.graph for e in step._entries.values() if e.instance is not None}
     assert instances[(8, 256, 8, 256)].arena_bytes > 2 * max(captured)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_llama_compiled_model_trained_eagerly_over_seq_and_batch_is_served_symbolically(fused, capfd, monkeypatch):
+    """dg.compile(model, dynamic=True) with the loss's backward, clipping and AdamW outside: the forward and its
+    backward are instances of their symbolic graphs at sizes never captured, bitwise eager."""
+    monkeypatch.setenv("DG_JIT_LOG", "recompiles")
+    cfg = llama.LlamaConfig(n_layers=2, dim=32, n_heads=2, ffn_dim=64, seq_len=256, batch_size=4, dropout=0.1,
+                            vocab_size=64)
+    shapes = [(4, 64), (4, 64), (4, 128), (8, 64), (4, 256), (8, 128), (8, 256), (4, 64)]
+
+    def run(jit):
+        dg.manual_seed(0)
+        m = llama.Llama(cfg, fused=fused)
+        opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+        cm = dg.compile(m, dynamic=True) if jit else m
+        dg.manual_seed(1)
+        losses = []
+        for b, t in shapes:
+            x, y = dg.randint(0, 64, (b, t)), dg.randint(0, 64, (b, t))
+            loss = cm(x, y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+        return m, losses, cm
+
+    m1, l1, _ = run(False)
+    m2, l2, cm = run(True)
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+    stats = cm._compiled_forward.stats
+    assert stats["recompiles"] == 0 and stats["captures"] == 3 and stats["symbolic_instances"] == 3
+    assert recompile_lines(capfd) == []

@@ -217,13 +217,18 @@ std::string SymbolicGraph::add(std::shared_ptr<Graph> graph, const std::vector<i
     if (!why.empty()) return why;
   }
   std::vector<int64_t> q = quantities_of(*graph, args);
-  if (!sample_quantities_.empty() && q.size() + extras.size() != sample_quantities_[0].size())
-    return "the tensor arguments have another rank at the sizes " + point_text(point);
   if (!sample_quantities_.empty() && extras.size() != num_extras_)
     return "Python compared " + std::to_string(extras.size()) + " sizes at the sizes " + point_text(point) +
            " where it compared " + std::to_string(num_extras_) + " at the first capture";
+  if (!sample_quantities_.empty() && q.size() + extras.size() != sample_quantities_[0].size())
+    return "the tensor arguments have another rank at the sizes " + point_text(point);
   num_extras_ = extras.size();
   q.insert(q.end(), extras.begin(), extras.end());
+  std::vector<size_t> ranks;
+  for (const Tensor& t : args) ranks.push_back(t.defined() ? size_t(t.dim()) : 0);
+  if (!samples_.empty() && ranks != arg_ranks_)
+    return "the tensor arguments have another rank at the sizes " + point_text(point);
+  arg_ranks_ = std::move(ranks);
   samples_.push_back({std::move(graph), point, {}});
   sample_quantities_.push_back(std::move(q));
   fitted_ = false;
@@ -449,6 +454,10 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
   for (GraphOp& op : g->ops_)
     if (op.site.file) op.site.file = files.at(op.site.file);
   std::vector<std::pair<Dims, Dims>> geometry = geometry_of(args);
+  DG_CHECK(args.size() == arg_ranks_.size(), Value, "[jit] expected ", arg_ranks_.size(), " tensor arguments, got ",
+           args.size());
+  for (size_t a = 0; a < args.size(); ++a)
+    if (!args[a].defined()) geometry[a] = {Dims(arg_ranks_[a], 0), Dims(arg_ranks_[a], 0)};  // predicted below
   try {
     size_t slot = 0;
     walk_quantities(g->buffers_, g->values_, g->ops_, g->rng_total_, geometry, true,
@@ -458,7 +467,7 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
     for (size_t i = 0; i < num_extras_; ++i) result.extras.push_back(predicted[size_t(layout_[slot + i])]);
     const std::vector<std::pair<Dims, Dims>> actual = geometry_of(args);
     for (size_t a = 0; a < actual.size(); ++a)
-      if (actual[a] != geometry[a]) {
+      if (args[a].defined() && actual[a] != geometry[a]) {
         result.reason = "tensor argument " + std::to_string(a) + " has the strides " + shape_str(actual[a].second) +
                         " where the symbolic graph expects " + shape_str(geometry[a].second);
         return result;
@@ -492,6 +501,7 @@ SymbolicGraph::Instance SymbolicGraph::instantiate(const std::vector<int64_t>& p
     return result;
   }
   result.graph = std::move(g);
+  result.arg_geometry = std::move(geometry);
   return result;
 }
 

@@ -42,8 +42,11 @@ class SymbolicGraph {
     std::string reason;            // why not
     bool more_samples = false;     // a capture at this point would teach the fits what they miss
     std::vector<int64_t> extras;   // the extras of add() at this point
+    std::vector<std::pair<Dims, Dims>> arg_geometry;  // each tensor argument's sizes and strides at this point
   };
-  // The graph at `point` for these arguments, or a refusal.
+  // The graph at `point` for these arguments, or a refusal. An undefined argument takes the geometry the fits
+  // predict (returned in arg_geometry): the caller checks the tensor it later binds there against it (a compiled
+  // forward's backward, instantiated before its gradients exist).
   Instance instantiate(const std::vector<int64_t>& point, const std::vector<Tensor>& args);
 
   size_t num_samples() {
@@ -88,6 +91,7 @@ class SymbolicGraph {
   std::vector<size_t> class_of_;  // per dynamic dim: its symbol (dims equal at every sample share one)
   std::vector<size_t> classes_;   // per symbol: its first dim
   std::vector<uint8_t> settled_;  // per symbol: two samples differ in it alone
+  std::vector<size_t> arg_ranks_;  // each tensor argument's rank at the samples
   size_t num_extras_ = 0;  // the trailing quantity slots that are add()'s extras
   bool fitted_ = false;
 };
