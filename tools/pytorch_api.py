@@ -31,6 +31,8 @@ DIFFERS = {
                                         "NotProvidedError (no sharding yet); so are DeviceMesh and the fsdp and "
                                         "tensor.parallel names. The placements (Shard, Replicate, Partial) are "
                                         "torch's values (descriptions libraries build plans from)",
+    "torch.distributed.optim.ZeroRedundancyOptimizer": "torch's partition, step and state dicts (docs/distributed.md); "
+                                                       "overlap_with_ddp=True raises NotProvidedError",
     "torch.library.custom_op": "runs eagerly (no dispatcher): the op is a Python callable, also dg.ops.<ns>.<name>; "
                                "register_fake is recorded, register_autograd wraps it in an autograd Function",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
@@ -133,7 +135,10 @@ AREAS = [
                                                     "get_backend", "new_group", "barrier", "all_reduce", "broadcast",
                                                     "reduce", "all_gather", "all_gather_into_tensor",
                                                     "reduce_scatter_tensor", "send", "recv", "isend", "irecv",
-                                                    "ReduceOp", "get_process_group_ranks"]),
+                                                    "ReduceOp", "get_process_group_ranks", "all_gather_object",
+                                                    "gather_object", "broadcast_object_list",
+                                                    "scatter_object_list"]),
+    ("Sharded optimizer", "torch.distributed.optim", lambda m: ["ZeroRedundancyOptimizer"]),
     ("Modules", "torch.nn", lambda m: sorted(n for n in m.modules.__all__)),
     ("Functional", "torch.nn.functional",
      lambda m: sorted(n for n in dir(m) if not n.startswith("_") and callable(getattr(m, n))

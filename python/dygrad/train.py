@@ -65,6 +65,9 @@ def parse_args(argv=None):
                         "projection); auto (per block, to keep the peak under --recompute-budget)")
     p.add_argument("--recompute-budget", default="60%",
                    help="auto's peak budget: a percentage of the plain step's peak, or bytes (K/M/G/KiB/MiB/GiB)")
+    p.add_argument("--shard", default="none", choices=["none", "zero1"],
+                   help="under several ranks: zero1 shards the optimizer state (ZeroRedundancyOptimizer, "
+                        "docs/distributed.md); checkpoints hold the whole state (gathered on rank 0)")
     p.add_argument("--jit", action="store_true", help="compile the training step with dygrad.jit (docs/jit.md): "
                    "after a warm-up and a capture step, each step is replayed as one Task with no Python")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -149,7 +152,13 @@ def save_checkpoint(path, model, optimizer, step, args):
     def host(t):
         return (t.float() if t.dtype == dg.bfloat16 else t).numpy()
     arrays = {"model." + k: host(v) for k, v in model.state_dict().items()}
-    for i, (p, state) in enumerate((p, optimizer.state[p]) for g in optimizer.param_groups for p in g["params"]):
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO: the whole state, as consolidated on this rank
+        whole = optimizer.state_dict()["state"]
+        states = [whole.get(i, {}) for i in range(len(params))]
+    else:
+        states = [optimizer.state[p] for p in params]
+    for i, state in enumerate(states):
         if state:
             arrays[f"optim.{i}.exp_avg"] = state["exp_avg"].numpy()
             arrays[f"optim.{i}.exp_avg_sq"] = state["exp_avg_sq"].numpy()
@@ -157,8 +166,7 @@ def save_checkpoint(path, model, optimizer, step, args):
                 arrays[f"optim.{i}.master_param"] = state["master_param"].numpy()
     rng = dg.get_rng_state() if hasattr(dg, "get_rng_state") else None
     meta = {"step": step, "config": args.config,
-            "optim_steps": json.dumps([float(optimizer.state[p]["step"].item()) if optimizer.state[p] else 0
-                                       for g in optimizer.param_groups for p in g["params"]]),
+            "optim_steps": json.dumps([float(state["step"].item()) if state else 0 for state in states]),
             "rng": json.dumps(rng) if rng is not None else ""}
     save_file(arrays, path, meta)
 
@@ -168,7 +176,10 @@ def load_checkpoint(path, model, optimizer):
     dtypes = {k: v.dtype for k, v in model.state_dict().items()}
     model.load_state_dict({k[6:]: dg.from_numpy(v).to(dtypes[k[6:]]) for k, v in arrays.items() if k.startswith("model.")})
     steps = json.loads(meta["optim_steps"])
+    owner = getattr(optimizer, "_owner", None)  # ZeRO: each rank keeps the state of its share only
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
+        if owner is not None and owner[id(p)] != optimizer.rank:
+            continue
         if f"optim.{i}.exp_avg" in arrays:
             optimizer.state[p] = {"step": dg.tensor(float(steps[i]), dtype=dg.float32), "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
                                   "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
@@ -331,12 +342,15 @@ def main(argv=None):
     log(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
 
     model = llama.Llama(cfg, fused=not args.unfused)
+    params = model.parameters()
     if args.dtype == "bf16-pure":
         model.to(dg.bfloat16)
-        optimizer = dg.optim.AdamW([{"params": model.parameters(), "master_weights": True}], lr=args.lr,
-                                   weight_decay=args.weight_decay)
+        params = [{"params": model.parameters(), "master_weights": True}]
+    if args.shard == "zero1" and world > 1:
+        optimizer = dg.distributed.optim.ZeroRedundancyOptimizer(params, dg.optim.AdamW, lr=args.lr,
+                                                                 weight_decay=args.weight_decay)
     else:
-        optimizer = dg.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        optimizer = dg.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
     autocast = dg.autocast("cpu", dtype=dg.bfloat16, enabled=args.dtype == "bf16")
     train_model = model
     start = 0
@@ -416,8 +430,11 @@ def main(argv=None):
             progress.update(step, fields)
         metrics.write(json.dumps(record) + "\n")
         metrics.flush()
-        if rank == 0 and ((step + 1) % args.save_interval == 0 or step + 1 == args.steps):
-            save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
+        if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
+            if hasattr(optimizer, "consolidate_state_dict"):  # every rank: the state gathered on rank 0
+                optimizer.consolidate_state_dict(to=0)
+            if rank == 0:
+                save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
 
     failed_steps = []
 

@@ -563,8 +563,22 @@ def test_training_cli_data_parallel_then_resume_on_one_rank(tmp_path):
     assert one.returncode == 0, one.stdout + one.stderr[-3000:]
     assert "at step 2" in one.stdout
     with open(os.path.join(out, "metrics.jsonl")) as f:
-        steps = [json.loads(line)["step"] for line in f]
-    assert steps == [1, 2, 3]
+        records = [json.loads(line) for line in f]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    # --shard zero1 (ZeroRedundancyOptimizer): the same losses, and a checkpoint with the whole state (gathered on
+    # rank 0) that resumes on one rank to the same third step
+    zout = str(tmp_path / "zero")
+    zcommon = [zout if a == out else a for a in common]
+    zero = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
+                           "dygrad.train", "--steps", "2", "--shard", "zero1"] + zcommon,
+                          capture_output=True, text=True, timeout=300)
+    assert zero.returncode == 0, zero.stdout + zero.stderr[-3000:]
+    zone = subprocess.run([sys.executable, "-m", "dygrad.train", "--steps", "3", "--resume"] + zcommon,
+                          capture_output=True, text=True, timeout=300)
+    assert zone.returncode == 0, zone.stdout + zone.stderr[-3000:]
+    with open(os.path.join(zout, "metrics.jsonl")) as f:
+        zrecords = [json.loads(line) for line in f]
+    assert [r["loss"] for r in zrecords] == [r["loss"] for r in records]
 
 
 @needs_mpi
@@ -621,3 +635,72 @@ def test_linearity_command_runs_each_world_size(tmp_path):
     rows = [line.split() for line in result.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert rows[0][:3] == ["1", "1,000.0", "1.000"] and rows[1][:3] == ["2", "2,000.0", "1.000"]
     assert "(3 ops)" in result.stdout  # rank 0's communication totals, from DYGRAD_COMM_STATS
+
+
+# --- ZeRO-1: ZeroRedundancyOptimizer (tests/python/dist/zero.py) ----------------------------------------------------
+def torch_zero_owners(shapes, groups_split=None, world=2):
+    """Which rank owns each parameter under torch's ZeroRedundancyOptimizer: torch's own partition, computed in a
+    gloo group of one whose world size is then set to `world` (the rule depends on nothing else)."""
+    import tempfile
+    import torch.distributed as tdist
+    from torch.distributed.optim import ZeroRedundancyOptimizer as TorchZero
+    store = tempfile.mktemp()
+    tdist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    try:
+        params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+        groups = [{"params": params}] if groups_split is None else \
+            [{"params": params[:groups_split[0]] + params[groups_split[1]:]}]
+        z = TorchZero(groups, torch.optim.AdamW, lr=1e-3)
+        if groups_split is not None:
+            z.add_param_group({"params": params[groups_split[0]:groups_split[1]], "lr": 1e-3})
+        z.world_size = world
+        z._clear_cache()
+        owner = {id(p): r for r, gs in enumerate(z._partition_parameters()) for g in gs for p in g["params"]}
+        return [owner[id(p)] for p in params]
+    finally:
+        tdist.destroy_process_group()
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["adamw", "bucket_view", "sgd", "groups"])
+def test_zero_redundancy_optimizer_equals_the_unsharded_optimizer_with_its_share_of_the_state(mode, tmp_path):
+    result = mpirun("zero.py", str(tmp_path), mode)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.load(open(tmp_path / f"zero_rank{r}.json")) for r in (0, 1)]
+    for r, res in enumerate(ranks):
+        # DDP + ZeRO-1 trains bitwise as DDP + the unsharded optimizer (cosine schedule stepped on the ZeRO optimizer)
+        assert res["losses_equal"] and res["params_equal"], (r, res.get("losses"))
+        if mode != "groups":
+            assert res["state_ratio"] <= 0.55 and res["alloc_ratio"] <= 0.55  # this rank's share of the state
+            assert res["resumed_equal"]  # the consolidated state loads into ZeRO and into the unsharded optimizer
+        assert "has not been consolidated on this rank" in res["unconsolidated"]
+        # the object collectives
+        assert res["all_gather_object"] == [{"rank": 0, "payload": []}, {"rank": 1, "payload": [0, 1, 2]}]
+        assert res["broadcast_object_list"] == ["a", {"b": 2}, 3.5]
+        assert res["scatter_object_list"] == f"to {r}"
+    assert ranks[0]["gather_object"] is None and ranks[1]["gather_object"] == [["from", 0], ["from", 1]]
+    # consolidated on rank 1: torch's layout with the unsharded optimizer's values
+    assert ranks[1]["state_keys_equal"] and ranks[1]["state_values_equal"] and ranks[1]["param_group_ids"]
+    assert sum(res["state_ratio"] for res in ranks) == pytest.approx(1.0)
+    # each parameter on the rank torch's ZeroRedundancyOptimizer gives it
+    shapes = ranks[0]["shapes"]
+    split = (7, 8) if mode == "groups" else None  # the head's weight is the group added after the first step
+    assert ranks[0]["owners"] == torch_zero_owners(shapes, split)
+
+
+def test_zero_redundancy_optimizer_refuses_what_it_does_not_provide():
+    from dygrad.distributed.optim import ZeroRedundancyOptimizer
+    from dygrad._not_provided import NotProvidedError
+    with pytest.raises(NotProvidedError, match="overlap_with_ddp"):
+        ZeroRedundancyOptimizer([dg.zeros(2, requires_grad=True)], dg.optim.AdamW, overlap_with_ddp=True, lr=1e-3)
+    if not dist.is_initialized():
+        with pytest.raises(ValueError, match="Default process group has not been initialized"):
+            ZeroRedundancyOptimizer([dg.zeros(2, requires_grad=True)], dg.optim.AdamW, lr=1e-3)
+    g = dist._single_process_group()  # a group of one: the whole state here, the step the plain optimizer's
+    p, q = dg.ones(3, requires_grad=True), dg.ones(3, requires_grad=True)
+    z = ZeroRedundancyOptimizer([p], dg.optim.AdamW, process_group=g, lr=1e-2)
+    a = dg.optim.AdamW([q], lr=1e-2)
+    for opt, t in ((z, p), (a, q)):
+        (t * t).sum().backward()
+        opt.step()
+    assert dg.equal(p, q) and len(z.state) == 1

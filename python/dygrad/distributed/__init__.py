@@ -440,6 +440,104 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     return _result(g._handle.reduce_scatter_tensor(output, input, op, async_op), async_op)
 
 
+# -- Python objects (torch's *_object collectives): pickled into uint8 tensors, their lengths exchanged first -------
+def _object_bytes(obj):
+    import pickle
+    import numpy as np
+    from .. import from_numpy
+    data = pickle.dumps(obj)
+    return from_numpy(np.frombuffer(data, dtype=np.uint8).copy()), len(data)
+
+
+def _object_of(t, n):
+    import pickle
+    return pickle.loads(t[:n].numpy().tobytes())
+
+
+def _gather_objects(g, obj):
+    """Every rank's object, in group rank order (an all-gather of the lengths, then of the padded bytes)."""
+    from .. import empty, tensor, zeros
+    data, n = _object_bytes(obj)
+    lengths = empty((g.size(),), dtype=_C.int64)
+    g._handle.all_gather_into_tensor(lengths, tensor([n], dtype=_C.int64), False)
+    lengths = [int(x) for x in lengths.tolist()]
+    width = max(lengths)
+    padded = zeros((width,), dtype=_C.uint8)
+    padded[:n].copy_(data)
+    out = empty((g.size(), width), dtype=_C.uint8)
+    g._handle.all_gather_into_tensor(out, padded, False)
+    return [_object_of(out[r], lengths[r]) for r in range(g.size())]
+
+
+def all_gather_object(object_list, obj, group=None):
+    """torch's: fills object_list (one entry per rank of the group) with every rank's picklable `obj`."""
+    g = _group(group, "all_gather_object")
+    if g is None:
+        return None
+    if len(object_list) != g.size():
+        raise ValueError(f"all_gather_object: object_list has {len(object_list)} entries for a group of size "
+                         f"{g.size()}")
+    object_list[:] = _gather_objects(g, obj)
+    return None
+
+
+def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+    """torch's: on the destination rank, object_gather_list (one entry per rank) receives every rank's object."""
+    g = _group(group, "gather_object")
+    if g is None:
+        return None
+    root = _peer(g, 0 if dst is None and group_dst is None else dst, group_dst, "gather_object", "dst")
+    if g.rank() == root and (object_gather_list is None or len(object_gather_list) != g.size()):
+        raise ValueError(f"gather_object: on the destination rank object_gather_list must have {g.size()} entries")
+    gathered = _gather_objects(g, obj)
+    if g.rank() == root:
+        object_gather_list[:] = gathered
+    return None
+
+
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+    """torch's: the source rank's object_list replaces every other rank's, entry by entry (same length)."""
+    from .. import empty, tensor
+    g = _group(group, "broadcast_object_list")
+    if g is None:
+        return None
+    root = _peer(g, 0 if src is None and group_src is None else src, group_src, "broadcast_object_list", "src")
+    data, n = _object_bytes(list(object_list)) if g.rank() == root else (None, 0)
+    length = tensor([n], dtype=_C.int64)
+    g._handle.broadcast(length, root, False)
+    n = int(length.item())
+    buf = data if g.rank() == root else empty((n,), dtype=_C.uint8)
+    g._handle.broadcast(buf, root, False)
+    if g.rank() != root:
+        received = _object_of(buf, n)
+        if len(received) != len(object_list):
+            raise ValueError(f"broadcast_object_list: the source sent {len(received)} objects, this rank's list has "
+                             f"{len(object_list)} entries")
+        object_list[:] = received
+    return None
+
+
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                        group_src=None):
+    """torch's: rank r of the group receives the source's scatter_object_input_list[r] as its output list's
+    first entry."""
+    g = _group(group, "scatter_object_list")
+    if g is None:
+        return None
+    if not isinstance(scatter_object_output_list, list) or len(scatter_object_output_list) < 1:
+        raise ValueError("scatter_object_list: expected scatter_object_output_list to be a list of at least one "
+                         "element")
+    root = _peer(g, 0 if src is None and group_src is None else src, group_src, "scatter_object_list", "src")
+    objects = [None] * g.size()
+    if g.rank() == root:
+        if scatter_object_input_list is None or len(scatter_object_input_list) != g.size():
+            raise ValueError(f"scatter_object_list: the source's input list must have {g.size()} entries")
+        objects = list(scatter_object_input_list)
+    broadcast_object_list(objects, group_src=root, group=g)
+    scatter_object_output_list[0] = objects[g.rank()]
+    return None
+
+
 def barrier(group=None, async_op=False, device_ids=None):
     """Blocks the host until every rank of the group has reached the barrier (after its earlier operations)."""
     g = _group(group, "barrier")
@@ -496,4 +594,4 @@ def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     return None if handle is None else Work(handle)
 
 
-from . import device_mesh, fsdp, tensor  # noqa: E402,F401  (stand-ins: no sharding yet)
+from . import device_mesh, fsdp, optim, tensor  # noqa: E402,F401  (device_mesh, fsdp, tensor: stand-ins)
