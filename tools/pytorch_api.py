@@ -28,9 +28,13 @@ DIFFERS = {
     "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
     "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
     "torch.distributed.tensor.DTensor": "a stand-in: nothing is an instance; constructing raises "
-                                        "NotProvidedError (no sharding yet); so are DeviceMesh and the fsdp and "
-                                        "tensor.parallel names. The placements (Shard, Replicate, Partial) are "
-                                        "torch's values (descriptions libraries build plans from)",
+                                        "NotProvidedError (fully_shard's shards are plain tensors); so are "
+                                        "DeviceMesh and the tensor.parallel names. The placements (Shard, Replicate, "
+                                        "Partial) are torch's values (descriptions libraries build plans from)",
+    "torch.distributed.fsdp.fully_shard": "each managed parameter becomes this rank's rows of it (dim 0, padded) as a "
+                                          "plain Parameter, not a DTensor: state_dict() holds the shards "
+                                          "(dygrad.distributed.fsdp.full_state_dict gathers them); the default group "
+                                          "only (mesh= raises NotProvidedError); docs/distributed.md",
     "torch.distributed.optim.ZeroRedundancyOptimizer": "torch's partition, step and state dicts (docs/distributed.md); "
                                                        "overlap_with_ddp=True raises NotProvidedError",
     "torch.library.custom_op": "runs eagerly (no dispatcher): the op is a Python callable, also dg.ops.<ns>.<name>; "
@@ -139,6 +143,9 @@ AREAS = [
                                                     "gather_object", "broadcast_object_list",
                                                     "scatter_object_list"]),
     ("Sharded optimizer", "torch.distributed.optim", lambda m: ["ZeroRedundancyOptimizer"]),
+    ("Sharded parameters", "torch.distributed.fsdp", lambda m: ["fully_shard", "FSDPModule", "MixedPrecisionPolicy",
+                                                                "OffloadPolicy", "CPUOffloadPolicy",
+                                                                "register_fsdp_forward_method"]),
     ("Modules", "torch.nn", lambda m: sorted(n for n in m.modules.__all__)),
     ("Functional", "torch.nn.functional",
      lambda m: sorted(n for n in dir(m) if not n.startswith("_") and callable(getattr(m, n))

@@ -65,9 +65,11 @@ def parse_args(argv=None):
                         "projection); auto (per block, to keep the peak under --recompute-budget)")
     p.add_argument("--recompute-budget", default="60%",
                    help="auto's peak budget: a percentage of the plain step's peak, or bytes (K/M/G/KiB/MiB/GiB)")
-    p.add_argument("--shard", default="none", choices=["none", "zero1"],
-                   help="under several ranks: zero1 shards the optimizer state (ZeroRedundancyOptimizer, "
-                        "docs/distributed.md); checkpoints hold the whole state (gathered on rank 0)")
+    p.add_argument("--shard", default="none", choices=["none", "zero1", "zero2", "fsdp"],
+                   help="under several ranks (docs/distributed.md): zero1 shards the optimizer state "
+                        "(ZeroRedundancyOptimizer), zero2 also the gradients and fsdp also the parameters "
+                        "(fully_shard per block, without / with resharding after forward); checkpoints hold the "
+                        "whole model and state (gathered on rank 0)")
     p.add_argument("--jit", action="store_true", help="compile the training step with dygrad.jit (docs/jit.md): "
                    "after a warm-up and a capture step, each step is replayed as one Task with no Python")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -147,17 +149,26 @@ def _process_alive(pid):
     return True
 
 
-def save_checkpoint(path, model, optimizer, step, args):
+def checkpoint_state(model, optimizer):
+    """(the model's whole state dict, each parameter's whole optimizer state in the optimizer's order): gathered
+    from the ranks when sharded (a collective then: every rank calls it), the tensors as they are otherwise."""
+    if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO-1: the state consolidated on rank 0
+        optimizer.consolidate_state_dict(to=0)
+        n = sum(len(g["params"]) for g in optimizer.param_groups)
+        whole = optimizer.state_dict()["state"] if dg.distributed.get_rank() == 0 else {}
+        return model.state_dict(), [whole.get(i, {}) for i in range(n)]
+    if any(isinstance(m, dg.distributed.fsdp.FSDPModule) for m in model.modules()):
+        from dygrad.distributed.fsdp import full_optimizer_states, full_state_dict
+        return full_state_dict(model), full_optimizer_states(model, optimizer)
+    return model.state_dict(), [optimizer.state[p] for g in optimizer.param_groups for p in g["params"]]
+
+
+def save_checkpoint(path, whole, step, args):
     # bfloat16 tensors (--dtype bf16-pure) are saved as float32 (exact; NumPy has no bfloat16)
     def host(t):
         return (t.float() if t.dtype == dg.bfloat16 else t).numpy()
-    arrays = {"model." + k: host(v) for k, v in model.state_dict().items()}
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    if hasattr(optimizer, "consolidate_state_dict"):  # ZeRO: the whole state, as consolidated on this rank
-        whole = optimizer.state_dict()["state"]
-        states = [whole.get(i, {}) for i in range(len(params))]
-    else:
-        states = [optimizer.state[p] for p in params]
+    model_state, states = whole
+    arrays = {"model." + k: host(v) for k, v in model_state.items()}
     for i, state in enumerate(states):
         if state:
             arrays[f"optim.{i}.exp_avg"] = state["exp_avg"].numpy()
@@ -174,17 +185,27 @@ def save_checkpoint(path, model, optimizer, step, args):
 def load_checkpoint(path, model, optimizer):
     arrays, meta = load_file(path)
     dtypes = {k: v.dtype for k, v in model.state_dict().items()}
-    model.load_state_dict({k[6:]: dg.from_numpy(v).to(dtypes[k[6:]]) for k, v in arrays.items() if k.startswith("model.")})
+    whole = {k[6:]: dg.from_numpy(v).to(dtypes[k[6:]]) for k, v in arrays.items() if k.startswith("model.")}
+    fsdp = any(isinstance(m, dg.distributed.fsdp.FSDPModule) for m in model.modules())
+    if fsdp:  # each rank keeps its rows of each sharded parameter and optimizer state
+        from dygrad.distributed.fsdp import load_full_state_dict, shard_optimizer_state
+        load_full_state_dict(model, whole)
+    else:
+        model.load_state_dict(whole)
     steps = json.loads(meta["optim_steps"])
     owner = getattr(optimizer, "_owner", None)  # ZeRO: each rank keeps the state of its share only
     for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"]):
         if owner is not None and owner[id(p)] != optimizer.rank:
             continue
         if f"optim.{i}.exp_avg" in arrays:
-            optimizer.state[p] = {"step": dg.tensor(float(steps[i]), dtype=dg.float32), "exp_avg": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg"])),
-                                  "exp_avg_sq": state_tensor(dg.tensor(arrays[f"optim.{i}.exp_avg_sq"]))}
+            state = {"step": dg.tensor(float(steps[i]), dtype=dg.float32),
+                     "exp_avg": dg.tensor(arrays[f"optim.{i}.exp_avg"]),
+                     "exp_avg_sq": dg.tensor(arrays[f"optim.{i}.exp_avg_sq"])}
             if f"optim.{i}.master_param" in arrays:
-                optimizer.state[p]["master_param"] = state_tensor(dg.tensor(arrays[f"optim.{i}.master_param"]))
+                state["master_param"] = dg.tensor(arrays[f"optim.{i}.master_param"])
+            if fsdp:
+                state = shard_optimizer_state(model, p, state)
+            optimizer.state[p] = {k: v if k == "step" else state_tensor(v) for k, v in state.items()}
     if meta.get("rng") and hasattr(dg, "set_rng_state"):
         dg.set_rng_state(json.loads(meta["rng"]))
     return int(meta["step"])
@@ -324,8 +345,10 @@ def main(argv=None):
     if world > 1:
         dg.distributed.init_process_group("mpi")
         rank, world = dg.distributed.get_rank(), dg.distributed.get_world_size()
-        if rank != 0:
-            args.quiet, args.profile, args.sample_tokens = True, False, 0
+        if rank != 0:  # the sample is printed by rank 0 (a sharded model generates on every rank: collectives)
+            args.quiet, args.profile = True, False
+            if args.shard not in ("zero2", "fsdp"):
+                args.sample_tokens = 0
     if args.threads:
         dg.set_context(num_threads=args.threads)
     dg.manual_seed(args.seed)
@@ -342,9 +365,21 @@ def main(argv=None):
     log(f"data: {source}: {len(train_set):,} train / {len(val_set):,} val tokens")
 
     model = llama.Llama(cfg, fused=not args.unfused)
-    params = model.parameters()
+    sharded = args.shard in ("zero2", "fsdp") and world > 1
+    n_params = sum(p.numel() for p in model.parameters())
+    if sharded and (args.recompute != "none" or args.jit or args.profile):
+        raise SystemExit(f"--shard {args.shard} does not combine with --recompute, --jit or --profile yet "
+                         f"(docs/distributed.md)")
     if args.dtype == "bf16-pure":
         model.to(dg.bfloat16)
+    if sharded:  # each block, then the root (its embedding, final norm and head): the optimizer sees the shards
+        from dygrad.distributed.fsdp import fully_shard
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=args.shard == "fsdp")
+        fully_shard(model)
+        dg.distributed.fsdp.register_fsdp_forward_method(model, "generate")  # it calls forward directly
+    params = model.parameters()
+    if args.dtype == "bf16-pure":
         params = [{"params": model.parameters(), "master_weights": True}]
     if args.shard == "zero1" and world > 1:
         optimizer = dg.distributed.optim.ZeroRedundancyOptimizer(params, dg.optim.AdamW, lr=args.lr,
@@ -362,9 +397,8 @@ def main(argv=None):
     if args.recompute != "none":  # before DDP wraps the model: the measured steps reduce nothing
         recompute_plan, costs, modes, recompute_step = setup_recompute(args, model, train_set, batch, log)
         recomputed_flops = costs.recomputed_flops(modes)
-    if world > 1:  # after resuming: DDP broadcasts rank 0's parameters
+    if world > 1 and not sharded:  # after resuming: DDP broadcasts rank 0's parameters
         train_model = dg.nn.parallel.DistributedDataParallel(model)
-    n_params = sum(p.numel() for p in model.parameters())
     # MFU's denominator: the measured GEMM peak of the dtype the GEMMs run in (bf16 under autocast and bf16-pure),
     # recorded with the CPU and its bf16 features beside every MFU figure (log lines and metrics.jsonl).
     peak_dtype = "float32" if args.dtype == "fp32" else "bfloat16"
@@ -422,8 +456,11 @@ def main(argv=None):
                                                       recomputed_flops * world, dt, peak)
             record["hfu"] = hfu
             fields.append(f"HFU {hfu:.1%}")
+        if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
+            if rank == 0 or sharded:  # a sharded model's forward is a collective: every rank evaluates
+                val_loss = evaluate(model, val_set, args.eval_batches, batch, args.seed)
         if rank == 0 and ((step + 1) % args.eval_interval == 0 or step + 1 == args.steps):
-            record["val_loss"] = evaluate(model, val_set, args.eval_batches, batch, args.seed)
+            record["val_loss"] = val_loss
             fields.append(f"val {record['val_loss']:.4f}")
             progress.update(step, fields, force_line=True)
         else:
@@ -431,10 +468,9 @@ def main(argv=None):
         metrics.write(json.dumps(record) + "\n")
         metrics.flush()
         if (step + 1) % args.save_interval == 0 or step + 1 == args.steps:
-            if hasattr(optimizer, "consolidate_state_dict"):  # every rank: the state gathered on rank 0
-                optimizer.consolidate_state_dict(to=0)
+            whole = checkpoint_state(model, optimizer)  # every rank: sharded state is gathered
             if rank == 0:
-                save_checkpoint(checkpoint_path(args.out), model, optimizer, step + 1, args)
+                save_checkpoint(checkpoint_path(args.out), whole, step + 1, args)
 
     failed_steps = []
 
@@ -518,7 +554,7 @@ def main(argv=None):
         tok = dgdata.ByteTokenizer()
         idx = dg.tensor(tok.encode(args.prompt).astype(np.int64)).view(1, -1)
         out = model.generate(idx, args.sample_tokens, temperature=0.8)
-        print("sample:", tok.decode(out[0].tolist()))
+        log("sample:", tok.decode(out[0].tolist()))
     if world > 1:
         dg.distributed.destroy_process_group()
     return 0

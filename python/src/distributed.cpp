@@ -9,6 +9,7 @@
 #include "common.h"
 #include "dygrad/autograd/node.h"
 #include "dygrad/distributed/comm.h"
+#include "dygrad/ops/shape.h"
 
 namespace dg::py {
 
@@ -62,6 +63,11 @@ void init_distributed(nb::module_& m) {
   m.def("_mpi_init_world", &dist::init_world, "timeout_s"_a, nb::call_guard<nb::gil_scoped_release>());
   m.def("_mpi_finalize", &dist::finalize, nb::call_guard<nb::gil_scoped_release>());
   m.def("_single_process_group", &dist::single_process_group);
+  // fully_shard's saved-tensor hooks (python/dygrad/distributed/fsdp): a saved view of a parameter re-made over the
+  // parameter gathered again for backward, with the geometry it had (no autograd: the gathered tensor needs none).
+  m.def("_as_strided", [](const Tensor& t, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                          int64_t offset) { return as_strided(t, sizes, strides, offset); },
+        "tensor"_a, "sizes"_a, "strides"_a, "storage_offset"_a);
   m.def("_comm_in_flight", &dist::comm_in_flight);
   m.def("_comm_stats", [] {
     const dist::CommStats s = dist::comm_stats();

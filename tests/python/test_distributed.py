@@ -582,6 +582,33 @@ def test_training_cli_data_parallel_then_resume_on_one_rank(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("shard", ["zero2", "fsdp"])
+def test_training_cli_sharded_parameters_then_resume_on_one_rank(shard, tmp_path):
+    """--shard zero2|fsdp (fully_shard per block and the root): the losses and validation of plain DDP, a
+    checkpoint gathered whole on rank 0 that one rank resumes from, to the same third step."""
+    out, ddp_out = str(tmp_path / "run"), str(tmp_path / "ddp")
+    common = ["--config", "tiny", "--batch-size", "2", "--seq-len", "32", "--quiet", "--eval-batches", "1",
+              "--sample-tokens", "4", "--save-interval", "2", "--eval-interval", "2"]
+
+    def launch(where, extra, ranks=2):
+        prefix = [sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", str(ranks), "-m"] \
+            if ranks > 1 else [sys.executable, "-m"]
+        r = subprocess.run(prefix + ["dygrad.train", "--out", where] + common + extra, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        with open(os.path.join(where, "metrics.jsonl")) as f:
+            return [json.loads(line) for line in f]
+
+    ddp = launch(ddp_out, ["--steps", "2"])
+    mine = launch(out, ["--steps", "2", "--shard", shard])
+    resumed = launch(out, ["--steps", "3", "--resume"], ranks=1)
+    ddp_resumed = launch(ddp_out, ["--steps", "3", "--resume"], ranks=1)
+    assert [r["loss"] for r in mine] == [r["loss"] for r in ddp[:2]]
+    assert mine[1]["val_loss"] == ddp[1]["val_loss"]
+    assert resumed[-1]["step"] == 3 and resumed[-1]["loss"] == ddp_resumed[-1]["loss"]
+
+
+@needs_mpi
 def test_profiler_sees_each_bucket_and_splits_exposed_from_overlapped(tmp_path):
     result = mpirun("ddp_profile.py", str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
@@ -704,3 +731,59 @@ def test_zero_redundancy_optimizer_refuses_what_it_does_not_provide():
         (t * t).sum().backward()
         opt.step()
     assert dg.equal(p, q) and len(z.state) == 1
+
+
+# --- fully_shard (FSDP2's API): ZeRO-3 and ZeRO-2 (tests/python/dist/fsdp.py) -------------------------------------
+_fsdp_results = {}
+
+
+def fsdp_run(mode, fused, tmp_path):
+    key = (mode, fused)
+    if key not in _fsdp_results:
+        result = mpirun("fsdp.py", str(tmp_path), mode, "fused" if fused else "composed")
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        _fsdp_results[key] = [json.load(open(tmp_path / f"fsdp_rank{r}.json")) for r in (0, 1)]
+    return _fsdp_results[key]
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode,fused", [("zero3", True), ("zero3", False), ("zero2", True), ("clip", True),
+                                        ("accumulate", False), ("mixed", True)])
+def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tmp_path):
+    ranks = fsdp_run(mode, fused, tmp_path)
+    for res in ranks:
+        assert res["is_fsdp_module"] == "FSDPLlama" and res["shard_shape"] == [31, 32]  # 61 rows: padded halves
+        # parameters, gradients and optimizer state: this rank's half (and the padding row)
+        assert all(r <= 0.51 for r in res["ratios"].values()), res["ratios"]
+        assert res["keys_equal"]
+        if mode == "mixed":  # bf16 compute, fp32 reduction and shards: close to the fp32 DDP run
+            assert res["fsdp_losses"] == pytest.approx(res["ddp_losses"], abs=0.03)
+            assert res["params_max_diff"] < 0.02
+        elif mode == "clip":  # the norm from each rank's shards: summed in another order than over whole tensors
+            assert res["fsdp_losses"] == pytest.approx(res["ddp_losses"], rel=1e-6)
+            assert res["params_max_diff"] < 1e-5 and res["eval_equal"] is not None
+        else:  # bitwise DDP's: the same gradients, summed over 2 ranks then / 2, the same AdamW on the shards
+            assert res["fsdp_losses"] == res["ddp_losses"] and res["params_equal"], res["params_max_diff"]
+            assert res["eval_equal"]
+        assert res["gathered_after_backward"] == [False, False]  # resharded after backward
+        assert res["gathered_after_forward"] == [mode == "zero2"] * 2  # ZeRO-3 reshards after forward too
+        assert res["root_gathered_after_forward"]  # the root keeps its parameters for the backward (torch's default)
+
+
+@needs_mpi
+def test_fully_shard_zero3_frees_the_blocks_parameters_between_forward_and_backward(tmp_path):
+    zero3 = fsdp_run("zero3", False, tmp_path)[0]
+    zero2 = fsdp_run("zero2", True, tmp_path)[0]
+    # after a forward nothing but the test holds the blocks' gathered parameters under ZeRO-3 (autograd saved
+    # tokens, gathered again by backward); ZeRO-2 keeps them (and autograd saved them) for the backward
+    assert zero3["holders_after_forward"] == [1]
+    assert min(zero2["holders_after_forward"]) > 1
+
+
+def test_fully_shard_refuses_what_it_does_not_provide():
+    from dygrad._not_provided import NotProvidedError
+    from dygrad.distributed.fsdp import fully_shard
+    with pytest.raises(NotProvidedError, match="DeviceMesh"):
+        fully_shard(dg.nn.Linear(2, 2), mesh=object())
+    with pytest.raises(NotProvidedError, match="dim 0"):
+        fully_shard(dg.nn.Linear(2, 2), shard_placement_fn=lambda p: None)

@@ -20,13 +20,17 @@ def test_stand_ins_import_and_raise_when_used():
     assert not isinstance(dg.ones(2), DTensor) and not isinstance(dg.nn.Linear(1, 1), FullyShardedDataParallel)
     # (the placements Shard, Replicate, Partial are torch's values: tests/python/test_transformers_names.py)
     for call, name in [(DTensor, "torch.distributed.tensor.DTensor"), (lambda: DeviceMesh("cpu", [0]), "DeviceMesh"), (lambda: distribute_tensor(1), "distribute_tensor"),
-                       (lambda: fully_shard(dg.nn.Linear(1, 1)), "fully_shard"), (ColwiseParallel, "ColwiseParallel"),
+                       (ColwiseParallel, "ColwiseParallel"),
                        (lambda: parallelize_module(None, None), "parallelize_module"),
                        (lambda: flex_attention(1, 2, 3), "flex_attention"), (lambda: create_block_mask(None), "create_block_mask"),
                        (lambda: dg.distributed.all_to_all_single(dg.ones(1), dg.ones(1)), "all_to_all_single")]:
         with pytest.raises(dg.NotProvidedError, match=f"{name}.* is not provided by dygrad"):
             call()
     assert issubclass(dg.NotProvidedError, NotImplementedError) and BlockMask is not None
+    # fully_shard is real (docs/distributed.md): without a process group it raises torch's error
+    if not dg.distributed.is_initialized():
+        with pytest.raises(ValueError, match="Default process group has not been initialized"):
+            fully_shard(dg.nn.Linear(1, 1))
     even = and_masks(lambda b, h, q, k: q >= k, lambda b, h, q, k: (q + k) % 2 == 0)
     assert even(0, 0, 3, 1) and not even(0, 0, 1, 3) and or_masks(lambda *a: False, lambda *a: True)(0, 0, 0, 0)
 

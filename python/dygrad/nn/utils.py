@@ -45,13 +45,19 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     """torch.nn.utils.clip_grad_norm_: two Tasks over all gradients (their total norm, then the scaling by
     min(1, max_norm / (norm + 1e-6)) read from it on the stream); returns the norm, a 0-d tensor. foreach is
     accepted and ignored (the one path is already multi-tensor)."""
-    if isinstance(parameters, Tensor):
-        grads = [parameters.grad] if parameters.grad is not None else []
-    else:
-        grads = [p.grad for p in parameters if p.grad is not None]
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return _C.tensor(0.0)
-    total_norm = get_total_norm(grads, norm_type, error_if_nonfinite)
+    if any(getattr(p, "_fsdp", None) is not None for p in params):  # fully_shard's shards: the norm of the whole
+        from ..distributed.fsdp import _grad_norm_sharded
+        total_norm = _grad_norm_sharded(params, float(norm_type))
+        if error_if_nonfinite and not _finite_on_host(total_norm):
+            raise RuntimeError(f"The total norm of order {float(norm_type)} for gradients from `parameters` is "
+                               "non-finite, so it cannot be clipped. To disable this error and scale the gradients by "
+                               "the non-finite norm anyway, set `error_if_nonfinite=False`")
+    else:
+        total_norm = get_total_norm(grads, norm_type, error_if_nonfinite)
     _C._clip_grads_with_norm_(grads, float(max_norm), total_norm)
     return total_norm
 

@@ -1,1 +1,1 @@
-"""torch.distributed._composable: the composable APIs' older home (stand-ins: no sharding yet)."""
+"""torch.distributed._composable: the composable APIs' older home (fully_shard: the same as torch.distributed.fsdp)."""

@@ -1,2 +1,2 @@
-"""torch.distributed._composable.fsdp: fully_shard's older path (stand-ins: no sharding yet)."""
+"""torch.distributed._composable.fsdp: fully_shard's older path (the same functions as torch.distributed.fsdp)."""
 from ..fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard  # noqa: F401

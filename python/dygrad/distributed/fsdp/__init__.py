@@ -1,11 +1,539 @@
-"""torch.distributed.fsdp: fully_shard and FullyShardedDataParallel (stand-ins: no sharding yet; the issue
-"Distributed (2 of 2)" brings ZeRO)."""
-from ..._not_provided import stand_in, stand_in_function
+"""torch.distributed.fsdp: fully_shard (torch's FSDP2 API), ZeRO-3 and, with reshard_after_forward=False, ZeRO-2
+(docs/distributed.md "Sharded parameters: fully_shard").
 
-_WHY = "no parameter sharding (FSDP / ZeRO) yet"
-FullyShardedDataParallel = stand_in("FullyShardedDataParallel", __name__, _WHY)
-FSDPModule = stand_in("FSDPModule", __name__, _WHY)
-MixedPrecisionPolicy = stand_in("MixedPrecisionPolicy", __name__, _WHY)
-fully_shard = stand_in_function("torch.distributed.fsdp.fully_shard", _WHY)
-OffloadPolicy = stand_in("OffloadPolicy", __name__, _WHY)
-CPUOffloadPolicy = stand_in("CPUOffloadPolicy", __name__, _WHY)
+Each parameter a `fully_shard(module)` call manages is stored as this rank's rows of it (dim 0 split in equal
+parts, the last padded with zeros): the module's registered parameter *is* that shard, so `model.parameters()` and
+every optimizer built from it see shards, and the optimizer state is sharded too. Before the module's forward its
+parameters are all-gathered (one all-gather per parameter into a padded buffer, in flight together; the next
+module's are issued as this one starts: prefetch) and the module computes with the whole tensors, set as instance
+attributes that shadow the shards. The gradient of each whole parameter is reduce-scattered into its shard's
+gradient (the sum, then / world: DDP's average). With reshard_after_forward the whole parameters are dropped
+after the forward: what autograd saved of them is kept as a token (a saved-tensor hook), and backward all-gathers
+them again when it first needs one (and prefetches the module before it in forward order).
+"""
+import threading
+from dataclasses import dataclass
+
+from ... import _C
+from ..._not_provided import NotProvidedError, stand_in
+
+__all__ = ["fully_shard", "register_fsdp_forward_method", "full_state_dict", "load_full_state_dict", "full_optimizer_states",
+           "shard_optimizer_state", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy",
+           "FullyShardedDataParallel"]
+
+FullyShardedDataParallel = stand_in("FullyShardedDataParallel", __name__,
+                                     "FSDP1's wrapper class (use fully_shard, FSDP2's API)")
+
+
+@dataclass(frozen=True)
+class MixedPrecisionPolicy:
+    """torch's: param_dtype, the dtype the parameters are gathered and computed in; reduce_dtype, the dtype their
+    gradients are reduce-scattered in (the shards keep their own dtype); output_dtype, the root's outputs' dtype;
+    cast_forward_inputs, whether the root's floating inputs are cast to param_dtype."""
+    param_dtype: object = None
+    reduce_dtype: object = None
+    output_dtype: object = None
+    cast_forward_inputs: bool = True
+
+
+@dataclass(frozen=True)
+class OffloadPolicy:
+    """torch's: no offload."""
+
+
+@dataclass(frozen=True)
+class CPUOffloadPolicy(OffloadPolicy):
+    """torch's offload of the shards to the host: dygrad's tensors of a CPU run are on the host already (accepted,
+    nothing moves); with a device's parameters it is not provided."""
+    pin_memory: bool = True
+
+
+def _dist():
+    from ... import distributed
+    return distributed
+
+
+_state = threading.local()  # per thread: the FSDP forwards running (depth) and the saved-tensor hooks pushed
+
+
+def _depth():
+    return getattr(_state, "depth", 0)
+
+
+class _Param:
+    """One managed parameter: its shard (the registered Parameter), the whole shape, the rows per rank, and the
+    (module, name) pairs it is registered under (a tied parameter has several)."""
+    __slots__ = ("shard", "shape", "rows", "owners", "requires_grad")
+
+    def __init__(self, shard, shape, rows, owners):
+        self.shard, self.shape, self.rows, self.owners = shard, shape, rows, owners
+        self.requires_grad = shard.requires_grad
+
+
+class _Group:
+    """The parameters one fully_shard call manages, and their gathered state."""
+
+    def __init__(self, module, params, process_group, reshard_after_forward, mp_policy):
+        self.module = module
+        self.params = params
+        self.pg = process_group
+        self.world = process_group.size()
+        self.rank = process_group.rank()
+        self.reshard_after_forward = reshard_after_forward
+        self.mp = mp_policy
+        self.full = None        # per param: the whole tensor (a view of `padded`), while unsharded
+        self.versions = None    # the shards' versions when gathered (an optimizer step makes them stale)
+        self.padded = None      # per param: the all-gather's output buffer
+        self.works = None       # the all-gathers in flight
+        self.sync_grads = True
+        self.pending = {}       # param index -> the whole gradient accumulated while sync_grads is off
+        self.backward_left = 0  # gradients still to come in this backward before resharding
+        self.in_backward = False
+
+    # -- gathering ----------------------------------------------------------------------------------------------
+    def issue(self):
+        """Starts the all-gathers (no host block: the collectives run on the communication thread, and what reads
+        their results waits on the stream)."""
+        if self.padded is not None and self.versions == [p.shard._version for p in self.params]:
+            return
+        self.reshard()
+        self.versions = [p.shard._version for p in self.params]
+        import dygrad as dg
+        dist = _dist()
+        self.padded, self.works = [], []
+        with dg.no_grad():
+            for p in self.params:
+                shard = p.shard.detach()
+                if self.mp.param_dtype is not None and shard.is_floating_point():
+                    shard = shard.to(self.mp.param_dtype)
+                out = dg.empty((self.world * p.rows,) + tuple(p.shape[1:]) if p.shape else (self.world * p.rows,),
+                               dtype=shard.dtype, device=shard.device)
+                self.works.append(dist.all_gather_into_tensor(out, shard.contiguous(), group=self.pg, async_op=True))
+                self.padded.append(out)
+
+    def gathered(self):
+        """The whole tensors (issuing the all-gathers if not yet), waited on the stream."""
+        if self.full is None or self.versions != [p.shard._version for p in self.params]:
+            self.issue()
+            for w in self.works:
+                w.wait()
+            self.full = [buf[:p.shape[0]] if p.shape else buf[:1].reshape(()) for buf, p in zip(self.padded, self.params)]
+            self.works = None
+        return self.full
+
+    def reshard(self):
+        """Drops the whole tensors (their memory returns once nothing queued reads it)."""
+        self.full = self.padded = self.works = self.versions = None
+        self._unbind()
+
+    # -- the module's attributes ------------------------------------------------------------------------------
+    def _bind(self, tensors):
+        for p, t in zip(self.params, tensors):
+            for module, name in p.owners:
+                module.__dict__[name] = t
+
+    def _unbind(self):
+        for p in self.params:
+            for module, name in p.owners:
+                module.__dict__.pop(name, None)
+
+    # -- forward and backward -----------------------------------------------------------------------------------
+    def pre_forward(self):
+        full = self.gathered()
+        self.in_backward = False
+        attached = []
+        for i, (p, t) in enumerate(zip(self.params, full)):
+            if p.requires_grad and is_grad_enabled():
+                t = _Unsharded.apply(p.shard, t, self, i)
+            attached.append(t)
+        self.backward_left = sum(1 for p in self.params if p.requires_grad) if is_grad_enabled() else 0
+        self._bind(attached)
+        _active[self] = {_C._storage_address(t): i for i, t in enumerate(full)}
+
+    def post_forward(self):
+        if self.reshard_after_forward:
+            _active.pop(self, None)
+            self.reshard()
+        else:
+            self._unbind()  # between forward and backward the registered parameters are the shards again
+
+    def reduce(self, index, grad):
+        """The whole gradient of parameter `index` -> this rank's shard of the ranks' average."""
+        import dygrad as dg
+        dist = _dist()
+        p = self.params[index]
+        if index in self.pending:
+            grad = grad + self.pending.pop(index)
+        if not self.sync_grads:
+            self.pending[index] = grad.detach()
+            return None
+        reduce_dtype = self.mp.reduce_dtype or p.shard.dtype
+        full = dg.zeros((self.world * p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
+        head = full[:p.shape[0] if p.shape else 1]
+        head.copy_(grad.reshape(head.shape))
+        out = dg.empty((p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
+        if self.world > 1:
+            dist.reduce_scatter_tensor(out, full, op=dist.ReduceOp.SUM, group=self.pg)
+            out = out / self.world  # DDP's average: the sum, then / world
+        else:
+            out.copy_(full)
+        return out.to(p.shard.dtype) if out.dtype != p.shard.dtype else out
+
+    def backward_done_one(self):
+        """After the last gradient of this backward the gathered parameters go (torch's reshard after backward)."""
+        self.backward_left -= 1
+        if self.backward_left <= 0:
+            _active.pop(self, None)
+            self.reshard()
+
+
+_active = {}  # group -> {storage address of a whole parameter: its index}, while its forward's values are gathered
+
+
+from ...autograd import Function, is_grad_enabled  # noqa: E402
+
+
+class _Unsharded(Function):
+    """The whole parameter as a function of its shard: forward passes the gathered tensor through, backward
+    reduce-scatters the whole gradient into the shard's."""
+
+    @staticmethod
+    def forward(ctx, shard, full, group, index):
+        ctx.group, ctx.index = group, index
+        return full.view(full.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        group = ctx.group
+        try:
+            return group.reduce(ctx.index, grad), None, None, None
+        finally:
+            group.backward_done_one()
+
+
+# -- saved-tensor hooks: what autograd saves of a whole parameter is a token, gathered again when backward reads it -
+def _pack(t):
+    address = _C._storage_address(t)
+    for group, index_of in _active.items():
+        i = index_of.get(address)
+        if i is not None and group.reshard_after_forward:
+            return ("fsdp", group, i, tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+    return t
+
+
+def _unpack(packed):
+    if not (isinstance(packed, tuple) and len(packed) == 7 and packed[0] == "fsdp"):
+        return packed
+    _, group, i, shape, stride, offset, dtype = packed
+    if group.full is None:
+        group.in_backward = True
+        group.gathered()
+        order = _forward_order(group)
+        if order is not None and order > 0:  # prefetch the module before it in forward order
+            _order_list[order - 1].issue()
+    buf = group.padded[i]
+    return _C._as_strided(buf, list(shape), list(stride), offset)
+
+
+_order_list = []  # the groups in the order their forwards ran (recorded at the first step)
+
+
+def _forward_order(group):
+    try:
+        return _order_list.index(group)
+    except ValueError:
+        return None
+
+
+def _pre_forward_hook(module, args, kwargs):
+    group = module._fsdp_group
+    if _depth() == 0:  # the root: the saved-tensor hooks for the whole forward
+        from ...autograd.graph import saved_tensors_hooks
+        hooks = saved_tensors_hooks(_pack, _unpack)
+        hooks.__enter__()
+        _state.hooks = hooks
+        _state.root = module
+        _state.seen = []
+        if group.mp.cast_forward_inputs and group.mp.param_dtype is not None:
+            args, kwargs = _cast_inputs(args, kwargs, group.mp.param_dtype)
+    _state.depth = _depth() + 1
+    _state.seen.append(group)
+    group.pre_forward()
+    i = _forward_order(group)
+    if i is not None and i + 1 < len(_order_list):  # prefetch the next module's parameters
+        _order_list[i + 1].issue()
+    return args, kwargs
+
+
+def _post_forward_hook(module, args, kwargs, output):
+    group = module._fsdp_group
+    group.post_forward()
+    _state.depth = _depth() - 1
+    if _depth() == 0:
+        _state.hooks.__exit__(None, None, None)
+        _state.hooks = None
+        if not _order_list or _order_list != _state.seen:
+            _order_list[:] = _state.seen
+        if group.mp.output_dtype is not None:
+            output = _cast_tree(output, group.mp.output_dtype)
+        return output
+    return None
+
+
+def _cast_tree(x, dtype):
+    if isinstance(x, _C.Tensor):
+        return x.to(dtype) if x.is_floating_point() else x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast_tree(v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _cast_tree(v, dtype) for k, v in x.items()}
+    return x
+
+
+def _cast_inputs(args, kwargs, dtype):
+    return _cast_tree(tuple(args), dtype), _cast_tree(dict(kwargs), dtype)
+
+
+class FSDPModule:
+    """What fully_shard makes a module also be (torch's FSDPModule): its parameters are shards."""
+
+    def unshard(self, async_op=False):
+        """Gathers the parameters ahead of the forward (async_op: returns a handle whose wait() finishes it)."""
+        group = self._fsdp_group
+        group.issue()
+        if async_op:
+            return _UnshardHandle(group)
+        group.gathered()
+        return None
+
+    def reshard(self):
+        """Drops the gathered parameters (the shards stay)."""
+        self._fsdp_group.reshard()
+
+    def set_requires_gradient_sync(self, requires_gradient_sync, *, recurse=True):
+        """Without gradient sync, backward accumulates the whole gradients locally (no reduce-scatter) and the next
+        synchronised backward reduces their sum (gradient accumulation, as torch's)."""
+        for m in (self.modules() if recurse else [self]):
+            if isinstance(m, FSDPModule):
+                m._fsdp_group.sync_grads = bool(requires_gradient_sync)
+
+    def set_reshard_after_forward(self, reshard_after_forward, recurse=True):
+        for m in (self.modules() if recurse else [self]):
+            if isinstance(m, FSDPModule):
+                m._fsdp_group.reshard_after_forward = bool(reshard_after_forward)
+
+    def set_is_last_backward(self, is_last_backward):
+        pass  # every backward reduce-scatters as soon as a gradient is whole
+
+
+class _UnshardHandle:
+    def __init__(self, group):
+        self.group = group
+
+    def wait(self):
+        self.group.gathered()
+
+
+_classes = {}
+
+
+def fully_shard(module, *, mesh=None, reshard_after_forward=None, shard_placement_fn=None,
+                mp_policy=MixedPrecisionPolicy(), offload_policy=OffloadPolicy(), ignored_params=None,
+                dp_mesh_dims=None):
+    """torch's FSDP2 `fully_shard`: shards the parameters of `module`'s subtree that no inner fully_shard manages
+    (call it on each block, then on the root). Returns the module, now also an FSDPModule."""
+    if isinstance(module, (list, tuple)):
+        for m in module:
+            fully_shard(m, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy,
+                        offload_policy=offload_policy, ignored_params=ignored_params)
+        return module
+    if mesh is not None:
+        raise NotProvidedError("fully_shard(mesh=...): dygrad has no DeviceMesh yet; the default group (every rank "
+                               "of init_process_group) is the one it shards over")
+    if shard_placement_fn is not None or dp_mesh_dims is not None:
+        raise NotProvidedError("fully_shard(shard_placement_fn=/dp_mesh_dims=): parameters are sharded on dim 0")
+    if isinstance(offload_policy, CPUOffloadPolicy) and any(not p.is_cpu for p in module.parameters()):
+        raise NotProvidedError("fully_shard(offload_policy=CPUOffloadPolicy()) of a device's parameters")
+    if isinstance(module, FSDPModule):
+        raise ValueError(f"fully_shard: {type(module).__name__} is already sharded")
+    dist = _dist()
+    pg = dist._group(None, "fully_shard")
+    world, rank = pg.size(), pg.rank()
+    ignored = {id(p) for p in (ignored_params or ())}
+    managed = {}  # id(param) -> _Param
+    owners = {}
+    for name, sub in module.named_modules():
+        for pname, p in list(sub._parameters.items()):
+            if p is None or id(p) in ignored or getattr(p, "_fsdp", None) is not None:
+                continue
+            owners.setdefault(id(p), (p, []))[1].append((sub, pname))
+    import dygrad as dg
+    from ...nn import Parameter
+    params = []
+    for pid, (p, where) in owners.items():
+        shape = tuple(p.shape)
+        rows = -(-shape[0] // world) if shape else 1
+        whole = p.detach().reshape((1,)) if not shape else p.detach()
+        local = dg.zeros((rows,) + shape[1:], dtype=p.dtype, device=p.device)
+        start, stop = min(rank * rows, whole.shape[0]), min((rank + 1) * rows, whole.shape[0])
+        if stop > start:
+            local[:stop - start].copy_(whole[start:stop])
+        shard = Parameter(local, requires_grad=p.requires_grad)
+        param = _Param(shard, shape, rows, where)
+        shard._fsdp = (None, len(params))
+        for sub, pname in where:
+            sub._parameters[pname] = shard
+        params.append(param)
+    if reshard_after_forward is None:  # torch: True except the root (whose backward starts at once)
+        reshard_after_forward = not _is_root_call(module)
+    group = _Group(module, params, pg, bool(reshard_after_forward), mp_policy)
+    for p in params:
+        p.shard._fsdp = (group, p.shard._fsdp[1])
+    module._fsdp_group = group
+    cls = type(module)
+    if cls not in _classes:
+        _classes[cls] = type(f"FSDP{cls.__name__}", (FSDPModule, cls), {})
+    module.__class__ = _classes[cls]
+    module.register_forward_pre_hook(_pre_forward_hook, with_kwargs=True)
+    module.register_forward_hook(_post_forward_hook, with_kwargs=True, always_call=True)
+    return module
+
+
+def register_fsdp_forward_method(module, method_name):
+    """torch's: `module.<method_name>` (e.g. generate, which calls forward directly, past the hooks) runs with the
+    module's parameters gathered, as its forward does."""
+    if not isinstance(module, FSDPModule):
+        return
+    method = getattr(module, method_name)
+
+    def wrapped(*args, **kwargs):
+        args, kwargs = _pre_forward_hook(module, args, kwargs)
+        out = None
+        try:
+            out = method(*args, **kwargs)
+        finally:
+            replaced = _post_forward_hook(module, args, kwargs, out)
+        return out if replaced is None else replaced
+
+    module.__dict__[method_name] = wrapped
+
+
+def full_state_dict(module):
+    """module.state_dict() with every sharded parameter gathered whole (a collective: every rank calls it), keyed
+    as the unsharded module's: what a single-process run loads. (torch's sharded state dict holds DTensors whose
+    `full_tensor()` does this per tensor; dygrad's shards are plain tensors.)"""
+    managed = _managed(module)
+    out = {}
+    for key, value in module.state_dict().items():
+        found = managed.get(_C._storage_address(value)) if isinstance(value, _C.Tensor) else None
+        out[key] = value if found is None else _gather_rows(found[0], found[1], value)
+    return out
+
+
+def _managed(module):
+    """storage address of each shard -> (its group, its _Param), over the module's subtree."""
+    out = {}
+    for m in module.modules():
+        group = m.__dict__.get("_fsdp_group")
+        if group is not None:
+            for p in group.params:
+                out[_C._storage_address(p.shard)] = (group, p)
+    return out
+
+
+def _gather_rows(group, p, local):
+    """A tensor laid out as parameter p's shard (this rank's rows) -> the whole tensor (a collective)."""
+    import dygrad as dg
+    buf = dg.empty((group.world * p.rows,) + tuple(local.shape[1:]), dtype=local.dtype, device=local.device)
+    _dist().all_gather_into_tensor(buf, local.detach().contiguous(), group=group.pg)
+    return buf[:p.shape[0]].clone() if p.shape else buf[:1].reshape(()).clone()
+
+
+def _rows_of(group, p, whole):
+    """This rank's rows of a whole tensor shaped as parameter p (zero-padded), the layout of its shard."""
+    import dygrad as dg
+    whole = whole.detach().reshape((1,)) if not p.shape else whole.detach()
+    local = dg.zeros((p.rows,) + tuple(whole.shape[1:]), dtype=whole.dtype, device=whole.device)
+    start, stop = min(group.rank * p.rows, whole.shape[0]), min((group.rank + 1) * p.rows, whole.shape[0])
+    if stop > start:
+        local[:stop - start].copy_(whole[start:stop])
+    return local
+
+
+def load_full_state_dict(module, state_dict, strict=True):
+    """The inverse of full_state_dict: a whole (unsharded) state dict loaded into a sharded module, each rank
+    keeping its rows of each sharded parameter (no communication: every rank reads the whole state dict)."""
+    import dygrad as dg
+    managed = _managed(module)
+    own = module.state_dict()
+    local = {}
+    for key, value in state_dict.items():
+        mine = own.get(key)
+        found = managed.get(_C._storage_address(mine)) if isinstance(mine, _C.Tensor) else None
+        if found is not None:
+            group, p = found
+            if tuple(value.shape) != p.shape:
+                raise RuntimeError(f"[load_full_state_dict] {key}: the checkpoint's shape {tuple(value.shape)} is not "
+                                   f"the parameter's {p.shape}")
+            value = _rows_of(group, p, value)
+        local[key] = value
+    with dg.no_grad():
+        return module.load_state_dict(local, strict=strict)
+
+
+def full_optimizer_states(module, optimizer):
+    """Per parameter of the optimizer (groups in order), its state with every tensor laid out as a shard gathered
+    whole (a collective: every rank calls it): what the unsharded optimizer's state would be."""
+    managed = _managed(module)
+    out = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state.get(param, {})
+            found = managed.get(_C._storage_address(param))
+            whole = {}
+            for k, v in state.items():
+                if found is not None and isinstance(v, _C.Tensor) and tuple(v.shape) == tuple(param.shape) and v.dim():
+                    whole[k] = _gather_rows(found[0], found[1], v)
+                else:
+                    whole[k] = v
+            out.append(whole)
+    return out
+
+
+def shard_optimizer_state(module, param, whole):
+    """One parameter's whole optimizer state (as full_optimizer_states gives it) -> this rank's shard of it."""
+    found = _managed(module).get(_C._storage_address(param))
+    if found is None:
+        return dict(whole)
+    group, p = found
+    return {k: _rows_of(group, p, v) if isinstance(v, _C.Tensor) and tuple(v.shape) == p.shape and v.dim() else v
+            for k, v in whole.items()}
+
+
+def _grad_norm_sharded(params, norm_type):
+    """The gradient norm over sharded and replicated parameters together (clip_grad_norm_ with fully_shard): the
+    shards' norms combined over the ranks, the replicated gradients counted once."""
+    import dygrad as dg
+    dist = _dist()
+    shards = [p.grad for p in params if p.grad is not None and getattr(p, "_fsdp", None) is not None]
+    others = [p.grad for p in params if p.grad is not None and getattr(p, "_fsdp", None) is None]
+    pg = next(p._fsdp[0].pg for p in params if getattr(p, "_fsdp", None) is not None)
+    inf = norm_type == float("inf")
+    part = _C._grad_norm(shards, norm_type) if shards else dg.zeros(())
+    part = part.clone() if inf else part.float() ** norm_type
+    dist.all_reduce(part, op=dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM, group=pg)
+    if others:
+        rest = _C._grad_norm(others, norm_type)
+        part = dg.maximum(part, rest) if inf else part + rest.float() ** norm_type
+    return part if inf else part ** (1.0 / norm_type)
+
+
+def _is_root_call(module):
+    """torch decides the root lazily; at the call: a module containing already-sharded modules is the root."""
+    return any(isinstance(m, FSDPModule) for m in module.modules() if m is not module)
+
+
+def _sharded(params):
+    """The FSDP shards among `params` (for the global gradient norm)."""
+    return [p for p in params if getattr(p, "_fsdp", None) is not None]
+
