@@ -280,11 +280,14 @@ def test_gathered_all_reduce_in_a_group_of_one():
     gc.collect()
     dg.synchronize()
     before = dg.memory_allocated()
-    piece = dg.ones(1 << 20)
-    dist._all_reduce_gathered(dg.empty(1 << 20), [piece], group=g).wait()
+    piece, out = dg.ones(1 << 20), dg.empty(1 << 20)
+    dist._all_reduce_gathered(out, [piece], group=g).wait()
     del piece
     dg.synchronize()
     assert dg.memory_allocated() == before + 4 * (1 << 20)  # the output's alone: the piece was dropped
+    del out
+    dg.synchronize()
+    assert dg.memory_allocated() == before  # and a finished collective keeps none of its buffers
     with pytest.raises(TypeError, match=r"\[all_reduce\] a piece of dtype float64 for an output of dtype float32"):
         dist._all_reduce_gathered(dg.empty(3), [dg.zeros(3, dtype=dg.float64)], group=g)
     with pytest.raises(ValueError, match=r"\[all_reduce\] the pieces have 5 elements in all, the output \(2, 2\) has 4"):
@@ -787,3 +790,24 @@ def test_fully_shard_refuses_what_it_does_not_provide():
         fully_shard(dg.nn.Linear(2, 2), mesh=object())
     with pytest.raises(NotProvidedError, match="dim 0"):
         fully_shard(dg.nn.Linear(2, 2), shard_placement_fn=lambda p: None)
+
+
+@needs_mpi
+def test_fully_shard_trains_within_a_memory_limit_ddp_exceeds(tmp_path):
+    """A memory limit of 0.7x DDP's peak (dg.memory.set_memory_limit): DDP's step runs out of memory, the same model
+    under fully_shard trains within it, with DDP's losses."""
+    def run(mode, limit):
+        result = mpirun("fsdp_limit.py", str(tmp_path), mode, str(limit), timeout=180)
+        ranks = []
+        for r in (0, 1):
+            path = tmp_path / f"limit_{mode}_rank{r}.json"
+            ranks.append(json.load(open(path)) if path.exists() else {"missing": result.stderr[-2000:]})
+        return ranks
+    ddp = run("ddp", 0)
+    limit = int(0.7 * max(r["peak_reserved"] for r in ddp))
+    fsdp = run("fsdp", limit)
+    for r in range(2):
+        assert "peak_reserved" in fsdp[r], fsdp[r]
+        assert fsdp[r]["peak_reserved"] <= limit and fsdp[r]["losses"] == ddp[r]["losses"]
+    limited = run("ddp", limit)
+    assert any("oom" in r and "out of memory" in r["oom"] for r in limited), limited

@@ -13,6 +13,7 @@ gradients backward made: a pass over every gradient that dygrad saves). The next
 once those .grads are dropped, and a fresh one while anything still holds them (_Bucket.claim). After the first
 backward the buckets are rebuilt in the order the gradients arrived (torch's rebuild), with rank 0's order on
 every rank."""
+import weakref
 import contextlib
 
 from .. import _C
@@ -59,6 +60,11 @@ class _Bucket:
     def hand_over(self):
         """The views now are the .grads: the bucket keeps only its buffer, and the next step claims again."""
         self.views = None
+
+
+def _remove_hooks(handles):
+    for h in handles:
+        h.remove()
 
 
 class DistributedDataParallel(Module):
@@ -108,7 +114,17 @@ class DistributedDataParallel(Module):
         if init_sync:
             self._sync_module_states()
         self._buckets, self._where = self._make_buckets([p for _, p in reversed(named)], cap)
-        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for _, p in named]
+        # The hooks live in the parameters' C++ autograd state, which the garbage collector cannot see: a hook
+        # holding this DDP (a bound method) would make a cycle through C++ that is never collected (the model, its
+        # gradients and the buckets leaked when a DDP was dropped). They hold it weakly and go with it.
+        ref = weakref.ref(self)
+
+        def grad_ready(param):
+            ddp = ref()
+            if ddp is not None:
+                ddp._grad_ready(param)
+        self._hooks = [p.register_post_accumulate_grad_hook(grad_ready) for _, p in named]
+        weakref.finalize(self, _remove_hooks, list(self._hooks))
         self._next_launch = 0
         self._iteration_active = False
         self._used = set()

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <thread>
+#include <utility>
 
 #include "dygrad/core/error.h"
 #include "dygrad/core/storage_hooks.h"
@@ -327,6 +328,7 @@ class CommThread {
         for (auto& w : active)
           if (w->completed()) {
             w->group->retire_execution(*w);
+            Stream::cpu().release_on_host(w->group->release_buffers(*w));
             retired_.push_back(std::move(w));
           }
         std::erase_if(active, [](const std::shared_ptr<Work>& w) { return !w; });
@@ -403,12 +405,15 @@ void Work::wait_here() {
 }
 
 void Work::wait_on_stream() {
+  // Read before registering: once registered, the communication thread may hand the buffers over at completion
+  // (ProcessGroup::release_buffers), ordered after this by the registry's mutex.
+  Attrs attrs(describe(*this));
+  Tensor result = output;
   if (!group->register_for_stream_wait(shared_from_this())) return;  // enqueued already
   ApiNameScope api(comm_kind_name(kind));
-  Attrs attrs(describe(*this));
   // The result buffer is the Task's in-place operand (reads of it wait for this Task); a send writes nothing
   // (the Work keeps its buffer alive).
-  if (output.defined()) enqueue(op_comm_wait, {}, {output}, attrs);
+  if (result.defined()) enqueue(op_comm_wait, {}, {result}, attrs);
   else enqueue(op_comm_wait, {}, {}, attrs);
 }
 
@@ -445,6 +450,17 @@ std::shared_ptr<Work> ProcessGroup::take_execution(uint64_t key) {
   std::shared_ptr<Work> work = std::move(it->second);
   executions_.erase(it);
   return work;
+}
+
+std::vector<Tensor> ProcessGroup::release_buffers(Work& work) {
+  std::vector<Tensor> out;
+  std::lock_guard<std::mutex> lock(executions_mutex_);
+  if (!work.stream_wait_enqueued_) return out;
+  if (work.input.defined()) out.push_back(std::exchange(work.input, Tensor()));
+  if (work.output.defined()) out.push_back(std::exchange(work.output, Tensor()));
+  for (Tensor& t : work.pieces) out.push_back(std::exchange(t, Tensor()));
+  work.pieces.clear();
+  return out;
 }
 
 void ProcessGroup::retire_execution(const Work& work) {

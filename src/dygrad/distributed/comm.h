@@ -168,6 +168,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The communication thread, when a Work completes: one that no comm_wait is enqueued for yet (an async call not
   // waited for) leaves the registry; its handle registers it again if it is waited for later.
   void retire_execution(const Work& work);
+  // The communication thread, when a Work completes and its comm_wait is enqueued (which holds the result buffer as
+  // its own operand): the Work's buffers, handed to the host to drop at the stream's next reclaim (so a finished
+  // operation's memory goes back at the next op, not at the next collective's launch). Empty when no comm_wait is
+  // enqueued yet: the handle may still be waited for, which needs the result buffer.
+  std::vector<Tensor> release_buffers(Work& work);
   size_t executions_registered() const;  // tests: nothing stays behind
 
  protected:

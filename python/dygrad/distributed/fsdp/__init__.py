@@ -89,6 +89,8 @@ class _Group:
         self.pending = {}       # param index -> the whole gradient accumulated while sync_grads is off
         self.backward_left = 0  # gradients still to come in this backward before resharding
         self.in_backward = False
+        self.gather_mark = None  # a stream mark after this group's last all-gathers were waited for
+        self.reduce_mark = None  # a stream mark after this group's last reduce-scatter in a backward
 
     # -- gathering ----------------------------------------------------------------------------------------------
     def issue(self):
@@ -97,6 +99,7 @@ class _Group:
         if self.padded is not None and self.versions == [p.shard._version for p in self.params]:
             return
         self.reshard()
+        _limit_in_flight(self)
         self.versions = [p.shard._version for p in self.params]
         import dygrad as dg
         dist = _dist()
@@ -117,6 +120,7 @@ class _Group:
             self.issue()
             for w in self.works:
                 w.wait()
+            self.gather_mark = _C._stream_mark()  # the stream past it: these all-gathers are done
             self.full = [buf[:p.shape[0]] if p.shape else buf[:1].reshape(()) for buf, p in zip(self.padded, self.params)]
             self.works = None
         return self.full
@@ -139,8 +143,8 @@ class _Group:
 
     # -- forward and backward -----------------------------------------------------------------------------------
     def pre_forward(self):
-        full = self.gathered()
         self.in_backward = False
+        full = self.gathered()
         attached = []
         for i, (p, t) in enumerate(zip(self.params, full)):
             if p.requires_grad and is_grad_enabled():
@@ -168,13 +172,16 @@ class _Group:
             self.pending[index] = grad.detach()
             return None
         reduce_dtype = self.mp.reduce_dtype or p.shard.dtype
-        full = dg.zeros((self.world * p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
-        head = full[:p.shape[0] if p.shape else 1]
-        head.copy_(grad.reshape(head.shape))
+        if p.shape and p.shape[0] == self.world * p.rows and grad.dtype == reduce_dtype:
+            full = grad.contiguous()  # rows split evenly: the gradient itself is the reduce-scatter's input
+        else:  # zero padding rows (or another dtype): a copy
+            full = dg.zeros((self.world * p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
+            head = full[:p.shape[0] if p.shape else 1]
+            head.copy_(grad.reshape(head.shape))
         out = dg.empty((p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
         if self.world > 1:
             dist.reduce_scatter_tensor(out, full, op=dist.ReduceOp.SUM, group=self.pg)
-            out = out / self.world  # DDP's average: the sum, then / world
+            out.div_(self.world)  # DDP's average: the sum, then / world
         else:
             out.copy_(full)
         return out.to(p.shard.dtype) if out.dtype != p.shard.dtype else out
@@ -183,6 +190,7 @@ class _Group:
         """After the last gradient of this backward the gathered parameters go (torch's reshard after backward)."""
         self.backward_left -= 1
         if self.backward_left <= 0:
+            self.reduce_mark = _C._stream_mark()
             _active.pop(self, None)
             self.reshard()
 
@@ -230,12 +238,33 @@ def _unpack(packed):
         group.gathered()
         order = _forward_order(group)
         if order is not None and order > 0:  # prefetch the module before it in forward order
-            _order_list[order - 1].issue()
+            previous = _order_list[order - 1]
+            previous.in_backward = True
+            previous.issue()
     buf = group.padded[i]
     return _C._as_strided(buf, list(shape), list(stride), offset)
 
 
 _order_list = []  # the groups in the order their forwards ran (recorded at the first step)
+
+
+def _limit_in_flight(group):
+    """torch's all-gather rate limit: the host runs ahead of the stream, and a collective's buffers are freed only
+    when it has run, so without a bound every module's parameters (and in backward every gradient's reduce-scatter
+    buffers) would be in memory at once. Before a group gathers, the host waits until the group two before it in
+    this pass's order (forward order, or its reverse in backward) has finished its all-gathers and reduce-scatters:
+    at most two modules' gathered parameters are held or in flight."""
+    i = _forward_order(group)
+    if i is None:
+        return
+    other = i + 2 if group.in_backward else i - 2
+    if 0 <= other < len(_order_list):
+        before = _order_list[other]
+        for attr in ("gather_mark", "reduce_mark"):
+            mark = getattr(before, attr)
+            if mark is not None:
+                _C._stream_wait(mark)
+                setattr(before, attr, None)
 
 
 def _forward_order(group):
@@ -261,6 +290,7 @@ def _pre_forward_hook(module, args, kwargs):
     group.pre_forward()
     i = _forward_order(group)
     if i is not None and i + 1 < len(_order_list):  # prefetch the next module's parameters
+        _order_list[i + 1].in_backward = False
         _order_list[i + 1].issue()
     return args, kwargs
 
@@ -378,6 +408,7 @@ def fully_shard(module, *, mesh=None, reshard_after_forward=None, shard_placemen
         start, stop = min(rank * rows, whole.shape[0]), min((rank + 1) * rows, whole.shape[0])
         if stop > start:
             local[:stop - start].copy_(whole[start:stop])
+        _C._set_memory_category(local, "parameter")
         shard = Parameter(local, requires_grad=p.requires_grad)
         param = _Param(shard, shape, rows, where)
         shard._fsdp = (None, len(params))
