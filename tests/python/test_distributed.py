@@ -811,3 +811,25 @@ def test_fully_shard_trains_within_a_memory_limit_ddp_exceeds(tmp_path):
         assert fsdp[r]["peak_reserved"] <= limit and fsdp[r]["losses"] == ddp[r]["losses"]
     limited = run("ddp", limit)
     assert any("oom" in r and "out of memory" in r["oom"] for r in limited), limited
+
+
+def test_a_dropped_ddp_frees_its_model_gradients_and_buckets():
+    """DDP's gradient hooks live in the parameters' C++ state, out of the garbage collector's sight: they hold the
+    DDP weakly, so dropping it (and its model) frees everything (a hook holding it leaked them for the process)."""
+    g = dist._single_process_group()
+
+    def train_once():
+        model = dg.nn.Sequential(dg.nn.Linear(64, 256), dg.nn.Tanh(), dg.nn.Linear(256, 64))
+        ddp = dg.nn.parallel.DistributedDataParallel(model, process_group=g)
+        ddp(dg.randn(8, 64)).sum().backward()
+
+    gc.collect()
+    dg.synchronize()
+    before = dg.memory_allocated()
+    for _ in range(3):
+        train_once()
+        gc.collect()
+        dg.synchronize()
+        dg.ones(1).add_(1)  # a reclaim: the finished all-reduces' buffers go
+        dg.synchronize()
+        assert dg.memory_allocated() == before

@@ -190,7 +190,7 @@ class DistributedDataParallel(Module):
             else:
                 flat = _C.cat([t.reshape(-1) for t in group])
             pending.append((dist.broadcast(flat, src=root, group=self.process_group, async_op=True), flat, group))
-        copy_back = dist.get_rank() != root  # the root's tensors already hold what it sent
+        copy_back = self.process_group.rank() != 0  # the root (group rank 0) holds what it sent already
         for work, flat, group in pending:
             work.wait()
             if not copy_back:
