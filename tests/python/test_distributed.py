@@ -833,3 +833,23 @@ def test_a_dropped_ddp_frees_its_model_gradients_and_buckets():
         dg.ones(1).add_(1)  # a reclaim: the finished all-reduces' buffers go
         dg.synchronize()
         assert dg.memory_allocated() == before
+
+
+@needs_mpi
+def test_a_sharded_checkpoint_saved_by_2_ranks_loads_at_world_sizes_1_and_3(tmp_path):
+    """save_sharded_checkpoint: each of 2 ranks writes its rows (nothing gathered); load_sharded_checkpoint gives an
+    unsharded single process and 3 sharded ranks the same whole model and optimizer state, and the same next loss."""
+    result = mpirun("fsdp_ckpt.py", str(tmp_path), "save")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    saved = json.load(open(tmp_path / "ckpt_save_w2_rank0.json"))
+    assert saved["files"] == ["shard-00000-of-00002.safetensors", "shard-00001-of-00002.safetensors"]
+    one = subprocess.run([sys.executable, os.path.join(HERE, "fsdp_ckpt.py"), str(tmp_path), "load"],
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr[-3000:]
+    three = mpirun("fsdp_ckpt.py", str(tmp_path), "load", ranks=3, timeout=180)
+    assert three.returncode == 0, three.stdout[-3000:] + three.stderr[-3000:]
+    loads = [json.load(open(tmp_path / "ckpt_load_w1_rank0.json"))] + \
+        [json.load(open(tmp_path / f"ckpt_load_w3_rank{r}.json")) for r in range(3)]
+    assert all(r["params_equal"] and r["states_equal"] for r in loads), loads
+    assert loads[0]["shard_rows"] == [61, 32] and all(r["shard_rows"] == [21, 32] for r in loads[1:])
+    assert len({r["loss"] for r in loads}) == 1

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from ... import _C
 from ..._not_provided import NotProvidedError, stand_in
 
-__all__ = ["fully_shard", "register_fsdp_forward_method", "full_state_dict", "load_full_state_dict", "full_optimizer_states",
+__all__ = ["fully_shard", "register_fsdp_forward_method", "full_state_dict", "save_sharded_checkpoint",
+           "load_sharded_checkpoint", "load_full_state_dict", "full_optimizer_states",
            "shard_optimizer_state", "FSDPModule", "MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy",
            "FullyShardedDataParallel"]
 
@@ -539,6 +540,136 @@ def shard_optimizer_state(module, param, whole):
     group, p = found
     return {k: _rows_of(group, p, v) if isinstance(v, _C.Tensor) and tuple(v.shape) == p.shape and v.dim() else v
             for k, v in whole.items()}
+
+
+# -- sharded checkpoints: each rank writes its rows, any world size reads them ------------------------------------
+def _host(t):
+    """A tensor as a NumPy array for the file (bfloat16 as float32: exact; its dtype is in the layout)."""
+    t = t.detach()
+    return (t.float() if t.dtype == _C.bfloat16 else t).contiguous().numpy()
+
+
+def _checkpoint_entries(module, optimizer):
+    """(name, tensor, its _Group and _Param or None): the module's state dict and, per parameter, its optimizer
+    state under the parameter's name ("optim.<name>.<state>")."""
+    managed = _managed(module)
+    entries = []
+    names = {}
+    for key, value in module.state_dict().items():
+        found = managed.get(_C._storage_address(value)) if isinstance(value, _C.Tensor) else None
+        entries.append((f"model.{key}", value, found))
+        if isinstance(value, _C.Tensor):
+            names.setdefault(_C._storage_address(value), key)
+    if optimizer is not None:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                key = names.get(_C._storage_address(param))
+                if key is None:
+                    raise ValueError("[save_sharded_checkpoint] the optimizer holds a parameter the module does not")
+                found = managed.get(_C._storage_address(param))
+                for k, v in optimizer.state.get(param, {}).items():
+                    if isinstance(v, _C.Tensor):
+                        shaped = found is not None and v.dim() and tuple(v.shape) == tuple(param.shape)
+                        entries.append((f"optim.{key}.{k}", v, found if shaped else None))
+    return entries
+
+
+def save_sharded_checkpoint(path, module, optimizer=None):
+    """Writes `path/shard-<rank>-of-<world>.safetensors` on every rank (a collective: every rank calls it): its rows of
+    each sharded parameter and optimizer state, never gathered; rank 0 also writes what is not sharded (buffers,
+    step counts). load_sharded_checkpoint reads it at any world size, or into an unsharded module."""
+    import json
+    import os
+
+    from ...safetensors_io import save_file
+    dist = _dist()
+    world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+    os.makedirs(path, exist_ok=True)
+    arrays, layout = {}, {}
+    for name, value, found in _checkpoint_entries(module, optimizer):
+        if found is not None:
+            group, p = found
+            arrays[name] = _host(value)
+            layout[name] = {"shape": list(p.shape), "rows": p.rows, "dtype": str(value.dtype)}
+        elif rank == 0:
+            arrays[name] = _host(value)
+            layout[name] = {"dtype": str(value.dtype), "whole_shape": list(value.shape)}
+    save_file(arrays, os.path.join(path, f"shard-{rank:05d}-of-{world:05d}.safetensors"),
+              {"layout": json.dumps(layout), "rank": str(rank), "world": str(world)})
+    if world > 1:
+        dist.barrier()  # every rank's file exists when any returns
+
+
+def load_sharded_checkpoint(path, module, optimizer=None):
+    """Loads what save_sharded_checkpoint wrote, at any world size: a sharded module's ranks each take their rows
+    (the files of every rank are read and each parameter's rows assembled), an unsharded module the whole tensors;
+    the optimizer's state likewise (the optimizer must hold the module's parameters)."""
+    import glob
+    import json
+    import os
+
+    import dygrad as dg
+
+    from ...safetensors_io import load_file
+    files = sorted(glob.glob(os.path.join(path, "shard-*-of-*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"[load_sharded_checkpoint] no shard files in {path}")
+    saved_world = int(files[0].rsplit("-of-", 1)[1].split(".")[0])
+    if len(files) != saved_world:
+        raise RuntimeError(f"[load_sharded_checkpoint] {path} holds {len(files)} shard files of {saved_world}")
+    pieces, layout = {}, {}
+    for f in files:
+        arrays, meta = load_file(f)
+        r = int(meta["rank"])
+        for name, info in json.loads(meta["layout"]).items():
+            layout[name] = info
+            pieces.setdefault(name, {})[r] = arrays[name]
+
+    def whole(name):
+        info = layout[name]
+        dtype = getattr(dg, info["dtype"].rsplit(".", 1)[-1])
+        if "rows" not in info:  # (the file stores a 0-d tensor as 1-d)
+            return dg.from_numpy(pieces[name][0]).to(dtype).reshape(tuple(info["whole_shape"]))
+        shape, rows = info["shape"], info["rows"]
+        n = shape[0] if shape else 1
+        parts = [pieces[name][r][:max(0, min(rows, n - r * rows))] for r in range(saved_world)]
+        import numpy as np
+        t = dg.from_numpy(np.concatenate(parts, axis=0)).to(dtype)
+        return t.reshape(tuple(shape)) if shape else t.reshape(())
+
+    entries = _checkpoint_entries(module, optimizer)
+    state = {}
+    for name, value, found in entries:
+        if not name.startswith("model."):
+            continue
+        if name not in layout:
+            raise KeyError(f"[load_sharded_checkpoint] {name[6:]} is not in the checkpoint at {path}")
+        t = whole(name)
+        state[name[6:]] = t if found is None else _rows_of(found[0], found[1], t)
+    with dg.no_grad():
+        module.load_state_dict(state)
+    if optimizer is not None:
+        managed = _managed(module)
+        names = {_C._storage_address(v): k for k, v in module.state_dict().items() if isinstance(v, _C.Tensor)}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                key = names[_C._storage_address(param)]
+                found = managed.get(_C._storage_address(param))
+                restored = {}
+                for name in layout:
+                    prefix = f"optim.{key}."
+                    if name.startswith(prefix):
+                        t = whole(name)
+                        if found is not None and t.dim() and tuple(t.shape) == found[1].shape:
+                            t = _rows_of(found[0], found[1], t)
+                        restored[name[len(prefix):]] = t if name.endswith(".step") else _state_tensor(t)
+                if restored:
+                    optimizer.state[param] = restored
+
+
+def _state_tensor(t):
+    from ...optim.optimizer import state_tensor
+    return state_tensor(t)
 
 
 def _grad_norm_sharded(params, norm_type):
