@@ -927,3 +927,45 @@ def test_training_across_two_hosts_made_of_network_namespaces_equals_one_host(tm
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)
+
+
+@needs_mpi
+def test_one_trace_of_all_ranks_shows_the_waits_for_the_straggler(tmp_path):
+    """dg.profiler.export_merged_trace: both ranks' traces in one file (each rank its own processes, on one clock),
+    each collective's wait for the rank that started it last drawn on a track, and the straggler named by the
+    advisor rule (rank 1 sleeps 20 ms before each step)."""
+    result = mpirun("merged_trace.py", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    s0, s1 = (json.load(open(tmp_path / f"merged_rank{r}.json")) for r in (0, 1))
+    assert s0 == s1 and s0["ranks"] == 2 and s0["collectives"] >= 4
+    assert s0["straggler"] == 1 and s0["last_arrivals"][1] > s0["last_arrivals"][0]
+    assert s0["waited_ms"][0] > 4 * 15  # rank 0 waited for rank 1's four sleeps
+    assert [a["rule"] for a in s0["advice"]] == ["straggler"] and "Rank 1" in s0["advice"][0]["title"]
+    trace = json.load(open(tmp_path / "all_ranks.json"))
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(names) == [1, 2, 101, 102] and names[101].startswith("rank 1") and names[2].startswith("rank 0")
+    for e in events:
+        assert {"name", "ph", "ts", "pid", "tid"} <= set(e) and (e["ph"] != "X" or e["dur"] >= 0)
+    waits = [e for e in events if e.get("cat") == "comm_wait"]
+    assert waits and all(e["pid"] in (2, 102) and e["tid"] == 900 for e in waits)
+    assert sum(e["dur"] for e in waits if e["pid"] == 2) / 1000 == pytest.approx(s0["waited_ms"][0], rel=1e-6)
+    # each rank's own collectives are on its own track, aligned: rank 1 starts the slow collectives later
+    flows = [e["id"] for e in events if e["ph"] in ("s", "f")]
+    assert len(flows) == 2 * len(set(flows))  # every flow id once per start and end: unique across ranks
+
+
+def test_merged_trace_puts_another_machines_clock_on_rank_0s():
+    from dygrad.profiler.merge import merge_traces
+
+    def trace(origin, comm_ts):
+        events = [{"name": "process_name", "ph": "M", "ts": 0, "pid": 2, "tid": 0, "args": {"name": "device cpu:0"}}]
+        events += [{"name": "all_reduce 1.00 MiB", "cat": "comm", "ph": "X", "ts": ts, "dur": 5.0, "pid": 2, "tid": 2,
+                    "args": {"async": True}} for ts in comm_ts]
+        return {"traceEvents": events, "otherData": {"origin_steady_ns": origin}}
+    # rank 1's clock reads 1 s less than rank 0's: its events at its 10.0 us are at rank 0's 10.0 us
+    merged, summary = merge_traces([trace(5_000_000_000, [10.0, 50.0]), trace(4_000_000_000, [10.0, 80.0])],
+                                   offsets_ns=[0, 1_000_000_000], hosts=["a", "b"])
+    comm = sorted((e["pid"], e["ts"]) for e in merged["traceEvents"] if e.get("cat") == "comm")
+    assert comm == [(2, 10.0), (2, 50.0), (102, 10.0), (102, 80.0)]
+    assert summary["collectives"] == 2 and summary["straggler"] == 1 and summary["waited_ms"] == [0.03, 0.0]

@@ -23,7 +23,7 @@ from ..runtime import get_context
 from . import _scopes
 from ._result import MEMORY_CATEGORIES, MemorySample, OpEvent, OpStat, OpStatsTable, ProfileResult, Range  # noqa: F401
 
-__all__ = ["profile", "schedule", "ProfilerAction", "ProfilerActivity", "record_function", "record_data_wait",
+__all__ = ["profile", "export_merged_trace", "schedule", "ProfilerAction", "ProfilerActivity", "record_function", "record_data_wait",
            "record_comm", "data_wait", "trace_handler", "ProfileResult", "now_ns", "is_recording"]
 
 
@@ -250,6 +250,12 @@ class profile:
 
     def events(self):
         return self._require_result("events").ops
+
+
+def export_merged_trace(prof, path, group=None):
+    """One Chrome trace of every rank (a collective: every rank calls it; rank 0 writes it): see profiler/merge.py."""
+    from .merge import export_merged_trace as export
+    return export(prof, path, group)
 
 
 def trace_handler(dir_name, **summary_options):
