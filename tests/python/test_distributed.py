@@ -743,22 +743,28 @@ _fsdp_results = {}
 
 def fsdp_run(mode, fused, tmp_path):
     key = (mode, fused)
+    ranks = 4 if mode == "deterministic" else 2
     if key not in _fsdp_results:
-        result = mpirun("fsdp.py", str(tmp_path), mode, "fused" if fused else "composed")
+        result = mpirun("fsdp.py", str(tmp_path), mode, "fused" if fused else "composed", ranks=ranks, timeout=240)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        _fsdp_results[key] = [json.load(open(tmp_path / f"fsdp_rank{r}.json")) for r in (0, 1)]
+        _fsdp_results[key] = [json.load(open(tmp_path / f"fsdp_rank{r}.json")) for r in range(ranks)]
     return _fsdp_results[key]
 
 
 @needs_mpi
 @pytest.mark.parametrize("mode,fused", [("zero3", True), ("zero3", False), ("zero2", True), ("clip", True),
-                                        ("accumulate", False), ("mixed", True)])
+                                        ("accumulate", False), ("mixed", True), ("deterministic", True)])
 def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tmp_path):
     ranks = fsdp_run(mode, fused, tmp_path)
     for res in ranks:
-        assert res["is_fsdp_module"] == "FSDPLlama" and res["shard_shape"] == [31, 32]  # 61 rows: padded halves
-        # parameters, gradients and optimizer state: this rank's half (and the padding row)
-        assert all(r <= 0.51 for r in res["ratios"].values()), res["ratios"]
+        if mode == "deterministic":  # 4 ranks: 61 rows in quarters of 16, a quarter of the memory each
+            assert res["shard_shape"] == [16, 32] and all(r <= 0.27 for r in res["ratios"].values()), res["ratios"]
+            assert res["ordered_scatter"] == [1.0]  # the reduce-scatter folds in rank order (float32 loses the 1)
+        else:
+            assert res["shard_shape"] == [31, 32]  # 61 rows: padded halves
+            # parameters, gradients and optimizer state: this rank's half (and the padding row)
+            assert all(r <= 0.51 for r in res["ratios"].values()), res["ratios"]
+        assert res["is_fsdp_module"] == "FSDPLlama"
         assert res["keys_equal"]
         if mode == "mixed":  # bf16 compute, fp32 reduction and shards: close to the fp32 DDP run
             assert res["fsdp_losses"] == pytest.approx(res["ddp_losses"], abs=0.03)
@@ -766,7 +772,7 @@ def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tm
         elif mode == "clip":  # the norm from each rank's shards: summed in another order than over whole tensors
             assert res["fsdp_losses"] == pytest.approx(res["ddp_losses"], rel=1e-6)
             assert res["params_max_diff"] < 1e-5 and res["eval_equal"] is not None
-        else:  # bitwise DDP's: the same gradients, summed over 2 ranks then / 2, the same AdamW on the shards
+        else:  # bitwise DDP's: the same gradients, summed in rank order then / world, the same AdamW on the shards
             assert res["fsdp_losses"] == res["ddp_losses"] and res["params_equal"], res["params_max_diff"]
             assert res["eval_equal"]
         assert res["gathered_after_backward"] == [False, False]  # resharded after backward

@@ -195,7 +195,8 @@ int64_t left_after(size_t world_rank) {
 // One operation in flight: its MPI request, and for the rank-ordered all-reduce the state between its stages.
 struct MpiOperation {
   MPI_Request request = MPI_REQUEST_NULL;
-  int stage = 0;  // ordered all-reduce: 1 while the chunks are exchanged, 2 while the results are gathered
+  int stage = 0;  // ordered all-reduce: 1 while the chunks are exchanged, 2 while the results are gathered;
+                  // 3: an ordered reduce-scatter's exchange
   std::vector<int> counts, displs, recv_counts, recv_displs;
   Tensor gathered;  // [size x my chunk]: my chunk of every rank's buffer, in rank order
   // The shared-memory all-reduce: the chunk in progress ([begin, begin + length) elements), its phase and the
@@ -431,6 +432,14 @@ bool rank_ordered(const Work& w, int size) {
          (w.op == ReduceOp::Sum || w.op == ReduceOp::Avg || w.op == ReduceOp::Product);
 }
 
+// The rank-ordered reduce-scatter (deterministic mode, more than two ranks): stage 1 of the ordered all-reduce alone,
+// each rank receiving its block of every rank's input (all-to-all) and folding them in rank order into its output:
+// fully_shard's gradients are then summed exactly as DDP's rank-ordered all-reduce sums them.
+bool rank_ordered_scatter(const Work& w, int size) {
+  return w.kind == CommKind::ReduceScatter && size > 2 && deterministic_enabled() && is_floating(w.output.dtype()) &&
+         (w.op == ReduceOp::Sum || w.op == ReduceOp::Avg || w.op == ReduceOp::Product);
+}
+
 void fold_in_rank_order(const Tensor& gathered, const Tensor& out, int64_t offset, int64_t chunk, int size,
                         ReduceOp op) {
   visit_dtype(out.dtype(), [&]<typename T>() {
@@ -635,6 +644,14 @@ class MpiGroup final : public ProcessGroup {
                               count(w.input), mpi_type(w.input.dtype()), comm_, req);
         break;
       case CommKind::ReduceScatter:
+        if (rank_ordered_scatter(w, size())) {
+          operation->gathered = Tensor::empty(std::vector<int64_t>{static_cast<int64_t>(size()) * count(w.output)},
+                                              w.output.dtype());
+          operation->stage = 3;
+          code = MPI_Ialltoall(w.input.raw_data(), count(w.output), mpi_type(w.input.dtype()),
+                               operation->gathered.raw_data(), count(w.output), mpi_type(w.input.dtype()), comm_, req);
+          break;
+        }
         code = MPI_Ireduce_scatter_block(w.input.raw_data(), w.output.raw_data(), count(w.output),
                                          mpi_type(w.input.dtype()), mpi_op(w.op, w.input.dtype()), comm_, req);
         break;
@@ -707,6 +724,10 @@ class MpiGroup final : public ProcessGroup {
                              operation->displs.data(), mpi_type(w.output.dtype()), gather_comm_,
                              &operation->request);
       done = 0;
+    }
+    if (code == MPI_SUCCESS && done && operation->stage == 3) {  // ordered reduce-scatter: fold my block
+      fold_in_rank_order(operation->gathered, w.output, 0, count(w.output), size(), w.op);
+      operation->gathered = Tensor();
     }
     if (code != MPI_SUCCESS) {
       delete operation;

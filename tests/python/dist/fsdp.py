@@ -3,7 +3,8 @@ reshard_after_forward=False) against DistributedDataParallel on a small LLaMA. E
 OUT_DIR/fsdp_rank<r>.json.
 
 mode: zero3 | zero2 | clip (gradient clipping: the norm over every rank's shards) | accumulate (no gradient sync on
-the first of two micro-batches) | mixed (bf16 parameters, fp32 reduction)"""
+the first of two micro-batches) | mixed (bf16 parameters, fp32 reduction) | deterministic (run at 4 ranks:
+deterministic mode's rank-ordered reduce-scatter against DDP's rank-ordered all-reduce)"""
 import gc
 import json
 import os
@@ -19,6 +20,8 @@ from dygrad.models import llama
 
 out_dir, mode, fused = sys.argv[1], sys.argv[2], sys.argv[3] == "fused"
 dist.init_process_group("mpi")
+if mode == "deterministic":
+    dg.set_context(deterministic=True)
 rank, world = dist.get_rank(), dist.get_world_size()
 dg.set_num_threads(1)
 cfg = llama.LlamaConfig(n_layers=2, dim=32, n_heads=2, ffn_dim=64, seq_len=16, batch_size=2, dropout=0.0,
@@ -127,6 +130,11 @@ with dg.no_grad():
     plain.load_state_dict(fsdp_params)
     x, _ = batch(99, 0)
     result["eval_equal"] = bool(dg.equal(model(x).float(), plain(x).float())) if mode != "mixed" else None
+if mode == "deterministic":  # values whose sum depends on the association: rank order gives ((1e8 + 1) - 1e8) + 1 = 1
+    crafted = dg.full((world * 1000,), [1e8, 1.0, -1e8, 1.0][rank])
+    scattered = dg.empty(1000)
+    dist.reduce_scatter_tensor(scattered, crafted)
+    result["ordered_scatter"] = sorted(set(scattered.tolist()))
 with open(os.path.join(out_dir, f"fsdp_rank{rank}.json"), "w") as f:
     json.dump(result, f)
 dist.destroy_process_group()
