@@ -812,10 +812,17 @@ def test_fully_shard_trains_within_a_memory_limit_ddp_exceeds(tmp_path):
         return ranks
     ddp = run("ddp", 0)
     limit = int(0.7 * max(r["peak_reserved"] for r in ddp))
-    fsdp = run("fsdp", limit)
-    for r in range(2):
-        assert "peak_reserved" in fsdp[r], fsdp[r]
-        assert fsdp[r]["peak_reserved"] <= limit and fsdp[r]["losses"] == ddp[r]["losses"]
+    # the sharding advice for this limit, from one dry run of the unsharded step (docs/distributed.md): the level it
+    # picks trains within the limit too
+    from dygrad.distributed.sharding import estimate_sharding, suggest_sharding
+    model, opt, batch = _limit_model()
+    advised, why = suggest_sharding(estimate_sharding(model, batch, world_size=2, optimizer=opt), limit)
+    assert advised in ("zero1", "zero2", "fsdp"), why
+    for level in dict.fromkeys(["fsdp", {"zero1": "zero1", "zero2": "zero2", "fsdp": "fsdp"}[advised]]):
+        sharded = run(level, limit)
+        for r in range(2):
+            assert "peak_reserved" in sharded[r], (level, why, sharded[r])
+            assert sharded[r]["peak_reserved"] <= limit and sharded[r]["losses"] == ddp[r]["losses"]
     limited = run("ddp", limit)
     assert any("oom" in r and "out of memory" in r["oom"] for r in limited), limited
 
@@ -975,3 +982,31 @@ def test_merged_trace_puts_another_machines_clock_on_rank_0s():
     comm = sorted((e["pid"], e["ts"]) for e in merged["traceEvents"] if e.get("cat") == "comm")
     assert comm == [(2, 10.0), (2, 50.0), (102, 10.0), (102, 80.0)]
     assert summary["collectives"] == 2 and summary["straggler"] == 1 and summary["waited_ms"] == [0.03, 0.0]
+
+
+def _limit_model():
+    """tests/python/dist/fsdp_limit.py's model, optimizer and batch, in this process."""
+    from dygrad.models import llama
+    cfg = llama.LlamaConfig(n_layers=4, dim=256, n_heads=4, ffn_dim=688, seq_len=16, batch_size=1, dropout=0.0,
+                            vocab_size=256)
+    dg.manual_seed(0)
+    model = llama.Llama(cfg)
+    x = dg.zeros((1, 16), dtype=dg.int64)
+    return model, dg.optim.AdamW(model.parameters(), lr=1e-3), (x, x)
+
+
+@needs_mpi
+def test_each_sharding_levels_estimated_peak_is_within_15_percent_of_the_measured(tmp_path):
+    """estimate_sharding (one dry run of the unsharded step) against each level's measured per-rank peak at 2 ranks:
+    DDP, ZeRO-1, ZeRO-2 and fully_shard."""
+    from dygrad.distributed.sharding import LEVELS, estimate_sharding
+    model, opt, batch = _limit_model()
+    estimates = estimate_sharding(model, batch, world_size=2, optimizer=opt, run_ahead=False)  # phases waited for
+    names = {"none": "ddp", "zero1": "zero1", "zero2": "zero2", "fsdp": "fsdp"}
+    for level in LEVELS:
+        result = mpirun("fsdp_limit.py", str(tmp_path), names[level], "0", timeout=180)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        measured = max(json.load(open(tmp_path / f"limit_{names[level]}_rank{r}.json"))["steady_peak_allocated"]
+                       for r in (0, 1))
+        assert abs(estimates[level].peak - measured) <= 0.15 * measured, (level, estimates[level].peak, measured)
+    assert [estimates[lv].peak for lv in LEVELS] == sorted((estimates[lv].peak for lv in LEVELS), reverse=True)

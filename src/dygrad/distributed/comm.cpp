@@ -415,6 +415,10 @@ void Work::wait_on_stream() {
   // (the Work keeps its buffer alive).
   if (result.defined()) enqueue(op_comm_wait, {}, {result}, attrs);
   else enqueue(op_comm_wait, {}, {}, attrs);
+  // Finished before it was waited for (the communication thread kept its buffers for this wait): they go now, here
+  // on the host (the comm_wait Task holds the result buffer itself). A bucket reused at the next step finds no other
+  // holder (DDP's _Bucket.claim), whatever the timing.
+  if (completed()) std::vector<Tensor> dropped = group->release_buffers(*this);
 }
 
 // --- ProcessGroup -------------------------------------------------------------------------------------------------
