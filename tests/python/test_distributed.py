@@ -778,6 +778,10 @@ def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tm
         assert res["gathered_after_backward"] == [False, False]  # resharded after backward
         assert res["gathered_after_forward"] == [mode == "zero2"] * 2  # ZeRO-3 reshards after forward too
         assert res["root_gathered_after_forward"]  # the root keeps its parameters for the backward (torch's default)
+        # the profiler's communication track and step breakdown see them
+        # (without resharding, what the evaluation before it gathered is still whole: no all-gather in the window)
+        assert "reduce_scatter_tensor" in res["profiled_comm"] and res["comm_ns"] > 0
+        assert "all_gather_into_tensor" in res["profiled_comm"] or mode == "zero2", res["profiled_comm"]
 
 
 @needs_mpi

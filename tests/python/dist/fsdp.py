@@ -130,6 +130,21 @@ with dg.no_grad():
     plain.load_state_dict(fsdp_params)
     x, _ = batch(99, 0)
     result["eval_equal"] = bool(dg.equal(model(x).float(), plain(x).float())) if mode != "mixed" else None
+# the profiler sees the all-gathers and reduce-scatters beside compute, exposed or hidden (the step breakdown)
+from dygrad.profiler.summary import build_summary  # noqa: E402
+opt2 = dg.optim.AdamW(model.parameters(), lr=1e-4)
+with dg.profiler.profile() as prof:
+    prof.step()
+    x, y = batch(60, rank)
+    model(x, y).backward()
+    opt2.step()
+    opt2.zero_grad(set_to_none=True)
+    dg.synchronize()
+    prof.step()
+comm = sorted({r.name.split(" ")[0] for r in prof.result.ranges if r.kind == "comm"})
+breakdown = build_summary(prof.result, advice=False, peak=1.0)["breakdown"]
+result["profiled_comm"] = comm
+result["comm_ns"] = breakdown["buckets_ns"].get("exposed_comm", 0) + breakdown.get("overlapped_comm_ns", 0)
 if mode == "deterministic":  # values whose sum depends on the association: rank order gives ((1e8 + 1) - 1e8) + 1 = 1
     crafted = dg.full((world * 1000,), [1e8, 1.0, -1e8, 1.0][rank])
     scattered = dg.empty(1000)
