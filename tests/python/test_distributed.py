@@ -941,6 +941,20 @@ def test_training_across_two_hosts_made_of_network_namespaces_equals_one_host(tm
         assert losses(hosts_out) == losses(one_out)
         # 3 steps of DDP on tiny (3.3 M parameters): each step all-reduces 13 MB of gradients over the veth
         assert crossed > 3 * 13e6, crossed
+        # the profiler's linearity across the two machines: 1 rank, then one rank on each
+        lin_out = str(tmp_path / "lin")
+        linearity = (f"{shlex.quote(sys.executable)} -m dygrad.profiler linearity --ranks 1,2 --hosts {a_ip},{b_ip} "
+                     f"--rsh-agent {agent} --mca btl=self,tcp --mca btl_tcp_if_include={net}.0/24 "
+                     f"--mca oob_tcp_if_include={net}.0/24 -- python3 -m dygrad.train --out {lin_out} "
+                     + " ".join(common))
+        before = _veth_bytes(a, f"{tag}va")
+        lin = subprocess.run(["ip", "netns", "exec", a, "unshare", "--uts", "/bin/sh", "-c",
+                              f"hostname {a}-host && cd {tmp_path} && {linearity}"],
+                             capture_output=True, text=True, timeout=600)
+        assert lin.returncode == 0, lin.stdout[-3000:] + lin.stderr[-3000:]
+        rows = [line.split() for line in lin.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
+        assert [r[0] for r in rows] == ["1", "2"] and 0 < float(rows[1][2]) < 1.5, lin.stdout
+        assert _veth_bytes(a, f"{tag}va") - before > 3 * 13e6  # the 2-rank run crossed the veth
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)

@@ -259,11 +259,13 @@ THROUGHPUT = re.compile(r"([\d,]+(?:\.\d+)?)\s*(?:tok(?:ens)?|samples|rows)/s\b|
                         r"(?:tokens|samples)(?:/s|_per_s)\s+([\d,]+(?:\.\d+)?)")
 
 
-def linearity_of_command(ranks, command, timeout=3600):
+def linearity_of_command(ranks, command, timeout=3600, hosts=None, rsh_agent=None, mca=()):
     """Runs `command` (its Python entry is a dygrad program) under mpirun at each rank count and reports the
     throughput it prints last (a "N tok/s" or "tokens/s N" line: dygrad.train's, bench scripts'), the linearity
     against the 1-rank run, and rank 0's communication totals (DYGRAD_COMM_STATS: the time compute waited for
-    communication, i.e. the exposed part, and all of it)."""
+    communication, i.e. the exposed part, and all of it). `hosts`: machines to spread the ranks over (one rank per
+    machine in turn: a 2-rank run on two machines crosses the network), with mpirun's `rsh_agent` and `mca` settings
+    (docs/distributed.md, "Across hosts")."""
     import json
     import subprocess
     import tempfile
@@ -281,7 +283,12 @@ def linearity_of_command(ranks, command, timeout=3600):
         for n in ranks:
             stats_path = os.path.join(tmp, f"comm{n}.json")
             env = dict(os.environ, DYGRAD_COMM_STATS=stats_path)
-            result = subprocess.run(mpirun_prefix(n) + list(command), capture_output=True, text=True, env=env,
+            where = {}
+            if hosts:
+                slots = -(-max(ranks) // len(hosts))
+                where = {"hosts": [f"{h}:{slots}" for h in hosts], "rsh_agent": rsh_agent, "mca": mca}
+            prefix = mpirun_prefix(n, **where) + (["--map-by", "node"] if hosts else [])
+            result = subprocess.run(prefix + list(command), capture_output=True, text=True, env=env,
                                     timeout=timeout)
             if result.returncode != 0:
                 raise RunDirError(f"the command failed at {n} rank(s):\n{result.stderr[-3000:]}")
@@ -328,6 +335,9 @@ def main(argv=None):
                                               "directories, or --ranks 1,2 -- COMMAND to run it at each)")
     p.add_argument("run_dirs", metavar="RUN_DIR", nargs="*")
     p.add_argument("--ranks", default=None, help="comma-separated rank counts to run COMMAND at (after --)")
+    p.add_argument("--hosts", default=None, help="machines to spread the ranks over, comma-separated (mpirun -H)")
+    p.add_argument("--rsh-agent", default=None, help="what starts mpirun's daemons on the other machines (ssh)")
+    p.add_argument("--mca", action="append", default=[], metavar="KEY=VALUE", help="an OpenMPI setting (repeatable)")
     p.set_defaults(top=0)
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -344,7 +354,9 @@ def main(argv=None):
             if not command:
                 parser.error("linearity --ranks needs a command after --")
             ranks = [int(r) for r in args.ranks.split(",")]
-            sys.stdout.write(linearity_of_command(ranks, command))
+            hosts = [h for h in (args.hosts or "").split(",") if h]
+            sys.stdout.write(linearity_of_command(ranks, command, hosts=hosts, rsh_agent=args.rsh_agent,
+                                                  mca=args.mca))
         elif args.command == "linearity":
             if not args.run_dirs:
                 parser.error("linearity needs RUN_DIRs, or --ranks N,M -- COMMAND")
