@@ -4,7 +4,8 @@ OUT_DIR/fsdp_rank<r>.json.
 
 mode: zero3 | zero2 | clip (gradient clipping: the norm over every rank's shards) | accumulate (no gradient sync on
 the first of two micro-batches) | mixed (bf16 parameters, fp32 reduction) | deterministic (run at 4 ranks:
-deterministic mode's rank-ordered reduce-scatter against DDP's rank-ordered all-reduce)"""
+deterministic mode's rank-ordered reduce-scatter against DDP's rank-ordered all-reduce) | recompute (every block's
+activations recomputed in backward, under both)"""
 import gc
 import json
 import os
@@ -50,6 +51,8 @@ def state_bytes(opt):
 def train(sharded):
     dg.manual_seed(0)  # every rank the same initial parameters
     model = llama.Llama(cfg, fused=fused)
+    if mode == "recompute":
+        model.recompute_blocks("full", last=True)
     if sharded:
         mp = MixedPrecisionPolicy(param_dtype=dg.bfloat16, reduce_dtype=dg.float32) if mode == "mixed" else \
             MixedPrecisionPolicy()

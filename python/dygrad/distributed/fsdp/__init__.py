@@ -155,6 +155,21 @@ class _Group:
         self._bind(attached)
         _active[self] = {_C._storage_address(t): i for i, t in enumerate(full)}
 
+    def pre_backward(self):
+        """Before the module's backward (a hook on its outputs' gradients): its parameters gathered again and bound to
+        its modules, for what backward runs of its forward again (an activation checkpoint's recompute reads the
+        weights through the modules)."""
+        if self.backward_left <= 0:
+            return
+        self.in_backward = True
+        # As the forward saw them (requiring grad where the shard does: a recompute must save what the forward saved);
+        # fresh leaves, since a recompute's own graph is dropped: the gradients come through the forward's Function.
+        bound = []
+        for p, t in zip(self.params, self.gathered()):
+            t = t.detach()
+            bound.append(t.requires_grad_(True) if p.requires_grad else t)
+        self._bind(bound)
+
     def post_forward(self):
         if self.reshard_after_forward:
             _active.pop(self, None)
@@ -299,6 +314,10 @@ def _pre_forward_hook(module, args, kwargs):
 def _post_forward_hook(module, args, kwargs, output):
     group = module._fsdp_group
     group.post_forward()
+    if group.backward_left > 0:  # the pre-backward hook: on every output that carries a gradient
+        for t in _tensors_in(output):
+            if t.requires_grad:
+                t.register_hook(lambda grad, group=group: group.pre_backward())
     _state.depth = _depth() - 1
     if _depth() == 0:
         _state.hooks.__exit__(None, None, None)
@@ -309,6 +328,17 @@ def _post_forward_hook(module, args, kwargs, output):
             output = _cast_tree(output, group.mp.output_dtype)
         return output
     return None
+
+
+def _tensors_in(x):
+    if isinstance(x, _C.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors_in(v)
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors_in(v)
 
 
 def _cast_tree(x, dtype):
