@@ -754,7 +754,7 @@ def fsdp_run(mode, fused, tmp_path):
 @needs_mpi
 @pytest.mark.parametrize("mode,fused", [("zero3", True), ("zero3", False), ("zero2", True), ("clip", True),
                                         ("accumulate", False), ("mixed", True), ("deterministic", True),
-                                        ("recompute", True), ("recompute", False)])
+                                        ("recompute", True), ("recompute", False), ("jit", True)])
 def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tmp_path):
     ranks = fsdp_run(mode, fused, tmp_path)
     for res in ranks:

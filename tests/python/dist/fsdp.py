@@ -5,7 +5,7 @@ OUT_DIR/fsdp_rank<r>.json.
 mode: zero3 | zero2 | clip (gradient clipping: the norm over every rank's shards) | accumulate (no gradient sync on
 the first of two micro-batches) | mixed (bf16 parameters, fp32 reduction) | deterministic (run at 4 ranks:
 deterministic mode's rank-ordered reduce-scatter against DDP's rank-ordered all-reduce) | recompute (every block's
-activations recomputed in backward, under both)"""
+activations recomputed in backward, under both) | jit (the sharded step under dg.jit: segments, bitwise)"""
 import gc
 import json
 import os
@@ -64,14 +64,19 @@ def train(sharded):
         wrapped = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
     opt = dg.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     losses, memory = [], {}
+
+    def forward_backward(x, y):
+        loss = wrapped(x, y)
+        loss.backward()
+        return loss.detach()
+    sharded_step = dg.jit(forward_backward) if mode == "jit" and sharded else forward_backward
     for step in range(steps):
         for m in range(micro):
             x, y = batch(step * micro + m, rank)
             last = m == micro - 1
             if sharded:
                 model.set_requires_gradient_sync(last)
-                loss = wrapped(x, y)
-                loss.backward()
+                loss = sharded_step(x, y)
             else:
                 if last:
                     loss = wrapped(x, y)
