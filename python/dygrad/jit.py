@@ -31,6 +31,8 @@ from .nn.module import Module
 from ._jit_symbolic import (MAX_DYNAMIC_DIMS, MAX_INSTANCES, MAX_REGIMES, MAX_SAMPLES, _dynamic_dims, _Family, _Regime,
                             mark_dynamic)
 from ._jit_symint import SizeTracer
+from . import _jit_fusion
+from ._jit_fusion import JitFusionWarning, config  # noqa: F401 (dygrad.jit.config, dygrad.jit.JitFusionWarning)
 
 __all__ = ["jit", "explain", "graph", "mark_dynamic", "reset", "is_tracing", "is_scripting", "ignore", "unused",
            "export", "script", "trace", "annotate", "Final", "save", "load", "ScriptModule", "OptimizedModule",
@@ -421,7 +423,7 @@ class _ReplayBackward(Function):
 class _Entry:
     """One guard key's state: how many eager calls it has seen, then its graph or its segments."""
     __slots__ = ("guards", "calls", "graph", "segments", "grad_slots", "arg_results", "spec", "cuts", "problems",
-                 "describe", "identity", "attempts", "fb", "sample", "instance", "size_guards")
+                 "describe", "identity", "attempts", "fb", "sample", "instance", "size_guards", "pending")
 
     def __init__(self, guards):
         self.guards = guards
@@ -437,6 +439,7 @@ class _Entry:
         self.sample = False  # captured to teach a symbolic graph (not a recompile)
         self.instance = None  # an instance of a symbolic graph at these sizes: (its family, its point)
         self.size_guards = None  # what Python compared of the sizes during its capture (_jit_symint.Guards)
+        self.pending = None  # O1: the optimized graph whose generated kernels are compiling (_jit_fusion.Pending)
 
 
 class _Compiled:
@@ -444,7 +447,9 @@ class _Compiled:
 
     def __init__(self, fn, *, fullgraph=False, dynamic=None, recompile_limit=None, name=None, jit_level="O0"):
         # dynamic: True makes every dim of the tensor arguments symbolic, False none, None (and 0) those marked with
-        # mark_dynamic (docs/jit.md, "Symbolic shapes"); jit_level: one level until part 2 fuses.
+        # mark_dynamic (docs/jit.md, "Symbolic shapes"); jit_level: "O0" replays the captured sub-ops, "O1" and "O2"
+        # the graph after the passes (docs/jit-fusion.md).
+        self._level = jit_level
         self._dynamic = True if dynamic_requested(dynamic) else False if dynamic is False else None
         self._families = {}  # guard key -> _Family, for keys with dynamic dims
         self._fn = fn
@@ -457,7 +462,7 @@ class _Compiled:
         self._warned_cuts = False
         self._warmed_up = False
         self.stats = {"captures": 0, "replays": 0, "segment_calls": 0, "eager_calls": 0, "recompiles": 0,
-                      "samples": 0, "symbolic_instances": 0}
+                      "samples": 0, "symbolic_instances": 0, "fused_kernels": 0}
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, obj, objtype=None):
@@ -755,6 +760,8 @@ class _Compiled:
                 _emit("graph_breaks", f"{self._name}: " + "; ".join(self._reasons(entry)))
                 return out
             entry.graph = graph
+            if not guards.point:
+                self._optimize(entry)
             fixed = set(graph.fixed_addresses())
             entry.identity = [(where, _C._storage_address(g)) for (where, _), g in zip(targets, grads_before)
                               if g is not None and _C._storage_address(g) in fixed]
@@ -794,6 +801,8 @@ class _Compiled:
         entry.grad_slots = []
         if guards.point:  # a sample of the forward's and the backward's fits, joined when its backward runs
             self._join(entry, guards, graph, fb=state)
+        else:
+            self._optimize(entry)
         # What the backward may read besides its gradients: the forward's saved buffers and its tensor arguments.
         wrapped = _CaptureBackward.apply(state, [results[i] for i in state.diff], saved + list(guards.tensors),
                                          *guards.target_tensors())
@@ -815,8 +824,31 @@ class _Compiled:
         reasons = [f"{reader} at {file}:{line}" if file else reader for _, reader, file, line in entry.cuts]
         return reasons + list(entry.problems)
 
+    def _optimize(self, entry):
+        """O1: the captured graph after the passes; where it has fused kernels still compiling, the captured graph
+        replays until they are loaded (docs/jit-fusion.md). Symbolic graphs (dynamic dims) replay O0."""
+        if self._level == "O0":
+            return
+        entry.graph, entry.pending = _jit_fusion.optimize(entry.graph, self._name)
+        if entry.pending is None:
+            self.stats["fused_kernels"] += entry.graph.num_fused
+
+    def _take_kernels(self, entry, wait=False):
+        graph = _jit_fusion.finish(entry.pending, self._name, wait=wait)
+        if graph is not None:
+            entry.graph, entry.pending = graph, None
+            self.stats["fused_kernels"] += graph.num_fused
+
+    def wait_for_kernels(self):
+        """Waits for the generated kernels still compiling; the next calls replay the optimized graphs."""
+        for entry in self._entries.values():
+            if entry.pending is not None:
+                self._take_kernels(entry, wait=True)
+
     def _replay(self, entry, guards):
         from .utils._pytree import tree_unflatten
+        if entry.pending is not None:
+            self._take_kernels(entry)
         if entry.fb is not None:
             return self._replay_forward(entry, guards)
         results = entry.graph.launch(guards.tensors)
@@ -914,8 +946,8 @@ def compile_(model=None, *, fullgraph=False, dynamic=None, backend="inductor", m
     if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise RuntimeError(f"Unrecognized mode={mode}, should be one of: default, reduce-overhead, max-autotune, "
                            f"max-autotune-no-cudagraphs")
-    _check_options("trace", "O0", backend)
-    return _wrap(model, fullgraph=bool(fullgraph), dynamic=dynamic, recompile_limit=recompile_limit)
+    _check_options("trace", "O1", backend)
+    return _wrap(model, fullgraph=bool(fullgraph), dynamic=dynamic, recompile_limit=recompile_limit, jit_level="O1")
 
 
 class OptimizedModule(Module):
@@ -989,9 +1021,10 @@ def _run_captured(fn, args, kwargs):
         problems = [f"it returns a Python {type(x).__name__}, which only Python can compute"
                     for x in out_leaves if not _is_tensor(x) and x is not None]
         cuts = list(capture.cuts)
+        built = None
         if not cuts:
-            capture.build([x for x in out_leaves if _is_tensor(x)])  # finds what only Python can compute
-        return num_ops, cuts, list(capture.problems) + problems, lines
+            built = capture.build([x for x in out_leaves if _is_tensor(x)])  # finds what only Python can compute
+        return num_ops, cuts, list(capture.problems) + problems, lines, built
     finally:
         capture.close()
 
@@ -999,13 +1032,20 @@ def _run_captured(fn, args, kwargs):
 def explain(fn, *args, **kwargs):
     """Runs `fn(*args, **kwargs)` once under a capture (eagerly: its effects happen) and returns an ExplainOutput:
     the compiled segments, every cut with its reader, file and line, and why a replay would need Python."""
-    return ExplainOutput(*_run_captured(fn, args, kwargs))
+    return ExplainOutput(*_run_captured(fn, args, kwargs)[:4])
 
 
-def graph(fn, *args, **kwargs):
+def graph(fn, *args, passes=False, **kwargs):
     """Runs `fn(*args, **kwargs)` once under a capture and returns its graph as text: one line per op (its name,
-    input and output shapes, dtype, and the source line that issued it), cuts marked where they fall."""
-    _, cut_list, _, lines = _run_captured(fn, args, kwargs)
+    input and output shapes, dtype, and the source line that issued it), cuts marked where they fall. With
+    `passes=True`, the graph as captured and after each O1 pass that `dygrad.jit.config` enables (docs/jit-fusion.md):
+    a fused sub-op reads `jit_fused[mul_scalar+add+rsqrt]`."""
+    _, cut_list, problems, lines, built = _run_captured(fn, args, kwargs)
+    if passes:
+        if built is None:
+            why = "; ".join([f"{r} at {f}:{ln}" for _, r, f, ln in cut_list] + list(problems))
+            raise RuntimeError(f"dygrad.jit.graph(passes=True): the function cannot be replayed as one graph: {why}")
+        return _jit_fusion.describe_passes(built)
     cuts = {before: (reader, file, line) for before, reader, file, line in cut_list}
     out = []
     for i, line in enumerate(lines):
@@ -1017,6 +1057,17 @@ def graph(fn, *args, **kwargs):
         reader, file, ln = cuts[len(lines)]
         out.append(f"--- cut: {reader} at {file}:{ln} ---")
     return "\n".join(out)
+
+
+def source(fn, *args, **kwargs):
+    """Runs `fn(*args, **kwargs)` once under a capture (eagerly: its effects happen) and returns the C++ that O1
+    generates for its fused kernels: one translation unit, a commented function per fused group naming the ops and
+    lines it replaced (docs/jit-fusion.md)."""
+    _, cut_list, problems, _, built = _run_captured(fn, args, kwargs)
+    if built is None:
+        why = "; ".join([f"{r} at {f}:{ln}" for _, r, f, ln in cut_list] + list(problems))
+        raise RuntimeError(f"dygrad.jit.source: the function cannot be replayed as one graph: {why}")
+    return _jit_fusion.source(built)
 
 
 def reset():

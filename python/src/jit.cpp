@@ -212,7 +212,35 @@ void init_jit(nb::module_& m) {
       .def_prop_ro("num_ops", [](PyGraph& self) { return self.graph->num_ops(); })
       .def_prop_ro("arena_bytes", [](PyGraph& self) { return self.graph->arena_bytes(); })
       .def_prop_ro("max_scratch", [](PyGraph& self) { return self.graph->max_scratch(); })
-      .def_prop_ro("num_escaping", [](PyGraph& self) { return self.graph->num_escaping(); });
+      .def_prop_ro("num_escaping", [](PyGraph& self) { return self.graph->num_escaping(); })
+      // O1 (docs/jit-fusion.md): the graph after the passes, and each pass's graph when `log`.
+      .def("optimized", [](PyGraph& self, bool dce, bool cse, bool fusion, bool log) {
+        PassConfig config;
+        config.dce = dce;
+        config.cse = cse;
+        config.fusion = fusion;
+        std::vector<PassLog> passes;
+        std::shared_ptr<Graph> g = self.graph->optimized(config, log ? &passes : nullptr);
+        nb::list out;
+        for (PassLog& p : passes) out.append(nb::make_tuple(p.pass, p.lines, p.note));
+        return nb::make_tuple(nb::cast(PyGraph{std::move(g)}), out);
+      }, nb::arg("dce") = true, nb::arg("cse") = true, nb::arg("fusion") = true, nb::arg("log") = false)
+      .def("source", [](PyGraph& self) { return self.graph->source(); })
+      .def("load_kernels", [](PyGraph& self, const std::string& path) {
+        nb::gil_scoped_release release;
+        self.graph->load_kernels(path);
+      }, nb::arg("path"))
+      .def_prop_ro("kernels_loaded", [](PyGraph& self) { return self.graph->kernels_loaded(); })
+      .def_prop_ro("num_fused", [](PyGraph& self) { return self.graph->programs().size(); })
+      .def("fused_sources", [](PyGraph& self) {
+        nb::list out;
+        for (const auto& p : self.graph->programs()) {
+          nb::list records;
+          for (const FusedRecord& r : p->records) records.append(r.source);
+          out.append(nb::make_tuple(p->name, records));
+        }
+        return out;
+      });
 
   nb::class_<PyCapture>(m, "_JitCapture")
       .def("__init__", [](PyCapture* self, nb::handle args, bool fullgraph) {

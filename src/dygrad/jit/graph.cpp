@@ -81,22 +81,80 @@ void run_sub(Task& sub, size_t scratch, Existed existed, SubRun& state) {
   if (!profiler::recording()) [[likely]] return run_sub_unprofiled(sub, scratch, existed, state);
   const int64_t begin = profiler::now_ns();
   run_sub_unprofiled(sub, scratch, existed, state);
-  profiler::record_sub_op(sub.op->name, sub.site, begin, profiler::now_ns());
+  if (sub.op == &op_jit_fused)  // a fused sub-op is named by the ops it replaced (its records name their lines)
+    profiler::record_sub_op(("jit_fused[" + sub.attrs.get<FusedAttrs>().program->name + "]").c_str(), sub.site,
+                            begin, profiler::now_ns());
+  else
+    profiler::record_sub_op(sub.op->name, sub.site, begin, profiler::now_ns());
 }
+
+// The poisoned-input rule per sub-op, inside a fused sub-op (docs/jit-fusion.md): what eager would have done op by
+// op. A record reading a poisoned slot or a skipped record's result is skipped; its store does not happen, and the
+// slot is poisoned unless it existed before the launch and before the failure (then it keeps its values and later
+// records read them). The kernel runs the records not skipped (an interpreter run); `poison_after` gets the outputs
+// to poison once it has. False: every record is skipped (nothing to run).
+template <typename Existed>
+bool fused_skips(Task& sub, Existed existed, const SubRun& state, std::vector<std::pair<size_t, uint64_t>>& poison_after) {
+  bool any = false;
+  for (const Tensor& in : sub.inputs) any = any || (in.defined() && in.storage().poisoned_by());
+  if (!any) return true;
+  FusedAttrs& attrs = sub.attrs.get<FusedAttrs>();
+  const FusedProgram& p = *attrs.program;
+  auto tensor_of = [&](size_t s) -> Tensor& {
+    return p.slot_output[s] >= 0 ? sub.outputs[size_t(p.slot_output[s])] : sub.inputs[size_t(p.slot_input[s])];
+  };
+  std::vector<uint64_t> slot_bad(p.num_slots()), record_bad(p.records.size(), 0);
+  for (size_t s = 0; s < p.num_slots(); ++s) slot_bad[s] = tensor_of(s).storage().poisoned_by();
+  auto skip = std::make_shared<FusedSkip>();
+  skip->record.assign(p.records.size(), 0);
+  size_t skipped = 0;
+  for (size_t r = 0; r < p.records.size(); ++r) {
+    const FusedRecord& rec = p.records[r];
+    uint64_t bad = 0;
+    for (int j = 0; j < fused_op_arity(rec.op) && !bad; ++j)
+      bad = rec.in[j].record >= 0 ? record_bad[size_t(rec.in[j].record)] : slot_bad[size_t(rec.in[j].slot)];
+    if (!bad) {
+      if (rec.out_slot >= 0) slot_bad[size_t(rec.out_slot)] = 0;
+      continue;
+    }
+    skip->record[r] = 1;
+    ++skipped;
+    record_bad[r] = bad;
+    if (rec.out_slot < 0) continue;
+    const size_t o = size_t(p.slot_output[size_t(rec.out_slot)]);
+    const uint64_t bad_here = event_stream(bad) == state.stream ? event_seq(bad) : 0;
+    if (!(existed(o) && sub.outputs[o].storage().birth_seq() < bad_here)) slot_bad[size_t(rec.out_slot)] = bad;
+  }
+  for (size_t s = 0; s < p.num_slots(); ++s)
+    if (p.slot_output[s] >= 0 && slot_bad[s] && !sub.outputs[size_t(p.slot_output[s])].storage().poisoned_by())
+      poison_after.emplace_back(size_t(p.slot_output[s]), slot_bad[s]);
+  if (skipped == p.records.size()) {
+    for (const auto& [o, bad] : poison_after) sub.outputs[o].storage().poison(bad);
+    return false;
+  }
+  if (skipped) attrs.skip = std::move(skip);
+  return true;
+}
+
 template <typename Existed>
 void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& state) {
-  for (const Tensor& in : sub.inputs) {
-    if (!in.defined()) continue;
-    if (const uint64_t bad = in.storage().poisoned_by()) {
-      // Birth is compared on this stream's numbers; a failure on another stream counts as before every buffer here
-      // (runtime/stream.cpp, run_task).
-      const uint64_t bad_here = event_stream(bad) == state.stream ? event_seq(bad) : 0;
-      for (size_t i = 0; i < sub.outputs.size(); ++i) {
-        Tensor& out = sub.outputs[i];
-        if (!out.defined() || out.storage().poisoned_by()) continue;
-        if (!(existed(i) && out.storage().birth_seq() < bad_here)) out.storage().poison(bad);
+  std::vector<std::pair<size_t, uint64_t>> poison_after;
+  if (sub.op == &op_jit_fused) [[unlikely]] {
+    if (!fused_skips(sub, existed, state, poison_after)) return;
+  } else {
+    for (const Tensor& in : sub.inputs) {
+      if (!in.defined()) continue;
+      if (const uint64_t bad = in.storage().poisoned_by()) {
+        // Birth is compared on this stream's numbers; a failure on another stream counts as before every buffer
+        // here (runtime/stream.cpp, run_task).
+        const uint64_t bad_here = event_stream(bad) == state.stream ? event_seq(bad) : 0;
+        for (size_t i = 0; i < sub.outputs.size(); ++i) {
+          Tensor& out = sub.outputs[i];
+          if (!out.defined() || out.storage().poisoned_by()) continue;
+          if (!(existed(i) && out.storage().birth_seq() < bad_here)) out.storage().poison(bad);
+        }
+        return;
       }
-      return;
     }
   }
   alignas(ScratchArena) unsigned char arena_bytes[sizeof(ScratchArena)];
@@ -121,6 +179,10 @@ void run_sub_unprofiled(Task& sub, size_t scratch, Existed existed, SubRun& stat
   }
   sub.scratch = nullptr;
   clear_poison_of_overwritten(sub);
+  if (sub.op == &op_jit_fused) [[unlikely]] {
+    sub.attrs.get<FusedAttrs>().skip.reset();
+    for (const auto& [o, bad] : poison_after) sub.outputs[o].storage().poison(bad);
+  }
 }
 
 size_t round_up(size_t n) { return (n + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
@@ -354,6 +416,7 @@ static std::vector<std::string> describe_ops(const std::vector<GraphOp>& ops, co
   std::vector<std::string> lines;
   for (const GraphOp& g : ops) {
     std::string line = g.op->name;
+    if (g.op == &op_jit_fused) line += "[" + g.attrs.get<FusedAttrs>().program->name + "]";
     line += "(";
     bool first = true;
     DType dtype = DType::Float32;

@@ -19,6 +19,7 @@
 
 #include "dygrad/core/storage_hooks.h"
 #include "dygrad/core/tensor.h"
+#include "dygrad/jit/fusion.h"
 #include "dygrad/runtime/op_def.h"
 #include "dygrad/runtime/op_sink.h"
 
@@ -159,6 +160,17 @@ class Graph : public std::enable_shared_from_this<Graph> {
   // The addresses of the Fixed buffers (identity guards: a .grad the graph accumulates into must still be that one).
   std::vector<uintptr_t> fixed_addresses() const;
 
+  // O1 (docs/jit-fusion.md): a new graph of this one's ops after the passes of `config` (DCE, CSE, elementwise
+  // fusion), with its own arena planned from the new lifetimes. `log` gets the graph after each pass. Its fused
+  // sub-ops run the interpreter until load_kernels() gives them their generated code.
+  std::shared_ptr<Graph> optimized(const PassConfig& config, std::vector<PassLog>* log = nullptr) const;
+  const std::vector<std::shared_ptr<FusedProgram>>& programs() const { return programs_; }
+  // The generated C++ of its fused programs (one translation unit), "" when it has none.
+  std::string source() const;
+  // dlopen()s a shared object compiled from source() and gives each program its function. Raises on failure.
+  void load_kernels(const std::string& path);
+  bool kernels_loaded() const;
+
   // The replay Task's kernel and scratch (jit/graph.cpp).
   struct Launch;
   void run(Task& task, Launch& launch);
@@ -166,6 +178,7 @@ class Graph : public std::enable_shared_from_this<Graph> {
  private:
   friend class Capture;
   friend class SymbolicGraph;
+  friend struct Passes;
   // Plans what follows from the sizes: the arena, the internal buffers' storages, the bound slots, the prebuilt Tasks.
   void prepare();
   Tensor make_tensor(const Value& v, const Ref<Storage>& storage, int64_t byte_shift) const;
@@ -197,6 +210,9 @@ class Graph : public std::enable_shared_from_this<Graph> {
   std::vector<int32_t> bound_values_;  // per bound slot: its value
   std::vector<int32_t> value_bound_;   // per value: its bound slot, or -1
   std::vector<std::pair<int32_t, uint32_t>> bumps_;  // (buffer, bumps) of Fixed and Argument buffers written
+  // O1: its fused programs, and the graph it was optimized from (its ops' call sites point into that one's files).
+  std::vector<std::shared_ptr<FusedProgram>> programs_;
+  std::shared_ptr<const Graph> origin_;
 };
 
 // The segment batcher: on the calling thread while a function with cuts runs; consumes each op and enqueues those

@@ -1,0 +1,123 @@
+"""dygrad.jit O0 vs O1 (fused generated kernels) vs torch.compile on composed elementwise work, side by side and
+interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
+  rmsnorm  x * rsqrt(mean(x^2) + eps) * w over [8, 256, 384] (the bench config's activations)
+  swiglu   silu(a) * b over [8, 256, 1024]
+  adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
+           config's parameter shapes (10.8 M floats)
+Prints the median time per call of each and the ratios; eager is each side's own eager.
+
+    python bench/jit_fusion.py [--reps 15] [--no-torch]
+"""
+import argparse
+import datetime
+import statistics
+import subprocess
+import time
+
+import dygrad as dg
+
+
+def lscpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def rmsnorm(lib):
+    def f(x, w):
+        return x * (x * x).mean(-1, keepdim=True).add(1e-5).rsqrt() * w
+    return f
+
+
+def swiglu(lib):
+    def f(a, b):
+        return lib.nn.functional.silu(a) * b
+    return f
+
+
+def adam_loop(ps, ms, vs):
+    lr, b1, b2, eps, step = 3e-4, 0.9, 0.999, 1e-8, 1
+
+    def f(gs):
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / (1 - b2 ** step) ** 0.5).add_(eps)
+            p.addcdiv_(m, denom, value=-lr / (1 - b1 ** step))
+    return f
+
+
+BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
+                                                                                                       (256, 384)]
+
+
+def cases(lib):
+    lib.manual_seed(0)
+    x, w = lib.randn(8, 256, 384), lib.randn(384)
+    a, b = lib.randn(8, 256, 1024), lib.randn(8, 256, 1024)
+    ps = [lib.randn(*s) for s in BENCH_SHAPES]
+    ms = [lib.zeros_like(p) for p in ps]
+    vs = [lib.zeros_like(p) for p in ps]
+    gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
+    return {"rmsnorm": (rmsnorm(lib), (x, w)), "swiglu": (swiglu(lib), (a, b)), "adam": (adam_loop(ps, ms, vs), (gs,))}
+
+
+def timed(fn, args, sync):
+    t0 = time.perf_counter()
+    fn(*args)
+    sync()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--no-torch", action="store_true")
+    opts = ap.parse_args()
+    dg.jit.config.background = False  # the compile is timed apart, below
+    sides = {}
+    compile_s = {}
+    for name, (fn, args) in cases(dg).items():
+        o0, o1 = dg.jit(fn, jit_level="O0"), dg.jit(fn, jit_level="O1")
+        for f in (o0, o1):
+            f(*args)
+            t0 = time.perf_counter()
+            f(*args)  # the capture (O1: passes, and the compile or the cache's load)
+            compile_s[(name, f is o1)] = time.perf_counter() - t0
+        sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
+                       "dg O1": (o1, args, dg.synchronize)}
+        assert o1.stats["fused_kernels"] > 0, name
+    if not opts.no_torch:
+        import torch
+        torch.set_num_threads(dg.get_num_threads())
+        for name, (fn, args) in cases(torch).items():
+            tc = torch.compile(fn)
+            t0 = time.perf_counter()
+            tc(*args)
+            compile_s[(name, "torch")] = time.perf_counter() - t0
+            sides[name].update({"torch eager": (fn, args, lambda: None), "torch.compile": (tc, args, lambda: None)})
+    results = {}
+    for name, entries in sides.items():
+        for _, (fn, args, sync) in entries.items():
+            timed(fn, args, sync)
+        times = {k: [] for k in entries}
+        for _ in range(opts.reps):  # interleaved
+            for k, (fn, args, sync) in entries.items():
+                times[k].append(timed(fn, args, sync))
+        results[name] = {k: statistics.median(v) for k, v in times.items()}
+    print(f"# {datetime.date.today()} {lscpu_model()}, {dg.get_num_threads()} threads, kernel level "
+          f"{dg.backends.cpu.kernel_isa()[0]}")
+    for name, r in results.items():
+        line = f"{name:8s} " + "  ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
+        line += f"  | O1/O0 time {r['dg O1'] / r['dg O0']:.2f}x, O1/eager {r['dg O1'] / r['dg eager']:.2f}x"
+        if "torch.compile" in r:
+            line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
+        print(line)
+    print("capture+compile s: " + ", ".join(f"{k[0]} {'O1' if k[1] is True else 'O0' if k[1] is False else k[1]} "
+                                           f"{v:.2f}" for k, v in compile_s.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+// CPU kernel of dygrad.jit's fused elementwise sub-op (`jit_fused`, runtime/fused_program.h, docs/jit-fusion.md):
+// runs the program's generated function once it is loaded, and an interpreter of its records until then (or where no
+// compiler exists, or when a poisoned input makes some records skip). Both use the scalar functors of math/ that
+// eager's kernels use, compiled at this file's kernel level (this file is part of each level's plugin), so either
+// gives eager's bits.
+//
+//   inputs: the slots the program reads; outputs: the slots it stores; FusedAttrs: the program (and a skip mask)
+//   void fused_kernel(Task& task);
+#include "dygrad/runtime/fused_program.h"
+#include "dygrad/runtime/op_def.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dygrad/backend/cpu/loops.h"
+#include "dygrad/math/activations.h"
+#include "dygrad/math/arithmetic.h"
+#include "dygrad/math/elementary.h"
+
+namespace dg::cpu {
+
+namespace {
+
+#define DG_FUSED_MAP1(expr)                                 \
+  for (int64_t i = 0; i < n; ++i) {                          \
+    [[maybe_unused]] const V x = a[i];                       \
+    out[i] = (expr);                                         \
+  }                                                          \
+  return
+#define DG_FUSED_MAP2(expr)                                 \
+  for (int64_t i = 0; i < n; ++i) {                          \
+    const V x = a[i], y = b[i];                              \
+    out[i] = (expr);                                         \
+  }                                                          \
+  return
+
+// One record over n elements: out[i] = op(a[i], b[i]), with eager's functor for the op (backend/cpu/arithmetic.cpp,
+// unary.cpp: the same expressions).
+template <typename V>
+void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n) {
+  switch (op) {
+    case FusedOpCode::Add:
+      if (k == V(1)) { DG_FUSED_MAP2(math::add_scaled(x, y, V(1))); }
+      DG_FUSED_MAP2(math::add_scaled(x, y, k));
+    case FusedOpCode::Mul: DG_FUSED_MAP2(math::mul(x, y));
+    case FusedOpCode::Div: DG_FUSED_MAP2(math::div(x, y));
+    case FusedOpCode::AddScalar: DG_FUSED_MAP1(x + k);
+    case FusedOpCode::MulScalar: DG_FUSED_MAP1(x * k);
+    case FusedOpCode::DivScalar: DG_FUSED_MAP1(x / k);
+    case FusedOpCode::RsubScalar: DG_FUSED_MAP1(math::rsub(x, k));
+    case FusedOpCode::RdivScalar: DG_FUSED_MAP1(k / x);
+    case FusedOpCode::Neg: DG_FUSED_MAP1(math::neg(x));
+    case FusedOpCode::Sqrt: DG_FUSED_MAP1(std::sqrt(x));
+    case FusedOpCode::Rsqrt: DG_FUSED_MAP1(V(1) / std::sqrt(x));
+    case FusedOpCode::Reciprocal: DG_FUSED_MAP1(V(1) / x);
+    case FusedOpCode::Abs: DG_FUSED_MAP1(std::fabs(x));
+    case FusedOpCode::Relu: DG_FUSED_MAP1(x < V(0) ? V(0) : x);
+    case FusedOpCode::Sigmoid: DG_FUSED_MAP1(math::sigmoid(x));
+    case FusedOpCode::Silu: DG_FUSED_MAP1(math::silu(x));
+    case FusedOpCode::Tanh: DG_FUSED_MAP1(math::tanh(x));
+    case FusedOpCode::PowScalar:
+      if (k == V(0)) { DG_FUSED_MAP1(V(1)); }
+      if (k == V(1)) { DG_FUSED_MAP1(x); }
+      if (k == V(2)) { DG_FUSED_MAP1(V(x * x)); }
+      if (k == V(3)) { DG_FUSED_MAP1(V(x * x * x)); }
+      if (k == V(-1)) { DG_FUSED_MAP1(V(1) / x); }
+      if (k == V(-2)) { DG_FUSED_MAP1(V(1) / (x * x)); }
+      if (k == V(0.5)) { DG_FUSED_MAP1(std::sqrt(x)); }
+      if (k == V(-0.5)) { DG_FUSED_MAP1(V(1) / std::sqrt(x)); }
+      DG_FUSED_MAP1(math::pow(x, k));
+    case FusedOpCode::Maximum: DG_FUSED_MAP2(math::maximum(x, y));
+    case FusedOpCode::Minimum: DG_FUSED_MAP2(math::minimum(x, y));
+    case FusedOpCode::SigmoidBackward: DG_FUSED_MAP2(math::sigmoid_backward(x, y));
+    case FusedOpCode::TanhBackward: DG_FUSED_MAP2(math::tanh_backward(x, y));
+    case FusedOpCode::SiluBackward: DG_FUSED_MAP2(math::silu_backward(x, y));
+    case FusedOpCode::ReluBackward: DG_FUSED_MAP2(math::relu_backward(x, y));
+    case FusedOpCode::Copy: DG_FUSED_MAP1(x);
+  }
+}
+#undef DG_FUSED_MAP1
+#undef DG_FUSED_MAP2
+
+constexpr int64_t kChunk = 256;
+constexpr int kMaxSlots = 64;
+
+// The interpreter over one run of n elements: slot s's first element at p[s] + offset[s] elements, stepping
+// inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each slot's last value.
+template <typename V>
+void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
+                   const int64_t* inner, int64_t n, std::vector<V>& work) {
+  const size_t slots = prog.num_slots(), records = prog.records.size();
+  // work: a chunk per slot (loaded values) then per record (results)
+  V* slot_buf = work.data();
+  V* rec_buf = work.data() + slots * kChunk;
+  int32_t current[kMaxSlots];  // per slot: the record whose result it holds now, or -1 (memory)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - c0);
+    for (size_t s = 0; s < slots; ++s) {
+      current[s] = -1;
+      if (prog.slot_input[s] < 0) continue;
+      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
+      V* dst = slot_buf + s * kChunk;
+      for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]];
+    }
+    for (size_t r = 0; r < records; ++r) {
+      if (skip && skip[r]) continue;
+      const FusedRecord& rec = prog.records[r];
+      const V* operand[2] = {nullptr, nullptr};
+      for (int j = 0; j < fused_op_arity(rec.op); ++j) {
+        const FusedOperand& o = rec.in[j];
+        if (o.record >= 0) operand[j] = rec_buf + size_t(o.record) * kChunk;
+        else if (current[o.slot] >= 0) operand[j] = rec_buf + size_t(current[o.slot]) * kChunk;
+        else operand[j] = slot_buf + size_t(o.slot) * kChunk;
+      }
+      eval_record<V>(rec.op, static_cast<V>(rec.k), rec_buf + r * kChunk, operand[0], operand[1], m);
+      if (rec.out_slot >= 0) current[rec.out_slot] = static_cast<int32_t>(r);
+    }
+    for (size_t s = 0; s < slots; ++s) {
+      if (prog.slot_output[s] < 0 || current[s] < 0) continue;
+      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
+      const V* src = rec_buf + size_t(current[s]) * kChunk;
+      for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i];
+    }
+  }
+}
+
+// The row of the coalesced iteration `row` (dims but the innermost), as each slot's element offset.
+void row_offsets(const FusedProgram& prog, int64_t row, int64_t* offset) {
+  const size_t nd = prog.dims.size();
+  for (size_t s = 0; s < prog.num_slots(); ++s) offset[s] = 0;
+  for (size_t d = nd - 1; d-- > 0;) {
+    const int64_t i = row % prog.dims[d];
+    row /= prog.dims[d];
+    for (size_t s = 0; s < prog.num_slots(); ++s) offset[s] += i * prog.strides[s][d];
+  }
+}
+
+template <typename V>
+void interpret(const FusedProgram& prog, const uint8_t* skip, char* const* p) {
+  const size_t nd = prog.dims.size(), slots = prog.num_slots();
+  int64_t inner[kMaxSlots];
+  for (size_t s = 0; s < slots; ++s) inner[s] = prog.strides[s][nd - 1];
+  const int64_t columns = prog.dims[nd - 1];
+  const size_t work_size = (slots + prog.records.size()) * kChunk;
+  if (nd == 1) {
+    parallel_for(0, columns, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      std::vector<V> work(work_size);
+      int64_t offset[kMaxSlots] = {};
+      for (size_t s = 0; s < slots; ++s) offset[s] = begin * inner[s];
+      interpret_run<V>(prog, skip, p, offset, inner, end - begin, work);
+    });
+    return;
+  }
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) rows *= prog.dims[d];
+  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<V> work(work_size);
+                 int64_t offset[kMaxSlots] = {};
+                 for (int64_t r = begin; r < end; ++r) {
+                   row_offsets(prog, r, offset);
+                   interpret_run<V>(prog, skip, p, offset, inner, columns, work);
+                 }
+               });
+}
+
+}  // namespace
+
+void fused_kernel(Task& task) {
+  const FusedAttrs& attrs = task.attrs.get<FusedAttrs>();
+  const FusedProgram& prog = *attrs.program;
+  char* p[kMaxSlots];
+  for (size_t s = 0; s < prog.num_slots(); ++s) {
+    const Tensor& t = prog.slot_output[s] >= 0 ? task.outputs[size_t(prog.slot_output[s])]
+                                               : task.inputs[size_t(prog.slot_input[s])];
+    p[s] = static_cast<char*>(t.raw_data());
+  }
+  int64_t numel = 1;
+  for (int64_t d : prog.dims) numel *= d;
+  if (numel == 0) return;
+  const uint8_t* skip = attrs.skip ? attrs.skip->record.data() : nullptr;
+  if (const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire); fn && !skip) {
+    const size_t nd = prog.dims.size();
+    const int64_t columns = prog.dims[nd - 1];
+    if (nd == 1) return parallel_for(0, columns, kElementwiseGrain, [&](int64_t b, int64_t e) { fn(p, b, e); });
+    return parallel_for(0, numel / columns, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
+                        [&](int64_t b, int64_t e) { fn(p, b, e); });
+  }
+  if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
+  else interpret<float>(prog, skip, p);
+}
+
+DG_REGISTER_KERNEL(jit_fused, Device::Type::CPU, fused_kernel);
+
+}  // namespace dg::cpu

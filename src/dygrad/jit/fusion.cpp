@@ -1,0 +1,699 @@
+// dygrad.jit's O1 passes and the C++ generator of fused programs (jit/fusion.h, docs/jit-fusion.md).
+#include "dygrad/jit/fusion.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "dygrad/core/error.h"
+#include "dygrad/jit/graph.h"
+#include "dygrad/runtime/op_attrs.h"
+
+namespace dg::jit {
+
+namespace {
+OpCost fused_cost(const Task& task) {
+  const FusedProgram& p = *task.attrs.get<FusedAttrs>().program;
+  int64_t n = 1;
+  for (int64_t d : p.shape) n *= d;
+  OpCost c;
+  c.flops = static_cast<double>(n) * static_cast<double>(p.records.size());
+  double bytes = 0;
+  for (const Tensor& t : task.inputs)
+    if (t.defined()) bytes += static_cast<double>(t.numel()) * static_cast<double>(t.itemsize());
+  for (const Tensor& t : task.outputs)
+    if (t.defined()) bytes += static_cast<double>(t.numel()) * static_cast<double>(t.itemsize());
+  c.bytes = bytes;
+  return c;
+}
+}  // namespace
+
+const OpDef op_jit_fused("jit_fused", attrs_type<FusedAttrs>(), {.fusion = FusionClass::Elementwise, .cost = fused_cost});
+
+// ---------------------------------------------------------------------------------------------------------------
+// The passes
+struct Passes {
+  static void run(Graph& g, const PassConfig& config, std::vector<PassLog>* log);
+  static std::string dce(Graph& g);
+  static std::string cse(Graph& g);
+  static std::string fuse(Graph& g);
+  static void lifetimes(Graph& g);
+};
+
+namespace {
+
+// What a pass may remove or merge: ops whose kernels compute from their operands and attributes only and raise on
+// no value (elementwise, reductions, matmuls on floating results), never side effects or random draws.
+bool pure(const GraphOp& op, const std::vector<Value>& values) {
+  if (op.op->flags & (kOpSideEffect | kOpRandom | kOpDataDependentShape)) return false;
+  if (op.op->fusion == FusionClass::Opaque || op.op->host_read) return false;
+  if (op.op == &op_jit_fused) return false;
+  for (int32_t v : op.outputs)
+    if (v >= 0 && !is_floating(values[size_t(v)].dtype)) return false;
+  return true;
+}
+
+bool same_geometry(const Value& a, const Value& b) {
+  return a.buffer == b.buffer && a.offset == b.offset && a.dtype == b.dtype &&
+         std::ranges::equal(a.sizes, b.sizes) && std::ranges::equal(a.strides, b.strides);
+}
+
+// The elementwise ops fusion understands: their program op and scalar.
+struct Fusible {
+  FusedOpCode code;
+  int arity;
+  bool ok = false;
+  double k = 0;
+};
+
+Fusible classify(const GraphOp& op, DType dtype) {
+  static const std::map<std::string, std::pair<FusedOpCode, int>> table = {
+      {"add", {FusedOpCode::Add, 2}},
+      {"mul", {FusedOpCode::Mul, 2}},
+      {"div", {FusedOpCode::Div, 2}},
+      {"add_scalar", {FusedOpCode::AddScalar, 1}},
+      {"mul_scalar", {FusedOpCode::MulScalar, 1}},
+      {"div_scalar", {FusedOpCode::DivScalar, 1}},
+      {"rsub_scalar", {FusedOpCode::RsubScalar, 1}},
+      {"rdiv_scalar", {FusedOpCode::RdivScalar, 1}},
+      {"neg", {FusedOpCode::Neg, 1}},
+      {"sqrt", {FusedOpCode::Sqrt, 1}},
+      {"rsqrt", {FusedOpCode::Rsqrt, 1}},
+      {"reciprocal", {FusedOpCode::Reciprocal, 1}},
+      {"abs", {FusedOpCode::Abs, 1}},
+      {"relu", {FusedOpCode::Relu, 1}},
+      {"sigmoid", {FusedOpCode::Sigmoid, 1}},
+      {"silu", {FusedOpCode::Silu, 1}},
+      {"tanh", {FusedOpCode::Tanh, 1}},
+      {"pow_scalar", {FusedOpCode::PowScalar, 1}},
+      {"maximum", {FusedOpCode::Maximum, 2}},
+      {"minimum", {FusedOpCode::Minimum, 2}},
+      {"sigmoid_backward", {FusedOpCode::SigmoidBackward, 2}},
+      {"tanh_backward", {FusedOpCode::TanhBackward, 2}},
+      {"silu_backward", {FusedOpCode::SiluBackward, 2}},
+      {"relu_backward", {FusedOpCode::ReluBackward, 2}},
+      {"copy", {FusedOpCode::Copy, 1}},
+  };
+  Fusible f{};
+  auto it = table.find(op.op->name);
+  if (it == table.end()) return f;
+  f.code = it->second.first;
+  f.arity = it->second.second;
+  if (op.op->fusion != FusionClass::Elementwise || (op.op->flags & (kOpSideEffect | kOpRandom))) return f;
+  if (op.inputs.size() != size_t(f.arity) || op.outputs.size() != 1) return f;
+  // The scalar as eager's kernel converts it (Scalar::to<compute type>()).
+  auto to_compute = [&](const Scalar& s) {
+    return dtype == DType::Float64 ? s.to<double>() : static_cast<double>(s.to<float>());
+  };
+  switch (f.code) {
+    case FusedOpCode::Add: {
+      const Scalar alpha = op.attrs.get<AddAttrs>().alpha;
+      f.k = alpha.to_double() == 1.0 ? 1.0 : to_compute(alpha);
+      break;
+    }
+    case FusedOpCode::AddScalar: case FusedOpCode::MulScalar: case FusedOpCode::DivScalar:
+    case FusedOpCode::RsubScalar: case FusedOpCode::RdivScalar:
+      f.k = to_compute(op.attrs.get<ScalarAttrs>().value);
+      break;
+    case FusedOpCode::PowScalar: {
+      const double p = op.attrs.get<ScalarAttrs>().value.to_double();
+      // eager picks its formula from the double and converts the exponent once: only exponents the compute type
+      // holds exactly give the same choice here
+      if (dtype == DType::Float32 && static_cast<double>(static_cast<float>(p)) != p) return f;
+      f.k = p;
+      break;
+    }
+    default:
+      break;
+  }
+  f.ok = true;
+  return f;
+}
+
+// An operand's strides over the iteration shape (right-aligned broadcasting: 0 along a broadcast dim).
+Dims broadcast_strides(const Value& v, const Dims& shape) {
+  Dims out(shape.size(), 0);
+  const size_t off = shape.size() - v.sizes.size();
+  for (size_t d = 0; d < v.sizes.size(); ++d)
+    out[off + d] = v.sizes[d] == 1 && shape[off + d] != 1 ? 0 : v.strides[d];
+  return out;
+}
+
+struct SlotKey {
+  int32_t buffer;
+  int64_t offset;
+  Dims strides;  // over the group's shape
+  bool operator==(const SlotKey& o) const {
+    return buffer == o.buffer && offset == o.offset && std::ranges::equal(strides, o.strides);
+  }
+};
+
+std::string op_source(const GraphOp& op) {
+  std::string s = op.op->name;
+  if (op.site.file) s += std::string(" (") + op.site.file + ":" + std::to_string(op.site.line) + ")";
+  return s;
+}
+
+constexpr size_t kMaxGroupSlots = 32;
+
+}  // namespace
+
+// Lifetimes of Internal buffers from the ops as they now are (prepare() plans the arena from them).
+void Passes::lifetimes(Graph& g) {
+  for (Buffer& b : g.buffers_)
+    if (b.kind == BufferKind::Internal) b.first = b.last = -1;
+  for (size_t i = 0; i < g.ops_.size(); ++i)
+    for (const auto* list : {&g.ops_[i].inputs, &g.ops_[i].outputs})
+      for (int32_t v : *list) {
+        if (v < 0) continue;
+        Buffer& b = g.buffers_[size_t(g.values_[size_t(v)].buffer)];
+        if (b.kind != BufferKind::Internal) continue;
+        if (b.first < 0) b.first = int32_t(i);
+        b.last = int32_t(i);
+      }
+}
+
+// Dead code: walking back from the end, an op is live when it has a side effect, may raise, or writes a buffer that
+// is visible outside the graph (fixed, argument, escaping) or that a later live op reads. Refuses: nothing of
+// docs/jit.md's guarantees depends on a dead pure op (its RNG counters, if it had drawn, are still reserved by the
+// launch's total; it bumps no version: it writes only internal buffers).
+std::string Passes::dce(Graph& g) {
+  std::vector<uint8_t> needed(g.buffers_.size(), 0);
+  for (size_t b = 0; b < g.buffers_.size(); ++b) needed[b] = g.buffers_[b].kind != BufferKind::Internal;
+  std::vector<uint8_t> live(g.ops_.size(), 0);
+  for (size_t i = g.ops_.size(); i-- > 0;) {
+    const GraphOp& op = g.ops_[i];
+    bool keep = !pure(op, g.values_) || op.op == &op_jit_fused;
+    for (int32_t v : op.outputs)
+      if (v >= 0 && needed[size_t(g.values_[size_t(v)].buffer)]) keep = true;
+    if (!keep) continue;
+    live[i] = 1;
+    for (int32_t v : op.inputs)
+      if (v >= 0) needed[size_t(g.values_[size_t(v)].buffer)] = 1;
+    for (int32_t v : op.outputs)
+      if (v >= 0) needed[size_t(g.values_[size_t(v)].buffer)] = 1;
+  }
+  std::vector<GraphOp> kept;
+  for (size_t i = 0; i < g.ops_.size(); ++i)
+    if (live[i]) kept.push_back(std::move(g.ops_[i]));
+  const size_t removed = g.ops_.size() - kept.size();
+  g.ops_ = std::move(kept);
+  return removed ? "removed " + std::to_string(removed) + " op(s) whose results nothing reads" : "nothing to remove";
+}
+
+// Common subexpressions: op j is op i again (the same OpDef, kernel and attributes, input values of the same
+// geometry, no write into an input between them) and each of their outputs is an internal buffer that op alone
+// writes, of one geometry: j is dropped and its buffers' values read i's. Refuses random and side-effect ops and
+// ops that may raise (pure()).
+std::string Passes::cse(Graph& g) {
+  std::vector<int32_t> writers(g.buffers_.size(), 0);
+  for (const GraphOp& op : g.ops_)
+    for (int32_t v : op.outputs)
+      if (v >= 0) ++writers[size_t(g.values_[size_t(v)].buffer)];
+  auto own_outputs = [&](const GraphOp& op) {
+    for (int32_t v : op.outputs) {
+      if (v < 0) return false;
+      const int32_t b = g.values_[size_t(v)].buffer;
+      if (g.buffers_[size_t(b)].kind != BufferKind::Internal || writers[size_t(b)] != 1) return false;
+    }
+    return true;
+  };
+  std::vector<uint8_t> drop(g.ops_.size(), 0);
+  std::vector<int32_t> remap(g.buffers_.size(), -1);
+  size_t merged = 0;
+  for (size_t j = 0; j < g.ops_.size(); ++j) {
+    GraphOp& oj = g.ops_[j];
+    // inputs read through buffers an earlier merge replaced
+    for (int32_t& v : oj.inputs)
+      if (v >= 0 && remap[size_t(g.values_[size_t(v)].buffer)] >= 0) {
+        Value copy = g.values_[size_t(v)];
+        copy.buffer = remap[size_t(copy.buffer)];
+        g.values_.push_back(copy);
+        v = int32_t(g.values_.size() - 1);
+      }
+    if (!pure(oj, g.values_) || !own_outputs(oj)) continue;
+    for (size_t i = j; i-- > 0;) {
+      const GraphOp& oi = g.ops_[i];
+      if (drop[i] || oi.op != oj.op || oi.kernel != oj.kernel || oi.inputs.size() != oj.inputs.size() ||
+          oi.outputs.size() != oj.outputs.size() || !(oi.attrs == oj.attrs) || !own_outputs(oi))
+        continue;
+      bool same = true;
+      for (size_t k = 0; k < oi.inputs.size() && same; ++k) {
+        const int32_t a = oi.inputs[k], b = oj.inputs[k];
+        same = (a < 0 && b < 0) || (a >= 0 && b >= 0 && same_geometry(g.values_[size_t(a)], g.values_[size_t(b)]));
+      }
+      for (size_t k = 0; k < oi.outputs.size() && same; ++k) {
+        const Value& a = g.values_[size_t(oi.outputs[k])];
+        const Value& b = g.values_[size_t(oj.outputs[k])];
+        same = a.offset == b.offset && a.dtype == b.dtype && std::ranges::equal(a.sizes, b.sizes) &&
+               std::ranges::equal(a.strides, b.strides) &&
+               g.buffers_[size_t(a.buffer)].nbytes == g.buffers_[size_t(b.buffer)].nbytes;
+      }
+      if (!same) continue;
+      // No op between them writes what they read.
+      std::set<int32_t> read;
+      for (int32_t v : oj.inputs)
+        if (v >= 0) read.insert(g.values_[size_t(v)].buffer);
+      bool written_between = false;
+      for (size_t m = i + 1; m < j && !written_between; ++m) {
+        if (drop[m]) continue;
+        for (int32_t v : g.ops_[m].outputs)
+          if (v >= 0 && read.count(g.values_[size_t(v)].buffer)) written_between = true;
+      }
+      if (written_between) continue;
+      for (size_t k = 0; k < oi.outputs.size(); ++k)
+        remap[size_t(g.values_[size_t(oj.outputs[k])].buffer)] = g.values_[size_t(oi.outputs[k])].buffer;
+      drop[j] = 1;
+      ++merged;
+      break;
+    }
+  }
+  if (!merged) return "nothing to merge";
+  std::vector<GraphOp> kept;
+  for (size_t i = 0; i < g.ops_.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(g.ops_[i]));
+  g.ops_ = std::move(kept);
+  // Results (never internal) and side-effect operands need no remap: only internal buffers merge.
+  return "merged " + std::to_string(merged) + " op(s) into an earlier equal one";
+}
+
+// Elementwise fusion: maximal runs of consecutive fusible sub-ops (fusion class Elementwise, a functor the program
+// knows, float32 or float64 operands all of one dtype, outputs of one shape) become one `jit_fused` sub-op. A run
+// stops where a buffer the run writes would be accessed through a second geometry (a store could then change what
+// another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops never move past each
+// other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
+// eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
+std::string Passes::fuse(Graph& g) {
+  if (!g.device_.is_cpu() || !op_jit_fused.kernel(Device::Type::CPU)) return "no fusion on this device";
+  // Per buffer, the ops that use it (any operand).
+  std::vector<std::vector<int32_t>> users(g.buffers_.size());
+  for (size_t i = 0; i < g.ops_.size(); ++i)
+    for (const auto* list : {&g.ops_[i].inputs, &g.ops_[i].outputs})
+      for (int32_t v : *list)
+        if (v >= 0) {
+          auto& u = users[size_t(g.values_[size_t(v)].buffer)];
+          if (u.empty() || u.back() != int32_t(i)) u.push_back(int32_t(i));
+        }
+  std::vector<uint8_t> in_result(g.buffers_.size(), 0);
+  for (int32_t v : g.results_)
+    if (v >= 0) in_result[size_t(g.values_[size_t(v)].buffer)] = 1;
+
+  auto fusible_at = [&](size_t i, DType& dtype, Dims& shape) {
+    const GraphOp& op = g.ops_[i];
+    if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+    const Value& out = g.values_[size_t(op.outputs[0])];
+    if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
+    for (int32_t v : op.inputs)
+      if (v < 0 || g.values_[size_t(v)].dtype != out.dtype || g.values_[size_t(v)].sizes.size() > out.sizes.size())
+        return false;
+    for (size_t d = 0; d < out.sizes.size(); ++d)
+      if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
+    if (!classify(op, out.dtype).ok) return false;
+    dtype = out.dtype;
+    shape = out.sizes;
+    return true;
+  };
+
+  std::vector<GraphOp> next;
+  size_t groups = 0, fused_ops = 0, eliminated = 0;
+  size_t i = 0;
+  while (i < g.ops_.size()) {
+    DType dtype;
+    Dims shape;
+    if (!fusible_at(i, dtype, shape)) {
+      next.push_back(std::move(g.ops_[i]));
+      ++i;
+      continue;
+    }
+    // Grow the run [i, j) while the slot rule holds.
+    std::vector<SlotKey> keys;        // distinct geometries
+    std::map<int32_t, int32_t> written_key;  // buffer written in the run -> its one key
+    std::map<int32_t, std::set<int32_t>> buffer_keys;
+    auto key_of = [&](int32_t v) {
+      const Value& val = g.values_[size_t(v)];
+      SlotKey k{val.buffer, val.offset, broadcast_strides(val, shape)};
+      for (size_t s = 0; s < keys.size(); ++s)
+        if (keys[s] == k) return int32_t(s);
+      keys.push_back(k);
+      return int32_t(keys.size() - 1);
+    };
+    size_t j = i;
+    while (j < g.ops_.size()) {
+      DType d2;
+      Dims s2;
+      if (!fusible_at(j, d2, s2) || d2 != dtype || !std::ranges::equal(s2, shape)) break;
+      const size_t keys_before = keys.size();
+      auto saved_written = written_key;
+      auto saved_buffers = buffer_keys;
+      bool ok = true;
+      const GraphOp& op = g.ops_[j];
+      for (int32_t v : op.inputs) buffer_keys[g.values_[size_t(v)].buffer].insert(key_of(v));
+      const int32_t ov = op.outputs[0];
+      const int32_t ob = g.values_[size_t(ov)].buffer;
+      buffer_keys[ob].insert(key_of(ov));
+      written_key[ob] = key_of(ov);
+      for (const auto& [b, k] : written_key)
+        if (buffer_keys[b].size() != 1) ok = false;
+      if (keys.size() > kMaxGroupSlots) ok = false;
+      if (!ok) {
+        keys.resize(keys_before);
+        written_key = std::move(saved_written);
+        buffer_keys = std::move(saved_buffers);
+        break;
+      }
+      ++j;
+    }
+    if (j - i < 2) {
+      next.push_back(std::move(g.ops_[i]));
+      ++i;
+      continue;
+    }
+    // The program of ops [i, j).
+    auto prog = std::make_shared<FusedProgram>();
+    prog->dtype = dtype;
+    prog->shape = shape;
+    std::set<int32_t> gone;  // internal buffers only the run uses
+    for (const auto& [b, k] : written_key) {
+      (void)k;
+      const Buffer& buf = g.buffers_[size_t(b)];
+      if (buf.kind != BufferKind::Internal || in_result[size_t(b)]) continue;
+      bool inside = true;
+      for (int32_t u : users[size_t(b)]) inside = inside && u >= int32_t(i) && u < int32_t(j);
+      if (inside) gone.insert(b);
+    }
+    std::vector<int32_t> slot_of_key(keys.size(), -1);
+    std::vector<int32_t> slot_value;  // per slot: a value of its geometry
+    std::vector<uint8_t> slot_read, slot_written;
+    std::vector<int32_t> current(keys.size(), -1);  // per key over a gone buffer: the record holding it
+    std::map<int32_t, int32_t> key_index;
+    for (size_t m = i; m < j; ++m) {
+      const GraphOp& op = g.ops_[m];
+      const Fusible f = classify(op, dtype);
+      FusedRecord rec;
+      rec.op = f.code;
+      rec.k = f.k;
+      rec.source = op_source(op);
+      for (size_t a = 0; a < op.inputs.size(); ++a) {
+        const int32_t v = op.inputs[a];
+        const int32_t k = key_of(v);
+        if (gone.count(g.values_[size_t(v)].buffer) && current[size_t(k)] >= 0) {
+          rec.in[a].record = current[size_t(k)];
+          continue;
+        }
+        if (slot_of_key[size_t(k)] < 0) {
+          slot_of_key[size_t(k)] = int32_t(slot_value.size());
+          slot_value.push_back(v);
+          slot_read.push_back(0);
+          slot_written.push_back(0);
+        }
+        rec.in[a].slot = slot_of_key[size_t(k)];
+        slot_read[size_t(rec.in[a].slot)] = 1;
+      }
+      const int32_t ov = op.outputs[0];
+      const int32_t k = key_of(ov);
+      if (gone.count(g.values_[size_t(ov)].buffer)) {
+        current[size_t(k)] = int32_t(prog->records.size());
+      } else {
+        if (slot_of_key[size_t(k)] < 0) {
+          slot_of_key[size_t(k)] = int32_t(slot_value.size());
+          slot_value.push_back(ov);
+          slot_read.push_back(0);
+          slot_written.push_back(0);
+        }
+        rec.out_slot = slot_of_key[size_t(k)];
+        slot_written[size_t(rec.out_slot)] = 1;
+      }
+      if (!prog->name.empty()) prog->name += "+";
+      prog->name += op.op->name;
+      prog->records.push_back(std::move(rec));
+    }
+    GraphOp fused;
+    fused.op = &op_jit_fused;
+    fused.kernel = op_jit_fused.kernel(Device::Type::CPU);
+    fused.site = g.ops_[i].site;
+    const size_t slots = slot_value.size();
+    prog->slot_input.assign(slots, -1);
+    prog->slot_output.assign(slots, -1);
+    for (size_t s = 0; s < slots; ++s) {
+      if (slot_read[s]) {
+        prog->slot_input[s] = int32_t(fused.inputs.size());
+        fused.inputs.push_back(slot_value[s]);
+      }
+      if (slot_written[s]) {
+        prog->slot_output[s] = int32_t(fused.outputs.size());
+        fused.outputs.push_back(slot_value[s]);
+      }
+    }
+    // The coalesced iteration: size-1 dims dropped, a dim merged into the next inner one where every slot steps
+    // across both contiguously.
+    std::vector<Dims> full(slots);
+    for (size_t s = 0; s < slots; ++s) full[s] = broadcast_strides(g.values_[size_t(slot_value[s])], shape);
+    Dims dims;
+    std::vector<Dims> strides(slots);
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      bool merge = !dims.empty();
+      for (size_t s = 0; s < slots && merge; ++s) merge = strides[s].back() == full[s][d] * shape[d];
+      if (merge) {
+        dims.back() *= shape[d];
+        for (size_t s = 0; s < slots; ++s) strides[s].back() = full[s][d];
+      } else {
+        dims.push_back(shape[d]);
+        for (size_t s = 0; s < slots; ++s) strides[s].push_back(full[s][d]);
+      }
+    }
+    if (dims.empty()) {
+      dims.push_back(1);
+      for (size_t s = 0; s < slots; ++s) strides[s].push_back(0);
+    }
+    prog->dims = std::move(dims);
+    prog->strides = std::move(strides);
+    prog->index = int32_t(g.programs_.size());
+    fused.attrs = FusedAttrs{prog, nullptr};
+    g.programs_.push_back(prog);
+    next.push_back(std::move(fused));
+    ++groups;
+    fused_ops += j - i;
+    eliminated += gone.size();
+    i = j;
+  }
+  g.ops_ = std::move(next);
+  if (!groups) return "nothing to fuse";
+  return std::to_string(groups) + " group(s) of " + std::to_string(fused_ops) + " ops, " +
+         std::to_string(eliminated) + " intermediate buffer(s) eliminated";
+}
+
+void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) {
+  if (log) log->push_back({"captured", g.describe(), ""});
+  auto step = [&](const char* name, std::string (*pass)(Graph&)) {
+    std::string note = pass(g);
+    if (log) log->push_back({name, g.describe(), std::move(note)});
+  };
+  if (config.cse) step("cse", &Passes::cse);
+  if (config.dce) step("dce", &Passes::dce);
+  if (config.fusion) step("fusion", &Passes::fuse);
+  lifetimes(g);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Graph's O1 entry points
+std::shared_ptr<Graph> Graph::optimized(const PassConfig& config, std::vector<PassLog>* log) const {
+  auto g = std::make_shared<Graph>();
+  g->device_ = device_;
+  g->buffers_ = buffers_;
+  for (Buffer& b : g->buffers_) b.arena_offset = 0;
+  g->values_ = values_;
+  g->ops_ = ops_;
+  g->results_ = results_;
+  g->rng_total_ = rng_total_;
+  g->origin_ = origin_ ? origin_ : shared_from_this();
+  Passes::run(*g, config, log);
+  g->prepare();
+  return g;
+}
+
+std::string Graph::source() const { return programs_.empty() ? std::string() : generate_cpp(programs_); }
+
+bool Graph::kernels_loaded() const {
+  for (const auto& p : programs_)
+    if (!p->compiled.load(std::memory_order_acquire)) return false;
+  return true;
+}
+
+void Graph::load_kernels(const std::string& path) {
+  // One handle per shared object for the process (never closed: a replay in flight may be running its code).
+  static std::mutex mutex;
+  static std::map<std::string, void*> handles;
+  void* handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = handles.find(path);
+    if (it != handles.end()) {
+      handle = it->second;
+    } else {
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      DG_CHECK(handle, Runtime, "[jit] cannot load the generated kernels ", path, ": ", dlerror());
+      handles[path] = handle;
+    }
+  }
+  std::vector<FusedProgram::Fn> fns;
+  for (const auto& p : programs_) {
+    const std::string name = "dg_fused_" + std::to_string(p->index);
+    void* f = dlsym(handle, name.c_str());
+    DG_CHECK(f, Runtime, "[jit] the generated kernels ", path, " have no ", name);
+    fns.push_back(reinterpret_cast<FusedProgram::Fn>(f));
+  }
+  for (size_t k = 0; k < programs_.size(); ++k) programs_[k]->compiled.store(fns[k], std::memory_order_release);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The C++ generator
+namespace {
+
+std::string literal(double k, DType dtype) {
+  char buf[64];
+  if (dtype == DType::Float64) std::snprintf(buf, sizeof buf, "%a", k);
+  else std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(k)));
+  std::string s = buf;
+  if (s.find("inf") != std::string::npos || s.find("nan") != std::string::npos) {
+    const char* t = dtype == DType::Float64 ? "double" : "float";
+    if (s.find("nan") != std::string::npos)
+      return dtype == DType::Float64 ? std::string("__builtin_nan(\"\")") : std::string("__builtin_nanf(\"\")");
+    return std::string(k < 0 ? "-" : "") + "static_cast<" + t + ">(__builtin_huge_val())";
+  }
+  return s;
+}
+
+std::string expression(const FusedRecord& r, const std::string& x, const std::string& y, DType dtype) {
+  const std::string k = literal(r.k, dtype);
+  const std::string one = "T(1)";
+  switch (r.op) {
+    case FusedOpCode::Add: return "dg::math::add_scaled(" + x + ", " + y + ", " + (r.k == 1.0 ? one : k) + ")";
+    case FusedOpCode::Mul: return "dg::math::mul(" + x + ", " + y + ")";
+    case FusedOpCode::Div: return "dg::math::div(" + x + ", " + y + ")";
+    case FusedOpCode::AddScalar: return x + " + " + k;
+    case FusedOpCode::MulScalar: return x + " * " + k;
+    case FusedOpCode::DivScalar: return x + " / " + k;
+    case FusedOpCode::RsubScalar: return "dg::math::rsub(" + x + ", " + k + ")";
+    case FusedOpCode::RdivScalar: return k + " / " + x;
+    case FusedOpCode::Neg: return "dg::math::neg(" + x + ")";
+    case FusedOpCode::Sqrt: return "std::sqrt(" + x + ")";
+    case FusedOpCode::Rsqrt: return "T(1) / std::sqrt(" + x + ")";
+    case FusedOpCode::Reciprocal: return "T(1) / " + x;
+    case FusedOpCode::Abs: return "std::fabs(" + x + ")";
+    case FusedOpCode::Relu: return x + " < T(0) ? T(0) : " + x;
+    case FusedOpCode::Sigmoid: return "dg::math::sigmoid(" + x + ")";
+    case FusedOpCode::Silu: return "dg::math::silu(" + x + ")";
+    case FusedOpCode::Tanh: return "dg::math::tanh(" + x + ")";
+    case FusedOpCode::PowScalar: {
+      const double p = r.k;
+      if (p == 0) return "T(1)";
+      if (p == 1) return x;
+      if (p == 2) return x + " * " + x;
+      if (p == 3) return x + " * " + x + " * " + x;
+      if (p == -1) return "T(1) / " + x;
+      if (p == -2) return "T(1) / (" + x + " * " + x + ")";
+      if (p == 0.5) return "std::sqrt(" + x + ")";
+      if (p == -0.5) return "T(1) / std::sqrt(" + x + ")";
+      return "dg::math::pow(" + x + ", " + k + ")";
+    }
+    case FusedOpCode::Maximum: return "dg::math::maximum(" + x + ", " + y + ")";
+    case FusedOpCode::Minimum: return "dg::math::minimum(" + x + ", " + y + ")";
+    case FusedOpCode::SigmoidBackward: return "dg::math::sigmoid_backward(" + x + ", " + y + ")";
+    case FusedOpCode::TanhBackward: return "dg::math::tanh_backward(" + x + ", " + y + ")";
+    case FusedOpCode::SiluBackward: return "dg::math::silu_backward(" + x + ", " + y + ")";
+    case FusedOpCode::ReluBackward: return "dg::math::relu_backward(" + x + ", " + y + ")";
+    case FusedOpCode::Copy: return x;
+  }
+  return x;
+}
+
+void generate_program(std::ostringstream& o, const FusedProgram& p) {
+  const size_t slots = p.num_slots(), nd = p.dims.size();
+  const char* type = p.dtype == DType::Float64 ? "double" : "float";
+  o << "// kernel " << p.index << ": " << p.name << ", shape " << shape_str(p.shape) << ", " << dtype_name(p.dtype)
+    << "\n";
+  for (const FusedRecord& r : p.records) o << "//   " << r.source << "\n";
+  o << "// iteration " << shape_str(p.dims) << "; slot strides:";
+  for (size_t s = 0; s < slots; ++s) o << " s" << s << shape_str(p.strides[s]);
+  o << "\n";
+  o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
+  o << "  using T = " << type << ";\n";
+  for (size_t s = 0; s < slots; ++s)
+    o << "  " << (p.slot_output[s] >= 0 ? "T" : "const T") << "* __restrict s" << s << " = reinterpret_cast<"
+      << (p.slot_output[s] >= 0 ? "T" : "const T") << "*>(p[" << s << "]);\n";
+  std::string indent = "  ";
+  std::vector<std::string> index(slots);
+  if (nd == 1) {
+    o << "  for (int64_t i = begin; i < end; ++i) {\n";
+    for (size_t s = 0; s < slots; ++s)
+      index[s] = p.strides[s][0] == 0 ? "0" : p.strides[s][0] == 1 ? "i" : "i * " + std::to_string(p.strides[s][0]);
+  } else {
+    o << "  for (int64_t r = begin; r < end; ++r) {\n";
+    o << "    int64_t q = r;\n";
+    for (size_t s = 0; s < slots; ++s) o << "    int64_t o" << s << " = 0;\n";
+    for (size_t d = nd - 1; d-- > 0;) {
+      o << "    {\n      const int64_t c = q % " << p.dims[d] << ";\n      q /= " << p.dims[d] << ";\n";
+      for (size_t s = 0; s < slots; ++s)
+        if (p.strides[s][d] != 0) o << "      o" << s << " += c * " << p.strides[s][d] << ";\n";
+      o << "    }\n";
+    }
+    o << "    for (int64_t i = 0; i < " << p.dims[nd - 1] << "; ++i) {\n";
+    indent = "    ";
+    for (size_t s = 0; s < slots; ++s) {
+      const int64_t st = p.strides[s][nd - 1];
+      index[s] = "o" + std::to_string(s) + (st == 0 ? "" : st == 1 ? " + i" : " + i * " + std::to_string(st));
+    }
+  }
+  std::vector<int32_t> current(slots, -1);
+  std::vector<uint8_t> loaded(slots, 0);
+  for (size_t r = 0; r < p.records.size(); ++r) {
+    const FusedRecord& rec = p.records[r];
+    std::string operand[2];
+    for (int j = 0; j < fused_op_arity(rec.op); ++j) {
+      const FusedOperand& in = rec.in[j];
+      if (in.record >= 0) {
+        operand[j] = "v" + std::to_string(in.record);
+      } else if (current[size_t(in.slot)] >= 0) {
+        operand[j] = "v" + std::to_string(current[size_t(in.slot)]);
+      } else {
+        if (!loaded[size_t(in.slot)]) {
+          loaded[size_t(in.slot)] = 1;
+          o << indent << "  const T l" << in.slot << " = s" << in.slot << "[" << index[size_t(in.slot)] << "];\n";
+        }
+        operand[j] = "l" + std::to_string(in.slot);
+      }
+    }
+    o << indent << "  const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
+      << rec.source << "\n";
+    if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
+  }
+  for (size_t s = 0; s < slots; ++s)
+    if (current[s] >= 0) o << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
+  if (nd == 1) o << "  }\n";
+  else o << "    }\n  }\n";
+  o << "}\n\n";
+}
+
+}  // namespace
+
+std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& programs) {
+  std::ostringstream o;
+  o << "// dygrad.jit: fused elementwise kernels generated from a captured graph (docs/jit-fusion.md).\n"
+       "// Each function runs its records for elements [begin, end) (one dim) or rows [begin, end) of the innermost\n"
+       "// dim; p[s] is slot s's first element. The per-element math is dygrad's scalar functors (math/), as eager's.\n"
+       "#include <cmath>\n#include <cstdint>\n\n"
+       "#include \"dygrad/math/activations.h\"\n#include \"dygrad/math/arithmetic.h\"\n"
+       "#include \"dygrad/math/elementary.h\"\n\n"
+       "#define DG_FUSED_EXPORT __attribute__((visibility(\"default\")))\n\n";
+  for (const auto& p : programs) generate_program(o, *p);
+  return o.str();
+}
+
+}  // namespace dg::jit

@@ -1,0 +1,34 @@
+// dygrad.jit's O1 (docs/jit-fusion.md): passes over a captured graph before its arena is planned, and the C++
+// generator of its fused elementwise programs. The passes are backend-neutral (they read the op table: fusion class,
+// flags, attributes); the CPU runs a fused program with `jit_fused`'s kernel (backend/cpu/fused_jit.cpp) and this
+// file writes its C++.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "dygrad/runtime/fused_program.h"
+#include "dygrad/runtime/op_def.h"
+
+namespace dg::jit {
+
+// Which passes run (dygrad.jit.config). Each keeps the replay guarantees of docs/jit.md and eager's bits, so all
+// may run under deterministic mode (none reassociates or contracts).
+struct PassConfig {
+  bool dce = true;     // dead-code elimination: ops whose results nothing reads
+  bool cse = true;     // common subexpressions: a second op of the same op, attributes and input values
+  bool fusion = true;  // consecutive elementwise sub-ops of one shape and dtype as one `jit_fused` sub-op
+};
+
+// The graph after each pass (dygrad.jit.graph(fn, ..., passes=True)).
+struct PassLog {
+  std::string pass;                // "captured", "dce", "cse", "fusion"
+  std::vector<std::string> lines;  // the graph's description after it
+  std::string note;                // what it did ("removed 2 ops", "3 groups, 9 ops, 2 buffers eliminated")
+};
+
+extern const OpDef op_jit_fused;
+
+// The C++ translation unit of these programs: one extern "C" function dg_fused_<index> each.
+std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& programs);
+
+}  // namespace dg::jit

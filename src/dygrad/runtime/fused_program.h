@@ -1,0 +1,111 @@
+// A fused elementwise program (dygrad.jit's fusion, docs/jit-fusion.md): the ops of one group of consecutive
+// elementwise sub-ops of a captured graph, in their order, as one sub-op (`jit_fused`) that runs them in a single
+// pass over memory. Backend-neutral: the passes (jit/fusion.cpp) build it from the op table; a backend runs it
+// (backend/cpu/fused_jit.cpp: generated code when it is loaded, an interpreter of the same records until then or
+// where no compiler exists) and generates code for it (jit/fusion.cpp's C++ generator for the CPU).
+//
+// Semantics: for every index i of `shape`, the records run in order; a record reads its operands (a slot: the
+// value in memory at that slot's element i, or what an earlier record of this program stored there; or an earlier
+// record's result), computes one element with the same scalar functor eager's kernel uses (math/), and, where
+// `out_slot >= 0`, stores it at that slot's element i. Every access to a slot that the program writes has that
+// slot's geometry (the pass refuses groups where a written buffer is read through another view), so a store never
+// changes what another element reads: the program equals eager's op-by-op evaluation, bit for bit.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dygrad/core/dtype.h"
+#include "dygrad/core/shape.h"
+#include "dygrad/runtime/attrs.h"
+
+namespace dg {
+
+enum class FusedOpCode : uint8_t {
+  Add,  // a + k * b (torch.add's alpha, k == 1: a + b)
+  Mul,
+  Div,
+  AddScalar,   // a + k
+  MulScalar,   // a * k
+  DivScalar,   // a / k
+  RsubScalar,  // k - a
+  RdivScalar,  // k / a
+  Neg,
+  Sqrt,
+  Rsqrt,
+  Reciprocal,
+  Abs,
+  Relu,
+  Sigmoid,
+  Silu,
+  Tanh,
+  PowScalar,  // a ** k (eager's special cases: k in 0, 1, 2, 3, -1, -2, 0.5, -0.5)
+  Maximum,
+  Minimum,
+  SigmoidBackward,  // (grad, y)
+  TanhBackward,     // (grad, y)
+  SiluBackward,     // (grad, x)
+  ReluBackward,     // (grad, y)
+  Copy,             // a (a same-dtype copy_ / clone)
+};
+inline int fused_op_arity(FusedOpCode op) {
+  switch (op) {
+    case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
+    case FusedOpCode::Minimum: case FusedOpCode::SigmoidBackward: case FusedOpCode::TanhBackward:
+    case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// One operand of a record: a slot (memory) or an earlier record's result.
+struct FusedOperand {
+  int32_t slot = -1;    // >= 0: the slot's element (or what an earlier record stored there)
+  int32_t record = -1;  // >= 0: that record's result
+};
+
+struct FusedRecord {
+  FusedOpCode op = FusedOpCode::Copy;
+  FusedOperand in[2];
+  double k = 0;           // the scalar in the compute type's value (float32 programs: a float's value)
+  int32_t out_slot = -1;  // >= 0: stored there; -1: kept in registers only (an intermediate fusion eliminated)
+  std::string source;     // "mul_scalar (model.py:12)": what eager ran, for source(), graph() and the profiler
+};
+
+struct FusedProgram {
+  std::string name;  // "mul_scalar+add+rsqrt"
+  DType dtype = DType::Float32;  // every operand's (float32 or float64 today)
+  Dims shape;                    // the iteration shape: every record's output shape
+  std::vector<FusedRecord> records;
+  // Per slot: its index among the fused sub-op's inputs (read before any record of this program stores it) and
+  // among its outputs (stored), or -1.
+  std::vector<int32_t> slot_input, slot_output;
+  // The coalesced iteration the generated code is specialised for: sizes (outermost first) and each slot's strides
+  // in elements over them (0: broadcast).
+  Dims dims;
+  std::vector<Dims> strides;
+  int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
+  // The generated function, once loaded: elements [begin, end) of the coalesced iteration when it is one dim, rows
+  // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.
+  using Fn = void (*)(char* const* p, int64_t begin, int64_t end);
+  std::atomic<Fn> compiled{nullptr};
+  size_t num_slots() const { return slot_input.size(); }
+};
+
+// A poisoned input of a fused sub-op (docs/jit.md, the poisoned-input rule per sub-op): which records eager would
+// have skipped; the kernel stores what the others compute (an interpreter run).
+struct FusedSkip {
+  std::vector<uint8_t> record;
+};
+
+struct FusedAttrs {
+  static constexpr const char* kName = "FusedAttrs";
+  std::shared_ptr<FusedProgram> program;
+  std::shared_ptr<FusedSkip> skip;  // set only while a sub-op with a poisoned input runs
+  DG_ATTRS_FIELDS(program, skip);
+};
+
+}  // namespace dg

@@ -1,0 +1,273 @@
+"""dygrad.jit's O1 (docs/jit-fusion.md): the pass pipeline (CSE, DCE, elementwise fusion) with its switches, fused
+kernels generated as C++ from eager's scalar functors (compiled in the background, cached on disk, an interpreter
+where no compiler is), bitwise equal to eager, and the replay guarantees of docs/jit.md kept."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+import dygrad as dg
+import dygrad.nn as nn
+from dygrad.models import llama
+from jit_steps import llama_step
+
+
+@pytest.fixture(autouse=True)
+def fusion_config(tmp_path_factory):
+    """A cache for this session's kernels and compiles that a capture waits for (no timing in the tests)."""
+    cfg = dg.jit.config
+    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
+    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
+    cfg.background = False
+    yield cfg
+    for k, v in saved.items():
+        setattr(cfg, k, v)
+
+
+def rms_swiglu(x, w, g, u):
+    """A composed RMSNorm then SwiGLU's gate, as a model written without fused ops does."""
+    h = x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt() * w  # line RMS
+    return (g * h).sigmoid() * (g * h) * (u * h)  # line SWIGLU
+
+
+def args_rms():
+    return dg.randn(4, 8, 64), dg.randn(64), dg.randn(64), dg.randn(64)
+
+
+def replayed(f, args, n=4, **kw):
+    jf = dg.jit(f, jit_level="O1", **kw)
+    outs = [jf(*args) for _ in range(n)]
+    return jf, outs
+
+
+def test_o1_replay_is_bitwise_eager_with_fused_kernels_in_the_profile():
+    args = args_rms()
+    want = rms_swiglu(*args)
+    jf, outs = replayed(rms_swiglu, args)
+    assert jf.stats["replays"] == 2 and jf.stats["fused_kernels"] >= 2
+    assert all(dg.equal(o, want) for o in outs)
+    with dg.profiler.profile() as prof:
+        jf(*args)
+    subs = [r.name for r in prof.result.ranges if r.kind == "sub_op"]
+    fused = [s for s in subs if s.startswith("jit_fused[")]
+    assert any("rsqrt" in s for s in fused) and any("sigmoid" in s for s in fused)
+    assert all(__file__ in s for s in fused)
+    assert "sum (" in " ".join(subs)  # a reduction (the mean's sum) stays a sub-op of its own
+
+
+def test_o0_replays_the_captured_sub_ops():
+    jf = dg.jit(rms_swiglu)  # dg.jit's default level
+    args = args_rms()
+    for _ in range(3):
+        jf(*args)
+    assert jf.stats["fused_kernels"] == 0
+    assert "jit_fused" not in " ".join(next(iter(jf._entries.values())).graph.describe())
+
+
+def test_the_interpreter_is_bitwise_eager_too(fusion_config):
+    fusion_config.codegen = False
+    args = args_rms()
+    want = rms_swiglu(*args)
+    jf, outs = replayed(rms_swiglu, args)
+    assert jf.stats["fused_kernels"] >= 2
+    assert all(dg.equal(o, want) for o in outs)
+
+
+def test_strided_broadcast_and_float64_operands():
+    def f(a, b, c):
+        t = a.t() * b + c  # a transposed operand, a row and a column broadcast
+        return (t.abs() + 1).sqrt() / (t * t + 2).reciprocal().neg().relu().add(3)
+
+    for dtype in (dg.float32, dg.float64):
+        args = dg.randn(24, 16, dtype=dtype), dg.randn(24, dtype=dtype), dg.randn(16, 1, dtype=dtype)
+        want = f(*args)
+        jf, outs = replayed(f, args)
+        assert jf.stats["fused_kernels"] >= 1
+        assert all(dg.equal(o, want) for o in outs), dtype
+
+
+def test_graph_shows_each_pass_and_what_it_did():
+    def f(x, w):
+        a = x * 2
+        dead = x.exp()  # noqa: F841 (nothing reads it: DCE)
+        b = x * 2  # the same as a: CSE
+        return (a + b).rsqrt() * w
+
+    text = dg.jit.graph(f, dg.rand(8, 32) + 1, dg.randn(32), passes=True)
+    sections = [line for line in text.splitlines() if line.startswith("===")]
+    assert [s.split(":")[0].strip("= ") for s in sections] == ["captured", "cse", "dce", "fusion"]
+    assert "merged 1" in sections[1] and "removed 1" in sections[2] and "1 group(s) of 4 ops" in sections[3]
+    last = text.split("=== fusion")[1].splitlines()[1:]
+    assert len(last) == 1 and "jit_fused[mul_scalar+add+rsqrt+mul]" in last[0]
+
+
+def test_each_pass_can_be_switched_off(fusion_config):
+    def f(x):
+        return (x * 2 + x * 2).exp().sum()
+
+    x = dg.randn(16)
+    fusion_config.cse = False
+    fusion_config.fusion = False
+    text = dg.jit.graph(f, x, passes=True)
+    assert "=== cse" not in text and "=== fusion" not in text and "=== dce" in text
+
+
+def test_source_is_readable_cpp_naming_the_lines_it_replaced():
+    src = dg.jit.source(rms_swiglu, *args_rms())
+    assert 'extern "C"' in src and "dg_fused_0" in src and "dg::math::sigmoid" in src
+    assert "rsqrt (" in src and __file__ in src
+    assert "#include \"dygrad/math/arithmetic.h\"" in src
+
+
+def test_fusion_leaves_the_arena_smaller():
+    def f(x):
+        return dg.nn.functional.silu((x * 3 + 1).tanh() * x - 2).sum()
+
+    x = dg.randn(256, 256)
+    o0, o1 = dg.jit(f), dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        a, b = o0(x), o1(x)
+    assert dg.equal(a, b)
+    g0 = next(iter(o0._entries.values())).graph
+    g1 = next(iter(o1._entries.values())).graph
+    assert g1.num_fused == 1 and g1.num_ops < g0.num_ops
+    # O0's chain keeps two 256 KiB temporaries alive at once; O1 keeps the four intermediates in registers and
+    # stores only what the sum reads
+    assert g0.arena_bytes == 2 * 256 * 256 * 4 and g1.arena_bytes == 256 * 256 * 4
+
+
+def test_a_torch_style_adam_loop_is_bitwise_eager_over_steps():
+    def make():
+        dg.manual_seed(0)
+        ps = [dg.randn(33, 17), dg.randn(17), dg.randn(5, 4, 3)]
+        return ps, [dg.zeros_like(p) for p in ps], [dg.zeros_like(p) for p in ps]
+
+    def adam(ps, gs, ms, vs, step, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / (1 - b2 ** step) ** 0.5).add_(eps)
+            p.addcdiv_(m, denom, value=-lr / (1 - b1 ** step))
+
+    def run(jit):
+        ps, ms, vs = make()
+        fn = dg.jit(lambda gs: adam(ps, gs, ms, vs, 1), jit_level="O1") if jit else None
+        dg.manual_seed(1)
+        for _ in range(6):
+            gs = [dg.randn(*p.shape) for p in ps]
+            fn(gs) if jit else adam(ps, gs, ms, vs, 1)
+        return ps + ms + vs, fn
+
+    want, _ = run(False)
+    got, fn = run(True)
+    assert fn.stats["replays"] == 4 and fn.stats["fused_kernels"] >= 3
+    assert all(dg.equal(a, b) for a, b in zip(want, got))
+
+
+@pytest.mark.parametrize("fused", [False], ids=["composed"])
+def test_llama_training_step_at_o1_is_bitwise_eager(fused):
+    cfg = llama.LlamaConfig(n_layers=1, dim=32, n_heads=2, ffn_dim=64, seq_len=8, batch_size=2, dropout=0.1)
+
+    def run(jit):
+        dg.manual_seed(0)
+        m = llama.Llama(cfg, fused=fused)
+        opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+        step = llama_step(m, opt)
+        step = dg.jit(step, jit_level="O1") if jit else step
+        dg.manual_seed(1)
+        losses = [step(dg.randint(0, 256, (2, 8)), dg.randint(0, 256, (2, 8))) for _ in range(10)]
+        return m, losses, step
+
+    m1, l1, _ = run(False)
+    m2, l2, step = run(True)
+    assert step.stats["replays"] == 8 and step.stats["fused_kernels"] >= 1
+    assert all(dg.equal(a, b) for a, b in zip(l1, l2))
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+
+
+def test_a_poisoned_input_skips_only_what_eager_skips():
+    m0 = dg.randn(32)
+
+    def f(x, m):
+        bad = dg._C._deferred_failure(x, 9)  # its kernel fails: what reads it is skipped
+        m.mul_(0.5)       # runs: m existed, so it keeps this value
+        m.add_(bad)       # skipped: reads the poisoned buffer
+        return m * 3      # runs, from m * 0.5
+
+    x = dg.randn(32)
+    want_m = m0.clone()
+    want = f(x, want_m)
+    with pytest.raises(IndexError):
+        dg.synchronize()
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        m = m0.clone()
+        got = jf(x, m)
+        with pytest.raises(IndexError, match=r"\[_deferred_failure\] index 9 is out of range"):
+            dg.synchronize()
+        assert dg.equal(m, want_m) and dg.equal(got, want)
+    assert jf.stats["replays"] == 1 and jf.stats["fused_kernels"] == 1
+
+
+def test_background_compile_replays_unfused_until_the_kernels_are_loaded(fusion_config, tmp_path):
+    fusion_config.background = True
+    fusion_config.cache_dir = str(tmp_path)
+    args = args_rms()
+    want = rms_swiglu(*args)
+    jf = dg.jit(rms_swiglu, jit_level="O1")
+    outs = [jf(*args) for _ in range(3)]
+    entry = next(iter(jf._entries.values()))
+    assert entry.pending is not None or jf.stats["fused_kernels"] > 0
+    jf.wait_for_kernels()
+    outs.append(jf(*args))
+    assert jf.stats["fused_kernels"] >= 2 and entry.pending is None and entry.graph.kernels_loaded
+    assert all(dg.equal(o, want) for o in outs)
+    assert len(list(tmp_path.glob("*.so"))) == 1 and len(list(tmp_path.glob("*.cpp"))) == 1
+
+
+def test_a_second_process_loads_the_cached_kernels(tmp_path):
+    code = textwrap.dedent(f"""
+        import dygrad as dg
+        dg.jit.config.cache_dir = {str(tmp_path)!r}
+        dg.jit.config.background = True
+        def f(x):
+            return dg.nn.functional.silu((x * 3 + 1).tanh() * x - 2)
+        jf = dg.jit(f, jit_level="O1")
+        x = dg.randn(64)
+        for _ in range(2):
+            jf(x)
+        entry = next(iter(jf._entries.values()))
+        print("warm" if entry.pending is None and entry.graph.kernels_loaded else "cold")
+        jf.wait_for_kernels()
+        assert dg.equal(jf(x), f(x))
+    """)
+    env = dict(os.environ)
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert [r.stdout.strip() for r in runs] == ["cold", "warm"]
+
+
+def test_without_a_compiler_the_interpreter_runs_with_a_warning(fusion_config, tmp_path):
+    fusion_config.compiler = str(tmp_path / "no-such-compiler")
+    args = args_rms()
+    want = rms_swiglu(*args)
+    from dygrad import _jit_fusion
+    _jit_fusion._warned.discard("nocompiler")
+    with pytest.warns(dg.jit.JitFusionWarning, match="no C\\+\\+ compiler"):
+        jf, outs = replayed(rms_swiglu, args)
+    assert jf.stats["fused_kernels"] >= 2 and all(dg.equal(o, want) for o in outs)
+
+
+def test_dg_compile_defaults_to_o1():
+    def f(x):
+        return (x * 2 + 1).relu()
+
+    cf = dg.compile(f)
+    x = dg.randn(8)
+    for _ in range(3):
+        assert dg.equal(cf(x), f(x))
+    assert cf.stats["fused_kernels"] == 1
