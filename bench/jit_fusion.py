@@ -4,14 +4,17 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   swiglu   silu(a) * b over [8, 256, 1024]
   adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
            config's parameter shapes (10.8 M floats)
-Prints the median time per call of each and the ratios; eager is each side's own eager.
+dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
+right after (two thread pools in one process contend). Prints the median time per call of each and the ratios.
 
-    python bench/jit_fusion.py [--reps 15] [--no-torch]
+    python bench/jit_fusion.py [--reps 15] [--threads 1] [--no-torch]
 """
 import argparse
 import datetime
+import json
 import statistics
 import subprocess
+import sys
 import time
 
 import dygrad as dg
@@ -71,42 +74,68 @@ def timed(fn, args, sync):
     return time.perf_counter() - t0
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--no-torch", action="store_true")
-    opts = ap.parse_args()
-    dg.jit.config.background = False  # the compile is timed apart, below
-    sides = {}
-    compile_s = {}
-    for name, (fn, args) in cases(dg).items():
-        o0, o1 = dg.jit(fn, jit_level="O0"), dg.jit(fn, jit_level="O1")
-        for f in (o0, o1):
-            f(*args)
-            t0 = time.perf_counter()
-            f(*args)  # the capture (O1: passes, and the compile or the cache's load)
-            compile_s[(name, f is o1)] = time.perf_counter() - t0
-        sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
-                       "dg O1": (o1, args, dg.synchronize)}
-        assert o1.stats["fused_kernels"] > 0, name
-    if not opts.no_torch:
-        import torch
-        torch.set_num_threads(dg.get_num_threads())
-        for name, (fn, args) in cases(torch).items():
-            tc = torch.compile(fn)
-            t0 = time.perf_counter()
-            tc(*args)
-            compile_s[(name, "torch")] = time.perf_counter() - t0
-            sides[name].update({"torch eager": (fn, args, lambda: None), "torch.compile": (tc, args, lambda: None)})
+def measure(sides, reps):
     results = {}
     for name, entries in sides.items():
         for _, (fn, args, sync) in entries.items():
             timed(fn, args, sync)
         times = {k: [] for k in entries}
-        for _ in range(opts.reps):  # interleaved
+        for _ in range(reps):  # interleaved
             for k, (fn, args, sync) in entries.items():
                 times[k].append(timed(fn, args, sync))
         results[name] = {k: statistics.median(v) for k, v in times.items()}
+    return results
+
+
+def torch_side(reps, threads):
+    """torch eager and torch.compile, interleaved, in a process of their own (torch's and dygrad's thread pools
+    would contend in one process: bench/jit.py does the same)."""
+    import torch
+    torch.set_num_threads(threads)
+    sides, compile_s = {}, {}
+    for name, (fn, args) in cases(torch).items():
+        tc = torch.compile(fn)
+        t0 = time.perf_counter()
+        tc(*args)
+        compile_s[name] = time.perf_counter() - t0
+        sides[name] = {"torch eager": (fn, args, lambda: None), "torch.compile": (tc, args, lambda: None)}
+    print(json.dumps({"results": measure(sides, reps), "compile_s": compile_s}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="both sides' intra-op threads (1: on a shared, loaded VM "
+                    "torch's OpenMP barriers at 2 threads cost 25x, 33 ms against 1.35 ms for the rmsnorm)")
+    ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    dg.set_num_threads(opts.threads)
+    if opts.torch_side:
+        return torch_side(opts.reps, dg.get_num_threads())
+    dg.jit.config.background = False  # the compile is timed apart, below
+    sides, compile_s = {}, {}
+    for name, (fn, args) in cases(dg).items():
+        o0, o1 = dg.jit(fn, jit_level="O0"), dg.jit(fn, jit_level="O1")
+        for level, f in (("O0", o0), ("O1", o1)):
+            f(*args)
+            t0 = time.perf_counter()
+            f(*args)  # the capture (O1: passes, and the compile or the cache's load)
+            dg.synchronize()
+            compile_s[f"{name} {level}"] = time.perf_counter() - t0
+        sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
+                       "dg O1": (o1, args, dg.synchronize)}
+        assert o1.stats["fused_kernels"] > 0, name
+    results = measure(sides, opts.reps)
+    if not opts.no_torch:
+        out = subprocess.run([sys.executable, __file__, "--torch-side", "--reps", str(opts.reps), "--threads",
+                              str(opts.threads)], capture_output=True,
+                             text=True)
+        t = json.loads(out.stdout.strip().splitlines()[-1])
+        for name, r in t["results"].items():
+            results[name].update(r)
+        for name, v in t["compile_s"].items():
+            compile_s[f"{name} torch.compile"] = v
     print(f"# {datetime.date.today()} {lscpu_model()}, {dg.get_num_threads()} threads, kernel level "
           f"{dg.backends.cpu.kernel_isa()[0]}")
     for name, r in results.items():
@@ -115,8 +144,7 @@ def main():
         if "torch.compile" in r:
             line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
         print(line)
-    print("capture+compile s: " + ", ".join(f"{k[0]} {'O1' if k[1] is True else 'O0' if k[1] is False else k[1]} "
-                                           f"{v:.2f}" for k, v in compile_s.items()))
+    print("first call captured (s): " + ", ".join(f"{k} {v:.2f}" for k, v in compile_s.items()))
 
 
 if __name__ == "__main__":

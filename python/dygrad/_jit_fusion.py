@@ -168,7 +168,8 @@ def optimize(graph, name):
     cxx = compiler()
     include = include_dir()
     if cxx is None or include is None:
-        why = "no C++ compiler on PATH (set CXX)" if cxx is None else "dygrad's headers are not found (set DG_JIT_INCLUDE)"
+        why = ("no C++ compiler on PATH (set CXX)" if cxx is None
+               else "dygrad's headers are not found (set DG_JIT_INCLUDE)")
         _warn_once("nocompiler", f"dygrad.jit: {why}: the fused kernels of {name} run dygrad's interpreter")
         return opt, None
     flag_list = flags()

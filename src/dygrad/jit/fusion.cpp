@@ -34,7 +34,8 @@ OpCost fused_cost(const Task& task) {
 }
 }  // namespace
 
-const OpDef op_jit_fused("jit_fused", attrs_type<FusedAttrs>(), {.fusion = FusionClass::Elementwise, .cost = fused_cost});
+const OpDef op_jit_fused("jit_fused", attrs_type<FusedAttrs>(),
+                         {.fusion = FusionClass::Elementwise, .cost = fused_cost});
 
 // ---------------------------------------------------------------------------------------------------------------
 // The passes

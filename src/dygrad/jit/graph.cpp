@@ -94,7 +94,8 @@ void run_sub(Task& sub, size_t scratch, Existed existed, SubRun& state) {
 // records read them). The kernel runs the records not skipped (an interpreter run); `poison_after` gets the outputs
 // to poison once it has. False: every record is skipped (nothing to run).
 template <typename Existed>
-bool fused_skips(Task& sub, Existed existed, const SubRun& state, std::vector<std::pair<size_t, uint64_t>>& poison_after) {
+bool fused_skips(Task& sub, Existed existed, const SubRun& state,
+                 std::vector<std::pair<size_t, uint64_t>>& poison_after) {
   bool any = false;
   for (const Tensor& in : sub.inputs) any = any || (in.defined() && in.storage().poisoned_by());
   if (!any) return true;
