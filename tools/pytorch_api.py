@@ -41,7 +41,8 @@ DIFFERS = {
                                "register_fake is recorded, register_autograd wraps it in an autograd Function",
     "torch.finfo": "a plain class (torch's is a C type); same attributes, values and repr",
     "torch.compile": "dygrad.jit's capture and replay (docs/jit.md): the first call runs eagerly, the second is "
-                     "captured, then each call is one Task; mode/options change nothing; a callable backend raises "
+                     "captured, then each call is one Task, at O1 (elementwise runs fused into generated C++ "
+                     "kernels: docs/jit-fusion.md); mode/options change nothing; a callable backend raises "
                      "NotImplementedError; a Module gives an OptimizedModule (state_dict keys _orig_mod.)",
     "torch.jit.script": "returns the function or module unchanged (it runs eagerly: TorchScript's semantics are "
                         "Python's); wrap it in dygrad.jit to capture it",
