@@ -370,11 +370,41 @@ std::string Passes::fuse(Graph& g) {
       }
       ++j;
     }
-    if (j - i < 2) {
+    // A row sum ending the run (eager's `sum` over the contiguous innermost dim of the run's last result, on its
+    // row path: more than one row): it becomes the program's last record, in eager's order.
+    bool tail = false;
+    if (j < g.ops_.size() && shape.size() >= 1 && std::string(g.ops_[j].op->name) == "sum") {
+      const GraphOp& s = g.ops_[j];
+      const GraphOp& last = g.ops_[j - 1];
+      const size_t nd = shape.size();
+      int64_t rows = 1;
+      for (size_t d = 0; d + 1 < nd; ++d) rows *= shape[d];
+      if (s.inputs.size() == 1 && s.outputs.size() == 1 && s.inputs[0] >= 0 && s.outputs[0] >= 0 &&
+          s.attrs.type() == attrs_type<ReduceAttrs>()) {
+        const Dims& dims = s.attrs.get<ReduceAttrs>().dims;
+        const Value& in = g.values_[size_t(s.inputs[0])];
+        const Value& out = g.values_[size_t(s.outputs[0])];
+        const Value& made = g.values_[size_t(last.outputs[0])];
+        const bool keepdim = out.sizes.size() == nd;
+        bool ok = dims.size() == 1 && dims[0] == int64_t(nd) - 1 && same_geometry(in, made) &&
+                  std::ranges::equal(in.sizes, shape) && in.strides[nd - 1] == 1 && shape[nd - 1] > 1 && rows > 1 &&
+                  out.dtype == dtype && (keepdim || out.sizes.size() + 1 == nd) && out.offset >= 0;
+        // the output contiguous, one value per row
+        int64_t expect = 1;
+        for (size_t d = out.sizes.size(); ok && d-- > 0;) {
+          if (out.sizes[d] != 1 && out.strides[d] != expect) ok = false;
+          expect *= out.sizes[d];
+        }
+        for (size_t d = 0; ok && d + 1 < nd; ++d) ok = out.sizes[d] == shape[d];
+        tail = ok && keys.size() < kMaxGroupSlots;
+      }
+    }
+    if (j - i < (tail ? 1u : 2u)) {
       next.push_back(std::move(g.ops_[i]));
       ++i;
       continue;
     }
+    const size_t end = j + (tail ? 1 : 0);
     // The program of ops [i, j).
     auto prog = std::make_shared<FusedProgram>();
     prog->dtype = dtype;
@@ -385,7 +415,7 @@ std::string Passes::fuse(Graph& g) {
       const Buffer& buf = g.buffers_[size_t(b)];
       if (buf.kind != BufferKind::Internal || in_result[size_t(b)]) continue;
       bool inside = true;
-      for (int32_t u : users[size_t(b)]) inside = inside && u >= int32_t(i) && u < int32_t(j);
+      for (int32_t u : users[size_t(b)]) inside = inside && u >= int32_t(i) && u < int32_t(end);
       if (inside) gone.insert(b);
     }
     std::vector<int32_t> slot_of_key(keys.size(), -1);
@@ -434,6 +464,35 @@ std::string Passes::fuse(Graph& g) {
       prog->name += op.op->name;
       prog->records.push_back(std::move(rec));
     }
+    int32_t tail_slot = -1;
+    if (tail) {
+      const GraphOp& op = g.ops_[j];
+      FusedRecord rec;
+      rec.op = FusedOpCode::RowSum;
+      rec.source = op_source(op);
+      const int32_t v = op.inputs[0];
+      const int32_t k = key_of(v);
+      if (gone.count(g.values_[size_t(v)].buffer) && current[size_t(k)] >= 0) {
+        rec.in[0].record = current[size_t(k)];
+      } else {
+        if (slot_of_key[size_t(k)] < 0) {
+          slot_of_key[size_t(k)] = int32_t(slot_value.size());
+          slot_value.push_back(v);
+          slot_read.push_back(0);
+          slot_written.push_back(0);
+        }
+        rec.in[0].slot = slot_of_key[size_t(k)];
+        slot_read[size_t(rec.in[0].slot)] = 1;
+      }
+      tail_slot = int32_t(slot_value.size());
+      slot_value.push_back(op.outputs[0]);
+      slot_read.push_back(0);
+      slot_written.push_back(1);
+      rec.out_slot = tail_slot;
+      prog->name += "+sum";
+      prog->records.push_back(std::move(rec));
+      prog->row_reduction = true;
+    }
     GraphOp fused;
     fused.op = &op_jit_fused;
     fused.kernel = op_jit_fused.kernel(Device::Type::CPU);
@@ -454,10 +513,19 @@ std::string Passes::fuse(Graph& g) {
     // The coalesced iteration: size-1 dims dropped, a dim merged into the next inner one where every slot steps
     // across both contiguously.
     std::vector<Dims> full(slots);
-    for (size_t s = 0; s < slots; ++s) full[s] = broadcast_strides(g.values_[size_t(slot_value[s])], shape);
+    for (size_t s = 0; s < slots; ++s) {
+      const Value& val = g.values_[size_t(slot_value[s])];
+      if (int32_t(s) == tail_slot && val.sizes.size() + 1 == shape.size()) {  // sum without keepdim: [rows...]
+        full[s] = Dims(val.strides.begin(), val.strides.end());
+        full[s].push_back(0);
+      } else {
+        full[s] = broadcast_strides(val, shape);
+      }
+    }
     Dims dims;
     std::vector<Dims> strides(slots);
-    for (size_t d = 0; d < shape.size(); ++d) {
+    const size_t merged_dims = tail ? shape.size() - 1 : shape.size();  // a row program keeps its row apart
+    for (size_t d = 0; d < merged_dims; ++d) {
       if (shape[d] == 1) continue;
       bool merge = !dims.empty();
       for (size_t s = 0; s < slots && merge; ++s) merge = strides[s].back() == full[s][d] * shape[d];
@@ -473,6 +541,10 @@ std::string Passes::fuse(Graph& g) {
       dims.push_back(1);
       for (size_t s = 0; s < slots; ++s) strides[s].push_back(0);
     }
+    if (tail) {
+      dims.push_back(shape.back());
+      for (size_t s = 0; s < slots; ++s) strides[s].push_back(full[s].back());
+    }
     prog->dims = std::move(dims);
     prog->strides = std::move(strides);
     prog->index = int32_t(g.programs_.size());
@@ -480,9 +552,9 @@ std::string Passes::fuse(Graph& g) {
     g.programs_.push_back(prog);
     next.push_back(std::move(fused));
     ++groups;
-    fused_ops += j - i;
+    fused_ops += end - i;
     eliminated += gone.size();
-    i = j;
+    i = end;
   }
   g.ops_ = std::move(next);
   if (!groups) return "nothing to fuse";
@@ -611,6 +683,7 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::SiluBackward: return "dg::math::silu_backward(" + x + ", " + y + ")";
     case FusedOpCode::ReluBackward: return "dg::math::relu_backward(" + x + ", " + y + ")";
     case FusedOpCode::Copy: return x;
+    case FusedOpCode::RowSum: return x;  // generate_program folds it
   }
   return x;
 }
@@ -645,7 +718,10 @@ void generate_program(std::ostringstream& o, const FusedProgram& p) {
         if (p.strides[s][d] != 0) o << "      o" << s << " += c * " << p.strides[s][d] << ";\n";
       o << "    }\n";
     }
-    o << "    for (int64_t i = 0; i < " << p.dims[nd - 1] << "; ++i) {\n";
+    if (p.row_reduction)
+      o << "    const T sum = dg::cpu::eight_lane_sum<T>(" << p.dims[nd - 1] << ", [&](int64_t i) -> T {\n";
+    else
+      o << "    for (int64_t i = 0; i < " << p.dims[nd - 1] << "; ++i) {\n";
     indent = "    ";
     for (size_t s = 0; s < slots; ++s) {
       const int64_t st = p.strides[s][nd - 1];
@@ -656,6 +732,7 @@ void generate_program(std::ostringstream& o, const FusedProgram& p) {
   std::vector<uint8_t> loaded(slots, 0);
   for (size_t r = 0; r < p.records.size(); ++r) {
     const FusedRecord& rec = p.records[r];
+    if (rec.op == FusedOpCode::RowSum) break;  // the last record: below
     std::string operand[2];
     for (int j = 0; j < fused_op_arity(rec.op); ++j) {
       const FusedOperand& in = rec.in[j];
@@ -677,8 +754,20 @@ void generate_program(std::ostringstream& o, const FusedProgram& p) {
   }
   for (size_t s = 0; s < slots; ++s)
     if (current[s] >= 0) o << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
-  if (nd == 1) o << "  }\n";
-  else o << "    }\n  }\n";
+  if (p.row_reduction) {
+    const FusedRecord& rec = p.records.back();
+    const FusedOperand& in = rec.in[0];
+    std::string value;
+    if (in.record >= 0) value = "v" + std::to_string(in.record);
+    else if (current[size_t(in.slot)] >= 0) value = "v" + std::to_string(current[size_t(in.slot)]);
+    else value = "s" + std::to_string(in.slot) + "[" + index[size_t(in.slot)] + "]";
+    o << indent << "  return " << value << ";\n" << indent << "});  // " << rec.source << "\n";
+    o << indent << "s" << rec.out_slot << "[o" << rec.out_slot << "] = sum;\n  }\n";
+  } else if (nd == 1) {
+    o << "  }\n";
+  } else {
+    o << "    }\n  }\n";
+  }
   o << "}\n\n";
 }
 
@@ -691,7 +780,8 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
        "// dim; p[s] is slot s's first element. The per-element math is dygrad's scalar functors (math/), as eager's.\n"
        "#include <cmath>\n#include <cstdint>\n\n"
        "#include \"dygrad/math/activations.h\"\n#include \"dygrad/math/arithmetic.h\"\n"
-       "#include \"dygrad/math/elementary.h\"\n\n"
+       "#include \"dygrad/math/elementary.h\"\n"
+       "#include \"dygrad/backend/cpu/accumulate.h\"\n\n"
        "#define DG_FUSED_EXPORT __attribute__((visibility(\"default\")))\n\n";
   for (const auto& p : programs) generate_program(o, *p);
   return o.str();

@@ -49,6 +49,8 @@ enum class FusedOpCode : uint8_t {
   SiluBackward,     // (grad, x)
   ReluBackward,     // (grad, y)
   Copy,             // a (a same-dtype copy_ / clone)
+  RowSum,           // the sum of a over the innermost dim (a row-reduction program's last record): eager's `sum`
+                    // over a contiguous last dim, in its order (backend/cpu/accumulate.h, eight_lane_sum)
 };
 inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
@@ -87,6 +89,9 @@ struct FusedProgram {
   // in elements over them (0: broadcast).
   Dims dims;
   std::vector<Dims> strides;
+  // A row reduction: the last record is a RowSum over the innermost dim of `dims` (never merged with the others);
+  // the iteration is over rows, each row's elements run the records before it, and its sum is stored once per row.
+  bool row_reduction = false;
   int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
   // The generated function, once loaded: elements [begin, end) of the coalesced iteration when it is one dim, rows
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/loops.h"
 #include "dygrad/math/activations.h"
 #include "dygrad/math/arithmetic.h"
@@ -75,6 +76,7 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::SiluBackward: DG_FUSED_MAP2(math::silu_backward(x, y));
     case FusedOpCode::ReluBackward: DG_FUSED_MAP2(math::relu_backward(x, y));
     case FusedOpCode::Copy: DG_FUSED_MAP1(x);
+    case FusedOpCode::RowSum: return;  // interpret(): over whole rows
   }
 }
 #undef DG_FUSED_MAP1
@@ -85,9 +87,10 @@ constexpr int kMaxSlots = 64;
 
 // The interpreter over one run of n elements: slot s's first element at p[s] + offset[s] elements, stepping
 // inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each slot's last value.
+// `row`: a row reduction's summed values, kept for the row (the RowSum record is not run here).
 template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
-                   const int64_t* inner, int64_t n, std::vector<V>& work) {
+                   const int64_t* inner, int64_t n, std::vector<V>& work, V* row = nullptr) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
@@ -106,6 +109,14 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
       if (skip && skip[r]) continue;
       const FusedRecord& rec = prog.records[r];
       const V* operand[2] = {nullptr, nullptr};
+      if (rec.op == FusedOpCode::RowSum) {
+        const FusedOperand& o = rec.in[0];
+        const V* src = o.record >= 0 ? rec_buf + size_t(o.record) * kChunk
+                       : current[o.slot] >= 0 ? rec_buf + size_t(current[o.slot]) * kChunk
+                                              : slot_buf + size_t(o.slot) * kChunk;
+        if (row) std::copy(src, src + m, row + c0);
+        continue;
+      }
       for (int j = 0; j < fused_op_arity(rec.op); ++j) {
         const FusedOperand& o = rec.in[j];
         if (o.record >= 0) operand[j] = rec_buf + size_t(o.record) * kChunk;
@@ -153,13 +164,20 @@ void interpret(const FusedProgram& prog, const uint8_t* skip, char* const* p) {
   }
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < nd; ++d) rows *= prog.dims[d];
+  const FusedRecord* sum = prog.row_reduction ? &prog.records.back() : nullptr;
+  const bool store_sum = sum && !(skip && skip[prog.records.size() - 1]);
   parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
                [&](int64_t begin, int64_t end) {
                  std::vector<V> work(work_size);
+                 std::vector<V> row(sum ? size_t(columns) : 0);
                  int64_t offset[kMaxSlots] = {};
                  for (int64_t r = begin; r < end; ++r) {
                    row_offsets(prog, r, offset);
-                   interpret_run<V>(prog, skip, p, offset, inner, columns, work);
+                   interpret_run<V>(prog, skip, p, offset, inner, columns, work, sum ? row.data() : nullptr);
+                   if (store_sum) {  // eager's order (reduce.cpp's row path: eight_lane_sum)
+                     const V total = eight_lane_sum<V>(columns, [&](int64_t i) { return row[size_t(i)]; });
+                     reinterpret_cast<V*>(p[sum->out_slot])[offset[sum->out_slot]] = total;
+                   }
                  }
                });
 }
