@@ -8,6 +8,7 @@ dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch
 right after (two thread pools in one process contend). Prints the median time per call of each and the ratios.
 
     python bench/jit_fusion.py [--reps 15] [--threads 1] [--no-torch]
+    python bench/jit_fusion.py --llama [--reps 15] [--threads 1]
 """
 import argparse
 import datetime
@@ -102,6 +103,50 @@ def torch_side(reps, threads):
     print(json.dumps({"results": measure(sides, reps), "compile_s": compile_s}))
 
 
+def llama_side(reps, steps):
+    """The done-when's shape on the `bench` config: the hand-fused model eager against the composed model
+    (fused=False) jitted at O0 and O1, training steps with AdamW, interleaved blocks of `steps` steps."""
+    import numpy as np
+    from dygrad.models import llama
+    cfg = llama.CONFIGS["bench"]
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, cfg.vocab_size, size=(cfg.batch_size, cfg.seq_len + 1))
+    x, y = dg.tensor(data[:, :-1].copy()), dg.tensor(data[:, 1:].copy())
+
+    def make(fused, level):
+        dg.manual_seed(0)
+        model = llama.Llama(cfg, fused=fused)
+        opt = dg.optim.AdamW(model.parameters(), lr=3e-4)
+
+        def step(x, y):
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+        fn = dg.jit(step, jit_level=level) if level else step
+        for _ in range(2):
+            fn(x, y)
+        dg.synchronize()
+        return fn
+
+    sides = {"fused eager": make(True, None), "composed O0": make(False, "O0"), "composed O1": make(False, "O1")}
+    times = {k: [] for k in sides}
+    for _ in range(reps):
+        for k, fn in sides.items():
+            dg.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn(x, y)
+            dg.synchronize()
+            times[k].append((time.perf_counter() - t0) / steps)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print("llama bench config, s/step: " + ", ".join(f"{k} {v:.4f}" for k, v in med.items()) +
+          f" | composed O1 / fused eager speed {med['fused eager'] / med['composed O1']:.3f}x, composed O1 / O0 "
+          f"speed {med['composed O0'] / med['composed O1']:.3f}x; fused kernels "
+          f"{sides['composed O1'].stats['fused_kernels']}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
@@ -109,8 +154,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="both sides' intra-op threads (1: on a shared, loaded VM "
                     "torch's OpenMP barriers at 2 threads cost 25x, 33 ms against 1.35 ms for the rmsnorm)")
     ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--llama", action="store_true", help="only the LLaMA training step (bench config)")
     opts = ap.parse_args()
     dg.set_num_threads(opts.threads)
+    if opts.llama:
+        dg.jit.config.background = False
+        return llama_side(max(3, opts.reps // 5), 2)
     if opts.torch_side:
         return torch_side(opts.reps, dg.get_num_threads())
     dg.jit.config.background = False  # the compile is timed apart, below
