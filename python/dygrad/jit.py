@@ -339,6 +339,8 @@ class _Backward:
         self.num_flats = 0            # the saved buffers the forward graph returns after its results
         self.sample = None            # a sample of a symbolic graph: (its _Regime, its point): the backward joins
         self.expect = None            # an instance's: the geometry its backward graph binds (gradients, saved)
+        self.level = "O0"             # the compiled function's jit_level: O1 optimizes the backward graph too
+        self.pending = None           # O1: the optimized backward whose generated kernels are compiling
 
 
 def entry_failed_reason(entry):
@@ -386,6 +388,8 @@ class _CaptureBackward(Function):
                     slots.append(None if g is None else k)
                     k += g is not None
                 state.backward, state.grad_slots = graph, slots
+                if state.level != "O0":  # docs/jit-fusion.md: the captured backward replays until its kernels load
+                    state.backward, state.pending = _jit_fusion.optimize(graph, state.name + " (backward)")
             if state.sample is not None:  # a symbolic graph's sample: its forward and backward join the fits
                 regime, sample = state.sample
                 state.sample = None
@@ -402,6 +406,10 @@ def _run_backward(state, grads, flats):
             raise RuntimeError(f"dygrad.jit: {state.name}: the backward of its symbolic instance expected gradients "
                                f"and saved buffers laid out as {state.expect}, got {got}; compile it with "
                                f"dynamic=False")
+    if state.pending is not None:
+        graph = _jit_fusion.finish(state.pending, state.name + " (backward)")
+        if graph is not None:
+            state.backward, state.pending = graph, None
     out = state.backward.launch(list(grads) + list(flats))
     return tuple(None if slot is None else out[slot] for slot in state.grad_slots)
 
@@ -797,6 +805,7 @@ class _Compiled:
         state = _Backward(self._name, len(results), [i for i, x in enumerate(results) if x.requires_grad],
                           guards.target_spec())
         state.num_flats = len(saved)
+        state.level = "O0" if guards.point else self._level
         entry.graph, entry.fb, entry.arg_results, entry.spec = graph, state, layout, out_spec
         entry.grad_slots = []
         if guards.point:  # a sample of the forward's and the backward's fits, joined when its backward runs
@@ -844,6 +853,10 @@ class _Compiled:
         for entry in self._entries.values():
             if entry.pending is not None:
                 self._take_kernels(entry, wait=True)
+            fb = entry.fb
+            if fb is not None and fb.pending is not None:
+                fb.backward = _jit_fusion.finish(fb.pending, fb.name + " (backward)", wait=True)
+                fb.pending = None
 
     def _replay(self, entry, guards):
         from .utils._pytree import tree_unflatten

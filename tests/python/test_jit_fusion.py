@@ -343,3 +343,25 @@ def test_a_single_row_sum_is_left_to_eager():
     jf, outs = replayed(f, (x,))
     assert all(dg.equal(o, f(x)) for o in outs)
     assert "jit_fused" not in dg.jit.graph(f, x, passes=True).split("=== fusion")[1]
+
+
+def test_a_compiled_module_trained_outside_fuses_its_backward_too():
+    def run(compiled):
+        dg.manual_seed(0)
+        m = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 16), nn.Tanh())
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        fwd = dg.compile(m) if compiled else m
+        dg.manual_seed(1)
+        for _ in range(6):
+            x = dg.randn(8, 16)
+            loss = ((fwd(x) - x) ** 2).mean()  # backward outside the compiled forward (nanoGPT's compile=True)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return m, fwd
+
+    m1, _ = run(False)
+    m2, fwd = run(True)
+    fb = next(iter(fwd._compiled_forward._entries.values())).fb
+    assert fb is not None and fb.backward.num_fused >= 1 and fb.pending is None
+    assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
