@@ -365,3 +365,19 @@ def test_a_compiled_module_trained_outside_fuses_its_backward_too():
     fb = next(iter(fwd._compiled_forward._entries.values())).fb
     assert fb is not None and fb.backward.num_fused >= 1 and fb.pending is None
     assert all(dg.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))
+
+
+def test_an_argument_aliasing_a_fixed_buffer_is_refused_and_runs_eagerly():
+    m = dg.randn(64)
+
+    def f(x):
+        m.mul_(0.5)
+        return (x * 2 + 1).tanh()  # reads x after m was written: x is m at the last call
+
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        jf(dg.randn(64))
+    want_m = m.clone().mul_(0.5)
+    want = (want_m * 2 + 1).tanh()
+    got = jf(m)  # the argument is the fixed buffer: eager's order matters
+    assert dg.equal(got, want) and dg.equal(m, want_m)

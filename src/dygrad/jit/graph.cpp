@@ -674,6 +674,19 @@ std::vector<Tensor> Graph::launch(const std::vector<Tensor>& args) {
       storages[bi] = Storage::allocate(b.nbytes, device_);
     }
   }
+  if (!programs_.empty()) {
+    // A fused sub-op reads each operand at an element before it stores that element anywhere (docs/jit-fusion.md):
+    // right while the buffers it reads and writes are distinct. An argument bound to a buffer the graph holds as
+    // fixed (a parameter passed in as well as reached through the module) would alias: refused, the call runs
+    // eagerly (O0 keeps eager's order and would be right, but this graph is the fused one).
+    for (size_t a = 0; a < buffers_.size(); ++a) {
+      if (buffers_[a].kind != BufferKind::Argument) continue;
+      for (const Buffer& f : buffers_)
+        DG_CHECK(f.kind != BufferKind::Fixed || f.fixed.get() != storages[a].get(), Value, "[jit] tensor argument ",
+                 buffers_[a].arg, " shares its storage with a buffer the fused graph holds (a parameter or state "
+                 "the function also reaches)");
+    }
+  }
   launch->bound.reserve(bound_values_.size());
   for (int32_t v : bound_values_) {
     const Value& val = values_[size_t(v)];
