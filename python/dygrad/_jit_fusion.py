@@ -117,8 +117,8 @@ def flags():
     # -O3's vectoriser cost model rather than -O3: the same vectorised loops (and the same bits: the optimisation level
     # changes no floating-point semantics without fast-math or contraction) in 0.25-0.5x the compile time (the 121
     # kernels of the composed LLaMA step: 2.3 s against 4.8 s; bench/RESULTS.md).
-    return ["-O2", "-fvect-cost-model=dynamic", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-math-errno", "-fno-trapping-math",
-            "-ffp-contract=off"] + isa_flags()
+    return ["-O2", "-fvect-cost-model=dynamic", "-std=c++20", "-fPIC", "-shared", "-fvisibility=hidden",
+            "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"] + isa_flags()
 
 
 def cache_key(source, version, flag_list):
