@@ -100,6 +100,11 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"silu_backward", {FusedOpCode::SiluBackward, 2}},
       {"relu_backward", {FusedOpCode::ReluBackward, 2}},
       {"copy", {FusedOpCode::Copy, 1}},
+      {"exp", {FusedOpCode::Exp, 1}},
+      {"log", {FusedOpCode::Log, 1}},
+      {"expm1", {FusedOpCode::Expm1, 1}},
+      {"log1p", {FusedOpCode::Log1p, 1}},
+      {"gelu", {FusedOpCode::Gelu, 1}},
   };
   Fusible f{};
   auto it = table.find(op.op->name);
@@ -130,6 +135,9 @@ Fusible classify(const GraphOp& op, DType dtype) {
       f.k = p;
       break;
     }
+    case FusedOpCode::Gelu:
+      f.k = op.attrs.get<GeluAttrs>().tanh_approximation ? 1.0 : 0.0;
+      break;
     default:
       break;
   }
@@ -683,6 +691,11 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::SiluBackward: return "dg::math::silu_backward(" + x + ", " + y + ")";
     case FusedOpCode::ReluBackward: return "dg::math::relu_backward(" + x + ", " + y + ")";
     case FusedOpCode::Copy: return x;
+    case FusedOpCode::Exp: return "dg::math::exp(" + x + ")";
+    case FusedOpCode::Log: return "dg::math::log(" + x + ")";
+    case FusedOpCode::Expm1: return "dg::math::expm1(" + x + ")";
+    case FusedOpCode::Log1p: return "dg::math::log1p(" + x + ")";
+    case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
     case FusedOpCode::RowSum: return x;  // generate_program folds it
   }
   return x;

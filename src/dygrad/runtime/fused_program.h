@@ -49,6 +49,11 @@ enum class FusedOpCode : uint8_t {
   SiluBackward,     // (grad, x)
   ReluBackward,     // (grad, y)
   Copy,             // a (a same-dtype copy_ / clone)
+  Exp,              // math::exp: eager's guarded kernel gives its bits for every x (the fast path is bitwise it
+  Log,              // in range, the rest is recomputed with it); math::log likewise
+  Expm1,
+  Log1p,
+  Gelu,             // k == 0: x * Phi(x) (math::gelu_erf); k == 1: the tanh approximation (math::gelu_tanh)
   RowSum,           // the sum of a over the innermost dim (a row-reduction program's last record): eager's `sum`
                     // over a contiguous last dim, in its order (backend/cpu/accumulate.h, eight_lane_sum)
 };

@@ -76,6 +76,13 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::SiluBackward: DG_FUSED_MAP2(math::silu_backward(x, y));
     case FusedOpCode::ReluBackward: DG_FUSED_MAP2(math::relu_backward(x, y));
     case FusedOpCode::Copy: DG_FUSED_MAP1(x);
+    case FusedOpCode::Exp: DG_FUSED_MAP1(math::exp(x));
+    case FusedOpCode::Log: DG_FUSED_MAP1(math::log(x));
+    case FusedOpCode::Expm1: DG_FUSED_MAP1(math::expm1(x));
+    case FusedOpCode::Log1p: DG_FUSED_MAP1(math::log1p(x));
+    case FusedOpCode::Gelu:
+      if (k == V(0)) { DG_FUSED_MAP1(math::gelu_erf(x)); }
+      DG_FUSED_MAP1(math::gelu_tanh(x));
     case FusedOpCode::RowSum: return;  // interpret(): over whole rows
   }
 }
