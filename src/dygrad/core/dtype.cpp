@@ -164,14 +164,17 @@ DType promote_types(DType a, DType b) {
 }
 
 namespace {
-int promote_opt(int acc, DType t) { return acc < 0 ? int(t) : int(promote_types(DType(acc), t)); }
+// Out of line, so that the common cases (the first operand, or one of the same dtype) pay no frame for the
+// general rule and its error.
+[[gnu::noinline]] int promote_mixed(int acc, DType t) { return int(promote_types(DType(acc), t)); }
+int promote_opt(int acc, DType t) { return acc < 0 || acc == int(t) ? int(t) : promote_mixed(acc, t); }
 // torch's combine_categories: keep `higher` unless `lower` is of a higher category.
 int combine(int higher, int lower) {
   if (higher < 0) return lower;
   if (lower < 0) return higher;
   DType h = DType(higher), l = DType(lower);
   if (is_floating(h)) return higher;
-  if (h == DType::Bool || is_floating(l)) return int(promote_types(h, l));
+  if (h == DType::Bool || is_floating(l)) return promote_mixed(higher, l);
   return higher;
 }
 }  // namespace

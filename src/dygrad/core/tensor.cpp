@@ -8,19 +8,18 @@
 
 #include "dygrad/core/error.h"
 #include "dygrad/core/shape.h"
+#include "dygrad/core/storage_only_flag.h"
 
 namespace dg {
 
-namespace {
-std::atomic<bool> g_storage_only_dtype_seen{false};
-}
+std::atomic<bool> detail::g_storage_only_dtype_seen{false};
 
-bool storage_only_dtype_seen() { return g_storage_only_dtype_seen.load(std::memory_order_relaxed); }
+bool storage_only_dtype_seen() { return detail::storage_only_dtype_seen_inline(); }
 
 TensorImpl::TensorImpl(Ref<Storage> storage_, Dims sizes_, Dims strides_, int64_t offset_, DType dtype_)
     : storage(std::move(storage_)), sizes(std::move(sizes_)), strides(std::move(strides_)), offset(offset_),
       numel(shape_numel(sizes)), dtype(dtype_) {
-  if (is_storage_only(dtype_)) [[unlikely]] g_storage_only_dtype_seen.store(true, std::memory_order_relaxed);
+  if (is_storage_only(dtype_)) [[unlikely]] detail::g_storage_only_dtype_seen.store(true, std::memory_order_relaxed);
 }
 
 TensorImpl::~TensorImpl() {

@@ -1,6 +1,7 @@
 // Task construction and enqueue.
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/core/shape.h"
+#include "dygrad/core/storage_only_flag.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/core/error.h"
 #include "dygrad/ops/meta_eval.h"
@@ -65,7 +66,7 @@ namespace {
 uint64_t enqueue(const OpDef& op, std::span<const Tensor> inputs, std::span<const Tensor> outputs, const Attrs& attrs) {
   const CallSite site = current_call_site();
   // One relaxed load until a uint32/uint64/float8 tensor exists: the check costs nothing before.
-  if (storage_only_dtype_seen()) [[unlikely]] check_operand_dtypes(op, inputs, outputs);
+  if (detail::storage_only_dtype_seen_inline()) [[unlikely]] check_operand_dtypes(op, inputs, outputs);
   if (op_sinks::engaged()) [[unlikely]] {
     if (op_sinks::on_op(OpCall{op, inputs, outputs, attrs, site}))  // consumed: the outputs are as the sink left them
       return outputs.empty() ? 0 : outputs[0].storage().last_write_seq();

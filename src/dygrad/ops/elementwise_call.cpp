@@ -21,10 +21,12 @@ ElementwiseCall::ElementwiseCall(const OpDef& op, const char* name) : op_(op), n
 
 const char* ElementwiseCall::name() const { return api_name(name_); }
 
+void ElementwiseCall::FreeMoved::operator()(std::deque<Tensor>* moved) const { delete moved; }
+
 const Tensor& ElementwiseCall::on_common_device(const Tensor& t) {
   const Device common = operands_[0]->device();
   auto keep = [&](Tensor moved) -> const Tensor& {
-    if (!moved_) moved_ = std::make_unique<std::deque<Tensor>>();
+    if (!moved_) moved_.reset(new std::deque<Tensor>());
     return moved_->emplace_back(std::move(moved));
   };
   if (common != Device::cpu() && t.device().is_cpu() && t.dim() == 0) return keep(to_device(t, common));

@@ -90,8 +90,13 @@ class ElementwiseCall {
   bool reads_old_self_ = false;
   const char* bool_refusal_ = nullptr;
   bool contiguous_output_ = false;
-  bool moved_first_ = false;                    // operand 0 (self, in place) is a moved CPU scalar
-  std::unique_ptr<std::deque<Tensor>> moved_;  // the device copies of CPU scalars (stable addresses)
+  bool moved_first_ = false;  // operand 0 (self, in place) is a moved CPU scalar
+  // Frees the copies out of line: the call's destructor stays small enough to inline, and a call without copies
+  // (every CPU call) pays one null test for them.
+  struct FreeMoved {
+    void operator()(std::deque<Tensor>* moved) const;
+  };
+  std::unique_ptr<std::deque<Tensor>, FreeMoved> moved_;  // the device copies of CPU scalars (stable addresses)
 };
 
 // torch.can_cast for in-place and out= results: a floating result does not go into an integral or bool tensor,

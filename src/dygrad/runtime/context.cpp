@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "dygrad/runtime/stream.h"
+#include "dygrad/runtime/context_flags.h"
 #include "dygrad/runtime/thread_pool.h"
 
 namespace dg {
@@ -12,13 +13,13 @@ namespace dg {
 namespace {
 std::atomic<bool> g_deterministic{false};
 std::atomic<bool> g_synchronize{false};
-std::atomic<bool> g_inline_small_ops{true};
 std::mutex g_rng_mutex;
 RngState g_rng{};
 }  // namespace
+std::atomic<bool> detail::g_inline_small_ops{true};
 
 Context get_context() {
-  return {g_deterministic.load(), g_synchronize.load(), ThreadPool::instance().num_threads(), g_inline_small_ops.load()};
+  return {g_deterministic.load(), g_synchronize.load(), ThreadPool::instance().num_threads(), detail::g_inline_small_ops.load()};
 }
 
 void set_context(const Context& context) {
@@ -38,10 +39,10 @@ void set_num_threads(int n) {
   ThreadPool::instance().resize(n);
 }
 // No drain needed either way: a Task runs inline only when nothing is queued (docs/stream.md).
-void set_inline_small_ops(bool on) { g_inline_small_ops.store(on); }
+void set_inline_small_ops(bool on) { detail::g_inline_small_ops.store(on); }
 bool deterministic_enabled() { return g_deterministic.load(std::memory_order_relaxed); }
 bool synchronize_enabled() { return g_synchronize.load(std::memory_order_relaxed); }
-bool inline_small_ops_enabled() { return g_inline_small_ops.load(std::memory_order_relaxed); }
+bool inline_small_ops_enabled() { return detail::inline_small_ops_enabled_inline(); }
 
 void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(g_rng_mutex);

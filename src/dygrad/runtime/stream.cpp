@@ -1,6 +1,7 @@
 // Stream implementation: a bounded single-consumer ring of Tasks. Producers take a mutex (uncontended on
 // the hot path), publish with a release store, and wake the worker only when it sleeps. See docs/stream.md.
 #include "dygrad/runtime/stream.h"
+#include "dygrad/runtime/context_flags.h"
 #include "dygrad/runtime/poison.h"
 
 #include "dygrad/runtime/allocator.h"
@@ -394,7 +395,7 @@ bool Stream::idle_for_inline_locked() const {
   // The observer is off: a profile then shows the stream's true asynchronous behaviour. Every published
   // Task has completed (acquire: its writes are visible here), and while the producer mutex is held nothing
   // new can be published, so the worker stays idle until this Task has run.
-  return inline_small_ops_enabled() && observer() == nullptr &&
+  return detail::inline_small_ops_enabled_inline() && observer() == nullptr &&
          completed_.load(std::memory_order_acquire) == published_.load(std::memory_order_relaxed);
 }
 
