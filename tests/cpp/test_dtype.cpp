@@ -127,6 +127,6 @@ TEST(CoreDType, StorageOnlyDTypesAreRefusedAtEnqueueNamingTheOp) {
   }
   Tensor f8 = to(from_vector<float>({1.5f, -2.0f}, std::vector<int64_t>{2}), DType::Float8_e4m3fn);
   EXPECT_EQ(to(f8, DType::Float32).to_vector<float>(), (std::vector<float>{1.5f, -2.0f}));
-  EXPECT_THROW(mul(f8, f8), Error);
+  EXPECT_THROW(add(f8, f8), Error);  // (mul is composed for float8: ops/storage_only.cpp)
   EXPECT_EQ(eq(f8, f8).to_vector<bool>(), (std::vector<bool>{true, true}));  // eq runs on every dtype
 }

@@ -11,6 +11,7 @@
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -133,6 +134,8 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   return add_call("sub", a, b, negated(alpha)).run();
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (storage_only::has(a) || storage_only::has(b)) [[unlikely]]
+    if (Tensor composed = storage_only::mul(a, b); composed.defined()) return composed;
   return ElementwiseCall(op_mul, "mul").input(a).input(b, "other").save(save_for_mul).run();
 }
 Tensor div(const Tensor& a, const Tensor& b) {
@@ -145,7 +148,11 @@ Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
   return scalar_call(op_add_scalar, "sub", a, negated(times(b, alpha))).run();
 }
 Tensor rsub(const Tensor& a, Scalar b) { return scalar_call(op_rsub_scalar, "rsub", a, b).run(); }
-Tensor mul(const Tensor& a, Scalar b) { return scalar_call(op_mul_scalar, "mul", a, b).run(); }
+Tensor mul(const Tensor& a, Scalar b) {
+  if (storage_only::has(a)) [[unlikely]]
+    if (Tensor composed = storage_only::mul(a, b); composed.defined()) return composed;
+  return scalar_call(op_mul_scalar, "mul", a, b).run();
+}
 Tensor div(const Tensor& a, Scalar b) {
   return scalar_call(op_div_scalar, "div", a, b).promotion(Promotion::PromoteFloat).run();
 }
@@ -164,6 +171,7 @@ Tensor& sub_(Tensor& a, const Tensor& b, Scalar alpha) {
   return add_call("sub_", a, b, negated(alpha)).run_inplace(a);
 }
 Tensor& mul_(Tensor& a, const Tensor& b) {
+  if (storage_only::has(a) && storage_only::mul_(a, b)) [[unlikely]] return a;
   return ElementwiseCall(op_mul, "mul_").input(a, "self").input(b, "other").save(save_for_mul, true).run_inplace(a);
 }
 Tensor& div_(Tensor& a, const Tensor& b) {
@@ -174,7 +182,10 @@ Tensor& add_(Tensor& a, Scalar b, Scalar alpha) { return scalar_call(op_add_scal
 Tensor& sub_(Tensor& a, Scalar b, Scalar alpha) {
   return scalar_call(op_add_scalar, "sub_", a, negated(times(b, alpha))).run_inplace(a);
 }
-Tensor& mul_(Tensor& a, Scalar b) { return scalar_call(op_mul_scalar, "mul_", a, b).run_inplace(a); }
+Tensor& mul_(Tensor& a, Scalar b) {
+  if (storage_only::has(a) && storage_only::mul_(a, b)) [[unlikely]] return a;
+  return scalar_call(op_mul_scalar, "mul_", a, b).run_inplace(a);
+}
 Tensor& div_(Tensor& a, Scalar b) {
   return scalar_call(op_div_scalar, "div_", a, b).promotion(Promotion::PromoteFloat).run_inplace(a);
 }

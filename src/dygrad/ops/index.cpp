@@ -12,6 +12,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -362,6 +363,7 @@ void check_index_vector(const char* op, const Tensor& index) {
 Tensor index_select(const Tensor& a_in, int64_t dim, const Tensor& index) {
   check_defined("index_select", a_in);
   check_index_vector("index_select", index);
+  if (storage_only::float8(a_in)) [[unlikely]] return storage_only::index_select(a_in, dim, index);
   const Tensor a = at_least_1d(a_in);
   const int64_t d = wrap_dim("index_select", dim, a.dim());
   Dims shape(a.shape());

@@ -17,6 +17,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -367,6 +368,15 @@ Tensor index(const Tensor& a, std::span<const TensorIndex> indices) {
 Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor& value_in, bool accumulate) {
   check_defined("index_put_", a, "self");
   check_defined("index_put_", value_in, "value");
+  // float8 moves as bytes; torch's accumulating form adds in float8 one element at a time (not composed here: it
+  // reaches enqueue and is refused, docs/dtypes.md).
+  if (storage_only::float8(a) && !accumulate) [[unlikely]] {
+    DG_CHECK(value_in.dtype() == a.dtype(), Runtime, "[index_put_] Index put requires the source and destination "
+             "dtypes match, got ", dtype_torch_name(a.dtype()), " for the destination and ",
+             dtype_torch_name(value_in.dtype()), " for the source.");
+    storage_only::index_put_(a, indices, value_in);
+    return a;
+  }
   // A 0-dim value may live on the CPU (torch's CPU scalars); the advanced path needs any other on a's device.
   const Tensor value = value_in.dim() == 0 ? to_device(value_in, a.device()) : value_in;
   check_inplace("index_put_", a, value.requires_grad());

@@ -14,6 +14,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -158,6 +159,9 @@ Tensor matmul_impl(const char* name, const Tensor& a, const Tensor& b) {
   const int64_t k_a = a.size(-1), k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
   DG_CHECK(k_a == k_b, Value, "[", name, "] shapes ", a.shape(), " and ", b.shape(), ": inner dimensions ", k_a,
            " and ", k_b, " differ");
+  // float8: torch's CPU has a kernel for two matrices only (mm, addmm); 1-D and batched operands reach the GEMM and
+  // are refused there.
+  if (storage_only::float8(a) && a.dim() == 2 && b.dim() == 2) [[unlikely]] return storage_only::mm(a, b);
   // A 1-D operand becomes a matrix (a row on the left, a column on the right) and its dim is removed after.
   const int64_t row[2] = {1, k_a}, column[2] = {k_b, 1};
   Tensor out = matmul_nd(name, a.dim() == 1 ? reshape(a, row) : a, b.dim() == 1 ? reshape(b, column) : b);

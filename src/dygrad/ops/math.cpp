@@ -12,6 +12,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -300,12 +301,25 @@ Tensor cos(const Tensor& a) { return floating_unary(op_cos, a, save_input); }
 Tensor tanh(const Tensor& a) { return floating_unary(op_tanh, a, save_output); }
 Tensor sigmoid(const Tensor& a) { return floating_unary(op_sigmoid, a, save_output); }
 Tensor silu(const Tensor& a) { return floating_unary(op_silu, a, save_input); }
-Tensor abs(const Tensor& a) { return numeric_unary(op_abs, a, save_input); }
+Tensor abs(const Tensor& a) {
+  if (storage_only::float8(a)) [[unlikely]] return storage_only::abs(a);
+  return numeric_unary(op_abs, a, save_input);
+}
 Tensor relu(const Tensor& a) { return numeric_unary(op_relu, a, save_output); }
 // Rounding keeps integer dtypes (the values unchanged) and refuses bool, as torch.
-Tensor floor(const Tensor& a) { return numeric_unary(op_floor, a, nullptr); }  // the backward reads nothing
-Tensor ceil(const Tensor& a) { return numeric_unary(op_ceil, a, nullptr); }
-Tensor trunc(const Tensor& a) { return numeric_unary(op_trunc, a, nullptr); }
+// uint32/uint64 (no kernel): a copy, as torch's (storage_only::round_integers).
+Tensor floor(const Tensor& a) {  // the backward reads nothing
+  if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::round_integers(a);
+  return numeric_unary(op_floor, a, nullptr);
+}
+Tensor ceil(const Tensor& a) {
+  if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::round_integers(a);
+  return numeric_unary(op_ceil, a, nullptr);
+}
+Tensor trunc(const Tensor& a) {
+  if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::round_integers(a);
+  return numeric_unary(op_trunc, a, nullptr);
+}
 namespace {
 // torch has no integer kernel for round with decimals.
 void check_round_decimals(const char* name, const Tensor& a, int64_t decimals) {
@@ -317,6 +331,7 @@ void check_round_decimals(const char* name, const Tensor& a, int64_t decimals) {
 }  // namespace
 Tensor round(const Tensor& a, int64_t decimals) {
   check_round_decimals("round", a, decimals);
+  if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::round_integers(a);
   return ElementwiseCall(op_round, "round").input(a).refuse_bool().attrs(RoundAttrs{decimals}).run();
 }
 // Any dtype, bool included (sign of a bool is itself); sign(nan) = 0, as torch's CPU kernel.
@@ -333,7 +348,13 @@ Tensor isnan(const Tensor& a) {
     return is_floating(a.dtype()) ? ne(a, a) : full(a.shape(), false, {.dtype = DType::Bool, .device = a.device()});
   return ElementwiseCall(op_isnan, "isnan").input(a).promotion(Promotion::Compare).run();
 }
-Tensor isinf(const Tensor& a) { return ElementwiseCall(op_isinf, "isinf").input(a).promotion(Promotion::Compare).run(); }
+// uint32/uint64: never infinite; float8_e5m2: where its exact float32 is (torch has no isinf for float8_e4m3fn).
+Tensor isinf(const Tensor& a) {
+  if (storage_only::has(a) && a.dtype() != DType::Float8_e4m3fn) [[unlikely]]
+    return is_floating(a.dtype()) ? isinf(to(a, DType::Float32))
+                                  : full(a.shape(), false, {.dtype = DType::Bool, .device = a.device()});
+  return ElementwiseCall(op_isinf, "isinf").input(a).promotion(Promotion::Compare).run();
+}
 Tensor isfinite(const Tensor& a) {
   if (is_storage_only(a.dtype()) && a.dtype() != DType::Float8_e4m3fn) [[unlikely]]
     return is_floating(a.dtype()) ? isfinite(to(a, DType::Float32))

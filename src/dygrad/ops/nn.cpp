@@ -14,6 +14,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -144,6 +145,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
            weight.shape());
   DG_CHECK(indices.dtype() == DType::Int32 || indices.dtype() == DType::Int64, Type,
            "[embedding] expected indices of dtype int32 or int64, got ", dtype_name(indices.dtype()));
+  if (storage_only::has(weight)) [[unlikely]] return storage_only::embedding(weight, indices);
   Tensor index = contiguous(indices);
   Dims shape(indices.shape().begin(), indices.shape().end());
   shape.push_back(weight.shape()[1]);

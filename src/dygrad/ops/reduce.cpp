@@ -14,6 +14,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -198,6 +199,7 @@ Tensor reduce_to_new(const OpDef& op, const Tensor& x, const ReduceAttrs& attrs,
 
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("sum", a);
+  if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::sum(a, dims, keepdim);
   ReduceAttrs attrs;
   attrs.dims = reduction_dims("sum", dims, a.dim());
   return reduce_to_new(op_sum, a, attrs, keepdim, is_floating(a.dtype()) ? a.dtype() : DType::Int64, false);

@@ -18,6 +18,7 @@
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -130,6 +131,7 @@ ValuesIndices as_0d(ValuesIndices r) { return {reshape(r.values, Dims{}), reshap
 
 ValuesIndices sort(const Tensor& a_in, int64_t dim, bool descending, bool stable) {
   check_sortable("sort", a_in);
+  if (storage_only::wide_unsigned(a_in)) [[unlikely]] return storage_only::sort(a_in, dim, descending, stable);
   const int64_t d = wrap_dim("sort", dim, a_in.dim());
   const Tensor a = at_least_1d(a_in);
   ValuesIndices out = enqueue_values_indices(op_sort, a, a.shape(), SortAttrs{d, descending, stable});
