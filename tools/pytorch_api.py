@@ -68,11 +68,14 @@ DIFFERS = {
     "torch.UntypedStorage": "a flat NumPy uint8 buffer: from_file maps the file (shared=False copy-on-write), "
                             "slices share memory; Tensor.untyped_storage() views a tensor's whole storage",
     "torch.uint32": "storage-only, as torch on the CPU: creation, conversions, copies, cat/stack, indexing, where, "
-                    "eq/ne, isnan/isfinite and bitwise and/or/xor; mul, sum and sort, which torch 2.13 runs on it, "
-                    "raise NotImplementedError naming op and dtype (docs/dtypes.md); so does uint64",
-    "torch.float8_e4m3fn": "storage with torch's conversions (bitwise); eq/ne, isnan, where, copies, cat/stack and "
-                           "indexing run; mul, abs, mm, index_select and index_put_, which torch runs on it, raise "
-                           "NotImplementedError (docs/dtypes.md); so does float8_e5m2",
+                    "eq/ne, isnan/isinf/isfinite, bitwise and/or/xor, mul, sum, sort/argsort, embedding and the "
+                    "roundings (composed, bitwise torch's); what torch refuses (add, lt, max ...) raises "
+                    "NotImplementedError naming op and dtype (docs/dtypes.md); so does uint64, which also takes "
+                    "Python ints up to 2**64 - 1 in tensor() and full()",
+    "torch.float8_e4m3fn": "storage with torch's conversions (bitwise); eq/ne, isnan, where, copies, cat/stack, "
+                           "indexing, mul, abs, mm, index_select, index_put_ and embedding run (bitwise torch's); "
+                           "addmm and index_put_(accumulate=True), which torch runs too, raise NotImplementedError "
+                           "(docs/dtypes.md); so does float8_e5m2",
     "torch.complex64": "named with torch's properties (itemsize, finfo) but no tensor can have it yet; so are "
                        "complex128 and the fnuz/e8m0 float8 dtypes",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "

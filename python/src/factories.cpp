@@ -43,6 +43,13 @@ PyObject* full_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
     return nullptr;
   TensorOptions options;
   if (!resolve_factory_options("full", o, value.default_dtype(), options)) return nullptr;
+  // An int in [2**63, 2**64) fills a uint64 tensor exactly (the Scalar holds its bits as int64), as torch; from
+  // 2**64 on, OverflowError as torch's ("int too big to convert").
+  if (options.dtype == DType::UInt64 && PyLong_Check(fill_value) && value.is_floating()) {
+    const unsigned long long bits = PyLong_AsUnsignedLongLong(fill_value);
+    if (PyErr_Occurred()) return nullptr;
+    value = Scalar(static_cast<int64_t>(bits));
+  }
   return guarded([&] { return wrap(full(shape, value, options)); });
 }
 

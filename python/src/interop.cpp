@@ -4,6 +4,7 @@
 // the GIL).
 #include <nanobind/ndarray.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -152,7 +153,26 @@ struct Gathered {
   ValueKind kind = ValueKind::Bool;
   bool any = false;
   DType array_dtype = DType::Float32;  // for NumPy arrays (kept as they are)
+  // Positions of ints in [2**63, 2**64), held in `values` as the int64 of their bits: a uint64 target takes them
+  // exactly, a floating one rounds them, any other refuses them (torch's rules).
+  std::vector<size_t> beyond_int64;
 };
+
+// An int above int64's range: its bits into `g`, or OverflowError from 2**64 on ("int too big to convert", as torch).
+bool gather_beyond_int64(PyObject* o, size_t depth, Gathered& g) {
+  if (!PyLong_Check(o) || PyBool_Check(o)) return false;
+  int overflow = 0;
+  PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow <= 0) return false;
+  const unsigned long long bits = PyLong_AsUnsignedLongLong(o);
+  if (PyErr_Occurred()) throw nb::python_error();
+  DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
+  g.beyond_int64.push_back(g.values.size());
+  g.values.push_back(Scalar(static_cast<int64_t>(bits)));
+  if (!g.any || g.kind < ValueKind::Int) g.kind = ValueKind::Int;
+  g.any = true;
+  return true;
+}
 
 void note_kind(Gathered& g, const Scalar& s) {
   ValueKind k = s.is_floating() ? ValueKind::Float : s.is_integral() ? ValueKind::Int : ValueKind::Bool;
@@ -171,6 +191,7 @@ void gather(PyObject* o, size_t depth, Gathered& g) {
     gather(item.ptr(), depth, g);
     return;
   }
+  if (gather_beyond_int64(o, depth, g)) return;
   if (to_scalar(o, s)) {
     DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
     note_kind(g, s);
@@ -228,9 +249,22 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
   DType inferred = g.kind == ValueKind::Float ? DType::Float32 : g.kind == ValueKind::Int ? DType::Int64 : DType::Bool;
   if (!g.any && g.shape.size() > 0) inferred = DType::Float32;  // [] -> float32, as torch
   DType target = dtype ? *dtype : inferred;
+  if (!g.beyond_int64.empty()) [[unlikely]] {
+    if (target == DType::UInt64) {
+      DG_CHECK(g.kind != ValueKind::Float, Type, "[tensor] an integer is required");
+      for (size_t i = 0; i < g.values.size(); ++i)
+        if (g.values[i].to_int() < 0 && !std::binary_search(g.beyond_int64.begin(), g.beyond_int64.end(), i)) {
+          PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
+          throw nb::python_error();
+        }
+    } else {
+      DG_CHECK(is_floating(target), Value, "[tensor] Overflow when unpacking long long");
+    }
+  }
   if (g.kind == ValueKind::Float || is_floating(target)) {
     std::vector<double> values(g.values.size());
     for (size_t i = 0; i < values.size(); ++i) values[i] = g.values[i].to_double();
+    for (size_t i : g.beyond_int64) values[i] = static_cast<double>(static_cast<uint64_t>(g.values[i].to_int()));
     return from_vector<double>(values, g.shape, target);
   }
   std::vector<int64_t> values(g.values.size());

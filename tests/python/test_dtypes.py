@@ -443,6 +443,42 @@ def test_float8_mul_abs_mm_index_as_torch(dtype):
         same_outcome(ours, theirs, name)
 
 
+def test_python_ints_beyond_int64_make_uint64_as_torch():
+    """An int in [2**63, 2**64) goes into a uint64 tensor exactly (tensor, full); elsewhere torch's errors."""
+    cases = {
+        "list": lambda m: m.tensor([2 ** 64 - 1, 5, 2 ** 63], dtype=m.uint64),
+        "nested": lambda m: m.tensor([[2 ** 63 + 5], [0]], dtype=m.uint64), "0dim": lambda m: m.tensor(2 ** 63 + 5, dtype=m.uint64),
+        "full": lambda m: m.full((2,), 2 ** 64 - 1, dtype=m.uint64), "full_2_63": lambda m: m.full((3,), 2 ** 63, dtype=m.uint64),
+        "float_target": lambda m: m.tensor([2 ** 63, 1], dtype=m.float64), "float32_full": lambda m: m.full((2,), 2 ** 63, dtype=m.float32),
+    }
+    for name, case in cases.items():
+        ours, theirs = case(dg), case(torch)
+        assert name_of(ours.dtype) == name_of(theirs.dtype) and raw_bytes(ours) == raw_bytes(theirs), name
+        assert ours.tolist() == theirs.tolist(), name
+    refused = {
+        "too_big": (lambda m: m.tensor([2 ** 64], dtype=m.uint64), OverflowError),
+        "negative": (lambda m: m.tensor([-1, 2 ** 63], dtype=m.uint64), OverflowError),
+        "float": (lambda m: m.tensor([2 ** 63, 1.5], dtype=m.uint64), TypeError),
+        "no_dtype": (lambda m: m.tensor([2 ** 63]), ValueError), "int64": (lambda m: m.tensor([2 ** 63], dtype=m.int64), ValueError),
+        "full_too_big": (lambda m: m.full((2,), 2 ** 64, dtype=m.uint64), OverflowError),
+    }
+    for name, (case, error) in refused.items():
+        with pytest.raises(error):
+            case(torch)
+        with pytest.raises(error):
+            case(dg)
+
+
+def test_integers_beyond_2_53_print_exact_digits_as_torch():
+    for values, dtype in (([2 ** 53 + 1, -1, 2 ** 62 + 3], "uint64"), ([2 ** 53 + 1, -(2 ** 62) - 3, 9], "int64"),
+                          ([2 ** 31 + 7, 0], "uint32")):
+        ours = dg.tensor(values).to(getattr(dg, dtype))
+        theirs = torch.tensor(values).to(getattr(torch, dtype))
+        assert torch_repr(ours) == repr(theirs)
+        assert torch_repr(ours.reshape(3, 1) if len(values) == 3 else ours) == repr(
+            theirs.reshape(3, 1) if len(values) == 3 else theirs)
+
+
 @pytest.mark.parametrize("dtype", FLOAT8)
 def test_float8_isnan_isfinite_and_where_as_torch(dtype):
     values = [1.0, float("nan"), float("inf"), -float("inf"), -0.0, 448.0]

@@ -48,6 +48,20 @@ std::string Tensor::str() const {
   const bool is_bool = dtype() == DType::Bool;
   Formatter f;
   f.floating = is_floating(dtype());
+  // Integers print their exact digits (a double holds 53 bits: int64 and uint64 beyond 2**53 would round).
+  std::vector<std::string> digits;
+  if (!f.floating && !is_bool) {
+    auto write = [&](const auto& exact) {
+      digits.reserve(exact.size());
+      for (auto v : exact) digits.push_back(std::to_string(v));
+    };
+    if (dtype() == DType::UInt64) write(to_vector<uint64_t>());
+    else write(to_vector<int64_t>());
+  }
+  auto text_of = [&](size_t i) {
+    if (is_bool) return std::string(values[i] ? "True" : "False");
+    return digits.empty() ? f.format(values[i]) : digits[i];
+  };
   double max_abs = 0, min_abs = INFINITY;
   for (double v : values) {
     if (!std::isfinite(v)) continue;
@@ -58,7 +72,7 @@ std::string Tensor::str() const {
   if (f.floating && !values.empty() && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY) ||
                                         (min_abs != INFINITY && max_abs / min_abs > 1000 && !f.integral_valued)))
     f.scientific = true;
-  for (double v : values) f.width = std::max(f.width, is_bool ? (v ? 4 : 5) : f.format(v).size());
+  for (size_t i = 0; i < values.size(); ++i) f.width = std::max(f.width, text_of(i).size());
 
   const bool summarise = numel() > kSummariseAbove;
   std::ostringstream os;
@@ -69,8 +83,7 @@ std::string Tensor::str() const {
   // Recursive printer over the row-major values.
   auto print = [&](auto& self, size_t d, int64_t base) -> void {
     if (d == sizes.size()) {
-      double v = values[static_cast<size_t>(base)];
-      std::string s = is_bool ? (v ? "True" : "False") : f.format(v);
+      const std::string s = text_of(static_cast<size_t>(base));
       os << std::string(f.width - s.size(), ' ') << s;
       return;
     }
