@@ -73,8 +73,8 @@ DIFFERS = {
                     "NotImplementedError naming op and dtype (docs/dtypes.md); so does uint64, which also takes "
                     "Python ints up to 2**64 - 1 in tensor() and full()",
     "torch.float8_e4m3fn": "storage with torch's conversions (bitwise); eq/ne, isnan, where, copies, cat/stack, "
-                           "indexing, mul, abs, mm, index_select, index_put_ and embedding run (bitwise torch's); "
-                           "addmm and index_put_(accumulate=True), which torch runs too, raise NotImplementedError "
+                           "indexing, mul, abs, mm, addmm, index_select, index_put_ and embedding run (bitwise "
+                           "torch's); index_put_(accumulate=True), which torch runs too, raises NotImplementedError "
                            "(docs/dtypes.md); so does float8_e5m2",
     "torch.complex64": "named with torch's properties (itemsize, finfo) but no tensor can have it yet; so are "
                        "complex128 and the fnuz/e8m0 float8 dtypes",

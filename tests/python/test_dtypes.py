@@ -419,6 +419,8 @@ def test_float8_mul_abs_mm_index_as_torch(dtype):
         "abs": lambda m, x, y, e: e.abs(), "abs_2d": lambda m, x, y, e: x.t().abs(),
         "mm": lambda m, x, y, e: x @ y, "mm_fn": lambda m, x, y, e: m.mm(x.t().contiguous().t(), y),
         "mm_every": lambda m, x, y, e: e.reshape(16, 16) @ e.reshape(16, 16)[m.arange(15, -1, -1)],
+        "mm_addmm": lambda m, x, y, e: m.addmm(x @ y, x, y), "mm_addmm_scaled": lambda m, x, y, e: m.addmm(x @ y, x, y, beta=0.5, alpha=2),
+        "mm_addmm_bias": lambda m, x, y, e: m.addmm(y[0], x, y), "mm_addmm_mixed": lambda m, x, y, e: m.addmm((x @ y).float(), x, y),
         "index_select": lambda m, x, y, e: x.index_select(1, m.tensor([4, 0, 0])),
         "index_select_every": lambda m, x, y, e: e.index_select(0, m.tensor([255, 127, 0, 128])),
         "index_put": lambda m, x, y, e: x.clone().index_put_((m.tensor([0, 3]),), x[1:3]),

@@ -343,6 +343,8 @@ Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar
   check_defined("addmm", mat2, "mat2");
   DG_CHECK(mat1.dim() == 2 && mat2.dim() == 2, Runtime, "[addmm] mat1 and mat2 must be matrices, got shapes ",
            mat1.shape(), " and ", mat2.shape());
+  if (storage_only::float8(mat1) && input.defined() && input.dtype() == mat1.dtype() && mat2.dtype() == mat1.dtype())
+    [[unlikely]] return storage_only::addmm(input, mat1, mat2, beta, alpha);
   DG_CHECK(mat1.size(1) == mat2.size(0), Runtime, "[addmm] mat1 and mat2 shapes cannot be multiplied (",
            mat1.size(0), "x", mat1.size(1), " and ", mat2.size(0), "x", mat2.size(1), ")");
   return addmm_nd("addmm", input, mat1, mat2, beta, alpha);

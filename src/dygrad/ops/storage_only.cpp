@@ -96,6 +96,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return view_dtype(dg::embedding(view_dtype(weight, bits), indices), weight.dtype());
 }
 
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha) {
+  const DType f32 = DType::Float32;
+  return to(dg::addmm(to(input, f32), to(mat1, f32), to(mat2, f32), beta, alpha), mat1.dtype());
+}
+
 Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
   return view_dtype(dg::index_select(view_dtype(a, DType::UInt8), dim, index), a.dtype());
 }
