@@ -397,6 +397,8 @@ def test_wide_unsigned_mul_sum_sort_as_torch(dtype):
         "round": lambda m, a: a.round(), "round_decimals": lambda m, a: a.round(decimals=1), "isinf": lambda m, a: a.isinf(),
         "embedding": lambda m, a: m.nn.functional.embedding(m.tensor([[2, 0], [1, 1]]), a),
         "abs": lambda m, a: a.abs(), "add": lambda m, a: a + a, "lt": lambda m, a: a < a, "max": lambda m, a: a.max(),
+        "logical_and": lambda m, a: a.logical_and(a), "logical_or_bool": lambda m, a: a.logical_or(a > 0),
+        "logical_not": lambda m, a: a.logical_not(),
     }
     for name, case in cases.items():
         same_outcome(outcome(case, dg, ours), outcome(case, torch, theirs), name)
@@ -432,7 +434,8 @@ def test_float8_mul_abs_mm_index_as_torch(dtype):
         "index_put_other_dtype": lambda m, x, y, e: x.clone().index_put_((m.tensor([0]),), m.ones(1, 5)),
         "embedding": lambda m, x, y, e: m.nn.functional.embedding(m.tensor([5, 0, 5]), x),
         "embedding_every": lambda m, x, y, e: m.nn.functional.embedding(m.tensor([[3], [1]]), e.reshape(64, 4)),
-        "isinf": lambda m, x, y, e: e.isinf(),
+        "isinf": lambda m, x, y, e: e.isinf(), "logical_and": lambda m, x, y, e: x.logical_and(x),
+        "logical_or": lambda m, x, y, e: x.logical_or(x), "logical_not": lambda m, x, y, e: x.logical_not(),
         "add": lambda m, x, y, e: x + x,
     }
     for name, case in cases.items():

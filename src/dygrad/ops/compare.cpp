@@ -13,6 +13,7 @@
 #include "dygrad/ops/shape.h"
 #include "dygrad/core/shape.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/ops/storage_only.h"
 
 namespace dg {
 
@@ -117,6 +118,12 @@ Tensor compare(const OpDef& op, const Tensor& a, Scalar b) {
   return ElementwiseCall(op, op.name).input(a).scalar(b).attrs(ScalarAttrs{b}).promotion(Promotion::Compare).run();
 }
 Tensor logical(const OpDef& op, const Tensor& a, const Tensor& b) {
+  // torch has no logical kernel for uint32/uint64/float8 (casting them to bool first would run): refused as torch's,
+  // a mix with another dtype by the promotion (RuntimeError), else NotImplementedError.
+  if ((storage_only::has(a) || storage_only::has(b)) && a.defined() && b.defined()) [[unlikely]] {
+    const DType common = promote_types(a.dtype(), b.dtype());
+    DG_CHECK(false, NotImplemented, "[", api_name(op.name), "] not implemented for '", dtype_torch_name(common), "'");
+  }
   return ElementwiseCall(op, op.name).input(a).input(b, "other").promotion(Promotion::Logical).run();
 }
 void save_condition(Node& n, std::span<const Tensor> in, const Tensor&) { n.save(in[0]); }
