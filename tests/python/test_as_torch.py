@@ -50,13 +50,14 @@ def test_the_new_dtypes_are_torchs_names_under_as_torch(tmp_path):
         w = torch.tensor([1.5, -448.0]).to(float8_e4m3fn)
         assert w.tolist() == [1.5, -448.0] and w.dtype.itemsize == 1 and w.dtype.is_floating_point
         assert torch.zeros(2, dtype=torch.uint64).tolist() == [0, 0] and torch.iinfo(torch.uint32).max == 2 ** 32 - 1
+        assert (w * w).tolist() == [2.25, 448.0] and (w * w).dtype == float8_e4m3fn  # saturates, as torch's
         try:
-            w * w
+            w + w
         except NotImplementedError as e:
             print("refused:", e)
     """)
     assert result.returncode == 0, result.stderr
-    assert "refused: [mul] not implemented for 'Float8_e4m3fn'" in result.stdout
+    assert "refused: [add] not implemented for 'Float8_e4m3fn'" in result.stdout
 
 
 @pytest.mark.parametrize("line,name", [
