@@ -19,7 +19,9 @@ bool wide_unsigned_type(DType t) { return t == DType::UInt32 || t == DType::UInt
 // The signed type of a uint32/uint64's width: its kernels give the same bits (two's complement wraps as unsigned
 // arithmetic does, for add, sub, mul and the bitwise ops).
 DType signed_twin(DType t) { return t == DType::UInt32 ? DType::Int32 : DType::Int64; }
-Tensor as_signed(const Tensor& a, DType unsigned_type) { return view_dtype(to(a, unsigned_type), signed_twin(unsigned_type)); }
+Tensor as_signed(const Tensor& a, DType unsigned_type) {
+  return view_dtype(to(a, unsigned_type), signed_twin(unsigned_type));
+}
 // torch multiplies float8 by float8 of its type only, and not by one element broadcast (shape (1,), a 0-dim tensor,
 // a stride-0 expansion): its kernel takes that operand as a scalar, a path without float8. The ordinary path refuses
 // what is not composed here, with the same NotImplementedError.

@@ -31,9 +31,10 @@ ValuesIndices sort(const Tensor& a, int64_t dim, bool descending, bool stable);
 // float8: `x < 0 ? -x : x` as torch's (the sign bit of the values below zero), bitwise.
 Tensor abs(const Tensor& a);
 // float8: computed in float32 (exact for float8 operands) and rounded once to the float8 type, as torch's kernels.
+// mm: two matrices of one float8 type (ops/linalg.cpp checked). addmm: beta * input + alpha * (mat1 @ mat2), all
+// in float32 and rounded once (torch's float8 addmm, bitwise in the tests).
 Tensor mm(const Tensor& a, const Tensor& b);
-// beta * input + alpha * (mat1 @ mat2), all in float32 and rounded once (torch's float8 addmm, bitwise in the tests).
-Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha);  // two matrices of one float8 type (ops/linalg.cpp checked)
+Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, Scalar beta, Scalar alpha);
 // uint32/uint64 floor, ceil, trunc, round: the values unchanged (a copy), as torch's.
 Tensor round_integers(const Tensor& a);
 // Rows moved by width: a view as the integer type of the same size (no gradient: these dtypes have none).
