@@ -4,6 +4,7 @@
 namespace dg::py {
 void init_indexing(nb::module_& m);  // indexing.cpp
 void init_jit(nb::module_& m);       // jit.cpp
+void init_ops_modulo(nb::module_& m);   // ops_modulo.cpp
 }
 
 NB_MODULE(_C, m) {
@@ -21,6 +22,7 @@ NB_MODULE(_C, m) {
   init_factories(m);
   init_indexing(m);
   init_ops_math(m);
+  init_ops_modulo(m);
   init_ops_compare(m);
   init_ops_nn(m);
   init_ops_index(m);

@@ -259,6 +259,9 @@ PyObject* tensor_ixor(PyObject* a, PyObject* b);
 PyObject* tensor_ilshift(PyObject* a, PyObject* b);
 PyObject* tensor_irshift(PyObject* a, PyObject* b);
 PyObject* tensor_invert(PyObject* a);
+// ops_modulo.cpp: % and %=
+PyObject* remainder_slot(PyObject* a, PyObject* b);
+PyObject* remainder_inplace_slot(PyObject* a, PyObject* b);
 
 const PyType_Slot* math_operator_slots() {
   static PyType_Slot slots[] = {
@@ -276,6 +279,8 @@ const PyType_Slot* math_operator_slots() {
       {Py_nb_inplace_lshift, reinterpret_cast<void*>(tensor_ilshift)},
       {Py_nb_inplace_rshift, reinterpret_cast<void*>(tensor_irshift)},
       {Py_nb_invert, reinterpret_cast<void*>(tensor_invert)},
+      {Py_nb_remainder, reinterpret_cast<void*>(remainder_slot)},
+      {Py_nb_inplace_remainder, reinterpret_cast<void*>(remainder_inplace_slot)},
       {0, nullptr},
   };
   return slots;

@@ -50,6 +50,20 @@ Tensor pow(Scalar base, const Tensor& exponent);
 // Elementwise max / min with broadcasting and promotion; nan in either operand gives nan.
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor logaddexp(const Tensor& a, const Tensor& b);  // log(exp(a) + exp(b)), floating dtypes
+// ops/binary_math.cpp. atan2(y, x): the angle of the point (x, y); integers become float32.
+Tensor atan2(const Tensor& y, const Tensor& x);
+Tensor& atan2_(Tensor& y, const Tensor& x);
+// fmod: C's remainder, the sign of a; remainder: Python's `%`, the sign of b. Integer or floating, not bool; an
+// integer division by zero raises (in the kernel: RuntimeError "ZeroDivisionError", as torch).
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, Scalar b);
+Tensor& fmod_(Tensor& a, const Tensor& b);
+Tensor& fmod_(Tensor& a, Scalar b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, Scalar b);
+Tensor remainder(Scalar a, const Tensor& b);
+Tensor& remainder_(Tensor& a, const Tensor& b);
+Tensor& remainder_(Tensor& a, Scalar b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // torch.lerp: self + weight * (end - self), weight a tensor (broadcast) or a number; floating dtypes.
 Tensor lerp(const Tensor& self, const Tensor& end, const Tensor& weight);

@@ -153,4 +153,13 @@ COMPARE += [
           big=(Input((256, 320)), Input((256, 320), low=-2, high=-0.25), Input((320,), low=0.25, high=2))),
 ]
 
-ENTRIES = ARITHMETIC + MATH + COMPARE
+# atan2, fmod and remainder (ops/binary_math.cpp): divisors away from 0 (an integer 0 raises), both signs in fmod
+MODULO = [
+    binary("atan2", lambda m, a, b: m.atan2(a, b), dtypes=FLOATS, rhs=dict(low=0.25, high=2.0)),
+    binary("fmod", lambda m, a, b: m.fmod(a, b), dtypes=ALL, low=-5.0, high=5.0, rhs=dict(low=1, high=4)),
+    binary("remainder", lambda m, a, b: a % b, dtypes=ALL, low=-5.0, high=5.0, rhs=dict(low=1, high=4)),
+    binary("remainder", lambda m, a, b: m.remainder(a, -b), dtypes=FLOATS + ("int64", "int32"), low=-5.0, high=5.0,
+           rhs=dict(low=1, high=4), variant="negative divisor"),
+]
+
+ENTRIES = ARITHMETIC + MATH + COMPARE + MODULO

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
+#include "dygrad/core/error.h"
 #include "dygrad/math/activations.h"
 #include "dygrad/math/arithmetic.h"
 #include "dygrad/math/elementary.h"
@@ -65,6 +66,12 @@
 // inputs (a, b): nan-propagating elementwise max / min
 //   void maximum_kernel(Task& task);
 //   void minimum_kernel(Task& task);
+// inputs (y, x) of one floating dtype: the angle of (x, y), in [-pi, pi] (std::atan2)
+//   void atan2_kernel(Task& task);
+// inputs (a, b) of one dtype, not bool: fmod (C's sign, of a) and remainder (Python's sign, of b); an integer
+// b == 0 throws (torch's "ZeroDivisionError")
+//   void fmod_kernel(Task& task);
+//   void remainder_kernel(Task& task);
 
 namespace dg::cpu {
 
@@ -397,6 +404,48 @@ void minimum_kernel(Task& task) {
   same_type_binary(task, []<typename V>(V a, V b) DG_VEC_INLINE_LAMBDA -> V { return math::minimum(a, b); });
 }
 
+void atan2_kernel(Task& task) {
+  floating_binary(task, []<typename V>(V y, V x) -> V { return std::atan2(y, x); });
+}
+
+namespace {
+[[noreturn, gnu::cold]] void raise_zero_division(const char* op) {
+  DG_CHECK(false, Runtime, "[", op, "] ZeroDivisionError");
+  __builtin_unreachable();
+}
+// Integer a mod b with the sign of a (C's %); INT_MIN % -1 is 0, not a trap.
+template <typename V>
+V integer_fmod(V a, V b, const char* op) {
+  if (b == V(0)) raise_zero_division(op);
+  if constexpr (std::is_signed_v<V>) {
+    if (b == V(-1)) return V(0);
+  }
+  return static_cast<V>(a % b);
+}
+}  // namespace
+
+// Floating: std::fmod, exact. Integers: C's remainder, the sign of a.
+void fmod_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V a, V b) -> V {
+    if constexpr (std::is_floating_point_v<V>) return std::fmod(a, b);
+    else if constexpr (std::is_same_v<V, bool>) return a;  // not reached: the op refuses bool
+    else return integer_fmod(a, b, "fmod");
+  });
+}
+// Python's a % b, the sign of b: fmod moved by b where the signs differ (exact: no a - b floor(a / b) rounding).
+void remainder_kernel(Task& task) {
+  same_type_binary(task, []<typename V>(V a, V b) -> V {
+    if constexpr (std::is_same_v<V, bool>) {
+      return a;  // not reached: the op refuses bool
+    } else {
+      V mod;
+      if constexpr (std::is_floating_point_v<V>) mod = std::fmod(a, b);
+      else mod = integer_fmod(a, b, "remainder");
+      if (mod != V(0) && ((b < V(0)) != (mod < V(0)))) mod = static_cast<V>(mod + b);
+      return mod;
+    }
+  });
+}
 
 DG_REGISTER_KERNEL(exp, Device::Type::CPU, exp_kernel);
 DG_REGISTER_KERNEL(log, Device::Type::CPU, log_kernel);
@@ -434,5 +483,8 @@ DG_REGISTER_KERNEL(minimum, Device::Type::CPU, minimum_kernel);
 DG_REGISTER_KERNEL(logaddexp, Device::Type::CPU, logaddexp_kernel);
 DG_REGISTER_KERNEL(lerp, Device::Type::CPU, lerp_kernel);
 DG_REGISTER_KERNEL(lerp_scalar, Device::Type::CPU, lerp_scalar_kernel);
+DG_REGISTER_KERNEL(atan2, Device::Type::CPU, atan2_kernel);
+DG_REGISTER_KERNEL(fmod, Device::Type::CPU, fmod_kernel);
+DG_REGISTER_KERNEL(remainder, Device::Type::CPU, remainder_kernel);
 
 }  // namespace dg::cpu
