@@ -76,8 +76,11 @@ DIFFERS = {
                            "indexing, mul, abs, mm, addmm, index_select, index_put_ and embedding run (bitwise "
                            "torch's); index_put_(accumulate=True), which torch runs too, raises NotImplementedError "
                            "(docs/dtypes.md); so does float8_e5m2",
-    "torch.complex64": "named with torch's properties (itemsize, finfo) but no tensor can have it yet; so are "
-                       "complex128 and the fnuz/e8m0 float8 dtypes",
+    "torch.complex64": "storage of float pairs with torch's promotion, files and NumPy; add/sub/mul/div, neg, abs, "
+                       "angle, exp, conj (materialised: is_conj() is always False), sum/mean, views and copies run, "
+                       "composed of real ops (autograd as torch's); other ops raise NotImplementedError naming op "
+                       "and dtype (docs/dtypes.md, \"Complex\"); so does complex128. The fnuz/e8m0 float8 dtypes "
+                       "are names only",
     "torch.load": "the zip format (torch >= 1.6) and safetensors; not the legacy pre-1.6 format; weights_only=False "
                   "cannot rebuild torch-only objects (modules, torch classes); every file is checked as untrusted, "
                   "and compressed entries are refused (docs/reliability.md, \"Loading files\")",

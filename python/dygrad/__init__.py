@@ -41,9 +41,8 @@ _atexit.register(_C._interpreter_exiting)
 from .version import __version__  # noqa: E402
 from ._dtype_info import finfo, iinfo  # noqa: E402,F401
 from ._not_provided import UNPROVIDED_DTYPES as _UNPROVIDED_DTYPES, NotProvidedDtype  # noqa: E402
-for _name, _properties in _UNPROVIDED_DTYPES.items():  # torch's dtypes dygrad has no storage for yet (complex, ...)
+for _name, _properties in _UNPROVIDED_DTYPES.items():  # torch's dtypes dygrad has no storage for (fnuz, e8m0)
     globals()[_name] = NotProvidedDtype(_name, *_properties)
-short, cfloat, cdouble = int16, complex64, complex128  # noqa: F821 (torch's aliases)
 del _name, _properties
 from ._factories import (addcdiv, addcmul, as_tensor, asarray, channels_last, channels_last_3d,  # noqa: E402,F401
                          contiguous_format, eye, get_default_device, get_default_dtype, isin, memory_format, normal,

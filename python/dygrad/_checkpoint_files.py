@@ -96,7 +96,7 @@ def normalize_bool(array):
 # --- safetensors ---------------------------------------------------------------------------------------------------
 # The dtypes of the format and their sizes in bytes (safetensors' Dtype); a reader may support fewer.
 SAFETENSORS_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
-                        "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8}
+                        "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8, "C64": 8}
 SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors package's limit
 
 

@@ -34,7 +34,7 @@ def stand_in_function(qualified, why):
 
 
 class NotProvidedDtype:
-    """A torch dtype dygrad has no storage for yet (issue 41, part 2: complex, the fnuz and e8m0 float8 types).
+    """A torch dtype dygrad has no storage for yet (issue 41, part 2: the fnuz and e8m0 float8 types).
     It exists so that libraries can name it (safetensors' dtype tables, dtype checks, `x.dtype == torch.int8`), and
     it carries torch's properties; no tensor has it: a factory or conversion given one raises, and nothing compares
     equal to it but itself."""
@@ -50,10 +50,10 @@ class NotProvidedDtype:
         return (_dtype_named, (self._name,))
 
     def to_real(self):
-        raise not_provided(f"torch.{self._name}.to_real", "no complex dtypes yet")
+        raise not_provided(f"torch.{self._name}.to_real", "not a dtype with storage in dygrad")
 
     def to_complex(self):
-        raise not_provided(f"torch.{self._name}.to_complex", "no complex dtypes yet")
+        raise not_provided(f"torch.{self._name}.to_complex", "not a dtype with storage in dygrad")
 
 
 def _dtype_named(name):
@@ -64,7 +64,6 @@ def _dtype_named(name):
 
 # torch's dtypes without storage in dygrad: name -> (itemsize, is_floating_point, is_signed, is_complex).
 UNPROVIDED_DTYPES = {
-    "complex64": (8, False, True, True), "complex128": (16, False, True, True),
     "float8_e4m3fnuz": (1, True, True, False), "float8_e5m2fnuz": (1, True, True, False),
     "float8_e8m0fnu": (1, True, False, False),
 }

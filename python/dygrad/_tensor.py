@@ -108,7 +108,19 @@ def _format(self, format_spec):
     return object.__format__(self, format_spec)
 
 
+def _part(view):
+    """Tensor.real / Tensor.imag: views of a complex tensor's parts (writes go through), assignable as torch's."""
+    def get(self):
+        return view(self)
+
+    def set(self, value):
+        view(self).copy_(value if isinstance(value, _C.Tensor) else _C.tensor(value))
+    return property(get, set, doc=f"{view.__name__} part (a view)")
+
+
 def install():
+    _C.Tensor.real = _part(_C.real)
+    _C.Tensor.imag = _part(_C.imag)
     _C.Tensor.__format__ = _format
     _C.Tensor.__deepcopy__ = _deepcopy
     _C.Tensor.__reduce_ex__ = _reduce_ex

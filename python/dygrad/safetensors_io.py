@@ -13,7 +13,7 @@ from ._checkpoint_files import (SAFETENSORS_ITEMSIZE, atomic_write, check_tensor
 
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
            "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8,
-           "BOOL": np.bool_}
+           "BOOL": np.bool_, "C64": np.complex64}  # C64: complex64 (safetensors has no complex128)
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 

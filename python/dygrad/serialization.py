@@ -50,6 +50,7 @@ from ._size import Size
 _STORAGES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
              "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
              "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+             "ComplexFloatStorage": "complex64", "ComplexDoubleStorage": "complex128",
              "UntypedStorage": "uint8"}
 # torch has no typed storage for uint16/32/64 and float8: it saves their tensors with _rebuild_tensor_v3 over an
 # UntypedStorage (bytes) and the dtype; dygrad writes and reads them the same way.
@@ -57,9 +58,9 @@ _STORAGE_OF = {v: k for k, v in _STORAGES.items() if k != "UntypedStorage"}
 _UNTYPED_DTYPES = ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
 _NUMPY = {"float32": "<f4", "float64": "<f8", "float16": "<f2", "bfloat16": "<u2", "int64": "<i8", "int32": "<i4",
           "int16": "<i2", "int8": "i1", "uint8": "u1", "bool": "?", "uint16": "<u2", "uint32": "<u4",
-          "uint64": "<u8", "float8_e4m3fn": "u1", "float8_e5m2": "u1"}
+          "uint64": "<u8", "float8_e4m3fn": "u1", "float8_e5m2": "u1", "complex64": "<c8", "complex128": "<c16"}
 _DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-                "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+                "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "complex64", "complex128")
 # NumPy has no float8: their bytes travel as uint8 and are viewed as the dtype (Tensor.view(dtype)).
 _FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 _ALIGNMENT = 64
@@ -629,7 +630,8 @@ _SAFETENSORS_DTYPES = {"F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "F1
                        "BF16": ("<u2", "bfloat16"), "I64": ("<i8", "int64"), "I32": ("<i4", "int32"),
                        "I16": ("<i2", "int16"), "I8": ("i1", "int8"), "U64": ("<u8", "uint64"),
                        "U32": ("<u4", "uint32"), "U16": ("<u2", "uint16"), "U8": ("u1", "uint8"),
-                       "BOOL": ("?", "bool"), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2")}
+                       "BOOL": ("?", "bool"), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2"),
+                       "C64": ("<c8", "complex64")}
 
 
 def _load_safetensors(fh, map_location=None):

@@ -294,13 +294,27 @@ bool to_scalar(PyObject* o, Scalar& out) {
   return false;
 }
 
-bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out) {
+Tensor complex_number(PyObject* o, const Tensor& beside) {
+  const Py_complex c = PyComplex_AsCComplex(o);
+  const bool wide = beside.dtype() == DType::Float64 || beside.dtype() == DType::Complex128;
+  Tensor t = Tensor::empty(Dims{}, wide ? DType::Complex128 : DType::Complex64);
+  if (wide) *static_cast<Complex<double>*>(t.raw_data()) = Complex<double>(c.real, c.imag);
+  else *static_cast<Complex<float>*>(t.raw_data()) = Complex<float>(float(c.real), float(c.imag));
+  return t;
+}
+
+bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out, const Tensor* beside) {
   if (is_tensor(o)) {
     out.tensor = &unwrap(o);
     return true;
   }
   out.tensor = nullptr;
   if (to_scalar(o, out.scalar)) return true;
+  if (beside && PyComplex_Check(o)) {
+    out.number = complex_number(o, *beside);
+    out.tensor = &out.number;
+    return true;
+  }
   type_error(op, "argument '%s' must be Tensor or Number, not %s", argument, type_name(o));
   return false;
 }

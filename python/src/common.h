@@ -144,11 +144,16 @@ class Signature {
 struct Operand {
   const Tensor* tensor = nullptr;
   Scalar scalar;
+  Tensor number;  // a Python complex number, as a zero-dim tensor (tensor points here)
 };
+// A Python complex number beside a tensor, as a zero-dim CPU tensor of torch's dtype for it: complex128 beside a
+// float64 or complex128 tensor, else complex64 (torch's default complex dtype; docs/dtypes.md, "Complex").
+Tensor complex_number(PyObject* o, const Tensor& beside);
 // Python bool/int/float (and NumPy scalars) as a Scalar. False (no error set) when `o` is not a number.
 bool to_scalar(PyObject* o, Scalar& out);
 // A Tensor or a number; false with a TypeError naming the op and the argument.
-bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out);
+// A Python complex number is accepted when `beside` (the op's tensor operand) is given.
+bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out, const Tensor* beside = nullptr);
 // A Tensor argument; nullptr with a TypeError.
 const Tensor* to_tensor(const char* op, const char* argument, PyObject* o);
 // A number argument (alpha=...); `fallback` when o is null. False with a TypeError.

@@ -16,7 +16,7 @@ PyTypeObject* g_dtype_type = nullptr;
 // NumPy's name for each dtype (bfloat16 and the float8 types have none).
 constexpr const char* kNumpyNames[kNumDTypes] = {
     "bool", "uint8", "int8", "int16", "uint16", "int32", "int64", "float16", nullptr, "float32", "float64",
-    "uint32", "uint64", nullptr, nullptr};
+    "uint32", "uint64", nullptr, nullptr, "complex64", "complex128"};
 }  // namespace
 
 PyObject* dtype_object(DType t) { return g_dtype_objects[static_cast<int>(t)]; }
@@ -56,6 +56,15 @@ void init_dtype(nb::module_& m) {
   nb::class_<DTypeObject> cls(m, "dtype");
   cls.def_prop_ro("is_floating_point", [](const DTypeObject& d) { return is_floating(d.value); })
       .def_prop_ro("is_signed", [](const DTypeObject& d) { return is_signed(d.value); })
+      .def_prop_ro("is_complex", [](const DTypeObject& d) { return is_complex(d.value); })
+      // torch's to_real / to_complex: complex64 <-> float32, complex128 <-> float64; other dtypes map to themselves
+      // (to_real) or raise (to_complex of a non-floating dtype), float16/bfloat16 becoming complex64 (no complex32).
+      .def("to_real", [](const DTypeObject& d) { return nb::borrow(dtype_object(to_real_dtype(d.value))); })
+      .def("to_complex", [](const DTypeObject& d) {
+        DG_CHECK(is_differentiable(d.value) && !is_float8(d.value), Runtime, "[to_complex] no complex dtype for ",
+                 dtype_name(d.value));
+        return nb::borrow(dtype_object(to_complex_dtype(d.value)));
+      })
       .def_prop_ro("itemsize", [](const DTypeObject& d) { return itemsize(d.value); })
       .def("__repr__", [](const DTypeObject& d) { return std::string("dygrad.") + dtype_name(d.value); })
       .def("__str__", [](const DTypeObject& d) { return std::string("dygrad.") + dtype_name(d.value); })
@@ -72,6 +81,8 @@ void init_dtype(nb::module_& m) {
   m.attr("long") = nb::borrow(dtype_object(DType::Int64));
   m.attr("int") = nb::borrow(dtype_object(DType::Int32));
   m.attr("short") = nb::borrow(dtype_object(DType::Int16));
+  m.attr("cfloat") = nb::borrow(dtype_object(DType::Complex64));
+  m.attr("cdouble") = nb::borrow(dtype_object(DType::Complex128));
 }
 
 }  // namespace dg::py

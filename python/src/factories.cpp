@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "common.h"
+#include "dygrad/ops/complex.h"
 
 namespace dg::py {
 
@@ -39,6 +40,24 @@ PyObject* full_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
   if (!fill_value) return type_error("full", "missing required argument 'fill_value'");
   Dims shape;
   Scalar value;
+  if (PyComplex_Check(fill_value)) {  // a complex fill: complex64 by default; the imaginary part through imag's view
+    TensorOptions options;
+    if (!to_int_list("full", "size", o.size, shape) ||
+        !resolve_factory_options("full", o, DType::Complex64, options))
+      return nullptr;
+    const double re = PyComplex_RealAsDouble(fill_value), im = PyComplex_ImagAsDouble(fill_value);
+    return guarded([&] {
+      TensorOptions plain = options;
+      plain.requires_grad = false;
+      Tensor t = full(shape, Scalar(re), plain);
+      if (is_complex(t.dtype())) {
+        Tensor imaginary = imag(t);
+        fill_(imaginary, Scalar(im));
+      }
+      if (options.requires_grad) t.set_requires_grad(true);
+      return wrap(std::move(t));
+    });
+  }
   if (!to_int_list("full", "size", o.size, shape) || !to_scalar_argument("full", "fill_value", fill_value, 0, value))
     return nullptr;
   TensorOptions options;

@@ -110,6 +110,8 @@ int tensor_setitem(PyObject* self, PyObject* key, PyObject* value) {
   const bool is_scalar = !is_tensor(value) && to_scalar(value, scalar);
   if (is_tensor(value)) {
     source = unwrap(value);
+  } else if (!is_scalar && PyComplex_Check(value)) {  // a Python complex number: a zero-dim complex tensor
+    source = complex_number(value, target);
   } else if (!is_scalar) {  // as torch: only Tensors and numbers are assigned
     PyErr_Format(PyExc_TypeError, "[index_put_] can't assign a %s to a Tensor", type_name(value));
     return -1;

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <complex>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "common.h"
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/device.h"
 
 namespace dg::py {
@@ -54,13 +56,13 @@ void release_python_object(PyObject* o) {
 namespace {
 // --- NumPy buffers -> dtype --------------------------------------------------------------------------------------
 constexpr const char* kSupportedNumpyTypes =
-    "The only supported types are: float64, float32, float16, int64, int32, int16, int8, uint64, uint32, uint16, "
-    "uint8, and bool.";
+    "The only supported types are: complex128, complex64, float64, float32, float16, int64, int32, int16, int8, "
+    "uint64, uint32, uint16, uint8, and bool.";
 
 bool dtype_from_format(const Py_buffer& view, DType& out) {
   const char* f = view.format ? view.format : "B";
   if (*f == '@' || *f == '=' || *f == '<') ++f;
-  if (*f == '>' || *f == '!' || f[0] == '\0' || f[1] != '\0') return false;
+  if (*f == '>' || *f == '!' || f[0] == '\0' || (f[1] != '\0' && f[0] != 'Z')) return false;
   switch (*f) {
     case '?': out = DType::Bool; return view.itemsize == 1;
     case 'B': out = DType::UInt8; return view.itemsize == 1;
@@ -78,6 +80,10 @@ bool dtype_from_format(const Py_buffer& view, DType& out) {
     case 'e': out = DType::Float16; return view.itemsize == 2;
     case 'f': out = DType::Float32; return view.itemsize == 4;
     case 'd': out = DType::Float64; return view.itemsize == 8;
+    case 'Z':  // NumPy's complex formats: "Zf", "Zd"
+      if (f[1] == 'f' && f[2] == '\0' && view.itemsize == 8) return out = DType::Complex64, true;
+      if (f[1] == 'd' && f[2] == '\0' && view.itemsize == 16) return out = DType::Complex128, true;
+      return false;
     default: return false;
   }
 }
@@ -145,11 +151,12 @@ Tensor tensor_from_array(PyObject* array) {
 }
 
 // --- dygrad.tensor from Python data -------------------------------------------------------------------------------
-enum class ValueKind { Bool, Int, Float };
+enum class ValueKind { Bool, Int, Float, Complex };
 
 struct Gathered {
   Dims shape;
   std::vector<Scalar> values;
+  std::vector<double> imaginary;  // the imaginary parts, once a complex number is seen (values: the real parts)
   ValueKind kind = ValueKind::Bool;
   bool any = false;
   DType array_dtype = DType::Float32;  // for NumPy arrays (kept as they are)
@@ -196,6 +203,16 @@ void gather(PyObject* o, size_t depth, Gathered& g) {
     DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
     note_kind(g, s);
     g.values.push_back(s);
+    if (g.kind == ValueKind::Complex) g.imaginary.push_back(0.0);
+    return;
+  }
+  if (PyComplex_Check(o)) {
+    DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
+    g.imaginary.resize(g.values.size(), 0.0);
+    g.values.push_back(Scalar(PyComplex_RealAsDouble(o)));
+    g.imaginary.push_back(PyComplex_ImagAsDouble(o));
+    g.kind = ValueKind::Complex;
+    g.any = true;
     return;
   }
   DG_CHECK(!PyUnicode_Check(o) && !PyBytes_Check(o) && PySequence_Check(o), Type,
@@ -246,7 +263,8 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
   }
   Gathered g;
   gather(data, 0, g);
-  DType inferred = g.kind == ValueKind::Float ? DType::Float32 : g.kind == ValueKind::Int ? DType::Int64 : DType::Bool;
+  DType inferred = g.kind == ValueKind::Complex ? DType::Complex64
+                   : g.kind == ValueKind::Float ? DType::Float32 : g.kind == ValueKind::Int ? DType::Int64 : DType::Bool;
   if (!g.any && g.shape.size() > 0) inferred = DType::Float32;  // [] -> float32, as torch
   DType target = dtype ? *dtype : inferred;
   if (!g.beyond_int64.empty()) [[unlikely]] {
@@ -260,6 +278,15 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
     } else {
       DG_CHECK(is_floating(target), Value, "[tensor] Overflow when unpacking long long");
     }
+  }
+  if (g.kind == ValueKind::Complex) {  // float64 pairs [..., 2], viewed as complex128, then converted
+    g.imaginary.resize(g.values.size(), 0.0);
+    std::vector<double> pairs(2 * g.values.size());
+    for (size_t i = 0; i < g.values.size(); ++i) pairs[2 * i] = g.values[i].to_double(), pairs[2 * i + 1] = g.imaginary[i];
+    Dims pair_shape = g.shape;
+    pair_shape.push_back(2);
+    const Tensor z = view_as_complex(from_vector<double>(pairs, pair_shape, DType::Float64));
+    return to(z, target, true);
   }
   if (g.kind == ValueKind::Float || is_floating(target)) {
     std::vector<double> values(g.values.size());
@@ -333,6 +360,8 @@ nb::dlpack::dtype dlpack_dtype(DType t) {
     case DType::Int32: return make(dtype_code::Int, 32);
     case DType::Int64: return make(dtype_code::Int, 64);
     case DType::Float8_e4m3fn: case DType::Float8_e5m2: break;  // NumPy has no float8 (numpy() refuses them)
+    case DType::Complex64: return make(dtype_code::Complex, 64);
+    case DType::Complex128: return make(dtype_code::Complex, 128);
     case DType::Float16: return make(dtype_code::Float, 16);
     case DType::BFloat16: return make(dtype_code::Bfloat, 16);
     case DType::Float32: return make(dtype_code::Float, 32);
@@ -369,9 +398,11 @@ nb::object tensor_to_numpy(const Tensor& t) {
 nb::object list_of(const Tensor& t, IntSpan shape, size_t depth, const auto& values, int64_t& next) {
   if (depth == shape.size()) {
     auto v = values[static_cast<size_t>(next++)];
-    if (t.dtype() == DType::Bool) return nb::bool_(static_cast<bool>(v));
-    if (is_floating(t.dtype())) return nb::float_(static_cast<double>(v));
-    if constexpr (std::is_same_v<decltype(v), uint64_t>) return nb::steal(PyLong_FromUnsignedLongLong(v));
+    if constexpr (std::is_same_v<decltype(v), std::complex<double>>)
+      return nb::steal(PyComplex_FromDoubles(v.real(), v.imag()));
+    else if (t.dtype() == DType::Bool) return nb::bool_(static_cast<bool>(v));
+    else if (is_floating(t.dtype())) return nb::float_(static_cast<double>(v));
+    else if constexpr (std::is_same_v<decltype(v), uint64_t>) return nb::steal(PyLong_FromUnsignedLongLong(v));
     else return nb::int_(static_cast<int64_t>(v));
   }
   nb::object list = nb::steal(PyList_New(shape[depth]));
@@ -392,6 +423,12 @@ nb::object tensor_to_list(const Tensor& t) {
   }
   PythonHostRead read(t, "tolist");
   int64_t next = 0;
+  if (is_complex(t.dtype())) {  // Python complex numbers, from the float64 pairs
+    const std::vector<double> parts = to(view_as_real(detach(t)), DType::Float64).to_vector<double>();
+    std::vector<std::complex<double>> values(parts.size() / 2);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = {parts[2 * i], parts[2 * i + 1]};
+    return list_of(t, t.shape(), 0, values, next);
+  }
   if (is_floating(t.dtype())) return list_of(t, t.shape(), 0, t.to_vector<double>(), next);
   if (t.dtype() == DType::UInt64) return list_of(t, t.shape(), 0, t.to_vector<uint64_t>(), next);
   return list_of(t, t.shape(), 0, t.to_vector<int64_t>(), next);

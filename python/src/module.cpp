@@ -4,6 +4,7 @@
 namespace dg::py {
 void init_indexing(nb::module_& m);  // indexing.cpp
 void init_jit(nb::module_& m);       // jit.cpp
+void init_ops_complex(nb::module_& m);  // ops_complex.cpp
 void init_ops_modulo(nb::module_& m);   // ops_modulo.cpp
 }
 
@@ -22,6 +23,7 @@ NB_MODULE(_C, m) {
   init_factories(m);
   init_indexing(m);
   init_ops_math(m);
+  init_ops_complex(m);
   init_ops_modulo(m);
   init_ops_compare(m);
   init_ops_nn(m);

@@ -75,7 +75,8 @@ PyObject* binary_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
   const Tensor* input = to_tensor(Op::name, "input", a[0]);
   Operand other;
   Scalar alpha;
-  if (!input || !to_operand(Op::name, "other", a[1], other) || !to_scalar_argument(Op::name, "alpha", a[2], 1, alpha))
+  if (!input || !to_operand(Op::name, "other", a[1], other, input) ||
+      !to_scalar_argument(Op::name, "alpha", a[2], 1, alpha))
     return nullptr;
   if (a[3] && a[3] != Py_None) {  // out=: written and returned
     if (!to_tensor(Op::name, "out", a[3])) return nullptr;
@@ -103,7 +104,7 @@ PyObject* inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   const Tensor* input = to_tensor(Op::inplace_name, "self", a[0]);
   Operand other;
   Scalar alpha;
-  if (!input || !to_operand(Op::inplace_name, "other", a[1], other) ||
+  if (!input || !to_operand(Op::inplace_name, "other", a[1], other, input) ||
       !to_scalar_argument(Op::inplace_name, "alpha", a[2], 1, alpha))
     return nullptr;
   return guarded([&] {
@@ -122,8 +123,12 @@ PyObject* binary_slot(PyObject* a, PyObject* b) {
   if (is_tensor(a)) {
     if (is_tensor(b)) return guarded([&] { return wrap(Op::tensor_tensor(unwrap(a), unwrap(b), 1)); });
     if (to_scalar(b, s)) return guarded([&] { return wrap(Op::tensor_scalar(unwrap(a), s, 1)); });
+    if (PyComplex_Check(b))
+      return guarded([&] { return wrap(Op::tensor_tensor(unwrap(a), complex_number(b, unwrap(a)), 1)); });
   } else if (is_tensor(b) && to_scalar(a, s)) {
     return guarded([&] { return wrap(Op::scalar_tensor(s, unwrap(b))); });
+  } else if (is_tensor(b) && PyComplex_Check(a)) {
+    return guarded([&] { return wrap(Op::tensor_tensor(complex_number(a, unwrap(b)), unwrap(b), 1)); });
   }
   Py_RETURN_NOTIMPLEMENTED;
 }
@@ -143,6 +148,13 @@ PyObject* inplace_slot(PyObject* a, PyObject* b) {
   if (to_scalar(b, s)) {
     return guarded([&] {
       Op::inplace_scalar(unwrap(a), s, 1);
+      Py_INCREF(a);
+      return a;
+    });
+  }
+  if (PyComplex_Check(b)) {
+    return guarded([&] {
+      Op::inplace_tensor(unwrap(a), complex_number(b, unwrap(a)), 1);
       Py_INCREF(a);
       return a;
     });

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/device.h"
 #include "dygrad/core/storage_hooks.h"
 
@@ -170,6 +171,11 @@ nb::object item_object(const Tensor& t) {
   profiler::HostOpScope scope("item");
   only_element_check(t, "item");
   PythonHostRead read(t, "item");
+  if (is_complex(t.dtype())) {  // both parts, as a Python complex
+    const Tensor pair = to(view_as_real(detach(t)), DType::Float64);
+    const std::vector<double> parts = pair.to_vector<double>();
+    return nb::steal(PyComplex_FromDoubles(parts[0], parts[1]));
+  }
   const Scalar value = t.item_scalar();
   // uint64 beyond int64: the Scalar wrapped it; Python's int takes the unsigned value back.
   if (t.dtype() == DType::UInt64) return nb::steal(PyLong_FromUnsignedLongLong(static_cast<uint64_t>(value.v.i)));

@@ -22,7 +22,8 @@ TEST(CoreDType, TableNamesSizesAndCategories) {
   for (int i = 0; i < kNumDTypes; ++i) {
     const DType t = static_cast<DType>(i);
     EXPECT_EQ(is_floating(t), std::string(dtype_name(t)).rfind("float", 0) == 0 || t == DType::BFloat16) << i;
-    EXPECT_EQ(is_integral(t, true), !is_floating(t)) << i;
+    EXPECT_EQ(is_integral(t, true), !is_floating(t) && !is_complex(t)) << i;
+    EXPECT_EQ(is_complex(t), std::string(dtype_name(t)).rfind("complex", 0) == 0) << i;
     EXPECT_EQ(is_signed(t), std::string(dtype_name(t)).find("uint") == std::string::npos && t != DType::Bool) << i;
   }
   EXPECT_EQ(itemsize(DType::Int8), 1u);
@@ -34,6 +35,31 @@ TEST(CoreDType, TableNamesSizesAndCategories) {
   EXPECT_STREQ(dtype_torch_name(DType::Int8), "Char");
   EXPECT_TRUE(is_storage_only(DType::UInt32) && is_storage_only(DType::Float8_e5m2));
   EXPECT_FALSE(is_storage_only(DType::Int16) || is_storage_only(DType::Float64));
+}
+
+TEST(CoreDType, ComplexPromotionIsTorchs) {
+  EXPECT_EQ(itemsize(DType::Complex64), 8u);
+  EXPECT_EQ(itemsize(DType::Complex128), 16u);
+  EXPECT_STREQ(dtype_torch_name(DType::Complex64), "ComplexFloat");
+  EXPECT_TRUE(is_storage_only(DType::Complex128) && is_differentiable(DType::Complex64));
+  EXPECT_EQ(to_real_dtype(DType::Complex128), DType::Float64);
+  EXPECT_EQ(to_complex_dtype(DType::Float32), DType::Complex64);
+  EXPECT_EQ(promote_types(DType::Complex64, DType::Float64), DType::Complex128);  // both parts need float64
+  EXPECT_EQ(promote_types(DType::Int64, DType::Complex64), DType::Complex64);
+  EXPECT_EQ(promote_types(DType::Bool, DType::Complex128), DType::Complex128);
+  EXPECT_EQ(promote_types(DType::Complex64, DType::Complex128), DType::Complex128);
+  EXPECT_EQ(promote_types(DType::BFloat16, DType::Complex64), DType::Complex64);
+  EXPECT_FALSE(promotes(DType::UInt16, DType::Complex64));
+  EXPECT_FALSE(promotes(DType::Float8_e4m3fn, DType::Complex128));
+  // The tiers: a complex zero-dim tensor over a float32 tensor with dims gives float32's complex type.
+  ResultType r;
+  r.add_tensor(DType::Float32, 1);
+  r.add_tensor(DType::Complex128, 0);
+  EXPECT_EQ(r.result(), DType::Complex64);
+  ResultType integral;
+  integral.add_tensor(DType::Int32, 1);
+  integral.add_tensor(DType::Complex128, 0);
+  EXPECT_EQ(integral.result(), DType::Complex128);
 }
 
 TEST(CoreDType, PromotionIsTorchsTable) {

@@ -270,7 +270,7 @@ void pass_input_grad(GraphRun& run, Schedule& schedule, const Node& node, size_t
              g.shape(), " for an input of shape ", IntSpan(meta.shape));
     DG_CHECK(g.device() == meta.device, Runtime, "[", node.name(), "] invalid gradient at index ", i,
              " - expected device ", meta.device.str(), " but got ", g.device().str());
-    if (g.dtype() != meta.dtype && is_floating(meta.dtype)) g = to(g, meta.dtype);
+    if (g.dtype() != meta.dtype && is_differentiable(meta.dtype)) g = to(g, meta.dtype);
   }
   if (e.leaf) {
     pass_leaf_grad(run, schedule, e.leaf, g);

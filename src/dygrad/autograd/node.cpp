@@ -241,7 +241,7 @@ void set_history(const Tensor& t, const Ref<Node>& node, uint32_t output_nr) {
   TensorImpl* impl = t.impl();
   if (!impl->autograd) impl->autograd.reset(new AutogradMeta());
   forget_retained(impl, *impl->autograd);
-  impl->autograd->requires_grad = is_floating(t.dtype());
+  impl->autograd->requires_grad = is_differentiable(t.dtype());
   impl->autograd->grad_fn = impl->autograd->requires_grad ? node : Ref<Node>();
   impl->autograd->output_nr = output_nr;
   impl->autograd->retains_grad = false;

@@ -26,7 +26,7 @@ bool Tensor::requires_grad() const {
     refresh_view_history(impl_.get(), false);
     // Still stale: a no-grad or multi-output view whose base was modified. It requires grad when its base
     // does (torch's view rule), so an op that records it reaches gradient_edge, which raises.
-    if (view_history_stale(impl_.get()) && is_floating(dtype())) {
+    if (view_history_stale(impl_.get()) && is_differentiable(dtype())) {
       const AutogradMeta* base = impl_->view_base->autograd.get();
       if (base && base->requires_grad) return true;
     }
@@ -35,8 +35,9 @@ bool Tensor::requires_grad() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool value) {
-  DG_CHECK(!value || is_floating(dtype()), Runtime,
-           "[requires_grad_] only Tensors of floating point dtype can require gradients, got ", dtype_name(dtype()));
+  DG_CHECK(!value || is_differentiable(dtype()), Runtime,
+           "[requires_grad_] only Tensors of floating point and complex dtype can require gradients, got ",
+           dtype_name(dtype()));
   DG_CHECK(is_leaf() || value, Runtime,
            "[requires_grad_] you can only change requires_grad flags of leaf variables");
   if (!impl_->autograd) {

@@ -100,7 +100,7 @@ void refresh_view_history(TensorImpl* impl, bool raise_if_forbidden) {
   const TensorImpl& base = *impl->view_base;
   const bool has_history = impl->autograd && impl->autograd->grad_fn;
   const bool base_requires_grad = base.autograd && base.autograd->requires_grad;
-  if ((!has_history && !base_requires_grad) || !is_floating(impl->dtype)) {
+  if ((!has_history && !base_requires_grad) || !is_differentiable(impl->dtype)) {
     impl->view_version = impl->storage->version();
     return;
   }
@@ -121,7 +121,7 @@ void check_inplace(const char* op, const Tensor& t, bool operands_require_grad) 
   const bool forbidden_view_of_grad = impl.view_base && impl.view_creation != ViewCreation::Default &&
                                       impl.view_base->autograd && impl.view_base->autograd->requires_grad;
   if (!self_requires_grad && !operands_require_grad && !forbidden_view_of_grad) return;
-  if (impl.view_base && is_floating(impl.dtype)) {
+  if (impl.view_base && is_differentiable(impl.dtype)) {
     if (impl.view_creation != ViewCreation::Default)
       fail(ErrorKind::Runtime, "[", op, "] ", forbidden_view_message(impl, false));
     const AutogradMeta* base = impl.view_base->autograd.get();
@@ -134,7 +134,7 @@ void check_inplace(const char* op, const Tensor& t, bool operands_require_grad) 
 
 void rebase_history(const Tensor& t, Ref<Node> node) {
   TensorImpl* impl = t.impl();
-  if (!impl->view_base || !is_floating(impl->dtype)) {
+  if (!impl->view_base || !is_differentiable(impl->dtype)) {
     set_history(t, node, 0);
     return;
   }

@@ -2,6 +2,7 @@
 #include "dygrad/core/dtype.h"
 #include "dygrad/core/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #if defined(__F16C__)
@@ -11,21 +12,21 @@
 namespace dg {
 
 size_t itemsize(DType t) {
-  static constexpr size_t sizes[kNumDTypes] = {1, 1, 1, 2, 2, 4, 8, 2, 2, 4, 8, 4, 8, 1, 1};
+  static constexpr size_t sizes[kNumDTypes] = {1, 1, 1, 2, 2, 4, 8, 2, 2, 4, 8, 4, 8, 1, 1, 8, 16};
   return sizes[static_cast<int>(t)];
 }
 
 const char* dtype_name(DType t) {
   static constexpr const char* names[kNumDTypes] = {
       "bool", "uint8", "int8", "int16", "uint16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-      "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"};
+      "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", "complex64", "complex128"};
   return names[static_cast<int>(t)];
 }
 
 const char* dtype_torch_name(DType t) {
   static constexpr const char* names[kNumDTypes] = {
       "Bool", "Byte", "Char", "Short", "UInt16", "Int", "Long", "Half", "BFloat16", "Float", "Double",
-      "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2"};
+      "UInt32", "UInt64", "Float8_e4m3fn", "Float8_e5m2", "ComplexFloat", "ComplexDouble"};
   return names[static_cast<int>(t)];
 }
 
@@ -138,7 +139,7 @@ bool promotes(DType a, DType b) {
   if (is_float8(a) || is_float8(b)) return false;  // torch promotes a float8 type with nothing but itself
   // uint16, uint32 and uint64 promote with themselves and the four floating types only (torch 2.13).
   auto wide_unsigned = [](DType t) { return t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64; };
-  return !((wide_unsigned(a) && !is_floating(b)) || (wide_unsigned(b) && !is_floating(a)));
+  return !((wide_unsigned(a) && !is_floating(b)) || (wide_unsigned(b) && !is_floating(a)));  // complex too
 }
 
 DType promote_types(DType a, DType b) {
@@ -148,6 +149,12 @@ DType promote_types(DType a, DType b) {
            dtype_torch_name(b));
   if (a == DType::Bool) return b;
   if (b == DType::Bool) return a;
+  // A complex type with anything that promotes: the complex type wide enough for both parts (complex64 with
+  // float64 is complex128).
+  if (std::max(int(a), int(b)) >= int(DType::Complex64)) [[unlikely]] {
+    const bool wide = a == DType::Complex128 || b == DType::Complex128 || a == DType::Float64 || b == DType::Float64;
+    return wide ? DType::Complex128 : DType::Complex64;
+  }
   bool fa = is_floating(a), fb = is_floating(b);
   if (fa && !fb) return a;
   if (fb && !fa) return b;
@@ -168,11 +175,18 @@ namespace {
 // general rule and its error.
 [[gnu::noinline]] int promote_mixed(int acc, DType t) { return int(promote_types(DType(acc), t)); }
 int promote_opt(int acc, DType t) { return acc < 0 || acc == int(t) ? int(t) : promote_mixed(acc, t); }
-// torch's combine_categories: keep `higher` unless `lower` is of a higher category.
+// torch's combine_categories: keep `higher` unless `lower` is of a higher category (bool < integral < floating <
+// complex). A complex lower tier over a floating higher one gives the complex type of the floating one's width
+// (float32 tensor + complex128 zero-dim tensor: complex64).
 int combine(int higher, int lower) {
   if (higher < 0) return lower;
   if (lower < 0) return higher;
   DType h = DType(higher), l = DType(lower);
+  // One comparison keeps the real dtypes' path as it was (the complex dtypes are the enum's last).
+  if (std::max(higher, lower) >= int(DType::Complex64)) [[unlikely]] {
+    if (is_complex(h)) return higher;
+    return is_floating(h) ? int(to_complex_dtype(h)) : lower;
+  }
   if (is_floating(h)) return higher;
   if (h == DType::Bool || is_floating(l)) return promote_mixed(higher, l);
   return higher;
@@ -192,7 +206,7 @@ DType ResultType::result() const {
 }
 
 bool scalar_fits(const Scalar& s, DType t) {
-  if (is_floating(t) || t == DType::Bool || s.is_bool()) return true;
+  if (is_floating(t) || is_complex(t) || t == DType::Bool || s.is_bool()) return true;
   double lo = 0, hi = 0;
   switch (t) {
     case DType::UInt8: lo = -255, hi = 255; break;

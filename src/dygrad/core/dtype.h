@@ -9,14 +9,15 @@
 namespace dg {
 
 // The compute dtypes come first (kernels are instantiated for them: visit_dtype), then the storage-only ones
-// (uint32, uint64, float8: created, converted, copied and compared, as torch allows on the CPU; every other op
-// refuses them at enqueue, naming itself: kOpAnyDType in runtime/op_def.h). The ordinals are process-local: files
-// and pickles carry dtype names (docs/dtypes.md, "The dtypes").
+// (uint32, uint64, float8, complex: created, converted, copied and compared, as torch allows on the CPU; every other
+// op refuses them at enqueue, naming itself: kOpAnyDType in runtime/op_def.h; complex arithmetic is composed of real
+// ops on view_as_real, ops/complex.cpp). The ordinals are process-local: files and pickles carry dtype names
+// (docs/dtypes.md, "The dtypes").
 enum class DType : uint8_t {
   Bool, UInt8, Int8, Int16, UInt16, Int32, Int64, Float16, BFloat16, Float32, Float64,
-  UInt32, UInt64, Float8_e4m3fn, Float8_e5m2
+  UInt32, UInt64, Float8_e4m3fn, Float8_e5m2, Complex64, Complex128
 };
-inline constexpr int kNumDTypes = 15;
+inline constexpr int kNumDTypes = 17;
 
 // IEEE binary16, stored as bits; arithmetic happens in float32 (rounded once on store).
 struct Half {
@@ -69,6 +70,24 @@ struct Float8_e5m2 {
   static uint8_t from_float(float f);
 };
 
+// complex64 / complex128: a (real, imaginary) pair of float / double, as torch's c10::complex (docs/dtypes.md,
+// "Complex"). Storage only: kernels move, convert, fill and compare them; arithmetic runs on the float pairs
+// (view_as_real). A conversion to a real type keeps the real part (torch's cast, which warns in Python).
+template <typename R>
+struct Complex {
+  R re = 0, im = 0;
+  Complex() = default;
+  constexpr Complex(R r, R i) : re(r), im(i) {}
+  template <typename U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  constexpr Complex(U r) : re(static_cast<R>(r)) {}
+  template <typename U, std::enable_if_t<std::is_arithmetic_v<U>, int> = 0>
+  explicit constexpr operator U() const { return static_cast<U>(re); }
+  friend constexpr bool operator==(Complex a, Complex b) { return a.re == b.re && a.im == b.im; }
+  friend constexpr bool operator!=(Complex a, Complex b) { return !(a == b); }
+};
+template <typename T> inline constexpr bool kIsComplex = false;
+template <typename R> inline constexpr bool kIsComplex<Complex<R>> = true;
+
 size_t itemsize(DType t);
 const char* dtype_name(DType t);  // "float32", as torch prints it without the "torch." prefix
 inline constexpr uint32_t dtype_bit(DType t) { return 1u << static_cast<int>(t); }
@@ -78,13 +97,24 @@ inline constexpr uint32_t kFloatingDTypes = dtype_bit(DType::Float16) | dtype_bi
 inline constexpr uint32_t kUnsignedDTypes = dtype_bit(DType::Bool) | dtype_bit(DType::UInt8) |
     dtype_bit(DType::UInt16) | dtype_bit(DType::UInt32) | dtype_bit(DType::UInt64);
 inline bool is_floating(DType t) { return (kFloatingDTypes >> static_cast<int>(t)) & 1u; }
+inline bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+// The dtypes autograd differentiates (torch: floating and complex tensors can require gradients).
+inline bool is_differentiable(DType t) { return is_floating(t) || is_complex(t); }
 inline bool is_integral(DType t, bool include_bool) {
-  return t == DType::Bool ? include_bool : !is_floating(t);
+  return t == DType::Bool ? include_bool : !is_floating(t) && !is_complex(t);
+}
+// torch's toRealValueType / toComplexType: complex64 <-> float32, complex128 <-> float64 (float16 and bfloat16
+// become complex64: dygrad has no complex32, docs/dtypes.md).
+inline DType to_real_dtype(DType t) {
+  return t == DType::Complex64 ? DType::Float32 : t == DType::Complex128 ? DType::Float64 : t;
+}
+inline DType to_complex_dtype(DType t) {
+  return t == DType::Float64 || t == DType::Complex128 ? DType::Complex128 : DType::Complex64;
 }
 inline bool is_signed(DType t) { return !((kUnsignedDTypes >> static_cast<int>(t)) & 1u); }
 inline bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 inline bool is_float8(DType t) { return t == DType::Float8_e4m3fn || t == DType::Float8_e5m2; }
-// uint32, uint64 and the float8 types: storage with conversions, copies and few ops (docs/dtypes.md).
+// uint32, uint64, the float8 and the complex types: storage with conversions, copies and few ops (docs/dtypes.md).
 inline bool is_storage_only(DType t) { return t >= DType::UInt32; }
 
 // The C++ type that stores each dtype, and the type a kernel computes in (float for 16-bit and 8-bit floats).
@@ -104,6 +134,8 @@ template <> struct dtype_of<Half> { static constexpr DType value = DType::Float1
 template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+template <> struct dtype_of<Complex<float>> { static constexpr DType value = DType::Complex64; };
+template <> struct dtype_of<Complex<double>> { static constexpr DType value = DType::Complex128; };
 
 template <typename T> struct compute_type { using type = T; };
 template <> struct compute_type<Half> { using type = float; };
@@ -151,6 +183,7 @@ T Scalar::to() const {
   else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Float8_e4m3fn> ||
                      std::is_same_v<T, Float8_e5m2>)
     return T(float(to_double()));
+  else if constexpr (kIsComplex<T>) return T(to_double());
   else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(to_double());
   else return static_cast<T>(kind == Kind::Float ? static_cast<int64_t>(v.f) : to_int());
 }
@@ -213,6 +246,8 @@ decltype(auto) visit_any_dtype(DType t, F&& f) {
     case DType::UInt64: return f.template operator()<uint64_t>();
     case DType::Float8_e4m3fn: return f.template operator()<Float8_e4m3fn>();
     case DType::Float8_e5m2: return f.template operator()<Float8_e5m2>();
+    case DType::Complex64: return f.template operator()<Complex<float>>();
+    case DType::Complex128: return f.template operator()<Complex<double>>();
     default: return visit_dtype(t, static_cast<F&&>(f));
   }
 }
@@ -229,7 +264,8 @@ decltype(auto) visit_floating(DType t, F&& f) {
     case DType::Float16: return f.template operator()<Half>();
     case DType::BFloat16: return f.template operator()<BFloat16>();
     case DType::Float64: return f.template operator()<double>();
-    case DType::Float8_e4m3fn: case DType::Float8_e5m2: raise_storage_only_dtype(t);
+    case DType::Float8_e4m3fn: case DType::Float8_e5m2: case DType::Complex64: case DType::Complex128:
+      raise_storage_only_dtype(t);
     default: return f.template operator()<float>();
   }
 }

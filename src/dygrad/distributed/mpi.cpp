@@ -99,6 +99,8 @@ MPI_Datatype mpi_type(DType t) {
     case DType::BFloat16: return bf16_type;
     case DType::Float32: return MPI_FLOAT;
     case DType::Float64: return MPI_DOUBLE;
+    case DType::Complex64: return MPI_C_FLOAT_COMPLEX;  // storage-only: moved, not reduced (docs/dtypes.md)
+    case DType::Complex128: return MPI_C_DOUBLE_COMPLEX;
   }
   return MPI_DATATYPE_NULL;
 }

@@ -238,7 +238,7 @@ Tensor to(const Tensor& a, DType dtype, bool copy) {
   if (a.dtype() == dtype && !copy) return a;
   Tensor out = Tensor::empty(a.shape(), dtype, a.device());
   enqueue(op_copy, {a}, {out});
-  if (is_floating(dtype) && needs_grad_any({a})) {
+  if (is_differentiable(dtype) && needs_grad_any({a})) {
     Tensor inputs[1] = {a}, outputs[1] = {out};
     record_node(&op_copy, inputs, outputs);
   }
@@ -263,8 +263,8 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   // Reading dst's own storage while writing it (overlapping views): copy the source first.
   Tensor source = src.shares_storage(dst) ? clone(src) : src;
   Ref<Node> node;
-  if (is_floating(dst.dtype()) && needs_grad_any({dst, source})) {
-    Tensor inputs[2] = {dst, is_floating(source.dtype()) ? source : Tensor()};
+  if (is_differentiable(dst.dtype()) && needs_grad_any({dst, source})) {
+    Tensor inputs[2] = {dst, is_differentiable(source.dtype()) ? source : Tensor()};
     node = overwrite_node("CopyBackwards", copy_into_backward, inputs);
   }
   dst.storage().bump_version();
@@ -278,7 +278,7 @@ Tensor& fill_(Tensor& dst, Scalar value) {
   check_inplace("fill_", dst);
   check_scalar_fits("fill_", value, dst.dtype());
   Ref<Node> node;
-  if (is_floating(dst.dtype()) && needs_grad_any({dst})) {
+  if (is_differentiable(dst.dtype()) && needs_grad_any({dst})) {
     Tensor inputs[1] = {dst};
     node = overwrite_node("FillBackward0", fill_into_backward, inputs);
   }

@@ -2,6 +2,7 @@
 #include "dygrad/ops/elementwise_call.h"
 
 #include "dygrad/core/shape.h"
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/device.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
@@ -12,7 +13,8 @@
 namespace dg {
 
 bool can_cast_result(DType from, DType to) {
-  if (is_floating(from) && !is_floating(to)) return false;
+  if (is_complex(from) && !is_complex(to)) return false;
+  if (is_floating(from) && !is_differentiable(to)) return false;
   if (from != DType::Bool && to == DType::Bool) return false;
   return true;
 }
@@ -86,7 +88,7 @@ DType ElementwiseCall::compute_dtype() const {
     case Promotion::Logical: return DType::Bool;
     case Promotion::PromoteFloat: {
       const DType t = promotion_types_.result();
-      return is_floating(t) ? t : DType::Float32;
+      return is_differentiable(t) ? t : DType::Float32;
     }
     case Promotion::Promote:
     case Promotion::Compare: return promotion_types_.result();
@@ -129,6 +131,8 @@ SmallVector<Tensor, 4> ElementwiseCall::cast_operands(DType dtype) const {
 
 Tensor ElementwiseCall::run() {
   const DType compute = compute_dtype();
+  // Complex operands: composed of real ops on view_as_real (ops/complex.cpp); eq and ne run their own kernels.
+  if (is_complex(compute) && !(op_.flags & kOpAnyDType)) [[unlikely]] return run_complex(compute);
   const DType result = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? DType::Bool : compute;
   check_bool_rule(compute);
   Dims storage;
@@ -146,6 +150,11 @@ Tensor ElementwiseCall::run() {
   return std::move(outputs[0]);
 }
 
+Tensor ElementwiseCall::run_complex(DType compute) {
+  SmallVector<Tensor, 4> inputs = cast_operands(compute);
+  return complex_elementwise(op_, name(), std::span<const Tensor>(inputs.data(), inputs.size()), attrs_);
+}
+
 Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const char* api = name();
   DG_CHECK(!moved_first_, Runtime, "[", api, "] expected all tensors to be on the same device, but found ",
@@ -155,6 +164,10 @@ Tensor& ElementwiseCall::run_inplace(Tensor& self) {
   const DType result = result_dtype();
   DG_CHECK(can_cast_result(result, self.dtype()), Runtime, "[", api, "] result type ", dtype_name(result),
            " can't be cast to the desired output type ", dtype_name(self.dtype()));
+  if (is_complex(self.dtype()) && !(op_.flags & kOpAnyDType)) [[unlikely]] {  // computed aside, then copied in
+    Tensor value = run_complex(self.dtype());
+    return copy_(self, value);
+  }
   // Computed in self's dtype (comparisons in the promoted one, written into self's).
   const DType compute = promotion_ == Promotion::Compare || promotion_ == Promotion::Logical ? compute_dtype()
                                                                                               : self.dtype();
@@ -215,7 +228,7 @@ Tensor& ElementwiseCall::run_out(Tensor& out) {
   check_inplace(api, out);
   const DType compute = compute_dtype();
   check_bool_rule(compute);
-  if (result != out.dtype()) {  // computed in the result dtype, then cast into out (as torch)
+  if (result != out.dtype() || is_complex(compute)) {  // computed in the result dtype, then cast into out (as torch)
     Tensor value = run();
     return copy_(out, value);
   }

@@ -72,6 +72,7 @@ class ElementwiseCall {
   // The broadcast shape of the operands into `storage` (a view of operand 0's shape when all are equal).
   IntSpan broadcast_shape(Dims& storage) const;
   SmallVector<Tensor, 4> cast_operands(DType dtype) const;
+  Tensor run_complex(DType compute);  // complex operands: ops/complex.cpp composes the op of real ones
   void check_bool_rule(DType compute) const;
   const char* name() const;
   // An operand on another device than the ones before it: a 0-dim CPU tensor beside device tensors (torch's CPU

@@ -381,7 +381,7 @@ Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor
   const Tensor value = value_in.dim() == 0 ? to_device(value_in, a.device()) : value_in;
   check_inplace("index_put_", a, value.requires_grad());
   const IndexList resolved = resolve("index_put_", a, indices);
-  const bool record = is_floating(a.dtype()) && needs_grad_any({a, value});
+  const bool record = is_differentiable(a.dtype()) && needs_grad_any({a, value});
   // Recorded before the write (input 0's edge is a's old history); an in-place op on a view rebases the
   // base's history (autograd/views.cpp).
   Ref<Node> node;

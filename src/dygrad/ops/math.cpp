@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/elementwise_call.h"
@@ -344,8 +345,10 @@ Tensor reciprocal(const Tensor& a) { return floating_unary(op_reciprocal, a, sav
 // value unequal to itself, and a float8_e5m2 is finite where its exact float32 is (torch has no isfinite for
 // float8_e4m3fn: it reaches the op and is refused there).
 Tensor isnan(const Tensor& a) {
-  if (is_storage_only(a.dtype())) [[unlikely]]
+  if (is_storage_only(a.dtype())) [[unlikely]] {
+    if (is_complex(a.dtype())) return logical_or(isnan(real(a)), isnan(imag(a)));  // nan in either part
     return is_floating(a.dtype()) ? ne(a, a) : full(a.shape(), false, {.dtype = DType::Bool, .device = a.device()});
+  }
   return ElementwiseCall(op_isnan, "isnan").input(a).promotion(Promotion::Compare).run();
 }
 // uint32/uint64: never infinite; float8_e5m2: where its exact float32 is (torch has no isinf for float8_e4m3fn).
@@ -356,6 +359,7 @@ Tensor isinf(const Tensor& a) {
   return ElementwiseCall(op_isinf, "isinf").input(a).promotion(Promotion::Compare).run();
 }
 Tensor isfinite(const Tensor& a) {
+  if (is_complex(a.dtype())) [[unlikely]] return logical_and(isfinite(real(a)), isfinite(imag(a)));
   if (is_storage_only(a.dtype()) && a.dtype() != DType::Float8_e4m3fn) [[unlikely]]
     return is_floating(a.dtype()) ? isfinite(to(a, DType::Float32))
                                   : full(a.shape(), true, {.dtype = DType::Bool, .device = a.device()});

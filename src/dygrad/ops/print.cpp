@@ -9,6 +9,8 @@
 #include "dygrad/autograd/node.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/core/error.h"
+#include "dygrad/ops/complex.h"
+#include "dygrad/ops/shape.h"
 
 namespace dg {
 
@@ -44,13 +46,32 @@ struct Formatter {
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   HostReadScope read("print");
-  std::vector<double> values = to_vector<double>();
+  // A complex tensor prints its real parts with one formatter and its imaginary parts with another, as torch: each
+  // element is "re+imj", the real part padded to its column's width, the imaginary part not.
+  const bool complex_values = is_complex(dtype());
+  std::vector<double> values = complex_values ? real(detach(*this)).to_vector<double>() : to_vector<double>();
+  std::vector<double> imaginary = complex_values ? imag(detach(*this)).to_vector<double>() : std::vector<double>();
   const bool is_bool = dtype() == DType::Bool;
-  Formatter f;
-  f.floating = is_floating(dtype());
+  auto make_formatter = [&](const std::vector<double>& column, bool floating) {
+    Formatter f;
+    f.floating = floating;
+    double max_abs = 0, min_abs = INFINITY;
+    for (double v : column) {
+      if (!std::isfinite(v)) continue;
+      if (v != std::floor(v)) f.integral_valued = false;
+      max_abs = std::max(max_abs, std::fabs(v));
+      if (v != 0) min_abs = std::min(min_abs, std::fabs(v));
+    }
+    if (f.floating && !column.empty() && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY) ||
+                                          (min_abs != INFINITY && max_abs / min_abs > 1000 && !f.integral_valued)))
+      f.scientific = true;
+    for (double v : column) f.width = std::max(f.width, is_bool ? (v ? 4 : 5) : f.format(v).size());
+    return f;
+  };
+  const bool floating = is_floating(dtype()) || complex_values;
   // Integers print their exact digits (a double holds 53 bits: int64 and uint64 beyond 2**53 would round).
   std::vector<std::string> digits;
-  if (!f.floating && !is_bool) {
+  if (!floating && !is_bool) {
     auto write = [&](const auto& exact) {
       digits.reserve(exact.size());
       for (auto v : exact) digits.push_back(std::to_string(v));
@@ -58,21 +79,16 @@ std::string Tensor::str() const {
     if (dtype() == DType::UInt64) write(to_vector<uint64_t>());
     else write(to_vector<int64_t>());
   }
+  Formatter f = make_formatter(values, floating);
+  if (!digits.empty()) {
+    f.width = 0;
+    for (const std::string& d : digits) f.width = std::max(f.width, d.size());
+  }
+  const Formatter fi = complex_values ? make_formatter(imaginary, true) : Formatter();
   auto text_of = [&](size_t i) {
     if (is_bool) return std::string(values[i] ? "True" : "False");
     return digits.empty() ? f.format(values[i]) : digits[i];
   };
-  double max_abs = 0, min_abs = INFINITY;
-  for (double v : values) {
-    if (!std::isfinite(v)) continue;
-    if (v != std::floor(v)) f.integral_valued = false;
-    max_abs = std::max(max_abs, std::fabs(v));
-    if (v != 0) min_abs = std::min(min_abs, std::fabs(v));
-  }
-  if (f.floating && !values.empty() && (max_abs >= 1e8 || (min_abs < 1e-4 && min_abs != INFINITY) ||
-                                        (min_abs != INFINITY && max_abs / min_abs > 1000 && !f.integral_valued)))
-    f.scientific = true;
-  for (size_t i = 0; i < values.size(); ++i) f.width = std::max(f.width, text_of(i).size());
 
   const bool summarise = numel() > kSummariseAbove;
   std::ostringstream os;
@@ -85,6 +101,10 @@ std::string Tensor::str() const {
     if (d == sizes.size()) {
       const std::string s = text_of(static_cast<size_t>(base));
       os << std::string(f.width - s.size(), ' ') << s;
+      if (complex_values) {
+        const std::string im = fi.format(imaginary[static_cast<size_t>(base)]);
+        os << (im[0] == '-' ? "" : "+") << im << "j";
+      }
       return;
     }
     os << "[";
@@ -108,7 +128,9 @@ std::string Tensor::str() const {
   if (sizes.empty()) print(print, 0, 0);
   else if (numel() == 0) os << "[]";
   else print(print, 0, 0);
-  bool default_dtype = dtype() == DType::Float32 || dtype() == DType::Int64 || dtype() == DType::Bool;
+  // complex64 is the default complex dtype, left out as torch does, except in an empty tensor (torch names it there).
+  bool default_dtype = dtype() == DType::Float32 || dtype() == DType::Int64 || dtype() == DType::Bool ||
+                       (dtype() == DType::Complex64 && numel() != 0);
   // The suffixes in torch's order: a device other than the CPU first, then size, dtype and the autograd one.
   std::vector<std::string> suffixes;
   if (!device().is_cpu()) suffixes.push_back("device='" + device().str() + "'");

@@ -3,6 +3,7 @@
 // so the values depend only on (seed, offset, index): any thread count, replayable. See docs/rng.md.
 #include <cmath>
 
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
@@ -68,7 +69,15 @@ Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& opti
 }  // namespace
 
 Tensor rand(IntSpan shape, TensorOptions options) { return random_floating(op_rand, shape, options); }
-Tensor randn(IntSpan shape, TensorOptions options) { return random_floating(op_randn, shape, options); }
+Tensor randn(IntSpan shape, TensorOptions options) {
+  if (is_complex(options.dtype)) [[unlikely]] {  // torch's: real and imaginary parts each N(0, 1/2), pairs in order
+    Dims pairs(shape);
+    pairs.push_back(2);
+    options.dtype = to_real_dtype(options.dtype);
+    return view_as_complex(mul(random_floating(op_randn, pairs, options), std::sqrt(0.5)));
+  }
+  return random_floating(op_randn, shape, options);
+}
 
 Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype, Device device) {
   DG_CHECK(low < high, Value, "[randint] expects 'low' to be less than 'high', but got low=", low, " >= high=", high);

@@ -1,6 +1,7 @@
 // Reduction ops (sum, mean, extrema, logsumexp, var/std): validation, output shapes, Tasks and backward
 // formulas.
 #include "dygrad/ops/reduce.h"
+#include "dygrad/ops/complex.h"
 
 #include <algorithm>
 #include <cmath>
@@ -200,6 +201,7 @@ Tensor reduce_to_new(const OpDef& op, const Tensor& x, const ReduceAttrs& attrs,
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("sum", a);
   if (storage_only::wide_unsigned(a)) [[unlikely]] return storage_only::sum(a, dims, keepdim);
+  if (is_complex(a.dtype())) [[unlikely]] return complex_sum(a, dims, keepdim, false);
   ReduceAttrs attrs;
   attrs.dims = reduction_dims("sum", dims, a.dim());
   return reduce_to_new(op_sum, a, attrs, keepdim, is_floating(a.dtype()) ? a.dtype() : DType::Int64, false);
@@ -207,6 +209,7 @@ Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) {
 
 Tensor mean(const Tensor& a, IntSpan dims, bool keepdim) {
   check_defined("mean", a);
+  if (is_complex(a.dtype())) [[unlikely]] return complex_sum(a, dims, keepdim, true);
   DG_CHECK(is_floating(a.dtype()), Runtime, "[mean] could not infer output dtype. Input dtype must be either a "
            "floating point or complex dtype. Got: ", dtype_name(a.dtype()));
   Dims rd = reduction_dims("mean", dims, a.dim());

@@ -162,4 +162,50 @@ MODULO = [
            rhs=dict(low=1, high=4), variant="negative divisor"),
 ]
 
-ENTRIES = ARITHMETIC + MATH + COMPARE + MODULO
+
+# Complex operands (ops/complex.cpp composes each complex op of real ones): float pairs [..., 2] viewed as complex64
+# (float32) or complex128 (float64) and read back as pairs, so that values, layouts, float64 finite differences,
+# gradcheck and the 1-vs-2-thread check all run on the real harness. The pairs' last dim must keep stride 1
+# (view_as_complex), so the only other layout is the expanded one.
+def as_complex(m, x):
+    # torch's copies are made from NumPy reads of dygrad's operands and may come in any layout; dygrad's keep the
+    # layout the sweep gives them
+    return m.view_as_complex(x.contiguous() if m.__name__ == "torch" else x)
+
+
+def as_pairs(m, z):
+    return m.view_as_real(z)
+
+
+def complex_entry(op, variant, call, shapes, low=-2.0, high=2.0, **kw):
+    cases = tuple(tuple(Input(s, low=low, high=high, layout=("expanded",)) for s in case) for case in shapes)
+    return Entry(op, call, cases=cases, dtypes=("float32", "float64"), variant=variant, **kw)
+
+
+PAIRS = (((4, 5, 2), (4, 5, 2)), ((3, 1, 5, 2), (4, 1, 2)), ((6, 2), (2,)))
+ONE = (((4, 5, 2),), ((2, 3, 2),))
+COMPLEX = [
+    complex_entry("add", "complex", lambda m, a, b: as_pairs(m, m.add(as_complex(m, a), as_complex(m, b), alpha=2)),
+                  PAIRS),
+    complex_entry("mul", "complex", lambda m, a, b: as_pairs(m, as_complex(m, a) * as_complex(m, b)), PAIRS),
+    complex_entry("div", "complex", lambda m, a, b: as_pairs(m, as_complex(m, a) / as_complex(m, b)), PAIRS,
+                  low=0.5, high=2.0),
+    complex_entry("neg", "complex", lambda m, a: as_pairs(m, -as_complex(m, a)), ONE),
+    complex_entry("neg", "conj", lambda m, a: as_pairs(m, as_complex(m, a).conj() * 1), ONE),
+    complex_entry("add", "complex_scalar", lambda m, a: as_pairs(m, (as_complex(m, a) + 1.5) - (0.5 - 2j)), ONE),
+    complex_entry("mul_scalar", "complex", lambda m, a: as_pairs(m, as_complex(m, a) * -3), ONE),
+    complex_entry("div_scalar", "complex", lambda m, a: as_pairs(m, as_complex(m, a) / 4.0), ONE),
+    complex_entry("add", "complex_rsub", lambda m, a: as_pairs(m, 2 - as_complex(m, a)), ONE),
+    complex_entry("div", "complex_rdiv", lambda m, a: as_pairs(m, 3.0 / as_complex(m, a)), ONE, low=0.5),
+    complex_entry("exp", "complex", lambda m, a: as_pairs(m, m.exp(as_complex(m, a))), ONE),
+    complex_entry("sqrt", "complex_abs", lambda m, a: as_complex(m, a).abs(), ONE),
+    complex_entry("atan2", "complex_angle", lambda m, a: as_complex(m, a).angle(), ONE, low=0.25),
+    complex_entry("cos", "polar", lambda m, r, t: as_pairs(m, m.polar(r, t)), (((4, 5), (4, 5)), ((3,), (3,))),
+                  low=0.25),
+    complex_entry("sum", "complex", lambda m, a: (as_pairs(m, as_complex(m, a).sum(0)),
+                                                  as_pairs(m, as_complex(m, a).mean(-1))), ONE),
+    complex_entry("copy", "complex", lambda m, a: as_pairs(m, as_complex(m, a).to(m.complex128)),
+                  ONE),
+]
+
+ENTRIES = ARITHMETIC + MATH + COMPARE + MODULO + COMPLEX

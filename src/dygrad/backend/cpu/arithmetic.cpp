@@ -132,7 +132,29 @@ void store_pivot(char* to, int64_t stride_bytes, const P* from, int64_t n) {
   for (int64_t i = 0; i < n; ++i) *reinterpret_cast<TOut*>(to + i * stride_bytes) = static_cast<TOut>(convert<TOut>(from[i]));
 }
 
+// complex64 <-> complex128 (or a strided copy of one complex dtype): both parts, element by element. A real pivot
+// would keep the real part only (what a complex-to-real conversion does).
+//   in: complex [N...], out: complex [N...] (in broadcast to it); out = (R_out(in.re), R_out(in.im))
+void copy_complex(const Tensor& out, const Tensor& in) {
+  const Tensor operands[2] = {out, in};
+  StridedIteration it(operands);
+  visit_any_dtype(in.dtype(), [&]<typename TIn>() {
+    visit_any_dtype(out.dtype(), [&]<typename TOut>() {
+      if constexpr (kIsComplex<TIn> && kIsComplex<TOut>) {
+        using R = decltype(TOut::re);
+        for_each_element(it, [&](char** p, const int64_t* s, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            const TIn x = *reinterpret_cast<const TIn*>(p[1] + i * s[1]);
+            *reinterpret_cast<TOut*>(p[0] + i * s[0]) = TOut(static_cast<R>(x.re), static_cast<R>(x.im));
+          }
+        });
+      }
+    });
+  });
+}
+
 void copy_through_pivot(const Tensor& out, const Tensor& in) {
+  if (is_complex(out.dtype()) && is_complex(in.dtype())) return copy_complex(out, in);
   const Tensor operands[2] = {out, in};
   StridedIteration it(operands);
   visit_any_dtype(in.dtype(), [&]<typename TIn>() {

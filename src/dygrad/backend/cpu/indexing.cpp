@@ -45,6 +45,8 @@ template <> struct Bits<1> { using type = uint8_t; };
 template <> struct Bits<2> { using type = uint16_t; };
 template <> struct Bits<4> { using type = uint32_t; };
 template <> struct Bits<8> { using type = uint64_t; };
+struct Bits128 { uint64_t low, high; };  // complex128
+template <> struct Bits<16> { using type = Bits128; };
 
 template <typename F>
 void visit_width(size_t itemsize, F&& f) {
@@ -52,6 +54,7 @@ void visit_width(size_t itemsize, F&& f) {
     case 1: f.template operator()<Bits<1>::type>(); break;
     case 2: f.template operator()<Bits<2>::type>(); break;
     case 4: f.template operator()<Bits<4>::type>(); break;
+    case 16: f.template operator()<Bits<16>::type>(); break;
     default: f.template operator()<Bits<8>::type>(); break;
   }
 }
