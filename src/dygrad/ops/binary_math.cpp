@@ -22,14 +22,22 @@ void atan2_backward(Node& n, Grads g, GradInputs gi) {
   if (n.needs_grad(1)) gi[1] = sum_to(mul(scaled, neg(y)), n.input_meta[1].shape);
 }
 // fmod(a, b) = a - trunc(a / b) b and remainder(a, b) = a - floor(a / b) b: d/da = 1, d/db = -trunc or -floor
-// of a / b (torch's formulas). saved: a, b.
+// of a / b (torch's formulas). saved: a, b. The quotient of 16-bit floats is rounded after the trunc or floor, as
+// torch's div(rounding_mode=...) does (4.99 must not round to 5 first).
+Tensor rounded_quotient(const Tensor& a, const Tensor& b, bool toward_zero) {
+  if (!is_reduced_float(a.dtype())) return toward_zero ? trunc(div(a, b)) : floor(div(a, b));
+  const Tensor q = div(to(a, DType::Float32), to(b, DType::Float32));
+  return to(toward_zero ? trunc(q) : floor(q), a.dtype());
+}
 void fmod_backward(Node& n, Grads g, GradInputs gi) {
   if (n.needs_grad(0)) gi[0] = sum_to(g[0], n.input_meta[0].shape);
-  if (n.needs_grad(1)) gi[1] = sum_to(mul(g[0], neg(trunc(div(n.saved(0), n.saved(1))))), n.input_meta[1].shape);
+  if (n.needs_grad(1))
+    gi[1] = sum_to(mul(g[0], neg(rounded_quotient(n.saved(0), n.saved(1), true))), n.input_meta[1].shape);
 }
 void remainder_backward(Node& n, Grads g, GradInputs gi) {
   if (n.needs_grad(0)) gi[0] = sum_to(g[0], n.input_meta[0].shape);
-  if (n.needs_grad(1)) gi[1] = sum_to(mul(g[0], neg(floor(div(n.saved(0), n.saved(1))))), n.input_meta[1].shape);
+  if (n.needs_grad(1))
+    gi[1] = sum_to(mul(g[0], neg(rounded_quotient(n.saved(0), n.saved(1), false))), n.input_meta[1].shape);
 }
 
 void save_operands(Node& n, std::span<const Tensor> in, const Tensor&) {

@@ -178,7 +178,9 @@ def as_pairs(m, z):
 
 
 def complex_entry(op, variant, call, shapes, low=-2.0, high=2.0, **kw):
-    cases = tuple(tuple(Input(s, low=low, high=high, layout=("expanded",)) for s in case) for case in shapes)
+    # a (2,) operand is one complex number: its only dim is the pair's, which no layout may change
+    cases = tuple(tuple(Input(s, low=low, high=high, layout=("expanded",) if len(s) > 1 else False) for s in case)
+                  for case in shapes)
     return Entry(op, call, cases=cases, dtypes=("float32", "float64"), variant=variant, **kw)
 
 
