@@ -53,6 +53,8 @@ PyObject* compare_tensor_operand(PyObject* a, PyObject* b) {
   Scalar s;
   if (is_tensor(b)) return guarded([&] { return wrap(Op::apply(unwrap(a), unwrap(b))); });
   if (to_scalar(b, s)) return guarded([&] { return wrap(Op::apply(unwrap(a), s)); });
+  if (PyComplex_Check(b))  // a Python complex number: a zero-dim complex tensor (eq/ne run on it; the rest refuse)
+    return guarded([&] { return wrap(Op::apply(unwrap(a), complex_number(b, unwrap(a)))); });
   Py_RETURN_NOTIMPLEMENTED;
 }
 

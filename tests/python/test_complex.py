@@ -267,6 +267,7 @@ def test_unary_and_other_ops_as_torch(c):
                lambda m, x: m.stack([x, x]), lambda m, x: x.to(getattr(m, "complex128")),
                lambda m, x: x.to(getattr(m, "complex64")), lambda m, x: x.type_as(m.zeros(1, dtype=getattr(m, "complex128"))),
                lambda m, x: x == x[0], lambda m, x: x != x.conj(), lambda m, x: m.where(x.real > 0, x, x * 2),
+               lambda m, x: (x * 0 + 1j) == 1j, lambda m, x: 1j != x,
                lambda m, x: x.resolve_conj(), lambda m, x: m.complex(x.real, x.imag), lambda m, x: m.polar(x.abs(), x.angle()),
                lambda m, x: m.isnan(x / x), lambda m, x: m.isfinite(x / x.real)):
         assert_same(fn(dg, d), fn(torch, t))
