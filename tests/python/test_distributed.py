@@ -284,11 +284,17 @@ def test_gathered_all_reduce_in_a_group_of_one():
     piece, out = dg.ones(1 << 20), dg.empty(1 << 20)
     dist._all_reduce_gathered(out, [piece], group=g).wait()
     del piece
-    dg.synchronize()
-    assert dg.memory_allocated() == before + 4 * (1 << 20)  # the output's alone: the piece was dropped
+
+    def settled():  # the communication thread hands a finished Work's buffers over just after it completes
+        dg.synchronize()
+        while dg._C._comm_in_flight():
+            time.sleep(0.001)
+        dg.ones(1).add_(1)  # a reclaim: what was handed over is dropped
+        dg.synchronize()
+        return dg.memory_allocated()
+    assert settled() == before + 4 * (1 << 20)  # the output's alone: the piece was dropped
     del out
-    dg.synchronize()
-    assert dg.memory_allocated() == before  # and a finished collective keeps none of its buffers
+    assert settled() == before  # and a finished collective keeps none of its buffers
     with pytest.raises(TypeError, match=r"\[all_reduce\] a piece of dtype float64 for an output of dtype float32"):
         dist._all_reduce_gathered(dg.empty(3), [dg.zeros(3, dtype=dg.float64)], group=g)
     with pytest.raises(ValueError, match=r"\[all_reduce\] the pieces have 5 elements in all, the output \(2, 2\) has 4"):
