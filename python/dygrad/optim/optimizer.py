@@ -225,11 +225,11 @@ class Optimizer:
                     state[index[id(p)]] = dict(self.state[p])
         return {"state": state, "param_groups": packed_groups}
 
-    def load_state_dict(self, state_dict):
-        groups = state_dict["param_groups"]
+    def _load_param_groups(self, groups):
+        """A state dict's param_groups checked against this optimizer's (their count and sizes, torch's errors) and
+        their hyper-parameters taken; returns the parameters in the state dict's index order."""
         if len(groups) != len(self.param_groups):
             raise ValueError("loaded state dict has a different number of parameter groups")
-        params = [p for g in self.param_groups for p in g["params"]]
         for mine, theirs in zip(self.param_groups, groups):
             if len(mine["params"]) != len(theirs["params"]):
                 raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
@@ -237,6 +237,10 @@ class Optimizer:
             for k, v in theirs.items():
                 if k != "params":
                     mine[k] = v
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def load_state_dict(self, state_dict):
+        params = self._load_param_groups(state_dict["param_groups"])
         self.state = defaultdict(dict)
         for i, s in state_dict["state"].items():
             p = params[int(i)]

@@ -220,20 +220,7 @@ class ZeroRedundancyOptimizer(Optimizer):
 
     def load_state_dict(self, state_dict):
         """The whole optimizer's state (as state_dict() gives it, from any world size): each rank keeps its share."""
-        groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups):
-            raise ValueError("loaded state dict has a different number of parameter groups")
-        params = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                params.setdefault(len(params), p)
-        for mine, theirs in zip(self.param_groups, groups):
-            if len(mine["params"]) != len(theirs["params"]):
-                raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
-                                 "optimizer's group")
-            for k, v in theirs.items():
-                if k != "params":
-                    mine[k] = v
+        params = self._load_param_groups(state_dict["param_groups"])
         local_index = {}
         local_groups = []
         for share in self._partition_parameters()[self.rank]:
