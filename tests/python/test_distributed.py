@@ -928,16 +928,22 @@ def test_training_across_two_hosts_made_of_network_namespaces_equals_one_host(tm
         common = ["--config", "tiny", "--batch-size", "2", "--seq-len", "32", "--quiet", "--eval-batches", "1",
                   "--sample-tokens", "0", "--save-interval", "100", "--eval-interval", "100", "--steps", "3"]
         hosts_out, one_out = str(tmp_path / "hosts"), str(tmp_path / "one")
-        launcher = (f"{shlex.quote(sys.executable)} -m dygrad.distributed.run --nnodes 2 --hosts {a_ip},{b_ip} "
-                    f"--rsh-agent {agent} --mca btl=self,tcp --mca btl_tcp_if_include={net}.0/24 "
-                    f"--mca oob_tcp_if_include={net}.0/24 -m dygrad.train --out {hosts_out} "
-                    + " ".join(common))
-        before = _veth_bytes(a, f"{tag}va")
-        run = subprocess.run(["ip", "netns", "exec", a, "unshare", "--uts", "/bin/sh", "-c",
-                              f"hostname {a}-host && cd {tmp_path} && {launcher}"],
-                             capture_output=True, text=True, timeout=400)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        crossed = _veth_bytes(a, f"{tag}va") - before
+        # both machines, OpenMPI held to TCP over the veth
+        across = (f"--hosts {a_ip},{b_ip} --rsh-agent {agent} --mca btl=self,tcp --mca btl_tcp_if_include={net}.0/24 "
+                  f"--mca oob_tcp_if_include={net}.0/24")
+
+        def on_host_a(command, timeout):
+            """`command` run in namespace a under its own hostname: its result and the bytes that crossed the veth."""
+            before = _veth_bytes(a, f"{tag}va")
+            done = subprocess.run(["ip", "netns", "exec", a, "unshare", "--uts", "/bin/sh", "-c",
+                                   f"hostname {a}-host && cd {tmp_path} && {command}"],
+                                  capture_output=True, text=True, timeout=timeout)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+            return done, _veth_bytes(a, f"{tag}va") - before
+
+        python = shlex.quote(sys.executable)
+        _, crossed = on_host_a(f"{python} -m dygrad.distributed.run --nnodes 2 {across} -m dygrad.train "
+                               f"--out {hosts_out} " + " ".join(common), 400)
         one = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
                               "dygrad.train", "--out", one_out] + common, capture_output=True, text=True, timeout=400)
         assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
@@ -950,18 +956,11 @@ def test_training_across_two_hosts_made_of_network_namespaces_equals_one_host(tm
         assert crossed > 3 * 13e6, crossed
         # the profiler's linearity across the two machines: 1 rank, then one rank on each
         lin_out = str(tmp_path / "lin")
-        linearity = (f"{shlex.quote(sys.executable)} -m dygrad.profiler linearity --ranks 1,2 --hosts {a_ip},{b_ip} "
-                     f"--rsh-agent {agent} --mca btl=self,tcp --mca btl_tcp_if_include={net}.0/24 "
-                     f"--mca oob_tcp_if_include={net}.0/24 -- python3 -m dygrad.train --out {lin_out} "
-                     + " ".join(common))
-        before = _veth_bytes(a, f"{tag}va")
-        lin = subprocess.run(["ip", "netns", "exec", a, "unshare", "--uts", "/bin/sh", "-c",
-                              f"hostname {a}-host && cd {tmp_path} && {linearity}"],
-                             capture_output=True, text=True, timeout=600)
-        assert lin.returncode == 0, lin.stdout[-3000:] + lin.stderr[-3000:]
+        lin, crossed = on_host_a(f"{python} -m dygrad.profiler linearity --ranks 1,2 {across} -- python3 -m "
+                                 f"dygrad.train --out {lin_out} " + " ".join(common), 600)
         rows = [line.split() for line in lin.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
         assert [r[0] for r in rows] == ["1", "2"] and 0 < float(rows[1][2]) < 1.5, lin.stdout
-        assert _veth_bytes(a, f"{tag}va") - before > 3 * 13e6  # the 2-rank run crossed the veth
+        assert crossed > 3 * 13e6  # the 2-rank run crossed the veth
     finally:
         subprocess.run(["ip", "netns", "del", a], capture_output=True)
         subprocess.run(["ip", "netns", "del", b], capture_output=True)
