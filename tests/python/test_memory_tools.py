@@ -327,6 +327,30 @@ def test_module_costs_sum_to_the_step_and_nest():
     assert by_path["Net"]["forward_peak_bytes"] >= fc1["forward_peak_bytes"]
 
 
+def test_a_module_at_a_freed_modules_address_gets_its_own_scope():
+    # CPython reuses the id() of a freed object; the scope tables are keyed by id(), so a Net built where a freed
+    # MLP lived once inherited the MLP's scope and path (the suite's order made test_module_costs... fail on it).
+    def rows_of(model, *args):
+        with dg.profiler.profile(with_modules=True) as prof:
+            model(*args)
+            prof.step()
+        return {r["path"] for r in memtools.module_costs(prof.result)}
+
+    old = MLP()
+    assert "MLP" in rows_of(old, dg.randn(2, 256))
+    old_id, old_sid = id(old), _scopes._by_key[(0, id(old))]
+    del old
+    gc.collect()
+    new = Net()
+    # What the address reuse leaves behind, made certain: the new module's id() keys the dead one's entries.
+    _scopes._by_key[(0, id(new))] = old_sid
+    _scopes._first_scope[id(new)] = old_sid
+    for key in [k for k in _scopes._names if k[0] == old_id]:
+        _scopes._names[(id(new), key[1])] = _scopes._names[key]
+    paths = rows_of(new, dg.randn(4, 128), dg.randint(0, 10, (4,)))
+    assert "Net" in paths and "MLP" not in paths and "Net.blocks.0.fc1" in paths, paths
+
+
 def test_module_scopes_cost_nothing_when_off():
     model = MLP()
     with dg.profiler.profile() as prof:  # without with_modules: no scope

@@ -14,12 +14,26 @@ from .. import _C
 TRACKING = [False]
 
 # scope id -> (path, type name, parent scope id); ids start at 1 and are kept for the process (a module keeps
-# its id across sessions); (parent id, id(module)) -> scope id.
+# its id across sessions); (parent id, id(module)) -> scope id. Python reuses the id() of a freed object, so
+# every entry keyed by id() is checked against the weakref of the module it was made for (_alive) before it is
+# trusted: a new module at a dead one's address gets its own scope, path and name.
 _scopes = {}
 _by_key = {}
-_names = {}   # (id(parent module), id(child)) -> attribute name
+_names = {}   # (id(parent module), id(child)) -> (weakref to the parent, weakref to the child, attribute name)
 _module_of = {}  # scope id -> weakref to its module
 _first_scope = {}  # id(module) -> the first scope it ran in
+
+
+def _ref(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # a module class with __slots__ and no __weakref__: trusted by id() alone
+        return None
+
+
+def _alive(ref, obj):
+    """Whether an entry made for `ref` still describes `obj` (not a dead object whose id() `obj` reuses)."""
+    return ref is None or ref() is obj
 BACKWARD = 0x80000000
 
 
@@ -29,22 +43,23 @@ def scopes():
 
 def _child_name(parent, module):
     key = (id(parent), id(module))
-    name = _names.get(key)
-    if name is None:
-        name = ""
-        for n, m in parent.__dict__.get("_modules", {}).items():
-            if m is module:
-                name = n
-                break
-        else:  # called through a container the parent never calls (ModuleList, ModuleDict): "layers.0"
-            try:
-                for n, m in parent.named_modules():
-                    if m is module and n:
-                        name = n
-                        break
-            except Exception:  # a module whose traversal fails still gets a scope
-                pass
-        _names[key] = name
+    entry = _names.get(key)
+    if entry is not None and _alive(entry[0], parent) and _alive(entry[1], module):
+        return entry[2]
+    name = ""
+    for n, m in parent.__dict__.get("_modules", {}).items():
+        if m is module:
+            name = n
+            break
+    else:  # called through a container the parent never calls (ModuleList, ModuleDict): "layers.0"
+        try:
+            for n, m in parent.named_modules():
+                if m is module and n:
+                    name = n
+                    break
+        except Exception:  # a module whose traversal fails still gets a scope
+            pass
+    _names[key] = (_ref(parent), _ref(module), name)
     return name
 
 
@@ -54,6 +69,8 @@ _local = threading.local()  # .stack: the module objects of the calling thread's
 def _scope_of(module, parent_scope, stack):
     key = (parent_scope, id(module))
     sid = _by_key.get(key)
+    if sid is not None and not _alive(_module_of.get(sid), module):
+        sid = None  # the key's module died and this one took its address
     if sid is None:
         tname = type(module).__name__
         parent = stack[-1] if stack else None
@@ -67,11 +84,10 @@ def _scope_of(module, parent_scope, stack):
         sid = len(_scopes) + 1
         _scopes[sid] = (path, tname, parent_scope)
         _by_key[key] = sid
-        _first_scope.setdefault(id(module), sid)
-        try:
-            _module_of[sid] = weakref.ref(module)
-        except TypeError:
-            pass
+        first = _first_scope.get(id(module))
+        if first is None or not _alive(_module_of.get(first), module):
+            _first_scope[id(module)] = sid
+        _module_of[sid] = _ref(module)
     return sid
 
 
@@ -81,9 +97,10 @@ def call(module, args, kwargs):
     if stack is None:
         stack = _local.stack = []
     current = _C._profiler_module_scope()
-    if current & BACKWARD and id(module) in _first_scope:
+    first = _first_scope.get(id(module)) if current & BACKWARD else None
+    if first is not None and _alive(_module_of.get(first), module):
         # Called inside a backward (a checkpoint's recompute): its Tasks are the module's backward cost.
-        scope = _first_scope[id(module)] | BACKWARD
+        scope = first | BACKWARD
     else:
         scope = _scope_of(module, current & ~BACKWARD, stack)
     previous = _C._profiler_set_module_scope(scope)
