@@ -13,13 +13,14 @@ from collections import namedtuple
 
 from . import _C
 
-CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other", "scratch")
+CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other", "scratch", "communication")
 
 MemoryEstimate = namedtuple("MemoryEstimate", "peak by_category resident kernel_scratch tasks")
 MemoryEstimate.__doc__ = """dygrad.memory.estimate's result (bytes).
 
 peak: the predicted peak allocated bytes of the step (the allocator's peak_allocated: requested bytes);
-by_category: that peak split into parameter, gradient, optimizer_state, activation, temporary, other, scratch
+by_category: that peak split into parameter, gradient, optimizer_state, activation, temporary, other, scratch,
+communication
 (the scratch of the Task running at the peak: the stream takes each Task's declared scratch from the allocator for
 the span of its kernel); resident: the bytes already allocated before the step (parameters, existing optimizer
 state, the batch); kernel_scratch: the largest scratch one Task declares (OpTraits::scratch); tasks: the Tasks the

@@ -254,11 +254,12 @@ void init_ops_fused(nb::module_& m) {
     static constexpr std::pair<std::string_view, MemoryCategory> names[] = {
         {"parameter", MemoryCategory::Parameter},   {"gradient", MemoryCategory::Gradient},
         {"optimizer_state", MemoryCategory::OptimizerState}, {"activation", MemoryCategory::Activation},
-        {"temporary", MemoryCategory::Temporary},   {"other", MemoryCategory::Other}};
+        {"temporary", MemoryCategory::Temporary},   {"other", MemoryCategory::Other},
+        {"communication", MemoryCategory::Communication}};
     for (const auto& [n, c] : names)
       if (n == name) return tensor.storage().set_category(c);
     throw nb::value_error(("[_set_memory_category] unknown category '" + name +
-                           "' (parameter, gradient, optimizer_state, activation, temporary, other)").c_str());
+                           "' (parameter, gradient, optimizer_state, activation, temporary, other, communication)").c_str());
   }, nb::arg("tensor"), nb::arg("name"));
 }
 

@@ -785,6 +785,9 @@ def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tm
         assert res["gathered_after_backward"] == [False, False]  # resharded after backward
         assert res["gathered_after_forward"] == [mode == "zero2"] * 2  # ZeRO-3 reshards after forward too
         assert res["root_gathered_after_forward"]  # the root keeps its parameters for the backward (torch's default)
+        # the memory report counts the gathered buffers as communication, to the byte, in the profiler's samples too
+        assert res["communication_after_forward"] == res["gathered_bytes_after_forward"] > 0
+        assert res["profiled_communication_bytes"] > 0
         # the profiler's communication track and step breakdown see them
         # (without resharding, what the evaluation before it gathered is still whole: no all-gather in the window)
         assert "reduce_scatter_tensor" in res["profiled_comm"] and res["comm_ns"] > 0

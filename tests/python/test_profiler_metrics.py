@@ -94,7 +94,7 @@ def test_memory_report_splits_the_peak_sample():
     report = metrics.memory_report(FakeResult(memory=memory))
     assert report["peak_allocated"] == 300 and report["peak_reserved"] == 600
     assert report["at_peak"] == {"parameter": 100, "gradient": 50, "optimizer_state": 0, "activation": 150,
-                                 "temporary": 0, "other": 0, "scratch": 0, "fragmentation": 200}
+                                 "temporary": 0, "other": 0, "scratch": 0, "communication": 0, "fragmentation": 200}
     assert report["theoretical"] is None
     assert report["timeline"][1] == [pytest.approx(20e-9), 300, 500]
 

@@ -6,7 +6,8 @@ written by the C++ core from the same data.
 import json
 from collections import namedtuple
 
-MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other", "scratch")
+MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other", "scratch",
+                     "communication")  # the C++ enum's order (core/allocator.h)
 
 # seq: the Task's event (the CPU's Tasks: its stream's sequence number; another device's carry the stream's number in
 # the top byte, docs/devices.md); device: the device whose stream ran it ("cpu", "test:0").

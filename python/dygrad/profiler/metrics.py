@@ -9,7 +9,8 @@ import time
 import dygrad as dg
 
 # Keys of the allocator's per-category counters (src/dygrad/runtime/allocator.h, MemoryCategory), in order.
-MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other", "scratch")
+MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other", "scratch",
+                     "communication")
 
 # The calibration GEMM is n x n @ n x n (2 n^3 flops), n = 2048 as in the peer's `torch_ref.py gemm` (the MFU
 # denominator of ../shared/docs/BENCHMARKS.md). 1024^3 under-measured the peak with oneDNN's GEMM tiles (226-240

@@ -16,8 +16,8 @@ BUCKET_LABELS = {"compute": "compute", "exposed_comm": "exposed comm", "data_wai
                  "host_bound": "host-bound idle", "other_idle": "other idle"}
 BUCKET_COLORS = {"compute": "#2f6fd0", "exposed_comm": "#8e5cc2", "data_wait": "#e8912d",
                  "host_bound": "#d9493f", "other_idle": "#aab2bf"}
-MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "temporary", "other",
-                     "scratch", "fragmentation")
+MEMORY_CATEGORIES = ("parameter", "gradient", "optimizer_state", "activation", "communication", "temporary",
+                     "other", "scratch", "fragmentation")
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 NOT_RECORDED = "not recorded"
 
@@ -532,7 +532,7 @@ def _gc_section(summary):
 SNAPSHOT_FILE = "memory_snapshot.pickle"
 SNAPSHOT_COLORS = {"parameter": "#2f6fd0", "gradient": "#8e5cc2", "optimizer_state": "#e8912d",
                    "activation": "#3aa37a", "temporary": "#d9493f", "other": "#aab2bf",
-                   "scratch": "#c9b037"}
+                   "scratch": "#c9b037", "communication": "#c25c9b"}
 
 
 class _PlainUnpickler(pickle.Unpickler):

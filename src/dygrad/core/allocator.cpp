@@ -9,7 +9,8 @@ namespace dg {
 
 const char* memory_category_name(MemoryCategory c) {
   static constexpr const char* names[kNumMemoryCategories] = {"activation", "parameter", "gradient",
-                                                              "optimizer_state", "temporary", "other", "scratch"};
+                                                              "optimizer_state", "temporary", "other", "scratch",
+                                                              "communication"};
   return names[static_cast<int>(c)];
 }
 

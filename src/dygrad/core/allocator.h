@@ -12,9 +12,12 @@ namespace dg {
 
 // What a block holds, for the memory breakdown. The current category is a thread-local set by scopes
 // (MemoryCategoryScope); op outputs default to Activation. Scratch: a running Task's kernel scratch, which the
-// stream takes for the Task and frees after it (runtime/scratch.h), never a tensor's.
-enum class MemoryCategory : uint8_t { Activation, Parameter, Gradient, OptimizerState, Temporary, Other, Scratch };
-inline constexpr int kNumMemoryCategories = 7;
+// stream takes for the Task and frees after it (runtime/scratch.h), never a tensor's. Communication: buffers that
+// exist for a collective (fully_shard's gathered parameters and padded reduce-scatter inputs, a backend's staging).
+enum class MemoryCategory : uint8_t {
+  Activation, Parameter, Gradient, OptimizerState, Temporary, Other, Scratch, Communication
+};
+inline constexpr int kNumMemoryCategories = 8;
 const char* memory_category_name(MemoryCategory c);
 
 MemoryCategory current_memory_category();

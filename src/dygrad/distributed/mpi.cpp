@@ -3,6 +3,7 @@
 // communication thread, or the host while the communication thread is idle (split, finalize).
 #include "dygrad/distributed/comm.h"
 
+#include "dygrad/core/allocator.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/context.h"
 #include "dygrad/runtime/spin.h"
@@ -647,6 +648,7 @@ class MpiGroup final : public ProcessGroup {
         break;
       case CommKind::ReduceScatter:
         if (rank_ordered_scatter(w, size())) {
+          MemoryCategoryScope staging(MemoryCategory::Communication);
           operation->gathered = Tensor::empty(std::vector<int64_t>{static_cast<int64_t>(size()) * count(w.output)},
                                               w.output.dtype());
           operation->stage = 3;
@@ -690,6 +692,7 @@ class MpiGroup final : public ProcessGroup {
     o.recv_counts.assign(static_cast<size_t>(p), mine);
     o.recv_displs.resize(static_cast<size_t>(p));
     for (int r = 0; r < p; ++r) o.recv_displs[static_cast<size_t>(r)] = r * mine;
+    MemoryCategoryScope staging(MemoryCategory::Communication);
     o.gathered = Tensor::empty(std::vector<int64_t>{static_cast<int64_t>(p) * mine}, t.dtype());
     o.stage = 1;
     awaiting_gather_.push_back(w.id);

@@ -129,6 +129,13 @@ gc.collect()
 result["holders_after_forward"] = sorted({dg._C._storage_holders(b) for b in gathered})
 result["gathered_after_forward"] = [b._fsdp_group.full is not None for b in model.blocks]
 result["root_gathered_after_forward"] = model._fsdp_group.full is not None
+# the memory report's communication category: exactly the gathered buffers still held (the root's, this test's
+# list of the blocks')
+groups = [model._fsdp_group] + [b._fsdp_group for b in model.blocks]
+held = {dg._C._storage_address(b): b.numel() * b.element_size()
+        for b in gathered + [b for g in groups if g.full is not None for b in g.padded]}
+result["communication_after_forward"] = dg.memory_stats().get("allocated_bytes.communication", 0)
+result["gathered_bytes_after_forward"] = sum(held.values())
 loss.backward()
 result["gathered_after_backward"] = [b._fsdp_group.full is not None for b in model.blocks]
 model.zero_grad(set_to_none=True)
@@ -141,7 +148,7 @@ with dg.no_grad():
 # the profiler sees the all-gathers and reduce-scatters beside compute, exposed or hidden (the step breakdown)
 from dygrad.profiler.summary import build_summary  # noqa: E402
 opt2 = dg.optim.AdamW(model.parameters(), lr=1e-4)
-with dg.profiler.profile() as prof:
+with dg.profiler.profile(profile_memory=True) as prof:
     prof.step()
     x, y = batch(60, rank)
     model(x, y).backward()
@@ -152,6 +159,7 @@ with dg.profiler.profile() as prof:
 comm = sorted({r.name.split(" ")[0] for r in prof.result.ranges if r.kind == "comm"})
 breakdown = build_summary(prof.result, advice=False, peak=1.0)["breakdown"]
 result["profiled_comm"] = comm
+result["profiled_communication_bytes"] = max(s.by_category["communication"] for s in prof.result.memory)
 result["comm_ns"] = breakdown["buckets_ns"].get("exposed_comm", 0) + breakdown.get("overlapped_comm_ns", 0)
 if mode == "deterministic":  # values whose sum depends on the association: rank order gives ((1e8 + 1) - 1e8) + 1 = 1
     crafted = dg.full((world * 1000,), [1e8, 1.0, -1e8, 1.0][rank])

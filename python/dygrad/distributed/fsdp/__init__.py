@@ -112,6 +112,7 @@ class _Group:
                     shard = shard.to(self.mp.param_dtype)
                 out = dg.empty((self.world * p.rows,) + tuple(p.shape[1:]) if p.shape else (self.world * p.rows,),
                                dtype=shard.dtype, device=shard.device)
+                _C._set_memory_category(out, "communication")  # the memory report's communication buffers
                 self.works.append(dist.all_gather_into_tensor(out, shard.contiguous(), group=self.pg, async_op=True))
                 self.padded.append(out)
 
@@ -192,6 +193,7 @@ class _Group:
             full = grad.contiguous()  # rows split evenly: the gradient itself is the reduce-scatter's input
         else:  # zero padding rows (or another dtype): a copy
             full = dg.zeros((self.world * p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
+            _C._set_memory_category(full, "communication")
             head = full[:p.shape[0] if p.shape else 1]
             head.copy_(grad.reshape(head.shape))
         out = dg.empty((p.rows,) + tuple(p.shape[1:]), dtype=reduce_dtype, device=grad.device)
