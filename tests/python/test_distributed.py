@@ -1011,6 +1011,39 @@ def test_merged_trace_puts_another_machines_clock_on_rank_0s():
     assert summary["collectives"] == 2 and summary["straggler"] == 1 and summary["waited_ms"] == [0.03, 0.0]
 
 
+@needs_mpi
+def test_the_advisor_names_the_sharding_level_the_memory_calls_for(tmp_path):
+    """DDP under the profiler: without a limit the advisor says model state dominates and what sharding takes off;
+    under a limit just above the measured peak it names the least sharded level whose estimate fits, and that level
+    trains within the limit."""
+    from dygrad.distributed.sharding import HEADROOM, LEVELS
+    result = mpirun("sharding_advice.py", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    a = json.load(open(tmp_path / "sharding_advice.json"))
+    info = a["sharding"]
+    assert info["level"] == "none" and info["world_size"] == 2
+    est = info["estimates"]
+    assert [est[lv] for lv in LEVELS] == sorted((est[lv] for lv in LEVELS), reverse=True)
+    state = sum(a["at_peak"][c] for c in ("parameter", "gradient", "optimizer_state"))
+    assert state >= 0.5 * a["peak"]
+    (free,) = a["free"]
+    assert free["title"] == "Model state dominates the per-rank peak" and free["numbers"]["suggested"] == "fsdp"
+    (limited,) = a["limited"]
+    level = limited["numbers"]["suggested"]
+    beyond = limited["numbers"]["measured_beyond_estimate"]  # DDP's host running ahead: +1 gradient copy measured
+    assert beyond == max(0, a["peak"] - est["none"])
+    assert level in LEVELS[1:] and est[level] + beyond <= HEADROOM * a["limit"]
+    # the least sharded level that fits
+    assert all(est[lv] + beyond > HEADROOM * a["limit"] for lv in LEVELS[:LEVELS.index(level)])
+    assert limited["severity"] == "high" and level in limited["title"]
+    names = {"zero1": "zero1", "zero2": "zero2", "fsdp": "fsdp"}
+    run = mpirun("fsdp_limit.py", str(tmp_path), names[level], str(a["limit"]), timeout=180)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for r in (0, 1):
+        trained = json.load(open(tmp_path / f"limit_{names[level]}_rank{r}.json"))
+        assert "oom" not in trained and len(trained["losses"]) == 4, trained
+
+
 def _limit_model():
     """tests/python/dist/fsdp_limit.py's model, optimizer and batch, in this process."""
     from dygrad.models import llama

@@ -33,7 +33,6 @@ def estimate_sharding(model, batch, *, world_size, optimizer=None, loss_fn=None,
     the items of the model's ModuleLists). An estimate: the peak's moment is the unsharded step's; measured against
     2-rank runs within 15% (docs/distributed.md)."""
     from .. import memory
-    from ..nn.layers import ModuleList
     if world_size < 1:
         raise ValueError(f"[estimate_sharding] world_size must be at least 1, got {world_size}")
     import dygrad as dg
@@ -50,8 +49,16 @@ def estimate_sharding(model, batch, *, world_size, optimizer=None, loss_fn=None,
            for c in base.by_category}
     step_peak = sum(cat.values())
     base = base._replace(peak=step_peak, by_category=cat)
+    return level_peaks(base, model, world_size=world_size, blocks=blocks, run_ahead=run_ahead)
+
+
+def level_peaks(base, model, *, world_size, blocks=None, run_ahead=True):
+    """estimate_sharding's arithmetic on an unsharded step's MemoryEstimate `base` (dg.memory.estimate: its peak and
+    by_category), for a step already dry-run (the profiler's summary passes the trainer's own estimate)."""
+    from ..nn.layers import ModuleList
     if world_size == 1:
         return {level: ShardingEstimate(level, int(base.peak), 1, base) for level in LEVELS}
+    cat = base.by_category
     if blocks is None:
         blocks = [m for sub in model.modules() if isinstance(sub, ModuleList) for m in sub]
     in_blocks = {id(p) for b in blocks for p in b.parameters()}
@@ -71,16 +78,32 @@ def estimate_sharding(model, batch, *, world_size, optimizer=None, loss_fn=None,
     return {level: ShardingEstimate(level, int(peaks[level]), world_size, base) for level in LEVELS}
 
 
+def current_level(model, optimizer=None):
+    """The level a model and its optimizer train at: fsdp / zero2 (fully_shard, with / without resharding after
+    forward), zero1 (ZeroRedundancyOptimizer), else none."""
+    group = getattr(model, "_fsdp_group", None)
+    if group is not None:
+        return "fsdp" if any(getattr(m, "_fsdp_group", group).reshard_after_forward
+                             for m in model.modules() if m is not model) else "zero2"
+    from .optim import ZeroRedundancyOptimizer
+    return "zero1" if isinstance(optimizer, ZeroRedundancyOptimizer) else "none"
+
+
+def _peak(estimate):
+    return getattr(estimate, "peak", estimate)
+
+
 def suggest_sharding(estimates, memory_limit):
     """The least sharded level whose estimated peak fits `memory_limit` bytes (with headroom for the allocator's
-    cache), as (level, why). Without a limit (0 or None): "none". No level fits: (None, why)."""
+    cache), as (level, why). Without a limit (0 or None): "none". No level fits: (None, why). `estimates`: level ->
+    ShardingEstimate (estimate_sharding) or peak bytes."""
     if not memory_limit:
         return "none", "no memory limit: data parallel (DDP), which communicates least"
     budget = memory_limit * HEADROOM
     mib = 1 << 20
-    described = ", ".join(f"{lv} {estimates[lv].peak / mib:.1f}" for lv in LEVELS)
+    described = ", ".join(f"{lv} {_peak(estimates[lv]) / mib:.1f}" for lv in LEVELS)
     for level in LEVELS:
-        if estimates[level].peak <= budget:
+        if _peak(estimates[level]) <= budget:
             return level, (f"the least sharded level whose estimated per-rank peak fits {HEADROOM:.0%} of the "
                            f"{memory_limit / mib:.1f} MiB limit (MiB per rank: {described})")
     return None, (f"no level fits {HEADROOM:.0%} of the {memory_limit / mib:.1f} MiB limit (MiB per rank: "

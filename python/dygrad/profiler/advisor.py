@@ -46,6 +46,9 @@ ACTIVATION_MIN_BYTES = 4 << 20
 # Fragmentation (reserved - allocated at the peak) as a share of reserved, and the least amount worth a finding.
 FRAGMENTATION_SHARE = 0.25
 FRAGMENTATION_MIN_BYTES = 8 << 20
+# Sharding: without a memory limit, model state (parameters, gradients, optimizer state) at least this share of a
+# data-parallel peak makes a sharded level worth naming.
+MODEL_STATE_SHARE = 0.50
 # bf16 rule: the GEMMs' share of the step needed to recommend bfloat16, and the bf16 / float32 GEMM speed it
 # assumes (measured on the AVX512-BF16 EPYC VMs: oneDNN's bf16 GEMM 2.0x its sgemm, issue 17).
 BF16_GEMM_SHARE = 0.20
@@ -416,6 +419,60 @@ def rule_activations(result, summary):
         f"({saved / peak:.0%} of the peak) less, for about one extra forward (HFU rises, MFU falls ~25%)", fix)
 
 
+def rule_sharding(result, summary):
+    """Several ranks, given the model: the sharding level (distributed/sharding.py) the memory calls for. With a memory
+    limit the measured peak is above the headroom suggest_sharding keeps: the least sharded level whose estimate fits
+    it. Without one: data parallel whose peak is mostly model state, and what each level would take off it. The
+    estimates come from the unsharded step's dry run; what the measured peak holds beyond the current level's
+    estimate (a host running ahead, the process's other tensors) is added to every level's, so the advice starts from
+    what was measured."""
+    from ..distributed.sharding import HEADROOM, LEVELS, suggest_sharding
+    memory = summary.get("memory") or {}
+    info = memory.get("sharding")
+    if not info or not info.get("estimates"):
+        return None
+    level, limit = info["level"], info["limit"]
+    peak, at_peak = memory["peak_allocated"], memory.get("at_peak") or {}
+    beyond = max(0, peak - info["estimates"][level])
+    estimates = {lv: e + beyond for lv, e in info["estimates"].items()}
+    state = sum(at_peak.get(c, 0) for c in ("parameter", "gradient", "optimizer_state"))
+    described = ", ".join(f"{lv} {estimates[lv] / MIB:.1f}" for lv in LEVELS)
+    numbers = {"level": level, "world_size": info["world_size"], "peak_allocated": peak, "limit": limit,
+               "model_state_at_peak": state, "estimates": estimates, "measured_beyond_estimate": beyond}
+    fix_tail = ("(dg.distributed.optim.ZeroRedundancyOptimizer for zero1; dg.distributed.fsdp.fully_shard per "
+                "block then the root for zero2 (reshard_after_forward=False) and fsdp; the training CLI's --shard)")
+    if limit:
+        if peak <= HEADROOM * limit:
+            return None
+        suggested, why = suggest_sharding(estimates, limit)
+        evidence = (f"the per-rank peak {peak / MIB:.1f} MiB is {peak / limit:.0%} of the {limit / MIB:.1f} MiB "
+                    f"memory limit (training at level {level}, {info['world_size']} ranks)")
+        if suggested is None:
+            return _advice("sharding", "No sharding level fits the memory limit", "high", evidence + "; " + why,
+                           numbers, "fitting the limit", "more ranks, a smaller micro-batch with gradient "
+                           "accumulation, recompute or bf16 " + fix_tail)
+        if LEVELS.index(suggested) <= LEVELS.index(level):
+            return None  # a more sharded level is not what the estimate says: leave it to the other memory rules
+        numbers["suggested"] = suggested
+        return _advice("sharding", f"Shard at level {suggested} to fit the memory limit", "high", evidence, numbers,
+                       f"per-rank peak ~{estimates[suggested] / MIB:.1f} MiB (estimated; {why})",
+                       f"train at level {suggested} " + fix_tail)
+    if level != "none" or not peak or state / peak < MODEL_STATE_SHARE:
+        return None
+    smallest = min(LEVELS[1:], key=lambda lv: estimates[lv])
+    saved = max(0, peak - estimates[smallest])
+    if saved <= 0:
+        return None
+    numbers["suggested"] = smallest
+    return _advice("sharding", "Model state dominates the per-rank peak", _severity(saved / peak / 2),
+                   f"parameters, gradients and optimizer state are {state / MIB:.1f} MiB, {state / peak:.0%} of the "
+                   f"{peak / MIB:.1f} MiB per-rank peak of data parallel over {info['world_size']} ranks "
+                   f"(estimated per-rank peaks, MiB: {described})",
+                   numbers, f"up to ~{saved / MIB:.0f} MiB ({saved / peak:.0%}) less per rank at level {smallest}, for "
+                   f"more communication (an all-gather of each block's parameters per pass)",
+                   "shard the optimizer state (zero1), also gradients (zero2) or also parameters (fsdp) " + fix_tail)
+
+
 def rule_fragmentation(result, summary):
     at_peak = summary["memory"]["at_peak"]
     fragmentation = at_peak.get("fragmentation", 0)
@@ -559,7 +616,7 @@ def rule_slow_kernels(result, summary):
 
 
 RULES = (rule_synchronize, rule_deterministic, rule_host_bound, rule_jit, rule_data_wait, rule_exposed_comm,
-         rule_unfused, rule_copies, rule_device_copies, rule_python_reductions, rule_syncs, rule_activations, rule_fragmentation, rule_leaks, rule_bf16,
+         rule_unfused, rule_copies, rule_device_copies, rule_python_reductions, rule_syncs, rule_activations, rule_sharding, rule_fragmentation, rule_leaks, rule_bf16,
          rule_slow_kernels)
 
 

@@ -158,6 +158,7 @@ def build_summary(result, *, label="", command="", batch_size=None, seq_len=None
         "advice": [],
     }
     _add_memtools(summary, result, num_steps, memory_estimate)
+    _add_sharding(summary, model, optimizer, memory_estimate)
     if advice:
         from .advisor import advise
         summary["advice"] = advise(result, summary)
@@ -187,6 +188,26 @@ def _write_report(run_dir):
     else:
         with open(os.path.join(run_dir, "report.html"), "w") as f:
             f.write(report.render_html(run_dir))
+
+
+def _add_sharding(summary, model, optimizer, memory_estimate):
+    """summary.memory.sharding under several ranks, given the model and the unsharded step's dg.memory.estimate:
+    the level the run trains at, the memory limit, and each level's estimated per-rank peak (distributed/sharding.py),
+    which the advisor's sharding rule reads. A model already sharded by fully_shard has shards for parameters, so
+    only the level is given there."""
+    from .. import distributed as dist
+    if model is None or not isinstance(summary.get("memory"), dict) or not dist.is_initialized():
+        return
+    world = dist.get_world_size()
+    if world < 2:
+        return
+    from ..distributed import sharding
+    level = sharding.current_level(model, optimizer)
+    info = {"level": level, "world_size": world, "limit": dg.get_memory_limit() or None, "estimates": None}
+    if memory_estimate is not None and level in ("none", "zero1") and hasattr(memory_estimate, "by_category"):
+        info["estimates"] = {lv: e.peak for lv, e in
+                             sharding.level_peaks(memory_estimate, model, world_size=world).items()}
+    summary["memory"]["sharding"] = info
 
 
 def _add_memtools(summary, result, num_steps, memory_estimate):
