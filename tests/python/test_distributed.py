@@ -1030,11 +1030,11 @@ def test_the_advisor_names_the_sharding_level_the_memory_calls_for(tmp_path):
     assert free["title"] == "Model state dominates the per-rank peak" and free["numbers"]["suggested"] == "fsdp"
     (limited,) = a["limited"]
     level = limited["numbers"]["suggested"]
-    beyond = limited["numbers"]["measured_beyond_estimate"]  # DDP's host running ahead: +1 gradient copy measured
-    assert beyond == max(0, a["peak"] - est["none"])
-    assert level in LEVELS[1:] and est[level] + beyond <= HEADROOM * a["limit"]
+    shift = limited["numbers"]["measured_minus_estimate"]  # the estimates anchored on the measured DDP peak
+    assert shift == a["peak"] - est["none"] and limited["numbers"]["estimates"]["none"] == a["peak"]
+    assert level in LEVELS[1:] and est[level] + shift <= HEADROOM * a["limit"]
     # the least sharded level that fits
-    assert all(est[lv] + beyond > HEADROOM * a["limit"] for lv in LEVELS[:LEVELS.index(level)])
+    assert all(est[lv] + shift > HEADROOM * a["limit"] for lv in LEVELS[:LEVELS.index(level)])
     assert limited["severity"] == "high" and level in limited["title"]
     names = {"zero1": "zero1", "zero2": "zero2", "fsdp": "fsdp"}
     run = mpirun("fsdp_limit.py", str(tmp_path), names[level], str(a["limit"]), timeout=180)

@@ -68,7 +68,11 @@ def level_peaks(base, model, *, world_size, blocks=None, run_ahead=True):
     keep = 1.0 - 1.0 / world_size
     state, grads, params = cat["optimizer_state"], cat["gradient"], cat["parameter"]
     sharded = base.peak - (state + grads + params) * keep
-    ddp = base.peak + grads * (2 if run_ahead else 1)
+    # DDP's buckets (and, running ahead, the local gradients handed to the all-reduces) are each one copy of the
+    # trainable parameters' gradients, not of the gradient bytes at the unsharded peak (a backward's own transient
+    # gradients may be among those)
+    buckets = sum(_tensor_bytes(p) for p in model.parameters() if p.requires_grad)
+    ddp = base.peak + buckets * (2 if run_ahead else 1)
     peaks = {
         "none": ddp,
         "zero1": ddp - state * keep,

@@ -423,9 +423,9 @@ def rule_sharding(result, summary):
     """Several ranks, given the model: the sharding level (distributed/sharding.py) the memory calls for. With a memory
     limit the measured peak is above the headroom suggest_sharding keeps: the least sharded level whose estimate fits
     it. Without one: data parallel whose peak is mostly model state, and what each level would take off it. The
-    estimates come from the unsharded step's dry run; what the measured peak holds beyond the current level's
-    estimate (a host running ahead, the process's other tensors) is added to every level's, so the advice starts from
-    what was measured."""
+    estimates come from the unsharded step's dry run; they are anchored on the measured peak: each level's is the
+    measured peak plus its estimated difference from the current level's (what the dry run cannot see - a host
+    running ahead, the process's other tensors, another moment of the peak - is common to every level)."""
     from ..distributed.sharding import HEADROOM, LEVELS, suggest_sharding
     memory = summary.get("memory") or {}
     info = memory.get("sharding")
@@ -433,12 +433,12 @@ def rule_sharding(result, summary):
         return None
     level, limit = info["level"], info["limit"]
     peak, at_peak = memory["peak_allocated"], memory.get("at_peak") or {}
-    beyond = max(0, peak - info["estimates"][level])
-    estimates = {lv: e + beyond for lv, e in info["estimates"].items()}
+    shift = peak - info["estimates"][level]
+    estimates = {lv: max(0, e + shift) for lv, e in info["estimates"].items()}
     state = sum(at_peak.get(c, 0) for c in ("parameter", "gradient", "optimizer_state"))
     described = ", ".join(f"{lv} {estimates[lv] / MIB:.1f}" for lv in LEVELS)
     numbers = {"level": level, "world_size": info["world_size"], "peak_allocated": peak, "limit": limit,
-               "model_state_at_peak": state, "estimates": estimates, "measured_beyond_estimate": beyond}
+               "model_state_at_peak": state, "estimates": estimates, "measured_minus_estimate": shift}
     fix_tail = ("(dg.distributed.optim.ZeroRedundancyOptimizer for zero1; dg.distributed.fsdp.fully_shard per "
                 "block then the root for zero2 (reshard_after_forward=False) and fsdp; the training CLI's --shard)")
     if limit:
