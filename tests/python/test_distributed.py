@@ -619,6 +619,32 @@ def test_training_cli_sharded_parameters_then_resume_on_one_rank(shard, tmp_path
 
 
 @needs_mpi
+def test_training_cli_fully_shard_with_recompute_profile_and_jit(tmp_path):
+    """--shard fsdp with --recompute full and --profile, and with --jit (compiled segments): DDP's losses, bitwise;
+    the profile's report and its modules (the dry-run estimate is left out: a sharded step is collectives)."""
+    common = ["--config", "tiny", "--batch-size", "2", "--seq-len", "32", "--quiet", "--sample-tokens", "0",
+              "--save-interval", "1000", "--eval-interval", "1000", "--steps", "4"]
+
+    def launch(where, extra):
+        r = subprocess.run([sys.executable, "-m", "dygrad.distributed.run", "--nproc-per-node", "2", "-m",
+                            "dygrad.train", "--out", str(tmp_path / where)] + common + extra, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        with open(tmp_path / where / "metrics.jsonl") as f:
+            return [json.loads(line)["loss"] for line in f]
+
+    ddp = launch("ddp", [])
+    assert launch("recompute", ["--shard", "fsdp", "--recompute", "full", "--profile", "--profile-wait", "1",
+                                "--profile-steps", "2"]) == ddp
+    summary = json.loads((tmp_path / "recompute" / "profile" / "summary.json").read_text())
+    assert summary["memory"]["sharding"]["level"] == "fsdp" and "estimate" not in summary["memory"]
+    assert any(m["path"] == "FSDPLlama.blocks.0" for m in summary["modules"])
+    assert summary["memory"]["at_peak"]["communication"] > 0
+    assert (tmp_path / "recompute" / "profile" / "report.html").exists()
+    assert launch("jit", ["--shard", "fsdp", "--jit"]) == ddp
+
+
+@needs_mpi
 def test_profiler_sees_each_bucket_and_splits_exposed_from_overlapped(tmp_path):
     result = mpirun("ddp_profile.py", str(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]

@@ -464,7 +464,9 @@ def rule_sharding(result, summary):
     if saved <= 0:
         return None
     numbers["suggested"] = smallest
-    return _advice("sharding", "Model state dominates the per-rank peak", _severity(saved / peak / 2),
+    # no limit is at stake: an opportunity (a larger micro-batch per rank, a larger model), never "high"
+    return _advice("sharding", "Model state dominates the per-rank peak",
+                   "medium" if saved / peak >= MEDIUM_GAIN else "low",
                    f"parameters, gradients and optimizer state are {state / MIB:.1f} MiB, {state / peak:.0%} of the "
                    f"{peak / MIB:.1f} MiB per-rank peak of data parallel over {info['world_size']} ranks "
                    f"(estimated per-rank peaks, MiB: {described})",
