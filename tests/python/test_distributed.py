@@ -799,6 +799,10 @@ def test_fully_shard_trains_as_ddp_with_half_the_memory_per_rank(mode, fused, tm
             assert all(r <= 0.51 for r in res["ratios"].values()), res["ratios"]
         assert res["is_fsdp_module"] == "FSDPLlama"
         assert res["keys_equal"]
+        if mode == "jit":  # one graph with the collectives inside, replayed: no segments, no eager call after capture
+            stats = res["jit_stats"]
+            # 4 steps: eager, capture, 2 replays
+            assert stats["captures"] == 1 and stats["replays"] == 2 and stats["segment_calls"] == 0, stats
         if mode == "mixed":  # bf16 compute, fp32 reduction and shards: close to the fp32 DDP run
             assert res["fsdp_losses"] == pytest.approx(res["ddp_losses"], abs=0.03)
             assert res["params_max_diff"] < 0.02

@@ -149,9 +149,17 @@ OpCost comm_cost(const Task& task) {
   return {0, bytes};
 }
 
+// The result slot comm_start hands to the communication thread (its last input, where the output is a buffer of its
+// own): written there, not read (an all-gather into a fresh buffer).
+int comm_result_slot(const Attrs& attrs, size_t num_inputs) {
+  const CommAttrs& a = attrs.get<CommAttrs>();
+  return a.has_output && !a.output_is_input && num_inputs > 0 ? static_cast<int>(num_inputs - 1) : -1;
+}
+
 // Both are side effects: comm_start has no output (it hands the collective to the communication thread), and the
 // order of collectives is part of the program (every rank issues them in the same order).
-const OpDef op_comm_start("comm_start", attrs_type<CommAttrs>(), {.cost = comm_cost, .flags = kOpSideEffect});
+const OpDef op_comm_start("comm_start", attrs_type<CommAttrs>(),
+                          {.cost = comm_cost, .flags = kOpSideEffect, .filled_input = comm_result_slot});
 // comm_wait writes its output (the result the communication thread put there): no alias, since it does not read
 // the old values, and a send or a barrier has no buffer to name.
 const OpDef op_comm_wait("comm_wait", attrs_type<CommAttrs>(), {.cost = comm_cost, .flags = kOpSideEffect});

@@ -298,7 +298,7 @@ const char* Capture::intern(const char* file) {
   return files_.back()->c_str();
 }
 
-int32_t Capture::buffer_of(const Tensor& t, bool as_output, size_t op_index) {
+int32_t Capture::buffer_of(const Tensor& t, bool as_output, size_t op_index, bool filled) {
   const Storage* s = &t.storage();
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(s);
@@ -322,15 +322,16 @@ int32_t Capture::buffer_of(const Tensor& t, bool as_output, size_t op_index) {
     b.written = true;
     if (b.kind != BufferKind::Internal) ++b.bumps;
   } else if (b.kind == BufferKind::Internal && !b.written) {
-    b.read_before_written = true;
+    // a collective's result slot is written by the communication thread (OpDef::filled_input), not read
+    (filled ? b.written : b.read_before_written) = true;
   }
   return index;
 }
 
-int32_t Capture::value_of(const Tensor& t, bool as_output, size_t op_index) {
+int32_t Capture::value_of(const Tensor& t, bool as_output, size_t op_index, bool filled) {
   if (!t.defined()) return -1;
   Value v;
-  v.buffer = buffer_of(t, as_output, op_index);
+  v.buffer = buffer_of(t, as_output, op_index, filled);
   v.offset = t.storage_offset();
   v.sizes = Dims(t.shape().begin(), t.shape().end());
   v.strides = Dims(t.strides().begin(), t.strides().end());
@@ -353,7 +354,9 @@ bool Capture::on_op(const OpCall& call) {
   g.site = call.site;
   g.site.file = intern(call.site.file);
   g.site.function = nullptr;
-  for (const Tensor& t : call.inputs) g.inputs.push_back(value_of(t, false, index));
+  const int filled = call.op.input_filled(call.attrs, call.inputs.size());
+  for (size_t k = 0; k < call.inputs.size(); ++k)
+    g.inputs.push_back(value_of(call.inputs[k], false, index, static_cast<int>(k) == filled));
   for (const Tensor& t : call.outputs) g.outputs.push_back(value_of(t, true, index));
   if (call.op.flags & kOpRandom) {
     const RngCounter* rng = call.attrs.rng();
@@ -510,9 +513,10 @@ std::shared_ptr<Graph> Capture::build_impl(const std::vector<Tensor>& results, s
     if (b.kind != BufferKind::Internal && b.kind != BufferKind::Escaping) continue;
     if (b.first < 0 && b.kind == BufferKind::Internal) continue;  // never used by an op
     const std::string where = b.first >= 0 ? site_text(ops_[static_cast<size_t>(b.first)].site) : "";
+    const std::string reader = b.first >= 0 ? std::string(" (") + ops_[static_cast<size_t>(b.first)].op->name + ")" : "";
     if (b.read_before_written || (b.host_memory && b.first >= 0))
-      problem("an op reads a tensor made from host data inside the function (dg.tensor, from_numpy: a replay "
-              "cannot see Python's values)" + where);
+      problem("an op" + reader + " reads a tensor made from host data inside the function (dg.tensor, from_numpy: "
+              "a replay cannot see Python's values)" + where);
     else if (b.kind == BufferKind::Internal && b.alive)
       problem("a tensor made inside the function is still referenced after it returned (stored on an object, or "
               "held by the autograd graph of an output whose backward runs outside the function)" + where);

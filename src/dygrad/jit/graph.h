@@ -119,8 +119,8 @@ class Capture final : public OpSink, public StorageLifeLog {
 
  private:
   std::shared_ptr<Graph> build_impl(const std::vector<Tensor>& results, std::vector<Tensor>* saved);
-  int32_t buffer_of(const Tensor& t, bool as_output, size_t op_index);
-  int32_t value_of(const Tensor& t, bool as_output, size_t op_index);
+  int32_t buffer_of(const Tensor& t, bool as_output, size_t op_index, bool filled = false);
+  int32_t value_of(const Tensor& t, bool as_output, size_t op_index, bool filled = false);
   const char* intern(const char* file);
   void problem(std::string text);
   // Once a second device exists: the op's device, which must be the graph's; a copy between devices is a problem.

@@ -78,7 +78,7 @@ void attach_registered_kernels(OpDef& op) {
 OpDef::OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits)
     : name(name_), attrs_type(attrs_type_), fusion(traits.fusion), backward(traits.backward), cost(traits.cost),
       flags(traits.flags), scratch(traits.scratch), rematerialize(traits.rematerialize), host_read(traits.host_read),
-      alias_of(traits.alias_of) {
+      alias_of(traits.alias_of), filled_input(traits.filled_input) {
   for (const OpDef* op : registry())
     if (std::strcmp(op->name, name) == 0) problems().push_back(std::string(name) + ": declared twice");
   registry().push_back(this);

@@ -53,6 +53,11 @@ bool host_read_always(const Attrs& attrs);
 using AliasFn = int (*)(size_t output, size_t num_outputs);
 int alias_each_output(size_t output, size_t num_outputs);
 
+// The filled-input trait: the index of an input the Task hands to another thread to write (a collective's result
+// slot, which comm_wait later names as its output), or -1. The JIT's capture counts that input as written there,
+// not read: an all-gather into a fresh buffer is not a read of uninitialised (host) memory (docs/jit.md).
+using FilledInputFn = int (*)(const Attrs& attrs, size_t num_inputs);
+
 struct OpCost {
   double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
   double bytes = 0;  // bytes read and written
@@ -103,6 +108,7 @@ struct OpTraits {
   RematerializeFn rematerialize = nullptr;  // null: a node that saves an output keeps the tensor
   HostReadFn host_read = nullptr;  // null: the call reads nothing on the host
   AliasFn alias_of = nullptr;      // null: every output is a buffer of its own
+  FilledInputFn filled_input = nullptr;  // null: every input is read
 };
 
 struct OpDef {
@@ -116,10 +122,14 @@ struct OpDef {
   RematerializeFn rematerialize;
   HostReadFn host_read;
   AliasFn alias_of;
+  FilledInputFn filled_input;
 
   // The traits for one Task's attributes and operands.
   bool reads_host(const Attrs& attrs) const { return host_read && host_read(attrs); }
   int output_alias(size_t output, size_t num_outputs) const { return alias_of ? alias_of(output, num_outputs) : -1; }
+  int input_filled(const Attrs& attrs, size_t num_inputs) const {
+    return filled_input ? filled_input(attrs, num_inputs) : -1;
+  }
 
   OpDef(const char* name_, const AttrsType* attrs_type_, OpTraits traits = {});
   OpDef(const OpDef&) = delete;

@@ -5,7 +5,8 @@ OUT_DIR/fsdp_rank<r>.json.
 mode: zero3 | zero2 | clip (gradient clipping: the norm over every rank's shards) | accumulate (no gradient sync on
 the first of two micro-batches) | mixed (bf16 parameters, fp32 reduction) | deterministic (run at 4 ranks:
 deterministic mode's rank-ordered reduce-scatter against DDP's rank-ordered all-reduce) | recompute (every block's
-activations recomputed in backward, under both) | jit (the sharded step under dg.jit: segments, bitwise)"""
+activations recomputed in backward, under both) | jit (the sharded forward and backward under dg.jit: one
+replayed graph, the all-gathers and reduce-scatters inside, bitwise)"""
 import gc
 import json
 import os
@@ -93,6 +94,8 @@ def train(sharded):
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss))
     memory["state"] = state_bytes(opt)
+    if sharded and mode == "jit":
+        memory["jit_stats"] = dict(sharded_step.stats)
     whole = full_state_dict(model) if sharded else dict(model.state_dict())
     return losses, memory, whole, model
 
@@ -104,7 +107,8 @@ result = {"ddp_losses": ddp_losses, "fsdp_losses": fsdp_losses,
           "params_equal": all(dg.equal(ddp_params[k], fsdp_params[k]) for k in ddp_params),
           "params_max_diff": max(float((ddp_params[k].float() - fsdp_params[k].float()).abs().max())
                                  for k in ddp_params),
-          "ratios": {k: fsdp_memory[k] / ddp_memory[k] for k in ddp_memory},
+          "ratios": {k: fsdp_memory[k] / ddp_memory[k] for k in ddp_memory if k != "jit_stats"},
+          "jit_stats": fsdp_memory.get("jit_stats"),
           "is_fsdp_module": type(model).__name__, "shard_shape": list(model.embed.weight.shape)}
 # after a forward the blocks hold their gathered parameters only without reshard_after_forward (ZeRO-2); what
 # autograd saved of them is a token that backward gathers again (ZeRO-3)
