@@ -34,7 +34,14 @@ def host_memory_stats():
 
 __all__ = ["OutOfMemoryError", "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
            "max_memory_reserved", "reset_peak_memory_stats", "memory_stats", "host_memory_stats", "set_memory_limit", "get_memory_limit",
-           "record_history", "snapshot", "dump_snapshot", "estimate", "MemoryEstimate"]
+           "record_history", "snapshot", "dump_snapshot", "estimate", "MemoryEstimate", "estimate_sharding"]
+
+
+def estimate_sharding(model, batch, *, world_size, **kwargs):
+    """dg.distributed.sharding.estimate_sharding, beside estimate: each sharding level's per-rank peak (DDP, ZeRO-1,
+    ZeRO-2, fully_shard) at `world_size` ranks from one dry run of the unsharded step (docs/distributed.md)."""
+    from .distributed.sharding import estimate_sharding as per_level
+    return per_level(model, batch, world_size=world_size, **kwargs)
 
 
 def _device_check(device, api):

@@ -1092,6 +1092,8 @@ def test_each_sharding_levels_estimated_peak_is_within_15_percent_of_the_measure
     from dygrad.distributed.sharding import LEVELS, estimate_sharding
     model, opt, batch = _limit_model()
     estimates = estimate_sharding(model, batch, world_size=2, optimizer=opt, run_ahead=False)  # phases waited for
+    again = dg.memory.estimate_sharding(model, batch, world_size=2, optimizer=opt, run_ahead=False)  # beside estimate
+    assert {lv: e.peak for lv, e in again.items()} == {lv: e.peak for lv, e in estimates.items()}
     names = {"none": "ddp", "zero1": "zero1", "zero2": "zero2", "fsdp": "fsdp"}
     for level in LEVELS:
         result = mpirun("fsdp_limit.py", str(tmp_path), names[level], "0", timeout=180)
