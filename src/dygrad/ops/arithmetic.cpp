@@ -197,6 +197,8 @@ Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) {
   return add_call("sub", a, b, negated(alpha)).run_out(out);
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
+  if (storage_only::has(a) || storage_only::has(b)) [[unlikely]]
+    if (Tensor composed = storage_only::mul(a, b); composed.defined()) return storage_only::into_out("mul", out, composed);
   return ElementwiseCall(op_mul, "mul").input(a).input(b, "other").run_out(out);
 }
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
@@ -208,7 +210,11 @@ Tensor& add_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
 Tensor& sub_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
   return scalar_call(op_add_scalar, "sub", a, negated(times(b, alpha))).run_out(out);
 }
-Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b) { return scalar_call(op_mul_scalar, "mul", a, b).run_out(out); }
+Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b) {
+  if (storage_only::has(a)) [[unlikely]]
+    if (Tensor composed = storage_only::mul(a, b); composed.defined()) return storage_only::into_out("mul", out, composed);
+  return scalar_call(op_mul_scalar, "mul", a, b).run_out(out);
+}
 Tensor& div_out(Tensor& out, const Tensor& a, Scalar b) {
   return scalar_call(op_div_scalar, "div", a, b).promotion(Promotion::PromoteFloat).run_out(out);
 }

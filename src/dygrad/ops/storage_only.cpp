@@ -2,10 +2,13 @@
 // view around a kernel of the compute dtypes, bitwise torch's result.
 #include "dygrad/ops/storage_only.h"
 
+#include <algorithm>
 #include <cstdint>
 
+#include "dygrad/autograd/node.h"
 #include "dygrad/core/error.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/index.h"
 #include "dygrad/ops/linalg.h"
 #include "dygrad/ops/math.h"
@@ -66,6 +69,17 @@ bool mul_(Tensor& a, Scalar b) {
   Tensor self = view_dtype(a, signed_twin(a.dtype()));
   dg::mul_(self, b);
   return true;
+}
+
+Tensor& into_out(const char* api, Tensor& out, const Tensor& result) {
+  DG_CHECK(!(grad_enabled() && (result.requires_grad() || out.requires_grad())), Runtime, "[", api, "] functions "
+           "with out=... arguments don't support automatic differentiation, but one of the arguments requires grad");
+  DG_CHECK(can_cast_result(result.dtype(), out.dtype()), Runtime, "[", api, "] result type ",
+           dtype_name(result.dtype()), " can't be cast to the desired output type ", dtype_name(out.dtype()));
+  DG_CHECK(std::ranges::equal(out.shape(), result.shape()), Runtime, "[", api, "] out= of shape ", out.shape(),
+           " doesn't match the broadcast shape ", result.shape(), " (dygrad does not resize out=)");
+  copy_(out, result);
+  return out;
 }
 
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim) { return dg::sum(to(a, DType::Int64), dims, keepdim); }

@@ -24,6 +24,8 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, Scalar b);
 bool mul_(Tensor& a, const Tensor& b);  // false: not a storage-only result (the caller goes on as usual)
 bool mul_(Tensor& a, Scalar b);
+// out= of a composed result: torch's cast rule and dygrad's shape rule (out= is never resized), then a copy into out.
+Tensor& into_out(const char* api, Tensor& out, const Tensor& result);
 // uint32/uint64: the sum in int64 (torch's result dtype).
 Tensor sum(const Tensor& a, IntSpan dims, bool keepdim);
 // uint32/uint64: sorted as unsigned integers (a view as the signed type with the top bit flipped keeps the order).
