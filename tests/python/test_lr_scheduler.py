@@ -35,6 +35,17 @@ SCHEDULES = {
                                                           anneal_strategy="linear", three_phase=True),
     "SequentialLR": lambda m, o: m.SequentialLR(o, [m.LinearLR(o, start_factor=0.1, total_iters=4),
                                                     m.CosineAnnealingLR(o, T_max=16)], milestones=[4]),
+    "MultiplicativeLR": lambda m, o: m.MultiplicativeLR(o, lambda s: 0.9 if s % 2 else 0.97),
+    "MultiStepLR": lambda m, o: m.MultiStepLR(o, milestones=[3, 7, 7, 15], gamma=0.5),
+    "ConstantLR": lambda m, o: m.ConstantLR(o, factor=0.4, total_iters=5),
+    "ExponentialLR": lambda m, o: m.ExponentialLR(o, gamma=0.9),
+    "PolynomialLR": lambda m, o: m.PolynomialLR(o, total_iters=12, power=2.0),
+    "CosineAnnealingWarmRestarts": lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=4, T_mult=2, eta_min=1e-3),
+    "CosineAnnealingWarmRestarts-T_mult-1": lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=5),
+    "ChainedScheduler": lambda m, o: m.ChainedScheduler([m.ConstantLR(o, factor=0.5, total_iters=3),
+                                                         m.ExponentialLR(o, gamma=0.9)]),
+    "SequentialLR-warmup-multistep": lambda m, o: m.SequentialLR(
+        o, [m.LinearLR(o, start_factor=0.1, total_iters=3), m.MultiStepLR(o, milestones=[5, 9])], milestones=[3]),
 }
 
 
@@ -60,7 +71,9 @@ def test_schedule_matches_torch(name, optimizer):
         assert [g["lr"] for g in d_opt.param_groups] == pytest.approx([g["lr"] for g in t_opt.param_groups])
 
 
-@pytest.mark.parametrize("name", ["StepLR", "CosineAnnealingLR", "LinearLR", "SequentialLR", "LambdaLR"])
+@pytest.mark.parametrize("name", ["StepLR", "CosineAnnealingLR", "LinearLR", "SequentialLR", "LambdaLR",
+                                  "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingWarmRestarts",
+                                  "ChainedScheduler", "MultiplicativeLR"])
 def test_state_dict_resumes_the_schedule(name):
     d_opt, t_opt = optimizers()
     d_sched = SCHEDULES[name](dg.optim.lr_scheduler, d_opt)
@@ -80,11 +93,21 @@ def test_state_dict_resumes_the_schedule(name):
         assert d_lr == pytest.approx(t_lr, rel=1e-12)
 
 
-def test_closed_form_with_an_epoch_matches_torch():
+CLOSED_FORMS = {
+    "StepLR": lambda m, o: m.StepLR(o, step_size=2, gamma=0.3),
+    "MultiStepLR": lambda m, o: m.MultiStepLR(o, milestones=[2, 6, 6], gamma=0.5),
+    "ConstantLR": lambda m, o: m.ConstantLR(o, factor=0.25, total_iters=4),
+    "ExponentialLR": lambda m, o: m.ExponentialLR(o, gamma=0.8),
+    "PolynomialLR": lambda m, o: m.PolynomialLR(o, total_iters=7, power=0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED_FORMS))
+def test_closed_form_with_an_epoch_matches_torch(name):
     d_opt, t_opt = optimizers()
-    d_sched = dg.optim.lr_scheduler.StepLR(d_opt, step_size=2, gamma=0.3)
-    t_sched = torch.optim.lr_scheduler.StepLR(t_opt, step_size=2, gamma=0.3)
-    for epoch in (5, 2, 9):
+    d_sched = CLOSED_FORMS[name](dg.optim.lr_scheduler, d_opt)
+    t_sched = CLOSED_FORMS[name](torch.optim.lr_scheduler, t_opt)
+    for epoch in (5, 2, 9, 0, 3):
         with pytest.warns(UserWarning, match="epoch parameter"):
             d_sched.step(epoch)
         with pytest.warns(UserWarning, match="epoch parameter"):
@@ -133,3 +156,59 @@ def test_one_cycle_raises_past_total_steps_as_torch():
             sched.step()
         with pytest.raises(ValueError, match="Tried to step 4 times"):
             sched.step()
+
+
+@pytest.mark.parametrize("epochs", [[0, 3, 9, 4, 20, 2.5], [1, 13, 27, 6]])
+def test_warm_restarts_at_given_epochs_match_torch(epochs):
+    """CosineAnnealingWarmRestarts.step(epoch), fractional epochs included (its documented per-batch use)."""
+    d_opt, t_opt = optimizers()
+    d = dg.optim.lr_scheduler.CosineAnnealingWarmRestarts(d_opt, T_0=3, T_mult=2, eta_min=0.01)
+    t = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(t_opt, T_0=3, T_mult=2, eta_min=0.01)
+    for e in epochs:
+        d.step(e), t.step(e)
+        assert d.get_last_lr() == pytest.approx(t.get_last_lr(), rel=1e-12)
+        assert (d.T_cur, d.T_i, d.last_epoch) == pytest.approx((t.T_cur, t.T_i, t.last_epoch))
+
+
+@pytest.mark.parametrize("options", [dict(), dict(mode="max", threshold_mode="abs", threshold=0.05),
+                                     dict(patience=1, cooldown=2, factor=0.5, min_lr=[0.01, 0.015]),
+                                     dict(patience=0, eps=0.05, min_lr=0.001)])
+def test_reduce_lr_on_plateau_matches_torch(options):
+    d_opt, t_opt = optimizers()
+    d = dg.optim.lr_scheduler.ReduceLROnPlateau(d_opt, **options)
+    t = torch.optim.lr_scheduler.ReduceLROnPlateau(t_opt, **options)
+    metrics = [1.0, 0.9, 0.95, 0.95, 0.96, 0.97, 0.899, 0.9, 0.91, 0.92, 0.93, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1,
+               1.2, 1.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
+    for i, m in enumerate(metrics):
+        d_opt.step(), t_opt.step()
+        d.step(dg.tensor(m) if i % 3 == 0 else m), t.step(torch.tensor(m) if i % 3 == 0 else m)
+        assert d.get_last_lr() == pytest.approx(t.get_last_lr(), rel=1e-15), i
+        assert (d.num_bad_epochs, d.cooldown_counter, d.best) == (t.num_bad_epochs, t.cooldown_counter, t.best)
+    d_state, t_state = d.state_dict(), t.state_dict()
+    assert {k: v for k, v in d_state.items() if k != "_last_lr"} == \
+        {k: v for k, v in t_state.items() if k in d_state and k != "_last_lr"}
+    d2_opt, _ = optimizers()
+    d2 = dg.optim.lr_scheduler.ReduceLROnPlateau(d2_opt)
+    d2.load_state_dict(t_state)
+    assert (d2.mode, d2.threshold, d2.patience, d2.best) == (t.mode, t.threshold, t.patience, t.best)
+
+
+def test_new_schedules_refuse_what_torch_refuses():
+    for make in (lambda m, o: m.ConstantLR(o, factor=1.5), lambda m, o: m.ReduceLROnPlateau(o, factor=1.0),
+                 lambda m, o: m.ReduceLROnPlateau(o, mode="middle"),
+                 lambda m, o: m.ReduceLROnPlateau(o, threshold_mode="log"),
+                 lambda m, o: m.ReduceLROnPlateau(o, min_lr=[0.1]),
+                 lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=0),
+                 lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=0),
+                 lambda m, o: m.ChainedScheduler([])):
+        d_opt, t_opt = optimizers()
+        with pytest.raises(ValueError) as theirs:
+            make(torch.optim.lr_scheduler, t_opt)
+        with pytest.raises(ValueError) as ours:
+            make(dg.optim.lr_scheduler, d_opt)
+        assert str(ours.value) == str(theirs.value)
+    d_opt, t_opt = optimizers()
+    d_other, _ = optimizers()
+    with pytest.raises(ValueError, match="same optimizer"):
+        dg.optim.lr_scheduler.ChainedScheduler([dg.optim.lr_scheduler.ExponentialLR(d_opt, 0.9),
+                                                dg.optim.lr_scheduler.ExponentialLR(d_other, 0.9)])
