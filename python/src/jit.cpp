@@ -178,6 +178,61 @@ nb::bytes guard_state(nb::handle tensors, nb::handle modules, nb::handle optimiz
   }
   return nb::bytes(reinterpret_cast<const char*>(w.words.data()), w.words.size() * sizeof(int64_t));
 }
+// One attribute field as a Python value (Attrs::visit): enums by name, Dims as a tuple, opaque objects as None.
+void attr_field_to_python(void* context, const AttrField& f) {
+  nb::dict& out = *static_cast<nb::dict*>(context);
+  nb::str key(f.name.data(), f.name.size());
+  switch (f.kind) {
+    case AttrField::Kind::Bool: out[key] = nb::bool_(f.b); break;
+    case AttrField::Kind::Int: out[key] = nb::int_(f.i); break;
+    case AttrField::Kind::Float: out[key] = nb::float_(f.f); break;
+    case AttrField::Kind::Scalar:
+      if (f.scalar.is_floating()) out[key] = nb::float_(f.scalar.v.f);
+      else if (f.scalar.is_integral()) out[key] = nb::int_(f.scalar.v.i);
+      else out[key] = nb::bool_(f.scalar.v.b);
+      break;
+    case AttrField::Kind::Ints: {
+      nb::list ints;
+      for (int64_t x : f.ints) ints.append(x);
+      out[key] = nb::tuple(ints);
+      break;
+    }
+    case AttrField::Kind::Enum: out[key] = f.text ? nb::object(nb::str(f.text)) : nb::object(nb::int_(f.i)); break;
+    case AttrField::Kind::Opaque: out[key] = nb::none(); break;
+  }
+}
+
+// The recorded graph as plain Python data, read-only (Graph::buffers/values/ops/results), for dygrad.onnx
+// (docs/onnx.md): {"buffers": [(kind, argument, fixed storage address, bytes)], "values": [(buffer, offset,
+// sizes, strides, dtype)], "ops": [(name, attributes type, {field: value}, inputs, outputs, file, line)],
+// "results": [value]}. Offsets are in elements; an absent operand is -1.
+nb::dict graph_records(const Graph& g) {
+  nb::list buffers, values, ops, results;
+  for (const Buffer& b : g.buffers())
+    buffers.append(nb::make_tuple(buffer_kind_name(b.kind), b.arg,
+                                  b.kind == BufferKind::Fixed ? reinterpret_cast<uintptr_t>(b.fixed->address())
+                                                              : uintptr_t(0),
+                                  b.nbytes));
+  for (const Value& v : g.values())
+    values.append(nb::make_tuple(v.buffer, v.offset, dims_tuple(v.sizes), dims_tuple(v.strides),
+                                 nb::handle(dtype_object(v.dtype))));
+  for (const GraphOp& op : g.ops()) {
+    nb::dict attrs;
+    op.attrs.visit(&attrs, &attr_field_to_python);
+    nb::list inputs, outputs;
+    for (int32_t i : op.inputs) inputs.append(i);
+    for (int32_t o : op.outputs) outputs.append(o);
+    ops.append(nb::make_tuple(op.op->name, op.attrs.type() ? op.attrs.type()->name : "", attrs, inputs, outputs,
+                              op.site.file ? op.site.file : "", op.site.line));
+  }
+  for (int32_t r : g.results()) results.append(r);
+  nb::dict out;
+  out["buffers"] = buffers;
+  out["values"] = values;
+  out["ops"] = ops;
+  out["results"] = results;
+  return out;
+}
 }  // namespace
 
 void init_jit(nb::module_& m) {
@@ -209,6 +264,7 @@ void init_jit(nb::module_& m) {
       }, nb::arg("args"))
       .def("describe", [](PyGraph& self) { return self.graph->describe(); })
       .def("fixed_addresses", [](PyGraph& self) { return self.graph->fixed_addresses(); })
+      .def("records", [](PyGraph& self) { return graph_records(*self.graph); })
       .def_prop_ro("num_ops", [](PyGraph& self) { return self.graph->num_ops(); })
       .def_prop_ro("arena_bytes", [](PyGraph& self) { return self.graph->arena_bytes(); })
       .def_prop_ro("max_scratch", [](PyGraph& self) { return self.graph->max_scratch(); })

@@ -159,6 +159,12 @@ class Graph : public std::enable_shared_from_this<Graph> {
   std::vector<std::string> describe() const;
   // The addresses of the Fixed buffers (identity guards: a .grad the graph accumulates into must still be that one).
   std::vector<uintptr_t> fixed_addresses() const;
+  // The recorded graph, read-only, for tools that translate it (dygrad.onnx: docs/onnx.md): its buffers, the values
+  // over them, its ops in issue order and the values its replay returns.
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<GraphOp>& ops() const { return ops_; }
+  const std::vector<int32_t>& results() const { return results_; }
 
   // O1 (docs/jit-fusion.md): a new graph of this one's ops after the passes of `config` (DCE, CSE, elementwise
   // fusion), with its own arena planned from the new lifetimes. `log` gets the graph after each pass. Its fused
