@@ -89,7 +89,7 @@ from . import nn, optim  # noqa: E402,F401
 from . import data, models, profiler  # noqa: E402,F401
 from . import amp, backends, cpu, cuda, distributed, linalg, ops, serialization, utils  # noqa: E402,F401
 from . import memory  # noqa: E402,F401
-from . import accelerator, compiler, jit, library  # noqa: E402,F401
+from . import accelerator, compiler, jit, library, onnx  # noqa: E402,F401
 compile = jit.compile_  # noqa: A001  (torch.compile's signature on dygrad.jit, docs/jit.md)
 from ._not_provided import NotProvidedError  # noqa: E402,F401
 from .amp import (autocast, autocast_decrement_nesting, autocast_increment_nesting, clear_autocast_cache,  # noqa: E402,F401

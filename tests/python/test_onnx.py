@@ -1,0 +1,286 @@
+"""dygrad.onnx.export (docs/onnx.md): the LLaMA model (fused and composed) and a nanoGPT-style GPT-2 exported through
+dygrad.jit's capture, run by onnxruntime and compared with dygrad's eager results; views, file objects, the errors,
+and torch.onnx under dygrad.as_torch.
+
+Tolerance: float32 throughout. onnxruntime's GEMMs and softmax sum in other orders than dygrad's kernels (and
+dygrad's attention is a flash kernel with an online softmax), so each op differs by a few float32 ulps of its
+reduction length; through the tiny LLaMA's 4 blocks the logits (magnitude ~1) differ by about 1e-6, measured. The
+bound 1e-4 (atol and rtol) is two orders above that and still far below any lowering mistake (a wrong rotation,
+mask or scale moves logits by 1e-2 or more)."""
+import io
+import inspect
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import dygrad as dg  # noqa: E402
+import dygrad.nn as nn  # noqa: E402
+import dygrad.nn.functional as F  # noqa: E402
+from dygrad.models.llama import CONFIGS, Llama  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def run_onnx(model_bytes, **inputs):
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    return session.run(None, {k: v.numpy() for k, v in inputs.items()})
+
+
+def export_bytes(model, args, **kw):
+    buffer = io.BytesIO()
+    assert dg.onnx.export(model, args, buffer, **kw) is None
+    return buffer.getvalue()
+
+
+# --- LLaMA ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llamas():
+    dg.manual_seed(0)
+    fused = Llama(CONFIGS["tiny"], fused=True)
+    composed = Llama(CONFIGS["tiny"], fused=False)
+    composed.load_state_dict(fused.state_dict())
+    return {True: fused.eval(), False: composed.eval()}
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_llama_logits_run_in_onnxruntime_as_eager(llamas, fused):
+    model = llamas[fused]
+    idx = dg.randint(0, 256, (2, 16))
+    blob = export_bytes(model, (idx,), input_names=["idx"], output_names=["logits"])
+    proto = onnx.load_from_string(blob)
+    onnx.checker.check_model(proto)
+    assert proto.opset_import[0].version == dg.onnx.DEFAULT_OPSET == 20
+    # Parameters are initializers named as in the state dict; the rotary tables are the model's buffers.
+    initializers = {i.name for i in proto.graph.initializer}
+    assert {"embed.weight", "head.weight", "norm.weight", "blocks.0.qkv.weight", "blocks.3.w2.weight"} <= initializers
+    assert {"rope_cos", "rope_sin"} <= initializers
+    ops = {n.op_type for n in proto.graph.node}
+    if fused:  # rotary_attention, rms_norm and swiglu are decomposed into standard operators
+        assert {"Softmax", "Sigmoid", "ReduceMean", "Sqrt"} <= ops
+    with dg.no_grad():
+        want = model(idx).numpy()
+    (got,) = run_onnx(blob, idx=idx)
+    assert got.shape == (2, 16, 256)
+    np.testing.assert_allclose(got, want, **TOL)
+    assert not model.training
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_llama_loss_exports_cross_entropy(llamas, fused):
+    model = llamas[fused].train()
+    idx, targets = dg.randint(0, 256, (2, 12)), dg.randint(0, 256, (2, 12))
+    blob = export_bytes(model, (idx, targets))
+    assert model.training  # export runs the forward in eval mode and leaves the mode as it found it
+    model.eval()
+    with dg.no_grad():
+        want = model(idx, targets).item()
+    (got,) = run_onnx(blob, idx=idx, targets=targets)  # input names are the forward's parameter names
+    assert got.shape == () and abs(float(got) - want) <= 1e-4 * abs(want)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
+def test_llama_with_dynamic_batch_and_sequence_runs_at_other_shapes(llamas, fused, tmp_path):
+    model = llamas[fused]
+    path = tmp_path / "llama.onnx"  # f as a path
+    dg.onnx.export(model, (dg.randint(0, 256, (2, 16)),), str(path), input_names=["idx"], output_names=["logits"],
+                   dynamic_axes={"idx": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
+    proto = onnx.load(str(path))
+    dims = lambda v: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(proto.graph.input[0]) == ["batch", "seq"] and dims(proto.graph.output[0]) == ["batch", "seq", 256]
+    for shape in [(3, 9), (1, 21), (2, 16)]:
+        idx = dg.randint(0, 256, shape)
+        with dg.no_grad():
+            want = model(idx).numpy()
+        (got,) = run_onnx(path.read_bytes(), idx=idx)
+        np.testing.assert_allclose(got, want, **TOL)
+
+
+def test_a_size_python_turned_into_a_float_cannot_be_dynamic():
+    class ScalesBySize(nn.Module):
+        def forward(self, x):
+            return x * (1 / math.sqrt(x.shape[-1]))
+
+    x = dg.randn(2, 8)
+    with pytest.raises(dg.onnx.OnnxExporterError, match="depends on the dynamic sizes"):
+        export_bytes(ScalesBySize(), (x,), dynamic_axes={"x": [1]})
+    blob = export_bytes(ScalesBySize(), (x,), dynamic_axes={"x": [0]})  # the batch alone is fine
+    y = dg.randn(5, 8)
+    np.testing.assert_allclose(run_onnx(blob, x=y)[0], ScalesBySize()(y).numpy(), rtol=1e-6)
+
+
+def test_opset_17_takes_reduction_axes_as_attributes(llamas):
+    model = llamas[True]  # rms_norm's ReduceMean: axes an attribute before opset 18, an input from 18
+    idx = dg.randint(0, 256, (1, 8))
+    blob = export_bytes(model, (idx,), opset_version=17)
+    proto = onnx.load_from_string(blob)
+    assert proto.opset_import[0].version == 17
+    assert any(n.op_type == "ReduceMean" and any(a.name == "axes" for a in n.attribute) for n in proto.graph.node)
+    with dg.no_grad():
+        want = model(idx).numpy()
+    np.testing.assert_allclose(run_onnx(blob, idx=idx)[0], want, **TOL)
+
+
+# --- GPT-2 (nanoGPT's model.py, written with dygrad's names) -------------------------------------------------------
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd),
+                                 nn.Dropout(0.1))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size=256, block_size=32, n_layer=2, n_head=4, n_embd=64):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd), wpe=nn.Embedding(block_size, n_embd), drop=nn.Dropout(0.1),
+            h=nn.ModuleList([GPTBlock(n_embd, n_head) for _ in range(n_layer)]), ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.normal_(p, std=0.02)  # non-zero biases, so the export must carry them
+
+    def forward(self, idx, targets=None):
+        b, t = idx.size()
+        pos = dg.arange(0, t, dtype=dg.long)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        if targets is None:
+            return logits
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+def test_gpt2_logits_and_loss_run_in_onnxruntime_as_eager():
+    dg.manual_seed(1)
+    model = GPT().train()  # export runs the forward in eval mode: no dropout
+    idx = dg.randint(0, 256, (2, 24))
+    targets = dg.randint(0, 256, (2, 24))
+    targets[0, :5] = -1  # ignored positions
+    blob = export_bytes(model, (idx, targets), output_names=["logits", "loss"],
+                        dynamic_shapes={"idx": {0: "batch", 1: "seq"}, "targets": {0: "batch", 1: "seq"}})
+    proto = onnx.load_from_string(blob)
+    names = [i.name for i in proto.graph.initializer]
+    assert "transformer.wte.weight" in names and "lm_head.weight" not in names  # the tied weight, once
+    assert "transformer.h.1.mlp.0.bias" in names
+    model.eval()
+    with dg.no_grad():
+        want_logits, want_loss = model(idx, targets)
+    logits, loss = run_onnx(blob, idx=idx, targets=targets)
+    np.testing.assert_allclose(logits, want_logits.numpy(), **TOL)
+    assert abs(float(loss) - want_loss.item()) <= 1e-4 * abs(want_loss.item())
+    idx, targets = dg.randint(0, 256, (3, 11)), dg.randint(0, 256, (3, 11))  # another batch and sequence length
+    with dg.no_grad():
+        want_logits, want_loss = model(idx, targets)
+    logits, loss = run_onnx(blob, idx=idx, targets=targets)
+    np.testing.assert_allclose(logits, want_logits.numpy(), **TOL)
+    assert abs(float(loss) - want_loss.item()) <= 1e-4 * abs(want_loss.item())
+
+
+# --- views, files, errors -------------------------------------------------------------------------------------------
+class Views(nn.Module):
+    """Strided views the capture records as operand geometry: a transpose with a step, the last column (its
+    region runs past the buffer's end), a broadcast, a permute of a split."""
+
+    def forward(self, x):
+        a = x.t()[:, 1::2] * 2  # [6, 2] of [4, 6]
+        b = x[:, -1:].expand(4, 3) + 1
+        c = x.view(2, 2, 3, 2).permute(3, 0, 2, 1)[1] - x[0, 0]
+        return a, b, c
+
+
+def test_views_are_cut_from_their_buffer():
+    x = dg.arange(24, dtype=dg.float32).view(4, 6) * 0.5
+    blob = export_bytes(Views(), (x,))
+    got = run_onnx(blob, x=x)
+    for g, w in zip(got, Views()(x)):
+        np.testing.assert_array_equal(g, w.numpy())
+
+
+class UsesCumprod(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return y.cumprod(-1)  # the line the error names
+
+
+def test_an_unsupported_op_is_named_with_its_shapes_and_line(tmp_path):
+    line = inspect.getsourcelines(UsesCumprod.forward)[1] + 2
+    with pytest.raises(dg.onnx.UnsupportedOperatorError) as e:
+        dg.onnx.export(UsesCumprod(), (dg.randn(2, 3),), tmp_path / "bad.onnx")
+    message = str(e.value)
+    assert "'cumprod'" in message and "(2, 3) float32" in message
+    assert f"{os.path.basename(__file__)}:{line}" in message
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_is_in_onnx_export_is_true_inside_the_forward_only():
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(dg.onnx.is_in_onnx_export())
+            return x + 1
+
+    export_bytes(Probe(), (dg.randn(2),))
+    Probe()(dg.randn(2))
+    assert seen == [True, False]
+
+
+def test_a_host_read_in_the_forward_is_refused():
+    class ReadsHost(nn.Module):
+        def forward(self, x):
+            return x * float(x.sum())
+
+    with pytest.raises(dg.onnx.OnnxExporterError, match="host"):
+        export_bytes(ReadsHost(), (dg.randn(3),))
+
+
+# --- torch.onnx under as_torch --------------------------------------------------------------------------------------
+def test_torch_onnx_under_as_torch_is_dygrads_exporter(tmp_path):
+    script = textwrap.dedent(f"""
+        import dygrad, dygrad.as_torch
+        dygrad.as_torch.install()
+        import numpy as np, onnxruntime
+        import torch, torch.onnx
+        from torch.onnx.errors import UnsupportedOperatorError
+        assert torch.onnx.export is dygrad.onnx.export and not torch.onnx.is_in_onnx_export()
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        x = torch.randn(3, 4)
+        torch.onnx.export(net, (x,), {str(tmp_path / 'net.onnx')!r}, input_names=["x"], dynamo=False)
+        s = onnxruntime.InferenceSession({str(tmp_path / 'net.onnx')!r}, providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(s.run(None, {{"x": x.numpy()}})[0], net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
