@@ -21,8 +21,8 @@ APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.
 APT_OPTIONAL = libdnnl-dev
-PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0 transformers==5.25.0
-PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch, transformers
+PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0 transformers==5.25.0 onnx==1.23.2 onnxruntime==1.32.0
+PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch, transformers, onnx, onnxruntime
 
 # Whether package $$p is installed for this machine's architecture (or for all): `dpkg -s NAME` fails as ambiguous
 # once the same package is installed for a second architecture too (make test-aarch64 adds arm64's).
