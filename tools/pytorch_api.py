@@ -47,6 +47,9 @@ DIFFERS = {
     "torch.jit.script": "returns the function or module unchanged (it runs eagerly: TorchScript's semantics are "
                         "Python's); wrap it in dygrad.jit to capture it",
     "torch.jit.trace": "returns the function or module unchanged (see torch.jit.script)",
+    "torch.onnx.export": "through dygrad.jit's capture (docs/onnx.md): returns None (torch's dynamo=False result; "
+                         "no ONNXProgram) and `f` is required; dynamic_axes/dynamic_shapes are fitted from the "
+                         "forward lowered at sampled sizes (integer sizes of degree <= 2 in the dims)",
     "torch.set_float32_matmul_precision": "accepted; float32 GEMMs are full float32 at every setting",
     "torch.Generator": "torch's MT19937 draws for randperm/randint (data order); get_state() has dygrad's layout; "
                        "tensor RNG (rand, randn, init, dropout) is dygrad's counter-based generator, not affected",
@@ -176,6 +179,7 @@ AREAS = [
                 # what transformers' runs reach (tests/python/test_transformers.py)
                 "get_default_dtype", "set_default_dtype", "UntypedStorage", "strided", "layout", "short", "cfloat",
                 "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]),
+    ("ONNX export", "torch.onnx", lambda m: list(m.__all__)),
     ("Pytrees", "torch.utils._pytree",
      lambda m: ["tree_flatten", "tree_unflatten", "tree_leaves", "tree_structure", "tree_map", "tree_map_",
                 "tree_map_only", "tree_iter", "tree_all", "tree_any", "tree_all_only", "tree_any_only",
