@@ -228,6 +228,33 @@ def test_views_are_cut_from_their_buffer():
         np.testing.assert_array_equal(g, w.numpy())
 
 
+class Elementwise(nn.Module):
+    """The other ops a model issues: where, clamp, reductions (keepdim or not), gather, argmax, max over a dim,
+    tril/triu, masked_fill, factories, cumsum, casts, gelu's tanh form, silu, pow, cat, rsqrt (nan below 0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 5)
+
+    def forward(self, x, i):
+        y = dg.where(x > 0, x, x * 0.1)
+        z = self.lin(y).relu().clamp(max=0.5) + y.amax(-1, keepdim=True).exp() - y.sum(0).sigmoid()[:5]
+        w = F.log_softmax(z, -1).gather(1, i) + z.argmax(-1, keepdim=True).float() + z.max(1).values[:, None]
+        t = z.tril(1) * z.triu(-1) + z.masked_fill(z > 0.2, 3.0) - dg.full((4, 5), 2.0) + dg.ones(4, 5).cumsum(0)
+        return (w, t, (x.long() + 1) * 2, F.gelu(x, approximate="tanh"), F.silu(x) / (1 + x.abs()), x.pow(3),
+                dg.cat([x, x.neg()], 1).rsqrt())
+
+
+def test_common_ops_run_in_onnxruntime_as_eager():
+    dg.manual_seed(2)
+    model, x, i = Elementwise(), dg.randn(4, 6), dg.randint(0, 5, (4, 2))
+    got = run_onnx(export_bytes(model, (x, i)), x=x, i=i)
+    want = [t.detach().numpy() for t in model(x, i)]
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):  # elementwise: equal up to the last bit of a transcendental
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
 class UsesCumprod(nn.Module):
     def forward(self, x):
         y = x * 2

@@ -111,12 +111,13 @@ class _Walk:
         value = self.values[vi]
         bi = value[0]
         kind = self.buffers[bi][0]
-        if bi not in self.contents:
-            if kind != "fixed":
-                raise OnnxExporterError(f"[onnx.export] {reader} reads a buffer no captured op wrote (data made on "
-                                        "the host inside the forward?)")
-            self.contents[bi] = self._fixed(bi, value)
-        name, base_geometry = self.contents[bi]
+        if kind == "fixed":  # per value: one storage may hold several of the model's tensors
+            name, base_geometry = self._fixed(bi, value)
+        elif bi in self.contents:
+            name, base_geometry = self.contents[bi]
+        else:
+            raise OnnxExporterError(f"[onnx.export] {reader} reads a buffer no captured op wrote (data made on "
+                                    "the host inside the forward?)")
         if name is None:
             raise OnnxExporterError(f"[onnx.export] {reader} reads an output the exporter does not compute (a "
                                     "statistic an op saves for its backward)")
@@ -143,7 +144,7 @@ class _Walk:
         if name is not None:
             self.views[vi] = name
 
-    def op(self, index, record):
+    def op(self, record):
         name, _, attrs, inputs, outputs, file, line = record
         where = f"issued at {file}:{line}" if file else "issued from dygrad's own code"
         lower = LOWERINGS.get(name)
@@ -189,8 +190,8 @@ def lower(model, args, kwargs, opset, input_names, output_names, default_names, 
     for n in names:
         b.fresh(n)
     walk = _Walk(records, b, _named_state(model), names, tensors)
-    for i, record in enumerate(records["ops"]):
-        walk.op(i, record)
+    for record in records["ops"]:
+        walk.op(record)
     outputs = list(output_names or [])[:len(leaves)]
     defaults = ["output"] if len(leaves) == 1 else [f"output_{i}" for i in range(len(leaves))]
     outputs += defaults[len(outputs):]

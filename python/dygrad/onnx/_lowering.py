@@ -215,6 +215,12 @@ def _cat(b, op):
     return [b.node("Concat", _operands_as(b, op, op.out_dtype()), axis=op.attrs["dim"])]
 
 
+def _cumsum(b, op):
+    x = _cast(b, op.inputs[0], op.in_dtype(0), op.out_dtype())
+    axis = b.constant(np.asarray(op.attrs["dim"], np.int64), "axis")
+    return [b.node("CumSum", [x, axis], reverse=int(op.attrs.get("reverse", False)))]
+
+
 def _addmm(b, op):  # beta * bias + alpha * (a @ m)
     dt = op.out_np()
     product = b.node("MatMul", [op.inputs[1], op.inputs[2]])
@@ -368,7 +374,7 @@ LOWERINGS = {
     "max_dim": _extremum_dim("ReduceMax", "ArgMax"), "min_dim": _extremum_dim("ReduceMin", "ArgMin"),
     "softmax": _softmax("Softmax"), "log_softmax": _softmax("LogSoftmax"),
     "copy": _copy, "fill": _fill, "arange": _arange, "masked_fill": _masked_fill, "where": _where,
-    "tril": _triangle, "triu": _triangle, "cat": _cat,
+    "tril": _triangle, "triu": _triangle, "cat": _cat, "cumsum": _cumsum,
     "embedding": _embedding, "index_select": _index_select, "gather": _gather,
     "rms_norm": _rms_norm, "swiglu": _swiglu, "rotary_attention": _rotary_attention,
     "rotary_position_embedding": _rotary_position_embedding,
