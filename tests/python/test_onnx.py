@@ -293,6 +293,17 @@ def test_a_host_read_in_the_forward_is_refused():
         export_bytes(ReadsHost(), (dg.randn(3),))
 
 
+def test_training_graphs_and_options_it_cannot_honour_are_refused():
+    model, x = nn.Linear(3, 2), dg.randn(1, 3)
+    for options in (dict(training=2), dict(export_params=False), dict(keep_initializers_as_inputs=True)):
+        with pytest.raises(NotImplementedError):
+            export_bytes(model, (x,), **options)
+    with pytest.raises(ValueError, match="opset_version 16"):
+        export_bytes(model, (x,), opset_version=16)
+    with pytest.raises(TypeError):
+        export_bytes(model, (x,), no_such_option=1)
+
+
 # --- torch.onnx under as_torch --------------------------------------------------------------------------------------
 def test_torch_onnx_under_as_torch_is_dygrads_exporter(tmp_path):
     script = textwrap.dedent(f"""

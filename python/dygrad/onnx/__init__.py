@@ -32,7 +32,9 @@ def is_in_onnx_export():
 def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=None, output_names=None,
            opset_version=None, dynamo=True, external_data=True, dynamic_shapes=None, export_params=True,
            keep_initializers_as_inputs=False, dynamic_axes=None, training=None, do_constant_folding=True,
-           optimize=True, **unused):
+           optimize=True, custom_translation_table=None, report=False, verify=False, profile=False,
+           dump_exported_program=False, artifacts_dir=".", operator_export_type=None, custom_opsets=None,
+           export_modules_as_functions=False, autograd_inlining=True):
     """Writes `model(*args, **kwargs)`'s forward as an ONNX model to `f` (a path or a binary file-like object).
 
     Follows torch.onnx.export's signature. Returns None (what torch returns with dynamo=False; torch's dynamo
@@ -48,6 +50,12 @@ def export(model, args=(), f=None, *, kwargs=None, verbose=None, input_names=Non
                          "ONNXProgram)")
     if not export_params:
         raise NotImplementedError("[onnx.export] export_params=False is not supported: parameters are initializers")
+    if keep_initializers_as_inputs:
+        raise NotImplementedError("[onnx.export] keep_initializers_as_inputs=True is not supported")
+    mode = getattr(training, "name", training)
+    if mode in ("TRAINING", 2) or (mode in ("PRESERVE", 1) and getattr(model, "training", False)):
+        raise NotImplementedError("[onnx.export] training graphs are not exported: the forward runs in eval mode "
+                                  "(training=TrainingMode.EVAL, torch's default)")
     opset = DEFAULT_OPSET if opset_version is None else int(opset_version)
     if opset < MIN_OPSET or opset > onnx.defs.onnx_opset_version():
         raise ValueError(f"[onnx.export] opset_version {opset}: dygrad writes opsets {MIN_OPSET} to "
