@@ -305,19 +305,35 @@ def test_training_graphs_and_options_it_cannot_honour_are_refused():
 
 
 # --- torch.onnx under as_torch --------------------------------------------------------------------------------------
-def test_torch_onnx_under_as_torch_is_dygrads_exporter(tmp_path):
+def test_torch_onnx_under_as_torch_exports_nanogpts_model(tmp_path):
+    """tests/python/port/gpt2_train.py's GPT (nanoGPT's model.py, unmodified torch code) through torch.onnx.export
+    under dygrad.as_torch, with a dynamic batch and sequence length."""
+    path = str(tmp_path / "gpt.onnx")
     script = textwrap.dedent(f"""
+        import sys
         import dygrad, dygrad.as_torch
         dygrad.as_torch.install()
+        sys.path.insert(0, {os.path.join(os.path.dirname(__file__), "port")!r})
         import numpy as np, onnxruntime
         import torch, torch.onnx
         from torch.onnx.errors import UnsupportedOperatorError
+        from gpt2_train import GPT, GPTConfig
         assert torch.onnx.export is dygrad.onnx.export and not torch.onnx.is_in_onnx_export()
-        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-        x = torch.randn(3, 4)
-        torch.onnx.export(net, (x,), {str(tmp_path / 'net.onnx')!r}, input_names=["x"], dynamo=False)
-        s = onnxruntime.InferenceSession({str(tmp_path / 'net.onnx')!r}, providers=["CPUExecutionProvider"])
-        np.testing.assert_allclose(s.run(None, {{"x": x.numpy()}})[0], net(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64))
+        idx, targets = torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 16))
+        torch.onnx.export(model, (idx, targets), {path!r}, input_names=["idx", "targets"], dynamo=False,
+                          output_names=["logits", "loss"], dynamic_axes={{"idx": {{0: "batch", 1: "seq"}},
+                                                                         "targets": {{0: "batch", 1: "seq"}}}})
+        session = onnxruntime.InferenceSession({path!r}, providers=["CPUExecutionProvider"])
+        model.eval()
+        for shape in [(2, 16), (3, 7)]:
+            idx, targets = torch.randint(0, 256, shape), torch.randint(0, 256, shape)
+            logits, loss = session.run(None, {{"idx": idx.numpy(), "targets": targets.numpy()}})
+            with torch.no_grad():
+                want_logits, want_loss = model(idx, targets)
+            np.testing.assert_allclose(logits, want_logits.numpy(), rtol=1e-4, atol=1e-4)
+            assert abs(float(loss) - want_loss.item()) <= 1e-4 * want_loss.item()
         print("ok")
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
