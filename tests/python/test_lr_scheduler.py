@@ -44,6 +44,11 @@ SCHEDULES = {
     "CosineAnnealingWarmRestarts-T_mult-1": lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=5),
     "ChainedScheduler": lambda m, o: m.ChainedScheduler([m.ConstantLR(o, factor=0.5, total_iters=3),
                                                          m.ExponentialLR(o, gamma=0.9)]),
+    "CyclicLR": lambda m, o: m.CyclicLR(o, base_lr=0.01, max_lr=[0.1, 0.05], step_size_up=4, step_size_down=3),
+    "CyclicLR-triangular2": lambda m, o: m.CyclicLR(o, base_lr=[0.01, 0.002], max_lr=0.1, step_size_up=3,
+                                                    mode="triangular2", base_momentum=0.85, max_momentum=0.95),
+    "CyclicLR-exp_range": lambda m, o: m.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=5, mode="exp_range",
+                                                  gamma=0.9, cycle_momentum=False),
     "SequentialLR-warmup-multistep": lambda m, o: m.SequentialLR(
         o, [m.LinearLR(o, start_factor=0.1, total_iters=3), m.MultiStepLR(o, milestones=[5, 9])], milestones=[3]),
 }
@@ -73,7 +78,7 @@ def test_schedule_matches_torch(name, optimizer):
 
 @pytest.mark.parametrize("name", ["StepLR", "CosineAnnealingLR", "LinearLR", "SequentialLR", "LambdaLR",
                                   "MultiStepLR", "ExponentialLR", "PolynomialLR", "CosineAnnealingWarmRestarts",
-                                  "ChainedScheduler", "MultiplicativeLR"])
+                                  "ChainedScheduler", "MultiplicativeLR", "CyclicLR"])
 def test_state_dict_resumes_the_schedule(name):
     d_opt, t_opt = optimizers()
     d_sched = SCHEDULES[name](dg.optim.lr_scheduler, d_opt)
@@ -200,7 +205,9 @@ def test_new_schedules_refuse_what_torch_refuses():
                  lambda m, o: m.ReduceLROnPlateau(o, min_lr=[0.1]),
                  lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=0),
                  lambda m, o: m.CosineAnnealingWarmRestarts(o, T_0=2, T_mult=0),
-                 lambda m, o: m.ChainedScheduler([])):
+                 lambda m, o: m.ChainedScheduler([]),
+                 lambda m, o: m.CyclicLR(o, base_lr=0.1, max_lr=1.0, mode="sawtooth"),
+                 lambda m, o: m.CyclicLR(o, base_lr=[0.1], max_lr=1.0)):
         d_opt, t_opt = optimizers()
         with pytest.raises(ValueError) as theirs:
             make(torch.optim.lr_scheduler, t_opt)

@@ -1,8 +1,8 @@
 """Learning-rate schedules as torch.optim.lr_scheduler 2.13: LambdaLR, MultiplicativeLR, StepLR, MultiStepLR,
 ConstantLR, LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, OneCycleLR,
-SequentialLR, ChainedScheduler and ReduceLROnPlateau, with torch's chainable updates (each step derives the new lr
-from the group's current one, so schedules compose), closed forms for `step(epoch)`, warnings and state_dict layout.
-Not provided: CyclicLR."""
+SequentialLR, ChainedScheduler, ReduceLROnPlateau and CyclicLR, with torch's chainable updates (each step derives the
+new lr from the group's current one, so schedules compose), closed forms for `step(epoch)`, warnings and state_dict
+layout."""
 import math
 import types
 import warnings
@@ -685,3 +685,98 @@ class ReduceLROnPlateau(LRScheduler):
     def load_state_dict(self, state_dict):
         self.__dict__.update(state_dict)
         self._init_is_better(mode=self.mode, threshold=self.threshold, threshold_mode=self.threshold_mode)
+
+
+class CyclicLR(LRScheduler):
+    """The learning rate cycles between base_lr and max_lr (triangular, triangular2, exp_range or a scale_fn), the
+    momentum (or Adam's beta1) the other way between max_momentum and base_momentum (torch's)."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None, mode="triangular",
+                 gamma=1.0, scale_fn=None, scale_mode="cycle", cycle_momentum=True, base_momentum=0.8,
+                 max_momentum=0.9, last_epoch=-1):
+        base_lrs = _format_param("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups, strict=True):
+                if isinstance(group["lr"], Tensor):
+                    group["lr"].fill_(lr.item() if isinstance(lr, Tensor) else lr)
+                else:
+                    group["lr"] = lr
+        self.max_lrs = _format_param("max_lr", optimizer, max_lr)
+        step_size_up = float(step_size_up)
+        step_size_down = float(step_size_down) if step_size_down is not None else step_size_up
+        self.total_size = step_size_up + step_size_down
+        self.step_ratio = step_size_up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode = mode
+        self.gamma = gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = scale_mode
+        self._init_scale_fn()
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _format_param("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _format_param("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for high, low, group in zip(self.max_momentums, self.base_momentums, optimizer.param_groups,
+                                            strict=True):
+                    if self.use_beta1:
+                        group["betas"] = (high, *group["betas"][1:])
+                    else:
+                        group["momentum"] = high
+                    group["max_momentum"] = high
+                    group["base_momentum"] = low
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_scale_fn(self):
+        self._scale_fn_ref = None
+        if self._scale_fn_custom is None:
+            if self.mode == "triangular":
+                self._scale_fn_ref, self.scale_mode = (lambda x: 1.0), "cycle"
+            elif self.mode == "triangular2":
+                self._scale_fn_ref, self.scale_mode = (lambda x: 1 / (2.0 ** (x - 1))), "cycle"
+            elif self.mode == "exp_range":
+                gamma = self.gamma
+                self._scale_fn_ref, self.scale_mode = (lambda x: gamma ** x), "iterations"
+
+    def scale_fn(self, x):
+        return self._scale_fn_custom(x) if self._scale_fn_custom is not None else self._scale_fn_ref(x)
+
+    def get_lr(self):
+        self._warn_if_called_outside_step()
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        scale_factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        at = cycle if self.scale_mode == "cycle" else self.last_epoch
+        lrs = [base_lr + (max_lr - base_lr) * scale_factor * self.scale_fn(at)
+               for base_lr, max_lr in zip(self.base_lrs, self.max_lrs, strict=True)]
+        if self.cycle_momentum:
+            for low, high, group in zip(self.base_momentums, self.max_momentums, self.optimizer.param_groups,
+                                        strict=True):
+                momentum = high - (high - low) * scale_factor * self.scale_fn(at)
+                if self.use_beta1:
+                    group["betas"] = (momentum, *group["betas"][1:])
+                else:
+                    group["momentum"] = momentum
+        return lrs
+
+    def state_dict(self):
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_scale_fn_ref", "_scale_fn_custom")}
+        fn = self._scale_fn_custom
+        state["_scale_fn_custom"] = fn.__dict__.copy() if fn is not None and not isinstance(fn, types.FunctionType) \
+            else None
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        fn = state_dict.pop("_scale_fn_custom", None)
+        custom = self._scale_fn_custom
+        self.__dict__.update(state_dict)
+        self._scale_fn_custom = custom
+        if fn is not None and custom is not None:
+            custom.__dict__.update(fn)
+        self._init_scale_fn()
