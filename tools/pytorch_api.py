@@ -97,6 +97,12 @@ DIFFERS = {
                         "(read by the fused Task as it runs)",
     "torch.optim.AdamW": "as Adam; foreach/fused accepted, the step is always dygrad's fused multi-tensor Task",
     "torch.optim.SGD": "composed of in-place ops (no fused kernel); differentiable=True raises",
+    "torch.optim.RMSprop": "torch's single-tensor formula op for op (no fused kernel: optim/composed.py); "
+                           "differentiable=True raises",
+    "torch.optim.Adagrad": "as RMSprop (optim/composed.py); the step count is read on the host, as torch's",
+    "torch.optim.Adamax": "as RMSprop (optim/composed.py)",
+    "torch.optim.NAdam": "as RMSprop (optim/composed.py); the mu product is read on the host, as torch's",
+    "torch.optim.RAdam": "as RMSprop (optim/composed.py); the step count is read on the host, as torch's",
     "torch.utils.data.DataLoader": "workers are forked and run dygrad ops synchronously, collate into NumPy, and the "
                                    "parent wraps batches with from_numpy; pin_memory=True pins each batch while a "
                                    "device backend provides pinned memory, else warns as torch and is a no-op "

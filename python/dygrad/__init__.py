@@ -35,6 +35,8 @@ _C._set_meta_device(device("meta"))  # the device of a tensor made under torch.d
 _C._set_device_class(device)  # the other devices' Tensor.device
 testing._enable_from_environment()  # DYGRAD_TEST_DEVICES=n: the asynchronous test device (docs/devices.md)
 _tensor.install()
+from . import _inplace  # noqa: E402
+_inplace.install()  # torch's in-place methods without a kernel of their own: twin + copy_
 # Finish queued work while Python can still release what the stream holds (see python/src/interop.cpp).
 _atexit.register(_C._interpreter_exiting)
 
