@@ -2,7 +2,10 @@
 rank: plain DDP, ZeRO-1 (ZeroRedundancyOptimizer over DDP), ZeRO-2 (fully_shard(reshard_after_forward=False)) and
 ZeRO-3 (fully_shard), each on 2 ranks, plus each framework's single-process step.
 
-    python3 bench/sharding.py [--config bench] [--steps 8] [--rounds 3]
+    python3 bench/sharding.py [--config bench] [--steps 8] [--rounds 3] [--levels ddp,fsdp] [--jit]
+
+--jit adds, per level, dygrad's step compiled with dg.jit (forward, backward and the optimizer's step replayed as one
+Task with its collectives inside) beside the eager one (dygrad only: torch.compile does not take FSDP2 on gloo here).
 
 dygrad's ranks run under mpirun (DistributedDataParallel, dygrad.distributed.optim.ZeroRedundancyOptimizer and
 dygrad.distributed.fsdp.fully_shard over MPI); torch's under torch.multiprocessing on gloo (DDP,
@@ -26,7 +29,7 @@ LEVELS = ("ddp", "zero1", "zero2", "fsdp")
 
 
 # --- dygrad ----------------------------------------------------------------------------------------------------------
-def dygrad_worker(cfg, steps, level):
+def dygrad_worker(cfg, steps, level, jit=False):
     import numpy as np
 
     import dygrad as dg
@@ -58,16 +61,22 @@ def dygrad_worker(cfg, steps, level):
     rng = np.random.default_rng(rank)
     data = rng.integers(0, c.vocab_size, size=(c.batch_size, c.seq_len + 1))
     x, y = dg.tensor(data[:, :-1].copy()), dg.tensor(data[:, 1:].copy())
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
+    def train_step(x, y):
         loss = train_model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        return loss.detach()
+    step = dg.jit(train_step) if jit else train_step
+    times = []
+    for _ in range(steps + (2 if jit else 0)):  # under --jit: the eager call and the capture are not timed
+        t = time.perf_counter()
+        loss = step(x, y)
         dg.synchronize()
         times.append(time.perf_counter() - t)
-    st = statistics.median(times[1:])
+    if jit and step.stats["segment_calls"]:
+        raise SystemExit(f"the {level} step ran as segments under dg.jit: {step.stats}")
+    st = statistics.median(times[(3 if jit else 1):])
     if rank == 0:
         print(f"cfg {cfg} world {world} step_s {st:.4f} tokens_per_s {c.batch_size * c.seq_len * world / st:.0f} "
               f"loss {loss.item():.4f}", flush=True)
@@ -75,9 +84,9 @@ def dygrad_worker(cfg, steps, level):
         dist.destroy_process_group()
 
 
-def run_dygrad(cfg, steps, world, level):
+def run_dygrad(cfg, steps, world, level, jit=False):
     from dygrad.distributed.run import mpirun_command
-    args = ["--worker", "--config", cfg, "--steps", str(steps), "--level", level]
+    args = ["--worker", "--config", cfg, "--steps", str(steps), "--level", level] + (["--jit"] if jit else [])
     cmd = mpirun_command(world, __file__, args) if world > 1 else [sys.executable, __file__] + args
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     line = [l for l in out.stdout.splitlines() if l.startswith("cfg ")]
@@ -153,34 +162,41 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--levels", default=",".join(LEVELS))
+    ap.add_argument("--jit", action="store_true", help="also dygrad's step under dg.jit, per level")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--level", default="ddp", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        return dygrad_worker(args.config, args.steps, args.level)
+        return dygrad_worker(args.config, args.steps, args.level, args.jit)
     levels = [lv for lv in args.levels.split(",") if lv]
     if unknown := set(levels) - set(LEVELS):
         ap.error(f"unknown levels {sorted(unknown)}; choose from {LEVELS}")
     port = 29600
-    res = {(fw, lv): [] for fw in ("torch", "dygrad") for lv in ["1 rank"] + levels}
+    frameworks = ("torch", "dygrad") + (("dygrad jit",) if args.jit else ())
+    res = {(fw, lv): [] for fw in frameworks for lv in ["1 rank"] + levels}
     for r in range(args.rounds):
-        order = ("torch", "dygrad") if r % 2 == 0 else ("dygrad", "torch")
+        order = frameworks if r % 2 == 0 else frameworks[::-1]
         for lv in ["1 rank"] + levels:
             world = 1 if lv == "1 rank" else 2
             for fw in order:
                 port += 1
                 tok = (run_torch(args.config, args.steps, world, lv, port) if fw == "torch"
-                       else run_dygrad(args.config, args.steps, world, lv))
+                       else run_dygrad(args.config, args.steps, world, lv, jit=fw == "dygrad jit"))
                 res[(fw, lv)].append(tok)
-        print(f"round {r}: " + "; ".join(f"{lv} torch {res[('torch', lv)][-1]:.0f} dygrad {res[('dygrad', lv)][-1]:.0f} "
-                                         f"tok/s" for lv in ["1 rank"] + levels), flush=True)
+        print(f"round {r}: " + "; ".join(f"{lv} " + " ".join(f"{fw} {res[(fw, lv)][-1]:.0f}" for fw in frameworks)
+                                         + " tok/s" for lv in ["1 rank"] + levels), flush=True)
     print(f"\ncfg {args.config}, 2 ranks x 1 thread, medians of {args.rounds} interleaved rounds (tokens/s):")
-    print("| level | torch 2.13 (gloo) | dygrad (MPI) | dygrad / torch |")
-    print("| --- | ---: | ---: | ---: |")
+    jit_head = " dygrad dg.jit | dg.jit / eager |" if args.jit else ""
+    print("| level | torch 2.13 (gloo) | dygrad (MPI) | dygrad / torch |" + jit_head)
+    print("| --- | ---: | ---: | ---: |" + (" ---: | ---: |" if args.jit else ""))
     for lv in ["1 rank"] + levels:
         t, d = statistics.median(res[("torch", lv)]), statistics.median(res[("dygrad", lv)])
         ratio = statistics.median(a / b for a, b in zip(res[("dygrad", lv)], res[("torch", lv)]))
-        print(f"| {lv} | {t:.0f} | {d:.0f} | {ratio:.2f} |")
+        tail = ""
+        if args.jit:
+            j = statistics.median(res[("dygrad jit", lv)])
+            tail = f" {j:.0f} | {statistics.median(a / b for a, b in zip(res[('dygrad jit', lv)], res[('dygrad', lv)])):.2f} |"
+        print(f"| {lv} | {t:.0f} | {d:.0f} | {ratio:.2f} |" + tail)
 
 
 if __name__ == "__main__":
