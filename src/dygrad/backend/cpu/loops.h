@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 
+#include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/core/small_vector.h"
 #include "dygrad/core/tensor.h"
 #include "dygrad/runtime/thread_pool.h"
@@ -19,17 +20,7 @@ inline constexpr int kMaxOperands = 4;
 // Elements per parallel chunk below which an elementwise kernel stays on one thread.
 inline constexpr int64_t kElementwiseGrain = 32768;
 
-// The widest vector register of the kernel level this file is compiled for, in bytes (16 at the baseline, 32 at
-// avx2, 64 at avx512). Code with explicit GCC vectors that selects (`a > b ? a : b`) must not exceed it: a select
-// on a wider vector is lowered element by element (at avx2, the softmax's 64-byte row maximum ran as scalar
-// compares and moves, 4x the whole softmax's time at avx512). Arithmetic on wider vectors splits cleanly.
-#if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64;
-#elif defined(__AVX__)
-inline constexpr int kVectorBytes = 32;
-#else
-inline constexpr int kVectorBytes = 16;
-#endif
+// kVectorBytes, the widest vector register of this kernel level: accumulate.h.
 
 // Operand 0 is the output; the others are broadcast to its shape (their strides are in elements, 0 on
 // broadcast dims). Dims are coalesced: merged when every operand steps contiguously across them.

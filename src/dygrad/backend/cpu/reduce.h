@@ -128,46 +128,13 @@ void reduce_columns(const T* x, const ReduceLayout& L, A init, Step&& step, Stor
   });
 }
 
-// The larger (IsMax) or smaller of a and b, NaN if either is NaN (torch.max propagates NaN).
-template <bool IsMax, typename C>
-C extremum_step(C best, C v) {
-  const bool better = IsMax ? v > best : v < best;
-  if constexpr (std::is_floating_point_v<C>) return (better || v != v) ? v : best;
-  else return better ? v : best;
-}
-
 // The extremum of elements [begin, end) (begin < end) of one output, NaN if any is NaN. Contiguous
-// float32/float64 rows run in explicit SIMD lanes (GCC/Clang vector extensions): the compiler does not
-// vectorise a NaN-propagating select by itself.
+// float32/float64 rows run in explicit SIMD lanes (accumulate.h, lane_extremum: dygrad.jit's fused row maximum
+// calls the same function).
 template <bool IsMax, typename C, typename T>
 C row_extremum(const T* base, const ReduceLayout& L, int64_t begin, int64_t end) {
   if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
-    if (L.reduced_is_contiguous_row()) {
-      constexpr int kWidth = kVectorBytes / sizeof(C);  // a select: no wider than the level's registers (loops.h)
-      typedef C Lanes __attribute__((vector_size(kVectorBytes)));
-      const C* x = base + begin;
-      const int64_t n = end - begin;
-      Lanes best, nan_lanes;
-      for (int k = 0; k < kWidth; ++k) {
-        best[k] = x[0];
-        nan_lanes[k] = C(0);
-      }
-      int64_t i = 0;
-      for (; i + kWidth <= n; i += kWidth) {
-        Lanes v;
-        std::memcpy(&v, x + i, sizeof(Lanes));
-        best = (IsMax ? v > best : v < best) ? v : best;
-        nan_lanes = (v != v) ? v : nan_lanes;  // remembers a NaN the comparisons drop
-      }
-      C result = best[0];
-      bool has_nan = false;
-      for (int k = 0; k < kWidth; ++k) {
-        result = extremum_step<IsMax>(result, static_cast<C>(best[k]));
-        has_nan |= nan_lanes[k] != nan_lanes[k];
-      }
-      for (; i < n; ++i) result = extremum_step<IsMax>(result, x[i]);
-      return has_nan ? std::numeric_limits<C>::quiet_NaN() : result;
-    }
+    if (L.reduced_is_contiguous_row()) return lane_extremum<IsMax, C>(base + begin, end - begin);
   }
   const C first = static_cast<C>(base[L.reduced_is_contiguous_row() ? begin : L.reduced_offset(begin)]);
   return lane_reduce<C>(base, L, begin, end, first, extremum_step<IsMax, C>, extremum_step<IsMax, C>);
