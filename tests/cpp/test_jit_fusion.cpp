@@ -1,7 +1,8 @@
 // dygrad.jit's O1 passes (jit/fusion.h, docs/jit-fusion.md) on the C++ core: CSE, DCE and elementwise fusion on a
 // captured graph, a fused sub-op run by the interpreter (no compiler involved) equal to eager bit for bit, the arena
-// smaller, the generated source naming its ops. The compile, the cache and the Python API:
+// smaller, the generated source naming its ops; row programs (a reduction read back into its row) likewise. The compile, the cache and the Python API:
 // tests/python/test_jit_fusion.py.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/math.h"
+#include "dygrad/ops/reduce.h"
 #include "dygrad/runtime/stream.h"
 #include "harness.h"
 
@@ -55,6 +57,47 @@ TEST(JitFusion, PassesFuseAChainAndTheInterpreterEqualsEager) {
     Tensor x = add(full(Shape{16, 64}, v), rand(Shape{16, 64}));
     EXPECT_EQ(values(o1->launch({x})[0]), values(body(x)));
     EXPECT_EQ(values(graph->launch({x})[0]), values(body(x)));
+  }
+}
+
+
+// The composed RMSNorm and softmax over rows of 37 (whole groups of eight lanes and a tail): one sub-op each, a row
+// program of two and three passes, interpreted with eager's bits.
+TEST(JitFusion, RowProgramsRunAReductionAndWhatReadsItBackAsOneSubOp) {
+  Stream::cpu().synchronize();
+  Tensor w = add(full(Shape{37}, 0.5), rand(Shape{37}));
+  const int64_t last = 1;
+  auto rmsnorm = [&](const Tensor& x) { return mul(mul(x, rsqrt(add(mean(mul(x, x), IntSpan(&last, 1), true), 1e-6))), w); };
+  auto softmax = [&](const Tensor& x) {
+    Tensor e = exp(sub(x, amax(x, IntSpan(&last, 1), true)));
+    return div(e, sum(e, IntSpan(&last, 1), true));
+  };
+  struct Case {
+    std::function<Tensor(const Tensor&)> body;
+    const char* name;
+    int32_t passes;
+  };
+  for (const Case& c : {Case{rmsnorm, "mul+sum+div_scalar+add_scalar+rsqrt+mul+mul", 2},
+                        Case{softmax, "amax+add+exp+sum+div", 3}}) {
+    Tensor x0 = mul(rand(Shape{12, 37}), 4.0);
+    std::shared_ptr<Graph> graph;
+    {
+      Capture capture({x0});
+      Tensor y = c.body(x0);
+      capture.end();
+      graph = capture.build({y});
+      ASSERT_TRUE(graph);
+    }
+    std::shared_ptr<Graph> o1 = graph->optimized(jit::PassConfig{});
+    EXPECT_EQ(o1->num_ops(), 1u);
+    ASSERT_EQ(o1->programs().size(), 1u);
+    EXPECT_EQ(o1->programs()[0]->name, c.name);
+    EXPECT_TRUE(o1->programs()[0]->row_reduction);
+    EXPECT_EQ(o1->programs()[0]->passes, c.passes);
+    for (float shift : {-2.0f, 0.0f, 3.0f}) {
+      Tensor x = add(mul(rand(Shape{12, 37}), 4.0), shift);
+      EXPECT_EQ(values(o1->launch({x})[0]), values(c.body(x)));
+    }
   }
 }
 

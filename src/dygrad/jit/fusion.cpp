@@ -171,6 +171,49 @@ std::string op_source(const GraphOp& op) {
 
 constexpr size_t kMaxGroupSlots = 32;
 
+// A reduction a row program can take: `sum` or `amax` over the innermost dim of a float32/float64 value contiguous
+// along it, with more than one row and rows of more than one element, into a contiguous output of one value per
+// row (keepdim or not). That is eager's row path (backend/cpu/reduce.cpp's sum_strided on a contiguous row:
+// eight_lane_sum; reduce_minmax.cpp's row_extremum: lane_extremum), whose order the program keeps. A single output
+// (a full reduction: chunked, another order), a column or strided row, `max` with indices, or another reduction
+// (var, logsumexp) is not one.
+struct RowReduction {
+  bool ok = false;
+  DType dtype = DType::Float32;
+  Dims shape;  // the reduced input's: [rows..., C]
+};
+RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& values) {
+  RowReduction r;
+  const std::string name = op.op->name;
+  if ((name != "sum" && name != "amax") || op.op->fusion != FusionClass::Reduction) return r;
+  if (op.inputs.size() != 1 || op.outputs.size() != 1 || op.inputs[0] < 0 || op.outputs[0] < 0 ||
+      op.attrs.type() != attrs_type<ReduceAttrs>())
+    return r;
+  const Value& in = values[size_t(op.inputs[0])];
+  const Value& out = values[size_t(op.outputs[0])];
+  const size_t nd = in.sizes.size();
+  if (nd < 2 || (in.dtype != DType::Float32 && in.dtype != DType::Float64) || out.dtype != in.dtype) return r;
+  const Dims& dims = op.attrs.get<ReduceAttrs>().dims;
+  if (dims.size() != 1 || dims[0] != int64_t(nd) - 1 || in.strides[nd - 1] != 1 || in.sizes[nd - 1] < 2) return r;
+  if (out.sizes.size() != nd && out.sizes.size() + 1 != nd) return r;
+  if (out.sizes.size() == nd && out.sizes[nd - 1] != 1) return r;
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) {
+    if (out.sizes[d] != in.sizes[d]) return r;
+    rows *= in.sizes[d];
+  }
+  if (rows < 2) return r;
+  int64_t expect = 1;  // the output contiguous: one value per row, rows in order
+  for (size_t d = out.sizes.size(); d-- > 0;) {
+    if (out.sizes[d] != 1 && out.strides[d] != expect) return r;
+    expect *= out.sizes[d];
+  }
+  r.ok = true;
+  r.dtype = in.dtype;
+  r.shape = in.sizes;
+  return r;
+}
+
 }  // namespace
 
 // Lifetimes of Internal buffers from the ops as they now are (prepare() plans the arena from them).
@@ -298,6 +341,11 @@ std::string Passes::cse(Graph& g) {
 // another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops never move past each
 // other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
 // eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
+//
+// Row reductions (row_reduction_at: eager's row path of `sum` and `amax`) join a run of the shape [rows..., C] they
+// reduce, as can start one, and make it a row program (runtime/fused_program.h): after one, the elementwise ops of
+// the row shape ([rows..., 1] or [rows...]: the mean's divide, the `+ eps`, the rsqrt) join as row records, and the
+// ops of the run's shape that follow, reading the row values broadcast along the row, as the next pass.
 std::string Passes::fuse(Graph& g) {
   if (!g.device_.is_cpu() || !op_jit_fused.kernel(Device::Type::CPU)) return "no fusion on this device";
   // Per buffer, the ops that use it (any operand).
@@ -329,6 +377,7 @@ std::string Passes::fuse(Graph& g) {
     return true;
   };
 
+  enum class Kind : uint8_t { Vector, Row, Reduce };
   std::vector<GraphOp> next;
   size_t groups = 0, fused_ops = 0, eliminated = 0;
   size_t i = 0;
@@ -336,37 +385,75 @@ std::string Passes::fuse(Graph& g) {
     DType dtype;
     Dims shape;
     if (!fusible_at(i, dtype, shape)) {
-      next.push_back(std::move(g.ops_[i]));
-      ++i;
-      continue;
+      const RowReduction r = row_reduction_at(g.ops_[i], g.values_);
+      if (!r.ok) {
+        next.push_back(std::move(g.ops_[i]));
+        ++i;
+        continue;
+      }
+      dtype = r.dtype;
+      shape = r.shape;
     }
-    // Grow the run [i, j) while the slot rule holds.
+    const size_t nd = shape.size();
+    // The row shapes (a row program's row records): [rows..., 1] and [rows...].
+    Dims keep_shape = shape, row_shape = shape;
+    if (nd) {
+      keep_shape.back() = 1;
+      row_shape.pop_back();
+    }
+    // Grow the run [i, j) while the slot rule holds. A slot's key: its strides over `shape`; a value of a row op
+    // without its last dim ([rows...]) is read as [rows..., 1].
     std::vector<SlotKey> keys;        // distinct geometries
     std::map<int32_t, int32_t> written_key;  // buffer written in the run -> its one key
     std::map<int32_t, std::set<int32_t>> buffer_keys;
-    auto key_of = [&](int32_t v) {
+    auto key_of = [&](int32_t v, bool squeezed) {
       const Value& val = g.values_[size_t(v)];
-      SlotKey k{val.buffer, val.offset, broadcast_strides(val, shape)};
+      Dims strides = broadcast_strides(val, squeezed ? row_shape : shape);
+      if (squeezed) strides.push_back(0);
+      SlotKey k{val.buffer, val.offset, std::move(strides)};
       for (size_t s = 0; s < keys.size(); ++s)
         if (keys[s] == k) return int32_t(s);
-      keys.push_back(k);
+      keys.push_back(std::move(k));
       return int32_t(keys.size() - 1);
     };
+    // Per op of the run: its kind, whether it is a row op of the shape [rows...], its pass (row programs).
+    std::vector<Kind> kinds;
+    std::vector<uint8_t> squeezed_op;
+    std::vector<int32_t> pass_of;
+    int32_t pass = 0;
+    bool reduced = false, vectors_in_pass = false;
     size_t j = i;
     while (j < g.ops_.size()) {
+      const GraphOp& op = g.ops_[j];
+      Kind kind;
+      bool squeezed = false;  // a row op of the shape [rows...]
       DType d2;
       Dims s2;
-      if (!fusible_at(j, d2, s2) || d2 != dtype || !std::ranges::equal(s2, shape)) break;
+      if (fusible_at(j, d2, s2)) {
+        if (d2 != dtype) break;
+        if (std::ranges::equal(s2, shape)) kind = Kind::Vector;
+        else if (reduced && (std::ranges::equal(s2, keep_shape) || std::ranges::equal(s2, row_shape))) {
+          kind = Kind::Row;
+          squeezed = s2.size() + 1 == nd;
+        } else {
+          break;
+        }
+      } else {
+        const RowReduction r = row_reduction_at(op, g.values_);
+        if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape)) break;
+        kind = Kind::Reduce;
+      }
       const size_t keys_before = keys.size();
       auto saved_written = written_key;
       auto saved_buffers = buffer_keys;
       bool ok = true;
-      const GraphOp& op = g.ops_[j];
-      for (int32_t v : op.inputs) buffer_keys[g.values_[size_t(v)].buffer].insert(key_of(v));
+      for (int32_t v : op.inputs) buffer_keys[g.values_[size_t(v)].buffer].insert(key_of(v, squeezed));
       const int32_t ov = op.outputs[0];
       const int32_t ob = g.values_[size_t(ov)].buffer;
-      buffer_keys[ob].insert(key_of(ov));
-      written_key[ob] = key_of(ov);
+      const bool squeezed_out = kind == Kind::Reduce ? g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed;
+      const int32_t ok_key = key_of(ov, squeezed_out);
+      buffer_keys[ob].insert(ok_key);
+      written_key[ob] = ok_key;
       for (const auto& [b, k] : written_key)
         if (buffer_keys[b].size() != 1) ok = false;
       if (keys.size() > kMaxGroupSlots) ok = false;
@@ -376,44 +463,29 @@ std::string Passes::fuse(Graph& g) {
         buffer_keys = std::move(saved_buffers);
         break;
       }
+      // Passes: a reduction ends its pass; a row op after vector ops of a pass opens the next one.
+      if (kind == Kind::Row && vectors_in_pass) {
+        ++pass;
+        vectors_in_pass = false;
+      }
+      kinds.push_back(kind);
+      squeezed_op.push_back(squeezed);
+      pass_of.push_back(pass);
+      if (kind == Kind::Vector) vectors_in_pass = true;
+      if (kind == Kind::Reduce) {
+        ++pass;
+        vectors_in_pass = false;
+        reduced = true;
+      }
       ++j;
     }
-    // A row sum ending the run (eager's `sum` over the contiguous innermost dim of the run's last result, on its
-    // row path: more than one row): it becomes the program's last record, in eager's order.
-    bool tail = false;
-    if (j < g.ops_.size() && shape.size() >= 1 && std::string(g.ops_[j].op->name) == "sum") {
-      const GraphOp& s = g.ops_[j];
-      const GraphOp& last = g.ops_[j - 1];
-      const size_t nd = shape.size();
-      int64_t rows = 1;
-      for (size_t d = 0; d + 1 < nd; ++d) rows *= shape[d];
-      if (s.inputs.size() == 1 && s.outputs.size() == 1 && s.inputs[0] >= 0 && s.outputs[0] >= 0 &&
-          s.attrs.type() == attrs_type<ReduceAttrs>()) {
-        const Dims& dims = s.attrs.get<ReduceAttrs>().dims;
-        const Value& in = g.values_[size_t(s.inputs[0])];
-        const Value& out = g.values_[size_t(s.outputs[0])];
-        const Value& made = g.values_[size_t(last.outputs[0])];
-        const bool keepdim = out.sizes.size() == nd;
-        bool ok = dims.size() == 1 && dims[0] == int64_t(nd) - 1 && same_geometry(in, made) &&
-                  std::ranges::equal(in.sizes, shape) && in.strides[nd - 1] == 1 && shape[nd - 1] > 1 && rows > 1 &&
-                  out.dtype == dtype && (keepdim || out.sizes.size() + 1 == nd) && out.offset >= 0;
-        // the output contiguous, one value per row
-        int64_t expect = 1;
-        for (size_t d = out.sizes.size(); ok && d-- > 0;) {
-          if (out.sizes[d] != 1 && out.strides[d] != expect) ok = false;
-          expect *= out.sizes[d];
-        }
-        for (size_t d = 0; ok && d + 1 < nd; ++d) ok = out.sizes[d] == shape[d];
-        tail = ok && keys.size() < kMaxGroupSlots;
-      }
-    }
-    if (j - i < (tail ? 1u : 2u)) {
+    if (j - i < 2) {
       next.push_back(std::move(g.ops_[i]));
       ++i;
       continue;
     }
-    const size_t end = j + (tail ? 1 : 0);
-    // The program of ops [i, j).
+    const size_t end = j;
+    // The program of ops [i, end).
     auto prog = std::make_shared<FusedProgram>();
     prog->dtype = dtype;
     prog->shape = shape;
@@ -427,85 +499,74 @@ std::string Passes::fuse(Graph& g) {
       if (inside) gone.insert(b);
     }
     std::vector<int32_t> slot_of_key(keys.size(), -1);
-    std::vector<int32_t> slot_value;  // per slot: a value of its geometry
+    std::vector<int32_t> slot_key;  // per slot: its key
     std::vector<uint8_t> slot_read, slot_written;
-    std::vector<int32_t> current(keys.size(), -1);  // per key over a gone buffer: the record holding it
-    std::map<int32_t, int32_t> key_index;
-    for (size_t m = i; m < j; ++m) {
+    std::vector<int32_t> slot_value;  // per slot: a value of its geometry
+    std::vector<int32_t> holder(keys.size(), -1);  // per key of an eliminated buffer: the record holding it now
+    auto slot_for = [&](int32_t k, int32_t v) {
+      if (slot_of_key[size_t(k)] < 0) {
+        slot_of_key[size_t(k)] = int32_t(slot_key.size());
+        slot_key.push_back(k);
+        slot_value.push_back(v);
+        slot_read.push_back(0);
+        slot_written.push_back(0);
+      }
+      return slot_of_key[size_t(k)];
+    };
+    for (size_t m = i; m < end; ++m) {
       const GraphOp& op = g.ops_[m];
-      const Fusible f = classify(op, dtype);
+      const Kind kind = kinds[m - i];
+      const bool squeezed = squeezed_op[m - i];
       FusedRecord rec;
-      rec.op = f.code;
-      rec.k = f.k;
+      if (kind == Kind::Reduce) {
+        rec.op = std::string(op.op->name) == "sum" ? FusedOpCode::RowSum : FusedOpCode::RowMax;
+      } else {
+        const Fusible f = classify(op, dtype);
+        rec.op = f.code;
+        rec.k = f.k;
+      }
+      rec.row = kind != Kind::Vector;
+      rec.pass = pass_of[m - i];
       rec.source = op_source(op);
       for (size_t a = 0; a < op.inputs.size(); ++a) {
         const int32_t v = op.inputs[a];
-        const int32_t k = key_of(v);
-        if (gone.count(g.values_[size_t(v)].buffer) && current[size_t(k)] >= 0) {
-          rec.in[a].record = current[size_t(k)];
+        const int32_t k = key_of(v, squeezed);
+        if (gone.count(g.values_[size_t(v)].buffer) && holder[size_t(k)] >= 0) {
+          rec.in[a].record = holder[size_t(k)];
           continue;
         }
-        if (slot_of_key[size_t(k)] < 0) {
-          slot_of_key[size_t(k)] = int32_t(slot_value.size());
-          slot_value.push_back(v);
-          slot_read.push_back(0);
-          slot_written.push_back(0);
-        }
-        rec.in[a].slot = slot_of_key[size_t(k)];
+        rec.in[a].slot = slot_for(k, v);
         slot_read[size_t(rec.in[a].slot)] = 1;
       }
       const int32_t ov = op.outputs[0];
-      const int32_t k = key_of(ov);
+      const int32_t k = key_of(ov, kind == Kind::Reduce ? g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed);
       if (gone.count(g.values_[size_t(ov)].buffer)) {
-        current[size_t(k)] = int32_t(prog->records.size());
+        holder[size_t(k)] = int32_t(prog->records.size());
       } else {
-        if (slot_of_key[size_t(k)] < 0) {
-          slot_of_key[size_t(k)] = int32_t(slot_value.size());
-          slot_value.push_back(ov);
-          slot_read.push_back(0);
-          slot_written.push_back(0);
-        }
-        rec.out_slot = slot_of_key[size_t(k)];
+        rec.out_slot = slot_for(k, ov);
         slot_written[size_t(rec.out_slot)] = 1;
       }
       if (!prog->name.empty()) prog->name += "+";
       prog->name += op.op->name;
       prog->records.push_back(std::move(rec));
     }
-    int32_t tail_slot = -1;
-    if (tail) {
-      const GraphOp& op = g.ops_[j];
-      FusedRecord rec;
-      rec.op = FusedOpCode::RowSum;
-      rec.source = op_source(op);
-      const int32_t v = op.inputs[0];
-      const int32_t k = key_of(v);
-      if (gone.count(g.values_[size_t(v)].buffer) && current[size_t(k)] >= 0) {
-        rec.in[0].record = current[size_t(k)];
-      } else {
-        if (slot_of_key[size_t(k)] < 0) {
-          slot_of_key[size_t(k)] = int32_t(slot_value.size());
-          slot_value.push_back(v);
-          slot_read.push_back(0);
-          slot_written.push_back(0);
-        }
-        rec.in[0].slot = slot_of_key[size_t(k)];
-        slot_read[size_t(rec.in[0].slot)] = 1;
+    // Row buffers: a vector record not stored whose values a later pass reads, or a RowMax (it reads the row after
+    // the loop). A stored value is read back from its slot: memory holds it once its pass is over.
+    for (FusedRecord& rec : prog->records)
+      for (int a = 0; a < fused_op_arity(rec.op); ++a) {
+        const int32_t src = rec.in[a].record;
+        if (src < 0) continue;
+        FusedRecord& from = prog->records[size_t(src)];
+        const bool later = !from.row && (rec.op == FusedOpCode::RowMax || rec.pass > from.pass);
+        if (later && from.row_buffer < 0) from.row_buffer = prog->row_buffers++;
       }
-      tail_slot = int32_t(slot_value.size());
-      slot_value.push_back(op.outputs[0]);
-      slot_read.push_back(0);
-      slot_written.push_back(1);
-      rec.out_slot = tail_slot;
-      prog->name += "+sum";
-      prog->records.push_back(std::move(rec));
-      prog->row_reduction = true;
-    }
+    prog->row_reduction = reduced;
+    for (const FusedRecord& rec : prog->records) prog->passes = std::max(prog->passes, rec.pass + 1);
     GraphOp fused;
     fused.op = &op_jit_fused;
     fused.kernel = op_jit_fused.kernel(Device::Type::CPU);
     fused.site = g.ops_[i].site;
-    const size_t slots = slot_value.size();
+    const size_t slots = slot_key.size();
     prog->slot_input.assign(slots, -1);
     prog->slot_output.assign(slots, -1);
     for (size_t s = 0; s < slots; ++s) {
@@ -519,39 +580,30 @@ std::string Passes::fuse(Graph& g) {
       }
     }
     // The coalesced iteration: size-1 dims dropped, a dim merged into the next inner one where every slot steps
-    // across both contiguously.
-    std::vector<Dims> full(slots);
-    for (size_t s = 0; s < slots; ++s) {
-      const Value& val = g.values_[size_t(slot_value[s])];
-      if (int32_t(s) == tail_slot && val.sizes.size() + 1 == shape.size()) {  // sum without keepdim: [rows...]
-        full[s] = Dims(val.strides.begin(), val.strides.end());
-        full[s].push_back(0);
-      } else {
-        full[s] = broadcast_strides(val, shape);
-      }
-    }
+    // across both contiguously. A row program keeps its row (the innermost dim) apart.
     Dims dims;
     std::vector<Dims> strides(slots);
-    const size_t merged_dims = tail ? shape.size() - 1 : shape.size();  // a row program keeps its row apart
+    auto full = [&](size_t s, size_t d) { return keys[size_t(slot_key[s])].strides[d]; };
+    const size_t merged_dims = reduced ? nd - 1 : nd;
     for (size_t d = 0; d < merged_dims; ++d) {
       if (shape[d] == 1) continue;
       bool merge = !dims.empty();
-      for (size_t s = 0; s < slots && merge; ++s) merge = strides[s].back() == full[s][d] * shape[d];
+      for (size_t s = 0; s < slots && merge; ++s) merge = strides[s].back() == full(s, d) * shape[d];
       if (merge) {
         dims.back() *= shape[d];
-        for (size_t s = 0; s < slots; ++s) strides[s].back() = full[s][d];
+        for (size_t s = 0; s < slots; ++s) strides[s].back() = full(s, d);
       } else {
         dims.push_back(shape[d]);
-        for (size_t s = 0; s < slots; ++s) strides[s].push_back(full[s][d]);
+        for (size_t s = 0; s < slots; ++s) strides[s].push_back(full(s, d));
       }
     }
     if (dims.empty()) {
       dims.push_back(1);
       for (size_t s = 0; s < slots; ++s) strides[s].push_back(0);
     }
-    if (tail) {
+    if (reduced) {
       dims.push_back(shape.back());
-      for (size_t s = 0; s < slots; ++s) strides[s].push_back(full[s].back());
+      for (size_t s = 0; s < slots; ++s) strides[s].push_back(full(s, nd - 1));
     }
     prog->dims = std::move(dims);
     prog->strides = std::move(strides);
@@ -631,173 +683,6 @@ void Graph::load_kernels(const std::string& path) {
     fns.push_back(reinterpret_cast<FusedProgram::Fn>(f));
   }
   for (size_t k = 0; k < programs_.size(); ++k) programs_[k]->compiled.store(fns[k], std::memory_order_release);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// The C++ generator
-namespace {
-
-std::string literal(double k, DType dtype) {
-  char buf[64];
-  if (dtype == DType::Float64) std::snprintf(buf, sizeof buf, "%a", k);
-  else std::snprintf(buf, sizeof buf, "%af", static_cast<double>(static_cast<float>(k)));
-  std::string s = buf;
-  if (s.find("inf") != std::string::npos || s.find("nan") != std::string::npos) {
-    const char* t = dtype == DType::Float64 ? "double" : "float";
-    if (s.find("nan") != std::string::npos)
-      return dtype == DType::Float64 ? std::string("__builtin_nan(\"\")") : std::string("__builtin_nanf(\"\")");
-    return std::string(k < 0 ? "-" : "") + "static_cast<" + t + ">(__builtin_huge_val())";
-  }
-  return s;
-}
-
-std::string expression(const FusedRecord& r, const std::string& x, const std::string& y, DType dtype) {
-  const std::string k = literal(r.k, dtype);
-  const std::string one = "T(1)";
-  switch (r.op) {
-    case FusedOpCode::Add: return "dg::math::add_scaled(" + x + ", " + y + ", " + (r.k == 1.0 ? one : k) + ")";
-    case FusedOpCode::Mul: return "dg::math::mul(" + x + ", " + y + ")";
-    case FusedOpCode::Div: return "dg::math::div(" + x + ", " + y + ")";
-    case FusedOpCode::AddScalar: return x + " + " + k;
-    case FusedOpCode::MulScalar: return x + " * " + k;
-    case FusedOpCode::DivScalar: return x + " / " + k;
-    case FusedOpCode::RsubScalar: return "dg::math::rsub(" + x + ", " + k + ")";
-    case FusedOpCode::RdivScalar: return k + " / " + x;
-    case FusedOpCode::Neg: return "dg::math::neg(" + x + ")";
-    case FusedOpCode::Sqrt: return "std::sqrt(" + x + ")";
-    case FusedOpCode::Rsqrt: return "T(1) / std::sqrt(" + x + ")";
-    case FusedOpCode::Reciprocal: return "T(1) / " + x;
-    case FusedOpCode::Abs: return "std::fabs(" + x + ")";
-    case FusedOpCode::Relu: return x + " < T(0) ? T(0) : " + x;
-    case FusedOpCode::Sigmoid: return "dg::math::sigmoid(" + x + ")";
-    case FusedOpCode::Silu: return "dg::math::silu(" + x + ")";
-    case FusedOpCode::Tanh: return "dg::math::tanh(" + x + ")";
-    case FusedOpCode::PowScalar: {
-      const double p = r.k;
-      if (p == 0) return "T(1)";
-      if (p == 1) return x;
-      if (p == 2) return x + " * " + x;
-      if (p == 3) return x + " * " + x + " * " + x;
-      if (p == -1) return "T(1) / " + x;
-      if (p == -2) return "T(1) / (" + x + " * " + x + ")";
-      if (p == 0.5) return "std::sqrt(" + x + ")";
-      if (p == -0.5) return "T(1) / std::sqrt(" + x + ")";
-      return "dg::math::pow(" + x + ", " + k + ")";
-    }
-    case FusedOpCode::Maximum: return "dg::math::maximum(" + x + ", " + y + ")";
-    case FusedOpCode::Minimum: return "dg::math::minimum(" + x + ", " + y + ")";
-    case FusedOpCode::SigmoidBackward: return "dg::math::sigmoid_backward(" + x + ", " + y + ")";
-    case FusedOpCode::TanhBackward: return "dg::math::tanh_backward(" + x + ", " + y + ")";
-    case FusedOpCode::SiluBackward: return "dg::math::silu_backward(" + x + ", " + y + ")";
-    case FusedOpCode::ReluBackward: return "dg::math::relu_backward(" + x + ", " + y + ")";
-    case FusedOpCode::Copy: return x;
-    case FusedOpCode::Exp: return "dg::math::exp(" + x + ")";
-    case FusedOpCode::Log: return "dg::math::log(" + x + ")";
-    case FusedOpCode::Expm1: return "dg::math::expm1(" + x + ")";
-    case FusedOpCode::Log1p: return "dg::math::log1p(" + x + ")";
-    case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
-    case FusedOpCode::RowSum: return x;  // generate_program folds it
-  }
-  return x;
-}
-
-void generate_program(std::ostringstream& o, const FusedProgram& p) {
-  const size_t slots = p.num_slots(), nd = p.dims.size();
-  const char* type = p.dtype == DType::Float64 ? "double" : "float";
-  o << "// kernel " << p.index << ": " << p.name << ", shape " << shape_str(p.shape) << ", " << dtype_name(p.dtype)
-    << "\n";
-  for (const FusedRecord& r : p.records) o << "//   " << r.source << "\n";
-  o << "// iteration " << shape_str(p.dims) << "; slot strides:";
-  for (size_t s = 0; s < slots; ++s) o << " s" << s << shape_str(p.strides[s]);
-  o << "\n";
-  o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
-  o << "  using T = " << type << ";\n";
-  for (size_t s = 0; s < slots; ++s)
-    o << "  " << (p.slot_output[s] >= 0 ? "T" : "const T") << "* __restrict s" << s << " = reinterpret_cast<"
-      << (p.slot_output[s] >= 0 ? "T" : "const T") << "*>(p[" << s << "]);\n";
-  std::string indent = "  ";
-  std::vector<std::string> index(slots);
-  if (nd == 1) {
-    o << "  for (int64_t i = begin; i < end; ++i) {\n";
-    for (size_t s = 0; s < slots; ++s)
-      index[s] = p.strides[s][0] == 0 ? "0" : p.strides[s][0] == 1 ? "i" : "i * " + std::to_string(p.strides[s][0]);
-  } else {
-    o << "  for (int64_t r = begin; r < end; ++r) {\n";
-    o << "    int64_t q = r;\n";
-    for (size_t s = 0; s < slots; ++s) o << "    int64_t o" << s << " = 0;\n";
-    for (size_t d = nd - 1; d-- > 0;) {
-      o << "    {\n      const int64_t c = q % " << p.dims[d] << ";\n      q /= " << p.dims[d] << ";\n";
-      for (size_t s = 0; s < slots; ++s)
-        if (p.strides[s][d] != 0) o << "      o" << s << " += c * " << p.strides[s][d] << ";\n";
-      o << "    }\n";
-    }
-    if (p.row_reduction)
-      o << "    const T sum = dg::cpu::eight_lane_sum<T>(" << p.dims[nd - 1] << ", [&](int64_t i) -> T {\n";
-    else
-      o << "    for (int64_t i = 0; i < " << p.dims[nd - 1] << "; ++i) {\n";
-    indent = "    ";
-    for (size_t s = 0; s < slots; ++s) {
-      const int64_t st = p.strides[s][nd - 1];
-      index[s] = "o" + std::to_string(s) + (st == 0 ? "" : st == 1 ? " + i" : " + i * " + std::to_string(st));
-    }
-  }
-  std::vector<int32_t> current(slots, -1);
-  std::vector<uint8_t> loaded(slots, 0);
-  for (size_t r = 0; r < p.records.size(); ++r) {
-    const FusedRecord& rec = p.records[r];
-    if (rec.op == FusedOpCode::RowSum) break;  // the last record: below
-    std::string operand[2];
-    for (int j = 0; j < fused_op_arity(rec.op); ++j) {
-      const FusedOperand& in = rec.in[j];
-      if (in.record >= 0) {
-        operand[j] = "v" + std::to_string(in.record);
-      } else if (current[size_t(in.slot)] >= 0) {
-        operand[j] = "v" + std::to_string(current[size_t(in.slot)]);
-      } else {
-        if (!loaded[size_t(in.slot)]) {
-          loaded[size_t(in.slot)] = 1;
-          o << indent << "  const T l" << in.slot << " = s" << in.slot << "[" << index[size_t(in.slot)] << "];\n";
-        }
-        operand[j] = "l" + std::to_string(in.slot);
-      }
-    }
-    o << indent << "  const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
-      << rec.source << "\n";
-    if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
-  }
-  for (size_t s = 0; s < slots; ++s)
-    if (current[s] >= 0) o << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
-  if (p.row_reduction) {
-    const FusedRecord& rec = p.records.back();
-    const FusedOperand& in = rec.in[0];
-    std::string value;
-    if (in.record >= 0) value = "v" + std::to_string(in.record);
-    else if (current[size_t(in.slot)] >= 0) value = "v" + std::to_string(current[size_t(in.slot)]);
-    else value = "s" + std::to_string(in.slot) + "[" + index[size_t(in.slot)] + "]";
-    o << indent << "  return " << value << ";\n" << indent << "});  // " << rec.source << "\n";
-    o << indent << "s" << rec.out_slot << "[o" << rec.out_slot << "] = sum;\n  }\n";
-  } else if (nd == 1) {
-    o << "  }\n";
-  } else {
-    o << "    }\n  }\n";
-  }
-  o << "}\n\n";
-}
-
-}  // namespace
-
-std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& programs) {
-  std::ostringstream o;
-  o << "// dygrad.jit: fused elementwise kernels generated from a captured graph (docs/jit-fusion.md).\n"
-       "// Each function runs its records for elements [begin, end) (one dim) or rows [begin, end) of the innermost\n"
-       "// dim; p[s] is slot s's first element. The per-element math is dygrad's scalar functors (math/), as eager's.\n"
-       "#include <cmath>\n#include <cstdint>\n\n"
-       "#include \"dygrad/math/activations.h\"\n#include \"dygrad/math/arithmetic.h\"\n"
-       "#include \"dygrad/math/elementary.h\"\n"
-       "#include \"dygrad/backend/cpu/accumulate.h\"\n\n"
-       "#define DG_FUSED_EXPORT __attribute__((visibility(\"default\")))\n\n";
-  for (const auto& p : programs) generate_program(o, *p);
-  return o.str();
 }
 
 }  // namespace dg::jit

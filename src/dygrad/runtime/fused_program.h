@@ -1,8 +1,9 @@
 // A fused elementwise program (dygrad.jit's fusion, docs/jit-fusion.md): the ops of one group of consecutive
 // elementwise sub-ops of a captured graph, in their order, as one sub-op (`jit_fused`) that runs them in a single
-// pass over memory. Backend-neutral: the passes (jit/fusion.cpp) build it from the op table; a backend runs it
-// (backend/cpu/fused_jit.cpp: generated code when it is loaded, an interpreter of the same records until then or
-// where no compiler exists) and generates code for it (jit/fusion.cpp's C++ generator for the CPU).
+// pass over memory, or, where row reductions join (a row program), in a few passes over each row. Backend-neutral:
+// the passes (jit/fusion.cpp) build it from the op table; a backend runs it (backend/cpu/fused_jit.cpp: generated
+// code when it is loaded, an interpreter of the same records until then or where no compiler exists) and generates
+// code for it (jit/fusion.cpp's C++ generator for the CPU).
 //
 // Semantics: for every index i of `shape`, the records run in order; a record reads its operands (a slot: the
 // value in memory at that slot's element i, or what an earlier record of this program stored there; or an earlier
@@ -10,6 +11,17 @@
 // `out_slot >= 0`, stores it at that slot's element i. Every access to a slot that the program writes has that
 // slot's geometry (the pass refuses groups where a written buffer is read through another view), so a store never
 // changes what another element reads: the program equals eager's op-by-op evaluation, bit for bit.
+//
+// A row program (`row_reduction`): `shape` is [rows..., C] and the iteration is per row. Its records are vector
+// records (one value per element of the row, as above) and row records (`row`: one value per row, the shape
+// [rows..., 1] or [rows...]): a row reduction (RowSum, RowMax over the row's C values of a vector operand, in eager's
+// order) or an elementwise op on row values. A vector record reading a row value reads it broadcast along the row.
+// Records are numbered into passes (`pass`): a pass is the row records that open it, then one loop over the row's
+// elements running its vector records; a reduction ends its pass (RowSum folds inside the loop, RowMax reads the
+// row after it), and a row record that follows vector records of a pass opens the next one. Per row, the passes run
+// in order, so every record still sees what it saw in eager's order: a slot stored by an earlier pass is read from
+// memory (its pass stored the row), and an intermediate the program does not store (an earlier record's result)
+// from a row buffer (`row_buffer`: the row's values of that record, kept while the row runs).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -54,9 +66,12 @@ enum class FusedOpCode : uint8_t {
   Expm1,
   Log1p,
   Gelu,             // k == 0: x * Phi(x) (math::gelu_erf); k == 1: the tanh approximation (math::gelu_tanh)
-  RowSum,           // the sum of a over the innermost dim (a row-reduction program's last record): eager's `sum`
-                    // over a contiguous last dim, in its order (backend/cpu/accumulate.h, eight_lane_sum)
+  RowSum,           // a row record: the sum of a vector operand over the row, eager's `sum` over a contiguous last
+                    // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
+  RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its
+                    // order (accumulate.h, lane_extremum, over the row in memory or in its row buffer after the loop)
 };
+inline bool is_row_reduction(FusedOpCode op) { return op == FusedOpCode::RowSum || op == FusedOpCode::RowMax; }
 inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
@@ -79,6 +94,9 @@ struct FusedRecord {
   FusedOperand in[2];
   double k = 0;           // the scalar in the compute type's value (float32 programs: a float's value)
   int32_t out_slot = -1;  // >= 0: stored there; -1: kept in registers only (an intermediate fusion eliminated)
+  bool row = false;       // a row record (row programs): one value per row; else one per element
+  int32_t pass = 0;       // row programs: the pass over the row that runs it (see above)
+  int32_t row_buffer = -1;  // >= 0: a vector record not stored whose row a later pass (or a RowMax) reads
   std::string source;     // "mul_scalar (model.py:12)": what eager ran, for source(), graph() and the profiler
 };
 
@@ -94,9 +112,11 @@ struct FusedProgram {
   // in elements over them (0: broadcast).
   Dims dims;
   std::vector<Dims> strides;
-  // A row reduction: the last record is a RowSum over the innermost dim of `dims` (never merged with the others);
-  // the iteration is over rows, each row's elements run the records before it, and its sum is stored once per row.
+  // A row program (see above): its rows are the dims of `dims` but the innermost (never merged with the others), the
+  // innermost is the row; `passes` passes per row, `row_buffers` rows of values kept while a row runs.
   bool row_reduction = false;
+  int32_t passes = 1;
+  int32_t row_buffers = 0;
   int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
   // The generated function, once loaded: elements [begin, end) of the coalesced iteration when it is one dim, rows
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.

@@ -83,7 +83,7 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::Gelu:
       if (k == V(0)) { DG_FUSED_MAP1(math::gelu_erf(x)); }
       DG_FUSED_MAP1(math::gelu_tanh(x));
-    case FusedOpCode::RowSum: return;  // interpret(): over whole rows
+    case FusedOpCode::RowSum: case FusedOpCode::RowMax: return;  // RowInterpreter: over whole rows
   }
 }
 #undef DG_FUSED_MAP1
@@ -92,12 +92,12 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
 constexpr int64_t kChunk = 256;
 constexpr int kMaxSlots = 64;
 
-// The interpreter over one run of n elements: slot s's first element at p[s] + offset[s] elements, stepping
-// inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each slot's last value.
-// `row`: a row reduction's summed values, kept for the row (the RowSum record is not run here).
+// The interpreter over one run of n elements of an elementwise program: slot s's first element at p[s] + offset[s]
+// elements, stepping inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each
+// slot's last value.
 template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
-                   const int64_t* inner, int64_t n, std::vector<V>& work, V* row = nullptr) {
+                   const int64_t* inner, int64_t n, std::vector<V>& work) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
@@ -116,18 +116,10 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
       if (skip && skip[r]) continue;
       const FusedRecord& rec = prog.records[r];
       const V* operand[2] = {nullptr, nullptr};
-      if (rec.op == FusedOpCode::RowSum) {
-        const FusedOperand& o = rec.in[0];
-        const V* src = o.record >= 0 ? rec_buf + size_t(o.record) * kChunk
-                       : current[o.slot] >= 0 ? rec_buf + size_t(current[o.slot]) * kChunk
-                                              : slot_buf + size_t(o.slot) * kChunk;
-        if (row) std::copy(src, src + m, row + c0);
-        continue;
-      }
       for (int j = 0; j < fused_op_arity(rec.op); ++j) {
         const FusedOperand& o = rec.in[j];
         if (o.record >= 0) operand[j] = rec_buf + size_t(o.record) * kChunk;
-        else if (current[o.slot] >= 0) operand[j] = rec_buf + size_t(current[o.slot]) * kChunk;
+        else if (current[o.slot] >= 0) operand[j] = rec_buf + size_t(current[o.slot]) * kChunk;  // forwarded
         else operand[j] = slot_buf + size_t(o.slot) * kChunk;
       }
       eval_record<V>(rec.op, static_cast<V>(rec.k), rec_buf + r * kChunk, operand[0], operand[1], m);
@@ -153,6 +145,122 @@ void row_offsets(const FusedProgram& prog, int64_t row, int64_t* offset) {
   }
 }
 
+// A row program's records by pass (runtime/fused_program.h), skipped records left out.
+struct PassPlan {
+  std::vector<int32_t> row_records, vectors;  // in order
+  int32_t reduction = -1;
+};
+std::vector<PassPlan> plan_passes(const FusedProgram& prog, const uint8_t* skip) {
+  std::vector<PassPlan> plan(size_t(prog.passes));
+  for (size_t r = 0; r < prog.records.size(); ++r) {
+    if (skip && skip[r]) continue;
+    const FusedRecord& rec = prog.records[r];
+    PassPlan& pass = plan[size_t(rec.pass)];
+    if (is_row_reduction(rec.op)) pass.reduction = int32_t(r);
+    else if (rec.row) pass.row_records.push_back(int32_t(r));
+    else pass.vectors.push_back(int32_t(r));
+  }
+  return plan;
+}
+
+// One row of a row program: per pass, its row records once, its vector records chunk by chunk over the row, then
+// its reduction in eager's order (eight_lane_sum over the summed values, lane_extremum over the row).
+template <typename V>
+struct RowInterpreter {
+  const FusedProgram& prog;
+  const std::vector<PassPlan>& plan;
+  char* const* p;
+  int64_t columns;
+  // per record: a chunk of values (vector records; a row value broadcast, for the vector records reading it)
+  std::vector<V> chunks;
+  std::vector<V> slot_chunks;  // per slot: a chunk loaded from memory
+  std::vector<V> row_value;    // per record: its value (row records)
+  std::vector<V> row_buffers;  // prog.row_buffers rows
+  std::vector<V> summed;       // the values a RowSum folds, a row
+
+  RowInterpreter(const FusedProgram& prog, const std::vector<PassPlan>& plan, char* const* p)
+      : prog(prog), plan(plan), p(p), columns(prog.dims.back()),
+        chunks(prog.records.size() * kChunk), slot_chunks(prog.num_slots() * kChunk), row_value(prog.records.size()),
+        row_buffers(size_t(prog.row_buffers) * size_t(columns)), summed(size_t(columns)) {}
+
+  V* chunk(size_t r) { return chunks.data() + r * kChunk; }
+  V* slot_chunk(size_t s) { return slot_chunks.data() + s * kChunk; }
+  V* row_buffer(int32_t b) { return row_buffers.data() + size_t(b) * size_t(columns); }
+
+  V* element(int32_t s, const int64_t* offset) { return reinterpret_cast<V*>(p[s]) + offset[s]; }
+
+  void run(const int64_t* offset) {
+    const size_t nd = prog.dims.size();
+    for (size_t pass = 0; pass < plan.size(); ++pass) {
+      const PassPlan& pp = plan[pass];
+      for (int32_t r : pp.row_records) {
+        const FusedRecord& rec = prog.records[size_t(r)];
+        V operand[2] = {V(0), V(0)};
+        for (int j = 0; j < fused_op_arity(rec.op); ++j)
+          operand[j] = rec.in[j].record >= 0 ? row_value[size_t(rec.in[j].record)] : *element(rec.in[j].slot, offset);
+        eval_record<V>(rec.op, static_cast<V>(rec.k), &row_value[size_t(r)], &operand[0], &operand[1], 1);
+        if (rec.out_slot >= 0) *element(rec.out_slot, offset) = row_value[size_t(r)];
+      }
+      const FusedRecord* red = pp.reduction >= 0 ? &prog.records[size_t(pp.reduction)] : nullptr;
+      const bool sum = red && red->op == FusedOpCode::RowSum;
+      if (!pp.vectors.empty() || sum) {
+        // Row values the vector records read, as chunks.
+        for (int32_t r : pp.vectors)
+          for (int j = 0; j < fused_op_arity(prog.records[size_t(r)].op); ++j) {
+            const int32_t from = prog.records[size_t(r)].in[j].record;
+            if (from >= 0 && prog.records[size_t(from)].row) std::fill_n(chunk(size_t(from)), kChunk, row_value[size_t(from)]);
+          }
+        for (int64_t c0 = 0; c0 < columns; c0 += kChunk) {
+          const int64_t m = std::min(kChunk, columns - c0);
+          int32_t current[kMaxSlots];  // per slot: this pass's last record that stored it (this chunk), or -1
+          std::fill_n(current, prog.num_slots(), -1);
+          // An operand's values for this chunk: this pass's result or last store, a row value, a row buffer (an
+          // earlier pass's result), or memory (a slot no record of this pass stored yet).
+          auto values = [&](const FusedOperand& in) -> const V* {
+            if (in.record >= 0) {
+              const FusedRecord& from = prog.records[size_t(in.record)];
+              if (from.row || size_t(from.pass) == pass) return chunk(size_t(in.record));
+              return row_buffer(from.row_buffer) + c0;
+            }
+            if (current[in.slot] >= 0) return chunk(size_t(current[in.slot]));
+            const int64_t step = prog.strides[size_t(in.slot)][nd - 1];
+            const V* src = element(in.slot, offset) + c0 * step;
+            V* dst = slot_chunk(size_t(in.slot));
+            for (int64_t i = 0; i < m; ++i) dst[i] = src[i * step];
+            return dst;
+          };
+          for (int32_t r : pp.vectors) {
+            const FusedRecord& rec = prog.records[size_t(r)];
+            const V* operand[2] = {nullptr, nullptr};
+            for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = values(rec.in[j]);
+            eval_record<V>(rec.op, static_cast<V>(rec.k), chunk(size_t(r)), operand[0], operand[1], m);
+            if (rec.row_buffer >= 0) std::copy_n(chunk(size_t(r)), m, row_buffer(rec.row_buffer) + c0);
+            if (rec.out_slot >= 0) current[rec.out_slot] = r;
+          }
+          if (sum) std::copy_n(values(red->in[0]), m, summed.data() + c0);
+          for (size_t s = 0; s < prog.num_slots(); ++s) {
+            if (current[s] < 0) continue;
+            const int64_t step = prog.strides[s][nd - 1];
+            V* dst = element(int32_t(s), offset) + c0 * step;
+            const V* src = chunk(size_t(current[s]));
+            for (int64_t i = 0; i < m; ++i) dst[i * step] = src[i];
+          }
+        }
+      }
+      if (!red) continue;
+      V& result = row_value[size_t(pp.reduction)];
+      if (sum) {  // eager's order (reduce.cpp's row path: eight_lane_sum)
+        result = eight_lane_sum<V>(columns, [&](int64_t i) { return summed[size_t(i)]; });
+      } else {  // eager's amax row (reduce.h's row_extremum: lane_extremum)
+        const FusedOperand& in = red->in[0];
+        const V* row = in.slot >= 0 ? element(in.slot, offset) : row_buffer(prog.records[size_t(in.record)].row_buffer);
+        result = lane_extremum<true, V>(row, columns);
+      }
+      if (red->out_slot >= 0) *element(red->out_slot, offset) = result;
+    }
+  }
+};
+
 template <typename V>
 void interpret(const FusedProgram& prog, const uint8_t* skip, char* const* p) {
   const size_t nd = prog.dims.size(), slots = prog.num_slots();
@@ -171,22 +279,27 @@ void interpret(const FusedProgram& prog, const uint8_t* skip, char* const* p) {
   }
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < nd; ++d) rows *= prog.dims[d];
-  const FusedRecord* sum = prog.row_reduction ? &prog.records.back() : nullptr;
-  const bool store_sum = sum && !(skip && skip[prog.records.size() - 1]);
-  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
-               [&](int64_t begin, int64_t end) {
-                 std::vector<V> work(work_size);
-                 std::vector<V> row(sum ? size_t(columns) : 0);
-                 int64_t offset[kMaxSlots] = {};
-                 for (int64_t r = begin; r < end; ++r) {
-                   row_offsets(prog, r, offset);
-                   interpret_run<V>(prog, skip, p, offset, inner, columns, work, sum ? row.data() : nullptr);
-                   if (store_sum) {  // eager's order (reduce.cpp's row path: eight_lane_sum)
-                     const V total = eight_lane_sum<V>(columns, [&](int64_t i) { return row[size_t(i)]; });
-                     reinterpret_cast<V*>(p[sum->out_slot])[offset[sum->out_slot]] = total;
-                   }
-                 }
-               });
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1));
+  if (prog.row_reduction) {
+    const std::vector<PassPlan> plan = plan_passes(prog, skip);
+    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      RowInterpreter<V> row(prog, plan, p);
+      int64_t offset[kMaxSlots] = {};
+      for (int64_t r = begin; r < end; ++r) {
+        row_offsets(prog, r, offset);
+        row.run(offset);
+      }
+    });
+    return;
+  }
+  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<V> work(work_size);
+    int64_t offset[kMaxSlots] = {};
+    for (int64_t r = begin; r < end; ++r) {
+      row_offsets(prog, r, offset);
+      interpret_run<V>(prog, skip, p, offset, inner, columns, work);
+    }
+  });
 }
 
 }  // namespace
