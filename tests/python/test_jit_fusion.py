@@ -48,15 +48,16 @@ def test_o1_replay_is_bitwise_eager_with_fused_kernels_in_the_profile():
     args = args_rms()
     want = rms_swiglu(*args)
     jf, outs = replayed(rms_swiglu, args)
-    assert jf.stats["replays"] == 2 and jf.stats["fused_kernels"] >= 2
+    assert jf.stats["replays"] == 2 and jf.stats["fused_kernels"] >= 1
     assert all(dg.equal(o, want) for o in outs)
     with dg.profiler.profile() as prof:
         jf(*args)
     subs = [r.name for r in prof.result.ranges if r.kind == "sub_op"]
     fused = [s for s in subs if s.startswith("jit_fused[")]
-    # the mean's sum ends the squares' run; the [4, 8, 1] run; the row scale and SwiGLU's gate (g * h once: CSE)
-    assert [s.split(" ")[0] for s in subs] == ["jit_fused[mul+sum]", "jit_fused[div_scalar+add_scalar+rsqrt]",
-                                               "jit_fused[mul+mul+mul+sigmoid+mul+mul+mul]"]
+    # one row program: the squares' sum, the row's divide, + eps and rsqrt, then the row scale and SwiGLU's gate
+    # (g * h once: CSE) in a second pass over the row
+    assert [s.split(" ")[0] for s in subs] == [
+        "jit_fused[mul+sum+div_scalar+add_scalar+rsqrt+mul+mul+mul+sigmoid+mul+mul+mul]"]
     assert all(__file__ in s for s in fused)
 
 
@@ -74,7 +75,7 @@ def test_the_interpreter_is_bitwise_eager_too(fusion_config):
     args = args_rms()
     want = rms_swiglu(*args)
     jf, outs = replayed(rms_swiglu, args)
-    assert jf.stats["fused_kernels"] >= 2
+    assert jf.stats["fused_kernels"] >= 1
     assert all(dg.equal(o, want) for o in outs)
 
 
@@ -225,7 +226,7 @@ def test_background_compile_replays_unfused_until_the_kernels_are_loaded(fusion_
     assert entry.pending is not None or jf.stats["fused_kernels"] > 0
     jf.wait_for_kernels()
     outs.append(jf(*args))
-    assert jf.stats["fused_kernels"] >= 2 and entry.pending is None and entry.graph.kernels_loaded
+    assert jf.stats["fused_kernels"] >= 1 and entry.pending is None and entry.graph.kernels_loaded
     assert all(dg.equal(o, want) for o in outs)
     assert len(list(tmp_path.glob("*.so"))) == 1 and len(list(tmp_path.glob("*.cpp"))) == 1
 
@@ -261,7 +262,7 @@ def test_without_a_compiler_the_interpreter_runs_with_a_warning(fusion_config, t
     _jit_fusion._warned.discard("nocompiler")
     with pytest.warns(dg.jit.JitFusionWarning, match="no C\\+\\+ compiler"):
         jf, outs = replayed(rms_swiglu, args)
-    assert jf.stats["fused_kernels"] >= 2 and all(dg.equal(o, want) for o in outs)
+    assert jf.stats["fused_kernels"] >= 1 and all(dg.equal(o, want) for o in outs)
 
 
 def test_dg_compile_defaults_to_o1():
@@ -283,7 +284,7 @@ def test_deterministic_mode_runs_every_pass_and_stays_bitwise():
         jf, outs = replayed(rms_swiglu, args)
     finally:
         dg.use_deterministic_algorithms(False)
-    assert jf.stats["fused_kernels"] >= 2 and all(dg.equal(o, want) for o in outs)
+    assert jf.stats["fused_kernels"] >= 1 and all(dg.equal(o, want) for o in outs)
 
 
 def test_version_counters_are_bumped_as_eager_bumps_them():
@@ -321,7 +322,7 @@ def test_a_row_sum_ends_a_run_in_eagers_order(fusion_config, codegen):
 
     def f(x, y):
         a = (x * y + 1).tanh().sum(-1)        # [16, 37] -> [16]: a tail of eight lanes and five
-        b = (x * x).mean(-1, keepdim=True)    # the mean's sum: x * x never stored
+        b = (x * x).mean(-1, keepdim=True)    # the mean's sum: x * x never stored; its divide a row record
         c = (x * 3).sum(-1, keepdim=True) + (x * 3).sum(0)  # a column sum (dim 0) is not a row sum: eager's
         return a, b, c
 
@@ -329,7 +330,8 @@ def test_a_row_sum_ends_a_run_in_eagers_order(fusion_config, codegen):
     want = f(*args)
     jf, outs = replayed(f, args)
     names = [name for name, _ in next(iter(jf._entries.values())).graph.fused_sources()]
-    assert "mul+add_scalar+tanh+sum" in names and "mul+sum" in names, names
+    # the three row sums, one pass each, in one row program; the column sum ends it
+    assert names[0] == "mul+add_scalar+tanh+sum+mul+sum+div_scalar+mul_scalar+sum", names
     for got in outs:
         assert all(dg.equal(g, w) for g, w in zip(got, want))
     text = dg.jit.graph(f, *args, passes=True)
@@ -402,3 +404,120 @@ def test_exp_log_and_gelu_fuse_with_eagers_bits():
             a, b = o.numpy(), want.numpy()
             nan = np.isnan(b)
             assert (np.isnan(a) == nan).all() and a[~nan].tobytes() == b[~nan].tobytes(), dtype
+
+
+# --- row programs: reductions whose result feeds back into the row (docs/jit-fusion.md) ----------------------------
+def rmsnorm(x, w):
+    return x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt() * w
+
+
+def softmax(x):
+    m = x.amax(-1, keepdim=True)
+    e = (x - m).exp()
+    return e / e.sum(-1, keepdim=True), m
+
+
+def layer_norm(x, w, b):
+    d = x - x.mean(-1, keepdim=True)
+    return d * ((d * d).mean(-1, keepdim=True) + 1e-5).rsqrt() * w + b
+
+
+def bitwise(got, want):
+    """The same bits, NaN where eager has NaN (a NaN's sign and payload may differ: docs/jit-fusion.md)."""
+    a, b = got.detach().numpy(), want.detach().numpy()
+    nan = np.isnan(b)
+    return a.dtype == b.dtype and (np.isnan(a) == nan).all() and a[~nan].tobytes() == b[~nan].tobytes()
+
+
+def fused_names(jf):
+    graph = next(e.graph for e in jf._entries.values() if e.graph is not None)
+    return [name for name, _ in graph.fused_sources()], graph
+
+
+@pytest.mark.parametrize("codegen", [True, False], ids=["generated", "interpreter"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_composed_rmsnorm_is_one_row_program_bitwise_eager(fusion_config, codegen, dtype):
+    fusion_config.codegen = codegen
+    dtype = getattr(dg, dtype)
+    for shape in [(3, 5, 37), (16, 64)]:  # 37: four groups of eight lanes and a tail of five
+        x, w = dg.randn(*shape, dtype=dtype) * 3, dg.randn(shape[-1], dtype=dtype)
+        want = rmsnorm(x, w)
+        jf, outs = replayed(rmsnorm, (x, w))
+        names, graph = fused_names(jf)
+        # the squares' sum, the row's divide, + eps and rsqrt, then the row scale in a second pass: one sub-op
+        assert names == ["mul+sum+div_scalar+add_scalar+rsqrt+mul+mul"] and graph.num_ops == 1, names
+        assert all(bitwise(o, want) for o in outs), (shape, dtype)
+
+
+def softmax_input(dtype):
+    """Rows with eager's corner cases: a maximum at +0 and -0 in different lanes (the lane order decides which
+    one amax returns), +inf, all -inf, a NaN; the rest random. 37 columns: whole vectors and a tail."""
+    x = np.random.default_rng(0).standard_normal((8, 37)) * 4
+    x[1, :] = -1.0
+    x[1, 2], x[1, 17] = 0.0, -0.0
+    x[2, 5] = np.inf
+    x[3, :] = -np.inf
+    x[4, 7] = np.nan
+    return dg.tensor(x.astype(dtype))
+
+
+@pytest.mark.parametrize("codegen", [True, False], ids=["generated", "interpreter"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_composed_softmax_is_one_row_program_bitwise_eager(fusion_config, codegen, dtype):
+    fusion_config.codegen = codegen
+    x = softmax_input(dtype)
+    want = softmax(x)
+    jf, outs = replayed(softmax, (x,))
+    names, graph = fused_names(jf)
+    # the row maximum, exp(x - max) summed, then the divide in a third pass reading exp's row again
+    assert names == ["amax+add+exp+sum+div"] and graph.num_ops == 1, names
+    for got in outs:
+        assert bitwise(got[0], want[0]) and bitwise(got[1], want[1]), dtype
+    assert want[1][1].numpy().tobytes() == np.array([-0.0], dtype=dtype).tobytes() or dtype == "float64"
+
+
+@pytest.mark.parametrize("codegen", [True, False], ids=["generated", "interpreter"])
+def test_composed_layer_norm_keeps_the_centred_row_for_its_last_pass(fusion_config, codegen):
+    fusion_config.codegen = codegen
+    for dtype in (dg.float32, dg.float64):
+        x = dg.randn(4, 6, 37, dtype=dtype) * 2 + 5
+        w, b = dg.randn(37, dtype=dtype), dg.randn(37, dtype=dtype)
+        want = layer_norm(x, w, b)
+        jf, outs = replayed(layer_norm, (x, w, b))
+        names, graph = fused_names(jf)
+        assert names == ["sum+div_scalar+add+mul+sum+div_scalar+add_scalar+rsqrt+mul+mul+add"], names
+        assert graph.num_ops == 1
+        assert all(bitwise(o, want) for o in outs), dtype
+    assert "rb0[i]" in dg.jit.source(layer_norm, x, w, b)  # x - mean, not stored: a row buffer
+
+
+def test_a_training_step_through_composed_rmsnorm_is_bitwise_eager():
+    def run(jit):
+        dg.manual_seed(0)
+        lin = nn.Linear(37, 37)
+        w = nn.Parameter(dg.randn(37) * 0.1 + 1)
+        params = list(lin.parameters()) + [w]
+        opt = dg.optim.SGD(params, lr=0.05, momentum=0.9)
+
+        def step(x, y):
+            loss = ((rmsnorm(lin(x), w) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        fn = dg.jit(step, jit_level="O1") if jit else step
+        dg.manual_seed(1)
+        losses = [fn(dg.randn(6, 37), dg.randn(6, 37)) for _ in range(6)]
+        return params, losses, fn
+
+    p1, l1, _ = run(False)
+    p2, l2, step = run(True)
+    assert step.stats["replays"] == 4
+    assert all(bitwise(a, b) for a, b in zip(l2, l1))
+    assert all(bitwise(a, b) for a, b in zip(p2, p1))
+    names, _ = fused_names(step)
+    # the forward's normalisation is one row program (its row values stored: the backward reads them), and so is its
+    # backward: the row sum of g * x, rsqrt's and the mean's derivatives on the row values, then x's gradient
+    assert "mul+sum+div_scalar+add_scalar+rsqrt+mul+mul" in " ".join(names), names
+    assert "mul+mul+sum+mul+mul+mul_scalar+mul+div_scalar+mul+add+add" in names, names
