@@ -1,13 +1,16 @@
 """dygrad.jit O0 vs O1 (fused generated kernels) vs torch.compile on composed elementwise work, side by side and
 interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
-  rmsnorm  x * rsqrt(mean(x^2) + eps) * w over [8, 256, 384] (the bench config's activations)
+  rmsnorm  x * rsqrt(mean(x^2) + eps) * w over [8, 256, 384] (the bench config's activations); also eager's
+           fused F.rms_norm ("dg fused")
+  softmax  exp(x - amax(x)) / sum(exp(x - amax(x))) over rows of 256 ([48, 256, 256]: the bench config's attention
+           scores); also eager's fused F.softmax ("dg fused")
   swiglu   silu(a) * b over [8, 256, 1024]
   adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
            config's parameter shapes (10.8 M floats)
 dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
 right after (two thread pools in one process contend). Prints the median time per call of each and the ratios.
 
-    python bench/jit_fusion.py [--reps 15] [--threads 1] [--no-torch]
+    python bench/jit_fusion.py [--reps 15] [--threads 1] [--no-torch] [--cases rmsnorm,softmax]
     python bench/jit_fusion.py --llama [--reps 15] [--threads 1]
 """
 import argparse
@@ -32,6 +35,13 @@ def lscpu_model():
 def rmsnorm(lib):
     def f(x, w):
         return x * (x * x).mean(-1, keepdim=True).add(1e-5).rsqrt() * w
+    return f
+
+
+def softmax(lib):
+    def f(x):
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True)
     return f
 
 
@@ -60,12 +70,20 @@ BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 3
 def cases(lib):
     lib.manual_seed(0)
     x, w = lib.randn(8, 256, 384), lib.randn(384)
+    scores = lib.randn(48, 256, 256) * 3
     a, b = lib.randn(8, 256, 1024), lib.randn(8, 256, 1024)
     ps = [lib.randn(*s) for s in BENCH_SHAPES]
     ms = [lib.zeros_like(p) for p in ps]
     vs = [lib.zeros_like(p) for p in ps]
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
-    return {"rmsnorm": (rmsnorm(lib), (x, w)), "swiglu": (swiglu(lib), (a, b)), "adam": (adam_loop(ps, ms, vs), (gs,))}
+    return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
+            "adam": (adam_loop(ps, ms, vs), (gs,))}
+
+
+def fused_peers():
+    """dygrad's hand-written fused kernels for the cases that have one (eager, no jit)."""
+    return {"rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
+            "softmax": lambda x: dg.nn.functional.softmax(x, -1)}
 
 
 def timed(fn, args, sync):
@@ -88,13 +106,15 @@ def measure(sides, reps):
     return results
 
 
-def torch_side(reps, threads):
+def torch_side(reps, threads, only):
     """torch eager and torch.compile, interleaved, in a process of their own (torch's and dygrad's thread pools
     would contend in one process: bench/jit.py does the same)."""
     import torch
     torch.set_num_threads(threads)
     sides, compile_s = {}, {}
     for name, (fn, args) in cases(torch).items():
+        if only and name not in only:
+            continue
         tc = torch.compile(fn)
         t0 = time.perf_counter()
         tc(*args)
@@ -155,16 +175,20 @@ def main():
                     "torch's OpenMP barriers at 2 threads cost 25x, 33 ms against 1.35 ms for the rmsnorm)")
     ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--llama", action="store_true", help="only the LLaMA training step (bench config)")
+    ap.add_argument("--cases", default="", help="a comma-separated subset of the cases (default: all)")
     opts = ap.parse_args()
+    only = set(filter(None, opts.cases.split(",")))
     dg.set_num_threads(opts.threads)
     if opts.llama:
         dg.jit.config.background = False
         return llama_side(max(3, opts.reps // 5), 2)
     if opts.torch_side:
-        return torch_side(opts.reps, dg.get_num_threads())
+        return torch_side(opts.reps, dg.get_num_threads(), only)
     dg.jit.config.background = False  # the compile is timed apart, below
     sides, compile_s = {}, {}
     for name, (fn, args) in cases(dg).items():
+        if only and name not in only:
+            continue
         o0, o1 = dg.jit(fn, jit_level="O0"), dg.jit(fn, jit_level="O1")
         for level, f in (("O0", o0), ("O1", o1)):
             f(*args)
@@ -174,11 +198,13 @@ def main():
             compile_s[f"{name} {level}"] = time.perf_counter() - t0
         sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
                        "dg O1": (o1, args, dg.synchronize)}
+        if name in fused_peers():
+            sides[name]["dg fused"] = (fused_peers()[name], args, dg.synchronize)
         assert o1.stats["fused_kernels"] > 0, name
     results = measure(sides, opts.reps)
     if not opts.no_torch:
         out = subprocess.run([sys.executable, __file__, "--torch-side", "--reps", str(opts.reps), "--threads",
-                              str(opts.threads)], capture_output=True,
+                              str(opts.threads), "--cases", opts.cases], capture_output=True,
                              text=True)
         t = json.loads(out.stdout.strip().splitlines()[-1])
         for name, r in t["results"].items():
@@ -190,6 +216,8 @@ def main():
     for name, r in results.items():
         line = f"{name:8s} " + "  ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
         line += f"  | O1/O0 time {r['dg O1'] / r['dg O0']:.2f}x, O1/eager {r['dg O1'] / r['dg eager']:.2f}x"
+        if "dg fused" in r:
+            line += f", O1/fused eager {r['dg O1'] / r['dg fused']:.2f}x"
         if "torch.compile" in r:
             line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
         print(line)
