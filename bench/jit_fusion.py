@@ -86,14 +86,17 @@ def fused_peers():
             "softmax": lambda x: dg.nn.functional.softmax(x, -1)}
 
 
-def timed(fn, args, sync):
+def timed(fn, args, sync, block=1):
+    """Seconds per call of `block` calls in a row, then one sync (block > 1: a sub-millisecond call's time without
+    the stream worker's wake-up after each sync, which a loaded machine's scheduler makes dominate)."""
     t0 = time.perf_counter()
-    fn(*args)
+    for _ in range(block):
+        fn(*args)
     sync()
-    return time.perf_counter() - t0
+    return (time.perf_counter() - t0) / block
 
 
-def measure(sides, reps):
+def measure(sides, reps, block=1):
     results = {}
     for name, entries in sides.items():
         for _, (fn, args, sync) in entries.items():
@@ -101,12 +104,12 @@ def measure(sides, reps):
         times = {k: [] for k in entries}
         for _ in range(reps):  # interleaved
             for k, (fn, args, sync) in entries.items():
-                times[k].append(timed(fn, args, sync))
+                times[k].append(timed(fn, args, sync, block))
         results[name] = {k: statistics.median(v) for k, v in times.items()}
     return results
 
 
-def torch_side(reps, threads, only):
+def torch_side(reps, threads, only, block):
     """torch eager and torch.compile, interleaved, in a process of their own (torch's and dygrad's thread pools
     would contend in one process: bench/jit.py does the same)."""
     import torch
@@ -120,7 +123,7 @@ def torch_side(reps, threads, only):
         tc(*args)
         compile_s[name] = time.perf_counter() - t0
         sides[name] = {"torch eager": (fn, args, lambda: None), "torch.compile": (tc, args, lambda: None)}
-    print(json.dumps({"results": measure(sides, reps), "compile_s": compile_s}))
+    print(json.dumps({"results": measure(sides, reps, block), "compile_s": compile_s}))
 
 
 def llama_side(reps, steps):
@@ -176,6 +179,7 @@ def main():
     ap.add_argument("--torch-side", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--llama", action="store_true", help="only the LLaMA training step (bench config)")
     ap.add_argument("--cases", default="", help="a comma-separated subset of the cases (default: all)")
+    ap.add_argument("--block", type=int, default=1, help="calls per timed sample, one sync after them (default 1)")
     opts = ap.parse_args()
     only = set(filter(None, opts.cases.split(",")))
     dg.set_num_threads(opts.threads)
@@ -183,7 +187,7 @@ def main():
         dg.jit.config.background = False
         return llama_side(max(3, opts.reps // 5), 2)
     if opts.torch_side:
-        return torch_side(opts.reps, dg.get_num_threads(), only)
+        return torch_side(opts.reps, dg.get_num_threads(), only, opts.block)
     dg.jit.config.background = False  # the compile is timed apart, below
     sides, compile_s = {}, {}
     for name, (fn, args) in cases(dg).items():
@@ -201,10 +205,11 @@ def main():
         if name in fused_peers():
             sides[name]["dg fused"] = (fused_peers()[name], args, dg.synchronize)
         assert o1.stats["fused_kernels"] > 0, name
-    results = measure(sides, opts.reps)
+    results = measure(sides, opts.reps, opts.block)
     if not opts.no_torch:
         out = subprocess.run([sys.executable, __file__, "--torch-side", "--reps", str(opts.reps), "--threads",
-                              str(opts.threads), "--cases", opts.cases], capture_output=True,
+                              str(opts.threads), "--cases", opts.cases, "--block", str(opts.block)],
+                             capture_output=True,
                              text=True)
         t = json.loads(out.stdout.strip().splitlines()[-1])
         for name, r in t["results"].items():
@@ -212,7 +217,7 @@ def main():
         for name, v in t["compile_s"].items():
             compile_s[f"{name} torch.compile"] = v
     print(f"# {datetime.date.today()} {lscpu_model()}, {dg.get_num_threads()} threads, kernel level "
-          f"{dg.backends.cpu.kernel_isa()[0]}")
+          f"{dg.backends.cpu.kernel_isa()[0]}, {opts.block} call(s) per sample")
     for name, r in results.items():
         line = f"{name:8s} " + "  ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
         line += f"  | O1/O0 time {r['dg O1'] / r['dg O0']:.2f}x, O1/eager {r['dg O1'] / r['dg eager']:.2f}x"
