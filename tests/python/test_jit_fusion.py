@@ -521,3 +521,23 @@ def test_a_training_step_through_composed_rmsnorm_is_bitwise_eager():
     # backward: the row sum of g * x, rsqrt's and the mean's derivatives on the row values, then x's gradient
     assert "mul+sum+div_scalar+add_scalar+rsqrt+mul+mul" in " ".join(names), names
     assert "mul+mul+sum+mul+mul+mul_scalar+mul+div_scalar+mul+add+add" in names, names
+
+
+def test_a_poisoned_input_inside_a_row_program_skips_only_what_eager_skips():
+    def f(x):
+        bad = dg._C._deferred_failure(x, 9)  # its kernel fails: what reads it is skipped
+        y = x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt()  # runs (the row program's first passes)
+        return y + bad, y * 2  # the first is skipped (poisoned), the second runs
+
+    x = dg.randn(4, 37)
+    want = f(x)[1]
+    with pytest.raises(IndexError):
+        dg.synchronize()
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        got = jf(x)
+        with pytest.raises(IndexError, match=r"\[_deferred_failure\] index 9 is out of range"):
+            dg.synchronize()
+        assert bitwise(got[1], want)
+    names, _ = fused_names(jf)
+    assert names == ["mul+sum+div_scalar+add_scalar+rsqrt+mul+add+mul_scalar"], names
