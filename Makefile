@@ -17,12 +17,14 @@ JOBS ?= $(shell nproc)
 APT_PACKAGES = cmake ninja-build g++ libopenblas-serial-dev libopenblas-pthread-dev libgtest-dev libgmock-dev \
                libbenchmark-dev valgrind fortunes chromium openmpi-bin libopenmpi-dev qemu-user
 # torch==2.13.0 is the peer the Python tests compare against (a CPU wheel on the machine's disk); transformers (pinned)
-# is the library tests/python/test_transformers.py runs on both (issue 41).
+# is the library tests/python/test_transformers.py runs on both (issue 41); einops (pinned) is what the port program
+# tests/python/port/gpt2_einops.py imports, under torch and under dygrad.as_torch (issue 37).
 # oneDNN (float32 GEMM, CMakeLists.txt: DYGRAD_ONEDNN): installed when the release packages it; without it the
 # build falls back to OpenBLAS with a warning.
 APT_OPTIONAL = libdnnl-dev
-PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0 transformers==5.25.0 onnx==1.23.2 onnxruntime==1.32.0
-PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch, transformers, onnx, onnxruntime
+PIP_PACKAGES = numpy pytest scikit-build-core nanobind torch==2.13.0 transformers==5.25.0 onnx==1.23.2 onnxruntime==1.32.0 \
+               einops==0.8.2
+PIP_MODULES = numpy, pytest, scikit_build_core, nanobind, torch, transformers, onnx, onnxruntime, einops
 
 # Whether package $$p is installed for this machine's architecture (or for all): `dpkg -s NAME` fails as ambiguous
 # once the same package is installed for a second architecture too (make test-aarch64 adds arm64's).

@@ -13,7 +13,8 @@ import sys
 import tempfile
 
 PORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python", "port")
-PROGRAMS = ("gpt2_train.py", "llama_train.py", "tabular_classify.py")
+PROGRAMS = ("gpt2_train.py", "llama_train.py", "tabular_classify.py", "llama_complex_generate.py", "transformer_lm.py",
+            "gpt2_einops.py")
 
 
 def run(argv, threads):
