@@ -25,6 +25,9 @@ DIFFERS = {
                                       "implementation (its flash kernel) and does not consult them",
     "torch.addcmul": "composed: (value * tensor1) * tensor2 is rounded before the add, where torch fuses it (an "
                      "FMA): results may differ by 1 ulp; addcdiv is bitwise torch's",
+    "torch.prod": "composed: the last entry of cumprod, whose running product accumulates in double for float32 "
+                  "(torch's reduction multiplies in float32 in its own order): float results may differ by rounding; "
+                  "the gradient is cumprod's, zero-safe",
     "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
     "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
     "torch.distributed.tensor.DTensor": "a stand-in: nothing is an instance; constructing raises "

@@ -56,8 +56,9 @@ from . import _factories  # noqa: E402
 _factories.install()
 from .storage import UntypedStorage, untyped_storage as _untyped_storage  # noqa: E402,F401
 Tensor.untyped_storage = _untyped_storage
-from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, row_stack,  # noqa: E402,F401
-                        vstack)
+from ._composed import (atleast_1d, atleast_2d, atleast_3d, column_stack, dstack, hstack, prod,  # noqa: E402,F401
+                        row_stack, vstack)
+Tensor.prod = prod
 
 # torch's constants (torch.pi is math.pi ...).
 pi = 3.141592653589793

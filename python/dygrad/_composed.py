@@ -1,5 +1,5 @@
 """torch functions composed of dygrad's ops in Python, as torch composes them (CompositeImplicitAutograd): the
-stacking family and atleast_Nd. Gradients flow through the ops they call."""
+stacking family, atleast_Nd and prod. Gradients flow through the ops they call."""
 from . import _C
 
 
@@ -61,3 +61,33 @@ def column_stack(tensors):
     """Stacks 0- and 1-dim tensors as columns ((n,) -> (n, 1)) and concatenates along dim 1."""
     parts = [t.reshape(t.numel(), 1) if t.dim() <= 1 else t for t in _tensors("column_stack", tensors)]
     return _C.cat(parts, 1)
+
+
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    """The product of the elements, of all (prod(input, *, dtype)) or along one dim (prod(input, dim, keepdim,
+    *, dtype)): the last entry of cumprod, so the dtype rules (integers and bool give int64) and the zero-safe
+    gradient are cumprod's. An empty product is 1."""
+    if not isinstance(input, _C.Tensor):
+        raise TypeError(f"prod(): argument 'input' must be Tensor, not {type(input).__name__}")
+    if dim is None:
+        if keepdim:
+            raise TypeError("prod(): keepdim needs a dim (prod(input, dim, keepdim=True))")
+        input, dim = input.reshape(-1), 0
+    elif not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"prod(): argument 'dim' must be int, not {type(dim).__name__}")
+    rank = max(input.dim(), 1)
+    if not -rank <= dim < rank:
+        raise IndexError(f"[prod] dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but "
+                         f"got {dim})")
+    running = _C.cumprod(input, dim, dtype=dtype)
+    if running.dim() == 0:
+        return running
+    dim = dim % running.dim()
+    length = running.shape[dim]
+    if length == 0:
+        shape = list(running.shape)
+        shape[dim] = 1
+        last = _C.ones(shape, dtype=running.dtype, device=running.device)
+    else:
+        last = running.narrow(dim, length - 1, 1)
+    return last if keepdim else last.squeeze(dim)

@@ -1,6 +1,7 @@
-"""sort, argsort, topk, cumsum, cumprod, flip, roll (ops/sort.cpp), and bernoulli, multinomial, linspace, logspace
-(ops/random.cpp) against torch: values, gradients, dtypes, named-tuple returns and errors. The conformance sweep
-(conformance/ops_sort.py, ops_random.py) covers layouts, float64 finite differences and thread counts."""
+"""sort, argsort, topk, cumsum, cumprod (and prod, composed of it in _composed.py), flip, roll (ops/sort.cpp), and
+bernoulli, multinomial, linspace, logspace (ops/random.cpp) against torch: values, gradients, dtypes, named-tuple
+returns and errors. The conformance sweep (conformance/ops_sort.py, ops_random.py) covers layouts, float64 finite
+differences and thread counts."""
 import numpy as np
 import pytest
 import torch
@@ -217,6 +218,50 @@ def test_scan_dtype_argument_and_inplace():
     with pytest.raises(IndexError, match=r"\[cumsum\] dimension out of range"):
         dg.cumsum(y, 1)
     assert dg.cumsum(dg.tensor(5.0), 0).shape == ()
+
+
+# --- prod (composed: the last entry of cumprod) ---------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint8", "bool"])
+def test_prod_values_and_dtypes_match_torch(dtype):
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 2, (3, 4, 5)).astype(bool) if dtype == "bool" else rng.uniform(0.5, 1.5, (3, 4, 5))
+    if dtype in ("int32", "uint8"):
+        x = rng.integers(0, 3, (3, 4, 5))
+    d, t = dg.tensor(x, dtype=getattr(dg, dtype)), torch.tensor(x, dtype=getattr(torch, dtype))
+    cases = [lambda m, v: m.prod(v), lambda m, v: m.prod(v, 1), lambda m, v: m.prod(v, -1, keepdim=True),
+             lambda m, v: v.prod(dim=0), lambda m, v: m.prod(v, 2, dtype=m.float64), lambda m, v: v.prod()]
+    for case in cases:
+        got, want = case(dg, d), case(torch, t)
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        assert tuple(got.shape) == tuple(want.shape)
+        np.testing.assert_allclose(got.to(dg.float64).numpy(), want.to(torch.float64).numpy(), rtol=1e-6)
+
+
+def test_prod_empty_scalar_and_errors_match_torch():
+    for shape, dim in [((2, 0), 1), ((0,), None), ((0, 3), 0)]:
+        got = dg.prod(dg.empty(shape)) if dim is None else dg.prod(dg.empty(shape), dim)
+        want = torch.prod(torch.empty(shape)) if dim is None else torch.prod(torch.empty(shape), dim)
+        same(got, want)
+    same(dg.prod(dg.tensor(5.0), 0), torch.prod(torch.tensor(5.0), 0))
+    assert dg.prod(dg.tensor(5.0), -1, keepdim=True).shape == torch.prod(torch.tensor(5.0), -1, keepdim=True).shape
+    with pytest.raises(IndexError, match=r"\[prod\] dimension out of range"):
+        dg.prod(dg.ones(2, 3), 2)
+    for bad in (lambda m: m.prod(m.ones(2, 3), (0, 1)), lambda m: m.prod(m.ones(2, 3), keepdim=True)):
+        with pytest.raises(TypeError):
+            bad(torch)
+        with pytest.raises(TypeError):
+            bad(dg)
+
+
+@pytest.mark.parametrize("x", [[[2.0, 0.5, 3.0, -1.5]], [[2.0, 0.0, 3.0, -1.5], [0.0, 1.0, 0.0, 2.0]]],
+                         ids=["no_zero", "zeros"])
+def test_prod_gradient_matches_torch(x):
+    for fn in (lambda m, t: m.prod(t, 1), lambda m, t: m.prod(t, 0, keepdim=True), lambda m, t: m.prod(t)):
+        cotangent = np.random.default_rng(6).standard_normal(tuple(fn(torch, torch.tensor(x)).shape))
+        got_grad, got = grads(dg, fn, x, cotangent)
+        want_grad, want = grads(torch, fn, x, cotangent)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_allclose(got_grad, want_grad, rtol=1e-12, atol=1e-12)
 
 
 # --- flip, roll ---------------------------------------------------------------------------------------------------
