@@ -210,7 +210,7 @@ _COMMON_OPS = set("""abs add addmm all allclose amax amin any arange argmax argm
 ceil chunk clamp clip clone cos cosine_similarity cumsum diag div dropout einsum empty empty_like eq exp expand
 eye flatten flip floor from_numpy full full_like gather ge gelu gt index_select isfinite isinf isnan le lerp linspace
 log log_softmax logical_and logical_not logsumexp lt manual_seed masked_fill matmul max maximum mean min minimum mm
-mul multinomial ne neg nonzero norm normal numel ones ones_like outer permute polar pow rand rand_like randint randn
+mul multinomial ne neg nonzero norm normal numel ones ones_like outer permute polar pow prod rand rand_like randint randn
 randn_like randperm reciprocal relu repeat_interleave reshape roll round rsqrt scatter scatter_add select sigmoid
 sign silu sin softmax sort split sqrt square squeeze stack std sub sum t tanh tensor tensordot topk transpose tril
 triu unbind unique unsqueeze var view_as_complex view_as_real where zeros zeros_like""".split())
