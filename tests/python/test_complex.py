@@ -303,6 +303,36 @@ def test_conversions_to_and_from_real():
     assert_same(dg.tensor([3, -1]).to(dg.complex128), torch.tensor([3, -1]).to(torch.complex128))
 
 
+def test_module_casts_treat_complex_buffers_as_torch():
+    # Module.to(dtype) casts floating and complex tensors (a complex buffer cast to a real dtype keeps its real
+    # part); double/float/half/bfloat16 cast the floating ones only; to(complex dtype) makes the floats complex.
+    def build(m):
+        lin = m.nn.Linear(2, 2)
+        with m.no_grad():
+            lin.weight.copy_(m.tensor([[1.0, 2.0], [3.0, 4.0]]))
+            lin.bias.copy_(m.tensor([0.5, -0.25]))
+        lin.register_buffer("freqs_cis", m.complex(m.tensor([0.5, 0.25, -1.0]), m.tensor([0.75, -2.0, 0.125])))
+        return lin
+
+    casts = [lambda m, mod: mod.to(m.float64), lambda m, mod: mod.to(dtype=m.bfloat16), lambda m, mod: mod.double(),
+             lambda m, mod: mod.half(), lambda m, mod: mod.bfloat16(), lambda m, mod: mod.float(),
+             lambda m, mod: mod.to(m.complex128), lambda m, mod: mod.to("cpu", m.float16)]
+    for cast in casts:
+        with _no_check():
+            ours, theirs = cast(dg, build(dg)), cast(torch, build(torch))
+        for name in ("weight", "bias", "freqs_cis"):
+            d, t = getattr(ours, name), getattr(theirs, name)
+            assert name_of(d.dtype) == name_of(t.dtype), (name, d.dtype, t.dtype)
+            np.testing.assert_array_equal(d.detach().to(dg.float64 if not d.is_complex() else dg.complex128).numpy(),
+                                          t.detach().to(torch.float64 if not t.is_complex() else torch.complex128)
+                                          .numpy())
+    for m in (dg, torch):
+        with pytest.warns(UserWarning, match="Complex modules"):
+            build(m).to(m.complex64)
+        with pytest.raises(TypeError, match="floating point or complex"):
+            build(m).to(m.int64)
+
+
 class _no_check:  # torch warns on a complex-to-real cast (dygrad does not): nothing to check here
     def __enter__(self):
         import warnings

@@ -435,8 +435,10 @@ class Module:
         return self
 
     def to(self, *args, dtype=None, **kwargs):
-        """module.to(device), .to(dtype), .to(device, dtype), .to(tensor), as torch: floating parameters and buffers take
-        the dtype, every parameter and buffer (and gradient) the device; the Parameter objects stay the same."""
+        """module.to(device), .to(dtype), .to(device, dtype), .to(tensor), as torch: floating and complex parameters and
+        buffers take the dtype (a complex buffer cast to a real dtype keeps its real part, as torch's does: a LLaMA
+        freqs_cis buffer does not survive .to(torch.bfloat16)), every parameter and buffer (and gradient) the device;
+        the Parameter objects stay the same."""
         kwargs.pop("non_blocking", None)
         kwargs.pop("memory_format", None)
         device = kwargs.pop("device", None)
@@ -451,8 +453,12 @@ class Module:
                 continue
             else:
                 device = a
-        if dtype is not None and not dtype.is_floating_point:
+        if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+        if dtype is not None and dtype.is_complex:
+            warnings.warn("Complex modules are a new feature under active development whose design may change, and "
+                          "some modules might not work as expected when using complex tensors as parameters or "
+                          "buffers.", stacklevel=2)
         if device is not None:
             device = _device(device)
             if device.type not in ("cpu", "test", "cuda"):
@@ -461,7 +467,7 @@ class Module:
             return self
 
         def convert(t):
-            if dtype is not None and t.is_floating_point():
+            if dtype is not None and (t.is_floating_point() or t.is_complex()):
                 t = t.to(dtype)
             return t if device is None else t.to(device)
         return self._apply_to_tensors(convert)
@@ -478,17 +484,18 @@ class Module:
         """Casts every parameter and buffer to dst_type (torch's Module.type: integer ones too)."""
         return self._apply_to_tensors(lambda t: t.to(dst_type))
 
+    # double/float/half/bfloat16 cast the floating tensors only (complex ones stay), unlike to(dtype): torch's rule.
     def double(self):
-        return self.to(_C.float64)
+        return self._apply_to_tensors(lambda t: t.to(_C.float64) if t.is_floating_point() else t)
 
     def float(self):
-        return self.to(_C.float32)
+        return self._apply_to_tensors(lambda t: t.to(_C.float32) if t.is_floating_point() else t)
 
     def half(self):
-        return self.to(_C.float16)
+        return self._apply_to_tensors(lambda t: t.to(_C.float16) if t.is_floating_point() else t)
 
     def bfloat16(self):
-        return self.to(_C.bfloat16)
+        return self._apply_to_tensors(lambda t: t.to(_C.bfloat16) if t.is_floating_point() else t)
 
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():
