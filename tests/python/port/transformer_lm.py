@@ -168,7 +168,7 @@ def main():
     parser.add_argument('--nhid', type=int, default=128, help='number of hidden units per layer')
     parser.add_argument('--nlayers', type=int, default=2, help='number of layers')
     parser.add_argument('--nhead', type=int, default=4, help='the number of heads in the encoder')
-    parser.add_argument('--lr', type=float, default=1.0, help='initial learning rate')
+    parser.add_argument('--lr', type=float, default=2.0, help='initial learning rate')
     parser.add_argument('--clip', type=float, default=0.25, help='gradient clipping')
     parser.add_argument('--batch_size', type=int, default=16, metavar='N', help='batch size')
     parser.add_argument('--bptt', type=int, default=32, help='sequence length')
