@@ -316,10 +316,13 @@ def main():
     print(f"cache check: max |full - cached| {(full - cached).abs().max().item():.2e}")
 
     prompts = prompt.tolist()
-    print("expected", [[int(successor[p[-1]])] for p in prompts])
     greedy = generate(model, prompts, args.max_gen_len, temperature=0.0)
     for p, g in zip(prompts, greedy):
+        chain = [int(successor[p[-1]])]
+        while len(chain) < args.max_gen_len:
+            chain.append(int(successor[chain[-1]]))
         print("greedy", g[len(p):])
+        print(f"  {sum(a == b for a, b in zip(g[len(p):], chain))} of {len(chain)} tokens follow the chain")
     sampled = generate(model, prompts, args.max_gen_len, temperature=0.8, top_p=0.9,
                        generator=torch.Generator().manual_seed(7))
     for p, s in zip(prompts, sampled):
