@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import dygrad as dg
+from test_optim import as_dygrad, groups_of, make_params, run_steps  # the same parameters, groups and gradients
 
-SHAPES = [(4, 3), (5,), (33, 17)]
 CASES = [
     ("RMSprop", dict(lr=1e-2), dict(lr=5e-3)),
     ("RMSprop", dict(lr=1e-2, momentum=0.9, centered=True, weight_decay=0.01), dict(alpha=0.9)),
@@ -24,37 +24,6 @@ CASES = [
     ("RAdam", dict(lr=1e-3), dict(betas=(0.9, 0.9))),  # beta2 0.9: rho_t passes 5 at step 6 (both branches)
     ("RAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True), dict(maximize=True)),
 ]
-
-
-def make_params(dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    arrays = [rng.standard_normal(s).astype(dtype) for s in SHAPES]
-    return ([dg.nn.Parameter(dg.tensor(a.copy())) for a in arrays],
-            [torch.nn.Parameter(torch.tensor(a.copy())) for a in arrays])
-
-
-def groups_of(params, per_group):
-    return [dict(params=params[:1], **per_group), dict(params=params[1:])]
-
-
-def run_steps(d_opt, t_opt, d_params, t_params, steps, dtype, seed=1):
-    rng = np.random.default_rng(seed)
-    for _ in range(steps):
-        for d, t in zip(d_params, t_params):
-            g = rng.standard_normal(tuple(t.shape)).astype(dtype)
-            d.grad, t.grad = dg.tensor(g.copy()), torch.tensor(g.copy())
-        d_opt.step()
-        t_opt.step()
-
-
-def as_dygrad(obj):
-    if isinstance(obj, torch.Tensor):
-        return dg.tensor(obj.detach().numpy().copy())
-    if isinstance(obj, dict):
-        return {k: as_dygrad(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [as_dygrad(v) for v in obj]
-    return obj
 
 
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-10), (np.float32, 2e-4)], ids=["float64", "float32"])

@@ -131,22 +131,30 @@ class LRScheduler:
                           UserWarning, stacklevel=3)
 
 
+def _lambda_list(optimizer, lr_lambda):
+    """LambdaLR's and MultiplicativeLR's functions, one per param group."""
+    if not isinstance(lr_lambda, (list, tuple)):
+        return [lr_lambda] * len(optimizer.param_groups)
+    if len(lr_lambda) != len(optimizer.param_groups):
+        raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got {len(lr_lambda)}")
+    return list(lr_lambda)
+
+
+def _lambdas_state(scheduler):
+    """LambdaLR's and MultiplicativeLR's state_dict: a lambda is not saved, a callable object's __dict__ is."""
+    state = {k: v for k, v in scheduler.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
+    state["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
+                           for fn in scheduler.lr_lambdas]
+    return state
+
+
 class LambdaLR(LRScheduler):
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.optimizer = optimizer
-        if not isinstance(lr_lambda, (list, tuple)):
-            self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
-        else:
-            if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
+        self.lr_lambdas = _lambda_list(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
-    def state_dict(self):
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-        state["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
-                               for fn in self.lr_lambdas]
-        return state
+    state_dict = _lambdas_state
 
     def load_state_dict(self, state_dict):
         state_dict = dict(state_dict)
@@ -382,23 +390,10 @@ class OneCycleLR(LRScheduler):
         return lrs
 
 
-def _lambdas_state(scheduler):
-    """LambdaLR's and MultiplicativeLR's state_dict: a lambda is not saved, a callable object's __dict__ is."""
-    state = {k: v for k, v in scheduler.__dict__.items() if k not in ("optimizer", "lr_lambdas")}
-    state["lr_lambdas"] = [None if isinstance(fn, types.FunctionType) else fn.__dict__.copy()
-                           for fn in scheduler.lr_lambdas]
-    return state
-
-
 class MultiplicativeLR(LRScheduler):
     def __init__(self, optimizer, lr_lambda, last_epoch=-1):
         self.optimizer = optimizer
-        if not isinstance(lr_lambda, (list, tuple)):
-            self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
-        else:
-            if len(lr_lambda) != len(optimizer.param_groups):
-                raise ValueError(f"Expected {len(optimizer.param_groups)} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
+        self.lr_lambdas = _lambda_list(optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     state_dict = _lambdas_state
