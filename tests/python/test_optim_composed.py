@@ -1,8 +1,6 @@
 """RMSprop, Adagrad, Adamax, NAdam and RAdam (dygrad/optim/composed.py) against torch.optim 2.13: the same updates
-and state over several steps with per-group options, torch's state layout and state dicts both ways, torch's
-signatures and argument errors."""
-import inspect
-
+and state over several steps with per-group options, torch's state layout and state dicts both ways (their
+signatures and argument errors: test_optim.py's tests)."""
 import numpy as np
 import pytest
 import torch
@@ -64,30 +62,6 @@ def test_state_dicts_resume_from_torchs_and_torch_from_ours(name, options):
     run_steps(resumed, theirs, resumed_params, theirs_params, 3, np.float64, seed=7)
     for d, t in zip(resumed_params, theirs_params):
         np.testing.assert_allclose(d.detach().numpy(), t.detach().numpy(), rtol=1e-10)
-
-
-@pytest.mark.parametrize("name", ["RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam"])
-def test_signatures_are_torchs(name):
-    ours = inspect.signature(getattr(dg.optim, name)).parameters
-    theirs = inspect.signature(getattr(torch.optim, name)).parameters
-    assert list(ours) == list(theirs)
-    for key, parameter in theirs.items():
-        assert ours[key].kind == parameter.kind, key
-        assert ours[key].default == parameter.default, key
-
-
-@pytest.mark.parametrize("name,bad", [("RMSprop", dict(lr=-1.0)), ("RMSprop", dict(alpha=-0.1)),
-                                      ("RMSprop", dict(momentum=-1)), ("RMSprop", dict(eps=-1.0)),
-                                      ("Adagrad", dict(lr_decay=-1)), ("Adagrad", dict(initial_accumulator_value=-1)),
-                                      ("Adagrad", dict(weight_decay=-1)), ("Adamax", dict(betas=(1.0, 0.9))),
-                                      ("Adamax", dict(betas=(0.9, 1.5))), ("NAdam", dict(momentum_decay=-1)),
-                                      ("NAdam", dict(eps=-1)), ("RAdam", dict(lr=-1)), ("RAdam", dict(weight_decay=-1))])
-def test_argument_errors_match_torch(name, bad):
-    with pytest.raises(ValueError) as t_err:
-        getattr(torch.optim, name)([torch.nn.Parameter(torch.zeros(2))], **bad)
-    with pytest.raises(ValueError) as d_err:
-        getattr(dg.optim, name)([dg.nn.Parameter(dg.zeros(2))], **bad)
-    assert str(d_err.value) == str(t_err.value)
 
 
 def test_a_parameter_without_a_gradient_is_not_stepped_and_adagrad_state_exists_at_construction():

@@ -237,6 +237,21 @@ class CosineAnnealingLR(LRScheduler):
                 for base_lr in self.base_lrs]
 
 
+def _nested_state(scheduler):
+    """SequentialLR's and ChainedScheduler's state_dict: their own fields and each wrapped scheduler's state."""
+    state = {k: v for k, v in scheduler.__dict__.items() if k not in ("optimizer", "_schedulers")}
+    state["_schedulers"] = [s.state_dict() for s in scheduler._schedulers]
+    return state
+
+
+def _load_nested_state(scheduler, state_dict):
+    state_dict = dict(state_dict)
+    schedulers = state_dict.pop("_schedulers")
+    scheduler.__dict__.update(state_dict)
+    for wrapped, state in zip(scheduler._schedulers, schedulers, strict=True):
+        wrapped.load_state_dict(state)
+
+
 class SequentialLR(LRScheduler):
     def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
         if len(schedulers) < 1:
@@ -281,17 +296,8 @@ class SequentialLR(LRScheduler):
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
 
-    def state_dict(self):
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        schedulers = state_dict.pop("_schedulers")
-        self.__dict__.update(state_dict)
-        for idx, s in enumerate(schedulers):
-            self._schedulers[idx].load_state_dict(s)
+    state_dict = _nested_state
+    load_state_dict = _load_nested_state
 
 
 class OneCycleLR(LRScheduler):
@@ -565,18 +571,8 @@ class ChainedScheduler(LRScheduler):
             scheduler.step()
         self._last_lr = _group_values(self._schedulers[-1].optimizer, "lr")
 
-    def state_dict(self):
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        schedulers = state_dict.pop("_schedulers")
-        self.__dict__.update(state_dict)
-        state_dict["_schedulers"] = schedulers
-        for scheduler, state in zip(self._schedulers, schedulers, strict=True):
-            scheduler.load_state_dict(state)
+    state_dict = _nested_state
+    load_state_dict = _load_nested_state
 
 
 class ReduceLROnPlateau(LRScheduler):
