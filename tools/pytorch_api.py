@@ -20,6 +20,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Where a supported torch name behaves differently in dygrad (kept next to the generator so the table says it).
 DIFFERS = {
+    "torch.cpu.Event": "marks a point in dygrad's asynchronous CPU stream: query/synchronize act, and it takes "
+                       "torch.cuda.Event's arguments, with elapsed_time (and dygrad's device_time) under "
+                       "enable_timing=True; torch's takes none and does nothing (docs/stream.md, \"Timing marks\")",
+    "torch.cpu.synchronize": "waits for dygrad's CPU stream and raises a deferred kernel error; torch's does nothing",
     "torch.nn.attention.sdpa_kernel": "the switches are recorded and reported as torch's "
                                       "(torch.backends.cuda.*_sdp_enabled); dygrad's attention has one "
                                       "implementation (its flash kernel) and does not consult them",
@@ -152,6 +156,9 @@ AREAS = [
                                              "manual_seed_all", "empty_cache", "synchronize", "current_device",
                                              "get_device_name", "is_bf16_supported", "memory_allocated"]),
     ("Backend flags", "torch.backends", lambda m: ["cuda", "cudnn", "mps", "mkldnn", "cpu", "openmp", "mkl"]),
+    ("CPU stream", "torch.cpu", lambda m: ["is_available", "device_count", "current_device", "set_device",
+                                           "is_initialized", "synchronize", "Event", "Stream", "current_stream",
+                                           "stream", "StreamContext"]),
     ("Mixed precision", "torch.amp", lambda m: ["GradScaler", "autocast"]),
     ("Distributed", "torch.distributed", lambda m: ["is_available", "is_initialized", "init_process_group",
                                                     "destroy_process_group", "get_rank", "get_world_size",

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "dygrad/runtime/devices.h"
+#include "dygrad/ops/timing.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
 
@@ -378,6 +379,8 @@ void init_runtime(nb::module_& m) {
   m.def("_set_host_waits_skipped", [](bool on) { set_host_waits_skipped(on); },
         "Tests: host reads stop waiting for device copies into their buffer (a planted missed sync).");
   m.def("_stream_mark", [] { return Stream::cpu().enqueued(); }, "The sequence number of the op enqueued last.");
+  m.def("_stream_done", [](uint64_t seq) { return Stream::cpu().completed() >= seq; }, nb::arg("seq"),
+        "Whether the op of sequence number `seq` (and every one before it) has run; never waits or raises.");
   m.def("_stream_wait", [](uint64_t seq) {
     const uint64_t enqueued = Stream::cpu().enqueued();
     DG_CHECK(seq <= enqueued, Value, "[_stream_wait] no op of sequence number ", seq, " was enqueued (the last is ",
@@ -396,6 +399,37 @@ void init_runtime(nb::module_& m) {
   }, nb::arg("bytes"), "At each enqueue the host waits while it has allocated more than `bytes` since the oldest "
      "queued op was enqueued (0: no limit). Bounds how far the host runs ahead of the device.");
   m.def("get_inflight_allocation_limit", [] { return Stream::cpu().inflight_allocation_limit(); });
+  // The run-ahead bound (runtime/run_ahead.h; docs/stream.md, "Run-ahead bound").
+  m.def("set_run_ahead_limit", [](double seconds, const std::string& device) {
+    DG_CHECK(seconds >= 0 && seconds <= 3600, Value, "[set_run_ahead_limit] expected seconds in [0, 3600] (0: no "
+             "bound), got ", seconds);
+    Stream::of(parse_device_or_raise("set_run_ahead_limit", device))
+        .set_run_ahead_limit_ns(static_cast<uint64_t>(seconds * 1e9 + 0.5));
+  }, nb::arg("seconds"), nb::arg("device") = "cpu", "At each enqueue the host waits while the estimated run time of "
+     "the device's queued ops, the new one included, exceeds `seconds` (0: no bound), so a program that reads the "
+     "wall clock without synchronizing sees the device's time within the bound.");
+  m.def("get_run_ahead_limit", [](const std::string& device) {
+    return static_cast<double>(Stream::of(parse_device_or_raise("get_run_ahead_limit", device)).run_ahead_limit_ns()) *
+           1e-9;
+  }, nb::arg("device") = "cpu");
+  m.def("_run_ahead_stats", [](const std::string& device, bool reset) {
+    Stream& s = Stream::of(parse_device_or_raise("_run_ahead_stats", device));
+    const Stream::RunAheadStats st = s.run_ahead_stats();
+    if (reset) s.reset_run_ahead_stats();
+    nb::dict d;
+    d["max_queued_ns"] = st.max_queued_ns;
+    d["waits"] = st.waits;
+    d["limit_ns"] = s.run_ahead_limit_ns();
+    d["bound_ns"] = st.bound_ns;
+    d["queued_ns"] = s.queued_estimate_ns();
+    d["busy_ns"] = s.busy_ns();
+    return d;
+  }, nb::arg("device") = "cpu", nb::arg("reset") = false, "The run-ahead bound's statistics since the last reset "
+     "(max_queued_ns: the largest queued estimate an enqueue left while other ops were queued; waits), the set "
+     "limit and the bound in force (bound_ns: less after frequent syncs), the queued estimate now and the stream's "
+     "busy time.");
+  m.def("_record_time", [] { return record_time(); }, "A timing mark (ops/timing.h): an int64 [2] tensor the "
+        "CPU's stream fills when it reaches it, with the monotonic clock's ns and its busy ns.");
   m.def("_sgemm_library", [] { return backend_info(Device::Type::CPU, "sgemm"); });  // "onednn" or "openblas"
   // One binary for every CPU (runtime/cpu_isa.h): the kernels in use, why not a higher level, the CPU's flags.
   m.def("_cpu_kernel_isa", [] { return nb::make_tuple(cpu_kernel_isa(), cpu_kernel_isa_note(), cpu_features()); });

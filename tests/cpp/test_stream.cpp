@@ -87,9 +87,18 @@ std::thread::id probe_thread() {
 }
 
 // Closes the gate for its lifetime (opens it again even when an assertion returns early).
+// The run-ahead bound is off while the gate holds the worker: a host that waited for the held Tasks would never
+// open the gate (a program never holds the stream; a held device launcher is exempt, Stream::set_paused).
 struct GateClosed {
-  GateClosed() { g_gate_open.store(false, std::memory_order_release); }
-  ~GateClosed() { g_gate_open.store(true, std::memory_order_release); }
+  uint64_t saved_bound = Stream::cpu().run_ahead_limit_ns();
+  GateClosed() {
+    Stream::cpu().set_run_ahead_limit_ns(0);
+    g_gate_open.store(false, std::memory_order_release);
+  }
+  ~GateClosed() {
+    g_gate_open.store(true, std::memory_order_release);
+    Stream::cpu().set_run_ahead_limit_ns(saved_bound);
+  }
 };
 
 // Leaves the stream idle and without a pending error (a failed earlier test must not leak into this one).
@@ -327,6 +336,48 @@ TEST_P(StreamModes, InflightAllocationWindowMakesTheHostWait) {
     for (const Tensor& t : outs) EXPECT_EQ(sum(t).item<float>(), 0.0f);
   }
   stream.set_inflight_allocation_limit(saved);
+  drain();
+}
+
+// The run-ahead bound: with a bound below one Task's estimate, the host waits at each enqueue until the queue is
+// empty, so with the worker held it cannot enqueue the second copy before the gate (opened by another thread after
+// a while) has opened; without a bound it enqueues them all while the worker is held. Results are the same.
+TEST_P(StreamModes, RunAheadBoundMakesTheHostWait) {
+  drain();
+  Stream& stream = Stream::cpu();
+  const uint64_t saved = stream.run_ahead_limit_ns();
+  const Tensor src = zeros(Shape{256 * 1024});
+  stream.synchronize();
+  constexpr int kCopies = 4;
+  {
+    GateClosed gate;  // the bound off
+    std::vector<Tensor> outs;
+    const uint64_t done_before = stream.completed();
+    for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
+    EXPECT_EQ(stream.completed(), done_before);
+  }
+  stream.synchronize();
+  stream.set_run_ahead_limit_ns(1);
+  stream.reset_run_ahead_stats();
+  {
+    std::atomic<bool> opened{false};
+    g_gate_open.store(false);
+    std::thread opener([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      opened.store(true);
+      g_gate_open.store(true);
+    });
+    std::vector<Tensor> outs;
+    for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
+    const bool waited = opened.load();
+    opener.join();
+    stream.synchronize();
+    EXPECT_TRUE(waited);
+    EXPECT_GE(stream.run_ahead_stats().waits, uint64_t{1});
+    EXPECT_EQ(stream.run_ahead_stats().max_queued_ns, uint64_t{0});  // never a Task queued behind another
+    for (const Tensor& t : outs) EXPECT_EQ(sum(t).item<float>(), 0.0f);
+  }
+  stream.set_run_ahead_limit_ns(saved);
   drain();
 }
 
@@ -749,7 +800,7 @@ TEST(StreamOrderedReuse, AHostThreadTouchingAReusedBufferWaitsForTheTasksThatUse
   const Tensor src = ones(kBig);
   Stream::cpu().synchronize();
   CachingAllocator::cpu().empty_cache();
-  g_gate_open.store(false);
+  GateClosed gate;  // opened by a GateOpener below
   Tensor kept;
   queue_copies_and_drop_the_first(src, &kept);
   Tensor raw = Tensor::empty(kBig);  // a C++ caller's buffer: tmp's memory, still in use
@@ -787,7 +838,7 @@ TEST(StreamOrderedReuse, EmptyCacheWaitsForTheTasksThatStillUseAFreeSegment) {
   Stream::cpu().synchronize();
   allocator.empty_cache();
   const int64_t reserved = allocator.stats().reserved;
-  g_gate_open.store(false);
+  GateClosed gate;  // opened by a GateOpener below
   Tensor kept;
   {
     Tensor tmp = checked_copy(src, 0, kQueued);

@@ -610,6 +610,10 @@ std::string Passes::fuse(Graph& g) {
     prog->index = int32_t(g.programs_.size());
     fused.attrs = FusedAttrs{prog, nullptr};
     g.programs_.push_back(prog);
+    for (size_t k = i; k < end; ++k) {
+      fused.cost.flops += g.ops_[k].cost.flops;
+      fused.cost.bytes += g.ops_[k].cost.bytes;
+    }
     next.push_back(std::move(fused));
     ++groups;
     fused_ops += end - i;

@@ -215,7 +215,7 @@ OpCost graph_cost(const Task& task);
 }  // namespace
 
 const OpDef op_jit_graph("jit_graph", attrs_type<GraphAttrs>(),
-                         {.cost = graph_cost, .flags = kOpSideEffect, .scratch = graph_scratch});
+                         {.cost = graph_cost, .flags = kOpSideEffect | kOpNeverInline, .scratch = graph_scratch});
 const OpDef op_jit_segment("jit_segment", attrs_type<SegmentAttrs>(),
                            {.cost = segment_cost, .flags = kOpSideEffect, .scratch = segment_scratch,
                             .host_read = segment_reads_host});
@@ -368,13 +368,14 @@ bool Capture::on_op(const OpCall& call) {
       g.rng_delta = rng->offset - rng_first_;
     }
   }
-  if (call.op.scratch) {
+  {
     Task t;
     t.op = &call.op;
     for (const Tensor& x : call.inputs) t.inputs.push_back(Tensor::borrow(x));
     for (const Tensor& x : call.outputs) t.outputs.push_back(Tensor::borrow(x));
     t.attrs = call.attrs;
-    g.scratch = declared_scratch(t);
+    if (call.op.scratch) g.scratch = declared_scratch(t);
+    g.cost = t.cost();
     for (Tensor& x : t.inputs) x.forget_borrowed();
     for (Tensor& x : t.outputs) x.forget_borrowed();
   }
@@ -603,6 +604,7 @@ void Graph::prepare() {
   }
   // The prebuilt Tasks.
   tasks_.resize(ops_.size());
+  cost_ = OpCost{};
   for (size_t i = 0; i < ops_.size(); ++i) {
     const GraphOp& op = ops_[i];
     Task& t = tasks_[i];
@@ -623,6 +625,8 @@ void Graph::prepare() {
     for (size_t j = 0; j < op.inputs.size(); ++j) t.inputs.push_back(add(op.inputs[j], false, uint32_t(j)));
     for (size_t j = 0; j < op.outputs.size(); ++j) t.outputs.push_back(add(op.outputs[j], true, uint32_t(j)));
     max_scratch_ = std::max(max_scratch_, op.scratch);
+    cost_.flops += op.cost.flops;
+    cost_.bytes += op.cost.bytes;
     if (op.random) {
       uses_rng_ = true;
     }
@@ -824,13 +828,7 @@ void segment_kernel(Task& task) {
 }
 size_t segment_scratch(const Task& task) { return task.attrs.get<SegmentAttrs>().pending->max_scratch; }
 OpCost segment_cost(const Task& task) { return task.attrs.get<SegmentAttrs>().pending->cost; }
-OpCost graph_cost(const Task& task) {
-  (void)task;
-  OpCost c;  // never cheap enough to run inline on the host: the host goes on while the replay runs
-  c.flops = 1e12;
-  c.bytes = 1e12;
-  return c;
-}
+OpCost graph_cost(const Task& task) { return task.attrs.get<GraphAttrs>().graph->cost(); }
 }  // namespace
 
 SegmentBatcher::SegmentBatcher() {

@@ -71,6 +71,7 @@ struct GraphOp {
   bool random = false;
   uint64_t rng_delta = 0;  // its first counter minus the capture's first
   size_t scratch = 0;      // its declared scratch at these shapes
+  OpCost cost;             // its cost at these shapes (a fused op: its members'): the replay's, summed
 };
 
 // A host read inside the function: the function is cut there.
@@ -155,6 +156,8 @@ class Graph : public std::enable_shared_from_this<Graph> {
   Device device() const { return device_; }
   size_t arena_bytes() const { return arena_bytes_; }
   size_t max_scratch() const { return max_scratch_; }
+  // The ops' costs at the captured shapes, summed: the replay's cost (the stream's run-ahead estimate).
+  const OpCost& cost() const { return cost_; }
   size_t num_escaping() const;
   std::vector<std::string> describe() const;
   // The addresses of the Fixed buffers (identity guards: a .grad the graph accumulates into must still be that one).
@@ -201,6 +204,7 @@ class Graph : public std::enable_shared_from_this<Graph> {
   size_t arena_bytes_ = 0;
   std::vector<Ref<Storage>> internal_;  // per buffer (Internal only): a Storage over its arena slot
   size_t max_scratch_ = 0;
+  OpCost cost_;
   uint64_t rng_total_ = 0;
   bool uses_rng_ = false;
   // Per op, prebuilt: a Task whose operands over Fixed and Internal buffers are held, and the positions bound per

@@ -64,7 +64,7 @@ enum class RangeKind : uint8_t {
   HostOp,    // a HostOpScope that issued no Task or several (a view op, a composite op)
   DataWait,  // record_data_wait: the training loop waited for the data loader
   Comm,      // record_comm: a collective or transfer
-  Backpressure,  // the host waited at enqueue for the device ("queue full", "allocation window")
+  Backpressure,  // the host waited at enqueue for the device ("queue full", "allocation window", "run-ahead bound")
   Sync,      // the host blocked at a sync point (named by the innermost open op scope: "item", "numpy", ...)
   SubOp,     // a sub-op of a Task that runs several (a dygrad.jit replay or segment), on the thread that ran it:
              // "name (file:line)", the line that issued it when it was captured (docs/jit.md)

@@ -62,6 +62,7 @@ const char* op_flag_name(OpFlag flag) {
     case kOpSideEffect: return "side_effect";
     case kOpCrossDevice: return "cross_device";
     case kOpAnyDType: return "any_dtype";
+    case kOpNeverInline: return "never_inline";
   }
   return "?";
 }

@@ -3,6 +3,7 @@
 // (DG_REGISTER_KERNEL in backend/<device>/), and the stream resolves the kernel for the operands' device at
 // enqueue. The same Task is what the stream runs, the profiler names and the JIT records. See docs/ops.md.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -37,6 +38,8 @@ enum OpFlag : uint32_t {
   kOpAnyDType = 1u << 6,              // its kernels take the storage-only dtypes too (uint32, uint64, float8:
                                       // copies, fills, equality); enqueue refuses them for every other op
                                       // (docs/dtypes.md, "Storage-only dtypes")
+  kOpNeverInline = 1u << 7,           // a batch of sub-ops (jit_graph): never run inline on the host, whatever
+                                      // its cost (docs/stream.md, "Inline execution")
 };
 const char* op_flag_name(OpFlag flag);
 
@@ -111,6 +114,13 @@ struct OpTraits {
   FilledInputFn filled_input = nullptr;  // null: every input is read
 };
 
+// What the stream has measured of an op's Tasks, for its run-ahead bound (runtime/run_ahead.h): exponentially
+// weighted means of a Task's run time and cost units. Written by the threads that run Tasks (a lost update between
+// two streams' workers only drops one sample), read at enqueue.
+struct OpTiming {
+  std::atomic<float> ns{0}, units{0}, samples{0};
+};
+
 struct OpDef {
   const char* name;
   const AttrsType* attrs_type;  // the attribute struct its Tasks carry (null: none); checked at enqueue
@@ -123,6 +133,7 @@ struct OpDef {
   HostReadFn host_read;
   AliasFn alias_of;
   FilledInputFn filled_input;
+  mutable OpTiming timing;  // measured, not declared (runtime/run_ahead.h)
 
   // The traits for one Task's attributes and operands.
   bool reads_host(const Attrs& attrs) const { return host_read && host_read(attrs); }

@@ -1,6 +1,7 @@
 // Stream implementation: a bounded single-consumer ring of Tasks. Producers take a mutex (uncontended on
 // the hot path), publish with a release store, and wake the worker only when it sleeps. See docs/stream.md.
 #include "dygrad/runtime/stream.h"
+#include "dygrad/runtime/run_ahead.h"
 #include "dygrad/runtime/context_flags.h"
 #include "dygrad/runtime/poison.h"
 
@@ -99,7 +100,8 @@ void Stream::set_paused(bool paused) {
 }
 
 Stream::Stream(Device device, CachingAllocator& allocator)
-    : slots_(kCapacity), alloc_marks_(kCapacity, 0), device_(device), id_(stream_id(device)), allocator_(allocator),
+    : slots_(kCapacity), alloc_marks_(kCapacity, 0), estimate_marks_(kCapacity, 0), task_units_(kCapacity, 0.0f),
+      run_ahead_limit_ns_(run_ahead::kDefaultLimitNs), device_(device), id_(stream_id(device)), allocator_(allocator),
       ring_arenas_(new unsigned char[kCapacity * sizeof(ScratchArena) + alignof(ScratchArena)]) {
   ThreadPool::instance();  // the pool exists before the worker uses it
   streams_[id_].store(this, std::memory_order_release);
@@ -292,15 +294,17 @@ int64_t steady_ns() {
 }
 }  // namespace
 
+void Stream::wait_at_enqueue(const char* reason, uint64_t seq) {
+  // Back-pressure: the profiler records it apart from the op's host span.
+  StreamObserver* obs = observer();
+  const int64_t begin = obs ? steady_ns() : 0;
+  wait_until_completed(seq);
+  if (obs) obs->on_backpressure(reason, begin, steady_ns());
+}
+
 uint64_t Stream::acquire_slot_locked() {
   const uint64_t index = published_.load(std::memory_order_relaxed);
-  // A wait below is back-pressure: the profiler records it apart from the op's host span.
-  auto wait_noted = [this](const char* reason, uint64_t seq) {
-    StreamObserver* obs = observer();
-    const int64_t begin = obs ? steady_ns() : 0;
-    wait_until_completed(seq);
-    if (obs) obs->on_backpressure(reason, begin, steady_ns());
-  };
+  auto wait_noted = [this](const char* reason, uint64_t seq) { wait_at_enqueue(reason, seq); };
   if (index - completed_.load(std::memory_order_acquire) >= kCapacity) wait_noted("queue full", index + 1 - kCapacity);
   // The in-flight allocation window: find the oldest queued Task after which the host has allocated at most
   // `limit` bytes and wait for every Task before it. Only allocation-heavy programs that run ahead of the
@@ -316,6 +320,59 @@ uint64_t Stream::acquire_slot_locked() {
   }
   reclaim_completed_locked();
   return index;
+}
+
+void Stream::bound_run_ahead_locked(uint64_t index, const Task& task) {
+  // Tasks run inline (on an idle stream) never reach here, so the queued Tasks from completed_ on are all ring Tasks
+  // whose marks were set below.
+  const size_t slot = index % kCapacity;
+  const float units = run_ahead::units_of(task.cost());
+  task_units_[slot] = units;
+  estimate_marks_[slot] = estimate_total_;
+  estimate_total_ += run_ahead::estimate_ns(*task.op, units);
+  const uint64_t limit = run_ahead_bound_locked();
+  uint64_t done = completed_.load(std::memory_order_acquire);
+  // A held launcher (tests, set_paused) runs nothing until released: the host does not wait for it.
+  if (limit && done < index && estimate_total_ - estimate_marks_[done % kCapacity] > limit &&
+      !paused_.load(std::memory_order_acquire)) {
+    // The oldest queued Task after which the queued work, this Task's included, fits half the bound: wait for every
+    // Task before it (for all of them when this Task alone exceeds that). Waking at half, the host then enqueues
+    // half a bound's worth before it waits again: one wake-up per half bound of work, not one per Task (each wake
+    // takes a core from the kernels' threads).
+    uint64_t oldest = done + 1;
+    while (oldest < index && estimate_total_ - estimate_marks_[oldest % kCapacity] > limit / 2) ++oldest;
+    wait_at_enqueue("run-ahead bound", oldest);
+    ++run_ahead_stats_.waits;
+    done = completed_.load(std::memory_order_acquire);
+  }
+  if (done < index)
+    run_ahead_stats_.max_queued_ns =
+        std::max(run_ahead_stats_.max_queued_ns, estimate_total_ - estimate_marks_[done % kCapacity]);
+}
+
+uint64_t Stream::run_ahead_bound_locked() const {
+  // The set bound, or a share of the work the program enqueues between its sync points when that is smaller (a loop
+  // that reads its loss every 20 ms step gets a bound of 2 ms, not 5), never below kMinLimitNs.
+  const uint64_t limit = run_ahead_limit_ns_.load(std::memory_order_relaxed);
+  return limit ? std::min(limit, std::max(run_ahead::kMinLimitNs, sync_window_ns_ / run_ahead::kSyncWindowShare)) : 0;
+}
+
+uint64_t Stream::queued_estimate_ns() {
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  const uint64_t done = completed_.load(std::memory_order_acquire);
+  return done < published_.load(std::memory_order_relaxed) ? estimate_total_ - estimate_marks_[done % kCapacity] : 0;
+}
+
+Stream::RunAheadStats Stream::run_ahead_stats() {
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  RunAheadStats stats = run_ahead_stats_;
+  stats.bound_ns = run_ahead_bound_locked();
+  return stats;
+}
+
+void Stream::reset_run_ahead_stats() {
+  std::lock_guard<std::mutex> lock(producer_mutex_);
+  run_ahead_stats_ = RunAheadStats{};
 }
 
 uint64_t Stream::publish_locked(uint64_t index) {
@@ -387,6 +444,7 @@ struct BorrowedTask {
 }  // namespace
 
 bool Stream::runs_inline(const Task& task) {
+  if (task.op->flags & kOpNeverInline) return false;
   const OpCost cost = task.cost();
   return cost.flops <= kInlineMaxFlops && cost.bytes <= kInlineMaxBytes;
 }
@@ -533,6 +591,7 @@ uint64_t Stream::submit_to_ring(const OpDef& op, Kernel kernel, std::span<const 
   Task& task = slots_[index % kCapacity];
   fill_task(task, op, kernel, inputs, outputs, attrs, site, [](const Tensor& t) { return Tensor::task_ref(t); });
   task.wait_event = wait;
+  bound_run_ahead_locked(index, task);
   if (!op.scratch) [[likely]] {
     task.scratch = nullptr;
     return publish_locked(index);
@@ -638,7 +697,13 @@ void Stream::worker_loop() {
       continue;
     }
     if (marked_idle) ThreadPool::instance().set_owner_idle(marked_idle = false);
-    run_task(slots_[done % kCapacity]);  // the host reclaims the slot's operands later
+    // Each Task timed: its op's measured rate (the run-ahead bound's estimates) and the worker's busy time.
+    Task& task = slots_[done % kCapacity];
+    const int64_t begin = steady_ns();
+    run_task(task);  // the host reclaims the slot's operands later
+    const uint64_t took = static_cast<uint64_t>(steady_ns() - begin);
+    run_ahead::observe(*task.op, task_units_[done % kCapacity], took);
+    busy_ns_.store(busy_ns_.load(std::memory_order_relaxed) + took, std::memory_order_release);
     ran_since_spin = true;
     completed_.store(done + 1, std::memory_order_seq_cst);
     if (done + 1 >= wait_target_.load(std::memory_order_seq_cst)) {
@@ -796,6 +861,10 @@ void Stream::wait_for(uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(producer_mutex_);
     reclaim_completed_locked();
+    if (seq > 0) {  // a sync point: the work enqueued since the last one sizes the run-ahead bound
+      if (estimate_total_ > estimate_at_sync_) sync_window_ns_ = estimate_total_ - estimate_at_sync_;
+      estimate_at_sync_ = estimate_total_;
+    }
   }
   if (has_pending_error_.load(std::memory_order_acquire)) raise_deferred_error(seq);
 }

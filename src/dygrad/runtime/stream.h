@@ -27,8 +27,8 @@ struct StreamObserver {
   // The host thread blocks at a sync point (synchronize, wait_for) from begin to end, raising or not.
   virtual void on_sync_begin() {}
   virtual void on_sync_end() {}
-  // The host waited at enqueue for the device to catch up (back-pressure): `reason` is "queue full" or
-  // "allocation window"; begin/end on profiler::now_ns()'s clock (steady_clock).
+  // The host waited at enqueue for the device to catch up (back-pressure): `reason` is "queue full",
+  // "allocation window" or "run-ahead bound"; begin/end on profiler::now_ns()'s clock (steady_clock).
   virtual void on_backpressure(const char* reason, int64_t begin_ns, int64_t end_ns) {
     (void)reason, (void)begin_ns, (void)end_ns;
   }
@@ -104,6 +104,26 @@ class Stream {
   static constexpr uint64_t kDefaultInflightLimit = 0;
   void set_inflight_allocation_limit(uint64_t bytes) { inflight_limit_.store(bytes, std::memory_order_relaxed); }
   uint64_t inflight_allocation_limit() const { return inflight_limit_.load(std::memory_order_relaxed); }
+  // The run-ahead bound (runtime/run_ahead.h; docs/stream.md, "Run-ahead bound"): at each enqueue the host waits
+  // while the estimated run time of the queued Tasks, the new one included, would exceed this many nanoseconds
+  // (unless nothing else is queued), or a tenth of the work enqueued between the last two sync points when that is
+  // smaller (at least run_ahead::kMinLimitNs). 0: no bound.
+  void set_run_ahead_limit_ns(uint64_t ns) { run_ahead_limit_ns_.store(ns, std::memory_order_relaxed); }
+  uint64_t run_ahead_limit_ns() const { return run_ahead_limit_ns_.load(std::memory_order_relaxed); }
+  // The estimated run time of the Tasks queued now (not yet run).
+  uint64_t queued_estimate_ns();
+  // Since the last reset: the largest queued estimate an enqueue left behind while other Tasks were queued (at most
+  // the bound while one is set), and how many enqueues waited for it.
+  struct RunAheadStats {
+    uint64_t max_queued_ns = 0;
+    uint64_t waits = 0;
+    uint64_t bound_ns = 0;  // the bound an enqueue now would have (the set one, or less after frequent syncs)
+  };
+  RunAheadStats run_ahead_stats();
+  void reset_run_ahead_stats();
+  // Nanoseconds the stream's worker has spent running Tasks (its busy time; Tasks run inline on a host thread are
+  // not counted). Read by a timing mark (ops/timing.h) in stream order.
+  uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_acquire); }
   StreamObserver* observer() const { return observer_.load(std::memory_order_acquire); }
   // A thread outside the stream (the communication thread) hands over tensor references it has finished with:
   // the host drops them at its next enqueue or sync, as it drops the operands of Tasks that have run.
@@ -172,6 +192,12 @@ class Stream {
   void reclaim_completed_locked();
   // Waits for queue space, reclaims finished slots and returns the index of the next free slot.
   uint64_t acquire_slot_locked();
+  // The run-ahead bound for the Task built in slot `index`: its estimate joins the queued work, and the host waits
+  // for the oldest queued Tasks while the total exceeds the bound.
+  void bound_run_ahead_locked(uint64_t index, const Task& task);
+  uint64_t run_ahead_bound_locked() const;  // the bound in force (0: none)
+  // A wait for Task `seq` at enqueue (back-pressure, which the observer records).
+  void wait_at_enqueue(const char* reason, uint64_t seq);
   // Numbers the Task built in slot `index` and hands it to the worker.
   uint64_t publish_locked(uint64_t index);
   // Synchronize mode: everything before, then `task` on this thread, its error raised here.
@@ -183,6 +209,16 @@ class Stream {
   std::atomic<bool> any_handed_over_{false};
   std::vector<uint64_t> alloc_marks_;  // per slot: the allocator's bytes_allocated_total() at its enqueue
   std::atomic<uint64_t> inflight_limit_{kDefaultInflightLimit};
+  // The run-ahead bound: per slot, the estimated run time of the Tasks enqueued before it (a running total, guarded by
+  // producer_mutex_) and its cost units (which the worker's measurement is recorded against).
+  std::vector<uint64_t> estimate_marks_;
+  std::vector<float> task_units_;
+  uint64_t estimate_total_ = 0;
+  uint64_t estimate_at_sync_ = 0;          // estimate_total_ at the last sync point (wait_for)
+  uint64_t sync_window_ns_ = UINT64_MAX;   // the estimated work enqueued between the last two sync points
+  std::atomic<uint64_t> run_ahead_limit_ns_;
+  RunAheadStats run_ahead_stats_;  // guarded by producer_mutex_
+  alignas(64) std::atomic<uint64_t> busy_ns_{0};  // written by the worker only
   std::mutex producer_mutex_;
   // Slots below this count have been cleared by the host. The worker never destroys operands: the host
   // does, when it next enqueues or syncs, so tensors and buffers are freed on the thread that made them
