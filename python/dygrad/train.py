@@ -422,26 +422,32 @@ def main(argv=None):
     step_times = []
     prof = start_profiler(args, start, cfg, batch, seq, model, optimizer, peak) if args.profile else None
     # The loop never waits for the step it just issued: step i is reported after step i+1 has been enqueued,
-    # so the host runs ahead of the stream and the device never idles while Python logs. A step's time is taken
-    # when the report has waited for the step's last op (a stream mark after the optimizer: its loss alone
-    # needs only the forward): the wall time from the previous step's end (or from the loop's start, or from
-    # the end of a checkpoint, an evaluation or a profiler report, whose time is left out) to this one's. In
-    # steady state that is the throughput the run achieves, and the first step counts its whole time.
-    pending = None  # (step, loss tensor, lr, data wait, stream mark) of the step issued last, not yet reported
-    t_read = time.perf_counter()  # when the last loss was read (or timing last restarted)
-    excluded = 0.0  # time since t_read spent outside the steps (a profiler report)
+    # so the host runs ahead of the stream and the device never idles while Python logs. A step's time is the
+    # stream's own (docs/stream.md, "Timing marks"): a timing mark follows each step's last op (the optimizer's; its
+    # loss alone needs only the forward), and a step lasts from the mark before it to its own, as the stream ran
+    # them. The mark before a step is the previous step's, or one recorded where timing restarts: at the loop's
+    # start, and after a checkpoint, an evaluation or a profiler report, whose time is left out. So a step's time is
+    # never less than the time the stream spent running its ops (its busy time, recorded beside it), and in steady
+    # state the step times add up to the run's time: the throughput it achieves.
+    pending = None  # (step, loss, lr, data wait, start mark, end mark, left-out marks) of the step issued last
+
+    def timing_mark():
+        mark = dg.cpu.Event(enable_timing=True)
+        mark.record()
+        return mark
+
+    start_mark = timing_mark()  # where the next step's time starts
+    left_out = []  # (before, after) marks around a profiler report within the next step: its stream time is left out
 
     def restart_timing():
-        nonlocal t_read, excluded
-        t_read, excluded = time.perf_counter(), 0.0
+        nonlocal start_mark, left_out
+        start_mark, left_out = timing_mark(), []
 
-    def report(step, loss, lr, data_wait, mark):
-        nonlocal first_loss, last_loss, t_read, excluded
+    def report(step, loss, lr, data_wait, start, end, gaps):
+        nonlocal first_loss, last_loss
         last_loss = loss.float().item()
-        dg._C._stream_wait(mark)
-        now = time.perf_counter()
-        dt = max(now - t_read - excluded, 1e-9)
-        t_read, excluded = now, 0.0
+        dt = max((start.elapsed_time(end) - sum(a.elapsed_time(b) for a, b in gaps)) / 1000, 1e-9)
+        busy = (start.device_time(end) - sum(a.device_time(b) for a, b in gaps)) / 1000
         step_times.append(dt)
         if first_loss is None:
             first_loss = last_loss
@@ -449,7 +455,7 @@ def main(argv=None):
         mfu = tok_s * flops_per_token / peak
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
                   "samples_per_s": batch / dt, "mfu": mfu, "peak_flops_per_s": peak, "peak_dtype": peak_dtype,
-                  "cpu": cpu, "data_wait_s": data_wait}
+                  "cpu": cpu, "data_wait_s": data_wait, "device_busy_s": busy}
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
         if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
             hfu = recompute_report.hfu_with_recompute(batch * seq * world * flops_per_token,
@@ -510,13 +516,18 @@ def main(argv=None):
             for g in optimizer.param_groups:
                 g["lr"] = lr
             loss = run_step(x, y)
+            end_mark = timing_mark()
+            issued = (step, loss, lr, loader.last_wait, start_mark, end_mark, left_out)
+            start_mark, left_out = end_mark, []
             if pending is not None:
                 report_or_skip(pending)
-            pending = (step, loss, lr, loader.last_wait, dg._C._stream_mark())
+            pending = issued
             if prof is not None:
-                t_prof = time.perf_counter()
-                prof.step()  # may stop a profiling cycle and write its report: not part of any step
-                excluded += time.perf_counter() - t_prof
+                # prof.step() may stop a profiling cycle and write its report: not part of any step. What the
+                # stream spent waiting for it (between marks around it) is left out of the next step's time.
+                before = timing_mark()
+                prof.step()
+                left_out.append((before, timing_mark()))
             done = step + 1
             if done == args.steps or done % args.save_interval == 0 or done % args.eval_interval == 0:
                 # A checkpoint or an evaluation follows this step: report it now (both sync anyway, and

@@ -57,11 +57,12 @@ def test_resume_drops_a_cut_last_record(tmp_path, capsys):
     assert train.repair_metrics(str(only_cut)) == 10 and only_cut.read_bytes() == b""
 
 
-def test_a_step_is_timed_at_its_loss_read(tmp_path):
-    # The loop reads a step's loss one iteration late. Timed at that read, the first step, and the step after an
-    # evaluation (which synchronizes), count their whole time rather than their host enqueue time (1 ms against
-    # ~100 ms steps, and an MFU above 100%, before this was fixed). Not the MFU itself: its peak is calibrated at the
-    # start, and on a loaded machine a low calibration puts quieter steps above 100%.
+def test_the_first_step_and_the_one_after_an_evaluation_count_their_whole_time(tmp_path):
+    # The loop reads a step's loss one iteration late and times each step on the stream (timing marks, docs/stream.md;
+    # test_step_timing.py checks each step against its busy time). The first step, and the step after an evaluation
+    # (which synchronizes), count their whole time rather than their host enqueue time (1 ms against ~100 ms steps,
+    # and an MFU above 100%, when they were timed by the host's clock alone). Not the MFU itself: its peak is
+    # calibrated at the start, and on a loaded machine a low calibration puts quieter steps above 100%.
     out = str(tmp_path / "timed")
     assert train.main(["--config", "tiny", "--seq-len", "128", "--batch-size", "4", "--warmup", "1", "--steps", "5",
                        "--eval-interval", "2", "--eval-batches", "1", "--sample-tokens", "0", "--quiet",
@@ -97,17 +98,20 @@ def test_profile_writes_the_report_and_its_steps_match_the_run(tmp_path, capsys)
     with open(os.path.join(run_dir, "summary.json")) as fh:
         summary = json.load(fh)
     assert len(bd["steps"]) == 4 and summary["steps"]["count"] == 4
-    # The profiled steps are the intervals between the profiler marks of iterations 3..7 (after --profile-wait 3
-    # and one warm-up step). The loop enqueues a step before it reads the previous one's loss, so each interval is
-    # the one in which the device ran the step issued one iteration earlier, and the loop times a step at its loss
-    # read: profile step k is the loop's step 4 + k (metrics.jsonl numbers steps from 1). Their wall times match
-    # within 5%, and the buckets sum to them.
+    # The profiled steps are the host's intervals between the profiler marks of iterations 3..7 (after
+    # --profile-wait 3 and one warm-up step); the loop times each step on the stream, from the timing mark after the
+    # step before to the one after it (docs/stream.md, "Timing marks"). The loop enqueues step i + 1 before it reads
+    # step i's loss, and the run-ahead bound keeps the host within the bound of the stream, so the host's interval
+    # from iteration i's mark to the next is the stream running step i + 1 (metrics.jsonl's step i + 2), shifted by at
+    # most the bound at each end. Over the profiled window the two agree within that, and the buckets sum to the
+    # steps.
     with open(os.path.join(out, "metrics.jsonl")) as fh:
         measured = {r["step"]: r["step_time_s"] for r in map(json.loads, fh)}
-    for k, s in enumerate(bd["steps"]):
+    for s in bd["steps"]:
         assert abs(sum(s["buckets_ns"].values()) - s["step_ns"]) <= 1e-6 * s["step_ns"]
-        loop = measured[4 + k]
-        assert abs(s["step_ns"] * 1e-9 - loop) <= 0.05 * loop, (k, s["step_ns"], loop)
+    profiled = sum(s["step_ns"] for s in bd["steps"]) * 1e-9
+    loop = sum(measured[5 + k] for k in range(len(bd["steps"])))
+    assert abs(profiled - loop) <= 0.05 * loop + 2 * dg.get_run_ahead_limit(), (profiled, loop, bd["steps"], measured)
     assert summary["throughput"]["tokens_per_s"] > 0 and summary["flops"]["mfu"] > 0
     assert "advice" in summary
     assert "compute" in text and "report.html" in text  # the breakdown and where the report is
