@@ -516,7 +516,7 @@ TEST(Profiler, TasksQueuedBeforeStartKeepTheirDeviceSpans) {
   const std::vector<int64_t> shape{4 << 20};
   Tensor a = full(shape, 1.0), b = full(shape, 2.0);
   Stream::cpu().synchronize();
-  // Without the run-ahead bound, which would let the host enqueue only ~5 ms of them ahead of the worker.
+  // Without the run-ahead bound, which would let the host enqueue only some of them ahead of the worker.
   const uint64_t bound = Stream::cpu().run_ahead_limit_ns();
   Stream::cpu().set_run_ahead_limit_ns(0);
   for (int i = 0; i < 4; ++i) Tensor c = add(a, b);  // still queued when the session starts

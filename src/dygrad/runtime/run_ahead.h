@@ -18,12 +18,13 @@ constexpr double kBytesWeight = 4.0;
 // An op that has not run yet: a Task's fixed cost and a nominal rate (16 G units/s).
 constexpr double kNominalTaskNs = 1000.0;
 constexpr double kNominalNsPerUnit = 1.0 / 16.0;
-// The default bound (Stream::set_run_ahead_limit_ns); 0 turns the bound off. Measured in bench/step_timing.py:
-// short next to a training step (a step timed after a sync reads at most this much short), long next to the gaps in
-// a host's enqueues (the device never idles for the bound, docs/stream.md).
-constexpr uint64_t kDefaultLimitNs = 5'000'000;
+// The default bound (Stream::set_run_ahead_limit_ns); 0 turns the bound off. Measured in bench/step_timing.py: long
+// enough that the host's wake-ups at the bound cost no throughput (5 ms cost `bench` 3-10% on 2 cores, 20 ms ~2%),
+// while a loop that syncs every step gets a tenth of its step (below), so its steps read within a tenth of the
+// stream's.
+constexpr uint64_t kDefaultLimitNs = 50'000'000;
 // A program that synchronizes often (a loop reading each step's loss) may run steps not much longer than that: the
-// bound is then at most 1/kSyncWindowShare of the estimated work enqueued between its last two sync points (the last
+// bound is at most 1/kSyncWindowShare of the estimated work enqueued between its last two sync points (the last
 // step's), so a step of 10 ms or more still reads within a tenth of the stream's; never below kMinLimitNs (a queue of
 // 0.1 ms cost a sub-millisecond step 10% of its throughput, bench/RESULTS.md: the host's wake-ups and the device
 // idling at each gap of the host's).
