@@ -180,6 +180,8 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     """A 0-dim tensor of value s, float32 unless dtype is given (torch: the default dtype, whatever s is)."""
     device = _factory_device("scalar_tensor", device)
+    if isinstance(s, int) and not isinstance(s, bool) and not -(2 ** 63) <= s < 2 ** 64:  # torch's Scalar refuses it
+        raise OverflowError("int too big to convert" if s > 0 else "can't convert negative int to unsigned")
     return _placed(_C.tensor(s, dtype=dtype if dtype is not None else _C.float32, device="cpu"), device, requires_grad,
                    pin_memory)
 

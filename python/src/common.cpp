@@ -273,11 +273,12 @@ bool to_scalar(PyObject* o, Scalar& out) {
   if (PyLong_Check(o)) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (overflow) {
-      // Out of int64: torch takes such a number as a float.
-      double d = PyLong_AsDouble(o);
-      if (d == -1.0 && PyErr_Occurred()) PyErr_Clear();
-      out = Scalar(d);
+    if (overflow) [[unlikely]] {
+      // Out of int64: [2**63, 2**64) is a uint64 (torch's Scalar takes it so); anything else is Python's
+      // OverflowError from the unsigned conversion, as torch's.
+      const unsigned long long u = PyLong_AsUnsignedLongLong(o);
+      if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return false;
+      out = Scalar(static_cast<uint64_t>(u));
       return true;
     }
     out = Scalar(static_cast<int64_t>(v));
@@ -292,6 +293,11 @@ bool to_scalar(PyObject* o, Scalar& out) {
     return ok;
   }
   return false;
+}
+
+PyObject* not_implemented_unless_error() {
+  if (PyErr_Occurred()) return nullptr;
+  Py_RETURN_NOTIMPLEMENTED;
 }
 
 Tensor complex_number(PyObject* o, const Tensor& beside) {
@@ -310,6 +316,7 @@ bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out,
   }
   out.tensor = nullptr;
   if (to_scalar(o, out.scalar)) return true;
+  if (PyErr_Occurred()) return false;  // an int beyond [-2**63, 2**64)
   if (beside && PyComplex_Check(o)) {
     out.number = complex_number(o, *beside);
     out.tensor = &out.number;
@@ -331,6 +338,7 @@ bool to_scalar_argument(const char* op, const char* argument, PyObject* o, Scala
     return true;
   }
   if (!is_tensor(o) && to_scalar(o, out)) return true;
+  if (PyErr_Occurred()) return false;  // an int beyond [-2**63, 2**64)
   type_error(op, "argument '%s' must be Number, not %s", argument, type_name(o));
   return false;
 }

@@ -149,8 +149,13 @@ struct Operand {
 // A Python complex number beside a tensor, as a zero-dim CPU tensor of torch's dtype for it: complex128 beside a
 // float64 or complex128 tensor, else complex64 (torch's default complex dtype; docs/dtypes.md, "Complex").
 Tensor complex_number(PyObject* o, const Tensor& beside);
-// Python bool/int/float (and NumPy scalars) as a Scalar. False (no error set) when `o` is not a number.
+// Python bool/int/float (and NumPy scalars) as a Scalar: an int in [2**63, 2**64) is a UInt (docs/dtypes.md,
+// "Python ints beyond int64"). False (no error set) when `o` is not a number; false with torch's OverflowError set
+// for an int outside [-2**63, 2**64) (Python's own "int too big to convert", "can't convert negative int to unsigned").
 bool to_scalar(PyObject* o, Scalar& out);
+// The end of an operator slot whose operand was neither a tensor nor a number: NotImplemented, or null where
+// to_scalar raised its OverflowError.
+PyObject* not_implemented_unless_error();
 // A Tensor or a number; false with a TypeError naming the op and the argument.
 // A Python complex number is accepted when `beside` (the op's tensor operand) is given.
 bool to_operand(const char* op, const char* argument, PyObject* o, Operand& out, const Tensor* beside = nullptr);

@@ -61,14 +61,10 @@ PyObject* full_entry(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
   if (!to_int_list("full", "size", o.size, shape) || !to_scalar_argument("full", "fill_value", fill_value, 0, value))
     return nullptr;
   TensorOptions options;
-  if (!resolve_factory_options("full", o, value.default_dtype(), options)) return nullptr;
-  // An int in [2**63, 2**64) fills a uint64 tensor exactly (the Scalar holds its bits as int64), as torch; from
-  // 2**64 on, OverflowError as torch's ("int too big to convert").
-  if (options.dtype == DType::UInt64 && PyLong_Check(fill_value) && value.is_floating()) {
-    const unsigned long long bits = PyLong_AsUnsignedLongLong(fill_value);
-    if (PyErr_Occurred()) return nullptr;
-    value = Scalar(static_cast<int64_t>(bits));
-  }
+  // An int's default dtype is int64, [2**63, 2**64) too: torch's full refuses it there ("value cannot be converted to
+  // type int64_t without overflow") and takes it into uint64 or a floating dtype.
+  const DType inferred = value.is_uint() ? DType::Int64 : value.default_dtype();
+  if (!resolve_factory_options("full", o, inferred, options)) return nullptr;
   return guarded([&] { return wrap(full(shape, value, options)); });
 }
 

@@ -108,6 +108,13 @@ int tensor_setitem(PyObject* self, PyObject* key, PyObject* value) {
   Scalar scalar;
   Tensor source;
   const bool is_scalar = !is_tensor(value) && to_scalar(value, scalar);
+  if ((is_scalar && scalar.is_uint()) || PyErr_Occurred()) {
+    // torch makes the value a tensor as torch.tensor(value) would: an int outside int64 is refused whatever the
+    // target's dtype (docs/dtypes.md, "Python ints beyond int64").
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "[index_put_] Overflow when unpacking long long");
+    return -1;
+  }
   if (is_tensor(value)) {
     source = unwrap(value);
   } else if (!is_scalar && PyComplex_Check(value)) {  // a Python complex number: a zero-dim complex tensor

@@ -160,22 +160,31 @@ struct Gathered {
   ValueKind kind = ValueKind::Bool;
   bool any = false;
   DType array_dtype = DType::Float32;  // for NumPy arrays (kept as they are)
-  // Positions of ints in [2**63, 2**64), held in `values` as the int64 of their bits: a uint64 target takes them
-  // exactly, a floating one rounds them, any other refuses them (torch's rules).
+  // Positions of ints outside int64, held in `values` as a UInt in [2**63, 2**64) and as the rounded double beyond:
+  // a floating target rounds them, a bool one makes them True, a uint64 one takes the UInts and raises Python's
+  // OverflowError for the others, any other target refuses them (torch's rules; docs/dtypes.md).
   std::vector<size_t> beyond_int64;
 };
 
-// An int above int64's range: its bits into `g`, or OverflowError from 2**64 on ("int too big to convert", as torch).
+// An int outside int64's range into `g` (see Gathered::beyond_int64).
 bool gather_beyond_int64(PyObject* o, size_t depth, Gathered& g) {
   if (!PyLong_Check(o) || PyBool_Check(o)) return false;
   int overflow = 0;
   PyLong_AsLongLongAndOverflow(o, &overflow);
-  if (overflow <= 0) return false;
-  const unsigned long long bits = PyLong_AsUnsignedLongLong(o);
-  if (PyErr_Occurred()) throw nb::python_error();
+  if (overflow == 0) return false;
+  Scalar value;
+  const unsigned long long bits = overflow > 0 ? PyLong_AsUnsignedLongLong(o) : 0;
+  if (overflow > 0 && !PyErr_Occurred()) {
+    value = Scalar(static_cast<uint64_t>(bits));
+  } else {
+    PyErr_Clear();
+    const double rounded = PyLong_AsDouble(o);  // OverflowError beyond float64's range, as torch's
+    if (rounded == -1.0 && PyErr_Occurred()) throw nb::python_error();
+    value = Scalar(rounded);
+  }
   DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
   g.beyond_int64.push_back(g.values.size());
-  g.values.push_back(Scalar(static_cast<int64_t>(bits)));
+  g.values.push_back(value);
   if (!g.any || g.kind < ValueKind::Int) g.kind = ValueKind::Int;
   g.any = true;
   return true;
@@ -268,15 +277,23 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
   if (!g.any && g.shape.size() > 0) inferred = DType::Float32;  // [] -> float32, as torch
   DType target = dtype ? *dtype : inferred;
   if (!g.beyond_int64.empty()) [[unlikely]] {
-    if (target == DType::UInt64) {
-      DG_CHECK(g.kind != ValueKind::Float, Type, "[tensor] an integer is required");
-      for (size_t i = 0; i < g.values.size(); ++i)
-        if (g.values[i].to_int() < 0 && !std::binary_search(g.beyond_int64.begin(), g.beyond_int64.end(), i)) {
-          PyErr_SetString(PyExc_OverflowError, "can't convert negative int to unsigned");
+    if (target == DType::UInt64) {  // element by element, as torch: the first bad one names the error
+      for (size_t i = 0, next = 0; i < g.values.size(); ++i) {
+        const bool beyond = next < g.beyond_int64.size() && g.beyond_int64[next] == i;
+        next += beyond;
+        const Scalar& v = g.values[i];
+        if (v.is_uint()) continue;
+        DG_CHECK(beyond || !v.is_floating(), Type, "[tensor] an integer is required");
+        if (beyond || v.to_double() < 0) {
+          PyErr_SetString(PyExc_OverflowError, v.to_double() < 0 ? "can't convert negative int to unsigned"
+                                                                 : "int too big to convert");
           throw nb::python_error();
         }
+      }
+    } else if (target == DType::Bool) {
+      for (size_t i : g.beyond_int64) g.values[i] = Scalar(true);  // nonzero
     } else {
-      DG_CHECK(is_floating(target), Value, "[tensor] Overflow when unpacking long long");
+      DG_CHECK(is_floating(target) || is_complex(target), Value, "[tensor] Overflow when unpacking long long");
     }
   }
   if (g.kind == ValueKind::Complex) {  // float64 pairs [..., 2], viewed as complex128, then converted
@@ -291,7 +308,6 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
   if (g.kind == ValueKind::Float || is_floating(target)) {
     std::vector<double> values(g.values.size());
     for (size_t i = 0; i < values.size(); ++i) values[i] = g.values[i].to_double();
-    for (size_t i : g.beyond_int64) values[i] = static_cast<double>(static_cast<uint64_t>(g.values[i].to_int()));
     return from_vector<double>(values, g.shape, target);
   }
   std::vector<int64_t> values(g.values.size());

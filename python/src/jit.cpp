@@ -188,6 +188,7 @@ void attr_field_to_python(void* context, const AttrField& f) {
     case AttrField::Kind::Float: out[key] = nb::float_(f.f); break;
     case AttrField::Kind::Scalar:
       if (f.scalar.is_floating()) out[key] = nb::float_(f.scalar.v.f);
+      else if (f.scalar.is_uint()) out[key] = nb::steal(PyLong_FromUnsignedLongLong(f.scalar.v.u));
       else if (f.scalar.is_integral()) out[key] = nb::int_(f.scalar.v.i);
       else out[key] = nb::bool_(f.scalar.v.b);
       break;

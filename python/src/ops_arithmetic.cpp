@@ -130,7 +130,7 @@ PyObject* binary_slot(PyObject* a, PyObject* b) {
   } else if (is_tensor(b) && PyComplex_Check(a)) {
     return guarded([&] { return wrap(Op::tensor_tensor(complex_number(a, unwrap(b)), unwrap(b), 1)); });
   }
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 
 template <class Op>
@@ -159,7 +159,7 @@ PyObject* inplace_slot(PyObject* a, PyObject* b) {
       return a;
     });
   }
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 
 PyObject* neg_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {

@@ -55,7 +55,7 @@ PyObject* compare_tensor_operand(PyObject* a, PyObject* b) {
   if (to_scalar(b, s)) return guarded([&] { return wrap(Op::apply(unwrap(a), s)); });
   if (PyComplex_Check(b))  // a Python complex number: a zero-dim complex tensor (eq/ne run on it; the rest refuse)
     return guarded([&] { return wrap(Op::apply(unwrap(a), complex_number(b, unwrap(a)))); });
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 
 PyObject* logical_not_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -97,10 +97,12 @@ PyObject* where_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, P
     if (input.tensor && other.tensor) return wrap(where(*condition, *input.tensor, *other.tensor));
     if (input.tensor) return wrap(where(*condition, *input.tensor, other.scalar));
     if (other.tensor) return wrap(where(*condition, input.scalar, *other.tensor));
-    // Two numbers: the result dtype follows them (float32 for a float, int64 for ints, as torch).
-    DType t = input.scalar.is_floating() || other.scalar.is_floating() ? DType::Float32
-              : input.scalar.is_bool() && other.scalar.is_bool()      ? DType::Bool
-                                                                       : DType::Int64;
+    // Two numbers: the result dtype follows them (float32 for a float, int64 for ints, as torch; an int in
+    // [2**63, 2**64) is a uint64, which int64 refuses to promote with).
+    ResultType numbers;
+    numbers.add_scalar(input.scalar);
+    numbers.add_scalar(other.scalar);
+    const DType t = numbers.result();
     return wrap(where(*condition, full({}, input.scalar, {.dtype = t, .device = condition->device()}), other.scalar));
   });
 }
@@ -320,7 +322,7 @@ PyObject* bitwise_apply(const BitwiseFns& f, PyObject* a, PyObject* b) {
   if (is_tensor(a) && is_tensor(b)) return guarded([&] { return wrap(f.tt(unwrap(a), unwrap(b))); });
   if (is_tensor(a) && to_scalar(b, s)) return guarded([&] { return wrap(f.ts(unwrap(a), s)); });
   if (is_tensor(b) && to_scalar(a, s)) return guarded([&] { return wrap(scalar_first(f, s, unwrap(b))); });
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 
 template <const BitwiseFns& F>
@@ -382,7 +384,7 @@ template <const BitwiseFns& F>
 PyObject* bitwise_inplace_slot(PyObject* a, PyObject* b) {
   Scalar s;
   if (!is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
-  if (!is_tensor(b) && !to_scalar(b, s)) Py_RETURN_NOTIMPLEMENTED;
+  if (!is_tensor(b) && !to_scalar(b, s)) return not_implemented_unless_error();
   return guarded([&] {
     Tensor t = unwrap(a);
     if (is_tensor(b)) F.it(t, unwrap(b));

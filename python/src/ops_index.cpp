@@ -233,9 +233,11 @@ PyObject* scatter_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
   const Tensor* src = nullptr;
   Scalar value;
   if (is_tensor(operand)) src = &unwrap(operand);
-  else if (!to_scalar(operand, value))
+  else if (!to_scalar(operand, value)) {
+    if (PyErr_Occurred()) return nullptr;  // an int beyond [-2**63, 2**64)
     return type_error(name, "argument '%s' must be a Tensor or a number, not %s", a[3] ? "src" : "value",
                       type_name(operand));
+  }
   return guarded([&] {
     if constexpr (Inplace) {
       Tensor& target = unwrap(a[0]);

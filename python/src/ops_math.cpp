@@ -209,13 +209,13 @@ PyObject* pow_slot(PyObject* a, PyObject* b, PyObject* modulo) {
   } else if (is_tensor(b) && to_scalar(a, s)) {
     return guarded([&] { return wrap(pow(s, unwrap(b))); });
   }
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 
 PyObject* pow_inplace_slot(PyObject* a, PyObject* b, PyObject* modulo) {
   if (modulo != Py_None || !is_tensor(a)) Py_RETURN_NOTIMPLEMENTED;
   Scalar s;
-  if (!is_tensor(b) && !to_scalar(b, s)) Py_RETURN_NOTIMPLEMENTED;
+  if (!is_tensor(b) && !to_scalar(b, s)) return not_implemented_unless_error();
   return guarded([&] {
     Tensor& target = unwrap(a);
     Tensor r = is_tensor(b) ? pow(target, unwrap(b)) : pow(target, s);

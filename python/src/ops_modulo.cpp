@@ -51,6 +51,7 @@ PyObject* modulo_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, 
       if (!other) return nullptr;
       return guarded([&] { return wrap(remainder(s, *other)); });
     }
+    if (PyErr_Occurred()) return nullptr;  // an int beyond [-2**63, 2**64)
   }
   const Tensor* input = to_tensor(Op::name, "input", a[0]);
   Operand other;
@@ -101,7 +102,7 @@ PyObject* remainder_slot(PyObject* a, PyObject* b) {
   } else if (is_tensor(b) && to_scalar(a, s)) {
     return guarded([&] { return wrap(remainder(s, unwrap(b))); });
   }
-  Py_RETURN_NOTIMPLEMENTED;
+  return not_implemented_unless_error();
 }
 PyObject* remainder_inplace_slot(PyObject* a, PyObject* b) {
   Scalar s;
@@ -114,7 +115,7 @@ PyObject* remainder_inplace_slot(PyObject* a, PyObject* b) {
       return a;
     });
   }
-  if (!to_scalar(b, s)) Py_RETURN_NOTIMPLEMENTED;
+  if (!to_scalar(b, s)) return not_implemented_unless_error();
   return guarded([&] {
     remainder_(unwrap(a), s);
     Py_INCREF(a);

@@ -147,6 +147,7 @@ nb::object grad_fn_object(const Ref<Node>& node) {
 
 nb::object scalar_object(const Scalar& s) {
   if (s.is_bool()) return nb::bool_(s.v.b);
+  if (s.is_uint()) return nb::steal(PyLong_FromUnsignedLongLong(s.v.u));  // [2**63, 2**64)
   if (s.is_integral()) return nb::int_(s.v.i);
   return nb::float_(s.v.f);
 }
@@ -176,10 +177,7 @@ nb::object item_object(const Tensor& t) {
     const std::vector<double> parts = pair.to_vector<double>();
     return nb::steal(PyComplex_FromDoubles(parts[0], parts[1]));
   }
-  const Scalar value = t.item_scalar();
-  // uint64 beyond int64: the Scalar wrapped it; Python's int takes the unsigned value back.
-  if (t.dtype() == DType::UInt64) return nb::steal(PyLong_FromUnsignedLongLong(static_cast<uint64_t>(value.v.i)));
-  return scalar_object(value);
+  return scalar_object(t.item_scalar());  // a uint64 above 2**63 - 1 is a UInt
 }
 
 void init_tensor(nb::module_& m) {
@@ -376,7 +374,9 @@ void init_tensor(nb::module_& m) {
         DG_CHECK(t.numel() == 1, Runtime, "[bool] Boolean value of Tensor with ",
                  t.numel() == 0 ? "no values" : "more than one value", " is ambiguous");
         PythonHostRead read(t, "__bool__");
-        return t.item_scalar().to_double() != 0.0;
+        const Scalar s = t.item_scalar();
+        if (s.is_uint()) check_scalar_fits("bool", s, DType::Int64);  // torch reads an integer as int64 here
+        return s.to_double() != 0.0;
       })
       .def("__float__", [](const Tensor& t) {
         profiler::HostOpScope scope("__float__");
@@ -391,6 +391,7 @@ void init_tensor(nb::module_& m) {
         // As Python's int(float): exact for any finite value (3e38 is a big int), ValueError for NaN,
         // OverflowError for inf. Never a C++ float-to-int64 conversion, which is undefined out of range.
         const Scalar s = t.item_scalar();
+        if (s.is_uint()) check_scalar_fits("int", s, DType::Int64);  // torch's int() of a uint64 above 2**63 - 1
         if (!s.is_floating()) return nb::steal(PyLong_FromLongLong(s.to_int()));
         PyObject* v = PyLong_FromDouble(std::trunc(s.v.f));
         if (!v) throw nb::python_error();
@@ -401,7 +402,9 @@ void init_tensor(nb::module_& m) {
         DG_CHECK(t.numel() == 1 && is_integral(t.dtype(), false), Type,
                  "[index] only integer tensors of a single element can be converted to an index");
         PythonHostRead read(t, "__index__");
-        return t.item_scalar().to_int();
+        const Scalar s = t.item_scalar();
+        if (s.is_uint()) check_scalar_fits("index", s, DType::Int64);
+        return s.to_int();
       })
       .def_static("_make_subclass", [](nb::handle cls_handle, const Tensor& data, bool requires_grad) {
              // nn.Parameter: an instance of a Python subclass sharing data's storage, a fresh leaf.

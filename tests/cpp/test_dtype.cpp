@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "dygrad/dygrad.h"
@@ -98,6 +99,69 @@ TEST(CoreDType, ScalarRangesOfTheNewIntegers) {
   EXPECT_FALSE(scalar_fits(Scalar(int64_t{4294967296}), DType::UInt32));
   EXPECT_TRUE(scalar_fits(Scalar(int64_t{-1}), DType::UInt64));
   EXPECT_FALSE(scalar_fits(Scalar(1e30), DType::UInt64));
+}
+
+// An int in [2**63, 2**64) is a UInt Scalar (torch's Scalar holds it as uint64): integral, uint64 by default, exact
+// as a double, wrapping as an integral cast, fitting uint64 only, and a distinct JIT attribute from the int64 of its
+// bits (docs/dtypes.md, "Python ints beyond int64").
+TEST(CoreDType, UIntScalarsBeyondInt64) {
+  const uint64_t top = uint64_t{1} << 63, max = ~uint64_t{0};
+  const Scalar u(top), m(max), small(uint64_t{5});
+  EXPECT_EQ(u.kind, Scalar::Kind::UInt);
+  EXPECT_EQ(small.kind, Scalar::Kind::Int);  // one representation per integer: below 2**63 an Int
+  EXPECT_EQ(small.to_int(), 5);
+  EXPECT_TRUE(u.is_integral() && u.is_uint() && !u.is_floating() && !u.is_bool());
+  EXPECT_EQ(u.default_dtype(), DType::UInt64);
+  EXPECT_EQ(u.to_double(), 9223372036854775808.0);
+  EXPECT_EQ(m.to_double(), 18446744073709551616.0);
+  EXPECT_EQ(u.to_int(), std::numeric_limits<int64_t>::min());  // wraps, as torch's cast
+  EXPECT_EQ(m.to<int64_t>(), -1);
+  EXPECT_EQ(m.to<uint8_t>(), 255);
+  EXPECT_EQ(m.to<uint64_t>(), max);
+  EXPECT_EQ(u.to<int32_t>(), 0);
+  EXPECT_EQ(u.to<float>(), 9223372036854775808.0f);
+  EXPECT_TRUE(u.to<bool>());
+  EXPECT_EQ(u.to_string(), "9223372036854775808");
+  EXPECT_EQ(m.to_string(), "18446744073709551615");
+  EXPECT_TRUE(scalar_fits(m, DType::UInt64));
+  EXPECT_TRUE(scalar_fits(m, DType::Float16) && scalar_fits(m, DType::Bool));
+  for (DType t : {DType::Int64, DType::Int32, DType::UInt8, DType::UInt32})
+    EXPECT_FALSE(scalar_fits(u, t)) << dtype_name(t);
+  try {
+    check_scalar_fits("fill_", u, DType::Int64);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[fill_] value 9223372036854775808 cannot be converted to type int64 without overflow");
+  }
+  // Negation: -(-2**63) is the UInt 2**63 and back; above 2**63 the negation mod 2**64 (an Int).
+  const Scalar int_min(std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(int_min.negated().kind, Scalar::Kind::UInt);
+  EXPECT_EQ(int_min.negated().to_double(), 9223372036854775808.0);
+  EXPECT_EQ(u.negated().kind, Scalar::Kind::Int);
+  EXPECT_EQ(u.negated().to_int(), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(m.negated().to_int(), 1);
+  // torch.result_type: an integral scalar, so an integral tensor keeps its dtype; bool and int64 refuse uint64.
+  ResultType r;
+  r.add_tensor(DType::UInt8, 1);
+  r.add_scalar(u);
+  EXPECT_EQ(r.result(), DType::UInt8);
+  ResultType f;
+  f.add_tensor(DType::Float16, 1);
+  f.add_scalar(u);
+  EXPECT_EQ(f.result(), DType::Float16);
+  ResultType b;
+  b.add_tensor(DType::Bool, 1);
+  b.add_scalar(u);
+  EXPECT_THROW(b.result(), Error);
+  ResultType two;
+  two.add_scalar(u);
+  EXPECT_THROW(two.add_scalar(Scalar(1)), Error);
+  // The JIT's attribute equality and hash tell the UInt 2**63 from the Int -2**63 (the same bits).
+  const Attrs a = ScalarAttrs{u}, same = ScalarAttrs{Scalar(top)}, bits = ScalarAttrs{int_min};
+  EXPECT_TRUE(a == same);
+  EXPECT_EQ(a.hash(), same.hash());
+  EXPECT_FALSE(a == bits);
+  static_assert(sizeof(Scalar) == 16, "Scalar stays a kind and an 8-byte value");
 }
 
 TEST(CoreDType, Float8RoundTripsEveryFiniteCode) {

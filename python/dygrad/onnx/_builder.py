@@ -99,6 +99,10 @@ class Builder:
         return self.constant(np.asarray(list(values), dtype=np.int64), "ints")
 
     def scalar(self, value, np_dtype):
+        """A zero-dim constant of `value`, converted as eager converts a scalar operand: a Python int wraps into an
+        integral dtype (2**63 in int64 is -2**63, 300 in uint8 is 44: docs/dtypes.md, "Python ints beyond int64")."""
+        if isinstance(value, int) and not isinstance(value, bool) and np.dtype(np_dtype).kind in "iu":
+            value = np.asarray(value % (1 << 64), dtype=np.uint64).astype(np_dtype)
         return self.constant(np.asarray(value, dtype=np_dtype), "scalar")
 
     def node(self, op_type, inputs, outputs=1, **attrs):

@@ -130,6 +130,7 @@ std::string Scalar::to_string() const {
   char buf[64];
   if (kind == Kind::Float) std::snprintf(buf, sizeof buf, "%g", v.f);
   else if (kind == Kind::Int) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v.i));
+  else if (kind == Kind::UInt) std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(v.u));
   else std::snprintf(buf, sizeof buf, "%s", v.b ? "True" : "False");
   return buf;
 }
@@ -207,6 +208,7 @@ DType ResultType::result() const {
 
 bool scalar_fits(const Scalar& s, DType t) {
   if (is_floating(t) || is_complex(t) || t == DType::Bool || s.is_bool()) return true;
+  if (s.is_uint()) return t == DType::UInt64;  // [2**63, 2**64): beyond every other integral type
   double lo = 0, hi = 0;
   switch (t) {
     case DType::UInt8: lo = -255, hi = 255; break;

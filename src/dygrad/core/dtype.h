@@ -144,35 +144,58 @@ template <> struct compute_type<Float8_e4m3fn> { using type = float; };
 template <> struct compute_type<Float8_e5m2> { using type = float; };
 template <typename T> using compute_t = typename compute_type<T>::type;
 
-// A number: what a Python int/float/bool becomes when passed to an op. Never allocates a tensor.
+// A number: what a Python int/float/bool becomes when passed to an op. Never allocates a tensor. An integer is
+// Int when it fits int64 and UInt in [2**63, 2**64) (torch's Scalar holds those as uint64: docs/dtypes.md,
+// "Python ints beyond int64"); nothing else holds UInt, so each integer has one representation (the JIT compares
+// attributes by kind and bits). Every integral conversion wraps mod 2**64, as torch's cast of a wrapped number.
 struct Scalar {
-  enum class Kind : uint8_t { Bool, Int, Float };
+  enum class Kind : uint8_t { Bool, Int, Float, UInt };
   Kind kind = Kind::Int;
-  union { bool b; int64_t i; double f; } v{.i = 0};
+  union { bool b; int64_t i; double f; uint64_t u; } v{.i = 0};
 
   Scalar() = default;
   Scalar(bool b) : kind(Kind::Bool) { v.b = b; }
   template <typename I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
-  Scalar(I i) : kind(Kind::Int) { v.i = static_cast<int64_t>(i); }
+  Scalar(I i) : kind(Kind::Int) {
+    if constexpr (std::is_unsigned_v<I> && sizeof(I) == 8) {
+      if (i > static_cast<I>(INT64_MAX)) [[unlikely]] {
+        kind = Kind::UInt;
+        v.u = i;
+        return;
+      }
+    }
+    v.i = static_cast<int64_t>(i);
+  }
   template <typename F, std::enable_if_t<std::is_floating_point_v<F>, int> = 0>
   Scalar(F f) : kind(Kind::Float) { v.f = static_cast<double>(f); }
 
   bool is_floating() const { return kind == Kind::Float; }
-  bool is_integral() const { return kind == Kind::Int; }
+  bool is_integral() const { return kind == Kind::Int || kind == Kind::UInt; }  // an integer, either width
+  bool is_uint() const { return kind == Kind::UInt; }  // an integer in [2**63, 2**64)
   bool is_bool() const { return kind == Kind::Bool; }
-  double to_double() const { return kind == Kind::Float ? v.f : kind == Kind::Int ? double(v.i) : double(v.b); }
-  int64_t to_int() const { return kind == Kind::Float ? int64_t(v.f) : kind == Kind::Int ? v.i : int64_t(v.b); }
-  // -s without overflow: -INT64_MIN does not fit in int64, so that one becomes the float 2**63 (torch takes
-  // an integer beyond int64 as a float too).
+  double to_double() const {
+    return kind == Kind::Float ? v.f : kind == Kind::Int ? double(v.i) : kind == Kind::UInt ? double(v.u) : double(v.b);
+  }
+  // The integer's bits as int64: a UInt wraps (2**63 -> -2**63), as torch's cast to an integral dtype.
+  int64_t to_int() const {
+    return kind == Kind::Float ? int64_t(v.f) : kind == Kind::Int ? v.i : kind == Kind::UInt ? int64_t(v.u)
+                                                                                            : int64_t(v.b);
+  }
+  // -s. -(-2**63) is the UInt 2**63. A UInt above 2**63 has no negation among Scalars: it becomes the Int
+  // 2**64 - u (the negation mod 2**64, what an integral tensor computes); an op whose result is floating negates
+  // to_double() instead (ops/arithmetic.cpp, sub).
   Scalar negated() const {
     if (kind == Kind::Float) return Scalar(-v.f);
+    if (kind == Kind::UInt) [[unlikely]] return Scalar(static_cast<int64_t>(0 - v.u));
     const int64_t i = to_int();
-    return i == INT64_MIN ? Scalar(9223372036854775808.0) : Scalar(-i);
+    return i == INT64_MIN ? Scalar(uint64_t(1) << 63) : Scalar(-i);
   }
   template <typename T> T to() const;
-  // The dtype a lone scalar takes: float -> float32 (torch's default dtype), int -> int64, bool -> bool.
+  // The dtype a lone scalar takes: float -> float32 (torch's default dtype), int -> int64, an int in
+  // [2**63, 2**64) -> uint64 (torch.result_type(2**63, 1) refuses uint64 with int64), bool -> bool.
   DType default_dtype() const {
-    return kind == Kind::Float ? DType::Float32 : kind == Kind::Int ? DType::Int64 : DType::Bool;
+    return kind == Kind::Float ? DType::Float32 : kind == Kind::Int ? DType::Int64
+         : kind == Kind::UInt ? DType::UInt64 : DType::Bool;
   }
   std::string to_string() const;
 };
@@ -189,8 +212,8 @@ T Scalar::to() const {
 }
 
 // Checked conversion (torch's checked_convert): whether `s` can be stored in `t` without overflow. Integral
-// targets take finite values within their range (unsigned ones also wrap negatives down to -max, as torch);
-// floating targets and bool take anything (a float16 overflow becomes inf, as torch).
+// targets take finite values within their range (unsigned ones also wrap negatives down to -max, as torch; a UInt
+// fits uint64 only); floating targets and bool take anything (a float16 overflow becomes inf, as torch).
 bool scalar_fits(const Scalar& s, DType t);
 // Raises RuntimeError "[op] value 4611686018427387904 cannot be converted to type int32 without overflow".
 void check_scalar_fits(const char* op, const Scalar& s, DType t);

@@ -34,7 +34,7 @@ std::string where(const GraphOp& op) {
 
 // A scalar attribute as a quantity: its value when it is a whole number (a mean's divisor), else kNotIntegral.
 int64_t scalar_quantity(const Scalar& s) {
-  if (s.is_integral()) return s.v.i;
+  if (s.kind == Scalar::Kind::Int) return s.v.i;  // a UInt, [2**63, 2**64), counts nothing: not a quantity
   // The range test first: it also keeps inf and nan (a mask's -inf) out of the conversion.
   if (s.is_floating() && s.v.f > -9.0e15 && s.v.f < 9.0e15 && s.v.f == std::trunc(s.v.f))
     return static_cast<int64_t>(s.v.f);

@@ -103,12 +103,44 @@ DType result_type(const Tensor& a, Scalar b) {
 }
 
 namespace {
-Scalar negated(Scalar s) { return s.negated(); }  // overflow-free: -(-2**63) is a float, as in torch
 Scalar times(Scalar a, Scalar b) {
   // alpha = 1 (the default) leaves the operand's kind alone: bool_tensor + True stays bool, as in torch.
   if (!b.is_floating() && b.to_int() == 1) return a;
   if (a.is_floating() || b.is_floating()) return Scalar(a.to_double() * b.to_double());
-  return Scalar(a.to_int() * b.to_int());
+  return Scalar(static_cast<int64_t>(static_cast<uint64_t>(a.to_int()) * static_cast<uint64_t>(b.to_int())));
+}
+
+// An int in [2**63, 2**64) (a UInt Scalar) beside `a`: torch converts alpha to the result dtype with its checked
+// conversion (an integral result refuses it), the operand with a plain cast (it wraps). A UInt operand or alpha
+// has no exact product or negation among Scalars, so a floating or complex result takes them as doubles
+// (docs/dtypes.md, "Python ints beyond int64"). Rare: the callers test is_uint() first.
+[[gnu::noinline]] Scalar uint_operand(const char* name, const Tensor& a, Scalar b, Scalar alpha, bool negate) {
+  const DType r = result_type(a, b);
+  if (alpha.is_uint()) check_scalar_fits(api_name(name), alpha, r);
+  if (!is_integral(r, true)) {
+    const double v = b.to_double() * alpha.to_double();
+    return Scalar(negate ? -v : v);
+  }
+  const Scalar product = times(b, alpha);
+  return negate ? product.negated() : product;
+}
+// alpha * b for a + alpha * b, and -(alpha * b) for a - alpha * b.
+Scalar scaled(const char* name, const Tensor& a, Scalar b, Scalar alpha) {
+  if (b.is_uint() || alpha.is_uint()) [[unlikely]] return uint_operand(name, a, b, alpha, false);
+  return times(b, alpha);
+}
+Scalar negated_scaled(const char* name, const Tensor& a, Scalar b, Scalar alpha) {
+  if (b.is_uint() || alpha.is_uint()) [[unlikely]] return uint_operand(name, a, b, alpha, true);
+  return times(b, alpha).negated();  // -(-2**63) is the UInt 2**63
+}
+// alpha of a tensor-tensor add/sub: a UInt alpha takes torch's checked conversion to the result dtype.
+Scalar checked_alpha(const char* name, const Tensor& a, const Tensor& b, Scalar alpha, bool negate) {
+  if (alpha.is_uint()) [[unlikely]] {
+    const DType r = result_type(a, b);
+    check_scalar_fits(api_name(name), alpha, r);
+    return negate ? Scalar(-alpha.to_double()) : alpha;  // r is floating or uint64 here
+  }
+  return negate ? alpha.negated() : alpha;
 }
 void check_not_both_bool(const char* name, const Tensor& a, const Tensor& b) {
   DG_CHECK(a.dtype() != DType::Bool || b.dtype() != DType::Bool, Type, "[", api_name(name),
@@ -128,10 +160,12 @@ ElementwiseCall scalar_call(const OpDef& op, const char* name, const Tensor& a, 
 }
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) { return add_call("add", a, b, alpha).run(); }
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  return add_call("add", a, b, checked_alpha("add", a, b, alpha, false)).run();
+}
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
   check_not_both_bool("sub", a, b);
-  return add_call("sub", a, b, negated(alpha)).run();
+  return add_call("sub", a, b, checked_alpha("sub", a, b, alpha, true)).run();
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   if (storage_only::has(a) || storage_only::has(b)) [[unlikely]]
@@ -143,9 +177,11 @@ Tensor div(const Tensor& a, const Tensor& b) {
       .save(save_for_div).run();
 }
 
-Tensor add(const Tensor& a, Scalar b, Scalar alpha) { return scalar_call(op_add_scalar, "add", a, times(b, alpha)).run(); }
+Tensor add(const Tensor& a, Scalar b, Scalar alpha) {
+  return scalar_call(op_add_scalar, "add", a, scaled("add", a, b, alpha)).run();
+}
 Tensor sub(const Tensor& a, Scalar b, Scalar alpha) {
-  return scalar_call(op_add_scalar, "sub", a, negated(times(b, alpha))).run();
+  return scalar_call(op_add_scalar, "sub", a, negated_scaled("sub", a, b, alpha)).run();
 }
 Tensor rsub(const Tensor& a, Scalar b) { return scalar_call(op_rsub_scalar, "rsub", a, b).run(); }
 Tensor mul(const Tensor& a, Scalar b) {
@@ -165,10 +201,12 @@ Tensor neg(const Tensor& a) {
 }
 
 // In place: the result is computed in a's dtype; mul_ and div_ save a's old value for b's gradient.
-Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) { return add_call("add_", a, b, alpha).run_inplace(a); }
+Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) {
+  return add_call("add_", a, b, checked_alpha("add_", a, b, alpha, false)).run_inplace(a);
+}
 Tensor& sub_(Tensor& a, const Tensor& b, Scalar alpha) {
   check_not_both_bool("sub_", a, b);
-  return add_call("sub_", a, b, negated(alpha)).run_inplace(a);
+  return add_call("sub_", a, b, checked_alpha("sub_", a, b, alpha, true)).run_inplace(a);
 }
 Tensor& mul_(Tensor& a, const Tensor& b) {
   if (storage_only::has(a) && storage_only::mul_(a, b)) [[unlikely]] return a;
@@ -178,9 +216,11 @@ Tensor& div_(Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_div, "div_").input(a, "self").input(b, "other").promotion(Promotion::PromoteFloat)
       .save(save_for_div, true).run_inplace(a);
 }
-Tensor& add_(Tensor& a, Scalar b, Scalar alpha) { return scalar_call(op_add_scalar, "add_", a, times(b, alpha)).run_inplace(a); }
+Tensor& add_(Tensor& a, Scalar b, Scalar alpha) {
+  return scalar_call(op_add_scalar, "add_", a, scaled("add_", a, b, alpha)).run_inplace(a);
+}
 Tensor& sub_(Tensor& a, Scalar b, Scalar alpha) {
-  return scalar_call(op_add_scalar, "sub_", a, negated(times(b, alpha))).run_inplace(a);
+  return scalar_call(op_add_scalar, "sub_", a, negated_scaled("sub_", a, b, alpha)).run_inplace(a);
 }
 Tensor& mul_(Tensor& a, Scalar b) {
   if (storage_only::has(a) && storage_only::mul_(a, b)) [[unlikely]] return a;
@@ -191,10 +231,12 @@ Tensor& div_(Tensor& a, Scalar b) {
 }
 
 // out= forms.
-Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) { return add_call("add", a, b, alpha).run_out(out); }
+Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) {
+  return add_call("add", a, b, checked_alpha("add", a, b, alpha, false)).run_out(out);
+}
 Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, Scalar alpha) {
   check_not_both_bool("sub", a, b);
-  return add_call("sub", a, b, negated(alpha)).run_out(out);
+  return add_call("sub", a, b, checked_alpha("sub", a, b, alpha, true)).run_out(out);
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
   if (storage_only::has(a) || storage_only::has(b)) [[unlikely]]
@@ -205,10 +247,10 @@ Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_div, "div").input(a).input(b, "other").promotion(Promotion::PromoteFloat).run_out(out);
 }
 Tensor& add_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
-  return scalar_call(op_add_scalar, "add", a, times(b, alpha)).run_out(out);
+  return scalar_call(op_add_scalar, "add", a, scaled("add", a, b, alpha)).run_out(out);
 }
 Tensor& sub_out(Tensor& out, const Tensor& a, Scalar b, Scalar alpha) {
-  return scalar_call(op_add_scalar, "sub", a, negated(times(b, alpha))).run_out(out);
+  return scalar_call(op_add_scalar, "sub", a, negated_scaled("sub", a, b, alpha)).run_out(out);
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, Scalar b) {
   if (storage_only::has(a)) [[unlikely]]

@@ -66,10 +66,14 @@ ElementwiseCall modulo_call(const OpDef& op, const char* name, const Tensor& a, 
   call.input(a).input(b, "other").refuse_bool("not implemented for 'Bool'").save(save_operands);
   return call;
 }
-// A Python number beside a tensor, as the zero-dim tensor of the pair's result dtype.
+// A Python number beside a tensor, as the zero-dim tensor of the pair's result dtype. An int in [2**63, 2**64) is cast
+// into an integral one as torch casts its wrapped number: it wraps (full's checked conversion would refuse it).
 Tensor scalar_operand(const char* name, const Tensor& a, Scalar s) {
   check_defined(name, a, "input");
-  return full(Dims{}, s, {.dtype = result_type(a, s), .device = a.device()});
+  const DType dtype = result_type(a, s);
+  if (s.is_uint() && is_integral(dtype, false)) [[unlikely]]
+    return to(full(Dims{}, s, {.dtype = DType::UInt64, .device = a.device()}), dtype);
+  return full(Dims{}, s, {.dtype = dtype, .device = a.device()});
 }
 }  // namespace
 

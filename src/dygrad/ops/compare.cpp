@@ -8,6 +8,7 @@
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise_call.h"
 #include "dygrad/ops/elementwise.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/math.h"
 #include "dygrad/ops/reduce.h"
 #include "dygrad/ops/shape.h"
@@ -233,25 +234,49 @@ Tensor& bitwise_not_(Tensor& a) {
 }
 
 // --- where, masked_fill ----------------------------------------------------------------------------------
+namespace {
+// torch converts where's scalar, a clamp bound and masked_fill's value with its checked conversion (arithmetic
+// casts and wraps): an int in [2**63, 2**64) fits a uint64, floating or bool result only ("value cannot be
+// converted to type int64 without overflow"; docs/dtypes.md, "Python ints beyond int64").
+void check_uint_fits(const char* name, const Scalar& s, DType result) {
+  if (s.is_uint()) [[unlikely]] check_scalar_fits(api_name(name), s, result);
+}
+void check_uint_fits(const char* name, const Tensor& a, const Scalar& s) {
+  if (s.is_uint()) [[unlikely]] check_scalar_fits(api_name(name), s, result_type(a, s));
+}
+// where of a uint32/uint64 tensor and a number: the number as a zero-dim tensor of the result dtype, which where's
+// tensor form moves by width (the scalar form's kernel has the compute dtypes only; torch runs both).
+bool wide_unsigned(const Tensor& a) { return a.dtype() == DType::UInt32 || a.dtype() == DType::UInt64; }
+Tensor number_beside(const Tensor& a, Scalar s) {
+  return full({}, s, {.dtype = result_type(a, s), .device = a.device()});
+}
+}  // namespace
+
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return ElementwiseCall(op_where, "where").mask(cond, "condition").input(a).input(b, "other").save(save_condition).run();
 }
 // where with one scalar operand (an attribute, never a tensor): cond ? t : s, or cond ? s : t.
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  check_uint_fits("where", a, b);
+  if (wide_unsigned(a)) [[unlikely]] return where(cond, a, number_beside(a, b));
   return ElementwiseCall(op_where_scalar, "where").mask(cond, "condition").input(a).scalar(b)
       .attrs(WhereScalarAttrs{b, false}).save(save_condition).run();
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  check_uint_fits("where", b, a);
+  if (wide_unsigned(b)) [[unlikely]] return where(cond, number_beside(b, a), b);
   return ElementwiseCall(op_where_scalar, "where").mask(cond, "condition").input(b, "other").scalar(a)
       .attrs(WhereScalarAttrs{a, true}).save(save_condition).run();
 }
 
 // masked_fill keeps the input's dtype: the value is cast to it (torch), it does not promote.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, Scalar value) {
+  check_uint_fits("masked_fill", value, a.dtype());
   return ElementwiseCall(op_masked_fill, "masked_fill").input(a).mask(mask, "mask").attrs(ScalarAttrs{value})
       .contiguous_output().save(save_mask).run();
 }
 Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
+  check_uint_fits("masked_fill_", value, a.dtype());
   return ElementwiseCall(op_masked_fill, "masked_fill_").input(a, "self").mask(mask, "mask").attrs(ScalarAttrs{value})
       .save(save_mask).run_inplace(a);
 }
@@ -272,6 +297,8 @@ void check_not_bool(const char* name, const Tensor& a) {
   DG_CHECK(a.dtype() != DType::Bool, Type, "[", api_name(name), "] not supported for bool tensors");
 }
 ElementwiseCall clamp_call(const char* name, const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max) {
+  if (min) check_uint_fits(name, a, *min);  // before the bool check: a bool tensor refuses to promote, as torch
+  if (max) check_uint_fits(name, a, *max);
   check_not_bool(name, a);
   ElementwiseCall call(op_clamp_scalar, name);
   call.input(a, "self").attrs(clamp_attrs(name, min, max)).refuse_bool().save(save_operands, true);

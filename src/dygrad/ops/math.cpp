@@ -100,7 +100,8 @@ void pow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x; attrs.scalars
   if (pd == 0.0) gi[0] = zeros_like(g[0]);
   else if (pd == 1.0) gi[0] = g[0];
   else if (pd == 2.0) gi[0] = mul(g[0], mul(n.saved(0), 2));
-  else gi[0] = mul(g[0], mul(pow(n.saved(0), p.is_floating() ? Scalar(pd - 1.0) : Scalar(p.to_int() - 1)), p));
+  else if (p.kind == Scalar::Kind::Int) gi[0] = mul(g[0], mul(pow(n.saved(0), Scalar(p.to_int() - 1)), p));
+  else gi[0] = mul(g[0], mul(pow(n.saved(0), Scalar(pd - 1.0)), p));  // a float, or an int beyond int64
 }
 void rpow_scalar_backward(Node& n, Grads g, GradInputs gi) {  // x, y; attrs.scalars[0] = base s: y log(s)
   const double s = n.attrs.get<ScalarAttrs>().value.to_double();
@@ -397,6 +398,8 @@ Tensor pow(const Tensor& base, Scalar exponent) {
   ElementwiseCall call(op_pow_scalar, "pow");
   call.input(base).scalar(exponent).attrs(ScalarAttrs{exponent}).save(save_input);
   const DType dtype = call.compute_dtype();
+  // torch converts the exponent with its checked conversion: an int in [2**63, 2**64) suits floating tensors only
+  if (exponent.is_uint()) [[unlikely]] check_scalar_fits("pow", exponent, dtype);
   if (is_integral(dtype, true) && exponent.is_integral())
     DG_CHECK(exponent.to_int() >= 0, Value, "[pow] Integers to negative integer powers are not allowed (",
              dtype_name(dtype), " tensor to the power ", exponent.to_int(), ")");

@@ -100,6 +100,9 @@ Tensor bernoulli_mask(IntSpan shape, double p, DType dtype, GeneratorSeed genera
 Tensor arange(Scalar start, Scalar end, Scalar step, std::optional<DType> dtype, Device device) {
   const bool integers = !start.is_floating() && !end.is_floating() && !step.is_floating();
   const DType out_dtype = dtype.value_or(integers ? DType::Int64 : DType::Float32);
+  // an int in [2**63, 2**64) takes torch's checked conversion to the result dtype (an int64 arange refuses it)
+  for (const Scalar* x : {&start, &end, &step})
+    if (x->is_uint()) [[unlikely]] check_scalar_fits("arange", *x, out_dtype);
   const double s = start.to_double(), e = end.to_double(), d = step.to_double();
   DG_CHECK(std::isfinite(s) && std::isfinite(e), Value, "[arange] unsupported range: ", s, " -> ", e);
   DG_CHECK(d != 0.0, Value, "[arange] step must be nonzero");

@@ -82,8 +82,8 @@ inline size_t mix(size_t seed, uint64_t v) {
   return seed ^ (static_cast<size_t>(v) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
 }
 inline uint64_t scalar_bits(const Scalar& s) {
-  return s.is_floating() ? std::bit_cast<uint64_t>(s.v.f) : s.is_integral() ? static_cast<uint64_t>(s.v.i)
-                                                                               : uint64_t(s.v.b);
+  return s.is_floating() ? std::bit_cast<uint64_t>(s.v.f) : s.is_uint() ? s.v.u
+       : s.is_integral()  ? static_cast<uint64_t>(s.v.i) : uint64_t(s.v.b);
 }
 template <typename E>
 const char* enum_name(E e) {

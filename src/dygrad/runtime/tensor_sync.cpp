@@ -90,14 +90,13 @@ Scalar Tensor::item_scalar() const {
   DG_CHECK(numel() == 1, Runtime, "[item] a Tensor with ", numel(), " elements cannot be converted to Scalar");
   if (!device().is_cpu()) [[unlikely]] return host_copy(*this).item_scalar();
   wait_readable_as(*this, "item");
-  // A uint64 above 2**63 - 1 wraps to a negative int64 here (Scalar has no unsigned kind); Python's item() reads
-  // those itself.
+  // A uint64 above 2**63 - 1 is a UInt Scalar (core/dtype.h).
   return visit_any_dtype(dtype(), [&]<typename S>() -> Scalar {
     S v = *data<S>();
     if constexpr (std::is_same_v<S, bool>) return Scalar(v);
     else if constexpr (!std::is_arithmetic_v<S> || std::is_floating_point_v<S>)
       return Scalar(static_cast<double>(static_cast<compute_t<S>>(v)));
-    else return Scalar(static_cast<int64_t>(v));
+    else return Scalar(v);
   });
 }
 
