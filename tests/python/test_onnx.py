@@ -255,6 +255,21 @@ def test_common_ops_run_in_onnxruntime_as_eager():
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
+class BigInts(nn.Module):
+    def forward(self, i, u, x):
+        return i + 2 ** 63, i * (2 ** 64 - 1), i - (2 ** 64 - 1), i == 2 ** 63, u + (2 ** 64 - 1), x + 2 ** 63
+
+
+def test_ints_beyond_int64_export_as_eager_wraps_them():
+    """A Python int in [2**63, 2**64) is a constant wrapped into the integral dtype, as eager (and torch) wrap it."""
+    i, u, x = dg.tensor([-(2 ** 63), 3, -1]), dg.tensor([0, 1, 255], dtype=dg.uint8), dg.tensor([1.0, -2.0, 0.5])
+    got = run_onnx(export_bytes(BigInts(), (i, u, x)), i=i, u=u, x=x)
+    want = [t.numpy() for t in BigInts()(i, u, x)]
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 class UsesCumprod(nn.Module):
     def forward(self, x):
         y = x * 2
