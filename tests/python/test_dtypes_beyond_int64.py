@@ -191,3 +191,18 @@ def test_a_uint64_tensors_values_come_back_as_python_ints():
         # the item as a scalar operand: a UInt again, so it compares and fills as the int does
         assert (dg.tensor([2 ** 63, 3], dtype=dg.uint64) == ours.item()).tolist() == (
             torch.tensor([2 ** 63, 3], dtype=torch.uint64) == theirs.item()).tolist()
+
+
+def test_jit_keeps_2_63_apart_from_the_int64_of_its_bits():
+    """The UInt 2**63 and the Int -2**63 have the same bits; the JIT's attribute equality tells them apart, so a
+    graph captured with one is not replayed for the other (a float result differs in sign)."""
+    @dg.jit
+    def shift(x, k):
+        return x + k
+
+    for k in (2 ** 63, -(2 ** 63), 2 ** 64 - 1, -1, 2 ** 63):
+        for _ in range(3):  # capture, then replays
+            for values in ([1.0, 2.0], [1, 2]):
+                ours, theirs = shift(dg.tensor(values), k), dg.tensor(values) + k
+                assert mismatch(ours, torch.tensor(values) + k) is None, (k, values)
+                assert ours.tolist() == theirs.tolist()
