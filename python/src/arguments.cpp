@@ -55,6 +55,16 @@ bool to_optional_tensor(const char* op, const char* argument, PyObject* o, Tenso
 }
 
 bool to_double_argument(const char* op, const char* argument, PyObject* o, double fallback, double& out) {
+  // A double argument takes any int as Python's float() does, as torch's double arguments do (dropout(p=2**64)
+  // reads 1.8e19); a number argument (to_scalar) refuses one outside [-2**63, 2**64).
+  if (o && PyLong_Check(o) && !PyBool_Check(o)) {
+    int overflow = 0;
+    PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) [[unlikely]] {
+      out = PyLong_AsDouble(o);  // OverflowError beyond float64's range, as Python's float()
+      return !(out == -1.0 && PyErr_Occurred());
+    }
+  }
   Scalar s;
   if (!to_scalar_argument(op, argument, o, fallback, s)) return false;
   out = s.to_double();

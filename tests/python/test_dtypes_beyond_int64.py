@@ -167,6 +167,12 @@ def test_checked_conversions_and_promotion_refusals():
         "bitwise_and 2**64": lambda m: m.bitwise_and(x(m), 2 ** 64),
         "2**64 ** tensor": lambda m: (2 ** 64) ** x(m),
         "uint64 |= 2**64": lambda m: m.tensor([1], dtype=m.uint64).__ior__(2 ** 64),
+        # torch's double arguments take any int as float() does; its number (Scalar) arguments refuse 2**64
+        "dropout p 2**64": lambda m: m.nn.functional.dropout(m.ones(3), p=2 ** 64),
+        "pad value 2**64": lambda m: m.nn.functional.pad(m.ones(2), (1, 0), value=2 ** 64),
+        "clip_grad_norm_ 2**64": lambda m: m.nn.utils.clip_grad_norm_([m.ones(2, requires_grad=True)], 2 ** 64),
+        "std correction 2**64": lambda m: m.ones(3).std(correction=2 ** 64),
+        "vector_norm ord 2**64": lambda m: m.linalg.vector_norm(m.ones(3), ord=2 ** 64),
     })
 
 
