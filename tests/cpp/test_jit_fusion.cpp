@@ -61,8 +61,9 @@ TEST(JitFusion, PassesFuseAChainAndTheInterpreterEqualsEager) {
 }
 
 
-// The composed RMSNorm and softmax over rows of 37 (whole groups of eight lanes and a tail): one sub-op each, a row
-// program of two and three passes, interpreted with eager's bits.
+// The composed RMSNorm and softmax over rows of 37 (whole groups of eight lanes and a tail), a log-softmax through
+// logsumexp, a standardisation through var and a shift by amin: one sub-op each, a row program of two or three
+// passes, interpreted with eager's bits.
 TEST(JitFusion, RowProgramsRunAReductionAndWhatReadsItBackAsOneSubOp) {
   Stream::cpu().synchronize();
   Tensor w = add(full(Shape{37}, 0.5), rand(Shape{37}));
@@ -72,13 +73,24 @@ TEST(JitFusion, RowProgramsRunAReductionAndWhatReadsItBackAsOneSubOp) {
     Tensor e = exp(sub(x, amax(x, IntSpan(&last, 1), true)));
     return div(e, sum(e, IntSpan(&last, 1), true));
   };
+  auto log_softmax = [&](const Tensor& x) { return sub(x, logsumexp(x, IntSpan(&last, 1), true)); };
+  auto standardise = [&](const Tensor& x) {
+    Tensor d = sub(x, mean(x, IntSpan(&last, 1), true));
+    return div(d, sqrt(add(var(x, IntSpan(&last, 1), 1, true), 1e-5)));
+  };
+  auto shifted = [&](const Tensor& x) {
+    Tensor d = sub(x, max(x, 1, true).values);
+    return mul(d, amin(x, IntSpan(&last, 1), true));
+  };
   struct Case {
     std::function<Tensor(const Tensor&)> body;
     const char* name;
     int32_t passes;
   };
   for (const Case& c : {Case{rmsnorm, "mul+sum+div_scalar+add_scalar+rsqrt+mul+mul", 2},
-                        Case{softmax, "amax+add+exp+sum+div", 3}}) {
+                        Case{softmax, "amax+add+exp+sum+div", 3}, Case{log_softmax, "logsumexp+add", 2},
+                        Case{standardise, "sum+div_scalar+add+var+add_scalar+sqrt+div", 3},
+                        Case{shifted, "max_dim+add+amin+mul", 3}}) {
     Tensor x0 = mul(rand(Shape{12, 37}), 4.0);
     std::shared_ptr<Graph> graph;
     {

@@ -171,29 +171,43 @@ std::string op_source(const GraphOp& op) {
 
 constexpr size_t kMaxGroupSlots = 32;
 
-// A reduction a row program can take: `sum` or `amax` over the innermost dim of a float32/float64 value contiguous
-// along it, with more than one row and rows of more than one element, into a contiguous output of one value per
-// row (keepdim or not). That is eager's row path (backend/cpu/reduce.cpp's sum_strided on a contiguous row:
-// eight_lane_sum; reduce_minmax.cpp's row_extremum: lane_extremum), whose order the program keeps. A single output
-// (a full reduction: chunked, another order), a column or strided row, `max` with indices, or another reduction
-// (var, logsumexp) is not one.
+// A reduction a row program can take: over the innermost dim of a float32/float64 value contiguous along it, with more
+// than one row and rows of more than one element, into a contiguous output of one value per row (keepdim or not), of
+// the input's dtype. That is eager's row path, whose order the program keeps: `sum` (reduce.cpp's sum_strided on a
+// contiguous row: eight_lane_sum), `amax` and `amin` (reduce_minmax.cpp's row_extremum: lane_extremum), `max` and
+// `min` over the last dim (first_extremum: their values; taken only where the indices are an internal buffer nothing
+// reads), `var` and `std` (var_kernel's row: float64 accumulation) and `logsumexp` (logsumexp_kernel's row), the last
+// five as backend/cpu/row_reductions.h computes them. A single output (a full reduction: chunked, another order), a
+// column or strided row, indices that are read, or a reduction with a dtype (a cast) is not one.
 struct RowReduction {
   bool ok = false;
+  FusedOpCode code = FusedOpCode::RowSum;
+  double k = 0;  // var / std: the correction
   DType dtype = DType::Float32;
   Dims shape;  // the reduced input's: [rows..., C]
 };
-RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& values) {
+template <typename Unread>
+RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& values, Unread&& unread) {
+  static const std::map<std::string, FusedOpCode> codes = {
+      {"sum", FusedOpCode::RowSum},         {"amax", FusedOpCode::RowMax},
+      {"amin", FusedOpCode::RowMin},        {"max_dim", FusedOpCode::RowMaxValue},
+      {"min_dim", FusedOpCode::RowMinValue}, {"var", FusedOpCode::RowVar},
+      {"std", FusedOpCode::RowStd},         {"logsumexp", FusedOpCode::RowLogsumexp},
+  };
   RowReduction r;
-  const std::string name = op.op->name;
-  if ((name != "sum" && name != "amax") || op.op->fusion != FusionClass::Reduction) return r;
-  if (op.inputs.size() != 1 || op.outputs.size() != 1 || op.inputs[0] < 0 || op.outputs[0] < 0 ||
-      op.attrs.type() != attrs_type<ReduceAttrs>())
+  const auto it = codes.find(op.op->name);
+  if (it == codes.end() || op.op->fusion != FusionClass::Reduction) return r;
+  const bool with_indices = it->second == FusedOpCode::RowMaxValue || it->second == FusedOpCode::RowMinValue;
+  const bool variance = it->second == FusedOpCode::RowVar || it->second == FusedOpCode::RowStd;
+  if (op.inputs.size() != 1 || op.outputs.size() != (with_indices ? 2u : 1u) || op.inputs[0] < 0 ||
+      op.outputs[0] < 0 || op.attrs.type() != (variance ? attrs_type<VarianceAttrs>() : attrs_type<ReduceAttrs>()))
     return r;
+  if (with_indices && op.outputs[1] >= 0 && !unread(op.outputs[1])) return r;
   const Value& in = values[size_t(op.inputs[0])];
   const Value& out = values[size_t(op.outputs[0])];
   const size_t nd = in.sizes.size();
   if (nd < 2 || (in.dtype != DType::Float32 && in.dtype != DType::Float64) || out.dtype != in.dtype) return r;
-  const Dims& dims = op.attrs.get<ReduceAttrs>().dims;
+  const Dims& dims = variance ? op.attrs.get<VarianceAttrs>().dims : op.attrs.get<ReduceAttrs>().dims;
   if (dims.size() != 1 || dims[0] != int64_t(nd) - 1 || in.strides[nd - 1] != 1 || in.sizes[nd - 1] < 2) return r;
   if (out.sizes.size() != nd && out.sizes.size() + 1 != nd) return r;
   if (out.sizes.size() == nd && out.sizes[nd - 1] != 1) return r;
@@ -209,6 +223,8 @@ RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& value
     expect *= out.sizes[d];
   }
   r.ok = true;
+  r.code = it->second;
+  if (variance) r.k = op.attrs.get<VarianceAttrs>().correction;
   r.dtype = in.dtype;
   r.shape = in.sizes;
   return r;
@@ -342,8 +358,8 @@ std::string Passes::cse(Graph& g) {
 // other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
 // eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
 //
-// Row reductions (row_reduction_at: eager's row path of `sum` and `amax`) join a run of the shape [rows..., C] they
-// reduce, as can start one, and make it a row program (runtime/fused_program.h): after one, the elementwise ops of
+// Row reductions (row_reduction_at: eager's row path of `sum`, `amax`, `var`, ...) join a run of the shape
+// [rows..., C] they reduce, as can start one, and make it a row program (runtime/fused_program.h): after one, the elementwise ops of
 // the row shape ([rows..., 1] or [rows...]: the mean's divide, the `+ eps`, the rsqrt) join as row records, and the
 // ops of the run's shape that follow, reading the row values broadcast along the row, as the next pass.
 std::string Passes::fuse(Graph& g) {
@@ -361,6 +377,15 @@ std::string Passes::fuse(Graph& g) {
   for (int32_t v : g.results_)
     if (v >= 0) in_result[size_t(g.values_[size_t(v)].buffer)] = 1;
 
+  // A value of op i's that nothing else reads or writes and nothing outside the graph sees (max(dim)'s indices, which
+  // the fused program does not compute).
+  auto unread = [&](size_t i) {
+    return [&, i](int32_t v) {
+      const int32_t b = g.values_[size_t(v)].buffer;
+      return g.buffers_[size_t(b)].kind == BufferKind::Internal && !in_result[size_t(b)] &&
+             users[size_t(b)].size() == 1 && users[size_t(b)][0] == int32_t(i);
+    };
+  };
   auto fusible_at = [&](size_t i, DType& dtype, Dims& shape) {
     const GraphOp& op = g.ops_[i];
     if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
@@ -385,7 +410,7 @@ std::string Passes::fuse(Graph& g) {
     DType dtype;
     Dims shape;
     if (!fusible_at(i, dtype, shape)) {
-      const RowReduction r = row_reduction_at(g.ops_[i], g.values_);
+      const RowReduction r = row_reduction_at(g.ops_[i], g.values_, unread(i));
       if (!r.ok) {
         next.push_back(std::move(g.ops_[i]));
         ++i;
@@ -439,7 +464,7 @@ std::string Passes::fuse(Graph& g) {
           break;
         }
       } else {
-        const RowReduction r = row_reduction_at(op, g.values_);
+        const RowReduction r = row_reduction_at(op, g.values_, unread(j));
         if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape)) break;
         kind = Kind::Reduce;
       }
@@ -519,7 +544,9 @@ std::string Passes::fuse(Graph& g) {
       const bool squeezed = squeezed_op[m - i];
       FusedRecord rec;
       if (kind == Kind::Reduce) {
-        rec.op = std::string(op.op->name) == "sum" ? FusedOpCode::RowSum : FusedOpCode::RowMax;
+        const RowReduction r = row_reduction_at(op, g.values_, unread(m));
+        rec.op = r.code;
+        rec.k = r.k;
       } else {
         const Fusible f = classify(op, dtype);
         rec.op = f.code;
@@ -550,14 +577,14 @@ std::string Passes::fuse(Graph& g) {
       prog->name += op.op->name;
       prog->records.push_back(std::move(rec));
     }
-    // Row buffers: a vector record not stored whose values a later pass reads, or a RowMax (it reads the row after
-    // the loop). A stored value is read back from its slot: memory holds it once its pass is over.
+    // Row buffers: a vector record not stored whose values a later pass reads, or a reduction reading the whole row
+    // after the loop (RowMax, ...). A stored value is read back from its slot: memory holds it once its pass is over.
     for (FusedRecord& rec : prog->records)
       for (int a = 0; a < fused_op_arity(rec.op); ++a) {
         const int32_t src = rec.in[a].record;
         if (src < 0) continue;
         FusedRecord& from = prog->records[size_t(src)];
-        const bool later = !from.row && (rec.op == FusedOpCode::RowMax || rec.pass > from.pass);
+        const bool later = !from.row && (reads_whole_row(rec.op) || rec.pass > from.pass);
         if (later && from.row_buffer < 0) from.row_buffer = prog->row_buffers++;
       }
     prog->row_reduction = reduced;

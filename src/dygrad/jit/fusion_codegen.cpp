@@ -1,6 +1,8 @@
 // dygrad.jit's C++ generator (jit/fusion.h, docs/jit-fusion.md): a fused program (runtime/fused_program.h) as one
 // extern "C" function of a translation unit per graph, the records written as eager's scalar functors (math/).
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "dygrad/core/error.h"
@@ -69,7 +71,7 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::Expm1: return "dg::math::expm1(" + x + ")";
     case FusedOpCode::Log1p: return "dg::math::log1p(" + x + ")";
     case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
-    case FusedOpCode::RowSum: case FusedOpCode::RowMax: return x;  // row_program() folds them
+    default: return x;  // the row reductions: row_program() computes them
   }
   return x;
 }
@@ -108,64 +110,176 @@ void row_offsets(std::ostringstream& o, const FusedProgram& p) {
   }
 }
 
+// exp and log in float32 (eager's guarded kernels, backend/cpu/unary.cpp): a loop holding them runs first with their
+// fast forms, bitwise the full functions in range (math::exp_normal_range, math::log_normal_range), and an or of
+// "out of range" over its elements; where any element was outside, the loop runs again with the full functions
+// (math::exp, math::log), so every element gets the full function's bits, as eager's block recompute gives. A loop
+// may run twice only where it reads no slot it stores (it then computes the same values from the same inputs).
+bool guarded_op(const FusedRecord& r, DType dtype) {
+  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log);
+}
+std::string fast_expression(const FusedRecord& r, const std::string& x) {
+  return r.op == FusedOpCode::Exp ? "dg::math::exp_normal_range(" + x + ")" : "dg::math::log_normal_range(" + x + ")";
+}
+std::string out_of_range(const FusedRecord& r, const std::string& x) {
+  return r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" + x + ")" : "!dg::math::log_in_normal_range(" + x + ")";
+}
+
+// One record's line in a loop body: its value (the fast form where `fast`), and the guard's or.
+void record_line(std::ostringstream& o, const std::string& indent, const FusedRecord& rec, int32_t r,
+                 const std::string* operand, DType dtype, bool fast) {
+  const bool guarded = fast && guarded_op(rec, dtype);
+  o << indent << "const T v" << r << " = "
+    << (guarded ? fast_expression(rec, operand[0]) : expression(rec, operand[0], operand[1], dtype)) << ";  // "
+    << rec.source << "\n";
+  if (guarded) o << indent << "outside |= " << out_of_range(rec, operand[0]) << ";\n";
+}
+
+// A loop over [b, e) whose body is body(fast): once, or (guarded) with the fast forms and again where needed.
+void guarded_loop(std::ostringstream& o, const std::string& indent, const std::string& b, const std::string& e,
+                  bool guarded, const std::function<std::string(bool)>& body) {
+  if (!guarded) {
+    o << indent << "for (int64_t i = " << b << "; i < " << e << "; ++i) {\n" << body(false) << indent << "}\n";
+    return;
+  }
+  auto indented = [](const std::string& text, const std::string& more) {  // each line of the body, further in
+    std::string out;
+    for (size_t at = 0; at < text.size();) {
+      const size_t eol = text.find('\n', at);
+      out += more + text.substr(at, eol - at + 1);
+      at = eol + 1;
+    }
+    return out;
+  };
+  o << indent << "{\n" << indent << "  int outside = 0;\n";
+  o << indent << "  for (int64_t i = " << b << "; i < " << e << "; ++i) {\n" << indented(body(true), "  ") << indent
+    << "  }\n";
+  o << indent << "  if (outside)  // an element outside the fast forms' range: the block again, with the full functions\n";
+  o << indent << "    for (int64_t i = " << b << "; i < " << e << "; ++i) {\n" << indented(body(false), "    ")
+    << indent << "    }\n";
+  o << indent << "}\n";
+}
+
+// Heavy records (transcendental functors, a general power): a row sum over a pass holding one is computed from a
+// row of the summed values (a loop the compiler vectorises at the level's full width) rather than inside
+// eight_lane_sum's loop, whose eight lanes make the compiler run the whole body at eight floats a step (the composed
+// softmax's exp: 2x its time). The additions and their order are the same.
+bool heavy_op(const FusedRecord& r) {
+  switch (r.op) {
+    case FusedOpCode::Exp: case FusedOpCode::Log: case FusedOpCode::Expm1: case FusedOpCode::Log1p:
+    case FusedOpCode::Gelu: case FusedOpCode::Sigmoid: case FusedOpCode::Silu: case FusedOpCode::Tanh:
+    case FusedOpCode::SiluBackward:
+      return true;
+    case FusedOpCode::PowScalar:
+      return r.k != 0 && r.k != 1 && r.k != 2 && r.k != 3 && r.k != -1 && r.k != -2 && r.k != 0.5 && r.k != -0.5;
+    default:
+      return false;
+  }
+}
+
+constexpr int64_t kGuardBlock = 512;  // elements per guarded block of a flat program (eager's block: unary.cpp)
+
 // An elementwise program: every element runs the records, then each written slot stores its last value.
 void flat_program(std::ostringstream& o, const FusedProgram& p) {
   const size_t slots = p.num_slots(), nd = p.dims.size();
   std::vector<std::string> index(slots);
-  std::string indent = "  ";
-  if (nd == 1) {
-    o << "  for (int64_t i = begin; i < end; ++i) {\n";
+  std::string indent = "    ";
+  const std::string columns = std::to_string(p.dims[nd - 1]);
+  for (size_t s = 0; s < slots; ++s) {
+    const int64_t st = p.strides[s][nd - 1];
+    const std::string base = nd == 1 ? "" : "o" + std::to_string(s);
+    const std::string step = st == 0 ? "" : st == 1 ? "i" : "i * " + std::to_string(st);
+    index[s] = nd == 1 ? (st == 0 ? "0" : step) : base + (step.empty() ? "" : " + " + step);
+  }
+  auto body = [&](bool fast, std::vector<uint8_t>* read_and_stored) {
+    std::ostringstream b;
+    std::vector<int32_t> current(slots, -1);
+    std::vector<uint8_t> loaded(slots, 0);
+    for (size_t r = 0; r < p.records.size(); ++r) {
+      const FusedRecord& rec = p.records[r];
+      std::string operand[2];
+      for (int j = 0; j < fused_op_arity(rec.op); ++j) {
+        const FusedOperand& in = rec.in[j];
+        if (in.record >= 0 || current[size_t(in.slot)] >= 0) {  // a result, or forwarded from the slot's last store
+          operand[j] = "v" + std::to_string(in.record >= 0 ? in.record : current[size_t(in.slot)]);
+          continue;
+        }
+        if (!loaded[size_t(in.slot)]) {
+          loaded[size_t(in.slot)] = 1;
+          b << indent << "  const T l" << in.slot << " = s" << in.slot << "[" << index[size_t(in.slot)] << "];\n";
+        }
+        operand[j] = "l" + std::to_string(in.slot);
+      }
+      record_line(b, indent + "  ", rec, int32_t(r), operand, p.dtype, fast);
+      if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
+    }
     for (size_t s = 0; s < slots; ++s)
-      index[s] = p.strides[s][0] == 0 ? "0" : p.strides[s][0] == 1 ? "i" : "i * " + std::to_string(p.strides[s][0]);
-  } else {
-    o << "  for (int64_t r = begin; r < end; ++r) {\n";
-    row_offsets(o, p);
-    o << "    for (int64_t i = 0; i < " << p.dims[nd - 1] << "; ++i) {\n";
-    indent = "    ";
-    for (size_t s = 0; s < slots; ++s) {
-      const int64_t st = p.strides[s][nd - 1];
-      index[s] = "o" + std::to_string(s) + (st == 0 ? "" : st == 1 ? " + i" : " + i * " + std::to_string(st));
-    }
-  }
-  std::vector<int32_t> current(slots, -1);
-  std::vector<uint8_t> loaded(slots, 0);
-  for (size_t r = 0; r < p.records.size(); ++r) {
-    const FusedRecord& rec = p.records[r];
-    std::string operand[2];
-    for (int j = 0; j < fused_op_arity(rec.op); ++j) {
-      const FusedOperand& in = rec.in[j];
-      if (in.record >= 0 || current[size_t(in.slot)] >= 0) {  // a result, or forwarded from the slot's last store
-        operand[j] = "v" + std::to_string(in.record >= 0 ? in.record : current[size_t(in.slot)]);
-        continue;
+      if (current[s] >= 0) {
+        b << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
+        if (read_and_stored && loaded[s]) (*read_and_stored)[s] = 1;
       }
-      if (!loaded[size_t(in.slot)]) {
-        loaded[size_t(in.slot)] = 1;
-        o << indent << "  const T l" << in.slot << " = s" << in.slot << "[" << index[size_t(in.slot)] << "];\n";
-      }
-      operand[j] = "l" + std::to_string(in.slot);
-    }
-    o << indent << "  const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
-      << rec.source << "\n";
-    if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
+    return b.str();
+  };
+  std::vector<uint8_t> read_and_stored(slots, 0);
+  body(false, &read_and_stored);
+  bool guarded = std::ranges::none_of(read_and_stored, [](uint8_t x) { return x != 0; });
+  guarded = guarded && std::ranges::any_of(p.records, [&](const FusedRecord& r) { return guarded_op(r, p.dtype); });
+  const std::string block = std::to_string(kGuardBlock);
+  if (nd == 1 && !guarded) {
+    indent = "  ";
+    guarded_loop(o, indent, "begin", "end", false, [&](bool fast) { return body(fast, nullptr); });
+    return;
   }
-  for (size_t s = 0; s < slots; ++s)
-    if (current[s] >= 0) o << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
-  o << (nd == 1 ? "  }\n" : "    }\n  }\n");
-}
-
-// A row program (runtime/fused_program.h): per row, each pass's row records at the row's scope, then its vector
-// records in a loop over the row (RowSum: eight_lane_sum's loop, eager's order), a RowMax after it (lane_extremum
-// over the row in memory or its row buffer).
-void row_program(std::ostringstream& o, const FusedProgram& p) {
-  const size_t slots = p.num_slots(), nd = p.dims.size();
-  const int64_t columns = p.dims[nd - 1];
-  if (p.row_buffers) {  // the row buffers: allocated once per range of rows
-    o << "  std::vector<T> row_buffers(" << int64_t(p.row_buffers) * columns << ");\n";
-    for (int32_t b = 0; b < p.row_buffers; ++b)
-      o << "  T* __restrict rb" << b << " = row_buffers.data() + " << int64_t(b) * columns << ";\n";
+  if (nd == 1) {
+    o << "  for (int64_t b0 = begin; b0 < end; b0 += " << block << ") {\n";
+    o << "    const int64_t b1 = end - b0 < " << block << " ? end : b0 + " << block << ";\n";
+    guarded_loop(o, indent, "b0", "b1", true, [&](bool fast) { return body(fast, nullptr); });
+    o << "  }\n";
+    return;
   }
   o << "  for (int64_t r = begin; r < end; ++r) {\n";
   row_offsets(o, p);
+  if (guarded) {
+    o << "    for (int64_t b0 = 0; b0 < " << columns << "; b0 += " << block << ") {\n";
+    o << "      const int64_t b1 = " << columns << " - b0 < " << block << " ? " << columns << " : b0 + " << block
+      << ";\n";
+    indent = "      ";
+    guarded_loop(o, indent, "b0", "b1", true, [&](bool fast) { return body(fast, nullptr); });
+    o << "    }\n";
+  } else {
+    guarded_loop(o, indent, "0", columns, false, [&](bool fast) { return body(fast, nullptr); });
+  }
+  o << "  }\n";
+}
+
+// The call that computes a row reduction reading the whole row (fused_program.h's reads_whole_row; the functions of
+// backend/cpu/accumulate.h and row_reductions.h that mirror eager's row paths).
+std::string whole_row_reduction(const FusedRecord& r, const std::string& row, int64_t columns) {
+  const std::string n = std::to_string(columns);
+  switch (r.op) {
+    case FusedOpCode::RowMax: return "dg::cpu::lane_extremum<true, T>(" + row + ", " + n + ")";
+    case FusedOpCode::RowMin: return "dg::cpu::lane_extremum<false, T>(" + row + ", " + n + ")";
+    case FusedOpCode::RowMaxValue: return "dg::cpu::first_extremum_value<true, T>(" + row + ", " + n + ")";
+    case FusedOpCode::RowMinValue: return "dg::cpu::first_extremum_value<false, T>(" + row + ", " + n + ")";
+    case FusedOpCode::RowVar: case FusedOpCode::RowStd:
+      return "dg::cpu::row_variance<T>(" + row + ", " + n + ", " + literal(r.k, DType::Float64) + ", " +
+             (r.op == FusedOpCode::RowStd ? "true" : "false") + ")";
+    case FusedOpCode::RowLogsumexp: return "dg::cpu::row_logsumexp<T>(" + row + ", " + n + ")";
+    default: break;
+  }
+  DG_CHECK(false, Runtime, "[jit] not a whole-row reduction: ", r.source);
+  return "";
+}
+
+// A row program (runtime/fused_program.h): per row, each pass's row records at the row's scope, then its vector
+// records in a loop over the row (RowSum: eight_lane_sum's loop, eager's order; over a row of the summed values
+// where the pass holds a heavy record), the other reductions after it (over the row in memory or its row buffer).
+void row_program(std::ostringstream& o, const FusedProgram& p) {
+  const size_t slots = p.num_slots(), nd = p.dims.size();
+  const int64_t columns = p.dims[nd - 1];
+  const std::string n = std::to_string(columns);
+  std::ostringstream w;  // the loop over rows (the buffers it needs are declared before it)
+  bool sum_buffer = false;
   auto row_index = [&](int32_t s) { return "o" + std::to_string(s); };
   auto element_index = [&](int32_t s) {
     const int64_t st = p.strides[size_t(s)][nd - 1];
@@ -174,7 +288,7 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
   std::vector<uint8_t> row_loaded(slots, 0);
   std::vector<int32_t> current(slots, -1);  // per slot: the last record that stored it (any pass), or -1
   for (int32_t pass = 0; pass < p.passes; ++pass) {
-    o << "    // pass " << pass << "\n";
+    w << "    // pass " << pass << "\n";
     std::vector<int32_t> vectors;
     int32_t reduction = -1;
     for (size_t r = 0; r < p.records.size(); ++r) {
@@ -192,14 +306,14 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
           }
           if (!row_loaded[size_t(in.slot)]) {
             row_loaded[size_t(in.slot)] = 1;
-            o << "    const T w" << in.slot << " = s" << in.slot << "[" << row_index(in.slot) << "];\n";
+            w << "    const T w" << in.slot << " = s" << in.slot << "[" << row_index(in.slot) << "];\n";
           }
           operand[j] = "w" + std::to_string(in.slot);
         }
-        o << "    const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
+        w << "    const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
           << rec.source << "\n";
         if (rec.out_slot >= 0) {
-          o << "    s" << rec.out_slot << "[" << row_index(rec.out_slot) << "] = v" << r << ";\n";
+          w << "    s" << rec.out_slot << "[" << row_index(rec.out_slot) << "] = v" << r << ";\n";
           current[size_t(rec.out_slot)] = int32_t(r);
         }
       } else {
@@ -209,68 +323,110 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
     const FusedRecord* red = reduction >= 0 ? &p.records[size_t(reduction)] : nullptr;
     const bool sum = red && red->op == FusedOpCode::RowSum;
     if (!vectors.empty() || sum) {
-      // The loop's body: each value it needs defined once (loads, a value of an earlier pass, the records).
-      std::ostringstream body;
-      std::vector<uint8_t> defined(p.records.size(), 0), loaded(slots, 0);
-      // A slot's value: this pass's last store to it, a row record's, or memory (never stored, or stored by an
-      // earlier pass: its row is in memory).
-      auto value = [&](const FusedOperand& in) -> std::string {
-        if (in.slot >= 0) {
-          const int32_t writer = current[size_t(in.slot)];
-          if (writer >= 0 && (p.records[size_t(writer)].row || p.records[size_t(writer)].pass == pass))
-            return "v" + std::to_string(writer);
-          if (!loaded[size_t(in.slot)]) {
-            loaded[size_t(in.slot)] = 1;
-            body << "      const T l" << in.slot << " = s" << in.slot << "[" << element_index(in.slot) << "];\n";
-          }
-          return "l" + std::to_string(in.slot);
-        }
-        const FusedRecord& from = p.records[size_t(in.record)];
-        const std::string name = "v" + std::to_string(in.record);
-        if (from.row || from.pass == pass || defined[size_t(in.record)]) return name;
-        defined[size_t(in.record)] = 1;  // a result of an earlier pass not stored: its row buffer
-        body << "      const T " << name << " = rb" << from.row_buffer << "[i];\n";
-        return name;
-      };
-      std::vector<int32_t> stored(slots, -1);  // this pass's last store per slot
-      for (int32_t r : vectors) {
-        const FusedRecord& rec = p.records[size_t(r)];
-        std::string operand[2];
-        for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = value(rec.in[j]);
-        body << "      const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
-             << rec.source << "\n";
-        if (rec.row_buffer >= 0) body << "      rb" << rec.row_buffer << "[i] = v" << r << ";\n";
-        if (rec.out_slot >= 0) stored[size_t(rec.out_slot)] = current[size_t(rec.out_slot)] = r;
+      const bool split = sum && std::ranges::any_of(vectors, [&](int32_t r) { return heavy_op(p.records[size_t(r)]); });
+      // Where a split sum's values are kept: the summed record's own row buffer, or the sum buffer.
+      std::string summed_row;
+      if (split) {
+        const FusedOperand& in = red->in[0];
+        const bool own = in.record >= 0 && !p.records[size_t(in.record)].row &&
+                         p.records[size_t(in.record)].pass == pass && p.records[size_t(in.record)].row_buffer >= 0;
+        summed_row = own ? "rb" + std::to_string(p.records[size_t(in.record)].row_buffer) : "sb";
+        sum_buffer = sum_buffer || !own;
       }
-      const std::string folded = sum ? value(red->in[0]) : "";
-      for (size_t s = 0; s < slots; ++s)
-        if (stored[s] >= 0) body << "      s" << s << "[" << element_index(int32_t(s)) << "] = v" << stored[s] << ";\n";
-      if (sum) {
-        o << "    const T v" << reduction << " = dg::cpu::eight_lane_sum<T>(" << columns
-          << ", [&](int64_t i) -> T {\n" << body.str() << "      return " << folded << ";\n    });  // "
-          << red->source << "\n";
+      // The loop's body: each value it needs defined once (loads, a value of an earlier pass, the records). `fast`:
+      // exp and log in their guarded fast forms. Sets `folded` (the summed value) and whether a slot is both read
+      // from memory and stored by the loop.
+      const std::vector<int32_t> current_before = current;
+      std::string folded;
+      bool read_and_stored = false;
+      auto body = [&](bool fast) {
+        current = current_before;
+        std::ostringstream b;
+        std::vector<uint8_t> defined(p.records.size(), 0), loaded(slots, 0);
+        // A slot's value: this pass's last store to it, a row record's, or memory (never stored, or stored by an
+        // earlier pass: its row is in memory).
+        auto value = [&](const FusedOperand& in) -> std::string {
+          if (in.slot >= 0) {
+            const int32_t writer = current[size_t(in.slot)];
+            if (writer >= 0 && (p.records[size_t(writer)].row || p.records[size_t(writer)].pass == pass))
+              return "v" + std::to_string(writer);
+            if (!loaded[size_t(in.slot)]) {
+              loaded[size_t(in.slot)] = 1;
+              b << "      const T l" << in.slot << " = s" << in.slot << "[" << element_index(in.slot) << "];\n";
+            }
+            return "l" + std::to_string(in.slot);
+          }
+          const FusedRecord& from = p.records[size_t(in.record)];
+          const std::string name = "v" + std::to_string(in.record);
+          if (from.row || from.pass == pass || defined[size_t(in.record)]) return name;
+          defined[size_t(in.record)] = 1;  // a result of an earlier pass not stored: its row buffer
+          b << "      const T " << name << " = rb" << from.row_buffer << "[i];\n";
+          return name;
+        };
+        std::vector<int32_t> stored(slots, -1);  // this pass's last store per slot
+        for (int32_t r : vectors) {
+          const FusedRecord& rec = p.records[size_t(r)];
+          std::string operand[2];
+          for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = value(rec.in[j]);
+          record_line(b, "      ", rec, r, operand, p.dtype, fast);
+          if (rec.row_buffer >= 0) b << "      rb" << rec.row_buffer << "[i] = v" << r << ";\n";
+          if (rec.out_slot >= 0) stored[size_t(rec.out_slot)] = current[size_t(rec.out_slot)] = r;
+        }
+        folded = sum ? value(red->in[0]) : "";
+        if (split && summed_row == "sb") b << "      sb[i] = " << folded << ";\n";
+        for (size_t s = 0; s < slots; ++s)
+          if (stored[s] >= 0) {
+            b << "      s" << s << "[" << element_index(int32_t(s)) << "] = v" << stored[s] << ";\n";
+            read_and_stored = read_and_stored || loaded[s];
+          }
+        return b.str();
+      };
+      body(false);
+      const bool guarded = !read_and_stored && std::ranges::any_of(vectors, [&](int32_t r) {
+        return guarded_op(p.records[size_t(r)], p.dtype);
+      });
+      if (sum && !split) {
+        const std::string text = body(false);
+        w << "    const T v" << reduction << " = dg::cpu::eight_lane_sum<T>(" << columns
+          << ", [&](int64_t i) -> T {\n" << text << "      return " << folded << ";\n    });  // " << red->source
+          << "\n";
       } else {
-        o << "    for (int64_t i = 0; i < " << columns << "; ++i) {\n" << body.str() << "    }\n";
+        guarded_loop(w, "    ", "0", n, guarded, [&](bool fast) {
+          std::string text = body(fast);
+          return text;
+        });
+        if (sum)
+          w << "    const T v" << reduction << " = dg::cpu::eight_lane_sum<T>(" << columns << ", [&](int64_t i) -> T { "
+            << "return " << summed_row << "[i]; });  // " << red->source << "\n";
       }
     }
     if (red && !sum) {
       const FusedOperand& in = red->in[0];
       std::string row;
       if (in.slot >= 0) {
-        DG_CHECK(p.strides[size_t(in.slot)][nd - 1] == 1, Runtime, "[jit] ", p.name, ": a row maximum over a strided row");
+        DG_CHECK(p.strides[size_t(in.slot)][nd - 1] == 1, Runtime, "[jit] ", p.name, ": a row reduction over a strided row");
         row = "s" + std::to_string(in.slot) + " + o" + std::to_string(in.slot);
       } else {
         row = "rb" + std::to_string(p.records[size_t(in.record)].row_buffer);
       }
-      o << "    const T v" << reduction << " = dg::cpu::lane_extremum<true, T>(" << row << ", " << columns << ");  // "
-        << red->source << "\n";
+      w << "    const T v" << reduction << " = " << whole_row_reduction(*red, row, columns) << ";  // " << red->source
+        << "\n";
     }
     if (red && red->out_slot >= 0) {
-      o << "    s" << red->out_slot << "[" << row_index(red->out_slot) << "] = v" << reduction << ";\n";
+      w << "    s" << red->out_slot << "[" << row_index(red->out_slot) << "] = v" << reduction << ";\n";
       current[size_t(red->out_slot)] = reduction;
     }
   }
-  o << "  }\n";
+  const int64_t buffers = int64_t(p.row_buffers) + (sum_buffer ? 1 : 0);
+  if (buffers) {  // the row buffers (and the sum buffer): allocated once per range of rows
+    o << "  std::vector<T> row_buffers(" << buffers * columns << ");\n";
+    for (int32_t b = 0; b < p.row_buffers; ++b)
+      o << "  T* __restrict rb" << b << " = row_buffers.data() + " << int64_t(b) * columns << ";\n";
+    if (sum_buffer) o << "  T* __restrict sb = row_buffers.data() + " << int64_t(p.row_buffers) * columns << ";\n";
+  }
+  o << "  for (int64_t r = begin; r < end; ++r) {\n";
+  row_offsets(o, p);
+  o << w.str() << "  }\n";
 }
 
 }  // namespace
@@ -284,7 +440,7 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
        "#include <cmath>\n#include <cstdint>\n#include <vector>\n\n"
        "#include \"dygrad/math/activations.h\"\n#include \"dygrad/math/arithmetic.h\"\n"
        "#include \"dygrad/math/elementary.h\"\n"
-       "#include \"dygrad/backend/cpu/accumulate.h\"\n\n"
+       "#include \"dygrad/backend/cpu/accumulate.h\"\n#include \"dygrad/backend/cpu/row_reductions.h\"\n\n"
        "#define DG_FUSED_EXPORT __attribute__((visibility(\"default\")))\n\n";
   for (const auto& p : programs) {
     open_function(o, *p);

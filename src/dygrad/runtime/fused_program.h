@@ -12,16 +12,16 @@
 // slot's geometry (the pass refuses groups where a written buffer is read through another view), so a store never
 // changes what another element reads: the program equals eager's op-by-op evaluation, bit for bit.
 //
-// A row program (`row_reduction`): `shape` is [rows..., C] and the iteration is per row. Its records are vector
-// records (one value per element of the row, as above) and row records (`row`: one value per row, the shape
-// [rows..., 1] or [rows...]): a row reduction (RowSum, RowMax over the row's C values of a vector operand, in eager's
-// order) or an elementwise op on row values. A vector record reading a row value reads it broadcast along the row.
-// Records are numbered into passes (`pass`): a pass is the row records that open it, then one loop over the row's
-// elements running its vector records; a reduction ends its pass (RowSum folds inside the loop, RowMax reads the
-// row after it), and a row record that follows vector records of a pass opens the next one. Per row, the passes run
-// in order, so every record still sees what it saw in eager's order: a slot stored by an earlier pass is read from
-// memory (its pass stored the row), and an intermediate the program does not store (an earlier record's result)
-// from a row buffer (`row_buffer`: the row's values of that record, kept while the row runs).
+// A row program (`row_reduction`): `shape` is [rows..., C] and the iteration is per row. Its records are vector records
+// (one value per element of the row, as above) and row records (`row`: one value per row, the shape [rows..., 1] or
+// [rows...]): a row reduction (RowSum, RowMax, ... over the row's C values of a vector operand, in eager's order) or an
+// elementwise op on row values. A vector record reading a row value reads it broadcast along the row. Records are
+// numbered into passes (`pass`): a pass is the row records that open it, then one loop over the row's elements running
+// its vector records; a reduction ends its pass (RowSum folds inside the loop, RowMax and the others read the row after
+// it), and a row record that follows vector records of a pass opens the next one. Per row, the passes run in order, so
+// every record still sees what it saw in eager's order: a slot stored by an earlier pass is read from memory (its pass
+// stored the row), and an intermediate the program does not store (an earlier record's result) from a row buffer
+// (`row_buffer`: the row's values of that record, kept while the row runs).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -70,8 +70,18 @@ enum class FusedOpCode : uint8_t {
                     // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
   RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its
                     // order (accumulate.h, lane_extremum, over the row in memory or in its row buffer after the loop)
+  // The other row reductions also read the whole row after the pass's loop (in memory or in its row buffer), each
+  // with the function of backend/cpu/row_reductions.h that mirrors eager's row path:
+  RowMin,           // `amin` (lane_extremum)
+  RowMaxValue,      // `max(dim=-1).values` (first_extremum_value: the first element equal to the maximum); the
+  RowMinValue,      // indices output, which nothing reads, is not computed
+  RowVar,           // `var` (row_variance: float64 accumulation), k: the correction
+  RowStd,           // `std`, k: the correction
+  RowLogsumexp,     // `logsumexp` (row_logsumexp)
 };
-inline bool is_row_reduction(FusedOpCode op) { return op == FusedOpCode::RowSum || op == FusedOpCode::RowMax; }
+inline bool is_row_reduction(FusedOpCode op) { return op >= FusedOpCode::RowSum; }
+// A row reduction that reads the whole row after its pass's loop (every one but RowSum, folded inside the loop).
+inline bool reads_whole_row(FusedOpCode op) { return op > FusedOpCode::RowSum; }
 inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
@@ -96,7 +106,7 @@ struct FusedRecord {
   int32_t out_slot = -1;  // >= 0: stored there; -1: kept in registers only (an intermediate fusion eliminated)
   bool row = false;       // a row record (row programs): one value per row; else one per element
   int32_t pass = 0;       // row programs: the pass over the row that runs it (see above)
-  int32_t row_buffer = -1;  // >= 0: a vector record not stored whose row a later pass (or a RowMax) reads
+  int32_t row_buffer = -1;  // >= 0: a vector record not stored whose row a later pass (or a RowMax ...) reads
   std::string source;     // "mul_scalar (model.py:12)": what eager ran, for source(), graph() and the profiler
 };
 

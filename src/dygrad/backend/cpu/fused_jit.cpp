@@ -14,6 +14,7 @@
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/loops.h"
+#include "dygrad/backend/cpu/row_reductions.h"
 #include "dygrad/math/activations.h"
 #include "dygrad/math/arithmetic.h"
 #include "dygrad/math/elementary.h"
@@ -83,11 +84,28 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::Gelu:
       if (k == V(0)) { DG_FUSED_MAP1(math::gelu_erf(x)); }
       DG_FUSED_MAP1(math::gelu_tanh(x));
-    case FusedOpCode::RowSum: case FusedOpCode::RowMax: return;  // RowInterpreter: over whole rows
+    case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
+    case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
+      return;  // RowInterpreter: over whole rows
   }
 }
 #undef DG_FUSED_MAP1
 #undef DG_FUSED_MAP2
+
+// A row reduction that reads the whole row (fused_program.h's reads_whole_row), as the generated code calls it.
+template <typename V>
+V whole_row_reduction(const FusedRecord& rec, const V* row, int64_t n) {
+  switch (rec.op) {
+    case FusedOpCode::RowMax: return lane_extremum<true, V>(row, n);
+    case FusedOpCode::RowMin: return lane_extremum<false, V>(row, n);
+    case FusedOpCode::RowMaxValue: return first_extremum_value<true, V>(row, n);
+    case FusedOpCode::RowMinValue: return first_extremum_value<false, V>(row, n);
+    case FusedOpCode::RowVar: return row_variance<V>(row, n, rec.k, false);
+    case FusedOpCode::RowStd: return row_variance<V>(row, n, rec.k, true);
+    case FusedOpCode::RowLogsumexp: return row_logsumexp<V>(row, n);
+    default: return V(0);  // not reached: RowSum folds in the loop, and no other record is a reduction
+  }
+}
 
 constexpr int64_t kChunk = 256;
 constexpr int kMaxSlots = 64;
@@ -164,7 +182,8 @@ std::vector<PassPlan> plan_passes(const FusedProgram& prog, const uint8_t* skip)
 }
 
 // One row of a row program: per pass, its row records once, its vector records chunk by chunk over the row, then
-// its reduction in eager's order (eight_lane_sum over the summed values, lane_extremum over the row).
+// its reduction in eager's order (eight_lane_sum over the summed values, lane_extremum and row_reductions.h over the
+// row).
 template <typename V>
 struct RowInterpreter {
   const FusedProgram& prog;
@@ -251,10 +270,10 @@ struct RowInterpreter {
       V& result = row_value[size_t(pp.reduction)];
       if (sum) {  // eager's order (reduce.cpp's row path: eight_lane_sum)
         result = eight_lane_sum<V>(columns, [&](int64_t i) { return summed[size_t(i)]; });
-      } else {  // eager's amax row (reduce.h's row_extremum: lane_extremum)
+      } else {  // eager's row path of amax, amin, max(dim), var, std, logsumexp (row_reductions.h)
         const FusedOperand& in = red->in[0];
         const V* row = in.slot >= 0 ? element(in.slot, offset) : row_buffer(prog.records[size_t(in.record)].row_buffer);
-        result = lane_extremum<true, V>(row, columns);
+        result = whole_row_reduction<V>(*red, row, columns);
       }
       if (red->out_slot >= 0) *element(red->out_slot, offset) = result;
     }
