@@ -4,6 +4,8 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
            fused F.rms_norm ("dg fused")
   softmax  exp(x - amax(x)) / sum(exp(x - amax(x))) over rows of 256 ([48, 256, 256]: the bench config's attention
            scores); also eager's fused F.softmax ("dg fused")
+  logsoftmax  x - (m + log(sum(exp(x - m)))), m = x.max(-1, keepdim=True).values, over [48, 256, 256] (a composed
+           cross-entropy's first part); also eager's fused F.log_softmax ("dg fused")
   swiglu   silu(a) * b over [8, 256, 1024]
   adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
            config's parameter shapes (10.8 M floats)
@@ -45,6 +47,13 @@ def softmax(lib):
     return f
 
 
+def logsoftmax(lib):
+    def f(x):
+        m = x.max(-1, keepdim=True).values
+        return x - (m + (x - m).exp().sum(-1, keepdim=True).log())
+    return f
+
+
 def swiglu(lib):
     def f(a, b):
         return lib.nn.functional.silu(a) * b
@@ -76,14 +85,16 @@ def cases(lib):
     ms = [lib.zeros_like(p) for p in ps]
     vs = [lib.zeros_like(p) for p in ps]
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
-    return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
+    return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)),
+            "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
             "adam": (adam_loop(ps, ms, vs), (gs,))}
 
 
 def fused_peers():
     """dygrad's hand-written fused kernels for the cases that have one (eager, no jit)."""
     return {"rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
-            "softmax": lambda x: dg.nn.functional.softmax(x, -1)}
+            "softmax": lambda x: dg.nn.functional.softmax(x, -1),
+            "logsoftmax": lambda x: dg.nn.functional.log_softmax(x, -1)}
 
 
 def timed(fn, args, sync, block=1):
@@ -219,7 +230,7 @@ def main():
     print(f"# {datetime.date.today()} {lscpu_model()}, {dg.get_num_threads()} threads, kernel level "
           f"{dg.backends.cpu.kernel_isa()[0]}, {opts.block} call(s) per sample")
     for name, r in results.items():
-        line = f"{name:8s} " + "  ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
+        line = f"{name:10s} " + "  ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
         line += f"  | O1/O0 time {r['dg O1'] / r['dg O0']:.2f}x, O1/eager {r['dg O1'] / r['dg eager']:.2f}x"
         if "dg fused" in r:
             line += f", O1/fused eager {r['dg O1'] / r['dg fused']:.2f}x"
