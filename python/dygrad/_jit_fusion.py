@@ -3,8 +3,9 @@ generated kernels by the system's C++ compiler in the background, their on-disk 
 (`dygrad.jit.graph(..., passes=True)`, `dygrad.jit.source`).
 
 A captured graph at O1 is optimized at once (DCE, CSE, elementwise fusion: jit/fusion.cpp). Where it has fused
-sub-ops, its translation unit (one per graph) is looked up in the cache, keyed by the source, the compiler's version
-and the flags (the kernel level's ISA among them): a hit is loaded at once (a second process starts warm); a miss is
+sub-ops, its translation unit (one per graph) is looked up in the cache, keyed by the source, the contents of the
+headers it includes (a changed functor must not be served from an old entry), the compiler's version and the flags
+(the kernel level's ISA among them): a hit is loaded at once (a second process starts warm); a miss is
 compiled on a background thread while the function keeps replaying its unfused graph, and the optimized graph takes
 over at the first call after the compile finished. Without a compiler the fused sub-ops run the interpreter (a
 warning says so once)."""
@@ -121,9 +122,27 @@ def flags():
             "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"] + isa_flags()
 
 
-def cache_key(source, version, flag_list):
+# The headers the generated code includes (generate_cpp in jit/fusion_codegen.cpp) and every header they include.
+_HEADERS = ("math/activations.h", "math/arithmetic.h", "math/elementary.h", "math/scalar.h",
+            "backend/cpu/accumulate.h", "backend/cpu/row_reductions.h")
+_header_digests = {}
+
+
+def headers_digest(include):
+    """A digest of the included headers' contents under `include` (computed once per directory)."""
+    if include not in _header_digests:
+        h = hashlib.sha256()
+        for name in _HEADERS:
+            path = Path(include) / "dygrad" / name
+            h.update(name.encode())
+            h.update(path.read_bytes() if path.is_file() else b"(missing)")
+        _header_digests[include] = h.hexdigest()
+    return _header_digests[include]
+
+
+def cache_key(source, version, flag_list, headers=""):
     h = hashlib.sha256()
-    for part in (source, version, " ".join(flag_list), "dygrad-jit-1"):
+    for part in (source, headers, version, " ".join(flag_list), "dygrad-jit-1"):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -177,7 +196,7 @@ def optimize(graph, name):
         return opt, None
     flag_list = flags()
     source = opt.source()
-    target = cache_dir() / (cache_key(source, cxx[1], flag_list) + ".so")
+    target = cache_dir() / (cache_key(source, cxx[1], flag_list, headers_digest(include)) + ".so")
     if target.is_file():
         try:
             opt.load_kernels(str(target))

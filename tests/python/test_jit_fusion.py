@@ -254,6 +254,31 @@ def test_a_second_process_loads_the_cached_kernels(tmp_path):
     assert [r.stdout.strip() for r in runs] == ["cold", "warm"]
 
 
+def test_a_changed_header_is_compiled_again_not_served_from_the_cache(fusion_config, tmp_path, monkeypatch):
+    """The cache key holds the included headers' contents: a functor changed in math/ (another dygrad) must not load
+    kernels compiled from the old one."""
+    from pathlib import Path
+
+    from dygrad import _jit_fusion
+    fusion_config.cache_dir = str(tmp_path / "cache")
+    include = tmp_path / "include"
+    for name in _jit_fusion._HEADERS:
+        (include / "dygrad" / name).parent.mkdir(parents=True, exist_ok=True)
+        (include / "dygrad" / name).write_bytes((Path(_jit_fusion.include_dir()) / "dygrad" / name).read_bytes())
+    monkeypatch.setenv("DG_JIT_INCLUDE", str(include))
+    args = args_rms()
+    replayed(rms_swiglu, args)
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 1
+    replayed(rms_swiglu, args)  # the same headers: the entry is loaded
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 1
+    with open(include / "dygrad" / "math" / "elementary.h", "a") as f:
+        f.write("// changed\n")
+    _jit_fusion._header_digests.clear()  # as a new process would read them
+    jf, outs = replayed(rms_swiglu, args)
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 2 and jf.stats["fused_kernels"] >= 1
+    assert all(dg.equal(o, rms_swiglu(*args)) for o in outs)
+
+
 def test_without_a_compiler_the_interpreter_runs_with_a_warning(fusion_config, tmp_path):
     fusion_config.compiler = str(tmp_path / "no-such-compiler")
     args = args_rms()
