@@ -358,10 +358,10 @@ std::string Passes::cse(Graph& g) {
 // other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
 // eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
 //
-// Row reductions (row_reduction_at: eager's row path of `sum`, `amax`, `var`, ...) join a run of the shape
-// [rows..., C] they reduce, as can start one, and make it a row program (runtime/fused_program.h): after one, the elementwise ops of
-// the row shape ([rows..., 1] or [rows...]: the mean's divide, the `+ eps`, the rsqrt) join as row records, and the
-// ops of the run's shape that follow, reading the row values broadcast along the row, as the next pass.
+// Row reductions (row_reduction_at: eager's row path of `sum`, `amax`, `var`, ...) join a run of the shape [rows..., C]
+// they reduce, as can start one, and make it a row program (runtime/fused_program.h): after one, the elementwise ops of
+// the row shape ([rows..., 1] or [rows...]: the mean's divide, the `+ eps`, the rsqrt) join as row records, and the ops
+// of the run's shape that follow, reading the row values broadcast along the row, as the next pass.
 std::string Passes::fuse(Graph& g) {
   if (!g.device_.is_cpu() || !op_jit_fused.kernel(Device::Type::CPU)) return "no fusion on this device";
   // Per buffer, the ops that use it (any operand).

@@ -122,7 +122,7 @@ std::string fast_expression(const FusedRecord& r, const std::string& x) {
   return r.op == FusedOpCode::Exp ? "dg::math::exp_normal_range(" + x + ")" : "dg::math::log_normal_range(" + x + ")";
 }
 std::string out_of_range(const FusedRecord& r, const std::string& x) {
-  return r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" + x + ")" : "!dg::math::log_in_normal_range(" + x + ")";
+  return (r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" : "!dg::math::log_in_normal_range(") + x + ")";
 }
 
 // One record's line in a loop body: its value (the fast form where `fast`), and the guard's or.
@@ -154,7 +154,7 @@ void guarded_loop(std::ostringstream& o, const std::string& indent, const std::s
   o << indent << "{\n" << indent << "  int outside = 0;\n";
   o << indent << "  for (int64_t i = " << b << "; i < " << e << "; ++i) {\n" << indented(body(true), "  ") << indent
     << "  }\n";
-  o << indent << "  if (outside)  // an element outside the fast forms' range: the block again, with the full functions\n";
+  o << indent << "  if (outside)  // an element outside the fast forms' range: again, with the full functions\n";
   o << indent << "    for (int64_t i = " << b << "; i < " << e << "; ++i) {\n" << indented(body(false), "    ")
     << indent << "    }\n";
   o << indent << "}\n";
@@ -404,7 +404,8 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
       const FusedOperand& in = red->in[0];
       std::string row;
       if (in.slot >= 0) {
-        DG_CHECK(p.strides[size_t(in.slot)][nd - 1] == 1, Runtime, "[jit] ", p.name, ": a row reduction over a strided row");
+        DG_CHECK(p.strides[size_t(in.slot)][nd - 1] == 1, Runtime, "[jit] ", p.name,
+                 ": a row reduction over a strided row");
         row = "s" + std::to_string(in.slot) + " + o" + std::to_string(in.slot);
       } else {
         row = "rb" + std::to_string(p.records[size_t(in.record)].row_buffer);
