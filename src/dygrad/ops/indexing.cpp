@@ -57,8 +57,10 @@ size_t nonzero_scratch(const Task& t) {
 // index gathers elements by width: it takes the storage-only dtypes too (kOpAnyDType, docs/dtypes.md).
 const OpDef op_index("index", attrs_type<AdvancedIndexAttrs>(),
                      {.backward = index_backward, .cost = copy_cost, .flags = kOpAnyDType});
+// kOpAnyDType for float8's accumulating form only (advanced_put refuses the other storage-only cases as enqueue would).
 const OpDef op_index_put("index_put", attrs_type<AdvancedIndexAttrs>(),
-                         {.backward = index_put_backward, .scratch = index_put_scratch, .alias_of = alias_each_output});
+                         {.backward = index_put_backward, .flags = kOpAnyDType, .scratch = index_put_scratch,
+                          .alias_of = alias_each_output});
 const OpDef op_nonzero("nonzero", nullptr, {.flags = kOpDataDependentShape, .scratch = nonzero_scratch,
                                             .host_read = host_read_always});
 
@@ -298,6 +300,11 @@ void put_advanced(Tensor& x, IntSpan dims, std::span<const Tensor> indices, cons
   std::vector<Tensor> inputs{permuted_view(x, p.x_perm)};
   for (const Tensor& t : p.indices) inputs.push_back(t);
   inputs.push_back(permuted_view(broadcast_view(values, p.shape), p.out_perm));
+  // Of the storage-only dtypes, float8 accumulates (torch adds one element at a time in float8: the kernel's order);
+  // the others are refused as enqueue refuses them for ops without kOpAnyDType.
+  for (const Tensor& t : inputs)
+    DG_CHECK(!is_storage_only(t.dtype()) || (accumulate && is_float8(t.dtype())), NotImplemented, "[",
+             api_name("index_put"), "] not implemented for '", dtype_torch_name(t.dtype()), "'");
   x.storage().bump_version();
   const Tensor target = inputs[0];
   enqueue(op_index_put, inputs, std::span<const Tensor>(&target, 1), plan_attrs(dims, accumulate));
@@ -368,8 +375,8 @@ Tensor index(const Tensor& a, std::span<const TensorIndex> indices) {
 Tensor& index_put_(Tensor& a, std::span<const TensorIndex> indices, const Tensor& value_in, bool accumulate) {
   check_defined("index_put_", a, "self");
   check_defined("index_put_", value_in, "value");
-  // float8 moves as bytes; torch's accumulating form adds in float8 one element at a time (not composed here: it
-  // reaches enqueue and is refused, docs/dtypes.md).
+  // float8 moves as bytes; torch's accumulating form adds in float8 one element at a time: the index_put kernel's
+  // accumulating loop (docs/dtypes.md).
   if (storage_only::float8(a) && !accumulate) [[unlikely]] {
     DG_CHECK(value_in.dtype() == a.dtype(), Runtime, "[index_put_] Index put requires the source and destination "
              "dtypes match, got ", dtype_torch_name(a.dtype()), " for the destination and ",

@@ -249,7 +249,15 @@ void index_put_kernel(Task& task) {
   const int64_t work = l.positions * rows.numel;
   const int64_t chunks = std::max<int64_t>(1, work / kWorkGrain);
   const int64_t grain = std::max<int64_t>(1, a_rows / chunks);
-  visit_dtype(x.dtype(), [&]<typename T>() {
+  // float8 reaches here only to accumulate (ops/indexing.cpp): each addition in float, rounded to float8, as torch's.
+  const auto visit = [&](auto&& f) {
+    switch (x.dtype()) {
+      case DType::Float8_e4m3fn: return f.template operator()<Float8_e4m3fn>();
+      case DType::Float8_e5m2: return f.template operator()<Float8_e5m2>();
+      default: return visit_dtype(x.dtype(), f);
+    }
+  };
+  visit([&]<typename T>() {
     using C = compute_t<T>;
     T* xs = x.data<T>();
     const T* vs = values.data<T>();
