@@ -1,8 +1,12 @@
 // Shape and view entry points: view (of a shape, or of a dtype), reshape, expand, permute (shape given as ints or one sequence, as
 // torch takes them), transpose, t, detach, narrow, select, squeeze, unsqueeze, flatten, unflatten. Views share storage; nothing is copied here.
+// The in-place metadata methods (t_, transpose_, swapdims_, squeeze_, unsqueeze_, as_strided_, detach_, resize_,
+// resize_as_) change the tensor itself (ops/shape_inplace.h).
 #include <algorithm>
+#include <optional>
 
 #include "common.h"
+#include "dygrad/ops/shape_inplace.h"
 
 namespace dg::py {
 
@@ -168,6 +172,115 @@ PyObject* unflatten_entry(PyObject* self, PyObject* const* args, Py_ssize_t narg
     return nullptr;
   return guarded([&] { return wrap(unflatten(*input, dim, sizes)); });
 }
+// The in-place view ops: the out-of-place entry (its parsing and errors) makes the view of self, whose metadata and
+// history self then takes; returns self.
+template <FastcallFunction Entry>
+PyObject* in_place_view_entry(const char* name, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                              PyObject* kwnames) {
+  const Tensor* target = to_tensor(name, "self", self);
+  if (!target) return nullptr;
+  PyObject* view = Entry(self, args, nargs, kwnames);
+  if (!view) return nullptr;
+  PyObject* result = guarded([&] {
+    assign_view_in_place(name, *target, unwrap(view));
+    Py_INCREF(self);
+    return self;
+  });
+  Py_DECREF(view);
+  return result;
+}
+PyObject* t_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Tensor* target = to_tensor("t_", "self", self);
+  if (!target) return nullptr;
+  if (nargs != 0 || (kwnames && PyTuple_GET_SIZE(kwnames) > 0)) return type_error("t_", "takes no arguments");
+  return guarded([&] {
+    t_(*target);
+    Py_INCREF(self);
+    return self;
+  });
+}
+PyObject* transpose_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return in_place_view_entry<transpose_entry>("transpose_", self, args, nargs, kwnames);
+}
+PyObject* swapdims_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return in_place_view_entry<transpose_entry>("swapdims_", self, args, nargs, kwnames);
+}
+PyObject* swapaxes_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return in_place_view_entry<transpose_entry>("swapaxes_", self, args, nargs, kwnames);
+}
+PyObject* squeeze_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return in_place_view_entry<squeeze_entry>("squeeze_", self, args, nargs, kwnames);
+}
+PyObject* unsqueeze_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return in_place_view_entry<unsqueeze_entry>("unsqueeze_", self, args, nargs, kwnames);
+}
+
+// Tensor.as_strided_(size, stride, storage_offset=None)
+PyObject* as_strided_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("as_strided_", {"self", "size", "stride", "storage_offset"}, 4, 3);
+  PyObject* a[4];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* target = to_tensor("as_strided_", "self", a[0]);
+  Dims sizes, strides;
+  if (!target || !to_int_list("as_strided_", "size", a[1], sizes) || !to_int_list("as_strided_", "stride", a[2], strides))
+    return nullptr;
+  std::optional<int64_t> offset;
+  if (a[3] && a[3] != Py_None) {
+    int64_t value;
+    if (!to_int_argument("as_strided_", "storage_offset", a[3], value)) return nullptr;
+    offset = value;
+  }
+  return guarded([&] {
+    as_strided_(*target, sizes, strides, offset);
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
+PyObject* detach_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Tensor* target = to_tensor("detach_", "self", self);
+  if (!target) return nullptr;
+  if (nargs != 0 || (kwnames && PyTuple_GET_SIZE(kwnames) > 0)) return type_error("detach_", "takes no arguments");
+  return guarded([&] {
+    detach_(*target);
+    Py_INCREF(self);
+    return self;
+  });
+}
+
+// Tensor.resize_(*sizes, memory_format=None): sizes as ints or one sequence (memory_format is ignored, as clone's).
+PyObject* resize_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Tensor* target = to_tensor("resize_", "self", self);
+  if (!target) return nullptr;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "memory_format") != 0)
+      return type_error("resize_", "got an unexpected keyword argument '%s'", PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k)));
+  }
+  Dims shape;
+  if (!to_shape("resize_", args, nargs, shape)) return nullptr;
+  return guarded([&] {
+    resize_(*target, shape);
+    Py_INCREF(self);
+    return self;
+  });
+}
+
+// Tensor.resize_as_(other, memory_format=None): resize_ to other's sizes.
+PyObject* resize_as_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  static const Signature sig("resize_as_", {"self", "the_template", "memory_format"}, 3, 2);
+  PyObject* a[3];
+  if (!sig.parse(self, args, nargs, kwnames, a)) return nullptr;
+  const Tensor* target = to_tensor("resize_as_", "self", a[0]);
+  const Tensor* like = to_tensor("resize_as_", "the_template", a[1]);
+  if (!target || !like) return nullptr;
+  return guarded([&] {
+    resize_(*target, like->shape());
+    Py_INCREF(a[0]);
+    return a[0];
+  });
+}
+
 // Tensor.view(*shape) / view(shape), or view(dtype) / view(dtype=...): the same bytes read as another dtype.
 PyObject* view_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -192,7 +305,23 @@ void init_ops_shape(nb::module_& m) {
       {"permute", int_list_entry<Permute>, "permute(input, dims) -> Tensor: a view with dims reordered", true, true},
       {"transpose", transpose_entry, "transpose(input, dim0, dim1) -> Tensor: a view with two dims swapped", true, true},
       {"swapaxes", transpose_entry, "swapaxes(input, dim0, dim1) -> Tensor: alias of transpose", true, true},
+      {"swapdims", transpose_entry, "swapdims(input, dim0, dim1) -> Tensor: alias of transpose", true, true},
       {"t", t_entry, "t(input) -> Tensor: 2-D transpose (0-D and 1-D returned as is)", true, true},
+      {"t_", t_inplace_entry, "t_() -> Tensor: self becomes its 2-D transpose (in place)", false, true},
+      {"transpose_", transpose_inplace_entry, "transpose_(dim0, dim1) -> Tensor: self with two dims swapped (in place)",
+       false, true},
+      {"swapdims_", swapdims_inplace_entry, "swapdims_(dim0, dim1) -> Tensor: alias of transpose_", false, true},
+      {"swapaxes_", swapaxes_inplace_entry, "swapaxes_(dim0, dim1) -> Tensor: alias of transpose_", false, true},
+      {"squeeze_", squeeze_inplace_entry, "squeeze_(dim=None) -> Tensor: size-1 dims of self removed (in place)", false,
+       true},
+      {"unsqueeze_", unsqueeze_inplace_entry, "unsqueeze_(dim) -> Tensor: a size-1 dim inserted into self (in place)",
+       false, true},
+      {"as_strided_", as_strided_inplace_entry, "as_strided_(size, stride, storage_offset=None) -> Tensor: self takes "
+                                                "the given geometry over its storage (in place)", false, true},
+      {"detach_", detach_inplace_entry, "detach_() -> Tensor: self without autograd history (in place)", false, true},
+      {"resize_", resize_inplace_entry, "resize_(*sizes) -> Tensor: self with contiguous sizes (the storage grows when "
+                                        "needed)", false, true},
+      {"resize_as_", resize_as_inplace_entry, "resize_as_(other) -> Tensor: resize_ to other's sizes", false, true},
       {"detach", detach_entry, "detach(input) -> Tensor: same data, no autograd history", true, true},
       {"narrow", narrow_entry, "narrow(input, dim, start, length) -> Tensor: a view", true, true},
       {"select", select_entry, "select(input, dim, index) -> Tensor: a view without dim", true, true},

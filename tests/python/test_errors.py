@@ -85,7 +85,8 @@ FUZZ_FUNCTIONS = ["add", "sub", "mul", "div", "neg", "tensor", "from_numpy", "ze
                   "sum", "mean", "detach", "clone", "result_type", "broadcast_to"]
 FUZZ_METHODS = ["add", "sub_", "mul", "div_", "view", "reshape", "expand", "permute", "transpose", "to", "float",
                 "sum", "mean", "item", "tolist", "numpy", "backward", "requires_grad_", "size", "stride", "copy_",
-                "fill_", "contiguous", "__add__", "__rsub__", "__itruediv__", "__neg__", "__getitem__", "__len__"]
+                "fill_", "contiguous", "__add__", "__rsub__", "__itruediv__", "__neg__", "__getitem__", "__len__",
+                "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "detach_", "random_", "exponential_"]
 FUZZ_KEYWORDS = [{}, {"alpha": 2}, {"dtype": dg.float64}, {"dtype": "bad"}, {"keepdim": True}, {"dim": 9},
                  {"requires_grad": True}, {"bogus": 1}, {"size": (2,)}]
 

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <mutex>
 #include <new>
@@ -294,6 +295,24 @@ Ref<Storage> Storage::wrap_external(void* data, size_t nbytes, void (*release)(v
   s->birth_seq_ = tasks_enqueued_[stream_id(device)].load(std::memory_order_relaxed);
   log_birth(s.get(), true);
   return s;
+}
+
+void Storage::grow(size_t nbytes, const char* op) {
+  DG_CHECK(!shared_with_host() && !pinned_ && device_.is_cpu() && !meta::is_meta(block_), Runtime, "[", op,
+           "] Trying to resize storage that is not resizable");
+  if (nbytes <= nbytes_) return;
+  // Not stream-ordered: the host writes the new block at once (no queued Task may still use it).
+  MemoryBlock fresh = allocator_of(device_).allocate(nbytes, category_, /*stream_ordered=*/false);
+  if (nbytes_ > 0) std::memcpy(fresh.ptr, data(), nbytes_);  // data() waits for the old block's last user
+  if (!block_released_.load(std::memory_order_acquire)) {
+    owner().free(block_, nbytes_, category_);
+    if (nbytes_ > 0) notify([&](StorageObserver* o) { o->on_storage_free(this, nbytes_, category_); });
+  }
+  block_ = fresh;
+  data_ = fresh.ptr;
+  nbytes_ = nbytes;
+  in_use_until_.store(0, std::memory_order_relaxed);
+  notify([&](StorageObserver* o) { o->on_storage_allocate(this, nbytes, category_); });
 }
 
 void Storage::set_category(MemoryCategory c) {

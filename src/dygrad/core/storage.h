@@ -48,6 +48,10 @@ class Storage : public RefCounted {
   // Tells the allocator what the buffer holds (only while allocation_tracking() is on, core/allocator.h).
   void annotate(const char* description) const;
 
+  // Tensor.resize_ past the end: the memory becomes a larger block holding the old bytes first, so every view of
+  // this storage sees it (torch's resize_). The caller has waited for every Task of the storage's stream; memory
+  // owned elsewhere (external, exported to NumPy), pinned or a device's raises naming `op`.
+  void grow(size_t nbytes, const char* op);
   uint32_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
