@@ -226,11 +226,9 @@ class _Sampled:
 def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
     """Samples of N(mean, std): tensor mean and/or std (broadcast against each other; on their device), or float mean
     and std with a size (on device=, else the CPU: torch's normal does not take the default device). The numbers are
-    dygrad's generator's (not torch's stream); a Generator is not accepted yet."""
+    dygrad's generator's (not torch's stream); generator= a dygrad.Generator seeds them (docs/rng.md)."""
     if out is not None:
         raise TypeError("normal(): out= is not supported by dygrad")
-    if generator is not None:
-        raise TypeError("normal(): generator= is not supported by dygrad yet (docs/pytorch-api.md)")
     device = _factory_device("normal", device, default=_device("cpu"))
     tensors = [t for t in (mean, std) if isinstance(t, _C.Tensor)]
     if tensors:
@@ -241,7 +239,7 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
         shape = np.broadcast_shapes(*(tuple(t.shape) for t in tensors))
         from .autograd import no_grad
         with no_grad():
-            value = _C.randn(shape, dtype=tensors[0].dtype, device=tensors[0].device) * std + mean
+            value = _C.randn(shape, dtype=tensors[0].dtype, device=tensors[0].device, generator=generator) * std + mean
         grad_inputs = [t for t in tensors if t.requires_grad]
         return _Sampled.apply(value, *grad_inputs) if grad_inputs else value
     if size is None:
@@ -249,7 +247,8 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, de
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     shape = (size,) if isinstance(size, int) else tuple(size)
-    result = _C.randn(shape, dtype=dtype if dtype is not None else _C.float32, device="cpu") * std + mean
+    draws = _C.randn(shape, dtype=dtype if dtype is not None else _C.float32, device="cpu", generator=generator)
+    result = draws * std + mean
     return _placed(result, device, requires_grad)
 
 

@@ -442,7 +442,7 @@ bool parse_factory_options(const char* op, PyObject* const* kwvalues, PyObject* 
     else if (name == "size") o.size = value;
     else if (name == "pin_memory") o.pin_memory = value;
     else if (name == "layout" || name == "memory_format") continue;
-    else if (name == "generator" && accepts_generator && value == Py_None) continue;
+    else if (name == "generator" && accepts_generator) o.generator = value;
     else {
       int i = 0;
       bool found = false;

@@ -179,9 +179,10 @@ bool to_shape(const char* op, PyObject* const* args, Py_ssize_t count, Dims& out
 
 // --- factory keywords ---------------------------------------------------------------------------------------
 // The keywords torch's factories take: dtype, requires_grad, device, size, and the ignored
-// layout/pin_memory/memory_format (generator=None too when `accepts_generator`). Op-specific keywords are
-// named in `extra_names` and returned in extra_values (borrowed; untouched when not given).
+// layout/pin_memory/memory_format (generator= too when `accepts_generator`: the op reads it, to_generator_seed).
+// Op-specific keywords are named in `extra_names` and returned in extra_values (borrowed; untouched when not given).
 struct FactoryOptions {
+  PyObject* generator = nullptr;
   PyObject* dtype = nullptr;
   PyObject* requires_grad = nullptr;
   PyObject* device = nullptr;

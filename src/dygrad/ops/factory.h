@@ -31,13 +31,14 @@ Tensor from_vector(const std::vector<T>& values, IntSpan shape, DType dtype = dt
 Tensor arange(Scalar start, Scalar end, Scalar step = 1, std::optional<DType> dtype = std::nullopt,
               Device device = Device::cpu());
 Tensor arange(Scalar end, Device device = Device::cpu());
-// Uniform [0, 1) and standard normal, from the counter-based generator (runtime/context.h).
-Tensor rand(IntSpan shape, TensorOptions options = {});
-Tensor randn(IntSpan shape, TensorOptions options = {});
-Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64, Device device = Device::cpu());
 // `generator_seed`: the draws of a torch-style Generator= argument. Given, the op's counters start at 0 under that
 // seed and the process generator is not advanced; absent, they are reserved from the process generator.
 using GeneratorSeed = std::optional<uint64_t>;
+// Uniform [0, 1) and standard normal, from the counter-based generator (runtime/context.h).
+Tensor rand(IntSpan shape, TensorOptions options = {}, GeneratorSeed generator_seed = std::nullopt);
+Tensor randn(IntSpan shape, TensorOptions options = {}, GeneratorSeed generator_seed = std::nullopt);
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype = DType::Int64, Device device = Device::cpu(),
+               GeneratorSeed generator_seed = std::nullopt);
 // 1 with probability p, else 0 (dropout masks), from the same generator.
 Tensor bernoulli_mask(IntSpan shape, double p, DType dtype = DType::Bool, GeneratorSeed generator_seed = std::nullopt,
                       Device device = Device::cpu());

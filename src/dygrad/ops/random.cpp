@@ -59,27 +59,30 @@ Tensor random_tensor(const OpDef& op, IntSpan shape, DType dtype, Device device,
   return out;
 }
 
-Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& options) {
+Tensor random_floating(const OpDef& op, IntSpan shape, const TensorOptions& options, GeneratorSeed generator_seed) {
   DG_CHECK(is_floating(options.dtype), Type, "[", op.name, "] expected a floating point dtype, got ",
            dtype_name(options.dtype));
-  Tensor out = random_tensor(op, shape, options.dtype, options.device, RandomAttrs{}, options.dtype == DType::Float64);
+  Tensor out = random_tensor(op, shape, options.dtype, options.device, RandomAttrs{}, options.dtype == DType::Float64,
+                             generator_seed);
   if (options.requires_grad) out.set_requires_grad(true);
   return out;
 }
 }  // namespace
 
-Tensor rand(IntSpan shape, TensorOptions options) { return random_floating(op_rand, shape, options); }
-Tensor randn(IntSpan shape, TensorOptions options) {
+Tensor rand(IntSpan shape, TensorOptions options, GeneratorSeed generator_seed) {
+  return random_floating(op_rand, shape, options, generator_seed);
+}
+Tensor randn(IntSpan shape, TensorOptions options, GeneratorSeed generator_seed) {
   if (is_complex(options.dtype)) [[unlikely]] {  // torch's: real and imaginary parts each N(0, 1/2), pairs in order
     Dims pairs(shape);
     pairs.push_back(2);
     options.dtype = to_real_dtype(options.dtype);
-    return view_as_complex(mul(random_floating(op_randn, pairs, options), std::sqrt(0.5)));
+    return view_as_complex(mul(random_floating(op_randn, pairs, options, generator_seed), std::sqrt(0.5)));
   }
-  return random_floating(op_randn, shape, options);
+  return random_floating(op_randn, shape, options, generator_seed);
 }
 
-Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype, Device device) {
+Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype, Device device, GeneratorSeed generator_seed) {
   DG_CHECK(low < high, Value, "[randint] expects 'low' to be less than 'high', but got low=", low, " >= high=", high);
   DG_CHECK(dtype != DType::Bool || (low >= 0 && high <= 2), Value, "[randint] range [", low, ", ", high,
            ") does not fit dtype bool");
@@ -87,7 +90,7 @@ Tensor randint(int64_t low, int64_t high, IntSpan shape, DType dtype, Device dev
   attrs.low = low;
   attrs.high = high;
   const bool wide = static_cast<uint64_t>(high) - static_cast<uint64_t>(low) > (uint64_t{1} << 32);
-  return random_tensor(op_randint, shape, dtype, device, attrs, wide);
+  return random_tensor(op_randint, shape, dtype, device, attrs, wide, generator_seed);
 }
 
 Tensor bernoulli_mask(IntSpan shape, double p, DType dtype, GeneratorSeed generator_seed, Device device) {
