@@ -41,19 +41,31 @@ def _iter(self):
 
 _TYPE_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
                "bfloat16": "BFloat16Tensor", "int64": "LongTensor", "int32": "IntTensor", "int16": "ShortTensor",
-               "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor"}
+               "int8": "CharTensor", "uint8": "ByteTensor", "bool": "BoolTensor", "complex64": "ComplexFloatTensor",
+               "complex128": "ComplexDoubleTensor", "uint16": "UInt16Tensor", "uint32": "UInt32Tensor",
+               "uint64": "UInt64Tensor", "float8_e4m3fn": "Float8_e4m3fnTensor", "float8_e5m2": "Float8_e5m2Tensor"}
+# The module Tensor.type() names: "dygrad", or "torch" once dygrad.as_torch's hook is installed, so that a script
+# comparing x.type() == 'torch.FloatTensor' branches as under torch.
+TYPE_MODULE = "dygrad"
 
 
 def _type(self, dtype=None, non_blocking=False, **kwargs):
-    # Tensor.type(): the type name ("dygrad.FloatTensor"); Tensor.type(dtype or name): the cast (self when equal).
+    """Tensor.type(): the type name ('dygrad.FloatTensor'; 'torch.FloatTensor' under dygrad.as_torch);
+    Tensor.type(dtype, a legacy type such as FloatTensor, or a name 'torch.FloatTensor' / 'dygrad.FloatTensor'):
+    the cast, self itself when the dtype is already that (torch's)."""
     if dtype is None:
-        return "dygrad." + _TYPE_NAMES.get(str(self.dtype).split(".")[-1], "Tensor")
+        return f"{TYPE_MODULE}.{_TYPE_NAMES.get(str(self.dtype).split('.')[-1], 'Tensor')}"
     if isinstance(dtype, str):
-        name = dtype.split(".")[-1]
-        matches = [d for d, n in _TYPE_NAMES.items() if n == name]
+        module, _, name = dtype.rpartition(".")
+        if module in ("torch.cuda", "dygrad.cuda"):
+            raise RuntimeError(f"[type] {dtype}: dygrad was built without the cuda backend "
+                               "(dygrad.cuda.is_available() is False)")
+        matches = [d for d, n in _TYPE_NAMES.items() if n == name] if module in ("torch", "dygrad") else []
         if not matches:
             raise ValueError(f"invalid type: '{dtype}'")
         dtype = getattr(_C, matches[0])
+    elif isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _C.dtype):
+        dtype = dtype.dtype  # a legacy type: FloatTensor, LongTensor, ...
     return self.to(dtype, non_blocking=non_blocking)
 
 

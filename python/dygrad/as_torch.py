@@ -169,6 +169,8 @@ def install():
         raise RuntimeError("[as_torch] torch is already imported in this process; install the hook before it")
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
+    from . import _tensor
+    _tensor.TYPE_MODULE = "torch"  # Tensor.type() names torch's types ('torch.FloatTensor'), as the script expects
 
 
 _CANNOT_IMPORT = re.compile(r"cannot import name '([^']+)' from '(torch[\w.]*)'")

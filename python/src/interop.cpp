@@ -164,7 +164,32 @@ struct Gathered {
   // a floating target rounds them, a bool one makes them True, a uint64 one takes the UInts and raises Python's
   // OverflowError for the others, any other target refuses them (torch's rules; docs/dtypes.md).
   std::vector<size_t> beyond_int64;
+  // One-element tensors in the data are numbers whose dtype joins the inference (torch's infer_scalar_type: the
+  // promote_types of every element's type, a tensor's being its dtype). `tensor_dtype`: that promotion, once a tensor
+  // is seen; the other flags are what only the target dtype decides on (torch's errors are raised after inference).
+  std::optional<DType> tensor_dtype;
+  bool multi_element_tensor = false;  // a tensor of more than one element where a number belongs
+  bool floating_tensor = false;       // a floating or complex tensor (an integer or bool target refuses it)
+  bool complex_tensor_imaginary = false;  // a complex tensor with a nonzero imaginary part
+  bool in_tensor_item = false;            // gathering a tensor's element (not a Python number of the data)
+  std::optional<ValueKind> number_kind;   // the widest kind among the data's own Python numbers
 };
+
+// A Python number of the data (not a tensor's element) of kind `k`.
+void note_number(Gathered& g, ValueKind k) {
+  if (!g.in_tensor_item && (!g.number_kind || k > *g.number_kind)) g.number_kind = k;
+}
+
+// The dtype numbers of kind `kind` infer (torch's defaults).
+DType number_dtype(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::Bool: return DType::Bool;
+    case ValueKind::Int: return DType::Int64;
+    case ValueKind::Float: return DType::Float32;
+    case ValueKind::Complex: return DType::Complex64;
+  }
+  return DType::Float32;
+}
 
 // An int outside int64's range into `g` (see Gathered::beyond_int64).
 bool gather_beyond_int64(PyObject* o, size_t depth, Gathered& g) {
@@ -184,6 +209,7 @@ bool gather_beyond_int64(PyObject* o, size_t depth, Gathered& g) {
   }
   DG_CHECK(depth == g.shape.size(), Value, "[tensor] expected a sequence at dim ", depth, " (got a number)");
   g.beyond_int64.push_back(g.values.size());
+  note_number(g, ValueKind::Int);
   g.values.push_back(value);
   if (!g.any || g.kind < ValueKind::Int) g.kind = ValueKind::Int;
   g.any = true;
@@ -192,6 +218,7 @@ bool gather_beyond_int64(PyObject* o, size_t depth, Gathered& g) {
 
 void note_kind(Gathered& g, const Scalar& s) {
   ValueKind k = s.is_floating() ? ValueKind::Float : s.is_integral() ? ValueKind::Int : ValueKind::Bool;
+  note_number(g, k);
   if (!g.any || k > g.kind) g.kind = k;
   g.any = true;
 }
@@ -199,12 +226,38 @@ void note_kind(Gathered& g, const Scalar& s) {
 void gather(PyObject* o, size_t depth, Gathered& g) {
   DG_CHECK(depth <= 32, Value, "[tensor] too many dimensions (more than 32)");
   Scalar s;
-  if (is_tensor(o)) {
+  if (is_tensor(o) && depth == g.shape.size()) {
+    // A tensor where a number may stand (never descended into for the sizes): its one element, as torch's.
     const Tensor& t = unwrap(o);
-    DG_CHECK(t.numel() == 1 && t.dim() == 0, Value, "[tensor] only one element tensors can be converted to Python "
-             "scalars (got a tensor of shape ", t.shape(), ")");
-    nb::object item = item_object(t);
+    g.tensor_dtype = g.tensor_dtype ? promote_types(*g.tensor_dtype, t.dtype()) : t.dtype();
+    g.floating_tensor = g.floating_tensor || !is_integral(t.dtype(), true);
+    if (t.numel() != 1) {
+      g.multi_element_tensor = true;
+      g.values.push_back(Scalar(0.0));
+      if (g.kind == ValueKind::Complex) g.imaginary.push_back(0.0);
+      g.any = true;
+      return;
+    }
+    if (t.requires_grad() &&
+        PyErr_WarnEx(PyExc_UserWarning, "Converting a tensor with requires_grad=True to a scalar may lead to unexpected "
+                     "behavior.\nConsider using tensor.detach() first.", 1) != 0)
+      throw nb::python_error();
+    nb::object item = item_object(reshape(detach(t), Dims{}));
+    if (PyComplex_Check(item.ptr()) && PyComplex_ImagAsDouble(item.ptr()) != 0.0) g.complex_tensor_imaginary = true;
+    g.in_tensor_item = true;
     gather(item.ptr(), depth, g);
+    g.in_tensor_item = false;
+    return;
+  }
+  if (is_tensor(o)) {
+    // A tensor where the sizes (set by the first elements) say a sequence belongs: its elements, by dim 0 (torch
+    // iterates it); its dtype joins the inference as a number's would.
+    const Tensor& t = unwrap(o);
+    DG_CHECK(t.dim() > 0, Value, "[tensor] expected a sequence at dim ", depth, " (got a 0-d tensor)");
+    g.tensor_dtype = g.tensor_dtype ? promote_types(*g.tensor_dtype, t.dtype()) : t.dtype();
+    nb::object pieces = nb::steal(PyObject_CallMethod(o, "unbind", nullptr));
+    if (!pieces.is_valid()) throw nb::python_error();
+    gather(pieces.ptr(), depth, g);
     return;
   }
   if (gather_beyond_int64(o, depth, g)) return;
@@ -220,6 +273,7 @@ void gather(PyObject* o, size_t depth, Gathered& g) {
     g.imaginary.resize(g.values.size(), 0.0);
     g.values.push_back(Scalar(PyComplex_RealAsDouble(o)));
     g.imaginary.push_back(PyComplex_ImagAsDouble(o));
+    note_number(g, ValueKind::Complex);
     g.kind = ValueKind::Complex;
     g.any = true;
     return;
@@ -272,10 +326,22 @@ Tensor tensor_from_data(PyObject* data, const DType* dtype) {
   }
   Gathered g;
   gather(data, 0, g);
-  DType inferred = g.kind == ValueKind::Complex ? DType::Complex64
-                   : g.kind == ValueKind::Float ? DType::Float32 : g.kind == ValueKind::Int ? DType::Int64 : DType::Bool;
+  DType inferred = number_dtype(g.kind);
   if (!g.any && g.shape.size() > 0) inferred = DType::Float32;  // [] -> float32, as torch
+  // With tensors among the numbers: the promotion of their dtypes with the numbers' (a float32 and a float64 tensor
+  // give float64, an int32 tensor and a Python int int64).
+  if (g.tensor_dtype)
+    inferred = g.number_kind ? promote_types(*g.tensor_dtype, number_dtype(*g.number_kind)) : *g.tensor_dtype;
   DType target = dtype ? *dtype : inferred;
+  if (g.tensor_dtype) {
+    // torch stores a tensor into an integer or bool target through __index__, into any other through __float__.
+    const bool integral_target = is_integral(target, true);
+    DG_CHECK(!(integral_target && (g.floating_tensor || g.multi_element_tensor)), Type, "[tensor] only integer "
+             "tensors of a single element can be converted to an index");
+    DG_CHECK(!g.multi_element_tensor, Value, "[tensor] only one element tensors can be converted to Python scalars");
+    DG_CHECK(is_complex(target) || !g.complex_tensor_imaginary, Runtime, "[tensor] value cannot be converted to type "
+             "double without overflow");
+  }
   if (!g.beyond_int64.empty()) [[unlikely]] {
     if (target == DType::UInt64) {  // element by element, as torch: the first bad one names the error
       for (size_t i = 0, next = 0; i < g.values.size(); ++i) {

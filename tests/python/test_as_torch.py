@@ -40,6 +40,28 @@ def test_torch_and_its_submodules_resolve_to_dygrad(tmp_path):
     assert "argv ['--lr', '0.1'] __main__ dygrad" in result.stdout
 
 
+def test_tensor_type_names_torchs_types_under_as_torch(tmp_path):
+    """A script that branches on x.type() == 'torch.FloatTensor' takes torch's branch (issue 37)."""
+    result = run_script(tmp_path, """
+        import torch
+        x = torch.ones(2)
+        names = [x.type(), x.double().type(), x.long().type(), x.bool().type(), x.half().type(),
+                 torch.ones(1, dtype=torch.complex64).type()]
+        assert names == ["torch.FloatTensor", "torch.DoubleTensor", "torch.LongTensor", "torch.BoolTensor",
+                         "torch.HalfTensor", "torch.ComplexFloatTensor"], names
+        branch = "float" if x.type() == "torch.FloatTensor" else "other"
+        assert x.type("torch.DoubleTensor").dtype == torch.float64 and x.type(torch.IntTensor).dtype == torch.int32
+        assert x.type(torch.FloatTensor) is x and isinstance(x, torch.FloatTensor)
+        try:
+            x.type("torch.Foo")
+        except ValueError as e:
+            print("refused:", e)
+        print("branch", branch)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "branch float" in result.stdout and "refused: invalid type: 'torch.Foo'" in result.stdout
+
+
 def test_the_new_dtypes_are_torchs_names_under_as_torch(tmp_path):
     result = run_script(tmp_path, """
         import torch

@@ -1,5 +1,6 @@
 """Tensor creation, dtype inference (vs torch), NumPy interop (zero-copy both ways), metadata, repr,
 factories, views, reductions, autograd accessors and runtime controls."""
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,50 @@ INFERENCE_CASES = [
     np.arange(3, dtype=np.float16), np.array([True, False]), np.float64(1.5), np.float32(2.5), np.int64(3),
     np.arange(6.0).reshape(2, 3)[:, ::2],
 ]
+
+
+# Lists holding one-element tensors: each is a number of its dtype (promoted with the others, torch's
+# infer_scalar_type), never descended into for the sizes unless the first elements say a sequence belongs there.
+TENSOR_LIST_CASES = [
+    "[t(1.), t(2.)]", "[t([1.]), t([2.])]", "[[t(1.)], [t(2.)]]", "[[t([1.])], [t([2.])]]", "[t([[1.]]), t([[2.]])]",
+    "[t([1.]), t(2.)]", "[t(1.), 2.5]", "[t(1), 2.5]", "[t(1), t(2)]", "[t(1, dtype=L.int32), t(2, dtype=L.int32)]",
+    "[t(1, dtype=L.int32), 2]", "[t(1., dtype=L.float64), t(2.)]", "[t(1., dtype=L.float64), 2.5]",
+    "[t(1., dtype=L.float16), t(2., dtype=L.float16)]", "[t(1., dtype=L.float16), 2]", "[t(1., dtype=L.float16), 2.5]",
+    "[t(1., dtype=L.bfloat16), t(1., dtype=L.float16)]", "[t(True), t(False)]", "[t(True), 2]", "[t(True), t(2.5)]",
+    "[t(1+2j), t(3.)]", "[[t(1.), t(2.)], [t(3.), t(4.)]]", "[[1, 2], t([3., 4.])]", "(t(1.), t(2.))",
+    "[t(1), t(2)], dtype=L.float64", "[t(1.5), 2.], dtype=L.float64", "[t(3)], dtype=L.bool",
+    "[t(L.ones(1, 1)), 1.]", "[t(1.) * t(1., requires_grad=True), t(2.)]",
+]
+
+
+@pytest.mark.parametrize("source", TENSOR_LIST_CASES)
+def test_tensor_of_one_element_tensors_as_torch(source):
+    def build(L):
+        return eval(f"L.tensor({source})", {"L": L, "t": L.tensor})
+    theirs, ours = build(torch), build(dg)
+    assert dtype_name(ours.dtype) == dtype_name(theirs.dtype) and tuple(ours.shape) == tuple(theirs.shape)
+    assert ours.tolist() == theirs.tolist() and not ours.requires_grad
+
+
+@pytest.mark.parametrize("source, error, text", [
+    ("[t([1.]), t([2., 3.])]", ValueError, "only one element tensors can be converted to Python scalars"),
+    ("[t([1., 2.]), t([3., 4.])]", ValueError, "only one element tensors can be converted to Python scalars"),
+    ("[t([1., 2.]), [3, 4]]", ValueError, "only one element tensors can be converted to Python scalars"),
+    ("[t([1, 2]), t([3, 4])]", TypeError, "only integer tensors of a single element can be converted to an index"),
+    ("[t(1.5), t(2.)], dtype=L.int64", TypeError, "only integer tensors of a single element can be converted to an index"),
+    ("[t(1.5)], dtype=L.bool", TypeError, "only integer tensors of a single element can be converted to an index"),
+    ("[t(1+1j), t(2.)], dtype=L.float32", RuntimeError, "value cannot be converted to type double without overflow"),
+])
+def test_tensor_of_tensors_errors_as_torch(source, error, text):
+    for L in (torch, dg):
+        with pytest.raises(error, match=re.escape(text)):
+            eval(f"L.tensor({source})", {"L": L, "t": L.tensor})
+
+
+def test_tensor_of_a_tensor_that_requires_grad_warns_as_torch():
+    for L in (torch, dg):
+        with pytest.warns(UserWarning, match="Converting a tensor with requires_grad=True to a scalar"):
+            assert L.tensor([L.tensor(1.0, requires_grad=True), 2.0]).tolist() == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("data", INFERENCE_CASES, ids=lambda d: f"{type(d).__name__}:{getattr(d, 'dtype', d)}")
