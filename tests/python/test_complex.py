@@ -344,12 +344,50 @@ class _no_check:  # torch warns on a complex-to-real cast (dygrad does not): not
         self._w.__exit__(*a)
 
 
+# --- matmul and pow -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("c", COMPLEX)
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)),
+                                    ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((2, 3, 4), (2, 4, 5))])
+def test_matmul_as_torch(c, shapes):
+    (da, ta), (db, tb) = pair(values(int(np.prod(shapes[0])), 1, shapes[0]), c), \
+        pair(values(int(np.prod(shapes[1])), 2, shapes[1]), c)
+    assert_same(da @ db, ta @ tb, **({"rtol": 1e-5, "atol": 1e-5} if c == "complex64" else {}))
+    if len(shapes[0]) == len(shapes[1]) == 3:
+        assert_same(dg.bmm(da, db), torch.bmm(ta, tb), **({"rtol": 1e-5, "atol": 1e-5} if c == "complex64" else {}))
+    if len(shapes[0]) == len(shapes[1]) == 2:
+        assert_same(da.mm(db), ta.mm(tb), **({"rtol": 1e-5, "atol": 1e-5} if c == "complex64" else {}))
+
+
+def test_matmul_of_complex_and_real_refuses_as_torch():
+    d, t = pair(values(4, 3, (2, 2)))
+    with pytest.raises((RuntimeError, TypeError)):
+        t @ t.real
+    with pytest.raises(TypeError, match=r"\[matmul\].*same dtype"):
+        d @ d.real
+
+
+@pytest.mark.parametrize("c", COMPLEX)
+def test_pow_as_torch(c):
+    (da, ta), (db, tb) = pair(values(12, 4, (3, 4)), c), pair(values(12, 5, (3, 4)), c)
+    tol = {"rtol": 2e-5, "atol": 2e-5} if c == "complex64" else {"rtol": 1e-12, "atol": 1e-12}
+    assert_same(da ** db, ta ** tb, **tol)
+    for p in (2, 3, 0.5, -1, -2.5, 1, 0):
+        assert_same(da ** p, ta ** p, **tol)
+    assert_same(2.0 ** da, 2.0 ** ta, **tol)
+    assert_same((-1.5) ** da, (-1.5) ** ta, **tol)
+    assert_same(da.pow(db[0]), ta.pow(tb[0]), **tol)  # broadcast
+    zero_d, zero_t = pair(np.zeros(3, dtype=np.complex128), c)
+    assert_same(zero_d ** 2, zero_t ** 2)
+    assert_same(zero_d ** 0.5, zero_t ** 0.5)
+    assert_same(dg.exp(da), torch.exp(ta), **tol)
+
+
 # --- other ops refuse complex tensors clearly ----------------------------------------------------------------
 @pytest.mark.parametrize("call, name", [
-    (lambda z: dg.relu(z), "relu"), (lambda z: z.sin(), "sin"), (lambda z: z @ z, "matmul|mm"),
+    (lambda z: dg.relu(z), "relu"), (lambda z: z.sin(), "sin"), (lambda z: z.log(), "log"),
     (lambda z: dg.softmax(z, -1), "softmax"), (lambda z: z < z, "lt"), (lambda z: z.max(), "max|amax"),
-    (lambda z: dg.sigmoid(z), "sigmoid"), (lambda z: z.pow(2), "pow"), (lambda z: dg.maximum(z, z), "maximum"),
-    (lambda z: z.sqrt(), "sqrt"), (lambda z: dg.remainder(z, 2), "remainder")])
+    (lambda z: dg.sigmoid(z), "sigmoid"), (lambda z: z.cumsum(0), "cumsum"), (lambda z: dg.maximum(z, z), "maximum"),
+    (lambda z: z.sqrt(), "sqrt"), (lambda z: dg.remainder(z, 2), "remainder"), (lambda z: z.tanh(), "tanh")])
 def test_other_ops_refuse_complex_naming_op_and_dtype(call, name):
     z = dg.tensor([[1 + 1j, 2j], [3, 4 - 1j]])
     with pytest.raises((NotImplementedError, RuntimeError, TypeError),
@@ -376,6 +414,10 @@ GRAD_FUNCTIONS = {
     "complex_views": lambda m, a, b: (m.complex(a.real * 2, b.imag) * a.imag).imag.sum() + a.real[0].sum(),
     "broadcast": lambda m, a, b: m.view_as_real(a * b[0] + b.sum(0)).pow(2).sum(),
     "neg_sum": lambda m, a, b: (-(a - b)).sum(0).abs().sum(),
+    "matmul": lambda m, a, b: m.view_as_real(a @ b.t() + m.matmul(a[0], b.t())).pow(2).sum(),
+    "bmm": lambda m, a, b: m.bmm(a.unsqueeze(0), b.t().unsqueeze(0)).abs().sum() + (a.t() @ b[1]).real.sum(),
+    "pow": lambda m, a, b: (a ** b).abs().sum() + m.view_as_real(a.pow(3) + a ** 2 + a ** 0.5).sum(),
+    "rpow": lambda m, a, b: m.view_as_real(2.0 ** a + (-1.5) ** b).sum(),
 }
 
 

@@ -6,6 +6,7 @@
 // Notation: z = re + i im; a pair tensor P [N..., 2] is view_as_real(z), P[..., 0] = re, P[..., 1] = im.
 #include "dygrad/ops/complex.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "dygrad/autograd/node.h"
@@ -88,6 +89,32 @@ Tensor complex_exp(const Tensor& z) {
   const Tensor re = re_of(z), im = im_of(z);
   const Tensor scale = exp(re);
   return from_parts(mul(scale, cos(im)), mul(scale, sin(im)));
+}
+
+// log z = log|z| + i angle(z), |z| as sqrt(re^2 + im^2) taken inside the log: 0.5 log(re^2 + im^2).
+Tensor complex_log(const Tensor& z) {
+  const Tensor re = re_of(z), im = im_of(z);
+  return from_parts(mul(log(add(mul(re, re), mul(im, im))), 0.5), atan2(im, re));
+}
+// z^w = exp(w log z) (the principal branch, as torch's std::pow).
+Tensor complex_pow(const Tensor& z, const Tensor& w) { return complex_exp(complex_mul(w, complex_log(z))); }
+// z^p for a real p: |z|^p (cos p angle + i sin p angle), so 0^p is 0 for p > 0; z^2 is z z (torch's kernel squares).
+Tensor complex_pow_scalar(const Tensor& z, Scalar exponent) {
+  const double p = exponent.to_double();
+  if (p == 2.0) return complex_mul(z, z);
+  if (p == 1.0) return clone(z);
+  const Tensor re = re_of(z), im = im_of(z);
+  const Tensor scale = pow(add(mul(re, re), mul(im, im)), p / 2.0);
+  const Tensor turn = mul(atan2(im, re), p);
+  return from_parts(mul(scale, cos(turn)), mul(scale, sin(turn)));
+}
+// s^w for a real s: exp(w log s), log s = log|s| + i pi for s < 0.
+Tensor complex_rpow_scalar(Scalar base, const Tensor& w) {
+  const double s = base.to_double();
+  const TensorOptions options{.dtype = to_real_dtype(w.dtype()), .device = w.device()};
+  const Tensor log_base = from_parts(full(Dims{}, std::log(std::fabs(s)), options), full(Dims{}, s < 0 ? M_PI : 0.0,
+                                                                                           options));
+  return complex_exp(complex_mul(w, log_base));
 }
 
 [[noreturn]] void raise_not_implemented(const char* name, DType t) {
@@ -196,6 +223,9 @@ Tensor complex_elementwise(const OpDef& op, const char* name, std::span<const Te
   if (is("rdiv_scalar")) return complex_div(complex_scalar(in[0], scalar()), in[0]);
   if (is("abs")) return complex_abs(in[0]);
   if (is("exp")) return complex_exp(in[0]);
+  if (is("pow")) return complex_pow(in[0], in[1]);
+  if (is("pow_scalar")) return complex_pow_scalar(in[0], scalar());
+  if (is("rpow_scalar")) return complex_rpow_scalar(scalar(), in[0]);
   raise_not_implemented(name, in[0].dtype());
 }
 

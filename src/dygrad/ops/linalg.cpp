@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dygrad/autograd/saved_buffers.h"
+#include "dygrad/ops/complex.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/ops/elementwise.h"
 #include "dygrad/ops/shape.h"
@@ -159,6 +160,13 @@ Tensor matmul_impl(const char* name, const Tensor& a, const Tensor& b) {
   const int64_t k_a = a.size(-1), k_b = b.dim() == 1 ? b.size(0) : b.size(-2);
   DG_CHECK(k_a == k_b, Value, "[", name, "] shapes ", a.shape(), " and ", b.shape(), ": inner dimensions ", k_a,
            " and ", k_b, " differ");
+  // complex64/complex128: four real products, (ar br - ai bi) + i (ar bi + ai br), composed of real ops on the parts'
+  // views, so autograd follows torch's convention with no formula of its own (docs/dtypes.md, "Complex").
+  if (is_complex(a.dtype())) [[unlikely]] {
+    const Tensor ar = real(a), ai = imag(a), br = real(b), bi = imag(b);
+    return complex(sub(matmul_impl(name, ar, br), matmul_impl(name, ai, bi)),
+                   add(matmul_impl(name, ar, bi), matmul_impl(name, ai, br)));
+  }
   // float8: torch's CPU has a kernel for two matrices only (mm, addmm); 1-D and batched operands reach the GEMM and
   // are refused there.
   if (storage_only::float8(a) && a.dim() == 2 && b.dim() == 2) [[unlikely]] return storage_only::mm(a, b);
