@@ -189,7 +189,7 @@ PyObject* in_place_view_entry(const char* name, PyObject* self, PyObject* const*
   Py_DECREF(view);
   return result;
 }
-PyObject* t_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* t_inplace_entry(PyObject* self, PyObject* const*, Py_ssize_t nargs, PyObject* kwnames) {
   const Tensor* target = to_tensor("t_", "self", self);
   if (!target) return nullptr;
   if (nargs != 0 || (kwnames && PyTuple_GET_SIZE(kwnames) > 0)) return type_error("t_", "takes no arguments");
@@ -237,7 +237,7 @@ PyObject* as_strided_inplace_entry(PyObject* self, PyObject* const* args, Py_ssi
   });
 }
 
-PyObject* detach_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* detach_inplace_entry(PyObject* self, PyObject* const*, Py_ssize_t nargs, PyObject* kwnames) {
   const Tensor* target = to_tensor("detach_", "self", self);
   if (!target) return nullptr;
   if (nargs != 0 || (kwnames && PyTuple_GET_SIZE(kwnames) > 0)) return type_error("detach_", "takes no arguments");

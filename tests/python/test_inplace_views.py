@@ -37,8 +37,8 @@ def raises_both(case, substance, exc=RuntimeError):
 
 
 def grid(lib, *shape, requires_grad=False):
-    n = int(np.prod(shape))
-    return lib.arange(n, dtype=lib.float64).reshape(*shape).requires_grad_(requires_grad)
+    n = int(np.prod(shape))  # a tensor of its own (not a view of the arange), as a leaf
+    return lib.tensor(np.arange(n, dtype=np.float64).reshape(shape)).requires_grad_(requires_grad)
 
 
 @pytest.mark.parametrize("op", [
