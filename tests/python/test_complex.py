@@ -415,7 +415,7 @@ GRAD_FUNCTIONS = {
     "broadcast": lambda m, a, b: m.view_as_real(a * b[0] + b.sum(0)).pow(2).sum(),
     "neg_sum": lambda m, a, b: (-(a - b)).sum(0).abs().sum(),
     "matmul": lambda m, a, b: m.view_as_real(a @ b.t() + m.matmul(a[0], b.t())).pow(2).sum(),
-    "bmm": lambda m, a, b: m.bmm(a.unsqueeze(0), b.t().unsqueeze(0)).abs().sum() + (a.t() @ b[1]).real.sum(),
+    "bmm": lambda m, a, b: m.bmm(a.unsqueeze(0), b.t().unsqueeze(0)).abs().sum() + (a @ b[1]).real.sum(),
     "pow": lambda m, a, b: (a ** b).abs().sum() + m.view_as_real(a.pow(3) + a ** 2 + a ** 0.5).sum(),
     "rpow": lambda m, a, b: m.view_as_real(2.0 ** a + (-1.5) ** b).sum(),
 }

@@ -176,7 +176,8 @@ Tensor scan(const OpDef& op, const Tensor& a_in, int64_t dim, bool reverse) {
 // torch's result dtype: the given one, else int64 for integral and bool inputs, else the input's.
 DType scan_dtype(const Tensor& a, std::optional<DType> dtype) {
   if (dtype) return *dtype;
-  return is_floating(a.dtype()) ? a.dtype() : DType::Int64;
+  // A complex tensor keeps its dtype (torch's), so the scan refuses it naming the op, not a silent cast to int64.
+  return is_floating(a.dtype()) || is_complex(a.dtype()) ? a.dtype() : DType::Int64;
 }
 
 Tensor scan_op(const OpDef& op, const Tensor& a, int64_t dim, std::optional<DType> dtype) {
