@@ -284,6 +284,9 @@ void gather(PyObject* o, size_t depth, Gathered& g) {
   if (!seq.is_valid()) throw nb::python_error();
   const int64_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   if (depth == g.shape.size()) {
+    // After a tensor of many elements where a number belongs, torch's error is that tensor's.
+    DG_CHECK(g.values.empty() || !g.multi_element_tensor, Value, "[tensor] only one element tensors can be converted "
+             "to Python scalars");
     DG_CHECK(g.values.empty(), Value, "[tensor] expected a number at dim ", depth, " (got a sequence)");
     g.shape.push_back(n);
   } else {
