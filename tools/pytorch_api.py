@@ -32,7 +32,21 @@ DIFFERS = {
     "torch.prod": "composed: the last entry of cumprod, whose running product accumulates in double for float32 "
                   "(torch's reduction multiplies in float32 in its own order): float results may differ by rounding; "
                   "the gradient is cumprod's, zero-safe",
-    "torch.normal": "dygrad's generator draws the numbers (not torch's stream); generator= is not accepted yet",
+    "torch.normal": "dygrad's generator draws the numbers (not torch's stream; generator= a dygrad.Generator's seed)",
+    "torch.Tensor.random_": "dygrad's generator draws the numbers (its own stream, generator= a dygrad.Generator's seed: "
+                            "docs/rng.md); torch's ranges, dtype rules, errors and warnings. An int64 draw up to "
+                            "2**63 - 1 never returns 2**63 - 1 itself (randint's exclusive bound)",
+    "torch.Tensor.exponential_": "dygrad's generator draws the numbers (docs/rng.md), computed in float32 (float64 for "
+                                 "a float64 tensor) and rounded once; torch's distribution, dtype rules and errors; "
+                                 "so are geometric_, cauchy_, log_normal_, uniform_ and normal_",
+    "torch.Tensor.resize_": "memory_format is ignored (contiguous strides); growing replaces the storage's memory "
+                            "(every view sees it, as torch's); memory shared with NumPy, pinned or a device's "
+                            "cannot grow",
+    "torch.Tensor.as_strided_": "no backward: raises NotImplementedError where autograd would record it (a "
+                                "non-leaf that requires grad under grad mode)",
+    "torch.Tensor.type": "names dygrad's types ('dygrad.FloatTensor'), torch's ('torch.FloatTensor') under "
+                         "dygrad.as_torch; 'torch.X' and 'dygrad.X' names, dtypes and the legacy types are all "
+                         "accepted as casts",
     "torch.as_tensor": "shares a NumPy array's memory as torch does; device must be the CPU",
     "torch.distributed.tensor.DTensor": "a stand-in: nothing is an instance; constructing raises "
                                         "NotProvidedError (fully_shard's shards are plain tensors); so are "
@@ -87,7 +101,7 @@ DIFFERS = {
                            "torch's); index_put_(accumulate=True), which torch runs too, raises NotImplementedError "
                            "(docs/dtypes.md); so does float8_e5m2",
     "torch.complex64": "storage of float pairs with torch's promotion, files and NumPy; add/sub/mul/div, neg, abs, "
-                       "angle, exp, conj (materialised: is_conj() is always False), sum/mean, views and copies run, "
+                       "angle, exp, pow, matmul/mm/bmm, conj (materialised: is_conj() is always False), sum/mean, views and copies run, "
                        "composed of real ops (autograd as torch's); other ops raise NotImplementedError naming op "
                        "and dtype (docs/dtypes.md, \"Complex\"); so does complex128. The fnuz/e8m0 float8 dtypes "
                        "are names only",
@@ -224,7 +238,9 @@ triu unbind unique unsqueeze var view_as_complex view_as_real where zeros zeros_
 _COMMON_METHODS = set("""backward contiguous cpu cuda data_ptr detach dim double expand expand_as float half int item
 long masked_fill_ numpy repeat requires_grad_ size to tolist type type_as view view_as zero_ fill_ copy_ add_ mul_
 clamp_ uniform_ normal_ is_contiguous element_size nelement ndimension new_zeros new_ones new_tensor new_empty
-register_hook retain_grad stride storage_offset untyped_storage""".split())
+register_hook retain_grad stride storage_offset untyped_storage t_ transpose_ swapdims swapdims_ swapaxes swapaxes_
+unsqueeze_ squeeze_ as_strided_ detach_ resize_ resize_as_ random_ exponential_ geometric_ cauchy_ log_normal_
+bernoulli_""".split())
 
 
 def dygrad_has(qualified):
