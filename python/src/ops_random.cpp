@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "common.h"
+#include "dygrad/autograd/node.h"
 #include "dygrad/ops/dispatch.h"
 
 namespace dg::py {
@@ -269,6 +270,7 @@ PyObject* fill_random_entry(PyObject* self, PyObject* const* args, Py_ssize_t na
   return guarded([&] {
     const double a0 = p0.to_double(), a1 = p1.to_double();
     check_fill(F, *target, a0, a1);
+    check_inplace(spec.name, *target);  // before drawing: a refused fill takes no numbers
     Tensor draws;
     {
       NoGradGuard no_grad;
@@ -343,6 +345,7 @@ PyObject* random_inplace_entry(PyObject* self, PyObject* const* args, Py_ssize_t
              b.type_name);
     if (!warn_random_precision("from", from, b) || (has_to && !warn_random_precision("to - 1", high, b)))
       return nullptr;
+    check_inplace("random_", *target);
     Tensor draws;
     {
       NoGradGuard no_grad;
@@ -385,6 +388,7 @@ PyObject* bernoulli_inplace_entry(PyObject* self, PyObject* const* args, Py_ssiz
   return guarded([&] {
     DG_CHECK(p_tensor || (p.to_double() >= 0.0 && p.to_double() <= 1.0), Runtime,
              "[bernoulli_] bernoulli_ expects p to be in [0, 1], but got p=", p.to_double());
+    check_inplace("bernoulli_", *target);
     ApiNameScope name("bernoulli_");
     Tensor draws;
     {

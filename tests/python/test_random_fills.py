@@ -162,6 +162,9 @@ def test_fills_and_autograd_as_torchs():
     for fill in FILLS:
         raises_both(lambda lib: fill(lib.zeros(3, requires_grad=True)),
                     "a leaf Variable that requires grad is being used in an in-place operation")
+        with pytest.raises(RuntimeError) as error:
+            fill(dg.zeros(3, requires_grad=True))
+        assert "copy_" not in str(error.value)  # named as the method, not the copy it ends with
 
         def case(lib):
             x = lib.ones(3, requires_grad=True)
