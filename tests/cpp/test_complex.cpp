@@ -75,5 +75,5 @@ TEST(Complex, OtherOpsRefuseNamingOpAndDtype) {
     EXPECT_EQ(e.kind(), ErrorKind::NotImplemented);
     EXPECT_NE(std::string(e.what()).find("[relu] not implemented for 'ComplexDouble'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(matmul(reshape(z, Dims{1, 2}), reshape(z, Dims{2, 1})), Error);
+  EXPECT_THROW(cumsum(z, 0), Error);  // (matmul of complex tensors runs: composed of real products)
 }
