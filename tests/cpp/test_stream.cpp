@@ -101,6 +101,18 @@ struct GateClosed {
   }
 };
 
+// Opens the gate after `ms` on another thread.
+struct GateOpener {
+  std::atomic<bool> opened{false};
+  std::thread thread;
+  explicit GateOpener(int ms) : thread([this, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    opened.store(true);
+    g_gate_open.store(true, std::memory_order_release);
+  }) {}
+  ~GateOpener() { thread.join(); }
+};
+
 // Leaves the stream idle and without a pending error (a failed earlier test must not leak into this one).
 void drain() {
   g_gate_open.store(true);
@@ -320,18 +332,11 @@ TEST_P(StreamModes, InflightAllocationWindowMakesTheHostWait) {
   // (opened by another thread after a while) must have opened before the loop ends.
   {
     stream.set_inflight_allocation_limit(5 * (uint64_t{1} << 19));
-    std::atomic<bool> opened{false};
     g_gate_open.store(false);
-    std::thread opener([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      opened.store(true);
-      g_gate_open.store(true);
-    });
+    GateOpener opener(100);
     std::vector<Tensor> outs;
     for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
-    const bool waited = opened.load();
-    opener.join();
-    EXPECT_TRUE(waited);
+    EXPECT_TRUE(opener.opened.load());
     stream.synchronize();
     for (const Tensor& t : outs) EXPECT_EQ(sum(t).item<float>(), 0.0f);
   }
@@ -360,19 +365,12 @@ TEST_P(StreamModes, RunAheadBoundMakesTheHostWait) {
   stream.set_run_ahead_limit_ns(1);
   stream.reset_run_ahead_stats();
   {
-    std::atomic<bool> opened{false};
     g_gate_open.store(false);
-    std::thread opener([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      opened.store(true);
-      g_gate_open.store(true);
-    });
+    GateOpener opener(100);
     std::vector<Tensor> outs;
     for (int i = 0; i < kCopies; ++i) outs.push_back(checked_copy(src, 0, kQueued));
-    const bool waited = opened.load();
-    opener.join();
+    EXPECT_TRUE(opener.opened.load());
     stream.synchronize();
-    EXPECT_TRUE(waited);
     EXPECT_GE(stream.run_ahead_stats().waits, uint64_t{1});
     EXPECT_EQ(stream.run_ahead_stats().max_queued_ns, uint64_t{0});  // never a Task queued behind another
     for (const Tensor& t : outs) EXPECT_EQ(sum(t).item<float>(), 0.0f);
@@ -724,17 +722,6 @@ const void* queue_copies_and_drop_the_first(const Tensor& src, Tensor* kept) {
   *kept = checked_copy(tmp, 0, kQueued);
   return tmp.storage().address();
 }
-// Opens the gate after `ms` on another thread.
-struct GateOpener {
-  std::atomic<bool> opened{false};
-  std::thread thread;
-  explicit GateOpener(int ms) : thread([this, ms] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    opened.store(true);
-    g_gate_open.store(true, std::memory_order_release);
-  }) {}
-  ~GateOpener() { thread.join(); }
-};
 }  // namespace
 
 TEST(StreamOrderedReuse, ABufferTheHostDropsIsFreeAtOnceAndReusedByALaterTask) {

@@ -893,3 +893,28 @@ def test_composed_optimizer_steps_on_the_device_equal_the_cpus_bitwise():
     for p, expected in zip(params, reference):
         assert p.detach().cpu().numpy().tobytes() == expected.detach().numpy().tobytes()
     assert {dev(v) for v in optimizer.state[params[1]].values()} == {"test:1"}
+
+
+def test_a_device_stream_bounds_how_far_the_host_runs_ahead_too():
+    """A device's stream (the test device's launcher; CUDA's launch queue will be one) bounds the host's run-ahead as
+    the CPU's does (docs/stream.md, "Run-ahead bound"): with a bound set for test:0, the host waits at enqueue and the
+    queued estimate stays within the bound in force."""
+    saved = dg.get_run_ahead_limit("test:0")
+    dg.set_run_ahead_limit(0.002, device="test:0")
+    try:
+        a = dg.randn(192, 192, device="test:0")
+        b = dg.randn(192, 192, device="test:0") / 14
+        for _ in range(10):
+            a = a @ b  # the op's rate measured on the launcher
+        dg.synchronize()
+        dg._C._run_ahead_stats("test:0", reset=True)
+        for _ in range(200):
+            a = a @ b
+        stats = dg._C._run_ahead_stats("test:0")
+        dg.synchronize()
+        assert stats["limit_ns"] == 2_000_000 and 1_000_000 <= stats["bound_ns"] <= 2_000_000
+        assert stats["waits"] > 0 and 0 < stats["max_queued_ns"] <= stats["bound_ns"], stats
+        assert dg._C._run_ahead_stats("cpu")["limit_ns"] == int(dg.get_run_ahead_limit() * 1e9)  # per stream
+        assert dg.isfinite(a.cpu()).all().item()
+    finally:
+        dg.set_run_ahead_limit(saved, device="test:0")
