@@ -352,7 +352,7 @@ void Stream::bound_run_ahead_locked(uint64_t index, const Task& task) {
 
 uint64_t Stream::run_ahead_bound_locked() const {
   // The set bound, or a share of the work the program enqueues between its sync points when that is smaller (a loop
-  // that reads its loss every 20 ms step gets a bound of 2 ms, not 5), never below kMinLimitNs.
+  // that reads its loss every 20 ms step gets a bound of 2 ms, not 50), never below kMinLimitNs.
   const uint64_t limit = run_ahead_limit_ns_.load(std::memory_order_relaxed);
   return limit ? std::min(limit, std::max(run_ahead::kMinLimitNs, sync_window_ns_ / run_ahead::kSyncWindowShare)) : 0;
 }
