@@ -27,14 +27,16 @@ class JitFusionWarning(UserWarning):
 
 
 class _Config:
-    """dygrad.jit.config: which O1 passes run and how generated kernels are made. Each pass keeps eager's bits (no
-    reassociation, contraction as the eager functors), so deterministic mode runs them all."""
+    """dygrad.jit.config: which O1 passes run and how generated kernels are made. Each pass but `patterns` keeps
+    eager's bits (no reassociation, contraction as the eager functors), so deterministic mode runs them; `patterns`
+    (composed code into dygrad's fused ops) is equal within float rounding, and deterministic mode skips it."""
 
-    _FIELDS = ("dce", "cse", "fusion", "codegen", "background", "cache_dir", "compiler")
+    _FIELDS = ("dce", "cse", "patterns", "fusion", "codegen", "background", "cache_dir", "compiler")
 
     def __init__(self):
         self.dce = True          # dead-code elimination
         self.cse = True          # common subexpressions
+        self.patterns = True     # composed attention into scaled_dot_product_attention (off in deterministic mode)
         self.fusion = True       # elementwise fusion into generated kernels
         self.codegen = True      # False: fused sub-ops run the interpreter (no compiler is called)
         self.background = True   # False: a capture waits for its kernels' compile
@@ -180,11 +182,19 @@ class Pending:
         self.future = future
 
 
+def _passes():
+    """The switches of graph.optimized: dygrad.jit.config's, with `patterns` off under deterministic mode (it changes
+    rounding; a graph is captured again when the mode changes: it is part of the guard key)."""
+    deterministic = _C._get_context()[0]
+    return dict(dce=config.dce, cse=config.cse, fusion=config.fusion, patterns=config.patterns and not deterministic)
+
+
 def optimize(graph, name):
     """O1 for a built graph: (the graph to replay now, a Pending or None)."""
-    if not (config.dce or config.cse or config.fusion):
+    passes = _passes()
+    if not any(passes.values()):
         return graph, None
-    opt, _ = graph.optimized(dce=config.dce, cse=config.cse, fusion=config.fusion)
+    opt, _ = graph.optimized(**passes)
     if opt.num_fused == 0 or not config.codegen:
         return opt, None
     cxx = compiler()
@@ -225,7 +235,7 @@ def finish(pending, name, wait=False):
 
 def describe_passes(graph):
     """The graph before and after each pass, as text."""
-    _, log = graph.optimized(dce=config.dce, cse=config.cse, fusion=config.fusion, log=True)
+    _, log = graph.optimized(**_passes(), log=True)
     out = []
     for name, lines, note in log:
         out.append(f"=== {name}" + (f": {note}" if note else "") + " ===")
@@ -234,5 +244,5 @@ def describe_passes(graph):
 
 
 def source(graph):
-    opt, _ = graph.optimized(dce=config.dce, cse=config.cse, fusion=config.fusion)
+    opt, _ = graph.optimized(**_passes())
     return opt.source() or "// no fused kernels: no run of two or more fusible elementwise ops\n"

@@ -253,7 +253,7 @@ class _Guards:
         self.arg_leaves = [i for i, t in enumerate(self.tensors) if t.requires_grad and t.is_leaf and id(t) not in seen]
 
         self.key = (structure, tuple(values), is_grad_enabled(), amp.is_autocast_enabled(),
-                    amp.get_autocast_dtype("cpu"), state)
+                    amp.get_autocast_dtype("cpu"), _C._get_context()[0], state)
 
     def target_spec(self):
         """What gradients a compiled forward's backward computes: parameters that require grad (by identity) and
@@ -283,7 +283,8 @@ class _Detail:
         self.values = guards.key[1]
         self.structure = guards.key[0]
         state = [("grad mode", is_grad_enabled()), ("autocast", amp.is_autocast_enabled(),
-                                                      str(amp.get_autocast_dtype("cpu")))]
+                                                      str(amp.get_autocast_dtype("cpu"))),
+                 ("deterministic mode (dygrad.set_context)", _C._get_context()[0])]
         for m in guards.modules:
             state.append(("a module's training flag (train()/eval())", tuple(sub.training for sub in m.modules())))
             state.append(("a module's buffers", tuple(_C._storage_address(b) if b is not None else 0

@@ -13,6 +13,7 @@
 
 #include "dygrad/core/error.h"
 #include "dygrad/jit/graph.h"
+#include "dygrad/jit/passes.h"
 #include "dygrad/runtime/op_attrs.h"
 
 namespace dg::jit {
@@ -39,13 +40,6 @@ const OpDef op_jit_fused("jit_fused", attrs_type<FusedAttrs>(),
 
 // ---------------------------------------------------------------------------------------------------------------
 // The passes
-struct Passes {
-  static void run(Graph& g, const PassConfig& config, std::vector<PassLog>* log);
-  static std::string dce(Graph& g);
-  static std::string cse(Graph& g);
-  static std::string fuse(Graph& g);
-  static void lifetimes(Graph& g);
-};
 
 namespace {
 
@@ -661,6 +655,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   };
   if (config.cse) step("cse", &Passes::cse);
   if (config.dce) step("dce", &Passes::dce);
+  if (config.patterns) step("patterns", &Passes::patterns);
   if (config.fusion) step("fusion", &Passes::fuse);
   lifetimes(g);
 }

@@ -11,17 +11,20 @@
 
 namespace dg::jit {
 
-// Which passes run (dygrad.jit.config). Each keeps the replay guarantees of docs/jit.md and eager's bits, so all
-// may run under deterministic mode (none reassociates or contracts).
+// Which passes run (dygrad.jit.config). Each keeps the replay guarantees of docs/jit.md; all but `patterns` keep
+// eager's bits too (none reassociates or contracts), so they run under deterministic mode.
 struct PassConfig {
   bool dce = true;     // dead-code elimination: ops whose results nothing reads
   bool cse = true;     // common subexpressions: a second op of the same op, attributes and input values
   bool fusion = true;  // consecutive elementwise sub-ops of one shape and dtype as one `jit_fused` sub-op
+  // Composed code matched into the fused ops that exist (attention): within float rounding, not eager's bits, so
+  // dygrad.jit turns it off under deterministic mode.
+  bool patterns = true;
 };
 
 // The graph after each pass (dygrad.jit.graph(fn, ..., passes=True)).
 struct PassLog {
-  std::string pass;                // "captured", "dce", "cse", "fusion"
+  std::string pass;                // "captured", "cse", "dce", "patterns", "fusion"
   std::vector<std::string> lines;  // the graph's description after it
   std::string note;                // what it did ("removed 2 ops", "3 groups, 9 ops, 2 buffers eliminated")
 };

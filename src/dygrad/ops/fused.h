@@ -43,6 +43,12 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
+// The scratch the CPU kernels of scaled_dot_product_attention (forward) and its backward declare for `batch`
+// batch-heads of q [T, D], k [S, D], v [S, Dv] (rotary: rotary_attention's): what the JIT's attention pattern
+// declares for the op it puts in a graph.
+size_t attention_scratch_of(int64_t batch, int64_t T, int64_t S, int64_t D, int64_t Dv, DType dtype, bool forward,
+                            bool rotary);
+
 // The attention of a LLaMA block from its fused QKV projection, in one op: qkv [B, T, 3 H D] (any strides) holds
 // q, k and v (its thirds; head h at columns h D..); q and k are rotated as rotary_position_embedding(., cos, sin,
 // mode) does with [B, H, T, D] views ([T, D/2] tables), then scaled_dot_product_attention(q, k, v, is_causal,

@@ -492,10 +492,32 @@ void attention_backward(ScratchArena& scratch, const Operands<S>& ops, const Con
   });
 }
 
-Config config_of(const Task& task) {
-  const AttentionAttrs& attrs = task.attrs.get<AttentionAttrs>();
-  return {attrs.scale, attrs.is_causal, static_cast<int64_t>(attrs.mask)};
+// Whether a boolean mask is the causal one (query i attends to keys j <= i) for every batch-head: one [T, S] matrix
+// broadcast over the leading dims. Such a mask takes the causal path, which skips the blocks above the diagonal
+// instead of computing and masking them: the same values, at half the work (a mask written out as
+// `~torch.ones(T, S).triu(1)`, and the JIT's attention pattern, whose composed code masks with one).
+bool is_causal_mask(const MaskView& mask, int64_t T, int64_t S) {
+  for (size_t d = 0; d < mask.lead_sizes.size(); ++d)
+    if (mask.lead_sizes[d] > 1 && mask.lead_strides[d] != 0) return false;
+  const bool* m = static_cast<const bool*>(mask.matrix(0));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < S; ++j)
+      if (m[i * mask.row_stride + j * mask.col_stride] != (j <= i)) return false;
+  return true;
 }
+
+// The task's attributes, and its boolean mask replaced by the causal path where it is the causal mask (`mask`
+// is then dropped).
+Config config_of(const Task& task, MaskView& mask, int64_t T, int64_t S) {
+  const AttentionAttrs& attrs = task.attrs.get<AttentionAttrs>();
+  Config cfg{attrs.scale, attrs.is_causal, static_cast<int64_t>(attrs.mask)};
+  if (cfg.mask_kind == kBoolMask && T > 0 && S > 0 && is_causal_mask(mask, T, S)) {
+    cfg = {attrs.scale, true, kNoMask};
+    mask = MaskView();
+  }
+  return cfg;
+}
+int64_t rows_of(const Tensor& t) { return t.shape()[t.dim() - 2]; }
 
 template <typename S>
 Rope<S> rope_of(const Tensor& cos, const Tensor& sin, bool rotate_half) {
@@ -512,22 +534,25 @@ Rope<S> rope_of(const Tensor& cos, const Tensor& sin, bool rotate_half) {
 }  // namespace
 
 void attention_kernel(Task& task) {
-  const Config cfg = config_of(task);
+  const int64_t kind = static_cast<int64_t>(task.attrs.get<AttentionAttrs>().mask);
+  MaskView mask(task, 3, kind);
+  const Config cfg = config_of(task, mask, rows_of(task.inputs[0]), rows_of(task.inputs[1]));
   visit_floating(task.inputs[0].dtype(), [&]<typename S>() {
     Operands<S> ops{.q = Batched<S>(task.inputs[0]), .k = Batched<S>(task.inputs[1]), .v = Batched<S>(task.inputs[2]),
-                    .out = Batched<S>(task.outputs[0]), .lse = task.outputs[1].raw_data(),
-                    .mask = MaskView(task, 3, cfg.mask_kind)};
+                    .out = Batched<S>(task.outputs[0]), .lse = task.outputs[1].raw_data(), .mask = mask};
     attention_forward<S>(task_scratch(task), ops, cfg);
   });
 }
 
 void attention_backward_kernel(Task& task) {
-  const Config cfg = config_of(task);
+  const int64_t kind = static_cast<int64_t>(task.attrs.get<AttentionAttrs>().mask);
+  MaskView mask(task, 6, kind);
+  const Config cfg = config_of(task, mask, rows_of(task.inputs[1]), rows_of(task.inputs[2]));
   visit_floating(task.inputs[1].dtype(), [&]<typename S>() {
     Operands<S> ops{.q = Batched<S>(task.inputs[1]), .k = Batched<S>(task.inputs[2]), .v = Batched<S>(task.inputs[3]),
                     .out = Batched<S>(task.inputs[4]), .dout = Batched<S>(task.inputs[0]),
                     .gq = Batched<S>(task.outputs[0]), .gk = Batched<S>(task.outputs[1]), .gv = Batched<S>(task.outputs[2]),
-                    .lse = task.inputs[5].raw_data(), .mask = MaskView(task, 6, cfg.mask_kind)};
+                    .lse = task.inputs[5].raw_data(), .mask = mask};
     attention_backward<S>(task_scratch(task), ops, cfg);
   });
 }
