@@ -161,6 +161,9 @@ def llama_side(reps, steps):
         fn = dg.jit(step, jit_level=level) if level else step
         for _ in range(2):
             fn(x, y)
+        if level == "O1":  # the steady state: the optimized graph with its compiled kernels from the first sample
+            fn.wait_for_kernels()
+            fn(x, y)
         dg.synchronize()
         return fn
 
