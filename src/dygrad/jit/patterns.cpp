@@ -8,6 +8,7 @@
 // to the composed one within float rounding, not bitwise: dygrad.jit runs this pass only outside deterministic mode.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <set>
 #include <string_view>
 
@@ -248,37 +249,42 @@ class Matcher {
     return val(a.grad_q).strides.back() == 1;
   }
 
-  // The fused forward runs where p @ v ran and the fused backward where the last of the backward's ops ran. Legal
-  // when no other op between the first and the last of each part writes what the fused op reads or touches what it
-  // writes (the gradients it now writes later).
+  // The fused forward runs where p @ v ran, the fused backward where the first of the backward's ops ran (its
+  // inputs are ready there: the gradient of o is read by that op or the other first one). Legal when no other op
+  // between the first and the last matched op writes what the fused op reads earlier than the op it replaces
+  // did, or touches a gradient before the op it replaces wrote it.
   bool ordered(const Attention& a, const std::set<int32_t>& members) const {
     auto buffer = [&](int32_t v) { return v >= 0 ? val(v).buffer : -1; };
-    auto clear = [&](const std::vector<int32_t>& part, std::set<int32_t> reads, std::set<int32_t> writes) {
-      const auto [lo, hi] = std::ranges::minmax(part);
-      reads.erase(-1);
-      writes.erase(-1);
-      for (int32_t m = lo + 1; m < hi; ++m) {
-        if (members.count(m)) continue;
-        for (int32_t v : ops_[size_t(m)].outputs)
-          if (v >= 0 && (reads.count(buffer(v)) || writes.count(buffer(v)))) return false;
-        for (int32_t v : ops_[size_t(m)].inputs)
-          if (v >= 0 && writes.count(buffer(v))) return false;
-      }
-      return true;
-    };
-    if (!clear(a.forward_ops(), {buffer(a.q), buffer(a.kt), buffer(a.v), buffer(a.mask)}, {buffer(a.out)}))
+    auto writes_any = [&](int32_t m, std::initializer_list<int32_t> buffers) {
+      for (int32_t v : ops_[size_t(m)].outputs)
+        if (v >= 0 && std::ranges::find(buffers, buffer(v)) != buffers.end()) return true;
       return false;
+    };
+    auto touches = [&](int32_t m, int32_t b) {
+      for (const auto* list : {&ops_[size_t(m)].inputs, &ops_[size_t(m)].outputs})
+        for (int32_t v : *list)
+          if (v >= 0 && buffer(v) == b) return true;
+      return false;
+    };
+    for (int32_t m = a.qk + 1; m < a.pv; ++m)  // q and k are read at p @ v now, and so is the mask (nanoGPT makes it
+      if (!members.count(m) && writes_any(m, {buffer(a.q), buffer(a.kt)})) return false;  // after q @ k^T)
+    for (int32_t m = a.fill + 1; a.fill >= 0 && m < a.pv; ++m)
+      if (!members.count(m) && writes_any(m, {buffer(a.mask)})) return false;
     if (!a.backward()) return true;
-    // The saved operands (q, k, v, o, the mask) are not written between the forward and the backward either.
     const auto bw = a.backward_ops();
-    const int32_t last = *std::ranges::max_element(bw);
+    const auto [lo, hi] = std::ranges::minmax(bw);
+    // The saved operands (q, k, v, o, the mask) are not written between the forward and the backward.
     for (int32_t b : {buffer(a.q), buffer(a.kt), buffer(a.v), buffer(a.mask), buffer(a.out)}) {
       if (b < 0) continue;
       for (int32_t w : uses_.writers[size_t(b)])
-        if (w > a.pv && w < last && !members.count(w)) return false;
+        if (w > a.pv && w < hi && !members.count(w)) return false;
     }
-    return clear(bw, {buffer(a.dout), buffer(a.q), buffer(a.kt), buffer(a.v), buffer(a.mask), buffer(a.out)},
-                 {buffer(a.grad_q), buffer(a.grad_v), buffer(a.grad_kt)});
+    for (int32_t m = lo + 1; m < hi; ++m)  // the gradient of o is read at the first backward op now
+      if (!members.count(m) && writes_any(m, {buffer(a.dout)})) return false;
+    for (int32_t op : {a.dq, a.dkt, a.dv})  // each gradient is written at the first backward op now
+      for (int32_t m = lo + 1; m < op; ++m)
+        if (!members.count(m) && touches(m, buffer(ops_[size_t(op)].outputs[0]))) return false;
+    return true;
   }
 
   std::vector<Buffer>& buffers_;
@@ -408,7 +414,7 @@ std::string Passes::patterns(Graph& g) {
     forward.push_back(std::move(fwd));
     if (!a.backward()) continue;
     const auto bw_ops = a.backward_ops();
-    const int32_t last = *std::ranges::max_element(bw_ops), lo = *std::ranges::min_element(bw_ops);
+    const int32_t lo = *std::ranges::min_element(bw_ops);
     Dims k_sizes(lead);
     k_sizes.push_back(S);
     k_sizes.push_back(D);
@@ -428,8 +434,8 @@ std::string Passes::patterns(Graph& g) {
     join.inputs = {grad_k};
     join.outputs = {add_value(transposed(g.values_[size_t(a.grad_kt)]))};
     join.cost = {0, double(2 * numel_of(k_sizes) * int64_t(itemsize(dtype)))};
-    at[size_t(last)].push_back(std::move(bwd));
-    at[size_t(last)].push_back(std::move(join));
+    at[size_t(lo)].push_back(std::move(bwd));
+    at[size_t(lo)].push_back(std::move(join));
   }
   std::vector<GraphOp> next;
   for (size_t i = 0; i < g.ops_.size(); ++i) {
