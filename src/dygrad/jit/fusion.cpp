@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "dygrad/core/error.h"
 #include "dygrad/jit/graph.h"
@@ -671,7 +672,15 @@ std::shared_ptr<Graph> Graph::optimized(const PassConfig& config, std::vector<Pa
   g->ops_ = ops_;
   g->results_ = results_;
   g->rng_total_ = rng_total_;
-  g->origin_ = origin_ ? origin_ : shared_from_this();
+  // Its own copy of the call sites' file names: holding the captured graph for them held its arena too (the
+  // composed GPT-2 step's O0 arena stayed allocated beside the O1 one).
+  std::unordered_map<const char*, const char*> files;
+  for (const auto& f : files_) {
+    g->files_.push_back(std::make_unique<std::string>(*f));
+    files[f->c_str()] = g->files_.back()->c_str();
+  }
+  for (GraphOp& op : g->ops_)
+    if (op.site.file) op.site.file = files.at(op.site.file);
   Passes::run(*g, config, log);
   g->prepare();
   return g;

@@ -220,9 +220,8 @@ class Graph : public std::enable_shared_from_this<Graph> {
   std::vector<int32_t> bound_values_;  // per bound slot: its value
   std::vector<int32_t> value_bound_;   // per value: its bound slot, or -1
   std::vector<std::pair<int32_t, uint32_t>> bumps_;  // (buffer, bumps) of Fixed and Argument buffers written
-  // O1: its fused programs, and the graph it was optimized from (its ops' call sites point into that one's files).
+  // O1: its fused programs.
   std::vector<std::shared_ptr<FusedProgram>> programs_;
-  std::shared_ptr<const Graph> origin_;
 };
 
 // The segment batcher: on the calling thread while a function with cuts runs; consumes each op and enqueues those
