@@ -31,12 +31,13 @@ class _Config:
     eager's bits (no reassociation, contraction as the eager functors), so deterministic mode runs them; `patterns`
     (composed code into dygrad's fused ops) is equal within float rounding, and deterministic mode skips it."""
 
-    _FIELDS = ("dce", "cse", "patterns", "fusion", "codegen", "background", "cache_dir", "compiler")
+    _FIELDS = ("dce", "cse", "patterns", "rematerialize", "fusion", "codegen", "background", "cache_dir", "compiler")
 
     def __init__(self):
         self.dce = True          # dead-code elimination
         self.cse = True          # common subexpressions
         self.patterns = True     # composed attention into scaled_dot_product_attention (off in deterministic mode)
+        self.rematerialize = True  # elementwise results the backward reads late computed again there, not held
         self.fusion = True       # elementwise fusion into generated kernels
         self.codegen = True      # False: fused sub-ops run the interpreter (no compiler is called)
         self.background = True   # False: a capture waits for its kernels' compile
@@ -186,7 +187,8 @@ def _passes():
     """The switches of graph.optimized: dygrad.jit.config's, with `patterns` off under deterministic mode (it changes
     rounding; a graph is captured again when the mode changes: it is part of the guard key)."""
     deterministic = _C._get_context()[0]
-    return dict(dce=config.dce, cse=config.cse, fusion=config.fusion, patterns=config.patterns and not deterministic)
+    return dict(dce=config.dce, cse=config.cse, fusion=config.fusion, patterns=config.patterns and not deterministic,
+                rematerialize=config.rematerialize)
 
 
 def optimize(graph, name):

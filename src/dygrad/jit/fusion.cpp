@@ -227,6 +227,18 @@ RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& value
 
 }  // namespace
 
+bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values) {
+  if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+  const Value& out = values[size_t(op.outputs[0])];
+  if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
+  for (int32_t v : op.inputs)
+    if (v < 0 || values[size_t(v)].dtype != out.dtype || values[size_t(v)].sizes.size() > out.sizes.size())
+      return false;
+  for (size_t d = 0; d < out.sizes.size(); ++d)
+    if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
+  return classify(op, out.dtype).ok;
+}
+
 // Lifetimes of Internal buffers from the ops as they now are (prepare() plans the arena from them).
 void Passes::lifetimes(Graph& g) {
   for (Buffer& b : g.buffers_)
@@ -383,15 +395,8 @@ std::string Passes::fuse(Graph& g) {
   };
   auto fusible_at = [&](size_t i, DType& dtype, Dims& shape) {
     const GraphOp& op = g.ops_[i];
-    if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+    if (!fusible_elementwise(op, g.values_)) return false;
     const Value& out = g.values_[size_t(op.outputs[0])];
-    if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
-    for (int32_t v : op.inputs)
-      if (v < 0 || g.values_[size_t(v)].dtype != out.dtype || g.values_[size_t(v)].sizes.size() > out.sizes.size())
-        return false;
-    for (size_t d = 0; d < out.sizes.size(); ++d)
-      if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
-    if (!classify(op, out.dtype).ok) return false;
     dtype = out.dtype;
     shape = out.sizes;
     return true;
@@ -654,9 +659,11 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
     std::string note = pass(g);
     if (log) log->push_back({name, g.describe(), std::move(note)});
   };
+  if (config.rematerialize) step("versions", &Passes::versions);
   if (config.cse) step("cse", &Passes::cse);
   if (config.dce) step("dce", &Passes::dce);
   if (config.patterns) step("patterns", &Passes::patterns);
+  if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);
   lifetimes(g);
 }

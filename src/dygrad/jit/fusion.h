@@ -20,11 +20,14 @@ struct PassConfig {
   // Composed code matched into the fused ops that exist (attention): within float rounding, not eager's bits, so
   // dygrad.jit turns it off under deterministic mode.
   bool patterns = true;
+  // Elementwise results a forward wrote and the backward reads computed again there from what is still alive
+  // instead of held in between (eager's bits: the same functors on the same values).
+  bool rematerialize = true;
 };
 
 // The graph after each pass (dygrad.jit.graph(fn, ..., passes=True)).
 struct PassLog {
-  std::string pass;                // "captured", "cse", "dce", "patterns", "fusion"
+  std::string pass;                // "captured", "cse", "dce", "patterns", "rematerialize", "fusion"
   std::vector<std::string> lines;  // the graph's description after it
   std::string note;                // what it did ("removed 2 ops", "3 groups, 9 ops, 2 buffers eliminated")
 };

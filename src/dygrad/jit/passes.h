@@ -1,5 +1,6 @@
 // dygrad.jit's O1 passes (docs/jit-fusion.md), as Graph's friend: jit/fusion.cpp (CSE, DCE, elementwise fusion,
-// the pass pipeline) and jit/patterns.cpp (composed code matched into the fused ops that exist).
+// the pass pipeline), jit/patterns.cpp (composed code matched into the fused ops that exist) and jit/remat.cpp
+// (elementwise results computed again where they are read late instead of held).
 #pragma once
 #include <string>
 #include <vector>
@@ -8,11 +9,17 @@
 
 namespace dg::jit {
 
+// An op elementwise fusion takes (a functor the fused program knows, float32 or float64 operands of one dtype, one
+// output that no dim broadcasts): what the rematerialize pass may compute again.
+bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values);
+
 struct Passes {
   static void run(Graph& g, const PassConfig& config, std::vector<PassLog>* log);
   static std::string dce(Graph& g);
   static std::string cse(Graph& g);
+  static std::string versions(Graph& g);
   static std::string patterns(Graph& g);
+  static std::string rematerialize(Graph& g);
   static std::string fuse(Graph& g);
   static void lifetimes(Graph& g);
 };
