@@ -1,0 +1,161 @@
+"""dygrad.jit O1's versions and rematerialize passes (docs/jit-fusion.md, "Versions and rematerialization"): a captured
+buffer that holds several values one after the other becomes a buffer per value, and elementwise results that the
+backward reads late are computed again there instead of held. Both keep eager's bits (the same functors on the same
+values); what they change is the arena: tested by its size and by steady-state peak memory."""
+import math
+
+import pytest
+
+import dygrad as dg
+from dygrad import nn
+from jit_steps import llama_step
+
+
+@pytest.fixture(autouse=True)
+def jit_config(tmp_path_factory):
+    cfg = dg.jit.config
+    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
+    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
+    cfg.background = False
+    yield cfg
+    for k, v in saved.items():
+        setattr(cfg, k, v)
+
+
+def new_gelu(x):
+    return 0.5 * x * (1.0 + dg.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * dg.pow(x, 3.0))))
+
+
+class GeluMLP(nn.Module):
+    """Two layers of a composed GELU MLP: autograd saves the GELU's tanh, its products and its output."""
+
+    def __init__(self, width=64, hidden=256, layers=2):
+        super().__init__()
+        self.up = nn.ModuleList(nn.Linear(width, hidden) for _ in range(layers))
+        self.down = nn.ModuleList(nn.Linear(hidden, width) for _ in range(layers))
+
+    def forward(self, x, y):
+        for up, down in zip(self.up, self.down):
+            x = x + down(new_gelu(up(x)))
+        return ((x - y) ** 2).mean()
+
+
+def mlp_run(jit, steps=6, rematerialize=True):
+    dg.manual_seed(0)
+    m = GeluMLP()
+    opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    step = llama_step(m, opt)
+    dg.jit.config.rematerialize = rematerialize
+    f = dg.jit(step, jit_level="O1") if jit else step
+    dg.manual_seed(1)
+    data = [(dg.randn(32, 64), dg.randn(32, 64)) for _ in range(steps)]
+    losses = [f(x, y) for x, y in data]
+    return m, losses, f, step, data
+
+
+def graph_of(f):
+    return next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None)
+
+
+def test_a_composed_gelu_mlp_step_rematerializes_bitwise_eager_in_a_smaller_arena():
+    m0, l0, _, _, _ = mlp_run(False)
+    m1, l1, f1, step, data = mlp_run(True)
+    m2, l2, f2, _, _ = mlp_run(True, rematerialize=False)
+    assert f1.stats["replays"] == 4 and f1.stats["fused_kernels"] >= 1
+    for losses, model in ((l1, m1), (l2, m2)):
+        assert all(dg.equal(a, b) for a, b in zip(l0, losses))
+        assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), model.parameters()))
+    with_remat, without = graph_of(f1).arena_bytes, graph_of(f2).arena_bytes
+    assert with_remat < without * 0.75, (with_remat, without)
+    dg.jit.config.rematerialize = True
+    text = dg.jit.graph(step, *data[0], passes=True)
+    note = next(line for line in text.splitlines() if line.startswith("=== rematerialize"))
+    assert "computed again where they are read late" in note
+
+
+def test_deterministic_mode_runs_the_rematerialize_pass():
+    try:
+        dg.use_deterministic_algorithms(True)
+        _, l0, _, _, _ = mlp_run(False)
+        _, l1, f1, step, data = mlp_run(True)
+        text = dg.jit.graph(step, *data[0], passes=True)
+    finally:
+        dg.use_deterministic_algorithms(False)
+    assert all(dg.equal(a, b) for a, b in zip(l0, l1))
+    assert "=== rematerialize:" in text and "=== versions:" in text
+
+
+def test_an_operand_written_after_its_use_is_not_read_again():
+    # t = tanh(x) is read right away and again 20 ops later; the argument x is written in between, so computing t
+    # again from x would read the new x: the pass must keep t (and the result stays eager's).
+    def f(x):
+        t = x.tanh()
+        y = t * 2.0
+        for _ in range(20):
+            y = (y @ y.transpose(0, 1)) @ y * 0.01  # matmuls: not fusible, a gap
+        x.add_(1.0)
+        return y + t * 3.0
+
+    x0 = dg.randn(16, 16)
+    with dg.no_grad():
+        want = f(x0.clone())
+        g = dg.jit(f, jit_level="O1")
+        for _ in range(3):
+            got = g(x0.clone())
+        text = dg.jit.graph(f, x0.clone(), passes=True)
+    assert dg.equal(want, got)
+    note = next(line for line in text.splitlines() if line.startswith("=== rematerialize"))
+    assert "nothing held" in note
+
+
+def test_a_result_read_late_is_computed_again_from_a_live_operand():
+    def f(x):
+        h = x * 1.5
+        t = h.tanh()
+        y = t * 2.0
+        for _ in range(20):
+            y = (y @ y.transpose(0, 1)) @ y * 0.01
+        return y + t * 3.0 + h  # t and h, both read late, are computed again from x (an argument)
+
+    x = dg.randn(16, 16)
+    with dg.no_grad():
+        want = f(x)
+        g = dg.jit(f, jit_level="O1")
+        for _ in range(3):
+            got = g(x)
+        text = dg.jit.graph(f, x, passes=True)
+    assert dg.equal(want, got)
+    note = next(line for line in text.splitlines() if line.startswith("=== rematerialize"))
+    assert "2 result(s) computed again where they are read late (3 op(s))" in note  # h twice, t once
+
+
+def test_a_gpt2_step_gives_its_reused_buffers_a_buffer_per_value_and_peaks_below_the_fused_model():
+    from dygrad.models import gpt2
+    GPT, _ = gpt2.build(dg)
+    # activations dominate, as at the bench config (the arena and the escaping gradients are both allocated for a
+    # whole replay: at a size where parameters dominate the fused eager step peaks lower)
+    cfg = gpt2.GPTConfig(block_size=128, n_layer=2, n_head=2, n_embd=64, batch_size=8)
+    x = dg.randint(0, 256, (8, 128))
+
+    def peak(fused, jit):
+        dg.manual_seed(0)
+        m = GPT(cfg, fused=fused)
+        opt = dg.optim.AdamW(m.parameters(), lr=1e-3)
+        step = llama_step(m, opt)
+        f = dg.jit(step, jit_level="O1") if jit else step
+        for _ in range(3):
+            f(x, x)
+        dg.synchronize()
+        dg.memory.reset_peak_memory_stats()
+        before = dg.memory.memory_allocated()
+        for _ in range(2):
+            f(x, x)
+        dg.synchronize()
+        return dg.memory.max_memory_allocated(), before, step
+
+    fused_peak, _, _ = peak(True, False)
+    o1_peak, _, step = peak(False, True)
+    assert o1_peak <= fused_peak, (o1_peak, fused_peak)
+    text = dg.jit.graph(step, x, x, passes=True)
+    note = next(line for line in text.splitlines() if line.startswith("=== versions"))
+    assert "written whole after an earlier one" in note
