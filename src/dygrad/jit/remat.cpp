@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "dygrad/jit/passes.h"
 
@@ -42,13 +43,16 @@ struct Remat {
   }
   int32_t buf(int32_t v) const { return values[size_t(v)].buffer; }
 
-  // The op that alone wrote buffer b, as recomputable: pure elementwise, its one output exactly the buffer's whole
-  // geometry as written, the buffer internal.
+  // The op that alone wrote buffer b, as recomputable: pure elementwise (or a `cat`), one output, the buffer
+  // internal.
   int32_t recomputable_writer(int32_t b) const {
     if (buffers[size_t(b)].kind != BufferKind::Internal || writers[size_t(b)].size() != 1) return -1;
     const int32_t p = writers[size_t(b)][0];
     const GraphOp& op = ops[size_t(p)];
-    if (op.outputs.size() != 1 || op.random || !fusible_elementwise(op, values)) return -1;
+    if (op.outputs.size() != 1 || op.random) return -1;
+    // Elementwise ops, and `cat` (a copy: the composed rotary embedding's interleave of its two halves)
+    const bool is_cat = std::string_view(op.op->name) == "cat";
+    if (!is_cat && !fusible_elementwise(op, values)) return -1;
     return p;
   }
 
