@@ -9,6 +9,8 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   swiglu   silu(a) * b over [8, 256, 1024]
   adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
            config's parameter shapes (10.8 M floats)
+  adam_torch  torch 2.13's own single-tensor Adam (lerp_ for the first moment), the same shapes
+  lion     Lion as lion-pytorch writes it (mul_, clone, mul_, add, sign_, add_, mul_, add_), the same shapes
 dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
 right after (two thread pools in one process contend). Prints the median time per call of each and the ratios.
 
@@ -72,6 +74,33 @@ def adam_loop(ps, ms, vs):
     return f
 
 
+def adam_torch_loop(ps, ms, vs):
+    """torch.optim.Adam's single-tensor step as torch 2.13 writes it (_single_tensor_adam): lerp_, mul_().addcmul_(),
+    sqrt, div_, add_, addcdiv_ per parameter."""
+    lr, b1, b2, eps, step = 3e-4, 0.9, 0.999, 1e-8, 1
+
+    def f(gs):
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / (1 - b2 ** step) ** 0.5).add_(eps)
+            p.addcdiv_(m, denom, value=-lr / (1 - b1 ** step))
+    return f
+
+
+def lion_loop(ps, ms):
+    """Lion (Chen et al. 2023) as lion-pytorch writes it: no fused op matches it."""
+    lr, b1, b2, wd = 1e-4, 0.9, 0.99, 0.1
+
+    def f(gs):
+        for p, g, m in zip(ps, gs, ms):
+            p.mul_(1 - lr * wd)
+            update = m.clone().mul_(b1).add(g, alpha=1 - b1).sign_()
+            p.add_(update, alpha=-lr)
+            m.mul_(b2).add_(g, alpha=1 - b2)
+    return f
+
+
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]
 
@@ -87,7 +116,8 @@ def cases(lib):
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
     return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)),
             "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
-            "adam": (adam_loop(ps, ms, vs), (gs,))}
+            "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
+            "lion": (lion_loop(ps, ms), (gs,))}
 
 
 def fused_peers():
@@ -105,6 +135,23 @@ def timed(fn, args, sync, block=1):
         fn(*args)
     sync()
     return (time.perf_counter() - t0) / block
+
+
+def graph_bytes(jitted):
+    """Bytes a jitted function's graph moves: each op's operands read or written once (the op table's count for
+    elementwise ops and for a fused sub-op alike)."""
+    graph = next(e.graph for e in jitted._entries.values() if getattr(e, "graph", None) is not None)
+    r = graph.records()
+    total = 0
+    for op in r["ops"]:
+        for v in list(op[3]) + list(op[4]):
+            if v >= 0:
+                sizes, dtype = r["values"][v][2], r["values"][v][4]
+                n = 1
+                for d in sizes:
+                    n *= d
+                total += n * dtype.itemsize
+    return total
 
 
 def measure(sides, reps, block=1):
@@ -203,7 +250,7 @@ def main():
     if opts.torch_side:
         return torch_side(opts.reps, dg.get_num_threads(), only, opts.block)
     dg.jit.config.background = False  # the compile is timed apart, below
-    sides, compile_s = {}, {}
+    sides, compile_s, moved = {}, {}, {}
     for name, (fn, args) in cases(dg).items():
         if only and name not in only:
             continue
@@ -216,6 +263,7 @@ def main():
             compile_s[f"{name} {level}"] = time.perf_counter() - t0
         sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
                        "dg O1": (o1, args, dg.synchronize)}
+        moved[name] = (graph_bytes(o0), graph_bytes(o1))
         if name in fused_peers():
             sides[name]["dg fused"] = (fused_peers()[name], args, dg.synchronize)
         assert o1.stats["fused_kernels"] > 0, name
@@ -241,6 +289,10 @@ def main():
             line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
         print(line)
     print("first call captured (s): " + ", ".join(f"{k} {v:.2f}" for k, v in compile_s.items()))
+    print("bytes moved (every operand read or written once, per the graphs' ops), eager (= O0) / O1, and the bar "
+          "(0.8x of that ratio) against O1's speed over eager: " + ", ".join(
+              f"{k} {a / 2**20:.0f} / {b / 2**20:.0f} MiB = {a / b:.2f}x (bar {0.8 * a / b:.2f}x, got "
+              f"{results[k]['dg eager'] / results[k]['dg O1']:.2f}x)" for k, (a, b) in moved.items()))
 
 
 if __name__ == "__main__":

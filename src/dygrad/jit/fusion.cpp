@@ -100,6 +100,8 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"expm1", {FusedOpCode::Expm1, 1}},
       {"log1p", {FusedOpCode::Log1p, 1}},
       {"gelu", {FusedOpCode::Gelu, 1}},
+      {"sign", {FusedOpCode::Sign, 1}},
+      {"lerp_scalar", {FusedOpCode::LerpScalar, 2}},
   };
   Fusible f{};
   auto it = table.find(op.op->name);
@@ -119,7 +121,7 @@ Fusible classify(const GraphOp& op, DType dtype) {
       break;
     }
     case FusedOpCode::AddScalar: case FusedOpCode::MulScalar: case FusedOpCode::DivScalar:
-    case FusedOpCode::RsubScalar: case FusedOpCode::RdivScalar:
+    case FusedOpCode::RsubScalar: case FusedOpCode::RdivScalar: case FusedOpCode::LerpScalar:
       f.k = to_compute(op.attrs.get<ScalarAttrs>().value);
       break;
     case FusedOpCode::PowScalar: {

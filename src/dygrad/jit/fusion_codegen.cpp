@@ -71,6 +71,8 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::Expm1: return "dg::math::expm1(" + x + ")";
     case FusedOpCode::Log1p: return "dg::math::log1p(" + x + ")";
     case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
+    case FusedOpCode::Sign: return "T(int(T(0) < " + x + ") - int(" + x + " < T(0)))";
+    case FusedOpCode::LerpScalar: return "dg::math::lerp(" + x + ", " + y + ", " + k + ")";
     default: return x;  // the row reductions: row_program() computes them
   }
   return x;

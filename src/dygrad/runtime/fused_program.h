@@ -66,6 +66,8 @@ enum class FusedOpCode : uint8_t {
   Expm1,
   Log1p,
   Gelu,             // k == 0: x * Phi(x) (math::gelu_erf); k == 1: the tanh approximation (math::gelu_tanh)
+  Sign,             // (0 < a) - (a < 0): 0 for +-0 and NaN, as eager's sign
+  LerpScalar,       // math::lerp(a, b, k): eager's lerp with a scalar weight (torch's two formulas)
   RowSum,           // a row record: the sum of a vector operand over the row, eager's `sum` over a contiguous last
                     // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
   RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its
@@ -86,7 +88,7 @@ inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
     case FusedOpCode::Minimum: case FusedOpCode::SigmoidBackward: case FusedOpCode::TanhBackward:
-    case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward:
+    case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward: case FusedOpCode::LerpScalar:
       return 2;
     default:
       return 1;

@@ -84,6 +84,8 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::Gelu:
       if (k == V(0)) { DG_FUSED_MAP1(math::gelu_erf(x)); }
       DG_FUSED_MAP1(math::gelu_tanh(x));
+    case FusedOpCode::Sign: DG_FUSED_MAP1(V(int(V(0) < x) - int(x < V(0))));
+    case FusedOpCode::LerpScalar: DG_FUSED_MAP2(math::lerp(x, y, k));
     case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
     case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
       return;  // RowInterpreter: over whole rows
