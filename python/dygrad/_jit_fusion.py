@@ -31,11 +31,13 @@ class _Config:
     eager's bits (no reassociation, contraction as the eager functors), so deterministic mode runs them; `patterns`
     (composed code into dygrad's fused ops) is equal within float rounding, and deterministic mode skips it."""
 
-    _FIELDS = ("dce", "cse", "patterns", "rematerialize", "fusion", "codegen", "background", "cache_dir", "compiler")
+    _FIELDS = ("dce", "cse", "fold", "patterns", "rematerialize", "fusion", "codegen", "background", "cache_dir",
+               "compiler")
 
     def __init__(self):
         self.dce = True          # dead-code elimination
         self.cse = True          # common subexpressions
+        self.fold = True         # constant folding: factories and elementwise ops on them computed once
         self.patterns = True     # composed attention into scaled_dot_product_attention (off in deterministic mode)
         self.rematerialize = True  # elementwise results the backward reads late computed again there, not held
         self.fusion = True       # elementwise fusion into generated kernels
@@ -188,7 +190,7 @@ def _passes():
     rounding; a graph is captured again when the mode changes: it is part of the guard key)."""
     deterministic = _C._get_context()[0]
     return dict(dce=config.dce, cse=config.cse, fusion=config.fusion, patterns=config.patterns and not deterministic,
-                rematerialize=config.rematerialize)
+                rematerialize=config.rematerialize, fold=config.fold)
 
 
 def optimize(graph, name):

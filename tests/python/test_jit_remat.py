@@ -159,3 +159,45 @@ def test_a_gpt2_step_gives_its_reused_buffers_a_buffer_per_value_and_peaks_below
     text = dg.jit.graph(step, x, x, passes=True)
     note = next(line for line in text.splitlines() if line.startswith("=== versions"))
     assert "written whole after an earlier one" in note
+
+
+# --- constant folding ------------------------------------------------------------------------------------------
+
+def test_values_made_from_factories_alone_are_computed_once_when_optimized():
+    w = dg.randn(10, 8)
+
+    def f(x):
+        pos = dg.arange(0, 10)                 # a position index: folded
+        scale = dg.ones(8) * 0.5 + 0.25        # elementwise on a factory: folded
+        z = dg.zeros(10, 8)
+        z[2:5] = x[2:5]                        # written again by a copy: not a constant
+        return dg.nn.functional.embedding(pos, w) * scale + z + x
+
+    x = dg.randn(10, 8)
+    text = dg.jit.graph(f, x, passes=True)
+    note = next(line for line in text.splitlines() if line.startswith("=== fold"))
+    assert "4 op(s) computed once, now: 2 constant buffer(s)" in note, note  # arange, fill, mul, add
+    final = text.split("=== fusion")[1]
+    assert "arange" not in final and "embedding" in final
+    want = f(x)
+    g = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        got = g(x)
+    assert dg.equal(want, got)
+    x2 = dg.randn(10, 8)
+    assert dg.equal(g(x2), f(x2))  # the folded values do not depend on the argument
+
+
+def test_fold_leaves_random_factories_and_results_alone():
+    def f(x):
+        noise = dg.rand(4)  # random: drawn anew each call
+        ones = dg.ones(4)   # a result: a new tensor each call
+        return x + noise, ones
+
+    x = dg.randn(4)
+    text = dg.jit.graph(f, x, passes=True)
+    note = next(line for line in text.splitlines() if line.startswith("=== fold"))
+    assert "nothing constant" in note
+    g = dg.jit(f, jit_level="O1")
+    outs = [g(x) for _ in range(3)]
+    assert not dg.equal(outs[1][0], outs[2][0]) and outs[1][1] is not outs[2][1]

@@ -664,6 +664,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   if (config.rematerialize) step("versions", &Passes::versions);
   if (config.cse) step("cse", &Passes::cse);
   if (config.dce) step("dce", &Passes::dce);
+  if (config.fold) step("fold", &Passes::fold);
   if (config.patterns) step("patterns", &Passes::patterns);
   if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);

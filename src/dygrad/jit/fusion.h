@@ -16,6 +16,7 @@ namespace dg::jit {
 struct PassConfig {
   bool dce = true;     // dead-code elimination: ops whose results nothing reads
   bool cse = true;     // common subexpressions: a second op of the same op, attributes and input values
+  bool fold = true;    // constant folding: factories and elementwise ops on them computed once, when optimized
   bool fusion = true;  // consecutive elementwise sub-ops of one shape and dtype as one `jit_fused` sub-op
   // Composed code matched into the fused ops that exist (attention): within float rounding, not eager's bits, so
   // dygrad.jit turns it off under deterministic mode.
@@ -27,7 +28,7 @@ struct PassConfig {
 
 // The graph after each pass (dygrad.jit.graph(fn, ..., passes=True)).
 struct PassLog {
-  std::string pass;                // "captured", "cse", "dce", "patterns", "rematerialize", "fusion"
+  std::string pass;                // "captured", "versions", "cse", "dce", "fold", "patterns", "rematerialize", "fusion"
   std::vector<std::string> lines;  // the graph's description after it
   std::string note;                // what it did ("removed 2 ops", "3 groups, 9 ops, 2 buffers eliminated")
 };

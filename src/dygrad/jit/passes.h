@@ -1,5 +1,5 @@
 // dygrad.jit's O1 passes (docs/jit-fusion.md), as Graph's friend: jit/fusion.cpp (CSE, DCE, elementwise fusion,
-// the pass pipeline), jit/patterns.cpp (composed code matched into the fused ops that exist) and jit/remat.cpp
+// the pass pipeline), jit/fold.cpp (constant folding), jit/patterns.cpp (composed code matched into the fused ops that exist) and jit/remat.cpp
 // (elementwise results computed again where they are read late instead of held).
 #pragma once
 #include <string>
@@ -18,6 +18,7 @@ struct Passes {
   static std::string dce(Graph& g);
   static std::string cse(Graph& g);
   static std::string versions(Graph& g);
+  static std::string fold(Graph& g);
   static std::string patterns(Graph& g);
   static std::string rematerialize(Graph& g);
   static std::string fuse(Graph& g);
