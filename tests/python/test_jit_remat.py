@@ -201,3 +201,46 @@ def test_fold_leaves_random_factories_and_results_alone():
     g = dg.jit(f, jit_level="O1")
     outs = [g(x) for _ in range(3)]
     assert not dg.equal(outs[1][0], outs[2][0]) and outs[1][1] is not outs[2][1]
+
+
+# --- cat lowered into copies ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("interpreted", [False, True], ids=["generated", "interpreted"])
+@pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["float32", "float64"])
+def test_a_composed_rotary_embedding_writes_its_halves_interleaved_in_one_pass(dtype, interpreted, jit_config):
+    # stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1): the cat becomes two copies into its output's slices
+    # (strides 2, offsets 0 and 1: disjoint), which the run computing the halves absorbs.
+    jit_config.codegen = not interpreted
+    x = dg.randn(2, 3, 37, 16, dtype=dtype)
+    cos, sin = dg.randn(37, 8, dtype=dtype), dg.randn(37, 8, dtype=dtype)
+
+    def rope(x):
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return dg.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+    text = dg.jit.graph(rope, x, passes=True)
+    final = text.split("=== fusion")[1]
+    header, *lines = final.splitlines()
+    assert "1 cat(s) as copies into their slices" in header
+    assert len(lines) == 1 and lines[0].split("(")[0].endswith("+copy+copy]")  # one fused pass, no cat
+    g = dg.jit(rope, jit_level="O1")
+    for _ in range(3):
+        got = g(x)
+    assert dg.equal(got, rope(x)) and g.stats["fused_kernels"] == 1
+
+
+def test_a_cat_whose_pieces_overlap_a_read_stays_apart():
+    # The run reads y (the cat's output) through a slice that overlaps both pieces: a store could change what it
+    # reads, so the copies do not join a run that reads it.
+    a, b = dg.randn(8, 4), dg.randn(8, 4)
+
+    def f(a, b):
+        y = dg.cat((a * 2, b * 3), 0)   # [16, 4]
+        return y[4:12] + 1              # overlaps both halves
+
+    text = dg.jit.graph(f, a, b, passes=True)
+    g = dg.jit(f, jit_level="O1")
+    for _ in range(4):  # new values each call: a stale arena would not pass for the right one
+        a, b = dg.randn(8, 4), dg.randn(8, 4)
+        assert dg.equal(g(a, b), f(a, b))
+    assert "cat(s) as copies" in text

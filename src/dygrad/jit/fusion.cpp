@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -159,6 +160,35 @@ struct SlotKey {
     return buffer == o.buffer && offset == o.offset && std::ranges::equal(strides, o.strides);
   }
 };
+
+// Whether the slots of `set` (keys over `shape`) never reach a common element: then a store through one changes
+// nothing another reads (the lowered `cat`'s interleaved pieces: strides 2, offsets 0 and 1). Two slots of the same
+// strides whose offsets differ by a multiple of none of their steps' common divisor are disjoint; so are two whose
+// element ranges do not meet.
+bool disjoint_keys(const std::set<int32_t>& set, const std::vector<SlotKey>& keys, const Dims& shape) {
+  auto range = [&](const SlotKey& k) {
+    int64_t lo = k.offset, hi = k.offset;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const int64_t span = (shape[d] - 1) * k.strides[d];
+      (span < 0 ? lo : hi) += span;
+    }
+    return std::pair<int64_t, int64_t>{lo, hi};
+  };
+  for (auto a = set.begin(); a != set.end(); ++a)
+    for (auto b = std::next(a); b != set.end(); ++b) {
+      const SlotKey &x = keys[size_t(*a)], &y = keys[size_t(*b)];
+      const auto [xl, xh] = range(x);
+      const auto [yl, yh] = range(y);
+      if (xh < yl || yh < xl) continue;
+      if (!std::ranges::equal(x.strides, y.strides)) return false;
+      int64_t step = 0;
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] > 1) step = std::gcd(step, std::abs(x.strides[d]));
+      const int64_t delta = std::abs(x.offset - y.offset);
+      if (step == 0 || delta % step == 0) return false;
+    }
+  return true;
+}
 
 std::string op_source(const GraphOp& op) {
   std::string s = op.op->name;
@@ -373,6 +403,7 @@ std::string Passes::cse(Graph& g) {
 // of the run's shape that follow, reading the row values broadcast along the row, as the next pass.
 std::string Passes::fuse(Graph& g) {
   if (!g.device_.is_cpu() || !op_jit_fused.kernel(Device::Type::CPU)) return "no fusion on this device";
+  const size_t cats = lower_cats(g);
   // Per buffer, the ops that use it (any operand).
   std::vector<std::vector<int32_t>> users(g.buffers_.size());
   for (size_t i = 0; i < g.ops_.size(); ++i)
@@ -482,7 +513,7 @@ std::string Passes::fuse(Graph& g) {
       buffer_keys[ob].insert(ok_key);
       written_key[ob] = ok_key;
       for (const auto& [b, k] : written_key)
-        if (buffer_keys[b].size() != 1) ok = false;
+        if (buffer_keys[b].size() != 1 && !disjoint_keys(buffer_keys[b], keys, shape)) ok = false;
       if (keys.size() > kMaxGroupSlots) ok = false;
       if (!ok) {
         keys.resize(keys_before);
@@ -650,9 +681,10 @@ std::string Passes::fuse(Graph& g) {
     i = end;
   }
   g.ops_ = std::move(next);
-  if (!groups) return "nothing to fuse";
+  const std::string lowered = cats ? ", " + std::to_string(cats) + " cat(s) as copies into their slices" : "";
+  if (!groups) return "nothing to fuse" + lowered;
   return std::to_string(groups) + " group(s) of " + std::to_string(fused_ops) + " ops, " +
-         std::to_string(eliminated) + " intermediate buffer(s) eliminated";
+         std::to_string(eliminated) + " intermediate buffer(s) eliminated" + lowered;
 }
 
 void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) {

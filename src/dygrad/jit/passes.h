@@ -22,6 +22,7 @@ struct Passes {
   static std::string patterns(Graph& g);
   static std::string rematerialize(Graph& g);
   static std::string fuse(Graph& g);
+  static size_t lower_cats(Graph& g);  // jit/lower.cpp: `cat` into copies into its output's slices (fuse runs it)
   static void lifetimes(Graph& g);
 };
 
