@@ -627,6 +627,8 @@ class _Compiled:
         entry.spec, entry.identity, entry.describe = proto.spec, proto.identity, proto.describe
         entry.instance = (family, point)
         self._entries[key] = entry
+        if fb is None:  # O1: the instance at these sizes after the passes, its kernels compiled in the background
+            self._optimize(entry)
         family.instances[point] = key
         while len(family.instances) > MAX_INSTANCES:
             self._drop_instance(family, next(iter(family.instances)))
@@ -769,8 +771,7 @@ class _Compiled:
                 _emit("graph_breaks", f"{self._name}: " + "; ".join(self._reasons(entry)))
                 return out
             entry.graph = graph
-            if not guards.point:
-                self._optimize(entry)
+            self._optimize(entry)  # a sample of a symbolic graph joins below with the captured graph itself
             fixed = set(graph.fixed_addresses())
             entry.identity = [(where, _C._storage_address(g)) for (where, _), g in zip(targets, grads_before)
                               if g is not None and _C._storage_address(g) in fixed]
@@ -836,7 +837,9 @@ class _Compiled:
 
     def _optimize(self, entry):
         """O1: the captured graph after the passes; where it has fused kernels still compiling, the captured graph
-        replays until they are loaded (docs/jit-fusion.md). Symbolic graphs (dynamic dims) replay O0."""
+        replays until they are loaded (docs/jit-fusion.md). With dynamic dims each size's graph (a capture, or an
+        instance of the symbolic graph) is optimized: one compile per size, in the background. A compiled forward
+        whose backward runs outside replays O0 at dynamic sizes."""
         if self._level == "O0":
             return
         entry.graph, entry.pending = _jit_fusion.optimize(entry.graph, self._name)
