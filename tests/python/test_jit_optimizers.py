@@ -1,4 +1,4 @@
-"""Optimizer steps written as per-parameter loops, jitted at O1 (docs/jit-fusion.md): torch 2.13's own single-tensor
+"""Per-parameter update loops, jitted at O1 (docs/jit-fusion.md): torch 2.13's own single-tensor
 Adam (lerp_ for the first moment) and Lion (sign_), each parameter's update one fused pass, bitwise eager (sign and
 lerp with a scalar weight are fusible: the generated code and the interpreter call eager's functors)."""
 import pytest
