@@ -10,6 +10,7 @@
 #include "dygrad/ops/timing.h"
 #include "dygrad/ops/dispatch.h"
 #include "dygrad/runtime/cpu_isa.h"
+#include "dygrad/runtime/device_plugins.h"
 
 namespace dg::py {
 namespace {
@@ -368,6 +369,30 @@ void init_runtime(nb::module_& m) {
     Device d = parse_device_or_raise("device_count", type);
     return device_count(d.type);
   });
+  m.def("_cuda_status", [] {
+    nb::dict out;
+    out["plugin"] = cuda_plugin_status();  // "loaded", "not built", or why it could not be loaded
+    out["built"] = backend_built(Device::Type::CUDA);
+    out["available"] = available_device_count(Device::Type::CUDA);  // the machine's GPUs (asks the driver once)
+    out["up"] = device_count(Device::Type::CUDA);                  // those brought up (on first use)
+    out["unavailable"] = backend_info(Device::Type::CUDA, "unavailable");
+    nb::list names;  // of the GPUs that are up (cudaDeviceProp::name)
+    for (int i = 0; i < device_count(Device::Type::CUDA); ++i)
+      names.append(backend_info(Device::Type::CUDA, ("name" + std::to_string(i)).c_str()));
+    out["names"] = names;
+    return out;
+  }, "The CUDA backend: whether its plugin loaded, how many GPUs the driver reports and are up, and why none.");
+  m.def("_device_event", [](const std::string& device) {
+    return Stream::of(parse_device_or_raise("Event.record", device)).enqueued();
+  }, "The last Task enqueued on the device's stream (an event: it has run when the stream has completed it).");
+  m.def("_device_event_done", [](const std::string& device, uint64_t seq) {
+    return Stream::of(parse_device_or_raise("Event.query", device)).completed() >= seq;
+  });
+  m.def("_device_event_wait", [](const std::string& device, uint64_t seq) {
+    Stream& s = Stream::of(parse_device_or_raise("Event.synchronize", device));
+    nb::gil_scoped_release release;
+    s.wait_for(seq);
+  }, "Waits until Task `seq` of the device's stream has run; raises a deferred error of the Tasks it waited for.");
   m.def("_device_synchronize", [](const std::string& device) {
     Device d = parse_device_or_raise("synchronize", device);
     nb::gil_scoped_release release;

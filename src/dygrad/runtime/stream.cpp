@@ -67,12 +67,12 @@ Stream& Stream::of(Device device) {
   return *s;
 }
 
-Stream& Stream::create(Device device, CachingAllocator& allocator) {
+Stream& Stream::create(Device device, CachingAllocator& allocator, DeviceCompletion* completion) {
   DG_CHECK(device.type != Device::Type::CPU && device_index_valid(device), Runtime, "[stream] cannot create a stream "
            "for ", device.str());
   cpu();  // the CPU's stream sets the storage hooks and the fork handlers first
   if (Stream* s = by_id(stream_id(device))) return *s;
-  return *new Stream(device, allocator);
+  return *new Stream(device, allocator, completion);
 }
 
 void Stream::synchronize_all() {
@@ -99,10 +99,11 @@ void Stream::set_paused(bool paused) {
   paused_.notify_all();
 }
 
-Stream::Stream(Device device, CachingAllocator& allocator)
+Stream::Stream(Device device, CachingAllocator& allocator, DeviceCompletion* completion)
     : slots_(kCapacity), alloc_marks_(kCapacity, 0), estimate_marks_(kCapacity, 0), task_units_(kCapacity, 0.0f),
       run_ahead_limit_ns_(run_ahead::kDefaultLimitNs), device_(device), id_(stream_id(device)), allocator_(allocator),
-      ring_arenas_(new unsigned char[kCapacity * sizeof(ScratchArena) + alignof(ScratchArena)]) {
+      ring_arenas_(new unsigned char[kCapacity * sizeof(ScratchArena) + alignof(ScratchArena)]),
+      completion_(completion), launch_ns_(completion ? kCapacity : 0, 0) {
   ThreadPool::instance();  // the pool exists before the worker uses it
   streams_[id_].store(this, std::memory_order_release);
   if (id_ == 0) {
@@ -124,8 +125,10 @@ void Stream::start_worker() {
   worker_ = std::thread([this] {
     if (id_ != 0) Storage::set_thread_runs_device_kernels(true);  // the device's launcher
     Storage::set_thread_stream(id_);
-    worker_loop();
+    if (completion_) launcher_loop();
+    else worker_loop();
   });
+  if (completion_) completer_ = std::thread([this] { completer_loop(); });
 }
 
 // --- exit and fork (docs/stream.md, "Exit and fork") ------------------------------------------------------
@@ -143,6 +146,7 @@ void Stream::shutdown() {
   work_signal_.fetch_add(1, std::memory_order_seq_cst);
   work_signal_.notify_all();
   if (worker_.joinable()) worker_.join();
+  stop_completer();
 }
 
 void Stream::before_fork() {
@@ -187,6 +191,8 @@ void Stream::forget_parent_threads() {
   // counters stay: the ring was drained at the fork, so published_ == completed_.
   new std::thread(std::move(worker_));
   worker_ = std::thread();
+  if (completer_.joinable()) new std::thread(std::move(completer_));
+  completer_ = std::thread();
   new (&producer_mutex_) std::mutex();
   new (&failure_mutex_) std::mutex();
   new (&waiter_mutex_) std::mutex();
@@ -215,6 +221,7 @@ Stream::~Stream() {
   work_signal_.fetch_add(1, std::memory_order_seq_cst);
   work_signal_.notify_all();
   worker_.join();
+  stop_completer();
 }
 
 void Stream::release_on_host(std::vector<Tensor>&& tensors) {

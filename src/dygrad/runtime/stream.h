@@ -36,6 +36,32 @@ struct StreamObserver {
 
 class CachingAllocator;
 
+// A data error a device's kernel found (an index out of range): it cannot throw, so it writes the device's error word,
+// which the stream reads when the Task's device work has run (docs/stream.md, "Device completion").
+struct DeviceFault {
+  uint64_t seq = 0;  // the Task whose kernel wrote the word first
+  ErrorKind kind = ErrorKind::Index;
+  std::string message;  // what went wrong; the stream adds "[op] " and the call site
+};
+
+// A device whose kernels run after their launch returns (CUDA). Its stream's worker, the launcher, launches each
+// Task's kernel and tells this; a second thread, the completer, waits here for each Task's device work in order and
+// only then counts the Task completed, so `completed()`, events, stream-ordered reuse and the host's waits follow the
+// device, not the launches (docs/stream.md, "Device completion"). The CPU and the test device have none: a Task has
+// run when its kernel returns.
+class DeviceCompletion {
+ public:
+  virtual ~DeviceCompletion() = default;
+  // The launcher, after Task `task`'s kernel returned (its work queued on the device): marks where it ends.
+  virtual void launched(const Task& task) = 0;
+  // The completer: blocks until the device work of Task `seq` (launched) has run; true when the device's error word is
+  // set then, with the fault it holds (the first since the word was last cleared; its Task is at most `seq`).
+  virtual bool wait_completed(uint64_t seq, DeviceFault& fault) = 0;
+  // The launcher, before its next launch after a fault was seen: clears the word in stream order. Kernels launched
+  // while it was set did nothing (they check it first); those launched from here on run again.
+  virtual void clear_fault() = 0;
+};
+
 class Stream {
  public:
   static Stream& cpu();
@@ -44,7 +70,9 @@ class Stream {
   // By number (core/device.h, stream_id); null when that device has no stream.
   static Stream* by_id(int id) { return streams_[id].load(std::memory_order_acquire); }
   // A backend makes its device's stream once, with the allocator its Tasks' scratch comes from. Never destroyed.
-  static Stream& create(Device device, CachingAllocator& allocator);
+  // `completion`: the device's (CUDA's), which lives for the process; null for a device whose kernels have run when
+  // they return.
+  static Stream& create(Device device, CachingAllocator& allocator, DeviceCompletion* completion = nullptr);
   // Events (core/device.h): whether Task event_seq(e) of stream event_stream(e) has run; a wait for it (raises
   // nothing).
   static bool event_done(uint64_t event) {
@@ -144,7 +172,7 @@ class Stream {
     std::string message;  // "[op] what went wrong (issued at file:line)"
     uint64_t raised_after = UINT64_MAX;  // Tasks enqueued when it was raised at a sync point (none: not yet)
   };
-  Stream(Device device, CachingAllocator& allocator);
+  Stream(Device device, CachingAllocator& allocator, DeviceCompletion* completion = nullptr);
   static std::atomic<Stream*> streams_[kMaxStreams];
   // Cross-stream ordering at enqueue (only once a second device exists): the event this Task waits for, and for
   // operands of another device, the use noted on their storage.
@@ -160,6 +188,14 @@ class Stream {
                           std::span<const Tensor> outputs, const Attrs& attrs, const CallSite& site, uint64_t wait);
   ScratchArena* ring_arena(uint64_t slot);  // the ring slot's scratch arena
   void worker_loop();
+  // A device with a DeviceCompletion (runtime/stream_device.cpp): the launcher runs each Task's kernel (a launch) in
+  // order; the completer counts it completed when its device work has run, raising the device's faults as failures.
+  void launcher_loop();
+  void completer_loop();
+  // A Task launched while the device's error word was set did nothing: its outputs as run_task leaves those of a Task
+  // whose input is poisoned (kept when they existed before the failure, else poisoned with it).
+  void skipped_after_fault(Task& task, uint64_t failed_seq);
+  void stop_completer();
   bool run_task(Task& task);  // true when the kernel failed
   bool run_kernel(Task& task);  // the observer's begin and end around the kernel; errors recorded
   // fork(): the parent drains and holds the producer mutex across the fork; the child, which has no worker
@@ -247,6 +283,16 @@ class Stream {
   std::atomic<bool> has_pending_error_{false};
   Failure pending_error_{};                // the first failure not yet raised
   std::thread worker_;
+  // A device with a DeviceCompletion (docs/stream.md, "Device completion"): launched_ counts the Tasks launched;
+  // launch_ns_ is each slot's launch time (the completer's run-time estimate); the launcher clears the error word
+  // before Task cleared_before_ when the completer asks.
+  DeviceCompletion* const completion_;
+  std::thread completer_;
+  alignas(64) std::atomic<uint64_t> launched_{0};
+  std::atomic<uint32_t> launch_signal_{0};
+  std::vector<int64_t> launch_ns_;
+  std::atomic<bool> clear_fault_requested_{false};
+  std::atomic<uint64_t> cleared_before_{UINT64_MAX};
 };
 
 // How the host reads a device's tensor (Tensor::to_vector, item): a copy to the CPU, registered by ops/device.cpp.
