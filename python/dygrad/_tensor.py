@@ -93,7 +93,10 @@ def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, lay
 
 
 def _cuda(self, device=None, non_blocking=False, memory_format=None):
-    raise RuntimeError("[cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() is False)")
+    from . import cuda
+    if not cuda._built():
+        raise RuntimeError("[cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() is False)")
+    return self.to(cuda._device(device), non_blocking=non_blocking)
 
 
 def _register_post_accumulate_grad_hook(self, hook):

@@ -33,7 +33,8 @@ def test_buffer_registers_persistent_or_not_as_torch():
 
 
 def test_module_cuda_raises_without_cuda():
-    with pytest.raises(RuntimeError, match="built without the cuda backend"):
+    # Without the CUDA plugin: "built without the cuda backend"; with it and no GPU: cuda:0 is not available (why).
+    with pytest.raises(RuntimeError, match="built without the cuda backend|cuda:0 is not available"):
         dg.nn.Linear(2, 2).cuda()
 
 

@@ -540,7 +540,7 @@ def test_to_device_dtype_other_and_flags_match_torch():
     assert dg.ones(1).type("torch.DoubleTensor").dtype == dg.float64
     with pytest.raises(RuntimeError, match=r"\[to\] device cuda:0 is not available"):
         dg.ones(1).to("cuda")
-    with pytest.raises(RuntimeError, match="built without the cuda backend"):
+    with pytest.raises(RuntimeError, match="built without the cuda backend|cuda:0 is not available"):
         dg.ones(1).cuda()
 
 

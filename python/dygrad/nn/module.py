@@ -476,9 +476,12 @@ class Module:
         return self.to("cpu")
 
     def cuda(self, device=None):
-        """As Tensor.cuda: dygrad has no CUDA backend yet, so this raises (torch without CUDA raises too)."""
-        raise RuntimeError("[Module.cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() is "
-                           "False)")
+        """Moves every parameter and buffer to the GPU, as Tensor.cuda (raises, as torch does, without one)."""
+        from .. import cuda
+        if not cuda._built():
+            raise RuntimeError("[Module.cuda] dygrad was built without the cuda backend (dygrad.cuda.is_available() "
+                               "is False)")
+        return self.to(cuda._device(device))
 
     def type(self, dst_type):
         """Casts every parameter and buffer to dst_type (torch's Module.type: integer ones too)."""
