@@ -3,6 +3,7 @@ and each entry's op, run on every built backend and supported dtype, matches tor
 inputs, on contiguous and non-contiguous operands, with float64 finite-difference gradients, gradcheck and
 gradgradcheck (the double backward, also against torch's), bitwise the same on 1 and 2 threads, and on the test device
 bitwise the CPU's. DYGRAD_SWEEP=full (make sweep) runs every case, layout and dtype."""
+import os
 import numpy as np
 import pytest
 import torch
@@ -547,7 +548,12 @@ ON_DEVICE = [e for e in ENTRIES if e.check in ("reference", "random")]
 
 @pytest.fixture(scope="module")
 def test_device():
-    """The asynchronous test device: the CPU's kernels on a stream and memory of its own (dygrad.testing)."""
+    """The asynchronous test device: the CPU's kernels on a stream and memory of its own (dygrad.testing). With
+    DYGRAD_SWEEP_DEVICE=cuda:0 the same cases run on a GPU against the CPU (bench/gpu_check.sh's sweep phase)."""
+    wanted = os.environ.get("DYGRAD_SWEEP_DEVICE")
+    if wanted:
+        assert wanted.startswith("cuda") and dg.cuda.is_available(), f"DYGRAD_SWEEP_DEVICE={wanted}: no such device"
+        return wanted
     assert dg.testing.enable_test_device(2) >= 2
     return "test:0"
 

@@ -1,0 +1,55 @@
+// The CUDA elementwise kernels' launch interface (elementwise.cu), in plain types so that the kernels' translation
+// unit includes no runtime header: the host side (elementwise_ops.cpp) turns a Task into these calls.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dygrad/backend/cuda/fault.h"
+#include "dygrad/backend/cuda/offset_calc.h"
+
+namespace dg::cuda {
+
+// The dtypes the elementwise kernels take (storage types; bfloat16 and float16 compute in float, as on the CPU).
+enum class ElemType : int32_t { Float32, Float64, BFloat16, Float16, Int64, Int32, Int16, Int8, UInt8, Bool };
+
+// One output element from one input (and a scalar s, in the compute type's double or integer form).
+enum class UnaryOp : int32_t {
+  Copy,  // a cast: out = convert(in)
+  Neg, Abs, Exp, Log, Expm1, Log1p, Sqrt, Rsqrt, Reciprocal, Sigmoid, Silu, Tanh, Relu, GeluErf, GeluTanh, Sin, Cos,
+  Floor, Ceil, Trunc, Sign,
+  AddScalar, MulScalar, DivScalar, RsubScalar, RdivScalar, PowScalar,
+  EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar,  // out: bool
+  IsNan, IsInf, IsFinite,                                      // out: bool
+};
+// One output element from two inputs of one dtype (alpha: add's multiplier).
+enum class BinaryOp : int32_t {
+  Add, Mul, Div, Maximum, Minimum, Pow,
+  SigmoidBackward, TanhBackward, SiluBackward, ReluBackward, GeluErfBackward, GeluTanhBackward,
+  Eq, Ne, Lt, Le, Gt, Ge,  // out: bool
+};
+
+struct ScalarArg {
+  double f = 0;   // for a floating compute type
+  int64_t i = 0;  // for an integer or bool one
+};
+
+struct LaunchArgs {
+  cudaStream_t stream;
+  FaultContext fault;
+};
+
+// out[n] = op(in[n]) over the calculator's offsets (operand 0 the output): out_type is in_type, bool for the
+// predicates (EqScalar and after), any type for Copy.
+void launch_unary(UnaryOp op, ElemType out_type, ElemType in_type, const OffsetCalculator<2>& calc, int64_t n,
+                  void* out, const void* in, ScalarArg s, const LaunchArgs& args);
+void launch_fill(ElemType type, const OffsetCalculator<1>& calc, int64_t n, void* out, ScalarArg s,
+                 const LaunchArgs& args);
+// out[n] = op(a[n], b[n]); a and b of in_type; out of in_type, bool for the comparisons (Eq and after).
+void launch_binary(BinaryOp op, ElemType out_type, ElemType in_type, const OffsetCalculator<3>& calc, int64_t n,
+                   void* out, const void* a, const void* b, ScalarArg alpha, const LaunchArgs& args);
+// out[n] = cond[n] ? a[n] : b[n]; cond bool, a, b and out of `type`.
+void launch_where(ElemType type, const OffsetCalculator<4>& calc, int64_t n, void* out, const void* cond,
+                  const void* a, const void* b, const LaunchArgs& args);
+
+}  // namespace dg::cuda

@@ -1,0 +1,190 @@
+// The CUDA backend's elementwise ops: each Task becomes one launch of elementwise.cu's kernels, with the operands'
+// strides in an offset calculator (offset_calc.h) and the op's attributes as a scalar. The operands' dtypes are
+// the CPU kernels' (the op layer has cast them); a dtype the kernels do not take raises naming the op and dtype.
+// Compiles for sm_90; not yet run on a GPU.
+#include <type_traits>
+
+#include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elementwise.h"
+#include "dygrad/core/error.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
+
+namespace dg::cuda {
+namespace {
+
+ElemType elem_type(const Task& task, DType d) {
+  switch (d) {
+    case DType::Float32: return ElemType::Float32;
+    case DType::Float64: return ElemType::Float64;
+    case DType::BFloat16: return ElemType::BFloat16;
+    case DType::Float16: return ElemType::Float16;
+    case DType::Int64: return ElemType::Int64;
+    case DType::Int32: return ElemType::Int32;
+    case DType::Int16: return ElemType::Int16;
+    case DType::Int8: return ElemType::Int8;
+    case DType::UInt8: return ElemType::UInt8;
+    case DType::Bool: return ElemType::Bool;
+    default:
+      fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(d));
+  }
+}
+
+bool is_floating_elem(ElemType t) {
+  return t == ElemType::Float32 || t == ElemType::Float64 || t == ElemType::BFloat16 || t == ElemType::Float16;
+}
+
+// The calculator over the output's shape for operands (output first); raises naming the op past kMaxOffsetDims.
+template <int N>
+OffsetCalculator<N> calculator(const Task& task, const Tensor* const (&operands)[N]) {
+  OperandLayout layouts[N];
+  for (int k = 0; k < N; ++k) layouts[k] = {operands[k]->shape(), operands[k]->strides()};
+  OffsetCalculator<N> calc;
+  DG_CHECK(make_offset_calculator<N>(task.outputs[0].shape(), layouts, calc), NotImplemented, "[", task.op->name,
+           "] the CUDA kernels take at most ", kMaxOffsetDims, " dims after merging, got shape ",
+           task.outputs[0].shape());
+  return calc;
+}
+
+ScalarArg scalar_arg(const Scalar& s) { return {s.to<double>(), s.to<int64_t>()}; }
+
+LaunchArgs launch_args(const Task& task) {
+  const LaunchContext ctx = launch_context(task);
+  return {ctx.stream, ctx.fault};
+}
+
+// out = op(in, scalar): floating-only ops refuse integer and bool inputs (the op layer sends floats).
+void run_unary(Task& task, UnaryOp op, bool floating_only, ScalarArg s = {}) {
+  const Tensor& out = task.outputs[0];
+  const Tensor& in = task.inputs[0];
+  const ElemType in_type = elem_type(task, in.dtype()), out_type = elem_type(task, out.dtype());
+  if (floating_only && !is_floating_elem(in_type))
+    fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(in.dtype()));
+  const Tensor* const operands[2] = {&out, &in};
+  const LaunchArgs args = launch_args(task);
+  launch_unary(op, out_type, in_type, calculator<2>(task, operands), out.numel(), out.raw_data(), in.raw_data(), s,
+               args);
+  check_launch(task);
+}
+
+void run_binary(Task& task, BinaryOp op, bool floating_only, ScalarArg alpha = {1.0, 1}) {
+  const Tensor& out = task.outputs[0];
+  const Tensor& a = task.inputs[0];
+  const Tensor& b = task.inputs[1];
+  const ElemType in_type = elem_type(task, a.dtype()), out_type = elem_type(task, out.dtype());
+  DG_CHECK(a.dtype() == b.dtype(), Type, "[", task.op->name, "] the CUDA kernel takes operands of one dtype, got ",
+           dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
+  if (floating_only && !is_floating_elem(in_type))
+    fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(a.dtype()));
+  const Tensor* const operands[3] = {&out, &a, &b};
+  const LaunchArgs args = launch_args(task);
+  launch_binary(op, out_type, in_type, calculator<3>(task, operands), out.numel(), out.raw_data(), a.raw_data(),
+                b.raw_data(), alpha, args);
+  check_launch(task);
+}
+
+ScalarArg scalar_attr(const Task& task) { return scalar_arg(task.attrs.get<ScalarAttrs>().value); }
+
+template <UnaryOp kOp, bool kFloatingOnly>
+void unary_kernel(Task& task) { run_unary(task, kOp, kFloatingOnly); }
+template <UnaryOp kOp, bool kFloatingOnly>
+void unary_scalar_kernel(Task& task) { run_unary(task, kOp, kFloatingOnly, scalar_attr(task)); }
+template <BinaryOp kOp, bool kFloatingOnly>
+void binary_kernel(Task& task) { run_binary(task, kOp, kFloatingOnly); }
+
+void add_kernel(Task& task) { run_binary(task, BinaryOp::Add, false, scalar_arg(task.attrs.get<AddAttrs>().alpha)); }
+void gelu_kernel(Task& task) {
+  run_unary(task, task.attrs.get<GeluAttrs>().tanh_approximation ? UnaryOp::GeluTanh : UnaryOp::GeluErf, true);
+}
+void gelu_backward_kernel(Task& task) {
+  run_binary(task, task.attrs.get<GeluAttrs>().tanh_approximation ? BinaryOp::GeluTanhBackward
+                                                                   : BinaryOp::GeluErfBackward, true);
+}
+
+// out = cast(src), src broadcast to out's shape (any of the kernels' dtypes on either side).
+void copy_kernel(Task& task) { run_unary(task, UnaryOp::Copy, false); }
+
+void fill_kernel(Task& task) {
+  const Tensor& out = task.outputs[0];
+  const Tensor* const operands[1] = {&out};
+  const LaunchArgs args = launch_args(task);
+  launch_fill(elem_type(task, out.dtype()), calculator<1>(task, operands), out.numel(), out.raw_data(),
+              scalar_attr(task), args);
+  check_launch(task);
+}
+
+// inputs (cond bool, a, b): out = cond ? a : b
+void where_kernel(Task& task) {
+  const Tensor& out = task.outputs[0];
+  const Tensor* const operands[4] = {&out, &task.inputs[0], &task.inputs[1], &task.inputs[2]};
+  DG_CHECK(task.inputs[0].dtype() == DType::Bool, Type, "[where] the condition must be bool, got ",
+           dtype_name(task.inputs[0].dtype()));
+  const LaunchArgs args = launch_args(task);
+  launch_where(elem_type(task, out.dtype()), calculator<4>(task, operands), out.numel(), out.raw_data(),
+               task.inputs[0].raw_data(), task.inputs[1].raw_data(), task.inputs[2].raw_data(), args);
+  check_launch(task);
+}
+
+}  // namespace
+
+// Arithmetic, casts and fills (backend/cpu/arithmetic.cpp's ops).
+DG_REGISTER_KERNEL(add, Device::Type::CUDA, add_kernel);
+DG_REGISTER_KERNEL(mul, Device::Type::CUDA, (binary_kernel<BinaryOp::Mul, false>));
+DG_REGISTER_KERNEL(div, Device::Type::CUDA, (binary_kernel<BinaryOp::Div, false>));
+DG_REGISTER_KERNEL(add_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::AddScalar, false>));
+DG_REGISTER_KERNEL(mul_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::MulScalar, false>));
+DG_REGISTER_KERNEL(div_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::DivScalar, true>));
+DG_REGISTER_KERNEL(rsub_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::RsubScalar, false>));
+DG_REGISTER_KERNEL(rdiv_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::RdivScalar, true>));
+DG_REGISTER_KERNEL(neg, Device::Type::CUDA, (unary_kernel<UnaryOp::Neg, false>));
+DG_REGISTER_KERNEL(copy, Device::Type::CUDA, copy_kernel);
+DG_REGISTER_KERNEL(fill, Device::Type::CUDA, fill_kernel);
+// Unary math (backend/cpu/unary.cpp's).
+DG_REGISTER_KERNEL(exp, Device::Type::CUDA, (unary_kernel<UnaryOp::Exp, true>));
+DG_REGISTER_KERNEL(log, Device::Type::CUDA, (unary_kernel<UnaryOp::Log, true>));
+DG_REGISTER_KERNEL(expm1, Device::Type::CUDA, (unary_kernel<UnaryOp::Expm1, true>));
+DG_REGISTER_KERNEL(log1p, Device::Type::CUDA, (unary_kernel<UnaryOp::Log1p, true>));
+DG_REGISTER_KERNEL(sqrt, Device::Type::CUDA, (unary_kernel<UnaryOp::Sqrt, true>));
+DG_REGISTER_KERNEL(rsqrt, Device::Type::CUDA, (unary_kernel<UnaryOp::Rsqrt, true>));
+DG_REGISTER_KERNEL(abs, Device::Type::CUDA, (unary_kernel<UnaryOp::Abs, false>));
+DG_REGISTER_KERNEL(floor, Device::Type::CUDA, (unary_kernel<UnaryOp::Floor, false>));
+DG_REGISTER_KERNEL(ceil, Device::Type::CUDA, (unary_kernel<UnaryOp::Ceil, false>));
+DG_REGISTER_KERNEL(trunc, Device::Type::CUDA, (unary_kernel<UnaryOp::Trunc, false>));
+DG_REGISTER_KERNEL(sign, Device::Type::CUDA, (unary_kernel<UnaryOp::Sign, false>));
+DG_REGISTER_KERNEL(reciprocal, Device::Type::CUDA, (unary_kernel<UnaryOp::Reciprocal, true>));
+DG_REGISTER_KERNEL(sin, Device::Type::CUDA, (unary_kernel<UnaryOp::Sin, true>));
+DG_REGISTER_KERNEL(cos, Device::Type::CUDA, (unary_kernel<UnaryOp::Cos, true>));
+DG_REGISTER_KERNEL(tanh, Device::Type::CUDA, (unary_kernel<UnaryOp::Tanh, true>));
+DG_REGISTER_KERNEL(sigmoid, Device::Type::CUDA, (unary_kernel<UnaryOp::Sigmoid, true>));
+DG_REGISTER_KERNEL(silu, Device::Type::CUDA, (unary_kernel<UnaryOp::Silu, true>));
+DG_REGISTER_KERNEL(relu, Device::Type::CUDA, (unary_kernel<UnaryOp::Relu, false>));
+DG_REGISTER_KERNEL(gelu, Device::Type::CUDA, gelu_kernel);
+DG_REGISTER_KERNEL(isnan, Device::Type::CUDA, (unary_kernel<UnaryOp::IsNan, false>));
+DG_REGISTER_KERNEL(isinf, Device::Type::CUDA, (unary_kernel<UnaryOp::IsInf, false>));
+DG_REGISTER_KERNEL(isfinite, Device::Type::CUDA, (unary_kernel<UnaryOp::IsFinite, false>));
+DG_REGISTER_KERNEL(pow_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::PowScalar, true>));
+// Binary math and the fused first-order backward kernels.
+DG_REGISTER_KERNEL(maximum, Device::Type::CUDA, (binary_kernel<BinaryOp::Maximum, false>));
+DG_REGISTER_KERNEL(minimum, Device::Type::CUDA, (binary_kernel<BinaryOp::Minimum, false>));
+DG_REGISTER_KERNEL(pow, Device::Type::CUDA, (binary_kernel<BinaryOp::Pow, true>));
+DG_REGISTER_KERNEL(sigmoid_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::SigmoidBackward, true>));
+DG_REGISTER_KERNEL(tanh_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::TanhBackward, true>));
+DG_REGISTER_KERNEL(silu_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::SiluBackward, true>));
+DG_REGISTER_KERNEL(relu_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::ReluBackward, false>));
+DG_REGISTER_KERNEL(gelu_backward, Device::Type::CUDA, gelu_backward_kernel);
+// Comparisons and selection (backend/cpu/compare.cpp's).
+DG_REGISTER_KERNEL(eq, Device::Type::CUDA, (binary_kernel<BinaryOp::Eq, false>));
+DG_REGISTER_KERNEL(ne, Device::Type::CUDA, (binary_kernel<BinaryOp::Ne, false>));
+DG_REGISTER_KERNEL(lt, Device::Type::CUDA, (binary_kernel<BinaryOp::Lt, false>));
+DG_REGISTER_KERNEL(le, Device::Type::CUDA, (binary_kernel<BinaryOp::Le, false>));
+DG_REGISTER_KERNEL(gt, Device::Type::CUDA, (binary_kernel<BinaryOp::Gt, false>));
+DG_REGISTER_KERNEL(ge, Device::Type::CUDA, (binary_kernel<BinaryOp::Ge, false>));
+DG_REGISTER_KERNEL(eq_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::EqScalar, false>));
+DG_REGISTER_KERNEL(ne_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::NeScalar, false>));
+DG_REGISTER_KERNEL(lt_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::LtScalar, false>));
+DG_REGISTER_KERNEL(le_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::LeScalar, false>));
+DG_REGISTER_KERNEL(gt_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::GtScalar, false>));
+DG_REGISTER_KERNEL(ge_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::GeScalar, false>));
+DG_REGISTER_KERNEL(where, Device::Type::CUDA, where_kernel);
+
+}  // namespace dg::cuda

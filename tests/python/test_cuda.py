@@ -1,0 +1,114 @@
+"""The CUDA backend (docs/cuda.md): what runs on every machine - the plugin's build and loading, the kernel registry's
+CUDA column, dygrad.cuda's answers and errors without a GPU - and, on a machine with one (bench/gpu_check.sh's unit
+phase), the first checks of the device itself."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dygrad as dg
+
+STATUS = dg._C._cuda_status()
+BUILT = STATUS["built"]
+HAS_GPU = BUILT and STATUS["available"] > 0
+needs_plugin = pytest.mark.skipif(not BUILT, reason="this build has no CUDA plugin (no nvcc at build time)")
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no GPU here")
+no_gpu = pytest.mark.skipif(HAS_GPU, reason="a GPU is here")
+
+# The ops that have no CUDA kernel yet, exactly (cuda_kernel_list.py): an op that gains one must leave the list (the
+# test fails until it does), and an op off the list must have one. The list only shrinks; docs/cuda.md counts it.
+from cuda_kernel_list import WITHOUT_CUDA_KERNEL  # noqa: E402
+
+
+def ops_without_cuda_kernel():
+    return sorted(op["name"] for op in dg._C._op_table() if "cuda" not in op["devices"])
+
+
+@needs_plugin
+def test_the_plugin_loads_and_registers_the_backend():
+    assert STATUS["plugin"] == "loaded"
+    assert any("cuda" in op["devices"] for op in dg._C._op_table())
+
+
+def test_the_plugin_is_reported_whether_or_not_it_is_built():
+    assert STATUS["plugin"] in ("loaded", "not built") or STATUS["plugin"].startswith("could not load")
+    assert STATUS["built"] == (STATUS["plugin"] == "loaded")
+
+
+@needs_plugin
+def test_every_op_has_a_cuda_kernel_but_the_listed_ones():
+    missing = ops_without_cuda_kernel()
+    gained = sorted(set(WITHOUT_CUDA_KERNEL) - set(missing))
+    lacking = sorted(set(missing) - set(WITHOUT_CUDA_KERNEL))
+    assert not gained, f"these ops have a CUDA kernel now: remove them from tests/python/cuda_kernel_list.py: {gained}"
+    assert not lacking, f"these ops have no CUDA kernel (every op needs one): {lacking}"
+
+
+@no_gpu
+def test_without_a_gpu_cuda_is_unavailable_and_says_why_as_torch():
+    assert dg.cuda.is_available() is False and dg.cuda.device_count() == 0
+    assert dg.cuda.is_initialized() is False
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        assert getattr(dg.cuda, name)() == 0 == getattr(torch.cuda, name)()
+    dg.cuda.empty_cache()  # a no-op, as torch's
+    if BUILT:
+        # torch built with CUDA on a machine without a driver or GPU: RuntimeError from its lazy initialisation.
+        reason = STATUS["unavailable"]
+        assert reason.startswith("Found no NVIDIA driver") or reason == "No CUDA GPUs are available", reason
+        for call in (dg.cuda.synchronize, dg.cuda.current_stream, dg.cuda.Stream, dg.cuda.Event):
+            with pytest.raises(RuntimeError, match=reason[:20]):
+                call()
+        with pytest.raises(RuntimeError, match=r"\[to\] device cuda:0 is not available.*" + reason[:20]):
+            dg.ones(2).cuda()
+        with pytest.raises(RuntimeError, match=r"\[zeros\] device cuda:0 is not available"):
+            dg.zeros(2, device="cuda")
+        with pytest.raises(RuntimeError, match="cuda:0 is not available"):
+            dg.nn.Linear(2, 2).cuda()
+    else:
+        # torch built without CUDA: AssertionError "Torch not compiled with CUDA enabled", as the peer here raises.
+        for module in (torch, dg):
+            with pytest.raises(AssertionError):
+                module.cuda.synchronize()
+
+
+@needs_plugin
+def test_the_core_library_never_links_the_cuda_runtime():
+    lib = dg._C.__file__.rsplit("/", 1)[0] + "/libdygrad.so"
+    needed = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True).stdout
+    assert "libdygrad.so" in lib and "NEEDED" in needed
+    assert "cuda" not in needed.lower(), needed
+    plugin = lib.replace("libdygrad.so", "libdygrad_cuda.so")
+    plugin_needed = subprocess.run(["readelf", "-d", plugin], capture_output=True, text=True).stdout
+    # The runtime is linked statically: the plugin needs only the driver, which it opens itself.
+    assert "libcudart" not in plugin_needed and "libcuda.so" not in plugin_needed, plugin_needed
+
+
+# --- with a GPU (bench/gpu_check.sh's unit phase) --------------------------------------------------------------------
+@needs_gpu
+def test_a_tensor_goes_to_the_gpu_and_back():
+    x = dg.arange(12, dtype=dg.float32).reshape(3, 4)
+    y = x.cuda()
+    assert y.device == "cuda:0" and y.cpu().tolist() == x.tolist()
+    assert dg.cuda.memory_allocated() > 0
+
+
+@needs_gpu
+def test_elementwise_kernels_match_the_cpu_bitwise():
+    x = dg.randn(64, 33)
+    w = dg.randn(33)
+    for f in (lambda a, b: a + b, lambda a, b: a * b - b, lambda a, b: dg.maximum(a, b), lambda a, b: (a > b).float()):
+        assert f(x.cuda(), w.cuda()).cpu().tolist() == f(x, w).tolist()
+    for f in (dg.exp, dg.tanh, dg.sigmoid, dg.nn.functional.silu):
+        assert f(x.t().cuda()).cpu().tolist() == f(x.t()).tolist()
+
+
+@needs_gpu
+def test_stream_and_events_follow_the_gpu():
+    y = dg.ones(1024, device="cuda") * 2
+    event = dg.cuda.Event()
+    event.record()
+    event.synchronize()
+    assert event.query() and dg.cuda.current_stream().query()
+    dg.cuda.synchronize()
+    assert y.cpu().tolist() == [2.0] * 1024
