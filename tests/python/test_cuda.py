@@ -112,3 +112,18 @@ def test_stream_and_events_follow_the_gpu():
     assert event.query() and dg.cuda.current_stream().query()
     dg.cuda.synchronize()
     assert y.cpu().tolist() == [2.0] * 1024
+
+
+@needs_gpu
+def test_a_bad_index_raises_at_the_next_sync_naming_the_op_and_line_and_the_gpu_stays_usable():
+    table = dg.arange(40, dtype=dg.float32).reshape(10, 4).cuda()
+    out = dg.index_select(table, 0, dg.tensor([1, 12, 3]).cuda())  # returns: the GPU runs it later
+    with pytest.raises(IndexError, match=r"\[index_select\] index 12 is out of bounds for dimension 0 with size 10"
+                                         r".*test_cuda\.py"):
+        dg.cuda.synchronize()
+    with pytest.raises(RuntimeError):
+        out.cpu()  # the failed op's output stays poisoned
+    assert dg.index_select(table, 0, dg.tensor([1, 2]).cuda()).cpu().tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    emb = dg.nn.functional.embedding(dg.tensor([[0, 10]]).cuda(), table)
+    with pytest.raises(IndexError, match=r"\[embedding\] index 10 is out of range for a table of 10 rows"):
+        emb.cpu()

@@ -71,8 +71,8 @@ class CudaDevice final : public DeviceCompletion {
     const unsigned long long faulted = host_fault_->seq;
     if (faulted == 0 || faulted > seq) return false;  // a later Task's fault: read at its own event
     fault.seq = faulted;
-    fault.kind = ErrorKind::Index;
-    fault.message = describe(host_fault_->code, host_fault_->value, host_fault_->bound);
+    fault.kind = host_fault_->code == kFaultGather ? ErrorKind::Runtime : ErrorKind::Index;
+    fault.message = describe(host_fault_->code, host_fault_->value, host_fault_->bound, host_fault_->dim);
     return true;
   }
 
@@ -92,12 +92,16 @@ class CudaDevice final : public DeviceCompletion {
   }
 
  private:
-  // The CPU kernels' wording for the same mistakes (backend/cpu/index.cpp, nll_loss.cpp).
-  static std::string describe(int32_t code, long long value, long long bound) {
+  // The CPU kernels' wording for the same mistakes (backend/cpu/index.cpp, embedding.cpp, nll_loss.cpp).
+  static std::string describe(int32_t code, long long value, long long bound, int32_t dim) {
     switch (code) {
-      case kFaultIndexOutOfRange:
-        return "index " + std::to_string(value) + " is out of bounds for dimension 0 with size " +
-               std::to_string(bound);
+      case kFaultIndexSelect:
+      case kFaultGather:
+        return "index " + std::to_string(value) + " is out of bounds for dimension " + std::to_string(dim) +
+               " with size " + std::to_string(bound);
+      case kFaultEmbedding:
+        return "index " + std::to_string(value) + " is out of range for a table of " + std::to_string(bound) +
+               " rows (expected an index in [0, " + std::to_string(bound - 1) + "])";
       case kFaultTargetOutOfRange:
         return "Target " + std::to_string(value) + " is out of bounds (" + std::to_string(bound) + " classes)";
       default:

@@ -16,16 +16,21 @@ namespace dg::cuda {
 
 // What a fault records, in pinned host memory mapped into the device (cudaHostAllocMapped): the completer reads it
 // when the Task's event has completed, without a copy.
+// The code names the message and the error kind, as the CPU kernel of the same op words them
+// (cuda_device.cpp, describe).
 enum FaultCode : int32_t {
   kFaultNone = 0,
-  kFaultIndexOutOfRange = 1,   // value: the index, bound: the dimension's size
-  kFaultTargetOutOfRange = 2,  // value: the class target, bound: the number of classes
+  kFaultIndexSelect = 1,     // index_select: IndexError; value: the index, bound: the dim's size, dim
+  kFaultGather = 2,          // gather: RuntimeError; the same fields
+  kFaultEmbedding = 3,       // embedding: IndexError; value: the index, bound: the table's rows
+  kFaultTargetOutOfRange = 4,  // value: the class target, bound: the number of classes
 };
 struct HostFault {
   volatile unsigned long long seq;  // the Task that faulted (0: none); written last
   volatile long long value;
   volatile long long bound;
   volatile int32_t code;
+  volatile int32_t dim;
 };
 
 // What each kernel receives: the stream's word in device memory (0, or the faulting Task's sequence number: sticky
@@ -41,11 +46,13 @@ struct FaultContext {
 __device__ inline bool stream_faulted(const FaultContext& f) { return *static_cast<volatile unsigned long long*>(f.word) != 0; }
 
 // Records a fault once per stream (the first kernel thread to fail wins; the others' are dropped).
-__device__ inline void record_fault(const FaultContext& f, FaultCode code, long long value, long long bound) {
+__device__ inline void record_fault(const FaultContext& f, FaultCode code, long long value, long long bound,
+                                    int dim = 0) {
   if (atomicCAS(f.word, 0ull, f.seq) != 0ull) return;
   f.host->value = value;
   f.host->bound = bound;
   f.host->code = code;
+  f.host->dim = dim;
   __threadfence_system();
   f.host->seq = f.seq;
 }
