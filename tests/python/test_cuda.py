@@ -32,7 +32,7 @@ def test_the_plugin_loads_and_registers_the_backend():
 
 
 def test_the_plugin_is_reported_whether_or_not_it_is_built():
-    assert STATUS["plugin"] in ("loaded", "not built") or STATUS["plugin"].startswith("could not load")
+    assert STATUS["plugin"] in ("loaded", "not built") or STATUS["plugin"].startswith(("could not load", "absent"))
     assert STATUS["built"] == (STATUS["plugin"] == "loaded")
 
 
@@ -127,3 +127,12 @@ def test_a_bad_index_raises_at_the_next_sync_naming_the_op_and_line_and_the_gpu_
     emb = dg.nn.functional.embedding(dg.tensor([[0, 10]]).cuda(), table)
     with pytest.raises(IndexError, match=r"\[embedding\] index 10 is out of range for a table of 10 rows"):
         emb.cpu()
+
+
+@needs_gpu
+def test_reductions_over_dims_match_the_cpu():
+    x = dg.randn(7, 300, 5)
+    for dims in ((1,), (0, 2), (0, 1, 2)):
+        assert dg.amax(x.cuda(), dim=dims).cpu().tolist() == dg.amax(x, dim=dims).tolist()  # exact
+        got, want = x.cuda().sum(dim=dims).cpu(), x.sum(dim=dims)
+        assert dg.allclose(got, want, rtol=1e-5, atol=1e-5)  # another summation order: the last bits differ

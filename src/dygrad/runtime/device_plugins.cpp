@@ -2,6 +2,7 @@
 #include "dygrad/runtime/device_plugins.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -22,6 +23,7 @@ namespace {
 std::string load_cuda_plugin() {
 #if defined(DYGRAD_CUDA_PLUGIN)
   const std::string path = library_directory() + "/" + DYGRAD_CUDA_PLUGIN;
+  if (access(path.c_str(), R_OK) != 0) return "absent (" + path + ")";  // built, but not installed beside the library
   if (!dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) {
     const char* why = dlerror();
     return std::string("could not load ") + path + ": " + (why ? why : "unknown error");

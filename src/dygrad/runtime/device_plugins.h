@@ -6,7 +6,8 @@
 
 namespace dg {
 
-// "loaded", "not built" (this build has no CUDA plugin), or why it could not be loaded (dlerror's message).
+// "loaded", "not built" (this build has no CUDA plugin), "absent (path)" (built but not beside the library), or why
+// it could not be loaded (dlerror's message).
 std::string cuda_plugin_status();
 
 }  // namespace dg
