@@ -8,12 +8,12 @@ WITHOUT_CUDA_KERNEL = [
     'cat', 'clamp_scalar', 'clamp_tensor', 'clip_grads_with_norm', 'comm_start', 'comm_wait', 'cross_entropy',
     'cross_entropy_backward', 'cumprod', 'cumprod_backward', 'cumsum', 'embedding_backward', 'extremum_backward',
     'extremum_index_backward', 'flip', 'fmod', 'grad_norm', 'index', 'index_add', 'index_put', 'jit_fused', 'jit_graph',
-    'jit_segment', 'lerp', 'lerp_scalar', 'linspace', 'log_softmax', 'log_softmax_backward', 'logaddexp', 'logical_and',
-    'logical_not', 'logical_or', 'logsumexp', 'logsumexp_backward', 'masked_fill', 'matmul', 'max_dim', 'min_dim',
-    'multinomial', 'nll_loss', 'nll_loss_backward', 'nonzero', 'rand', 'randint', 'randn', 'record_time', 'remainder',
+    'jit_segment', 'lerp', 'lerp_scalar', 'linspace', 'log_softmax_backward', 'logaddexp', 'logical_and', 'logical_not',
+    'logical_or', 'logsumexp', 'logsumexp_backward', 'masked_fill', 'matmul', 'max_dim', 'min_dim', 'multinomial',
+    'nll_loss', 'nll_loss_backward', 'nonzero', 'rand', 'randint', 'randn', 'record_time', 'remainder',
     'repeat_interleave', 'rms_norm', 'rms_norm_apply', 'rms_norm_backward', 'rotary_attention',
     'rotary_attention_backward', 'rotary_position_embedding', 'rotary_position_embedding_backward', 'round',
     'rpow_scalar', 'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter', 'scatter_add',
-    'scatter_value', 'sgd_step', 'softmax', 'softmax_backward', 'sort', 'std', 'swiglu', 'swiglu_backward',
-    'swiglu_packed', 'topk', 'tril', 'triu', 'var', 'where_scalar'
+    'scatter_value', 'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu', 'swiglu_backward', 'swiglu_packed',
+    'topk', 'tril', 'triu', 'var', 'where_scalar'
 ]

@@ -136,3 +136,11 @@ def test_reductions_over_dims_match_the_cpu():
         assert dg.amax(x.cuda(), dim=dims).cpu().tolist() == dg.amax(x, dim=dims).tolist()  # exact
         got, want = x.cuda().sum(dim=dims).cpu(), x.sum(dim=dims)
         assert dg.allclose(got, want, rtol=1e-5, atol=1e-5)  # another summation order: the last bits differ
+
+
+@needs_gpu
+def test_softmax_and_log_softmax_match_the_cpu():
+    x = dg.randn(6, 1000)
+    for f in (dg.softmax, dg.log_softmax):
+        for dim in (0, 1):
+            assert dg.allclose(f(x.cuda(), dim=dim).cpu(), f(x, dim=dim), rtol=1e-5, atol=1e-6)
