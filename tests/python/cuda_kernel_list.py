@@ -14,6 +14,6 @@ WITHOUT_CUDA_KERNEL = [
     'repeat_interleave', 'rms_norm', 'rms_norm_apply', 'rms_norm_backward', 'rotary_attention',
     'rotary_attention_backward', 'rotary_position_embedding', 'rotary_position_embedding_backward', 'round',
     'rpow_scalar', 'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter', 'scatter_add',
-    'scatter_value', 'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu', 'swiglu_backward', 'swiglu_packed',
-    'topk', 'tril', 'triu', 'var', 'where_scalar'
+    'scatter_value', 'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu_backward', 'topk', 'tril', 'triu', 'var',
+    'where_scalar'
 ]

@@ -136,6 +136,7 @@ __device__ __forceinline__ C binary_value(BinaryOp op, C a, C b, C alpha) {
       case BinaryOp::SiluBackward: return math::silu_backward(a, b);
       case BinaryOp::GeluErfBackward: return math::gelu_erf_backward(a, b);
       case BinaryOp::GeluTanhBackward: return math::gelu_tanh_backward(a, b);
+      case BinaryOp::Swiglu: return math::swiglu(a, b);
       default: break;
     }
   }

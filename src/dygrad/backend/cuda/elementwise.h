@@ -26,6 +26,7 @@ enum class UnaryOp : int32_t {
 enum class BinaryOp : int32_t {
   Add, Mul, Div, Maximum, Minimum, Pow,
   SigmoidBackward, TanhBackward, SiluBackward, ReluBackward, GeluErfBackward, GeluTanhBackward,
+  Swiglu,  // silu(gate) * up (the fused op's forward)
   Eq, Ne, Lt, Le, Gt, Ge,  // out: bool
 };
 

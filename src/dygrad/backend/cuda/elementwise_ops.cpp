@@ -172,6 +172,9 @@ DG_REGISTER_KERNEL(tanh_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::T
 DG_REGISTER_KERNEL(silu_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::SiluBackward, true>));
 DG_REGISTER_KERNEL(relu_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::ReluBackward, false>));
 DG_REGISTER_KERNEL(gelu_backward, Device::Type::CUDA, gelu_backward_kernel);
+// SwiGLU's forward (backend/cpu/fused_swiglu.cpp): inputs (gate, up) of one shape, any strides.
+DG_REGISTER_KERNEL(swiglu, Device::Type::CUDA, (binary_kernel<BinaryOp::Swiglu, true>));
+DG_REGISTER_KERNEL(swiglu_packed, Device::Type::CUDA, (binary_kernel<BinaryOp::Swiglu, true>));
 // Comparisons and selection (backend/cpu/compare.cpp's).
 DG_REGISTER_KERNEL(eq, Device::Type::CUDA, (binary_kernel<BinaryOp::Eq, false>));
 DG_REGISTER_KERNEL(ne, Device::Type::CUDA, (binary_kernel<BinaryOp::Ne, false>));
