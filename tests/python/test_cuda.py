@@ -144,3 +144,13 @@ def test_softmax_and_log_softmax_match_the_cpu():
     for f in (dg.softmax, dg.log_softmax):
         for dim in (0, 1):
             assert dg.allclose(f(x.cuda(), dim=dim).cpu(), f(x, dim=dim), rtol=1e-5, atol=1e-6)
+
+
+@needs_gpu
+def test_rms_norm_and_swiglu_match_the_cpu():
+    x, w = dg.randn(5, 3, 64), dg.randn(64)
+    got = dg.nn.functional.rms_norm(x.cuda(), (64,), w.cuda(), eps=1e-6).cpu()
+    assert dg.allclose(got, dg.nn.functional.rms_norm(x, (64,), w, eps=1e-6), rtol=1e-5, atol=1e-6)
+    gate, up = dg.randn(4, 96), dg.randn(4, 96)
+    swiglu = dg.nn.functional.swiglu
+    assert swiglu(gate.cuda(), up.cuda()).cpu().tolist() == swiglu(gate, up).tolist()  # the same element math

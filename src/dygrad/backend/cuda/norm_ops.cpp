@@ -1,0 +1,49 @@
+// The CUDA backend's RMSNorm forward (norm.cu): inputs (x[R..., C], weight[C] when has_weight), RmsNormAttrs eps;
+// outputs (y[R..., C] contiguous, rstd[R] in the compute dtype), as the CPU kernel takes them
+// (backend/cpu/fused_norm.cpp). Compiles for sm_90; not yet run on a GPU.
+#include <vector>
+
+#include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/norm.h"
+#include "dygrad/core/error.h"
+#include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/op_def.h"
+
+namespace dg::cuda {
+namespace {
+
+void rms_norm_kernel(Task& task) {
+  const Tensor& x = task.inputs[0];
+  const RmsNormAttrs& attrs = task.attrs.get<RmsNormAttrs>();
+  ElemType type = ElemType::Float32;
+  switch (x.dtype()) {
+    case DType::Float32: break;
+    case DType::Float64: type = ElemType::Float64; break;
+    case DType::BFloat16: type = ElemType::BFloat16; break;
+    case DType::Float16: type = ElemType::Float16; break;
+    default: fail(ErrorKind::NotImplemented, "[rms_norm] has no CUDA kernel for dtype ", dtype_name(x.dtype()));
+  }
+  DG_CHECK(x.dim() >= 1 && task.outputs[0].is_contiguous() && task.outputs[1].is_contiguous(), Runtime,
+           "[rms_norm] the CUDA kernel writes contiguous outputs");
+  const int64_t cols = x.shape()[static_cast<size_t>(x.dim() - 1)];
+  std::vector<int64_t> sizes(x.shape().begin(), x.shape().end() - 1), strides(x.strides().begin(), x.strides().end() - 1);
+  int64_t num_rows = 1;
+  for (int64_t s : sizes) num_rows *= s;
+  const OperandLayout layout[1] = {{sizes, strides}};
+  OffsetCalculator<1> rows;
+  DG_CHECK(make_offset_calculator<1>(sizes, layout, rows), NotImplemented, "[rms_norm] the CUDA kernel takes at most ",
+           kMaxOffsetDims, " dims");
+  const void* w = attrs.has_weight ? task.inputs[1].raw_data() : nullptr;
+  const int64_t w_stride = attrs.has_weight && cols > 1 ? task.inputs[1].strides()[0] : 1;
+  const LaunchContext ctx = launch_context(task);
+  launch_rms_norm(type, rows, num_rows, cols, cols == 1 ? 1 : x.strides()[static_cast<size_t>(x.dim() - 1)],
+                  x.raw_data(), w, w_stride, attrs.eps, task.outputs[0].raw_data(), task.outputs[1].raw_data(),
+                  {ctx.stream, ctx.fault});
+  check_launch(task);
+}
+
+}  // namespace
+
+DG_REGISTER_KERNEL(rms_norm, Device::Type::CUDA, rms_norm_kernel);
+
+}  // namespace dg::cuda
