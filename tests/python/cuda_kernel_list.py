@@ -12,7 +12,7 @@ WITHOUT_CUDA_KERNEL = [
     'logical_or', 'logsumexp', 'logsumexp_backward', 'masked_fill', 'matmul', 'max_dim', 'min_dim', 'multinomial',
     'nll_loss', 'nll_loss_backward', 'nonzero', 'rand', 'randint', 'randn', 'record_time', 'remainder',
     'repeat_interleave', 'rms_norm_apply', 'rms_norm_backward', 'rotary_attention', 'rotary_attention_backward',
-    'rotary_position_embedding', 'rotary_position_embedding_backward', 'round', 'rpow_scalar',
-    'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter', 'scatter_add', 'scatter_value',
-    'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu_backward', 'topk', 'tril', 'triu', 'var', 'where_scalar'
+    'round', 'rpow_scalar', 'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter',
+    'scatter_add', 'scatter_value', 'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu_backward', 'topk', 'tril',
+    'triu', 'var', 'where_scalar'
 ]

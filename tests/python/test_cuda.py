@@ -154,3 +154,13 @@ def test_rms_norm_and_swiglu_match_the_cpu():
     gate, up = dg.randn(4, 96), dg.randn(4, 96)
     swiglu = dg.nn.functional.swiglu
     assert swiglu(gate.cuda(), up.cuda()).cpu().tolist() == swiglu(gate, up).tolist()  # the same element math
+
+
+@needs_gpu
+def test_the_rotary_embedding_is_the_cpus_bitwise():
+    from dygrad.models.llama import rope_tables
+    x = dg.randn(2, 4, 16, 32)
+    cos, sin = rope_tables(32, 16)
+    f = dg.nn.functional.rotary_position_embedding
+    for mode in ("interleaved", "rotate_half"):
+        assert f(x.cuda(), cos.cuda(), sin.cuda(), mode).cpu().tolist() == f(x, cos, sin, mode).tolist()
