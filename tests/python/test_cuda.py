@@ -164,3 +164,20 @@ def test_the_rotary_embedding_is_the_cpus_bitwise():
     f = dg.nn.functional.rotary_position_embedding
     for mode in ("interleaved", "rotate_half"):
         assert f(x.cuda(), cos.cuda(), sin.cuda(), mode).cpu().tolist() == f(x, cos, sin, mode).tolist()
+
+
+@needs_gpu
+def test_an_adamw_step_on_the_gpu_matches_the_cpus():
+    # Parameters used through elementwise ops and sum only (ops with CUDA kernels; matmul has none yet).
+    start = [dg.randn(33), dg.randn(4, 5)]
+    for device in ("cpu", "cuda"):
+        params = [dg.nn.Parameter(t.to(device)) for t in start]
+        opt = dg.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+        for _ in range(3):
+            sum((p * p * 0.5).sum() for p in params).backward()
+            opt.step()
+            opt.zero_grad()
+        if device == "cpu":
+            want = [p.detach() for p in params]
+    for got, expected in zip(params, want):
+        assert dg.allclose(got.detach().cpu(), expected, rtol=1e-6, atol=1e-7)
