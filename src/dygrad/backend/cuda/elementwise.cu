@@ -84,6 +84,17 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C s) {
       default: return x;
     }
   } else {
+    if constexpr (std::is_same_v<C, bool>) {
+      if (op == UnaryOp::BitNot) return !x;
+    } else if (op == UnaryOp::BitNot) {
+      return static_cast<C>(~x);
+    }
+    switch (op) {
+      case UnaryOp::BitAndScalar: return static_cast<C>(x & s);
+      case UnaryOp::BitOrScalar: return static_cast<C>(x | s);
+      case UnaryOp::BitXorScalar: return static_cast<C>(x ^ s);
+      default: break;
+    }
     switch (op) {
       case UnaryOp::Neg: return static_cast<C>(C(0) - x);
       case UnaryOp::Abs:
@@ -101,6 +112,19 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C s) {
   }
 }
 
+// nan-propagating bounds, as torch.clamp and the CPU kernel (backend/cpu/compare.cpp, clamp_value).
+template <typename C>
+__device__ __forceinline__ C clamp_value(C x, C lo, C hi, bool has_lo, bool has_hi) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (has_lo) x = (lo != lo || x < lo) ? lo : x;
+    if (has_hi) x = (hi != hi || x > hi) ? hi : x;
+  } else {
+    if (has_lo) x = x < lo ? lo : x;
+    if (has_hi) x = x > hi ? hi : x;
+  }
+  return x;
+}
+
 template <typename C>
 __device__ __forceinline__ bool unary_predicate(UnaryOp op, C x, C s) {
   switch (op) {
@@ -113,6 +137,7 @@ __device__ __forceinline__ bool unary_predicate(UnaryOp op, C x, C s) {
     case UnaryOp::IsNan: if constexpr (std::is_floating_point_v<C>) return x != x; else return false;
     case UnaryOp::IsInf: if constexpr (std::is_floating_point_v<C>) return isinf(x); else return false;
     case UnaryOp::IsFinite: if constexpr (std::is_floating_point_v<C>) return isfinite(x); else return true;
+    case UnaryOp::LogicalNot: return !(x != C(0));  // nan is true, so its negation is false
     default: return false;
   }
 }
@@ -127,6 +152,14 @@ __device__ __forceinline__ C binary_value(BinaryOp op, C a, C b, C alpha) {
     case BinaryOp::Minimum: return math::minimum(a, b);
     case BinaryOp::ReluBackward: return math::relu_backward(a, b);
     default: break;
+  }
+  if constexpr (!std::is_floating_point_v<C>) {
+    switch (op) {
+      case BinaryOp::BitAnd: return static_cast<C>(a & b);
+      case BinaryOp::BitOr: return static_cast<C>(a | b);
+      case BinaryOp::BitXor: return static_cast<C>(a ^ b);
+      default: break;
+    }
   }
   if constexpr (std::is_floating_point_v<C>) {
     switch (op) {
@@ -152,6 +185,8 @@ __device__ __forceinline__ bool binary_predicate(BinaryOp op, C a, C b) {
     case BinaryOp::Le: return a <= b;
     case BinaryOp::Gt: return a > b;
     case BinaryOp::Ge: return a >= b;
+    case BinaryOp::LogicalAnd: return (a != C(0)) && (b != C(0));
+    case BinaryOp::LogicalOr: return (a != C(0)) || (b != C(0));
     default: return false;
   }
 }
@@ -170,11 +205,15 @@ __global__ void unary_kernel(FaultContext fault, OffsetCalculator<2> calc, int64
   if (stream_faulted(fault)) return;
   using C = compute_t<S>;
   const C sc = scalar_as<C>(s);
+  ScalarArg upper = s;
+  upper.f = s.f2, upper.i = s.i2;
+  const C hi = scalar_as<C>(upper);
   DG_GRID_STRIDE(i, n) {
     int64_t off[2];
     calc.get(i, off);
     const C x = load(in + off[1]);
     if constexpr (kPredicate) store(out + off[0], unary_predicate(op, x, sc));
+    else if (op == UnaryOp::Clamp) store(out + off[0], clamp_value(x, sc, hi, s.has_min, s.has_max));
     else store(out + off[0], unary_value(op, x, sc));
   }
 }
@@ -227,6 +266,20 @@ __global__ void where_kernel(FaultContext fault, OffsetCalculator<4> calc, int64
     int64_t off[4];
     calc.get(i, off);
     out[off[0]] = cond[off[1]] ? a[off[2]] : b[off[3]];
+  }
+}
+
+// out, a: S [n], cond: bool [n] (broadcast); out = cond ? s : a (scalar_when_true) or cond ? a : s
+template <typename S>
+__global__ void select_scalar_kernel(FaultContext fault, OffsetCalculator<3> calc, int64_t n, S* out,
+                                     const bool* cond, const S* a, ScalarArg s, bool scalar_when_true) {
+  if (stream_faulted(fault)) return;
+  S value;
+  store(&value, scalar_as<compute_t<S>>(s));
+  DG_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    calc.get(i, off);
+    out[off[0]] = cond[off[1]] == scalar_when_true ? value : a[off[2]];
   }
 }
 
@@ -304,6 +357,16 @@ void launch_where(ElemType type, const OffsetCalculator<4>& calc, int64_t n, voi
     where_kernel<S><<<blocks_for(n), kThreads, 0, args.stream>>>(args.fault, calc, n, static_cast<S*>(out),
                                                                  static_cast<const bool*>(cond),
                                                                  static_cast<const S*>(a), static_cast<const S*>(b));
+  });
+}
+
+void launch_select_scalar(ElemType type, const OffsetCalculator<3>& calc, int64_t n, void* out, const void* cond,
+                          const void* a, ScalarArg s, bool scalar_when_true, const LaunchArgs& args) {
+  if (n == 0) return;
+  visit(type, [&]<typename S>() {
+    select_scalar_kernel<S><<<blocks_for(n), kThreads, 0, args.stream>>>(
+        args.fault, calc, n, static_cast<S*>(out), static_cast<const bool*>(cond), static_cast<const S*>(a), s,
+        scalar_when_true);
   });
 }
 

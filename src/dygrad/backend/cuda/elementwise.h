@@ -19,20 +19,27 @@ enum class UnaryOp : int32_t {
   Neg, Abs, Exp, Log, Expm1, Log1p, Sqrt, Rsqrt, Reciprocal, Sigmoid, Silu, Tanh, Relu, GeluErf, GeluTanh, Sin, Cos,
   Floor, Ceil, Trunc, Sign,
   AddScalar, MulScalar, DivScalar, RsubScalar, RdivScalar, PowScalar,
+  Clamp,                                            // s: the min (has_min), s2: the max (has_max); nan propagates
+  BitNot, BitAndScalar, BitOrScalar, BitXorScalar,  // integral and bool only
   EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar,  // out: bool
-  IsNan, IsInf, IsFinite,                                      // out: bool
+  IsNan, IsInf, IsFinite, LogicalNot,                          // out: bool
 };
 // One output element from two inputs of one dtype (alpha: add's multiplier).
 enum class BinaryOp : int32_t {
   Add, Mul, Div, Maximum, Minimum, Pow,
   SigmoidBackward, TanhBackward, SiluBackward, ReluBackward, GeluErfBackward, GeluTanhBackward,
   Swiglu,  // silu(gate) * up (the fused op's forward)
+  BitAnd, BitOr, BitXor,   // integral and bool only
   Eq, Ne, Lt, Le, Gt, Ge,  // out: bool
+  LogicalAnd, LogicalOr,   // bool inputs, out: bool
 };
 
 struct ScalarArg {
   double f = 0;   // for a floating compute type
   int64_t i = 0;  // for an integer or bool one
+  double f2 = 0;  // a second scalar (clamp's max)
+  int64_t i2 = 0;
+  bool has_min = false, has_max = false;  // clamp's bounds
 };
 
 struct LaunchArgs {
@@ -49,6 +56,10 @@ void launch_fill(ElemType type, const OffsetCalculator<1>& calc, int64_t n, void
 // out[n] = op(a[n], b[n]); a and b of in_type; out of in_type, bool for the comparisons (Eq and after).
 void launch_binary(BinaryOp op, ElemType out_type, ElemType in_type, const OffsetCalculator<3>& calc, int64_t n,
                    void* out, const void* a, const void* b, ScalarArg alpha, const LaunchArgs& args);
+// out[n] = cond[n] ? s : a[n] (scalar_when_true) or cond[n] ? a[n] : s; cond bool, a and out of `type`
+// (where_scalar; masked_fill is cond = its mask, scalar_when_true). Operands of calc: out, cond, a.
+void launch_select_scalar(ElemType type, const OffsetCalculator<3>& calc, int64_t n, void* out, const void* cond,
+                          const void* a, ScalarArg s, bool scalar_when_true, const LaunchArgs& args);
 // out[n] = cond[n] ? a[n] : b[n]; cond bool, a, b and out of `type`.
 void launch_where(ElemType type, const OffsetCalculator<4>& calc, int64_t n, void* out, const void* cond,
                   const void* a, const void* b, const LaunchArgs& args);

@@ -101,6 +101,54 @@ void gelu_backward_kernel(Task& task) {
                                                                    : BinaryOp::GeluErfBackward, true);
 }
 
+// The bitwise ops take integral and bool dtypes only (the op layer refuses floating ones before a Task exists).
+void require_integral(const Task& task, DType d) {
+  DG_CHECK(!is_floating_elem(elem_type(task, d)), Type, "[", task.op->name, "] takes integral or bool tensors, got ",
+           dtype_name(d));
+}
+template <BinaryOp kOp>
+void bitwise_kernel(Task& task) {
+  require_integral(task, task.inputs[0].dtype());
+  run_binary(task, kOp, false);
+}
+template <UnaryOp kOp>
+void bitwise_scalar_kernel(Task& task) {
+  require_integral(task, task.inputs[0].dtype());
+  run_unary(task, kOp, false, scalar_attr(task));
+}
+void bitwise_not_kernel(Task& task) {  // ~a, or not a for bool
+  require_integral(task, task.inputs[0].dtype());
+  run_unary(task, UnaryOp::BitNot, false);
+}
+
+// input (x), ClampAttrs: min when has_min, max when has_max (nan-propagating).
+void clamp_scalar_kernel(Task& task) {
+  const ClampAttrs& attrs = task.attrs.get<ClampAttrs>();
+  ScalarArg s = scalar_arg(attrs.min);
+  const ScalarArg upper = scalar_arg(attrs.max);
+  s.f2 = upper.f, s.i2 = upper.i, s.has_min = attrs.has_min, s.has_max = attrs.has_max;
+  run_unary(task, UnaryOp::Clamp, false, s);
+}
+
+// out = cond ? s : a, or cond ? a : s: where_scalar (inputs (cond, a)) and masked_fill (inputs (a, mask)).
+void select_scalar(Task& task, const Tensor& cond, const Tensor& a, const Scalar& value, bool scalar_when_true) {
+  const Tensor& out = task.outputs[0];
+  DG_CHECK(cond.dtype() == DType::Bool, Type, "[", task.op->name, "] the condition must be bool, got ",
+           dtype_name(cond.dtype()));
+  const Tensor* const operands[3] = {&out, &cond, &a};
+  const LaunchArgs args = launch_args(task);
+  launch_select_scalar(elem_type(task, out.dtype()), calculator<3>(task, operands), out.numel(), out.raw_data(),
+                       cond.raw_data(), a.raw_data(), scalar_arg(value), scalar_when_true, args);
+  check_launch(task);
+}
+void where_scalar_kernel(Task& task) {
+  const WhereScalarAttrs& attrs = task.attrs.get<WhereScalarAttrs>();
+  select_scalar(task, task.inputs[0], task.inputs[1], attrs.value, attrs.scalar_when_true);
+}
+void masked_fill_kernel(Task& task) {
+  select_scalar(task, task.inputs[1], task.inputs[0], task.attrs.get<ScalarAttrs>().value, true);
+}
+
 // out = cast(src), src broadcast to out's shape (any of the kernels' dtypes on either side).
 void copy_kernel(Task& task) { run_unary(task, UnaryOp::Copy, false); }
 
@@ -189,5 +237,18 @@ DG_REGISTER_KERNEL(le_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::
 DG_REGISTER_KERNEL(gt_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::GtScalar, false>));
 DG_REGISTER_KERNEL(ge_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::GeScalar, false>));
 DG_REGISTER_KERNEL(where, Device::Type::CUDA, where_kernel);
+DG_REGISTER_KERNEL(where_scalar, Device::Type::CUDA, where_scalar_kernel);
+DG_REGISTER_KERNEL(masked_fill, Device::Type::CUDA, masked_fill_kernel);
+DG_REGISTER_KERNEL(clamp_scalar, Device::Type::CUDA, clamp_scalar_kernel);
+DG_REGISTER_KERNEL(logical_not, Device::Type::CUDA, (unary_kernel<UnaryOp::LogicalNot, false>));
+DG_REGISTER_KERNEL(logical_and, Device::Type::CUDA, (binary_kernel<BinaryOp::LogicalAnd, false>));
+DG_REGISTER_KERNEL(logical_or, Device::Type::CUDA, (binary_kernel<BinaryOp::LogicalOr, false>));
+DG_REGISTER_KERNEL(bitwise_and, Device::Type::CUDA, bitwise_kernel<BinaryOp::BitAnd>);
+DG_REGISTER_KERNEL(bitwise_or, Device::Type::CUDA, bitwise_kernel<BinaryOp::BitOr>);
+DG_REGISTER_KERNEL(bitwise_xor, Device::Type::CUDA, bitwise_kernel<BinaryOp::BitXor>);
+DG_REGISTER_KERNEL(bitwise_and_scalar, Device::Type::CUDA, bitwise_scalar_kernel<UnaryOp::BitAndScalar>);
+DG_REGISTER_KERNEL(bitwise_or_scalar, Device::Type::CUDA, bitwise_scalar_kernel<UnaryOp::BitOrScalar>);
+DG_REGISTER_KERNEL(bitwise_xor_scalar, Device::Type::CUDA, bitwise_scalar_kernel<UnaryOp::BitXorScalar>);
+DG_REGISTER_KERNEL(bitwise_not, Device::Type::CUDA, bitwise_not_kernel);
 
 }  // namespace dg::cuda
