@@ -81,6 +81,7 @@ __device__ __forceinline__ C unary_value(UnaryOp op, C x, C s) {
       case UnaryOp::RsubScalar: return math::rsub(x, s);
       case UnaryOp::RdivScalar: return s / x;
       case UnaryOp::PowScalar: return math::pow(x, s);
+      case UnaryOp::RpowScalar: return math::pow(s, x);
       default: return x;
     }
   } else {
@@ -170,6 +171,8 @@ __device__ __forceinline__ C binary_value(BinaryOp op, C a, C b, C alpha) {
       case BinaryOp::GeluErfBackward: return math::gelu_erf_backward(a, b);
       case BinaryOp::GeluTanhBackward: return math::gelu_tanh_backward(a, b);
       case BinaryOp::Swiglu: return math::swiglu(a, b);
+      case BinaryOp::Logaddexp: return math::logaddexp(a, b);
+      case BinaryOp::LerpScalar: return math::lerp<C>(a, b, alpha);
       default: break;
     }
   }

@@ -18,7 +18,7 @@ enum class UnaryOp : int32_t {
   Copy,  // a cast: out = convert(in)
   Neg, Abs, Exp, Log, Expm1, Log1p, Sqrt, Rsqrt, Reciprocal, Sigmoid, Silu, Tanh, Relu, GeluErf, GeluTanh, Sin, Cos,
   Floor, Ceil, Trunc, Sign,
-  AddScalar, MulScalar, DivScalar, RsubScalar, RdivScalar, PowScalar,
+  AddScalar, MulScalar, DivScalar, RsubScalar, RdivScalar, PowScalar, RpowScalar,
   Clamp,                                            // s: the min (has_min), s2: the max (has_max); nan propagates
   BitNot, BitAndScalar, BitOrScalar, BitXorScalar,  // integral and bool only
   EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar,  // out: bool
@@ -29,6 +29,7 @@ enum class BinaryOp : int32_t {
   Add, Mul, Div, Maximum, Minimum, Pow,
   SigmoidBackward, TanhBackward, SiluBackward, ReluBackward, GeluErfBackward, GeluTanhBackward,
   Swiglu,  // silu(gate) * up (the fused op's forward)
+  Logaddexp, LerpScalar,  // floating only; LerpScalar's weight is alpha
   BitAnd, BitOr, BitXor,   // integral and bool only
   Eq, Ne, Lt, Le, Gt, Ge,  // out: bool
   LogicalAnd, LogicalOr,   // bool inputs, out: bool

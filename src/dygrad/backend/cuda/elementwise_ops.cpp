@@ -92,6 +92,8 @@ void unary_scalar_kernel(Task& task) { run_unary(task, kOp, kFloatingOnly, scala
 template <BinaryOp kOp, bool kFloatingOnly>
 void binary_kernel(Task& task) { run_binary(task, kOp, kFloatingOnly); }
 
+// inputs (a, b), ScalarAttrs value = the weight: a + w (b - a), torch's two formulas (math::lerp).
+void lerp_scalar_kernel(Task& task) { run_binary(task, BinaryOp::LerpScalar, true, scalar_attr(task)); }
 void add_kernel(Task& task) { run_binary(task, BinaryOp::Add, false, scalar_arg(task.attrs.get<AddAttrs>().alpha)); }
 void gelu_kernel(Task& task) {
   run_unary(task, task.attrs.get<GeluAttrs>().tanh_approximation ? UnaryOp::GeluTanh : UnaryOp::GeluErf, true);
@@ -211,10 +213,13 @@ DG_REGISTER_KERNEL(isnan, Device::Type::CUDA, (unary_kernel<UnaryOp::IsNan, fals
 DG_REGISTER_KERNEL(isinf, Device::Type::CUDA, (unary_kernel<UnaryOp::IsInf, false>));
 DG_REGISTER_KERNEL(isfinite, Device::Type::CUDA, (unary_kernel<UnaryOp::IsFinite, false>));
 DG_REGISTER_KERNEL(pow_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::PowScalar, true>));
+DG_REGISTER_KERNEL(rpow_scalar, Device::Type::CUDA, (unary_scalar_kernel<UnaryOp::RpowScalar, true>));
 // Binary math and the fused first-order backward kernels.
 DG_REGISTER_KERNEL(maximum, Device::Type::CUDA, (binary_kernel<BinaryOp::Maximum, false>));
 DG_REGISTER_KERNEL(minimum, Device::Type::CUDA, (binary_kernel<BinaryOp::Minimum, false>));
 DG_REGISTER_KERNEL(pow, Device::Type::CUDA, (binary_kernel<BinaryOp::Pow, true>));
+DG_REGISTER_KERNEL(logaddexp, Device::Type::CUDA, (binary_kernel<BinaryOp::Logaddexp, true>));
+DG_REGISTER_KERNEL(lerp_scalar, Device::Type::CUDA, lerp_scalar_kernel);
 DG_REGISTER_KERNEL(sigmoid_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::SigmoidBackward, true>));
 DG_REGISTER_KERNEL(tanh_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::TanhBackward, true>));
 DG_REGISTER_KERNEL(silu_backward, Device::Type::CUDA, (binary_kernel<BinaryOp::SiluBackward, true>));
