@@ -124,6 +124,7 @@ def dygrad_missing_kernels():
     model = Llama(cfg)
     opt = dg.optim.AdamW(model.parameters(), lr=1e-3)
     idx = dg.randint(0, 64, (1, 16))
+    dg.synchronize()  # the model's and data's construction ran before: the profile holds the step's ops only
     with dg.profiler.profile() as prof:
         model(idx, idx).backward()
         opt.step()

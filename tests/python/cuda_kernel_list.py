@@ -9,7 +9,7 @@ WITHOUT_CUDA_KERNEL = [
     'flip', 'fmod', 'grad_norm', 'index', 'index_add', 'index_put', 'jit_fused', 'jit_graph', 'jit_segment', 'lerp',
     'linspace', 'log_softmax_backward', 'logsumexp', 'logsumexp_backward', 'matmul', 'max_dim', 'min_dim',
     'multinomial', 'nll_loss', 'nll_loss_backward', 'nonzero', 'rand', 'randint', 'randn', 'record_time', 'remainder',
-    'repeat_interleave', 'rms_norm_apply', 'rms_norm_backward', 'rotary_attention', 'rotary_attention_backward',
-    'round', 'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter', 'scatter_add',
-    'scatter_value', 'sgd_step', 'softmax_backward', 'sort', 'std', 'swiglu_backward', 'topk', 'tril', 'triu', 'var'
+    'repeat_interleave', 'rms_norm_backward', 'rotary_attention', 'rotary_attention_backward', 'round',
+    'scaled_dot_product_attention', 'scaled_dot_product_attention_backward', 'scatter', 'scatter_add', 'scatter_value',
+    'sgd_step', 'softmax_backward', 'sort', 'std', 'topk', 'tril', 'triu', 'var'
 ]

@@ -286,6 +286,21 @@ __global__ void select_scalar_kernel(FaultContext fault, OffsetCalculator<3> cal
   }
 }
 
+// grad_gate, grad_up: S [n], g, gate, up: S [n] (all strided); the CPU kernel's per-element math
+template <typename S>
+__global__ void swiglu_backward_kernel(FaultContext fault, OffsetCalculator<5> calc, int64_t n, S* grad_gate,
+                                       S* grad_up, const S* g, const S* gate, const S* up) {
+  if (stream_faulted(fault)) return;
+  DG_GRID_STRIDE(i, n) {
+    int64_t off[5];
+    calc.get(i, off);
+    const auto a = load(gate + off[3]);
+    const auto grad = math::swiglu_backward(load(g + off[2]), a, load(up + off[4]), math::sigmoid(a));
+    store(grad_gate + off[0], grad.a);
+    store(grad_up + off[1], grad.b);
+  }
+}
+
 // --- dispatch ---------------------------------------------------------------------------------------------------------
 template <typename F>
 void visit(ElemType t, F&& f) {
@@ -371,6 +386,22 @@ void launch_select_scalar(ElemType type, const OffsetCalculator<3>& calc, int64_
         args.fault, calc, n, static_cast<S*>(out), static_cast<const bool*>(cond), static_cast<const S*>(a), s,
         scalar_when_true);
   });
+}
+
+void launch_swiglu_backward(ElemType type, const OffsetCalculator<5>& calc, int64_t n, void* grad_gate,
+                            void* grad_up, const void* g, const void* gate, const void* up, const LaunchArgs& args) {
+  if (n == 0) return;
+  auto run = [&]<typename S>() {
+    swiglu_backward_kernel<S><<<blocks_for(n), kThreads, 0, args.stream>>>(
+        args.fault, calc, n, static_cast<S*>(grad_gate), static_cast<S*>(grad_up), static_cast<const S*>(g),
+        static_cast<const S*>(gate), static_cast<const S*>(up));
+  };
+  switch (type) {
+    case ElemType::Float64: return run.template operator()<double>();
+    case ElemType::BFloat16: return run.template operator()<__nv_bfloat16>();
+    case ElemType::Float16: return run.template operator()<__half>();
+    default: return run.template operator()<float>();
+  }
 }
 
 }  // namespace dg::cuda

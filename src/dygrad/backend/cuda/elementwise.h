@@ -61,6 +61,10 @@ void launch_binary(BinaryOp op, ElemType out_type, ElemType in_type, const Offse
 // (where_scalar; masked_fill is cond = its mask, scalar_when_true). Operands of calc: out, cond, a.
 void launch_select_scalar(ElemType type, const OffsetCalculator<3>& calc, int64_t n, void* out, const void* cond,
                           const void* a, ScalarArg s, bool scalar_when_true, const LaunchArgs& args);
+// SwiGLU's backward (backend/cpu/fused_swiglu.cpp): s = sigmoid(gate), (grad_gate, grad_up) =
+// math::swiglu_backward(g, gate, up, s); operands of calc: grad_gate, grad_up, g, gate, up, all of floating `type`.
+void launch_swiglu_backward(ElemType type, const OffsetCalculator<5>& calc, int64_t n, void* grad_gate,
+                            void* grad_up, const void* g, const void* gate, const void* up, const LaunchArgs& args);
 // out[n] = cond[n] ? a[n] : b[n]; cond bool, a, b and out of `type`.
 void launch_where(ElemType type, const OffsetCalculator<4>& calc, int64_t n, void* out, const void* cond,
                   const void* a, const void* b, const LaunchArgs& args);

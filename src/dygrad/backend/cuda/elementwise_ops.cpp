@@ -151,6 +151,21 @@ void masked_fill_kernel(Task& task) {
   select_scalar(task, task.inputs[1], task.inputs[0], task.attrs.get<ScalarAttrs>().value, true);
 }
 
+// inputs (grad_y, gate, up); outputs (grad_gate, grad_up), any strides, of one floating dtype.
+void swiglu_backward_kernel(Task& task) {
+  const Tensor& grad_gate = task.outputs[0];
+  const Tensor& grad_up = task.outputs[1];
+  const ElemType type = elem_type(task, grad_gate.dtype());
+  if (!is_floating_elem(type))
+    fail(ErrorKind::NotImplemented, "[swiglu_backward] has no CUDA kernel for dtype ", dtype_name(grad_gate.dtype()));
+  const Tensor* const operands[5] = {&grad_gate, &grad_up, &task.inputs[0], &task.inputs[1], &task.inputs[2]};
+  const LaunchArgs args = launch_args(task);
+  launch_swiglu_backward(type, calculator<5>(task, operands), grad_gate.numel(), grad_gate.raw_data(),
+                         grad_up.raw_data(), task.inputs[0].raw_data(), task.inputs[1].raw_data(),
+                         task.inputs[2].raw_data(), args);
+  check_launch(task);
+}
+
 // out = cast(src), src broadcast to out's shape (any of the kernels' dtypes on either side).
 void copy_kernel(Task& task) { run_unary(task, UnaryOp::Copy, false); }
 
@@ -228,6 +243,7 @@ DG_REGISTER_KERNEL(gelu_backward, Device::Type::CUDA, gelu_backward_kernel);
 // SwiGLU's forward (backend/cpu/fused_swiglu.cpp): inputs (gate, up) of one shape, any strides.
 DG_REGISTER_KERNEL(swiglu, Device::Type::CUDA, (binary_kernel<BinaryOp::Swiglu, true>));
 DG_REGISTER_KERNEL(swiglu_packed, Device::Type::CUDA, (binary_kernel<BinaryOp::Swiglu, true>));
+DG_REGISTER_KERNEL(swiglu_backward, Device::Type::CUDA, swiglu_backward_kernel);
 // Comparisons and selection (backend/cpu/compare.cpp's).
 DG_REGISTER_KERNEL(eq, Device::Type::CUDA, (binary_kernel<BinaryOp::Eq, false>));
 DG_REGISTER_KERNEL(ne, Device::Type::CUDA, (binary_kernel<BinaryOp::Ne, false>));

@@ -1,4 +1,5 @@
-// CUDA kernel: RMSNorm's forward over the last dim (norm.h), compiled for sm_90; not yet run on a GPU.
+// CUDA kernel: RMSNorm's forward over the last dim and its re-application with a given rstd (norm.h), compiled for
+// sm_90; not yet run on a GPU.
 //
 // Notation: x[R, C] (R rows = all leading dims, C channels), w[C] the optional weight, r[R] = rstd.
 // One block per row (a grid-stride loop over rows): the sum of squares, a strided share per thread folded in order
@@ -37,7 +38,8 @@ __device__ __forceinline__ void store(S* p, C v) {
 }
 
 // x: S (rows from `rows`, column stride sx), w: S [C] (stride sw) or null, y: S [R, C], rstd: C [R]
-template <typename S>
+// kApply: rstd[R] is given (rms_norm_apply) and the sum of squares is skipped.
+template <typename S, bool kApply>
 __global__ void rms_norm_kernel(FaultContext fault, OffsetCalculator<1> rows, int64_t num_rows, int64_t cols,
                                 int64_t sx, const S* x, const S* w, int64_t sw, double eps, S* y,
                                 typename ComputeOf<S>::type* rstd) {
@@ -48,6 +50,14 @@ __global__ void rms_norm_kernel(FaultContext fault, OffsetCalculator<1> rows, in
     int64_t base[1];
     rows.get(row, base);
     const S* xr = x + base[0];
+    if constexpr (kApply) {
+      const C inv = rstd[row];
+      for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+        const C v = load(xr + c * sx);
+        store(y + row * cols + c, w ? math::rms_norm(v, inv, load(w + c * sw)) : v * inv);
+      }
+      continue;
+    }
     C sum = C(0);
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
       const C v = load(xr + c * sx);
@@ -73,13 +83,19 @@ __global__ void rms_norm_kernel(FaultContext fault, OffsetCalculator<1> rows, in
 
 void launch_rms_norm(ElemType type, const OffsetCalculator<1>& rows, int64_t num_rows, int64_t cols,
                      int64_t x_col_stride, const void* x, const void* w, int64_t w_stride, double eps, void* y,
-                     void* rstd, const LaunchArgs& args) {
+                     void* rstd, bool apply, const LaunchArgs& args) {
   if (num_rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(num_rows < (int64_t{1} << 20) ? num_rows : (int64_t{1} << 20));
   auto run = [&]<typename S>() {
-    rms_norm_kernel<S><<<blocks, kThreads, 0, args.stream>>>(
-        args.fault, rows, num_rows, cols, x_col_stride, static_cast<const S*>(x), static_cast<const S*>(w), w_stride,
-        eps, static_cast<S*>(y), static_cast<typename ComputeOf<S>::type*>(rstd));
+    using C = typename ComputeOf<S>::type;
+    if (apply)
+      rms_norm_kernel<S, true><<<blocks, kThreads, 0, args.stream>>>(
+          args.fault, rows, num_rows, cols, x_col_stride, static_cast<const S*>(x), static_cast<const S*>(w),
+          w_stride, eps, static_cast<S*>(y), static_cast<C*>(rstd));
+    else
+      rms_norm_kernel<S, false><<<blocks, kThreads, 0, args.stream>>>(
+          args.fault, rows, num_rows, cols, x_col_stride, static_cast<const S*>(x), static_cast<const S*>(w),
+          w_stride, eps, static_cast<S*>(y), static_cast<C*>(rstd));
   };
   switch (type) {
     case ElemType::Float64: return run.template operator()<double>();
