@@ -9,6 +9,7 @@ Under mpirun (or dygrad.distributed.run) every rank trains on its own batches th
 rank 0 logs, evaluates, writes metrics and checkpoints (a checkpoint resumes at any world size).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -47,7 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--save-interval", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
-    p.add_argument("--unfused", action="store_true", help="compose the LLM ops from basic ops")
+    p.add_argument("--unfused", action=argparse.BooleanOptionalAction, default=False,
+                   help="compose the LLM ops from basic ops")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "bf16-pure"],
                    help="fp32; bf16: the forward under dg.autocast (float32 weights); bf16-pure: model.to(bfloat16) "
                         "with AdamW's float32 master weights (docs/mixed-precision.md). MFU is against the measured "
@@ -70,15 +72,37 @@ def parse_args(argv=None):
                         "(ZeroRedundancyOptimizer), zero2 also the gradients and fsdp also the parameters "
                         "(fully_shard per block, without / with resharding after forward); checkpoints hold the "
                         "whole model and state (gathered on rank 0)")
-    p.add_argument("--jit", action="store_true", help="compile the training step with dygrad.jit (docs/jit.md): "
-                   "after a warm-up and a capture step, each step is replayed as one Task with no Python")
+    p.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
+                   help="compile the training step with dygrad.jit (docs/jit.md): after a warm-up and a capture "
+                        "step, each step is replayed as one Task with no Python")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch-size rows per optimizer step: "
+                   "each step draws batch-size x grad-accum rows (the same rows as --batch-size of their product) "
+                   "and accumulates their gradients; the step's loss is their mean")
+    p.add_argument("--synchronize", action=argparse.BooleanOptionalAction, default=False,
+                   help="dg.set_context(synchronize=...): run every op inline on the host (debugging)")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=False,
+                   help="dg.set_context(deterministic=...): bitwise-reproducible kernels only (docs/threading.md)")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DistributedDataParallel's bucket_cap_mb under several ranks (default: DDP's 25)")
+    p.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=False,
+                   help="DistributedDataParallel's gradient_as_bucket_view under several ranks")
+    p.add_argument("--settings", default=None, help="a settings file (tune.json, written by python3 -m dygrad.tune; "
+                   "docs/tune.md): its settings become the defaults, options given here override them, and its "
+                   "environment (allocator settings) is applied by re-running this process with it")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--on-error", default="stop", choices=["stop", "skip"],
                    help="a step whose ops fail (a bad batch: an index out of range...): log it and stop, or skip "
                         "it and go on; the failed step changes no parameter (docs/async-errors.md)")
     p.add_argument("--inject-bad-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: a bad batch
     p.add_argument("--halt-after", type=int, default=None, help=argparse.SUPPRESS)  # tests: stop as a crash would
-    return p.parse_args(argv)
+    settings_file = p.parse_known_args(argv)[0].settings
+    if settings_file:
+        from dygrad.tune.settings import load, parser_defaults
+        p.set_defaults(**parser_defaults(load(settings_file), p))
+    args = p.parse_args(argv)
+    if args.grad_accum < 1:
+        p.error(f"--grad-accum must be at least 1 (got {args.grad_accum})")
+    return args
 
 
 def lr_at(step, args):
@@ -264,7 +288,8 @@ def start_profiler(args, start, cfg, batch, seq, model, optimizer, peak):
         del x
     handler = dg.profiler.trace_handler(
         os.path.join(args.out, "profile"), label=f"{args.config} ({'unfused' if args.unfused else 'fused'})",
-        command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch, seq_len=seq,
+        command=" ".join(["python3 -m dygrad.train"] + sys.argv[1:]), batch_size=batch * args.grad_accum,
+        seq_len=seq,
         model_config=cfg, model=model, optimizer=optimizer, peak=peak, memory_estimate=estimate,
         dtype=dg.float32 if args.dtype == "fp32" else dg.bfloat16)
     prof = dg.profiler.profile(schedule=dg.profiler.schedule(wait=wait, warmup=1 if wait else 0, active=active,
@@ -334,6 +359,9 @@ def setup_recompute(args, model, train_set, batch, log):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.settings:  # its environment (allocator settings, read when dygrad loads) needs a fresh process
+        from dygrad.tune.settings import load, run_with_environment
+        run_with_environment(load(args.settings), "dygrad.train", argv)
     cfg = llama.CONFIGS[args.config]
     batch = args.batch_size or cfg.batch_size
     seq = args.seq_len or cfg.seq_len
@@ -354,6 +382,8 @@ def main(argv=None):
                 args.sample_tokens = 0
     if args.threads:
         dg.set_context(num_threads=args.threads)
+    dg.set_context(synchronize=args.synchronize, deterministic=args.deterministic)
+    rows = batch * args.grad_accum  # rows per optimizer step (per rank)
     dg.manual_seed(args.seed)
 
     data_dir = os.path.join(args.out, "data")
@@ -398,7 +428,8 @@ def main(argv=None):
         recompute_plan, costs, modes, recompute_step = setup_recompute(args, model, train_set, batch, log)
         recomputed_flops = costs.recomputed_flops(modes)
     if world > 1 and not sharded:  # after resuming: DDP broadcasts rank 0's parameters
-        train_model = dg.nn.parallel.DistributedDataParallel(model)
+        train_model = dg.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                                             gradient_as_bucket_view=args.gradient_as_bucket_view)
     # MFU's denominator: the measured GEMM peak of the dtype the GEMMs run in (bf16 under autocast and bf16-pure),
     # recorded with the CPU and its bf16 features beside every MFU figure (log lines and metrics.jsonl).
     peak_dtype = "float32" if args.dtype == "fp32" else "bfloat16"
@@ -406,11 +437,12 @@ def main(argv=None):
     cpu = profiler_metrics.cpu_description()
     flops_per_token = cfg.flops_per_token()
     log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
-          f"batch {batch} x {seq}" + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
+          f"batch {batch} x {seq}" + (f" x {args.grad_accum} micro-batches" if args.grad_accum > 1 else "")
+          + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
           f"{peak_dtype} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}; CPU {cpu}")
 
     # Each rank its own stream of batches (rank 0's is the single-process run's).
-    loader = dgdata.DataLoader(train_set, batch, seed=args.seed + 1_000_003 * rank, start_step=start)
+    loader = dgdata.DataLoader(train_set, rows, seed=args.seed + 1_000_003 * rank, start_step=start)
     progress = Progress(args.steps, args.quiet)
     if rank == 0:
         dropped = repair_metrics(os.path.join(args.out, "metrics.jsonl"))
@@ -451,14 +483,15 @@ def main(argv=None):
         step_times.append(dt)
         if first_loss is None:
             first_loss = last_loss
-        tok_s = batch * seq * world / dt
+        tok_s = rows * seq * world / dt
         mfu = tok_s * flops_per_token / peak
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
-                  "samples_per_s": batch / dt, "mfu": mfu, "peak_flops_per_s": peak, "peak_dtype": peak_dtype,
-                  "cpu": cpu, "data_wait_s": data_wait, "device_busy_s": busy}
+                  "samples_per_s": rows / dt, "mfu": mfu, "peak_flops_per_s": peak, "peak_dtype": peak_dtype,
+                  "cpu": cpu, "data_wait_s": data_wait, "device_busy_s": busy,
+                  "max_allocated_bytes": dg.memory.max_memory_allocated()}  # since the loop began
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
         if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
-            hfu = recompute_report.hfu_with_recompute(batch * seq * world * flops_per_token,
+            hfu = recompute_report.hfu_with_recompute(rows * seq * world * flops_per_token,
                                                       recomputed_flops * world, dt, peak)
             record["hfu"] = hfu
             fields.append(f"HFU {hfu:.1%}")
@@ -498,6 +531,8 @@ def main(argv=None):
                 raise
 
     def train_step(x, y):
+        if args.grad_accum > 1:
+            return accumulated_step(x, y)
         with autocast:
             loss = train_model(x, y)
         optimizer.zero_grad(set_to_none=True)
@@ -505,7 +540,24 @@ def main(argv=None):
         optimizer.step()
         return loss.detach()
 
+    def accumulated_step(x, y):
+        # grad_accum micro-batches of `batch` rows: each loss scaled by 1/grad_accum, so the gradients sum to the
+        # mean over all rows (the whole batch's, up to float rounding); DDP reduces only after the last one
+        optimizer.zero_grad(set_to_none=True)
+        total = None
+        for i in range(args.grad_accum):
+            rows_i = slice(i * batch, (i + 1) * batch)
+            last = i == args.grad_accum - 1
+            with (train_model.no_sync() if world > 1 and not sharded and not last else contextlib.nullcontext()):
+                with autocast:
+                    loss = train_model(x[rows_i], y[rows_i])
+                (loss / args.grad_accum).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        optimizer.step()
+        return total / args.grad_accum
+
     run_step = dg.jit(train_step) if args.jit else train_step
+    dg.memory.reset_peak_memory_stats()  # metrics' max_allocated_bytes: the training steps' peak
     try:
         for step in range(start, args.steps):
             x, y = next(loader)
@@ -559,7 +611,7 @@ def main(argv=None):
     if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         log(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
-            f"{batch * seq * world / med:,.0f} tok/s, MFU {batch * seq / med * flops_per_token / peak:.1%} of the measured "
+            f"{rows * seq * world / med:,.0f} tok/s, MFU {rows * seq / med * flops_per_token / peak:.1%} of the measured "
             f"{peak_dtype} GEMM peak ({peak / 1e9:.1f} GFLOP/s; CPU {cpu})")
     if args.sample_tokens > 0:
         tok = dgdata.ByteTokenizer()
