@@ -89,7 +89,7 @@ def numel(input):
 
 # Subpackages in pure Python on top of the ops (imported last: they use the names above).
 from . import nn, optim  # noqa: E402,F401
-from . import data, models, profiler  # noqa: E402,F401
+from . import data, models, profiler, tune  # noqa: E402,F401
 from . import amp, backends, cpu, cuda, distributed, linalg, ops, serialization, utils  # noqa: E402,F401
 from . import memory  # noqa: E402,F401
 from . import accelerator, compiler, jit, library, onnx  # noqa: E402,F401
