@@ -28,14 +28,21 @@ A1, A2 = run([1.00, 1.01, 0.99]), run([1.02, 1.00, 1.01])
 
 def test_a_candidate_faster_beyond_the_spread_is_kept():
     d = decide([A1, A2], [run([0.80, 0.81, 0.79]), run([0.80, 0.82, 0.80])], numerics="exact")
-    assert d.kept and d.speedup == pytest.approx(1.005 / 0.80)  # pooled medians and "faster" in d.reason
+    # the rounds' ratios 1.00 / 0.80 and 1.01 / 0.80: their median, +- half their range
+    assert d.kept and d.speedup == pytest.approx(1.25625) and d.spread == pytest.approx(0.00625)
+    assert "faster (median of 2 A B pairs)" in d.reason
 
 
 def test_a_gain_within_the_measured_spread_is_not_kept():
-    noisy = [run([1.0, 1.0, 1.0]), run([1.2, 1.2, 1.2])]  # the incumbent's processes differ by 20%
-    d = decide(noisy, [run([0.95] * 3), run([0.96] * 3)], numerics="exact")
-    assert not d.kept and d.spread == pytest.approx(spread(noisy)) and "spread" in d.reason
-    assert not decide([A1, A2], [run([1.005] * 3), run([1.0] * 3)], numerics="exact").kept  # under the 1% floor
+    # the candidate won one round by 10% and lost the other by 2%: the median 1.04x is within +-6%
+    d = decide([run([1.0] * 3), run([1.0] * 3)], [run([1 / 1.10] * 3), run([1 / 0.98] * 3)], numerics="exact")
+    assert not d.kept and d.inconclusive and d.spread == pytest.approx(0.06) and "spread" in d.reason
+    assert spread([1.10, 0.98]) == pytest.approx(0.06)
+    # a slow change of the machine's load hits both sides of a round: the paired ratios still decide
+    drift = decide([run([1.0] * 3), run([1.5] * 3)], [run([0.9] * 3), run([1.35] * 3)], numerics="exact")
+    assert drift.kept and drift.spread == pytest.approx(0.0)
+    floor = decide([A1, A2], [run([1.0] * 3), run([1.0] * 3)], numerics="exact")
+    assert not floor.kept and not floor.inconclusive and "1% floor" in floor.reason
     slower = decide([A1, A2], [run([1.1] * 3), run([1.1] * 3)], numerics="exact")
     assert not slower.kept and slower.reason.startswith("slower")
 

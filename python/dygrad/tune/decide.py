@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from .candidates import NUMERICS
 
 MIN_GAIN = 0.01  # a kept change is at least 1% faster, whatever the spread
+MAX_EXTRA_ROUNDS = 2  # an inconclusive candidate gets up to this many more A B pairs (budget permitting)
 EARLY_STOP_SLOWER = 0.15  # after the first A B pair, a candidate this much slower is not measured again
 
 
@@ -13,22 +14,22 @@ EARLY_STOP_SLOWER = 0.15  # after the first A B pair, a candidate this much slow
 class Decision:
     kept: bool
     reason: str
-    speedup: float = 0.0  # incumbent median step time / candidate's (> 1: the candidate is faster)
-    spread: float = 0.0  # the larger relative range of the per-process medians of either side
+    speedup: float = 0.0  # the median over rounds of incumbent / candidate median step time (> 1: faster)
+    spread: float = 0.0  # half the range of the rounds' ratios
     loss_difference: float = 0.0  # the largest relative loss difference over the measured steps
     peak_bytes: int = 0
+    inconclusive: bool = False  # faster on the median, within the spread: another round may decide
 
 
-def pooled_median(runs):
-    return statistics.median(t for r in runs for t in r.step_times)
+def paired_speedups(incumbent_runs, candidate_runs):
+    """Per round, the incumbent's median step time over the candidate's: the two ran back to back (A B), so a
+    slow change of the machine's load moves both and cancels in their ratio."""
+    return [a.median_s / b.median_s for a, b in zip(incumbent_runs, candidate_runs)]
 
 
-def spread(runs):
-    """(max - min) / median of the runs' own medians: how far one process's measurement moves between runs."""
-    medians = [r.median_s for r in runs]
-    if len(medians) < 2:
-        return 0.0
-    return (max(medians) - min(medians)) / statistics.median(medians)
+def spread(speedups):
+    """Half the range of the rounds' ratios: how far one round's verdict moves from another's."""
+    return (max(speedups) - min(speedups)) / 2 if len(speedups) > 1 else 0.0
 
 
 def loss_difference(reference, run):
@@ -54,9 +55,8 @@ def decide(incumbent_runs, candidate_runs, *, numerics, memory_limit=0, goal="sp
     tolerance = NUMERICS[numerics]
     difference = max(loss_difference(incumbent_runs[0], r) for r in candidate_runs)
     peak = max(r.peak_bytes for r in candidate_runs)
-    inc, cand = pooled_median(incumbent_runs), pooled_median(candidate_runs)
-    speedup = inc / cand
-    noise = max(spread(incumbent_runs), spread(candidate_runs))
+    ratios = paired_speedups(incumbent_runs, candidate_runs)
+    speedup, noise = statistics.median(ratios), spread(ratios)
     d = Decision(False, "", speedup, noise, difference, peak)
     if difference > tolerance:
         d.reason = (f"losses differ from the incumbent's by {difference:.2e} (relative), above the {numerics} "
@@ -76,8 +76,11 @@ def decide(incumbent_runs, candidate_runs, *, numerics, memory_limit=0, goal="sp
         return d
     threshold = max(MIN_GAIN, noise)
     if speedup - 1 > threshold:
-        d.kept, d.reason = True, f"{speedup:.3f}x faster, beyond the spread ({noise:.1%}) and the 1% floor"
+        d.kept, d.reason = True, (f"{speedup:.3f}x faster (median of {len(ratios)} A B pairs), beyond their "
+                                  f"spread (+-{noise:.1%}) and the 1% floor")
+    elif speedup - 1 > MIN_GAIN:
+        d.inconclusive = True
+        d.reason = (f"{speedup:.3f}x: not faster beyond the spread of {len(ratios)} A B pairs (+-{noise:.1%})")
     else:
-        d.reason = (f"{speedup:.3f}x: not faster beyond the measured spread ({noise:.1%}) and the 1% floor"
-                    if speedup >= 1 else f"slower ({speedup:.3f}x)")
+        d.reason = f"{speedup:.3f}x: not faster than the 1% floor" if speedup >= 1 else f"slower ({speedup:.3f}x)"
     return d

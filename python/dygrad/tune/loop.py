@@ -11,7 +11,7 @@ import time
 import dygrad as dg
 
 from . import candidates as table
-from .decide import decide
+from .decide import MAX_EXTRA_ROUNDS, decide
 from .search import parse_duration
 from .settings import save
 from .trial import Run
@@ -87,12 +87,17 @@ def run(make_step, *, steps=6, warmup=2, rounds=2, budget="60s", memory_limit=0,
         tried.add(c.name)
         cand = {**ctx.settings, **changes}
         inc_runs, cand_runs = [], []
-        for i in range(rounds):
+        i = 0
+        while True:  # A B A B, and up to MAX_EXTRA_ROUNDS more pairs while inconclusive (as the CLI)
             inc_runs.append(measure(make_step, ctx.settings, steps=steps, warmup=warmup, seed=seed, label="A"))
             cand_runs.append(measure(make_step, cand, steps=steps, warmup=warmup, seed=seed, label=c.name))
+            i += 1
             verdict = decide(inc_runs, cand_runs, numerics=c.numerics, memory_limit=memory_limit, goal=c.goal,
-                             final=i == rounds - 1)
-            if verdict.reason:
+                             final=i >= rounds)
+            if i < rounds and not verdict.reason:
+                continue
+            if not (verdict.inconclusive and i < rounds + MAX_EXTRA_ROUNDS
+                    and time.perf_counter() - t0 + 2 * cost <= budget_s):
                 break
         trials.append({"candidate": c.name, "changes": changes, "kept": verdict.kept, "reason": verdict.reason,
                        "speedup": verdict.speedup, "spread": verdict.spread,

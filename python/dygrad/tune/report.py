@@ -44,8 +44,8 @@ def _trial_rows(result):
             f'<tr><td class="num">{t["index"]}</td><td><b>{_e(t["candidate"])}</b><br><span class="note">{_e(changes)}'
             f'</span><br><span class="note">advised by: {_e(", ".join(t["advised_by"]) or "(always considered)")}; '
             f'numerics {_e(t["numerics"])}; estimated gain {t["estimated_gain"]:.1%}</span></td>'
-            f'<td>{bar}<br><span class="note">{tok:,.0f} tok/s vs {inc:,.0f} ({t["speedup"]:.3f}x, spread '
-            f'{t["spread"]:.1%})</span></td><td class="num">{t["mfu"]:.1%}<br><span class="note">was '
+            f'<td>{bar}<br><span class="note">{tok:,.0f} tok/s vs {inc:,.0f} ({t["speedup"]:.3f}x +-'
+            f'{t["spread"]:.1%}, {t["rounds"]} rounds)</span></td><td class="num">{t["mfu"]:.1%}<br><span class="note">was '
             f'{t["incumbent_mfu"]:.1%}</span></td><td>{mem}</td><td>{verdict}<br>{_e(t["reason"])}<br>'
             f'<span class="note">losses differ by {t["loss_difference"]:.1e}</span></td></tr>'
             f'<tr><td></td><td colspan="5"><span class="note">reproduce:</span> <code>{_e(t["reproduce"])}</code></td></tr>')
@@ -81,8 +81,9 @@ def render(result):
 <style>{CSS}</style></head><body>
 <h1>dygrad.tune</h1>
 <p class="note">{_e(result.get("cpu", ""))}; budget {result["budget_s"]:.0f} s, used {result["elapsed_s"]:.0f} s;
-stopped: {_e(result["stopped"])}. Each trial ran {result["rounds"]} rounds of incumbent and candidate alternately (A B A B),
-each a fresh process of {result["steps"]} steps ({result["warmup"]} warm-up steps not measured).</p>
+stopped: {_e(result["stopped"])}. Each trial ran at least {result["rounds"]} rounds of incumbent and candidate
+alternately (A B A B; up to two more while the verdict was within the spread), each a fresh process of
+{result["steps"]} steps ({result["warmup"]} warm-up steps not measured).</p>
 <div class="figs"><div class="fig">baseline<b>{result["baseline_tokens_per_s"]:,.0f} tok/s</b></div>
 <div class="fig">last kept change (its rounds)<b>{final_tok:,.0f} tok/s</b></div>
 <div class="fig">baseline peak<b>{_mib(result["baseline_peak_bytes"])}</b></div>

@@ -8,7 +8,7 @@ import shlex
 import time
 
 from . import candidates as table
-from .decide import decide
+from .decide import MAX_EXTRA_ROUNDS, decide
 from .settings import SETTINGS, train_flags
 from .trial import run_trial
 
@@ -124,12 +124,16 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
         env = {**environment, **changes.get("environment", {})}
         cand = {**ctx.settings, **{k: v for k, v in changes.items() if k != "environment"}}
         inc_runs, cand_runs, verdict = [], [], None
-        for i in range(rounds):  # A B A B
+        i = 0
+        while True:  # A B A B, and up to MAX_EXTRA_ROUNDS more pairs while inconclusive
             inc_runs.append(trial(f"incumbent for {c.name}", ctx.settings, environment))
             cand_runs.append(trial(c.name, cand, env))
+            i += 1
             verdict = decide(inc_runs, cand_runs, numerics=c.numerics, memory_limit=memory_limit, goal=c.goal,
-                             final=i == rounds - 1)
-            if verdict.reason:
+                             final=i >= rounds)
+            if i < rounds and not verdict.reason:
+                continue
+            if not (verdict.inconclusive and i < rounds + MAX_EXTRA_ROUNDS and elapsed() + 2 * cost <= budget_s):
                 break
         record = {"index": len(trials) + 1, "candidate": c.name, "rules": list(c.rules),
                   "advised_by": [a["rule"] for a in ctx.fired(*c.rules)], "why": c.why, "changes": changes,
