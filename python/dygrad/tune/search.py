@@ -106,10 +106,13 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
     ctx = table.Context(settings=dict(settings), environment=environment, advice=advice,
                         allow_nondeterminism=allow_nondeterminism, allow_bf16=allow_bf16, memory_limit=memory_limit,
                         incumbent_peak=first.peak_bytes, cpu=cpu_features(), estimate_peak=peak_estimator(args, anchor))
-    trials, refused, tried = [], {}, set()
+    trials, refused, tried = [], {}, set()  # tried: (candidate, the incumbent it was measured against)
     stop = "no candidate left"
     while True:
-        todo, refusals = table.plan(ctx, tried=tried)
+        # a candidate not kept is tried again once the incumbent has changed (the changes interact: more threads
+        # lost to the inline step of synchronize mode and may win once it is off)
+        incumbent = json.dumps([ctx.settings, environment], sort_keys=True)
+        todo, refusals = table.plan(ctx, tried={name for name, against in tried if against == incumbent})
         for c, reason in refusals:
             refused.setdefault(c.name, {"candidate": c.name, "rules": list(c.rules), "reason": reason})
         if not todo:
@@ -120,7 +123,7 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
                     f"not tried: {', '.join(c.name for c, _, _ in todo)}")
             break
         c, changes, gain = todo[0]
-        tried.add(c.name)
+        tried.add((c.name, incumbent))
         env = {**environment, **changes.get("environment", {})}
         cand = {**ctx.settings, **{k: v for k, v in changes.items() if k != "environment"}}
         inc_runs, cand_runs, verdict = [], [], None
