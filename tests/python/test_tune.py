@@ -70,9 +70,11 @@ def test_a_peak_over_the_memory_limit_is_refused_and_a_fitting_one_kept_for_memo
 def test_failures_and_early_stops():
     d = decide([A1], [run([0.5], rc=1)], numerics="exact", final=False)
     assert not d.kept and d.reason.startswith("failed: exit status 1")
-    d = decide([A1], [run([1.3] * 3)], numerics="exact", final=False)
-    assert not d.kept and d.reason.startswith("early stop")
+    d = decide([A1], [run([1.6] * 3)], numerics="exact", final=False)
+    assert not d.kept and d.reason.startswith("early stop: 1.60x slower") and d.on_time
+    assert decide([A1], [run([1.3] * 3)], numerics="exact", final=False).reason == ""  # within one pair's noise
     assert decide([A1], [run([0.9] * 3)], numerics="exact", final=False).reason == ""  # measure on
+    assert not decide([A1], [run([0.9] * 3, (2.0, 1.8, 1.8))], numerics="exact").on_time  # losses: not retried
 
 
 def ctx(**kw):

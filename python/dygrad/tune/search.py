@@ -106,13 +106,23 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
     ctx = table.Context(settings=dict(settings), environment=environment, advice=advice,
                         allow_nondeterminism=allow_nondeterminism, allow_bf16=allow_bf16, memory_limit=memory_limit,
                         incumbent_peak=first.peak_bytes, cpu=cpu_features(), estimate_peak=peak_estimator(args, anchor))
-    trials, refused, tried = [], {}, set()  # tried: (candidate, the incumbent it was measured against)
+    trials, refused = [], {}
+    verdicts = {}  # (candidate, the incumbent it was measured against) -> its verdicts
+
+    def measured(limit):
+        """The candidates not to try against this incumbent: tried `limit` times, or refused for more than time."""
+        return {name for (name, against), v in verdicts.items()
+                if against == incumbent and (len(v) >= limit or not v[-1].on_time)}
     stop = "no candidate left"
     while True:
         # a candidate not kept is tried again once the incumbent has changed (the changes interact: more threads
-        # lost to the inline step of synchronize mode and may win once it is off)
+        # lost to the inline step of synchronize mode and may win once it is off); when every candidate has been
+        # measured against this incumbent, one not kept for its time alone gets a second measurement (on a loaded
+        # machine one comparison can go the wrong way)
         incumbent = json.dumps([ctx.settings, environment], sort_keys=True)
-        todo, refusals = table.plan(ctx, tried={name for name, against in tried if against == incumbent})
+        todo, refusals = table.plan(ctx, tried=measured(1))
+        if not todo:
+            todo, _ = table.plan(ctx, tried=measured(2))
         for c, reason in refusals:
             refused.setdefault(c.name, {"candidate": c.name, "rules": list(c.rules), "reason": reason})
         if not todo:
@@ -123,7 +133,6 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
                     f"not tried: {', '.join(c.name for c, _, _ in todo)}")
             break
         c, changes, gain = todo[0]
-        tried.add((c.name, incumbent))
         env = {**environment, **changes.get("environment", {})}
         cand = {**ctx.settings, **{k: v for k, v in changes.items() if k != "environment"}}
         inc_runs, cand_runs, verdict = [], [], None
@@ -138,6 +147,7 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
                 continue
             if not (verdict.inconclusive and i < rounds + MAX_EXTRA_ROUNDS and elapsed() + 2 * cost <= budget_s):
                 break
+        verdicts.setdefault((c.name, incumbent), []).append(verdict)
         record = {"index": len(trials) + 1, "candidate": c.name, "rules": list(c.rules),
                   "advised_by": [a["rule"] for a in ctx.fired(*c.rules)], "why": c.why, "changes": changes,
                   "numerics": c.numerics, "goal": c.goal, "estimated_gain": gain, "kept": verdict.kept,
