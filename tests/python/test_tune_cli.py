@@ -56,7 +56,7 @@ def test_a_memory_limit_the_default_exceeds_is_met_with_the_same_losses(tmp_path
     half = run_trial("half", base, {"batch_size": 2, "grad_accum": 2}, {}, str(tmp_path / "half"), steps=5, warmup=1)
     assert first.ok and half.ok and half.peak_bytes < first.peak_bytes * 0.95, (first.error, half.error)
     limit = (first.peak_bytes + half.peak_bytes) // 2  # the default step exceeds it, half its micro-batch fits
-    done = tune(tmp_path, "--budget", "60s", "--memory-limit", str(limit), "--", "-m", "dygrad.train", *base)
+    done = tune(tmp_path, "--budget", "35s", "--memory-limit", str(limit), "--", "-m", "dygrad.train", *base)
     assert done.returncode == 0, done.stderr + done.stdout
     data = load(tmp_path / "tune.json")
     assert data["kept"], done.stdout  # a memory candidate was kept

@@ -130,7 +130,7 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
         needed = 2 * rounds * cost
         if elapsed() + needed > budget_s:
             stop = (f"budget: {_fmt_time(budget_s - elapsed())} left, a comparison takes ~{_fmt_time(needed)}; "
-                    f"not tried: {', '.join(c.name for c, _, _ in todo)}")
+                    f"still to measure: {', '.join(c.name for c, _, _ in todo)}")
             break
         c, changes, gain = todo[0]
         env = {**environment, **changes.get("environment", {})}
