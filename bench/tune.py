@@ -1,6 +1,6 @@
 """The auto-tuner against hand tuning (issue 39's Done-when; docs/tune.md), on one machine in one run.
 
-    python3 bench/tune.py [--config bench] [--budget 10m] [--rounds 5] [--steps 10] [--skip-default]
+    python3 bench/tune.py [--config bench] [--budget 10m] [--rounds 5] [--steps 10] [--skip-default] [--skip-poor]
 
 1. From a deliberately poor start (--threads 1 --synchronize --deterministic --unfused --batch-size 2
    --grad-accum 4: the default's global batch) python3 -m dygrad.tune runs with --budget (its own A B A B trials).
@@ -57,20 +57,22 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--skip-default", action="store_true")
+    p.add_argument("--skip-poor", action="store_true")
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="dygrad-tune-bench-")
     base = ["--config", a.config]
     print(f"CPU: {cpu_description()}")
-    poor = tune(base + POOR, a.budget, work, "poor")
-    tuned = (base + POOR + train_flags(poor["settings"]), poor["environment"])
-    print(f"tuned from the poor start: kept {poor['kept']}; {poor['command']}")
-    configs = {"tuned": tuned, "hand": (base, {}), "hand-jit": (base + ["--jit"], {})}
-    got = interleaved(configs, a.rounds, a.steps, work)
-    med = {n: statistics.median(v) for n, v in got.items()}
-    best = max(("hand", "hand-jit"), key=med.get)
-    print(f"medians tok/s: " + ", ".join(f"{n} {v:,.0f}" for n, v in med.items()))
-    print(f"tuned / best hand-written ({best}): {med['tuned'] / med[best]:.3f}x; the poor start's own baseline "
-          f"(the tuner's measure): {poor['baseline_tokens_per_s']:,.0f} tok/s")
+    if not a.skip_poor:
+        poor = tune(base + POOR, a.budget, work, "poor")
+        tuned = (base + POOR + train_flags(poor["settings"]), poor["environment"])
+        print(f"tuned from the poor start: kept {poor['kept']}; {poor['command']}")
+        configs = {"tuned": tuned, "hand": (base, {}), "hand-jit": (base + ["--jit"], {})}
+        got = interleaved(configs, a.rounds, a.steps, work)
+        med = {n: statistics.median(v) for n, v in got.items()}
+        best = max(("hand", "hand-jit"), key=med.get)
+        print(f"medians tok/s: " + ", ".join(f"{n} {v:,.0f}" for n, v in med.items()))
+        print(f"tuned / best hand-written ({best}): {med['tuned'] / med[best]:.3f}x; the poor start's own baseline "
+              f"(the tuner's measure): {poor['baseline_tokens_per_s']:,.0f} tok/s")
     if not a.skip_default:
         default = tune(base, a.budget, work, "default")
         got = interleaved({"default": (base, {}), "tuned-default": (base + train_flags(default["settings"]),

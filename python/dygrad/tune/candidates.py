@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 # Losses of the measured steps against the incumbent's: the largest relative difference allowed per class.
 #   exact: the same ops in the same order (threads: GEMM tiling and partial sums are fixed by the shape,
 #     docs/threading.md; synchronize: where a Task runs, not what it computes; allocator: where buffers live).
-#   rounding: the same math in another order or fused (fused ops, micro-batches summed, nondeterministic kernels);
-#     fp32 rounding (1e-7 per op) grows over a few AdamW steps to ~1e-5 of the loss on the tiny LLaMA (measured,
-#     docs/tune.md); 1e-3 leaves room and still catches a wrong change (a different batch moves the loss ~1e-1).
+#   rounding: the same math in another order or fused (fused ops, micro-batches summed, nondeterministic kernels):
+#     measured 6e-8 to 1.9e-7 of the loss over a trial's steps (docs/tune.md); 1e-3 leaves room for longer trials
+#     and still catches a wrong change (other rows move the loss ~1e-1).
 #   bf16: autocast's bfloat16 (8-bit mantissa, 4e-3 per rounding) moves the loss ~1e-3-1e-2 in a few steps.
 NUMERICS = {"exact": 0.0, "rounding": 1e-3, "bf16": 3e-2}
 
