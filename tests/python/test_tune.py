@@ -225,3 +225,12 @@ def test_run_tunes_a_loop_of_its_own(tmp_path):
     assert not exact or exact[0]["loss_difference"] == 0.0  # where ops run, not what they compute
     assert "allocator: keep cached segments" in {r["candidate"] for r in result["refused"]}  # read at load
     assert dg.tune.load(out)["source"] == "dg.tune.run"
+
+
+def test_the_environment_of_a_settings_file_needs_a_fresh_process(monkeypatch, capsys):
+    data = {"settings": {}, "environment": {"DYGRAD_ALLOC_RELEASE_FRACTION": "-1"}}
+    monkeypatch.delenv("DYGRAD_ALLOC_RELEASE_FRACTION", raising=False)
+    tune_settings.run_with_environment(data, "dygrad.train", ["--steps", "1"])  # in-process: said, not applied
+    assert "DYGRAD_ALLOC_RELEASE_FRACTION=-1 is read when dygrad loads: not applied" in capsys.readouterr().err
+    assert tune_settings.environment_missing(data) == {}  # set for the processes this one starts
+    tune_settings.run_with_environment(data, "dygrad.train", None)  # present: returns (no re-execution)
