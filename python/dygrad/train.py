@@ -75,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument("--jit", action=argparse.BooleanOptionalAction, default=False,
                    help="compile the training step with dygrad.jit (docs/jit.md): after a warm-up and a capture "
                         "step, each step is replayed as one Task with no Python")
+    p.add_argument("--jit-level", default="O0", choices=["O0", "O1"],
+                   help="with --jit: O0 replays the captured ops (bitwise eager); O1 runs the passes first "
+                        "(fusion, the attention pattern, rematerialization: docs/jit-fusion.md)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches of --batch-size rows per optimizer step: "
                    "each step draws batch-size x grad-accum rows (the same rows as --batch-size of their product) "
                    "and accumulates their gradients; the step's loss is their mean")
@@ -556,7 +559,7 @@ def main(argv=None):
         optimizer.step()
         return total / args.grad_accum
 
-    run_step = dg.jit(train_step) if args.jit else train_step
+    run_step = dg.jit(train_step, jit_level=args.jit_level) if args.jit else train_step
     dg.memory.reset_peak_memory_stats()  # metrics' max_allocated_bytes: the training steps' peak
     try:
         for step in range(start, args.steps):

@@ -102,6 +102,9 @@ def test_the_plan_orders_by_estimated_gain_and_explains_refusals():
     todo, refused = table.plan(ctx(allow_nondeterminism=True, cpu={"avx512_bf16": True, "amx": []}))
     names = [c.name for c, _, _ in todo]
     assert "deterministic off" in names and "bf16 autocast" not in names  # bf16 needs consent too
+    jit_o1 = {c.name: (ch, c.numerics) for c, ch, _ in todo}["jit O1"]  # the JIT's passes: within rounding
+    assert jit_o1 == ({"jit": True, "jit_level": "O1"}, "rounding")
+    assert tune_settings.train_flags({"jit": True, "jit_level": "O1"}) == ["--jit", "--jit-level", "O1"]
     assert "--allow-bf16" in dict((c.name, r) for c, r in refused)["bf16 autocast"]
 
 

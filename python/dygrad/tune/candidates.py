@@ -106,6 +106,12 @@ def _jit(ctx):
     return {"jit": True}
 
 
+def _jit_o1(ctx):
+    if ctx.settings.get("jit_level") == "O1":
+        return None
+    return {"jit": True, "jit_level": "O1"}
+
+
 def _bf16_native(cpu):
     return bool(cpu.get("avx512_bf16") or any(str(f).startswith("amx_bf16") for f in cpu.get("amx", [])))
 
@@ -214,6 +220,9 @@ CANDIDATES = (
               "composed forms"),
     Candidate("jit", ("jit", "host_bound"), ("train", "loop"), "exact", "speed", _jit, _advised_gain("jit"),
               "dygrad.jit replays the step as one Task with no Python (docs/jit.md)"),
+    Candidate("jit O1", ("jit", "host_bound", "unfused"), ("train",), "rounding", "speed", _jit_o1,
+              _advised_gain("jit"), "dygrad.jit at O1: the captured step after fusion, the attention pattern and "
+              "rematerialization (docs/jit-fusion.md); within rounding of eager (the attention pattern)"),
     Candidate("larger micro-batch", ("host_bound",), ("train",), "rounding", "speed", _merge_micro_batches,
               _merge_gain, "the largest micro-batch that fits, fewer accumulation steps: the same global batch "
               "in fewer, larger ops"),

@@ -8,8 +8,8 @@ FORMAT = "dygrad.tune/1"
 
 # Each setting: its type; the name is dygrad.train's option with '-' as '_' (--grad-accum: grad_accum).
 SETTINGS = {
-    "threads": int, "synchronize": bool, "deterministic": bool, "unfused": bool, "jit": bool, "recompute": str,
-    "recompute_budget": str, "dtype": str, "batch_size": int, "grad_accum": int, "bucket_cap_mb": float,
+    "threads": int, "synchronize": bool, "deterministic": bool, "unfused": bool, "jit": bool, "jit_level": str,
+    "recompute": str, "recompute_budget": str, "dtype": str, "batch_size": int, "grad_accum": int, "bucket_cap_mb": float,
     "gradient_as_bucket_view": bool,
 }
 # The environment variables a settings file may carry: the allocator's, read once when dygrad loads (docs/memory.md).
