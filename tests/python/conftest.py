@@ -60,3 +60,17 @@ def restore_context():
     original = dg.get_context()
     yield
     dg.set_context(original)
+
+
+@pytest.fixture
+def jit_config(tmp_path_factory):
+    """dygrad.jit.config for a test of O1: this session's kernel cache, compiles a capture waits for (no timing in
+    the tests); every field restored after."""
+    import dygrad as dg
+    cfg = dg.jit.config
+    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
+    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
+    cfg.background = False
+    yield cfg
+    for k, v in saved.items():
+        setattr(cfg, k, v)

@@ -17,15 +17,9 @@ from jit_steps import llama_step
 
 
 @pytest.fixture(autouse=True)
-def fusion_config(tmp_path_factory):
-    """A cache for this session's kernels and compiles that a capture waits for (no timing in the tests)."""
-    cfg = dg.jit.config
-    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
-    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
-    cfg.background = False
-    yield cfg
-    for k, v in saved.items():
-        setattr(cfg, k, v)
+def fusion_config(jit_config):
+    """conftest.py's jit_config: this session's kernel cache, compiles a capture waits for."""
+    return jit_config
 
 
 def rms_swiglu(x, w, g, u):

@@ -6,15 +6,7 @@ import pytest
 import dygrad as dg
 
 
-@pytest.fixture(autouse=True)
-def jit_config(tmp_path_factory):
-    cfg = dg.jit.config
-    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
-    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
-    cfg.background = False
-    yield cfg
-    for k, v in saved.items():
-        setattr(cfg, k, v)
+pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
 
 
 SHAPES = [(37, 5), (64,), (3, 7, 11)]

@@ -11,15 +11,7 @@ from dygrad import nn
 from jit_steps import llama_step
 
 
-@pytest.fixture(autouse=True)
-def jit_config(tmp_path_factory):
-    cfg = dg.jit.config
-    saved = {k: getattr(cfg, k) for k in cfg._FIELDS}
-    cfg.cache_dir = str(tmp_path_factory.getbasetemp() / "jit-cache")
-    cfg.background = False
-    yield cfg
-    for k, v in saved.items():
-        setattr(cfg, k, v)
+pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
 
 
 def new_gelu(x):
