@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "dygrad/backend/cuda/adamw.h"
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/math/arithmetic.h"
 
 namespace dg::cuda {
@@ -25,23 +26,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kPiece = 1 << 16;  // elements per block
-
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <> struct ComputeOf<__half> { using type = float; };
-
-template <typename S>
-__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return *p;
-}
-template <typename S, typename C>
-__device__ __forceinline__ S to_storage(C v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) return __float2half_rn(v);
-  else return static_cast<S>(v);
-}
 
 // steps: float [P]; step[t] += 1
 __global__ void bump_steps(FaultContext fault, AdamTensors tensors) {
@@ -58,7 +42,7 @@ template <typename S>
 __global__ void adamw_update(FaultContext fault, AdamTensors tensors, const void* lr_ptr, bool lr_is_float32,
                              const double* hyper, bool decoupled) {
   if (stream_faulted(fault)) return;
-  using C = typename ComputeOf<S>::type;
+  using C = compute_t<S>;
   const int t = blockIdx.y;
   __shared__ Scalars k;
   if (threadIdx.x == 0) {
@@ -119,12 +103,7 @@ void launch_adamw(ElemType type, const AdamTensors& tensors, const void* lr, boo
   auto run = [&]<typename S>() {
     adamw_update<S><<<grid, kThreads, 0, args.stream>>>(args.fault, tensors, lr, lr_is_float32, hyper, decoupled);
   };
-  switch (type) {
-    case ElemType::Float64: return run.template operator()<double>();
-    case ElemType::BFloat16: return run.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return run.template operator()<__half>();
-    default: return run.template operator()<float>();
-  }
+  visit_floating(type, run);
 }
 
 }  // namespace dg::cuda

@@ -5,6 +5,7 @@
 // Compiles for sm_90; not yet run on a GPU.
 #include "dygrad/backend/cuda/adamw.h"
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/op_def.h"
@@ -22,14 +23,7 @@ void adamw_kernel(Task& task) {
            "float64 tensor on CUDA, got ", dtype_name(lr.dtype()));
   if (count == 0) return;
   const DType dtype = task.outputs[0].dtype();
-  ElemType type = ElemType::Float32;
-  switch (dtype) {
-    case DType::Float32: break;
-    case DType::Float64: type = ElemType::Float64; break;
-    case DType::BFloat16: type = ElemType::BFloat16; break;
-    case DType::Float16: type = ElemType::Float16; break;
-    default: fail(ErrorKind::NotImplemented, "[adamw_step] has no CUDA kernel for dtype ", dtype_name(dtype));
-  }
+  const ElemType type = elem_type(task, dtype, true);
   const LaunchContext ctx = launch_context(task);
   const bool decoupled = task.attrs.get<AdamWAttrs>().decoupled;
   for (size_t first = 0; first < count; first += kAdamTensorsPerLaunch) {

@@ -12,6 +12,7 @@
 
 #include <type_traits>
 
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/backend/cuda/elementwise.h"
 #include "dygrad/math/activations.h"
 #include "dygrad/math/arithmetic.h"
@@ -24,24 +25,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // --- storage and compute types ------------------------------------------------------------------------------------
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <> struct ComputeOf<__half> { using type = float; };
-template <typename S> using compute_t = typename ComputeOf<S>::type;
 
-template <typename S>
-__device__ __forceinline__ compute_t<S> load(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return *p;
-}
-template <typename S, typename V>
-__device__ __forceinline__ void store(S* p, V v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) *p = __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<S, __half>) *p = __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<S, bool>) *p = v != V(0);
-  else *p = static_cast<S>(v);
-}
 template <typename C>
 __device__ __forceinline__ C scalar_as(ScalarArg s) {
   if constexpr (std::is_floating_point_v<C>) return static_cast<C>(s.f);
@@ -302,21 +286,6 @@ __global__ void swiglu_backward_kernel(FaultContext fault, OffsetCalculator<5> c
 }
 
 // --- dispatch ---------------------------------------------------------------------------------------------------------
-template <typename F>
-void visit(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::Float32: return f.template operator()<float>();
-    case ElemType::Float64: return f.template operator()<double>();
-    case ElemType::BFloat16: return f.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return f.template operator()<__half>();
-    case ElemType::Int64: return f.template operator()<int64_t>();
-    case ElemType::Int32: return f.template operator()<int32_t>();
-    case ElemType::Int16: return f.template operator()<int16_t>();
-    case ElemType::Int8: return f.template operator()<int8_t>();
-    case ElemType::UInt8: return f.template operator()<uint8_t>();
-    case ElemType::Bool: return f.template operator()<bool>();
-  }
-}
 
 unsigned blocks_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/backend/cuda/elementwise.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -13,22 +14,6 @@
 namespace dg::cuda {
 namespace {
 
-ElemType elem_type(const Task& task, DType d) {
-  switch (d) {
-    case DType::Float32: return ElemType::Float32;
-    case DType::Float64: return ElemType::Float64;
-    case DType::BFloat16: return ElemType::BFloat16;
-    case DType::Float16: return ElemType::Float16;
-    case DType::Int64: return ElemType::Int64;
-    case DType::Int32: return ElemType::Int32;
-    case DType::Int16: return ElemType::Int16;
-    case DType::Int8: return ElemType::Int8;
-    case DType::UInt8: return ElemType::UInt8;
-    case DType::Bool: return ElemType::Bool;
-    default:
-      fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(d));
-  }
-}
 
 bool is_floating_elem(ElemType t) {
   return t == ElemType::Float32 || t == ElemType::Float64 || t == ElemType::BFloat16 || t == ElemType::Float16;
@@ -57,9 +42,7 @@ LaunchArgs launch_args(const Task& task) {
 void run_unary(Task& task, UnaryOp op, bool floating_only, ScalarArg s = {}) {
   const Tensor& out = task.outputs[0];
   const Tensor& in = task.inputs[0];
-  const ElemType in_type = elem_type(task, in.dtype()), out_type = elem_type(task, out.dtype());
-  if (floating_only && !is_floating_elem(in_type))
-    fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(in.dtype()));
+  const ElemType in_type = elem_type(task, in.dtype(), floating_only), out_type = elem_type(task, out.dtype());
   const Tensor* const operands[2] = {&out, &in};
   const LaunchArgs args = launch_args(task);
   launch_unary(op, out_type, in_type, calculator<2>(task, operands), out.numel(), out.raw_data(), in.raw_data(), s,
@@ -74,8 +57,7 @@ void run_binary(Task& task, BinaryOp op, bool floating_only, ScalarArg alpha = {
   const ElemType in_type = elem_type(task, a.dtype()), out_type = elem_type(task, out.dtype());
   DG_CHECK(a.dtype() == b.dtype(), Type, "[", task.op->name, "] the CUDA kernel takes operands of one dtype, got ",
            dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
-  if (floating_only && !is_floating_elem(in_type))
-    fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(a.dtype()));
+  if (floating_only) elem_type(task, a.dtype(), true);  // refuses integer and bool operands
   const Tensor* const operands[3] = {&out, &a, &b};
   const LaunchArgs args = launch_args(task);
   launch_binary(op, out_type, in_type, calculator<3>(task, operands), out.numel(), out.raw_data(), a.raw_data(),
@@ -155,9 +137,7 @@ void masked_fill_kernel(Task& task) {
 void swiglu_backward_kernel(Task& task) {
   const Tensor& grad_gate = task.outputs[0];
   const Tensor& grad_up = task.outputs[1];
-  const ElemType type = elem_type(task, grad_gate.dtype());
-  if (!is_floating_elem(type))
-    fail(ErrorKind::NotImplemented, "[swiglu_backward] has no CUDA kernel for dtype ", dtype_name(grad_gate.dtype()));
+  const ElemType type = elem_type(task, grad_gate.dtype(), true);
   const Tensor* const operands[5] = {&grad_gate, &grad_up, &task.inputs[0], &task.inputs[1], &task.inputs[2]};
   const LaunchArgs args = launch_args(task);
   launch_swiglu_backward(type, calculator<5>(task, operands), grad_gate.numel(), grad_gate.raw_data(),

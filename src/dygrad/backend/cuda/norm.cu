@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/backend/cuda/norm.h"
 #include "dygrad/math/rows.h"
 
@@ -20,31 +21,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <> struct ComputeOf<__half> { using type = float; };
-
-template <typename S>
-__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return *p;
-}
-template <typename S, typename C>
-__device__ __forceinline__ void store(S* p, C v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) *p = __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) *p = __float2half_rn(v);
-  else *p = v;
-}
-
 // x: S (rows from `rows`, column stride sx), w: S [C] (stride sw) or null, y: S [R, C], rstd: C [R]
 // kApply: rstd[R] is given (rms_norm_apply) and the sum of squares is skipped.
 template <typename S, bool kApply>
 __global__ void rms_norm_kernel(FaultContext fault, OffsetCalculator<1> rows, int64_t num_rows, int64_t cols,
                                 int64_t sx, const S* x, const S* w, int64_t sw, double eps, S* y,
-                                typename ComputeOf<S>::type* rstd) {
+                                compute_t<S>* rstd) {
   if (stream_faulted(fault)) return;
-  using C = typename ComputeOf<S>::type;
+  using C = compute_t<S>;
   __shared__ C partial[kThreads];
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
     int64_t base[1];
@@ -87,7 +71,7 @@ void launch_rms_norm(ElemType type, const OffsetCalculator<1>& rows, int64_t num
   if (num_rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(num_rows < (int64_t{1} << 20) ? num_rows : (int64_t{1} << 20));
   auto run = [&]<typename S>() {
-    using C = typename ComputeOf<S>::type;
+    using C = compute_t<S>;
     if (apply)
       rms_norm_kernel<S, true><<<blocks, kThreads, 0, args.stream>>>(
           args.fault, rows, num_rows, cols, x_col_stride, static_cast<const S*>(x), static_cast<const S*>(w),
@@ -97,12 +81,7 @@ void launch_rms_norm(ElemType type, const OffsetCalculator<1>& rows, int64_t num
           args.fault, rows, num_rows, cols, x_col_stride, static_cast<const S*>(x), static_cast<const S*>(w),
           w_stride, eps, static_cast<S*>(y), static_cast<C*>(rstd));
   };
-  switch (type) {
-    case ElemType::Float64: return run.template operator()<double>();
-    case ElemType::BFloat16: return run.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return run.template operator()<__half>();
-    default: return run.template operator()<float>();
-  }
+  visit_floating(type, run);
 }
 
 }  // namespace dg::cuda

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/backend/cuda/norm.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -17,14 +18,7 @@ namespace {
 void rms_norm_common(Task& task, bool apply) {
   const Tensor& x = task.inputs[0];
   const RmsNormAttrs& attrs = task.attrs.get<RmsNormAttrs>();
-  ElemType type = ElemType::Float32;
-  switch (x.dtype()) {
-    case DType::Float32: break;
-    case DType::Float64: type = ElemType::Float64; break;
-    case DType::BFloat16: type = ElemType::BFloat16; break;
-    case DType::Float16: type = ElemType::Float16; break;
-    default: fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(x.dtype()));
-  }
+  const ElemType type = elem_type(task, x.dtype(), true);
   const Tensor& rstd = apply ? task.inputs[1] : task.outputs[1];
   DG_CHECK(x.dim() >= 1 && task.outputs[0].is_contiguous() && rstd.is_contiguous(), Runtime, "[", task.op->name,
            "] the CUDA kernel takes a contiguous y and rstd");

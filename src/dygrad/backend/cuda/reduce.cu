@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/backend/cuda/reduce.h"
 #include "dygrad/math/arithmetic.h"
 
@@ -27,16 +28,7 @@ template <> struct Acc<__half> { using type = float; };
 
 template <typename S>
 __device__ __forceinline__ typename Acc<S>::type load_acc(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return static_cast<typename Acc<S>::type>(*p);
-}
-template <typename S, typename A>
-__device__ __forceinline__ void store_from(S* p, A v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) *p = __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<S, __half>) *p = __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<S, bool>) *p = v != A(0);
-  else *p = static_cast<S>(v);
+  return static_cast<typename Acc<S>::type>(load(p));
 }
 
 template <typename A>
@@ -72,24 +64,8 @@ __global__ void reduce_kernel(FaultContext fault, OffsetCalculator<1> kept, Offs
         partial[threadIdx.x] = combine(op, partial[threadIdx.x], partial[threadIdx.x + width]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) store_from(out + o, partial[0]);
+    if (threadIdx.x == 0) store(out + o, partial[0]);
     __syncthreads();  // partial is reused by the block's next output
-  }
-}
-
-template <typename F>
-void visit(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::Float32: return f.template operator()<float>();
-    case ElemType::Float64: return f.template operator()<double>();
-    case ElemType::BFloat16: return f.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return f.template operator()<__half>();
-    case ElemType::Int64: return f.template operator()<int64_t>();
-    case ElemType::Int32: return f.template operator()<int32_t>();
-    case ElemType::Int16: return f.template operator()<int16_t>();
-    case ElemType::Int8: return f.template operator()<int8_t>();
-    case ElemType::UInt8: return f.template operator()<uint8_t>();
-    case ElemType::Bool: return f.template operator()<bool>();
   }
 }
 

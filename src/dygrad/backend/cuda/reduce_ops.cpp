@@ -5,6 +5,7 @@
 
 #include "dygrad/backend/cuda/cuda_check.h"
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/backend/cuda/reduce.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -13,21 +14,6 @@
 namespace dg::cuda {
 namespace {
 
-ElemType elem_type_of(const Task& task, DType d) {
-  switch (d) {
-    case DType::Float32: return ElemType::Float32;
-    case DType::Float64: return ElemType::Float64;
-    case DType::BFloat16: return ElemType::BFloat16;
-    case DType::Float16: return ElemType::Float16;
-    case DType::Int64: return ElemType::Int64;
-    case DType::Int32: return ElemType::Int32;
-    case DType::Int16: return ElemType::Int16;
-    case DType::Int8: return ElemType::Int8;
-    case DType::UInt8: return ElemType::UInt8;
-    case DType::Bool: return ElemType::Bool;
-    default: fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(d));
-  }
-}
 
 // in [..] -> out [O] contiguous; ReduceAttrs dims (sorted).
 void reduce(Task& task, ReduceOp op) {
@@ -51,7 +37,7 @@ void reduce(Task& task, ReduceOp op) {
   DG_CHECK(make_offset_calculator<1>(kept_sizes, kept_layout, kept) &&
                make_offset_calculator<1>(red_sizes, red_layout, reduced),
            NotImplemented, "[", task.op->name, "] the CUDA kernel takes at most ", kMaxOffsetDims, " dims");
-  const ElemType in_type = elem_type_of(task, in.dtype()), out_type = elem_type_of(task, out.dtype());
+  const ElemType in_type = elem_type(task, in.dtype()), out_type = elem_type(task, out.dtype());
   DG_CHECK(out_type == in_type || (op == ReduceOp::Sum && (out_type == ElemType::Int64 ||
            out_type == ElemType::Float32 || out_type == ElemType::Float64)), NotImplemented, "[", task.op->name,
            "] has no CUDA kernel from ", dtype_name(in.dtype()), " to ", dtype_name(out.dtype()));

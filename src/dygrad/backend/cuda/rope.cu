@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/backend/cuda/rope.h"
 #include "dygrad/math/rows.h"
 
@@ -19,29 +20,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <> struct ComputeOf<__half> { using type = float; };
-
-template <typename S>
-__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return *p;
-}
-template <typename S, typename C>
-__device__ __forceinline__ void store(S* p, C v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) *p = __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) *p = __float2half_rn(v);
-  else *p = v;
-}
-
 // x, y: S [A0, A1, A2, D] (strided), cos, sin: S [T, P] (strided)
 template <typename S>
 __global__ void rope_kernel(FaultContext fault, RopeLayout L, int64_t n, S* y, const S* x, const S* cos,
                             const S* sin) {
   if (stream_faulted(fault)) return;
-  using C = typename ComputeOf<S>::type;
+  using C = compute_t<S>;
   const int64_t D = L.shape[3], P = D / 2;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e % D, j2 = (e / D) % L.shape[2], j1 = (e / (D * L.shape[2])) % L.shape[1],
@@ -73,12 +57,7 @@ void launch_rope(ElemType type, const RopeLayout& layout, void* y, const void* x
                                                          static_cast<const S*>(x), static_cast<const S*>(cos),
                                                          static_cast<const S*>(sin));
   };
-  switch (type) {
-    case ElemType::Float64: return run.template operator()<double>();
-    case ElemType::BFloat16: return run.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return run.template operator()<__half>();
-    default: return run.template operator()<float>();
-  }
+  visit_floating(type, run);
 }
 
 }  // namespace dg::cuda

@@ -2,6 +2,7 @@
 // sin[T, D/2]), output y of x's shape; RopeAttrs rotate_half, time_dim, inverse (the backward), as the CPU kernel
 // takes them (backend/cpu/fused_rope.cpp). Compiles for sm_90; not yet run on a GPU.
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/backend/cuda/rope.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -16,14 +17,7 @@ void rope_kernel(Task& task) {
   const Tensor& sin = task.inputs[2];
   const Tensor& y = task.outputs[0];
   const RopeAttrs& attrs = task.attrs.get<RopeAttrs>();
-  ElemType type = ElemType::Float32;
-  switch (x.dtype()) {
-    case DType::Float32: break;
-    case DType::Float64: type = ElemType::Float64; break;
-    case DType::BFloat16: type = ElemType::BFloat16; break;
-    case DType::Float16: type = ElemType::Float16; break;
-    default: fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(x.dtype()));
-  }
+  const ElemType type = elem_type(task, x.dtype(), true);
   DG_CHECK(x.dim() == 4 && cos.dim() == 2 && sin.dim() == 2 && cos.dtype() == x.dtype() && sin.dtype() == x.dtype(),
            Runtime, "[", task.op->name, "] the CUDA kernel takes x [A0, A1, A2, D] and cos, sin [T, D/2] of x's dtype");
   RopeLayout layout{};

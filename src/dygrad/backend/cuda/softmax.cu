@@ -11,6 +11,7 @@
 
 #include <type_traits>
 
+#include "dygrad/backend/cuda/device_types.cuh"
 #include "dygrad/backend/cuda/softmax.h"
 #include "dygrad/math/arithmetic.h"
 #include "dygrad/math/elementary.h"
@@ -20,23 +21,6 @@ namespace dg::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename S> struct ComputeOf { using type = S; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <> struct ComputeOf<__half> { using type = float; };
-
-template <typename S>
-__device__ __forceinline__ typename ComputeOf<S>::type load(const S* p) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) return __bfloat162float(*p);
-  else if constexpr (std::is_same_v<S, __half>) return __half2float(*p);
-  else return *p;
-}
-template <typename S, typename C>
-__device__ __forceinline__ void store(S* p, C v) {
-  if constexpr (std::is_same_v<S, __nv_bfloat16>) *p = __float2bfloat16_rn(v);
-  else if constexpr (std::is_same_v<S, __half>) *p = __float2half_rn(v);
-  else *p = v;
-}
 
 // The block's partials combined in a fixed tree; every thread gets the result.
 template <typename C, bool kMax>
@@ -60,7 +44,7 @@ template <typename S, bool kLog>
 __global__ void softmax_kernel(FaultContext fault, OffsetCalculator<2> rows, int64_t num_rows, int64_t D, int64_t sx,
                                int64_t sy, S* y, const S* x) {
   if (stream_faulted(fault)) return;
-  using C = typename ComputeOf<S>::type;
+  using C = compute_t<S>;
   __shared__ C partial[kThreads];
   for (int64_t row = blockIdx.x; row < num_rows; row += gridDim.x) {
     int64_t base[2];
@@ -79,16 +63,6 @@ __global__ void softmax_kernel(FaultContext fault, OffsetCalculator<2> rows, int
       if constexpr (kLog) store(yr + d * sy, shifted - log_s);
       else store(yr + d * sy, math::exp_nonpositive(shifted) / s);
     }
-  }
-}
-
-template <typename F>
-void visit_floating(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::Float64: return f.template operator()<double>();
-    case ElemType::BFloat16: return f.template operator()<__nv_bfloat16>();
-    case ElemType::Float16: return f.template operator()<__half>();
-    default: return f.template operator()<float>();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "dygrad/backend/cuda/cuda_device.h"
+#include "dygrad/backend/cuda/elem_type.h"
 #include "dygrad/backend/cuda/softmax.h"
 #include "dygrad/core/error.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -12,20 +13,10 @@
 namespace dg::cuda {
 namespace {
 
-ElemType floating_type(const Task& task, DType d) {
-  switch (d) {
-    case DType::Float32: return ElemType::Float32;
-    case DType::Float64: return ElemType::Float64;
-    case DType::BFloat16: return ElemType::BFloat16;
-    case DType::Float16: return ElemType::Float16;
-    default: fail(ErrorKind::NotImplemented, "[", task.op->name, "] has no CUDA kernel for dtype ", dtype_name(d));
-  }
-}
-
 void softmax_forward(Task& task, bool log) {
   const Tensor& x = task.inputs[0];
   const Tensor& y = task.outputs[0];
-  const ElemType type = floating_type(task, x.dtype());
+  const ElemType type = elem_type(task, x.dtype(), true);
   DG_CHECK(y.dtype() == x.dtype(), Type, "[", task.op->name, "] the CUDA kernel writes the input's dtype");
   const auto dims = task.attrs.get<ReduceAttrs>().dims;
   const int64_t dim = dims.empty() ? -1 : dims[0];
