@@ -17,6 +17,19 @@ def llama_step(model, opt, clip=0.5):
     return step
 
 
+def adamw_run(make_model, T, steps, jit_level=None, lr=1e-3, weight_decay=0.01):
+    """A token model made after manual_seed(0), trained `steps` AdamW steps (llama_step) on random tokens [2, T]
+    drawn after manual_seed(1), eagerly or under dg.jit at `jit_level`: (model, losses, step function, optimizer)."""
+    dg.manual_seed(0)
+    model = make_model()
+    opt = dg.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    step = llama_step(model, opt)
+    step = dg.jit(step, jit_level=jit_level) if jit_level else step
+    dg.manual_seed(1)
+    losses = [step(dg.randint(0, 256, (2, T)), dg.randint(0, 256, (2, T))) for _ in range(steps)]
+    return model, losses, step, opt
+
+
 def mlp_sgd(seed=0):
     """An MLP with dropout and SGD (momentum, Nesterov, weight decay), seeded: (model, optimizer, step)."""
     dg.manual_seed(seed)

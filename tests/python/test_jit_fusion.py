@@ -13,7 +13,7 @@ import dygrad as dg
 import dygrad.nn as nn
 import dygrad.nn.functional as F
 from dygrad.models import llama
-from jit_steps import llama_step
+from jit_steps import adamw_run, llama_step
 
 
 @pytest.fixture(autouse=True)
@@ -177,25 +177,14 @@ def test_composed_llama_training_step_at_o1_is_bitwise_eager(mode, fusion_config
     # it out (the done-when: the jitted composed step's parameters equal eager's bitwise after 10 steps), and so
     # does switching the pass off.
     cfg = llama.LlamaConfig(n_layers=1, dim=32, n_heads=2, ffn_dim=64, seq_len=8, batch_size=2, dropout=0.1)
-    fused = False
     if mode == "deterministic":
         dg.use_deterministic_algorithms(True)
     else:
         fusion_config.patterns = False
-
-    def run(jit):
-        dg.manual_seed(0)
-        m = llama.Llama(cfg, fused=fused)
-        opt = dg.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
-        step = llama_step(m, opt)
-        step = dg.jit(step, jit_level="O1") if jit else step
-        dg.manual_seed(1)
-        losses = [step(dg.randint(0, 256, (2, 8)), dg.randint(0, 256, (2, 8))) for _ in range(10)]
-        return m, losses, step
-
+    make = lambda: llama.Llama(cfg, fused=False)  # noqa: E731
     try:
-        m1, l1, _ = run(False)
-        m2, l2, step = run(True)
+        m1, l1, _, _ = adamw_run(make, 8, 10, weight_decay=0.1)
+        m2, l2, step, _ = adamw_run(make, 8, 10, "O1", weight_decay=0.1)
     finally:
         dg.use_deterministic_algorithms(False)
     assert step.stats["replays"] == 8 and step.stats["fused_kernels"] >= 1
