@@ -186,49 +186,26 @@ def torch_side(reps, threads, only, block):
 
 def llama_side(reps, steps):
     """The done-when's shape on the `bench` config: the hand-fused model eager against the composed model
-    (fused=False) jitted at O0 and O1, training steps with AdamW, interleaved blocks of `steps` steps."""
-    import numpy as np
-    from dygrad.models import llama
-    cfg = llama.CONFIGS["bench"]
-    rng = np.random.default_rng(0)
-    data = rng.integers(0, cfg.vocab_size, size=(cfg.batch_size, cfg.seq_len + 1))
-    x, y = dg.tensor(data[:, :-1].copy()), dg.tensor(data[:, 1:].copy())
+    (fused=False) jitted at O0 and O1, training steps with AdamW, interleaved blocks of `steps` steps (the step and
+    data of bench/jit_models.py, which also runs torch's side)."""
+    from jit_models import dygrad_step, interleave
 
     def make(fused, level):
-        dg.manual_seed(0)
-        model = llama.Llama(cfg, fused=fused)
-        opt = dg.optim.AdamW(model.parameters(), lr=3e-4)
-
-        def step(x, y):
-            loss = model(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss
-        fn = dg.jit(step, jit_level=level) if level else step
+        fn, x, y = dygrad_step("llama", fused, level)
         for _ in range(2):
             fn(x, y)
         if level == "O1":  # the steady state: the optimized graph with its compiled kernels from the first sample
             fn.wait_for_kernels()
             fn(x, y)
         dg.synchronize()
-        return fn
+        return fn, x, y
 
     sides = {"fused eager": make(True, None), "composed O0": make(False, "O0"), "composed O1": make(False, "O1")}
-    times = {k: [] for k in sides}
-    for _ in range(reps):
-        for k, fn in sides.items():
-            dg.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn(x, y)
-            dg.synchronize()
-            times[k].append((time.perf_counter() - t0) / steps)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = interleave(sides, reps, steps, dg.synchronize)
     print("llama bench config, s/step: " + ", ".join(f"{k} {v:.4f}" for k, v in med.items()) +
           f" | composed O1 / fused eager speed {med['fused eager'] / med['composed O1']:.3f}x, composed O1 / O0 "
           f"speed {med['composed O0'] / med['composed O1']:.3f}x; fused kernels "
-          f"{sides['composed O1'].stats['fused_kernels']}")
+          f"{sides['composed O1'][0].stats['fused_kernels']}")
 
 
 def main():
