@@ -22,15 +22,14 @@ constexpr int32_t kMinGap = 16;
 constexpr size_t kMaxChain = 12;
 
 struct Remat {
-  Graph& g;
   std::vector<Buffer>& buffers;
   std::vector<Value>& values;
   std::vector<GraphOp>& ops;
   std::vector<std::vector<int32_t>> writers, readers;  // per buffer, ops in order
   std::vector<int32_t> last_use;                        // per buffer, as decisions so far leave it
 
-  Remat(Graph& graph, std::vector<Buffer>& b, std::vector<Value>& v, std::vector<GraphOp>& o)
-      : g(graph), buffers(b), values(v), ops(o), writers(b.size()), readers(b.size()), last_use(b.size(), -1) {
+  Remat(std::vector<Buffer>& b, std::vector<Value>& v, std::vector<GraphOp>& o)
+      : buffers(b), values(v), ops(o), writers(b.size()), readers(b.size()), last_use(b.size(), -1) {
     for (size_t i = 0; i < ops.size(); ++i) {
       for (int32_t x : ops[i].inputs)
         if (x >= 0) readers[size_t(buf(x))].push_back(int32_t(i));
@@ -148,7 +147,7 @@ std::string Passes::versions(Graph& g) {
 }
 
 std::string Passes::rematerialize(Graph& g) {
-  Remat m(g, g.buffers_, g.values_, g.ops_);
+  Remat m(g.buffers_, g.values_, g.ops_);
   // Per late reader: the ops computed again right before it, and the buffers its inputs read instead.
   std::map<int32_t, std::vector<GraphOp>> before;
   std::map<int32_t, std::map<int32_t, int32_t>> redirect;  // reader -> (old buffer -> new buffer)
