@@ -700,6 +700,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   if (config.patterns) step("patterns", &Passes::patterns);
   if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);
+  if (config.inplace) step("inplace", &Passes::inplace);
   lifetimes(g);
 }
 
@@ -736,7 +737,21 @@ bool Graph::kernels_loaded() const {
   return true;
 }
 
-void Graph::load_kernels(const std::string& path) {
+std::vector<std::string> Graph::kernel_choices() const {
+  std::vector<std::string> out;
+  for (const auto& p : programs_) {
+    if (!p->compiled.load(std::memory_order_acquire)) {
+      out.emplace_back("interpreted");  // not loaded (yet): the interpreter runs it
+      continue;
+    }
+    const FusedProgram::Choice c = p->choice.load(std::memory_order_relaxed);
+    out.emplace_back(c == FusedProgram::Choice::Measuring ? "measuring"
+                     : c == FusedProgram::Choice::Generated ? "generated" : "interpreted");
+  }
+  return out;
+}
+
+void Graph::load_kernels(const std::string& path, bool measure) {
   // One handle per shared object for the process (never closed: a replay in flight may be running its code).
   static std::mutex mutex;
   static std::map<std::string, void*> handles;
@@ -759,7 +774,14 @@ void Graph::load_kernels(const std::string& path) {
     DG_CHECK(f, Runtime, "[jit] the generated kernels ", path, " have no ", name);
     fns.push_back(reinterpret_cast<FusedProgram::Fn>(f));
   }
-  for (size_t k = 0; k < programs_.size(); ++k) programs_[k]->compiled.store(fns[k], std::memory_order_release);
+  for (size_t k = 0; k < programs_.size(); ++k) {
+    FusedProgram& p = *programs_[k];
+    p.trials.store(0, std::memory_order_relaxed);
+    for (auto& b : p.best_ns) b.store(INT64_MAX, std::memory_order_relaxed);
+    p.choice.store(measure ? FusedProgram::Choice::Measuring : FusedProgram::Choice::Generated,
+                   std::memory_order_relaxed);
+    p.compiled.store(fns[k], std::memory_order_release);
+  }
 }
 
 }  // namespace dg::jit

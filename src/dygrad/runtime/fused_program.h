@@ -134,6 +134,14 @@ struct FusedProgram {
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.
   using Fn = void (*)(char* const* p, int64_t begin, int64_t end);
   std::atomic<Fn> compiled{nullptr};
+  // Which runs once the function is loaded (docs/jit-fusion.md, "Generated or interpreted: measured"): the first
+  // 2 * kChoiceRuns launches alternate the generated function and the interpreter, each timed; from then on the one
+  // with the better best time runs (the interpreter only when at least 5% faster). Both give eager's bits.
+  enum class Choice : int8_t { Measuring, Generated, Interpreted };
+  static constexpr int32_t kChoiceRuns = 3;
+  mutable std::atomic<Choice> choice{Choice::Generated};
+  mutable std::atomic<int32_t> trials{0};
+  mutable std::atomic<int64_t> best_ns[2] = {INT64_MAX, INT64_MAX};  // the generated function's, the interpreter's
   size_t num_slots() const { return slot_input.size(); }
 };
 

@@ -10,6 +10,7 @@
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "dygrad/backend/cpu/accumulate.h"
@@ -338,15 +339,43 @@ void fused_kernel(Task& task) {
   for (int64_t d : prog.dims) numel *= d;
   if (numel == 0) return;
   const uint8_t* skip = attrs.skip ? attrs.skip->record.data() : nullptr;
-  if (const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire); fn && !skip) {
+  auto interpreted = [&] {
+    if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
+    else interpret<float>(prog, skip, p);
+  };
+  const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire);
+  if (!fn || skip) return interpreted();
+  auto generated = [&] {
     const size_t nd = prog.dims.size();
     const int64_t columns = prog.dims[nd - 1];
     if (nd == 1) return parallel_for(0, columns, kElementwiseGrain, [&](int64_t b, int64_t e) { fn(p, b, e); });
-    return parallel_for(0, numel / columns, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
-                        [&](int64_t b, int64_t e) { fn(p, b, e); });
+    parallel_for(0, numel / columns, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
+                 [&](int64_t b, int64_t e) { fn(p, b, e); });
+  };
+  using Choice = FusedProgram::Choice;
+  const Choice choice = prog.choice.load(std::memory_order_relaxed);
+  if (choice == Choice::Generated) return generated();
+  if (choice == Choice::Interpreted) return interpreted();
+  // Measuring: this launch runs one of the two, timed (the launches of one graph run in order; the atomics keep
+  // two graphs sharing nothing anyway).
+  constexpr int32_t runs = FusedProgram::kChoiceRuns;
+  const int32_t trial = prog.trials.fetch_add(1, std::memory_order_relaxed);
+  if (trial >= 2 * runs) return generated();  // the deciding launch has not stored its choice yet
+  const int which = trial % 2;
+  const auto start = std::chrono::steady_clock::now();
+  if (which == 0) generated();
+  else interpreted();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  std::atomic<int64_t>& best = prog.best_ns[which];
+  for (int64_t seen = best.load(std::memory_order_relaxed);
+       ns < seen && !best.compare_exchange_weak(seen, ns, std::memory_order_relaxed);) {
   }
-  if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
-  else interpret<float>(prog, skip, p);
+  if (trial == 2 * runs - 1) {
+    const int64_t g = prog.best_ns[0].load(std::memory_order_relaxed);
+    const int64_t i = prog.best_ns[1].load(std::memory_order_relaxed);
+    prog.choice.store(i < g - g / 20 ? Choice::Interpreted : Choice::Generated, std::memory_order_relaxed);
+  }
 }
 
 DG_REGISTER_KERNEL(jit_fused, Device::Type::CPU, fused_kernel);
