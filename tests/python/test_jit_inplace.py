@@ -73,8 +73,8 @@ def test_a_lone_elementwise_op_writes_over_its_first_input():
 def test_only_the_output_stored_after_the_last_read_of_the_input_takes_it():
     def f(x, w):
         h = x @ w
-        a = h * 2          # stored (the matmul below reads it), then h is read again by the add: a may not take h
-        c = a + h          # stored after every read of h: c takes h's buffer
+        a = h * 2          # stored (the matmul below reads it), then h is read again: a may not take h (the
+        c = h + 1          # program would read a where it reads h); c, stored after every read of h, takes it
         return a @ w.t(), c @ w.t()
 
     dg.manual_seed(0)
