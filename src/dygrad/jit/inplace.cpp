@@ -44,6 +44,7 @@ void merge_slot(FusedProgram& p, int32_t from, int32_t to) {
   p.slot_input.erase(p.slot_input.begin() + from);
   p.slot_output.erase(p.slot_output.begin() + from);
   p.strides.erase(p.strides.begin() + from);
+  p.slot_dtype.erase(p.slot_dtype.begin() + from);
   p.slot_output[size_t(to)] = output;
 }
 

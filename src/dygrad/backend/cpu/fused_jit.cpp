@@ -120,6 +120,8 @@ template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
                    const int64_t* inner, int64_t n, std::vector<V>& work) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
+  bool bf16[kMaxSlots];
+  for (size_t s = 0; s < slots; ++s) bf16[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::BFloat16;
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
   V* rec_buf = work.data() + slots * kChunk;
@@ -129,8 +131,13 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     for (size_t s = 0; s < slots; ++s) {
       current[s] = -1;
       if (prog.slot_input[s] < 0) continue;
-      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
       V* dst = slot_buf + s * kChunk;
+      if (bf16[s]) {  // a float32 program's bfloat16 slot: read as its float
+        const BFloat16* src = reinterpret_cast<const BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<V>(static_cast<float>(src[i * inner[s]]));
+        continue;
+      }
+      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
       for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]];
     }
     for (size_t r = 0; r < records; ++r) {
@@ -143,13 +150,22 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
         else if (current[o.slot] >= 0) operand[j] = rec_buf + size_t(current[o.slot]) * kChunk;  // forwarded
         else operand[j] = slot_buf + size_t(o.slot) * kChunk;
       }
-      eval_record<V>(rec.op, static_cast<V>(rec.k), rec_buf + r * kChunk, operand[0], operand[1], m);
+      V* result = rec_buf + r * kChunk;
+      eval_record<V>(rec.op, static_cast<V>(rec.k), result, operand[0], operand[1], m);
+      if (rec.round_bf16)  // eager's op wrote bfloat16: what it stored and the next op read
+        for (int64_t i = 0; i < m; ++i)
+          result[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(result[i]))));
       if (rec.out_slot >= 0) current[rec.out_slot] = static_cast<int32_t>(r);
     }
     for (size_t s = 0; s < slots; ++s) {
       if (prog.slot_output[s] < 0 || current[s] < 0) continue;
-      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
       const V* src = rec_buf + size_t(current[s]) * kChunk;
+      if (bf16[s]) {
+        BFloat16* dst = reinterpret_cast<BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = BFloat16(static_cast<float>(src[i]));
+        continue;
+      }
+      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
       for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i];
     }
   }
