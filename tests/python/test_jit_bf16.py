@@ -42,7 +42,8 @@ def check(fn, *args, calls=4, fused=1):
         assert [bits(t) for t in got] == [bits(t) for t in want]
     graph = next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None)
     assert graph.num_fused == fused, dg.jit.graph(fn, *args, passes=True)
-    assert set(graph.kernel_choices) <= ({"generated", "interpreted"} if dg.jit.config.codegen else {"interpreted"})
+    loaded = {"measuring", "generated", "interpreted"}  # a few replays: the first launches may still be measuring
+    assert set(graph.kernel_choices) <= (loaded if dg.jit.config.codegen else {"interpreted"})
     return graph
 
 
@@ -137,3 +138,35 @@ def test_an_autocast_training_step_is_eager_bits_over_steps(codegen):
     assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), m1.parameters()))
     graph = next(e.graph for e in f1._entries.values() if getattr(e, "graph", None) is not None)
     assert "dg_bf16_round" in graph.source() and graph.num_fused >= 2
+
+
+def test_rematerialize_takes_bf16_chains():
+    """A composed GELU MLP under autocast: its bfloat16 GELU intermediates are computed again in the backward instead
+    of held (test_jit_remat.py's model), eager's bits, a smaller arena."""
+    from test_jit_remat import GeluMLP
+
+    class AutocastMLP(GeluMLP):
+        def forward(self, x, y):
+            with dg.autocast("cpu", dtype=dg.bfloat16):
+                return super().forward(x, y).float()
+
+    def run(jit, rematerialize=True):
+        dg.jit.config.rematerialize = rematerialize
+        dg.manual_seed(0)
+        m = AutocastMLP()
+        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        step = llama_step(m, opt)
+        f = dg.jit(step, jit_level="O1") if jit else step
+        dg.manual_seed(1)
+        losses = [f(dg.randn(32, 64), dg.randn(32, 64)) for _ in range(5)]
+        return m, losses, f
+
+    m0, l0, _ = run(False)
+    m1, l1, f1 = run(True)
+    m2, l2, f2 = run(True, rematerialize=False)
+    for losses, model in ((l1, m1), (l2, m2)):
+        assert [float(a) for a in l0] == [float(b) for b in losses]
+        assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), model.parameters()))
+    arena = [next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None).arena_bytes
+             for f in (f1, f2)]
+    assert arena[0] < arena[1]

@@ -298,7 +298,7 @@ bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& 
   return classify(op, compute).ok;
 }
 
-bool touches_bf16(const GraphOp& op, const std::vector<Value>& values) {
+static bool touches_bf16(const GraphOp& op, const std::vector<Value>& values) {
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int32_t v : *list)
       if (v >= 0 && values[size_t(v)].dtype == DType::BFloat16) return true;

@@ -13,6 +13,9 @@ namespace dg::jit {
 // An op elementwise fusion takes (a functor the fused program knows, float32 or float64 operands of one dtype, one
 // output that no dim broadcasts): what the rematerialize pass may compute again.
 bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values);
+// What a run takes besides: bfloat16 ops and the float32<->bfloat16 casts too (float32 programs); `compute` the
+// program's compute type (jit/fusion.cpp).
+bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& compute);
 
 struct Passes {
   static void run(Graph& g, const PassConfig& config, std::vector<PassLog>* log);

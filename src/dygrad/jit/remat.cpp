@@ -51,7 +51,8 @@ struct Remat {
     if (op.outputs.size() != 1 || op.random) return -1;
     // Elementwise ops, and `cat` (a copy: the composed rotary embedding's interleave of its two halves)
     const bool is_cat = std::string_view(op.op->name) == "cat";
-    if (!is_cat && !fusible_elementwise(op, values)) return -1;
+    DType compute;
+    if (!is_cat && !fusible_in_run(op, values, compute)) return -1;
     return p;
   }
 
