@@ -15,7 +15,7 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   xent     a composed cross-entropy forward and backward, F.nll_loss(F.log_softmax(x, -1), t), at a LLaMA vocab
            ([B*T = 2048, V = 4096]); also eager's fused F.cross_entropy ("dg fused")
   xent_gather  the same loss as -F.log_softmax(x, -1).gather(-1, t[:, None]).mean(); the same peers
-The cases a pattern rewrites (xent, xent_gather: the cross-entropy pattern; adam_torch: AdamW) also run at O1 with
+The cases a pattern rewrites (xent, xent_gather: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
 spread (fastest and slowest sample of each side) is printed after the medians.
 dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
@@ -141,7 +141,7 @@ def xent_fused(x, t):
     return loss.detach(), g
 
 
-PATTERN_CASES = ("xent", "xent_gather", "adam_torch")
+PATTERN_CASES = ("xent", "xent_gather")
 
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]

@@ -38,7 +38,6 @@ def lion(ps, ms, lr=1e-2, b1=0.9, b2=0.99, wd=0.1):
 def test_a_per_parameter_optimizer_loop_is_one_fused_pass_per_parameter_bitwise_eager(name, dtype, interpreted,
                                                                                       jit_config):
     jit_config.codegen = not interpreted
-    jit_config.patterns = False  # fusion's pass per parameter (the AdamW pattern would make the loop one adamw_step)
 
     def state():
         dg.manual_seed(0)

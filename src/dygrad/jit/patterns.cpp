@@ -17,7 +17,6 @@
 
 #include "dygrad/core/allocator.h"
 #include "dygrad/jit/passes.h"
-#include "dygrad/ops/device.h"
 #include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
 #include "dygrad/runtime/op_attrs.h"
@@ -84,28 +83,22 @@ int32_t PatternEdit::add_value(const Value& v) {
   return int32_t(g_.values.size() - 1);
 }
 
-int32_t PatternEdit::add_constants(const std::vector<double>& values, DType dtype) {
+int32_t PatternEdit::add_constant(double value, DType dtype) {
   Tensor holder;
   {
     MemoryCategoryScope category(MemoryCategory::Other);
-    const int64_t n[1] = {int64_t(values.size())};
-    holder = values.size() == 1 ? full(Dims{}, Scalar(values[0]), {.dtype = dtype, .device = g_.device})
-                                : to_device(from_vector(values, n, dtype), g_.device);
+    holder = full(Dims{}, Scalar(value), {.dtype = dtype, .device = g_.device});
   }
-  holder.wait_readable();  // these ops' own completion, as the fold pass waits for its constants
+  holder.wait_readable();  // this op's own completion, as the fold pass waits for its constants
   Buffer b;
   b.kind = BufferKind::Fixed;
   b.fixed = holder.impl()->storage;
-  b.nbytes = values.size() * itemsize(dtype);
+  b.nbytes = itemsize(dtype);
   g_.buffers.push_back(b);
   Value v;
   v.buffer = int32_t(g_.buffers.size() - 1);
   v.offset = holder.storage_offset();
   v.dtype = dtype;
-  if (values.size() != 1) {
-    v.sizes = {int64_t(values.size())};
-    v.strides = {1};
-  }
   return add_value(v);
 }
 
@@ -130,7 +123,7 @@ void PatternEdit::apply() {
 std::string Passes::patterns(Graph& g) {
   PatternGraph graph{g.buffers_, g.values_, g.ops_, g.device_};
   std::string done;
-  for (auto family : {&attention_patterns, &cross_entropy_patterns, &adamw_patterns}) {
+  for (auto family : {&attention_patterns, &cross_entropy_patterns}) {
     const std::string note = family(graph);
     if (!note.empty()) done += (done.empty() ? "" : "; ") + note;
   }

@@ -1,7 +1,7 @@
 // The O1 pattern pass's shared pieces (docs/jit-fusion.md, "Patterns"): a view of the graph being rewritten, who
 // reads and writes each buffer, and the edit that drops matched ops and puts the fused ones in their place. Each
 // family matches in a file of its own: jit/patterns.cpp (attention, and the pass itself), jit/patterns_loss.cpp
-// (cross-entropy), jit/patterns_optim.cpp (AdamW); Passes::patterns runs them one after the other, each on the graph the previous one left.
+// (cross-entropy); Passes::patterns runs them one after the other, each on the graph the previous one left.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,8 +39,7 @@ class PatternEdit {
   explicit PatternEdit(PatternGraph& g) : g_(g), at_(g.ops.size()), removed_(g.ops.size(), 0) {}
   int32_t add_buffer(const Dims& sizes, DType dtype);  // a contiguous value over a new internal buffer
   int32_t add_value(const Value& v);
-  // A value over a new Fixed buffer (never written) holding `values`: 0-d for one value, else [n].
-  int32_t add_constants(const std::vector<double>& values, DType dtype);
+  int32_t add_constant(double value, DType dtype);  // a 0-d value over a new Fixed buffer (never written) holding it
   GraphOp new_op(const OpDef* def, Attrs attrs, const GraphOp& like) const;  // like's call site
   void insert_after(int32_t position, GraphOp op) { at_[size_t(position)].push_back(std::move(op)); }
   void remove(int32_t op) { removed_[size_t(op)] = 1; }
@@ -55,6 +54,5 @@ class PatternEdit {
 // The families: each returns what it did ("" when it matched nothing).
 std::string attention_patterns(PatternGraph& g);      // jit/patterns.cpp
 std::string cross_entropy_patterns(PatternGraph& g);  // jit/patterns_loss.cpp
-std::string adamw_patterns(PatternGraph& g);          // jit/patterns_optim.cpp
 
 }  // namespace dg::jit

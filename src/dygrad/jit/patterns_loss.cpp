@@ -421,7 +421,7 @@ std::string cross_entropy_patterns(PatternGraph& g) {
     int32_t grad_loss;
     if (ce.row_gradient) {
       attrs.reduction = LossReduction::Sum;
-      grad_loss = edit.add_constants({*ce.row_gradient}, dtype);
+      grad_loss = edit.add_constant(*ce.row_gradient, dtype);
     } else {
       grad_loss = edit.add_value(ce.grad_loss);
     }
