@@ -180,7 +180,8 @@ def adamw_fused(shapes):
 
 def fused_peers():
     """dygrad's hand-written fused kernels for the cases that have one (eager, no jit)."""
-    return {"adam_torch": adamw_fused(BENCH_SHAPES),"rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
+    return {"adam_torch": adamw_fused(BENCH_SHAPES),
+            "rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
             "softmax": lambda x: dg.nn.functional.softmax(x, -1),
             "logsoftmax": lambda x: dg.nn.functional.log_softmax(x, -1), "xent": xent_fused,
             "xent_gather": xent_fused}

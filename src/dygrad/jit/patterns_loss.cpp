@@ -24,8 +24,9 @@ namespace dg::jit {
 
 namespace {
 
-// The gather forms have no ignored class: their fused op ignores a target no int64 class index equals in a range
-// check that passes (cross_entropy raises for every other target outside [0, C), as gather raises).
+// The gather forms have no ignored class: their fused op gets INT64_MIN as ignore_index, which no class index in
+// [0, C) equals; cross_entropy raises for any other target outside [0, C), as gather does (a target of exactly
+// INT64_MIN counts as ignored: docs/jit-fusion.md).
 constexpr int64_t kNoIgnoredClass = std::numeric_limits<int64_t>::min();
 
 // One composed cross-entropy found in the graph: its ops, and the operands the fused ops take.
@@ -129,7 +130,8 @@ class Matcher {
       const GraphOp& o = op(r);
       if (o.op == nll_ && ce.nll < 0 && ce.gather < 0) ce.nll = r;
       else if (o.op == gather_ && ce.nll < 0 && ce.gather < 0) ce.gather = r;
-      else if (o.op == log_softmax_bw_ && ce.log_softmax_bw < 0 && o.inputs.size() == 2 && same_view(val(o.inputs[0]), y))
+      else if (o.op == log_softmax_bw_ && ce.log_softmax_bw < 0 && o.inputs.size() == 2 &&
+               same_view(val(o.inputs[0]), y))
         ce.log_softmax_bw = r;
       else return false;
     }
@@ -336,7 +338,8 @@ class Matcher {
     const Buffer& b = g_.buffers[size_t(z.buffer)];
     const size_t bytes = size_t(numel_of(z.sizes)) * itemsize(z.dtype);
     if (b.kind == BufferKind::Fixed) {
-      if (g_.device.type != Device::Type::CPU || !b.fixed || b.fixed->nbytes() < bytes || !uses_.writers[size_t(z.buffer)].empty())
+      if (g_.device.type != Device::Type::CPU || !b.fixed || b.fixed->nbytes() < bytes ||
+          !uses_.writers[size_t(z.buffer)].empty())
         return false;
       const auto* data = static_cast<const unsigned char*>(b.fixed->data());
       return std::all_of(data, data + bytes, [](unsigned char c) { return c == 0; });
