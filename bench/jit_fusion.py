@@ -15,7 +15,8 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   xent     a composed cross-entropy forward and backward, F.nll_loss(F.log_softmax(x, -1), t), at a LLaMA vocab
            ([B*T = 2048, V = 4096]); also eager's fused F.cross_entropy ("dg fused")
   xent_gather  the same loss as -F.log_softmax(x, -1).gather(-1, t[:, None]).mean(); the same peers
-The cases a pattern rewrites (xent, xent_gather: the cross-entropy pattern) also run at O1 with
+  xent_lse the same loss as (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean(); the same peers
+The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
 spread (fastest and slowest sample of each side) is printed after the medians.
 dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
@@ -132,6 +133,16 @@ def xent_gather(lib):
     return f
 
 
+def xent_lse(lib):
+    def f(x, t):
+        loss = (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean()
+        loss.backward()
+        g = x.grad
+        x.grad = None
+        return loss.detach(), g
+    return f
+
+
 def xent_fused(x, t):
     """eager's fused cross-entropy, forward and backward (the peer of the composed forms)."""
     loss = dg.nn.functional.cross_entropy(x, t)
@@ -141,7 +152,7 @@ def xent_fused(x, t):
     return loss.detach(), g
 
 
-PATTERN_CASES = ("xent", "xent_gather")
+PATTERN_CASES = ("xent", "xent_gather", "xent_lse")
 
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]
@@ -161,7 +172,7 @@ def cases(lib):
             "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
             "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
-            "xent_gather": (xent_gather(lib), (logits, targets))}
+            "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets))}
 
 
 def adamw_fused(shapes):
@@ -184,7 +195,7 @@ def fused_peers():
             "rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
             "softmax": lambda x: dg.nn.functional.softmax(x, -1),
             "logsoftmax": lambda x: dg.nn.functional.log_softmax(x, -1), "xent": xent_fused,
-            "xent_gather": xent_fused}
+            "xent_gather": xent_fused, "xent_lse": xent_fused}
 
 
 def timed(fn, args, sync, block=1):
