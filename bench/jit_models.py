@@ -3,6 +3,7 @@ dygrad's fused ops (eager), and against torch 2.13 eager and torch.compile on th
 
     python bench/jit_models.py --model llama [--reps 10] [--threads 1] [--no-torch] [--no-memory]
     python bench/jit_models.py --model gpt2
+    python bench/jit_models.py --model llama --autocast      # every side's forward under bf16 autocast
 
 - llama: dygrad.models.llama `bench` config; fused = rms_norm, rotary_attention, swiglu, cross_entropy; composed =
   the same model with basic ops (`fused=False`); torch's composed model is ../shared/bench/torch_ref.py's with SDPA=0
@@ -58,15 +59,18 @@ def dygrad_model(name, fused):
     return GPT(cfg, fused=fused), cfg.vocab_size, cfg.batch_size, cfg.block_size
 
 
-def dygrad_step(name, fused, level):
-    """(step function, x, y) for one side; O1 waits for its kernels (the steady state)."""
+def dygrad_step(name, fused, level, autocast=False):
+    """(step function, x, y) for one side; O1 waits for its kernels (the steady state). autocast: the forward under
+    bf16 autocast (the loss backward and AdamW as always)."""
+    import contextlib
     import dygrad as dg
     model, vocab, B, T = dygrad_model(name, fused)
     opt = dg.optim.AdamW(model.parameters(), lr=3e-4)
     x, y = batch(dg, vocab, B, T)
 
     def step(x, y):
-        loss = model(x, y)
+        with dg.autocast("cpu", dtype=dg.bfloat16) if autocast else contextlib.nullcontext():
+            loss = model(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -94,8 +98,11 @@ def dygrad_side(opts):
     dg.set_num_threads(opts.threads)
     dg.jit.config.background = False
     sides, first_call = {}, {}
-    for label, fused, level in (("dg fused eager", True, None), ("dg composed O1", False, "O1")):
-        fn, x, y = dygrad_step(opts.model, fused, level)
+    labels = [("dg fused eager", True, None), ("dg composed O1", False, "O1")]
+    if opts.autocast:  # what O1 adds over the same composed code run eagerly
+        labels.append(("dg composed eager", False, None))
+    for label, fused, level in labels:
+        fn, x, y = dygrad_step(opts.model, fused, level, opts.autocast)
         t0 = time.perf_counter()
         fn(x, y)  # O1: the first call runs eagerly
         dg.synchronize()
@@ -143,7 +150,8 @@ def torch_side(opts):
         opt_step = torch.compile(opt.step) if compiled else opt.step
 
         def step(x, y, fwd=fwd, opt=opt, opt_step=opt_step):
-            loss = fwd(x, y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=opts.autocast):
+                loss = fwd(x, y)
             loss.backward()
             opt_step()
             opt.zero_grad(set_to_none=True)
@@ -164,7 +172,7 @@ def memory_side(opts, label):
     dg.set_num_threads(opts.threads)
     dg.jit.config.background = False
     fused, level = {"dg fused eager": (True, None), "dg composed O1": (False, "O1")}[label]
-    fn, x, y = dygrad_step(opts.model, fused, level)
+    fn, x, y = dygrad_step(opts.model, fused, level, opts.autocast)
     for _ in range(3):  # O1: the eager call, the capture (its kernels compiled) and the first replay
         fn(x, y)
     dg.synchronize()
@@ -190,6 +198,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="every side's intra-op threads (1 on a shared 2-core VM)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--autocast", action="store_true", help="every side's forward under bf16 autocast (dygrad also "
+                    "times the composed model eagerly)")
     ap.add_argument("--side", default=None, help=argparse.SUPPRESS)  # torch | memory:<label> | warm
     opts = ap.parse_args()
     if opts.side == "torch":
@@ -200,7 +210,7 @@ def main():
         import dygrad as dg
         dg.set_num_threads(opts.threads)
         dg.jit.config.background = False
-        fn, x, y = dygrad_step(opts.model, False, "O1")
+        fn, x, y = dygrad_step(opts.model, False, "O1", opts.autocast)
         fn(x, y)
         dg.synchronize()
         t0 = time.perf_counter()
@@ -213,23 +223,27 @@ def main():
     cache = tempfile.mkdtemp(prefix="dg-jit-cache-")
     os.environ["DG_JIT_CACHE_DIR"] = cache  # cold: a fresh kernel cache (the warm process below reuses it)
     med, first_call = dygrad_side(opts)
-    warm = run_json(["--model", opts.model, "--threads", str(opts.threads), "--side", "warm"])["first_call"]
+    extra = ["--autocast"] if opts.autocast else []
+    warm = run_json(["--model", opts.model, "--threads", str(opts.threads), "--side", "warm"] + extra)["first_call"]
     peaks = {}
     if not opts.no_memory:
         for label in ("dg fused eager", "dg composed O1"):
             peaks[label] = run_json(["--model", opts.model, "--threads", str(opts.threads),
-                                     "--side", f"memory:{label}"])
+                                     "--side", f"memory:{label}"] + extra)
     torch_res = None
     if not opts.no_torch:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="inductor-"))
         torch_res = run_json(["--model", opts.model, "--threads", str(opts.threads), "--reps", str(opts.reps),
-                              "--side", "torch"], env)
+                              "--side", "torch"] + extra, env)
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC {lscpu_model()}, {opts.threads} "
           f"thread(s), kernel level {dg.backends.cpu.kernel_isa()[0]}, model {opts.model} (bench config), "
           f"{opts.reps} interleaved blocks of 2 steps")
     fused, o1 = med["dg fused eager"], med["dg composed O1"]
     print(f"s/step: dg fused eager {fused:.4f}, dg composed O1 {o1:.4f} | composed O1 / fused eager speed "
-          f"{fused / o1:.3f}x")
+          f"{fused / o1:.3f}x" + (" (bf16 autocast)" if opts.autocast else ""))
+    if "dg composed eager" in med:
+        print(f"dg composed eager {med['dg composed eager']:.4f} s/step | composed O1 / composed eager speed "
+              f"{med['dg composed eager'] / o1:.3f}x")
     eager_first, capture = first_call["dg composed O1"]
     added = capture - eager_first
     print(f"dg O1 cold: the capture call {capture:.2f} s against the eager first call {eager_first:.2f} s: "

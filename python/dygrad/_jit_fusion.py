@@ -31,8 +31,8 @@ class _Config:
     eager's bits (no reassociation, contraction as the eager functors), so deterministic mode runs them; `patterns`
     (composed code into dygrad's fused ops) is equal within float rounding, and deterministic mode skips it."""
 
-    _FIELDS = ("dce", "cse", "fold", "patterns", "rematerialize", "fusion", "codegen", "background", "cache_dir",
-               "compiler")
+    _FIELDS = ("dce", "cse", "fold", "patterns", "rematerialize", "fusion", "inplace", "codegen", "measure",
+               "background", "cache_dir", "compiler")
 
     def __init__(self):
         self.dce = True          # dead-code elimination
@@ -41,7 +41,9 @@ class _Config:
         self.patterns = True     # composed attention and cross-entropy into the fused ops (off in deterministic mode)
         self.rematerialize = True  # elementwise results the backward reads late computed again there, not held
         self.fusion = True       # elementwise fusion into generated kernels
+        self.inplace = True      # an elementwise sub-op's output written over an input that dies with it
         self.codegen = True      # False: fused sub-ops run the interpreter (no compiler is called)
+        self.measure = True      # each generated kernel's first launches timed against the interpreter; the faster runs
         self.background = True   # False: a capture waits for its kernels' compile
         self.cache_dir = None    # None: $DG_JIT_CACHE_DIR, else ~/.cache/dygrad/jit
         self.compiler = None     # None: $CXX, else c++, g++, clang++ from PATH
@@ -190,7 +192,7 @@ def _passes():
     rounding; a graph is captured again when the mode changes: it is part of the guard key)."""
     deterministic = _C._get_context()[0]
     return dict(dce=config.dce, cse=config.cse, fusion=config.fusion, patterns=config.patterns and not deterministic,
-                rematerialize=config.rematerialize, fold=config.fold)
+                rematerialize=config.rematerialize, fold=config.fold, inplace=config.inplace)
 
 
 def optimize(graph, name):
@@ -213,7 +215,7 @@ def optimize(graph, name):
     target = cache_dir() / (cache_key(source, cxx[1], flag_list, headers_digest(include)) + ".so")
     if target.is_file():
         try:
-            opt.load_kernels(str(target))
+            opt.load_kernels(str(target), measure=config.measure)
             return opt, None
         except RuntimeError:
             pass  # a damaged entry: compiled again
@@ -230,7 +232,7 @@ def finish(pending, name, wait=False):
         return None
     try:
         target = pending.future.result()
-        pending.graph.load_kernels(str(target))
+        pending.graph.load_kernels(str(target), measure=config.measure)
     except Exception as e:  # noqa: BLE001 (a failed compile is a warning: the interpreter runs the kernels)
         _warn_once(("compile", name), f"dygrad.jit: the generated kernels of {name} could not be compiled; the "
                    f"interpreter runs them: {e}")

@@ -272,7 +272,7 @@ void init_jit(nb::module_& m) {
       .def_prop_ro("num_escaping", [](PyGraph& self) { return self.graph->num_escaping(); })
       // O1 (docs/jit-fusion.md): the graph after the passes, and each pass's graph when `log`.
       .def("optimized", [](PyGraph& self, bool dce, bool cse, bool fusion, bool log, bool patterns,
-                           bool rematerialize, bool fold) {
+                           bool rematerialize, bool fold, bool inplace) {
         PassConfig config;
         config.dce = dce;
         config.cse = cse;
@@ -280,18 +280,21 @@ void init_jit(nb::module_& m) {
         config.patterns = patterns;
         config.rematerialize = rematerialize;
         config.fold = fold;
+        config.inplace = inplace;
         std::vector<PassLog> passes;
         std::shared_ptr<Graph> g = self.graph->optimized(config, log ? &passes : nullptr);
         nb::list out;
         for (PassLog& p : passes) out.append(nb::make_tuple(p.pass, p.lines, p.note));
         return nb::make_tuple(nb::cast(PyGraph{std::move(g)}), out);
       }, nb::arg("dce") = true, nb::arg("cse") = true, nb::arg("fusion") = true, nb::arg("log") = false,
-         nb::arg("patterns") = true, nb::arg("rematerialize") = true, nb::arg("fold") = true)
+         nb::arg("patterns") = true, nb::arg("rematerialize") = true, nb::arg("fold") = true,
+         nb::arg("inplace") = true)
       .def("source", [](PyGraph& self) { return self.graph->source(); })
-      .def("load_kernels", [](PyGraph& self, const std::string& path) {
+      .def("load_kernels", [](PyGraph& self, const std::string& path, bool measure) {
         nb::gil_scoped_release release;
-        self.graph->load_kernels(path);
-      }, nb::arg("path"))
+        self.graph->load_kernels(path, measure);
+      }, nb::arg("path"), nb::arg("measure") = true)
+      .def_prop_ro("kernel_choices", [](PyGraph& self) { return self.graph->kernel_choices(); })
       .def_prop_ro("kernels_loaded", [](PyGraph& self) { return self.graph->kernels_loaded(); })
       .def_prop_ro("num_fused", [](PyGraph& self) { return self.graph->programs().size(); })
       .def("fused_sources", [](PyGraph& self) {

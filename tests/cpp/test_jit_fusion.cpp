@@ -43,11 +43,13 @@ TEST(JitFusion, PassesFuseAChainAndTheInterpreterEqualsEager) {
   EXPECT_EQ(graph->num_ops(), 8u);
   std::vector<jit::PassLog> log;
   std::shared_ptr<Graph> o1 = graph->optimized(jit::PassConfig{}, &log);
-  ASSERT_EQ(log.size(), 8u);  // captured, versions, cse, dce, fold, patterns, rematerialize, fusion
+  ASSERT_EQ(log.size(), 9u);  // captured, versions, cse, dce, fold, patterns, rematerialize, fusion, inplace
   EXPECT_EQ(log[2].pass, "cse");
   EXPECT_EQ(log[3].pass, "dce");
   EXPECT_EQ(log[7].pass, "fusion");
   EXPECT_EQ(log[7].lines.size(), 1u) << log[7].note;
+  EXPECT_EQ(log[8].pass, "inplace");
+  EXPECT_EQ(log[8].note, "nothing to reuse");  // the run reads the argument
   EXPECT_EQ(o1->num_ops(), 1u);
   ASSERT_EQ(o1->programs().size(), 1u);
   EXPECT_EQ(o1->programs()[0]->name, "mul_scalar+add+add_scalar+rsqrt+tanh+mul");

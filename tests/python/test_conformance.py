@@ -510,11 +510,26 @@ def test_capture_and_replay_at_o1(entry, _, request, tmp_path_factory):
         cfg.background, cfg.cache_dir = saved
 
 
-def check_capture_and_replay(entry, device, level="O0"):
+@pytest.mark.parametrize("entry,_", params([e for e in ENTRIES if e.check != "error" and "bfloat16" in e.dtypes
+                                            and e.op not in ("jit_graph", "jit_segment", "jit_fused")]))
+def test_capture_and_replay_at_o1_in_bfloat16(entry, _, request, tmp_path_factory):
+    """The same in bfloat16 (docs/jit-fusion.md, "bfloat16 runs"): bfloat16 ops fuse into float32 programs that round
+    each record to bfloat16 as eager's kernels store it; eager's bits, outputs and gradients."""
+    xfail(request, entry, "jit")
+    cfg = dg.jit.config
+    saved = (cfg.background, cfg.cache_dir)
+    cfg.background, cfg.cache_dir = False, str(tmp_path_factory.getbasetemp() / "jit-cache")
+    try:
+        check_capture_and_replay(entry, None, level="O1", dtype="bfloat16")
+    finally:
+        cfg.background, cfg.cache_dir = saved
+
+
+def check_capture_and_replay(entry, device, level="O0", dtype=None):
     """Five calls of the entry's step compiled (warm-up, capture, replays) against eager on the CPU, bitwise; the
     compiled one's operands on `device` (None: the CPU)."""
     import warnings
-    dtype = entry.dtypes[0]
+    dtype = dtype or entry.dtypes[0]
     ops = Operands(entry.cases[0], dtype, seed=11)
     wrt = [i for i, s in enumerate(ops.specs) if entry.differentiable and s.grad and ops.dtypes[i] in FLOATS]
 

@@ -156,8 +156,9 @@ struct SlotKey {
   int32_t buffer;
   int64_t offset;
   Dims strides;  // over the group's shape
+  DType dtype;
   bool operator==(const SlotKey& o) const {
-    return buffer == o.buffer && offset == o.offset && std::ranges::equal(strides, o.strides);
+    return buffer == o.buffer && offset == o.offset && std::ranges::equal(strides, o.strides) && dtype == o.dtype;
   }
 };
 
@@ -179,6 +180,7 @@ bool disjoint_keys(const std::set<int32_t>& set, const std::vector<SlotKey>& key
       const SlotKey &x = keys[size_t(*a)], &y = keys[size_t(*b)];
       const auto [xl, xh] = range(x);
       const auto [yl, yh] = range(y);
+      if (x.dtype != y.dtype) return false;  // one buffer read as two dtypes: offsets in different elements
       if (xh < yl || yh < xl) continue;
       if (!std::ranges::equal(x.strides, y.strides)) return false;
       int64_t step = 0;
@@ -269,6 +271,38 @@ bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values) {
   for (size_t d = 0; d < out.sizes.size(); ++d)
     if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
   return classify(op, out.dtype).ok;
+}
+
+// What fusion takes beyond fusible_elementwise: bfloat16 ops (one dtype in and out, computed in float as eager's
+// kernels do: compute_t<BFloat16>) and the casts between float32 and bfloat16 (`copy` with a dtype), into float32
+// programs (runtime/fused_program.h). `compute`: the program's compute type. A bfloat16 copy to bfloat16 is not
+// taken: eager copies its bits, NaN payloads included, where a float round trip would make every NaN 0x7fc0.
+bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& compute) {
+  if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+  const Value& out = values[size_t(op.outputs[0])];
+  const DType od = out.dtype;
+  if (od == DType::Float32 || od == DType::Float64) {
+    compute = od;
+    if (fusible_elementwise(op, values)) return true;
+  }
+  const bool is_copy = std::string_view(op.op->name) == "copy";
+  if (od != DType::BFloat16 && !(is_copy && od == DType::Float32)) return false;
+  for (int32_t v : op.inputs) {
+    if (v < 0 || values[size_t(v)].sizes.size() > out.sizes.size()) return false;
+    const DType in = values[size_t(v)].dtype;
+    if (is_copy ? in == od || (in != DType::Float32 && in != DType::BFloat16) : in != od) return false;
+  }
+  for (size_t d = 0; d < out.sizes.size(); ++d)
+    if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
+  compute = DType::Float32;
+  return classify(op, compute).ok;
+}
+
+bool touches_bf16(const GraphOp& op, const std::vector<Value>& values) {
+  for (const auto* list : {&op.inputs, &op.outputs})
+    for (int32_t v : *list)
+      if (v >= 0 && values[size_t(v)].dtype == DType::BFloat16) return true;
+  return false;
 }
 
 // Lifetimes of Internal buffers from the ops as they now are (prepare() plans the arena from them).
@@ -428,10 +462,8 @@ std::string Passes::fuse(Graph& g) {
   };
   auto fusible_at = [&](size_t i, DType& dtype, Dims& shape) {
     const GraphOp& op = g.ops_[i];
-    if (!fusible_elementwise(op, g.values_)) return false;
-    const Value& out = g.values_[size_t(op.outputs[0])];
-    dtype = out.dtype;
-    shape = out.sizes;
+    if (!fusible_in_run(op, g.values_, dtype)) return false;
+    shape = g.values_[size_t(op.outputs[0])].sizes;
     return true;
   };
 
@@ -468,7 +500,7 @@ std::string Passes::fuse(Graph& g) {
       const Value& val = g.values_[size_t(v)];
       Dims strides = broadcast_strides(val, squeezed ? row_shape : shape);
       if (squeezed) strides.push_back(0);
-      SlotKey k{val.buffer, val.offset, std::move(strides)};
+      SlotKey k{val.buffer, val.offset, std::move(strides), val.dtype};
       for (size_t s = 0; s < keys.size(); ++s)
         if (keys[s] == k) return int32_t(s);
       keys.push_back(std::move(k));
@@ -479,7 +511,8 @@ std::string Passes::fuse(Graph& g) {
     std::vector<uint8_t> squeezed_op;
     std::vector<int32_t> pass_of;
     int32_t pass = 0;
-    bool reduced = false, vectors_in_pass = false;
+    // A run touching bfloat16 holds no row reduction (row programs read float32/float64 rows only).
+    bool reduced = false, vectors_in_pass = false, mixed = false;
     size_t j = i;
     while (j < g.ops_.size()) {
       const GraphOp& op = g.ops_[j];
@@ -498,9 +531,11 @@ std::string Passes::fuse(Graph& g) {
         }
       } else {
         const RowReduction r = row_reduction_at(op, g.values_, unread(j));
-        if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape)) break;
+        if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape) || mixed) break;
         kind = Kind::Reduce;
       }
+      const bool bf16 = touches_bf16(op, g.values_);
+      if (bf16 && reduced) break;
       const size_t keys_before = keys.size();
       auto saved_written = written_key;
       auto saved_buffers = buffer_keys;
@@ -526,6 +561,7 @@ std::string Passes::fuse(Graph& g) {
         ++pass;
         vectors_in_pass = false;
       }
+      mixed = mixed || bf16;
       kinds.push_back(kind);
       squeezed_op.push_back(squeezed);
       pass_of.push_back(pass);
@@ -588,6 +624,7 @@ std::string Passes::fuse(Graph& g) {
       rec.row = kind != Kind::Vector;
       rec.pass = pass_of[m - i];
       rec.source = op_source(op);
+      rec.round_bf16 = g.values_[size_t(op.outputs[0])].dtype == DType::BFloat16;
       for (size_t a = 0; a < op.inputs.size(); ++a) {
         const int32_t v = op.inputs[a];
         const int32_t k = key_of(v, squeezed);
@@ -629,6 +666,7 @@ std::string Passes::fuse(Graph& g) {
     const size_t slots = slot_key.size();
     prog->slot_input.assign(slots, -1);
     prog->slot_output.assign(slots, -1);
+    for (size_t s = 0; s < slots; ++s) prog->slot_dtype.push_back(g.values_[size_t(slot_value[s])].dtype);
     for (size_t s = 0; s < slots; ++s) {
       if (slot_read[s]) {
         prog->slot_input[s] = int32_t(fused.inputs.size());
@@ -700,6 +738,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   if (config.patterns) step("patterns", &Passes::patterns);
   if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);
+  if (config.inplace) step("inplace", &Passes::inplace);
   lifetimes(g);
 }
 
@@ -736,7 +775,21 @@ bool Graph::kernels_loaded() const {
   return true;
 }
 
-void Graph::load_kernels(const std::string& path) {
+std::vector<std::string> Graph::kernel_choices() const {
+  std::vector<std::string> out;
+  for (const auto& p : programs_) {
+    if (!p->compiled.load(std::memory_order_acquire)) {
+      out.emplace_back("interpreted");  // not loaded (yet): the interpreter runs it
+      continue;
+    }
+    const FusedProgram::Choice c = p->choice.load(std::memory_order_relaxed);
+    out.emplace_back(c == FusedProgram::Choice::Measuring ? "measuring"
+                     : c == FusedProgram::Choice::Generated ? "generated" : "interpreted");
+  }
+  return out;
+}
+
+void Graph::load_kernels(const std::string& path, bool measure) {
   // One handle per shared object for the process (never closed: a replay in flight may be running its code).
   static std::mutex mutex;
   static std::map<std::string, void*> handles;
@@ -759,7 +812,14 @@ void Graph::load_kernels(const std::string& path) {
     DG_CHECK(f, Runtime, "[jit] the generated kernels ", path, " have no ", name);
     fns.push_back(reinterpret_cast<FusedProgram::Fn>(f));
   }
-  for (size_t k = 0; k < programs_.size(); ++k) programs_[k]->compiled.store(fns[k], std::memory_order_release);
+  for (size_t k = 0; k < programs_.size(); ++k) {
+    FusedProgram& p = *programs_[k];
+    p.trials.store(0, std::memory_order_relaxed);
+    for (auto& b : p.best_ns) b.store(INT64_MAX, std::memory_order_relaxed);
+    p.choice.store(measure ? FusedProgram::Choice::Measuring : FusedProgram::Choice::Generated,
+                   std::memory_order_relaxed);
+    p.compiled.store(fns[k], std::memory_order_release);
+  }
 }
 
 }  // namespace dg::jit

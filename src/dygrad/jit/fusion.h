@@ -24,11 +24,13 @@ struct PassConfig {
   // Elementwise results a forward wrote and the backward reads computed again there from what is still alive
   // instead of held in between (eager's bits: the same functors on the same values).
   bool rematerialize = true;
+  // After fusion: an elementwise sub-op's output written over an input that dies with it (eager's bits).
+  bool inplace = true;
 };
 
 // The graph after each pass (dygrad.jit.graph(fn, ..., passes=True)).
 struct PassLog {
-  std::string pass;                // "captured", "versions", "cse", "dce", "fold", "patterns", "rematerialize", "fusion"
+  std::string pass;                // "captured", "versions", "cse", "dce", "fold", "patterns", "rematerialize", "fusion", "inplace"
   std::vector<std::string> lines;  // the graph's description after it
   std::string note;                // what it did ("removed 2 ops", "3 groups, 9 ops, 2 buffers eliminated")
 };

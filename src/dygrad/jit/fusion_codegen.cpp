@@ -78,6 +78,8 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
   return x;
 }
 
+bool is_bf16(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::BFloat16; }
+
 // The function's opening: the slots as typed pointers (`__restrict`: distinct slots never overlap).
 void open_function(std::ostringstream& o, const FusedProgram& p) {
   const size_t slots = p.num_slots();
@@ -93,9 +95,20 @@ void open_function(std::ostringstream& o, const FusedProgram& p) {
   o << "\n";
   o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
   o << "  using T = " << type << ";\n";
-  for (size_t s = 0; s < slots; ++s)
-    o << "  " << (p.slot_output[s] >= 0 ? "T" : "const T") << "* __restrict s" << s << " = reinterpret_cast<"
-      << (p.slot_output[s] >= 0 ? "T" : "const T") << "*>(p[" << s << "]);\n";
+  for (size_t s = 0; s < slots; ++s) {
+    const std::string t = std::string(p.slot_output[s] >= 0 ? "" : "const ") + (is_bf16(p, s) ? "uint16_t" : "T");
+    o << "  " << t << "* __restrict s" << s << " = reinterpret_cast<" << t << "*>(p[" << s << "]);"
+      << (is_bf16(p, s) ? "  // bfloat16" : "") << "\n";
+  }
+}
+
+// A slot's element as the compute type, and a value stored into it (bfloat16 slots: the conversions of
+// core/dtype.h's BFloat16, which eager's kernels use).
+std::string load(const FusedProgram& p, size_t s, const std::string& element) {
+  return is_bf16(p, s) ? "dg_bf16_load(" + element + ")" : element;
+}
+std::string store(const FusedProgram& p, size_t s, const std::string& value) {
+  return is_bf16(p, s) ? "dg_bf16_bits(" + value + ")" : value;
 }
 
 // The rows' offsets: for row r of the coalesced iteration (every dim but the innermost), each slot's element offset
@@ -127,12 +140,13 @@ std::string out_of_range(const FusedRecord& r, const std::string& x) {
   return (r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" : "!dg::math::log_in_normal_range(") + x + ")";
 }
 
-// One record's line in a loop body: its value (the fast form where `fast`), and the guard's or.
+// One record's line in a loop body: its value (the fast form where `fast`; rounded to bfloat16 where eager's op
+// wrote bfloat16), and the guard's or.
 void record_line(std::ostringstream& o, const std::string& indent, const FusedRecord& rec, int32_t r,
                  const std::string* operand, DType dtype, bool fast) {
   const bool guarded = fast && guarded_op(rec, dtype);
-  o << indent << "const T v" << r << " = "
-    << (guarded ? fast_expression(rec, operand[0]) : expression(rec, operand[0], operand[1], dtype)) << ";  // "
+  const std::string value = guarded ? fast_expression(rec, operand[0]) : expression(rec, operand[0], operand[1], dtype);
+  o << indent << "const T v" << r << " = " << (rec.round_bf16 ? "dg_bf16_round(" + value + ")" : value) << ";  // "
     << rec.source << "\n";
   if (guarded) o << indent << "outside |= " << out_of_range(rec, operand[0]) << ";\n";
 }
@@ -208,7 +222,8 @@ void flat_program(std::ostringstream& o, const FusedProgram& p) {
         }
         if (!loaded[size_t(in.slot)]) {
           loaded[size_t(in.slot)] = 1;
-          b << indent << "  const T l" << in.slot << " = s" << in.slot << "[" << index[size_t(in.slot)] << "];\n";
+          const std::string element = "s" + std::to_string(in.slot) + "[" + index[size_t(in.slot)] + "]";
+          b << indent << "  const T l" << in.slot << " = " << load(p, size_t(in.slot), element) << ";\n";
         }
         operand[j] = "l" + std::to_string(in.slot);
       }
@@ -217,7 +232,8 @@ void flat_program(std::ostringstream& o, const FusedProgram& p) {
     }
     for (size_t s = 0; s < slots; ++s)
       if (current[s] >= 0) {
-        b << indent << "  s" << s << "[" << index[s] << "] = v" << current[s] << ";\n";
+        b << indent << "  s" << s << "[" << index[s] << "] = " << store(p, s, "v" + std::to_string(current[s]))
+          << ";\n";
         if (read_and_stored && loaded[s]) (*read_and_stored)[s] = 1;
       }
     return b.str();
@@ -445,7 +461,21 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
        "#include \"dygrad/math/elementary.h\"\n"
        "#include \"dygrad/backend/cpu/accumulate.h\"\n#include \"dygrad/backend/cpu/row_reductions.h\"\n\n"
        "#define DG_FUSED_EXPORT __attribute__((visibility(\"default\")))\n\n";
+  if (std::ranges::any_of(programs, [](const auto& p) {
+        return std::ranges::any_of(p->slot_dtype, [](DType d) { return d == DType::BFloat16; });
+      }))
+    o << "// bfloat16 <-> float as core/dtype.h's BFloat16 (eager's conversions): the top half of a float, rounded to\n"
+         "// nearest even; a NaN becomes the quiet NaN 0x7fc0.\n"
+         "static inline float dg_bf16_load(uint16_t b) {\n"
+         "  const uint32_t u = static_cast<uint32_t>(b) << 16;\n  float f;\n  __builtin_memcpy(&f, &u, 4);\n"
+         "  return f;\n}\n"
+         "static inline uint16_t dg_bf16_bits(float f) {\n  uint32_t u;\n  __builtin_memcpy(&u, &f, 4);\n"
+         "  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;\n  u += 0x7fffu + ((u >> 16) & 1u);\n"
+         "  return static_cast<uint16_t>(u >> 16);\n}\n"
+         "static inline float dg_bf16_round(float f) { return dg_bf16_load(dg_bf16_bits(f)); }\n\n";
   for (const auto& p : programs) {
+    DG_CHECK(!p->row_reduction || std::ranges::none_of(p->slot_dtype, [](DType d) { return d == DType::BFloat16; }),
+             Runtime, "[jit] a row program over bfloat16 slots");
     open_function(o, *p);
     if (p->row_reduction) row_program(o, *p);
     else flat_program(o, *p);

@@ -177,7 +177,11 @@ class Graph : public std::enable_shared_from_this<Graph> {
   // The generated C++ of its fused programs (one translation unit), "" when it has none.
   std::string source() const;
   // dlopen()s a shared object compiled from source() and gives each program its function. Raises on failure.
-  void load_kernels(const std::string& path);
+  // measure: the first launches time each program's generated function against the interpreter and keep the
+  // faster (FusedProgram::choice); otherwise the generated functions run.
+  void load_kernels(const std::string& path, bool measure = true);
+  // Per program: "measuring", "generated" or "interpreted" (what its launches run now).
+  std::vector<std::string> kernel_choices() const;
   bool kernels_loaded() const;
 
   // The replay Task's kernel and scratch (jit/graph.cpp).

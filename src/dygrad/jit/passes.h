@@ -1,6 +1,7 @@
 // dygrad.jit's O1 passes (docs/jit-fusion.md), as Graph's friend: jit/fusion.cpp (CSE, DCE, elementwise fusion,
-// the pass pipeline), jit/fold.cpp (constant folding), jit/patterns.cpp (composed code matched into the fused ops that exist) and jit/remat.cpp
-// (elementwise results computed again where they are read late instead of held).
+// the pass pipeline), jit/fold.cpp (constant folding), jit/patterns.cpp (composed code matched into the fused ops that exist), jit/remat.cpp
+// (elementwise results computed again where they are read late instead of held) and jit/inplace.cpp (outputs written
+// over the inputs that die with them).
 #pragma once
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct Passes {
   static std::string patterns(Graph& g);
   static std::string rematerialize(Graph& g);
   static std::string fuse(Graph& g);
+  static std::string inplace(Graph& g);  // jit/inplace.cpp: an output written over an input dying with it
   static size_t lower_cats(Graph& g);  // jit/lower.cpp: `cat` into copies into its output's slices (fuse runs it)
   static void lifetimes(Graph& g);
 };

@@ -109,12 +109,17 @@ struct FusedRecord {
   bool row = false;       // a row record (row programs): one value per row; else one per element
   int32_t pass = 0;       // row programs: the pass over the row that runs it (see above)
   int32_t row_buffer = -1;  // >= 0: a vector record not stored whose row a later pass (or a RowMax ...) reads
+  // Eager's op wrote bfloat16: its float result is rounded to bfloat16 (what eager stored and the next op read).
+  bool round_bf16 = false;
   std::string source;     // "mul_scalar (model.py:12)": what eager ran, for source(), graph() and the profiler
 };
 
 struct FusedProgram {
   std::string name;  // "mul_scalar+add+rsqrt"
-  DType dtype = DType::Float32;  // every operand's (float32 or float64 today)
+  // The compute type: float64 (every operand float64), or float32 (operands float32 or bfloat16: a bfloat16 value
+  // is read as its float, and each record whose eager op wrote bfloat16 rounds to it: `round_bf16`).
+  DType dtype = DType::Float32;
+  std::vector<DType> slot_dtype;  // per slot: its dtype in memory (`dtype`, or bfloat16 in a float32 program)
   Dims shape;                    // the iteration shape: every record's output shape
   std::vector<FusedRecord> records;
   // Per slot: its index among the fused sub-op's inputs (read before any record of this program stores it) and
@@ -134,6 +139,14 @@ struct FusedProgram {
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.
   using Fn = void (*)(char* const* p, int64_t begin, int64_t end);
   std::atomic<Fn> compiled{nullptr};
+  // Which runs once the function is loaded (docs/jit-fusion.md, "Generated or interpreted: measured"): the first
+  // 2 * kChoiceRuns launches alternate the generated function and the interpreter, each timed; from then on the one
+  // with the better best time runs (the interpreter only when at least 5% faster). Both give eager's bits.
+  enum class Choice : int8_t { Measuring, Generated, Interpreted };
+  static constexpr int32_t kChoiceRuns = 3;
+  mutable std::atomic<Choice> choice{Choice::Generated};
+  mutable std::atomic<int32_t> trials{0};
+  mutable std::atomic<int64_t> best_ns[2] = {INT64_MAX, INT64_MAX};  // the generated function's, the interpreter's
   size_t num_slots() const { return slot_input.size(); }
 };
 

@@ -10,6 +10,7 @@
 #include "dygrad/runtime/op_def.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "dygrad/backend/cpu/accumulate.h"
@@ -119,6 +120,8 @@ template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
                    const int64_t* inner, int64_t n, std::vector<V>& work) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
+  bool bf16[kMaxSlots];
+  for (size_t s = 0; s < slots; ++s) bf16[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::BFloat16;
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
   V* rec_buf = work.data() + slots * kChunk;
@@ -128,8 +131,13 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     for (size_t s = 0; s < slots; ++s) {
       current[s] = -1;
       if (prog.slot_input[s] < 0) continue;
-      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
       V* dst = slot_buf + s * kChunk;
+      if (bf16[s]) {  // a float32 program's bfloat16 slot: read as its float
+        const BFloat16* src = reinterpret_cast<const BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<V>(static_cast<float>(src[i * inner[s]]));
+        continue;
+      }
+      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
       for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]];
     }
     for (size_t r = 0; r < records; ++r) {
@@ -142,13 +150,22 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
         else if (current[o.slot] >= 0) operand[j] = rec_buf + size_t(current[o.slot]) * kChunk;  // forwarded
         else operand[j] = slot_buf + size_t(o.slot) * kChunk;
       }
-      eval_record<V>(rec.op, static_cast<V>(rec.k), rec_buf + r * kChunk, operand[0], operand[1], m);
+      V* result = rec_buf + r * kChunk;
+      eval_record<V>(rec.op, static_cast<V>(rec.k), result, operand[0], operand[1], m);
+      if (rec.round_bf16)  // eager's op wrote bfloat16: what it stored and the next op read
+        for (int64_t i = 0; i < m; ++i)
+          result[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(result[i]))));
       if (rec.out_slot >= 0) current[rec.out_slot] = static_cast<int32_t>(r);
     }
     for (size_t s = 0; s < slots; ++s) {
       if (prog.slot_output[s] < 0 || current[s] < 0) continue;
-      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
       const V* src = rec_buf + size_t(current[s]) * kChunk;
+      if (bf16[s]) {
+        BFloat16* dst = reinterpret_cast<BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = BFloat16(static_cast<float>(src[i]));
+        continue;
+      }
+      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
       for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i];
     }
   }
@@ -338,15 +355,43 @@ void fused_kernel(Task& task) {
   for (int64_t d : prog.dims) numel *= d;
   if (numel == 0) return;
   const uint8_t* skip = attrs.skip ? attrs.skip->record.data() : nullptr;
-  if (const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire); fn && !skip) {
+  auto interpreted = [&] {
+    if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
+    else interpret<float>(prog, skip, p);
+  };
+  const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire);
+  if (!fn || skip) return interpreted();
+  auto generated = [&] {
     const size_t nd = prog.dims.size();
     const int64_t columns = prog.dims[nd - 1];
     if (nd == 1) return parallel_for(0, columns, kElementwiseGrain, [&](int64_t b, int64_t e) { fn(p, b, e); });
-    return parallel_for(0, numel / columns, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
-                        [&](int64_t b, int64_t e) { fn(p, b, e); });
+    parallel_for(0, numel / columns, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1)),
+                 [&](int64_t b, int64_t e) { fn(p, b, e); });
+  };
+  using Choice = FusedProgram::Choice;
+  const Choice choice = prog.choice.load(std::memory_order_relaxed);
+  if (choice == Choice::Generated) return generated();
+  if (choice == Choice::Interpreted) return interpreted();
+  // Measuring: this launch runs one of the two, timed (the launches of one graph run in order; the atomics keep
+  // two graphs sharing nothing anyway).
+  constexpr int32_t runs = FusedProgram::kChoiceRuns;
+  const int32_t trial = prog.trials.fetch_add(1, std::memory_order_relaxed);
+  if (trial >= 2 * runs) return generated();  // the deciding launch has not stored its choice yet
+  const int which = trial % 2;
+  const auto start = std::chrono::steady_clock::now();
+  if (which == 0) generated();
+  else interpreted();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  std::atomic<int64_t>& best = prog.best_ns[which];
+  for (int64_t seen = best.load(std::memory_order_relaxed);
+       ns < seen && !best.compare_exchange_weak(seen, ns, std::memory_order_relaxed);) {
   }
-  if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
-  else interpret<float>(prog, skip, p);
+  if (trial == 2 * runs - 1) {
+    const int64_t g = prog.best_ns[0].load(std::memory_order_relaxed);
+    const int64_t i = prog.best_ns[1].load(std::memory_order_relaxed);
+    prog.choice.store(i < g - g / 20 ? Choice::Interpreted : Choice::Generated, std::memory_order_relaxed);
+  }
 }
 
 DG_REGISTER_KERNEL(jit_fused, Device::Type::CPU, fused_kernel);
