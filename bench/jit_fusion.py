@@ -9,8 +9,16 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   swiglu   silu(a) * b over [8, 256, 1024]
   adam     a torch-style per-parameter Adam loop (mul_, add_, addcmul_, sqrt, div, add_, addcdiv_) over the bench
            config's parameter shapes (10.8 M floats)
-  adam_torch  torch 2.13's own single-tensor Adam (lerp_ for the first moment), the same shapes
+  adam_torch  torch 2.13's own single-tensor Adam (lerp_ for the first moment), the same shapes; also eager's fused
+           multi-tensor adamw_step over the same shapes ("dg fused")
   lion     Lion as lion-pytorch writes it (mul_, clone, mul_, add, sign_, add_, mul_, add_), the same shapes
+  xent     a composed cross-entropy forward and backward, F.nll_loss(F.log_softmax(x, -1), t), at a LLaMA vocab
+           ([B*T = 2048, V = 4096]); also eager's fused F.cross_entropy ("dg fused")
+  xent_gather  the same loss as -F.log_softmax(x, -1).gather(-1, t[:, None]).mean(); the same peers
+  xent_lse the same loss as (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean(); the same peers
+The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
+dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
+spread (fastest and slowest sample of each side) is printed after the medians.
 dygrad's eager, O0 and O1 run interleaved in this process; torch eager and torch.compile interleaved in a subprocess
 right after (two thread pools in one process contend). Prints the median time per call of each and the ratios.
 
@@ -101,6 +109,51 @@ def lion_loop(ps, ms):
     return f
 
 
+def xent(lib):
+    F = lib.nn.functional
+
+    def f(x, t):
+        loss = F.nll_loss(F.log_softmax(x, -1), t)
+        loss.backward()
+        g = x.grad
+        x.grad = None
+        return loss.detach(), g
+    return f
+
+
+def xent_gather(lib):
+    F = lib.nn.functional
+
+    def f(x, t):
+        loss = -F.log_softmax(x, -1).gather(-1, t[:, None]).mean()
+        loss.backward()
+        g = x.grad
+        x.grad = None
+        return loss.detach(), g
+    return f
+
+
+def xent_lse(lib):
+    def f(x, t):
+        loss = (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean()
+        loss.backward()
+        g = x.grad
+        x.grad = None
+        return loss.detach(), g
+    return f
+
+
+def xent_fused(x, t):
+    """eager's fused cross-entropy, forward and backward (the peer of the composed forms)."""
+    loss = dg.nn.functional.cross_entropy(x, t)
+    loss.backward()
+    g = x.grad
+    x.grad = None
+    return loss.detach(), g
+
+
+PATTERN_CASES = ("xent", "xent_gather", "xent_lse")
+
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]
 
@@ -114,17 +167,35 @@ def cases(lib):
     ms = [lib.zeros_like(p) for p in ps]
     vs = [lib.zeros_like(p) for p in ps]
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
+    logits, targets = (lib.randn(2048, 4096) * 2).requires_grad_(), lib.randint(0, 4096, (2048,))
     return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)),
             "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
-            "lion": (lion_loop(ps, ms), (gs,))}
+            "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
+            "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets))}
+
+
+def adamw_fused(shapes):
+    """eager's fused multi-tensor step (dygrad's adamw_step: torch.optim.Adam's single-tensor formula, one Task for all
+    parameters) over parameters of `shapes`: what an AdamW pattern would replace the per-parameter loop with. It counts
+    its own steps (the loops above keep step 1): the same work per call."""
+    ps = [dg.randn(*s) for s in shapes]
+    ms, vs = [dg.zeros_like(p) for p in ps], [dg.zeros_like(p) for p in ps]
+    steps = [dg.zeros((), dtype=dg.float32) for _ in ps]
+    lr, hyper = dg.tensor(3e-4, dtype=dg.float64), dg.tensor([0.9, 0.999, 1e-8, 0.0], dtype=dg.float64)
+
+    def f(gs):
+        dg._C.adamw_step(ps, gs, ms, vs, steps, lr=lr, hyper=hyper, decoupled_weight_decay=False)
+    return f
 
 
 def fused_peers():
     """dygrad's hand-written fused kernels for the cases that have one (eager, no jit)."""
-    return {"rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
+    return {"adam_torch": adamw_fused(BENCH_SHAPES),
+            "rmsnorm": lambda x, w: dg.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
             "softmax": lambda x: dg.nn.functional.softmax(x, -1),
-            "logsoftmax": lambda x: dg.nn.functional.log_softmax(x, -1)}
+            "logsoftmax": lambda x: dg.nn.functional.log_softmax(x, -1), "xent": xent_fused,
+            "xent_gather": xent_fused, "xent_lse": xent_fused}
 
 
 def timed(fn, args, sync, block=1):
@@ -154,7 +225,8 @@ def graph_bytes(jitted):
     return total
 
 
-def measure(sides, reps, block=1):
+def measure(sides, reps, block=1, spreads=None):
+    """Median seconds per call of each side, interleaved; `spreads` (a dict) gets each side's (min, max)."""
     results = {}
     for name, entries in sides.items():
         for _, (fn, args, sync) in entries.items():
@@ -164,6 +236,8 @@ def measure(sides, reps, block=1):
             for k, (fn, args, sync) in entries.items():
                 times[k].append(timed(fn, args, sync, block))
         results[name] = {k: statistics.median(v) for k, v in times.items()}
+        if spreads is not None:
+            spreads[name] = {k: (min(v), max(v)) for k, v in times.items()}
     return results
 
 
@@ -181,7 +255,9 @@ def torch_side(reps, threads, only, block):
         tc(*args)
         compile_s[name] = time.perf_counter() - t0
         sides[name] = {"torch eager": (fn, args, lambda: None), "torch.compile": (tc, args, lambda: None)}
-    print(json.dumps({"results": measure(sides, reps, block), "compile_s": compile_s}))
+    spreads = {}
+    results = measure(sides, reps, block, spreads)
+    print(json.dumps({"results": results, "spreads": spreads, "compile_s": compile_s}))
 
 
 def llama_side(reps, steps):
@@ -228,6 +304,7 @@ def main():
         return torch_side(opts.reps, dg.get_num_threads(), only, opts.block)
     dg.jit.config.background = False  # the compile is timed apart, below
     sides, compile_s, moved = {}, {}, {}
+    peers = fused_peers()
     for name, (fn, args) in cases(dg).items():
         if only and name not in only:
             continue
@@ -240,11 +317,22 @@ def main():
             compile_s[f"{name} {level}"] = time.perf_counter() - t0
         sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
                        "dg O1": (o1, args, dg.synchronize)}
+        if name in PATTERN_CASES:  # captured (and optimized) with the pattern pass off
+            o1_plain = dg.jit(fn, jit_level="O1")
+            dg.jit.config.patterns = False
+            try:
+                o1_plain(*args)
+                o1_plain(*args)
+            finally:
+                dg.jit.config.patterns = True
+            sides[name]["dg O1 no patterns"] = (o1_plain, args, dg.synchronize)
+            assert "=== patterns: nothing matched" not in dg.jit.graph(fn, *args, passes=True), name
         moved[name] = (graph_bytes(o0), graph_bytes(o1))
-        if name in fused_peers():
-            sides[name]["dg fused"] = (fused_peers()[name], args, dg.synchronize)
-        assert o1.stats["fused_kernels"] > 0, name
-    results = measure(sides, opts.reps, opts.block)
+        if name in peers:
+            sides[name]["dg fused"] = (peers[name], args, dg.synchronize)
+        assert o1.stats["fused_kernels"] > 0 or name in PATTERN_CASES, name
+    spreads = {}
+    results = measure(sides, opts.reps, opts.block, spreads)
     if not opts.no_torch:
         out = subprocess.run([sys.executable, __file__, "--torch-side", "--reps", str(opts.reps), "--threads",
                               str(opts.threads), "--cases", opts.cases, "--block", str(opts.block)],
@@ -253,6 +341,7 @@ def main():
         t = json.loads(out.stdout.strip().splitlines()[-1])
         for name, r in t["results"].items():
             results[name].update(r)
+            spreads[name].update(t["spreads"][name])
         for name, v in t["compile_s"].items():
             compile_s[f"{name} torch.compile"] = v
     print(f"# {datetime.date.today()} {lscpu_model()}, {dg.get_num_threads()} threads, kernel level "
@@ -262,9 +351,14 @@ def main():
         line += f"  | O1/O0 time {r['dg O1'] / r['dg O0']:.2f}x, O1/eager {r['dg O1'] / r['dg eager']:.2f}x"
         if "dg fused" in r:
             line += f", O1/fused eager {r['dg O1'] / r['dg fused']:.2f}x"
+        if "dg O1 no patterns" in r:
+            line += f", O1/O1 no patterns {r['dg O1'] / r['dg O1 no patterns']:.2f}x"
         if "torch.compile" in r:
             line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
         print(line)
+    print("spread (min-max ms over the samples): " + "; ".join(
+        f"{name}: " + ", ".join(f"{k} {a * 1e3:.2f}-{b * 1e3:.2f}" for k, (a, b) in r.items())
+        for name, r in spreads.items()))
     print("first call captured (s): " + ", ".join(f"{k} {v:.2f}" for k, v in compile_s.items()))
     print("bytes moved (every operand read or written once, per the graphs' ops), eager (= O0) / O1, and the bar "
           "(0.8x of that ratio) against O1's speed over eager: " + ", ".join(

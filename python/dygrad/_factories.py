@@ -272,7 +272,12 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
     added. Integer tensor1 and tensor2 raise, as torch."""
     if out is not None:
         raise TypeError("addcdiv(): out= is not supported by dygrad")
-    _pointwise_check("addcdiv", input, tensor1, tensor2)
+    _addcdiv_check("addcdiv", input, tensor1, tensor2)
+    return input + (tensor1 * value if value != 1 else tensor1) / tensor2
+
+
+def _addcdiv_check(name, input, tensor1, tensor2):  # noqa: A002
+    _pointwise_check(name, input, tensor1, tensor2)
     if not tensor1.is_floating_point() and not tensor2.is_floating_point():
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future  release addcdiv "
                            "will perform a true division of tensor1 and tensor2. The historic addcdiv behavior can "
@@ -280,7 +285,6 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
                            "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
                            "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
                            "for all dtypes.")
-    return input + (tensor1 * value if value != 1 else tensor1) / tensor2
 
 
 def _addcmul_(self, tensor1, tensor2, *, value=1):
@@ -289,7 +293,7 @@ def _addcmul_(self, tensor1, tensor2, *, value=1):
 
 
 def _addcdiv_(self, tensor1, tensor2, *, value=1):
-    addcdiv(self, tensor1, tensor2, value=value)  # the same checks
+    _addcdiv_check("addcdiv_", self, tensor1, tensor2)
     return self.add_((tensor1 * value if value != 1 else tensor1) / tensor2)
 
 

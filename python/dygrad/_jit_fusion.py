@@ -38,7 +38,7 @@ class _Config:
         self.dce = True          # dead-code elimination
         self.cse = True          # common subexpressions
         self.fold = True         # constant folding: factories and elementwise ops on them computed once
-        self.patterns = True     # composed attention into scaled_dot_product_attention (off in deterministic mode)
+        self.patterns = True     # composed attention and cross-entropy into the fused ops (off in deterministic mode)
         self.rematerialize = True  # elementwise results the backward reads late computed again there, not held
         self.fusion = True       # elementwise fusion into generated kernels
         self.inplace = True      # an elementwise sub-op's output written over an input that dies with it

@@ -261,6 +261,16 @@ def test_addcmul_addcdiv_match_torch_bitwise_with_gradients(name):
                                                                     value=3).tolist()
 
 
+@pytest.mark.parametrize("name", ["addcmul_", "addcdiv_"])
+def test_the_in_place_forms_issue_only_the_ops_of_their_update(name):
+    # p.addcdiv_(m, d, value=-lr) (torch's Adam step): value * m, then / d, then one add_ into p; the checks compute
+    # nothing (an out-of-place addcdiv computed for its checks alone cost two more passes over the parameter)
+    p, m, d = dg.randn(6), dg.randn(6), dg.rand(6) + 1
+    text = dg.jit.graph(lambda p, m, d: getattr(p, name)(m, d, value=-0.5), p, m, d)
+    assert [line.split()[1].split("(")[0] for line in text.splitlines() if line.strip()[:1].isdigit()] == \
+        ["mul_scalar", "mul" if name == "addcmul_" else "div", "add"]
+
+
 def test_isin_matches_torch():
     rng = np.random.default_rng(2)
     a, b = rng.integers(0, 20, (6, 7)), rng.integers(0, 20, 9)

@@ -1,25 +1,30 @@
 // dygrad.jit's O1 pattern pass (docs/jit-fusion.md, "Patterns"): composed code matched into the fused ops that
-// exist. Today: attention written as PyTorch users write it,
+// exist. This file: the pass, its shared pieces (jit/patterns.h), and attention written as PyTorch users write it,
 //   s = q @ k.transpose(-2, -1)  (/ c  or  * c);  s = s.masked_fill(mask, -inf);  p = s.softmax(-1);  o = p @ v
 // with, in a training step's graph, the backward autograd recorded for it (dp = do @ v^T, dv = p^T @ do,
 // softmax_backward, the masked fill of the gradient, its scaling, dq = ds @ k, dk^T = q^T @ ds), becomes
 // scaled_dot_product_attention and its backward: the [.., T, S] scores, probabilities and their gradients are never
 // stored, and a causal mask takes the kernel's causal path (backend/cpu/fused_attention.cpp). The result is equal
 // to the composed one within float rounding, not bitwise: dygrad.jit runs this pass only outside deterministic mode.
+// Cross-entropy: jit/patterns_loss.cpp.
+#include "dygrad/jit/patterns.h"
+
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <set>
 #include <string_view>
 
+#include "dygrad/core/allocator.h"
 #include "dygrad/jit/passes.h"
+#include "dygrad/ops/factory.h"
 #include "dygrad/ops/fused.h"
 #include "dygrad/runtime/op_attrs.h"
 #include "dygrad/runtime/scratch.h"
 
 namespace dg::jit {
 
-namespace {
+// --- the shared pieces (jit/patterns.h) ------------------------------------------------------------------------
 
 const OpDef* op_named(std::string_view name) {
   for (const OpDef* op : all_ops())
@@ -31,6 +36,103 @@ bool same_view(const Value& a, const Value& b) {
   return a.buffer == b.buffer && a.offset == b.offset && a.dtype == b.dtype && std::ranges::equal(a.sizes, b.sizes) &&
          std::ranges::equal(a.strides, b.strides);
 }
+
+Dims contiguous_strides(const Dims& sizes) {
+  Dims s(sizes.size());
+  int64_t step = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    s[d] = step;
+    step *= std::max<int64_t>(sizes[d], 1);
+  }
+  return s;
+}
+
+int64_t numel_of(const Dims& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+size_t rounded_scratch(size_t n) { return (n + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
+
+Uses::Uses(const PatternGraph& g) : writers(g.buffers.size()), readers(g.buffers.size()) {
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (int32_t v : g.ops[i].inputs)
+      if (v >= 0) readers[size_t(g.values[size_t(v)].buffer)].push_back(int32_t(i));
+    for (int32_t v : g.ops[i].outputs)
+      if (v >= 0) writers[size_t(g.values[size_t(v)].buffer)].push_back(int32_t(i));
+  }
+}
+
+int32_t PatternEdit::add_buffer(const Dims& sizes, DType dtype) {
+  Buffer b;
+  b.kind = BufferKind::Internal;
+  b.nbytes = size_t(numel_of(sizes)) * itemsize(dtype);
+  b.written = true;
+  g_.buffers.push_back(b);
+  Value v;
+  v.buffer = int32_t(g_.buffers.size() - 1);
+  v.sizes = sizes;
+  v.strides = contiguous_strides(sizes);
+  v.dtype = dtype;
+  return add_value(v);
+}
+
+int32_t PatternEdit::add_value(const Value& v) {
+  g_.values.push_back(v);
+  return int32_t(g_.values.size() - 1);
+}
+
+int32_t PatternEdit::add_constant(double value, DType dtype) {
+  Tensor holder;
+  {
+    MemoryCategoryScope category(MemoryCategory::Other);
+    holder = full(Dims{}, Scalar(value), {.dtype = dtype, .device = g_.device});
+  }
+  holder.wait_readable();  // this op's own completion, as the fold pass waits for its constants
+  Buffer b;
+  b.kind = BufferKind::Fixed;
+  b.fixed = holder.impl()->storage;
+  b.nbytes = itemsize(dtype);
+  g_.buffers.push_back(b);
+  Value v;
+  v.buffer = int32_t(g_.buffers.size() - 1);
+  v.offset = holder.storage_offset();
+  v.dtype = dtype;
+  return add_value(v);
+}
+
+GraphOp PatternEdit::new_op(const OpDef* def, Attrs attrs, const GraphOp& like) const {
+  GraphOp op;
+  op.op = def;
+  op.kernel = def->kernel(g_.device.type);
+  op.attrs = std::move(attrs);
+  op.site = like.site;
+  return op;
+}
+
+void PatternEdit::apply() {
+  std::vector<GraphOp> next;
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    if (!removed_[i]) next.push_back(std::move(g_.ops[i]));
+    for (GraphOp& op : at_[i]) next.push_back(std::move(op));
+  }
+  g_.ops = std::move(next);
+}
+
+std::string Passes::patterns(Graph& g) {
+  PatternGraph graph{g.buffers_, g.values_, g.ops_, g.device_};
+  std::string done;
+  for (auto family : {&attention_patterns, &cross_entropy_patterns}) {
+    const std::string note = family(graph);
+    if (!note.empty()) done += (done.empty() ? "" : "; ") + note;
+  }
+  return done.empty() ? "nothing matched" : done;
+}
+
+// --- attention -------------------------------------------------------------------------------------------------
+
+namespace {
 
 // The value with its last two dims swapped (x.transpose(-2, -1)).
 Value transposed(Value v) {
@@ -44,20 +146,6 @@ Value transposed(Value v) {
 bool same_lead(const Value& a, const Value& b) {
   return a.sizes.size() == b.sizes.size() && std::equal(a.sizes.begin(), a.sizes.end() - 2, b.sizes.begin());
 }
-
-// The ops that write and read each buffer.
-struct Uses {
-  std::vector<std::vector<int32_t>> writers, readers;
-  Uses(const std::vector<Buffer>& buffers, const std::vector<Value>& values, const std::vector<GraphOp>& ops)
-      : writers(buffers.size()), readers(buffers.size()) {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      for (int32_t v : ops[i].inputs)
-        if (v >= 0) readers[size_t(values[size_t(v)].buffer)].push_back(int32_t(i));
-      for (int32_t v : ops[i].outputs)
-        if (v >= 0) writers[size_t(values[size_t(v)].buffer)].push_back(int32_t(i));
-    }
-  }
-};
 
 // One composed attention found in the graph: its ops, and the operands the fused ops take.
 struct Attention {
@@ -81,8 +169,7 @@ struct Attention {
 
 class Matcher {
  public:
-  Matcher(std::vector<Buffer>& buffers, std::vector<Value>& values, std::vector<GraphOp>& ops)
-      : buffers_(buffers), values_(values), ops_(ops), uses_(buffers, values, ops) {
+  explicit Matcher(PatternGraph& g) : buffers_(g.buffers), values_(g.values), ops_(g.ops), uses_(g) {
     softmax_ = op_named("softmax");
     softmax_bw_ = op_named("softmax_backward");
     matmul_ = op_named("matmul");
@@ -294,38 +381,19 @@ class Matcher {
   const OpDef *softmax_, *softmax_bw_, *matmul_, *masked_fill_, *div_scalar_, *mul_scalar_;
 };
 
-size_t rounded(size_t n) { return (n + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment; }
-
-Dims contiguous_strides(const Dims& sizes) {
-  Dims s(sizes.size());
-  int64_t step = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    s[d] = step;
-    step *= std::max<int64_t>(sizes[d], 1);
-  }
-  return s;
-}
-
-int64_t numel_of(const Dims& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
 }  // namespace
 
-std::string Passes::patterns(Graph& g) {
+std::string attention_patterns(PatternGraph& g) {
   const OpDef* sdpa = op_named("scaled_dot_product_attention");
   const OpDef* sdpa_bw = op_named("scaled_dot_product_attention_backward");
   const OpDef* logical_not = op_named("logical_not");
   const OpDef* copy = op_named("copy");
-  const Device::Type device = g.device_.type;
-  if (!sdpa || !sdpa_bw || !logical_not || !copy || !sdpa->kernel(device) || !sdpa_bw->kernel(device))
-    return "no fused attention on this device";
-  Matcher matcher(g.buffers_, g.values_, g.ops_);
+  if (!sdpa || !sdpa_bw || !logical_not || !copy || !sdpa->kernel(g.device.type) || !sdpa_bw->kernel(g.device.type))
+    return "";  // no fused attention on this device
+  Matcher matcher(g);
   std::vector<Attention> found;
   std::set<int32_t> taken;
-  for (size_t i = 0; i < g.ops_.size(); ++i) {
+  for (size_t i = 0; i < g.ops.size(); ++i) {
     Attention a;
     if (!matcher.match(int32_t(i), a)) continue;
     bool overlaps = false;
@@ -335,59 +403,31 @@ std::string Passes::patterns(Graph& g) {
     for (auto part : {a.forward_ops(), a.backward_ops()}) taken.insert(part.begin(), part.end());
     found.push_back(a);
   }
-  if (found.empty()) return "nothing matched";
+  if (found.empty()) return "";
 
-  auto add_buffer = [&](const Dims& sizes, DType dtype) {
-    Buffer b;
-    b.kind = BufferKind::Internal;
-    b.nbytes = size_t(numel_of(sizes)) * itemsize(dtype);
-    b.written = true;
-    g.buffers_.push_back(b);
-    Value v;
-    v.buffer = int32_t(g.buffers_.size() - 1);
-    v.sizes = sizes;
-    v.strides = contiguous_strides(sizes);
-    v.dtype = dtype;
-    g.values_.push_back(v);
-    return int32_t(g.values_.size() - 1);
-  };
-  auto add_value = [&](const Value& v) {
-    g.values_.push_back(v);
-    return int32_t(g.values_.size() - 1);
-  };
-  auto new_op = [&](const OpDef* def, Attrs attrs, const GraphOp& like) {
-    GraphOp op;
-    op.op = def;
-    op.kernel = def->kernel(device);
-    op.attrs = std::move(attrs);
-    op.site = like.site;
-    return op;
-  };
   // What replaces each matched op's position: the fused ops at the last op of each part, nothing at the others.
-  std::vector<std::vector<GraphOp>> at(g.ops_.size());
-  std::vector<uint8_t> removed(g.ops_.size(), 0);
+  PatternEdit edit(g);
   for (const Attention& a : found) {
-    const Value q = g.values_[size_t(a.q)], v = g.values_[size_t(a.v)], k = transposed(g.values_[size_t(a.kt)]);
+    const Value q = g.values[size_t(a.q)], v = g.values[size_t(a.v)], k = transposed(g.values[size_t(a.kt)]);
     const size_t nd = q.sizes.size();
     const Dims lead(q.sizes.begin(), q.sizes.end() - 2);
     const int64_t T = q.sizes[nd - 2], D = q.sizes[nd - 1], S = k.sizes[nd - 2], Dv = v.sizes[nd - 1];
     const int64_t batch = numel_of(lead);
     const DType dtype = q.dtype, lse_dtype = dtype == DType::Float64 ? DType::Float64 : DType::Float32;
-    const int32_t key = add_value(k);
-    const int32_t lse = add_buffer(Dims{batch, T}, lse_dtype);
+    const int32_t key = edit.add_value(k);
+    const int32_t lse = edit.add_buffer(Dims{batch, T}, lse_dtype);
     const Attrs attrs = AttentionAttrs{a.scale_value, false, a.fill >= 0 ? AttentionMask::Bool : AttentionMask::None};
-    const GraphOp& first = g.ops_[size_t(a.qk)];
-    std::vector<GraphOp>& forward = at[size_t(a.pv)];
+    const GraphOp& first = g.ops[size_t(a.qk)];
     int32_t keep = -1;  // the mask as sdpa takes it: true = attend, [lead.., T, S]
     if (a.fill >= 0) {
-      const Value m = g.values_[size_t(a.mask)];
-      const int32_t inverted = add_buffer(m.sizes, DType::Bool);
-      GraphOp inv = new_op(logical_not, Attrs(), first);
+      const Value m = g.values[size_t(a.mask)];
+      const int32_t inverted = edit.add_buffer(m.sizes, DType::Bool);
+      GraphOp inv = edit.new_op(logical_not, Attrs(), first);
       inv.inputs = {a.mask};
       inv.outputs = {inverted};
       inv.cost = {0, double(2 * numel_of(m.sizes))};
-      forward.push_back(std::move(inv));
-      Value expanded = g.values_[size_t(inverted)];
+      edit.insert_after(a.pv, std::move(inv));
+      Value expanded = g.values[size_t(inverted)];
       const size_t md = expanded.sizes.size();
       Dims sizes(lead), strides(nd, 0);
       sizes.push_back(T);
@@ -399,52 +439,47 @@ std::string Passes::patterns(Graph& g) {
       expanded.sizes = sizes;
       expanded.strides = strides;
       expanded.is_view = true;
-      keep = add_value(expanded);
+      keep = edit.add_value(expanded);
     }
-    GraphOp fwd = new_op(sdpa, attrs, first);
+    GraphOp fwd = edit.new_op(sdpa, attrs, first);
     fwd.inputs = {a.q, key, a.v};
     if (keep >= 0) fwd.inputs.push_back(keep);
     fwd.outputs = {a.out, lse};
-    fwd.scratch = rounded(attention_scratch_of(batch, T, S, D, Dv, dtype, true, false));
+    fwd.scratch = rounded_scratch(attention_scratch_of(batch, T, S, D, Dv, dtype, true, false));
     for (int32_t o : a.forward_ops()) {
-      fwd.cost.flops += g.ops_[size_t(o)].cost.flops;
-      fwd.cost.bytes += g.ops_[size_t(o)].cost.bytes;
-      removed[size_t(o)] = 1;
+      fwd.cost.flops += g.ops[size_t(o)].cost.flops;
+      fwd.cost.bytes += g.ops[size_t(o)].cost.bytes;
+      edit.remove(o);
     }
-    forward.push_back(std::move(fwd));
+    edit.insert_after(a.pv, std::move(fwd));
     if (!a.backward()) continue;
     const auto bw_ops = a.backward_ops();
     const int32_t lo = *std::ranges::min_element(bw_ops);
     Dims k_sizes(lead);
     k_sizes.push_back(S);
     k_sizes.push_back(D);
-    const int32_t grad_k = add_buffer(k_sizes, dtype);
-    GraphOp bwd = new_op(sdpa_bw, attrs, g.ops_[size_t(lo)]);
+    const int32_t grad_k = edit.add_buffer(k_sizes, dtype);
+    GraphOp bwd = edit.new_op(sdpa_bw, attrs, g.ops[size_t(lo)]);
     bwd.inputs = {a.dout, a.q, key, a.v, a.out, lse};
     if (keep >= 0) bwd.inputs.push_back(keep);
     bwd.outputs = {a.grad_q, grad_k, a.grad_v};
-    bwd.scratch = rounded(attention_scratch_of(batch, T, S, D, Dv, dtype, false, false));
+    bwd.scratch = rounded_scratch(attention_scratch_of(batch, T, S, D, Dv, dtype, false, false));
     for (int32_t o : bw_ops) {
-      bwd.cost.flops += g.ops_[size_t(o)].cost.flops;
-      bwd.cost.bytes += g.ops_[size_t(o)].cost.bytes;
-      removed[size_t(o)] = 1;
+      bwd.cost.flops += g.ops[size_t(o)].cost.flops;
+      bwd.cost.bytes += g.ops[size_t(o)].cost.bytes;
+      edit.remove(o);
     }
     // dk^T's buffer gets dk through its transposed view: what read dk^T (as dk, usually) reads the same elements.
-    GraphOp join = new_op(copy, Attrs(), g.ops_[size_t(lo)]);
+    GraphOp join = edit.new_op(copy, Attrs(), g.ops[size_t(lo)]);
     join.inputs = {grad_k};
-    join.outputs = {add_value(transposed(g.values_[size_t(a.grad_kt)]))};
+    join.outputs = {edit.add_value(transposed(g.values[size_t(a.grad_kt)]))};
     join.cost = {0, double(2 * numel_of(k_sizes) * int64_t(itemsize(dtype)))};
-    at[size_t(lo)].push_back(std::move(bwd));
-    at[size_t(lo)].push_back(std::move(join));
+    edit.insert_after(lo, std::move(bwd));
+    edit.insert_after(lo, std::move(join));
   }
-  std::vector<GraphOp> next;
-  for (size_t i = 0; i < g.ops_.size(); ++i) {
-    if (!removed[i]) next.push_back(std::move(g.ops_[i]));
-    for (GraphOp& op : at[i]) next.push_back(std::move(op));
-  }
+  edit.apply();
   size_t training = 0;
   for (const Attention& a : found) training += a.backward();
-  g.ops_ = std::move(next);
   return std::to_string(found.size()) + " attention(s) into scaled_dot_product_attention (" +
          std::to_string(training) + " with its backward)";
 }
