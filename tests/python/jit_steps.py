@@ -30,6 +30,29 @@ def adamw_run(make_model, T, steps, jit_level=None, lr=1e-3, weight_decay=0.01):
     return model, losses, step, opt
 
 
+def regression_run(make_model, make_opt, shape, steps=5, jit_level=None):
+    """A regression model made after manual_seed(0) with make_opt(parameters), trained `steps` llama_step steps on
+    random (x, y) of `shape` drawn after manual_seed(1), eagerly or under dg.jit: (model, losses, step function)."""
+    dg.manual_seed(0)
+    model = make_model()
+    step = llama_step(model, make_opt(model.parameters()))
+    step = dg.jit(step, jit_level=jit_level) if jit_level else step
+    dg.manual_seed(1)
+    losses = [step(dg.randn(*shape), dg.randn(*shape)) for _ in range(steps)]
+    return model, losses, step
+
+
+def graph_of(f):
+    """The graph a dg.jit function replays (its first entry with one)."""
+    return next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None)
+
+
+def assert_trained_alike(a, b):
+    """Two regression_run results: the same losses and parameters, bit for bit."""
+    assert [float(x) for x in a[1]] == [float(y) for y in b[1]]
+    assert all(dg.equal(p, q) for p, q in zip(a[0].parameters(), b[0].parameters()))
+
+
 def mlp_sgd(seed=0):
     """An MLP with dropout and SGD (momentum, Nesterov, weight decay), seeded: (model, optimizer, step)."""
     dg.manual_seed(seed)

@@ -10,7 +10,7 @@ import pytest
 
 import dygrad as dg
 from dygrad import nn
-from jit_steps import llama_step
+from jit_steps import assert_trained_alike, graph_of, regression_run
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
@@ -40,7 +40,7 @@ def check(fn, *args, calls=4, fused=1):
         got = f(*args)
         got = got if isinstance(got, tuple) else (got,)
         assert [bits(t) for t in got] == [bits(t) for t in want]
-    graph = next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None)
+    graph = graph_of(f)
     assert graph.num_fused == fused, dg.jit.graph(fn, *args, passes=True)
     loaded = {"measuring", "generated", "interpreted"}  # a few replays: the first launches may still be measuring
     assert set(graph.kernel_choices) <= (loaded if dg.jit.config.codegen else {"interpreted"})
@@ -122,21 +122,11 @@ class Mlp(nn.Module):
 def test_an_autocast_training_step_is_eager_bits_over_steps(codegen):
     dg.jit.config.codegen = codegen
 
-    def run(jit):
-        dg.manual_seed(0)
-        m = Mlp()
-        opt = dg.optim.AdamW(m.parameters(), lr=1e-3)
-        step = llama_step(m, opt)
-        f = dg.jit(step, jit_level="O1") if jit else step
-        dg.manual_seed(1)
-        losses = [f(dg.randn(32, 64), dg.randn(32, 64)) for _ in range(5)]
-        return m, losses, f
-
-    m0, l0, _ = run(False)
-    m1, l1, f1 = run(True)
-    assert [float(a) for a in l0] == [float(b) for b in l1]
-    assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), m1.parameters()))
-    graph = next(e.graph for e in f1._entries.values() if getattr(e, "graph", None) is not None)
+    adamw = lambda ps: dg.optim.AdamW(ps, lr=1e-3)  # noqa: E731
+    eager = regression_run(Mlp, adamw, (32, 64))
+    jitted = regression_run(Mlp, adamw, (32, 64), jit_level="O1")
+    assert_trained_alike(eager, jitted)
+    graph = graph_of(jitted[2])
     assert "dg_bf16_round" in graph.source() and graph.num_fused >= 2
 
 
@@ -150,23 +140,11 @@ def test_rematerialize_takes_bf16_chains():
             with dg.autocast("cpu", dtype=dg.bfloat16):
                 return super().forward(x, y).float()
 
-    def run(jit, rematerialize=True):
-        dg.jit.config.rematerialize = rematerialize
-        dg.manual_seed(0)
-        m = AutocastMLP()
-        opt = dg.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-        step = llama_step(m, opt)
-        f = dg.jit(step, jit_level="O1") if jit else step
-        dg.manual_seed(1)
-        losses = [f(dg.randn(32, 64), dg.randn(32, 64)) for _ in range(5)]
-        return m, losses, f
-
-    m0, l0, _ = run(False)
-    m1, l1, f1 = run(True)
-    m2, l2, f2 = run(True, rematerialize=False)
-    for losses, model in ((l1, m1), (l2, m2)):
-        assert [float(a) for a in l0] == [float(b) for b in losses]
-        assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), model.parameters()))
-    arena = [next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None).arena_bytes
-             for f in (f1, f2)]
-    assert arena[0] < arena[1]
+    sgd = lambda ps: dg.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    eager = regression_run(AutocastMLP, sgd, (32, 64))
+    with_remat = regression_run(AutocastMLP, sgd, (32, 64), jit_level="O1")
+    dg.jit.config.rematerialize = False
+    without = regression_run(AutocastMLP, sgd, (32, 64), jit_level="O1")
+    assert_trained_alike(eager, with_remat)
+    assert_trained_alike(eager, without)
+    assert graph_of(with_remat[2]).arena_bytes < graph_of(without[2]).arena_bytes

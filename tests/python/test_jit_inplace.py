@@ -7,14 +7,10 @@ import pytest
 
 import dygrad as dg
 from dygrad import nn
-from jit_steps import llama_step
+from jit_steps import assert_trained_alike, graph_of, regression_run
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
-
-
-def graph_of(f):
-    return next(e.graph for e in f._entries.values() if getattr(e, "graph", None) is not None)
 
 
 def note(fn, *args, which="inplace"):
@@ -135,24 +131,15 @@ class Mlp(nn.Module):
 
 
 def test_a_training_step_is_bitwise_eager_over_steps():
-    def run(jit, inplace=True):
-        dg.jit.config.inplace = inplace
-        dg.manual_seed(0)
-        m = Mlp()
-        opt = dg.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-        step = llama_step(m, opt)
-        f = dg.jit(step, jit_level="O1") if jit else step
-        dg.manual_seed(1)
-        losses = [f(dg.randn(32, 48), dg.randn(32, 48)) for _ in range(5)]
-        return m, losses, f
-
-    m0, l0, _ = run(False)
-    m1, l1, f1 = run(True)
-    m2, l2, f2 = run(True, inplace=False)
-    assert all(dg.equal(a, b) for a, b in zip(l0, l1))
-    assert all(dg.equal(p, q) for p, q in zip(m0.parameters(), m1.parameters()))
-    assert graph_of(f1).arena_bytes <= graph_of(f2).arena_bytes
+    sgd = lambda ps: dg.optim.SGD(ps, lr=0.05, momentum=0.9)  # noqa: E731
+    eager = regression_run(Mlp, sgd, (32, 48))
+    with_it = regression_run(Mlp, sgd, (32, 48), jit_level="O1")
+    dg.jit.config.inplace = False
+    without = regression_run(Mlp, sgd, (32, 48), jit_level="O1")
     dg.jit.config.inplace = True
+    assert_trained_alike(eager, with_it)
+    assert_trained_alike(eager, without)
+    assert graph_of(with_it[2]).arena_bytes <= graph_of(without[2]).arena_bytes
 
 
 def test_generated_kernels_are_measured_against_the_interpreter():
