@@ -184,7 +184,11 @@ class Matcher {
     if (sm.op != softmax_ || sm.inputs.size() != 1 || sm.outputs.size() != 1) return false;
     const Value& scores = val(sm.inputs[0]);
     const size_t nd = scores.sizes.size();
-    if (nd < 2 || (scores.dtype != DType::Float32 && scores.dtype != DType::Float64)) return false;
+    // bfloat16 too (autocast's attention: matmuls, scaling, masked fill and softmax all in bfloat16): sdpa computes
+    // it in float32 and rounds its results once, where the composed ops round at every step.
+    if (nd < 2 || (scores.dtype != DType::Float32 && scores.dtype != DType::Float64 &&
+                   scores.dtype != DType::BFloat16))
+      return false;
     const Dims& dims = sm.attrs.get<ReduceAttrs>().dims;
     if (dims.size() != 1 || (dims[0] != -1 && dims[0] != int64_t(nd) - 1)) return false;
     a.softmax = s;
