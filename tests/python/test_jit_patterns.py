@@ -86,6 +86,32 @@ def test_a_composed_attention_step_runs_the_fused_op_and_its_backward(dtype, mas
         assert_close(gg, gw, dtype)
 
 
+@pytest.mark.parametrize("mask", ["causal", "random"])
+def test_autocast_bfloat16_attention_runs_the_fused_op_as_accurately_as_eager(mask):
+    # under bf16 autocast the composed attention is bfloat16 from the matmuls to the softmax; sdpa computes it in
+    # float32 and rounds once. Against the float32 step (no autocast) its error is eager's, give or take roundings
+    step, xs = training_step(mask=mask)
+
+    def ac_step(x):
+        with dg.autocast("cpu", dtype=dg.bfloat16):
+            return step(x)
+
+    text, final = after_passes(ac_step, xs[0])
+    assert "patterns: 1 attention(s) into scaled_dot_product_attention (1 with its backward)" in text
+    assert "softmax" not in final
+    ref = [step(x) for x in xs]
+    eager = [ac_step(x) for x in xs]
+    f = dg.jit(ac_step, jit_level="O1")
+    got = [f(x) for x in xs]
+    assert f.stats["replays"] == 2
+    for triple in zip(ref, eager, got):
+        for r, e, g in zip(*triple):
+            r, e, g = (t.float().numpy() for t in (r, e, g))
+            scale = float(np.abs(r).max())
+            err_eager, err_o1 = float(np.abs(e - r).max()) / scale, float(np.abs(g - r).max()) / scale
+            assert np.all(np.isfinite(g)) and err_o1 <= 1.5 * err_eager + 2 ** -8, (err_o1, err_eager)
+
+
 def test_the_pattern_is_off_in_deterministic_mode_and_by_its_switch(jit_config):
     step, xs = training_step()
     want = [step(x) for x in xs]
