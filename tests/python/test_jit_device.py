@@ -106,7 +106,7 @@ def test_a_modules_forward_and_a_forward_whose_backward_runs_outside():
 
 
 # --- a whole training step ---------------------------------------------------------------------------------------
-def llama_run(device, compiled, steps=20, fused=True):
+def llama_run(device, compiled, steps=20, fused=True, jit_level="O0"):
     cfg = llama.LlamaConfig(n_layers=2, dim=64, n_heads=4, ffn_dim=172, seq_len=16, batch_size=2, dropout=0.1)
     dg.manual_seed(0)
     m = llama.Llama(cfg, fused=fused).to(device)
@@ -115,7 +115,7 @@ def llama_run(device, compiled, steps=20, fused=True):
 
     step = llama_step(m, opt)
 
-    run = dg.jit(step) if compiled else step
+    run = dg.jit(step, jit_level=jit_level) if compiled else step
     dg.manual_seed(1)
     losses, tasks = [], []
     for i in range(steps):
@@ -142,6 +142,34 @@ def test_a_llama_step_compiled_on_the_device_gives_the_cpus_parameters(fused, re
     assert [bits(l).tolist() for l in dev_losses] == [bits(l).tolist() for l in cpu_losses]
     for (name, p), (_, q) in zip(cpu_model.named_parameters(), dev_model.named_parameters()):
         assert np.array_equal(bits(p), bits(q)), name
+
+
+def test_o1_on_the_device_runs_the_passes_that_need_no_generated_code(restore_context, jit_config):
+    # docs/jit-fusion.md: the passes are backend-neutral; a backend without a generator (the test device, CUDA until
+    # it has one) gets every pass but fusion and in-place reuse. Deterministic mode (no pattern): the CPU's bits.
+    dg.set_context(deterministic=True)
+    cpu_model, cpu_losses, _, _ = llama_run("cpu", False, steps=6, fused=False)
+    dev_model, dev_losses, step, tasks = llama_run(DEVICE, True, steps=6, fused=False, jit_level="O1")
+    assert step.stats["replays"] == 4 and step.stats["fused_kernels"] == 0 and tasks == [("jit_graph", DEVICE)]
+    assert [bits(l).tolist() for l in dev_losses] == [bits(l).tolist() for l in cpu_losses]
+    for (name, p), (_, q) in zip(cpu_model.named_parameters(), dev_model.named_parameters()):
+        assert np.array_equal(bits(p), bits(q)), name
+    x, y = dg.randint(0, 256, (2, 16)).to(DEVICE), dg.randint(0, 256, (2, 16)).to(DEVICE)
+
+    def forward_backward(x, y):
+        loss = dev_model(x, y)
+        loss.backward()
+        dev_model.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    text = dg.jit.graph(forward_backward, x, y, passes=True)
+    notes = {line.split(":")[0].strip("= "): line for line in text.splitlines() if line.startswith("===")}
+    assert "no fusion on this device" in notes["fusion"] and "not on this device" in notes["inplace"]
+    assert "computed again" in notes["rematerialize"] and "removed" in notes["dce"] and "computed once" in notes["fold"]
+    # Outside deterministic mode the attention pattern runs there too (sdpa's device kernel), within rounding.
+    dg.set_context(deterministic=False)
+    assert "2 attention(s) into scaled_dot_product_attention (2 with its backward)" in dg.jit.graph(
+        forward_backward, x, y, passes=True)
 
 
 def test_version_counters_and_grads_are_eager_on_the_device():
