@@ -573,3 +573,25 @@ def test_a_poisoned_input_inside_a_row_program_skips_only_what_eager_skips():
         assert bitwise(got[1], want)
     names, _ = fused_names(jf)
     assert names == ["mul+sum+div_scalar+add_scalar+rsqrt+mul+add+mul_scalar"], names
+
+
+def test_the_loop_runs_along_the_written_slots_contiguous_dim(fusion_config):
+    # an in-place run on a transposed view: its written slot steps 1 along the view's first dim, so that dim is the
+    # generated loop's innermost (as eager's strided iteration orders dims); the bits are eager's either way
+    def f(buf, c):
+        view = buf.t()
+        view.mul_(c).add_(1).tanh_()
+        return buf.sum()
+
+    buf, c = dg.randn(96, 80), dg.randn(80, 1)  # view [80, 96]; c broadcast along the view's last dim
+    src = dg.jit.source(f, buf.clone(), c)
+    line = next(ln for ln in src.splitlines() if ln.startswith("// iteration"))
+    assert line.startswith("// iteration (96, 80);"), line  # dims swapped: the view's first dim innermost
+    assert "s0(80, 1)" in line, line
+    want_buf = buf.clone()
+    want = f(want_buf, c)
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        got_buf = buf.clone()
+        got = jf(got_buf, c)
+    assert dg.equal(got, want) and dg.equal(got_buf, want_buf) and jf.stats["fused_kernels"] == 1

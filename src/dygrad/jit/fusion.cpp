@@ -683,7 +683,32 @@ std::string Passes::fuse(Graph& g) {
     std::vector<Dims> strides(slots);
     auto full = [&](size_t s, size_t d) { return keys[size_t(slot_key[s])].strides[d]; };
     const size_t merged_dims = reduced ? nd - 1 : nd;
-    for (size_t d = 0; d < merged_dims; ++d) {
+    // The loop order, outermost first. Every element of a single-pass program is computed on its own (a written
+    // buffer has one geometry in the run, or disjoint slots), so any order gives the same bits; the innermost dim is
+    // the one the slots step through most closely, as eager's strided iteration orders its dims: the written slots
+    // decide first, then the read ones, a broadcast (stride 0) or an equal stride deciding nothing. (A transposed
+    // gradient, the composed rotary embedding's backward, otherwise ran its inner loop down a column.) A row program
+    // keeps the output's order.
+    std::vector<size_t> order(merged_dims);
+    for (size_t d = 0; d < merged_dims; ++d) order[d] = d;
+    if (!reduced) {
+      std::vector<size_t> by_priority;
+      for (size_t s = 0; s < slots; ++s)
+        if (slot_written[s]) by_priority.push_back(s);
+      for (size_t s = 0; s < slots; ++s)
+        if (!slot_written[s]) by_priority.push_back(s);
+      auto belongs_inside = [&](size_t a, size_t b) {  // dim a should run inside dim b
+        for (size_t s : by_priority) {
+          const int64_t sa = std::abs(full(s, a)), sb = std::abs(full(s, b));
+          if (sa == 0 || sb == 0 || sa == sb) continue;
+          return sa < sb;
+        }
+        return false;
+      };
+      for (size_t k = 1; k < order.size(); ++k)  // insertion sort: stable, no ordering axioms needed
+        for (size_t m = k; m > 0 && belongs_inside(order[m - 1], order[m]); --m) std::swap(order[m - 1], order[m]);
+    }
+    for (size_t d : order) {
       if (shape[d] == 1) continue;
       bool merge = !dims.empty();
       for (size_t s = 0; s < slots && merge; ++s) merge = strides[s].back() == full(s, d) * shape[d];
