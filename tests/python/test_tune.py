@@ -80,9 +80,10 @@ def test_failures_and_early_stops():
 def ctx(**kw):
     base = {"threads": 1, "synchronize": True, "deterministic": True, "unfused": True, "jit": False,
             "recompute": "none", "recompute_budget": "60%", "dtype": "fp32", "batch_size": 2, "grad_accum": 4,
-            "bucket_cap_mb": None, "gradient_as_bucket_view": False}
+            "bucket_cap_mb": None, "gradient_as_bucket_view": False, "batch_split": False, "ranks": 0}
     options = {k: kw.pop(k) for k in list(kw) if k not in base}
-    options = {"cores": 2, "cpu": {"model": "test CPU", "avx512_bf16": False, "amx": []}, **options}
+    options = {"cores": 2, "cpu": {"model": "test CPU", "avx512_bf16": False, "amx": []}, "mpi_problem": "",
+               **options}
     return table.Context(settings={**base, **kw}, **options)
 
 
@@ -96,7 +97,7 @@ def test_the_plan_orders_by_estimated_gain_and_explains_refusals():
     reasons = {c.name: r for c, r in refused}
     assert "--allow-nondeterminism" in reasons["deterministic off"]
     assert "neither AVX512-BF16 nor AMX" in reasons["bf16 autocast"]
-    assert "ranks each draw their own batches" in reasons["ranks per machine"]
+    assert "ranks per machine" in names  # two ranks x one thread at the same global batch
     assert "no DDP buckets" in reasons["DDP bucket size"]
     assert not any(c.goal == "memory" for c, _, _ in todo)  # no limit: no memory candidate
     todo, refused = table.plan(ctx(allow_nondeterminism=True, cpu={"avx512_bf16": True, "amx": []}))
@@ -123,6 +124,58 @@ def test_memory_candidates_come_first_over_the_limit_and_merging_respects_the_es
     half = ctx(memory_limit=300 * MIB, incumbent_peak=80 * MIB, estimate_peak=lambda s: s["batch_size"] * 60 * MIB)
     assert {c.name: ch for c, ch, _ in table.plan(half)[0]}["larger micro-batch"] == {"batch_size": 4,
                                                                                        "grad_accum": 2}
+
+
+def test_ranks_per_machine_splits_the_global_batch_and_says_why_not(monkeypatch):
+    todo, _ = table.plan(ctx())
+    c, changes, _ = next(t for t in todo if t[0].name == "ranks per machine")
+    assert changes == {"ranks": 2, "batch_split": True, "threads": 1} and c.numerics == "rounding"
+    assert tune_settings.train_flags(changes) == ["--ranks", "2", "--batch-split", "--threads", "1"]
+    from dygrad.tune.targets import reproduce_command
+    assert reproduce_command(["--config", "tiny"], changes, {}).startswith(
+        "python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --config tiny --ranks 2 --batch-split")
+
+    def refusal(**kw):
+        return dict((c.name, r) for c, r in table.plan(ctx(**kw))[1]).get("ranks per machine")
+    assert "has 1 core" in refusal(cores=1)
+    assert "ranks per machine: mpirun was not found" in refusal(mpi_problem="mpirun was not found")
+    assert "--batch-size 3 does not divide by 2 ranks" in refusal(batch_size=3)
+    assert "each draw their own batches (weak scaling)" in refusal(ranks=2)
+    # two ranks of one thread on two cores: nothing more to try; each rank's threads are its share of the cores
+    split = ctx(ranks=2, batch_split=True, threads=1)
+    todo, refused = table.plan(split)
+    names = {c.name for c, _, _ in todo}
+    assert refusal(ranks=2, batch_split=True, threads=1) is None and "ranks per machine" not in names
+    assert "threads: all cores" not in names and {"DDP bucket size", "DDP gradient_as_bucket_view"} <= names
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert table.mpi_problem().startswith("mpirun was not found")
+
+
+def test_a_script_is_offered_only_what_can_be_set_from_outside_it():
+    todo, refused = table.plan(ctx(), where="script")
+    assert {c.name for c, _, _ in todo} <= {"synchronize off", "deterministic off", "threads: all cores",
+                                             "allocator: keep cached segments"}
+    reasons = dict((c.name, r) for c, r in refused)
+    assert "needs dygrad.train's --no-unfused" in reasons["fused ops"] and "--jit" in reasons["jit"]
+    assert "--ranks and --batch-split" in reasons["ranks per machine"]
+    assert "bf16 autocast" in reasons and "larger micro-batch" in reasons
+
+
+def test_split_batches_are_checked_and_a_settings_files_ranks_are_not_started(tmp_path, capsys):
+    assert train.batch_rows(6, 2, True) == (3, 6) and train.batch_rows(6, 2, False) == (6, 12)
+    with pytest.raises(SystemExit, match=r"--batch-split: --batch-size 5 does not divide by the 2 ranks"):
+        train.batch_rows(5, 2, True)
+    path = str(tmp_path / "tune.json")
+    tune_settings.save(path, {"ranks": 2, "batch_split": True, "threads": 1})
+    assert tune_settings.load(path)["settings"]["ranks"] == 2
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as err:
+        train.main(["--settings", path, "--out", str(out)])
+    message = str(err.value)
+    assert f"--ranks 2 (from {path}): the run is meant for 2 ranks per machine, but this process is alone" in message
+    assert f"python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --settings {path}" in message
+    assert not out.exists()  # refused before any work
+    assert train.parse_args(["--settings", path, "--ranks", "0"]).ranks == 0  # the override the message names
 
 
 def test_settings_file_round_trip_and_checks(tmp_path):
