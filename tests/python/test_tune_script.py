@@ -150,3 +150,32 @@ def test_a_settings_file_applies_to_a_script_module(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["['--flag']", "1", "False", "True"]  # the option overrides the file's
     assert "unfused shape the model or the loop" in done.stderr
+
+
+def test_the_profilers_exports_written_by_cpp_are_seen_by_the_guard(tmp_path):
+    """export_chrome_trace and its siblings write from C++: they raise Python's "open" audit event first, so a trial
+    that exports a trace over the user's file writes a scratch copy."""
+    user, root = tmp_path / "user", tmp_path / "scratch"
+    user.mkdir()
+    root.mkdir()
+    (user / "trace.json").write_text("the user's trace")
+    code = textwrap.dedent("""
+        import os, sys
+        import dygrad as dg
+        from dygrad.tune.scratch import ScratchGuard, link_entries
+        link_entries(sys.argv[1], os.path.join(sys.argv[2], "run"))
+        os.chdir(os.path.join(sys.argv[2], "run"))
+        ScratchGuard(sys.argv[2]).install()
+        with dg.profiler.profile() as prof:
+            (dg.ones(4) * 2).sum().item()
+        prof.export_chrome_trace("trace.json")
+        try:
+            prof.export_breakdown_json(os.path.join(sys.argv[1], "breakdown.json"))
+        except PermissionError:
+            print("refused")
+    """)
+    done = subprocess.run([sys.executable, "-c", code, str(user), str(root)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["refused"], done.stderr
+    assert (user / "trace.json").read_text() == "the user's trace" and not (user / "breakdown.json").exists()
+    assert '"traceEvents"' in (root / "run" / "trace.json").read_text()
