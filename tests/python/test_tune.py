@@ -56,6 +56,9 @@ def test_losses_must_match_within_the_numerics_class():
     far = (2.0, 1.95, 1.8)  # 2.6e-2: beyond rounding, within bf16's
     assert not decide([A1, A2], [run([0.8] * 3, far)] * 2, numerics="rounding").kept
     assert decide([A1, A2], [run([0.8] * 3, far)] * 2, numerics="bf16").kept
+    unseeded = decide([A1, run([1.0] * 3, far)], [run([0.8] * 3, far)] * 2, numerics="rounding")
+    assert not unseeded.kept and "the incumbent's own runs differ by 2.63e-02: the run is not reproducible" in \
+        unseeded.reason
 
 
 def test_a_peak_over_the_memory_limit_is_refused_and_a_fitting_one_kept_for_memory():
