@@ -702,7 +702,7 @@ def main(argv=None):
         # The ranks leave together: rank 0's last evaluation and checkpoint make it the last to reach the exit, and
         # a rank more than a second ahead leaves MPI unfinalized while the late one (its exit barrier completed by
         # the early one's part) waits forever freeing the shared-memory windows (docs/distributed.md, "The training
-        # CLI": seen once in 10 two-rank runs of `bench`).
+        # CLI": seen in the 5th of 5 two-rank runs of `bench`).
         dg.distributed.barrier()
         dg.distributed.destroy_process_group()
     return 0
