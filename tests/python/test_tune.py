@@ -293,3 +293,40 @@ def test_the_environment_of_a_settings_file_needs_a_fresh_process(monkeypatch, c
     assert "DYGRAD_ALLOC_RELEASE_FRACTION=-1 is read when dygrad loads: not applied" in capsys.readouterr().err
     assert tune_settings.environment_missing(data) == {}  # set for the processes this one starts
     tune_settings.run_with_environment(data, "dygrad.train", None)  # present: returns (no re-execution)
+
+
+def test_the_search_runs_any_target_and_bounds_a_trial_by_the_baselines_time(tmp_path):
+    """search.search with a target of its own (the interface TrainTarget and ScriptTarget implement): the baseline
+    may take the budget, every later trial at most 10 times the baseline's wall time (a hung trial costs that)."""
+    from dygrad.tune import search
+
+    class Target:
+        where, rate_unit, profiles, base_args = "script", "steps/s", False, ["train.py"]
+        timeouts = []
+
+        def initial_settings(self):
+            return {}
+
+        def settle(self, settings, first):
+            return {"threads": os.cpu_count() or 1, "synchronize": True, "deterministic": False}
+
+        def estimate_peak(self, anchor):
+            return None
+
+        def run(self, label, settings, environment, out, steps, warmup, timeout_s=None, profile=False):
+            self.timeouts.append(timeout_s)
+            fast = 0.5 if settings.get("synchronize") is False else 1.0
+            r = run([fast] * 3)
+            r.wall_s, r.tokens_per_step = 30.0, 1.0
+            return r
+
+        def reproduce(self, settings, environment, baseline=None):
+            return "python3 train.py"
+
+    target = Target()
+    result = search.search([], budget_s=600, scratch=str(tmp_path), target=target, log=lambda *a: None)
+    assert target.timeouts[0] == 600 and set(target.timeouts[1:]) == {300.0}
+    verdicts = {t["candidate"]: t["kept"] for t in result["trials"]}
+    assert verdicts["synchronize off"] and not verdicts["allocator: keep cached segments"]  # 2x faster; the same
+    assert result["settings"]["synchronize"] is False and result["rate_unit"] == "steps/s"
+    assert "fused ops" in {r["candidate"] for r in result["refused"]}  # a script's refusals

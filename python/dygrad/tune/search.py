@@ -10,6 +10,9 @@ from . import candidates as table
 from .decide import MAX_EXTRA_ROUNDS, decide
 from .targets import STRIPPED, TrainTarget, base_settings, peak_estimator, reproduce_command  # noqa: F401
 
+TIMEOUT_FACTOR = 10  # a trial is stopped after this many times the baseline's wall time (at least a minute)
+
+
 def parse_duration(text):
     """'10m', '60s', '1h', '90' (seconds) -> seconds."""
     text = str(text).strip().lower()
@@ -35,12 +38,18 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
     counter = [0]
     unit = target.rate_unit
 
+    baseline_wall = [None]  # after the baseline, a trial 10 times as long is stopped (a hung process, ranks that
+    # never leave: docs/distributed.md) rather than let it eat the budget; an early stop needs only 1.5x
+
     def trial(label, s, env, profile=False):
         counter[0] += 1
         out = os.path.join(scratch, f"trial-{counter[0]:03d}")
+        timeout = max(60.0, budget_s)
+        if baseline_wall[0] is not None:
+            timeout = min(timeout, max(60.0, TIMEOUT_FACTOR * baseline_wall[0]))
         # a profiled run: 2 steps, then 3 profiled (trial.train_command), then 1 (the report is written before it)
         return target.run(label, s, env, out, 6 if profile else steps, 2 if profile else warmup,
-                          timeout_s=max(60.0, budget_s), profile=profile)
+                          timeout_s=timeout, profile=profile)
 
     def elapsed():
         return time.perf_counter() - t0
@@ -50,6 +59,7 @@ def search(base_args, *, budget_s, scratch, steps=8, warmup=3, rounds=2, memory_
     if not first.ok:
         raise RuntimeError(f"[dygrad.tune] the baseline run failed: {first.error}")
     settings = target.settle(settings, first)
+    baseline_wall[0] = first.wall_s
     before = None
     if target.profiles:
         before = _read_summary(trial("baseline (profiled)", settings, environment, profile=True))
