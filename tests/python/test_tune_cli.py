@@ -39,7 +39,7 @@ def test_a_poor_start_is_tuned_within_the_budget(tmp_path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == len(trials["trials"])  # a progress line per trial
     for t in trials["trials"]:
-        assert t["reason"] and "python3 -m dygrad.train --config tiny" in t["reproduce"]
+        assert t["reason"] and "-m dygrad.train --config tiny" in t["reproduce"]  # ranks: under the launcher
         if t["numerics"] == "exact" and not t["reason"].startswith("failed"):
             assert t["loss_difference"] == 0.0, t  # the class is right: bitwise the incumbent's losses
     refused = {r["candidate"] for r in trials["refused"]}
@@ -133,9 +133,10 @@ def test_the_tuner_tries_ranks_per_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(candidates, "CANDIDATES", only)
     result = search.search(MICRO + ["--batch-size", "4"], budget_s=90, scratch=str(tmp_path), steps=5, warmup=2,
                            rounds=1, log=lambda *a: None)
-    (trial,) = result["trials"]
-    assert trial["candidate"] == "ranks per machine" and trial["reason"], trial
-    assert not trial["reason"].startswith("failed") and trial["loss_difference"] <= NUMERICS["rounding"]
-    assert trial["changes"] == {"ranks": 2, "batch_split": True, "threads": (os.cpu_count() or 1) // 2}
-    assert trial["reproduce"].startswith("python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train")
-    assert (result["settings"].get("ranks") == 2) == trial["kept"]
+    assert 1 <= len(result["trials"]) <= 2  # a second measurement when the first was not kept for its time alone
+    for trial in result["trials"]:
+        assert trial["candidate"] == "ranks per machine" and trial["reason"], trial
+        assert not trial["reason"].startswith("failed") and trial["loss_difference"] <= NUMERICS["rounding"]
+        assert trial["changes"] == {"ranks": 2, "batch_split": True, "threads": (os.cpu_count() or 1) // 2}
+        assert trial["reproduce"].startswith("python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train")
+    assert (result["settings"].get("ranks") == 2) == any(t["kept"] for t in result["trials"])
