@@ -699,10 +699,8 @@ def main(argv=None):
         out = model.generate(idx, args.sample_tokens, temperature=0.8)
         log("sample:", tok.decode(out[0].tolist()))
     if world > 1:
-        # The ranks leave together: rank 0's last evaluation and checkpoint make it the last to reach the exit, and
-        # a rank more than a second ahead leaves MPI unfinalized while the late one (its exit barrier completed by
-        # the early one's part) waits forever freeing the shared-memory windows (docs/distributed.md, "The training
-        # CLI": seen in the 5th of 5 two-rank runs of `bench`).
+        # The ranks leave together: rank 0's last evaluation and checkpoint make it the last to reach the exit, and a
+        # rank more than a second ahead of the others leaves MPI unfinalized (docs/distributed.md, "The training CLI")
         dg.distributed.barrier()
         dg.distributed.destroy_process_group()
     return 0
