@@ -123,8 +123,9 @@ def test_a_script_is_tuned_unchanged_without_touching_the_users_directory(tmp_pa
     assert [t["candidate"] for t in trials["trials"]].count("threads: all cores") == 1  # not retried: it cannot be
     threads = by_name["threads: all cores"]  # the script sets its threads itself: detected, not measured wrong
     assert not threads["kept"] and "the script sets threads itself (to 1, not the trial's 2)" in threads["reason"]
-    allocator = by_name["allocator: keep cached segments"]  # measured A B A B, kept or not by its time
-    assert allocator["rounds"] >= 2 and allocator["loss_difference"] == 0.0 and allocator["reason"]
+    allocator = by_name["allocator: keep cached segments"]  # measured A B (A B), kept or not by its time
+    assert allocator["rounds"] >= 1 and allocator["loss_difference"] == 0.0
+    assert allocator["reason"] and not allocator["reason"].startswith("failed"), allocator["reason"]
     assert "python3 -m dygrad.tune.script" in allocator["reproduce"] and "DYGRAD_ALLOC_RELEASE_FRACTION=-1" in \
         allocator["reproduce"]
     refused = {r["candidate"]: r["reason"] for r in trials["refused"]}
@@ -132,7 +133,8 @@ def test_a_script_is_tuned_unchanged_without_touching_the_users_directory(tmp_pa
     assert "needs dygrad.train's --jit" in refused["jit"]
     data = load(results / "tune.json")
     assert data["target"] == "script" and data["settings"]["threads"] == 1
-    assert data["environment"] == ({"DYGRAD_ALLOC_RELEASE_FRACTION": "-1"} if allocator["kept"] else {})
+    kept = any(t["kept"] for t in trials["trials"] if t["candidate"] == allocator["candidate"])
+    assert data["environment"] == ({"DYGRAD_ALLOC_RELEASE_FRACTION": "-1"} if kept else {})
     assert f"python3 -m dygrad.tune.script --settings {results / 'tune.json'} -- train_script.py 100" in done.stdout
 
 
