@@ -202,15 +202,21 @@ def file_size_of(fh):
 
 
 # --- atomic writes -------------------------------------------------------------------------------------------------
+# Whether atomic_write replaces a symbolic link's target (as writing through the link would) or the link itself.
+# The tuner's script trials set it False: their working directory is an overlay of links to the user's files, and a
+# save there must replace the link with a scratch file, never the user's file (docs/tune.md, "A script of your own").
+FOLLOW_LINKS = True
+
+
 @contextlib.contextmanager
 def atomic_write(path):
     """Yields a binary file to write `path`'s new contents into: a temp file `<path>.tmp.<pid>` in the same
     directory, fsynced and renamed over `path` (atomic on POSIX), then the directory fsynced; on an error the
     temp file is removed and `path` is untouched. A kill at any moment leaves the old file or the new one, never
     a torn one (train.remove_stale_temp_files removes a killed save's temp file). A symbolic link is followed
-    (its target is replaced, as writing through it would); a path that exists and is not a regular file (a
-    device, a FIFO) is written in place, as it cannot be replaced."""
-    path = os.path.realpath(os.fspath(path))
+    (its target is replaced, as writing through it would; with FOLLOW_LINKS False the link itself is); a path that
+    exists and is not a regular file (a device, a FIFO) is written in place, as it cannot be replaced."""
+    path = os.path.realpath(os.fspath(path)) if FOLLOW_LINKS else os.path.abspath(os.fspath(path))
     try:
         existing = os.stat(path)
     except FileNotFoundError:

@@ -5,8 +5,10 @@ checkpoints that resume exactly, metrics.jsonl, and a generated sample at the en
     python3 -m dygrad.train --data my.txt --resume --out runs/tiny
     python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --config tiny   # data parallel
 
-Under mpirun (or dygrad.distributed.run) every rank trains on its own batches through DistributedDataParallel;
-rank 0 logs, evaluates, writes metrics and checkpoints (a checkpoint resumes at any world size).
+Under mpirun (or dygrad.distributed.run) every rank trains on its own batches through DistributedDataParallel
+(weak scaling); with --batch-split the ranks share one global batch instead (strong scaling: the losses are the
+single process's, within rounding). Rank 0 logs, evaluates, writes metrics and checkpoints (a checkpoint resumes at
+any world size).
 """
 import argparse
 import contextlib
@@ -89,6 +91,16 @@ def parse_args(argv=None):
                    help="DistributedDataParallel's bucket_cap_mb under several ranks (default: DDP's 25)")
     p.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=False,
                    help="DistributedDataParallel's gradient_as_bucket_view under several ranks")
+    p.add_argument("--batch-split", action=argparse.BooleanOptionalAction, default=False,
+                   help="under several ranks, strong scaling: --batch-size x --grad-accum rows are the global batch "
+                        "of a step, drawn by every rank as one process draws them, each rank training on its "
+                        "contiguous share (--batch-size must divide by the ranks); the logged loss is the mean over "
+                        "the ranks and tokens/s counts the global batch once. Default: each rank draws its own "
+                        "batches of that size (weak scaling)")
+    p.add_argument("--ranks", type=int, default=0,
+                   help="the ranks per machine this run is meant for (0: whatever the launcher started); checked, "
+                        "not started: with N > 1 run it under `python3 -m dygrad.distributed.run --nproc-per-node N` "
+                        "(a settings file from dygrad.tune carries it; docs/tune.md)")
     p.add_argument("--settings", default=None, help="a settings file (tune.json, written by python3 -m dygrad.tune; "
                    "docs/tune.md): its settings become the defaults, options given here override them, and its "
                    "environment (allocator settings) is applied by re-running this process with it")
@@ -105,7 +117,40 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.grad_accum < 1:
         p.error(f"--grad-accum must be at least 1 (got {args.grad_accum})")
+    if args.ranks < 0:
+        p.error(f"--ranks must be 0 (any) or a number of ranks (got {args.ranks})")
     return args
+
+
+def launcher_command(args, argv, ranks):
+    """The command that starts this training run as `ranks` ranks on this machine."""
+    import shlex
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python3", "-m", "dygrad.distributed.run", "--nproc-per-node", str(ranks), "-m",
+                     "dygrad.train"] + [shlex.quote(a) for a in argv])
+
+
+def check_ranks(args, argv, local_ranks):
+    """--ranks N (a settings file's ranks per machine) against the ranks the launcher started on this machine: a
+    training process cannot start its siblings, so a mismatch is an error that names the command to run."""
+    if args.ranks and args.ranks != local_ranks:
+        where = "this process is alone" if local_ranks == 1 else f"the launcher started {local_ranks} per machine"
+        source = f" (from {args.settings})" if args.settings else ""
+        raise SystemExit(f"[dygrad.train] --ranks {args.ranks}{source}: the run is meant for {args.ranks} ranks per "
+                         f"machine, but {where}. Start it with\n    {launcher_command(args, argv, args.ranks)}\n"
+                         f"or give --ranks 0 (any) or --ranks {local_ranks} to train as started.")
+
+
+def batch_rows(batch, world, split):
+    """(rows of a micro-batch on this rank, rows of a global micro-batch). Weak scaling: each rank's micro-batch is
+    --batch-size rows. --batch-split: the global micro-batch is --batch-size rows, each rank's its world-th share."""
+    if not split:
+        return batch, batch * world
+    if batch % world:
+        raise SystemExit(f"[dygrad.train] --batch-split: --batch-size {batch} does not divide by the {world} ranks "
+                         f"(each rank takes an equal contiguous share of the global batch's rows); give a batch size "
+                         f"that is a multiple of {world}")
+    return batch // world, batch
 
 
 def lr_at(step, args):
@@ -360,6 +405,21 @@ def setup_recompute(args, model, train_set, batch, log):
     return the_plan, costs, modes, step_fn
 
 
+def mean_over_ranks(loss, world):
+    """The mean of a scalar over the ranks (an all-reduce enqueued on the stream: the host does not wait)."""
+    total = loss.detach().float().clone()
+    dg.distributed.all_reduce(total)
+    return total / world
+
+
+def peaks_of_ranks(world, rank):
+    """Every rank's allocator peak since the loop began (a collective: every rank calls it), rank order."""
+    peaks = dg.zeros(world, dtype=dg.float64)
+    peaks[rank] = float(dg.memory.max_memory_allocated())
+    dg.distributed.all_reduce(peaks)
+    return [int(v) for v in peaks.tolist()]
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.settings:  # its environment (allocator settings, read when dygrad loads) needs a fresh process
@@ -371,10 +431,13 @@ def main(argv=None):
     if seq != cfg.seq_len:
         from dataclasses import replace
         cfg = replace(cfg, seq_len=seq)
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    local_ranks = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    check_ranks(args, argv, local_ranks)  # before any work or output
+    batch_rows(batch, world, args.batch_split)
     os.makedirs(args.out, exist_ok=True)
     for name in remove_stale_temp_files(args.out):
         print(f"removed stale temp file {os.path.join(args.out, name)}")
-    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
     rank = 0
     if world > 1:
         dg.distributed.init_process_group("mpi")
@@ -386,7 +449,10 @@ def main(argv=None):
     if args.threads:
         dg.set_context(num_threads=args.threads)
     dg.set_context(synchronize=args.synchronize, deterministic=args.deterministic)
-    rows = batch * args.grad_accum  # rows per optimizer step (per rank)
+    split = args.batch_split and world > 1
+    micro, global_micro = batch_rows(batch, world, split)
+    rows = micro * args.grad_accum  # rows per optimizer step on this rank
+    global_rows = global_micro * args.grad_accum  # rows per optimizer step over all ranks
     dg.manual_seed(args.seed)
 
     data_dir = os.path.join(args.out, "data")
@@ -428,7 +494,7 @@ def main(argv=None):
     recompute_plan = recompute_step = None
     recomputed_flops = 0.0
     if args.recompute != "none":  # before DDP wraps the model: the measured steps reduce nothing
-        recompute_plan, costs, modes, recompute_step = setup_recompute(args, model, train_set, batch, log)
+        recompute_plan, costs, modes, recompute_step = setup_recompute(args, model, train_set, micro, log)
         recomputed_flops = costs.recomputed_flops(modes)
     if world > 1 and not sharded:  # after resuming: DDP broadcasts rank 0's parameters
         train_model = dg.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
@@ -441,11 +507,18 @@ def main(argv=None):
     flops_per_token = cfg.flops_per_token()
     log(f"model: {args.config} ({n_params / 1e6:.2f} M parameters, {'unfused' if args.unfused else 'fused'} ops), "
           f"batch {batch} x {seq}" + (f" x {args.grad_accum} micro-batches" if args.grad_accum > 1 else "")
-          + (f" x {world} ranks" if world > 1 else "") + f", threads {dg.get_context().num_threads}, measured "
+          + ((f" split over {world} ranks" if split else f" x {world} ranks") if world > 1 else "")
+          + f", threads {dg.get_context().num_threads}, measured "
           f"{peak_dtype} GEMM peak {peak / 1e9:.1f} GFLOP/s, dtype {args.dtype}; CPU {cpu}")
+    if split:
+        log(f"batch split: each step's {global_rows} rows drawn as one process draws them, {rows} per rank")
 
-    # Each rank its own stream of batches (rank 0's is the single-process run's).
-    loader = dgdata.DataLoader(train_set, rows, seed=args.seed + 1_000_003 * rank, start_step=start)
+    # Weak scaling: each rank its own stream of batches (rank 0's is the single-process run's). --batch-split:
+    # every rank draws the single process's batches and keeps its contiguous share of their rows.
+    if split:
+        loader = dgdata.DataLoader(train_set, global_rows, seed=args.seed, start_step=start, share=(rank, world))
+    else:
+        loader = dgdata.DataLoader(train_set, rows, seed=args.seed + 1_000_003 * rank, start_step=start)
     progress = Progress(args.steps, args.quiet)
     if rank == 0:
         dropped = repair_metrics(os.path.join(args.out, "metrics.jsonl"))
@@ -455,7 +528,7 @@ def main(argv=None):
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "a") if rank == 0 else open(os.devnull, "w")
     first_loss = last_loss = None
     step_times = []
-    prof = start_profiler(args, start, cfg, batch, seq, model, optimizer, peak) if args.profile else None
+    prof = start_profiler(args, start, cfg, micro, seq, model, optimizer, peak) if args.profile else None
     # The loop never waits for the step it just issued: step i is reported after step i+1 has been enqueued,
     # so the host runs ahead of the stream and the device never idles while Python logs. A step's time is the
     # stream's own (docs/stream.md, "Timing marks"): a timing mark follows each step's last op (the optimizer's; its
@@ -486,16 +559,18 @@ def main(argv=None):
         step_times.append(dt)
         if first_loss is None:
             first_loss = last_loss
-        tok_s = rows * seq * world / dt
-        mfu = tok_s * flops_per_token / peak
+        tok_s = global_rows * seq / dt
+        mfu = tok_s * flops_per_token / (peak * world)  # each rank measured the peak of its own threads
         record = {"step": step + 1, "loss": last_loss, "lr": lr, "step_time_s": dt, "tokens_per_s": tok_s,
-                  "samples_per_s": rows / dt, "mfu": mfu, "peak_flops_per_s": peak, "peak_dtype": peak_dtype,
-                  "cpu": cpu, "data_wait_s": data_wait, "device_busy_s": busy,
+                  "samples_per_s": (global_rows if split else rows) / dt, "mfu": mfu, "peak_flops_per_s": peak,
+                  "peak_dtype": peak_dtype, "cpu": cpu, "data_wait_s": data_wait, "device_busy_s": busy,
                   "max_allocated_bytes": dg.memory.max_memory_allocated()}  # since the loop began
+        if world > 1 and step + 1 == args.steps:  # the last step (reported at once, every rank): all ranks' peaks
+            record["max_allocated_bytes_per_rank"] = peaks_of_ranks(world, rank)
         fields = [f"loss {last_loss:.4f}", f"{dt * 1000:.0f} ms/step", f"{tok_s:,.0f} tok/s", f"MFU {mfu:.1%}"]
         if recomputed_flops:  # HFU counts the recomputed FLOPs, MFU does not
-            hfu = recompute_report.hfu_with_recompute(rows * seq * world * flops_per_token,
-                                                      recomputed_flops * world, dt, peak)
+            hfu = recompute_report.hfu_with_recompute(global_rows * seq * flops_per_token,
+                                                      recomputed_flops * world, dt, peak * world)
             record["hfu"] = hfu
             fields.append(f"HFU {hfu:.1%}")
         if (step + 1) % args.eval_interval == 0 or step + 1 == args.steps:
@@ -549,7 +624,7 @@ def main(argv=None):
         optimizer.zero_grad(set_to_none=True)
         total = None
         for i in range(args.grad_accum):
-            rows_i = slice(i * batch, (i + 1) * batch)
+            rows_i = slice(i * micro, (i + 1) * micro)
             last = i == args.grad_accum - 1
             with (train_model.no_sync() if world > 1 and not sharded and not last else contextlib.nullcontext()):
                 with autocast:
@@ -571,6 +646,8 @@ def main(argv=None):
             for g in optimizer.param_groups:
                 g["lr"] = lr
             loss = run_step(x, y)
+            if split:  # the global batch's loss: the mean of the ranks' (equal shares), as one process computes it
+                loss = mean_over_ranks(loss, world)
             end_mark = timing_mark()
             issued = (step, loss, lr, loader.last_wait, start_mark, end_mark, left_out)
             start_mark, left_out = end_mark, []
@@ -614,14 +691,17 @@ def main(argv=None):
     if step_times and last_loss is not None:
         med = float(np.median(step_times[1:] if len(step_times) > 1 else step_times))
         log(f"done: loss {first_loss:.4f} -> {last_loss:.4f}; median step {med * 1000:.0f} ms, "
-            f"{rows * seq * world / med:,.0f} tok/s, MFU {rows * seq / med * flops_per_token / peak:.1%} of the measured "
-            f"{peak_dtype} GEMM peak ({peak / 1e9:.1f} GFLOP/s; CPU {cpu})")
+            f"{global_rows * seq / med:,.0f} tok/s, MFU {rows * seq / med * flops_per_token / peak:.1%} of the "
+            f"measured {peak_dtype} GEMM peak ({peak / 1e9:.1f} GFLOP/s; CPU {cpu})")
     if args.sample_tokens > 0:
         tok = dgdata.ByteTokenizer()
         idx = dg.tensor(tok.encode(args.prompt).astype(np.int64)).view(1, -1)
         out = model.generate(idx, args.sample_tokens, temperature=0.8)
         log("sample:", tok.decode(out[0].tolist()))
     if world > 1:
+        # The ranks leave together: rank 0's last evaluation and checkpoint make it the last to reach the exit, and a
+        # rank more than a second ahead of the others leaves MPI unfinalized (docs/distributed.md, "The training CLI")
+        dg.distributed.barrier()
         dg.distributed.destroy_process_group()
     return 0
 

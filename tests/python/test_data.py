@@ -97,3 +97,24 @@ def test_safetensors_save_is_atomic(tmp_path, monkeypatch):
     monkeypatch.undo()
     back, meta = load_file(path)  # the previous checkpoint is intact
     assert meta["step"] == "1" and back["a"].sum() == 0
+
+
+def test_loader_shares_are_the_whole_batchs_rows(tmp_path):
+    """share=(i, n): the i-th contiguous n-th of each batch's rows (dygrad.train --batch-split: the ranks together
+    see the single process's batches)."""
+    path = str(tmp_path / "t.bin")
+    dgdata.TokenDataset.write(path, np.arange(5000) % 256)
+    ds = dgdata.TokenDataset(path, seq_len=8)
+    whole = dgdata.DataLoader(ds, 6, seed=3)
+    parts = [dgdata.DataLoader(ds, 6, seed=3, share=(i, 3)) for i in range(3)]
+    for _ in range(2):
+        x, y = next(whole)
+        shares = [next(p) for p in parts]
+        assert all(tuple(s[0].shape) == (2, 8) for s in shares)
+        np.testing.assert_array_equal(np.concatenate([s[0].numpy() for s in shares]), x.numpy())
+        np.testing.assert_array_equal(np.concatenate([s[1].numpy() for s in shares]), y.numpy())
+    for loader in [whole, *parts]:
+        loader.close()
+    for bad in ((0, 4), (3, 3), (-1, 3), (0, 0)):
+        with pytest.raises(ValueError, match=r"\[DataLoader\] share"):
+            dgdata.DataLoader(ds, 6, share=bad)

@@ -153,6 +153,18 @@ def test_a_rank_that_leaves_early_makes_its_peer_raise_at_once(how, size):
         assert "rank 1 destroyed the group in" in result.stdout
 
 
+@needs_mpi
+def test_a_rank_reaching_its_exit_after_its_peer_gave_up_waiting_leaves_too():
+    """Rank 1 gives up its exit barrier after a second and leaves MPI unfinalized, but its process is still alive
+    when rank 0 arrives: rank 0's first round of the barrier completes (rank 1's part was sent) and it used to go on
+    to free the shared-memory windows, a blocking barrier, forever (a two-rank dygrad.train on bench hung so). The
+    second round, which rank 1 never joins, makes rank 0 leave unfinalized too."""
+    start = time.monotonic()
+    result = mpirun("late_exit.py", timeout=60)
+    assert result.returncode == 0 and result.stdout.count("leaves") == 2, result.stdout + result.stderr[-2000:]
+    assert time.monotonic() - start < 30
+
+
 SHM_SIZES = (16384, 6149, 1000003)  # tests/python/dist/shm_all_reduce.py's
 
 

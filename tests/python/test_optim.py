@@ -2,6 +2,7 @@
 per-group options, torch's per-parameter state (a 0-d float32 `step` counted inside the fused Task),
 interchangeable state dicts, torch's signatures and argument errors."""
 import inspect
+import sys
 
 import numpy as np
 import pytest
@@ -341,3 +342,49 @@ def test_clip_grad_norm_matches_torch():
     dg.nn.utils.clip_grad_value_(d_params, 0.01)
     for d, t in zip(d_params, t_params):
         np.testing.assert_allclose(d.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+
+def _hook_trace(lib):
+    """The calls of torch's step hooks (global and per optimizer, pre and post) around two steps of SGD and of a
+    subclass whose step calls its base's, with a pre-hook that rewrites the arguments and a removed handle."""
+    calls = []
+    param = lib.nn.Parameter(lib.ones(2))
+
+    class Nested(lib.optim.SGD):
+        def step(self, closure=None):
+            return super().step(closure)
+    sgd, nested = lib.optim.SGD([param], lr=0.1), Nested([param], lr=0.1)
+    glob = sys.modules[lib.optim.Optimizer.__module__]  # torch.optim.optimizer (torch.optim hides the name)
+    handles = [glob.register_optimizer_step_pre_hook(lambda o, a, k: calls.append(("global pre", type(o).__name__))),
+               glob.register_optimizer_step_post_hook(lambda o, a, k: calls.append(("global post", len(a), k)))]
+    try:
+        sgd.register_step_pre_hook(lambda o, a, k: calls.append(("pre", len(a), a[0] is o, k))
+                                   or ((o,), {"closure": None}))
+        sgd.register_step_post_hook(lambda o, a, k: calls.append(("post", len(a), k)))
+        nested.register_step_post_hook(lambda o, a, k: calls.append(("nested post", len(a), k)))
+        removed = sgd.register_step_post_hook(lambda o, a, k: calls.append("removed"))
+        removed.remove()
+        for opt in (sgd, nested):
+            param.grad = lib.ones(2)
+            opt.step(None)
+    finally:
+        for h in handles:
+            h.remove()
+    param.grad = lib.ones(2)
+    sgd.step()  # the global hooks are gone
+    bad = lib.optim.SGD([param], lr=0.1)
+    bad.register_step_pre_hook(lambda o, a, k: "not a pair")
+    with pytest.raises(RuntimeError) as err:
+        bad.step()
+    calls.append(str(err.value).split(" must ")[1])
+    return calls
+
+
+def test_step_hooks_run_as_torchs():
+    """Global and per-optimizer step hooks in torch's order, args holding the optimizer, a pre-hook's (args, kwargs)
+    used, both levels' hooks when a subclass's step calls its base's (the tuner's script trials record each step
+    with global hooks)."""
+    trace = _hook_trace(dg)
+    assert trace == _hook_trace(torch)
+    assert trace[:4] == [("global pre", "SGD"), ("pre", 2, True, {}), ("post", 1, {"closure": None}),
+                         ("global post", 1, {"closure": None})]

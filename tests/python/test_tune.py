@@ -56,6 +56,9 @@ def test_losses_must_match_within_the_numerics_class():
     far = (2.0, 1.95, 1.8)  # 2.6e-2: beyond rounding, within bf16's
     assert not decide([A1, A2], [run([0.8] * 3, far)] * 2, numerics="rounding").kept
     assert decide([A1, A2], [run([0.8] * 3, far)] * 2, numerics="bf16").kept
+    unseeded = decide([A1, run([1.0] * 3, far)], [run([0.8] * 3, far)] * 2, numerics="rounding")
+    assert not unseeded.kept and "the incumbent's own runs differ by 2.63e-02: the run is not reproducible" in \
+        unseeded.reason
 
 
 def test_a_peak_over_the_memory_limit_is_refused_and_a_fitting_one_kept_for_memory():
@@ -80,9 +83,10 @@ def test_failures_and_early_stops():
 def ctx(**kw):
     base = {"threads": 1, "synchronize": True, "deterministic": True, "unfused": True, "jit": False,
             "recompute": "none", "recompute_budget": "60%", "dtype": "fp32", "batch_size": 2, "grad_accum": 4,
-            "bucket_cap_mb": None, "gradient_as_bucket_view": False}
+            "bucket_cap_mb": None, "gradient_as_bucket_view": False, "batch_split": False, "ranks": 0}
     options = {k: kw.pop(k) for k in list(kw) if k not in base}
-    options = {"cores": 2, "cpu": {"model": "test CPU", "avx512_bf16": False, "amx": []}, **options}
+    options = {"cores": 2, "cpu": {"model": "test CPU", "avx512_bf16": False, "amx": []}, "mpi_problem": "",
+               **options}
     return table.Context(settings={**base, **kw}, **options)
 
 
@@ -96,7 +100,7 @@ def test_the_plan_orders_by_estimated_gain_and_explains_refusals():
     reasons = {c.name: r for c, r in refused}
     assert "--allow-nondeterminism" in reasons["deterministic off"]
     assert "neither AVX512-BF16 nor AMX" in reasons["bf16 autocast"]
-    assert "ranks each draw their own batches" in reasons["ranks per machine"]
+    assert "ranks per machine" in names  # two ranks x one thread at the same global batch
     assert "no DDP buckets" in reasons["DDP bucket size"]
     assert not any(c.goal == "memory" for c, _, _ in todo)  # no limit: no memory candidate
     todo, refused = table.plan(ctx(allow_nondeterminism=True, cpu={"avx512_bf16": True, "amx": []}))
@@ -123,6 +127,58 @@ def test_memory_candidates_come_first_over_the_limit_and_merging_respects_the_es
     half = ctx(memory_limit=300 * MIB, incumbent_peak=80 * MIB, estimate_peak=lambda s: s["batch_size"] * 60 * MIB)
     assert {c.name: ch for c, ch, _ in table.plan(half)[0]}["larger micro-batch"] == {"batch_size": 4,
                                                                                        "grad_accum": 2}
+
+
+def test_ranks_per_machine_splits_the_global_batch_and_says_why_not(monkeypatch):
+    todo, _ = table.plan(ctx())
+    c, changes, _ = next(t for t in todo if t[0].name == "ranks per machine")
+    assert changes == {"ranks": 2, "batch_split": True, "threads": 1} and c.numerics == "rounding"
+    assert tune_settings.train_flags(changes) == ["--ranks", "2", "--batch-split", "--threads", "1"]
+    from dygrad.tune.targets import reproduce_command
+    assert reproduce_command(["--config", "tiny"], changes, {}).startswith(
+        "python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --config tiny --ranks 2 --batch-split")
+
+    def refusal(**kw):
+        return dict((c.name, r) for c, r in table.plan(ctx(**kw))[1]).get("ranks per machine")
+    assert "has 1 core" in refusal(cores=1)
+    assert "ranks per machine: mpirun was not found" in refusal(mpi_problem="mpirun was not found")
+    assert "--batch-size 3 does not divide by 2 ranks" in refusal(batch_size=3)
+    assert "each draw their own batches (weak scaling)" in refusal(ranks=2)
+    # two ranks of one thread on two cores: nothing more to try; each rank's threads are its share of the cores
+    split = ctx(ranks=2, batch_split=True, threads=1)
+    todo, refused = table.plan(split)
+    names = {c.name for c, _, _ in todo}
+    assert refusal(ranks=2, batch_split=True, threads=1) is None and "ranks per machine" not in names
+    assert "threads: all cores" not in names and {"DDP bucket size", "DDP gradient_as_bucket_view"} <= names
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert table.mpi_problem().startswith("mpirun was not found")
+
+
+def test_a_script_is_offered_only_what_can_be_set_from_outside_it():
+    todo, refused = table.plan(ctx(), where="script")
+    assert {c.name for c, _, _ in todo} <= {"synchronize off", "deterministic off", "threads: all cores",
+                                             "allocator: keep cached segments"}
+    reasons = dict((c.name, r) for c, r in refused)
+    assert "needs dygrad.train's --no-unfused" in reasons["fused ops"] and "--jit" in reasons["jit"]
+    assert "--ranks and --batch-split" in reasons["ranks per machine"]
+    assert "bf16 autocast" in reasons and "larger micro-batch" in reasons
+
+
+def test_split_batches_are_checked_and_a_settings_files_ranks_are_not_started(tmp_path, capsys):
+    assert train.batch_rows(6, 2, True) == (3, 6) and train.batch_rows(6, 2, False) == (6, 12)
+    with pytest.raises(SystemExit, match=r"--batch-split: --batch-size 5 does not divide by the 2 ranks"):
+        train.batch_rows(5, 2, True)
+    path = str(tmp_path / "tune.json")
+    tune_settings.save(path, {"ranks": 2, "batch_split": True, "threads": 1})
+    assert tune_settings.load(path)["settings"]["ranks"] == 2
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as err:
+        train.main(["--settings", path, "--out", str(out)])
+    message = str(err.value)
+    assert f"--ranks 2 (from {path}): the run is meant for 2 ranks per machine, but this process is alone" in message
+    assert f"python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train --settings {path}" in message
+    assert not out.exists()  # refused before any work
+    assert train.parse_args(["--settings", path, "--ranks", "0"]).ranks == 0  # the override the message names
 
 
 def test_settings_file_round_trip_and_checks(tmp_path):
@@ -237,3 +293,40 @@ def test_the_environment_of_a_settings_file_needs_a_fresh_process(monkeypatch, c
     assert "DYGRAD_ALLOC_RELEASE_FRACTION=-1 is read when dygrad loads: not applied" in capsys.readouterr().err
     assert tune_settings.environment_missing(data) == {}  # set for the processes this one starts
     tune_settings.run_with_environment(data, "dygrad.train", None)  # present: returns (no re-execution)
+
+
+def test_the_search_runs_any_target_and_bounds_a_trial_by_the_baselines_time(tmp_path):
+    """search.search with a target of its own (the interface TrainTarget and ScriptTarget implement): the baseline
+    may take the budget, every later trial at most 10 times the baseline's wall time (a hung trial costs that)."""
+    from dygrad.tune import search
+
+    class Target:
+        where, rate_unit, profiles, base_args = "script", "steps/s", False, ["train.py"]
+        timeouts = []
+
+        def initial_settings(self):
+            return {}
+
+        def settle(self, settings, first):
+            return {"threads": os.cpu_count() or 1, "synchronize": True, "deterministic": False}
+
+        def estimate_peak(self, anchor):
+            return None
+
+        def run(self, label, settings, environment, out, steps, warmup, timeout_s=None, profile=False):
+            self.timeouts.append(timeout_s)
+            fast = 0.5 if settings.get("synchronize") is False else 1.0
+            r = run([fast] * 3)
+            r.wall_s, r.tokens_per_step = 30.0, 1.0
+            return r
+
+        def reproduce(self, settings, environment, baseline=None):
+            return "python3 train.py"
+
+    target = Target()
+    result = search.search([], budget_s=600, scratch=str(tmp_path), target=target, log=lambda *a: None)
+    assert target.timeouts[0] == 600 and set(target.timeouts[1:]) == {300.0}
+    verdicts = {t["candidate"]: t["kept"] for t in result["trials"]}
+    assert verdicts["synchronize off"] and not verdicts["allocator: keep cached segments"]  # 2x faster; the same
+    assert result["settings"]["synchronize"] is False and result["rate_unit"] == "steps/s"
+    assert "fused ops" in {r["candidate"] for r in result["refused"]}  # a script's refusals

@@ -2,6 +2,7 @@
 a poor start under --budget 60s, a memory limit the default step exceeds, and Ctrl-C mid-trial (docs/tune.md)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 
 import pytest
 
+import dygrad as dg
 from dygrad.tune import load
 from dygrad.tune.candidates import NUMERICS
 from dygrad.tune.settings import without_settings
@@ -37,11 +39,13 @@ def test_a_poor_start_is_tuned_within_the_budget(tmp_path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == len(trials["trials"])  # a progress line per trial
     for t in trials["trials"]:
-        assert t["reason"] and "python3 -m dygrad.train --config tiny" in t["reproduce"]
+        assert t["reason"] and "-m dygrad.train --config tiny" in t["reproduce"]  # ranks: under the launcher
         if t["numerics"] == "exact" and not t["reason"].startswith("failed"):
             assert t["loss_difference"] == 0.0, t  # the class is right: bitwise the incumbent's losses
     refused = {r["candidate"] for r in trials["refused"]}
-    assert {"deterministic off", "ranks per machine"} <= refused  # no consent given; one process
+    assert "deterministic off" in refused  # no consent given
+    tried = {t["candidate"] for t in trials["trials"]}  # ranks: refused without MPI, else tried or left to try
+    assert "ranks per machine" in refused | tried or "ranks per machine" in trials["stopped"]
     data = load(tmp_path / "tune.json")
     kept = [t for t in trials["trials"] if t["kept"]]
     assert data["settings"] == (kept[-1]["settings"] if kept else trials["baseline"])
@@ -97,3 +101,42 @@ def test_ctrl_c_stops_every_trial_process(tmp_path):
     assert tuner.returncode == 130 and "every trial process was stopped" in err
     assert _trial_processes(scratch) == []
     assert not (tmp_path / "t.json").exists()
+
+
+SPLIT = {"ranks": 2, "batch_split": True, "threads": 1}
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not dg.distributed.is_available(), reason="needs MPI")
+def test_split_batch_ranks_train_as_one_process(tmp_path):
+    """dygrad.train --batch-split under 2 ranks (as the tuner launches them): the single process's losses within
+    rounding, the global batch's tokens counted once, both ranks' peaks; a batch that does not split is an error."""
+    base = MICRO + ["--batch-size", "4", "--grad-accum", "2"]
+    one = run_trial("one", base, {}, {}, str(tmp_path / "one"), steps=4, warmup=1)
+    two = run_trial("two", base, SPLIT, {}, str(tmp_path / "two"), steps=4, warmup=1)
+    assert one.ok and two.ok, (one.error, two.error)
+    assert "dygrad.distributed.run" in two.command and len(two.losses) == 3
+    assert max(abs(a - b) / a for a, b in zip(one.losses, two.losses)) < 1e-5
+    assert two.tokens_per_step == pytest.approx(8 * 32) and one.tokens_per_step == pytest.approx(8 * 32)
+    last = read_metrics(str(tmp_path / "two"))[-1]
+    per_rank = last["max_allocated_bytes_per_rank"]
+    assert len(per_rank) == 2 and min(per_rank) > 0 and two.peak_bytes == sum(per_rank)
+    odd = run_trial("odd", MICRO + ["--batch-size", "3"], SPLIT, {}, str(tmp_path / "odd"), steps=4, warmup=1)
+    assert not odd.ok and "--batch-size 3 does not divide by the 2 ranks" in open(tmp_path / "odd" / "trial.log").read()
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None or not dg.distributed.is_available(), reason="needs MPI")
+def test_the_tuner_tries_ranks_per_machine(tmp_path, monkeypatch):
+    """The search with the ranks line alone: 2 ranks x 1 thread against 1 x 2 at the same global batch, A B, the
+    losses within rounding; its reproduction starts the ranks with the launcher."""
+    from dygrad.tune import candidates, search
+    only = tuple(c for c in candidates.CANDIDATES if c.name == "ranks per machine")
+    monkeypatch.setattr(candidates, "CANDIDATES", only)
+    result = search.search(MICRO + ["--batch-size", "4"], budget_s=90, scratch=str(tmp_path), steps=5, warmup=2,
+                           rounds=1, log=lambda *a: None)
+    assert 1 <= len(result["trials"]) <= 2  # a second measurement when the first was not kept for its time alone
+    for trial in result["trials"]:
+        assert trial["candidate"] == "ranks per machine" and trial["reason"], trial
+        assert not trial["reason"].startswith("failed") and trial["loss_difference"] <= NUMERICS["rounding"]
+        assert trial["changes"] == {"ranks": 2, "batch_split": True, "threads": (os.cpu_count() or 1) // 2}
+        assert trial["reproduce"].startswith("python3 -m dygrad.distributed.run --nproc-per-node 2 -m dygrad.train")
+    assert (result["settings"].get("ranks") == 2) == any(t["kept"] for t in result["trials"])

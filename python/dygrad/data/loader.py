@@ -3,7 +3,9 @@ time (a bounded queue), so the training loop's data wait is only what the prefet
 consumer waits is measured (`wait_seconds`) for the profiler's data-loading bucket.
 
 Batch i is drawn from a generator seeded with (seed, i), so a run resumed at step i sees exactly the batches
-an uninterrupted run would have seen, whatever the prefetch thread had drawn ahead."""
+an uninterrupted run would have seen, whatever the prefetch thread had drawn ahead. `share=(index, count)`: each
+batch is drawn whole and the index-th of `count` equal contiguous shares of its rows is yielded (the ranks of
+dygrad.train --batch-split: together they see exactly the single process's batches)."""
 import queue
 import threading
 import time
@@ -15,9 +17,14 @@ from ..profiler import data_wait
 
 
 class DataLoader:
-    def __init__(self, dataset, batch_size, seed=0, start_step=0, prefetch=2):
+    def __init__(self, dataset, batch_size, seed=0, start_step=0, prefetch=2, share=(0, 1)):
+        index, count = share
+        if count < 1 or not 0 <= index < count or batch_size % count:
+            raise ValueError(f"[DataLoader] share {tuple(share)} of batch_size {batch_size}: expected 0 <= index < "
+                             "count and a batch size that divides by count")
         self.dataset = dataset
         self.batch_size = batch_size
+        self.share_rows = slice(index * batch_size // count, (index + 1) * batch_size // count)
         self.seed = seed
         self.next_index = start_step
         self.queue = queue.Queue(maxsize=max(prefetch, 1))
@@ -34,6 +41,7 @@ class DataLoader:
                 rng = np.random.default_rng([self.seed, self.next_index])
                 self.next_index += 1
                 x, y = self.dataset.sample(self.batch_size, rng)
+                x, y = x[self.share_rows], y[self.share_rows]
                 batch = (_C.from_numpy(x), _C.from_numpy(y))
                 while not self.stop.is_set():
                     try:

@@ -4,11 +4,55 @@ Devices (docs/devices.md): every state tensor lives on its parameter's device, t
 Task increments them on the stream: torch keeps them on the CPU unless fused or capturable), and a group's
 hyper-parameter tensors exist once per device its parameters are on. A group may hold parameters of several devices:
 the fused steps run once per device (by_device), as torch's foreach and fused steps group their tensors."""
-from collections import defaultdict
+import functools
+from collections import OrderedDict, defaultdict
+from itertools import chain
 
 from .. import _C
 from .._C import Tensor
 from ..autograd import no_grad
+from ..utils.hooks import RemovableHandle
+
+# torch.optim.optimizer's global step hooks: every optimizer's step runs them (the tuner's script trials record
+# each step with one, docs/tune.md)
+_global_optimizer_pre_hooks = OrderedDict()
+_global_optimizer_post_hooks = OrderedDict()
+
+
+def register_optimizer_step_pre_hook(hook):
+    """hook(optimizer, args, kwargs) -> None or (args, kwargs), called before every optimizer's step."""
+    handle = RemovableHandle(_global_optimizer_pre_hooks)
+    _global_optimizer_pre_hooks[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook):
+    """hook(optimizer, args, kwargs) -> None, called after every optimizer's step."""
+    handle = RemovableHandle(_global_optimizer_post_hooks)
+    _global_optimizer_post_hooks[handle.id] = hook
+    return handle
+
+
+def _with_step_hooks(step):
+    """A class's own step, running the global and the instance's hooks around it as torch does: global pre, instance
+    pre, step, instance post, global post; `args` includes the optimizer itself (a pre-hook returning (args, kwargs)
+    returns it too). As in torch, a step that calls its base class's step runs the hooks at both levels."""
+    @functools.wraps(step)
+    def hooked(*args, **kwargs):
+        self = args[0]
+        for pre_hook in chain(_global_optimizer_pre_hooks.values(), self._step_hooks("pre").values()):
+            result = pre_hook(self, args, kwargs)
+            if result is not None:
+                if not (isinstance(result, tuple) and len(result) == 2):
+                    raise RuntimeError(f"{pre_hook} must return None or a tuple of (new_args, new_kwargs), but got "
+                                       f"{result}.")
+                args, kwargs = result
+        out = step(*args, **kwargs)
+        for post_hook in chain(self._step_hooks("post").values(), _global_optimizer_post_hooks.values()):
+            post_hook(self, args, kwargs)
+        return out
+    hooked._step_hooks_wrapped = True
+    return hooked
 
 
 def state_tensor(tensor):
@@ -146,6 +190,33 @@ class ParamGroup(dict):
 
 
 class Optimizer:
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and callable(step) and not getattr(step, "_step_hooks_wrapped", False):
+            cls.step = _with_step_hooks(step)
+
+    def _step_hooks(self, kind):
+        name = f"_optimizer_step_{kind}_hooks"
+        hooks = self.__dict__.get(name)
+        if hooks is None:
+            hooks = self.__dict__[name] = OrderedDict()
+        return hooks
+
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None or (args, kwargs), called before this optimizer's step."""
+        hooks = self._step_hooks("pre")
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None, called after this optimizer's step."""
+        hooks = self._step_hooks("post")
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        return handle
+
     def __init__(self, params, defaults):
         self.defaults = dict(defaults)
         self.state = defaultdict(dict)

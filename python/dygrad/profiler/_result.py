@@ -4,6 +4,7 @@ Built once from the C++ recorder after it stopped; the exports (Chrome trace, op
 written by the C++ core from the same data.
 """
 import json
+import sys
 from collections import namedtuple
 
 MEMORY_CATEGORIES = ("activation", "parameter", "gradient", "optimizer_state", "temporary", "other", "scratch",
@@ -155,13 +156,18 @@ class ProfileResult:
     def chrome_trace_json(self):
         return self._recorder.chrome_trace_json()
 
+    # The files are written by C++ (profiler/format.cpp), which Python's audit hooks do not see: each export raises
+    # the "open" event first, as Python's open does, so a hook (the tuner's scratch guard, docs/tune.md) sees it.
     def export_chrome_trace(self, path):
+        sys.audit("open", str(path), "w", 0)
         self._recorder.export_chrome_trace(str(path))
 
     def export_op_stats_csv(self, path, group_by_input_shape=False):
+        sys.audit("open", str(path), "w", 0)
         self._recorder.export_op_stats_csv(str(path), group_by_input_shape)
 
     def export_breakdown_json(self, path):
+        sys.audit("open", str(path), "w", 0)
         self._recorder.export_breakdown_json(str(path))
 
     def __repr__(self):

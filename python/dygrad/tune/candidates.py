@@ -1,7 +1,8 @@
 """The tuner's candidate table: one line per setting to try, as data (docs/tune.md). A new feature adds a line.
 
 Each line names the advisor rules that suggest it (docs/profiler-python.md; none: always considered), where it
-applies ("train": dygrad.train's command; "loop": dg.tune.run's in-process loop), the change it proposes from the
+applies ("train": dygrad.train's command; "script": a script of the user's own run by the CLI, settings applied
+from outside it; "loop": dg.tune.run's in-process loop), the change it proposes from the
 incumbent settings, its estimated gain (a fraction of the step time the advisor's numbers say it saves), its
 numerics class (how closely its losses must match the incumbent's: NUMERICS) and its goal (speed, or memory: fit
 a limit the incumbent exceeds). `propose(ctx)` returns the settings to change ({} or None: nothing to try), or a
@@ -38,7 +39,8 @@ class Context:
     memory_limit: int = 0
     incumbent_peak: int = 0
     cpu: dict = field(default_factory=dict)
-    ranks: int = 1
+    ranks: int = 1  # processes of the run (the incumbent's settings' "ranks" counts too)
+    mpi_problem: object = None  # why this machine cannot start ranks ("" none; None: found out by mpi_problem())
     estimate_peak: object = None  # settings -> estimated peak bytes (dg.memory.estimate), or None
 
     def fired(self, *rules):
@@ -59,6 +61,7 @@ class Candidate:
     propose: object
     gain: object
     why: str
+    option: str = ""  # dygrad.train's option(s) it sets, for a script's refusal (applied from outside: none)
 
 
 def saved_fraction(advice):
@@ -73,16 +76,27 @@ def _advised_gain(*rules):
     return lambda ctx: sum(saved_fraction(a) for a in ctx.fired(*rules))
 
 
+def ranks_of(settings):
+    """The ranks per machine of a run's settings (0 or absent: one process)."""
+    return settings.get("ranks") or 1
+
+
+def _cores_per_rank(ctx):
+    return max(1, ctx.cores // ranks_of(ctx.settings))
+
+
 def _threads(ctx):
-    now = ctx.settings.get("threads") or ctx.cores
-    if now >= ctx.cores:
+    full = _cores_per_rank(ctx)
+    now = ctx.settings.get("threads") or full
+    if now >= full:
         return None
-    return {"threads": ctx.cores}
+    return {"threads": full}
 
 
 def _threads_gain(ctx):
-    now = ctx.settings.get("threads") or ctx.cores
-    return max(0.0, 1 - now / ctx.cores) * 0.8  # Amdahl with 80% of the step parallel (GEMMs, elementwise)
+    full = _cores_per_rank(ctx)
+    now = ctx.settings.get("threads") or full
+    return max(0.0, 1 - now / full) * 0.8  # Amdahl with 80% of the step parallel (GEMMs, elementwise)
 
 
 def _flag_off(name, consent=None, consent_option=None):
@@ -165,7 +179,8 @@ def _merge_gain(ctx):
 
 def _split_micro_batch(ctx):
     batch = ctx.settings.get("batch_size")
-    if not ctx.over_limit or not batch or batch % 2:
+    split_over = ranks_of(ctx.settings) if ctx.settings.get("batch_split") else 1
+    if not ctx.over_limit or not batch or batch % (2 * split_over):  # the ranks' shares stay equal
         return None
     return {"batch_size": batch // 2, "grad_accum": ctx.settings.get("grad_accum", 1) * 2}
 
@@ -186,7 +201,7 @@ def _memory_gain(order):
 
 def _ddp(name, value):
     def propose(ctx):
-        if ctx.ranks < 2:
+        if max(ctx.ranks, ranks_of(ctx.settings)) < 2:
             return Refused(f"{name}: the run is one process, so it has no DDP buckets")
         if ctx.settings.get(name) == value:
             return None
@@ -194,10 +209,44 @@ def _ddp(name, value):
     return propose
 
 
+def mpi_problem():
+    """Why this machine cannot start ranks of dygrad.train ("" when it can): mpirun and an MPI build."""
+    import shutil
+    if shutil.which("mpirun") is None:
+        return "mpirun was not found (OpenMPI's openmpi-bin; `make deps` installs it)"
+    from dygrad import _C
+    if not _C._mpi_built():
+        return "this dygrad was built without MPI (CMake found no MPI)"
+    return ""
+
+
 def _ranks(ctx):
-    return Refused("ranks per machine: dygrad.train's ranks each draw their own batches, so a multi-rank trial's "
-                   "losses cannot be checked against the single process's; measure `python3 -m "
-                   "dygrad.distributed.run --nproc-per-node N` by hand (docs/distributed.md)")
+    """Twice the incumbent's ranks on this machine, cores / ranks threads each, the same global batch split over
+    them (dygrad.train --batch-split: strong scaling, so the losses are the single process's within rounding)."""
+    now = ranks_of(ctx.settings)
+    if ctx.cores < 2:
+        return Refused("ranks per machine: this machine has 1 core, so a second rank would only share it")
+    problem = mpi_problem() if ctx.mpi_problem is None else ctx.mpi_problem
+    if problem:
+        return Refused(f"ranks per machine: {problem}")
+    if now > 1 and not ctx.settings.get("batch_split"):
+        return Refused(f"ranks per machine: the command's {now} ranks each draw their own batches (weak scaling), so "
+                       "a run at another rank count trains on other rows; tune it with --batch-split")
+    ranks = 2 * now
+    if ranks > ctx.cores:
+        return None  # a rank per core already
+    batch = ctx.settings.get("batch_size")
+    if not batch or batch % ranks:
+        return Refused(f"ranks per machine: --batch-size {batch} does not divide by {ranks} ranks, so the global "
+                       "batch cannot be split into equal shares (--batch-split)")
+    return {"ranks": ranks, "batch_split": True, "threads": max(1, ctx.cores // ranks)}
+
+
+def _ranks_gain(ctx):
+    # the ranks run their Python and their ops' host work in parallel: half the advisor's host-bound share, plus
+    # the small ops that one process's threads do not split well
+    share = ctx.fired("host_bound")
+    return 0.02 + (saved_fraction(share[0]) / 2 if share else 0.0)
 
 
 def _allocator(ctx):
@@ -207,45 +256,52 @@ def _allocator(ctx):
 
 
 CANDIDATES = (
-    Candidate("synchronize off", ("synchronize_mode",), ("train", "loop"), "exact", "speed",
+    Candidate("synchronize off", ("synchronize_mode",), ("train", "script", "loop"), "exact", "speed",
               _flag_off("synchronize"), _advised_gain("synchronize_mode"),
               "every op ran inline on the host: async execution overlaps the host's work with the kernels"),
-    Candidate("deterministic off", ("deterministic_mode",), ("train", "loop"), "rounding", "speed",
+    Candidate("deterministic off", ("deterministic_mode",), ("train", "script", "loop"), "rounding", "speed",
               _flag_off("deterministic", "allow_nondeterminism", "--allow-nondeterminism"),
               lambda ctx: 0.01, "lets ops take non-reproducible fast paths"),
-    Candidate("threads: all cores", (), ("train", "loop"), "exact", "speed", _threads, _threads_gain,
+    Candidate("threads: all cores", (), ("train", "script", "loop"), "exact", "speed", _threads, _threads_gain,
               "intra-op threads on every core"),
     Candidate("fused ops", ("unfused",), ("train",), "rounding", "speed", _fused, _advised_gain("unfused"),
               "F.rms_norm, F.rotary_position_embedding, F.swiglu, SDPA and F.cross_entropy instead of their "
-              "composed forms"),
+              "composed forms", option="--no-unfused"),
     Candidate("jit", ("jit", "host_bound"), ("train", "loop"), "exact", "speed", _jit, _advised_gain("jit"),
-              "dygrad.jit replays the step as one Task with no Python (docs/jit.md)"),
+              "dygrad.jit replays the step as one Task with no Python (docs/jit.md)", option="--jit"),
     Candidate("jit O1", ("jit", "host_bound", "unfused"), ("train",), "rounding", "speed", _jit_o1,
               _advised_gain("jit"), "dygrad.jit at O1: the captured step after fusion, the attention pattern and "
-              "rematerialization (docs/jit-fusion.md); within rounding of eager (the attention pattern)"),
+              "rematerialization (docs/jit-fusion.md); within rounding of eager (the attention pattern)",
+              option="--jit --jit-level O1"),
     Candidate("larger micro-batch", ("host_bound",), ("train",), "rounding", "speed", _merge_micro_batches,
               _merge_gain, "the largest micro-batch that fits, fewer accumulation steps: the same global batch "
-              "in fewer, larger ops"),
+              "in fewer, larger ops", option="--batch-size and --grad-accum"),
     Candidate("bf16 autocast", ("bf16",), ("train", "loop"), "bf16", "speed", _bf16,
-              lambda ctx: _advised_gain("bf16")(ctx) or 0.02, "the GEMMs in bfloat16 under dg.autocast"),
-    Candidate("allocator: keep cached segments", ("fragmentation",), ("train", "loop"), "exact", "speed",
+              lambda ctx: _advised_gain("bf16")(ctx) or 0.02, "the GEMMs in bfloat16 under dg.autocast",
+              option="--dtype bf16"),
+    Candidate("allocator: keep cached segments", ("fragmentation",), ("train", "script", "loop"), "exact", "speed",
               _allocator, lambda ctx: 0.005,
               "DYGRAD_ALLOC_RELEASE_FRACTION=-1: cached pages are never unmapped (no unmap/map per step)"),
     Candidate("recompute selective", ("activation_memory",), ("train",), "exact", "memory",
-              _recompute("selective"), _memory_gain(1), "recompute the memory-bound ops of each block in backward"),
+              _recompute("selective"), _memory_gain(1), "recompute the memory-bound ops of each block in backward",
+              option="--recompute selective"),
     Candidate("smaller micro-batch", ("activation_memory",), ("train",), "rounding", "memory", _split_micro_batch,
-              _memory_gain(2), "half the micro-batch, twice the accumulation steps: the same global batch"),
+              _memory_gain(2), "half the micro-batch, twice the accumulation steps: the same global batch",
+              option="--batch-size and --grad-accum"),
     Candidate("recompute full", ("activation_memory",), ("train",), "exact", "memory", _recompute("full"),
-              _memory_gain(3), "recompute each whole block in backward"),
+              _memory_gain(3), "recompute each whole block in backward", option="--recompute full"),
     Candidate("recompute auto", ("activation_memory",), ("train",), "exact", "memory", _recompute("auto"),
-              _memory_gain(4), "per-block recompute planned to a budget of 90% of the limit"),
+              _memory_gain(4), "per-block recompute planned to a budget of 90% of the limit",
+              option="--recompute auto --recompute-budget"),
     Candidate("DDP bucket size", ("exposed_comm",), ("train",), "exact", "speed", _ddp("bucket_cap_mb", 5.0),
-              _advised_gain("exposed_comm"), "5 MiB buckets start while backward runs"),
+              _advised_gain("exposed_comm"), "5 MiB buckets start while backward runs", option="--bucket-cap-mb"),
     Candidate("DDP gradient_as_bucket_view", ("exposed_comm",), ("train",), "exact", "speed",
               _ddp("gradient_as_bucket_view", True), _advised_gain("exposed_comm"),
-              "gradients are views of the buckets: no copies in and out"),
-    Candidate("ranks per machine", (), ("train",), "rounding", "speed", _ranks, lambda ctx: 0.0,
-              "N processes of cores/N threads under dygrad.distributed.run"),
+              "gradients are views of the buckets: no copies in and out", option="--gradient-as-bucket-view"),
+    Candidate("ranks per machine", ("host_bound",), ("train",), "rounding", "speed", _ranks, _ranks_gain,
+              "twice the ranks on this machine, cores / ranks threads each, under dygrad.distributed.run, the same "
+              "global batch split over them (--batch-split); within rounding (the gradients' all-reduce order)",
+              option="--ranks and --batch-split under dygrad.distributed.run"),
 )
 
 
@@ -254,9 +310,12 @@ def plan(ctx, where="train", tried=()):
     estimated gain; and [(candidate, reason)] refused. Candidates named in `tried` are left out."""
     todo, refused = [], []
     for c in CANDIDATES:
-        if where not in c.where or c.name in tried:
+        if c.name in tried or (c.goal == "memory" and not ctx.over_limit):
             continue
-        if c.goal == "memory" and not ctx.over_limit:
+        if where not in c.where:
+            if where == "script":  # the CLI tuning a script says why the train-only settings were not tried
+                refused.append((c, f"{c.name} needs dygrad.train's {c.option}: the model and the loop are the "
+                                   "script's own, set in its code (dg.tune.apply hands it a settings file)"))
             continue
         changes = c.propose(ctx)
         if isinstance(changes, Refused):

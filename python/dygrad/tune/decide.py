@@ -64,6 +64,10 @@ def decide(incumbent_runs, candidate_runs, *, numerics, memory_limit=0, goal="sp
     if difference > tolerance:
         d.reason = (f"losses differ from the incumbent's by {difference:.2e} (relative), above the {numerics} "
                     f"tolerance {tolerance:g}")
+        itself = max((loss_difference(incumbent_runs[0], r) for r in incumbent_runs[1:]), default=0.0)
+        if itself > tolerance:  # the incumbent's own runs disagree: no change could pass
+            d.reason += (f"; the incumbent's own runs differ by {itself:.2e}: the run is not reproducible (a script "
+                         "that draws unseeded random numbers?), so its losses cannot vouch for a change")
         return d
     if memory_limit and peak > memory_limit:
         d.reason = f"peak {peak / 2**20:.1f} MiB exceeds the {memory_limit / 2**20:.1f} MiB limit"

@@ -24,8 +24,13 @@ def _mib(n):
     return f"{(n or 0) / 2**20:.1f} MiB"
 
 
+def _rate(x, unit):
+    return f"{x:,.0f} {unit}" if unit == "tok/s" else f"{x:,.2f} {unit}"  # tokens, or a script's steps
+
+
 def _trial_rows(result):
     trials = result["trials"]
+    unit = result.get("rate_unit", "tok/s")
     top = max([max(t["tokens_per_s"] + t["incumbent_tokens_per_s"] + [1]) for t in trials] + [1])
     peak_top = max([t["peak_bytes"] for t in trials] + [result.get("memory_limit") or 0, 1])
     rows = []
@@ -34,7 +39,7 @@ def _trial_rows(result):
         inc = max(t["incumbent_tokens_per_s"]) if t["incumbent_tokens_per_s"] else 0
         color = "#2f9e4f" if t["kept"] else "#c4574d"
         bar = (f'<span class="track"><span class="bar" style="width:{260 * tok / top:.0f}px;background:{color}">'
-               f'</span><span class="ref" style="left:{260 * inc / top:.0f}px" title="incumbent {inc:,.0f} tok/s">'
+               f'</span><span class="ref" style="left:{260 * inc / top:.0f}px" title="incumbent {_rate(inc, unit)}">'
                f'</span></span>')
         mem = (f'<span class="track" style="width:120px"><span class="bar" style="width:{120 * t["peak_bytes"] / peak_top:.0f}px;'
                f'background:#8e5cc2"></span></span> {_mib(t["peak_bytes"])}')
@@ -44,7 +49,7 @@ def _trial_rows(result):
             f'<tr><td class="num">{t["index"]}</td><td><b>{_e(t["candidate"])}</b><br><span class="note">{_e(changes)}'
             f'</span><br><span class="note">advised by: {_e(", ".join(t["advised_by"]) or "(always considered)")}; '
             f'numerics {_e(t["numerics"])}; estimated gain {t["estimated_gain"]:.1%}</span></td>'
-            f'<td>{bar}<br><span class="note">{tok:,.0f} tok/s vs {inc:,.0f} ({t["speedup"]:.3f}x +-'
+            f'<td>{bar}<br><span class="note">{_rate(tok, unit)} vs {_rate(inc, unit)} ({t["speedup"]:.3f}x +-'
             f'{t["spread"]:.1%}, {t["rounds"]} rounds)</span></td><td class="num">{t["mfu"]:.1%}<br><span class="note">was '
             f'{t["incumbent_mfu"]:.1%}</span></td><td>{mem}</td><td>{verdict}<br>{_e(t["reason"])}<br>'
             f'<span class="note">losses differ by {t["loss_difference"]:.1e}</span></td></tr>'
@@ -70,6 +75,7 @@ def _breakdown(title, summary):
 
 
 def render(result):
+    unit = result.get("rate_unit", "tok/s")
     kept = [t for t in result["trials"] if t["kept"]]
     final = result["trials"] and max((t for t in kept), key=lambda t: t["index"], default=None)
     final_tok = max(final["tokens_per_s"]) if final else result["baseline_tokens_per_s"]
@@ -84,16 +90,16 @@ def render(result):
 stopped: {_e(result["stopped"])}. Each trial ran at least {result["rounds"]} rounds of incumbent and candidate
 alternately (A B A B; up to two more while the verdict was within the spread), each a fresh process of
 {result["steps"]} steps ({result["warmup"]} warm-up steps not measured).</p>
-<div class="figs"><div class="fig">baseline<b>{result["baseline_tokens_per_s"]:,.0f} tok/s</b></div>
-<div class="fig">last kept change (its rounds)<b>{final_tok:,.0f} tok/s</b></div>
+<div class="figs"><div class="fig">baseline<b>{_rate(result["baseline_tokens_per_s"], unit)}</b></div>
+<div class="fig">last kept change (its rounds)<b>{_rate(final_tok, unit)}</b></div>
 <div class="fig">baseline peak<b>{_mib(result["baseline_peak_bytes"])}</b></div>
 <div class="fig">memory limit<b>{_mib(result["memory_limit"]) if result["memory_limit"] else "none"}</b></div></div>
 <p>Settings changed: <b>{_e(", ".join(f"{k}={v}" for k, v in changed.items()) or "none")}</b>
 {_e(" ".join(f"{k}={v}" for k, v in result["environment"].items()))}</p>
 <p class="note">baseline: <code>{_e(result["baseline_reproduce"])}</code><br>result: <code>{_e(result["reproduce"])}</code></p>
-<h2>Trials</h2><p class="note">Bar: the candidate's best tokens/s; the black mark is its incumbent's, measured in the same
+<h2>Trials</h2><p class="note">Bar: the candidate's best {unit}; the black mark is its incumbent's, measured in the same
 rounds. Green: kept, red: not kept.</p>
-<table><thead><tr><th>#</th><th>candidate</th><th>tokens/s</th><th class="num">MFU</th><th>peak memory</th>
+<table><thead><tr><th>#</th><th>candidate</th><th>{unit}</th><th class="num">MFU</th><th>peak memory</th>
 <th>verdict</th></tr></thead><tbody>{_trial_rows(result) or '<tr><td colspan="6">no trial ran</td></tr>'}</tbody></table>
 <h2>Step breakdown, before and after</h2>{_breakdown("before", result["before"])}{_breakdown("after", result["after"])}
 <h2>Refused settings</h2><table><tbody>{refused or '<tr><td>none</td></tr>'}</tbody></table>

@@ -11,6 +11,7 @@ SETTINGS = {
     "threads": int, "synchronize": bool, "deterministic": bool, "unfused": bool, "jit": bool, "jit_level": str,
     "recompute": str, "recompute_budget": str, "dtype": str, "batch_size": int, "grad_accum": int, "bucket_cap_mb": float,
     "gradient_as_bucket_view": bool,
+    "batch_split": bool, "ranks": int,  # ranks per machine: checked by dygrad.train, started by the launcher
 }
 # The environment variables a settings file may carry: the allocator's, read once when dygrad loads (docs/memory.md).
 ENVIRONMENT = ("DYGRAD_ALLOC_RELEASE_FRACTION", "DYGRAD_ALLOC_EXPANDABLE_SEGMENTS", "DYGRAD_ALLOC_MEDIUM_SEGMENT")

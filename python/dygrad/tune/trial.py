@@ -52,12 +52,21 @@ class Run:
 def train_command(base_args, settings, out, steps, profile=False):
     """python -m dygrad.train with the user's options, then the settings (the last of an option wins), then the
     trial's own: its scratch directory, its length, no sample, no evaluation or checkpoint before its last step."""
-    cmd = [sys.executable, "-m", "dygrad.train", *base_args, *train_flags(settings), "--out", out,
-           "--steps", str(steps), "--quiet", "--sample-tokens", "0", "--eval-interval", str(10**9),
-           "--save-interval", str(10**9), "--eval-batches", "1"]
+    args = [*base_args, *train_flags(settings), "--out", out, "--steps", str(steps), "--quiet", "--sample-tokens",
+            "0", "--eval-interval", str(10**9), "--save-interval", str(10**9), "--eval-batches", "1"]
     if profile:
-        cmd += ["--profile", "--profile-wait", "2", "--profile-steps", str(max(1, steps - 3))]
-    return cmd
+        args += ["--profile", "--profile-wait", "2", "--profile-steps", str(max(1, steps - 3))]
+    return launch_prefix(settings) + args
+
+
+def launch_prefix(settings, python=None):
+    """How dygrad.train starts under `settings`: one process, or their ranks per machine under the launcher
+    (dygrad.distributed.run, as `make train RANKS=N`)."""
+    python = python or sys.executable
+    ranks = settings.get("ranks") or 1
+    if ranks > 1:
+        return [python, "-m", "dygrad.distributed.run", "--nproc-per-node", str(ranks), "-m", "dygrad.train"]
+    return [python, "-m", "dygrad.train"]
 
 
 def kill_group(proc, grace_s=2.0):
@@ -82,14 +91,15 @@ def kill_all():
         kill_group(proc)
 
 
-def run_process(cmd, out, environment=None, timeout_s=None, label=""):
-    """Runs `cmd` in `out` (created) in a new session (its own process group), its output in out/trial.log;
-    returns (returncode, wall seconds). Any exception (KeyboardInterrupt included) kills the whole group."""
+def run_process(cmd, out, environment=None, timeout_s=None, label="", cwd=None):
+    """Runs `cmd` in `cwd` (default `out`, created) in a new session (its own process group), its output in
+    out/trial.log; returns (returncode, wall seconds). Any exception (KeyboardInterrupt included) kills the whole
+    group."""
     os.makedirs(out, exist_ok=True)
     env = {**os.environ, **(environment or {})}
     start = time.perf_counter()
     with open(os.path.join(out, "trial.log"), "w") as log:
-        proc = subprocess.Popen(cmd, cwd=out, stdout=log, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(cmd, cwd=cwd or out, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         _LIVE.add(proc)
         try:
@@ -124,6 +134,9 @@ def run_trial(label, base_args, settings, environment, out, steps, warmup, timeo
     run.losses = [r["loss"] for r in measured]
     run.steps = [r["step"] for r in measured]
     run.peak_bytes = max((r.get("max_allocated_bytes", 0) for r in records), default=0)
+    per_rank = [r["max_allocated_bytes_per_rank"] for r in records if "max_allocated_bytes_per_rank" in r]
+    if per_rank:  # ranks on one machine share its memory: their peaks add up
+        run.peak_bytes = max(run.peak_bytes, sum(per_rank[-1]))
     if measured:
         run.tokens_per_step = measured[0]["tokens_per_s"] * measured[0]["step_time_s"]
         run.mfu = statistics.median(r["mfu"] for r in measured)

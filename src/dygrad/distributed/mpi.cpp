@@ -933,11 +933,11 @@ void send_notices() {
   }
 }
 
-// Waits for every rank to reach its own exit (a barrier on the control communicator) and says whether they all did.
+// One round of the exit barrier (a non-blocking barrier on the control communicator): whether every rank joined it.
 // Under --enable-recovery it waits at most a second: a rank still busy (or blocked waiting for this one, which its
 // notice makes fail) is not waited for, and this one leaves MPI unfinalized, which the job survives. Otherwise
 // mpirun would end the job over a rank leaving unfinalized, so it waits until the others arrive or one dies.
-bool everyone_at_exit() {
+bool exit_round() {
   MpiState& s = state();
   MPI_Request barrier = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(s.control, &barrier) != MPI_SUCCESS) return false;
@@ -957,6 +957,14 @@ bool everyone_at_exit() {
     else std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
+
+// Waits for every rank to reach its own exit and says whether they all did: two rounds. A rank that gave up on the
+// first has sent its part of it all the same, so a rank arriving just after (before the first's process ended, so
+// not yet known dead) sees its own first round complete; had it then freed the shared-memory windows, a blocking
+// barrier, it would have waited forever for the rank that left (a dygrad.train rank 0, after its last evaluation and
+// checkpoint: docs/distributed.md). Only ranks whose first round completed join the second, so it completes only
+// when none gave up, and the ranks that finalize are all the ranks.
+bool everyone_at_exit() { return exit_round() && exit_round(); }
 
 }  // namespace
 
