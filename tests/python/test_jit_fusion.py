@@ -595,3 +595,40 @@ def test_the_loop_runs_along_the_written_slots_contiguous_dim(fusion_config):
         got_buf = buf.clone()
         got = jf(got_buf, c)
     assert dg.equal(got, want) and dg.equal(got_buf, want_buf) and jf.stats["fused_kernels"] == 1
+
+
+@pytest.mark.parametrize("codegen", [True, False])
+@pytest.mark.parametrize("dtype", [dg.float32, dg.float64])
+def test_masked_fills_fuse_with_a_broadcast_boolean_mask(fusion_config, codegen, dtype):
+    # masked_fill joins a run: its mask is a boolean slot (read as 0 or 1, broadcast by its strides); eager's bits,
+    # a NaN or an infinity in x kept where the mask is false, -inf, 0 and a number filled where it is true
+    fusion_config.codegen = codegen
+
+    def f(x, mask, keep):
+        y = (x * 2).masked_fill(mask, float("-inf")).exp()
+        return (y + 1).masked_fill(keep, 0.25).masked_fill(~keep, 0.0) * x
+
+    dg.manual_seed(0)
+    x = dg.randn(33, 40, dtype=dtype)
+    x[0, :4] = dg.tensor([float("nan"), float("inf"), -float("inf"), -0.0], dtype=dtype)
+    mask = dg.rand(40) < 0.3                 # broadcast over the rows
+    keep = dg.rand(33, 1) < 0.5              # broadcast along each row
+    text = dg.jit.graph(f, x, mask, keep, passes=True).split("=== fusion")[1].split("\n===")[0]
+    assert "masked_fill" not in text.replace("masked_fill+", "").replace("+masked_fill", ""), text
+    want = f(x, mask, keep)
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        got = jf(x, mask, keep)
+    assert jf.stats["fused_kernels"] >= 1
+    assert (got.view(dg.int64 if dtype == dg.float64 else dg.int32) ==
+            want.view(dg.int64 if dtype == dg.float64 else dg.int32)).all()
+
+
+def test_a_masked_fill_with_a_nan_value_or_in_bfloat16_is_left_to_eager(fusion_config):
+    # a NaN fill value (eager stores value.to<T>(), sign and payload) and a bfloat16 masked_fill (eager copies the
+    # element's bits, NaN payloads included) stay eager's own op
+    x, mask = dg.randn(8, 16), dg.rand(16) < 0.5
+    for f, args in ((lambda x, m: (x * 2).masked_fill(m, float("nan")) + 1, (x, mask)),
+                    (lambda x, m: (x * 2).masked_fill(m, 1.0) + 1, (x.to(dg.bfloat16), mask))):
+        text = dg.jit.graph(f, *args, passes=True).split("=== fusion")[1].split("\n===")[0]
+        assert "  masked_fill(" in text, text

@@ -103,6 +103,7 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"gelu", {FusedOpCode::Gelu, 1}},
       {"sign", {FusedOpCode::Sign, 1}},
       {"lerp_scalar", {FusedOpCode::LerpScalar, 2}},
+      {"masked_fill", {FusedOpCode::MaskedFill, 2}},
   };
   Fusible f{};
   auto it = table.find(op.op->name);
@@ -122,6 +123,11 @@ Fusible classify(const GraphOp& op, DType dtype) {
       break;
     }
     case FusedOpCode::AddScalar: case FusedOpCode::MulScalar: case FusedOpCode::DivScalar:
+    case FusedOpCode::MaskedFill:
+      // eager's kernel stores value.to<T>() (a NaN's sign and payload included: only a number here)
+      if (op.attrs.get<ScalarAttrs>().value.to_double() != op.attrs.get<ScalarAttrs>().value.to_double()) return f;
+      f.k = to_compute(op.attrs.get<ScalarAttrs>().value);
+      break;
     case FusedOpCode::RsubScalar: case FusedOpCode::RdivScalar: case FusedOpCode::LerpScalar:
       f.k = to_compute(op.attrs.get<ScalarAttrs>().value);
       break;
@@ -265,9 +271,12 @@ bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values) {
   if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
   const Value& out = values[size_t(op.outputs[0])];
   if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
-  for (int32_t v : op.inputs)
-    if (v < 0 || values[size_t(v)].dtype != out.dtype || values[size_t(v)].sizes.size() > out.sizes.size())
-      return false;
+  const bool masked = std::string_view(op.op->name) == "masked_fill";  // its second input: the boolean mask
+  for (size_t a = 0; a < op.inputs.size(); ++a) {
+    const int32_t v = op.inputs[a];
+    const DType want = masked && a == 1 ? DType::Bool : out.dtype;
+    if (v < 0 || values[size_t(v)].dtype != want || values[size_t(v)].sizes.size() > out.sizes.size()) return false;
+  }
   for (size_t d = 0; d < out.sizes.size(); ++d)
     if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
   return classify(op, out.dtype).ok;
@@ -298,10 +307,11 @@ bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& 
   return classify(op, compute).ok;
 }
 
+// An operand whose dtype is not the compute type's (bfloat16, a boolean mask): row programs take none.
 static bool touches_bf16(const GraphOp& op, const std::vector<Value>& values) {
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int32_t v : *list)
-      if (v >= 0 && values[size_t(v)].dtype == DType::BFloat16) return true;
+      if (v >= 0 && (values[size_t(v)].dtype == DType::BFloat16 || values[size_t(v)].dtype == DType::Bool)) return true;
   return false;
 }
 

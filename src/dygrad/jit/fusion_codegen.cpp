@@ -73,12 +73,14 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
     case FusedOpCode::Sign: return "T(int(T(0) < " + x + ") - int(" + x + " < T(0)))";
     case FusedOpCode::LerpScalar: return "dg::math::lerp(" + x + ", " + y + ", " + k + ")";
+    case FusedOpCode::MaskedFill: return "(" + y + " != T(0) ? " + k + " : " + x + ")";
     default: return x;  // the row reductions: row_program() computes them
   }
   return x;
 }
 
 bool is_bf16(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::BFloat16; }
+bool is_bool(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::Bool; }
 
 // The function's opening: the slots as typed pointers (`__restrict`: distinct slots never overlap).
 void open_function(std::ostringstream& o, const FusedProgram& p) {
@@ -96,15 +98,17 @@ void open_function(std::ostringstream& o, const FusedProgram& p) {
   o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
   o << "  using T = " << type << ";\n";
   for (size_t s = 0; s < slots; ++s) {
-    const std::string t = std::string(p.slot_output[s] >= 0 ? "" : "const ") + (is_bf16(p, s) ? "uint16_t" : "T");
+    const std::string t = std::string(p.slot_output[s] >= 0 ? "" : "const ") +
+                          (is_bf16(p, s) ? "uint16_t" : is_bool(p, s) ? "uint8_t" : "T");
     o << "  " << t << "* __restrict s" << s << " = reinterpret_cast<" << t << "*>(p[" << s << "]);"
-      << (is_bf16(p, s) ? "  // bfloat16" : "") << "\n";
+      << (is_bf16(p, s) ? "  // bfloat16" : is_bool(p, s) ? "  // bool" : "") << "\n";
   }
 }
 
 // A slot's element as the compute type, and a value stored into it (bfloat16 slots: the conversions of
 // core/dtype.h's BFloat16, which eager's kernels use).
 std::string load(const FusedProgram& p, size_t s, const std::string& element) {
+  if (is_bool(p, s)) return "(" + element + " ? T(1) : T(0))";
   return is_bf16(p, s) ? "dg_bf16_load(" + element + ")" : element;
 }
 std::string store(const FusedProgram& p, size_t s, const std::string& value) {
@@ -474,8 +478,9 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
          "  return static_cast<uint16_t>(u >> 16);\n}\n"
          "static inline float dg_bf16_round(float f) { return dg_bf16_load(dg_bf16_bits(f)); }\n\n";
   for (const auto& p : programs) {
-    DG_CHECK(!p->row_reduction || std::ranges::none_of(p->slot_dtype, [](DType d) { return d == DType::BFloat16; }),
-             Runtime, "[jit] a row program over bfloat16 slots");
+    DG_CHECK(!p->row_reduction || std::ranges::none_of(p->slot_dtype, [](DType d) {
+               return d == DType::BFloat16 || d == DType::Bool;
+             }), Runtime, "[jit] a row program over bfloat16 or boolean slots");
     open_function(o, *p);
     if (p->row_reduction) row_program(o, *p);
     else flat_program(o, *p);

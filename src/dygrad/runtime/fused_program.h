@@ -68,6 +68,7 @@ enum class FusedOpCode : uint8_t {
   Gelu,             // k == 0: x * Phi(x) (math::gelu_erf); k == 1: the tanh approximation (math::gelu_tanh)
   Sign,             // (0 < a) - (a < 0): 0 for +-0 and NaN, as eager's sign
   LerpScalar,       // math::lerp(a, b, k): eager's lerp with a scalar weight (torch's two formulas)
+  MaskedFill,       // (a, mask): mask ? k : a, eager's masked_fill (a boolean slot read as 0 or 1; float32/float64)
   RowSum,           // a row record: the sum of a vector operand over the row, eager's `sum` over a contiguous last
                     // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
   RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its
@@ -89,6 +90,7 @@ inline int fused_op_arity(FusedOpCode op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
     case FusedOpCode::Minimum: case FusedOpCode::SigmoidBackward: case FusedOpCode::TanhBackward:
     case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward: case FusedOpCode::LerpScalar:
+    case FusedOpCode::MaskedFill:
       return 2;
     default:
       return 1;
@@ -119,7 +121,8 @@ struct FusedProgram {
   // The compute type: float64 (every operand float64), or float32 (operands float32 or bfloat16: a bfloat16 value
   // is read as its float, and each record whose eager op wrote bfloat16 rounds to it: `round_bf16`).
   DType dtype = DType::Float32;
-  std::vector<DType> slot_dtype;  // per slot: its dtype in memory (`dtype`, or bfloat16 in a float32 program)
+  // Per slot: its dtype in memory: `dtype`, bfloat16 in a float32 program, or bool (a mask, read as 0 or 1).
+  std::vector<DType> slot_dtype;
   Dims shape;                    // the iteration shape: every record's output shape
   std::vector<FusedRecord> records;
   // Per slot: its index among the fused sub-op's inputs (read before any record of this program stores it) and

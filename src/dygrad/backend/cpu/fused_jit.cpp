@@ -87,6 +87,7 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
       DG_FUSED_MAP1(math::gelu_tanh(x));
     case FusedOpCode::Sign: DG_FUSED_MAP1(V(int(V(0) < x) - int(x < V(0))));
     case FusedOpCode::LerpScalar: DG_FUSED_MAP2(math::lerp(x, y, k));
+    case FusedOpCode::MaskedFill: DG_FUSED_MAP2(y != V(0) ? k : x);
     case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
     case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
       return;  // RowInterpreter: over whole rows
@@ -120,8 +121,11 @@ template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
                    const int64_t* inner, int64_t n, std::vector<V>& work) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
-  bool bf16[kMaxSlots];
-  for (size_t s = 0; s < slots; ++s) bf16[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::BFloat16;
+  bool bf16[kMaxSlots], mask[kMaxSlots];
+  for (size_t s = 0; s < slots; ++s) {
+    bf16[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::BFloat16;
+    mask[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::Bool;
+  }
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
   V* rec_buf = work.data() + slots * kChunk;
@@ -132,6 +136,11 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
       current[s] = -1;
       if (prog.slot_input[s] < 0) continue;
       V* dst = slot_buf + s * kChunk;
+      if (mask[s]) {  // a boolean slot: 0 or 1
+        const uint8_t* src = reinterpret_cast<const uint8_t*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]] ? V(1) : V(0);
+        continue;
+      }
       if (bf16[s]) {  // a float32 program's bfloat16 slot: read as its float
         const BFloat16* src = reinterpret_cast<const BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
         for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<V>(static_cast<float>(src[i * inner[s]]));
