@@ -1,5 +1,7 @@
 """The training steps the JIT tests compile and compare with eager (test_jit.py, test_jit_symbolic.py,
 test_jit_device.py): one definition, so every test exercises the same step."""
+import numpy as np
+
 import dygrad as dg
 import dygrad.nn as nn
 import dygrad.nn.functional as F
@@ -66,3 +68,17 @@ def mlp_sgd(seed=0):
         opt.step()
         return loss.detach()
     return m, opt, step
+
+
+def assert_close(got, want, dtype):
+    """Within float rounding of eager (the patterns): float64 1e-10 relative, float32 2e-5, of the largest value."""
+    got, want = got.numpy(), want.numpy()
+    rtol = 1e-10 if dtype == dg.float64 else 2e-5
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
+
+
+def after_passes(fn, *args):
+    """dg.jit.graph(fn, *args, passes=True) and its fusion section alone (the graph fusion left)."""
+    text = dg.jit.graph(fn, *args, passes=True)
+    return text, text.split("=== fusion")[-1].split("\n===")[0]

@@ -11,7 +11,7 @@ import pytest
 import dygrad as dg
 import dygrad.nn.functional as F
 from dygrad.models import llama
-from jit_steps import adamw_run, llama_step
+from jit_steps import adamw_run, after_passes, assert_close, llama_step
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
@@ -55,18 +55,6 @@ def training_step(B=2, T=37, H=3, D=16, dtype=dg.float32, mask="causal", scale="
         w.grad = None
         return g, y.detach()
     return step, [dg.randn(B, T, C, dtype=dtype) for _ in range(4)]
-
-
-def assert_close(got, want, dtype):
-    got, want = got.numpy(), want.numpy()
-    rtol = 1e-10 if dtype == dg.float64 else 2e-5
-    assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
-
-
-def after_passes(fn, *args):
-    text = dg.jit.graph(fn, *args, passes=True)
-    return text, text.split("=== fusion")[-1].split("\n===")[0]
 
 
 @pytest.mark.parametrize("dtype", [dg.float32, dg.float64], ids=["float32", "float64"])

@@ -4,11 +4,11 @@ and the backward autograd records for them, replayed as the fused cross_entropy 
 within float rounding (float64: 1e-10 relative), off in deterministic mode and by dygrad.jit.config.patterns;
 refused where the log-probabilities are read elsewhere, where the logits are written in between, and for forms the
 fused op does not compute (class weights, label smoothing, a loss without the minus)."""
-import numpy as np
 import pytest
 
 import dygrad as dg
 import dygrad.nn.functional as F
+from jit_steps import after_passes, assert_close
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
@@ -78,18 +78,6 @@ def training_step(loss_of, dtype, seed=0, scaled=False):
             t[2, 4] = -1
         inputs.append((dg.randn(B, T, 16, dtype=dtype), t, dg.rand((), dtype=dtype) + 0.5))
     return step, inputs
-
-
-def assert_close(got, want, dtype):
-    got, want = got.numpy(), want.numpy()
-    rtol = 1e-10 if dtype == dg.float64 else 2e-5
-    assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * float(np.abs(want).max()))
-
-
-def after_passes(fn, *args):
-    text = dg.jit.graph(fn, *args, passes=True)
-    return text, text.split("=== fusion")[-1]
 
 
 @pytest.mark.parametrize("dtype,scaled", [(dg.float32, False), (dg.float64, False), (dg.float64, True)],
