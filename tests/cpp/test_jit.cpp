@@ -275,7 +275,9 @@ TEST(JitDevice, AFailingSubOpOnTheDevicePoisonsWhatFollowsAndKeepsBuffersThatExi
     capture.end();
     (fail ? bad : good) = capture.build({z});
     for (const std::string& p : capture.problems()) ADD_FAILURE() << p;
-    if (fail) EXPECT_THROW(device.synchronize(), Error);
+    if (fail) {
+      EXPECT_THROW(device.synchronize(), Error);
+    }
   }
   ASSERT_TRUE(good && bad);
   drain();

@@ -308,7 +308,7 @@ bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& 
 }
 
 // An operand whose dtype is not the compute type's (bfloat16, a boolean mask): row programs take none.
-static bool touches_bf16(const GraphOp& op, const std::vector<Value>& values) {
+static bool off_compute_dtype(const GraphOp& op, const std::vector<Value>& values) {
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int32_t v : *list)
       if (v >= 0 && (values[size_t(v)].dtype == DType::BFloat16 || values[size_t(v)].dtype == DType::Bool)) return true;
@@ -521,7 +521,8 @@ std::string Passes::fuse(Graph& g) {
     std::vector<uint8_t> squeezed_op;
     std::vector<int32_t> pass_of;
     int32_t pass = 0;
-    // A run touching bfloat16 holds no row reduction (row programs read float32/float64 rows only).
+    // A run with an operand off the compute type (bfloat16, a mask) holds no row reduction (row programs read
+    // float32/float64 rows only).
     bool reduced = false, vectors_in_pass = false, mixed = false;
     size_t j = i;
     while (j < g.ops_.size()) {
@@ -544,8 +545,8 @@ std::string Passes::fuse(Graph& g) {
         if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape) || mixed) break;
         kind = Kind::Reduce;
       }
-      const bool bf16 = touches_bf16(op, g.values_);
-      if (bf16 && reduced) break;
+      const bool off = off_compute_dtype(op, g.values_);
+      if (off && reduced) break;
       const size_t keys_before = keys.size();
       auto saved_written = written_key;
       auto saved_buffers = buffer_keys;
@@ -571,7 +572,7 @@ std::string Passes::fuse(Graph& g) {
         ++pass;
         vectors_in_pass = false;
       }
-      mixed = mixed || bf16;
+      mixed = mixed || off;
       kinds.push_back(kind);
       squeezed_op.push_back(squeezed);
       pass_of.push_back(pass);

@@ -37,6 +37,10 @@ struct PassLog {
 
 extern const OpDef op_jit_fused;
 
+// Whether a record runs a guarded fast form in the generated code (float32 exp and log): a loop holding one may run
+// twice, so it must read no slot it stores (jit/fusion_codegen.cpp; the inplace pass keeps such programs as they are).
+bool guarded_op(const FusedRecord& r, DType dtype);
+
 // The C++ translation unit of these programs: one extern "C" function dg_fused_<index> each.
 std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& programs);
 

@@ -10,6 +10,15 @@
 
 namespace dg::jit {
 
+// exp and log in float32 (eager's guarded kernels, backend/cpu/unary.cpp): a loop holding them runs first with their
+// fast forms, bitwise the full functions in range (math::exp_normal_range, math::log_normal_range), and an or of
+// "out of range" over its elements; where any element was outside, the loop runs again with the full functions
+// (math::exp, math::log), so every element gets the full function's bits, as eager's block recompute gives. A loop
+// may run twice only where it reads no slot it stores (it then computes the same values from the same inputs).
+bool guarded_op(const FusedRecord& r, DType dtype) {
+  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log);
+}
+
 namespace {
 
 std::string literal(double k, DType dtype) {
@@ -129,14 +138,6 @@ void row_offsets(std::ostringstream& o, const FusedProgram& p) {
   }
 }
 
-// exp and log in float32 (eager's guarded kernels, backend/cpu/unary.cpp): a loop holding them runs first with their
-// fast forms, bitwise the full functions in range (math::exp_normal_range, math::log_normal_range), and an or of
-// "out of range" over its elements; where any element was outside, the loop runs again with the full functions
-// (math::exp, math::log), so every element gets the full function's bits, as eager's block recompute gives. A loop
-// may run twice only where it reads no slot it stores (it then computes the same values from the same inputs).
-bool guarded_op(const FusedRecord& r, DType dtype) {
-  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log);
-}
 std::string fast_expression(const FusedRecord& r, const std::string& x) {
   return r.op == FusedOpCode::Exp ? "dg::math::exp_normal_range(" + x + ")" : "dg::math::log_normal_range(" + x + ")";
 }

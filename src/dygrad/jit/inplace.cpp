@@ -27,10 +27,6 @@ bool same_geometry(const Value& a, const Value& b) {
          std::ranges::equal(a.strides, b.strides);
 }
 
-bool guarded(FusedOpCode op, DType dtype) {
-  return dtype == DType::Float32 && (op == FusedOpCode::Exp || op == FusedOpCode::Log);
-}
-
 // Slot `from` removed from the program: its records' references moved to `to` (the merged slot).
 void merge_slot(FusedProgram& p, int32_t from, int32_t to) {
   auto renumber = [&](int32_t s) { return s == from ? to : s > from ? s - 1 : s; };
@@ -111,7 +107,7 @@ std::string Passes::inplace(Graph& g) {
     };
     if (op.op == &op_jit_fused) {
       FusedProgram& p = *op.attrs.get<FusedAttrs>().program;
-      auto is_guarded = [&](const FusedRecord& r) { return guarded(r.op, p.dtype); };
+      auto is_guarded = [&](const FusedRecord& r) { return guarded_op(r, p.dtype); };
       if (p.row_reduction || std::ranges::any_of(p.records, is_guarded)) continue;
       for (int32_t s_out = 0; s_out < int32_t(p.num_slots()); ++s_out) {
         if (p.slot_output[size_t(s_out)] < 0 || p.slot_input[size_t(s_out)] >= 0) continue;
