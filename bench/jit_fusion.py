@@ -16,6 +16,8 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
            ([B*T = 2048, V = 4096]); also eager's fused F.cross_entropy ("dg fused")
   xent_gather  the same loss as -F.log_softmax(x, -1).gather(-1, t[:, None]).mean(); the same peers
   xent_lse the same loss as (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean(); the same peers
+  mse      a loss tail: ((h + b - y) ** 2).mean() forward and backward over [2048, 512] (a regression head's bias, its
+           squared error, the full mean: one full-reduction program at O1)
 The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
 spread (fastest and slowest sample of each side) is printed after the medians.
@@ -143,6 +145,16 @@ def xent_lse(lib):
     return f
 
 
+def mse(lib):
+    def f(h, b, y):
+        loss = ((h + b - y) ** 2).mean()
+        loss.backward()
+        g = h.grad
+        h.grad = None
+        return loss.detach(), g
+    return f
+
+
 def xent_fused(x, t):
     """eager's fused cross-entropy, forward and backward (the peer of the composed forms)."""
     loss = dg.nn.functional.cross_entropy(x, t)
@@ -168,11 +180,13 @@ def cases(lib):
     vs = [lib.zeros_like(p) for p in ps]
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
     logits, targets = (lib.randn(2048, 4096) * 2).requires_grad_(), lib.randint(0, 4096, (2048,))
+    head, bias, target = lib.randn(2048, 512).requires_grad_(), lib.randn(512), lib.randn(2048, 512)
     return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)),
             "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
             "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
-            "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets))}
+            "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets)),
+            "mse": (mse(lib), (head, bias, target))}
 
 
 def adamw_fused(shapes):

@@ -22,6 +22,12 @@
 // every record still sees what it saw in eager's order: a slot stored by an earlier pass is read from memory (its pass
 // stored the row), and an intermediate the program does not store (an earlier record's result) from a row buffer
 // (`row_buffer`: the row's values of that record, kept while the row runs).
+//
+// A full-reduction program (`full_reduction`, a loss tail: `((x - y) ** 2).mean()`): vector records over `shape`
+// (whose coalesced iteration is one dim), then one FullSum of a vector operand over every element, then records on
+// the single value that follows (`row`: the mean's divide, a scale). The sum keeps eager's order for a reduction to
+// one element of a contiguous input (backend/cpu/reduce.cpp's sum_kernel): chunks of kFullReduceChunk elements in
+// order, each summed with eight_lane_sum, the chunks' partial sums added in chunk order into a zero.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -81,10 +87,12 @@ enum class FusedOpCode : uint8_t {
   RowVar,           // `var` (row_variance: float64 accumulation), k: the correction
   RowStd,           // `std`, k: the correction
   RowLogsumexp,     // `logsumexp` (row_logsumexp)
+  FullSum,          // a full-reduction program's sum over every element (above): the only reduction of its program
 };
+// A reduction record (a row program's, or a full-reduction program's FullSum).
 inline bool is_row_reduction(FusedOpCode op) { return op >= FusedOpCode::RowSum; }
 // A row reduction that reads the whole row after its pass's loop (every one but RowSum, folded inside the loop).
-inline bool reads_whole_row(FusedOpCode op) { return op > FusedOpCode::RowSum; }
+inline bool reads_whole_row(FusedOpCode op) { return op > FusedOpCode::RowSum && op != FusedOpCode::FullSum; }
 inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
@@ -135,6 +143,10 @@ struct FusedProgram {
   // A row program (see above): its rows are the dims of `dims` but the innermost (never merged with the others), the
   // innermost is the row; `passes` passes per row, `row_buffers` rows of values kept while a row runs.
   bool row_reduction = false;
+  // A full-reduction program (see above): `dims` is one dim; the generated function computes the partial sums of
+  // chunks [begin, end) into p[num_slots()] (one per chunk, the compute type); the kernel adds them in order and
+  // runs the records on the total.
+  bool full_reduction = false;
   int32_t passes = 1;
   int32_t row_buffers = 0;
   int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
