@@ -633,3 +633,33 @@ def test_a_masked_fill_with_a_nan_value_or_in_bfloat16_is_left_to_eager(fusion_c
                     (lambda x, m: (x * 2).masked_fill(m, 1.0) + 1, (x.to(dg.bfloat16), mask))):
         text = dg.jit.graph(f, *args, passes=True).split("=== fusion")[1].split("\n===")[0]
         assert "  masked_fill(" in text, text
+
+
+@pytest.mark.parametrize("codegen", [True, False], ids=["generated", "interpreter"])
+def test_slots_of_one_buffer_are_one_interleaved_group(fusion_config, codegen):
+    """The composed rotary embedding reads x[..., 0::2] and x[..., 1::2] and writes the two halves of a `stack`: slots
+    of one buffer at a fixed distance, addressed through one pointer in the generated code (FusedProgram::slot_base, so
+    the compiler vectorises the interleaved group); eager's bits, and eager's bits again when a call's operands lie
+    apart (the guards see other aliasing and capture again; the kernel would run the interpreter too)."""
+    fusion_config.codegen = codegen
+    fusion_config.measure = False
+
+    def rope(x, cos, sin):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return dg.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    def pairs(a, b, cos, sin):  # the two halves passed apart: one buffer at capture, two at the next call
+        return dg.stack([a * cos - b * sin, a * sin + b * cos], -1)
+
+    x, cos, sin = dg.randn(2, 3, 16, 32), dg.randn(16, 16), dg.randn(16, 16)
+    jf, outs = replayed(rope, (x, cos, sin))
+    assert all(dg.equal(o, rope(x, cos, sin)) for o in outs)
+    graph = fused_names(jf)[1]
+    if codegen:
+        assert "one interleaved group" in graph.source()
+    jp = dg.jit(pairs, jit_level="O1")
+    for _ in range(3):
+        assert dg.equal(jp(x[..., 0::2], x[..., 1::2], cos, sin), pairs(x[..., 0::2], x[..., 1::2], cos, sin))
+    a, b = dg.randn(2, 3, 16, 32)[..., 0::2], dg.randn(2, 3, 16, 32)[..., 1::2]
+    for _ in range(2):
+        assert dg.equal(jp(a, b, cos, sin), pairs(a, b, cos, sin))

@@ -847,6 +847,41 @@ std::string Passes::fuse(Graph& g) {
          std::to_string(eliminated) + " intermediate buffer(s) eliminated" + lowered;
 }
 
+void Passes::alias_slots(Graph& g) {
+  for (GraphOp& op : g.ops_) {
+    if (op.op != &op_jit_fused) continue;
+    FusedProgram& p = *op.attrs.get<FusedAttrs>().program;
+    p.slot_base.clear();
+    p.slot_delta.clear();
+    if (p.row_reduction || p.full_reduction) continue;
+    const size_t slots = p.num_slots();
+    auto value = [&](size_t s) -> const Value& {
+      const int32_t v = p.slot_output[s] >= 0 ? op.outputs[size_t(p.slot_output[s])] : op.inputs[size_t(p.slot_input[s])];
+      return g.values_[size_t(v)];
+    };
+    std::vector<int32_t> base(slots);
+    std::vector<int64_t> delta(slots, 0);
+    bool any = false;
+    for (size_t s = 0; s < slots; ++s) {
+      base[s] = int32_t(s);
+      const Value& vs = value(s);
+      for (size_t b = 0; b < s; ++b) {
+        const Value& vb = value(b);
+        if (base[b] != int32_t(b) || vb.buffer != vs.buffer || p.slot_dtype[b] != p.slot_dtype[s] ||
+            p.strides[b] != p.strides[s])
+          continue;
+        base[s] = int32_t(b);
+        delta[s] = vs.offset - vb.offset;
+        any = true;
+        break;
+      }
+    }
+    if (!any) continue;
+    p.slot_base = std::move(base);
+    p.slot_delta = std::move(delta);
+  }
+}
+
 void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) {
   if (log) log->push_back({"captured", g.describe(), ""});
   auto step = [&](const char* name, std::string (*pass)(Graph&)) {
@@ -861,6 +896,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);
   if (config.inplace) step("inplace", &Passes::inplace);
+  alias_slots(g);
   lifetimes(g);
 }
 

@@ -92,6 +92,9 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
 bool is_bf16(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::BFloat16; }
 bool is_bool(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::Bool; }
 
+// The slot whose pointer addresses slot s (itself unless FusedProgram::slot_base says otherwise).
+int32_t slot_base(const FusedProgram& p, size_t s) { return p.slot_base.empty() ? int32_t(s) : p.slot_base[s]; }
+
 // The function's opening: the slots as typed pointers (`__restrict`: distinct slots never overlap).
 void open_function(std::ostringstream& o, const FusedProgram& p) {
   const size_t slots = p.num_slots();
@@ -109,12 +112,29 @@ void open_function(std::ostringstream& o, const FusedProgram& p) {
   o << "\n";
   o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
   o << "  using T = " << type << ";\n";
+  // A slot addressed through another's pointer (FusedProgram::slot_base) has none of its own; a pointer is writable
+  // where any slot it addresses is stored.
+  std::vector<uint8_t> written(slots, 0);
+  for (size_t s = 0; s < slots; ++s)
+    if (p.slot_output[s] >= 0) written[size_t(slot_base(p, s))] = 1;
   for (size_t s = 0; s < slots; ++s) {
-    const std::string t = std::string(p.slot_output[s] >= 0 ? "" : "const ") +
+    if (slot_base(p, s) != int32_t(s)) {
+      o << "  // s" << s << ": s" << slot_base(p, s) << "'s elements " << (p.slot_delta[s] < 0 ? "" : "+") << p.slot_delta[s]
+        << " (one buffer: the accesses one interleaved group)\n";
+      continue;
+    }
+    const std::string t = std::string(written[s] ? "" : "const ") +
                           (is_bf16(p, s) ? "uint16_t" : is_bool(p, s) ? "uint8_t" : "T");
     o << "  " << t << "* __restrict s" << s << " = reinterpret_cast<" << t << "*>(p[" << s << "]);"
       << (is_bf16(p, s) ? "  // bfloat16" : is_bool(p, s) ? "  // bool" : "") << "\n";
   }
+}
+
+// A slot's element at index expression `index` (relative to the slot's element 0), through its base's pointer.
+std::string slot_element(const FusedProgram& p, size_t s, const std::string& index) {
+  const int32_t b = slot_base(p, s);
+  if (b == int32_t(s)) return "s" + std::to_string(s) + "[" + index + "]";
+  return "s" + std::to_string(b) + "[" + index + " + " + std::to_string(p.slot_delta[s]) + "]";
 }
 
 // A slot's element as the compute type, and a value stored into it (bfloat16 slots: the conversions of
@@ -219,7 +239,7 @@ std::string element_body(const FusedProgram& p, const std::vector<std::string>& 
       return "v" + std::to_string(in.record >= 0 ? in.record : current[size_t(in.slot)]);
     if (!loaded[size_t(in.slot)]) {
       loaded[size_t(in.slot)] = 1;
-      const std::string element = "s" + std::to_string(in.slot) + "[" + index[size_t(in.slot)] + "]";
+      const std::string element = slot_element(p, size_t(in.slot), index[size_t(in.slot)]);
       b << indent << "  const T l" << in.slot << " = " << load(p, size_t(in.slot), element) << ";\n";
     }
     return "l" + std::to_string(in.slot);
@@ -235,7 +255,8 @@ std::string element_body(const FusedProgram& p, const std::vector<std::string>& 
   if (fold) *folded = value(*fold);
   for (size_t s = 0; s < slots; ++s)
     if (current[s] >= 0) {
-      b << indent << "  s" << s << "[" << index[s] << "] = " << store(p, s, "v" + std::to_string(current[s])) << ";\n";
+      b << indent << "  " << slot_element(p, s, index[s]) << " = " << store(p, s, "v" + std::to_string(current[s]))
+        << ";\n";
       if (read_and_stored && loaded[s]) (*read_and_stored)[s] = 1;
     }
   return b.str();
@@ -249,7 +270,7 @@ void flat_program(std::ostringstream& o, const FusedProgram& p) {
   const std::string columns = std::to_string(p.dims[nd - 1]);
   for (size_t s = 0; s < slots; ++s) {
     const int64_t st = p.strides[s][nd - 1];
-    const std::string base = nd == 1 ? "" : "o" + std::to_string(s);
+    const std::string base = nd == 1 ? "" : "o" + std::to_string(slot_base(p, s));  // equal strides: equal offsets
     const std::string step = st == 0 ? "" : st == 1 ? "i" : "i * " + std::to_string(st);
     index[s] = nd == 1 ? (st == 0 ? "0" : step) : base + (step.empty() ? "" : " + " + step);
   }

@@ -149,6 +149,14 @@ struct FusedProgram {
   bool full_reduction = false;
   int32_t passes = 1;
   int32_t row_buffers = 0;
+  // Per slot of a one-pass elementwise program: the slot whose pointer addresses it (itself, or an earlier slot of the
+  // same buffer, dtype and iteration strides) and its element distance from that slot's element 0. The generated
+  // code reaches such a slot through the other's pointer, so the compiler sees one interleaved group where a program
+  // reads x[..., 0::2] and x[..., 1::2] or writes the two halves of a `stack` (the composed rotary embedding: its loop
+  // vectorised only so); the kernel checks the distances at each launch and runs the interpreter where one does not
+  // hold. Empty: no slot is addressed through another.
+  std::vector<int32_t> slot_base;
+  std::vector<int64_t> slot_delta;
   int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
   // The generated function, once loaded: elements [begin, end) of the coalesced iteration when it is one dim, rows
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.

@@ -447,6 +447,13 @@ void fused_kernel(Task& task) {
   };
   const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire);
   if (!fn || skip) return interpreted();
+  // The generated code reaches a slot through another's pointer at the distance the capture saw (slot_base): where
+  // this launch's operands lie otherwise, the interpreter runs (it addresses every slot by its own pointer).
+  for (size_t s = 0; s < prog.slot_base.size(); ++s) {
+    const size_t b = size_t(prog.slot_base[s]);
+    if (b != s && p[s] != p[b] + prog.slot_delta[s] * static_cast<int64_t>(itemsize(prog.slot_dtype[s])))
+      return interpreted();
+  }
   auto generated = [&] {
     if (prog.full_reduction && prog.dtype == DType::Float64) return full_reduction<double>(prog, nullptr, p, fn);
     if (prog.full_reduction) return full_reduction<float>(prog, nullptr, p, fn);
