@@ -138,3 +138,31 @@ def test_a_training_step_with_loss_tails_is_eager_bits_over_steps(fusion_config,
     assert_trained_alike(eager, jitted)
     names = [n for n, _ in graph_of(jitted[2]).fused_sources()]
     assert sum("sum" in n.split("+") and n.split("+")[-1] != "sum" or n.endswith("+sum") for n in names) >= 2, names
+
+
+def test_a_poisoned_input_skips_only_what_eager_skips(fusion_config):  # noqa: F811
+    """The poisoned-input rule inside a full-reduction program: a summed chain reading a failed kernel's output is
+    skipped with the records on its total, and a record on a good total reading a poisoned single value is skipped
+    alone; what eager computes is computed, bitwise."""
+    def chain(x):
+        bad = dg._C._deferred_failure(x, 9)  # its kernel fails: what reads it is skipped
+        y = x * 2.0                           # runs (a result)
+        return y, ((y - bad) ** 2).mean()     # skipped, its sum and the mean too
+
+    def tail(x):
+        bad = dg._C._deferred_failure(x, 9)[0, 0]
+        s = (x * x).sum()                     # runs
+        return s, s + bad                     # the add on the total is skipped
+
+    x = dg.randn(40, 37)
+    for f, names in [(chain, ["mul_scalar+add+pow_scalar+sum+div_scalar"]), (tail, ["mul+sum+add"])]:
+        want = f(x)[0]
+        with pytest.raises(IndexError):
+            dg.synchronize()
+        jf = dg.jit(f, jit_level="O1")
+        for _ in range(3):
+            got = jf(x)
+            with pytest.raises(IndexError, match=r"\[_deferred_failure\] index 9 is out of range"):
+                dg.synchronize()
+            assert bitwise(got[0], want)
+        assert fused_names(jf)[0] == names, fused_names(jf)[0]
