@@ -116,5 +116,41 @@ TEST(JitFusion, RowProgramsRunAReductionAndWhatReadsItBackAsOneSubOp) {
   }
 }
 
+// Loss tails: a chain ending in a sum over every element and the ops on its value, one full-reduction program, eager's
+// chunked order (three chunks of 16384, the last partial, summed in parallel), over one dim and over rows of 32 with a
+// broadcast bias (the second x - y merged by CSE); interpreted with eager's bits.
+TEST(JitFusion, FullReductionProgramsSumEveryElementInEagersOrder) {
+  Stream::cpu().synchronize();
+  Tensor b = rand(Shape{32});
+  auto mse = [&](const Tensor& x, const Tensor& y) { return div(sum(mul(sub(x, y), sub(x, y))), 5.0); };
+  auto biased = [&](const Tensor& x, const Tensor& y) { return mul(sum(mul(add(x, b), y)), 0.5); };
+  struct Case {
+    std::function<Tensor(const Tensor&, const Tensor&)> body;
+    Shape shape;
+    const char* name;
+  };
+  for (const Case& c : {Case{mse, Shape{2 * 16384 + 37}, "add+mul+sum+div_scalar"},
+                        Case{biased, Shape{1100, 32}, "add+mul+sum+mul_scalar"}}) {
+    Tensor x0 = rand(c.shape), y0 = rand(c.shape);
+    std::shared_ptr<Graph> graph;
+    {
+      Capture capture({x0, y0});
+      Tensor loss = c.body(x0, y0);
+      capture.end();
+      graph = capture.build({loss});
+      ASSERT_TRUE(graph);
+    }
+    std::shared_ptr<Graph> o1 = graph->optimized(jit::PassConfig{});
+    EXPECT_EQ(o1->num_ops(), 1u);
+    ASSERT_EQ(o1->programs().size(), 1u);
+    EXPECT_EQ(o1->programs()[0]->name, c.name);
+    EXPECT_TRUE(o1->programs()[0]->full_reduction);
+    for (float shift : {-2.0f, 0.5f}) {
+      Tensor x = add(mul(rand(c.shape), 4.0), shift), y = rand(c.shape);
+      EXPECT_EQ(values(o1->launch({x, y})[0]), values(c.body(x, y)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dg::test
