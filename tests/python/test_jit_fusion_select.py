@@ -95,10 +95,12 @@ def test_comparisons_and_logic_are_eager_bits_stored_as_bool_bytes(codegen, dtyp
         b = (x + 0) >= y2
         c = (x * 1) != y                      # ... and true under ne
         d = (y * 1) == y2
+        d2 = ((x * 1) <= y) ^ ((y * 1) > y2)
+        d3 = (x * 1).lt(1e30) | (x * 1).ne(math.nan) | (x * 1).lt(math.nan)  # a NaN scalar: ne alone is true
         e = (x * 1 > 0.5) | (x * 1 <= -0.25)  # the scalar forms
         g = ((x * 1).eq(0.0) ^ (y * 1).ne(math.inf)) & ~((x * 1).ge(-math.inf))
         h = (x * 1).logical_not().logical_and(a).logical_or(b.logical_not())
-        return a, b, c, d, e, g, h
+        return a, b, c, d, d2, d3, e, g, h
 
     check(f, x, y, y2)
 
