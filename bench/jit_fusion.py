@@ -20,7 +20,8 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
            activations: comparisons, where and clamp in a run)
   huber    d = x - y; where(|d| < 1, 0.5 d^2, |d| - 0.5) masked by ~((x != x) | (y > 3)) over [8, 256, 1024] (a smooth
            L1 loss's elementwise part with a mask built from comparisons)
-The selection cases (leaky, huber) also run at O1 with dygrad.jit.config.fusion = False ("dg O1 no fusion"): what
+  sincos   sin(a) * b + cos(a) over [8, 256, 1024] (eager's bounded sin and cos, libm's beyond their range)
+The selection cases (leaky, huber, sincos) also run at O1 with dygrad.jit.config.fusion = False ("dg O1 no fusion"): what
 fusing them wins over the same graph's other passes.
 The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
@@ -88,6 +89,12 @@ def huber(lib):
         a = d.abs()
         loss = lib.where(a < 1, 0.5 * d * d, a - 0.5)
         return loss.masked_fill(~((x != x) | (y > 3)), 0.0)
+    return f
+
+
+def sincos(lib):
+    def f(a, b):
+        return a.sin() * b + a.cos()
     return f
 
 
@@ -174,7 +181,7 @@ def xent_fused(x, t):
 
 
 PATTERN_CASES = ("xent", "xent_gather", "xent_lse")
-SELECT_CASES = ("leaky", "huber")
+SELECT_CASES = ("leaky", "huber", "sincos")
 
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]
@@ -195,7 +202,7 @@ def cases(lib):
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
             "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
             "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets)),
-            "leaky": (leaky(lib), (a * 2,)), "huber": (huber(lib), (a, b))}
+            "leaky": (leaky(lib), (a * 2,)), "huber": (huber(lib), (a, b)), "sincos": (sincos(lib), (a * 3, b))}
 
 
 def adamw_fused(shapes):

@@ -245,3 +245,25 @@ def test_a_training_step_through_where_and_clamp_is_eager_bits_with_the_selectio
             assert any(op in n for n in fused), (op, names)
     finally:
         dg.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("codegen", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES + [dg.bfloat16])
+def test_sin_and_cos_fuse_with_eagers_bits_inside_and_outside_the_bounded_range(codegen, dtype):
+    # float32: eager's guarded kernel, math::sin_bounded / cos_bounded for |x| <= kSinCosMax (2^17 with FMA, 2^12
+    # without) and libm's sinf / cosf beyond, inf and NaN; float64 std::sin / std::cos; bfloat16 computed in float and
+    # rounded. Values near multiples of pi/2, at the range's edges, tiny and huge, in one block with in-range ones
+    # (the generated block runs again with the full functions) and in blocks of their own.
+    dg.jit.config.codegen = codegen
+    x = operand((4, 1024), dg.float64, 0).to(dg.float32) * 3
+    edge = [math.pi, -math.pi / 2, 3 * math.pi / 2, 4096.0, 4097.0, -131072.0, 131073.0, 1e6, -3e7, 2.44140625e-4,
+            -2.44e-4, 1e-42, 51471.85, 710.0, math.inf, -math.inf, math.nan, -0.0]
+    x[1, : len(edge)] = dg.tensor(edge)
+    x[3] = x[3] * 1e-3  # a row in range only: the fast forms alone
+    x = x.to(dtype)
+
+    def f(x):
+        s = (x * 1).sin()
+        return s * (x * 2).cos() + x.cos().sin()
+
+    check(f, x)

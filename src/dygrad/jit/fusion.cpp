@@ -131,6 +131,8 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"where_scalar", {FusedOpCode::WhereScalar, 2}},
       {"clamp_scalar", {FusedOpCode::ClampScalar, 1}},
       {"clamp_tensor", {FusedOpCode::ClampTensor, 3}},
+      {"sin", {FusedOpCode::Sin, 1}},
+      {"cos", {FusedOpCode::Cos, 1}},
   };
   Fusible f{};
   auto it = table.find(op.op->name);

@@ -16,8 +16,10 @@ namespace dg::jit {
 // "out of range" over its elements; where any element was outside, the loop runs again with the full functions
 // (math::exp, math::log), so every element gets the full function's bits, as eager's block recompute gives. A loop
 // may run twice only where it reads no slot it stores (it then computes the same values from the same inputs).
+// sin and cos likewise: math::sin_bounded / cos_bounded where math::sin_cos_in_range, libm's sinf / cosf elsewhere.
 bool guarded_op(const FusedRecord& r, DType dtype) {
-  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log);
+  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log ||
+                                     r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos);
 }
 
 namespace {
@@ -117,6 +119,12 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
       return "dg::math::clamp_above_propagating(dg::math::clamp_below_propagating(" + x + ", " + y + "), " + z + ")";
     case FusedOpCode::ClampMinTensor: return "dg::math::clamp_below_propagating(" + x + ", " + y + ")";
     case FusedOpCode::ClampMaxTensor: return "dg::math::clamp_above_propagating(" + x + ", " + y + ")";
+    case FusedOpCode::Sin: case FusedOpCode::Cos: {  // eager's guarded kernel, element by element
+      const std::string f = r.op == FusedOpCode::Sin ? "sin" : "cos";
+      if (dtype == DType::Float64) return "std::" + f + "(" + x + ")";
+      return "(dg::math::sin_cos_in_range(" + x + ") ? dg::math::" + f + "_bounded(" + x + ") : std::" + f + "(" + x +
+             "))";
+    }
     default: return x;  // the row reductions: row_program() computes them
   }
   return x;
@@ -174,9 +182,12 @@ void row_offsets(std::ostringstream& o, const FusedProgram& p) {
 }
 
 std::string fast_expression(const FusedRecord& r, const std::string& x) {
+  if (r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos)
+    return std::string(r.op == FusedOpCode::Sin ? "dg::math::sin_bounded(" : "dg::math::cos_bounded(") + x + ")";
   return r.op == FusedOpCode::Exp ? "dg::math::exp_normal_range(" + x + ")" : "dg::math::log_normal_range(" + x + ")";
 }
 std::string out_of_range(const FusedRecord& r, const std::string& x) {
+  if (r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos) return "!dg::math::sin_cos_in_range(" + x + ")";
   return (r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" : "!dg::math::log_in_normal_range(") + x + ")";
 }
 
@@ -225,7 +236,7 @@ bool heavy_op(const FusedRecord& r) {
   switch (r.op) {
     case FusedOpCode::Exp: case FusedOpCode::Log: case FusedOpCode::Expm1: case FusedOpCode::Log1p:
     case FusedOpCode::Gelu: case FusedOpCode::Sigmoid: case FusedOpCode::Silu: case FusedOpCode::Tanh:
-    case FusedOpCode::SiluBackward:
+    case FusedOpCode::SiluBackward: case FusedOpCode::Sin: case FusedOpCode::Cos:
       return true;
     case FusedOpCode::PowScalar:
       return r.k != 0 && r.k != 1 && r.k != 2 && r.k != 3 && r.k != -1 && r.k != -2 && r.k != 0.5 && r.k != -0.5;

@@ -85,6 +85,8 @@ enum class FusedOpCode : uint8_t {
   ClampTensor,      // (a, lo, hi): math::clamp_above_propagating(math::clamp_below_propagating(a, lo), hi)
   ClampMinTensor,   // (a, lo): math::clamp_below_propagating(a, lo)
   ClampMaxTensor,   // (a, hi): math::clamp_above_propagating(a, hi)
+  Sin,              // float32: math::sin_bounded where math::sin_cos_in_range, libm's sinf elsewhere (eager's guarded
+  Cos,              // kernel, backend/cpu/unary.cpp); float64: std::sin. Cos likewise.
   RowSum,           // a row record: the sum of a vector operand over the row, eager's `sum` over a contiguous last
                     // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
   RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <type_traits>
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/loops.h"
@@ -119,6 +120,18 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n,
       DG_FUSED_MAP3(math::clamp_above_propagating(math::clamp_below_propagating(x, y), z));
     case FusedOpCode::ClampMinTensor: DG_FUSED_MAP2(math::clamp_below_propagating(x, y));
     case FusedOpCode::ClampMaxTensor: DG_FUSED_MAP2(math::clamp_above_propagating(x, y));
+    case FusedOpCode::Sin:  // eager's guarded kernel (unary.cpp): the bounded form in its range, libm's outside
+      if constexpr (std::is_same_v<V, float>) {
+        DG_FUSED_MAP1(math::sin_cos_in_range(x) ? math::sin_bounded(x) : std::sin(x));
+      } else {
+        DG_FUSED_MAP1(std::sin(x));
+      }
+    case FusedOpCode::Cos:
+      if constexpr (std::is_same_v<V, float>) {
+        DG_FUSED_MAP1(math::sin_cos_in_range(x) ? math::cos_bounded(x) : std::cos(x));
+      } else {
+        DG_FUSED_MAP1(std::cos(x));
+      }
     case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
     case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
       return;  // RowInterpreter: over whole rows
