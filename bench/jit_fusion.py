@@ -16,13 +16,15 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
            ([B*T = 2048, V = 4096]); also eager's fused F.cross_entropy ("dg fused")
   xent_gather  the same loss as -F.log_softmax(x, -1).gather(-1, t[:, None]).mean(); the same peers
   xent_lse the same loss as (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean(); the same peers
+  mse      a loss tail: ((h + b - y) ** 2).mean() forward and backward over [2048, 512] (a regression head's bias, its
+           squared error, the full mean: one full-reduction program at O1)
   leaky    where(h > 0, h, 0.01 * h).clamp(-c, c) over [8, 256, 1024] (a leaky ReLU through where, clamped
            activations: comparisons, where and clamp in a run)
   huber    d = x - y; where(|d| < 1, 0.5 d^2, |d| - 0.5) masked by ~((x != x) | (y > 3)) over [8, 256, 1024] (a smooth
            L1 loss's elementwise part with a mask built from comparisons)
   sincos   sin(a) * b + cos(a) over [8, 256, 1024] (eager's bounded sin and cos, libm's beyond their range)
-The selection cases (leaky, huber, sincos) also run at O1 with dygrad.jit.config.fusion = False ("dg O1 no fusion"): what
-fusing them wins over the same graph's other passes.
+The selection cases (leaky, huber, sincos) also run at O1 with dygrad.jit.config.fusion = False ("dg O1 no fusion"):
+what fusing them wins over the same graph's other passes.
 The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
 spread (fastest and slowest sample of each side) is printed after the medians.
@@ -171,6 +173,16 @@ def xent_lse(lib):
     return f
 
 
+def mse(lib):
+    def f(h, b, y):
+        loss = ((h + b - y) ** 2).mean()
+        loss.backward()
+        g = h.grad
+        h.grad = None
+        return loss.detach(), g
+    return f
+
+
 def xent_fused(x, t):
     """eager's fused cross-entropy, forward and backward (the peer of the composed forms)."""
     loss = dg.nn.functional.cross_entropy(x, t)
@@ -197,11 +209,13 @@ def cases(lib):
     vs = [lib.zeros_like(p) for p in ps]
     gs = [lib.randn(*s) * 1e-2 for s in BENCH_SHAPES]
     logits, targets = (lib.randn(2048, 4096) * 2).requires_grad_(), lib.randint(0, 4096, (2048,))
+    head, bias, target = lib.randn(2048, 512).requires_grad_(), lib.randn(512), lib.randn(2048, 512)
     return {"rmsnorm": (rmsnorm(lib), (x, w)), "softmax": (softmax(lib), (scores,)),
             "logsoftmax": (logsoftmax(lib), (scores,)), "swiglu": (swiglu(lib), (a, b)),
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
             "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
             "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets)),
+            "mse": (mse(lib), (head, bias, target)),
             "leaky": (leaky(lib), (a * 2,)), "huber": (huber(lib), (a, b)), "sincos": (sincos(lib), (a * 3, b))}
 
 

@@ -267,3 +267,18 @@ def test_sin_and_cos_fuse_with_eagers_bits_inside_and_outside_the_bounded_range(
         return s * (x * 2).cos() + x.cos().sin()
 
     check(f, x)
+
+
+@pytest.mark.parametrize("codegen", [True, False])
+def test_a_smooth_l1_loss_tail_is_one_full_reduction_program(codegen):
+    # comparisons, where and clamp in the vector records of a full-reduction program (a loss tail): eager's bits
+    dg.jit.config.codegen = codegen
+    x, y = operand((64, 512), dg.float32, 0, special=False), operand((64, 512), dg.float32, 3, special=False)
+
+    def f(x, y):
+        d = x - y
+        return dg.where(d.abs() < 1, 0.5 * d * d, d.abs() - 0.5).clamp(max=4.0).mean()
+
+    lines = fused_ops(f, x, y)
+    assert len(lines) == 1 and "where+clamp_scalar+sum+div_scalar]" in lines[0], lines
+    check(f, x, y)

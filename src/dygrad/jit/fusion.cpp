@@ -18,6 +18,7 @@
 #include "dygrad/jit/graph.h"
 #include "dygrad/jit/passes.h"
 #include "dygrad/runtime/op_attrs.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg::jit {
 
@@ -322,6 +323,67 @@ RowReduction row_reduction_at(const GraphOp& op, const std::vector<Value>& value
   r.dtype = in.dtype;
   r.shape = in.sizes;
   return r;
+}
+
+// A sum a full-reduction program can end with (a loss tail: `((x - y) ** 2).mean()`'s sum): every element of a
+// float32/float64 value contiguous in memory (at least two) into one output of its dtype. That is eager's full
+// reduction over a contiguous input (reduce.cpp's sum_kernel: chunks of kFullReduceChunk summed with eight_lane_sum,
+// the partials added in order), whose order the program keeps. A strided input (another order: sum_strided per
+// chunk), a sum with a dtype, or an output of more than one element is not one.
+struct FullSumAt {
+  bool ok = false;
+  DType dtype = DType::Float32;
+  Dims shape;  // the summed input's
+};
+FullSumAt full_sum_at(const GraphOp& op, const std::vector<Value>& values) {
+  FullSumAt f;
+  if (std::string_view(op.op->name) != "sum" || op.op->fusion != FusionClass::Reduction) return f;
+  if (op.inputs.size() != 1 || op.outputs.size() != 1 || op.inputs[0] < 0 || op.outputs[0] < 0 ||
+      op.attrs.type() != attrs_type<ReduceAttrs>())
+    return f;
+  const Value& in = values[size_t(op.inputs[0])];
+  const Value& out = values[size_t(op.outputs[0])];
+  if ((in.dtype != DType::Float32 && in.dtype != DType::Float64) || out.dtype != in.dtype) return f;
+  const size_t nd = in.sizes.size();
+  std::vector<uint8_t> reduced(nd, 0);
+  for (int64_t d : op.attrs.get<ReduceAttrs>().dims)
+    if (d >= 0 && size_t(d) < nd) reduced[size_t(d)] = 1;
+  int64_t n = 1, expect = 1;
+  for (size_t d = nd; d-- > 0;) {
+    if (in.sizes[d] == 1) continue;
+    if (!reduced[d] || in.strides[d] != expect) return f;  // one output; the input contiguous
+    expect *= in.sizes[d];
+    n *= in.sizes[d];
+  }
+  if (n < 2) return f;
+  f.ok = true;
+  f.dtype = in.dtype;
+  f.shape = in.sizes;
+  return f;
+}
+
+// The sizes of the iteration over `shape` in its row-major order, coalesced for slots of these strides (a dim merged
+// into the next inner one where every slot steps across both contiguously; size-1 dims dropped), as fuse() builds a
+// program's `dims` when it keeps the order.
+Dims coalesced_sizes(const std::vector<Dims>& strides, const Dims& shape) {
+  Dims dims;
+  std::vector<int64_t> inner(strides.size(), 0);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !dims.empty();
+    for (size_t s = 0; s < strides.size() && merge; ++s) merge = inner[s] == strides[s][d] * shape[d];
+    if (merge) dims.back() *= shape[d];
+    else dims.push_back(shape[d]);
+    for (size_t s = 0; s < strides.size(); ++s) inner[s] = strides[s][d];
+  }
+  return dims;
+}
+
+// Whether a full-reduction program can keep eager's chunks over this iteration: one dim (chunks cut anywhere), or rows
+// of a multiple of eight elements that divide a chunk (a chunk is whole rows, each row's elements folded into the
+// chunk's eight lanes in order: the lane of an element is its index in the chunk mod 8).
+bool full_sum_iteration(const Dims& dims) {
+  return dims.size() <= 1 || (dims.back() % 8 == 0 && kFullReduceChunk % dims.back() == 0);
 }
 
 }  // namespace
@@ -635,11 +697,14 @@ std::string Passes::fuse(Graph& g) {
     // A run with an operand off the compute type (bfloat16, a mask) holds no row reduction (row programs read
     // float32/float64 rows only).
     bool reduced = false, vectors_in_pass = false, mixed = false;
+    // A full sum joined (a full-reduction program): only ops of its one-element result may follow.
+    bool full_run = false;
     size_t j = i;
     while (j < g.ops_.size()) {
       const GraphOp& op = g.ops_[j];
       Kind kind;
       bool squeezed = false;  // a row op of the shape [rows...]
+      bool full_sum = false;  // this op is a full sum
       DType d2;
       Dims s2;
       if (fusible_at(j, d2, s2)) {
@@ -649,20 +714,34 @@ std::string Passes::fuse(Graph& g) {
           if (dtype != DType::Bool) break;
           dtype = d2;
         }
-        if (std::ranges::equal(s2, shape)) kind = Kind::Vector;
-        else if (reduced && (std::ranges::equal(s2, keep_shape) || std::ranges::equal(s2, row_shape))) {
+        if (full_run) {
+          if (std::reduce(s2.begin(), s2.end(), int64_t(1), std::multiplies<>()) != 1) break;
+          kind = Kind::Row;  // an op on the sum's single value
+        } else if (std::ranges::equal(s2, shape)) {
+          kind = Kind::Vector;
+        } else if (reduced && (std::ranges::equal(s2, keep_shape) || std::ranges::equal(s2, row_shape))) {
           kind = Kind::Row;
           squeezed = s2.size() + 1 == nd;
         } else {
           break;
         }
-      } else {
-        const RowReduction r = row_reduction_at(op, g.values_, unread(j));
-        if (!r.ok || r.dtype != dtype || !std::ranges::equal(r.shape, shape) || mixed) break;
+      } else if (const RowReduction r = row_reduction_at(op, g.values_, unread(j)); r.ok) {
+        if (full_run || r.dtype != dtype || !std::ranges::equal(r.shape, shape) || mixed) break;
         kind = Kind::Reduce;
+      } else {
+        // A full sum ends the run's elements: after ops of the run (the summed value computed by the run), in a run
+        // without row reductions whose iteration keeps eager's chunks (full_sum_iteration).
+        const FullSumAt f = full_sum_at(op, g.values_);
+        if (!f.ok || j == i || full_run || reduced || f.dtype != dtype || !std::ranges::equal(f.shape, shape))
+          break;
+        std::vector<Dims> strides{broadcast_strides(g.values_[size_t(op.inputs[0])], shape)};
+        for (const SlotKey& k : keys) strides.push_back(k.strides);
+        if (!full_sum_iteration(coalesced_sizes(strides, shape))) break;
+        kind = Kind::Reduce;
+        full_sum = true;
       }
       const bool off = off_compute_dtype(op, g.values_);
-      if (off && reduced) break;
+      if (off && (reduced || full_run)) break;  // bfloat16 and masks: in vector records only
       const size_t keys_before = keys.size();
       auto saved_written = written_key;
       auto saved_buffers = buffer_keys;
@@ -670,7 +749,8 @@ std::string Passes::fuse(Graph& g) {
       for (int32_t v : op.inputs) buffer_keys[g.values_[size_t(v)].buffer].insert(key_of(v, squeezed));
       const int32_t ov = op.outputs[0];
       const int32_t ob = g.values_[size_t(ov)].buffer;
-      const bool squeezed_out = kind == Kind::Reduce ? g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed;
+      const bool squeezed_out =
+          kind == Kind::Reduce ? !full_sum && g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed;
       const int32_t ok_key = key_of(ov, squeezed_out);
       buffer_keys[ob].insert(ok_key);
       written_key[ob] = ok_key;
@@ -696,7 +776,7 @@ std::string Passes::fuse(Graph& g) {
       if (kind == Kind::Reduce) {
         ++pass;
         vectors_in_pass = false;
-        reduced = true;
+        (full_sum ? full_run : reduced) = true;
       }
       ++j;
     }
@@ -739,7 +819,9 @@ std::string Passes::fuse(Graph& g) {
       const Kind kind = kinds[m - i];
       const bool squeezed = squeezed_op[m - i];
       FusedRecord rec;
-      if (kind == Kind::Reduce) {
+      if (kind == Kind::Reduce && full_run) {
+        rec.op = FusedOpCode::FullSum;
+      } else if (kind == Kind::Reduce) {
         const RowReduction r = row_reduction_at(op, g.values_, unread(m));
         rec.op = r.code;
         rec.k = r.k;
@@ -764,7 +846,8 @@ std::string Passes::fuse(Graph& g) {
         slot_read[size_t(rec.in[a].slot)] = 1;
       }
       const int32_t ov = op.outputs[0];
-      const int32_t k = key_of(ov, kind == Kind::Reduce ? g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed);
+      const int32_t k =
+          key_of(ov, kind == Kind::Reduce ? !full_run && g.values_[size_t(ov)].sizes.size() + 1 == nd : squeezed);
       if (gone.count(g.values_[size_t(ov)].buffer)) {
         holder[size_t(k)] = int32_t(prog->records.size());
       } else {
@@ -786,6 +869,7 @@ std::string Passes::fuse(Graph& g) {
         if (later && from.row_buffer < 0) from.row_buffer = prog->row_buffers++;
       }
     prog->row_reduction = reduced;
+    prog->full_reduction = full_run;
     for (const FusedRecord& rec : prog->records) prog->passes = std::max(prog->passes, rec.pass + 1);
     GraphOp fused;
     fused.op = &op_jit_fused;
@@ -816,10 +900,10 @@ std::string Passes::fuse(Graph& g) {
     // the one the slots step through most closely, as eager's strided iteration orders its dims: the written slots
     // decide first, then the read ones, a broadcast (stride 0) or an equal stride deciding nothing. (A transposed
     // gradient, the composed rotary embedding's backward, otherwise ran its inner loop down a column.) A row program
-    // keeps the output's order.
+    // keeps the output's order, and so does a full-reduction program (the summed value's memory order: eager's).
     std::vector<size_t> order(merged_dims);
     for (size_t d = 0; d < merged_dims; ++d) order[d] = d;
-    if (!reduced) {
+    if (!reduced && !full_run) {
       std::vector<size_t> by_priority;
       for (size_t s = 0; s < slots; ++s)
         if (slot_written[s]) by_priority.push_back(s);
@@ -852,6 +936,8 @@ std::string Passes::fuse(Graph& g) {
       dims.push_back(1);
       for (size_t s = 0; s < slots; ++s) strides[s].push_back(0);
     }
+    DG_CHECK(!full_run || full_sum_iteration(dims), Runtime, "[jit] a full-reduction program over ",
+             shape_str(shape), " iterates ", shape_str(dims), ": its chunks are not eager's");
     if (reduced) {
       dims.push_back(shape.back());
       for (size_t s = 0; s < slots; ++s) strides[s].push_back(full(s, nd - 1));
@@ -878,6 +964,41 @@ std::string Passes::fuse(Graph& g) {
          std::to_string(eliminated) + " intermediate buffer(s) eliminated" + lowered;
 }
 
+void Passes::alias_slots(Graph& g) {
+  for (GraphOp& op : g.ops_) {
+    if (op.op != &op_jit_fused) continue;
+    FusedProgram& p = *op.attrs.get<FusedAttrs>().program;
+    p.slot_base.clear();
+    p.slot_delta.clear();
+    if (p.row_reduction || p.full_reduction) continue;
+    const size_t slots = p.num_slots();
+    auto value = [&](size_t s) -> const Value& {
+      const int32_t v = p.slot_output[s] >= 0 ? op.outputs[size_t(p.slot_output[s])] : op.inputs[size_t(p.slot_input[s])];
+      return g.values_[size_t(v)];
+    };
+    std::vector<int32_t> base(slots);
+    std::vector<int64_t> delta(slots, 0);
+    bool any = false;
+    for (size_t s = 0; s < slots; ++s) {
+      base[s] = int32_t(s);
+      const Value& vs = value(s);
+      for (size_t b = 0; b < s; ++b) {
+        const Value& vb = value(b);
+        if (base[b] != int32_t(b) || vb.buffer != vs.buffer || p.slot_dtype[b] != p.slot_dtype[s] ||
+            p.strides[b] != p.strides[s])
+          continue;
+        base[s] = int32_t(b);
+        delta[s] = vs.offset - vb.offset;
+        any = true;
+        break;
+      }
+    }
+    if (!any) continue;
+    p.slot_base = std::move(base);
+    p.slot_delta = std::move(delta);
+  }
+}
+
 void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) {
   if (log) log->push_back({"captured", g.describe(), ""});
   auto step = [&](const char* name, std::string (*pass)(Graph&)) {
@@ -892,6 +1013,7 @@ void Passes::run(Graph& g, const PassConfig& config, std::vector<PassLog>* log) 
   if (config.rematerialize) step("rematerialize", &Passes::rematerialize);
   if (config.fusion) step("fusion", &Passes::fuse);
   if (config.inplace) step("inplace", &Passes::inplace);
+  alias_slots(g);
   lifetimes(g);
 }
 

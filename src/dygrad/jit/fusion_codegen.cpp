@@ -8,6 +8,7 @@
 
 #include "dygrad/core/error.h"
 #include "dygrad/jit/fusion.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg::jit {
 
@@ -133,27 +134,49 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
 bool is_bf16(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::BFloat16; }
 bool is_bool(const FusedProgram& p, size_t s) { return s < p.slot_dtype.size() && p.slot_dtype[s] == DType::Bool; }
 
+// The slot whose pointer addresses slot s (itself unless FusedProgram::slot_base says otherwise).
+int32_t slot_base(const FusedProgram& p, size_t s) { return p.slot_base.empty() ? int32_t(s) : p.slot_base[s]; }
+
 // The function's opening: the slots as typed pointers (`__restrict`: distinct slots never overlap).
 void open_function(std::ostringstream& o, const FusedProgram& p) {
   const size_t slots = p.num_slots();
   const char* type = p.dtype == DType::Float64 ? "double" : "float";
   o << "// kernel " << p.index << ": " << p.name << ", shape " << shape_str(p.shape) << ", " << dtype_name(p.dtype);
   if (p.row_reduction) o << ", " << p.passes << " pass(es) per row";
+  if (p.full_reduction) o << ", a sum over every element (chunks of " << kFullReduceChunk << ")";
   o << "\n";
   for (const FusedRecord& r : p.records)
-    o << "//   " << (p.row_reduction ? (r.row ? "row  p" : "elem p") + std::to_string(r.pass) + "  " : "") << r.source
+    o << "//   " << (p.row_reduction || p.full_reduction ? (r.row ? "row  p" : "elem p") + std::to_string(r.pass) + "  " : "")
+      << r.source
       << "\n";
   o << "// iteration " << shape_str(p.dims) << "; slot strides:";
   for (size_t s = 0; s < slots; ++s) o << " s" << s << shape_str(p.strides[s]);
   o << "\n";
   o << "extern \"C\" DG_FUSED_EXPORT void dg_fused_" << p.index << "(char* const* p, int64_t begin, int64_t end) {\n";
   o << "  using T = " << type << ";\n";
+  // A slot addressed through another's pointer (FusedProgram::slot_base) has none of its own; a pointer is writable
+  // where any slot it addresses is stored.
+  std::vector<uint8_t> written(slots, 0);
+  for (size_t s = 0; s < slots; ++s)
+    if (p.slot_output[s] >= 0) written[size_t(slot_base(p, s))] = 1;
   for (size_t s = 0; s < slots; ++s) {
-    const std::string t = std::string(p.slot_output[s] >= 0 ? "" : "const ") +
+    if (slot_base(p, s) != int32_t(s)) {
+      o << "  // s" << s << ": s" << slot_base(p, s) << "'s elements " << (p.slot_delta[s] < 0 ? "" : "+") << p.slot_delta[s]
+        << " (one buffer: the accesses one interleaved group)\n";
+      continue;
+    }
+    const std::string t = std::string(written[s] ? "" : "const ") +
                           (is_bf16(p, s) ? "uint16_t" : is_bool(p, s) ? "uint8_t" : "T");
     o << "  " << t << "* __restrict s" << s << " = reinterpret_cast<" << t << "*>(p[" << s << "]);"
       << (is_bf16(p, s) ? "  // bfloat16" : is_bool(p, s) ? "  // bool" : "") << "\n";
   }
+}
+
+// A slot's element at index expression `index` (relative to the slot's element 0), through its base's pointer.
+std::string slot_element(const FusedProgram& p, size_t s, const std::string& index) {
+  const int32_t b = slot_base(p, s);
+  if (b == int32_t(s)) return "s" + std::to_string(s) + "[" + index + "]";
+  return "s" + std::to_string(b) + "[" + index + " + " + std::to_string(p.slot_delta[s]) + "]";
 }
 
 // A slot's element as the compute type, and a value stored into it (bfloat16 slots: the conversions of
@@ -247,6 +270,45 @@ bool heavy_op(const FusedRecord& r) {
 
 constexpr int64_t kGuardBlock = 512;  // elements per guarded block of a flat program (eager's block: unary.cpp)
 
+// The loop body of a one-pass program at element i (`index[s]`: slot s's element): each slot read loaded once, the
+// vector records in order (exp and log in their fast forms where `fast`), then each slot they wrote stored with its
+// last value. Row and reduction records are not the body's. Marks the slots both read from memory and stored in
+// `read_and_stored`; `fold` (a full sum's operand): its value's name into `folded`.
+std::string element_body(const FusedProgram& p, const std::vector<std::string>& index, const std::string& indent,
+                         bool fast, std::vector<uint8_t>* read_and_stored, const FusedOperand* fold = nullptr,
+                         std::string* folded = nullptr) {
+  const size_t slots = p.num_slots();
+  std::ostringstream b;
+  std::vector<int32_t> current(slots, -1);
+  std::vector<uint8_t> loaded(slots, 0);
+  auto value = [&](const FusedOperand& in) {
+    if (in.record >= 0 || current[size_t(in.slot)] >= 0)  // a result, or forwarded from the slot's last store
+      return "v" + std::to_string(in.record >= 0 ? in.record : current[size_t(in.slot)]);
+    if (!loaded[size_t(in.slot)]) {
+      loaded[size_t(in.slot)] = 1;
+      const std::string element = slot_element(p, size_t(in.slot), index[size_t(in.slot)]);
+      b << indent << "  const T l" << in.slot << " = " << load(p, size_t(in.slot), element) << ";\n";
+    }
+    return "l" + std::to_string(in.slot);
+  };
+  for (size_t r = 0; r < p.records.size(); ++r) {
+    const FusedRecord& rec = p.records[r];
+    if (rec.row || is_row_reduction(rec.op)) continue;
+    std::string operand[kMaxFusedArity];
+    for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = value(rec.in[j]);
+    record_line(b, indent + "  ", rec, int32_t(r), operand, p.dtype, fast);
+    if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
+  }
+  if (fold) *folded = value(*fold);
+  for (size_t s = 0; s < slots; ++s)
+    if (current[s] >= 0) {
+      b << indent << "  " << slot_element(p, s, index[s]) << " = " << store(p, s, "v" + std::to_string(current[s]))
+        << ";\n";
+      if (read_and_stored && loaded[s]) (*read_and_stored)[s] = 1;
+    }
+  return b.str();
+}
+
 // An elementwise program: every element runs the records, then each written slot stores its last value.
 void flat_program(std::ostringstream& o, const FusedProgram& p) {
   const size_t slots = p.num_slots(), nd = p.dims.size();
@@ -255,40 +317,12 @@ void flat_program(std::ostringstream& o, const FusedProgram& p) {
   const std::string columns = std::to_string(p.dims[nd - 1]);
   for (size_t s = 0; s < slots; ++s) {
     const int64_t st = p.strides[s][nd - 1];
-    const std::string base = nd == 1 ? "" : "o" + std::to_string(s);
+    const std::string base = nd == 1 ? "" : "o" + std::to_string(slot_base(p, s));  // equal strides: equal offsets
     const std::string step = st == 0 ? "" : st == 1 ? "i" : "i * " + std::to_string(st);
     index[s] = nd == 1 ? (st == 0 ? "0" : step) : base + (step.empty() ? "" : " + " + step);
   }
   auto body = [&](bool fast, std::vector<uint8_t>* read_and_stored) {
-    std::ostringstream b;
-    std::vector<int32_t> current(slots, -1);
-    std::vector<uint8_t> loaded(slots, 0);
-    for (size_t r = 0; r < p.records.size(); ++r) {
-      const FusedRecord& rec = p.records[r];
-      std::string operand[kMaxFusedArity];
-      for (int j = 0; j < fused_op_arity(rec.op); ++j) {
-        const FusedOperand& in = rec.in[j];
-        if (in.record >= 0 || current[size_t(in.slot)] >= 0) {  // a result, or forwarded from the slot's last store
-          operand[j] = "v" + std::to_string(in.record >= 0 ? in.record : current[size_t(in.slot)]);
-          continue;
-        }
-        if (!loaded[size_t(in.slot)]) {
-          loaded[size_t(in.slot)] = 1;
-          const std::string element = "s" + std::to_string(in.slot) + "[" + index[size_t(in.slot)] + "]";
-          b << indent << "  const T l" << in.slot << " = " << load(p, size_t(in.slot), element) << ";\n";
-        }
-        operand[j] = "l" + std::to_string(in.slot);
-      }
-      record_line(b, indent + "  ", rec, int32_t(r), operand, p.dtype, fast);
-      if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
-    }
-    for (size_t s = 0; s < slots; ++s)
-      if (current[s] >= 0) {
-        b << indent << "  s" << s << "[" << index[s] << "] = " << store(p, s, "v" + std::to_string(current[s]))
-          << ";\n";
-        if (read_and_stored && loaded[s]) (*read_and_stored)[s] = 1;
-      }
-    return b.str();
+    return element_body(p, index, indent, fast, read_and_stored);
   };
   std::vector<uint8_t> read_and_stored(slots, 0);
   body(false, &read_and_stored);
@@ -320,6 +354,80 @@ void flat_program(std::ostringstream& o, const FusedProgram& p) {
     guarded_loop(o, indent, "0", columns, false, [&](bool fast) { return body(fast, nullptr); });
   }
   o << "  }\n";
+}
+
+// A full-reduction program (runtime/fused_program.h): for each chunk c of [begin, end), the vector records over
+// the chunk's elements and the eight-lane sum of the summed operand (eager's order for a chunk: sum_kernel's
+// eight_lane_sums), into p[slots][c]; over the summed values kept in a buffer where a heavy or guarded record runs (as
+// a row program splits its sum). One dim: a chunk is kFullReduceChunk elements. Rows (fusion.cpp's
+// full_sum_iteration: rows of a multiple of 8 dividing a chunk): a chunk is whole rows, each folded into the chunk's
+// eight lanes (element i of a row to lane i % 8: its index in the chunk mod 8), the lanes merged as eight_lane_sum's.
+// The kernel adds the partials and runs the records on the total.
+void full_program(std::ostringstream& o, const FusedProgram& p) {
+  const size_t slots = p.num_slots(), nd = p.dims.size();
+  const int64_t columns = p.dims[nd - 1];
+  std::vector<std::string> index(slots);
+  for (size_t s = 0; s < slots; ++s) {
+    const int64_t st = p.strides[s][nd - 1];
+    const std::string step = st == 0 ? "" : st == 1 ? "i" : "i * " + std::to_string(st);
+    index[s] = nd == 1 ? (st == 0 ? "0" : step) : "o" + std::to_string(s) + (step.empty() ? "" : " + " + step);
+  }
+  const auto red = std::ranges::find_if(p.records, [](const FusedRecord& r) { return r.op == FusedOpCode::FullSum; });
+  DG_CHECK(red != p.records.end() && (nd == 1 || (columns % 8 == 0 && kFullReduceChunk % columns == 0)), Runtime,
+           "[jit] ", p.name, ": not a full-reduction program");
+  const std::string chunk = std::to_string(kFullReduceChunk), n = std::to_string(columns);
+  std::string folded;
+  std::vector<uint8_t> read_and_stored(slots, 0);
+  element_body(p, index, "", false, &read_and_stored, &red->in[0], &folded);
+  auto vector_record = [](const FusedRecord& r) { return !r.row && !is_row_reduction(r.op); };
+  const bool guarded = std::ranges::none_of(read_and_stored, [](uint8_t x) { return x != 0; }) &&
+                       std::ranges::any_of(p.records, [&](const FusedRecord& r) {
+                         return vector_record(r) && guarded_op(r, p.dtype);
+                       });
+  const bool split = guarded || std::ranges::any_of(p.records, [&](const FusedRecord& r) {
+                       return vector_record(r) && heavy_op(r);
+                     });
+  o << "  T* __restrict partial = reinterpret_cast<T*>(p[" << slots << "]);  // one sum per chunk\n";
+  if (split) o << "  std::vector<T> summed(" << (nd == 1 ? chunk : n) << ");\n  T* __restrict sb = summed.data();\n";
+  o << "  for (int64_t ch = begin; ch < end; ++ch) {\n";
+  if (nd == 1) {
+    o << "    const int64_t c0 = ch * " << chunk << ";\n";
+    o << "    const int64_t c1 = " << n << " - c0 < " << chunk << " ? " << n << " : c0 + " << chunk << ";\n";
+    if (!split) {
+      o << "    partial[ch] = dg::cpu::eight_lane_sum<T>(c1 - c0, [&](int64_t j) -> T {\n";
+      o << "      const int64_t i = c0 + j;\n" << element_body(p, index, "    ", false, nullptr) << "      return "
+        << folded << ";\n    });  // " << red->source << "\n";
+    } else {
+      guarded_loop(o, "    ", "c0", "c1", guarded, [&](bool fast) {
+        return element_body(p, index, "    ", fast, nullptr) + "      sb[i - c0] = " + folded + ";\n";
+      });
+      o << "    partial[ch] = dg::cpu::eight_lane_sum<T>(c1 - c0, [&](int64_t j) -> T { return sb[j]; });  // "
+        << red->source << "\n";
+    }
+    o << "  }\n  // then (the kernel): the partials added in chunk order, and the records on the total\n";
+    return;
+  }
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) rows *= p.dims[d];
+  const std::string per = std::to_string(kFullReduceChunk / columns), all = std::to_string(rows);
+  o << "    const int64_t r0 = ch * " << per << ";\n";
+  o << "    const int64_t r1 = " << all << " - r0 < " << per << " ? " << all << " : r0 + " << per << ";\n";
+  o << "    T lane[8] = {T(0), T(0), T(0), T(0), T(0), T(0), T(0), T(0)};\n";
+  o << "    for (int64_t r = r0; r < r1; ++r) {\n";
+  row_offsets(o, p);
+  if (!split) {
+    o << "      for (int64_t i0 = 0; i0 < " << n << "; i0 += 8)\n        for (int k = 0; k < 8; ++k) {\n";
+    o << "          const int64_t i = i0 + k;\n" << element_body(p, index, "        ", false, nullptr)
+      << "          lane[k] += " << folded << ";\n        }\n";
+  } else {
+    guarded_loop(o, "      ", "0", n, guarded, [&](bool fast) {
+      return element_body(p, index, "      ", fast, nullptr) + "        sb[i] = " + folded + ";\n";
+    });
+    o << "      for (int64_t i0 = 0; i0 < " << n << "; i0 += 8)\n";
+    o << "        for (int k = 0; k < 8; ++k) lane[k] += sb[i0 + k];\n";
+  }
+  o << "    }\n    partial[ch] = dg::cpu::eight_lane_merge<T>(lane);  // " << red->source << "\n";
+  o << "  }\n  // then (the kernel): the partials added in chunk order, and the records on the total\n";
 }
 
 // The call that computes a row reduction reading the whole row (fused_program.h's reads_whole_row; the functions of
@@ -531,6 +639,7 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
              }), Runtime, "[jit] a row program over bfloat16 or boolean slots");
     open_function(o, *p);
     if (p->row_reduction) row_program(o, *p);
+    else if (p->full_reduction) full_program(o, *p);
     else flat_program(o, *p);
     o << "}\n\n";
   }

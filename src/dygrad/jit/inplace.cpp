@@ -108,7 +108,7 @@ std::string Passes::inplace(Graph& g) {
     if (op.op == &op_jit_fused) {
       FusedProgram& p = *op.attrs.get<FusedAttrs>().program;
       auto is_guarded = [&](const FusedRecord& r) { return guarded_op(r, p.dtype); };
-      if (p.row_reduction || std::ranges::any_of(p.records, is_guarded)) continue;
+      if (p.row_reduction || p.full_reduction || std::ranges::any_of(p.records, is_guarded)) continue;
       for (int32_t s_out = 0; s_out < int32_t(p.num_slots()); ++s_out) {
         if (p.slot_output[size_t(s_out)] < 0 || p.slot_input[size_t(s_out)] >= 0) continue;
         // the first record that stores the output slot: the input slot must not be read after it

@@ -29,6 +29,9 @@ struct Passes {
   static std::string inplace(Graph& g);  // jit/inplace.cpp: an output written over an input dying with it
   static size_t lower_cats(Graph& g);  // jit/lower.cpp: `cat` into copies into its output's slices (fuse runs it)
   static void lifetimes(Graph& g);
+  // After the passes: each fused one-pass program's slots that lie in one buffer at a fixed distance from another of
+  // the same dtype and strides (FusedProgram::slot_base, jit/fusion.cpp).
+  static void alias_slots(Graph& g);
 };
 
 }  // namespace dg::jit

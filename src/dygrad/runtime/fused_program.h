@@ -22,6 +22,12 @@
 // every record still sees what it saw in eager's order: a slot stored by an earlier pass is read from memory (its pass
 // stored the row), and an intermediate the program does not store (an earlier record's result) from a row buffer
 // (`row_buffer`: the row's values of that record, kept while the row runs).
+//
+// A full-reduction program (`full_reduction`, a loss tail: `((x - y) ** 2).mean()`): vector records over `shape`
+// (whose coalesced iteration is one dim), then one FullSum of a vector operand over every element, then records on
+// the single value that follows (`row`: the mean's divide, a scale). The sum keeps eager's order for a reduction to
+// one element of a contiguous input (backend/cpu/reduce.cpp's sum_kernel): chunks of kFullReduceChunk elements in
+// order, each summed with eight_lane_sum, the chunks' partial sums added in chunk order into a zero.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -99,10 +105,12 @@ enum class FusedOpCode : uint8_t {
   RowVar,           // `var` (row_variance: float64 accumulation), k: the correction
   RowStd,           // `std`, k: the correction
   RowLogsumexp,     // `logsumexp` (row_logsumexp)
+  FullSum,          // a full-reduction program's sum over every element (above): the only reduction of its program
 };
+// A reduction record (a row program's, or a full-reduction program's FullSum).
 inline bool is_row_reduction(FusedOpCode op) { return op >= FusedOpCode::RowSum; }
 // A row reduction that reads the whole row after its pass's loop (every one but RowSum, folded inside the loop).
-inline bool reads_whole_row(FusedOpCode op) { return op > FusedOpCode::RowSum; }
+inline bool reads_whole_row(FusedOpCode op) { return op > FusedOpCode::RowSum && op != FusedOpCode::FullSum; }
 inline int fused_op_arity(FusedOpCode op) {
   switch (op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
@@ -162,8 +170,20 @@ struct FusedProgram {
   // A row program (see above): its rows are the dims of `dims` but the innermost (never merged with the others), the
   // innermost is the row; `passes` passes per row, `row_buffers` rows of values kept while a row runs.
   bool row_reduction = false;
+  // A full-reduction program (see above): `dims` is one dim; the generated function computes the partial sums of
+  // chunks [begin, end) into p[num_slots()] (one per chunk, the compute type); the kernel adds them in order and
+  // runs the records on the total.
+  bool full_reduction = false;
   int32_t passes = 1;
   int32_t row_buffers = 0;
+  // Per slot of a one-pass elementwise program: the slot whose pointer addresses it (itself, or an earlier slot of the
+  // same buffer, dtype and iteration strides) and its element distance from that slot's element 0. The generated
+  // code reaches such a slot through the other's pointer, so the compiler sees one interleaved group where a program
+  // reads x[..., 0::2] and x[..., 1::2] or writes the two halves of a `stack` (the composed rotary embedding: its loop
+  // vectorised only so); the kernel checks the distances at each launch and runs the interpreter where one does not
+  // hold. Empty: no slot is addressed through another.
+  std::vector<int32_t> slot_base;
+  std::vector<int64_t> slot_delta;
   int32_t index = 0;  // its function in the graph's translation unit: dg_fused_<index>
   // The generated function, once loaded: elements [begin, end) of the coalesced iteration when it is one dim, rows
   // [begin, end) of its innermost dim otherwise; p[slot] is the slot's element 0.

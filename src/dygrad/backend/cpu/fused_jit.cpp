@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <type_traits>
 
 #include "dygrad/backend/cpu/accumulate.h"
@@ -20,6 +22,7 @@
 #include "dygrad/math/activations.h"
 #include "dygrad/math/arithmetic.h"
 #include "dygrad/math/elementary.h"
+#include "dygrad/runtime/scratch.h"
 
 namespace dg::cpu {
 
@@ -134,7 +137,8 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n,
       }
     case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
     case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
-      return;  // RowInterpreter: over whole rows
+    case FusedOpCode::FullSum:
+      return;  // RowInterpreter (over whole rows), full_reduction (over chunks)
   }
 }
 #undef DG_FUSED_MAP1
@@ -161,10 +165,12 @@ constexpr int kMaxSlots = 64;
 
 // The interpreter over one run of n elements of an elementwise program: slot s's first element at p[s] + offset[s]
 // elements, stepping inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each
-// slot's last value.
+// slot's last value. A full-reduction program's vector records: its sum and the records after it are not run here;
+// `summed` receives the values of `fold` (the sum's operand) for the n elements.
 template <typename V>
 void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p, const int64_t* offset,
-                   const int64_t* inner, int64_t n, std::vector<V>& work) {
+                   const int64_t* inner, int64_t n, std::vector<V>& work, const FusedOperand* fold = nullptr,
+                   V* summed = nullptr) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
   bool bf16[kMaxSlots], mask[kMaxSlots];
   for (size_t s = 0; s < slots; ++s) {
@@ -197,6 +203,7 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     for (size_t r = 0; r < records; ++r) {
       if (skip && skip[r]) continue;
       const FusedRecord& rec = prog.records[r];
+      if (rec.row || is_row_reduction(rec.op)) continue;
       const V* operand[kMaxFusedArity] = {nullptr, nullptr, nullptr};
       for (int j = 0; j < fused_op_arity(rec.op); ++j) {
         const FusedOperand& o = rec.in[j];
@@ -211,6 +218,12 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
         for (int64_t i = 0; i < m; ++i)
           result[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(result[i]))));
       if (rec.out_slot >= 0) current[rec.out_slot] = static_cast<int32_t>(r);
+    }
+    if (summed) {
+      const V* from = fold->record >= 0          ? rec_buf + size_t(fold->record) * kChunk
+                      : current[fold->slot] >= 0 ? rec_buf + size_t(current[fold->slot]) * kChunk
+                                                 : slot_buf + size_t(fold->slot) * kChunk;
+      std::copy_n(from, m, summed + c0);
     }
     for (size_t s = 0; s < slots; ++s) {
       if (prog.slot_output[s] < 0 || current[s] < 0) continue;
@@ -402,6 +415,69 @@ void interpret(const FusedProgram& prog, const uint8_t* skip, char* const* p) {
   });
 }
 
+// A full-reduction program (runtime/fused_program.h): each chunk's partial sum (the generated function `fn`, or the
+// interpreter over the chunk's elements and eight_lane_sum over its summed values), the partials added in chunk order
+// into a zero (sum_kernel's order), then the records on the total, once, with the functors eager's kernels use.
+template <typename V>
+void full_reduction(const FusedProgram& prog, const uint8_t* skip, char* const* p, FusedProgram::Fn fn) {
+  const size_t slots = prog.num_slots(), nd = prog.dims.size();
+  // One dim: chunks of kFullReduceChunk elements; rows (fused_program.h): chunks of whole rows.
+  const int64_t columns = prog.dims[nd - 1], per = nd == 1 ? 0 : kFullReduceChunk / columns;
+  const int64_t n = nd == 1 ? columns : std::reduce(prog.dims.begin(), prog.dims.end() - 1, int64_t(1),
+                                                    std::multiplies<>());  // elements, or rows
+  const int64_t chunks = nd == 1 ? (n + kFullReduceChunk - 1) / kFullReduceChunk : (n + per - 1) / per;
+  size_t sum_at = 0;
+  while (prog.records[sum_at].op != FusedOpCode::FullSum) ++sum_at;
+  const FusedRecord& red = prog.records[sum_at];
+  std::vector<V> partial(static_cast<size_t>(chunks));
+  if (fn) {
+    char* q[kMaxSlots + 1];
+    std::copy_n(p, slots, q);
+    q[slots] = reinterpret_cast<char*>(partial.data());
+    parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) { fn(q, b, e); });
+  } else {
+    int64_t inner[kMaxSlots];
+    for (size_t s = 0; s < slots; ++s) inner[s] = prog.strides[s][nd - 1];
+    parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+      std::vector<V> work((slots + prog.records.size()) * kChunk), summed(static_cast<size_t>(kFullReduceChunk));
+      int64_t offset[kMaxSlots];
+      for (int64_t c = b; c < e; ++c) {
+        int64_t m = 0;  // the chunk's elements, their summed values in order in `summed`
+        if (nd == 1) {
+          const int64_t c0 = c * kFullReduceChunk;
+          m = std::min(kFullReduceChunk, n - c0);
+          for (size_t s = 0; s < slots; ++s) offset[s] = c0 * inner[s];
+          interpret_run<V>(prog, skip, p, offset, inner, m, work, &red.in[0], summed.data());
+        } else {
+          for (int64_t r = c * per; r < std::min(n, (c + 1) * per); ++r, m += columns) {
+            row_offsets(prog, r, offset);
+            interpret_run<V>(prog, skip, p, offset, inner, columns, work, &red.in[0], summed.data() + m);
+          }
+        }
+        partial[size_t(c)] = eight_lane_sum<V>(m, [&](int64_t i) { return summed[size_t(i)]; });
+      }
+    });
+  }
+  auto element = [&](int32_t s) { return reinterpret_cast<V*>(p[s]); };  // a slot of one element
+  std::vector<V> value(prog.records.size());
+  if (!skip || !skip[sum_at]) {
+    V total = V(0);
+    for (V part : partial) total += part;
+    value[sum_at] = total;
+    if (red.out_slot >= 0) *element(red.out_slot) = total;
+  }
+  for (size_t r = sum_at + 1; r < prog.records.size(); ++r) {
+    if (skip && skip[r]) continue;
+    const FusedRecord& rec = prog.records[r];
+    V operand[kMaxFusedArity] = {V(0), V(0), V(0)};
+    for (int j = 0; j < fused_op_arity(rec.op); ++j)
+      operand[j] = rec.in[j].record >= 0 ? value[size_t(rec.in[j].record)] : *element(rec.in[j].slot);
+    eval_record<V>(rec.op, static_cast<V>(rec.k), &value[r], &operand[0], &operand[1], 1, &operand[2],
+                   static_cast<V>(rec.k2));
+    if (rec.out_slot >= 0) *element(rec.out_slot) = value[r];
+  }
+}
+
 }  // namespace
 
 void fused_kernel(Task& task) {
@@ -418,12 +494,23 @@ void fused_kernel(Task& task) {
   if (numel == 0) return;
   const uint8_t* skip = attrs.skip ? attrs.skip->record.data() : nullptr;
   auto interpreted = [&] {
+    if (prog.full_reduction && prog.dtype == DType::Float64) return full_reduction<double>(prog, skip, p, nullptr);
+    if (prog.full_reduction) return full_reduction<float>(prog, skip, p, nullptr);
     if (prog.dtype == DType::Float64) interpret<double>(prog, skip, p);
     else interpret<float>(prog, skip, p);
   };
   const FusedProgram::Fn fn = prog.compiled.load(std::memory_order_acquire);
   if (!fn || skip) return interpreted();
+  // The generated code reaches a slot through another's pointer at the distance the capture saw (slot_base): where
+  // this launch's operands lie otherwise, the interpreter runs (it addresses every slot by its own pointer).
+  for (size_t s = 0; s < prog.slot_base.size(); ++s) {
+    const size_t b = size_t(prog.slot_base[s]);
+    if (b != s && p[s] != p[b] + prog.slot_delta[s] * static_cast<int64_t>(itemsize(prog.slot_dtype[s])))
+      return interpreted();
+  }
   auto generated = [&] {
+    if (prog.full_reduction && prog.dtype == DType::Float64) return full_reduction<double>(prog, nullptr, p, fn);
+    if (prog.full_reduction) return full_reduction<float>(prog, nullptr, p, fn);
     const size_t nd = prog.dims.size();
     const int64_t columns = prog.dims[nd - 1];
     if (nd == 1) return parallel_for(0, columns, kElementwiseGrain, [&](int64_t b, int64_t e) { fn(p, b, e); });
