@@ -10,7 +10,6 @@ import pytest
 
 import dygrad as dg
 import dygrad.nn as nn
-import dygrad.nn.functional as F
 from jit_steps import after_passes, assert_trained_alike, graph_of, regression_run
 
 
@@ -36,19 +35,16 @@ def specials(dtype):
 
 
 def operand(shape, dtype, seed, special=True):
-    """Random values with the special ones written at the front (each payload NaN kept: written through its bits)."""
+    """Random values with the special ones written at the front, rotated by the seed so that two operands meet
+    different ones (each payload NaN written through its bits: a float64 -> float32 cast need not keep it)."""
     dg.manual_seed(seed)
     x = dg.randn(*shape, dtype=dg.float64) * 2
-    flat = x.view(-1)
+    vals = specials(dtype)
+    vals = vals[seed % len(vals):] + vals[:seed % len(vals)]
     if special:
-        vals = specials(dtype)
-        # rotated by the seed so that two operands meet different specials
-        vals = vals[seed % len(vals):] + vals[:seed % len(vals)]
-        flat[: len(vals)] = dg.tensor(vals, dtype=dg.float64)
+        x.view(-1)[: len(vals)] = dg.tensor(vals, dtype=dg.float64)
     x = x.to(dtype)
-    if special:  # the payload NaNs as bits (a float64 -> float32 cast may quiet or keep them: write them directly)
-        vals = specials(dtype)
-        vals = vals[seed % len(vals):] + vals[:seed % len(vals)]
+    if special:
         bits = x.view(-1).view(INT[dtype])
         for i, v in enumerate(vals):
             if v != v:
@@ -77,7 +73,7 @@ def check(fn, *args, calls=3, fused=1):
 
 
 def fused_ops(fn, *args):
-    """The ops left beside the fused sub-ops after fusion (names), and the fused sub-ops' names."""
+    """The graph's lines after the fusion pass: its fused sub-ops and the ops left beside them."""
     _, section = after_passes(fn, *args)
     lines = [line.strip() for line in section.splitlines()[1:] if line.strip()]
     return lines
@@ -206,23 +202,21 @@ def test_what_cannot_be_exact_is_left_to_eager():
         assert bits(got) == bits(want)
 
 
-def leaky_mlp():
-    class LeakyClamped(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 16)
+class LeakyClampedMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 16)
 
-        def forward(self, x):
-            h = self.a(x)
-            h = dg.where(h > 0, h, 0.01 * h)    # leaky ReLU through where (its backward: where on the mask)
-            return self.b(h.clamp(-2.0, 2.0))   # clamped activations (backward: ge, le, logical_and, where)
-    return LeakyClamped()
+    def forward(self, x):
+        h = self.a(x)
+        h = dg.where(h > 0, h, 0.01 * h)    # leaky ReLU through where (its backward: where on the mask)
+        return self.b(h.clamp(-2.0, 2.0))   # clamped activations (backward: ge, le, logical_and, where)
 
 
 class ClampedLoss(nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = leaky_mlp()
+        self.net = LeakyClampedMLP()
 
     def forward(self, x, y):
         d = self.net(x) - y

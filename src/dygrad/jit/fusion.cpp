@@ -608,10 +608,10 @@ std::string Passes::cse(Graph& g) {
 }
 
 // Elementwise fusion: maximal runs of consecutive fusible sub-ops (fusion class Elementwise, a functor the program
-// knows, float32 or float64 operands all of one dtype, outputs of one shape) become one `jit_fused` sub-op. A run
-// stops where a buffer the run writes would be accessed through a second geometry (a store could then change what
-// another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops never move past each
-// other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
+// knows, float32 or float64 values all of one dtype with booleans beside them, outputs of one shape) become one
+// `jit_fused` sub-op. A run stops where a buffer the run writes would be accessed through a second geometry (a store
+// could then change what another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops
+// never move past each other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
 // eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
 //
 // Row reductions (row_reduction_at: eager's row path of `sum`, `amax`, `var`, ...) join a run of the shape [rows..., C]
