@@ -110,7 +110,8 @@ test: check-layers test-cpp test-python test-levels
 # dygrad.jit's O1 tests: the generated code is compiled for the level's ISA (its exp and log fast forms included).
 KERNEL_TESTS = tests/python/test_conformance.py tests/python/test_optim.py tests/python/test_llama_parity.py \
                tests/python/test_port_programs.py tests/python/test_fused.py tests/python/test_jit_fusion.py \
-               tests/python/test_jit_fusion_rows.py tests/python/test_jit_bf16.py -k "not unfused"
+               tests/python/test_jit_fusion_rows.py tests/python/test_jit_bf16.py \
+               tests/python/test_jit_fusion_select.py -k "not unfused"
 test-levels: install
 	@levels=$$($(PYTHON) -c "import dygrad; print(' '.join(dygrad.backends.cpu.kernel_levels()[:-1]))"); \
 	cap=$$(grep -qw avx2 /proc/cpuinfo && echo avx2 || echo default); \

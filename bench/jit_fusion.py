@@ -18,6 +18,13 @@ interleaved in one process (docs/jit-fusion.md, ../shared/docs/BENCHMARKS.md):
   xent_lse the same loss as (x.logsumexp(-1) - x.gather(-1, t[:, None]).squeeze(-1)).mean(); the same peers
   mse      a loss tail: ((h + b - y) ** 2).mean() forward and backward over [2048, 512] (a regression head's bias, its
            squared error, the full mean: one full-reduction program at O1)
+  leaky    where(h > 0, h, 0.01 * h).clamp(-c, c) over [8, 256, 1024] (a leaky ReLU through where, clamped
+           activations: comparisons, where and clamp in a run)
+  huber    d = x - y; where(|d| < 1, 0.5 d^2, |d| - 0.5) masked by ~((x != x) | (y > 3)) over [8, 256, 1024] (a smooth
+           L1 loss's elementwise part with a mask built from comparisons)
+  sincos   sin(a) * b + cos(a) over [8, 256, 1024] (eager's bounded sin and cos, libm's beyond their range)
+The selection cases (leaky, huber, sincos) also run at O1 with dygrad.jit.config.fusion = False ("dg O1 no fusion"):
+what fusing them wins over the same graph's other passes.
 The cases a pattern rewrites (xent, xent_gather, xent_lse: the cross-entropy pattern) also run at O1 with
 dygrad.jit.config.patterns = False ("dg O1 no patterns"): what the pattern wins over fusion alone. Each case's
 spread (fastest and slowest sample of each side) is printed after the medians.
@@ -69,6 +76,27 @@ def logsoftmax(lib):
 def swiglu(lib):
     def f(a, b):
         return lib.nn.functional.silu(a) * b
+    return f
+
+
+def leaky(lib):
+    def f(h):
+        return lib.where(h > 0, h, 0.01 * h).clamp(min=-3.0, max=3.0)
+    return f
+
+
+def huber(lib):
+    def f(x, y):
+        d = x - y
+        a = d.abs()
+        loss = lib.where(a < 1, 0.5 * d * d, a - 0.5)
+        return loss.masked_fill(~((x != x) | (y > 3)), 0.0)
+    return f
+
+
+def sincos(lib):
+    def f(a, b):
+        return a.sin() * b + a.cos()
     return f
 
 
@@ -165,6 +193,7 @@ def xent_fused(x, t):
 
 
 PATTERN_CASES = ("xent", "xent_gather", "xent_lse")
+SELECT_CASES = ("leaky", "huber", "sincos")
 
 BENCH_SHAPES = [(256, 384)] + [(384,), (1152, 384), (384, 384), (384,), (2048, 384), (384, 1024)] * 6 + [(384,),
                                                                                                        (256, 384)]
@@ -186,7 +215,8 @@ def cases(lib):
             "adam": (adam_loop(ps, ms, vs), (gs,)), "adam_torch": (adam_torch_loop(ps, ms, vs), (gs,)),
             "lion": (lion_loop(ps, ms), (gs,)), "xent": (xent(lib), (logits, targets)),
             "xent_gather": (xent_gather(lib), (logits, targets)), "xent_lse": (xent_lse(lib), (logits, targets)),
-            "mse": (mse(lib), (head, bias, target))}
+            "mse": (mse(lib), (head, bias, target)),
+            "leaky": (leaky(lib), (a * 2,)), "huber": (huber(lib), (a, b)), "sincos": (sincos(lib), (a * 3, b))}
 
 
 def adamw_fused(shapes):
@@ -341,6 +371,15 @@ def main():
                 dg.jit.config.patterns = True
             sides[name]["dg O1 no patterns"] = (o1_plain, args, dg.synchronize)
             assert "=== patterns: nothing matched" not in dg.jit.graph(fn, *args, passes=True), name
+        if name in SELECT_CASES:  # captured (and optimized) with the fusion pass off
+            o1_unfused = dg.jit(fn, jit_level="O1")
+            dg.jit.config.fusion = False
+            try:
+                o1_unfused(*args)
+                o1_unfused(*args)
+            finally:
+                dg.jit.config.fusion = True
+            sides[name]["dg O1 no fusion"] = (o1_unfused, args, dg.synchronize)
         moved[name] = (graph_bytes(o0), graph_bytes(o1))
         if name in peers:
             sides[name]["dg fused"] = (peers[name], args, dg.synchronize)
@@ -367,6 +406,8 @@ def main():
             line += f", O1/fused eager {r['dg O1'] / r['dg fused']:.2f}x"
         if "dg O1 no patterns" in r:
             line += f", O1/O1 no patterns {r['dg O1'] / r['dg O1 no patterns']:.2f}x"
+        if "dg O1 no fusion" in r:
+            line += f", O1/O1 no fusion {r['dg O1'] / r['dg O1 no fusion']:.2f}x"
         if "torch.compile" in r:
             line += f", O1/torch.compile {r['dg O1'] / r['torch.compile']:.2f}x"
         print(line)

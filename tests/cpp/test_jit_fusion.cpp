@@ -64,6 +64,39 @@ TEST(JitFusion, PassesFuseAChainAndTheInterpreterEqualsEager) {
 }
 
 
+// A leaky ReLU through where, clamped, with its mask returned and a second mask combined: one sub-op whose records
+// take a boolean condition (a three-operand where) and store a bool output, interpreted with eager's bits.
+TEST(JitFusion, ComparisonsWhereAndClampFuseWithABooleanOutput) {
+  Stream::cpu().synchronize();
+  auto body = [&](const Tensor& x) {
+    Tensor m = gt(x, 0.0);
+    Tensor y = clamp(where(m, x, mul(x, 0.01)), Scalar(-0.5), Scalar(0.5));
+    Tensor keep = logical_and(m, lt(x, 0.75));
+    return std::vector<Tensor>{where(keep, y, 2.0), m};
+  };
+  Tensor x0 = sub(rand(Shape{16, 40}), 0.5);
+  std::shared_ptr<Graph> graph;
+  {
+    Capture capture({x0});
+    std::vector<Tensor> out = body(x0);
+    capture.end();
+    graph = capture.build(out);
+    ASSERT_TRUE(graph);
+  }
+  std::shared_ptr<Graph> o1 = graph->optimized(jit::PassConfig{});
+  EXPECT_EQ(o1->num_ops(), 1u);
+  ASSERT_EQ(o1->programs().size(), 1u);
+  EXPECT_EQ(o1->programs()[0]->name, "gt_scalar+mul_scalar+where+clamp_scalar+lt_scalar+logical_and+where_scalar");
+  EXPECT_NE(o1->source().find("dg::math::clamp_below"), std::string::npos);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = mul(sub(rand(Shape{16, 40}), 0.5), 4.0);
+    std::vector<Tensor> got = o1->launch({x}), want = body(x);
+    EXPECT_EQ(values(got[0]), values(want[0]));
+    EXPECT_EQ(got[1].dtype(), DType::Bool);
+    EXPECT_EQ(got[1].to_vector<bool>(), want[1].to_vector<bool>());
+  }
+}
+
 // The composed RMSNorm and softmax over rows of 37 (whole groups of eight lanes and a tail), a log-softmax through
 // logsumexp, a standardisation through var and a shift by amin: one sub-op each, a row program of two or three
 // passes, interpreted with eager's bits.

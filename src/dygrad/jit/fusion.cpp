@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -68,6 +69,7 @@ struct Fusible {
   int arity;
   bool ok = false;
   double k = 0;
+  double k2 = 0;
 };
 
 Fusible classify(const GraphOp& op, DType dtype) {
@@ -105,12 +107,46 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"sign", {FusedOpCode::Sign, 1}},
       {"lerp_scalar", {FusedOpCode::LerpScalar, 2}},
       {"masked_fill", {FusedOpCode::MaskedFill, 2}},
+      {"eq", {FusedOpCode::Eq, 2}},
+      {"ne", {FusedOpCode::Ne, 2}},
+      {"lt", {FusedOpCode::Lt, 2}},
+      {"le", {FusedOpCode::Le, 2}},
+      {"gt", {FusedOpCode::Gt, 2}},
+      {"ge", {FusedOpCode::Ge, 2}},
+      {"eq_scalar", {FusedOpCode::EqScalar, 1}},
+      {"ne_scalar", {FusedOpCode::NeScalar, 1}},
+      {"lt_scalar", {FusedOpCode::LtScalar, 1}},
+      {"le_scalar", {FusedOpCode::LeScalar, 1}},
+      {"gt_scalar", {FusedOpCode::GtScalar, 1}},
+      {"ge_scalar", {FusedOpCode::GeScalar, 1}},
+      {"logical_not", {FusedOpCode::LogicalNot, 1}},
+      {"logical_and", {FusedOpCode::LogicalAnd, 2}},
+      {"logical_or", {FusedOpCode::LogicalOr, 2}},
+      // `~mask`, `m1 & m2`, `m1 | m2`, `m1 ^ m2` record the bitwise ops: on booleans (fusible_in_run checks the
+      // dtypes) they are the logical ones
+      {"bitwise_not", {FusedOpCode::LogicalNot, 1}},
+      {"bitwise_and", {FusedOpCode::LogicalAnd, 2}},
+      {"bitwise_or", {FusedOpCode::LogicalOr, 2}},
+      {"bitwise_xor", {FusedOpCode::LogicalXor, 2}},
+      {"where", {FusedOpCode::Where, 3}},
+      {"where_scalar", {FusedOpCode::WhereScalar, 2}},
+      {"clamp_scalar", {FusedOpCode::ClampScalar, 1}},
+      {"clamp_tensor", {FusedOpCode::ClampTensor, 3}},
+      {"sin", {FusedOpCode::Sin, 1}},
+      {"cos", {FusedOpCode::Cos, 1}},
   };
   Fusible f{};
   auto it = table.find(op.op->name);
   if (it == table.end()) return f;
   f.code = it->second.first;
   f.arity = it->second.second;
+  if (f.code == FusedOpCode::ClampTensor && op.attrs.type() == attrs_type<ClampAttrs>()) {
+    const ClampAttrs& c = op.attrs.get<ClampAttrs>();  // its inputs (x, min, max), (x, min) or (x, max)
+    if (!c.has_min || !c.has_max) {
+      f.code = c.has_min ? FusedOpCode::ClampMinTensor : FusedOpCode::ClampMaxTensor;
+      f.arity = 2;
+    }
+  }
   if (op.op->fusion != FusionClass::Elementwise || (op.op->flags & (kOpSideEffect | kOpRandom))) return f;
   if (op.inputs.size() != size_t(f.arity) || op.outputs.size() != 1) return f;
   // The scalar as eager's kernel converts it (Scalar::to<compute type>()).
@@ -143,6 +179,29 @@ Fusible classify(const GraphOp& op, DType dtype) {
     case FusedOpCode::Gelu:
       f.k = op.attrs.get<GeluAttrs>().tanh_approximation ? 1.0 : 0.0;
       break;
+    case FusedOpCode::EqScalar: case FusedOpCode::NeScalar: case FusedOpCode::LtScalar: case FusedOpCode::LeScalar:
+    case FusedOpCode::GtScalar: case FusedOpCode::GeScalar:
+      f.k = to_compute(op.attrs.get<ScalarAttrs>().value);  // a NaN compares as any NaN: its bits do not matter
+      break;
+    case FusedOpCode::WhereScalar: {
+      const WhereScalarAttrs& w = op.attrs.get<WhereScalarAttrs>();
+      // eager stores value.to<T>(), a NaN's sign and payload included: only a number here
+      if (w.value.to_double() != w.value.to_double()) return f;
+      if (w.scalar_when_true) f.code = FusedOpCode::WhereScalarTrue;
+      f.k = to_compute(w.value);
+      break;
+    }
+    case FusedOpCode::ClampScalar: {
+      const ClampAttrs& c = op.attrs.get<ClampAttrs>();
+      // a NaN bound makes eager's kernel fill a quiet NaN: not taken (no program op for it)
+      if ((c.has_min && c.min.to_double() != c.min.to_double()) ||
+          (c.has_max && c.max.to_double() != c.max.to_double()))
+        return f;
+      constexpr double inf = std::numeric_limits<double>::infinity();
+      f.k = c.has_min ? to_compute(c.min) : -inf;
+      f.k2 = c.has_max ? to_compute(c.max) : inf;
+      break;
+    }
     default:
       break;
   }
@@ -329,39 +388,91 @@ bool full_sum_iteration(const Dims& dims) {
 
 }  // namespace
 
-bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values) {
-  if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+// Booleans in a program (runtime/fused_program.h): which operands of a program op are boolean (0 or 1: a boolean
+// slot or a boolean result), and whether its result is one. LogicalNot reads either (eager's logical_not reads any
+// dtype as a == 0).
+static bool boolean_result(FusedOpCode c) { return c >= FusedOpCode::Eq && c <= FusedOpCode::LogicalXor; }
+static bool boolean_operand(FusedOpCode c, size_t a) {
+  switch (c) {
+    case FusedOpCode::MaskedFill: return a == 1;
+    case FusedOpCode::LogicalAnd: case FusedOpCode::LogicalOr: case FusedOpCode::LogicalXor: return true;
+    case FusedOpCode::Where: case FusedOpCode::WhereScalar: case FusedOpCode::WhereScalarTrue: return a == 0;
+    default: return false;
+  }
+}
+// The dtype of an op's values (its operands that are not boolean): the output's, or for a boolean result its inputs';
+// Bool where every operand is boolean (a logical op on masks, computed exactly in any compute type).
+static DType value_dtype(const GraphOp& op, const std::vector<Value>& values, FusedOpCode code) {
+  if (!boolean_result(code)) return values[size_t(op.outputs[0])].dtype;
+  for (size_t a = 0; a < op.inputs.size(); ++a)
+    if (!boolean_operand(code, a) && op.inputs[a] >= 0) return values[size_t(op.inputs[a])].dtype;
+  return DType::Bool;
+}
+// Every operand of the op of its role's dtype (boolean ones Bool, values `dtype`; LogicalNot's input either) and
+// broadcast to the output, which is written whole (no stride 0 along a dim of more than one element).
+static bool operands_fit(const GraphOp& op, const std::vector<Value>& values, FusedOpCode code, DType dtype) {
   const Value& out = values[size_t(op.outputs[0])];
-  if (out.dtype != DType::Float32 && out.dtype != DType::Float64) return false;
-  const bool masked = std::string_view(op.op->name) == "masked_fill";  // its second input: the boolean mask
+  if (out.dtype != (boolean_result(code) ? DType::Bool : dtype)) return false;
   for (size_t a = 0; a < op.inputs.size(); ++a) {
     const int32_t v = op.inputs[a];
-    const DType want = masked && a == 1 ? DType::Bool : out.dtype;
-    if (v < 0 || values[size_t(v)].dtype != want || values[size_t(v)].sizes.size() > out.sizes.size()) return false;
+    if (v < 0 || values[size_t(v)].sizes.size() > out.sizes.size()) return false;
+    const DType in = values[size_t(v)].dtype;
+    const bool either = code == FusedOpCode::LogicalNot && in == DType::Bool;
+    if (in != (boolean_operand(code, a) || either ? DType::Bool : dtype)) return false;
   }
   for (size_t d = 0; d < out.sizes.size(); ++d)
     if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
-  return classify(op, out.dtype).ok;
+  return true;
 }
 
-// What fusion takes beyond fusible_elementwise: bfloat16 ops (one dtype in and out, computed in float as eager's
+bool fusible_elementwise(const GraphOp& op, const std::vector<Value>& values) {
+  if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
+  const Fusible f = classify(op, DType::Float64);  // its program op (the scalar is converted once the type is known)
+  if (!f.ok) return false;
+  const DType dtype = value_dtype(op, values, f.code);
+  if (dtype != DType::Float32 && dtype != DType::Float64 && dtype != DType::Bool) return false;
+  // On boolean values: the comparisons of two tensors, the logical ops and where (a scalar would be converted to
+  // bool by eager's kernel: a number other than 0 and 1 would not be the program's value)
+  const bool on_booleans = (f.code >= FusedOpCode::Eq && f.code <= FusedOpCode::Ge) ||
+                           (f.code >= FusedOpCode::LogicalNot && f.code <= FusedOpCode::LogicalXor) ||
+                           f.code == FusedOpCode::Where;
+  if (dtype == DType::Bool && !on_booleans) return false;
+  return operands_fit(op, values, f.code, dtype) && classify(op, dtype == DType::Bool ? DType::Float32 : dtype).ok;
+}
+
+// What fusion takes beyond fusible_elementwise: bfloat16 ops (bfloat16 values, computed in float as eager's
 // kernels do: compute_t<BFloat16>) and the casts between float32 and bfloat16 (`copy` with a dtype), into float32
-// programs (runtime/fused_program.h). `compute`: the program's compute type. A bfloat16 copy to bfloat16 is not
-// taken: eager copies its bits, NaN payloads included, where a float round trip would make every NaN 0x7fc0.
+// programs (runtime/fused_program.h). `compute`: the program's compute type; Bool for an op on booleans only, which
+// joins a run of any compute type. A bfloat16 copy to bfloat16 is not taken: eager copies its bits, NaN payloads
+// included, where a float round trip would make every NaN 0x7fc0; nor a bfloat16 `where` or `masked_fill`, which
+// copy the chosen element's bits.
 bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& compute) {
   if (op.outputs.size() != 1 || op.outputs[0] < 0) return false;
   const Value& out = values[size_t(op.outputs[0])];
   const DType od = out.dtype;
-  if (od == DType::Float32 || od == DType::Float64) {
-    compute = od;
-    if (fusible_elementwise(op, values)) return true;
+  if (fusible_elementwise(op, values)) {
+    compute = value_dtype(op, values, classify(op, DType::Float64).code);
+    return true;
   }
   const bool is_copy = std::string_view(op.op->name) == "copy";
-  if (od != DType::BFloat16 && !(is_copy && od == DType::Float32)) return false;
+  if (!is_copy) {
+    const Fusible f = classify(op, DType::Float32);
+    switch (f.code) {
+      case FusedOpCode::Where: case FusedOpCode::WhereScalar: case FusedOpCode::WhereScalarTrue:
+      case FusedOpCode::MaskedFill:
+        return false;
+      default:
+        break;
+    }
+    compute = DType::Float32;
+    return f.ok && value_dtype(op, values, f.code) == DType::BFloat16 &&
+           operands_fit(op, values, f.code, DType::BFloat16);
+  }
+  if (od != DType::Float32 && od != DType::BFloat16) return false;
   for (int32_t v : op.inputs) {
     if (v < 0 || values[size_t(v)].sizes.size() > out.sizes.size()) return false;
     const DType in = values[size_t(v)].dtype;
-    if (is_copy ? in == od || (in != DType::Float32 && in != DType::BFloat16) : in != od) return false;
+    if (in == od || (in != DType::Float32 && in != DType::BFloat16)) return false;
   }
   for (size_t d = 0; d < out.sizes.size(); ++d)
     if (out.sizes[d] > 1 && out.strides[d] == 0) return false;
@@ -497,10 +608,10 @@ std::string Passes::cse(Graph& g) {
 }
 
 // Elementwise fusion: maximal runs of consecutive fusible sub-ops (fusion class Elementwise, a functor the program
-// knows, float32 or float64 operands all of one dtype, outputs of one shape) become one `jit_fused` sub-op. A run
-// stops where a buffer the run writes would be accessed through a second geometry (a store could then change what
-// another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops never move past each
-// other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
+// knows, float32 or float64 values all of one dtype with booleans beside them, outputs of one shape) become one
+// `jit_fused` sub-op. A run stops where a buffer the run writes would be accessed through a second geometry (a store
+// could then change what another element reads), where its slots would pass kMaxGroupSlots, or at any other op: ops
+// never move past each other, so every ordering eager had with the ops outside stays. An internal buffer that only the run uses is
 // eliminated (kept in registers; the arena no longer holds it); every other written buffer is stored.
 //
 // Row reductions (row_reduction_at: eager's row path of `sum`, `amax`, `var`, ...) join a run of the shape [rows..., C]
@@ -597,7 +708,12 @@ std::string Passes::fuse(Graph& g) {
       DType d2;
       Dims s2;
       if (fusible_at(j, d2, s2)) {
-        if (d2 != dtype) break;
+        // An op on booleans only (d2 Bool) joins a run of any compute type; a run it opened takes the first
+        // compute type it meets.
+        if (d2 != dtype && d2 != DType::Bool) {
+          if (dtype != DType::Bool) break;
+          dtype = d2;
+        }
         if (full_run) {
           if (std::reduce(s2.begin(), s2.end(), int64_t(1), std::multiplies<>()) != 1) break;
           kind = Kind::Row;  // an op on the sum's single value
@@ -672,7 +788,7 @@ std::string Passes::fuse(Graph& g) {
     const size_t end = j;
     // The program of ops [i, end).
     auto prog = std::make_shared<FusedProgram>();
-    prog->dtype = dtype;
+    prog->dtype = dtype == DType::Bool ? DType::Float32 : dtype;  // booleans only: 0 and 1 are exact in float32
     prog->shape = shape;
     std::set<int32_t> gone;  // internal buffers only the run uses
     for (const auto& [b, k] : written_key) {
@@ -710,9 +826,10 @@ std::string Passes::fuse(Graph& g) {
         rec.op = r.code;
         rec.k = r.k;
       } else {
-        const Fusible f = classify(op, dtype);
+        const Fusible f = classify(op, prog->dtype);
         rec.op = f.code;
         rec.k = f.k;
+        rec.k2 = f.k2;
       }
       rec.row = kind != Kind::Vector;
       rec.pass = pass_of[m - i];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "dygrad/core/error.h"
@@ -16,8 +17,10 @@ namespace dg::jit {
 // "out of range" over its elements; where any element was outside, the loop runs again with the full functions
 // (math::exp, math::log), so every element gets the full function's bits, as eager's block recompute gives. A loop
 // may run twice only where it reads no slot it stores (it then computes the same values from the same inputs).
+// sin and cos likewise: math::sin_bounded / cos_bounded where math::sin_cos_in_range, libm's sinf / cosf elsewhere.
 bool guarded_op(const FusedRecord& r, DType dtype) {
-  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log);
+  return dtype == DType::Float32 && (r.op == FusedOpCode::Exp || r.op == FusedOpCode::Log ||
+                                     r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos);
 }
 
 namespace {
@@ -36,9 +39,12 @@ std::string literal(double k, DType dtype) {
   return s;
 }
 
-std::string expression(const FusedRecord& r, const std::string& x, const std::string& y, DType dtype) {
+std::string expression(const FusedRecord& r, const std::string& x, const std::string& y, DType dtype,
+                       const std::string& z = std::string()) {
   const std::string k = literal(r.k, dtype);
   const std::string one = "T(1)";
+  auto boolean = [](const std::string& condition) { return "(" + condition + " ? T(1) : T(0))"; };
+  auto is_true = [](const std::string& b) { return "(" + b + " != T(0))"; };
   switch (r.op) {
     case FusedOpCode::Add: return "dg::math::add_scaled(" + x + ", " + y + ", " + (r.k == 1.0 ? one : k) + ")";
     case FusedOpCode::Mul: return "dg::math::mul(" + x + ", " + y + ")";
@@ -84,6 +90,42 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::Sign: return "T(int(T(0) < " + x + ") - int(" + x + " < T(0)))";
     case FusedOpCode::LerpScalar: return "dg::math::lerp(" + x + ", " + y + ", " + k + ")";
     case FusedOpCode::MaskedFill: return "(" + y + " != T(0) ? " + k + " : " + x + ")";
+    case FusedOpCode::Eq: return boolean(x + " == " + y);
+    case FusedOpCode::Ne: return boolean(x + " != " + y);
+    case FusedOpCode::Lt: return boolean(x + " < " + y);
+    case FusedOpCode::Le: return boolean(x + " <= " + y);
+    case FusedOpCode::Gt: return boolean(x + " > " + y);
+    case FusedOpCode::Ge: return boolean(x + " >= " + y);
+    case FusedOpCode::EqScalar: return boolean(x + " == " + k);
+    case FusedOpCode::NeScalar: return boolean(x + " != " + k);
+    case FusedOpCode::LtScalar: return boolean(x + " < " + k);
+    case FusedOpCode::LeScalar: return boolean(x + " <= " + k);
+    case FusedOpCode::GtScalar: return boolean(x + " > " + k);
+    case FusedOpCode::GeScalar: return boolean(x + " >= " + k);
+    case FusedOpCode::LogicalNot: return "(" + x + " != T(0) ? T(0) : T(1))";
+    case FusedOpCode::LogicalAnd: return boolean(is_true(x) + " & " + is_true(y));
+    case FusedOpCode::LogicalOr: return boolean(is_true(x) + " | " + is_true(y));
+    case FusedOpCode::LogicalXor: return boolean(is_true(x) + " ^ " + is_true(y));
+    case FusedOpCode::Where: return "(" + is_true(x) + " ? " + y + " : " + z + ")";
+    case FusedOpCode::WhereScalar: return "(" + is_true(x) + " ? " + y + " : " + k + ")";
+    case FusedOpCode::WhereScalarTrue: return "(" + is_true(x) + " ? " + k + " : " + y + ")";
+    case FusedOpCode::ClampScalar: {  // a missing bound (+-inf) is the identity: left out
+      std::string v = x;
+      if (r.k != -std::numeric_limits<double>::infinity()) v = "dg::math::clamp_below(" + v + ", " + k + ")";
+      if (r.k2 != std::numeric_limits<double>::infinity())
+        v = "dg::math::clamp_above(" + v + ", " + literal(r.k2, dtype) + ")";
+      return v;
+    }
+    case FusedOpCode::ClampTensor:
+      return "dg::math::clamp_above_propagating(dg::math::clamp_below_propagating(" + x + ", " + y + "), " + z + ")";
+    case FusedOpCode::ClampMinTensor: return "dg::math::clamp_below_propagating(" + x + ", " + y + ")";
+    case FusedOpCode::ClampMaxTensor: return "dg::math::clamp_above_propagating(" + x + ", " + y + ")";
+    case FusedOpCode::Sin: case FusedOpCode::Cos: {  // eager's guarded kernel, element by element
+      const std::string f = r.op == FusedOpCode::Sin ? "sin" : "cos";
+      if (dtype == DType::Float64) return "std::" + f + "(" + x + ")";
+      return "(dg::math::sin_cos_in_range(" + x + ") ? dg::math::" + f + "_bounded(" + x + ") : std::" + f + "(" + x +
+             "))";
+    }
     default: return x;  // the row reductions: row_program() computes them
   }
   return x;
@@ -144,6 +186,7 @@ std::string load(const FusedProgram& p, size_t s, const std::string& element) {
   return is_bf16(p, s) ? "dg_bf16_load(" + element + ")" : element;
 }
 std::string store(const FusedProgram& p, size_t s, const std::string& value) {
+  if (is_bool(p, s)) return "uint8_t(" + value + " != T(0))";  // a boolean result: eager's bool byte, 0 or 1
   return is_bf16(p, s) ? "dg_bf16_bits(" + value + ")" : value;
 }
 
@@ -162,9 +205,12 @@ void row_offsets(std::ostringstream& o, const FusedProgram& p) {
 }
 
 std::string fast_expression(const FusedRecord& r, const std::string& x) {
+  if (r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos)
+    return std::string(r.op == FusedOpCode::Sin ? "dg::math::sin_bounded(" : "dg::math::cos_bounded(") + x + ")";
   return r.op == FusedOpCode::Exp ? "dg::math::exp_normal_range(" + x + ")" : "dg::math::log_normal_range(" + x + ")";
 }
 std::string out_of_range(const FusedRecord& r, const std::string& x) {
+  if (r.op == FusedOpCode::Sin || r.op == FusedOpCode::Cos) return "!dg::math::sin_cos_in_range(" + x + ")";
   return (r.op == FusedOpCode::Exp ? "!dg::math::exp_in_normal_range(" : "!dg::math::log_in_normal_range(") + x + ")";
 }
 
@@ -173,7 +219,8 @@ std::string out_of_range(const FusedRecord& r, const std::string& x) {
 void record_line(std::ostringstream& o, const std::string& indent, const FusedRecord& rec, int32_t r,
                  const std::string* operand, DType dtype, bool fast) {
   const bool guarded = fast && guarded_op(rec, dtype);
-  const std::string value = guarded ? fast_expression(rec, operand[0]) : expression(rec, operand[0], operand[1], dtype);
+  const std::string value =
+      guarded ? fast_expression(rec, operand[0]) : expression(rec, operand[0], operand[1], dtype, operand[2]);
   o << indent << "const T v" << r << " = " << (rec.round_bf16 ? "dg_bf16_round(" + value + ")" : value) << ";  // "
     << rec.source << "\n";
   if (guarded) o << indent << "outside |= " << out_of_range(rec, operand[0]) << ";\n";
@@ -212,7 +259,7 @@ bool heavy_op(const FusedRecord& r) {
   switch (r.op) {
     case FusedOpCode::Exp: case FusedOpCode::Log: case FusedOpCode::Expm1: case FusedOpCode::Log1p:
     case FusedOpCode::Gelu: case FusedOpCode::Sigmoid: case FusedOpCode::Silu: case FusedOpCode::Tanh:
-    case FusedOpCode::SiluBackward:
+    case FusedOpCode::SiluBackward: case FusedOpCode::Sin: case FusedOpCode::Cos:
       return true;
     case FusedOpCode::PowScalar:
       return r.k != 0 && r.k != 1 && r.k != 2 && r.k != 3 && r.k != -1 && r.k != -2 && r.k != 0.5 && r.k != -0.5;
@@ -247,7 +294,7 @@ std::string element_body(const FusedProgram& p, const std::vector<std::string>& 
   for (size_t r = 0; r < p.records.size(); ++r) {
     const FusedRecord& rec = p.records[r];
     if (rec.row || is_row_reduction(rec.op)) continue;
-    std::string operand[2];
+    std::string operand[kMaxFusedArity];
     for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = value(rec.in[j]);
     record_line(b, indent + "  ", rec, int32_t(r), operand, p.dtype, fast);
     if (rec.out_slot >= 0) current[size_t(rec.out_slot)] = int32_t(r);
@@ -428,7 +475,7 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
       if (is_row_reduction(rec.op)) {
         reduction = int32_t(r);
       } else if (rec.row) {  // a row record: once per row, before the pass's loop
-        std::string operand[2];
+        std::string operand[kMaxFusedArity];
         for (int j = 0; j < fused_op_arity(rec.op); ++j) {
           const FusedOperand& in = rec.in[j];
           if (in.record >= 0 || current[size_t(in.slot)] >= 0) {  // row slots: only row records store them
@@ -441,7 +488,7 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
           }
           operand[j] = "w" + std::to_string(in.slot);
         }
-        w << "    const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype) << ";  // "
+        w << "    const T v" << r << " = " << expression(rec, operand[0], operand[1], p.dtype, operand[2]) << ";  // "
           << rec.source << "\n";
         if (rec.out_slot >= 0) {
           w << "    s" << rec.out_slot << "[" << row_index(rec.out_slot) << "] = v" << r << ";\n";
@@ -497,7 +544,7 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
         std::vector<int32_t> stored(slots, -1);  // this pass's last store per slot
         for (int32_t r : vectors) {
           const FusedRecord& rec = p.records[size_t(r)];
-          std::string operand[2];
+          std::string operand[kMaxFusedArity];
           for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = value(rec.in[j]);
           record_line(b, "      ", rec, r, operand, p.dtype, fast);
           if (rec.row_buffer >= 0) b << "      rb" << rec.row_buffer << "[i] = v" << r << ";\n";

@@ -40,6 +40,18 @@ DG_MATH C minimum(C a, C b) {
   else return a < b ? a : b;
 }
 
+// torch.clamp's bounds, as eager's clamp kernels apply them (backend/cpu/compare.cpp) and fused programs
+// (dygrad.jit). Number bounds: `lo > x ? lo : x` (one packed max on x86: a nan x stays nan; a bound of -inf, +inf
+// for the other side, is the identity bit for bit). Tensor bounds: a nan bound gives that bound's nan, a nan x stays.
+template <typename C>
+DG_MATH C clamp_below(C x, C lo) { return lo > x ? lo : x; }
+template <typename C>
+DG_MATH C clamp_above(C x, C hi) { return hi < x ? hi : x; }
+template <typename C>
+DG_MATH C clamp_below_propagating(C x, C lo) { return (lo != lo || x < lo) ? lo : x; }
+template <typename C>
+DG_MATH C clamp_above_propagating(C x, C hi) { return (hi != hi || x > hi) ? hi : x; }
+
 // lerp(a, b, w) = a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w): torch's two formulas, exact at w = 0 and
 // w = 1 (the AdamW kernel's first moment).
 template <typename C>

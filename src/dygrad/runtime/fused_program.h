@@ -75,6 +75,24 @@ enum class FusedOpCode : uint8_t {
   Sign,             // (0 < a) - (a < 0): 0 for +-0 and NaN, as eager's sign
   LerpScalar,       // math::lerp(a, b, k): eager's lerp with a scalar weight (torch's two formulas)
   MaskedFill,       // (a, mask): mask ? k : a, eager's masked_fill (a boolean slot read as 0 or 1; float32/float64)
+  // Boolean results are 0 or 1 in the compute type (NaN compares false but for ne), stored into a boolean slot as
+  // the byte eager stores for a bool; a boolean operand is such a value or a boolean slot read as 0 or 1.
+  Eq, Ne, Lt, Le, Gt, Ge,  // (a, b): a <op> b, eager's comparison of the two values
+  EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar,  // a <op> k
+  LogicalNot,       // a == 0: logical_not of a value or a boolean (NaN is true, so false), and ~ on a boolean
+  LogicalAnd,       // (a, b) booleans: logical_and, and & on booleans
+  LogicalOr,        // (a, b) booleans: logical_or, and | on booleans
+  LogicalXor,       // (a, b) booleans: ^ on booleans
+  Where,            // (cond, a, b): cond ? a : b, the chosen value's bits (float32/float64 programs only)
+  WhereScalar,      // (cond, a): cond ? a : k
+  WhereScalarTrue,  // (cond, a): cond ? k : a (where(cond, number, tensor))
+  ClampScalar,      // clamp with number bounds: math::clamp_above(math::clamp_below(a, k), k2) (k = -inf: no min,
+                    // k2 = +inf: no max; either is then the identity, bit for bit)
+  ClampTensor,      // (a, lo, hi): math::clamp_above_propagating(math::clamp_below_propagating(a, lo), hi)
+  ClampMinTensor,   // (a, lo): math::clamp_below_propagating(a, lo)
+  ClampMaxTensor,   // (a, hi): math::clamp_above_propagating(a, hi)
+  Sin,              // float32: math::sin_bounded where math::sin_cos_in_range, libm's sinf elsewhere (eager's guarded
+  Cos,              // kernel, backend/cpu/unary.cpp); float64: std::sin. Cos likewise.
   RowSum,           // a row record: the sum of a vector operand over the row, eager's `sum` over a contiguous last
                     // dim in its order (backend/cpu/accumulate.h, eight_lane_sum, folded while the pass's loop runs)
   RowMax,           // a row record: the maximum over the row, eager's `amax` over a contiguous last dim in its
@@ -98,12 +116,19 @@ inline int fused_op_arity(FusedOpCode op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
     case FusedOpCode::Minimum: case FusedOpCode::SigmoidBackward: case FusedOpCode::TanhBackward:
     case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward: case FusedOpCode::LerpScalar:
-    case FusedOpCode::MaskedFill:
+    case FusedOpCode::MaskedFill: case FusedOpCode::Eq: case FusedOpCode::Ne: case FusedOpCode::Lt:
+    case FusedOpCode::Le: case FusedOpCode::Gt: case FusedOpCode::Ge: case FusedOpCode::LogicalAnd:
+    case FusedOpCode::LogicalOr: case FusedOpCode::LogicalXor: case FusedOpCode::WhereScalar:
+    case FusedOpCode::WhereScalarTrue: case FusedOpCode::ClampMinTensor: case FusedOpCode::ClampMaxTensor:
       return 2;
+    case FusedOpCode::Where: case FusedOpCode::ClampTensor:
+      return 3;
     default:
       return 1;
   }
 }
+
+constexpr int kMaxFusedArity = 3;
 
 // One operand of a record: a slot (memory) or an earlier record's result.
 struct FusedOperand {
@@ -113,8 +138,9 @@ struct FusedOperand {
 
 struct FusedRecord {
   FusedOpCode op = FusedOpCode::Copy;
-  FusedOperand in[2];
+  FusedOperand in[kMaxFusedArity];
   double k = 0;           // the scalar in the compute type's value (float32 programs: a float's value)
+  double k2 = 0;          // a second scalar (ClampScalar's max)
   int32_t out_slot = -1;  // >= 0: stored there; -1: kept in registers only (an intermediate fusion eliminated)
   bool row = false;       // a row record (row programs): one value per row; else one per element
   int32_t pass = 0;       // row programs: the pass over the row that runs it (see above)
@@ -129,7 +155,8 @@ struct FusedProgram {
   // The compute type: float64 (every operand float64), or float32 (operands float32 or bfloat16: a bfloat16 value
   // is read as its float, and each record whose eager op wrote bfloat16 rounds to it: `round_bf16`).
   DType dtype = DType::Float32;
-  // Per slot: its dtype in memory: `dtype`, bfloat16 in a float32 program, or bool (a mask, read as 0 or 1).
+  // Per slot: its dtype in memory: `dtype`, bfloat16 in a float32 program, or bool (read as 0 or 1; a boolean
+  // result stored as eager's bool byte).
   std::vector<DType> slot_dtype;
   Dims shape;                    // the iteration shape: every record's output shape
   std::vector<FusedRecord> records;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "dygrad/backend/cpu/elementwise_kernels.h"
+#include "dygrad/math/arithmetic.h"
 
 // The kernels of this file and their operands:
 // inputs (a, b) of one dtype, output bool: out = a <op> b
@@ -123,8 +124,8 @@ void compare_scalar(Task& task, Compare cmp) {
 template <typename V>
 V clamp_value(V x, V lo, V hi, bool has_lo, bool has_hi) {
   if constexpr (std::is_floating_point_v<V>) {
-    if (has_lo) x = (lo != lo || x < lo) ? lo : x;
-    if (has_hi) x = (hi != hi || x > hi) ? hi : x;
+    if (has_lo) x = math::clamp_below_propagating(x, lo);
+    if (has_hi) x = math::clamp_above_propagating(x, hi);
   } else {
     if (has_lo) x = x < lo ? lo : x;
     if (has_hi) x = x > hi ? hi : x;
@@ -269,8 +270,8 @@ void clamp_scalar_kernel(Task& task) {
     auto run = [&]<bool kLo, bool kHi>() {
       auto fn = [=](V x) {
         if constexpr (std::is_floating_point_v<V>) {
-          if constexpr (kLo) x = lo > x ? lo : x;
-          if constexpr (kHi) x = hi < x ? hi : x;
+          if constexpr (kLo) x = math::clamp_below(x, lo);
+          if constexpr (kHi) x = math::clamp_above(x, hi);
           return x;
         } else {
           return clamp_value(x, lo, hi, kLo, kHi);

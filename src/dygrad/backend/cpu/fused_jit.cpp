@@ -14,6 +14,7 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <type_traits>
 
 #include "dygrad/backend/cpu/accumulate.h"
 #include "dygrad/backend/cpu/loops.h"
@@ -39,11 +40,18 @@ namespace {
     out[i] = (expr);                                         \
   }                                                          \
   return
+#define DG_FUSED_MAP3(expr)                                 \
+  for (int64_t i = 0; i < n; ++i) {                          \
+    const V x = a[i], y = b[i], z = c[i];                    \
+    out[i] = (expr);                                         \
+  }                                                          \
+  return
 
-// One record over n elements: out[i] = op(a[i], b[i]), with eager's functor for the op (backend/cpu/arithmetic.cpp,
-// unary.cpp: the same expressions).
+// One record over n elements: out[i] = op(a[i], b[i], c[i]), with eager's functor for the op
+// (backend/cpu/arithmetic.cpp, unary.cpp, compare.cpp: the same expressions); k2: a second scalar. A boolean is 0 or 1.
 template <typename V>
-void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n) {
+void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n, const V* c = nullptr, V k2 = V(0)) {
+  auto boolean = [](bool t) { return t ? V(1) : V(0); };
   switch (op) {
     case FusedOpCode::Add:
       if (k == V(1)) { DG_FUSED_MAP2(math::add_scaled(x, y, V(1))); }
@@ -91,6 +99,42 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
     case FusedOpCode::Sign: DG_FUSED_MAP1(V(int(V(0) < x) - int(x < V(0))));
     case FusedOpCode::LerpScalar: DG_FUSED_MAP2(math::lerp(x, y, k));
     case FusedOpCode::MaskedFill: DG_FUSED_MAP2(y != V(0) ? k : x);
+    case FusedOpCode::Eq: DG_FUSED_MAP2(boolean(x == y));
+    case FusedOpCode::Ne: DG_FUSED_MAP2(boolean(x != y));
+    case FusedOpCode::Lt: DG_FUSED_MAP2(boolean(x < y));
+    case FusedOpCode::Le: DG_FUSED_MAP2(boolean(x <= y));
+    case FusedOpCode::Gt: DG_FUSED_MAP2(boolean(x > y));
+    case FusedOpCode::Ge: DG_FUSED_MAP2(boolean(x >= y));
+    case FusedOpCode::EqScalar: DG_FUSED_MAP1(boolean(x == k));
+    case FusedOpCode::NeScalar: DG_FUSED_MAP1(boolean(x != k));
+    case FusedOpCode::LtScalar: DG_FUSED_MAP1(boolean(x < k));
+    case FusedOpCode::LeScalar: DG_FUSED_MAP1(boolean(x <= k));
+    case FusedOpCode::GtScalar: DG_FUSED_MAP1(boolean(x > k));
+    case FusedOpCode::GeScalar: DG_FUSED_MAP1(boolean(x >= k));
+    case FusedOpCode::LogicalNot: DG_FUSED_MAP1(boolean(!(x != V(0))));
+    case FusedOpCode::LogicalAnd: DG_FUSED_MAP2(boolean(x != V(0) && y != V(0)));
+    case FusedOpCode::LogicalOr: DG_FUSED_MAP2(boolean(x != V(0) || y != V(0)));
+    case FusedOpCode::LogicalXor: DG_FUSED_MAP2(boolean((x != V(0)) != (y != V(0))));
+    case FusedOpCode::Where: DG_FUSED_MAP3(x != V(0) ? y : z);
+    case FusedOpCode::WhereScalar: DG_FUSED_MAP2(x != V(0) ? y : k);
+    case FusedOpCode::WhereScalarTrue: DG_FUSED_MAP2(x != V(0) ? k : y);
+    case FusedOpCode::ClampScalar: DG_FUSED_MAP1(math::clamp_above(math::clamp_below(x, k), k2));
+    case FusedOpCode::ClampTensor:
+      DG_FUSED_MAP3(math::clamp_above_propagating(math::clamp_below_propagating(x, y), z));
+    case FusedOpCode::ClampMinTensor: DG_FUSED_MAP2(math::clamp_below_propagating(x, y));
+    case FusedOpCode::ClampMaxTensor: DG_FUSED_MAP2(math::clamp_above_propagating(x, y));
+    case FusedOpCode::Sin:  // eager's guarded kernel (unary.cpp): the bounded form in its range, libm's outside
+      if constexpr (std::is_same_v<V, float>) {
+        DG_FUSED_MAP1(math::sin_cos_in_range(x) ? math::sin_bounded(x) : std::sin(x));
+      } else {
+        DG_FUSED_MAP1(std::sin(x));
+      }
+    case FusedOpCode::Cos:
+      if constexpr (std::is_same_v<V, float>) {
+        DG_FUSED_MAP1(math::sin_cos_in_range(x) ? math::cos_bounded(x) : std::cos(x));
+      } else {
+        DG_FUSED_MAP1(std::cos(x));
+      }
     case FusedOpCode::RowSum: case FusedOpCode::RowMax: case FusedOpCode::RowMin: case FusedOpCode::RowMaxValue:
     case FusedOpCode::RowMinValue: case FusedOpCode::RowVar: case FusedOpCode::RowStd: case FusedOpCode::RowLogsumexp:
     case FusedOpCode::FullSum:
@@ -99,6 +143,7 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n)
 }
 #undef DG_FUSED_MAP1
 #undef DG_FUSED_MAP2
+#undef DG_FUSED_MAP3
 
 // A row reduction that reads the whole row (fused_program.h's reads_whole_row), as the generated code calls it.
 template <typename V>
@@ -159,7 +204,7 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
       if (skip && skip[r]) continue;
       const FusedRecord& rec = prog.records[r];
       if (rec.row || is_row_reduction(rec.op)) continue;
-      const V* operand[2] = {nullptr, nullptr};
+      const V* operand[kMaxFusedArity] = {nullptr, nullptr, nullptr};
       for (int j = 0; j < fused_op_arity(rec.op); ++j) {
         const FusedOperand& o = rec.in[j];
         if (o.record >= 0) operand[j] = rec_buf + size_t(o.record) * kChunk;
@@ -167,7 +212,8 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
         else operand[j] = slot_buf + size_t(o.slot) * kChunk;
       }
       V* result = rec_buf + r * kChunk;
-      eval_record<V>(rec.op, static_cast<V>(rec.k), result, operand[0], operand[1], m);
+      eval_record<V>(rec.op, static_cast<V>(rec.k), result, operand[0], operand[1], m, operand[2],
+                     static_cast<V>(rec.k2));
       if (rec.round_bf16)  // eager's op wrote bfloat16: what it stored and the next op read
         for (int64_t i = 0; i < m; ++i)
           result[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(result[i]))));
@@ -182,6 +228,11 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     for (size_t s = 0; s < slots; ++s) {
       if (prog.slot_output[s] < 0 || current[s] < 0) continue;
       const V* src = rec_buf + size_t(current[s]) * kChunk;
+      if (mask[s]) {  // a boolean result: eager's bool byte
+        uint8_t* dst = reinterpret_cast<uint8_t*>(p[s]) + offset[s] + c0 * inner[s];
+        for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i] != V(0) ? 1 : 0;
+        continue;
+      }
       if (bf16[s]) {
         BFloat16* dst = reinterpret_cast<BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
         for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = BFloat16(static_cast<float>(src[i]));
@@ -255,10 +306,11 @@ struct RowInterpreter {
       const PassPlan& pp = plan[pass];
       for (int32_t r : pp.row_records) {
         const FusedRecord& rec = prog.records[size_t(r)];
-        V operand[2] = {V(0), V(0)};
+        V operand[kMaxFusedArity] = {V(0), V(0), V(0)};
         for (int j = 0; j < fused_op_arity(rec.op); ++j)
           operand[j] = rec.in[j].record >= 0 ? row_value[size_t(rec.in[j].record)] : *element(rec.in[j].slot, offset);
-        eval_record<V>(rec.op, static_cast<V>(rec.k), &row_value[size_t(r)], &operand[0], &operand[1], 1);
+        eval_record<V>(rec.op, static_cast<V>(rec.k), &row_value[size_t(r)], &operand[0], &operand[1], 1, &operand[2],
+                       static_cast<V>(rec.k2));
         if (rec.out_slot >= 0) *element(rec.out_slot, offset) = row_value[size_t(r)];
       }
       const FusedRecord* red = pp.reduction >= 0 ? &prog.records[size_t(pp.reduction)] : nullptr;
@@ -291,9 +343,10 @@ struct RowInterpreter {
           };
           for (int32_t r : pp.vectors) {
             const FusedRecord& rec = prog.records[size_t(r)];
-            const V* operand[2] = {nullptr, nullptr};
+            const V* operand[kMaxFusedArity] = {nullptr, nullptr, nullptr};
             for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = values(rec.in[j]);
-            eval_record<V>(rec.op, static_cast<V>(rec.k), chunk(size_t(r)), operand[0], operand[1], m);
+            eval_record<V>(rec.op, static_cast<V>(rec.k), chunk(size_t(r)), operand[0], operand[1], m, operand[2],
+                           static_cast<V>(rec.k2));
             if (rec.row_buffer >= 0) std::copy_n(chunk(size_t(r)), m, row_buffer(rec.row_buffer) + c0);
             if (rec.out_slot >= 0) current[rec.out_slot] = r;
           }
@@ -416,10 +469,11 @@ void full_reduction(const FusedProgram& prog, const uint8_t* skip, char* const* 
   for (size_t r = sum_at + 1; r < prog.records.size(); ++r) {
     if (skip && skip[r]) continue;
     const FusedRecord& rec = prog.records[r];
-    V operand[2] = {V(0), V(0)};
+    V operand[kMaxFusedArity] = {V(0), V(0), V(0)};
     for (int j = 0; j < fused_op_arity(rec.op); ++j)
       operand[j] = rec.in[j].record >= 0 ? value[size_t(rec.in[j].record)] : *element(rec.in[j].slot);
-    eval_record<V>(rec.op, static_cast<V>(rec.k), &value[r], &operand[0], &operand[1], 1);
+    eval_record<V>(rec.op, static_cast<V>(rec.k), &value[r], &operand[0], &operand[1], 1, &operand[2],
+                   static_cast<V>(rec.k2));
     if (rec.out_slot >= 0) *element(rec.out_slot) = value[r];
   }
 }
