@@ -439,6 +439,29 @@ def test_exp_log_and_gelu_fuse_with_eagers_bits():
             assert (np.isnan(a) == nan).all() and a[~nan].tobytes() == b[~nan].tobytes(), dtype
 
 
+@pytest.mark.parametrize("codegen", [True, False], ids=["generated", "interpreter"])
+def test_gelus_backward_fuses_with_eagers_bits(fusion_config, codegen):
+    """F.gelu's backward (`gelu_backward`, both approximations), as a model calling F.gelu records it: fused with
+    the ops around it, eager's bits over large, infinite and NaN inputs, float32 and float64."""
+    fusion_config.codegen = codegen
+
+    def f(x, g):
+        x = x.detach().requires_grad_()
+        y = F.gelu(x * 2.0) * F.gelu(x, approximate="tanh")
+        y.backward(g)
+        return x.grad
+
+    for dtype in (dg.float32, dg.float64):
+        x = dg.cat([dg.randn(3000, dtype=dtype) * 6, dg.tensor([float("inf"), -float("inf"), float("nan"), 40.0,
+                                                                 -40.0, 0.0, -0.0] * 8, dtype=dtype)])
+        g = dg.randn(x.shape[0], dtype=dtype)
+        want = f(x, g)
+        jf, outs = replayed(f, (x, g))
+        names = " ".join(fused_names(jf)[0])
+        assert "gelu_backward" in names, names
+        assert all(bitwise(o, want) for o in outs), dtype
+
+
 # --- row programs: reductions whose result feeds back into the row (docs/jit-fusion.md) ----------------------------
 def rmsnorm(x, w):
     return x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt() * w

@@ -104,6 +104,7 @@ Fusible classify(const GraphOp& op, DType dtype) {
       {"expm1", {FusedOpCode::Expm1, 1}},
       {"log1p", {FusedOpCode::Log1p, 1}},
       {"gelu", {FusedOpCode::Gelu, 1}},
+      {"gelu_backward", {FusedOpCode::GeluBackward, 2}},
       {"sign", {FusedOpCode::Sign, 1}},
       {"lerp_scalar", {FusedOpCode::LerpScalar, 2}},
       {"masked_fill", {FusedOpCode::MaskedFill, 2}},
@@ -176,7 +177,7 @@ Fusible classify(const GraphOp& op, DType dtype) {
       f.k = p;
       break;
     }
-    case FusedOpCode::Gelu:
+    case FusedOpCode::Gelu: case FusedOpCode::GeluBackward:
       f.k = op.attrs.get<GeluAttrs>().tanh_approximation ? 1.0 : 0.0;
       break;
     case FusedOpCode::EqScalar: case FusedOpCode::NeScalar: case FusedOpCode::LtScalar: case FusedOpCode::LeScalar:

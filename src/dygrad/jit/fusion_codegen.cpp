@@ -87,6 +87,8 @@ std::string expression(const FusedRecord& r, const std::string& x, const std::st
     case FusedOpCode::Expm1: return "dg::math::expm1(" + x + ")";
     case FusedOpCode::Log1p: return "dg::math::log1p(" + x + ")";
     case FusedOpCode::Gelu: return (r.k == 0 ? "dg::math::gelu_erf(" : "dg::math::gelu_tanh(") + x + ")";
+    case FusedOpCode::GeluBackward:
+      return (r.k == 0 ? "dg::math::gelu_erf_backward(" : "dg::math::gelu_tanh_backward(") + x + ", " + y + ")";
     case FusedOpCode::Sign: return "T(int(T(0) < " + x + ") - int(" + x + " < T(0)))";
     case FusedOpCode::LerpScalar: return "dg::math::lerp(" + x + ", " + y + ", " + k + ")";
     case FusedOpCode::MaskedFill: return "(" + y + " != T(0) ? " + k + " : " + x + ")";
@@ -259,7 +261,7 @@ bool heavy_op(const FusedRecord& r) {
   switch (r.op) {
     case FusedOpCode::Exp: case FusedOpCode::Log: case FusedOpCode::Expm1: case FusedOpCode::Log1p:
     case FusedOpCode::Gelu: case FusedOpCode::Sigmoid: case FusedOpCode::Silu: case FusedOpCode::Tanh:
-    case FusedOpCode::SiluBackward: case FusedOpCode::Sin: case FusedOpCode::Cos:
+    case FusedOpCode::SiluBackward: case FusedOpCode::Sin: case FusedOpCode::Cos: case FusedOpCode::GeluBackward:
       return true;
     case FusedOpCode::PowScalar:
       return r.k != 0 && r.k != 1 && r.k != 2 && r.k != 3 && r.k != -1 && r.k != -2 && r.k != 0.5 && r.k != -0.5;

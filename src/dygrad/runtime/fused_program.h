@@ -72,6 +72,7 @@ enum class FusedOpCode : uint8_t {
   Expm1,
   Log1p,
   Gelu,             // k == 0: x * Phi(x) (math::gelu_erf); k == 1: the tanh approximation (math::gelu_tanh)
+  GeluBackward,     // (grad, x), k as Gelu's (math::gelu_erf_backward, math::gelu_tanh_backward)
   Sign,             // (0 < a) - (a < 0): 0 for +-0 and NaN, as eager's sign
   LerpScalar,       // math::lerp(a, b, k): eager's lerp with a scalar weight (torch's two formulas)
   MaskedFill,       // (a, mask): mask ? k : a, eager's masked_fill (a boolean slot read as 0 or 1; float32/float64)
@@ -116,6 +117,7 @@ inline int fused_op_arity(FusedOpCode op) {
     case FusedOpCode::Add: case FusedOpCode::Mul: case FusedOpCode::Div: case FusedOpCode::Maximum:
     case FusedOpCode::Minimum: case FusedOpCode::SigmoidBackward: case FusedOpCode::TanhBackward:
     case FusedOpCode::SiluBackward: case FusedOpCode::ReluBackward: case FusedOpCode::LerpScalar:
+    case FusedOpCode::GeluBackward:
     case FusedOpCode::MaskedFill: case FusedOpCode::Eq: case FusedOpCode::Ne: case FusedOpCode::Lt:
     case FusedOpCode::Le: case FusedOpCode::Gt: case FusedOpCode::Ge: case FusedOpCode::LogicalAnd:
     case FusedOpCode::LogicalOr: case FusedOpCode::LogicalXor: case FusedOpCode::WhereScalar:

@@ -96,6 +96,9 @@ void eval_record(FusedOpCode op, V k, V* out, const V* a, const V* b, int64_t n,
     case FusedOpCode::Gelu:
       if (k == V(0)) { DG_FUSED_MAP1(math::gelu_erf(x)); }
       DG_FUSED_MAP1(math::gelu_tanh(x));
+    case FusedOpCode::GeluBackward:
+      if (k == V(0)) { DG_FUSED_MAP2(math::gelu_erf_backward(x, y)); }
+      DG_FUSED_MAP2(math::gelu_tanh_backward(x, y));
     case FusedOpCode::Sign: DG_FUSED_MAP1(V(int(V(0) < x) - int(x < V(0))));
     case FusedOpCode::LerpScalar: DG_FUSED_MAP2(math::lerp(x, y, k));
     case FusedOpCode::MaskedFill: DG_FUSED_MAP2(y != V(0) ? k : x);
