@@ -180,6 +180,26 @@ def test_graph_shows_the_selections_fused():
     assert "dg::math::clamp_below(" in src and "dg::math::clamp_above(" in src and "? T(1) : T(0)" in src
 
 
+def test_dead_and_repeated_comparisons_are_removed_and_merged():
+    """A boolean result of an elementwise op never raises (integer results may: an index out of range), so DCE
+    removes a comparison nothing reads and CSE merges a repeated one."""
+    def f(x):
+        unused = x > 1.0          # noqa: F841 (dead)
+        a = dg.where(x < 0, x * 0.5, x)
+        b = dg.where(x < 0, x * 0.25, x)  # x < 0 again
+        return a + b
+
+    x = dg.randn(64)
+    text = dg.jit.graph(f, x, passes=True)
+    dce = text.split("=== dce")[1].split("\n===")[0]
+    cse = text.split("=== cse")[1].split("\n===")[0]
+    assert "gt_scalar" not in dce, dce
+    assert cse.count("lt_scalar") == 1, cse
+    jf = dg.jit(f, jit_level="O1")
+    for _ in range(3):
+        assert dg.equal(jf(x), f(x))
+
+
 def test_what_cannot_be_exact_is_left_to_eager():
     # a bfloat16 where copies the chosen element's bits (a float round trip would quiet NaN payloads); a NaN scalar
     # of where_scalar or a NaN clamp bound (eager stores that NaN's bits, or fills a quiet NaN); a scalar comparison

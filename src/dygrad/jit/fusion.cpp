@@ -53,8 +53,12 @@ bool pure(const GraphOp& op, const std::vector<Value>& values) {
   if (op.op->flags & (kOpSideEffect | kOpRandom | kOpDataDependentShape)) return false;
   if (op.op->fusion == FusionClass::Opaque || op.op->host_read) return false;
   if (op.op == &op_jit_fused) return false;
+  // An integer result may come from a kernel that raises on values (an index out of range); a boolean one from an
+  // elementwise op (a comparison, a logical op) never does.
   for (int32_t v : op.outputs)
-    if (v >= 0 && !is_floating(values[size_t(v)].dtype)) return false;
+    if (v >= 0 && !is_floating(values[size_t(v)].dtype) &&
+        !(values[size_t(v)].dtype == DType::Bool && op.op->fusion == FusionClass::Elementwise))
+      return false;
   return true;
 }
 
