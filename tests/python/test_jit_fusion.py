@@ -585,8 +585,15 @@ def test_a_poisoned_input_inside_a_row_program_skips_only_what_eager_skips():
         y = x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt()  # runs (the row program's first passes)
         return y + bad, y * 2  # the first is skipped (poisoned), the second runs
 
-    x = dg.randn(4, 37)
-    want = f(x)[1]
+    jf = poisoned_replays(f, dg.randn(4, 37), 1)
+    names, _ = fused_names(jf)
+    assert names == ["mul+sum+div_scalar+add_scalar+rsqrt+mul+add+mul_scalar"], names
+
+
+def poisoned_replays(f, x, good):
+    """f(x) eagerly, then at O1 three times: each call's deferred failure (`_deferred_failure(x, 9)` in f) raised at
+    the next sync, and output `good` (computed from no poisoned value) eager's bits. Returns the O1 function."""
+    want = f(x)[good]
     with pytest.raises(IndexError):
         dg.synchronize()
     jf = dg.jit(f, jit_level="O1")
@@ -594,9 +601,8 @@ def test_a_poisoned_input_inside_a_row_program_skips_only_what_eager_skips():
         got = jf(x)
         with pytest.raises(IndexError, match=r"\[_deferred_failure\] index 9 is out of range"):
             dg.synchronize()
-        assert bitwise(got[1], want)
-    names, _ = fused_names(jf)
-    assert names == ["mul+sum+div_scalar+add_scalar+rsqrt+mul+add+mul_scalar"], names
+        assert bitwise(got[good], want)
+    return jf
 
 
 def test_the_loop_runs_along_the_written_slots_contiguous_dim(fusion_config):
