@@ -167,3 +167,33 @@ def test_an_in_place_exp_reading_its_own_slot_is_not_run_twice(fusion_config, co
     if codegen:  # x is read and stored by the loop: one run with the full functions, no fast form
         src = dg.jit.source(f, dg.tensor(base))
         assert "exp_normal_range" not in src and "dg::math::exp(" in src, src
+
+
+@CODEGEN
+@DTYPES
+def test_bfloat16_and_boolean_values_join_a_row_programs_vector_records(fusion_config, codegen, dtype):  # noqa: F811
+    """The composed RMSNorm of autocast code (a bfloat16 input read as float, the result cast back to bfloat16) and a
+    masked softmax (a boolean mask, a comparison of its result stored as bool): one row program each, the casts and
+    masks in its vector records, eager's bits (row records and reductions stay in the compute type)."""
+    def rmsnorm_bf16(xb, w):
+        x = xb.float()
+        return (x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt() * w).bfloat16()
+
+    def masked_softmax(s, mask):
+        s = s.masked_fill(mask, float("-inf"))
+        e = (s - s.amax(-1, keepdim=True)).exp()
+        p = e / e.sum(-1, keepdim=True)
+        return p, p > 0.05
+
+    rows = edge_rows(dtype)
+    if dtype == "float32":  # float32 programs carry bfloat16 values
+        fusion_config.codegen = codegen
+        xb, w = rows.bfloat16(), dg.tensor(np.random.default_rng(4).standard_normal(37).astype(dtype))
+        want = rmsnorm_bf16(xb, w)
+        jf, outs = replayed(rmsnorm_bf16, (xb, w))
+        names, graph = fused_names(jf)
+        assert names == ["copy+mul+sum+div_scalar+add_scalar+rsqrt+mul+mul+copy"] and graph.num_ops == 1, names
+        assert all(o.dtype == dg.bfloat16 and o.view(dg.int16).tolist() == want.view(dg.int16).tolist() for o in outs)
+    mask = dg.tensor(np.random.default_rng(5).random((8, 37)) < 0.3)
+    mask[2, :] = True  # a row masked whole: eager's NaN row
+    check(masked_softmax, (rows, mask), ["masked_fill+amax+add+exp+sum+div+gt_scalar"], codegen, fusion_config)

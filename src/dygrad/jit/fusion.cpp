@@ -463,7 +463,8 @@ bool fusible_in_run(const GraphOp& op, const std::vector<Value>& values, DType& 
   return classify(op, compute).ok;
 }
 
-// An operand whose dtype is not the compute type's (bfloat16, a boolean mask): row programs take none.
+// An operand whose dtype is not the compute type's (bfloat16, a boolean): a vector record's only (a row program's
+// row records and reductions, and the records on a full sum's total, read and write the compute type).
 static bool off_compute_dtype(const GraphOp& op, const std::vector<Value>& values) {
   for (const auto* list : {&op.inputs, &op.outputs})
     for (int32_t v : *list)
@@ -558,9 +559,7 @@ std::string Passes::fuse(Graph& g) {
     std::vector<uint8_t> squeezed_op;
     std::vector<int32_t> pass_of;
     int32_t pass = 0;
-    // A run with an operand off the compute type (bfloat16, a mask) holds no row reduction (row programs read
-    // float32/float64 rows only).
-    bool reduced = false, vectors_in_pass = false, mixed = false;
+    bool reduced = false, vectors_in_pass = false;
     // A full sum joined (a full-reduction program): only ops of its one-element result may follow.
     bool full_run = false;
     size_t j = i;
@@ -590,7 +589,7 @@ std::string Passes::fuse(Graph& g) {
           break;
         }
       } else if (const RowReduction r = row_reduction_at(op, g.values_, unread(j)); r.ok) {
-        if (full_run || r.dtype != dtype || !std::ranges::equal(r.shape, shape) || mixed) break;
+        if (full_run || r.dtype != dtype || !std::ranges::equal(r.shape, shape)) break;
         kind = Kind::Reduce;
       } else {
         // A full sum ends the run's elements: after ops of the run (the summed value computed by the run), in a run
@@ -605,7 +604,7 @@ std::string Passes::fuse(Graph& g) {
         full_sum = true;
       }
       const bool off = off_compute_dtype(op, g.values_);
-      if (off && (reduced || full_run)) break;  // bfloat16 and masks: in vector records only
+      if (off && kind != Kind::Vector) break;  // bfloat16 and booleans: in vector records only
       const size_t keys_before = keys.size();
       auto saved_written = written_key;
       auto saved_buffers = buffer_keys;
@@ -632,7 +631,6 @@ std::string Passes::fuse(Graph& g) {
         ++pass;
         vectors_in_pass = false;
       }
-      mixed = mixed || off;
       kinds.push_back(kind);
       squeezed_op.push_back(squeezed);
       pass_of.push_back(pass);

@@ -532,7 +532,8 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
               return "v" + std::to_string(writer);
             if (!loaded[size_t(in.slot)]) {
               loaded[size_t(in.slot)] = 1;
-              b << "      const T l" << in.slot << " = s" << in.slot << "[" << element_index(in.slot) << "];\n";
+              const std::string element = "s" + std::to_string(in.slot) + "[" + element_index(in.slot) + "]";
+              b << "      const T l" << in.slot << " = " << load(p, size_t(in.slot), element) << ";\n";
             }
             return "l" + std::to_string(in.slot);
           }
@@ -556,7 +557,8 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
         if (split && summed_row == "sb") b << "      sb[i] = " << folded << ";\n";
         for (size_t s = 0; s < slots; ++s)
           if (stored[s] >= 0) {
-            b << "      s" << s << "[" << element_index(int32_t(s)) << "] = v" << stored[s] << ";\n";
+            b << "      s" << s << "[" << element_index(int32_t(s)) << "] = "
+              << store(p, s, "v" + std::to_string(stored[s])) << ";\n";
             read_and_stored = read_and_stored || loaded[s];
           }
         return b.str();
@@ -636,9 +638,15 @@ std::string generate_cpp(const std::vector<std::shared_ptr<FusedProgram>>& progr
          "  return static_cast<uint16_t>(u >> 16);\n}\n"
          "static inline float dg_bf16_round(float f) { return dg_bf16_load(dg_bf16_bits(f)); }\n\n";
   for (const auto& p : programs) {
-    DG_CHECK(!p->row_reduction || std::ranges::none_of(p->slot_dtype, [](DType d) {
-               return d == DType::BFloat16 || d == DType::Bool;
-             }), Runtime, "[jit] a row program over bfloat16 or boolean slots");
+    // A row program's row records and reductions read and write the compute type only (bfloat16 and boolean
+    // slots are its vector records', loaded and stored with their conversions)
+    for (const FusedRecord& r : p->records) {
+      if (!p->row_reduction || (!r.row && !is_row_reduction(r.op))) continue;
+      auto compute = [&](int32_t s) { return s < 0 || size_t(s) >= p->slot_dtype.size() || p->slot_dtype[size_t(s)] == p->dtype; };
+      bool ok = compute(r.out_slot);
+      for (int j = 0; j < fused_op_arity(r.op); ++j) ok = ok && compute(r.in[j].slot);
+      DG_CHECK(ok, Runtime, "[jit] ", p->name, ": a row record over a bfloat16 or boolean slot (", r.source, ")");
+    }
     open_function(o, *p);
     if (p->row_reduction) row_program(o, *p);
     else if (p->full_reduction) full_program(o, *p);

@@ -166,6 +166,38 @@ V whole_row_reduction(const FusedRecord& rec, const V* row, int64_t n) {
 constexpr int64_t kChunk = 256;
 constexpr int kMaxSlots = 64;
 
+// m values of slot s as the compute type, from its element `at` stepping `step` (its dtype in memory: the compute
+// type, a float32 program's bfloat16 read as its float, a boolean read as 0 or 1), and back (a bfloat16 rounded as
+// eager stores it, a boolean result as eager's bool byte).
+template <typename V>
+void slot_load(const FusedProgram& prog, size_t s, char* const* p, int64_t at, int64_t step, int64_t m, V* dst) {
+  const DType d = s < prog.slot_dtype.size() ? prog.slot_dtype[s] : prog.dtype;
+  if (d == DType::Bool) {
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i] = src[i * step] ? V(1) : V(0);
+  } else if (d == DType::BFloat16) {
+    const BFloat16* src = reinterpret_cast<const BFloat16*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<V>(static_cast<float>(src[i * step]));
+  } else {
+    const V* src = reinterpret_cast<const V*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i] = src[i * step];
+  }
+}
+template <typename V>
+void slot_store(const FusedProgram& prog, size_t s, char* const* p, int64_t at, int64_t step, int64_t m, const V* src) {
+  const DType d = s < prog.slot_dtype.size() ? prog.slot_dtype[s] : prog.dtype;
+  if (d == DType::Bool) {
+    uint8_t* dst = reinterpret_cast<uint8_t*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i * step] = src[i] != V(0) ? 1 : 0;
+  } else if (d == DType::BFloat16) {
+    BFloat16* dst = reinterpret_cast<BFloat16*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i * step] = BFloat16(static_cast<float>(src[i]));
+  } else {
+    V* dst = reinterpret_cast<V*>(p[s]) + at;
+    for (int64_t i = 0; i < m; ++i) dst[i * step] = src[i];
+  }
+}
+
 // The interpreter over one run of n elements of an elementwise program: slot s's first element at p[s] + offset[s]
 // elements, stepping inner[s]. Loads every slot the program reads, runs the records chunk by chunk, stores each
 // slot's last value. A full-reduction program's vector records: its sum and the records after it are not run here;
@@ -175,11 +207,6 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
                    const int64_t* inner, int64_t n, std::vector<V>& work, const FusedOperand* fold = nullptr,
                    V* summed = nullptr) {
   const size_t slots = prog.num_slots(), records = prog.records.size();
-  bool bf16[kMaxSlots], mask[kMaxSlots];
-  for (size_t s = 0; s < slots; ++s) {
-    bf16[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::BFloat16;
-    mask[s] = s < prog.slot_dtype.size() && prog.slot_dtype[s] == DType::Bool;
-  }
   // work: a chunk per slot (loaded values) then per record (results)
   V* slot_buf = work.data();
   V* rec_buf = work.data() + slots * kChunk;
@@ -189,19 +216,7 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     for (size_t s = 0; s < slots; ++s) {
       current[s] = -1;
       if (prog.slot_input[s] < 0) continue;
-      V* dst = slot_buf + s * kChunk;
-      if (mask[s]) {  // a boolean slot: 0 or 1
-        const uint8_t* src = reinterpret_cast<const uint8_t*>(p[s]) + offset[s] + c0 * inner[s];
-        for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]] ? V(1) : V(0);
-        continue;
-      }
-      if (bf16[s]) {  // a float32 program's bfloat16 slot: read as its float
-        const BFloat16* src = reinterpret_cast<const BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
-        for (int64_t i = 0; i < m; ++i) dst[i] = static_cast<V>(static_cast<float>(src[i * inner[s]]));
-        continue;
-      }
-      const V* src = reinterpret_cast<const V*>(p[s]) + offset[s] + c0 * inner[s];
-      for (int64_t i = 0; i < m; ++i) dst[i] = src[i * inner[s]];
+      slot_load<V>(prog, s, p, offset[s] + c0 * inner[s], inner[s], m, slot_buf + s * kChunk);
     }
     for (size_t r = 0; r < records; ++r) {
       if (skip && skip[r]) continue;
@@ -230,19 +245,7 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
     }
     for (size_t s = 0; s < slots; ++s) {
       if (prog.slot_output[s] < 0 || current[s] < 0) continue;
-      const V* src = rec_buf + size_t(current[s]) * kChunk;
-      if (mask[s]) {  // a boolean result: eager's bool byte
-        uint8_t* dst = reinterpret_cast<uint8_t*>(p[s]) + offset[s] + c0 * inner[s];
-        for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i] != V(0) ? 1 : 0;
-        continue;
-      }
-      if (bf16[s]) {
-        BFloat16* dst = reinterpret_cast<BFloat16*>(p[s]) + offset[s] + c0 * inner[s];
-        for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = BFloat16(static_cast<float>(src[i]));
-        continue;
-      }
-      V* dst = reinterpret_cast<V*>(p[s]) + offset[s] + c0 * inner[s];
-      for (int64_t i = 0; i < m; ++i) dst[i * inner[s]] = src[i];
+      slot_store<V>(prog, s, p, offset[s] + c0 * inner[s], inner[s], m, rec_buf + size_t(current[s]) * kChunk);
     }
   }
 }
@@ -339,9 +342,8 @@ struct RowInterpreter {
             }
             if (current[in.slot] >= 0) return chunk(size_t(current[in.slot]));
             const int64_t step = prog.strides[size_t(in.slot)][nd - 1];
-            const V* src = element(in.slot, offset) + c0 * step;
             V* dst = slot_chunk(size_t(in.slot));
-            for (int64_t i = 0; i < m; ++i) dst[i] = src[i * step];
+            slot_load<V>(prog, size_t(in.slot), p, offset[in.slot] + c0 * step, step, m, dst);
             return dst;
           };
           for (int32_t r : pp.vectors) {
@@ -357,9 +359,7 @@ struct RowInterpreter {
           for (size_t s = 0; s < prog.num_slots(); ++s) {
             if (current[s] < 0) continue;
             const int64_t step = prog.strides[s][nd - 1];
-            V* dst = element(int32_t(s), offset) + c0 * step;
-            const V* src = chunk(size_t(current[s]));
-            for (int64_t i = 0; i < m; ++i) dst[i * step] = src[i];
+            slot_store<V>(prog, s, p, offset[s] + c0 * step, step, m, chunk(size_t(current[s])));
           }
         }
       }
