@@ -503,7 +503,19 @@ void row_program(std::ostringstream& o, const FusedProgram& p) {
     const FusedRecord* red = reduction >= 0 ? &p.records[size_t(reduction)] : nullptr;
     const bool sum = red && red->op == FusedOpCode::RowSum;
     if (!vectors.empty() || sum) {
-      const bool split = sum && std::ranges::any_of(vectors, [&](int32_t r) { return heavy_op(p.records[size_t(r)]); });
+      // A pass reading or writing bfloat16 or booleans splits too: their 16- and 8-bit accesses beside the eight float
+      // lanes made the compiler vectorise eight_lane_sum's loop at 16 bytes (autocast's RMSNorm pass: 1.9x the time
+      // of the split form, the function alone in a harness)
+      auto narrow = [&](int32_t s) { return s >= 0 && size_t(s) < p.slot_dtype.size() && p.slot_dtype[size_t(s)] != p.dtype; };
+      auto touches_narrow = [&](int32_t r) {
+        const FusedRecord& rec = p.records[size_t(r)];
+        bool any = narrow(rec.out_slot);
+        for (int j = 0; j < fused_op_arity(rec.op); ++j) any = any || narrow(rec.in[j].slot);
+        return any;
+      };
+      const bool split = sum && std::ranges::any_of(vectors, [&](int32_t r) {
+                           return heavy_op(p.records[size_t(r)]) || touches_narrow(r);
+                         });
       // Where a split sum's values are kept: the summed record's own row buffer, or the sum buffer.
       std::string summed_row;
       if (split) {
