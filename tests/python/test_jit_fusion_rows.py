@@ -194,6 +194,17 @@ def test_bfloat16_and_boolean_values_join_a_row_programs_vector_records(fusion_c
         names, graph = fused_names(jf)
         assert names == ["copy+mul+sum+div_scalar+add_scalar+rsqrt+mul+mul+copy"] and graph.num_ops == 1, names
         assert all(o.dtype == dg.bfloat16 and o.view(dg.int16).tolist() == want.view(dg.int16).tolist() for o in outs)
+        # a bfloat16 op whose rounded result the row's sum and its last pass read (autocast's `h * w` in bfloat16)
+        def scaled_rmsnorm(xb, wb):
+            x = (xb * wb).float()
+            return x * (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt()
+
+        wb = w.bfloat16()
+        want = scaled_rmsnorm(xb, wb)
+        jf, outs = replayed(scaled_rmsnorm, (xb, wb))
+        names, graph = fused_names(jf)
+        assert names == ["mul+copy+mul+sum+div_scalar+add_scalar+rsqrt+mul"] and graph.num_ops == 1, names
+        assert all(bitwise(o, want) for o in outs)
     mask = dg.tensor(np.random.default_rng(5).random((8, 37)) < 0.3)
     mask[2, :] = True  # a row masked whole: eager's NaN row
     check(masked_softmax, (rows, mask), ["masked_fill+amax+add+exp+sum+div+gt_scalar"], codegen, fusion_config)

@@ -166,6 +166,12 @@ V whole_row_reduction(const FusedRecord& rec, const V* row, int64_t n) {
 constexpr int64_t kChunk = 256;
 constexpr int kMaxSlots = 64;
 
+// Eager's op wrote bfloat16: its results as it stored them (and the next op read them).
+template <typename V>
+void round_to_bf16(V* x, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) x[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(x[i]))));
+}
+
 // m values of slot s as the compute type, from its element `at` stepping `step` (its dtype in memory: the compute
 // type, a float32 program's bfloat16 read as its float, a boolean read as 0 or 1), and back (a bfloat16 rounded as
 // eager stores it, a boolean result as eager's bool byte).
@@ -232,9 +238,7 @@ void interpret_run(const FusedProgram& prog, const uint8_t* skip, char* const* p
       V* result = rec_buf + r * kChunk;
       eval_record<V>(rec.op, static_cast<V>(rec.k), result, operand[0], operand[1], m, operand[2],
                      static_cast<V>(rec.k2));
-      if (rec.round_bf16)  // eager's op wrote bfloat16: what it stored and the next op read
-        for (int64_t i = 0; i < m; ++i)
-          result[i] = static_cast<V>(static_cast<float>(BFloat16(static_cast<float>(result[i]))));
+      if (rec.round_bf16) round_to_bf16<V>(result, m);
       if (rec.out_slot >= 0) current[rec.out_slot] = static_cast<int32_t>(r);
     }
     if (summed) {
@@ -352,6 +356,7 @@ struct RowInterpreter {
             for (int j = 0; j < fused_op_arity(rec.op); ++j) operand[j] = values(rec.in[j]);
             eval_record<V>(rec.op, static_cast<V>(rec.k), chunk(size_t(r)), operand[0], operand[1], m, operand[2],
                            static_cast<V>(rec.k2));
+            if (rec.round_bf16) round_to_bf16<V>(chunk(size_t(r)), m);
             if (rec.row_buffer >= 0) std::copy_n(chunk(size_t(r)), m, row_buffer(rec.row_buffer) + c0);
             if (rec.out_slot >= 0) current[rec.out_slot] = r;
           }
