@@ -328,6 +328,18 @@ def llama_side(reps, steps):
           f"{sides['composed O1'][0].stats['fused_kernels']}")
 
 
+def o1_without(switch, fn, args):
+    """fn at O1 captured (and optimized) with the pass `switch` of dygrad.jit.config off."""
+    jitted = dg.jit(fn, jit_level="O1")
+    setattr(dg.jit.config, switch, False)
+    try:
+        jitted(*args)
+        jitted(*args)
+    finally:
+        setattr(dg.jit.config, switch, True)
+    return jitted
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=15)
@@ -361,25 +373,11 @@ def main():
             compile_s[f"{name} {level}"] = time.perf_counter() - t0
         sides[name] = {"dg eager": (fn, args, dg.synchronize), "dg O0": (o0, args, dg.synchronize),
                        "dg O1": (o1, args, dg.synchronize)}
-        if name in PATTERN_CASES:  # captured (and optimized) with the pattern pass off
-            o1_plain = dg.jit(fn, jit_level="O1")
-            dg.jit.config.patterns = False
-            try:
-                o1_plain(*args)
-                o1_plain(*args)
-            finally:
-                dg.jit.config.patterns = True
-            sides[name]["dg O1 no patterns"] = (o1_plain, args, dg.synchronize)
+        if name in PATTERN_CASES:
+            sides[name]["dg O1 no patterns"] = (o1_without("patterns", fn, args), args, dg.synchronize)
             assert "=== patterns: nothing matched" not in dg.jit.graph(fn, *args, passes=True), name
-        if name in SELECT_CASES:  # captured (and optimized) with the fusion pass off
-            o1_unfused = dg.jit(fn, jit_level="O1")
-            dg.jit.config.fusion = False
-            try:
-                o1_unfused(*args)
-                o1_unfused(*args)
-            finally:
-                dg.jit.config.fusion = True
-            sides[name]["dg O1 no fusion"] = (o1_unfused, args, dg.synchronize)
+        if name in SELECT_CASES:
+            sides[name]["dg O1 no fusion"] = (o1_without("fusion", fn, args), args, dg.synchronize)
         moved[name] = (graph_bytes(o0), graph_bytes(o1))
         if name in peers:
             sides[name]["dg fused"] = (peers[name], args, dg.synchronize)

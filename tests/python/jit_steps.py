@@ -82,3 +82,30 @@ def after_passes(fn, *args):
     """dg.jit.graph(fn, *args, passes=True) and its fusion section alone (the graph fusion left)."""
     text = dg.jit.graph(fn, *args, passes=True)
     return text, text.split("=== fusion")[-1].split("\n===")[0]
+
+
+# The integer view of each dtype a fused program reads or writes: bits compared exactly (NaN payloads included).
+BITS = {dg.float32: dg.int32, dg.float64: dg.int64, dg.bfloat16: dg.int16, dg.float16: dg.int16, dg.bool: dg.uint8}
+
+
+def bits(t):
+    """A tensor's elements as their bits (a list of integers)."""
+    return t.contiguous().view(BITS[t.dtype]).tolist()
+
+
+def check_bits(fn, *args, calls=4, fused=1):
+    """fn at O1 gives eager's dtypes and bits at every call (NaN payloads included), its O1 graph holds `fused` fused
+    sub-ops, and its kernels run as dg.jit.config.codegen says. Returns the graph."""
+    want = fn(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    f = dg.jit(fn, jit_level="O1")
+    for _ in range(calls):
+        got = f(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        assert [g.dtype for g in got] == [w.dtype for w in want]
+        assert [bits(g) for g in got] == [bits(w) for w in want]
+    graph = graph_of(f)
+    assert graph.num_fused == fused, dg.jit.graph(fn, *args, passes=True)
+    loaded = {"measuring", "generated", "interpreted"}  # a few replays: the first launches may still be measuring
+    assert set(graph.kernel_choices) <= (loaded if dg.jit.config.codegen else {"interpreted"})
+    return graph

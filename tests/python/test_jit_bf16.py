@@ -10,7 +10,7 @@ import pytest
 
 import dygrad as dg
 from dygrad import nn
-from jit_steps import assert_trained_alike, graph_of, regression_run
+from jit_steps import assert_trained_alike, bits, check_bits, graph_of, regression_run
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
@@ -27,26 +27,6 @@ def operand(n=4096, seed=0, special=True):
     return x.to(dg.bfloat16)
 
 
-def bits(t):
-    return t.contiguous().view(dg.int16).tolist() if t.dtype in (dg.bfloat16, dg.float16) else t.view(dg.int32).tolist()
-
-
-def check(fn, *args, calls=4, fused=1):
-    """fn at O1 equals eager's bits at every call; its O1 graph holds `fused` fused sub-ops."""
-    want = fn(*args)
-    want = want if isinstance(want, tuple) else (want,)
-    f = dg.jit(fn, jit_level="O1")
-    for _ in range(calls):
-        got = f(*args)
-        got = got if isinstance(got, tuple) else (got,)
-        assert [bits(t) for t in got] == [bits(t) for t in want]
-    graph = graph_of(f)
-    assert graph.num_fused == fused, dg.jit.graph(fn, *args, passes=True)
-    loaded = {"measuring", "generated", "interpreted"}  # a few replays: the first launches may still be measuring
-    assert set(graph.kernel_choices) <= (loaded if dg.jit.config.codegen else {"interpreted"})
-    return graph
-
-
 @pytest.mark.parametrize("codegen", [True, False])
 def test_bf16_chains_of_every_functor_are_eager_bits_with_special_values(codegen):
     dg.jit.config.codegen = codegen
@@ -60,7 +40,7 @@ def test_bf16_chains_of_every_functor_are_eager_bits_with_special_values(codegen
         lambda x, y: x.lerp(y, 0.3) * x.pow(0.5) + y.pow(-2) - x.neg().exp(),
     ]
     for fn in chains:
-        check(fn, x, y)
+        check_bits(fn, x, y)
 
 
 def test_casts_both_ways_round_as_eager_in_one_run():
@@ -74,7 +54,7 @@ def test_casts_both_ways_round_as_eager_in_one_run():
         g = (h * h + 1).sqrt().float()      # bfloat16 ops, then exact widening
         return g * x - 1, (g + x).to(dg.bfloat16)
 
-    check(f, x)
+    check_bits(f, x)
 
 
 def test_a_bf16_clone_is_left_to_eager_so_nan_payloads_survive():
@@ -87,7 +67,7 @@ def test_a_bf16_clone_is_left_to_eager_so_nan_payloads_survive():
     x = raw.view(dg.bfloat16)
     text = dg.jit.graph(f, x, passes=True).split("=== fusion")[1].split("\n===")[0]
     assert "copy(" in text and "+copy" not in text   # the clone stays eager's copy
-    check(f, x, fused=0)
+    check_bits(f, x, fused=0)
     assert bits(f(x)[1]) == raw.tolist()
 
 

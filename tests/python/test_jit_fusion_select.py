@@ -10,13 +10,12 @@ import pytest
 
 import dygrad as dg
 import dygrad.nn as nn
-from jit_steps import after_passes, assert_trained_alike, graph_of, regression_run
+from jit_steps import BITS, after_passes, assert_trained_alike, bits, check_bits, graph_of, regression_run
 
 
 pytestmark = pytest.mark.usefixtures("jit_config")  # conftest.py
 
 DTYPES = [dg.float32, dg.float64]
-INT = {dg.float32: dg.int32, dg.float64: dg.int64, dg.bfloat16: dg.int16, dg.bool: dg.uint8}
 
 
 def nan_with_payload(dtype, sign=1, payload=0x2345):
@@ -45,31 +44,12 @@ def operand(shape, dtype, seed, special=True):
         x.view(-1)[: len(vals)] = dg.tensor(vals, dtype=dg.float64)
     x = x.to(dtype)
     if special:
-        bits = x.view(-1).view(INT[dtype])
+        bits = x.view(-1).view(BITS[dtype])
         for i, v in enumerate(vals):
             if v != v:
                 fmt, ifmt = ("<d", "<q") if dtype == dg.float64 else ("<f", "<i")
                 bits[i] = struct.unpack(ifmt, struct.pack(fmt, v))[0]
     return x
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.dtype]).tolist()
-
-
-def check(fn, *args, calls=3, fused=1):
-    """fn at O1 gives eager's bits at every call, and its O1 graph holds `fused` fused sub-ops."""
-    want = fn(*args)
-    want = want if isinstance(want, tuple) else (want,)
-    f = dg.jit(fn, jit_level="O1")
-    for _ in range(calls):
-        got = f(*args)
-        got = got if isinstance(got, tuple) else (got,)
-        assert [g.dtype for g in got] == [w.dtype for w in want]
-        assert [bits(g) for g in got] == [bits(w) for w in want]
-    graph = graph_of(f)
-    assert graph.num_fused == fused, dg.jit.graph(fn, *args, passes=True)
-    return graph
 
 
 def fused_ops(fn, *args):
@@ -98,7 +78,7 @@ def test_comparisons_and_logic_are_eager_bits_stored_as_bool_bytes(codegen, dtyp
         h = (x * 1).logical_not().logical_and(a).logical_or(b.logical_not())
         return a, b, c, d, d2, d3, e, g, h
 
-    check(f, x, y, y2)
+    check_bits(f, x, y, y2)
 
 
 @pytest.mark.parametrize("codegen", [True, False])
@@ -117,7 +97,7 @@ def test_where_keeps_the_chosen_elements_bits_nan_payloads_included(codegen, dty
         d = dg.where(mask & (s < y), s, math.inf)   # where(cond, tensor, number)
         return a + 0, b, c, d
 
-    check(f, x, y, col, mask)
+    check_bits(f, x, y, col, mask)
 
 
 @pytest.mark.parametrize("codegen", [True, False])
@@ -132,7 +112,7 @@ def test_clamp_with_number_and_tensor_bounds_is_eager_bits(codegen, dtype):
         return (s.clamp(min=-0.5, max=0.5), s.clamp(min=0.0) - 1, s.clamp(max=-0.0) + 0,
                 s.clamp(min=-math.inf, max=math.inf), dg.clamp(s, lo, hi), s.clamp(min=lo) * 1, s.clamp(max=hi))
 
-    check(f, x, lo, hi)
+    check_bits(f, x, lo, hi)
 
 
 @pytest.mark.parametrize("codegen", [True, False])
@@ -146,7 +126,7 @@ def test_bf16_comparisons_and_clamps_fuse_and_keep_eager_bits(codegen):
         m = (s > y) | ~(s == s)
         return m, s.clamp(-0.3, 0.7) + y, dg.clamp(s, y, y + 1), (s.logical_not() ^ m)
 
-    check(f, x, y)
+    check_bits(f, x, y)
 
 
 def test_runs_of_booleans_only_fuse_and_open_runs_that_compute():
@@ -159,11 +139,11 @@ def test_runs_of_booleans_only_fuse_and_open_runs_that_compute():
         m = (m1 & ~m2) | (m1 ^ m2).logical_not()
         return m, dg.where(m, x, -x) * 2
 
-    check(f, m1, m2, x)
+    check_bits(f, m1, m2, x)
 
     def g(m1, m2):
         return (m1 & m2) | ~m1
-    check(g, m1, m2)
+    check_bits(g, m1, m2)
 
 
 def test_graph_shows_the_selections_fused():
@@ -280,7 +260,7 @@ def test_sin_and_cos_fuse_with_eagers_bits_inside_and_outside_the_bounded_range(
         s = (x * 1).sin()
         return s * (x * 2).cos() + x.cos().sin()
 
-    check(f, x)
+    check_bits(f, x)
 
 
 @pytest.mark.parametrize("codegen", [True, False])
@@ -295,4 +275,4 @@ def test_a_smooth_l1_loss_tail_is_one_full_reduction_program(codegen):
 
     lines = fused_ops(f, x, y)
     assert len(lines) == 1 and "where+clamp_scalar+sum+div_scalar]" in lines[0], lines
-    check(f, x, y)
+    check_bits(f, x, y)
